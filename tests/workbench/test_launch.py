@@ -1,0 +1,186 @@
+import pytest
+
+from workbench.launch import LaunchCommand, LaunchCommandError, canonical_flag
+
+KIMI = (
+    "CUDA_VISIBLE_DEVICES=0,1,2,3,4,5,6,7 SGLANG_LOG_MS=1 python3 -m sglang.launch_server \\\n"
+    "  --model-path moonshotai/Kimi-K2.5 --speculative-algorithm EAGLE \\\n"
+    "  --speculative-draft-model-path lightseekorg/kimi-k2.5-eagle3 --tp 8 --trust-remote-code \\\n"
+    "  --speculative-num-steps=3 --host 0.0.0.0 --port 30000\n"
+)
+
+
+def test_parse_env_launcher_and_flags():
+    c = LaunchCommand.parse(KIMI)
+    assert c.env == (("CUDA_VISIBLE_DEVICES", "0,1,2,3,4,5,6,7"), ("SGLANG_LOG_MS", "1"))
+    assert c.launcher == ("python3", "-m", "sglang.launch_server")
+    assert (c.engine, c.module) == ("sglang", "sglang.launch_server")
+    assert c.get("--speculative-algorithm") == "EAGLE"
+    assert c.get("--tp-size") == "8"  # --tp is argparse's unique prefix of --tp-size
+    assert c.get("--tensor-parallel-size") == "8"
+    assert c.get("--trust-remote-code") is True  # store_true: did not eat --speculative-num-steps
+    assert c.get("--speculative-num-steps") == "3"
+    assert c.get("--port") == "30000"
+    assert c.get("--speculative-eagle-topk") is None
+    assert not c.has("--speculative-eagle-topk")
+    assert c.positionals == []
+
+
+def test_aliases_and_field_names():
+    assert canonical_flag("--model") == "--model-path"
+    assert canonical_flag("--speculative-draft-model") == "--speculative-draft-model-path"
+    assert canonical_flag("--tp") == "--tp-size"
+    assert canonical_flag("--ep") == "--ep-size"
+    assert canonical_flag("--speculative-algo") == "--speculative-algorithm"
+    assert canonical_flag("speculative_algorithm") == "--speculative-algorithm"
+    c = LaunchCommand.parse("python -m sglang.launch_server --model m --speculative-draft-model d")
+    assert c.get("--model-path") == "m"
+    assert c.get("speculative_draft_model_path") == "d"
+
+
+def test_ambiguous_prefix_is_an_error():
+    with pytest.raises(LaunchCommandError, match="ambiguous flag --spec"):
+        LaunchCommand.parse("python -m sglang.launch_server --spec EAGLE")
+    # 0.5.23 split --cuda-graph-bs into -decode / -prefill: the old spelling is ambiguous there
+    with pytest.raises(LaunchCommandError, match="--cuda-graph-bs-decode, --cuda-graph-bs-prefill"):
+        LaunchCommand.parse("python -m sglang.launch_server --cuda-graph-bs 1 2")
+
+
+@pytest.mark.parametrize(
+    "text,launcher",
+    [
+        ("python -m sglang.launch_server --model-path m", ("python", "-m", "sglang.launch_server")),
+        ("/opt/venv/bin/python3.11 -u -m sglang.launch_server --model-path m",
+         ("/opt/venv/bin/python3.11", "-u", "-m", "sglang.launch_server")),
+        ("A=1 python -m sglang.launch_server --model-path m", ("python", "-m", "sglang.launch_server")),
+    ],
+)
+def test_launcher_forms(text, launcher):
+    c = LaunchCommand.parse(text)
+    assert c.launcher == launcher
+    assert c.get("--model-path") == "m"
+    assert LaunchCommand.parse(c.to_string()) == c
+
+
+def test_sglang_serve_positional_model():
+    c = LaunchCommand.parse("sglang serve Qwen/Qwen3-8B --speculative-algorithm EAGLE3 --port 30000")
+    assert (c.engine, c.module) == ("sglang", "sglang serve")
+    assert c.get("--model-path") == "Qwen/Qwen3-8B"
+    d = c.with_flag("--model", "other")
+    assert d.argv == ["sglang", "serve", "other", "--speculative-algorithm", "EAGLE3", "--port", "30000"]
+
+
+def test_sandbox_engine():
+    c = LaunchCommand.parse(
+        "python -m workbench.sandbox.launch_server --model-path t --speculative-algorithm EAGLE3 "
+        "--speculative-draft-model-path d --speculative-num-steps 3 --speculative-eagle-topk 1 "
+        "--speculative-num-draft-tokens 4 --port 31000"
+    )
+    assert (c.engine, c.module) == ("sandbox", "workbench.sandbox.launch_server")
+    assert c.get("--speculative-num-draft-tokens") == "4"
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["vllm serve m --speculative-config '{}'", "python -m eagle.evaluation.gen_ea_answer_llama3chat --use-eagle3",
+     "python train.py", "A=1 B=2"],
+)
+def test_not_an_sglang_command(text):
+    with pytest.raises(LaunchCommandError, match="not an SGLang launch command"):
+        LaunchCommand.parse(text)
+
+
+def test_unbalanced_quote_reports_column():
+    text = "python -m sglang.launch_server --model-path 'abc --port 1"
+    with pytest.raises(LaunchCommandError, match=r"unbalanced quote.*column 45") as ei:
+        LaunchCommand.parse(text)
+    assert ei.value.position == text.index("'")
+
+
+def test_missing_value():
+    with pytest.raises(LaunchCommandError, match=r"--model-path \(token 3\) is missing its value \(before --port\)"):
+        LaunchCommand.parse("python -m sglang.launch_server --model-path --port 1")
+    with pytest.raises(LaunchCommandError, match="missing its value .at the end"):
+        LaunchCommand.parse("python -m sglang.launch_server --port")
+    with pytest.raises(LaunchCommandError, match="boolean flag"):
+        LaunchCommand.parse("python -m sglang.launch_server --trust-remote-code=yes")
+    with pytest.raises(LaunchCommandError, match="empty"):
+        LaunchCommand.parse("  # nothing\n")
+
+
+def test_repeated_flags_last_wins_and_with_flag_keeps_position():
+    c = LaunchCommand.parse(
+        "python -m sglang.launch_server --speculative-algorithm=EAGLE --port 1 --speculative-algorithm NEXTN"
+    )
+    assert c.get("--speculative-algorithm") == "NEXTN"
+    assert c.get_all("--speculative-algorithm") == ["EAGLE", "NEXTN"]
+    d = c.with_flag("--speculative-algorithm", "EAGLE3")
+    assert d.arg_tokens == ["--speculative-algorithm=EAGLE3", "--port", "1"]
+    e = d.with_flag("--speculative-num-steps", 3)
+    assert e.arg_tokens[-2:] == ["--speculative-num-steps", "3"]
+    assert e.without_flag("--port").arg_tokens == ["--speculative-algorithm=EAGLE3", "--speculative-num-steps", "3"]
+    # the original is unchanged
+    assert c.get("--speculative-algorithm") == "NEXTN"
+
+
+def test_boolean_and_list_flags():
+    c = LaunchCommand.parse(
+        "python -m sglang.launch_server --model-path m --enable-tf32-matmul --no-enable-tf32-matmul "
+        "--cuda-graph-bs-decode 1 2 4 8 --enable-multi-layer-eagle --chunked-prefill-size -1"
+    )
+    assert c.get("--enable-tf32-matmul") is False
+    assert c.get("--cuda-graph-bs-decode") == ["1", "2", "4", "8"]
+    assert c.get("--enable-multi-layer-eagle") is True
+    assert c.get("--chunked-prefill-size") == "-1"  # a negative number is a value, not a flag
+    d = c.with_flag("--enable-multi-layer-eagle", False).with_flag("--cuda-graph-bs-decode", [16, 32])
+    assert not d.has("--enable-multi-layer-eagle")
+    assert d.get("--cuda-graph-bs-decode") == ["16", "32"]
+    assert d.with_flag("--enable-tf32-matmul", True).get("--enable-tf32-matmul") is True
+    with pytest.raises(LaunchCommandError, match="store_true"):
+        c.with_flag("--trust-remote-code", "1")
+    with pytest.raises(LaunchCommandError, match="takes a value"):
+        c.with_flag("--port", True)
+
+
+def test_round_trip_with_quotes_and_comments():
+    text = (
+        "SGLANG_X='a b' python -m sglang.launch_server --model-path '/models/my model' "
+        "--json-model-override-args '{\"rope_theta\": 1e6}' --tp 8 ...   # reconstructed: flags unknown"
+    )
+    c = LaunchCommand.parse(text)
+    assert c.env == (("SGLANG_X", "a b"),)
+    assert c.get("--model-path") == "/models/my model"
+    assert c.get("--json-model-override-args") == '{"rope_theta": 1e6}'
+    assert c.positionals == ["..."]
+    s = c.to_string()
+    assert s.startswith("SGLANG_X='a b' python")
+    assert LaunchCommand.parse(s) == c
+    assert LaunchCommand.parse(c.argv) == c
+
+
+def test_unknown_flags_are_kept():
+    c = LaunchCommand.parse("python -m sglang.launch_server --future-flag x --future-bool --port 1")
+    assert c.get("--future-flag") == "x"
+    assert c.get("--future-bool") is True
+    assert c.get("--port") == "1"
+
+
+def test_diff():
+    a = LaunchCommand.parse("A=1 python -m sglang.launch_server --speculative-algorithm EAGLE --tp 8")
+    b = a.with_flag("--speculative-algorithm", "EAGLE3").with_flag("--port", 30001).with_env("A", "2")
+    assert a.diff(b) == [("env:A", "1", "2"), ("--speculative-algorithm", "EAGLE", "EAGLE3"), ("--port", None, "30001")]
+    assert a.diff(a) == []
+
+
+def test_public_report_command():
+    # sglang-pr21272: the reconstructed command, with its trailing "..." and comment
+    text = ("python -m sglang.launch_server --model-path moonshotai/Kimi-K2.5 --speculative-algorithm EAGLE "
+            "--speculative-draft-model-path lightseekorg/kimi-k2.5-eagle3 --tp 8 ...   # reconstructed: only "
+            "algorithm, target, draft and 8-GPU TP are given in the PR; other flags unknown")
+    c = LaunchCommand.parse(text)
+    assert c.get("--tp-size") == "8"
+    fixed = c.with_flag("--speculative-algorithm", "EAGLE3")
+    assert fixed.to_string() == (
+        "python -m sglang.launch_server --model-path moonshotai/Kimi-K2.5 --speculative-algorithm EAGLE3 "
+        "--speculative-draft-model-path lightseekorg/kimi-k2.5-eagle3 --tp 8 ..."
+    )
