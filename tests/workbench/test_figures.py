@@ -1,0 +1,143 @@
+"""workbench.figures: plain inputs in, plotly Figures out, clear titles / units, typed input errors."""
+
+import datetime as dt
+
+import numpy as np
+import plotly.graph_objects as go
+import plotly.io as pio
+import pytest
+
+from workbench import figures
+from workbench.figures import FigureInputError
+
+
+def _hline_ys(fig: go.Figure) -> list[float]:
+    return sorted(shape.y0 for shape in fig.layout.shapes if shape.type == "line" and shape.y0 == shape.y1)
+
+
+def test_before_after_bars_reference_lines_and_units():
+    fig = figures.accept_length_before_after(1.0, 3.21, ideal=4)
+    assert isinstance(fig, go.Figure)
+    (bar,) = fig.data
+    assert list(bar.x) == ["before (EAGLE)", "after (EAGLE3)"]
+    assert list(bar.y) == [1.0, 3.21]
+    assert list(bar.text) == ["1.00", "3.21"]
+    assert _hline_ys(fig) == [1.0, 4.0]
+    assert all(shape.line.dash == "dash" for shape in fig.layout.shapes)
+    assert "tokens / verify step" in fig.layout.yaxis.title.text
+    assert "before and after" in fig.layout.title.text and "×3.21" in fig.layout.title.text
+    assert fig.layout.yaxis.range[1] >= 4  # the ceiling is visible
+
+
+def test_before_after_without_ideal_accepts_numpy_and_none():
+    fig = figures.accept_length_before_after(np.float32(1.0), None, labels=("EAGLE", "EAGLE3"))
+    assert _hline_ys(fig) == [1.0]
+    assert list(fig.data[0].text) == ["1.00", "not measured"]
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(before="x", after=2.0), "before must be a number"),
+        (dict(before=1.0, after=float("nan")), "after must be finite"),
+        (dict(before=1.0, after=2.0, ideal=0.5), "ideal must be >= 1"),
+        (dict(before=1.0, after=2.0, labels=("only one",)), "labels must be two strings"),
+        (dict(before=True, after=2.0), "before must be a number"),
+    ],
+)
+def test_before_after_rejects_bad_input(kwargs, match):
+    with pytest.raises(FigureInputError, match=match):
+        figures.accept_length_before_after(**kwargs)
+
+
+def test_per_request_two_runs_and_means():
+    fig = figures.accept_length_per_request([1.0, 1.0, 1.0], [3.0, 3.5])
+    assert [trace.name for trace in fig.data] == ["before (EAGLE) (n=3)", "after (EAGLE3) (n=2)"]
+    assert list(fig.data[1].x) == [0, 1]
+    assert _hline_ys(fig) == [1.0, 1.0, 3.25]  # two means + the no-speculation line
+    assert fig.layout.xaxis.title.text.startswith("request #")
+    assert "tokens / verify step" in fig.layout.yaxis.title.text
+
+
+def test_per_request_empty_run_and_bad_element():
+    fig = figures.accept_length_per_request([], [2.0])
+    assert len(fig.data) == 2
+    with pytest.raises(FigureInputError, match=r"after\[1\]"):
+        figures.accept_length_per_request([1.0], [2.0, None])
+    with pytest.raises(FigureInputError, match="list of numbers"):
+        figures.accept_length_per_request("1,2", [2.0])
+
+
+def _records(start, accept, throughput=None, step_s=10):
+    out = []
+    for i, a in enumerate(accept):
+        record = {"timestamp": start + dt.timedelta(seconds=step_s * i), "accept_len": a}
+        if throughput is not None:
+            record["gen_throughput"] = throughput[i]
+        out.append(record)
+    return out
+
+
+def test_timeline_with_throughput_on_secondary_axis():
+    t0 = dt.datetime(2026, 1, 5, 12, 0, 0)
+    before = _records(t0, [1.0, 1.0, 1.0], [40.0, 41.0, 39.5])
+    after = [dict(r, timestamp=r["timestamp"].isoformat()) for r in _records(t0 + dt.timedelta(hours=1), [3.1, 3.3])]
+    fig = figures.acceptance_timeline({"before": before, "after": after})
+    names = [trace.name for trace in fig.data]
+    assert names == ["before: accept length", "before: gen throughput", "after: accept length"]
+    # elapsed seconds per run, so runs an hour apart line up
+    assert list(fig.data[0].x) == [0.0, 10.0, 20.0] and list(fig.data[2].x) == [0.0, 10.0]
+    assert fig.data[1].yaxis == "y2"
+    assert fig.layout.yaxis2.title.text == "gen throughput (token/s)"
+    assert "tokens / verify step" in fig.layout.yaxis.title.text
+    assert fig.layout.xaxis.title.text.endswith("(s)")
+
+
+def test_timeline_without_throughput_and_sorted_and_errors():
+    t0 = dt.datetime(2026, 1, 5, 12, 0, 0, tzinfo=dt.timezone.utc)
+    records = list(reversed(_records(t0, [1.0, 2.0, 3.0])))
+    fig = figures.acceptance_timeline({"run": records})
+    assert len(fig.data) == 1 and list(fig.data[0].y) == [1.0, 2.0, 3.0]
+    assert "yaxis2" not in fig.layout.to_plotly_json()
+
+    empty = figures.acceptance_timeline({"run": []})
+    assert any("no decode log records" in a.text for a in empty.layout.annotations)
+
+    with pytest.raises(FigureInputError, match=r"records_by_label\['run'\]\[0\] has no 'accept_len'"):
+        figures.acceptance_timeline({"run": [{"timestamp": t0}]})
+    with pytest.raises(FigureInputError, match="not an ISO 8601"):
+        figures.acceptance_timeline({"run": [{"timestamp": "yesterday", "accept_len": 1.0}]})
+    with pytest.raises(FigureInputError, match="must be a dict of label"):
+        figures.acceptance_timeline([{"timestamp": t0, "accept_len": 1.0}])
+
+
+def test_hidden_width_probe_mismatch_and_match():
+    fig = figures.hidden_width_probe(7168, 21504, 7168)
+    (bar,) = fig.data
+    assert list(bar.y) == [7168, 21504]
+    assert list(bar.text) == ["7168 (= 1 × 7168)", "21504 (= 3 × 7168)"]
+    assert _hline_ys(fig) == [7168]
+    assert "MISMATCH" in fig.layout.title.text
+    assert fig.layout.yaxis.title.text == "width (hidden units)"
+
+    ok = figures.hidden_width_probe(np.int64(21504), 21504, 7168)
+    assert "widths match" in ok.layout.title.text
+    assert "not probed" in figures.hidden_width_probe(None, 21504, 7168).data[0].text[0]
+
+
+@pytest.mark.parametrize("args", [(0, 21504, 7168), (7168, 21504.5, 7168), (7168, 21504, "wide"), (7168, None, 7168)])
+def test_hidden_width_probe_rejects_bad_widths(args):
+    with pytest.raises(FigureInputError):
+        figures.hidden_width_probe(*args)
+
+
+def test_figures_serialise_to_json():
+    # What papermill stores and the report renders: every figure must survive a JSON round trip.
+    t0 = dt.datetime(2026, 1, 5)
+    for fig in (
+        figures.accept_length_before_after(1.0, 3.0, ideal=4),
+        figures.accept_length_per_request([1.0], [3.0]),
+        figures.acceptance_timeline({"a": _records(t0, [1.0, 2.0], [10.0, 20.0])}),
+        figures.hidden_width_probe(7168, 21504, 7168),
+    ):
+        assert pio.from_json(fig.to_json()).to_plotly_json()["data"]
