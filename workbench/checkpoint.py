@@ -1,0 +1,605 @@
+"""Read model configs and safetensors checkpoints on a box, without loading a model.
+
+Everything goes through a ``Box`` (``remote.connect(...)``): ``read_text`` for ``config.json``,
+``file_size`` + ``read_bytes(path, offset, length)`` for safetensors headers and single tensors,
+so a 1-trillion-parameter checkpoint costs a few kilobytes to inspect.
+
+The safetensors format (https://github.com/huggingface/safetensors, format as of
+safetensors 0.4-0.8): 8 bytes little-endian ``u64`` header length ``N``, then ``N`` bytes of
+UTF-8 JSON ``{name: {"dtype", "shape", "data_offsets": [begin, end]}, "__metadata__": {...}}``,
+then the data; offsets are relative to the byte after the header. The reference reader refuses
+headers over 100,000,000 bytes (``MAX_HEADER_SIZE``); so does this one.
+
+Errors::
+
+    CheckpointError              .path
+    ├── ConfigUnreadable         config.json missing, unreadable or not a JSON object
+    ├── CheckpointUnreadable     a safetensors header (or index) is unusable; .reason
+    └── TensorNotFound           no tensor of that name in the checkpoint
+
+The facts the preflight rules need are summarised by :class:`DraftFacts` and
+:class:`TargetFacts`, each with ``sources`` naming the file and key every value came from.
+"""
+
+from __future__ import annotations
+
+import json
+import posixpath
+import struct
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Iterator
+
+import numpy as np
+
+try:  # the box layer; only its error types are needed here
+    from remote.errors import RemoteError, RemoteFileNotFound
+except ImportError:  # pragma: no cover - remote/ is part of this repository
+    RemoteError = RemoteFileNotFound = None  # type: ignore[assignment,misc]
+
+__all__ = [
+    "CheckpointError", "ConfigUnreadable", "CheckpointUnreadable", "TensorNotFound",
+    "TensorInfo", "SafetensorsHeader", "DTYPE_BITS", "MAX_HEADER_SIZE",
+    "read_json_config", "read_safetensors_header", "read_checkpoint_index", "read_checkpoint_tensors",
+    "read_tensor", "find_checkpoint_files", "DraftFacts", "TargetFacts", "read_draft_facts", "read_target_facts",
+]
+
+#: safetensors' limit on the JSON header (``MAX_HEADER_SIZE`` in the reference Rust crate).
+MAX_HEADER_SIZE = 100_000_000
+
+#: Bits per element of every safetensors dtype (safetensors 0.8 ``Dtype``).
+DTYPE_BITS: dict[str, int] = {
+    "BOOL": 8, "U8": 8, "I8": 8, "F8_E5M2": 8, "F8_E4M3": 8, "F8_E4M3FNUZ": 8, "F8_E5M2FNUZ": 8,
+    "F8_E8M0": 8, "F4": 4, "F6_E2M3": 6, "F6_E3M2": 6,
+    "I16": 16, "U16": 16, "F16": 16, "BF16": 16,
+    "I32": 32, "U32": 32, "F32": 32,
+    "I64": 64, "U64": 64, "F64": 64, "C64": 64,
+}
+
+_NUMPY_DTYPES: dict[str, str] = {
+    "BOOL": "?", "U8": "u1", "I8": "i1", "I16": "<i2", "U16": "<u2", "F16": "<f2", "I32": "<i4",
+    "U32": "<u4", "F32": "<f4", "I64": "<i8", "U64": "<u8", "F64": "<f8",
+}
+
+
+class CheckpointError(Exception):
+    """Base class: something about a model directory on the box; ``.path`` names the file."""
+
+    def __init__(self, message: str, *, path: str):
+        self.path = path
+        super().__init__(f"{message}: {path}")
+
+
+class ConfigUnreadable(CheckpointError):
+    """``config.json`` (or another JSON file) is missing, unreadable, or not a JSON object."""
+
+
+class CheckpointUnreadable(CheckpointError):
+    """A safetensors file or index cannot be used; ``.reason`` is the short reason
+    (``truncated``, ``header-too-large``, ``not-json``, ``bad-entry``, ``unknown-dtype``,
+    ``offsets-past-end``, ``size-mismatch``, ``missing``, ``bad-index``)."""
+
+    def __init__(self, message: str, *, path: str, reason: str):
+        self.reason = reason
+        super().__init__(message, path=path)
+
+
+class TensorNotFound(CheckpointError):
+    """The checkpoint has no tensor of that name."""
+
+
+def _not_found(exc: BaseException) -> bool:
+    return (RemoteFileNotFound is not None and isinstance(exc, RemoteFileNotFound)) or isinstance(
+        exc, FileNotFoundError
+    )
+
+
+def _io_errors() -> tuple[type[BaseException], ...]:
+    return (OSError,) + ((RemoteError,) if RemoteError is not None else ())
+
+
+# ---------------------------------------------------------------------------------------------
+# config.json
+# ---------------------------------------------------------------------------------------------
+
+
+def read_json_config(box: Any, path: str, *, timeout: float = 30) -> dict:
+    """Read a JSON object (``config.json``, an index) from the box.
+
+    ``path`` may be the file or a model directory (then ``<dir>/config.json``).
+    Raises :class:`ConfigUnreadable` when the file is missing, cannot be read, is not valid JSON
+    (the message gives line and column) or is not a JSON object.
+    """
+    if not path.endswith(".json"):
+        path = posixpath.join(path, "config.json")
+    try:
+        text = box.read_text(path, timeout=timeout)
+    except _io_errors() as exc:
+        if _not_found(exc):
+            raise ConfigUnreadable("config file not found", path=path) from exc
+        raise ConfigUnreadable(f"cannot read config file ({exc})", path=path) from exc
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ConfigUnreadable(
+            f"config file is not valid JSON ({exc.msg} at line {exc.lineno}, column {exc.colno})", path=path
+        ) from exc
+    if not isinstance(data, dict):
+        raise ConfigUnreadable(f"config file holds a JSON {type(data).__name__}, not an object", path=path)
+    return data
+
+
+# ---------------------------------------------------------------------------------------------
+# safetensors
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    """One tensor entry of a safetensors header.
+
+    ``dtype``: safetensors dtype string (``"BF16"``); ``shape``: tuple of ints (a Linear
+    weight is ``(out_features, in_features)``); ``data_offsets``: ``(begin, end)`` in bytes,
+    relative to the start of the data section; ``file``: the safetensors file holding it;
+    ``data_start``: absolute byte offset of the data section in that file (8 + header length).
+    """
+
+    dtype: str
+    shape: tuple[int, ...]
+    data_offsets: tuple[int, int]
+    file: str = ""
+    data_start: int = 0
+
+    @property
+    def numel(self) -> int:
+        n = 1
+        for d in self.shape:
+            n *= d
+        return n
+
+    @property
+    def nbytes(self) -> int:
+        return self.data_offsets[1] - self.data_offsets[0]
+
+    def to_dict(self) -> dict:
+        return {"dtype": self.dtype, "shape": list(self.shape), "data_offsets": list(self.data_offsets),
+                "file": self.file}
+
+
+@dataclass(frozen=True)
+class SafetensorsHeader(Mapping):
+    """A parsed safetensors header: a read-only mapping ``{tensor name: TensorInfo}``.
+
+    Also: ``metadata`` (the ``__metadata__`` dict or ``None``), ``path``, ``header_size``
+    (bytes of JSON), ``file_size`` (bytes).
+    """
+
+    tensors: dict[str, TensorInfo]
+    metadata: dict | None
+    path: str
+    header_size: int
+    file_size: int
+
+    def __getitem__(self, name: str) -> TensorInfo:
+        return self.tensors[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.tensors)
+
+    def __len__(self) -> int:
+        return len(self.tensors)
+
+
+def _read_exact(box: Any, path: str, offset: int, length: int, timeout: float, what: str) -> bytes:
+    try:
+        data = box.read_bytes(path, offset, length, timeout=timeout)
+    except _io_errors() as exc:
+        if _not_found(exc):
+            raise CheckpointUnreadable("safetensors file not found", path=path, reason="missing") from exc
+        raise CheckpointUnreadable(f"cannot read {what} ({exc})", path=path, reason="unreadable") from exc
+    if len(data) != length:
+        raise CheckpointUnreadable(
+            f"truncated: {what} needs {length} bytes at offset {offset}, got {len(data)}", path=path, reason="truncated"
+        )
+    return bytes(data)
+
+
+def _file_size(box: Any, path: str, timeout: float) -> int:
+    try:
+        return int(box.file_size(path, timeout=timeout))
+    except _io_errors() as exc:
+        if _not_found(exc):
+            raise CheckpointUnreadable("safetensors file not found", path=path, reason="missing") from exc
+        raise CheckpointUnreadable(f"cannot stat file ({exc})", path=path, reason="unreadable") from exc
+
+
+def read_safetensors_header(box: Any, path: str, *, timeout: float = 30) -> SafetensorsHeader:
+    """Read and validate the header of one ``.safetensors`` file by byte range.
+
+    Reads 8 bytes, then exactly the header; never the tensor data. Validates what the
+    safetensors reference reader validates: file at least 8 bytes, header length
+    ≤ :data:`MAX_HEADER_SIZE` and inside the file, UTF-8 JSON object, every entry with a known
+    dtype, a shape of non-negative ints and ``data_offsets`` whose length matches
+    shape × dtype size and whose end lies inside the file.
+    Raises :class:`CheckpointUnreadable` (with ``.reason``) otherwise.
+    """
+    size = _file_size(box, path, timeout)
+    if size < 8:
+        raise CheckpointUnreadable(
+            f"truncated: file is {size} bytes, shorter than the 8-byte header length", path=path, reason="truncated"
+        )
+    (n,) = struct.unpack("<Q", _read_exact(box, path, 0, 8, timeout, "the header length"))
+    if n > MAX_HEADER_SIZE:
+        raise CheckpointUnreadable(
+            f"header length {n} bytes is over the {MAX_HEADER_SIZE}-byte limit (not a safetensors file, or corrupt)",
+            path=path, reason="header-too-large",
+        )
+    if 8 + n > size:
+        raise CheckpointUnreadable(
+            f"truncated: header length {n} runs past the end of the {size}-byte file", path=path, reason="truncated"
+        )
+    raw = _read_exact(box, path, 8, n, timeout, "the JSON header")
+    try:
+        header = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise CheckpointUnreadable(f"header is not JSON ({exc})", path=path, reason="not-json") from exc
+    if not isinstance(header, dict):
+        raise CheckpointUnreadable(f"header is a JSON {type(header).__name__}, not an object", path=path,
+                                   reason="not-json")
+    data_start = 8 + n
+    data_size = size - data_start
+    metadata = header.pop("__metadata__", None)
+    tensors: dict[str, TensorInfo] = {}
+    for name, entry in header.items():
+        if not isinstance(entry, dict) or not {"dtype", "shape", "data_offsets"} <= set(entry):
+            raise CheckpointUnreadable(f"tensor {name!r}: entry needs dtype, shape and data_offsets, got {entry!r}",
+                                       path=path, reason="bad-entry")
+        dtype, shape, offsets = entry["dtype"], entry["shape"], entry["data_offsets"]
+        if dtype not in DTYPE_BITS:
+            raise CheckpointUnreadable(f"tensor {name!r}: unknown dtype {dtype!r}", path=path, reason="unknown-dtype")
+        if not (isinstance(shape, list) and all(isinstance(d, int) and not isinstance(d, bool) and d >= 0
+                                                for d in shape)):
+            raise CheckpointUnreadable(f"tensor {name!r}: bad shape {shape!r}", path=path, reason="bad-entry")
+        if not (isinstance(offsets, list) and len(offsets) == 2 and all(isinstance(o, int) and o >= 0 for o in offsets)
+                and offsets[0] <= offsets[1]):
+            raise CheckpointUnreadable(f"tensor {name!r}: bad data_offsets {offsets!r}", path=path, reason="bad-entry")
+        info = TensorInfo(dtype, tuple(shape), (offsets[0], offsets[1]), file=path, data_start=data_start)
+        expected = (info.numel * DTYPE_BITS[dtype] + 7) // 8
+        if info.nbytes != expected:
+            raise CheckpointUnreadable(
+                f"tensor {name!r}: data_offsets span {info.nbytes} bytes but {dtype} {list(shape)} needs {expected}",
+                path=path, reason="size-mismatch",
+            )
+        if offsets[1] > data_size:
+            raise CheckpointUnreadable(
+                f"tensor {name!r}: data offsets {offsets} run past the end of the file (data section is "
+                f"{data_size} bytes of {size})", path=path, reason="offsets-past-end",
+            )
+        tensors[name] = info
+    if metadata is not None and not isinstance(metadata, dict):
+        raise CheckpointUnreadable(f"__metadata__ is not an object: {metadata!r}", path=path, reason="bad-entry")
+    return SafetensorsHeader(tensors, metadata, path, n, size)
+
+
+def read_checkpoint_index(box: Any, path: str, *, timeout: float = 30) -> dict[str, str]:
+    """Read ``model.safetensors.index.json`` (``path``: the file or its directory).
+
+    Returns ``weight_map``: ``{tensor name: shard path on the box}`` (shard paths joined to
+    the index's directory). Raises :class:`CheckpointUnreadable` (``reason="bad-index"``)
+    when the index is not JSON or has no ``weight_map`` object of strings.
+    """
+    if not path.endswith(".json"):
+        path = posixpath.join(path, "model.safetensors.index.json")
+    try:
+        index = read_json_config(box, path, timeout=timeout)
+    except ConfigUnreadable as exc:
+        raise CheckpointUnreadable(str(exc).rsplit(": ", 1)[0], path=path, reason="bad-index") from exc
+    wm = index.get("weight_map")
+    if not isinstance(wm, dict) or not all(isinstance(v, str) for v in wm.values()):
+        raise CheckpointUnreadable("index has no weight_map of {tensor: shard file}", path=path, reason="bad-index")
+    base = posixpath.dirname(path)
+    return {name: posixpath.join(base, shard) for name, shard in wm.items()}
+
+
+def find_checkpoint_files(box: Any, model_dir: str, *, timeout: float = 30) -> tuple[list[str], str | None]:
+    """The safetensors files of a model directory and the index used, if any.
+
+    Looks for ``model.safetensors``, then ``model.safetensors.index.json``. Returns
+    ``([file, ...], index_path or None)``. Raises :class:`CheckpointUnreadable`
+    (``reason="missing"``) when the directory has neither.
+    """
+    single = posixpath.join(model_dir, "model.safetensors")
+    index = posixpath.join(model_dir, "model.safetensors.index.json")
+    if box.exists(single, timeout=timeout):
+        return [single], None
+    if box.exists(index, timeout=timeout):
+        wm = read_checkpoint_index(box, index, timeout=timeout)
+        return sorted(set(wm.values())), index
+    raise CheckpointUnreadable("no model.safetensors or model.safetensors.index.json in the model directory",
+                               path=model_dir, reason="missing")
+
+
+def read_checkpoint_tensors(box: Any, model_dir: str, *, timeout: float = 30) -> dict[str, TensorInfo]:
+    """All tensors of a (possibly sharded) checkpoint: ``{name: TensorInfo}`` (``.file`` says
+    which shard). Reads one header per shard. For a sharded checkpoint, a tensor the index maps
+    to a shard whose header lacks it raises :class:`CheckpointUnreadable` (``bad-index``).
+    """
+    files, index = find_checkpoint_files(box, model_dir, timeout=timeout)
+    tensors: dict[str, TensorInfo] = {}
+    for f in files:
+        tensors.update(read_safetensors_header(box, f, timeout=timeout).tensors)
+    if index is not None:
+        for name, shard in read_checkpoint_index(box, index, timeout=timeout).items():
+            if name not in tensors or tensors[name].file != shard:
+                raise CheckpointUnreadable(f"index maps {name!r} to {shard}, whose header does not hold it",
+                                           path=index, reason="bad-index")
+    return tensors
+
+
+def read_tensor(box: Any, path: str, name: str, *, max_bytes: int = 64 << 20, timeout: float = 60) -> np.ndarray:
+    """Read one tensor by byte range and return it as a numpy array of its shape.
+
+    ``path``: a ``.safetensors`` file or a model directory (single file or sharded).
+    Dtypes: BOOL, U8, I8, I16, U16, I32, U32, I64, U64, F16, F32, F64 as themselves; BF16 is
+    widened exactly to float32. Meant for small tensors (``d2t``: I64 ``(draft_vocab,)``,
+    ``t2d``: BOOL ``(vocab,)``); refuses tensors over ``max_bytes``.
+    Raises :class:`TensorNotFound`, :class:`CheckpointUnreadable`, or :class:`CheckpointError`
+    for an unsupported dtype or a tensor over the limit.
+    """
+    if path.endswith(".safetensors"):
+        tensors: Mapping[str, TensorInfo] = read_safetensors_header(box, path, timeout=timeout)
+    else:
+        tensors = read_checkpoint_tensors(box, path, timeout=timeout)
+    if name not in tensors:
+        raise TensorNotFound(f"no tensor {name!r} in the checkpoint", path=path)
+    info = tensors[name]
+    if info.dtype != "BF16" and info.dtype not in _NUMPY_DTYPES:
+        raise CheckpointError(f"tensor {name!r} has dtype {info.dtype}, which read_tensor does not decode",
+                              path=info.file)
+    if info.nbytes > max_bytes:
+        raise CheckpointError(f"tensor {name!r} is {info.nbytes} bytes, over max_bytes={max_bytes}", path=info.file)
+    raw = _read_exact(box, info.file, info.data_start + info.data_offsets[0], info.nbytes, timeout, f"tensor {name!r}")
+    if info.dtype == "BF16":
+        bits = np.frombuffer(raw, dtype="<u2").astype(np.uint32) << 16
+        return bits.view(np.float32).reshape(info.shape)
+    return np.frombuffer(raw, dtype=_NUMPY_DTYPES[info.dtype]).reshape(info.shape).copy()
+
+
+# ---------------------------------------------------------------------------------------------
+# Facts for the rules
+# ---------------------------------------------------------------------------------------------
+
+
+def _fc_weight_name(tensors: Mapping[str, TensorInfo]) -> str | None:
+    """The draft's fusion projection: ``fc.weight`` under any prefix (``model.fc.weight``),
+    never a layer's own ``fc`` (names containing ``layers.`` or ``midlayer``)."""
+    candidates = [n for n in tensors if (n == "fc.weight" or n.endswith(".fc.weight"))
+                  and "layers." not in n and "midlayer" not in n and len(tensors[n].shape) == 2]
+    if not candidates:
+        return None
+    return min(candidates, key=len)
+
+
+@dataclass
+class DraftFacts:
+    """What the rules need to know about a draft model directory.
+
+    Config values (from ``config.json``; SGLang 0.5.23 ``srt/models/llama_eagle3.py`` reads
+    ``target_hidden_size`` else ``hidden_size``, ``num_aux_hidden_states`` else
+    ``len(eagle_config.eagle_aux_hidden_state_layer_ids)`` else 3, ``draft_vocab_size``):
+    ``architectures``, ``model_type``, ``hidden_size`` (top level, else a speculators-format
+    ``transformer_layer_config.hidden_size``), ``target_hidden_size`` (as written, may be
+    ``None``), ``num_hidden_layers``, ``vocab_size``, ``draft_vocab_size``, ``eagle_config``
+    (the nested dict or ``None``), ``aux_layer_ids`` (nested
+    ``eagle_config.eagle_aux_hidden_state_layer_ids``, the only place SGLang's capture path
+    reads), ``aux_layer_ids_top_level``, ``use_aux_hidden_state``, ``num_aux_hidden_states``.
+    Checkpoint values: ``tensors`` (``{name: TensorInfo}``, ``None`` when unreadable),
+    ``checkpoint_error`` (the :class:`CheckpointUnreadable`, or ``None``), ``fc_weight_name``,
+    ``fc_in_features`` / ``fc_out_features`` (``fc.weight`` is ``(out, in)``).
+    ``sources``: ``{fact: "file: key"}`` for every value found.
+    """
+
+    path: str
+    config_path: str
+    config: dict
+    architectures: list[str]
+    model_type: str | None = None
+    hidden_size: int | None = None
+    target_hidden_size: int | None = None
+    num_hidden_layers: int | None = None
+    vocab_size: int | None = None
+    draft_vocab_size: int | None = None
+    eagle_config: dict | None = None
+    aux_layer_ids: Any = None
+    aux_layer_ids_top_level: Any = None
+    use_aux_hidden_state: bool | None = None
+    num_aux_hidden_states: int | None = None
+    tensors: dict[str, TensorInfo] | None = None
+    checkpoint_error: CheckpointUnreadable | None = None
+    fc_weight_name: str | None = None
+    fc_in_features: int | None = None
+    fc_out_features: int | None = None
+    sources: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def has_eagle3_architecture(self) -> bool:
+        """An architecture name contains ``Eagle3`` (``LlamaForCausalLMEagle3``, ...)."""
+        return any("Eagle3" in a for a in self.architectures)
+
+    @property
+    def effective_target_hidden_size(self) -> int | None:
+        """``target_hidden_size`` else ``hidden_size`` (SGLang 0.5.23 llama_eagle3.py)."""
+        return self.target_hidden_size if self.target_hidden_size is not None else self.hidden_size
+
+    def eagle3_signals(self, target_hidden_size: int | None = None) -> dict[str, Any]:
+        """Why this looks like an EAGLE-3 draft: ``{signal: value}``, empty if nothing does.
+
+        Signals (``notes/doctor-rules.md``, ``algorithm-mismatch``): an architecture name with
+        ``Eagle3``; ``eagle_config.use_aux_hidden_state`` or
+        ``eagle_aux_hidden_state_layer_ids`` present (nested or top level); ``fc`` in_features
+        = k × target hidden with k ≥ 3 (``target_hidden_size`` argument, else the draft's own
+        effective target hidden size).
+        """
+        out: dict[str, Any] = {}
+        eagle3_arch = [a for a in self.architectures if "Eagle3" in a]
+        if eagle3_arch:
+            out["architecture"] = eagle3_arch
+        if self.use_aux_hidden_state is not None:
+            out["use_aux_hidden_state"] = self.use_aux_hidden_state
+        if self.aux_layer_ids is not None:
+            out["eagle_config.eagle_aux_hidden_state_layer_ids"] = self.aux_layer_ids
+        if self.aux_layer_ids_top_level is not None:
+            out["eagle_aux_hidden_state_layer_ids"] = self.aux_layer_ids_top_level
+        th = target_hidden_size or self.effective_target_hidden_size
+        if self.fc_in_features and th and self.fc_in_features % th == 0 and self.fc_in_features // th >= 3:
+            out["fc_in_features_multiple"] = self.fc_in_features // th
+        return out
+
+    @property
+    def is_eagle3_like(self) -> bool:
+        return bool(self.eagle3_signals())
+
+    @property
+    def is_eagle1_like(self) -> bool:
+        """fc in_features = 2 × hidden and no ``Eagle3`` architecture (an EAGLE-1/2 head)."""
+        return (not self.has_eagle3_architecture and self.fc_in_features is not None
+                and self.hidden_size is not None and self.fc_in_features == 2 * self.hidden_size)
+
+
+@dataclass
+class TargetFacts:
+    """What the rules need to know about the target model.
+
+    ``hidden_size``, ``num_hidden_layers``, ``vocab_size``, ``max_position_embeddings`` come
+    from ``text_config`` when the config has one (multimodal targets such as Kimi-K2.5), else
+    from the top level; ``text_config_used`` says which. ``sources``: ``{fact: "file: key"}``.
+    """
+
+    path: str
+    config_path: str
+    config: dict
+    architectures: list[str]
+    model_type: str | None = None
+    hidden_size: int | None = None
+    num_hidden_layers: int | None = None
+    vocab_size: int | None = None
+    max_position_embeddings: int | None = None
+    text_config_used: bool = False
+    sources: dict[str, str] = field(default_factory=dict)
+
+
+def _int_or_none(v: Any) -> int | None:
+    return v if isinstance(v, int) and not isinstance(v, bool) else None
+
+
+def draft_facts_from(path: str, config_path: str, config: dict,
+                     tensors: Mapping[str, TensorInfo] | None = None,
+                     checkpoint_error: CheckpointUnreadable | None = None,
+                     checkpoint_source: str | None = None) -> DraftFacts:
+    """Build :class:`DraftFacts` from an already-read config and tensor table."""
+    src: dict[str, str] = {}
+
+    def pick(key: str, *, nested: str | None = None) -> Any:
+        if key in config and config[key] is not None:
+            src[key] = f"{config_path}: {key}"
+            return config[key]
+        sub = config.get(nested) if nested else None
+        if isinstance(sub, dict) and sub.get(key) is not None:
+            src[key] = f"{config_path}: {nested}.{key}"
+            return sub[key]
+        return None
+
+    archs = config.get("architectures") or []
+    if isinstance(archs, str):
+        archs = [archs]
+    src["architectures"] = f"{config_path}: architectures"
+    ec = config.get("eagle_config")
+    eagle_config = ec if isinstance(ec, dict) else None
+    if "eagle_config" in config:
+        src["eagle_config"] = f"{config_path}: eagle_config"
+    aux_nested = eagle_config.get("eagle_aux_hidden_state_layer_ids") if eagle_config else None
+    if aux_nested is not None:
+        src["aux_layer_ids"] = f"{config_path}: eagle_config.eagle_aux_hidden_state_layer_ids"
+    aux_top = config.get("eagle_aux_hidden_state_layer_ids")
+    if aux_top is not None:
+        src["aux_layer_ids_top_level"] = f"{config_path}: eagle_aux_hidden_state_layer_ids"
+    use_aux = eagle_config.get("use_aux_hidden_state") if eagle_config else None
+    if use_aux is None and config.get("use_aux_hidden_state") is not None:
+        use_aux = config["use_aux_hidden_state"]
+        src["use_aux_hidden_state"] = f"{config_path}: use_aux_hidden_state"
+    elif use_aux is not None:
+        src["use_aux_hidden_state"] = f"{config_path}: eagle_config.use_aux_hidden_state"
+    facts = DraftFacts(
+        path=path, config_path=config_path, config=config, architectures=list(archs),
+        model_type=pick("model_type"),
+        hidden_size=_int_or_none(pick("hidden_size", nested="transformer_layer_config")),
+        target_hidden_size=_int_or_none(pick("target_hidden_size")),
+        num_hidden_layers=_int_or_none(pick("num_hidden_layers", nested="transformer_layer_config")),
+        vocab_size=_int_or_none(pick("vocab_size", nested="transformer_layer_config")),
+        draft_vocab_size=_int_or_none(pick("draft_vocab_size")),
+        eagle_config=eagle_config, aux_layer_ids=aux_nested, aux_layer_ids_top_level=aux_top,
+        use_aux_hidden_state=use_aux, num_aux_hidden_states=_int_or_none(pick("num_aux_hidden_states")),
+        tensors=dict(tensors) if tensors is not None else None, checkpoint_error=checkpoint_error, sources=src,
+    )
+    if tensors is not None:
+        fc = _fc_weight_name(tensors)
+        if fc is not None:
+            info = tensors[fc]
+            facts.fc_weight_name = fc
+            facts.fc_out_features, facts.fc_in_features = info.shape[0], info.shape[1]
+            where = checkpoint_source or info.file
+            src["fc_in_features"] = src["fc_out_features"] = f"{where}: {fc} shape {list(info.shape)}"
+    return facts
+
+
+def read_draft_facts(box: Any, draft_dir: str, *, timeout: float = 30) -> DraftFacts:
+    """Read a draft directory's ``config.json`` and checkpoint headers into :class:`DraftFacts`.
+
+    Raises :class:`ConfigUnreadable` when ``config.json`` cannot be used. An unreadable
+    checkpoint does not raise: ``tensors`` is ``None`` and ``checkpoint_error`` holds the
+    :class:`CheckpointUnreadable` (the ``checkpoint-unreadable`` rule reports it).
+    """
+    config_path = posixpath.join(draft_dir, "config.json")
+    config = read_json_config(box, config_path, timeout=timeout)
+    tensors = None
+    err = None
+    try:
+        tensors = read_checkpoint_tensors(box, draft_dir, timeout=timeout)
+    except CheckpointUnreadable as exc:
+        err = exc
+    return draft_facts_from(draft_dir, config_path, config, tensors, err)
+
+
+def target_facts_from(path: str, config_path: str, config: dict) -> TargetFacts:
+    """Build :class:`TargetFacts` from an already-read config."""
+    tc = config.get("text_config")
+    use_text = isinstance(tc, dict) and tc.get("hidden_size") is not None
+    src: dict[str, str] = {"architectures": f"{config_path}: architectures"}
+
+    def pick(key: str) -> Any:
+        if use_text and tc.get(key) is not None:
+            src[key] = f"{config_path}: text_config.{key}"
+            return tc[key]
+        if config.get(key) is not None:
+            src[key] = f"{config_path}: {key}"
+            return config[key]
+        return None
+
+    archs = config.get("architectures") or []
+    return TargetFacts(
+        path=path, config_path=config_path, config=config,
+        architectures=[archs] if isinstance(archs, str) else list(archs),
+        model_type=config.get("model_type"),
+        hidden_size=_int_or_none(pick("hidden_size")), num_hidden_layers=_int_or_none(pick("num_hidden_layers")),
+        vocab_size=_int_or_none(pick("vocab_size")), max_position_embeddings=_int_or_none(pick("max_position_embeddings")),
+        text_config_used=use_text, sources=src,
+    )
+
+
+def read_target_facts(box: Any, target_dir: str, *, timeout: float = 30) -> TargetFacts:
+    """Read a target directory's ``config.json`` into :class:`TargetFacts`.
+
+    Raises :class:`ConfigUnreadable`.
+    """
+    config_path = posixpath.join(target_dir, "config.json")
+    return target_facts_from(target_dir, config_path, read_json_config(box, config_path, timeout=timeout))
