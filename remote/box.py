@@ -1,0 +1,607 @@
+"""``Box``: one API over any transport (commands, files, servers, logs).
+
+Everything here is built from the primitives of ``remote.transport.Transport``; nothing in this
+module knows whether the box is this machine or a remote one.
+
+Units: sizes and offsets in bytes, time-outs and durations in seconds. Paths are paths on the
+box; a leading ``~`` is expanded to the box user's home.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import secrets
+import shlex
+import signal
+import time
+from typing import Callable, Mapping, Optional, Sequence, Union
+
+import httpx
+
+from .errors import (
+    CommandFailed,
+    RemoteFileDecodeError,
+    RemoteFileError,
+    RemoteFileNotFound,
+    RemoteIsADirectory,
+    PortInUse,
+    ServerDied,
+    ServerError,
+    ServerLaunchFailed,
+    ServerStartTimedOut,
+    ServerStopFailed,
+)
+from .result import FileStat, ProcessInfo, Result, ServerHandle, ServerProcess, ServerStopped
+from .transport import CHUNK, Transport
+
+PathLike = Union[str, "os.PathLike[str]"]
+
+#: Default pattern of ``find_servers``: SGLang's entry points and the sandbox's.
+DEFAULT_SERVER_PATTERN = r"launch_server|sglang"
+#: Default state directory on the box (probe journal, server logs).
+DEFAULT_STATE_DIR = "~/.cache/eagle-workbench"
+
+_TAIL_BLOCK = 64 * 1024
+_TCP_LISTEN = "0A"
+
+
+class Box:
+    """A machine the workbench works on, reached through ``transport``.
+
+    ``state_dir`` (on the box) holds the probe journal and default server logs;
+    ``python`` is the interpreter used on the box (probe compile checks).
+    Use as a context manager, or call ``close()``.
+    """
+
+    def __init__(self, transport: Transport, *, state_dir: Optional[PathLike] = None, python: str = "python3"):
+        self.transport = transport
+        self.name = transport.name
+        self.state_dir = self._p(state_dir if state_dir is not None else DEFAULT_STATE_DIR)
+        self.python = python
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Close the transport (idempotent)."""
+        self.transport.close()
+
+    def __enter__(self) -> "Box":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"<Box {self.name} state_dir={self.state_dir!r}>"
+
+    def _p(self, path: PathLike) -> str:
+        text = os.fspath(path)
+        if not isinstance(text, str):
+            raise TypeError(f"paths on a box are text, got {type(text).__name__}")
+        if text.startswith("~"):
+            text = self.transport.expanduser(text)
+        return text
+
+    # -- commands -------------------------------------------------------------------------------
+
+    def run(
+        self,
+        cmd: Union[str, Sequence[str]],
+        *,
+        timeout: float = 30,
+        check: bool = True,
+        cwd: Optional[PathLike] = None,
+        env: Optional[Mapping[str, str]] = None,
+        stdin: Union[str, bytes, None] = None,
+    ) -> Result:
+        """Run ``cmd`` on the box and return its :class:`Result`.
+
+        ``cmd`` is shell text run with ``bash -c``, or an argv sequence (shlex-joined, so no
+        shell expansion happens). ``timeout`` is in seconds; ``env`` is added to the box's
+        environment; ``stdin`` is fed to the command (otherwise it reads from /dev/null).
+
+        Raises ``CommandFailed`` (carrying the Result) on a non-zero exit when ``check`` is true;
+        ``CommandTimedOut`` after killing the command's whole process group on time-out;
+        ``RemoteFileNotFound`` when ``cwd`` does not exist.
+        """
+        if timeout is None or timeout <= 0:
+            raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
+        command = cmd if isinstance(cmd, str) else shlex.join([os.fspath(a) for a in cmd])
+        data = stdin.encode("utf-8") if isinstance(stdin, str) else stdin
+        result = self.transport.run(
+            command, timeout=timeout, cwd=None if cwd is None else self._p(cwd), env=env, stdin=data
+        )
+        if check and result.exit_code != 0:
+            raise CommandFailed(result)
+        return result
+
+    # -- reading files --------------------------------------------------------------------------
+
+    def read_bytes(self, path: PathLike, offset: int = 0, length: Optional[int] = None, *, timeout: float = 30) -> bytes:
+        """``length`` bytes of the file from byte ``offset`` (``None``: to the end), reading
+        only that range. Short (or empty) at end of file.
+
+        Raises ``RemoteFileNotFound``, ``RemotePermissionError``, ``RemoteIsADirectory``.
+        """
+        if offset < 0 or (length is not None and length < 0):
+            raise ValueError(f"offset and length must be >= 0, got offset={offset} length={length}")
+        return self.transport.read_range(self._p(path), offset, length, timeout=timeout)
+
+    def read_text(self, path: PathLike, *, encoding: str = "utf-8", timeout: float = 30) -> str:
+        """The whole file decoded with ``encoding``.
+
+        Raises ``RemoteFileDecodeError`` when it is not valid text, and the file errors of
+        ``read_bytes``.
+        """
+        p = self._p(path)
+        data = self.transport.read_range(p, 0, None, timeout=timeout)
+        try:
+            return data.decode(encoding)
+        except UnicodeDecodeError as exc:
+            raise RemoteFileDecodeError(
+                f"not valid {encoding} at byte {exc.start}", path=p, box=self.name
+            ) from None
+
+    def read_lines(
+        self, path: PathLike, start: int = 1, end: Optional[int] = None, *, encoding: str = "utf-8", timeout: float = 30
+    ) -> list[tuple[int, str]]:
+        """Lines ``start``..``end`` (1-based, inclusive; ``end=None``: to the end of the file) as
+        ``(line_number, text)`` with the line ending removed. Reads the file in blocks and stops
+        after line ``end``. Undecodable bytes are replaced.
+
+        Raises the file errors of ``read_bytes``; ``ValueError`` for ``start < 1`` or ``end < start``.
+        """
+        if start < 1 or (end is not None and end < start):
+            raise ValueError(f"line range must satisfy 1 <= start <= end, got start={start} end={end}")
+        p = self._p(path)
+        out: list[tuple[int, str]] = []
+        lineno = 0
+        offset = 0
+        pending = b""
+
+        def keep(raw: bytes) -> bool:  # True when done
+            nonlocal lineno
+            lineno += 1
+            if lineno >= start:
+                out.append((lineno, raw.rstrip(b"\r").decode(encoding, "replace")))
+            return end is not None and lineno >= end
+
+        while True:
+            block = self.transport.read_range(p, offset, CHUNK, timeout=timeout)
+            if not block:
+                if pending:
+                    keep(pending)
+                return out
+            offset += len(block)
+            parts = (pending + block).split(b"\n")
+            pending = parts.pop()
+            for raw in parts:
+                if keep(raw):
+                    return out
+
+    def sha256(self, path: PathLike, *, timeout: float = 60) -> str:
+        """Hex sha256 of the file's bytes. Raises the file errors of ``read_bytes``."""
+        return self.transport.sha256(self._p(path), timeout=timeout)
+
+    def stat(self, path: PathLike, *, timeout: float = 30) -> FileStat:
+        """Size (bytes), mode, mtime and kind of ``path``. Raises ``RemoteFileNotFound`` etc."""
+        return self.transport.stat(self._p(path), timeout=timeout)
+
+    def exists(self, path: PathLike, *, timeout: float = 30) -> bool:
+        """True when ``path`` exists (file or directory). Raises ``RemotePermissionError``."""
+        try:
+            self.transport.stat(self._p(path), timeout=timeout)
+        except RemoteFileNotFound:
+            return False
+        return True
+
+    def file_size(self, path: PathLike, *, timeout: float = 30) -> int:
+        """Size of the file in bytes. Raises ``RemoteFileNotFound`` etc."""
+        return self.stat(path, timeout=timeout).size
+
+    def listdir(self, path: PathLike, *, timeout: float = 30) -> list[str]:
+        """Sorted names in the directory ``path``."""
+        return sorted(self.transport.listdir(self._p(path), timeout=timeout))
+
+    # -- writing files --------------------------------------------------------------------------
+
+    def write_file(
+        self,
+        path: PathLike,
+        data: Union[str, bytes],
+        mode: Optional[int] = None,
+        *,
+        make_dirs: bool = False,
+        timeout: float = 30,
+    ) -> None:
+        """Replace (or create) ``path`` atomically with ``data`` (text is written as UTF-8).
+
+        The data goes to a temporary file in the same directory, is fsynced, then renamed over
+        ``path``: a reader (or a crash) sees the old file or the new one, never a mix. The
+        permission bits are ``mode`` if given, else those of the existing file, else 0o644.
+        ``make_dirs`` creates the parent directory first.
+
+        Raises ``RemoteFileNotFound`` (no parent directory), ``RemotePermissionError``,
+        ``RemoteIsADirectory``.
+        """
+        p = self._p(path)
+        blob = data.encode("utf-8") if isinstance(data, str) else bytes(data)
+        parent = os.path.dirname(p) or "."
+        if make_dirs:
+            self.transport.makedirs(parent, timeout=timeout)
+        if mode is None:
+            try:
+                st = self.transport.stat(p, timeout=timeout)
+            except RemoteFileNotFound:
+                mode = 0o644
+            else:
+                if not st.is_file:
+                    raise RemoteIsADirectory("write_file: not a regular file", path=p, box=self.name)
+                mode = st.mode
+        tmp = self._temp_name(p)
+        self.transport.write_new(tmp, blob, mode=mode, timeout=timeout)
+        try:
+            self.transport.rename(tmp, p, timeout=timeout)
+        except BaseException:
+            self._remove_quietly(tmp, timeout=timeout)
+            raise
+
+    @staticmethod
+    def _temp_name(path: str) -> str:
+        """A fresh temporary name next to ``path`` (same directory, so rename is atomic)."""
+        head, tail = os.path.split(path)
+        return os.path.join(head, f".{tail}.ewb-tmp-{secrets.token_hex(4)}")
+
+    def _remove_quietly(self, path: str, *, timeout: float) -> None:
+        """Remove a temporary file during clean-up; a missing file is fine, other errors raise."""
+        try:
+            self.transport.remove(path, timeout=timeout)
+        except RemoteFileNotFound:
+            return
+
+    def remove(self, path: PathLike, *, missing_ok: bool = False, timeout: float = 30) -> None:
+        """Delete a file. Raises ``RemoteFileNotFound`` unless ``missing_ok``."""
+        p = self._p(path)
+        try:
+            self.transport.remove(p, timeout=timeout)
+        except RemoteFileNotFound:
+            if not missing_ok:
+                raise
+
+    def makedirs(self, path: PathLike, *, mode: int = 0o755, timeout: float = 30) -> None:
+        """Create a directory and its parents (no error if it exists)."""
+        self.transport.makedirs(self._p(path), mode=mode, timeout=timeout)
+
+    # -- logs -----------------------------------------------------------------------------------
+
+    def tail(self, path: PathLike, n: int = 50, *, encoding: str = "utf-8", timeout: float = 30) -> list[str]:
+        """The last ``n`` lines of the file (line endings removed), read backwards from the end in
+        64 KiB blocks: a multi-gigabyte log costs only the blocks holding those lines.
+
+        Raises the file errors of ``read_bytes``.
+        """
+        if n <= 0:
+            return []
+        p = self._p(path)
+        pos = self.transport.stat(p, timeout=timeout).size
+        data = b""
+        while pos > 0 and data.count(b"\n") <= n:
+            step = min(_TAIL_BLOCK, pos)
+            pos -= step
+            data = self.transport.read_range(p, pos, step, timeout=timeout) + data
+        lines = data.split(b"\n")
+        if lines and lines[-1] == b"":
+            lines.pop()
+        if pos > 0 and lines:
+            lines.pop(0)  # starts mid-line
+        return [ln.rstrip(b"\r").decode(encoding, "replace") for ln in lines[-n:]]
+
+    def follow(
+        self, path: PathLike, offset: int, *, max_bytes: Optional[int] = None, timeout: float = 30
+    ) -> tuple[bytes, int]:
+        """New bytes of a growing file since byte ``offset``, and the offset to pass next time.
+
+        If the file is now shorter than ``offset`` (truncated, or rotated to a new file) it is
+        read again from byte 0. ``max_bytes`` caps one read. A file that does not exist (yet)
+        gives ``(b"", offset)``.
+        """
+        p = self._p(path)
+        try:
+            size = self.transport.stat(p, timeout=timeout).size
+        except RemoteFileNotFound:
+            return b"", offset
+        if offset > size:
+            offset = 0
+        want = size - offset
+        if max_bytes is not None:
+            want = min(want, max_bytes)
+        if want <= 0:
+            return b"", offset
+        data = self.transport.read_range(p, offset, want, timeout=timeout)
+        return data, offset + len(data)
+
+    # -- network --------------------------------------------------------------------------------
+
+    def url(self, port: int, host: str = "127.0.0.1") -> str:
+        """Base URL (``http://host:port``) at which a server listening on the box's ``host:port``
+        is reachable from where the workbench runs. Local: the same address."""
+        if ":" in host and not host.startswith("["):
+            host = f"[{host}]"
+        return f"http://{host}:{int(port)}"
+
+    def listening_ports(self, *, timeout: float = 10) -> set[int]:
+        """TCP ports in LISTEN state on the box (IPv4 and IPv6), read from ``/proc/net/tcp*``."""
+        ports: set[int] = set()
+        seen_any = False
+        for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+            try:
+                text = self.transport.read_range(table, timeout=timeout).decode("ascii", "replace")
+            except RemoteFileNotFound:
+                continue
+            seen_any = True
+            for line in text.splitlines()[1:]:
+                fields = line.split()
+                if len(fields) > 3 and fields[3] == _TCP_LISTEN:
+                    ports.add(int(fields[1].rsplit(":", 1)[1], 16))
+        if not seen_any:
+            raise RemoteFileNotFound("cannot list listening ports: no /proc/net/tcp", path="/proc/net/tcp", box=self.name)
+        return ports
+
+    def port_in_use(self, port: int, *, timeout: float = 10) -> bool:
+        """True when some socket on the box listens on TCP ``port``."""
+        return int(port) in self.listening_ports(timeout=timeout)
+
+    # -- processes ------------------------------------------------------------------------------
+
+    def process(self, pid: int, *, timeout: float = 10) -> Optional[ProcessInfo]:
+        """The process ``pid`` (``None`` when there is none)."""
+        return self.transport.process(int(pid), timeout=timeout)
+
+    def is_alive(self, pid: int, *, timeout: float = 10) -> bool:
+        """True when process ``pid`` exists and is not a zombie."""
+        info = self.transport.process(int(pid), argv=False, timeout=timeout)
+        return info is not None and info.state != "Z"
+
+    def group_alive(self, pgid: int, *, timeout: float = 30) -> bool:
+        """True when any non-zombie process is in process group ``pgid``."""
+        return any(p.pgid == pgid and p.state != "Z" for p in self.transport.processes(argv=False, timeout=timeout))
+
+    def find_servers(self, pattern: str = DEFAULT_SERVER_PATTERN, *, timeout: float = 30) -> list[ServerProcess]:
+        """Running processes whose command line matches the regex ``pattern``, with their argv,
+        process group, cwd, executable, ``--port`` and log file (where fd 2, else fd 1, points
+        when that is a regular file). Sorted by pid; zombies and kernel threads skipped.
+        """
+        rx = re.compile(pattern)
+        found = []
+        for proc in self.transport.processes(argv=True, timeout=timeout):
+            if proc.state == "Z" or not proc.argv or not rx.search(" ".join(proc.argv)):
+                continue
+            found.append(
+                ServerProcess(
+                    pid=proc.pid,
+                    pgid=proc.pgid,
+                    argv=proc.argv,
+                    cwd=self._readlink_or_none(f"/proc/{proc.pid}/cwd", timeout),
+                    exe=self._readlink_or_none(f"/proc/{proc.pid}/exe", timeout),
+                    port=port_from_argv(proc.argv),
+                    log_path=self._log_of(proc.pid, timeout),
+                )
+            )
+        return sorted(found, key=lambda s: s.pid)
+
+    def _readlink_or_none(self, path: str, timeout: float) -> Optional[str]:
+        try:
+            return self.transport.readlink(path, timeout=timeout)
+        except RemoteFileError:  # not ours to read, or the process just exited
+            return None
+
+    def _log_of(self, pid: int, timeout: float) -> Optional[str]:
+        for fd in (2, 1):
+            target = self._readlink_or_none(f"/proc/{pid}/fd/{fd}", timeout)
+            if not target or not target.startswith("/") or target.endswith(" (deleted)"):
+                continue
+            try:
+                if self.transport.stat(target, timeout=timeout).is_file:
+                    return target
+            except RemoteFileError:
+                continue
+        return None
+
+    # -- servers --------------------------------------------------------------------------------
+
+    def launch_server(
+        self,
+        argv: Union[Sequence[str], str],
+        *,
+        port: int,
+        log_path: Optional[PathLike] = None,
+        cwd: Optional[PathLike] = None,
+        env: Optional[Mapping[str, str]] = None,
+        timeout: float = 30,
+    ) -> ServerHandle:
+        """Start a server detached from this session and return its handle.
+
+        ``argv`` is the program and its arguments (or shell text, run with ``bash -c``). The
+        server gets its own session and process group (``setsid``), stdin from /dev/null, stdout
+        and stderr written (the file truncated first) to ``log_path`` (default
+        ``STATE_DIR/servers/server-PORT-TIME.log``), and its pid in ``log_path + ".pid"``. It
+        keeps running when this Python process exits. ``port`` is checked before launching;
+        this call does not wait for the server to be healthy (see ``wait_healthy``).
+
+        Raises ``PortInUse`` when something already listens on ``port``, ``ServerLaunchFailed``
+        when no pid file appears within ``timeout`` seconds, ``RemoteFileNotFound`` when ``cwd``
+        does not exist.
+        """
+        port = int(port)
+        if self.port_in_use(port, timeout=timeout):
+            raise PortInUse(port, box=self.name)
+        if log_path is None:
+            stamp = time.strftime("%Y%m%d-%H%M%S")
+            log = f"{self.state_dir}/servers/server-{port}-{stamp}-{secrets.token_hex(2)}.log"
+        else:
+            log = self._p(log_path)
+        self.transport.makedirs(os.path.dirname(log) or ".", timeout=timeout)
+        pid_path = log + ".pid"
+        run_cwd = None if cwd is None else self._p(cwd)
+        argv_t = (argv,) if isinstance(argv, str) else tuple(os.fspath(a) for a in argv)
+        program = ["bash", "-c", argv] if isinstance(argv, str) else list(argv_t)
+        if env:
+            program = ["env", *[f"{k}={v}" for k, v in env.items()], *program]
+        # The inner shell writes its own pid (atomically) and execs the server, so the pid file
+        # holds the server's pid, which is also its process group and session id.
+        inner = 'echo $$ > "$0.tmp" && mv -f "$0.tmp" "$0" && exec "$@"'
+        launch = (
+            f"rm -f {shlex.quote(pid_path)}; "
+            f"setsid bash -c {shlex.quote(inner)} {shlex.quote(pid_path)} {shlex.join(program)} "
+            f"> {shlex.quote(log)} 2>&1 < /dev/null &"
+        )
+        self.run(launch, timeout=timeout, cwd=run_cwd)
+        deadline = time.monotonic() + timeout
+        pid = None
+        while pid is None:
+            try:
+                text = self.transport.read_range(pid_path, timeout=timeout).decode("ascii", "replace").strip()
+            except RemoteFileNotFound:
+                text = ""
+            if text.isdigit():
+                pid = int(text)
+            elif time.monotonic() > deadline:
+                raise ServerLaunchFailed(
+                    f"no pid file {pid_path} within {timeout:g}s of launching {shlex.join(program)}",
+                    log_tail=self._tail_or_empty(log),
+                    box=self.name,
+                )
+            else:
+                time.sleep(0.02)
+        return ServerHandle(
+            pid=pid, pgid=pid, port=port, log_path=log, pid_path=pid_path, argv=argv_t, cwd=run_cwd, box=self.name
+        )
+
+    def _tail_or_empty(self, path: str, n: int = 40) -> list[str]:
+        try:
+            return self.tail(path, n)
+        except RemoteFileNotFound:
+            return [f"(no log file at {path})"]
+
+    def wait_healthy(
+        self,
+        handle: ServerHandle,
+        *,
+        timeout: float,
+        path: str = "/health",
+        poll_interval: float = 0.25,
+        on_log: Optional[Callable[[str], None]] = None,
+        tail_lines: int = 40,
+    ) -> float:
+        """Poll ``GET url(port) + path`` until it answers 200; return the seconds waited.
+
+        Each poll uses short HTTP time-outs (1 s connect, 2 s read). Between polls the process is
+        checked and, when ``on_log`` is given, new log text is passed to it as it appears.
+
+        Raises ``ServerDied`` (with the log's last ``tail_lines`` lines) as soon as the process
+        has exited, ``ServerStartTimedOut`` (with the tail) after ``timeout`` seconds.
+        """
+        start = time.monotonic()
+        deadline = start + timeout
+        url = self.url(handle.port) + path
+        log_offset = 0
+        last = "no answer yet"
+        with httpx.Client(timeout=httpx.Timeout(2.0, connect=1.0), trust_env=False) as client:
+            while True:
+                if on_log is not None:
+                    chunk, log_offset = self.follow(handle.log_path, log_offset)
+                    if chunk:
+                        on_log(chunk.decode("utf-8", "replace"))
+                if not self.is_alive(handle.pid):
+                    raise ServerDied(
+                        f"server exited before {url} answered 200 (last: {last})",
+                        pid=handle.pid,
+                        log_path=handle.log_path,
+                        log_tail=self._tail_or_empty(handle.log_path, tail_lines),
+                        box=self.name,
+                    )
+                try:
+                    response = client.get(url)
+                except httpx.HTTPError as exc:
+                    last = f"{type(exc).__name__}: {exc}"
+                else:
+                    if response.status_code == 200:
+                        return time.monotonic() - start
+                    last = f"HTTP {response.status_code}"
+                now = time.monotonic()
+                if now >= deadline:
+                    raise ServerStartTimedOut(
+                        f"server not healthy at {url} after {timeout:g}s (last: {last})",
+                        pid=handle.pid,
+                        log_path=handle.log_path,
+                        log_tail=self._tail_or_empty(handle.log_path, tail_lines),
+                        timeout=timeout,
+                        box=self.name,
+                    )
+                time.sleep(min(poll_interval, deadline - now))
+
+    def stop_server(
+        self, handle_or_pid: Union[ServerHandle, ServerProcess, int], *, grace: float = 10, kill_wait: float = 10
+    ) -> ServerStopped:
+        """Stop a server's whole process group: SIGTERM, wait up to ``grace`` seconds, then
+        SIGKILL and wait up to ``kill_wait`` seconds. Returns how it ended (``ServerStopped``).
+        Removes the handle's pid file.
+
+        Raises ``ServerError`` when asked to signal the caller's own process group or pgid <= 1,
+        ``ServerStopFailed`` when processes of the group survive SIGKILL.
+        """
+        start = time.monotonic()
+        if isinstance(handle_or_pid, (ServerHandle, ServerProcess)):
+            pid, pgid = handle_or_pid.pid, handle_or_pid.pgid
+        else:
+            pid = int(handle_or_pid)
+            info = self.transport.process(pid, argv=False)
+            pgid = info.pgid if info is not None else pid
+        if pgid <= 1 or pgid in self.transport.protected_pgids():
+            raise ServerError(
+                f"refusing to signal process group {pgid} (of pid {pid}): it is the caller's own group or init",
+                box=self.name,
+            )
+        signals: list[str] = []
+        how = "already-exited"
+        if self.group_alive(pgid):
+            self.transport.kill(pgid, signal.SIGTERM, group=True)
+            signals.append("TERM")
+            how = "terminated"
+            if not self._wait_group_gone(pgid, grace):
+                self.transport.kill(pgid, signal.SIGKILL, group=True)
+                signals.append("KILL")
+                how = "killed"
+                if not self._wait_group_gone(pgid, kill_wait):
+                    raise ServerStopFailed(
+                        f"process group {pgid} still alive {kill_wait:g}s after SIGKILL", pid=pid, pgid=pgid, box=self.name
+                    )
+        if isinstance(handle_or_pid, ServerHandle):
+            self.remove(handle_or_pid.pid_path, missing_ok=True)
+        return ServerStopped(pid=pid, pgid=pgid, how=how, waited_s=time.monotonic() - start, signals=tuple(signals))
+
+    def _wait_group_gone(self, pgid: int, seconds: float) -> bool:
+        deadline = time.monotonic() + seconds
+        delay = 0.02
+        while True:
+            if not self.group_alive(pgid):
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(delay)
+            delay = min(delay * 2, 0.2)
+
+
+def port_from_argv(argv: Sequence[str]) -> Optional[int]:
+    """The value of ``--port N`` / ``--port=N`` in ``argv`` (last one wins), else ``None``."""
+    port = None
+    for i, arg in enumerate(argv):
+        value = None
+        if arg == "--port" and i + 1 < len(argv):
+            value = argv[i + 1]
+        elif arg.startswith("--port="):
+            value = arg.split("=", 1)[1]
+        if value is not None and value.isdigit():
+            port = int(value)
+    return port
