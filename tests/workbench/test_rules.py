@@ -1,0 +1,158 @@
+"""algorithm-mismatch on real public draft configs and the two public reports.
+
+Target configs are built from the public models' facts (model cards / config.json):
+hidden size, layer count, vocab.
+"""
+
+import json
+
+import pytest
+
+from workbench.checkpoint import draft_facts_from, read_draft_facts, read_target_facts, target_facts_from
+from workbench.launch import LaunchCommand
+from workbench.rules import Finding, RuleInputError, algorithm_mismatch, check_algorithm_mismatch
+from workbench_test_helpers import fixture_config, public_report, write_sparse_safetensors
+
+# (draft fixture, target architectures, target hidden, target layers, target vocab, text_config?)
+EAGLE3_DRAFTS = {
+    "kimi-k2": ("sgl-project__SpecForge__configs_kimi-k2-eagle3.json", "DeepseekV3ForCausalLM", 7168, 61, 163840, False),
+    "deepseek-v3": ("sgl-project__SpecForge__configs_deepseek-v3-671b-eagle3.json", "DeepseekV3ForCausalLM", 7168, 61, 129280, False),
+    "gpt-oss-20b": ("sgl-project__SpecForge__configs_gpt-oss-20B-eagle3.json", "GptOssForCausalLM", 2880, 24, 201088, False),
+    "qwen3-30b-a3b": ("sgl-project__SpecForge__configs_qwen3-30B-eagle3.json", "Qwen3MoeForCausalLM", 2048, 48, 151936, False),
+    "mistral-123b": ("vllm-project__speculators__issues_796_comment-config.json", "Mistral3ForConditionalGeneration", 12288, 88, 131072, True),
+}
+
+
+def make_target(tmp_path, arch, hidden, layers, vocab, text_config=False):
+    d = tmp_path / "target"
+    d.mkdir(exist_ok=True)
+    inner = {"hidden_size": hidden, "num_hidden_layers": layers, "vocab_size": vocab}
+    cfg = {"architectures": [arch], **({"text_config": inner} if text_config else inner)}
+    (d / "config.json").write_text(json.dumps(cfg))
+    return d
+
+
+def make_draft(tmp_path, config, fc_shape, extra=None, name="draft"):
+    d = tmp_path / name
+    d.mkdir(exist_ok=True)
+    (d / "config.json").write_text(json.dumps(config))
+    spec = {"fc.weight": ("BF16", fc_shape), **(extra or {})}
+    write_sparse_safetensors(d / "model.safetensors", spec)
+    return d
+
+
+def launch(algo, target, draft, extra=""):
+    return LaunchCommand.parse(
+        f"python -m sglang.launch_server --model-path {target} --speculative-algorithm {algo} "
+        f"--speculative-draft-model-path {draft} --tp 8 {extra}"
+    )
+
+
+@pytest.mark.parametrize("key", sorted(EAGLE3_DRAFTS))
+def test_real_eagle3_drafts(box, tmp_path, key):
+    fixture, arch, hidden, layers, vocab, text = EAGLE3_DRAFTS[key]
+    cfg = fixture_config(fixture)
+    target = make_target(tmp_path, arch, hidden, layers, vocab, text)
+    draft_hidden = cfg.get("hidden_size") or cfg["transformer_layer_config"]["hidden_size"]
+    draft = make_draft(tmp_path, cfg, (draft_hidden, 3 * hidden))
+    # healthy: EAGLE3
+    assert check_algorithm_mismatch(box, launch("EAGLE3", target, draft)) == []
+    # mis-flagged: EAGLE and NEXTN
+    for algo in ("EAGLE", "NEXTN", "eagle"):
+        (f,) = check_algorithm_mismatch(box, launch(algo, target, draft))
+        assert (f.rule, f.severity) == ("algorithm-mismatch", "error")
+        assert f.evidence["speculative_algorithm"]["value"] == algo
+        assert f.evidence["fc_in_features"]["value"] == 3 * hidden
+        assert f.evidence["target_hidden_size"]["value"] == hidden
+        assert f.evidence["fc_in_features / target_hidden_size"] == 3.0
+        assert "architecture" in f.evidence["eagle3_signals"]
+        assert LaunchCommand.parse(f.fix).get("--speculative-algorithm") == "EAGLE3"
+        assert LaunchCommand.parse(f.fix).diff(launch(algo, target, draft)) == [
+            ("--speculative-algorithm", "EAGLE3", algo)]
+
+
+def test_pr21272_eagle_flag_with_eagle3_draft(box, tmp_path):
+    report = public_report("sglang-pr21272-eagle-flag-with-eagle3-draft")
+    # Kimi-K2.5 (public config): multimodal, the language model's facts live in text_config
+    target = make_target(tmp_path, "KimiK25ForConditionalGeneration", 7168, 61, 163840, text_config=True)
+    cfg = fixture_config("sgl-project__SpecForge__configs_kimi-k2-eagle3.json")
+    cfg["architectures"] = report["inputs"]["draft_config"]["architectures"]
+    draft = make_draft(tmp_path, cfg, (7168, 21504), {
+        "midlayer.self_attn.q_proj.weight": ("BF16", (8192, 14336)),
+        "midlayer.hidden_norm.weight": ("BF16", (7168,)),
+        "d2t": ("I64", (32000,)), "t2d": ("BOOL", (163840,)), "lm_head.weight": ("BF16", (32000, 7168))})
+    cmd = LaunchCommand.parse(report["inputs"]["launch_command"])
+    assert cmd.get("--speculative-algorithm") == "EAGLE"
+    cmd = cmd.with_flag("--model-path", str(target)).with_flag("--speculative-draft-model-path", str(draft))
+    (f,) = check_algorithm_mismatch(box, cmd)
+    assert f.evidence["draft_architectures"] == {"value": ["LlamaForCausalLMEagle3"], "source": f"{draft}/config.json: architectures"}
+    assert f.evidence["fc_in_features"] == {"value": 21504, "source": f"{draft}/model.safetensors: fc.weight shape [7168, 21504]"}
+    assert f.evidence["target_hidden_size"] == {"value": 7168, "source": f"{target}/config.json: text_config.hidden_size"}
+    assert f.evidence["eagle_config.eagle_aux_hidden_state_layer_ids"]["value"] == [2, 30, 58]
+    assert f.evidence["eagle3_signals"] == ["architecture", "eagle_config.eagle_aux_hidden_state_layer_ids",
+                                            "fc_in_features_multiple", "use_aux_hidden_state"]
+    assert f.fix == (f"python -m sglang.launch_server --model-path {target} --speculative-algorithm EAGLE3 "
+                     f"--speculative-draft-model-path {draft} --tp 8 ...")
+    assert "21504" in f.message and "EAGLE3" in f.message
+    json.dumps(f.to_dict())  # serialisable
+    # the fix passes the rule
+    assert check_algorithm_mismatch(box, LaunchCommand.parse(f.fix)) == []
+
+
+def test_each_signal_alone_fires(tmp_path):
+    target = target_facts_from("/t", "/t/config.json", {"hidden_size": 4096, "num_hidden_layers": 32, "vocab_size": 128256})
+    cmd = launch("EAGLE", "/t", "/d")
+    base = {"architectures": ["LlamaForCausalLM"], "hidden_size": 4096}
+    # architecture only, no checkpoint read (as the report's draft_config gives it)
+    only_arch = draft_facts_from("/d", "/d/config.json", {"architectures": ["LlamaForCausalLMEagle3"]})
+    assert algorithm_mismatch(cmd, only_arch, target)[0].evidence["eagle3_signals"] == ["architecture"]
+    only_ec = draft_facts_from("/d", "/d/config.json", {**base, "eagle_config": {"use_aux_hidden_state": True}})
+    assert algorithm_mismatch(cmd, only_ec, target)[0].evidence["eagle3_signals"] == ["use_aux_hidden_state"]
+    from workbench.checkpoint import TensorInfo
+
+    fc4 = {"fc.weight": TensorInfo("BF16", (4096, 16384), (0, 4096 * 16384 * 2), file="/d/model.safetensors")}
+    only_fc = draft_facts_from("/d", "/d/config.json", base, fc4)
+    (f,) = algorithm_mismatch(cmd, only_fc, target)
+    assert f.evidence["eagle3_signals"] == ["fc_in_features_multiple"]
+    assert f.evidence["fc_in_features / target_hidden_size"] == 4.0
+    # fc of 2x hidden and nothing else: not EAGLE-3
+    fc2 = {"model.fc.weight": TensorInfo("BF16", (4096, 8192), (0, 4096 * 8192 * 2), file="/d/model.safetensors")}
+    assert algorithm_mismatch(cmd, draft_facts_from("/d", "/d/config.json", base, fc2), target) == []
+    # no algorithm: speculation off, nothing to say
+    plain = LaunchCommand.parse("python -m sglang.launch_server --model-path /t")
+    assert algorithm_mismatch(plain, only_arch, target) == []
+
+
+def test_eagle214_eagle1_draft_launched_with_eagle3(box, tmp_path):
+    report = public_report("eagle-214-eagle1-config-used-for-eagle3")
+    cfg = fixture_config("SafeAILab__EAGLE__eagle_train_EAGLE-LLaMA3-Instruct-8B.json")
+    assert "draft_vocab_size" not in cfg and report["inputs"]["draft_config"]["draft_vocab_size"] == "(absent)"
+    target = make_target(tmp_path, "LlamaForCausalLM", 4096, 32, 128256)  # Llama-3.1-8B-Instruct
+    draft = make_draft(tmp_path, cfg, (4096, 8192), {
+        "layers.0.self_attn.q_proj.weight": ("F16", (4096, 4096)), "embed_tokens.weight": ("F16", (128256, 4096))})
+    (f,) = check_algorithm_mismatch(box, launch("EAGLE3", target, draft))
+    assert f.evidence["fc_in_features"]["value"] == 8192
+    assert f.evidence["draft_hidden_size"] == {"value": 4096, "source": f"{draft}/config.json: hidden_size"}
+    assert f.evidence["fc_in_features / draft_hidden_size"] == 2.0
+    assert f.evidence["draft_vocab_size"]["value"] is None
+    assert LaunchCommand.parse(f.fix).get("--speculative-algorithm") == "EAGLE"
+    assert "EAGLE-1/2" in f.message
+    # the same draft launched as EAGLE is fine
+    assert check_algorithm_mismatch(box, launch("EAGLE", target, draft)) == []
+
+
+def test_unreadable_target_and_missing_draft(box, tmp_path):
+    cfg = fixture_config("sgl-project__SpecForge__configs_qwen3-30B-eagle3.json")
+    draft = make_draft(tmp_path, cfg, (2048, 6144))
+    (f,) = check_algorithm_mismatch(box, launch("EAGLE", "Qwen/Qwen3-30B-A3B", draft))
+    assert f.evidence["target_hidden_size"]["value"] == 2048
+    assert "target config not read" in f.evidence["target_hidden_size"]["source"]
+    assert "config file not found" in f.evidence["target_config_error"]
+    with pytest.raises(RuleInputError, match="no --speculative-draft-model-path"):
+        check_algorithm_mismatch(box, LaunchCommand.parse("python -m sglang.launch_server --model-path x --speculative-algorithm EAGLE"))
+
+
+def test_finding_validates_severity():
+    with pytest.raises(ValueError, match="severity"):
+        Finding("x", "fatal", "m")
+    assert Finding("x", "info", "m").to_dict() == {"rule": "x", "severity": "info", "message": "m", "evidence": {}, "fix": None}
