@@ -1,13 +1,8 @@
-"""Helpers for the workbench tests: sparse safetensors files and fixture paths.
-
-``StandInLocalBoxForTests`` is a TEST STAND-IN for ``remote.connect("local")`` used only while
-``remote.connect`` is not importable; the ``box`` fixture prefers the real one.
-"""
+"""Helpers for the workbench tests: sparse safetensors files and fixture paths."""
 
 from __future__ import annotations
 
 import json
-import os
 import pathlib
 import struct
 
@@ -63,35 +58,3 @@ def write_raw(path, header_bytes: bytes, length: int | None = None, extra: bytes
     """Write a file with an explicit header length prefix (for malformed-header tests)."""
     n = len(header_bytes) if length is None else length
     pathlib.Path(path).write_bytes(struct.pack("<Q", n) + header_bytes + extra)
-
-
-class StandInLocalBoxForTests:
-    """TEST STAND-IN for ``remote.connect("local")``: the four file methods the checkpoint
-    reader uses, on this machine, raising ``remote.errors.RemoteFileNotFound`` like the real box."""
-
-    name = "stand-in-local"
-
-    def _missing(self, path):
-        from remote.errors import RemoteFileNotFound
-
-        return RemoteFileNotFound("no such file", path=path, box=self.name)
-
-    def read_text(self, path, *, timeout=30, encoding="utf-8"):
-        if not os.path.isfile(path):
-            raise self._missing(path)
-        return pathlib.Path(path).read_text(encoding=encoding)
-
-    def read_bytes(self, path, offset=0, length=None, *, timeout=30):
-        if not os.path.isfile(path):
-            raise self._missing(path)
-        with open(path, "rb") as f:
-            f.seek(offset)
-            return f.read() if length is None else f.read(length)
-
-    def file_size(self, path, *, timeout=30):
-        if not os.path.isfile(path):
-            raise self._missing(path)
-        return os.path.getsize(path)
-
-    def exists(self, path, *, timeout=30):
-        return os.path.exists(path)
