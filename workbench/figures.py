@@ -112,7 +112,10 @@ def accept_length_before_after(
             y=[0.0 if v is None else v for v in values],
             marker_color=[_BEFORE_COLOR, _AFTER_COLOR],
             text=["not measured" if v is None else f"{v:.2f}" for v in values],
-            textposition="outside",
+            # inside the bar, so the labels never collide with the reference-line annotations
+            textposition=["outside" if v is None else "inside" for v in values],
+            insidetextanchor="end",
+            textfont_size=14,
             hovertemplate="%{x}: %{y:.3f} tokens / verify step<extra></extra>",
             name="accept length",
         )
@@ -292,10 +295,11 @@ def acceptance_timeline(records_by_label: Mapping[str, Sequence[Mapping[str, Any
         xaxis_title="time since the run's first decode log line (s)",
         legend_title_text="run",
     )
-    fig.update_yaxes(title_text=ACCEPT_LENGTH_AXIS, range=[0, top * 1.2])
     if has_throughput:
+        fig.update_yaxes(title_text=ACCEPT_LENGTH_AXIS, range=[0, top * 1.2], secondary_y=False)
         fig.update_yaxes(title_text="gen throughput (token/s)", secondary_y=True, rangemode="tozero", showgrid=False)
-        fig.update_yaxes(title_text=ACCEPT_LENGTH_AXIS, secondary_y=False)
+    else:
+        fig.update_yaxes(title_text=ACCEPT_LENGTH_AXIS, range=[0, top * 1.2])
     if not any(parsed.values()):
         fig.add_annotation(text="no decode log records", showarrow=False, xref="paper", yref="paper", x=0.5, y=0.5)
     return fig
@@ -339,7 +343,9 @@ def hidden_width_probe(observed: int | None, expected: int, target_hidden: int) 
             y=[0 if obs is None else obs, exp],
             marker_color=[_NEUTRAL_COLOR if obs is None else (_AFTER_COLOR if match else _BEFORE_COLOR), "#1f77b4"],
             text=[multiple(obs), multiple(exp)],
-            textposition="outside",
+            textposition=["outside" if obs is None else "inside", "inside"],
+            insidetextanchor="end",
+            textfont_size=14,
             hovertemplate="%{x}: %{y} hidden units<extra></extra>",
         )
     )

@@ -89,6 +89,8 @@ def test_timeline_with_throughput_on_secondary_axis():
     assert list(fig.data[0].x) == [0.0, 10.0, 20.0] and list(fig.data[2].x) == [0.0, 10.0]
     assert fig.data[1].yaxis == "y2"
     assert fig.layout.yaxis2.title.text == "gen throughput (token/s)"
+    assert fig.layout.yaxis2.range is None and fig.layout.yaxis2.rangemode == "tozero"  # not the accept-length range
+    assert fig.layout.yaxis.range[1] >= 3.3
     assert "tokens / verify step" in fig.layout.yaxis.title.text
     assert fig.layout.xaxis.title.text.endswith("(s)")
 
