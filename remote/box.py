@@ -75,6 +75,10 @@ class Box:
     def __repr__(self) -> str:
         return f"<Box {self.name} state_dir={self.state_dir!r}>"
 
+    def expand_path(self, path: PathLike) -> str:
+        """``path`` as text, with a leading ``~`` expanded to the box user's home."""
+        return self._p(path)
+
     def _p(self, path: PathLike) -> str:
         text = os.fspath(path)
         if not isinstance(text, str):
@@ -239,7 +243,7 @@ class Box:
                 if not st.is_file:
                     raise RemoteIsADirectory("write_file: not a regular file", path=p, box=self.name)
                 mode = st.mode
-        tmp = self._temp_name(p)
+        tmp = self.temp_path_for(p)
         self.transport.write_new(tmp, blob, mode=mode, timeout=timeout)
         try:
             self.transport.rename(tmp, p, timeout=timeout)
@@ -248,8 +252,8 @@ class Box:
             raise
 
     @staticmethod
-    def _temp_name(path: str) -> str:
-        """A fresh temporary name next to ``path`` (same directory, so rename is atomic)."""
+    def temp_path_for(path: str) -> str:
+        """A fresh temporary name next to ``path`` (same directory, so a rename is atomic)."""
         head, tail = os.path.split(path)
         return os.path.join(head, f".{tail}.ewb-tmp-{secrets.token_hex(4)}")
 

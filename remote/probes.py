@@ -1,0 +1,716 @@
+"""Debug probes: a one-shot print injected into a Python source file on a box, and reverted.
+
+A probe is a managed block (as Ansible's ``blockinfile``) inserted before an anchor line, at the
+anchor's indentation, between marker comments::
+
+    # >>> eagle-workbench probe TAG >>>
+    ...prints once per process, to stderr, flushed:
+    [probe:TAG] expr1=repr(value1) expr2=repr(value2)
+    # <<< eagle-workbench probe TAG <<<
+
+Each expression is evaluated on its own; one that raises prints ``expr=<error:Type('msg')>``
+instead, and nothing the probe does can raise into the patched code.
+
+Safety, in order: the original bytes are backed up next to the journal with their sha256; a
+journal entry (JSON, ``STATE_DIR/probes/TAG.json`` on the box) is written as ``pending``; the
+patched text goes to a temporary file in the source's directory and is compiled there with the
+box's python; the original's sha256 is checked again; then one atomic rename replaces it and the
+entry becomes ``active``. A process killed at any point leaves either the original or the
+patched file, never half of one, and ``revert_all`` (from any later session) cleans up.
+
+``revert_probe`` restores the backup byte for byte and checks the sha256; it refuses, keeping the
+backup, when the file is neither the patched text nor the original (someone edited it).
+Probes on the same file stack: revert the newest first (``revert_all`` does).
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import hashlib
+import json
+import os
+import re
+import signal
+import time
+from dataclasses import dataclass
+from typing import Iterable, Optional, Sequence, Union
+
+from .box import Box, PathLike
+from .errors import (
+    AnchorAmbiguous,
+    AnchorNotFound,
+    ProbeCompileError,
+    ProbeConflict,
+    ProbeError,
+    ProbeExists,
+    ProbeNotFound,
+    RemoteFileNotFound,
+)
+
+BEGIN_MARKER = "# >>> eagle-workbench probe {tag} >>>"
+END_MARKER = "# <<< eagle-workbench probe {tag} <<<"
+_MARKER_RE = re.compile(r"^\s*# (>>>|<<<) eagle-workbench probe (\S+) (>>>|<<<)\s*$")
+TAG_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+
+#: Environment variable naming a point at which ``add_probe`` SIGKILLs its own process (tests).
+CRASH_ENV = "EAGLE_WORKBENCH_PROBE_CRASH_AT"
+CRASH_POINTS = ("after-backup", "before-replace", "after-replace")
+
+_COMPILE_SNIPPET = (
+    "import sys\n"
+    "src = open(sys.argv[1], 'rb').read()\n"
+    "compile(src, sys.argv[2], 'exec', dont_inherit=True)\n"
+)
+
+
+@dataclass(frozen=True)
+class Probe:
+    """A probe recorded in the box's journal.
+
+    ``line`` is the 1-based anchor line in the original file (the block starts there in the
+    patched file and spans ``block_lines`` lines); ``anchor`` is the regex or line number asked
+    for, ``function`` the function it was restricted to. ``state`` is ``"active"``, or
+    ``"pending"`` when an ``add_probe`` was interrupted before it finished (``temp_path`` may
+    then remain). ``created_at`` is seconds since the epoch.
+    """
+
+    tag: str
+    path: str
+    line: int
+    anchor: Union[str, int]
+    function: Optional[str]
+    exprs: tuple[str, ...]
+    original_sha256: str
+    patched_sha256: str
+    backup_path: str
+    journal_path: str
+    block_lines: int
+    created_at: float
+    state: str = "active"
+    temp_path: Optional[str] = None
+
+    def to_dict(self) -> dict:
+        d = dataclasses.asdict(self)
+        d["exprs"] = list(self.exprs)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Probe":
+        fields = {f.name for f in dataclasses.fields(cls)}
+        data = {k: v for k, v in d.items() if k in fields}
+        data["exprs"] = tuple(data.get("exprs", ()))
+        return cls(**data)
+
+
+# -- the journal -------------------------------------------------------------------------------
+
+
+def journal_dir(box: Box) -> str:
+    """Directory on the box holding the probe journal and backups."""
+    return f"{box.state_dir}/probes"
+
+
+def _journal_path(box: Box, tag: str) -> str:
+    return f"{journal_dir(box)}/{tag}.json"
+
+
+def _backup_path(box: Box, tag: str) -> str:
+    return f"{journal_dir(box)}/{tag}.orig"
+
+
+def _save(box: Box, probe: Probe) -> None:
+    box.write_file(probe.journal_path, json.dumps(probe.to_dict(), indent=2) + "\n", mode=0o600, make_dirs=True)
+
+
+def _load(box: Box, tag: str) -> Optional[Probe]:
+    path = _journal_path(box, tag)
+    try:
+        text = box.read_text(path)
+    except RemoteFileNotFound:
+        return None
+    try:
+        return Probe.from_dict(json.loads(text))
+    except (ValueError, TypeError) as exc:
+        raise ProbeError(f"probe journal entry is unreadable ({exc})", path=path, box=box.name) from None
+
+
+def list_probes(box: Box) -> list[Probe]:
+    """Probes recorded on the box (active and pending), oldest first."""
+    try:
+        names = box.listdir(journal_dir(box))
+    except RemoteFileNotFound:
+        return []
+    probes = [_load(box, n[: -len(".json")]) for n in names if n.endswith(".json")]
+    return sorted((p for p in probes if p is not None), key=lambda p: (p.created_at, p.tag))
+
+
+def _forget(box: Box, probe: Probe) -> None:
+    """Drop a probe's backup, then its journal entry (in that order: an interrupted forget leaves
+    an entry whose file already matches the original, which the next revert just drops)."""
+    box.remove(probe.backup_path, missing_ok=True)
+    box.remove(probe.journal_path, missing_ok=True)
+
+
+def _crash_point(name: str) -> None:
+    """Test hook: SIGKILL this process when ``$EAGLE_WORKBENCH_PROBE_CRASH_AT`` names ``name``."""
+    if os.environ.get(CRASH_ENV) == name:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+# -- the block ---------------------------------------------------------------------------------
+
+
+def render_block(tag: str, exprs: Sequence[str], indent: str = "", newline: str = "\n") -> str:
+    """The probe's source text (marker lines included), indented by ``indent``."""
+    prefix = f"[probe:{tag}] "
+    body = [
+        BEGIN_MARKER.format(tag=tag),
+        "try:",
+        "    import sys as _ewb_sys",
+        "    _ewb_fired = _ewb_sys.__dict__.setdefault('_eagle_workbench_probes_fired', set())",
+        f"    if {tag!r} not in _ewb_fired:",
+        f"        _ewb_fired.add({tag!r})",
+        "        _ewb_parts = []",
+    ]
+    for expr in exprs:
+        body += [
+            "        try:",
+            f"            _ewb_parts.append({expr + '='!r} + repr({expr}))",
+            "        except Exception as _ewb_exc:",
+            f"            _ewb_parts.append({expr + '=<error:'!r} + repr(_ewb_exc) + '>')",
+        ]
+    body += [
+        f"        print({prefix!r} + ' '.join(_ewb_parts).replace('\\n', '\\\\n'), file=_ewb_sys.stderr, flush=True)",
+        "except Exception as _ewb_exc:  # a probe must never break the code it watches",
+        f"    print({prefix + '<probe failed:'!r} + repr(_ewb_exc) + '>', file=__import__('sys').stderr, flush=True)",
+        END_MARKER.format(tag=tag),
+    ]
+    return "".join(indent + line + newline for line in body)
+
+
+def _split_lines(text: str) -> list[str]:
+    """Lines with their endings kept; numbering matches Python's for ``\\n`` and ``\\r\\n``."""
+    lines = re.split(r"(?<=\n)", text)
+    if lines and lines[-1] == "":
+        lines.pop()
+    return lines
+
+
+def _probe_block_lines(lines: Sequence[str]) -> set[int]:
+    """0-based indices of lines inside any probe's marker block (markers included)."""
+    inside: set[int] = set()
+    open_at: Optional[int] = None
+    for i, line in enumerate(lines):
+        m = _MARKER_RE.match(line)
+        if m and m.group(1) == ">>>":
+            open_at = i
+        elif m and m.group(1) == "<<<" and open_at is not None:
+            inside.update(range(open_at, i + 1))
+            open_at = None
+    return inside
+
+
+def _function_bodies(text: str, lines: Sequence[str], name: str) -> list[tuple[int, int]]:
+    """1-based inclusive (first, last) body line ranges of functions called ``name``.
+
+    ``name`` may be qualified (``LlamaModel.forward``). Uses ``ast`` when this Python can parse
+    the file, else an indentation scan of ``def name(``.
+    """
+    try:
+        tree = ast.parse(text)
+    except SyntaxError:
+        tree = None
+    ranges: list[tuple[int, int]] = []
+    if tree is not None:
+
+        def visit(node: ast.AST, prefix: tuple[str, ...]) -> None:
+            for child in ast.iter_child_nodes(node):
+                if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                    qual = prefix + (child.name,)
+                    dotted = ".".join(qual)
+                    if not isinstance(child, ast.ClassDef) and (dotted == name or dotted.endswith("." + name)):
+                        ranges.append((child.body[0].lineno, child.end_lineno or child.body[-1].lineno))
+                    visit(child, qual)
+                else:
+                    visit(child, prefix)
+
+        visit(tree, ())
+        return ranges
+    short = name.rsplit(".", 1)[-1]
+    def_rx = re.compile(rf"^(\s*)(?:async\s+)?def\s+{re.escape(short)}\s*\(")
+    for i, line in enumerate(lines):
+        m = def_rx.match(line)
+        if not m:
+            continue
+        indent = len(m.group(1))
+        last = i
+        started = False
+        for j in range(i + 1, len(lines)):
+            stripped = lines[j].strip()
+            if not stripped or stripped.startswith("#"):
+                continue
+            cur = len(lines[j]) - len(lines[j].lstrip())
+            if cur <= indent and not stripped.startswith(")"):
+                break
+            if cur > indent:
+                started = True
+            last = j
+        if started:
+            ranges.append((i + 2, last + 1))
+    return ranges
+
+
+def _statement_starts(text: str) -> Optional[dict[int, int]]:
+    """Map 1-based line -> 1-based first line of the statement containing it, for lines where a
+    statement (or its first decorator) starts. ``None`` when this Python cannot parse the file."""
+    try:
+        tree = ast.parse(text)
+    except SyntaxError:
+        return None
+    starts: dict[int, int] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.stmt):
+            first = node.lineno
+            decorators = getattr(node, "decorator_list", None)
+            if decorators:
+                first = min(d.lineno for d in decorators)
+            starts[first] = first
+    return starts
+
+
+def _find_anchor(
+    text: str, lines: Sequence[str], before: Union[str, int], function: Optional[str], path: str, box: Box
+) -> int:
+    """0-based index of the line the probe goes before."""
+    blocked = _probe_block_lines(lines)
+    if function:
+        bodies = _function_bodies(text, lines, function)
+        if not bodies:
+            raise AnchorNotFound(f"no function named {function!r}", path=path, box=box.name)
+        allowed = {i for first, last in bodies for i in range(first - 1, last)}
+    else:
+        allowed = set(range(len(lines)))
+    if isinstance(before, bool) or not isinstance(before, (int, str)):
+        raise TypeError(f"before must be a regex (str) or a 1-based line number (int), got {before!r}")
+    if isinstance(before, int):
+        idx = before - 1
+        if not 0 <= idx < len(lines):
+            raise AnchorNotFound(f"line {before} is outside the file (it has {len(lines)} lines)", path=path, box=box.name)
+        if idx not in allowed:
+            raise AnchorNotFound(f"line {before} is not inside function {function!r}", path=path, box=box.name)
+        if idx in blocked:
+            raise AnchorNotFound(f"line {before} is inside another probe's block", path=path, box=box.name)
+        if not lines[idx].strip():
+            raise AnchorNotFound(f"line {before} is blank; anchor on a statement", path=path, box=box.name)
+    else:
+        try:
+            rx = re.compile(before)
+        except re.error as exc:
+            raise AnchorNotFound(f"anchor regex {before!r} is invalid ({exc})", path=path, box=box.name) from None
+        hits = [i for i in sorted(allowed) if i not in blocked and rx.search(lines[i].rstrip("\r\n"))]
+        where = f" inside function {function!r}" if function else ""
+        if not hits:
+            raise AnchorNotFound(f"anchor regex {before!r} matches no line{where}", path=path, box=box.name)
+        if len(hits) > 1:
+            numbers = [i + 1 for i in hits]
+            raise AnchorAmbiguous(
+                f"anchor regex {before!r} matches {len(hits)} lines{where} (lines {numbers[:20]}); "
+                "make it more specific, restrict it with function=, or give a line number",
+                lines=numbers,
+                path=path,
+                box=box.name,
+            )
+        idx = hits[0]
+    starts = _statement_starts(text)
+    if starts is not None and (idx + 1) not in starts:
+        owner = max((s for s in starts if s <= idx + 1), default=None)
+        raise AnchorNotFound(
+            f"line {idx + 1} does not start a statement"
+            + (f" (it continues the statement starting at line {owner}, or is an else/except/elif clause)" if owner else "")
+            + "; anchor on the first line of a statement",
+            path=path,
+            box=box.name,
+        )
+    return idx
+
+
+# -- add / revert ------------------------------------------------------------------------------
+
+
+def add_probe(
+    box: Box,
+    path: PathLike,
+    *,
+    before: Union[str, int],
+    exprs: Sequence[str],
+    tag: str,
+    function: Optional[str] = None,
+    python: Optional[str] = None,
+    timeout: float = 60,
+) -> Probe:
+    """Insert a one-shot debug print before an anchor line of the Python file ``path`` on the box.
+
+    ``before`` is a regex searched in each line (must match exactly one line, outside other
+    probes' blocks, within ``function`` when given; ``function`` may be ``Class.method``) or a
+    1-based line number. ``exprs`` are Python expressions evaluated at that point; ``tag`` names
+    the probe (letters, digits, ``_.-``). ``python`` is the box interpreter for the compile check
+    (default ``box.python``); ``timeout`` in seconds for each box call.
+
+    Adding the same tag again with the same file, anchor and expressions returns the existing
+    probe without touching the file.
+
+    Raises ``AnchorNotFound`` / ``AnchorAmbiguous``; ``ProbeCompileError`` when the patched file
+    does not compile on the box; ``ProbeConflict`` when the file changed while patching (nothing
+    is written) or an earlier add of this tag was interrupted; ``ProbeExists`` when the tag is
+    used by a different probe; ``ProbeError`` for a bad tag, expression or non-UTF-8 file.
+    """
+    if not isinstance(tag, str) or not TAG_RE.match(tag):
+        raise ProbeError(f"probe tag {tag!r} must match {TAG_RE.pattern}")
+    exprs = tuple(exprs)
+    if not exprs:
+        raise ProbeError(f"probe {tag!r} needs at least one expression")
+    for expr in exprs:
+        if not isinstance(expr, str) or "\n" in expr or "\r" in expr:
+            raise ProbeError(f"probe {tag!r}: expression must be one line of text, got {expr!r}")
+        try:
+            ast.parse(expr, mode="eval")
+        except SyntaxError as exc:
+            raise ProbeError(f"probe {tag!r}: {expr!r} is not a Python expression ({exc.msg})") from None
+    p = box.expand_path(path)
+    python = python or box.python
+
+    existing = _load(box, tag)
+    if existing is not None:
+        same = existing.path == p and existing.exprs == exprs and existing.anchor == before and existing.function == function
+        if not same:
+            raise ProbeExists(
+                f"probe tag {tag!r} is already used by a probe on {existing.path} line {existing.line} "
+                f"with {list(existing.exprs)}; revert it first or choose another tag",
+                path=p,
+                box=box.name,
+            )
+        if existing.state != "active":
+            raise ProbeConflict(
+                f"an earlier add of probe {tag!r} was interrupted (journal state {existing.state!r}); "
+                "run revert_probe / revert_all to clean up first",
+                path=p,
+                backup_path=existing.backup_path,
+                box=box.name,
+            )
+        current = box.sha256(p, timeout=timeout)
+        if current != existing.patched_sha256:
+            raise ProbeConflict(
+                f"probe {tag!r} is recorded but the file was edited since it was added", path=p,
+                backup_path=existing.backup_path, box=box.name,
+            )
+        return existing
+
+    original = box.read_bytes(p, timeout=timeout)
+    mode = box.stat(p, timeout=timeout).mode
+    original_sha = hashlib.sha256(original).hexdigest()
+    try:
+        text = original.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ProbeError(f"cannot probe a file that is not UTF-8 (byte {exc.start})", path=p, box=box.name) from None
+    lines = _split_lines(text)
+    if any((m := _MARKER_RE.match(line)) and m.group(2) == tag for line in lines):
+        raise ProbeError(
+            f"the file already holds markers of probe {tag!r} that the journal at {journal_dir(box)} does not know",
+            path=p,
+            box=box.name,
+        )
+    idx = _find_anchor(text, lines, before, function, p, box)
+    anchor_line = lines[idx]
+    indent = anchor_line[: len(anchor_line) - len(anchor_line.lstrip(" \t"))]
+    newline = "\r\n" if anchor_line.endswith("\r\n") else "\n"
+    block = render_block(tag, exprs, indent, newline)
+    patched = ("".join(lines[:idx]) + block + "".join(lines[idx:])).encode("utf-8")
+    probe = Probe(
+        tag=tag,
+        path=p,
+        line=idx + 1,
+        anchor=before,
+        function=function,
+        exprs=exprs,
+        original_sha256=original_sha,
+        patched_sha256=hashlib.sha256(patched).hexdigest(),
+        backup_path=_backup_path(box, tag),
+        journal_path=_journal_path(box, tag),
+        block_lines=block.count("\n"),
+        created_at=time.time(),
+        state="pending",
+        temp_path=box.temp_path_for(p),
+    )
+
+    box.makedirs(journal_dir(box), mode=0o700, timeout=timeout)
+    box.write_file(probe.backup_path, original, mode=0o600, timeout=timeout)
+    _save(box, probe)
+    _crash_point("after-backup")
+    try:
+        box.transport.write_new(probe.temp_path, patched, mode=mode, timeout=timeout)
+        check = box.run([python, "-c", _COMPILE_SNIPPET, probe.temp_path, p], timeout=timeout, check=False)
+        if not check.ok:
+            raise ProbeCompileError(
+                f"probe {tag!r} before line {idx + 1} makes the file fail to compile with {python}",
+                output=(check.stderr or check.stdout),
+                path=p,
+                box=box.name,
+            )
+        _crash_point("before-replace")
+        current = box.sha256(p, timeout=timeout)
+        if current != original_sha:
+            raise ProbeConflict(
+                f"the file changed while probe {tag!r} was being added (sha256 {original_sha[:12]}… -> "
+                f"{current[:12]}…); nothing was written",
+                path=p,
+                box=box.name,
+            )
+        box.transport.rename(probe.temp_path, p, timeout=timeout)
+    except BaseException:
+        box.remove(probe.temp_path, missing_ok=True)
+        _forget(box, probe)
+        raise
+    _crash_point("after-replace")
+    probe = dataclasses.replace(probe, state="active", temp_path=None)
+    _save(box, probe)
+    return probe
+
+
+def revert_probe(box: Box, probe: Union[Probe, str], *, timeout: float = 60) -> Probe:
+    """Remove a probe: restore the backed-up original byte for byte and drop the journal entry.
+
+    ``probe`` is a ``Probe`` or its tag; the journal on the box is authoritative. A pending
+    entry (an interrupted ``add_probe``) is cleaned up: its temporary file removed and the
+    original restored if the replace had happened. Returns the probe as it was recorded.
+
+    Raises ``ProbeNotFound`` when the tag is not in the journal; ``ProbeConflict`` (backup kept)
+    when the file is neither the patched text nor the original, or when a newer probe on the
+    same file must be reverted first; ``RemoteFileChanged``-style ``ProbeConflict`` when the
+    restored file's sha256 does not match the original.
+    """
+    tag = probe.tag if isinstance(probe, Probe) else probe
+    entry = _load(box, tag)
+    if entry is None:
+        raise ProbeNotFound(f"no probe {tag!r} in the journal at {journal_dir(box)}", box=box.name)
+    if entry.temp_path:
+        box.remove(entry.temp_path, missing_ok=True)
+    try:
+        current = box.sha256(entry.path, timeout=timeout)
+    except RemoteFileNotFound:
+        raise ProbeConflict(
+            f"probe {tag!r}: the probed file no longer exists; backup kept at {entry.backup_path}",
+            path=entry.path,
+            backup_path=entry.backup_path,
+            box=box.name,
+        ) from None
+    if current == entry.original_sha256:  # never replaced (interrupted add) or already restored
+        _forget(box, entry)
+        return entry
+    if current != entry.patched_sha256:
+        newer = [
+            q.tag
+            for q in list_probes(box)
+            if q.tag != tag and q.path == entry.path and q.original_sha256 == entry.patched_sha256
+        ]
+        if newer:
+            msg = (
+                f"probe {tag!r} has newer probes {newer} on top of it in the same file; "
+                "revert those first (revert_all does it in order)"
+            )
+        else:
+            msg = (
+                f"probe {tag!r}: the file was edited by someone else since the probe was added "
+                f"(sha256 now {current[:12]}…, patched {entry.patched_sha256[:12]}…); "
+                f"not restoring over their changes; the original is kept at {entry.backup_path}"
+            )
+        raise ProbeConflict(msg, path=entry.path, backup_path=entry.backup_path, box=box.name)
+    backup = box.read_bytes(entry.backup_path, timeout=timeout)
+    if hashlib.sha256(backup).hexdigest() != entry.original_sha256:
+        raise ProbeConflict(
+            f"probe {tag!r}: the backup {entry.backup_path} does not match the original's sha256; not restoring",
+            path=entry.path,
+            backup_path=entry.backup_path,
+            box=box.name,
+        )
+    box.write_file(entry.path, backup, timeout=timeout)
+    restored = box.sha256(entry.path, timeout=timeout)
+    if restored != entry.original_sha256:
+        raise ProbeConflict(
+            f"probe {tag!r}: after restoring, the file's sha256 is {restored[:12]}…, expected "
+            f"{entry.original_sha256[:12]}…; backup kept",
+            path=entry.path,
+            backup_path=entry.backup_path,
+            box=box.name,
+        )
+    _forget(box, entry)
+    return entry
+
+
+def revert_all(box: Box, *, timeout: float = 60) -> list[Probe]:
+    """Revert every probe in the box's journal, newest first; return those reverted.
+
+    Keeps going past a probe that cannot be reverted, then raises ``ProbeConflict`` naming each
+    failure (those reverted are gone from the journal).
+    """
+    reverted: list[Probe] = []
+    failures: list[str] = []
+    for probe in reversed(list_probes(box)):
+        try:
+            reverted.append(revert_probe(box, probe, timeout=timeout))
+        except ProbeError as exc:
+            failures.append(f"{probe.tag}: {exc.message}")
+    if failures:
+        err = ProbeConflict(
+            f"reverted {len(reverted)} probe(s); could not revert {len(failures)}:\n  " + "\n  ".join(failures),
+            box=box.name,
+        )
+        err.reverted = reverted  # type: ignore[attr-defined]
+        raise err
+    return reverted
+
+
+# -- reading what probes printed ---------------------------------------------------------------
+
+
+def read_probe_output(
+    log: Union[str, Iterable[str]], tag: Union[str, Probe], *, exprs: Optional[Sequence[str]] = None
+) -> list[dict[str, str]]:
+    """The values each ``[probe:TAG]`` line printed, one dict ``{expr: repr-text}`` per line,
+    in log order. ``log`` is the log text or its lines.
+
+    With ``exprs`` (or a ``Probe`` for ``tag``) the fields are split exactly on the known
+    expressions; without, on spaces outside brackets and quotes before ``name=``. A line
+    printed by a failing probe gives ``{"probe_error": text}``.
+    """
+    if isinstance(tag, Probe):
+        exprs = exprs or tag.exprs
+        tag = tag.tag
+    lines = log.splitlines() if isinstance(log, str) else log
+    rx = re.compile(r"\[probe:" + re.escape(tag) + r"\] (.*)$")
+    out = []
+    for line in lines:
+        m = rx.search(line.rstrip("\r\n"))
+        if not m:
+            continue
+        body = m.group(1)
+        if body.startswith("<probe failed:"):
+            out.append({"probe_error": body})
+        elif exprs:
+            out.append(_split_known(body, list(exprs)))
+        else:
+            out.append(_split_heuristic(body))
+    return out
+
+
+_OPEN = {"(": ")", "[": "]", "{": "}"}
+
+
+def _balanced(text: str) -> bool:
+    """True when brackets and quotes in ``text`` (a repr) are closed."""
+    depth = 0
+    quote: Optional[str] = None
+    escaped = False
+    for ch in text:
+        if quote:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == quote:
+                quote = None
+        elif ch in "'\"":
+            quote = ch
+        elif ch in _OPEN:
+            depth += 1
+        elif ch in ")]}":
+            depth -= 1
+    return depth == 0 and quote is None
+
+
+def _split_known(body: str, exprs: list[str]) -> dict[str, str]:
+    values: dict[str, str] = {}
+    pos = 0
+    for i, expr in enumerate(exprs):
+        key = expr + "="
+        if not body.startswith(key, pos):
+            values[expr] = ""
+            continue
+        start = pos + len(key)
+        if i + 1 == len(exprs):
+            values[expr] = body[start:]
+            break
+        marker = " " + exprs[i + 1] + "="
+        cut = body.find(marker, start)
+        first = cut
+        while cut >= 0 and not _balanced(body[start:cut]):
+            cut = body.find(marker, cut + 1)
+        if cut < 0:
+            cut = first
+        if cut < 0:
+            values[expr] = body[start:]
+            pos = len(body)
+        else:
+            values[expr] = body[start:cut]
+            pos = cut + 1
+    return values
+
+
+def _key_end(token: str) -> int:
+    """Index of the ``=`` ending an expression at the start of ``token`` (-1 if none)."""
+    depth = 0
+    quote: Optional[str] = None
+    for i, ch in enumerate(token):
+        if quote:
+            if ch == quote:
+                quote = None
+        elif ch in "'\"":
+            quote = ch
+        elif ch in _OPEN:
+            depth += 1
+        elif ch in ")]}":
+            depth -= 1
+        elif ch == "=" and depth == 0 and i > 0:
+            nxt = token[i + 1 : i + 2]
+            if nxt != "=" and token[i - 1] not in "=!<>":
+                return i
+    return -1
+
+
+def _split_heuristic(body: str) -> dict[str, str]:
+    tokens: list[str] = []
+    current = ""
+    for ch in body:
+        if ch == " " and _balanced(current):
+            tokens.append(current)
+            current = ""
+        else:
+            current += ch
+    tokens.append(current)
+    values: dict[str, str] = {}
+    key: Optional[str] = None
+    for token in tokens:
+        end = _key_end(token)
+        if end > 0 and token[0] not in "<'\"":
+            key = token[:end]
+            values[key] = token[end + 1 :]
+        elif key is not None:
+            values[key] += " " + token
+    return values
+
+
+def parse_shape(text: str) -> tuple[int, ...]:
+    """``"torch.Size([1, 384])"``, ``"(1, 384)"``, ``"[1, 384]"``, ``"(384,)"`` -> ``(1, 384)`` etc.
+
+    Raises ``ValueError`` when the text is not a shape.
+    """
+    m = re.fullmatch(r"\s*(?:torch\.)?(?:Size\(\s*\[(?P<a>[^\]]*)\]\s*\)|\((?P<b>[^)]*)\)|\[(?P<c>[^\]]*)\])\s*", text)
+    if not m:
+        raise ValueError(f"not a shape: {text!r}")
+    inner = next(g for g in (m.group("a"), m.group("b"), m.group("c")) if g is not None)
+    parts = [s.strip() for s in inner.split(",")]
+    if parts and parts[-1] == "":
+        parts.pop()
+    if not all(re.fullmatch(r"\d+", s) for s in parts):
+        raise ValueError(f"not a shape: {text!r}")
+    return tuple(int(s) for s in parts)

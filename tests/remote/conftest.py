@@ -1,0 +1,61 @@
+"""Fixtures for the box-layer tests.
+
+Every test that takes ``box`` runs once per transport in ``BOX_SPECS``; the SSH transport adds
+itself here (with a loopback OpenSSH server fixture) and the whole suite runs against it too.
+"""
+
+import socket
+import sys
+from pathlib import Path
+
+import pytest
+
+from remote import connect
+
+BOX_SPECS = ["local"]
+
+HERE = Path(__file__).resolve().parent
+TINY_SERVER = HERE / "tiny_launch_server.py"
+
+
+@pytest.fixture(params=BOX_SPECS)
+def box(request, tmp_path):
+    """A box whose state directory (probe journal, server logs) lives under ``tmp_path``."""
+    with connect(request.param, state_dir=tmp_path / "box-state", python=sys.executable) as b:
+        yield b
+
+
+@pytest.fixture
+def free_port():
+    """A TCP port nothing listens on right now (bound to 0 and released)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def tiny_server_argv():
+    """argv prefix that starts the tiny HTTP server with this Python."""
+    return [sys.executable, str(TINY_SERVER)]
+
+
+class ReadCounter:
+    """Wraps a transport's ``read_range`` to count the bytes read (proves partial reads)."""
+
+    def __init__(self, box, monkeypatch):
+        self.bytes = 0
+        self.calls = 0
+        original = box.transport.read_range
+
+        def counting(path, offset=0, length=None, **kw):
+            data = original(path, offset, length, **kw)
+            self.bytes += len(data)
+            self.calls += 1
+            return data
+
+        monkeypatch.setattr(box.transport, "read_range", counting)
+
+
+@pytest.fixture
+def read_counter(box, monkeypatch):
+    return ReadCounter(box, monkeypatch)

@@ -1,0 +1,156 @@
+"""Detached servers: launch, wait_healthy, find_servers, stop_server, with a real HTTP server."""
+
+import os
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+
+import httpx
+import pytest
+
+from remote import PortInUse, ServerDied, ServerStartTimedOut
+from remote.errors import ServerError
+
+
+@pytest.fixture
+def launched(box):
+    """Servers launched by a test; stopped afterwards whatever happens."""
+    handles = []
+    yield handles
+    for h in handles:
+        box.stop_server(h, grace=1)
+
+
+def _session_id(pid):
+    with open(f"/proc/{pid}/stat") as f:
+        text = f.read()
+    return int(text[text.rfind(")") + 2 :].split()[3])
+
+
+def test_launch_wait_find_stop(box, free_port, tiny_server_argv, launched, tmp_path):
+    log = tmp_path / "logs dir" / "tiny server.log"
+    h = box.launch_server([*tiny_server_argv, "--port", str(free_port), "--delay", "0.3"], port=free_port,
+                          log_path=log, cwd=tmp_path, env={"EWB_MARK": "1"})
+    launched.append(h)
+    assert h.pid == h.pgid and h.port == free_port and h.log_path == str(log)
+    assert int(open(h.pid_path).read()) == h.pid
+    assert os.getpgid(h.pid) == h.pid and _session_id(h.pid) == h.pid  # own session and group
+    waited = box.wait_healthy(h, timeout=20)
+    assert 0 <= waited < 20
+    assert httpx.get(box.url(free_port) + "/health", trust_env=False).status_code == 200
+    assert any("listening on" in line for line in box.tail(h.log_path, 10))
+
+    found = [s for s in box.find_servers() if s.pid == h.pid]
+    assert len(found) == 1
+    s = found[0]
+    assert s.port == free_port and s.pgid == h.pid
+    assert s.log_path == str(log) and s.cwd == str(tmp_path)
+    assert s.exe and os.path.basename(s.exe).startswith("python")
+    assert "tiny_launch_server.py" in s.command_line
+    assert box.find_servers(r"no-such-server-pattern-xyz") == []
+
+    stopped = box.stop_server(h, grace=5)
+    assert stopped.how == "terminated" and stopped.signals == ("TERM",)
+    assert not box.is_alive(h.pid)
+    assert not os.path.exists(h.pid_path)
+    assert box.stop_server(h).how == "already-exited"
+
+
+def test_port_in_use_is_refused_before_launching(box, tiny_server_argv, tmp_path):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        assert box.port_in_use(port)
+        log = tmp_path / "never.log"
+        with pytest.raises(PortInUse) as info:
+            box.launch_server([*tiny_server_argv, "--port", str(port)], port=port, log_path=log)
+        assert info.value.port == port and str(port) in str(info.value)
+        assert not log.exists()
+
+
+def test_server_that_dies_raises_server_died_with_log_tail(box, free_port, tiny_server_argv, launched):
+    h = box.launch_server([*tiny_server_argv, "--port", str(free_port), "--die-after", "0.2"], port=free_port)
+    launched.append(h)
+    with pytest.raises(ServerDied) as info:
+        box.wait_healthy(h, timeout=20, poll_interval=0.05)
+    assert any("fatal: tiny server gives up" in line for line in info.value.log_tail)
+    assert "fatal: tiny server gives up" in str(info.value)
+    assert h.log_path.startswith(box.state_dir)
+
+
+def test_exec_failure_is_reported_as_server_died(box, free_port, launched):
+    h = box.launch_server(["/nonexistent/launch_server-binary", "--port", str(free_port)], port=free_port)
+    launched.append(h)
+    with pytest.raises(ServerDied) as info:
+        box.wait_healthy(h, timeout=10, poll_interval=0.05)
+    assert "nonexistent" in "\n".join(info.value.log_tail)
+
+
+def test_slow_server_times_out_with_log_tail(box, free_port, tiny_server_argv, launched):
+    h = box.launch_server([*tiny_server_argv, "--port", str(free_port), "--delay", "60"], port=free_port)
+    launched.append(h)
+    seen = []
+    with pytest.raises(ServerStartTimedOut) as info:
+        box.wait_healthy(h, timeout=1, poll_interval=0.1, on_log=seen.append)
+    assert info.value.timeout == 1
+    assert any("tiny server starting" in line for line in info.value.log_tail)
+    assert "tiny server starting" in "".join(seen)
+
+
+def test_stop_kills_the_group_after_grace(box, free_port, tiny_server_argv):
+    h = box.launch_server([*tiny_server_argv, "--port", str(free_port), "--ignore-term", "--child"], port=free_port)
+    box.wait_healthy(h, timeout=20, poll_interval=0.05)
+    child = next(int(line.split()[-1]) for line in box.tail(h.log_path, 20) if line.startswith("child pid"))
+    assert os.getpgid(child) == h.pgid
+    stopped = box.stop_server(h, grace=0.5)
+    assert stopped.how == "killed" and stopped.signals == ("TERM", "KILL")
+    assert not box.is_alive(h.pid) and not box.is_alive(child)
+
+
+def test_shell_text_launch_and_stop_by_pid(box, free_port, tiny_server_argv):
+    cmd = " ".join(f"'{a}'" for a in tiny_server_argv) + f" --port {free_port}"
+    h = box.launch_server(cmd, port=free_port)
+    assert h.argv == (cmd,)
+    box.wait_healthy(h, timeout=20, poll_interval=0.05)
+    assert box.stop_server(h.pid, grace=5).how == "terminated"
+
+
+def test_stop_refuses_the_callers_own_group(box):
+    if box.name != "local":
+        pytest.skip("the caller's process group only exists on the local box")
+    with pytest.raises(ServerError):
+        box.stop_server(os.getpid())
+
+
+def test_server_outlives_the_session_that_launched_it(box, free_port, tiny_server_argv, tmp_path):
+    """A separate Python process launches the server and exits; the server keeps serving."""
+    script = textwrap.dedent(
+        f"""
+        import sys
+        from remote import connect
+        box = connect({box.name!r}, state_dir={str(tmp_path / 'other-state')!r})
+        h = box.launch_server({tiny_server_argv!r} + ["--port", "{free_port}"], port={free_port})
+        print(h.pid)
+        """
+    )
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=30,
+                         cwd=os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
+    assert out.returncode == 0, out.stderr
+    pid = int(out.stdout.strip())
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                if httpx.get(box.url(free_port) + "/health", trust_env=False, timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                if time.monotonic() > deadline:
+                    raise
+            time.sleep(0.05)
+        assert box.is_alive(pid)
+        assert [s.pid for s in box.find_servers(rf"--port {free_port}\b")] == [pid]
+    finally:
+        box.stop_server(pid, grace=2)
