@@ -32,10 +32,7 @@ from typing import Any, Iterator
 
 import numpy as np
 
-try:  # the box layer; only its error types are needed here
-    from remote.errors import RemoteError, RemoteFileNotFound
-except ImportError:  # pragma: no cover - remote/ is part of this repository
-    RemoteError = RemoteFileNotFound = None  # type: ignore[assignment,misc]
+from remote.errors import RemoteError, RemoteFileNotFound
 
 __all__ = [
     "CheckpointError", "ConfigUnreadable", "CheckpointUnreadable", "TensorNotFound",
@@ -89,13 +86,11 @@ class TensorNotFound(CheckpointError):
 
 
 def _not_found(exc: BaseException) -> bool:
-    return (RemoteFileNotFound is not None and isinstance(exc, RemoteFileNotFound)) or isinstance(
-        exc, FileNotFoundError
-    )
+    return isinstance(exc, (RemoteFileNotFound, FileNotFoundError))
 
 
 def _io_errors() -> tuple[type[BaseException], ...]:
-    return (OSError,) + ((RemoteError,) if RemoteError is not None else ())
+    return (OSError, RemoteError)
 
 
 # ---------------------------------------------------------------------------------------------
