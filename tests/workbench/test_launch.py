@@ -184,3 +184,20 @@ def test_public_report_command():
         "python -m sglang.launch_server --model-path moonshotai/Kimi-K2.5 --speculative-algorithm EAGLE3 "
         "--speculative-draft-model-path lightseekorg/kimi-k2.5-eagle3 --tp 8 ..."
     )
+
+
+def test_flag_table_matches_sglang_source_when_available():
+    """The committed table is what scripts/gen_sglang_flags.py produces from SGLang 0.5.23
+    (runs only where the unpacked wheel is at $SGLANG_SRC or /tmp/sglang_src/sglang)."""
+    import os
+    import pathlib
+    import subprocess
+    import sys
+
+    src = pathlib.Path(os.environ.get("SGLANG_SRC", "/tmp/sglang_src/sglang"))
+    if not (src / "srt/arg_groups/fields/spec.py").exists():
+        pytest.skip("SGLang source not unpacked here")
+    root = pathlib.Path(__file__).resolve().parents[2]
+    out = subprocess.run([sys.executable, str(root / "scripts/gen_sglang_flags.py"), str(src)],
+                         capture_output=True, text=True, check=True).stdout
+    assert out == (root / "workbench/sglang_flags.py").read_text()
