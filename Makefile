@@ -1,0 +1,43 @@
+# eagle-workbench: the two commands a new user needs are `make demo` and `make test`.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-stamp
+REPORT_DIR ?= reports
+PYTEST_ARGS ?=
+
+.PHONY: setup demo test bench sandbox-models clean-reports lab
+
+# The virtual environment: torch pinned to the CPU build through constraints.txt (an unpinned
+# torch pulls a multi-GB CUDA build), the project installed editable with its test extras.
+$(STAMP): pyproject.toml constraints.txt
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -c constraints.txt -e '.[test]'
+	$(PY) -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (eagle-workbench)" >/dev/null
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+# The main job on the embedded sandbox box: diagnose accept length ~1.00, verify the fix, report.
+demo: setup
+	$(VENV)/bin/workbench runbook diagnose_acceptance --report-dir $(REPORT_DIR)
+	@echo "report: $(REPORT_DIR)/diagnose_acceptance.html  verdict: $(REPORT_DIR)/diagnose_acceptance.json"
+
+test: setup
+	$(PY) -m pytest -q $(PYTEST_ARGS)
+
+bench: setup
+	$(PY) benchmarks/bench_sandbox.py --out $(REPORT_DIR)/bench_sandbox.json
+
+# Regenerate the sandbox target and drafts (fixed seeds; the weights are committed).
+sandbox-models: setup
+	$(PY) -m workbench.sandbox.train
+
+lab: setup
+	$(PY) -m pip install --quiet -c constraints.txt -e '.[lab]'
+	$(VENV)/bin/jupyter lab notebooks/
+
+clean-reports:
+	rm -rf $(REPORT_DIR)

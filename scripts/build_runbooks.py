@@ -1,0 +1,117 @@
+"""Write runbooks/diagnose_acceptance.ipynb from the cell sources below (no outputs).
+
+The runbook is thin: every cell calls a tested function of ``workbench.diagnose`` and shows what
+it returns. Edit the cells here and rerun ``python scripts/build_runbooks.py``.
+"""
+
+from pathlib import Path
+
+import nbformat
+from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def md(text: str, **meta):
+    return new_markdown_cell(text.strip(), metadata=meta)
+
+
+def code(text: str, tags=(), **meta):
+    cell = new_code_cell(text.strip(), metadata=dict(meta))
+    if tags:
+        cell.metadata["tags"] = list(tags)
+    return cell
+
+
+DIAGNOSE = [
+    md("""
+# Diagnose acceptance: why is accept length pinned near 1.00?
+
+Symptom → hypotheses → probe → fix → verify → report. Static checks come first (no restart); a
+restart happens only where a probe is the only way to decide. The box is left as found: probes are
+reverted and the original server is put back, even when a cell fails (the run is journalled on the box;
+`workbench restore --host …` undoes an interrupted run).
+
+Run headless: `workbench runbook diagnose_acceptance -p host myalias` (papermill + HTML export), or
+`papermill runbooks/diagnose_acceptance.ipynb out.ipynb -p host myalias`.
+"""),
+    code("""
+host = "local"            # the box: "local", an ~/.ssh/config alias, user@host[:port]
+launch_command = None     # None: the server running on the box (or, when none runs, the sandbox box launched with --speculative-algorithm EAGLE)
+port = None               # None: the launch command's --port, else 30000
+allow_restart = True      # False: static checks only (no probe, no fix)
+apply_fix = True          # relaunch with the proposed fix and measure again
+keep_fix = False          # True: leave the fixed server running instead of putting the original back
+report_dir = "reports"
+prompts = None            # a JSONL prompt file on this machine; None: the built-in set
+num_prompts = 8
+max_new_tokens = 96
+server_start_timeout = 600
+""", tags=["parameters"]),
+    md("## 1. Inventory the box\nThe engine, its version and source, the running server and its command line."),
+    code("""
+from IPython.display import HTML, display
+from workbench.diagnose import DiagnosisRun
+
+run = DiagnosisRun.start(host=host, launch_command=launch_command, port=port, allow_restart=allow_restart,
+                         apply_fix=apply_fix, keep_fix=keep_fix, prompts=prompts, num_prompts=num_prompts,
+                         max_new_tokens=max_new_tokens, server_start_timeout=server_start_timeout,
+                         report_dir=report_dir)
+run.inventory
+"""),
+    md("## 2. The symptom\nAccept length over the prompt set, as SGLang defines it: Σ completion tokens / Σ verify steps (bonus token included)."),
+    code("""
+before = run.measure_symptom()
+before
+"""),
+    md("## 3. Hypotheses\n### H1: the algorithm flag does not match the draft (static, no restart)"),
+    code("""
+h1 = run.check_algorithm()
+h1
+"""),
+    md("### H3: the draft's weights or token map are wrong (static, no restart)\nTensor names and shapes against what the engine's `load_weights` keeps; `d2t` read by byte range."),
+    code("""
+h3 = run.check_draft()
+h3
+"""),
+    md("### H2: the aux hidden states never reach the draft (probe, one restart)\nA one-shot print of the draft's input width just before its `fc` check, the server relaunched with its own command, one request, the width read from the log."),
+    code("""
+h2 = run.probe_input_width()
+h2
+"""),
+    md("## 4. Apply the fix and measure again"),
+    code("""
+after = run.apply_fix()
+after if after is not None else "no fix applied (apply_fix or allow_restart is False, or no static finding proposes one)"
+"""),
+    md("## 5. Summary"),
+    code("""
+display(HTML(run.summary_html()))
+for fig in run.figures().values():
+    fig.show()
+run.ledger
+"""),
+    md("## 6. Leave the box as found, write the verdict"),
+    code("""
+verdict = run.finish()
+print("restarts:", verdict["restarts"], " duration:", verdict["duration_s"], "s")
+for line in verdict["restore"]["actions"] + verdict["restore"]["problems"]:
+    print(" -", line)
+print("verdict:", run.report_dir / "diagnose_acceptance.json")
+"""),
+]
+
+
+def build(cells, name: str) -> Path:
+    nb = new_notebook(cells=cells)
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nb.metadata["language_info"] = {"name": "python"}
+    path = ROOT / "runbooks" / f"{name}.ipynb"
+    path.parent.mkdir(exist_ok=True)
+    nbformat.validate(nb)
+    nbformat.write(nb, str(path))
+    return path
+
+
+if __name__ == "__main__":
+    print(build(DIAGNOSE, "diagnose_acceptance"))

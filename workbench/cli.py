@@ -1,0 +1,240 @@
+"""The ``workbench`` command line.
+
+    workbench runbook NAME [-p KEY VALUE]... [--report-dir DIR]   run runbooks/NAME.ipynb with papermill,
+                                                                  then export NAME.html beside NAME.json
+    workbench report NOTEBOOK [--html OUT]                        export an executed notebook to one HTML file
+    workbench restore [--host SPEC]                               undo what an interrupted diagnosis left
+    workbench doctor --launch "CMD" [--host SPEC] [--json]        static checks on a launch command
+
+Exit codes: 0 success (doctor: no error finding), 1 a failure (doctor: at least one error
+finding), 2 the command itself could not run (bad arguments, unreachable box).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+from pathlib import Path
+from typing import Any, Sequence
+
+#: Set in the environment of a runbook run by ``workbench runbook``: the driver restores the
+#: box itself when the run fails or is interrupted, so the kernel must not race it at exit.
+DRIVER_ENV = "EAGLE_WORKBENCH_DRIVER"
+
+
+def runbooks_dir() -> Path:
+    """The repository's ``runbooks/`` folder (next to the ``workbench`` package)."""
+    return Path(__file__).resolve().parent.parent / "runbooks"
+
+
+def _coerce(value: str) -> Any:
+    """A ``-p`` value as papermill's CLI reads it: JSON if it parses (numbers, true/false, null,
+    lists), else the string itself."""
+    try:
+        return json.loads(value)
+    except json.JSONDecodeError:
+        return value
+
+
+def _raise_interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def _kill_kernels() -> list[int]:
+    """SIGKILL the kernels this process started (papermill leaves them when interrupted), so that
+    none of them goes on changing the box while it is restored."""
+    import psutil
+
+    killed = []
+    for child in psutil.Process().children(recursive=True):
+        try:
+            child.kill()
+            killed.append(child.pid)
+        except psutil.NoSuchProcess:
+            continue
+    psutil.wait_procs([psutil.Process(pid) for pid in killed if psutil.pid_exists(pid)], timeout=10)
+    return killed
+
+
+def run_runbook(name: str, parameters: dict[str, Any], report_dir: str | Path, *, kernel_name: str = "python3",
+                export: bool = True) -> dict[str, Path]:
+    """Execute ``runbooks/NAME.ipynb`` with papermill into ``report_dir/NAME.ipynb`` and export
+    ``report_dir/NAME.html``. The executed notebook is written even when a cell fails (papermill
+    saves it with the failing cell marked), and exported too. When the run fails or is
+    interrupted (SIGINT, SIGTERM), the kernel is killed and the box restored from its journal
+    (:func:`workbench.journal.restore_box`) before the error propagates.
+
+    Returns ``{"notebook": ..., "html": ..., "json": ...}`` (paths; ``json`` is written by the
+    runbook itself). Raises ``FileNotFoundError`` for an unknown runbook, papermill's
+    ``PapermillExecutionError`` for a failing cell, ``KeyboardInterrupt`` when interrupted.
+    """
+    import papermill
+
+    from workbench.report import export_html
+
+    source = runbooks_dir() / f"{name}.ipynb"
+    if not source.exists():
+        known = sorted(p.stem for p in runbooks_dir().glob("*.ipynb"))
+        raise FileNotFoundError(f"no runbook {name!r} in {runbooks_dir()} (known: {', '.join(known)})")
+    out_dir = Path(report_dir).resolve()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    notebook = out_dir / f"{name}.ipynb"
+    params = dict(parameters)
+    params.setdefault("report_dir", str(out_dir))
+    os.environ[DRIVER_ENV] = "1"
+    previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+    try:
+        papermill.execute_notebook(str(source), str(notebook), parameters=params, kernel_name=kernel_name,
+                                   cwd=str(Path.cwd()), progress_bar=False)
+    except BaseException:
+        _kill_kernels()
+        _restore_after_failure(params.get("host", "local"))
+        if export and notebook.exists():
+            export_html(notebook, out_dir / f"{name}.html", require_executed=False)
+        raise
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        os.environ.pop(DRIVER_ENV, None)
+    paths = {"notebook": notebook, "json": out_dir / f"{name}.json"}
+    if export:
+        paths["html"] = export_html(notebook, out_dir / f"{name}.html")
+    return paths
+
+
+def _restore_after_failure(host: str) -> None:
+    from remote import connect
+    from workbench.journal import restore_box
+
+    box = connect(host)
+    try:
+        report = restore_box(box)
+    finally:
+        box.close()
+    for line in report.actions:
+        print(f"restore: {line}", file=sys.stderr)
+    for line in report.problems:
+        print(f"restore FAILED: {line}", file=sys.stderr)
+
+
+def _cmd_runbook(args: argparse.Namespace) -> int:
+    from papermill.exceptions import PapermillExecutionError
+
+    params = {key: _coerce(value) for key, value in (args.parameters or [])}
+    if args.host:
+        params["host"] = args.host
+    try:
+        paths = run_runbook(args.name, params, args.report_dir)
+    except FileNotFoundError as exc:
+        print(f"workbench runbook: {exc}", file=sys.stderr)
+        return 2
+    except PapermillExecutionError as exc:
+        print(f"workbench runbook: cell {exc.cell_index} failed: {exc.ename}: {exc.evalue}\n"
+              f"the executed notebook (with the failing cell) is in {args.report_dir}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("workbench runbook: interrupted; the box was restored (see above)", file=sys.stderr)
+        return 130
+    for kind, path in paths.items():
+        print(f"{kind}: {path}")
+    return 0
+
+
+def _cmd_report(args: argparse.Namespace) -> int:
+    from workbench.report import export_html
+
+    html = args.html or str(Path(args.notebook).with_suffix(".html"))
+    print(export_html(args.notebook, html, require_executed=False))
+    return 0
+
+
+def _cmd_restore(args: argparse.Namespace) -> int:
+    from remote import connect
+    from workbench.journal import restore_box
+
+    box = connect(args.host)
+    try:
+        report = restore_box(box)
+    finally:
+        box.close()
+    for line in report.actions or ["nothing to restore"]:
+        print(line)
+    for line in report.problems:
+        print(f"FAILED: {line}", file=sys.stderr)
+    return 0 if report.clean else 1
+
+
+def _cmd_doctor(args: argparse.Namespace) -> int:
+    from remote import connect
+    from remote.errors import RemoteError
+    from workbench.checkpoint import CheckpointError
+    from workbench.launch import LaunchCommand, LaunchCommandError
+    from workbench.rules import RuleInputError, check_algorithm_mismatch
+
+    try:
+        launch = LaunchCommand.parse(args.launch)
+        box = connect(args.host)
+    except (LaunchCommandError, RemoteError) as exc:
+        print(f"workbench doctor: {exc}", file=sys.stderr)
+        return 2
+    try:
+        findings = check_algorithm_mismatch(box, launch)
+    except (RuleInputError, CheckpointError, RemoteError) as exc:
+        print(f"workbench doctor: {exc}", file=sys.stderr)
+        return 2
+    finally:
+        box.close()
+    if args.json:
+        print(json.dumps({"findings": [f.to_dict() for f in findings]}, indent=2, default=str))
+    else:
+        for f in findings:
+            print(f"{f.severity.upper()} {f.rule}: {f.message}")
+            for key, value in f.evidence.items():
+                print(f"    {key}: {value}")
+            if f.fix:
+                print(f"  fix: {f.fix}")
+        if not findings:
+            print("no findings")
+    return 1 if any(f.severity == "error" for f in findings) else 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of the ``workbench`` command."""
+    parser = argparse.ArgumentParser(prog="workbench", description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("runbook", help="run a papermill runbook and export its HTML report")
+    p.add_argument("name", help="runbook name (a file in runbooks/, without .ipynb)")
+    p.add_argument("-p", "--parameter", dest="parameters", nargs=2, action="append", metavar=("KEY", "VALUE"),
+                   help="a runbook parameter (values parsed as JSON when they parse)")
+    p.add_argument("--host", help="the box: local, an ~/.ssh/config alias, user@host[:port]")
+    p.add_argument("--report-dir", default="reports", help="where NAME.ipynb/.html/.json go (default: reports)")
+    p.set_defaults(func=_cmd_runbook)
+
+    p = sub.add_parser("report", help="export an executed notebook to one self-contained HTML file")
+    p.add_argument("notebook")
+    p.add_argument("--html", help="output path (default: the notebook's path with .html)")
+    p.set_defaults(func=_cmd_report)
+
+    p = sub.add_parser("restore", help="undo what an interrupted diagnosis left on the box")
+    p.add_argument("--host", default="local")
+    p.set_defaults(func=_cmd_restore)
+
+    p = sub.add_parser("doctor", help="static checks of a launch command against the box's files")
+    p.add_argument("--launch", required=True, help="the server's launch command")
+    p.add_argument("--host", default="local")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=_cmd_doctor)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``workbench`` command; returns the exit code."""
+    args = build_parser().parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,789 @@
+"""The ``diagnose_acceptance`` runbook's steps: symptom → hypotheses → probe → fix → verify → report.
+
+Each step is one method of :class:`DiagnosisRun`; the runbook's cells call them and show what they
+return. Everything goes through a :class:`remote.Box` (commands, files, servers, probes) and HTTP to
+the server; nothing here imports the sandbox box, which is diagnosed like any SGLang box.
+
+The box is left as found: every change is journalled on the box first (:mod:`workbench.journal`),
+and :meth:`DiagnosisRun.finish` (also registered with ``atexit`` in the kernel, and called by the
+``workbench runbook`` driver when papermill is interrupted) stops the servers the run started,
+reverts its probes and relaunches the server it found. Restarts are kept to the minimum the
+evidence needs: the static checks (H1, H3) run first and cost none; the probe (H2) costs one launch,
+the fix one more (the probe stays in place, so the fixed server shows its input width too), and
+putting the original server back one more.
+"""
+
+from __future__ import annotations
+
+import atexit
+import html
+import os
+import posixpath
+import shlex
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+import httpx
+
+from remote import connect
+from remote import probes as remote_probes
+from remote.errors import RemoteError
+from workbench import acceptance as acc
+from workbench import figures
+from workbench.checkpoint import (
+    CheckpointError,
+    read_draft_facts,
+    read_target_facts,
+)
+from workbench.draft_checks import check_draft_weights
+from workbench.journal import Journal, RestoreReport, restore_box
+from workbench.launch import LaunchCommand
+from workbench.ledger import Evidence, Ledger
+from workbench.rules import Finding, algorithm_mismatch
+
+#: SGLang's default port (``--port``), used when the launch command names none.
+DEFAULT_PORT = 30000
+#: Module of the embedded sandbox box's server (SGLang's flags and endpoints).
+SANDBOX_SERVER_MODULE = "workbench.sandbox.launch_server"
+#: The draft model file, relative to the engine package root: SGLang 0.5.23
+#: ``srt/models/llama_eagle3.py`` (the sandbox mirrors the path).
+DRAFT_MODEL_FILE = "srt/models/llama_eagle3.py"
+#: The draft's fc width check (SGLang 0.5.23 ``srt/models/llama_eagle3.py``, ``LlamaModel.forward``):
+#: ``if hidden_states.shape[-1] != embeds.shape[-1]:`` — fc runs only when the input is wider.
+FC_CHECK_REGEX = r"^\s*if hidden_states\.shape\[-1\] != embeds\.shape\[-1\]:"
+PROBE_TAG = "draft-input-width"
+
+H1 = "H1"
+H2 = "H2"
+H3 = "H3"
+
+
+class DiagnosisError(RuntimeError):
+    """A step cannot run: no server and no launch command, an engine that cannot be located, ..."""
+
+
+def sandbox_models_dir() -> Path:
+    """The committed sandbox models (``workbench/sandbox/models``) on this machine. A path only:
+    the diagnosis never imports the sandbox."""
+    return Path(__file__).resolve().parent / "sandbox" / "models"
+
+
+def sandbox_launch_command(*, algorithm: str = "EAGLE", port: int = DEFAULT_PORT, python: str | None = None,
+                           draft: str = "draft", decode_log_interval: int = 8) -> str:
+    """The launch command of the embedded sandbox box, by default with the wrong flag
+    (``--speculative-algorithm EAGLE`` for an EAGLE-3 draft): the case this tool exists for."""
+    models = sandbox_models_dir()
+    return shlex.join([
+        python or sys.executable, "-m", SANDBOX_SERVER_MODULE,
+        "--model-path", str(models / "target"),
+        "--speculative-algorithm", algorithm,
+        "--speculative-draft-model-path", str(models / draft),
+        "--speculative-num-steps", "3", "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "4",
+        "--host", "127.0.0.1", "--port", str(port),
+        "--decode-log-interval", str(decode_log_interval),
+    ])
+
+
+def absolutize(box, launch: LaunchCommand, cwd: str | None) -> LaunchCommand:
+    """``launch`` with relative ``--model-path`` / ``--speculative-draft-model-path`` made absolute
+    against the server's working directory (``/proc/PID/cwd``), as the server resolves them. A
+    value that is not a directory there (a Hugging Face repo id such as ``org/name``) is kept."""
+    if not cwd:
+        return launch
+    for flag in ("--model-path", "--speculative-draft-model-path", "--tokenizer-path"):
+        value = launch.get(flag)
+        if isinstance(value, str) and value and not value.startswith(("/", "~")):
+            candidate = posixpath.normpath(posixpath.join(cwd, value))
+            if box.exists(candidate):
+                launch = launch.with_flag(flag, candidate)
+    return launch
+
+
+def _html_table(rows: list[tuple[str, Any]]) -> str:
+    body = "".join(
+        f"<tr><th style='text-align:left;padding-right:1em'>{html.escape(str(k))}</th>"
+        f"<td style='text-align:left'><code>{html.escape(str(v))}</code></td></tr>"
+        for k, v in rows
+    )
+    return f"<table>{body}</table>"
+
+
+# ----------------------------------------------------------------------------------------------
+# Inventory
+
+
+@dataclass
+class Inventory:
+    """What is on the box: the engine, its version and location, the server and its command line.
+
+    ``engine_package``: ``sglang`` or ``workbench.sandbox``; ``engine_root``: the installed
+    package directory on the box; ``launch``: the command as found (the server's own argv),
+    ``resolved``: the same with relative model paths made absolute against the server's cwd (used
+    to read files); ``server_pid`` is ``None`` when no server was running (the run then launches
+    ``launch`` itself and stops it at the end).
+    """
+
+    host: str
+    engine: str
+    engine_package: str
+    engine_version: str | None
+    engine_root: str | None
+    python: str
+    launch: LaunchCommand
+    port: int
+    base_url: str
+    resolved: LaunchCommand | None = None
+    server_pid: int | None = None
+    server_cwd: str | None = None
+    server_env: dict[str, str] | None = None
+    server_log: str | None = None
+    server_info: dict | None = None
+    notes: list[str] = field(default_factory=list)
+
+    def rows(self) -> list[tuple[str, Any]]:
+        info = self.server_info or {}
+        return [
+            ("box", self.host),
+            ("engine", f"{self.engine_package} {self.engine_version or '(version unknown)'}"),
+            ("engine source", self.engine_root or "(not located)"),
+            ("python", self.python),
+            ("server", f"pid {self.server_pid}" if self.server_pid else "not running (the run launches it)"),
+            ("server log", self.server_log or "(not a file)"),
+            ("launch command", self.launch.to_string()),
+            ("speculative algorithm (resolved)", info.get("speculative_algorithm", self.launch.get("--speculative-algorithm"))),
+            ("num steps / topk / draft tokens", (info.get("speculative_num_steps"), info.get("speculative_eagle_topk"),
+                                                 info.get("speculative_num_draft_tokens"))),
+            ("url", self.base_url),
+        ] + [("note", n) for n in self.notes]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "host": self.host, "engine": self.engine, "engine_package": self.engine_package,
+            "engine_version": self.engine_version, "engine_root": self.engine_root, "python": self.python,
+            "launch_command": self.launch.to_string(), "port": self.port, "base_url": self.base_url,
+            "server_pid": self.server_pid, "server_cwd": self.server_cwd, "server_log": self.server_log,
+            "server_info": self.server_info, "notes": list(self.notes),
+        }
+
+    def _repr_html_(self) -> str:
+        return "<h4>Box inventory</h4>" + _html_table(self.rows())
+
+
+_LOCATE_ENGINE = r"""
+import importlib.util, importlib.metadata, json, os, re, sys
+pkg = sys.argv[1]
+out = {"package": pkg, "root": None, "version": None, "error": None}
+try:
+    spec = importlib.util.find_spec(pkg)
+except Exception as exc:  # find_spec imports parent packages; report whatever they raise
+    spec = None
+    out["error"] = f"{type(exc).__name__}: {exc}"
+if spec is not None and spec.submodule_search_locations:
+    root = list(spec.submodule_search_locations)[0]
+    out["root"] = root
+    for name in ("version.py", "__init__.py"):
+        path = os.path.join(root, name)
+        if os.path.exists(path):
+            m = re.search(r'^__version__\s*=\s*[\'"]([^\'"]+)[\'"]', open(path, encoding="utf-8").read(), re.M)
+            if m:
+                out["version"] = m.group(1)
+                break
+    if out["version"] is None:
+        try:
+            out["version"] = importlib.metadata.version(pkg.split(".")[0])
+        except importlib.metadata.PackageNotFoundError:
+            pass
+elif out["error"] is None:
+    out["error"] = f"package {pkg} not found by {sys.executable}"
+print(json.dumps(out))
+"""
+
+
+def _engine_package(launch: LaunchCommand) -> str:
+    module = launch.module or ""
+    if module.startswith("sglang"):
+        return "sglang"
+    if module.endswith(".launch_server"):
+        return module[: -len(".launch_server")]
+    return module.split(".")[0] or "sglang"
+
+
+def _read_environ(box, pid: int) -> dict[str, str] | None:
+    try:
+        raw = box.read_bytes(f"/proc/{pid}/environ", timeout=10)
+    except RemoteError:
+        return None
+    env = {}
+    for item in raw.split(b"\0"):
+        if b"=" in item:
+            k, v = item.split(b"=", 1)
+            env[k.decode("utf-8", "replace")] = v.decode("utf-8", "replace")
+    return env
+
+
+def take_inventory(box, *, launch_command: str | None, port: int | None, timeout: float = 30) -> Inventory:
+    """Find the server on the box and what it runs.
+
+    A server is looked for among the box's processes (``Box.find_servers``) on ``port`` (else on
+    the launch command's ``--port``, else SGLang's default 30000). If one runs, its real command
+    line is the truth (a ``launch_command`` that differs is noted); if none runs, ``launch_command``
+    is what the run will launch. Raises :class:`DiagnosisError` when there is neither.
+    """
+    given = LaunchCommand.parse(launch_command) if launch_command else None
+    want_port = port or (int(given.get("--port")) if given is not None and given.get("--port") else None)
+    servers = box.find_servers(timeout=timeout)
+    candidates = [s for s in servers if want_port is None or s.port == want_port or
+                  (s.port is None and want_port == DEFAULT_PORT)]
+    notes: list[str] = []
+    server = None
+    if len(candidates) > 1:
+        notes.append(f"{len(candidates)} servers match; using pid {candidates[0].pid}")
+    if candidates:
+        server = candidates[0]
+    if server is not None:
+        launch = LaunchCommand.parse(list(server.argv))
+        if given is not None and given.argv != launch.argv:
+            notes.append("the running server's command line differs from the launch_command parameter; "
+                         "the running one is diagnosed")
+        python = server.exe or launch.launcher[0]
+    elif given is not None:
+        launch = given
+        python = launch.launcher[0] if "python" in posixpath.basename(launch.launcher[0]) else "python3"
+    else:
+        raise DiagnosisError(
+            f"no server found on {box.name} (port {want_port or 'any'}) and no launch_command given: "
+            "nothing to diagnose"
+        )
+    final_port = int(launch.get("--port") or want_port or DEFAULT_PORT)
+    resolved = absolutize(box, launch, server.cwd if server else None)
+    package = _engine_package(launch)
+    located = box.run([python, "-c", _LOCATE_ENGINE, package], timeout=timeout, check=False)
+    engine_root = engine_version = None
+    if located.exit_code == 0:
+        import json as _json
+
+        found = _json.loads(located.stdout.strip().splitlines()[-1])
+        engine_root, engine_version = found.get("root"), found.get("version")
+        if found.get("error"):
+            notes.append(f"engine not located: {found['error']}")
+    else:
+        notes.append(f"engine not located with {python}: {located.stderr.strip()[-300:]}")
+    base_url = box.url(final_port)
+    server_info = None
+    if server is not None:
+        server_info = _get_json(base_url, "/server_info", "/get_server_info", notes=notes)
+    return Inventory(
+        host=box.name, engine="sandbox" if package.startswith("workbench") else "sglang",
+        engine_package=package, engine_version=engine_version, engine_root=engine_root, python=python,
+        launch=launch, port=final_port, base_url=base_url, resolved=resolved,
+        server_pid=server.pid if server else None, server_cwd=server.cwd if server else None,
+        server_env=_read_environ(box, server.pid) if server else None,
+        server_log=server.log_path if server else None, server_info=server_info, notes=notes,
+    )
+
+
+def _get_json(base_url: str, *paths: str, notes: list[str], timeout: float = 10) -> dict | None:
+    with httpx.Client(timeout=timeout, trust_env=False) as client:
+        for path in paths:
+            try:
+                response = client.get(base_url + path)
+            except httpx.HTTPError as exc:
+                notes.append(f"GET {path}: {type(exc).__name__}: {exc}")
+                continue
+            if response.status_code == 200:
+                return response.json()
+            notes.append(f"GET {path}: HTTP {response.status_code}")
+    return None
+
+
+# ----------------------------------------------------------------------------------------------
+# Step results
+
+
+@dataclass
+class Measurement:
+    """Acceptance measured on one server (``label``): the ``/generate`` measurement and the decode
+    log records written while it ran."""
+
+    label: str
+    launch_command: str
+    generate: Any  # workbench.acceptance.AcceptanceMeasurement
+    log_records: list[dict]
+    log_path: str | None
+
+    @property
+    def accept_length(self) -> float | None:
+        return self.generate.accept_length
+
+    def to_dict(self) -> dict[str, Any]:
+        out = self.generate.to_dict()
+        out.update({"label": self.label, "launch_command": self.launch_command, "log_path": self.log_path,
+                    "log_decode_records": len(self.log_records)})
+        if self.log_records:
+            lens = [r["accept_len"] for r in self.log_records if r.get("accept_len") is not None]
+            out["log_accept_len_last"] = lens[-1] if lens else None
+        return out
+
+    def _repr_html_(self) -> str:
+        g = self.generate
+        rows = [
+            ("server", self.label),
+            ("accept length (Σ completion tokens / Σ verify steps)", _fmt(g.accept_length)),
+            ("accept rate", _fmt(g.accept_rate)),
+            ("requests (warm-up excluded)", len(g.records)),
+            ("completion tokens / verify steps", f"{g.total_tokens} / {g.verify_steps}"),
+            ("throughput (tokens/s)", _fmt(g.tokens_per_s)),
+            ("decode log lines read", len(self.log_records)),
+        ]
+        return f"<h4>Acceptance: {html.escape(self.label)}</h4>" + _html_table(rows)
+
+
+def _fmt(x: Any) -> str:
+    return "—" if x is None else (f"{x:.3f}" if isinstance(x, float) else str(x))
+
+
+@dataclass
+class StepResult:
+    """A hypothesis step's outcome: its verdict, the findings or probe values behind it, and text."""
+
+    hypothesis: str
+    verdict: str
+    summary: str
+    findings: list[Finding] = field(default_factory=list)
+    data: dict[str, Any] = field(default_factory=dict)
+
+    def _repr_html_(self) -> str:
+        colour = {"confirmed": "#b00020", "refuted": "#1b7a1b"}.get(self.verdict, "#8a6d00")
+        parts = [f"<h4>{self.hypothesis}: <span style='color:{colour}'>{self.verdict}</span></h4>",
+                 f"<p>{html.escape(self.summary)}</p>"]
+        for f in self.findings:
+            parts.append(f"<p><b>{html.escape(f.rule)}</b> ({f.severity}): {html.escape(f.message)}</p>")
+            parts.append(_html_table([(k, v) for k, v in f.evidence.items()]))
+            if f.fix:
+                parts.append(f"<p>fix: <code>{html.escape(f.fix)}</code></p>")
+        if self.data:
+            parts.append(_html_table(list(self.data.items())))
+        return "".join(parts)
+
+
+# ----------------------------------------------------------------------------------------------
+# The run
+
+
+class DiagnosisRun:
+    """One diagnosis of one box. Create with :meth:`start`; call the steps in order; end with
+    :meth:`finish` (idempotent; also run at interpreter exit).
+
+    Parameters mirror the runbook's: ``allow_restart`` (False: only static checks, H2 stays
+    inconclusive and no fix is applied), ``apply_fix``, ``keep_fix`` (leave the fixed server
+    running instead of putting the original back).
+    """
+
+    def __init__(self, box, inventory: Inventory, journal: Journal, *, allow_restart: bool, apply_fix: bool,
+                 keep_fix: bool, prompts: list[dict], max_new_tokens: int, server_start_timeout: float,
+                 report_dir: str | Path):
+        self.box = box
+        self.inventory = inventory
+        self.journal = journal
+        self.allow_restart = allow_restart
+        self.apply_fix_enabled = apply_fix
+        self.keep_fix = keep_fix
+        self.prompts = prompts
+        self.max_new_tokens = max_new_tokens
+        self.server_start_timeout = server_start_timeout
+        self.report_dir = Path(report_dir)
+        self.started_at = time.monotonic()
+        self.ledger = Ledger()
+        self.ledger.add(H1, "The --speculative-algorithm flag does not match the draft's architecture "
+                            "(an EAGLE-3 draft launched as EAGLE, or the reverse).")
+        self.ledger.add(H2, "The target does not capture its auxiliary hidden states: the draft's fc receives a "
+                            "1×-wide hidden state instead of num_aux × target hidden, and is skipped.")
+        self.ledger.add(H3, "The draft's weights or token map are wrong: tensors the engine drops or misses, "
+                            "wrong shapes, or an invalid d2t.")
+        self.restarts = 0
+        self.launches: list[dict] = []
+        self.current = None  # ServerHandle of the server the run launched and left running, if any
+        self.current_launch: LaunchCommand | None = None
+        self.probe = None
+        self.before: Measurement | None = None
+        self.after: Measurement | None = None
+        self.findings: list[Finding] = []
+        self.probe_result: dict[str, Any] = {}
+        self.fix_launch: LaunchCommand | None = None
+        self.restore_report: RestoreReport | None = None
+        self.finished = False
+        self.verdict: dict | None = None
+        self.draft_facts = None
+        self.target_facts = None
+        atexit.register(self._atexit)
+
+    # -- construction ---------------------------------------------------------------------------
+
+    @classmethod
+    def start(cls, *, host: str = "local", launch_command: str | None = None, port: int | None = None,
+              allow_restart: bool = True, apply_fix: bool = True, keep_fix: bool = False,
+              prompts: str | None = None, num_prompts: int | None = None, max_new_tokens: int = 96,
+              server_start_timeout: float = 300.0, report_dir: str | Path = "reports") -> "DiagnosisRun":
+        """Connect to ``host``, restore anything an interrupted earlier run left, take the
+        inventory and open the journal. ``launch_command=None`` means the embedded sandbox box
+        launched with the wrong flag (when no server is running on ``port``)."""
+        box = connect(host)
+        leftover = Journal(box)
+        if leftover.pending:
+            report = restore_box(box, server_start_timeout=server_start_timeout)
+            if not report.clean:
+                raise DiagnosisError("an earlier run left the box changed and it could not be restored: "
+                                     + "; ".join(report.problems))
+        if launch_command is None and not box.find_servers():
+            launch_command = sandbox_launch_command(port=port or DEFAULT_PORT)
+        inventory = take_inventory(box, launch_command=launch_command, port=port)
+        journal = Journal(box)
+        journal.begin()
+        if inventory.server_pid is not None:
+            journal.record_original(argv=list(inventory.launch.argv), cwd=inventory.server_cwd,
+                                    env=inventory.server_env, port=inventory.port,
+                                    log_path=inventory.server_log, pid=inventory.server_pid)
+        prompt_set = acc.load_prompts(prompts)
+        if num_prompts:
+            prompt_set = prompt_set[:num_prompts]
+        return cls(box, inventory, journal, allow_restart=allow_restart, apply_fix=apply_fix, keep_fix=keep_fix,
+                   prompts=prompt_set, max_new_tokens=max_new_tokens, server_start_timeout=server_start_timeout,
+                   report_dir=report_dir)
+
+    # -- server management ----------------------------------------------------------------------
+
+    def _stop_current(self) -> None:
+        if self.current is not None:
+            self.box.stop_server(self.current, grace=10.0)
+            self.journal.remove_started(self.current.pid)
+            self.current = None
+            self.current_launch = None
+
+    def _stop_original(self) -> None:
+        original = self.journal.data.get("original_server")
+        if original and not original.get("stopped") and self.inventory.server_pid is not None:
+            self.box.stop_server(self.inventory.server_pid, grace=15.0)
+            self.journal.mark_original_stopped(True)
+
+    def _launch(self, launch: LaunchCommand, label: str):
+        """Stop whatever serves the port (the original, or the run's previous server), launch
+        ``launch`` with the original's cwd and environment, wait until healthy."""
+        self._stop_current()
+        self._stop_original()
+        env = self.inventory.server_env
+        argv = list(launch.argv)
+        handle = self.box.launch_server(argv, port=self.inventory.port, cwd=self.inventory.server_cwd, env=env)
+        self.journal.add_started(pid=handle.pid, pgid=handle.pgid, port=handle.port, argv=argv, label=label)
+        self.current, self.current_launch = handle, launch
+        self.restarts += 1
+        started = time.time()
+        waited = self.box.wait_healthy(handle, timeout=self.server_start_timeout)
+        self.launches.append({"label": label, "launch_command": launch.to_string(), "pid": handle.pid,
+                              "log_path": handle.log_path, "healthy_after_s": round(waited, 2),
+                              "started_at": started})
+        return handle
+
+    def _serving(self) -> tuple[str, str | None, LaunchCommand]:
+        """The URL, log path and launch command of whatever serves now, launching the given
+        command when nothing runs (a box with no server: the run starts it, and stops it at the end)."""
+        if self.current is not None:
+            return self.inventory.base_url, self.current.log_path, self.current_launch
+        original = self.journal.data.get("original_server")
+        if original and not original.get("stopped"):
+            return self.inventory.base_url, self.inventory.server_log, self.inventory.launch
+        if not self.allow_restart:
+            raise DiagnosisError("no server is running and allow_restart is False: nothing to measure")
+        handle = self._launch(self.inventory.launch, "as-found")
+        return self.inventory.base_url, handle.log_path, self.inventory.launch
+
+    # -- steps ----------------------------------------------------------------------------------
+
+    def measure(self, label: str) -> Measurement:
+        """Accept length over the prompt set through ``/generate`` (SGLang's definition:
+        Σ completion_tokens / Σ spec_verify_ct), with the decode log lines written meanwhile."""
+        base_url, log_path, launch = self._serving()
+        offset = self.box.file_size(log_path) if log_path and self.box.exists(log_path) else 0
+        result = acc.measure_generate(base_url, self.prompts, max_new_tokens=self.max_new_tokens, warmup=1)
+        records: list[dict] = []
+        if log_path:
+            chunk, _ = self.box.follow(log_path, offset)
+            parsed = acc.parse_log(chunk.decode("utf-8", "replace").splitlines())
+            records = [r.to_dict() for r in parsed.decode]
+        return Measurement(label=label, launch_command=launch.to_string(), generate=result,
+                           log_records=records, log_path=log_path)
+
+    def measure_symptom(self) -> Measurement:
+        """The symptom: acceptance of the server as found."""
+        self.before = self.measure("as found: " + str(self.inventory.launch.get("--speculative-algorithm")))
+        return self.before
+
+    def check_algorithm(self) -> StepResult:
+        """H1 (static, no restart): the ``algorithm-mismatch`` rule on the launch command, the
+        draft's config.json and its safetensors header, read from the box."""
+        launch = self.inventory.launch
+        resolved = self.inventory.resolved or launch
+        draft_path = resolved.get("--speculative-draft-model-path")
+        if not draft_path:
+            return self._decide(H1, "inconclusive", "the launch command names no --speculative-draft-model-path")
+        try:
+            self.draft_facts = read_draft_facts(self.box, draft_path)
+        except CheckpointError as exc:
+            return self._decide(H1, "inconclusive", f"the draft could not be read: {exc}")
+        try:
+            self.target_facts = read_target_facts(self.box, resolved.get("--model-path"))
+        except CheckpointError as exc:
+            self.target_facts = None
+            self.inventory.notes.append(f"target config unreadable: {exc}")
+        findings = algorithm_mismatch(launch, self.draft_facts, self.target_facts)
+        self.findings.extend(findings)
+        if findings:
+            self.fix_launch = LaunchCommand.parse(findings[0].fix)
+            return self._decide(H1, "confirmed", findings[0].message, findings=findings)
+        return self._decide(H1, "refuted", f"--speculative-algorithm {launch.get('--speculative-algorithm')} matches "
+                                           f"the draft ({self.draft_facts.architectures})",
+                            data={"draft_architectures": self.draft_facts.architectures,
+                                  "fc_in_features": self.draft_facts.fc_in_features})
+
+    def check_draft(self) -> StepResult:
+        """H3 (static, no restart): the draft's tensor names and shapes against what the engine's
+        ``load_weights`` keeps, and the d2t/t2d token map, read by byte range."""
+        draft_path = (self.inventory.resolved or self.inventory.launch).get("--speculative-draft-model-path")
+        if self.draft_facts is None:
+            try:
+                self.draft_facts = read_draft_facts(self.box, draft_path)
+            except CheckpointError as exc:
+                return self._decide(H3, "inconclusive", f"the draft could not be read: {exc}")
+        findings, checked = check_draft_weights(self.box, self.draft_facts, self.target_facts)
+        self.findings.extend(findings)
+        if findings:
+            return self._decide(H3, "confirmed", "; ".join(f.message for f in findings), findings=findings,
+                                data=checked)
+        return self._decide(H3, "refuted", "every draft tensor maps to a parameter of the draft class, none is "
+                                           "missing, shapes agree, and d2t is a valid offset table",
+                            data=checked)
+
+    def probe_input_width(self) -> StepResult:
+        """H2 (one restart): a one-shot print of the draft's input hidden-state width just before
+        the fc check, the server relaunched with its own command, one request, the width read from
+        the log. The probe stays in place for the fix step when ``apply_fix`` (the fixed server then
+        shows its width too) and is reverted at once otherwise."""
+        if not self.allow_restart:
+            return self._decide(H2, "inconclusive", "allow_restart is False: the probe needs a restart")
+        if not self.inventory.engine_root:
+            return self._decide(H2, "inconclusive", "the engine's source was not located on the box; no probe")
+        path = posixpath.join(self.inventory.engine_root, DRAFT_MODEL_FILE)
+        self.probe = remote_probes.add_probe(self.box, path, before=FC_CHECK_REGEX,
+                                             exprs=["hidden_states.shape", "embeds.shape"], tag=PROBE_TAG)
+        handle = self._launch(self.inventory.launch, "probe")
+        observed_shape = self._probe_values(handle)
+        expected = self._expected_width()
+        target_hidden = self._target_hidden()
+        observed = observed_shape[-1] if observed_shape else None
+        self.probe_result = {
+            "file": path, "line": self.probe.line,
+            "anchor": FC_CHECK_REGEX, "tag": PROBE_TAG, "observed_shape": observed_shape,
+            "observed_hidden_size": observed, "expected_hidden_size": expected, "target_hidden_size": target_hidden,
+            "launch_command": self.inventory.launch.to_string(),
+        }
+        if not self.apply_fix_enabled:
+            self._revert_probe()
+        if observed is None:
+            return self._decide(H2, "inconclusive", f"the probe printed nothing in {handle.log_path}: the draft's "
+                                                    "forward never reached the fc check", data=self.probe_result)
+        if expected is not None and observed != expected:
+            why = (f"the draft received a {observed}-wide hidden state where its fc needs {expected} "
+                   f"(= {expected // target_hidden if target_hidden else '?'} × target hidden {target_hidden}); "
+                   "the width check is false, so fc is skipped silently")
+            return self._decide(H2, "confirmed", why, data=self.probe_result)
+        return self._decide(H2, "refuted", f"the draft received {observed}-wide input, what its fc expects",
+                            data=self.probe_result)
+
+    def apply_fix(self) -> Measurement | None:
+        """Relaunch with the fix the static findings propose (H1), read the probe on the fixed
+        server when it is in place, and measure acceptance again."""
+        if not (self.apply_fix_enabled and self.allow_restart):
+            return None
+        if self.fix_launch is None:
+            return None
+        try:
+            handle = self._launch(self.fix_launch, "fix")
+            if self.probe is not None:
+                shape = self._probe_values(handle)
+                self.probe_result["after_fix_shape"] = shape
+                self.probe_result["after_fix_hidden_size"] = shape[-1] if shape else None
+        finally:
+            self._revert_probe()
+        self.after = self.measure("fixed: " + str(self.fix_launch.get("--speculative-algorithm")))
+        return self.after
+
+    def finish(self) -> dict:
+        """Put the box back as found (stop the run's servers, revert probes, relaunch the original
+        server), then write ``report_dir/diagnose_acceptance.json``. Idempotent."""
+        if not self.finished:
+            self.finished = True
+            if self.keep_fix and self.after is not None and self.current is not None:
+                # Leave the fixed server in place of the original: forget both in the journal.
+                self.journal.remove_started(self.current.pid)
+                self.journal.mark_original_stopped(False)
+                self.current = None
+            self.restore_report = restore_box(self.box, server_start_timeout=self.server_start_timeout)
+            if self.restore_report.actions and any(a.startswith("relaunched") for a in self.restore_report.actions):
+                self.restarts += 1
+            self.current = None
+            self.verdict = self.build_verdict()
+            from workbench.report import write_verdict_json
+
+            write_verdict_json(self.report_dir / "diagnose_acceptance.json", self.verdict)
+        return self.verdict
+
+    def _atexit(self) -> None:
+        # Under ``workbench runbook`` the driver restores the box after killing the kernel; a
+        # second restorer here would race it.
+        if os.environ.get("EAGLE_WORKBENCH_DRIVER"):
+            return
+        if not self.finished:
+            self.finished = True
+            report = restore_box(self.box, server_start_timeout=self.server_start_timeout)
+            for line in report.actions + report.problems:
+                print(f"[eagle-workbench restore] {line}", file=sys.stderr)
+
+    # -- helpers --------------------------------------------------------------------------------
+
+    def _revert_probe(self) -> None:
+        if self.probe is not None:
+            remote_probes.revert_probe(self.box, self.probe)
+            self.probe_result["reverted"] = True
+            self.probe = None
+
+    def _probe_values(self, handle, *, timeout: float = 60.0) -> tuple[int, ...] | None:
+        """Send one request and read the probe's line from the server log."""
+        with httpx.Client(timeout=timeout, trust_env=False) as client:
+            client.post(self.inventory.base_url + "/generate",
+                        json={"text": self.prompts[0]["text"], "sampling_params": {"max_new_tokens": 8, "temperature": 0}})
+        deadline = time.monotonic() + 10
+        while True:
+            text = self.box.read_text(handle.log_path)
+            values = remote_probes.read_probe_output(text, PROBE_TAG)
+            if values:
+                return remote_probes.parse_shape(values[0]["hidden_states.shape"])
+            if time.monotonic() > deadline:
+                return None
+            time.sleep(0.2)
+
+    def _target_hidden(self) -> int | None:
+        if self.target_facts is not None and self.target_facts.hidden_size:
+            return self.target_facts.hidden_size
+        if self.draft_facts is not None:
+            return self.draft_facts.effective_target_hidden_size
+        return None
+
+    def _expected_width(self) -> int | None:
+        if self.draft_facts is not None and self.draft_facts.fc_in_features:
+            return self.draft_facts.fc_in_features
+        return None
+
+    def _decide(self, hid: str, verdict: str, summary: str, *, findings: list[Finding] = (),
+                data: dict | None = None) -> StepResult:
+        evidence = [Evidence(kind="finding", summary=f"{f.rule}: {f.message}", data=f.to_dict(),
+                             source="static check") for f in findings]
+        if data:
+            evidence.append(Evidence(kind="data", summary=summary, data=dict(data), source="box"))
+        if not evidence:
+            evidence.append(Evidence(kind="note", summary=summary, data={}, source="workbench"))
+        self.ledger.decide(hid, verdict, *evidence)
+        return StepResult(hid, verdict, summary, list(findings), dict(data or {}))
+
+    # -- summary --------------------------------------------------------------------------------
+
+    def root_cause(self) -> dict[str, Any] | None:
+        """The first error finding of a confirmed hypothesis, in ledger order, with the mechanism
+        (H2's probe) attached when it was confirmed."""
+        for hyp in self.ledger:
+            if hyp.verdict != "confirmed":
+                continue
+            errors = [f for f in self.findings if f.severity == "error"]
+            for f in errors:
+                return {"rule": f.rule, "hypothesis": hyp.id, "message": f.message, "fix": f.fix,
+                        "mechanism_confirmed_by_probe": self.ledger.get(H2).verdict == "confirmed"}
+        return None
+
+    def launch_diff(self) -> list[tuple[str, Any, Any]]:
+        """The fix as a launch-command diff: (flag, before, after)."""
+        return self.inventory.launch.diff(self.fix_launch) if self.fix_launch is not None else []
+
+    def figures(self) -> dict[str, Any]:
+        """The summary's plotly figures (only those the run has data for)."""
+        out: dict[str, Any] = {}
+        if self.before is not None and self.after is not None:
+            out["accept_length"] = figures.accept_length_before_after(
+                self.before.accept_length or 0.0, self.after.accept_length or 0.0,
+                labels=(self.before.label, self.after.label),
+                ideal=float(self.fix_launch.get("--speculative-num-draft-tokens") or 0) or None)
+            out["per_request"] = figures.accept_length_per_request(
+                [r.spec_accept_length or 0.0 for r in self.before.generate.records],
+                [r.spec_accept_length or 0.0 for r in self.after.generate.records])
+        timeline = {m.label: m.log_records for m in (self.before, self.after) if m is not None and m.log_records}
+        if timeline:
+            out["timeline"] = figures.acceptance_timeline(timeline)
+        if self.probe_result.get("observed_hidden_size"):
+            out["probe"] = figures.hidden_width_probe(self.probe_result["observed_hidden_size"],
+                                                      self.probe_result.get("expected_hidden_size") or 0,
+                                                      self.probe_result.get("target_hidden_size") or 0)
+        return out
+
+    def build_verdict(self) -> dict[str, Any]:
+        """The verdict document (schema: DESIGN.md, "Contracts")."""
+        def acceptance(m: Measurement | None) -> dict | None:
+            return m.to_dict() if m is not None else {"accept_length": None}
+
+        return {
+            "root_cause": self.root_cause() or {"rule": None},
+            "hypotheses": self.ledger.to_dict()["hypotheses"],
+            "acceptance": {"before": acceptance(self.before), "after": acceptance(self.after)},
+            "probe": {
+                "observed_hidden_size": self.probe_result.get("observed_hidden_size"),
+                "expected_hidden_size": self.probe_result.get("expected_hidden_size"),
+                **{k: v for k, v in self.probe_result.items() if k not in ("observed_hidden_size", "expected_hidden_size")},
+            },
+            "fix": {
+                "launch_command": self.fix_launch.to_string() if self.fix_launch is not None else None,
+                "diff": [{"flag": f, "before": a, "after": b} for f, a, b in self.launch_diff()],
+                "applied": self.after is not None,
+                "kept": bool(self.keep_fix and self.after is not None),
+            },
+            "findings": [f.to_dict() for f in self.findings],
+            "inventory": self.inventory.to_dict(),
+            "launches": self.launches,
+            "restarts": self.restarts,
+            "restore": self.restore_report.to_dict() if self.restore_report else None,
+            "duration_s": round(time.monotonic() - self.started_at, 2),
+        }
+
+    def summary_html(self) -> str:
+        """Root cause, fix diff and the box's state, as HTML for the summary cell."""
+        rc = self.root_cause()
+        parts = ["<h3>Summary</h3>"]
+        if rc:
+            parts.append(f"<p><b>Root cause</b> (<code>{html.escape(rc['rule'])}</code>): {html.escape(rc['message'])}</p>")
+        else:
+            parts.append("<p><b>No root cause confirmed.</b> See the ledger for what was ruled out.</p>")
+        if self.before is not None:
+            parts.append(f"<p>accept length before: <b>{_fmt(self.before.accept_length)}</b>"
+                         + (f", after the fix: <b>{_fmt(self.after.accept_length)}</b>" if self.after else "") + "</p>")
+        diff = self.launch_diff()
+        if diff:
+            rows = "".join(f"<tr><td><code>{html.escape(f)}</code></td><td style='color:#b00020'><code>- {html.escape(str(a))}"
+                           f"</code></td><td style='color:#1b7a1b'><code>+ {html.escape(str(b))}</code></td></tr>"
+                           for f, a, b in diff)
+            parts.append(f"<p><b>Fix</b> (launch-command diff):</p><table>{rows}</table>")
+            parts.append(f"<p>fixed command: <code>{html.escape(self.fix_launch.to_string())}</code></p>")
+        return "".join(parts)
+
+
+__all__ = [
+    "DEFAULT_PORT", "DiagnosisError", "DiagnosisRun", "Inventory", "Measurement", "StepResult",
+    "absolutize", "sandbox_launch_command", "sandbox_models_dir", "take_inventory",
+]
