@@ -161,8 +161,15 @@ def _crash_point(name: str) -> None:
 # -- the block ---------------------------------------------------------------------------------
 
 
-def render_block(tag: str, exprs: Sequence[str], indent: str = "", newline: str = "\n") -> str:
-    """The probe's source text (marker lines included), indented by ``indent``."""
+#: Longest repr (characters) a probe prints for one value; longer ones are cut and end in "...".
+MAX_REPR = 2000
+
+
+def render_block(tag: str, exprs: Sequence[str], indent: str = "", newline: str = "\n", max_repr: int = MAX_REPR) -> str:
+    """The probe's source text (marker lines included), indented by ``indent``.
+
+    Each value is printed as its ``repr`` cut to ``max_repr`` characters.
+    """
     prefix = f"[probe:{tag}] "
     body = [
         BEGIN_MARKER.format(tag=tag),
@@ -172,11 +179,12 @@ def render_block(tag: str, exprs: Sequence[str], indent: str = "", newline: str 
         f"    if {tag!r} not in _ewb_fired:",
         f"        _ewb_fired.add({tag!r})",
         "        _ewb_parts = []",
+        f"        _ewb_cut = lambda s: s if len(s) <= {int(max_repr)} else s[:{int(max_repr)}] + '...'",
     ]
     for expr in exprs:
         body += [
             "        try:",
-            f"            _ewb_parts.append({expr + '='!r} + repr({expr}))",
+            f"            _ewb_parts.append({expr + '='!r} + _ewb_cut(repr({expr})))",
             "        except Exception as _ewb_exc:",
             f"            _ewb_parts.append({expr + '=<error:'!r} + repr(_ewb_exc) + '>')",
         ]
