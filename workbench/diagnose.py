@@ -224,13 +224,15 @@ def _read_environ(box, pid: int) -> dict[str, str] | None:
     return env
 
 
-def take_inventory(box, *, launch_command: str | None, port: int | None, timeout: float = 30) -> Inventory:
+def take_inventory(box, *, launch_command: str | None, port: int | None, default_launch: str | None = None,
+                   timeout: float = 30) -> Inventory:
     """Find the server on the box and what it runs.
 
     A server is looked for among the box's processes (``Box.find_servers``) on ``port`` (else on
     the launch command's ``--port``, else SGLang's default 30000). If one runs, its real command
     line is the truth (a ``launch_command`` that differs is noted); if none runs, ``launch_command``
-    is what the run will launch. Raises :class:`DiagnosisError` when there is neither.
+    is what the run will launch (``default_launch`` when that is ``None`` too). Raises
+    :class:`DiagnosisError` when there is neither.
     """
     given = LaunchCommand.parse(launch_command) if launch_command else None
     want_port = port or (int(given.get("--port")) if given is not None and given.get("--port") else None)
@@ -249,8 +251,8 @@ def take_inventory(box, *, launch_command: str | None, port: int | None, timeout
             notes.append("the running server's command line differs from the launch_command parameter; "
                          "the running one is diagnosed")
         python = server.exe or launch.launcher[0]
-    elif given is not None:
-        launch = given
+    elif given is not None or default_launch:
+        launch = given if given is not None else LaunchCommand.parse(default_launch)
         python = launch.launcher[0] if "python" in posixpath.basename(launch.launcher[0]) else "python3"
     else:
         raise DiagnosisError(
@@ -437,9 +439,8 @@ class DiagnosisRun:
             if not report.clean:
                 raise DiagnosisError("an earlier run left the box changed and it could not be restored: "
                                      + "; ".join(report.problems))
-        if launch_command is None and not box.find_servers():
-            launch_command = sandbox_launch_command(port=port or DEFAULT_PORT)
-        inventory = take_inventory(box, launch_command=launch_command, port=port)
+        inventory = take_inventory(box, launch_command=launch_command, port=port,
+                                   default_launch=sandbox_launch_command(port=port or DEFAULT_PORT))
         journal = Journal(box)
         journal.begin()
         if inventory.server_pid is not None:

@@ -1,0 +1,146 @@
+"""The main job end to end on the embedded sandbox box: real server processes, real HTTP, real
+papermill executions, real probes in the sandbox's ``srt/models/llama_eagle3.py``.
+
+The sandbox is diagnosed like any box (through ``remote``, HTTP and its files); these tests look at
+it from the outside too: the server processes on the port, the sha256 of the file the probe patches,
+the journal on the box.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from remote import connect
+from remote import probes as remote_probes
+from workbench.diagnose import DRAFT_MODEL_FILE, sandbox_launch_command
+from workbench.journal import Journal
+from workbench.report import check_self_contained
+
+ROOT = Path(__file__).resolve().parents[2]
+DRAFT_FILE = ROOT / "workbench" / "sandbox" / DRAFT_MODEL_FILE
+TARGET_CONFIG = ROOT / "workbench" / "sandbox" / "models" / "target" / "config.json"
+
+pytestmark = pytest.mark.slow
+
+
+def _servers_on(box, port):
+    return [s for s in box.find_servers() if s.port == port]
+
+
+def _run_runbook(tmp_path, port, state_dir, extra=()):
+    """``workbench runbook diagnose_acceptance`` as a user runs it (a subprocess)."""
+    env = dict(os.environ, EAGLE_WORKBENCH_STATE_DIR=str(state_dir))
+    cmd = [sys.executable, "-m", "workbench.cli", "runbook", "diagnose_acceptance", "--report-dir",
+           str(tmp_path / "reports"), "-p", "port", str(port), "-p", "num_prompts", "4",
+           "-p", "max_new_tokens", "64", *extra]
+    return subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True, timeout=900)
+
+
+def test_diagnose_sandbox_from_a_launch_command(tmp_path, free_port, state_dir):
+    """No server on the port: the runbook launches the wrong-flag command itself, diagnoses it,
+    verifies the fix and stops everything it started (the box had no server, it has none after)."""
+    box = connect("local", state_dir=state_dir)
+    sha_before = box.sha256(DRAFT_FILE)
+    result = _run_runbook(tmp_path, free_port, state_dir)
+    assert result.returncode == 0, result.stderr[-4000:]
+    verdict = json.loads((tmp_path / "reports" / "diagnose_acceptance.json").read_text())
+    hidden = json.loads(TARGET_CONFIG.read_text())["hidden_size"]
+
+    assert verdict["root_cause"]["rule"] == "algorithm-mismatch"
+    assert verdict["acceptance"]["before"]["accept_length"] <= 1.2
+    assert verdict["acceptance"]["after"]["accept_length"] >= 2.0
+    assert verdict["probe"]["observed_hidden_size"] == hidden
+    assert verdict["probe"]["expected_hidden_size"] == 3 * hidden
+    assert verdict["probe"]["after_fix_hidden_size"] == 3 * hidden
+    assert "--speculative-algorithm EAGLE3" in verdict["fix"]["launch_command"]
+    assert [d["flag"] for d in verdict["fix"]["diff"]] == ["--speculative-algorithm"]
+    by_id = {h["id"]: h for h in verdict["hypotheses"]}
+    assert by_id["H1"]["verdict"] == "confirmed"
+    assert by_id["H2"]["verdict"] == "confirmed"
+    assert by_id["H3"]["verdict"] == "refuted"
+    assert all(h["evidence"] for h in verdict["hypotheses"])
+    # as-found launch (nothing ran), probe launch, fix launch; nothing relaunched at the end
+    assert verdict["restarts"] == 3
+    assert verdict["duration_s"] > 0
+
+    # the box as found: no server on the port, the draft file byte for byte, no probe, no journal
+    assert _servers_on(box, free_port) == []
+    assert box.sha256(DRAFT_FILE) == sha_before
+    assert remote_probes.list_probes(box) == []
+    assert not Journal(box).pending
+
+    html = (tmp_path / "reports" / "diagnose_acceptance.html").read_text()
+    assert check_self_contained(html) == []
+    assert "algorithm-mismatch" in html
+
+
+def test_diagnose_running_server_is_put_back(tmp_path, free_port, state_dir):
+    """A server runs with the wrong flag: the runbook diagnoses it, and afterwards the same
+    command line serves the port again (a new process, same argv), with the file unchanged."""
+    box = connect("local", state_dir=state_dir)
+    argv = shlex.split(sandbox_launch_command(port=free_port))
+    handle = box.launch_server(argv, port=free_port, log_path=tmp_path / "original.log")
+    try:
+        box.wait_healthy(handle, timeout=180)
+        sha_before = box.sha256(DRAFT_FILE)
+        result = _run_runbook(tmp_path, free_port, state_dir)
+        assert result.returncode == 0, result.stderr[-4000:]
+        verdict = json.loads((tmp_path / "reports" / "diagnose_acceptance.json").read_text())
+        assert verdict["root_cause"]["rule"] == "algorithm-mismatch"
+        assert verdict["inventory"]["server_pid"] == handle.pid
+        # probe launch, fix launch, the original relaunched
+        assert verdict["restarts"] == 3
+        servers = _servers_on(box, free_port)
+        assert len(servers) == 1 and list(servers[0].argv) == argv and servers[0].pid != handle.pid
+        assert box.sha256(DRAFT_FILE) == sha_before
+        assert not Journal(box).pending
+        # the relaunched original appends to the original log file
+        assert servers[0].log_path == str(tmp_path / "original.log")
+    finally:
+        for s in _servers_on(box, free_port):
+            box.stop_server(s)
+
+
+def test_interrupted_run_leaves_the_box_as_found(tmp_path, free_port, state_dir):
+    """SIGINT to the driver while the probe is in the engine source and the probed server runs:
+    the probe is reverted byte for byte, the diagnosis's server stopped, the original relaunched."""
+    box = connect("local", state_dir=state_dir)
+    argv = shlex.split(sandbox_launch_command(port=free_port))
+    handle = box.launch_server(argv, port=free_port, log_path=tmp_path / "original.log")
+    try:
+        box.wait_healthy(handle, timeout=180)
+        sha_before = box.sha256(DRAFT_FILE)
+        env = dict(os.environ, EAGLE_WORKBENCH_STATE_DIR=str(state_dir))
+        driver = subprocess.Popen(
+            [sys.executable, "-m", "workbench.cli", "runbook", "diagnose_acceptance", "--report-dir",
+             str(tmp_path / "reports"), "-p", "port", str(free_port), "-p", "num_prompts", "2",
+             "-p", "max_new_tokens", "32"],
+            env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 600
+        while not remote_probes.list_probes(box):
+            assert driver.poll() is None, driver.communicate()[1][-3000:]
+            assert time.monotonic() < deadline, "the probe never appeared"
+            time.sleep(0.2)
+        assert box.sha256(DRAFT_FILE) != sha_before  # the probe is in
+        driver.send_signal(signal.SIGINT)
+        out, err = driver.communicate(timeout=600)
+        assert driver.returncode != 0
+        assert box.sha256(DRAFT_FILE) == sha_before, err[-3000:]
+        assert remote_probes.list_probes(box) == []
+        servers = _servers_on(box, free_port)
+        assert len(servers) == 1 and list(servers[0].argv) == argv, err[-3000:]
+        assert not Journal(box).pending
+        # the executed notebook was kept (papermill saves it) and exported
+        assert (tmp_path / "reports" / "diagnose_acceptance.ipynb").exists()
+    finally:
+        for s in _servers_on(box, free_port):
+            box.stop_server(s)
