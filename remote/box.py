@@ -418,27 +418,29 @@ class Box:
         self,
         argv: Union[Sequence[str], str],
         *,
-        port: int,
+        port: Optional[int],
         log_path: Optional[PathLike] = None,
         cwd: Optional[PathLike] = None,
         env: Optional[Mapping[str, str]] = None,
+        append_log: bool = False,
         timeout: float = 30,
     ) -> ServerHandle:
         """Start a server detached from this session and return its handle.
 
         ``argv`` is the program and its arguments (or shell text, run with ``bash -c``). The
         server gets its own session and process group (``setsid``), stdin from /dev/null, stdout
-        and stderr written (the file truncated first) to ``log_path`` (default
-        ``STATE_DIR/servers/server-PORT-TIME.log``), and its pid in ``log_path + ".pid"``. It
-        keeps running when this Python process exits. ``port`` is checked before launching;
-        this call does not wait for the server to be healthy (see ``wait_healthy``).
+        and stderr written to ``log_path`` (default ``STATE_DIR/servers/server-PORT-TIME.log``;
+        truncated first unless ``append_log``), and its pid in ``log_path + ".pid"``. ``env`` is
+        added to the box's environment. It keeps running when this Python process exits.
+        ``port`` (the port the server will listen on; ``None`` if unknown) is checked before
+        launching; this call does not wait for the server to be healthy (see ``wait_healthy``).
 
         Raises ``PortInUse`` when something already listens on ``port``, ``ServerLaunchFailed``
         when no pid file appears within ``timeout`` seconds, ``RemoteFileNotFound`` when ``cwd``
         does not exist.
         """
-        port = int(port)
-        if self.port_in_use(port, timeout=timeout):
+        port = None if port is None else int(port)
+        if port is not None and self.port_in_use(port, timeout=timeout):
             raise PortInUse(port, box=self.name)
         if log_path is None:
             stamp = time.strftime("%Y%m%d-%H%M%S")
@@ -458,7 +460,7 @@ class Box:
         launch = (
             f"rm -f {shlex.quote(pid_path)}; "
             f"setsid bash -c {shlex.quote(inner)} {shlex.quote(pid_path)} {shlex.join(program)} "
-            f"> {shlex.quote(log)} 2>&1 < /dev/null &"
+            f"{'>>' if append_log else '>'} {shlex.quote(log)} 2>&1 < /dev/null &"
         )
         self.run(launch, timeout=timeout, cwd=run_cwd)
         deadline = time.monotonic() + timeout
@@ -508,6 +510,8 @@ class Box:
         """
         start = time.monotonic()
         deadline = start + timeout
+        if handle.port is None:
+            raise ValueError("wait_healthy needs a server launched with a port (handle.port is None)")
         url = self.url(handle.port) + path
         log_offset = 0
         last = "no answer yet"
@@ -552,8 +556,10 @@ class Box:
         SIGKILL and wait up to ``kill_wait`` seconds. Returns how it ended (``ServerStopped``).
         Removes the handle's pid file.
 
-        Raises ``ServerError`` when asked to signal the caller's own process group or pgid <= 1,
-        ``ServerStopFailed`` when processes of the group survive SIGKILL.
+        A server that shares the caller's own process group (started by this process without a
+        new session) is signalled alone, never its group: the caller must survive.
+
+        Raises ``ServerError`` for pid <= 1, ``ServerStopFailed`` when processes survive SIGKILL.
         """
         start = time.monotonic()
         if isinstance(handle_or_pid, (ServerHandle, ServerProcess)):
@@ -562,34 +568,39 @@ class Box:
             pid = int(handle_or_pid)
             info = self.transport.process(pid, argv=False)
             pgid = info.pgid if info is not None else pid
-        if pgid <= 1 or pgid in self.transport.protected_pgids():
-            raise ServerError(
-                f"refusing to signal process group {pgid} (of pid {pid}): it is the caller's own group or init",
-                box=self.name,
-            )
+        if pid <= 1:
+            raise ServerError(f"refusing to stop pid {pid}", box=self.name)
+        group = pgid > 1 and pgid not in self.transport.protected_pgids()
+        target = pgid if group else pid
+        what = f"process group {pgid}" if group else f"process {pid}"
+
+        def alive() -> bool:
+            return self.group_alive(pgid) if group else self.is_alive(pid)
+
         signals: list[str] = []
         how = "already-exited"
-        if self.group_alive(pgid):
-            self.transport.kill(pgid, signal.SIGTERM, group=True)
+        if alive():
+            self.transport.kill(target, signal.SIGTERM, group=group)
             signals.append("TERM")
             how = "terminated"
-            if not self._wait_group_gone(pgid, grace):
-                self.transport.kill(pgid, signal.SIGKILL, group=True)
+            if not self._wait_until_gone(alive, grace):
+                self.transport.kill(target, signal.SIGKILL, group=group)
                 signals.append("KILL")
                 how = "killed"
-                if not self._wait_group_gone(pgid, kill_wait):
+                if not self._wait_until_gone(alive, kill_wait):
                     raise ServerStopFailed(
-                        f"process group {pgid} still alive {kill_wait:g}s after SIGKILL", pid=pid, pgid=pgid, box=self.name
+                        f"{what} still alive {kill_wait:g}s after SIGKILL", pid=pid, pgid=pgid, box=self.name
                     )
         if isinstance(handle_or_pid, ServerHandle):
             self.remove(handle_or_pid.pid_path, missing_ok=True)
         return ServerStopped(pid=pid, pgid=pgid, how=how, waited_s=time.monotonic() - start, signals=tuple(signals))
 
-    def _wait_group_gone(self, pgid: int, seconds: float) -> bool:
+    @staticmethod
+    def _wait_until_gone(alive: Callable[[], bool], seconds: float) -> bool:
         deadline = time.monotonic() + seconds
         delay = 0.02
         while True:
-            if not self.group_alive(pgid):
+            if not alive():
                 return True
             if time.monotonic() >= deadline:
                 return False

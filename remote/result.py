@@ -76,7 +76,7 @@ class ServerHandle:
 
     pid: int
     pgid: int
-    port: int
+    port: Optional[int]
     log_path: str
     pid_path: str
     argv: tuple[str, ...]

@@ -118,11 +118,30 @@ def test_shell_text_launch_and_stop_by_pid(box, free_port, tiny_server_argv):
     assert box.stop_server(h.pid, grace=5).how == "terminated"
 
 
-def test_stop_refuses_the_callers_own_group(box):
+def test_server_in_the_callers_group_is_stopped_alone(box, free_port, tiny_server_argv):
     if box.name != "local":
         pytest.skip("the caller's process group only exists on the local box")
+    proc = subprocess.Popen([*tiny_server_argv, "--port", str(free_port)], stderr=subprocess.DEVNULL)
+    try:
+        assert os.getpgid(proc.pid) == os.getpgrp()
+        stopped = box.stop_server(proc.pid, grace=5)
+        assert stopped.how == "terminated" and proc.wait(timeout=5) == -15
+    finally:
+        proc.kill()
+        proc.wait()
     with pytest.raises(ServerError):
-        box.stop_server(os.getpid())
+        box.stop_server(1)
+
+
+def test_append_log_keeps_earlier_text(box, free_port, tiny_server_argv, tmp_path):
+    log = tmp_path / "kept.log"
+    log.write_text("earlier run\n")
+    h = box.launch_server([*tiny_server_argv, "--port", str(free_port)], port=free_port, log_path=log, append_log=True)
+    try:
+        box.wait_healthy(h, timeout=20, poll_interval=0.05)
+        assert log.read_text().startswith("earlier run\ntiny server starting")
+    finally:
+        box.stop_server(h, grace=2)
 
 
 def test_server_outlives_the_session_that_launched_it(box, free_port, tiny_server_argv, tmp_path):
