@@ -79,6 +79,10 @@ class Box:
         """``path`` as text, with a leading ``~`` expanded to the box user's home."""
         return self._p(path)
 
+    def realpath(self, path: PathLike, *, timeout: float = 10) -> str:
+        """``path`` made absolute with every symlink resolved (on the box)."""
+        return self.transport.realpath(self._p(path), timeout=timeout)
+
     def _p(self, path: PathLike) -> str:
         text = os.fspath(path)
         if not isinstance(text, str):
@@ -447,6 +451,8 @@ class Box:
             log = f"{self.state_dir}/servers/server-{port}-{stamp}-{secrets.token_hex(2)}.log"
         else:
             log = self._p(log_path)
+            if not log.startswith("/") and cwd is not None:
+                log = f"{self._p(cwd).rstrip('/')}/{log}"  # the shell opens it inside cwd
         self.transport.makedirs(os.path.dirname(log) or ".", timeout=timeout)
         pid_path = log + ".pid"
         run_cwd = None if cwd is None else self._p(cwd)

@@ -231,5 +231,8 @@ class LocalTransport(Transport):
             return False
         return True
 
+    def realpath(self, path: str, *, timeout: float = 10) -> str:
+        return os.path.realpath(path)
+
     def protected_pgids(self) -> set[int]:
         return {os.getpgrp()}

@@ -366,7 +366,8 @@ def add_probe(
     (default ``box.python``); ``timeout`` in seconds for each box call.
 
     Adding the same tag again with the same file, anchor and expressions returns the existing
-    probe without touching the file.
+    probe without touching the file. A symlinked ``path`` is resolved: the real file is patched
+    (``Probe.path``) and the link stays a link.
 
     Raises ``AnchorNotFound`` / ``AnchorAmbiguous``; ``ProbeCompileError`` when the patched file
     does not compile on the box; ``ProbeConflict`` when the file changed while patching (nothing
@@ -385,7 +386,7 @@ def add_probe(
             ast.parse(expr, mode="eval")
         except SyntaxError as exc:
             raise ProbeError(f"probe {tag!r}: {expr!r} is not a Python expression ({exc.msg})") from None
-    p = box.expand_path(path)
+    p = box.realpath(path, timeout=timeout)  # patch the real file, never replace a symlink
     python = python or box.python
 
     existing = _load(box, tag)

@@ -15,7 +15,8 @@ Primitives a transport must implement:
   ``rename`` (atomic replace, then fsync the directory), ``remove``, ``makedirs``, ``expanduser``.
 
 Defaults built on those (a transport may override them with something faster): ``sha256``,
-``processes`` / ``process`` (read ``/proc``), ``kill`` (``kill -s SIG``), ``close``.
+``processes`` / ``process`` (read ``/proc``), ``kill`` (``kill -s SIG``), ``realpath``
+(``readlink -f``), ``close``.
 
 All sizes and offsets are in bytes, all time-outs in seconds. Errors are ``remote.errors`` types
 naming the box (``self.name``) and the path or command.
@@ -149,6 +150,13 @@ class Transport(ABC):
         name = _signal.Signals(sig).name.removeprefix("SIG")
         res = self.run(f"kill -s {name} -- {shlex.quote(target)}", timeout=timeout)
         return res.exit_code == 0
+
+    def realpath(self, path: str, *, timeout: float = 10) -> str:
+        """``path`` with symlinks resolved (``readlink -f``), so a rename replaces the real file."""
+        res = self.run(f"readlink -f -- {shlex.quote(path)}", timeout=timeout)
+        if res.exit_code != 0 or not res.stdout.strip():
+            raise RemoteFileNotFound("cannot resolve path", path=path, box=self.name)
+        return res.stdout.rstrip("\n")
 
     def protected_pgids(self) -> set[int]:
         """Process groups ``Box.stop_server`` must never signal (the caller's own group)."""

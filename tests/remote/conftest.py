@@ -10,18 +10,34 @@ from pathlib import Path
 
 import pytest
 
-from remote import connect
+from remote import LocalTransport, Transport, connect
 
-BOX_SPECS = ["local"]
+
+class PrimitivesOnlyTransport(LocalTransport):
+    """This machine through the local primitives only: ``sha256``, ``process(es)``, ``kill`` and
+    ``realpath`` fall back to the ``Transport`` defaults built on ``run`` / ``read_range``, as an
+    SSH transport that implements only the primitives would. Proves ``Box`` needs nothing more."""
+
+    sha256 = Transport.sha256
+    process = Transport.process
+    processes = Transport.processes
+    kill = Transport.kill
+    realpath = Transport.realpath
+
+
+# spec string or transport factory; the SSH transport adds "ssh" (and its loopback sshd fixture).
+BOX_SPECS = {"local": "local", "local-primitives": PrimitivesOnlyTransport}
 
 HERE = Path(__file__).resolve().parent
 TINY_SERVER = HERE / "tiny_launch_server.py"
 
 
-@pytest.fixture(params=BOX_SPECS)
+@pytest.fixture(params=list(BOX_SPECS))
 def box(request, tmp_path):
     """A box whose state directory (probe journal, server logs) lives under ``tmp_path``."""
-    with connect(request.param, state_dir=tmp_path / "box-state", python=sys.executable) as b:
+    spec = BOX_SPECS[request.param]
+    spec = spec if isinstance(spec, str) else spec()
+    with connect(spec, state_dir=tmp_path / "box-state", python=sys.executable) as b:
         yield b
 
 

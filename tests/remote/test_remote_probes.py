@@ -263,6 +263,17 @@ def test_journal_lets_a_new_session_list_and_revert(box, src, tmp_path):
     assert src.read_text() == DRAFT_SOURCE
 
 
+def test_symlinked_source_patches_the_real_file(box, src, tmp_path):
+    link = tmp_path / "link to draft.py"
+    link.symlink_to(src)
+    probe = _add_fc(box, link)
+    assert probe.path == str(src) and link.is_symlink()
+    assert "eagle-workbench probe" in src.read_text()
+    assert _add_fc(box, link) == probe
+    revert_all(box)
+    assert link.is_symlink() and src.read_text() == DRAFT_SOURCE
+
+
 def test_crlf_file_keeps_its_line_endings(box, tmp_path):
     p = tmp_path / "crlf.py"
     original = b"def f(x):\r\n    y = x + 1\r\n    return y\r\n"
