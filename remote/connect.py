@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 from typing import Optional, Union
 
@@ -9,6 +10,10 @@ from .box import Box, PathLike
 from .errors import BoxSpecError, SSHNotImplemented
 from .local import LocalTransport
 from .transport import Transport
+
+#: Environment variable naming the state directory on the box when ``connect`` is given none
+#: (tests and side-by-side runs keep their journals apart with it).
+STATE_DIR_ENV = "EAGLE_WORKBENCH_STATE_DIR"
 
 #: Specs that mean "this machine".
 LOCAL_SPECS = ("local",)
@@ -28,11 +33,14 @@ def connect(
     ``spec`` is ``"local"`` (this machine, commands as subprocesses) or a ``Transport``
     instance. SSH specs (``user@host[:port]``, ``ssh://user@host:port``, a ``~/.ssh/config``
     alias) are recognised but not implemented yet. ``state_dir`` is the directory on the box
-    for the probe journal and server logs (default ``~/.cache/eagle-workbench``); ``python`` the
+    for the probe journal and server logs (default: ``$EAGLE_WORKBENCH_STATE_DIR`` if set, else
+    ``~/.cache/eagle-workbench``); ``python`` the
     box's interpreter used for compile checks.
 
     Raises ``SSHNotImplemented`` for SSH specs, ``BoxSpecError`` for anything else unusable.
     """
+    if state_dir is None and os.environ.get(STATE_DIR_ENV):
+        state_dir = os.environ[STATE_DIR_ENV]
     if isinstance(spec, Transport):
         return Box(spec, state_dir=state_dir, python=python)
     if not isinstance(spec, str):

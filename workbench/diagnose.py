@@ -577,7 +577,8 @@ class DiagnosisRun:
             return self._decide(H2, "inconclusive", "the engine's source was not located on the box; no probe")
         path = posixpath.join(self.inventory.engine_root, DRAFT_MODEL_FILE)
         self.probe = remote_probes.add_probe(self.box, path, before=FC_CHECK_REGEX,
-                                             exprs=["hidden_states.shape", "embeds.shape"], tag=PROBE_TAG)
+                                             exprs=["hidden_states.shape", "embeds.shape"], tag=PROBE_TAG,
+                                             python=self.inventory.python)
         handle = self._launch(self.inventory.launch, "probe")
         observed_shape = self._probe_values(handle)
         expected = self._expected_width()
@@ -667,7 +668,7 @@ class DiagnosisRun:
         deadline = time.monotonic() + 10
         while True:
             text = self.box.read_text(handle.log_path)
-            values = remote_probes.read_probe_output(text, PROBE_TAG)
+            values = remote_probes.read_probe_output(text, PROBE_TAG, exprs=["hidden_states.shape", "embeds.shape"])
             if values:
                 return remote_probes.parse_shape(values[0]["hidden_states.shape"])
             if time.monotonic() > deadline:
