@@ -1,4 +1,5 @@
-"""Write runbooks/diagnose_acceptance.ipynb from the cell sources below (no outputs).
+"""Write runbooks/diagnose_acceptance.ipynb and notebooks/control_panel.ipynb from the cell
+sources below (no outputs).
 
 The runbook is thin: every cell calls a tested function of ``workbench.diagnose`` and shows what
 it returns. Edit the cells here and rerun ``python scripts/build_runbooks.py``.
@@ -102,11 +103,28 @@ print("verdict:", run.report_dir / "diagnose_acceptance.json")
 ]
 
 
-def build(cells, name: str) -> Path:
+PANEL = [
+    md("""
+# Control panel: diagnose a box step by step
+
+The `diagnose_acceptance` runbook as buttons (JupyterLab: `make lab`). Each button runs one step of
+`workbench.diagnose.DiagnosisRun` and shows its evidence below; **Finish** puts the box back as found
+and writes the verdict JSON. For a headless run and an HTML report use the runbook instead.
+"""),
+    code("""
+from workbench.panel import control_panel
+
+panel = control_panel(host="local", report_dir="reports", num_prompts=6, max_new_tokens=64)
+panel.widget
+"""),
+]
+
+
+def build(cells, name: str, folder: str = "runbooks") -> Path:
     nb = new_notebook(cells=cells)
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     nb.metadata["language_info"] = {"name": "python"}
-    path = ROOT / "runbooks" / f"{name}.ipynb"
+    path = ROOT / folder / f"{name}.ipynb"
     path.parent.mkdir(exist_ok=True)
     nbformat.validate(nb)
     nbformat.write(nb, str(path))
@@ -115,3 +133,4 @@ def build(cells, name: str) -> Path:
 
 if __name__ == "__main__":
     print(build(DIAGNOSE, "diagnose_acceptance"))
+    print(build(PANEL, "control_panel", folder="notebooks"))

@@ -1,0 +1,36 @@
+"""Committed notebooks: no outputs, a tagged parameters cell, and the same cells the build script
+writes (so the runbook cannot drift from ``scripts/build_runbooks.py``)."""
+
+import importlib.util
+from pathlib import Path
+
+import nbformat
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+spec = importlib.util.spec_from_file_location("build_runbooks", ROOT / "scripts" / "build_runbooks.py")
+build_runbooks = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(build_runbooks)
+
+NOTEBOOKS = {
+    ROOT / "runbooks" / "diagnose_acceptance.ipynb": build_runbooks.DIAGNOSE,
+    ROOT / "notebooks" / "control_panel.ipynb": build_runbooks.PANEL,
+}
+
+
+@pytest.mark.parametrize("path", sorted(NOTEBOOKS), ids=lambda p: p.name)
+def test_committed_without_outputs_and_in_sync(path):
+    nb = nbformat.read(str(path), as_version=4)
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            assert cell.outputs == [] and cell.execution_count is None, f"{path.name} has stored outputs"
+    assert [c.source for c in nb.cells] == [c.source for c in NOTEBOOKS[path]], \
+        f"{path.name} differs from scripts/build_runbooks.py: rerun it"
+
+
+def test_runbook_parameters_cell():
+    nb = nbformat.read(str(ROOT / "runbooks" / "diagnose_acceptance.ipynb"), as_version=4)
+    tagged = [c for c in nb.cells if "parameters" in c.metadata.get("tags", [])]
+    assert len(tagged) == 1
+    names = {line.split("=")[0].strip() for line in tagged[0].source.splitlines() if "=" in line}
+    assert {"host", "launch_command", "port", "allow_restart", "apply_fix", "report_dir"} <= names
