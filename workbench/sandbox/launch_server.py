@@ -1,0 +1,40 @@
+"""Launch the sandbox server: `python -m workbench.sandbox.launch_server --model-path DIR ...`.
+
+Mirrors SGLang 0.5.23, `python -m sglang.launch_server` (srt/entrypoints/http_server.py
+`launch_server`): same flag names (see `workbench.sandbox.srt.server_args`), logs on stderr in
+SGLang's format, `server_args=ServerArgs(...)` line first. Unknown SGLang flags are accepted and
+logged as ignored. Bad values exit with status 2 and a one-line `error:` message.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+
+def main(argv=None) -> int:
+    """Parse flags, configure logging, serve until killed. Returns the exit status."""
+    from workbench.sandbox.srt.server_args import ServerArgs, ServerArgsError, prepare_server_args
+    from workbench.sandbox.srt.utils.common import configure_logger
+
+    argv = sys.argv[1:] if argv is None else argv
+    configure_logger(ServerArgs(model_path=""))
+    logger = logging.getLogger("workbench.sandbox.launch_server")
+    try:
+        server_args = prepare_server_args(argv)
+    except ServerArgsError as e:
+        print(f"launch_server: error: {e}", file=sys.stderr, flush=True)
+        return 2
+    configure_logger(server_args)
+    logger.info(f"server_args={server_args!r}")
+    for flag in server_args.ignored_args:
+        logger.warning(f"Ignoring SGLang flag not implemented by the sandbox: {flag}")
+
+    from workbench.sandbox.srt.entrypoints.http_server import launch_server
+
+    launch_server(server_args)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

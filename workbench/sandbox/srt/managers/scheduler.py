@@ -1,0 +1,203 @@
+"""The sandbox scheduler: one request at a time, prefill then decode/verify steps, SGLang's
+batch log lines and per-request speculative statistics.
+
+Mirrors SGLang 0.5.23, srt/managers/scheduler.py and
+srt/managers/scheduler_components/metrics_reporter.py (`report_prefill_stats`,
+`report_decode_stats`): a `Decode batch` line every `--decode-log-interval` decode iterations
+(a verify step is one decode iteration), `accept len` = accepted tokens (correct drafts + 1
+bonus) / verify forwards over the interval, `accept rate` = correct drafts /
+(verify forwards x (num_draft_tokens - 1)); the interval counters reset at each line and add to
+the totals behind `/server_info` `internal_states[0].avg_spec_accept_length`.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional
+
+from workbench.sandbox.srt.speculative.eagle_worker import EAGLEWorker, TargetWorker
+from workbench.sandbox.srt.speculative.spec_info import SpeculativeAlgorithm
+
+logger = logging.getLogger(__name__)
+
+# The sandbox's notional KV pool (token usage = tokens held / this).
+MAX_TOTAL_NUM_TOKENS = 65536
+
+
+@dataclass
+class SamplingParams:
+    """`sampling_params` of `/generate` that the sandbox honours (greedy decoding)."""
+
+    max_new_tokens: int = 128
+    temperature: float = 1.0
+    stop: List[str] = field(default_factory=list)
+    ignore_eos: bool = False
+
+
+class Scheduler:
+    """Owns the workers and runs requests one at a time (a lock), logging like SGLang."""
+
+    def __init__(self, server_args) -> None:
+        self.server_args = server_args
+        self.spec_algorithm = SpeculativeAlgorithm.from_string(server_args.speculative_algorithm)
+        self.lock = threading.Lock()
+        logger.info("Load weight begin. avail mem=0.00 GB")
+        self.target_worker = TargetWorker(server_args.model_path)
+        n_params = sum(p.numel() for p in self.target_worker.model.parameters())
+        logger.info(f"Load weight end. type=LlamaForCausalLM, dtype=torch.float32, avail mem=0.00 GB, params={n_params}")
+        self.context_length = server_args.context_length or int(
+            getattr(self.target_worker.model.config, "max_position_embeddings", 2048)
+        )
+        self.draft_worker: Optional[EAGLEWorker] = None
+        if self.spec_algorithm.is_eagle():
+            self.draft_worker = EAGLEWorker(server_args, self.target_worker, self.spec_algorithm)
+        self.decode_log_interval = server_args.decode_log_interval
+        self.graph_label = "cpu graph"
+        # metrics (SchedulerMetricsReporter fields)
+        self.forward_ct_decode = 0
+        self.num_generated_tokens = 0
+        self.last_decode_stats_tic = time.perf_counter()
+        self.last_gen_throughput = 0.0
+        self.spec_num_accept_tokens = 0
+        self.spec_num_correct_drafts = 0
+        self.spec_num_forward_ct = 0
+        self.spec_total_num_accept_tokens = 0
+        self.spec_total_num_forward_ct = 0
+        self._warned_temperature = False
+
+    # -- statistics ----------------------------------------------------------------------------
+    def get_internal_state(self) -> List[Dict]:
+        """One dict per DP rank (the sandbox has one). `avg_spec_accept_length` only after the
+        first decode log tick (SGLang: scheduler_components/internal_state.py)."""
+        state: Dict = {"last_gen_throughput": self.last_gen_throughput, "decode_log_interval": self.decode_log_interval}
+        if not self.spec_algorithm.is_none() and self.spec_total_num_forward_ct > 0:
+            state["avg_spec_accept_length"] = self.spec_total_num_accept_tokens / self.spec_total_num_forward_ct
+        return [state]
+
+    def _report_prefill_stats(self, num_new_tokens: int, seconds: float) -> None:
+        throughput = num_new_tokens / seconds if seconds > 0 else 0.0
+        usage = num_new_tokens / MAX_TOTAL_NUM_TOKENS
+        logger.info(
+            f"Prefill batch, #new-seq: 1, #new-token: {num_new_tokens}, #cached-token: 0, "
+            f"token usage: {usage:.2f}, #running-req: 0, #queue-req: 0, #pending-token: 0, "
+            f"{self.graph_label}: False, input throughput (token/s): {throughput:.2f}"
+        )
+
+    def _report_decode_stats(self, num_tokens_in_cache: int) -> None:
+        if self.forward_ct_decode % self.decode_log_interval != 0:
+            return
+        gap_latency = time.perf_counter() - self.last_decode_stats_tic
+        self.last_decode_stats_tic = time.perf_counter()
+        self.last_gen_throughput = self.num_generated_tokens / gap_latency
+        self.num_generated_tokens = 0
+        usage = num_tokens_in_cache / MAX_TOTAL_NUM_TOKENS
+        msg = f"Decode batch, #running-req: 1, #token: {num_tokens_in_cache}, token usage: {usage:.2f}, "
+        if not self.spec_algorithm.is_none():
+            spec_accept_length = self.spec_num_accept_tokens / self.spec_num_forward_ct
+            draft_per_round = self.server_args.speculative_num_draft_tokens - 1
+            total_draft_tokens = self.spec_num_forward_ct * draft_per_round
+            spec_accept_rate = self.spec_num_correct_drafts / total_draft_tokens if total_draft_tokens > 0 else 0
+            self.spec_total_num_accept_tokens += self.spec_num_accept_tokens
+            self.spec_total_num_forward_ct += self.spec_num_forward_ct
+            self.spec_num_accept_tokens = self.spec_num_correct_drafts = 0
+            self.spec_num_forward_ct = 0
+            msg += f"accept len: {spec_accept_length:.2f}, accept rate: {spec_accept_rate:.2f}, "
+        msg += (
+            f"{self.graph_label}: False, "
+            f"gen throughput (token/s): {self.last_gen_throughput:.2f}, "
+            f"#queue-req: 0"
+        )
+        logger.info(msg)
+
+    # -- request handling ----------------------------------------------------------------------
+    def generate(self, input_ids: List[int], params: SamplingParams, decode) -> Dict:
+        """Run one request to completion. `decode(ids) -> str` is the tokenizer's decode.
+
+        Returns `{"output_ids": [...], "meta_info": {...}}` (SGLang 0.5.23 field names).
+        """
+        if params.temperature > 0 and not self._warned_temperature:
+            logger.info("The sandbox decodes greedily: temperature > 0 is treated as temperature 0 (logged once).")
+            self._warned_temperature = True
+        if not input_ids:
+            raise ValueError("The input is empty (no tokens)")
+        if len(input_ids) + params.max_new_tokens > self.context_length:
+            raise ValueError(
+                f"Requested token count exceeds the model's maximum context length of {self.context_length} tokens. "
+                f"You requested a total of {len(input_ids) + params.max_new_tokens} tokens: {len(input_ids)} tokens "
+                f"from the input messages and {params.max_new_tokens} tokens for the completion."
+            )
+        with self.lock:
+            return self._generate_locked(input_ids, params, decode)
+
+    def _generate_locked(self, input_ids: List[int], params: SamplingParams, decode) -> Dict:
+        tic = time.perf_counter()
+        rid = uuid.uuid4().hex
+        worker = self.draft_worker or self.target_worker
+        if self.forward_ct_decode % self.decode_log_interval == 0:
+            self.last_decode_stats_tic = time.perf_counter()
+        output: List[int] = []
+        finish_reason: Optional[Dict] = None
+        verify_ct = 0
+        correct = 0
+        histogram = [0] * ((self.server_args.speculative_num_draft_tokens or 1))
+
+        def add_tokens(tokens: List[int]) -> Optional[Dict]:
+            for t in tokens:
+                output.append(t)
+                if params.stop:
+                    text = decode(output)
+                    for s in params.stop:
+                        if s and text.endswith(s):
+                            return {"type": "stop", "matched": s}
+                if len(output) >= params.max_new_tokens:
+                    return {"type": "length", "length": params.max_new_tokens}
+            return None
+
+        if params.max_new_tokens <= 0:
+            finish_reason = {"type": "length", "length": 0}
+        else:
+            t0 = time.perf_counter()
+            state, first = worker.prefill(list(input_ids))
+            self._report_prefill_stats(len(input_ids), time.perf_counter() - t0)
+            finish_reason = add_tokens([first])
+            while finish_reason is None:
+                step = worker.decode(state)
+                self.forward_ct_decode += 1
+                n_before = len(output)
+                finish_reason = add_tokens(step.tokens)
+                emitted = len(output) - n_before
+                self.num_generated_tokens += emitted
+                if step.is_verify:
+                    verify_ct += 1
+                    correct += step.num_correct_drafts
+                    histogram[step.num_correct_drafts] += 1
+                    self.spec_num_forward_ct += 1
+                    self.spec_num_accept_tokens += step.num_correct_drafts + 1
+                    self.spec_num_correct_drafts += step.num_correct_drafts
+                self._report_decode_stats(state.seq_len)
+
+        meta = {
+            "id": rid,
+            "finish_reason": finish_reason,
+            "prompt_tokens": len(input_ids),
+            "weight_version": "default",
+            "total_retractions": 0,
+            "completion_tokens": len(output),
+            "cached_tokens": 0,
+            "e2e_latency": time.perf_counter() - tic,
+        }
+        if verify_ct > 0:
+            num_proposed = verify_ct * (self.server_args.speculative_num_draft_tokens - 1)
+            meta.update(
+                spec_verify_ct=verify_ct,
+                spec_accept_length=len(output) / verify_ct,
+                spec_accept_rate=correct / num_proposed if num_proposed > 0 else 0.0,
+                spec_num_correct_drafts=correct,
+                spec_num_proposed_drafts=num_proposed,
+                spec_correct_drafts_histogram=histogram,
+            )
+        return {"output_ids": output, "meta_info": meta}

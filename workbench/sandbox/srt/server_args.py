@@ -1,0 +1,217 @@
+"""Command-line arguments of the sandbox server, with SGLang 0.5.23's flag names and rules.
+
+Mirrors SGLang 0.5.23, srt/server_args.py + srt/arg_groups/fields/spec.py (flag names,
+`--speculative-draft-model` alias) and srt/arg_groups/speculative_hook.py (parameter rules):
+- `--speculative-algorithm` is upper-cased; NEXTN is an alias of EAGLE; unknown names raise.
+- `--speculative-num-steps` unset -> topk and num_draft_tokens must be unset too; then defaults
+  are chosen from the TARGET architecture ((5, 4, 8) for `LlamaForCausalLM`, (3, 1, 4) else).
+- topk == 1 and num_draft_tokens != steps + 1 -> warning, forced to steps + 1.
+Sandbox limits (clear errors): chain drafting only (topk > 1 exits), EAGLE / EAGLE3 / NEXTN only.
+
+Any other SGLang flag (`--tp 8`, `--trust-remote-code`, `--mem-fraction-static 0.8`, ...) is
+accepted and logged as ignored, so a real box's launch command replays here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import logging
+import os
+import shlex
+import sys
+from dataclasses import dataclass, field
+from typing import List, Optional, Tuple
+
+from workbench.sandbox.srt.speculative.spec_info import SpeculativeAlgorithm
+
+logger = logging.getLogger(__name__)
+
+
+class ServerArgsError(ValueError):
+    """A flag value the sandbox cannot run with (the launcher prints it and exits 2)."""
+
+
+@dataclass
+class ServerArgs:
+    """Resolved server arguments (field names = SGLang's `ServerArgs` attribute names)."""
+
+    model_path: str
+    tokenizer_path: Optional[str] = None
+    host: str = "127.0.0.1"
+    port: int = 30000
+    context_length: Optional[int] = None
+    served_model_name: Optional[str] = None
+    log_level: str = "info"
+    decode_log_interval: int = 40
+    random_seed: int = 0
+    tp_size: int = 1
+    dp_size: int = 1
+    pp_size: int = 1
+    page_size: int = 1
+    device: str = "cpu"
+    dtype: str = "float32"
+    disable_cuda_graph: bool = True
+    speculative_algorithm: Optional[str] = None
+    speculative_draft_model_path: Optional[str] = None
+    speculative_num_steps: Optional[int] = None
+    speculative_eagle_topk: Optional[int] = None
+    speculative_num_draft_tokens: Optional[int] = None
+    speculative_token_map: Optional[str] = None
+    launch_command: str = ""
+    ignored_args: List[str] = field(default_factory=list)
+
+    def resolved_dict(self) -> dict:
+        """Every resolved argument as a plain dict (what `/server_info` spreads)."""
+        d = dataclasses.asdict(self)
+        d.pop("launch_command")
+        return d
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text}")
+    return value
+
+
+def _port(text: str) -> int:
+    value = int(text)
+    if not 0 < value < 65536:
+        raise argparse.ArgumentTypeError(f"must be a TCP port in 1..65535, got {text}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argparse parser for the flags the sandbox implements (SGLang names)."""
+    p = argparse.ArgumentParser(
+        prog="python -m workbench.sandbox.launch_server",
+        description="SGLang-compatible sandbox server (tiny target + EAGLE-3 draft, CPU).",
+        allow_abbrev=False,
+    )
+    p.add_argument("--model-path", "--model", dest="model_path", required=True)
+    p.add_argument("--tokenizer-path", dest="tokenizer_path")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=_port, default=30000)
+    p.add_argument("--context-length", dest="context_length", type=_positive_int)
+    p.add_argument("--served-model-name", dest="served_model_name")
+    p.add_argument("--log-level", dest="log_level", default="info",
+                   choices=["debug", "info", "warning", "error", "critical"])
+    p.add_argument("--decode-log-interval", dest="decode_log_interval", type=_positive_int, default=40)
+    p.add_argument("--random-seed", dest="random_seed", type=int, default=0)
+    p.add_argument("--speculative-algorithm", dest="speculative_algorithm")
+    p.add_argument("--speculative-draft-model-path", "--speculative-draft-model", dest="speculative_draft_model_path")
+    p.add_argument("--speculative-num-steps", dest="speculative_num_steps", type=_positive_int)
+    p.add_argument("--speculative-eagle-topk", dest="speculative_eagle_topk", type=_positive_int)
+    p.add_argument("--speculative-num-draft-tokens", dest="speculative_num_draft_tokens", type=_positive_int)
+    p.add_argument("--speculative-token-map", dest="speculative_token_map")
+    return p
+
+
+def split_ignored(extra: List[str]) -> List[str]:
+    """Group unknown argv tokens into flags: `--flag`, `--flag value`, `--flag=value`."""
+    groups: List[str] = []
+    i = 0
+    while i < len(extra):
+        tok = extra[i]
+        if tok.startswith("-") and "=" not in tok and i + 1 < len(extra) and not extra[i + 1].startswith("--"):
+            groups.append(f"{tok} {extra[i + 1]}")
+            i += 2
+        else:
+            groups.append(tok)
+            i += 1
+    return groups
+
+
+def process_launch_command() -> str:
+    """This process's command line, shell-quoted (from /proc/self/cmdline when available)."""
+    try:
+        with open("/proc/self/cmdline", "rb") as f:
+            parts = [a.decode("utf-8", "replace") for a in f.read().split(b"\0") if a]
+    except OSError:
+        parts = [sys.executable] + sys.argv
+    return shlex.join(parts)
+
+
+def _target_architecture(model_path: str) -> Optional[str]:
+    path = os.path.join(model_path, "config.json")
+    if not os.path.exists(path):
+        return None
+    with open(path) as f:
+        archs = json.load(f).get("architectures") or [None]
+    return archs[0]
+
+
+def _auto_choose_speculative_params(model_arch: Optional[str]) -> Tuple[int, int, int]:
+    """(steps, topk, num_draft_tokens) chosen from the TARGET architecture (SGLang 0.5.23,
+    arg_groups/speculative_hook.py `_auto_choose_speculative_params`, the cases that matter here)."""
+    if model_arch in ["LlamaForCausalLM"]:
+        return (5, 4, 8)
+    return (3, 1, 4)
+
+
+def prepare_server_args(argv: List[str]) -> ServerArgs:
+    """Parse argv and apply SGLang's speculative rules. argparse errors exit 2; rule violations
+    raise `ServerArgsError` (message meant for the user)."""
+    parser = build_parser()
+    ns, extra = parser.parse_known_args(argv)
+    args = ServerArgs(**vars(ns))
+    args.ignored_args = split_ignored(extra)
+    args.launch_command = process_launch_command()
+    if args.tokenizer_path is None:
+        args.tokenizer_path = args.model_path
+    if args.served_model_name is None:
+        args.served_model_name = args.model_path
+    if not os.path.isdir(args.model_path):
+        raise ServerArgsError(f"--model-path {args.model_path!r} is not a directory")
+
+    try:
+        algo = SpeculativeAlgorithm.from_string(args.speculative_algorithm)
+    except ValueError as e:
+        raise ServerArgsError(str(e)) from e
+    if algo.is_none():
+        return args
+    args.speculative_algorithm = algo.name
+    if not algo.is_eagle():
+        raise ServerArgsError(
+            f"--speculative-algorithm {algo.name} is not implemented by the sandbox "
+            "(EAGLE, EAGLE3 and NEXTN only)"
+        )
+    if args.speculative_draft_model_path is None:
+        raise ServerArgsError("--speculative-draft-model-path is required for EAGLE / EAGLE3 in the sandbox")
+    if not os.path.isdir(args.speculative_draft_model_path):
+        raise ServerArgsError(f"--speculative-draft-model-path {args.speculative_draft_model_path!r} is not a directory")
+
+    if args.speculative_num_steps is None:
+        if not (args.speculative_eagle_topk is None and args.speculative_num_draft_tokens is None):
+            # SGLang 0.5.23 has a bare `assert` here; the sandbox says what it means.
+            raise ServerArgsError(
+                "AssertionError: --speculative-eagle-topk and --speculative-num-draft-tokens must be "
+                "unset when --speculative-num-steps is unset"
+            )
+        steps, topk, draft_tokens = _auto_choose_speculative_params(_target_architecture(args.model_path))
+        args.speculative_num_steps = steps
+        args.speculative_eagle_topk = topk
+        args.speculative_num_draft_tokens = draft_tokens
+    if args.speculative_eagle_topk is None:
+        args.speculative_eagle_topk = 1
+    if args.speculative_num_draft_tokens is None:
+        args.speculative_num_draft_tokens = args.speculative_num_steps + 1
+
+    if (
+        args.speculative_eagle_topk == 1
+        and args.speculative_num_draft_tokens != args.speculative_num_steps + 1
+    ):
+        logger.warning(
+            "speculative_num_draft_tokens is adjusted to speculative_num_steps + 1 when speculative_eagle_topk == 1"
+        )
+        args.speculative_num_draft_tokens = args.speculative_num_steps + 1
+    if args.speculative_eagle_topk > 1:
+        raise ServerArgsError(
+            f"speculative_eagle_topk={args.speculative_eagle_topk}: the sandbox implements chain drafting only "
+            "(topk == 1). Pass --speculative-eagle-topk 1 (and --speculative-num-steps N "
+            "--speculative-num-draft-tokens N+1); with --speculative-num-steps unset, SGLang picks "
+            "(5, 4, 8) for a LlamaForCausalLM target, which is tree drafting."
+        )
+    return args

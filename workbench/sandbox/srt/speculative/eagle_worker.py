@@ -1,0 +1,238 @@
+"""Target and EAGLE draft workers: prefill, chain drafting, verification, KV-cache crop.
+
+Mirrors SGLang 0.5.23, srt/speculative/eagle_worker_v2.py (`EAGLEWorker`: `init_token_map`,
+`init_lm_head`, draft -> verify -> draft extend) with chain drafting only (topk == 1), batch
+size 1, greedy verification. Lossless: every emitted token is the target's argmax given the
+tokens before it, so the output equals plain greedy decoding.
+
+One verify step (S = speculative_num_steps, num_draft_tokens = S + 1):
+1. draft: the first draft token d_1 comes from the previous draft extend; S - 1 more draft
+   forwards feed the draft's own pre-norm hidden state (width H, so `fc` is skipped by the width
+   check) and produce d_2..d_S;
+2. verify: one target forward over [x_n, d_1..d_S] with the target KV cache;
+3. accept the longest prefix with d_{i+1} == argmax_i, plus one bonus token from the target;
+4. crop the rejected tail from the target KV cache (`DynamicCache.crop(-n)`: transformers
+   5.24 removes n tokens for a negative argument) and the speculative entries from the draft KV cache;
+5. draft extend over the accepted tokens with the target's hidden states (aux capture under
+   EAGLE3: width 3H -> `fc` runs; final normed state under EAGLE: width H -> `fc` skipped).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass, field
+from typing import List, Optional, Tuple
+
+import torch
+
+from workbench.sandbox.srt.model_executor.model_runner_components.spec_aux_hidden_state import (
+    configure_aux_hidden_state_capture,
+    resolve_spec_aux_hidden_state_config,
+)
+from workbench.sandbox.srt.models.llama import LlamaForCausalLM
+from workbench.sandbox.srt.models.llama_eagle3 import (
+    DraftKVCache,
+    ForwardBatch,
+    LlamaForCausalLMEagle3,
+    SpecInput,
+)
+
+logger = logging.getLogger(__name__)
+
+
+def crop_target_cache(cache, tokens_to_remove: int) -> None:
+    """Drop the last `tokens_to_remove` positions of a transformers `DynamicCache`.
+
+    transformers 5.24 `DynamicLayer.crop(n)`: n must be NEGATIVE (-k removes k tokens); a
+    positive n is the legacy "final length" form and raises. Checked against the installed
+    version (transformers/cache_utils.py).
+    """
+    if tokens_to_remove > 0:
+        cache.crop(-tokens_to_remove)
+
+
+@dataclass
+class DecodeState:
+    """Per-request state across steps. `seq_len` = tokens in the target KV cache."""
+
+    target_cache: object
+    seq_len: int
+    last_token: int
+    draft_cache: Optional[DraftKVCache] = None
+    next_draft_token: Optional[int] = None  # d_1 for the next verify (target id)
+    draft_hidden: Optional[torch.Tensor] = None  # [1, 1, H] pre-norm draft state for step 2
+
+
+@dataclass
+class StepResult:
+    """Tokens a step emits (target ids, in order) and, for a verify step, correct drafts."""
+
+    tokens: List[int]
+    num_correct_drafts: int = 0
+    is_verify: bool = False
+
+
+class TargetWorker:
+    """Loads the target (`workbench.sandbox.srt.models.llama.LlamaForCausalLM`) and runs it."""
+
+    def __init__(self, model_path: str) -> None:
+        self.model = LlamaForCausalLM.from_pretrained(model_path)
+        self.model_path = model_path
+
+    def new_cache(self):
+        """A fresh transformers `DynamicCache` for one request."""
+        from transformers import DynamicCache
+
+        return DynamicCache(config=self.model.config)
+
+    def forward(self, ids: List[int], start: int, cache) -> Tuple[torch.Tensor, torch.Tensor]:
+        """Extend `cache` with `ids` at positions start.. -> (logits [T, V], hidden [T, width])."""
+        input_ids = torch.tensor([ids], dtype=torch.long)
+        positions = torch.arange(start, start + len(ids))[None]
+        logits, hidden = self.model(input_ids, positions, cache)
+        return logits[0], hidden[0]
+
+    def prefill(self, prompt: List[int]) -> Tuple[DecodeState, int]:
+        """Run the prompt. Returns (state, first generated token)."""
+        state, tok, _ = self.prefill_with_hidden(prompt)
+        return state, tok
+
+    def prefill_with_hidden(self, prompt: List[int]) -> Tuple[DecodeState, int, torch.Tensor]:
+        """Run the prompt. Returns (state, first generated token, hidden [P, width])."""
+        cache = self.new_cache()
+        logits, hidden = self.forward(prompt, 0, cache)
+        tok = int(logits[-1].argmax())
+        return DecodeState(target_cache=cache, seq_len=len(prompt), last_token=tok), tok, hidden
+
+    def decode(self, state: DecodeState) -> StepResult:
+        """One plain greedy decode step (no speculation)."""
+        logits, _ = self.forward([state.last_token], state.seq_len, state.target_cache)
+        state.seq_len += 1
+        state.last_token = int(logits[-1].argmax())
+        return StepResult(tokens=[state.last_token])
+
+
+class EAGLEWorker:
+    """The EAGLE / EAGLE3 draft worker (SGLang 0.5.23, srt/speculative/eagle_worker_v2.py).
+
+    `spec_algorithm.is_eagle3()` decides: aux capture on the target (via
+    `_resolve_eagle_aux_hidden_state` + `set_eagle3_layers_to_capture`), the draft keeps its own
+    lm_head over the draft vocab and maps ids through `hot_token_id`. Otherwise (EAGLE / NEXTN)
+    the draft gets the target's embedding AND lm_head, `hot_token_id` is not used, and the
+    target hands over its final hidden state after the norm.
+    """
+
+    def __init__(self, server_args, target_worker: TargetWorker, spec_algorithm) -> None:
+        from safetensors.torch import safe_open
+        from transformers import LlamaConfig
+
+        self.server_args = server_args
+        self.target_worker = target_worker
+        self.speculative_algorithm = spec_algorithm
+        self.num_steps = server_args.speculative_num_steps
+        self.num_draft_tokens = server_args.speculative_num_draft_tokens
+        draft_path = server_args.speculative_draft_model_path
+
+        self.draft_hf_config = LlamaConfig.from_pretrained(draft_path)
+        # target side: which layers to capture (EAGLE3 only)
+        aux_config = resolve_spec_aux_hidden_state_config(
+            draft_hf_config=self.draft_hf_config, spec_algorithm=spec_algorithm, is_draft_worker=False
+        )
+        configure_aux_hidden_state_capture(target_worker.model, aux_config)
+
+        logger.info("Load weight begin. avail mem=0.00 GB")
+        self.draft_model = LlamaForCausalLMEagle3(self.draft_hf_config)
+        weights_path = os.path.join(draft_path, "model.safetensors")
+        with safe_open(weights_path, framework="pt") as f:
+            self.draft_model.load_weights((name, f.get_tensor(name)) for name in f.keys())
+        self.draft_model.eval()
+        n_params = sum(p.numel() for p in self.draft_model.parameters())
+        logger.info(f"Load weight end. type=LlamaForCausalLMEagle3, dtype=torch.float32, avail mem=0.00 GB, params={n_params}")
+
+        self.init_token_map()
+        self.init_lm_head()
+
+    def init_token_map(self) -> None:
+        """EAGLE3: the draft's own d2t (read in `load_weights`); else `--speculative-token-map`."""
+        if self.speculative_algorithm.is_eagle3():
+            if self.server_args.speculative_token_map is not None:
+                logger.warning(
+                    "Speculative token map specified, but EAGLE3 models already have this. Ignoring the specified token map."
+                )
+            self.hot_token_id = None
+        elif self.server_args.speculative_token_map is not None:
+            self.hot_token_id = torch.load(self.server_args.speculative_token_map).long()
+        else:
+            self.hot_token_id = None
+
+    def init_lm_head(self) -> None:
+        """Share the target's embedding (always) and lm_head (EAGLE, or EAGLE3 without a draft vocab)."""
+        embed, head = self.target_worker.model.get_embed_and_head()
+        if self.speculative_algorithm.is_eagle3():
+            if self.draft_model.load_lm_head_from_target:
+                self.draft_model.set_embed_and_head(embed, head)
+            else:
+                self.draft_model.set_embed(embed)
+            if self.draft_model.hot_token_id is not None:
+                self.hot_token_id = self.draft_model.hot_token_id
+        else:
+            if self.hot_token_id is not None and head is not None:
+                head = head.detach().clone()[self.hot_token_id]
+            self.draft_model.set_embed_and_head(embed, head)
+
+    # -- draft model calls ---------------------------------------------------------------------
+    def _draft_forward(self, ids: List[int], start: int, hidden: torch.Tensor, cache: DraftKVCache) -> Tuple[int, torch.Tensor]:
+        """Draft over `ids` at positions start.. with `hidden` [T, width]; returns the target id
+        of the last position's argmax and the last pre-norm hidden [1, 1, H]."""
+        input_ids = torch.tensor([ids], dtype=torch.long)
+        positions = torch.arange(start, start + len(ids))[None]
+        batch = ForwardBatch(spec_info=SpecInput(hidden_states=hidden[None]), kv_cache=cache)
+        logits, aux = self.draft_model(input_ids, positions, batch)
+        idx = int(logits[0, -1].argmax())
+        if self.hot_token_id is not None:
+            idx = int(self.hot_token_id[idx])
+        return idx, aux[:, -1:]
+
+    def forward_draft_extend(self, state: DecodeState, ids: List[int], start: int, hidden: torch.Tensor) -> None:
+        """Draft extend over accepted tokens (ids shifted by one w.r.t. the target's hidden states)."""
+        state.next_draft_token, state.draft_hidden = self._draft_forward(ids, start, hidden, state.draft_cache)
+
+    def prefill(self, prompt: List[int]) -> Tuple[DecodeState, int]:
+        """Target prefill, then draft extend over the prompt. Returns (state, first token)."""
+        state, tok, hidden = self.target_worker.prefill_with_hidden(prompt)
+        state.draft_cache = DraftKVCache()
+        self.forward_draft_extend(state, prompt[1:] + [tok], 0, hidden)
+        return state, tok
+
+    def draft(self, state: DecodeState) -> List[int]:
+        """Chain drafting: d_1 from the last extend, then num_steps - 1 draft forwards."""
+        drafts = [state.next_draft_token]
+        hidden = state.draft_hidden[0]
+        pos = state.seq_len  # draft position of d_1 (= index of the last extended entry + 1)
+        for _ in range(self.num_steps - 1):
+            tok, h = self._draft_forward([drafts[-1]], pos, hidden, state.draft_cache)
+            drafts.append(tok)
+            hidden = h[0]
+            pos += 1
+        return drafts
+
+    def decode(self, state: DecodeState) -> StepResult:
+        """One verify step (draft -> verify -> accept -> crop -> draft extend)."""
+        drafts = self.draft(state)
+        n = state.seq_len  # position of last_token x_n
+        verify_ids = [state.last_token] + drafts
+        logits, hidden = self.target_worker.forward(verify_ids, n, state.target_cache)
+        predictions = logits.argmax(-1).tolist()
+        accepted = 0
+        while accepted < len(drafts) and drafts[accepted] == predictions[accepted]:
+            accepted += 1
+        bonus = predictions[accepted]
+        new_tokens = drafts[:accepted] + [bonus]
+        # crop the rejected tail: target cache held n + S + 1 entries, keep n + accepted + 1
+        crop_target_cache(state.target_cache, len(drafts) - accepted)
+        state.draft_cache.crop(self.num_steps - 1)
+        state.seq_len = n + accepted + 1
+        state.last_token = bonus
+        self.forward_draft_extend(state, new_tokens, n, hidden[: accepted + 1])
+        return StepResult(tokens=new_tokens, num_correct_drafts=accepted, is_verify=True)

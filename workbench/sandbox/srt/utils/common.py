@@ -1,0 +1,41 @@
+"""Logging set-up in SGLang's format (mirrors SGLang 0.5.23, srt/utils/common.py
+`configure_logger`): `[%Y-%m-%d %H:%M:%S{.mmm if SGLANG_LOG_MS}{rank tags}] message` on stderr,
+no level or logger name; `SGLANG_LOGGING_CONFIG_PATH` replaces the format entirely.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import logging.config
+import os
+import sys
+
+
+def _env_flag(name: str) -> bool:
+    return os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def configure_logger(server_args, prefix: str = "") -> None:
+    """Install the root handler. `prefix` holds the rank tags (" TP1", ...; empty for TP=1)."""
+    config_path = os.getenv("SGLANG_LOGGING_CONFIG_PATH")
+    if config_path:
+        if not os.path.exists(config_path):
+            raise Exception(
+                "Setting SGLANG_LOGGING_CONFIG_PATH from env with "
+                f"{config_path} but it does not exist!"
+            )
+        with open(config_path, encoding="utf-8") as file:
+            logging.config.dictConfig(json.load(file))
+        return
+    maybe_ms = ".%(msecs)03d" if _env_flag("SGLANG_LOG_MS") else ""
+    fmt = f"[%(asctime)s{maybe_ms}{prefix}] %(message)s"
+    logging.basicConfig(
+        level=getattr(logging, server_args.log_level.upper()),
+        format=fmt,
+        datefmt="%Y-%m-%d %H:%M:%S",
+        force=True,
+        stream=sys.stderr,
+    )
+    for name in ("httpx", "httpcore"):
+        logging.getLogger(name).setLevel(logging.WARNING)

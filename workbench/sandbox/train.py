@@ -1,0 +1,479 @@
+"""Train the sandbox box's models: the tiny byte-level target and two EAGLE-3 drafts.
+
+    python -m workbench.sandbox.train            # all three, writes workbench/sandbox/models/*
+    python -m workbench.sandbox.train --quick    # a fast smoke configuration (pipeline check)
+
+Corpus: the Python standard library of the running interpreter (top-level `*.py` files, sorted
+by name; every 10th file held out for the benchmark prompts). The files used and their sha256
+are written to `models/target/corpus_manifest.json`.
+
+Target: transformers `LlamaForCausalLM`, byte vocab (256), trained from scratch (AdamW, cosine).
+Draft: an EAGLE-3 head trained the EAGLE-3 way (as in SpecForge / the EAGLE-3 paper): on the
+target's own greedy continuations, with the target's aux hidden states (captured exactly as
+the server captures them: input of layer id+1, SGLang's llama rule) concatenated into `fc`,
+and a training-time test that unrolls `ttt_steps` draft steps, later steps feeding the draft's
+own (pre-norm) hidden state and attending to the step-0 keys plus their own diagonal, which is
+what chain drafting at serving time sees. Saved in SGLang's EAGLE-3 checkpoint format
+(`fc`, `midlayer.*` with separate q/k/v and gate/up, `norm`, `lm_head`, `d2t`, `t2d`).
+Control draft (`draft-aux-zeroed`): identical, but `fc.weight` is frozen at zeros, so
+`fc(aux) == 0` whatever the features are; it is served as a normal EAGLE-3 draft.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import math
+import os
+import random
+import sys
+import sysconfig
+import time
+from pathlib import Path
+from typing import Dict, List, Tuple
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from workbench.sandbox.srt.models.llama_eagle3 import RMSNorm, apply_rotary, rope_cos_sin
+
+SANDBOX_DIR = Path(__file__).resolve().parent
+MODELS_DIR = SANDBOX_DIR / "models"
+PROMPTS_PATH = SANDBOX_DIR / "prompts" / "bench.jsonl"
+
+FULL = dict(
+    hidden=192, intermediate=512, layers=6, heads=6, seq=128, batch=16, target_steps=600, lr=3e-3,
+    n_gen=512, prompt_len=64, gen_len=128, draft_steps=250, draft_batch=8, draft_lr=2e-3,
+    aux_layer_ids=[1, 3, 4], draft_vocab=128, ttt_steps=3,
+)
+QUICK = dict(FULL, target_steps=60, n_gen=64, draft_steps=30)
+
+
+def log(msg: str) -> None:
+    """Timestamped progress line on stderr."""
+    print(f"[train {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+# --------------------------------------------------------------------------------------------
+# Corpus
+# --------------------------------------------------------------------------------------------
+def stdlib_files() -> Tuple[List[Path], List[Path]]:
+    """(train files, held-out files): sorted top-level stdlib `*.py`; every 10th is held out."""
+    root = Path(sysconfig.get_paths()["stdlib"])
+    files = sorted(p for p in root.iterdir() if p.suffix == ".py" and p.is_file())
+    train = [p for i, p in enumerate(files) if i % 10 != 5]
+    held = [p for i, p in enumerate(files) if i % 10 == 5]
+    return train, held
+
+
+def load_bytes(files: List[Path]) -> bytes:
+    """Concatenate the files' bytes, each followed by a blank line."""
+    return b"\n\n".join(p.read_bytes() for p in files)
+
+
+def write_manifest(train: List[Path], held: List[Path], out: Path) -> None:
+    """Record which files were used (name, size, sha256) and the interpreter version."""
+    def entry(p: Path) -> dict:
+        data = p.read_bytes()
+        return {"name": p.name, "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+
+    out.write_text(json.dumps({
+        "python": sys.version.split()[0],
+        "stdlib": sysconfig.get_paths()["stdlib"],
+        "rule": "sorted top-level *.py of the stdlib; index % 10 == 5 held out",
+        "train": [entry(p) for p in train],
+        "held_out": [entry(p) for p in held],
+    }, indent=1))
+
+
+def make_bench_prompts(held: List[Path], n: int = 20, prompt_len: int = 96, seed: int = 1) -> List[dict]:
+    """Held-out stdlib snippets starting at a line start, ASCII only, `prompt_len` bytes."""
+    rng = random.Random(seed)
+    prompts = []
+    while len(prompts) < n:
+        p = held[len(prompts) % len(held)]
+        data = p.read_bytes()
+        lines = [i + 1 for i in range(len(data) - prompt_len - 1) if data[i] == 10]
+        if not lines:
+            continue
+        start = rng.choice(lines)
+        chunk = data[start:start + prompt_len]
+        if not chunk.isascii() or chunk.strip() == b"":
+            continue
+        prompts.append({"file": p.name, "offset": start, "text": chunk.decode("ascii")})
+    return prompts
+
+
+# --------------------------------------------------------------------------------------------
+# Target
+# --------------------------------------------------------------------------------------------
+def target_config(cfg: dict):
+    """The HF LlamaConfig of the target (byte vocab 256, untied head)."""
+    from transformers import LlamaConfig
+
+    return LlamaConfig(
+        vocab_size=256, hidden_size=cfg["hidden"], intermediate_size=cfg["intermediate"],
+        num_hidden_layers=cfg["layers"], num_attention_heads=cfg["heads"],
+        num_key_value_heads=cfg["heads"], max_position_embeddings=2048, rms_norm_eps=1e-6,
+        tie_word_embeddings=False, bos_token_id=None, eos_token_id=None, pad_token_id=None,
+        architectures=["LlamaForCausalLM"],
+    )
+
+
+def lr_at(step: int, total: int, peak: float, warmup: int = 50) -> float:
+    """Linear warm-up then cosine decay to 10 % of peak."""
+    if step < warmup:
+        return peak * (step + 1) / warmup
+    t = (step - warmup) / max(1, total - warmup)
+    return peak * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * t)))
+
+
+def train_target(cfg: dict, data: torch.Tensor, held: torch.Tensor, out_dir: Path):
+    """Train the target LM on byte windows; save a HF model dir. Returns the model (eval)."""
+    from transformers import LlamaForCausalLM
+
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(target_config(cfg))
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg["lr"], weight_decay=0.05, betas=(0.9, 0.95))
+    gen = torch.Generator().manual_seed(0)
+    seq, bs, steps = cfg["seq"], cfg["batch"], cfg["target_steps"]
+    log(f"target: {sum(p.numel() for p in model.parameters())/1e6:.2f} M params, {steps} steps of {bs}x{seq}")
+    t0 = time.time()
+    model.train()
+    for step in range(steps):
+        idx = torch.randint(0, len(data) - seq - 1, (bs,), generator=gen)
+        batch = torch.stack([data[i:i + seq + 1] for i in idx]).long()
+        for g in opt.param_groups:
+            g["lr"] = lr_at(step, steps, cfg["lr"])
+        logits = model(input_ids=batch[:, :-1]).logits
+        loss = F.cross_entropy(logits.reshape(-1, 256), batch[:, 1:].reshape(-1))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        if step % 100 == 0 or step == steps - 1:
+            log(f"target step {step} loss {loss.item():.3f} ({time.time()-t0:.0f}s)")
+    model.eval()
+    with torch.no_grad():
+        g2 = torch.Generator().manual_seed(1)
+        idx = torch.randint(0, len(held) - seq - 1, (16,), generator=g2)
+        batch = torch.stack([held[i:i + seq + 1] for i in idx]).long()
+        hl = F.cross_entropy(model(input_ids=batch[:, :-1]).logits.reshape(-1, 256), batch[:, 1:].reshape(-1))
+    log(f"target held-out loss {hl.item():.3f} nats/byte")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(out_dir, safe_serialization=True)
+    return model, float(hl)
+
+
+# --------------------------------------------------------------------------------------------
+# Draft data: the target's own greedy continuations + aux features
+# --------------------------------------------------------------------------------------------
+@torch.no_grad()
+def greedy_generate(model, prompts: torch.Tensor, n_new: int) -> torch.Tensor:
+    """Batched greedy continuation with a KV cache. prompts [B, P] -> [B, P + n_new]."""
+    from transformers import DynamicCache
+
+    cache = DynamicCache(config=model.config)
+    out = model(input_ids=prompts, cache=cache, use_cache=True)
+    seqs = [prompts]
+    nxt = out.logits[:, -1].argmax(-1, keepdim=True)
+    for _ in range(n_new - 1):
+        seqs.append(nxt)
+        out = model(input_ids=nxt, cache=cache, use_cache=True)
+        nxt = out.logits[:, -1].argmax(-1, keepdim=True)
+    seqs.append(nxt)
+    return torch.cat(seqs, dim=1)
+
+
+@torch.no_grad()
+def aux_features(model, seqs: torch.Tensor, layer_ids: List[int]) -> torch.Tensor:
+    """Aux hidden states as the server captures them: input of layer id+1 (SGLang's llama rule).
+
+    seqs [B, T] -> [B, T, len(layer_ids) * H] (float16 to save memory).
+    """
+    capture = [i + 1 for i in layer_ids]
+    got: Dict[int, torch.Tensor] = {}
+    hooks = []
+    for li in capture:
+        def hook(module, args, kwargs, li=li):
+            got[li] = args[0] if args else kwargs["hidden_states"]
+        hooks.append(model.model.layers[li].register_forward_pre_hook(hook, with_kwargs=True))
+    try:
+        model(input_ids=seqs)
+    finally:
+        for h in hooks:
+            h.remove()
+    return torch.cat([got[li] for li in capture], dim=-1).half()
+
+
+def make_draft_data(cfg: dict, model, data: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+    """(seqs [N, P+G] int64, feats [N, P+G, 3H] fp16) from random corpus windows at line starts."""
+    gen = torch.Generator().manual_seed(2)
+    P, G, N = cfg["prompt_len"], cfg["gen_len"], cfg["n_gen"]
+    newlines = (data[:-P - 1] == 10).nonzero().flatten()
+    starts = newlines[torch.randint(0, len(newlines), (N,), generator=gen)] + 1
+    prompts = torch.stack([data[s:s + P] for s in starts]).long()
+    t0 = time.time()
+    seqs, feats = [], []
+    for i in range(0, N, 64):
+        s = greedy_generate(model, prompts[i:i + 64], G)
+        seqs.append(s)
+        feats.append(aux_features(model, s, cfg["aux_layer_ids"]))
+    log(f"draft data: {N} sequences x {P}+{G} bytes in {time.time()-t0:.0f}s")
+    return torch.cat(seqs), torch.cat(feats)
+
+
+# --------------------------------------------------------------------------------------------
+# Draft (checkpoint names = SGLang's EAGLE-3 format)
+# --------------------------------------------------------------------------------------------
+class _Attn(nn.Module):
+    def __init__(self, hidden: int, heads: int) -> None:
+        super().__init__()
+        self.heads, self.hd = heads, hidden // heads
+        self.q_proj = nn.Linear(2 * hidden, hidden, bias=False)
+        self.k_proj = nn.Linear(2 * hidden, hidden, bias=False)
+        self.v_proj = nn.Linear(2 * hidden, hidden, bias=False)
+        self.o_proj = nn.Linear(hidden, hidden, bias=False)
+
+
+class _MLP(nn.Module):
+    def __init__(self, hidden: int, inter: int) -> None:
+        super().__init__()
+        self.gate_proj = nn.Linear(hidden, inter, bias=False)
+        self.up_proj = nn.Linear(hidden, inter, bias=False)
+        self.down_proj = nn.Linear(inter, hidden, bias=False)
+
+    def forward(self, x):
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class _Midlayer(nn.Module):
+    def __init__(self, hidden: int, inter: int, heads: int) -> None:
+        super().__init__()
+        self.self_attn = _Attn(hidden, heads)
+        self.mlp = _MLP(hidden, inter)
+        self.hidden_norm = RMSNorm(hidden)
+        self.input_layernorm = RMSNorm(hidden)
+        self.post_attention_layernorm = RMSNorm(hidden)
+
+
+class Eagle3DraftTrainer(nn.Module):
+    """Trainable EAGLE-3 head whose state_dict names are the checkpoint names.
+
+    `fc` [H, 3H], `midlayer.*`, `norm`, `lm_head` [draft_vocab, H]; embeddings are the target's
+    (frozen, not saved). `ttt_loss` runs the training-time test over [B, T] sequences.
+    """
+
+    def __init__(self, hidden: int, inter: int, heads: int, n_aux: int, draft_vocab: int, embed: torch.Tensor,
+                 zero_fc: bool = False) -> None:
+        super().__init__()
+        self.fc = nn.Linear(n_aux * hidden, hidden, bias=False)
+        if zero_fc:
+            nn.init.zeros_(self.fc.weight)
+            self.fc.weight.requires_grad_(False)
+        self.midlayer = _Midlayer(hidden, inter, heads)
+        self.norm = RMSNorm(hidden)
+        self.lm_head = nn.Linear(hidden, draft_vocab, bias=False)
+        self.register_buffer("embed", embed.detach().clone(), persistent=False)
+        self.hidden, self.heads = hidden, heads
+
+    def _step(self, tok: torch.Tensor, h: torch.Tensor, pos: torch.Tensor, prev_k: List[torch.Tensor],
+              prev_v: List[torch.Tensor]):
+        """One unrolled step. tok/pos [B,T], h [B,T,H]. prev_k[0] are step-0 keys (causal);
+        later entries are diagonal. Returns (logits, pre-norm hidden, k, v)."""
+        m = self.midlayer
+        B, T, H = h.shape
+        residual = h
+        x = torch.cat([m.input_layernorm(F.embedding(tok, self.embed)), m.hidden_norm(h)], dim=-1)
+        a = m.self_attn
+        q = a.q_proj(x).view(B, T, self.heads, -1).transpose(1, 2)
+        k = a.k_proj(x).view(B, T, self.heads, -1).transpose(1, 2)
+        v = a.v_proj(x).view(B, T, self.heads, -1).transpose(1, 2)
+        cos, sin = rope_cos_sin(pos, a.hd, 10000.0)
+        q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
+        scale = 1.0 / math.sqrt(a.hd)
+        if not prev_k:
+            causal = torch.ones(T, T, dtype=torch.bool).tril()
+            scores = (q @ k.transpose(-1, -2)) * scale
+            scores = scores.masked_fill(~causal, float("-inf"))
+            out = scores.softmax(-1) @ v
+        else:
+            k0, v0 = prev_k[0], prev_v[0]
+            causal = torch.ones(T, T, dtype=torch.bool).tril()
+            s0 = ((q @ k0.transpose(-1, -2)) * scale).masked_fill(~causal, float("-inf"))
+            diag_k = prev_k[1:] + [k]
+            diag_v = prev_v[1:] + [v]
+            sd = torch.stack([(q * dk).sum(-1) * scale for dk in diag_k], dim=-1)  # [B,h,T,k]
+            w = torch.cat([s0, sd], dim=-1).softmax(-1)
+            out = w[..., :T] @ v0 + (w[..., T:, None] * torch.stack(diag_v, dim=-2)).sum(-2)
+        out = a.o_proj(out.transpose(1, 2).reshape(B, T, H))
+        out, residual = m.post_attention_layernorm(out, residual)
+        out = m.mlp(out)
+        normed, pre = self.norm(out, residual)
+        return self.lm_head(normed), pre, k, v
+
+    def ttt_loss(self, seqs: torch.Tensor, feats: torch.Tensor, t2d_index: torch.Tensor, valid_from: int,
+                 steps: int) -> Tuple[torch.Tensor, List[float]]:
+        """Training-time test. seqs [B, T] target tokens, feats [B, T, n_aux*H] aux states.
+
+        Step k at index i reads token x[i+1+k] (position i+k) and predicts x[i+2+k]; step 0 gets
+        fc(feats[i]), later steps the previous step's pre-norm hidden. Loss only where the label
+        was generated by the target (index >= valid_from) and is in the draft vocab.
+        Returns (weighted loss, per-step accuracy).
+        """
+        B, T = seqs.shape
+        n = T - 1 - steps
+        h = self.fc(feats[:, :n].float())
+        pos0 = torch.arange(n)[None].expand(B, n)
+        ks, vs, accs = [], [], []
+        total = 0.0
+        for k in range(steps):
+            tok = seqs[:, 1 + k:1 + k + n]
+            label = seqs[:, 2 + k:2 + k + n]
+            logits, h, kk, vv = self._step(tok, h, pos0 + k, ks, vs)
+            ks.append(kk)
+            vs.append(vv)
+            dl = t2d_index[label]
+            mask = (dl >= 0) & (torch.arange(n)[None] + 2 + k >= valid_from)
+            loss = F.cross_entropy(logits[mask], dl[mask])
+            total = total + (0.8 ** k) * loss
+            accs.append((logits[mask].argmax(-1) == dl[mask]).float().mean().item())
+        return total, accs
+
+
+def draft_vocab_map(seqs: torch.Tensor, valid_from: int, size: int) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(d2t int64 [size] offsets, t2d bool [256], t2d_index int64 [256] (-1 outside)) from the
+    most frequent target-generated tokens; draft ids in ascending target-id order."""
+    counts = torch.bincount(seqs[:, valid_from:].flatten(), minlength=256)
+    counts = counts + 1e-3 * torch.bincount(torch.arange(256), minlength=256)  # deterministic ties
+    top = counts.argsort(descending=True)[:size].sort().values
+    d2t = top - torch.arange(size)
+    t2d = torch.zeros(256, dtype=torch.bool)
+    t2d[top] = True
+    t2d_index = torch.full((256,), -1, dtype=torch.long)
+    t2d_index[top] = torch.arange(size)
+    return d2t.long(), t2d, t2d_index
+
+
+def train_draft(cfg: dict, embed: torch.Tensor, seqs: torch.Tensor, feats: torch.Tensor, out_dir: Path,
+                zero_fc: bool, target_dir: Path) -> dict:
+    """Train one EAGLE-3 draft with the training-time test; save config.json + model.safetensors."""
+    from safetensors.torch import save_file
+
+    torch.manual_seed(3)
+    H = cfg["hidden"]
+    P = cfg["prompt_len"]
+    d2t, t2d, t2d_index = draft_vocab_map(seqs, P, cfg["draft_vocab"])
+    n_aux = len(cfg["aux_layer_ids"])
+    model = Eagle3DraftTrainer(H, cfg["intermediate"], cfg["heads"], n_aux, cfg["draft_vocab"], embed, zero_fc)
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=cfg["draft_lr"], weight_decay=0.0)
+    n_val = max(16, len(seqs) // 16)
+    tr_s, tr_f, va_s, va_f = seqs[n_val:], feats[n_val:], seqs[:n_val], feats[:n_val]
+    gen = torch.Generator().manual_seed(4)
+    steps, bs = cfg["draft_steps"], cfg["draft_batch"]
+    t0 = time.time()
+    for step in range(steps):
+        idx = torch.randint(0, len(tr_s), (bs,), generator=gen)
+        for g in opt.param_groups:
+            g["lr"] = lr_at(step, steps, cfg["draft_lr"], warmup=30)
+        loss, accs = model.ttt_loss(tr_s[idx], tr_f[idx], t2d_index, P, cfg["ttt_steps"])
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        opt.step()
+        if step % 100 == 0 or step == steps - 1:
+            log(f"{out_dir.name} step {step} loss {loss.item():.3f} acc {[round(a, 2) for a in accs]} ({time.time()-t0:.0f}s)")
+    with torch.no_grad():
+        _, val_accs = model.ttt_loss(va_s, va_f, t2d_index, P, cfg["ttt_steps"])
+    log(f"{out_dir.name} held-out per-step accuracy {[round(a, 3) for a in val_accs]}")
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    tensors = {k: v.detach().contiguous() for k, v in model.state_dict().items()}
+    tensors["d2t"] = d2t
+    tensors["t2d"] = t2d
+    save_file(tensors, str(out_dir / "model.safetensors"), metadata={"format": "pt"})
+    config = {
+        "architectures": ["LlamaForCausalLMEagle3"],
+        "model_type": "llama",
+        "hidden_size": H,
+        "target_hidden_size": H,
+        "intermediate_size": cfg["intermediate"],
+        "num_hidden_layers": 1,
+        "num_attention_heads": cfg["heads"],
+        "num_key_value_heads": cfg["heads"],
+        "head_dim": H // cfg["heads"],
+        "hidden_act": "silu",
+        "rms_norm_eps": 1e-6,
+        "max_position_embeddings": 2048,
+        "rope_theta": 10000.0,
+        "vocab_size": 256,
+        "draft_vocab_size": cfg["draft_vocab"],
+        "tie_word_embeddings": False,
+        "torch_dtype": "float32",
+        "bias": False,
+        "eagle_config": {
+            "eagle_aux_hidden_state_layer_ids": list(cfg["aux_layer_ids"]),
+            "use_aux_hidden_state": True,
+            "use_input_layernorm_in_first_layer": True,
+            "use_last_layernorm": True,
+            "use_mtp_layernorm": False,
+        },
+        "sandbox_training": {
+            "target": os.path.relpath(target_dir, out_dir),
+            "fc_weight_frozen_at_zero": zero_fc,
+            "ttt_steps": cfg["ttt_steps"],
+            "train_steps": steps,
+            "sequences": len(seqs),
+            "held_out_step_accuracy": [round(a, 4) for a in val_accs],
+        },
+    }
+    (out_dir / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+    return {"held_out_step_accuracy": val_accs, "seconds": time.time() - t0}
+
+
+def main(argv=None) -> int:
+    """Entry point: `python -m workbench.sandbox.train [--quick] [--out DIR] [--skip-target]`."""
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="tiny smoke configuration")
+    ap.add_argument("--out", default=str(MODELS_DIR), help="models directory (default: %(default)s)")
+    ap.add_argument("--skip-target", action="store_true", help="reuse OUT/target, retrain the drafts only")
+    ap.add_argument("--threads", type=int, default=2)
+    args = ap.parse_args(argv)
+    cfg = QUICK if args.quick else FULL
+    torch.set_num_threads(args.threads)
+    out = Path(args.out)
+    t_start = time.time()
+
+    train_files, held_files = stdlib_files()
+    data = torch.frombuffer(bytearray(load_bytes(train_files)), dtype=torch.uint8).clone()
+    held = torch.frombuffer(bytearray(load_bytes(held_files)), dtype=torch.uint8).clone()
+    log(f"corpus: {len(train_files)} train files ({len(data)/1e6:.2f} MB), {len(held_files)} held out")
+
+    target_dir = out / "target"
+    if args.skip_target:
+        from transformers import LlamaForCausalLM
+
+        target = LlamaForCausalLM.from_pretrained(target_dir, dtype=torch.float32).eval()
+        held_loss = None
+    else:
+        target, held_loss = train_target(cfg, data, held, target_dir)
+        write_manifest(train_files, held_files, target_dir / "corpus_manifest.json")
+    PROMPTS_PATH.parent.mkdir(parents=True, exist_ok=True)
+    PROMPTS_PATH.write_text("".join(json.dumps(p) + "\n" for p in make_bench_prompts(held_files)))
+
+    seqs, feats = make_draft_data(cfg, target, data)
+    embed = target.model.embed_tokens.weight.detach()
+    stats = {"config": cfg, "target_held_out_loss": held_loss}
+    stats["draft"] = train_draft(cfg, embed, seqs, feats, out / "draft", False, target_dir)
+    stats["draft-aux-zeroed"] = train_draft(cfg, embed, seqs, feats, out / "draft-aux-zeroed", True, target_dir)
+    stats["total_seconds"] = time.time() - t_start
+    (out / "training_stats.json").write_text(json.dumps(stats, indent=2) + "\n")
+    log(f"done in {stats['total_seconds']:.0f}s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
