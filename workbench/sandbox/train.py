@@ -162,8 +162,14 @@ def train_target(cfg: dict, data: torch.Tensor, held: torch.Tensor, out_dir: Pat
         batch = torch.stack([held[i:i + seq + 1] for i in idx]).long()
         hl = F.cross_entropy(model(input_ids=batch[:, :-1]).logits.reshape(-1, 256), batch[:, 1:].reshape(-1))
     log(f"target held-out loss {hl.item():.3f} nats/byte")
+    # Stored in float16 (half the size in git); the in-memory model is rounded the same way so
+    # the draft is trained on exactly the features the server (loading it as fp32) computes.
+    with torch.no_grad():
+        for p in model.parameters():
+            p.copy_(p.half().float())
     out_dir.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(out_dir, safe_serialization=True)
+    model.half().save_pretrained(out_dir, safe_serialization=True)
+    model.float()
     return model, float(hl)
 
 

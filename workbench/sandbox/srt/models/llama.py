@@ -97,7 +97,9 @@ class LlamaForCausalLM(nn.Module):
         out = self.hf_model(input_ids=input_ids, position_ids=positions, cache=cache, use_cache=True)
         logits = out.logits
         if self.capture_aux_hidden_states:
-            aux = [self._captured[i] for i in self.layers_to_capture if i in self._captured]
+            # SGLang walks the layers in order and captures once per layer listed in
+            # layers_to_capture (AuxHiddenStateList): order = layer order, duplicates collapse.
+            aux = [self._captured[i] for i in sorted(self._captured)]
             hidden = torch.cat(aux, dim=-1)
         else:
             hidden = self._final_hidden
