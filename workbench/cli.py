@@ -52,11 +52,11 @@ def _kill_kernels() -> list[int]:
     for child in psutil.Process().children(recursive=True):
         try:
             child.kill()
-            killed.append(child.pid)
         except psutil.NoSuchProcess:
             continue
-    psutil.wait_procs([psutil.Process(pid) for pid in killed if psutil.pid_exists(pid)], timeout=10)
-    return killed
+        killed.append(child)
+    psutil.wait_procs(killed, timeout=10)
+    return [child.pid for child in killed]
 
 
 def run_runbook(name: str, parameters: dict[str, Any], report_dir: str | Path, *, kernel_name: str = "python3",
@@ -84,16 +84,29 @@ def run_runbook(name: str, parameters: dict[str, Any], report_dir: str | Path, *
     notebook = out_dir / f"{name}.ipynb"
     params = dict(parameters)
     params.setdefault("report_dir", str(out_dir))
-    os.environ[DRIVER_ENV] = "1"
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+    os.environ[DRIVER_ENV] = "1"
     try:
         papermill.execute_notebook(str(source), str(notebook), parameters=params, kernel_name=kernel_name,
                                    cwd=str(Path.cwd()), progress_bar=False)
     except BaseException:
-        _kill_kernels()
-        _restore_after_failure(params.get("host", "local"))
+        # Clean up, then re-raise the run's own error: a failure while cleaning up is printed,
+        # never allowed to replace it.
+        try:
+            _kill_kernels()
+        except Exception as exc:  # noqa: BLE001 - reported, the run's error follows
+            print(f"workbench runbook: could not kill the kernel: {exc!r}", file=sys.stderr)
+        try:
+            _restore_after_failure(params.get("host") or "local",
+                                   server_start_timeout=float(params.get("server_start_timeout") or 600))
+        except Exception as exc:  # noqa: BLE001 - reported, the run's error follows
+            print(f"restore FAILED: {type(exc).__name__}: {exc}\n"
+                  "run `workbench restore` once the cause is fixed", file=sys.stderr)
         if export and notebook.exists():
-            export_html(notebook, out_dir / f"{name}.html", require_executed=False)
+            try:
+                export_html(notebook, out_dir / f"{name}.html", require_executed=False)
+            except Exception as exc:  # noqa: BLE001 - reported, the run's error follows
+                print(f"workbench runbook: could not export {notebook}: {exc}", file=sys.stderr)
         raise
     finally:
         signal.signal(signal.SIGTERM, previous)
@@ -104,13 +117,13 @@ def run_runbook(name: str, parameters: dict[str, Any], report_dir: str | Path, *
     return paths
 
 
-def _restore_after_failure(host: str) -> None:
+def _restore_after_failure(host: str, *, server_start_timeout: float = 600.0) -> None:
     from remote import connect
     from workbench.journal import restore_box
 
     box = connect(host)
     try:
-        report = restore_box(box)
+        report = restore_box(box, server_start_timeout=server_start_timeout)
     finally:
         box.close()
     for line in report.actions:
@@ -122,6 +135,11 @@ def _restore_after_failure(host: str) -> None:
 def _cmd_runbook(args: argparse.Namespace) -> int:
     from papermill.exceptions import PapermillExecutionError
 
+    if not (runbooks_dir() / f"{args.name}.ipynb").is_file():
+        known = sorted(p.stem for p in runbooks_dir().glob("*.ipynb"))
+        print(f"workbench runbook: no runbook {args.name!r} in {runbooks_dir()} "
+              f"(known: {', '.join(known) or 'none'})", file=sys.stderr)
+        return 2
     params = {key: _coerce(value) for key, value in (args.parameters or [])}
     if args.host:
         params["host"] = args.host
@@ -143,23 +161,40 @@ def _cmd_runbook(args: argparse.Namespace) -> int:
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
-    from workbench.report import export_html
+    from workbench.report import ReportError, export_html
 
+    if not Path(args.notebook).is_file():
+        print(f"workbench report: no notebook file {args.notebook}", file=sys.stderr)
+        return 2
     html = args.html or str(Path(args.notebook).with_suffix(".html"))
-    print(export_html(args.notebook, html, require_executed=False))
+    try:
+        print(export_html(args.notebook, html, require_executed=False))
+    except ReportError as exc:
+        print(f"workbench report: {exc}", file=sys.stderr)
+        return 1
     return 0
 
 
 def _cmd_restore(args: argparse.Namespace) -> int:
     from remote import connect
-    from workbench.journal import restore_box
+    from remote.errors import RemoteError
+    from workbench.journal import JournalError, restore_box
 
-    box = connect(args.host)
+    try:
+        box = connect(args.host)
+    except RemoteError as exc:
+        print(f"workbench restore: {exc}", file=sys.stderr)
+        return 2
     try:
         report = restore_box(box)
+    except (JournalError, RemoteError) as exc:
+        print(f"workbench restore: {exc}", file=sys.stderr)
+        return 2
     finally:
         box.close()
-    for line in report.actions or ["nothing to restore"]:
+    if not report.actions and not report.problems:
+        print("nothing to restore")
+    for line in report.actions:
         print(line)
     for line in report.problems:
         print(f"FAILED: {line}", file=sys.stderr)

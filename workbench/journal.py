@@ -17,13 +17,15 @@ Layout (``<box.state_dir>/diagnosis/journal.json``, by default ``~/.cache/eagle-
 from __future__ import annotations
 
 import json
+import re
 import shlex
 import time
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from remote.errors import RemoteError
+from remote.errors import RemoteError, RemoteFileDecodeError
+from remote.result import ServerHandle, ServerProcess
 
 JOURNAL_NAME = "journal.json"
 
@@ -69,15 +71,19 @@ class Journal:
     def _load(self) -> dict[str, Any]:
         if not self.box.exists(self.path, timeout=self.timeout):
             return {}
-        text = self.box.read_text(self.path, timeout=self.timeout)
+        try:
+            text = self.box.read_text(self.path, timeout=self.timeout)
+        except RemoteFileDecodeError as exc:
+            raise JournalError(f"{self.path} on {self.box}: not a diagnosis journal ({exc.message})") from exc
         if not text.strip():
             return {}
         try:
             data = json.loads(text)
         except json.JSONDecodeError as exc:
             raise JournalError(f"{self.path} on {self.box}: not a diagnosis journal ({exc})") from exc
-        if not isinstance(data, dict):
-            raise JournalError(f"{self.path} on {self.box}: not a diagnosis journal (top level is not an object)")
+        problem = _shape_problem(data)
+        if problem:
+            raise JournalError(f"{self.path} on {self.box}: not a diagnosis journal ({problem})")
         return data
 
     @property
@@ -108,7 +114,16 @@ class Journal:
         self._write()
 
     def mark_original_stopped(self, stopped: bool = True) -> None:
-        self.data.setdefault("original_server", {})["stopped"] = stopped
+        """Record that the original server was stopped (or is serving again).
+
+        Raises JournalError when no original server was recorded: a journal saying "stopped"
+        without the command to relaunch could never be restored."""
+        original = self.data.get("original_server")
+        if not original:
+            if not stopped:
+                return
+            raise JournalError(f"{self.path} on {self.box}: no original server recorded (call record_original first)")
+        original["stopped"] = stopped
         self._write()
 
     def add_started(self, *, pid: int, pgid: int, port: int | None, argv: list[str], label: str) -> None:
@@ -118,7 +133,7 @@ class Journal:
         self._write()
 
     def remove_started(self, pid: int) -> None:
-        self.data["started_servers"] = [s for s in self.data.get("started_servers", []) if s["pid"] != pid]
+        self.data["started_servers"] = [s for s in self.data.get("started_servers") or [] if s["pid"] != pid]
         self._write()
 
     def close(self) -> None:
@@ -128,57 +143,163 @@ class Journal:
 
     def _write(self) -> None:
         self.box.makedirs(self.path.rsplit("/", 1)[0], timeout=self.timeout)
-        self.box.write_file(self.path, json.dumps(self.data, indent=2, sort_keys=True) + "\n")
+        self.box.write_file(self.path, json.dumps(self.data, indent=2, sort_keys=True) + "\n", timeout=self.timeout)
+
+
+def _shape_problem(data: Any) -> str | None:
+    """What makes ``data`` not a journal restore_box can act on, or None."""
+    if not isinstance(data, dict):
+        return "top level is not an object"
+    started = data.get("started_servers")
+    if started is not None:
+        if not isinstance(started, list):
+            return "started_servers is not a list"
+        for i, server in enumerate(started):
+            if not isinstance(server, dict) or not _is_pid(server.get("pid")):
+                return f"started_servers[{i}] has no valid pid"
+            if server.get("pgid") is not None and not _is_pid(server.get("pgid")):
+                return f"started_servers[{i}] has an invalid pgid"
+    original = data.get("original_server")
+    if original is not None:
+        if not isinstance(original, dict):
+            return "original_server is not an object"
+        argv = original.get("argv")
+        if original.get("stopped") and not (
+            isinstance(argv, list) and argv and all(isinstance(a, str) for a in argv)
+        ):
+            return "original_server is marked stopped but has no argv to relaunch it with"
+        env = original.get("env")
+        if env is not None and not (isinstance(env, dict) and all(isinstance(v, str) for v in env.values())):
+            return "original_server.env is not a mapping of strings"
+    return None
+
+
+def _is_pid(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 1
 
 
 def restore_box(box, *, server_start_timeout: float = 600.0, timeout: float = 30.0) -> RestoreReport:
     """Undo everything the journal on ``box`` records: stop servers the diagnosis started, revert
-    every probe, relaunch the original server (same argv, cwd, environment, log file) if it was
-    stopped. Idempotent; safe to call from several places.
+    every probe, relaunch the original server (same argv, cwd, environment, log file, appended
+    to) if it was stopped. Idempotent; safe to call from several places.
+
+    A started server is stopped only while its pid still belongs to the process group the
+    journal recorded (a pid reused by an unrelated process is left alone); a group whose leader
+    exited but whose workers live on is stopped too. The original server is not relaunched
+    when a process with its exact argv already runs (a previous restore that timed out waiting
+    for it, or someone else): that one is waited for instead, so two copies never compete for
+    the port and the GPUs.
 
     Returns a :class:`RestoreReport`; never raises for an individual action that failed (the
-    failure is in ``problems``), raises :class:`JournalError` only when the journal is unreadable.
+    failure is in ``problems``, and the journal is kept so a later call can retry), raises
+    :class:`JournalError` only when the journal is unreadable.
     """
     from remote import probes as remote_probes
 
     report = RestoreReport()
     journal = Journal(box, timeout=timeout)
-    for server in list(journal.data.get("started_servers", [])):
-        pid = int(server["pid"])
-        try:
-            if box.is_alive(pid, timeout=timeout):
-                stopped = box.stop_server(pid, grace=10.0)
-                report.actions.append(f"stopped {server.get('label', 'diagnosis')} server pid {pid} ({stopped.how})")
-            else:
-                report.actions.append(f"{server.get('label', 'diagnosis')} server pid {pid} had already exited")
-            journal.remove_started(pid)
-        except RemoteError as exc:
-            report.problems.append(f"could not stop server pid {pid}: {exc}")
+    for server in list(journal.data.get("started_servers") or []):
+        _stop_started(box, journal, server, report, timeout)
     try:
         reverted = remote_probes.revert_all(box, timeout=timeout)
-        for probe in reverted:
-            report.actions.append(f"reverted probe {probe.tag} in {probe.path} (sha256 restored)")
     except RemoteError as exc:
+        reverted = list(getattr(exc, "reverted", []))
         report.problems.append(f"could not revert probes: {exc}")
+    for probe in reverted:
+        report.actions.append(f"reverted probe {probe.tag} in {probe.path} (sha256 restored)")
     original = journal.data.get("original_server") or {}
     if original.get("stopped"):
+        _bring_back_original(box, journal, original, report, server_start_timeout, timeout)
+    if not report.problems and journal.data:
         try:
-            handle = box.launch_server(
-                original["argv"], port=original.get("port"), log_path=original.get("log_path"),
-                cwd=original.get("cwd"), env=original.get("env"), append_log=True, timeout=timeout,
-            )
-            box.wait_healthy(handle, timeout=server_start_timeout)
-            report.actions.append(
-                f"relaunched the original server (pid {handle.pid}): {shlex.join(original['argv'])}"
-            )
-            journal.mark_original_stopped(False)
+            journal.close()
         except RemoteError as exc:
-            report.problems.append(
-                f"could not relaunch the original server ({shlex.join(original['argv'])}): {exc}"
-            )
-    if not report.problems:
-        journal.close()
+            report.problems.append(f"everything was undone but the journal {journal.path} could not be emptied: {exc}")
     return report
+
+
+def _stop_started(box, journal: Journal, server: dict, report: RestoreReport, timeout: float) -> None:
+    pid = int(server["pid"])
+    pgid = int(server.get("pgid") or pid)
+    label = server.get("label") or "diagnosis"
+    try:
+        info = box.process(pid, timeout=timeout)
+        leader = info is not None and info.state != "Z"
+        if leader and info.pgid != pgid:
+            report.actions.append(
+                f"{label} server pid {pid} had exited; the pid now belongs to another process "
+                f"(process group {info.pgid}, not {pgid}), left alone"
+            )
+        elif leader or (pgid > 1 and box.group_alive(pgid, timeout=timeout)):
+            argv = tuple(server.get("argv") or ())
+            target = ServerProcess(pid=pid, pgid=pgid, argv=argv, cwd=None, exe=None, port=server.get("port"),
+                                   log_path=None)
+            stopped = box.stop_server(target, grace=10.0)
+            what = f"server pid {pid}" if leader else f"server pid {pid}'s leftover process group {pgid}"
+            report.actions.append(f"stopped {label} {what} ({stopped.how})")
+        else:
+            report.actions.append(f"{label} server pid {pid} had already exited")
+    except RemoteError as exc:
+        report.problems.append(f"could not stop {label} server pid {pid}: {exc}")
+        return
+    try:
+        journal.remove_started(pid)
+    except RemoteError as exc:
+        report.problems.append(f"stopped {label} server pid {pid} but could not update the journal: {exc}")
+
+
+def _bring_back_original(box, journal: Journal, original: dict, report: RestoreReport,
+                         server_start_timeout: float, timeout: float) -> None:
+    argv = [str(a) for a in original["argv"]]
+    command = shlex.join(argv)
+    port = original.get("port")
+    try:
+        running = _same_server(box, argv, journal, timeout)
+        if running is not None:
+            handle = ServerHandle(pid=running.pid, pgid=running.pgid, port=port if port is not None else running.port,
+                                  log_path=running.log_path or original.get("log_path") or f"/proc/{running.pid}/fd/2",
+                                  pid_path="", argv=tuple(running.argv), cwd=running.cwd, box=box.name)
+            if handle.port is not None:
+                box.wait_healthy(handle, timeout=server_start_timeout)
+            report.actions.append(
+                f"the original server's command already runs (pid {running.pid}); not relaunched: {command}"
+            )
+        else:
+            handle = box.launch_server(
+                argv, port=port, log_path=original.get("log_path"), cwd=original.get("cwd"),
+                env=original.get("env"), append_log=True, timeout=timeout,
+            )
+            if port is not None:
+                box.wait_healthy(handle, timeout=server_start_timeout)
+                health = ""
+            else:
+                time.sleep(1.0)
+                if not box.is_alive(handle.pid, timeout=timeout):
+                    report.problems.append(
+                        f"could not relaunch the original server ({command}): it exited at once "
+                        f"(no port recorded to health-check; see {handle.log_path})"
+                    )
+                    return
+                health = " (no port recorded: running, health not checked)"
+            report.actions.append(f"relaunched the original server (pid {handle.pid}){health}: {command}")
+    except RemoteError as exc:
+        report.problems.append(f"could not relaunch the original server ({command}): {exc}")
+        return
+    try:
+        journal.mark_original_stopped(False)
+    except RemoteError as exc:
+        report.problems.append(f"the original server is back but the journal could not be updated: {exc}")
+
+
+def _same_server(box, argv: list[str], journal: Journal, timeout: float):
+    """A running process (not one the journal still lists as started by the diagnosis) whose
+    argv is exactly ``argv``, or None."""
+    ours = {int(s["pid"]) for s in journal.data.get("started_servers") or []}
+    pattern = re.escape(" ".join(argv))
+    for proc in box.find_servers(pattern, timeout=timeout):
+        if list(proc.argv) == argv and proc.pid not in ours:
+            return proc
+    return None
 
 
 __all__ = ["Journal", "JournalError", "RestoreReport", "journal_path", "restore_box"]

@@ -1,0 +1,189 @@
+"""The ``workbench`` command line: doctor, runbook, report, restore (exit codes and messages).
+
+``doctor`` runs on a real sparse EAGLE-3 draft (the public Kimi-K2 EAGLE-3 config, an ``fc``
+of 7168 x 21504 in a sparse safetensors file) through the local box. One test runs the CLI as
+a subprocess (``python -m workbench.cli``) so the entry point itself is exercised.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from remote import connect
+from workbench.cli import main
+from workbench.journal import Journal, journal_path
+from workbench.launch import LaunchCommand
+from workbench_test_helpers import fixture_config, write_sparse_safetensors
+
+REPO = Path(__file__).resolve().parents[2]
+KIMI_DRAFT = "sgl-project__SpecForge__configs_kimi-k2-eagle3.json"
+HIDDEN, LAYERS, VOCAB = 7168, 61, 163840
+
+
+@pytest.fixture(autouse=True)
+def state_dir(tmp_path, monkeypatch):
+    """The box's workbench state (diagnosis journal, probe journal) for this test only."""
+    path = tmp_path / "box-state"
+    monkeypatch.setenv("EAGLE_WORKBENCH_STATE_DIR", str(path))
+    return path
+
+
+@pytest.fixture
+def models(tmp_path):
+    """(target dir, draft dir): a Kimi-K2-shaped target config and a real EAGLE-3 draft config
+    with a sparse model.safetensors whose fc takes 3 x 7168 inputs."""
+    target = tmp_path / "target"
+    target.mkdir()
+    (target / "config.json").write_text(json.dumps({
+        "architectures": ["DeepseekV3ForCausalLM"], "hidden_size": HIDDEN, "num_hidden_layers": LAYERS,
+        "vocab_size": VOCAB}))
+    draft = tmp_path / "draft"
+    draft.mkdir()
+    cfg = fixture_config(KIMI_DRAFT)
+    (draft / "config.json").write_text(json.dumps(cfg))
+    write_sparse_safetensors(draft / "model.safetensors", {"fc.weight": ("BF16", (cfg["hidden_size"], 3 * HIDDEN))})
+    return target, draft
+
+
+def launch_text(algo: str, target, draft) -> str:
+    return (f"python -m sglang.launch_server --model-path {target} --speculative-algorithm {algo} "
+            f"--speculative-draft-model-path {draft} --tp 8 --port 30000")
+
+
+def test_doctor_subprocess_eagle_flag_on_eagle3_draft(models, state_dir):
+    target, draft = models
+    env = {**os.environ, "EAGLE_WORKBENCH_STATE_DIR": str(state_dir)}
+    proc = subprocess.run(
+        [sys.executable, "-m", "workbench.cli", "doctor", "--launch", launch_text("EAGLE", target, draft), "--json"],
+        capture_output=True, text=True, cwd=REPO, env=env, timeout=60,
+    )
+    assert proc.returncode == 1, proc.stderr
+    out = json.loads(proc.stdout)
+    first = out["findings"][0]
+    assert (first["rule"], first["severity"]) == ("algorithm-mismatch", "error")
+    assert "EAGLE3" in first["fix"]
+    fixed = LaunchCommand.parse(first["fix"])
+    assert fixed.get("--speculative-algorithm") == "EAGLE3"
+    assert fixed.diff(LaunchCommand.parse(launch_text("EAGLE", target, draft))) == [
+        ("--speculative-algorithm", "EAGLE3", "EAGLE")]
+    assert first["evidence"]["fc_in_features"]["value"] == 3 * HIDDEN
+
+
+def test_doctor_eagle3_is_clean(models, capsys):
+    target, draft = models
+    assert main(["doctor", "--launch", launch_text("EAGLE3", target, draft), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == {"findings": []}
+    assert main(["doctor", "--launch", launch_text("EAGLE3", target, draft)]) == 0
+    assert capsys.readouterr().out.strip() == "no findings"
+
+
+def test_doctor_text_output_names_rule_and_fix(models, capsys):
+    target, draft = models
+    assert main(["doctor", "--launch", launch_text("EAGLE", target, draft)]) == 1
+    out = capsys.readouterr().out
+    assert out.startswith("ERROR algorithm-mismatch:")
+    assert "fix: " in out and "--speculative-algorithm EAGLE3" in out
+
+
+@pytest.mark.parametrize("text, message", [
+    ("python -m sglang.launch_server --model-path '/models/kimi", "unbalanced quote"),
+    ("", "empty launch command"),
+    ("ls -la", "not an SGLang launch command"),
+])
+def test_doctor_unparseable_launch_exits_2(capsys, text, message):
+    assert main(["doctor", "--launch", text]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.startswith("workbench doctor: ") and message in captured.err
+    assert "Traceback" not in captured.err
+
+
+def test_doctor_missing_draft_dir_exits_2(models, tmp_path, capsys):
+    target, _ = models
+    missing = tmp_path / "no-such-draft"
+    assert main(["doctor", "--launch", launch_text("EAGLE", target, missing)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("workbench doctor: ") and str(missing) in err and "not found" in err
+    assert "Traceback" not in err
+
+
+def test_doctor_without_draft_flag_and_unknown_host_exit_2(models, capsys):
+    target, draft = models
+    assert main(["doctor", "--launch", f"python -m sglang.launch_server --model-path {target}"]) == 2
+    assert "--speculative-draft-model-path" in capsys.readouterr().err
+    assert main(["doctor", "--launch", launch_text("EAGLE", target, draft), "--host", "me@gpu-box"]) == 2
+    assert "SSH" in capsys.readouterr().err
+
+
+def test_runbook_unknown_exits_2_listing_known(capsys):
+    assert main(["runbook", "nosuch"]) == 2
+    err = capsys.readouterr().err
+    assert "no runbook 'nosuch'" in err and "diagnose_acceptance" in err
+
+
+def test_report_missing_notebook_exits_2(tmp_path, capsys):
+    assert main(["report", str(tmp_path / "nope.ipynb")]) == 2
+    err = capsys.readouterr().err
+    assert "no notebook file" in err and "Traceback" not in err
+
+
+def test_restore_nothing_to_restore(capsys, state_dir):
+    assert main(["restore"]) == 0
+    assert capsys.readouterr().out.strip() == "nothing to restore"
+    assert not (state_dir / "diagnosis" / "journal.json").exists()
+
+
+def test_restore_reports_actions_and_clears_journal(capsys, state_dir):
+    box = connect("local")
+    assert box.state_dir == str(state_dir)
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    j = Journal(box)
+    j.begin()
+    j.add_started(pid=gone.pid, pgid=gone.pid, port=None, argv=[sys.executable, "-c", "pass"], label="probe")
+    assert main(["restore"]) == 0
+    out = capsys.readouterr().out
+    assert f"pid {gone.pid}" in out and "nothing to restore" not in out
+    assert not Journal(box).pending
+    assert main(["restore"]) == 0
+    assert capsys.readouterr().out.strip() == "nothing to restore"
+
+
+def test_restore_corrupt_journal_or_bad_host_exits_2(capsys, state_dir):
+    box = connect("local")
+    box.write_file(journal_path(box), "{oops", make_dirs=True)
+    assert main(["restore"]) == 2
+    err = capsys.readouterr().err
+    assert journal_path(box) in err and "not a diagnosis journal" in err and "Traceback" not in err
+    assert main(["restore", "--host", "me@gpu-box"]) == 2
+    assert "SSH" in capsys.readouterr().err
+
+
+def test_runbook_failure_restores_and_a_failing_restore_does_not_mask_the_error(tmp_path, capsys, monkeypatch):
+    """A failing cell: the driver restores the box; when that restore fails too (here a corrupt
+    journal), it says so, and the cell's error is still what the command reports (exit 1)."""
+    import papermill
+    from papermill.exceptions import PapermillExecutionError
+
+    import workbench.cli as cli
+
+    def failing_run(source, output, **kwargs):
+        assert os.environ.get(cli.DRIVER_ENV) == "1"
+        Path(output).write_text("not a notebook")
+        raise PapermillExecutionError(3, 1, "x = 1/0", "ZeroDivisionError", "division by zero", [])
+
+    monkeypatch.setattr(papermill, "execute_notebook", failing_run)
+    monkeypatch.setattr(cli, "_kill_kernels", lambda: [])
+    box = connect("local")
+    box.write_file(journal_path(box), "{oops", make_dirs=True)
+    assert main(["runbook", "diagnose_acceptance", "--report-dir", str(tmp_path / "reports")]) == 1
+    err = capsys.readouterr().err
+    assert "restore FAILED: JournalError" in err and "workbench restore" in err
+    assert "cell 3 failed: ZeroDivisionError: division by zero" in err
+    assert cli.DRIVER_ENV not in os.environ
