@@ -187,6 +187,11 @@ def load_and_warm_up(server_args) -> None:
 
     from workbench.sandbox.srt.managers.scheduler import SamplingParams, Scheduler
 
+    import torch
+
+    # batch-1 decoding of a tiny model gains nothing from more threads, and spinning OpenMP
+    # workers on a shared machine slow every other process down
+    torch.set_num_threads(int(os.environ.get("SANDBOX_TORCH_THREADS", "1")))
     try:
         with open(os.path.join(server_args.model_path, "config.json")) as f:
             _global_state.model_config = json.load(f)
