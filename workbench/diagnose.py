@@ -466,8 +466,9 @@ class DiagnosisRun:
     def _stop_original(self) -> None:
         original = self.journal.data.get("original_server")
         if original and not original.get("stopped") and self.inventory.server_pid is not None:
-            self.box.stop_server(self.inventory.server_pid, grace=15.0)
+            # Journal first: an interruption during the stop still gets the original back.
             self.journal.mark_original_stopped(True)
+            self.box.stop_server(self.inventory.server_pid, grace=15.0)
 
     def _launch(self, launch: LaunchCommand, label: str):
         """Stop whatever serves the port (the original, or the run's previous server), launch
@@ -476,8 +477,13 @@ class DiagnosisRun:
         self._stop_original()
         env = self.inventory.server_env
         argv = list(launch.argv)
-        handle = self.box.launch_server(argv, port=self.inventory.port, cwd=self.inventory.server_cwd, env=env)
-        self.journal.add_started(pid=handle.pid, pgid=handle.pgid, port=handle.port, argv=argv, label=label)
+        self.journal.begin_launch(port=self.inventory.port, argv=argv, label=label)
+        try:
+            handle = self.box.launch_server(argv, port=self.inventory.port, cwd=self.inventory.server_cwd, env=env)
+        except RemoteError:
+            self.journal.abort_launch()
+            raise
+        self.journal.end_launch(pid=handle.pid, pgid=handle.pgid)
         self.current, self.current_launch = handle, launch
         self.restarts += 1
         started = time.time()

@@ -89,7 +89,7 @@ class Journal:
     @property
     def pending(self) -> bool:
         """True when an earlier run left changes that were never undone."""
-        return bool(self.data.get("started_servers")) or bool(
+        return bool(self.data.get("started_servers")) or bool(self.data.get("launching")) or bool(
             (self.data.get("original_server") or {}).get("stopped")
         )
 
@@ -131,6 +131,23 @@ class Journal:
             {"pid": pid, "pgid": pgid, "port": port, "argv": list(argv), "label": label}
         )
         self._write()
+
+    def begin_launch(self, *, port: int | None, argv: list[str], label: str) -> None:
+        """Record a launch about to happen (its pid is not known yet), so that a run interrupted
+        between the launch and :meth:`add_started` still has its server stopped by
+        :func:`restore_box` (found by port and exact argv)."""
+        self.data["launching"] = {"port": port, "argv": list(argv), "label": label}
+        self._write()
+
+    def end_launch(self, *, pid: int, pgid: int) -> None:
+        """The launch recorded by :meth:`begin_launch` happened: move it to ``started_servers``."""
+        launching = self.data.pop("launching")
+        self.add_started(pid=pid, pgid=pgid, port=launching["port"], argv=launching["argv"], label=launching["label"])
+
+    def abort_launch(self) -> None:
+        """The launch recorded by :meth:`begin_launch` did not happen."""
+        if self.data.pop("launching", None) is not None:
+            self._write()
 
     def remove_started(self, pid: int) -> None:
         self.data["started_servers"] = [s for s in self.data.get("started_servers") or [] if s["pid"] != pid]
@@ -200,6 +217,8 @@ def restore_box(box, *, server_start_timeout: float = 600.0, timeout: float = 30
     journal = Journal(box, timeout=timeout)
     for server in list(journal.data.get("started_servers") or []):
         _stop_started(box, journal, server, report, timeout)
+    if journal.data.get("launching"):
+        _stop_unrecorded_launch(box, journal, journal.data["launching"], report, timeout)
     try:
         reverted = remote_probes.revert_all(box, timeout=timeout)
     except RemoteError as exc:
@@ -246,6 +265,23 @@ def _stop_started(box, journal: Journal, server: dict, report: RestoreReport, ti
         journal.remove_started(pid)
     except RemoteError as exc:
         report.problems.append(f"stopped {label} server pid {pid} but could not update the journal: {exc}")
+
+
+def _stop_unrecorded_launch(box, journal: Journal, launching: dict, report: RestoreReport, timeout: float) -> None:
+    """A launch was interrupted before its pid reached the journal: stop the process(es) with its
+    exact argv on its port. The original server was always stopped before a diagnosis launches, so
+    such a process can only be the diagnosis's own."""
+    argv = [str(a) for a in launching.get("argv") or []]
+    label = launching.get("label") or "diagnosis"
+    try:
+        for proc in box.find_servers(re.escape(" ".join(argv)), timeout=timeout):
+            if list(proc.argv) == argv and (launching.get("port") is None or proc.port in (None, launching["port"])):
+                stopped = box.stop_server(proc, grace=10.0)
+                report.actions.append(f"stopped {label} server pid {proc.pid}, launched but not yet journalled "
+                                      f"({stopped.how})")
+        journal.abort_launch()
+    except RemoteError as exc:
+        report.problems.append(f"could not stop the interrupted {label} launch ({shlex.join(argv)}): {exc}")
 
 
 def _bring_back_original(box, journal: Journal, original: dict, report: RestoreReport,

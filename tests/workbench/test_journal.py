@@ -263,3 +263,21 @@ def test_restore_with_nothing_journalled_writes_nothing(jbox):
     assert (report.actions, report.problems, report.clean) == ([], [], True)
     assert not Path(journal_path(jbox)).exists()
     assert json.loads(json.dumps(report.to_dict())) == {"actions": [], "problems": [], "clean": True}
+
+
+def test_launch_interrupted_before_its_pid_was_journalled_is_stopped(jbox, tmp_path):
+    """begin_launch is written before the server starts; a run killed before end_launch still has
+    that server stopped by restore_box (found by its exact argv on its port)."""
+    journal = Journal(jbox)
+    journal.begin()
+    port = _free_port()
+    argv = [sys.executable, str(TINY_SERVER), "--port", str(port)]
+    journal.begin_launch(port=port, argv=argv, label="probe")
+    handle = jbox.launch_server(argv, port=port, log_path=tmp_path / "s.log")
+    jbox.wait_healthy(handle, timeout=30)
+    assert Journal(jbox).pending
+    report = restore_box(jbox)
+    assert report.clean, report.problems
+    assert any("not yet journalled" in a for a in report.actions)
+    assert not jbox.is_alive(handle.pid)
+    assert not Journal(jbox).pending
