@@ -211,6 +211,30 @@ def _engine_package(launch: LaunchCommand) -> str:
     return module.split(".")[0] or "sglang"
 
 
+def _server_python(box, launch: LaunchCommand, server, *, timeout: float) -> str:
+    """The interpreter that runs ``server``, as a path that keeps its environment: ``argv[0]``
+    when it names a python (a venv's ``bin/python`` must not be resolved to the base interpreter
+    ``/proc/PID/exe`` points at, which lacks the venv's packages), looked up on the server's own
+    ``PATH`` when relative; else the ``exe`` link. ``sglang serve``: the script's interpreter is
+    found from its shebang line."""
+    first = launch.launcher[0] if launch.launcher else ""
+    env = _read_environ(box, server.pid) or {}
+    name = posixpath.basename(first)
+    if first and (name.startswith("python") or name == "sglang"):
+        if "/" in first:
+            path = first if first.startswith("/") else posixpath.join(server.cwd or "/", first)
+        else:
+            found = box.run(["env", f"PATH={env.get('PATH', '/usr/bin:/bin')}", "which", first],
+                            check=False, timeout=timeout)
+            path = found.stdout.strip() if found.exit_code == 0 else ""
+        if path and name == "sglang":
+            head = box.read_bytes(path, 0, 256, timeout=timeout).split(b"\n", 1)[0].decode("utf-8", "replace")
+            path = head[2:].strip().split()[0] if head.startswith("#!") and head[2:].strip() else ""
+        if path:
+            return path
+    return server.exe or "python3"
+
+
 def _read_environ(box, pid: int) -> dict[str, str] | None:
     try:
         raw = box.read_bytes(f"/proc/{pid}/environ", timeout=10)
@@ -250,7 +274,7 @@ def take_inventory(box, *, launch_command: str | None, port: int | None, default
         if given is not None and given.argv != launch.argv:
             notes.append("the running server's command line differs from the launch_command parameter; "
                          "the running one is diagnosed")
-        python = server.exe or launch.launcher[0]
+        python = _server_python(box, launch, server, timeout=timeout)
     elif given is not None or default_launch:
         launch = given if given is not None else LaunchCommand.parse(default_launch)
         python = launch.launcher[0] if "python" in posixpath.basename(launch.launcher[0]) else "python3"

@@ -1,0 +1,68 @@
+"""Unit tests of the diagnosis's helpers that need no sandbox server: paths resolved against the
+server's cwd, the engine package named by a launch command, the server's interpreter."""
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from remote import connect
+from workbench.diagnose import _engine_package, _server_python, absolutize, sandbox_launch_command
+from workbench.launch import LaunchCommand
+
+TINY_SERVER = Path(__file__).resolve().parent.parent / "remote" / "tiny_launch_server.py"
+
+
+@pytest.fixture
+def box(tmp_path):
+    with connect("local", state_dir=tmp_path / "state") as b:
+        yield b
+
+
+def test_absolutize_resolves_relative_model_dirs_against_the_server_cwd(box, tmp_path):
+    (tmp_path / "models" / "draft").mkdir(parents=True)
+    (tmp_path / "models" / "target").mkdir(parents=True)
+    launch = LaunchCommand.parse("python -m sglang.launch_server --model-path ./models/target "
+                                 "--speculative-algorithm EAGLE3 --speculative-draft-model-path models/draft "
+                                 "--tokenizer-path moonshotai/Kimi-K2.5")
+    out = absolutize(box, launch, str(tmp_path))
+    assert out.get("--model-path") == str(tmp_path / "models" / "target")
+    assert out.get("--speculative-draft-model-path") == str(tmp_path / "models" / "draft")
+    # not a directory under the cwd: a Hugging Face repo id, kept as written
+    assert out.get("--tokenizer-path") == "moonshotai/Kimi-K2.5"
+    assert absolutize(box, launch, None) is launch
+
+
+@pytest.mark.parametrize("text, package", [
+    ("python -m sglang.launch_server --model-path /m", "sglang"),
+    ("sglang serve /m", "sglang"),
+    ("python -m workbench.sandbox.launch_server --model-path /m", "workbench.sandbox"),
+])
+def test_engine_package(text, package):
+    assert _engine_package(LaunchCommand.parse(text)) == package
+
+
+def test_server_python_keeps_the_venv_interpreter(box, tmp_path):
+    """/proc/PID/exe of a venv's python is the base interpreter, which lacks the venv's packages;
+    the diagnosis must run the engine lookups with argv[0] (absolute, or found on the server's PATH)."""
+    venv_python = sys.executable
+    argv = [venv_python, str(TINY_SERVER), "--port", "0"]
+    handle = box.launch_server(argv, port=1, log_path=tmp_path / "s.log",
+                               env={"PATH": f"{Path(venv_python).parent}:/usr/bin:/bin"})
+    try:
+        (server,) = [s for s in box.find_servers(str(TINY_SERVER)) if s.pid == handle.pid]
+        absolute = LaunchCommand.parse(f"{venv_python} -m sglang.launch_server --model-path /m")
+        assert _server_python(box, absolute, server, timeout=10) == venv_python
+        relative = LaunchCommand.parse(f"{Path(venv_python).name} -m sglang.launch_server --model-path /m")
+        assert _server_python(box, relative, server, timeout=10) == venv_python
+    finally:
+        box.stop_server(handle, grace=2)
+
+
+def test_sandbox_launch_command_names_the_wrong_flag_and_the_committed_models():
+    launch = LaunchCommand.parse(sandbox_launch_command(port=30111))
+    assert launch.engine == "sandbox"
+    assert launch.get("--speculative-algorithm") == "EAGLE"
+    assert launch.get("--port") == "30111"
+    assert os.path.isdir(launch.get("--model-path")) and os.path.isdir(launch.get("--speculative-draft-model-path"))
