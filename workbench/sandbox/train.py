@@ -45,7 +45,7 @@ PROMPTS_PATH = SANDBOX_DIR / "prompts" / "bench.jsonl"
 
 FULL = dict(
     hidden=192, intermediate=512, layers=6, heads=6, seq=128, batch=16, target_steps=600, lr=3e-3,
-    n_gen=512, prompt_len=64, gen_len=128, draft_steps=250, draft_batch=8, draft_lr=2e-3,
+    n_gen=512, prompt_len=64, gen_len=128, draft_steps=600, draft_batch=12, draft_lr=2e-3,
     aux_layer_ids=[1, 3, 4], draft_vocab=128, ttt_steps=3,
 )
 QUICK = dict(FULL, target_steps=60, n_gen=64, draft_steps=30)
