@@ -116,6 +116,7 @@ def test_interrupted_run_leaves_the_box_as_found(tmp_path, free_port, state_dir)
     box = connect("local", state_dir=state_dir)
     argv = shlex.split(sandbox_launch_command(port=free_port))
     handle = box.launch_server(argv, port=free_port, log_path=tmp_path / "original.log")
+    driver = None
     try:
         box.wait_healthy(handle, timeout=180)
         sha_before = box.sha256(DRAFT_FILE)
@@ -126,7 +127,10 @@ def test_interrupted_run_leaves_the_box_as_found(tmp_path, free_port, state_dir)
              "-p", "max_new_tokens", "32"],
             env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         deadline = time.monotonic() + 600
-        while not remote_probes.list_probes(box):
+        # the probe is journalled ("pending") before the file is patched: wait until it is active
+        # and the probed server has been launched from the patched file
+        while not (any(p.state == "active" for p in remote_probes.list_probes(box))
+                   and [s for s in _servers_on(box, free_port) if s.pid != handle.pid]):
             assert driver.poll() is None, driver.communicate()[1][-3000:]
             assert time.monotonic() < deadline, "the probe never appeared"
             time.sleep(0.2)
@@ -142,5 +146,8 @@ def test_interrupted_run_leaves_the_box_as_found(tmp_path, free_port, state_dir)
         # the executed notebook was kept (papermill saves it) and exported
         assert (tmp_path / "reports" / "diagnose_acceptance.ipynb").exists()
     finally:
+        if driver is not None and driver.poll() is None:
+            driver.kill()
+            driver.communicate()
         for s in _servers_on(box, free_port):
             box.stop_server(s)
