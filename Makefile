@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed-stamp
 REPORT_DIR ?= reports
 PYTEST_ARGS ?=
 
-.PHONY: setup demo test bench sandbox-models clean-reports lab
+.PHONY: setup browser demo test bench sandbox-models clean-reports lab
 
 # The virtual environment: torch pinned to the CPU build through constraints.txt (an unpinned
 # torch pulls a multi-GB CUDA build), the project installed editable with its test extras.
@@ -20,12 +20,21 @@ $(STAMP): pyproject.toml constraints.txt
 
 setup: $(STAMP)
 
+# Headless Chromium for the test that opens the HTML report offline and checks the plots are
+# drawn. Installed with apt when missing and we are root; otherwise say what to install.
+browser:
+	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
+	    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium fonts-dejavu-core >/dev/null; \
+	  else echo "note: install chromium (apt-get install chromium) for the browser tests"; fi
+
 # The main job on the embedded sandbox box: diagnose accept length ~1.00, verify the fix, report.
 demo: setup
 	$(VENV)/bin/workbench runbook diagnose_acceptance --report-dir $(REPORT_DIR)
 	@echo "report: $(REPORT_DIR)/diagnose_acceptance.html  verdict: $(REPORT_DIR)/diagnose_acceptance.json"
 
-test: setup
+test: setup browser
 	$(PY) -m pytest -q $(PYTEST_ARGS)
 
 bench: setup

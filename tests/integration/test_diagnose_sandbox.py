@@ -23,7 +23,7 @@ from remote import connect
 from remote import probes as remote_probes
 from workbench.diagnose import DRAFT_MODEL_FILE, sandbox_launch_command
 from workbench.journal import Journal
-from workbench.report import check_self_contained
+from workbench.report import check_self_contained, count_plotly_figures, render_dom
 
 ROOT = Path(__file__).resolve().parents[2]
 DRAFT_FILE = ROOT / "workbench" / "sandbox" / DRAFT_MODEL_FILE
@@ -78,9 +78,16 @@ def test_diagnose_sandbox_from_a_launch_command(tmp_path, free_port, state_dir):
     assert remote_probes.list_probes(box) == []
     assert not Journal(box).pending
 
-    html = (tmp_path / "reports" / "diagnose_acceptance.html").read_text()
+    html_path = tmp_path / "reports" / "diagnose_acceptance.html"
+    html = html_path.read_text()
     assert check_self_contained(html) == []
     assert "algorithm-mismatch" in html
+    # opened offline in headless Chromium, the figures are drawn: before/after, per request,
+    # timeline, probe width; plotly.js creates one <svg class="main-svg"> layer pair per figure
+    figures = count_plotly_figures(html)
+    assert figures == 4
+    dom = render_dom(html_path)
+    assert dom.count('class="main-svg"') >= figures
 
 
 def test_diagnose_running_server_is_put_back(tmp_path, free_port, state_dir):
