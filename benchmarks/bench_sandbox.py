@@ -63,6 +63,7 @@ def run_config(algo, draft, prompts, max_new_tokens: int, log_dir: Path, models:
     try:
         base = f"http://127.0.0.1:{port}"
         deadline = time.time() + 180
+        last: Exception | None = None
         with httpx.Client(timeout=300) as client:
             while True:
                 if proc.poll() is not None:
@@ -70,10 +71,10 @@ def run_config(algo, draft, prompts, max_new_tokens: int, log_dir: Path, models:
                 try:
                     if client.get(base + "/health").status_code == 200:
                         break
-                except httpx.TransportError:
-                    pass
+                except httpx.TransportError as exc:
+                    last = exc  # still loading: connection refused until uvicorn listens
                 if time.time() > deadline:
-                    raise RuntimeError(f"server not healthy in 180 s; see {log_path}")
+                    raise RuntimeError(f"server not healthy in 180 s (last: {last!r}); see {log_path}")
                 time.sleep(0.3)
             outs, completion, verify, latency = [], 0, 0, 0.0
             for p in prompts:

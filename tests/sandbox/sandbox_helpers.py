@@ -55,6 +55,7 @@ def running_server(tmp_path: Path, *extra: str, timeout: float = 120) -> Iterato
     with open(log_path, "w") as log:
         proc = subprocess.Popen(launch_argv(*extra, port=port), cwd=ROOT, stdout=log, stderr=log, env=env)
     statuses: List[int] = []
+    refused: Exception | None = None
     try:
         deadline = time.time() + timeout
         while True:
@@ -65,10 +66,10 @@ def running_server(tmp_path: Path, *extra: str, timeout: float = 120) -> Iterato
                 statuses.append(code)
                 if code == 200:
                     break
-            except httpx.TransportError:
-                pass
+            except httpx.TransportError as exc:
+                refused = exc  # still loading: connection refused until uvicorn listens
             if time.time() > deadline:
-                raise AssertionError(f"server not healthy:\n{log_path.read_text()}")
+                raise AssertionError(f"server not healthy (last: {refused!r}, {statuses[-3:]}):\n{log_path.read_text()}")
             time.sleep(0.1)
         yield Server(proc, port, log_path, statuses)
     finally:
