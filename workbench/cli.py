@@ -84,7 +84,10 @@ def run_runbook(name: str, parameters: dict[str, Any], report_dir: str | Path, *
     notebook = out_dir / f"{name}.ipynb"
     params = dict(parameters)
     params.setdefault("report_dir", str(out_dir))
-    previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+    # SIGTERM (a kill) and SIGHUP (a closed terminal, a dropped SSH session) end the run like Ctrl-C.
+    previous = {sig: signal.signal(sig, _raise_interrupt) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    # A verdict from an earlier run must not sit beside the report of this one if this one fails.
+    (out_dir / f"{name}.json").unlink(missing_ok=True)
     os.environ[DRIVER_ENV] = "1"
     try:
         papermill.execute_notebook(str(source), str(notebook), parameters=params, kernel_name=kernel_name,
@@ -109,7 +112,8 @@ def run_runbook(name: str, parameters: dict[str, Any], report_dir: str | Path, *
                 print(f"workbench runbook: could not export {notebook}: {exc}", file=sys.stderr)
         raise
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
         os.environ.pop(DRIVER_ENV, None)
     paths = {"notebook": notebook, "json": out_dir / f"{name}.json"}
     if export:
@@ -121,9 +125,17 @@ def _restore_after_failure(host: str, *, server_start_timeout: float = 600.0) ->
     from remote import connect
     from workbench.journal import restore_box
 
-    box = connect(host)
+    from remote.errors import BoxSpecError
+
     try:
-        report = restore_box(box, server_start_timeout=server_start_timeout)
+        box = connect(host)
+    except BoxSpecError as exc:
+        print(f"restore: nothing to restore, the box was never reached ({exc})", file=sys.stderr)
+        return
+    try:
+        # The kernel was killed above, so its journal's owner is gone; a journal owned by another
+        # diagnosis that still runs is left alone.
+        report = restore_box(box, server_start_timeout=server_start_timeout, unless_owner_alive=True)
     finally:
         box.close()
     for line in report.actions:

@@ -40,7 +40,7 @@ from workbench.checkpoint import (
 )
 from workbench.draft_checks import check_draft_weights
 from workbench.journal import Journal, RestoreReport, restore_box
-from workbench.launch import LaunchCommand
+from workbench.launch import LaunchCommand, LaunchCommandError
 from workbench.ledger import Evidence, Ledger
 from workbench.rules import Finding, algorithm_mismatch
 
@@ -151,11 +151,14 @@ class Inventory:
             ("engine source", self.engine_root or "(not located)"),
             ("python", self.python),
             ("server", f"pid {self.server_pid}" if self.server_pid else "not running (the run launches it)"),
-            ("server log", self.server_log or "(not a file)"),
+            ("server log", self.server_log or ("(the run's own server logs)" if not self.server_pid else "(not a file)")),
             ("launch command", self.launch.to_string()),
             ("speculative algorithm (resolved)", info.get("speculative_algorithm", self.launch.get("--speculative-algorithm"))),
-            ("num steps / topk / draft tokens", (info.get("speculative_num_steps"), info.get("speculative_eagle_topk"),
-                                                 info.get("speculative_num_draft_tokens"))),
+            ("num steps / topk / draft tokens", tuple(
+                info.get(key, self.launch.get(flag)) for key, flag in (
+                    ("speculative_num_steps", "--speculative-num-steps"),
+                    ("speculative_eagle_topk", "--speculative-eagle-topk"),
+                    ("speculative_num_draft_tokens", "--speculative-num-draft-tokens")))),
             ("url", self.base_url),
         ] + [("note", n) for n in self.notes]
 
@@ -211,6 +214,17 @@ def _engine_package(launch: LaunchCommand) -> str:
     return module.split(".")[0] or "sglang"
 
 
+def _is_launch_argv(argv) -> bool:
+    """True when ``argv`` starts a server (``python -m sglang.launch_server``, ``sglang serve``, the
+    sandbox's): a process that merely mentions one (an editor, ``tail -f sglang.log``, this
+    workbench's own command line with a ``launch_command`` parameter) is not a server."""
+    try:
+        LaunchCommand.parse(list(argv))
+    except LaunchCommandError:
+        return False
+    return True
+
+
 def _server_python(box, launch: LaunchCommand, server, *, timeout: float) -> str:
     """The interpreter that runs ``server``, as a path that keeps its environment: ``argv[0]``
     when it names a python (a venv's ``bin/python`` must not be resolved to the base interpreter
@@ -260,7 +274,7 @@ def take_inventory(box, *, launch_command: str | None, port: int | None, default
     """
     given = LaunchCommand.parse(launch_command) if launch_command else None
     want_port = port or (int(given.get("--port")) if given is not None and given.get("--port") else None)
-    servers = box.find_servers(timeout=timeout)
+    servers = [s for s in box.find_servers(timeout=timeout) if _is_launch_argv(s.argv)]
     candidates = [s for s in servers if want_port is None or s.port == want_port or
                   (s.port is None and want_port == DEFAULT_PORT)]
     notes: list[str] = []
@@ -382,7 +396,7 @@ class StepResult:
     data: dict[str, Any] = field(default_factory=dict)
 
     def _repr_html_(self) -> str:
-        colour = {"confirmed": "#b00020", "refuted": "#1b7a1b"}.get(self.verdict, "#8a6d00")
+        colour = {"confirmed": "#1a7f37", "refuted": "#cf222e"}.get(self.verdict, "#9a6700")  # as the ledger
         parts = [f"<h4>{self.hypothesis}: <span style='color:{colour}'>{self.verdict}</span></h4>",
                  f"<p>{html.escape(self.summary)}</p>"]
         for f in self.findings:
@@ -459,6 +473,10 @@ class DiagnosisRun:
         box = connect(host)
         leftover = Journal(box)
         if leftover.pending:
+            if leftover.owner_alive():
+                raise DiagnosisError(
+                    f"another diagnosis (pid {leftover.data['owner']['pid']}, run {leftover.data.get('run_id')}) is "
+                    f"running on {box.name}; wait for it to finish (its journal: {leftover.path})")
             report = restore_box(box, server_start_timeout=server_start_timeout)
             if not report.clean:
                 raise DiagnosisError("an earlier run left the box changed and it could not be restored: "
@@ -509,7 +527,8 @@ class DiagnosisRun:
             raise
         self.journal.end_launch(pid=handle.pid, pgid=handle.pgid)
         self.current, self.current_launch = handle, launch
-        self.restarts += 1
+        if label != "as-found":
+            self.restarts += 1  # launching what was not running is not a restart
         started = time.time()
         waited = self.box.wait_healthy(handle, timeout=self.server_start_timeout)
         self.launches.append({"label": label, "launch_command": launch.to_string(), "pid": handle.pid,

@@ -17,8 +17,10 @@ Layout (``<box.state_dir>/diagnosis/journal.json``, by default ``~/.cache/eagle-
 from __future__ import annotations
 
 import json
+import os
 import re
 import shlex
+import socket
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -100,9 +102,25 @@ class Journal:
                 f"{self.path} on {self.box}: an earlier diagnosis run ({self.data.get('run_id')}) left the box "
                 "changed; run `workbench restore --host ...` (or restore_box) first"
             )
-        self.data = {"run_id": uuid.uuid4().hex[:12], "started_at": time.time(), "started_servers": []}
+        self.data = {"run_id": uuid.uuid4().hex[:12], "started_at": time.time(), "started_servers": [],
+                     "owner": {"host": socket.gethostname(), "pid": os.getpid()}}
         self._write()
         return self.data["run_id"]
+
+    def owner_alive(self) -> bool | None:
+        """Whether the process that began this journal still runs: True/False when it ran on this
+        machine (host name and pid recorded by :meth:`begin`), None when that cannot be told (another
+        machine, or a journal without an owner)."""
+        owner = self.data.get("owner") or {}
+        if owner.get("host") != socket.gethostname() or not isinstance(owner.get("pid"), int):
+            return None
+        try:
+            os.kill(owner["pid"], 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True
 
     def record_original(self, *, argv: list[str], cwd: str | None, env: dict[str, str] | None,
                         port: int | None, log_path: str | None, pid: int | None) -> None:
@@ -195,7 +213,8 @@ def _is_pid(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value > 1
 
 
-def restore_box(box, *, server_start_timeout: float = 600.0, timeout: float = 30.0) -> RestoreReport:
+def restore_box(box, *, server_start_timeout: float = 600.0, timeout: float = 30.0,
+                unless_owner_alive: bool = False) -> RestoreReport:
     """Undo everything the journal on ``box`` records: stop servers the diagnosis started, revert
     every probe, relaunch the original server (same argv, cwd, environment, log file, appended
     to) if it was stopped. Idempotent; safe to call from several places.
@@ -207,6 +226,9 @@ def restore_box(box, *, server_start_timeout: float = 600.0, timeout: float = 30
     for it, or someone else): that one is waited for instead, so two copies never compete for
     the port and the GPUs.
 
+    ``unless_owner_alive``: do nothing when the run that began the journal still runs on this
+    machine (a second, concurrent run must not undo a live one's changes).
+
     Returns a :class:`RestoreReport`; never raises for an individual action that failed (the
     failure is in ``problems``, and the journal is kept so a later call can retry), raises
     :class:`JournalError` only when the journal is unreadable.
@@ -215,6 +237,10 @@ def restore_box(box, *, server_start_timeout: float = 600.0, timeout: float = 30
 
     report = RestoreReport()
     journal = Journal(box, timeout=timeout)
+    if unless_owner_alive and journal.pending and journal.owner_alive():
+        report.actions.append(f"the journal belongs to a diagnosis still running (pid "
+                              f"{journal.data['owner']['pid']}); left alone")
+        return report
     for server in list(journal.data.get("started_servers") or []):
         _stop_started(box, journal, server, report, timeout)
     if journal.data.get("launching"):

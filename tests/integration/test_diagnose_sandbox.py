@@ -68,8 +68,9 @@ def test_diagnose_sandbox_from_a_launch_command(tmp_path, free_port, state_dir):
     assert by_id["H2"]["verdict"] == "confirmed"
     assert by_id["H3"]["verdict"] == "refuted"
     assert all(h["evidence"] for h in verdict["hypotheses"])
-    # as-found launch (nothing ran), probe launch, fix launch; nothing relaunched at the end
-    assert verdict["restarts"] == 3
+    # nothing ran: the as-found launch is not a restart; probe and fix are; nothing relaunched at the end
+    assert verdict["restarts"] == 2
+    assert [launch["label"] for launch in verdict["launches"]] == ["as-found", "probe", "fix"]
     assert verdict["duration_s"] > 0
 
     # the box as found: no server on the port, the draft file byte for byte, no probe, no journal

@@ -66,3 +66,27 @@ def test_sandbox_launch_command_names_the_wrong_flag_and_the_committed_models():
     assert launch.get("--speculative-algorithm") == "EAGLE"
     assert launch.get("--port") == "30111"
     assert os.path.isdir(launch.get("--model-path")) and os.path.isdir(launch.get("--speculative-draft-model-path"))
+
+
+def test_only_launch_commands_count_as_servers():
+    """A process that merely mentions sglang / launch_server (this workbench's own command line with a
+    launch_command parameter, `tail -f sglang.log`) is not a server."""
+    from workbench.diagnose import _is_launch_argv
+
+    assert _is_launch_argv(["python3", "-m", "sglang.launch_server", "--model-path", "/m"])
+    assert _is_launch_argv(["/v/bin/python", "-m", "workbench.sandbox.launch_server", "--model-path", "/m"])
+    assert not _is_launch_argv(["/v/bin/python", "/v/bin/workbench", "runbook", "diagnose_acceptance", "-p",
+                                "launch_command", "python -m sglang.launch_server --model-path /m"])
+    assert not _is_launch_argv(["tail", "-f", "/var/log/sglang.log"])
+
+
+def test_a_second_diagnosis_refuses_while_the_first_runs(tmp_path, monkeypatch):
+    from workbench.diagnose import DiagnosisError, DiagnosisRun
+    from workbench.journal import Journal
+
+    monkeypatch.setenv("EAGLE_WORKBENCH_STATE_DIR", str(tmp_path / "state"))
+    first = Journal(connect("local"))
+    first.begin()
+    first.begin_launch(port=1, argv=["python3", "-m", "sglang.launch_server"], label="probe")
+    with pytest.raises(DiagnosisError, match="another diagnosis"):
+        DiagnosisRun.start(host="local", port=1)

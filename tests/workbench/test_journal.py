@@ -281,3 +281,25 @@ def test_launch_interrupted_before_its_pid_was_journalled_is_stopped(jbox, tmp_p
     assert any("not yet journalled" in a for a in report.actions)
     assert not jbox.is_alive(handle.pid)
     assert not Journal(jbox).pending
+
+
+def test_a_live_runs_journal_is_not_restored_by_a_concurrent_driver(jbox, tmp_path):
+    """Two diagnoses on one box: the second one's driver, cleaning up after its own failure, must
+    not undo the first one's changes while the first still runs (its owner pid is alive)."""
+    journal = Journal(jbox)
+    journal.begin()  # owner: this test process, alive
+    port = _free_port()
+    argv = [sys.executable, str(TINY_SERVER), "--port", str(port)]
+    handle = jbox.launch_server(argv, port=port, log_path=tmp_path / "s.log")
+    journal.add_started(pid=handle.pid, pgid=handle.pgid, port=port, argv=argv, label="probe")
+    assert Journal(jbox).owner_alive() is True
+    report = restore_box(jbox, unless_owner_alive=True)
+    assert jbox.is_alive(handle.pid) and Journal(jbox).pending
+    assert "still running" in report.actions[0]
+    # the owner gone (recorded pid no longer exists): the same call restores
+    data = Journal(jbox).data
+    data["owner"]["pid"] = 2 ** 22 + 12345
+    jbox.write_file(journal_path(jbox), __import__("json").dumps(data))
+    assert Journal(jbox).owner_alive() is False
+    report = restore_box(jbox, unless_owner_alive=True)
+    assert report.clean and not jbox.is_alive(handle.pid) and not Journal(jbox).pending
