@@ -102,10 +102,20 @@ def absolutize(box, launch: LaunchCommand, cwd: str | None) -> LaunchCommand:
     return launch
 
 
+def _cell(value: Any) -> str:
+    """One evidence value as HTML: ``{"value": v, "source": s}`` (the rules' evidence entries) as the
+    value with its source beneath, anything else as code."""
+    if isinstance(value, dict) and set(value) == {"value", "source"}:
+        source = value["source"] or "(source not recorded)"
+        return (f"<code>{html.escape(str(value['value']))}</code><br>"
+                f"<small style='color:#57606a'>from {html.escape(str(source))}</small>")
+    return f"<code>{html.escape(str(value))}</code>"
+
+
 def _html_table(rows: list[tuple[str, Any]]) -> str:
     body = "".join(
-        f"<tr><th style='text-align:left;padding-right:1em'>{html.escape(str(k))}</th>"
-        f"<td style='text-align:left'><code>{html.escape(str(v))}</code></td></tr>"
+        f"<tr><th style='text-align:left;padding-right:1em;vertical-align:top'>{html.escape(str(k))}</th>"
+        f"<td style='text-align:left'>{_cell(v)}</td></tr>"
         for k, v in rows
     )
     return f"<table>{body}</table>"

@@ -90,3 +90,13 @@ def test_a_second_diagnosis_refuses_while_the_first_runs(tmp_path, monkeypatch):
     first.begin_launch(port=1, argv=["python3", "-m", "sglang.launch_server"], label="probe")
     with pytest.raises(DiagnosisError, match="another diagnosis"):
         DiagnosisRun.start(host="local", port=1)
+
+
+def test_evidence_cells_show_value_and_source_escaped():
+    from workbench.diagnose import _html_table
+
+    out = _html_table([("speculative_algorithm", {"value": "<EAGLE>", "source": "launch command: --speculative-algorithm"}),
+                       ("fc_in_features", {"value": 576, "source": None}), ("ids", [1, 3, 4])])
+    assert "<code>&lt;EAGLE&gt;</code><br><small" in out and "from launch command: --speculative-algorithm" in out
+    assert "from (source not recorded)" in out
+    assert "<code>[1, 3, 4]</code>" in out and "'value'" not in out
