@@ -4,7 +4,6 @@ Every test that takes ``box`` runs once per transport in ``BOX_SPECS``; the SSH 
 itself here (with a loopback OpenSSH server fixture) and the whole suite runs against it too.
 """
 
-import socket
 import sys
 from pathlib import Path
 
@@ -39,14 +38,6 @@ def box(request, tmp_path):
     spec = spec if isinstance(spec, str) else spec()
     with connect(spec, state_dir=tmp_path / "box-state", python=sys.executable) as b:
         yield b
-
-
-@pytest.fixture
-def free_port():
-    """A TCP port nothing listens on right now (bound to 0 and released)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture

@@ -16,7 +16,6 @@ import re
 import struct
 import sys
 import zlib
-from pathlib import Path
 
 import nbformat
 import numpy as np

@@ -13,7 +13,6 @@ keeps its own KV cache (`DraftKVCache`) the way SGLang's draft keeps its own KV 
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Iterable, List, Optional, Tuple
 
