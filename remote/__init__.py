@@ -1,6 +1,7 @@
 """The box layer: run commands, read and write files, manage servers and probes on a box.
 
-``connect("local")`` returns a :class:`Box`; every method takes a ``timeout`` in seconds and
+``connect("local")`` (this machine) or ``connect("myalias")`` / ``connect("user@host:port")``
+(over SSH, :mod:`remote.ssh`) returns a :class:`Box`; every method takes a ``timeout`` in seconds and
 raises the typed errors of :mod:`remote.errors`. Probes live in :mod:`remote.probes`.
 This package imports nothing from ``workbench``.
 """
@@ -16,7 +17,7 @@ from .errors import (
     RemoteFileNotFound,
     ServerDied,
     ServerStartTimedOut,
-    SSHNotImplemented,
+    SSHError,
 )
 from .local import LocalTransport
 from .result import FileStat, ProcessInfo, Result, ServerHandle, ServerProcess, ServerStopped
@@ -35,7 +36,7 @@ __all__ = [
     "RemoteError",
     "RemoteFileNotFound",
     "Result",
-    "SSHNotImplemented",
+    "SSHError",
     "ServerDied",
     "ServerHandle",
     "ServerProcess",

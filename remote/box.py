@@ -331,12 +331,18 @@ class Box:
 
     # -- network --------------------------------------------------------------------------------
 
-    def url(self, port: int, host: str = "127.0.0.1") -> str:
+    def url(self, port: int, host: str = "127.0.0.1", *, timeout: float = 10) -> str:
         """Base URL (``http://host:port``) at which a server listening on the box's ``host:port``
-        is reachable from where the workbench runs. Local: the same address."""
-        if ":" in host and not host.startswith("["):
-            host = f"[{host}]"
-        return f"http://{host}:{int(port)}"
+        is reachable from where the workbench runs: the same address on a local box; over SSH the
+        local end of a port forward through the box's connection (``127.0.0.1:EPHEMERAL``, opened
+        on first use, kept per port until the box is closed). Nothing needs to listen yet.
+
+        Raises the transport's errors when the forward cannot be set up (``SSHError`` subclasses).
+        """
+        local_host, local_port = self.transport.forward(host, int(port), timeout=timeout)
+        if ":" in local_host and not local_host.startswith("["):
+            local_host = f"[{local_host}]"
+        return f"http://{local_host}:{int(local_port)}"
 
     def listening_ports(self, *, timeout: float = 10) -> set[int]:
         """TCP ports in LISTEN state on the box (IPv4 and IPv6), read from ``/proc/net/tcp*``."""

@@ -8,7 +8,16 @@ The hierarchy::
 
     RemoteError
     ├── BoxSpecError                  connect() was given a spec it cannot use
-    │   └── SSHNotImplemented         an SSH spec (user@host, ssh://..., an alias): not built yet
+    │   ├── UnknownSSHHost            a bare name that is no Host in the ssh config (nor in /etc/hosts)
+    │   └── SSHConfigError            an ssh config option that cannot be honoured (ProxyCommand, bad value)
+    ├── SSHError                      reaching the box over SSH failed; names user@host:port (.where)
+    │   ├── SSHConnectFailed          TCP connect refused / timed out / name not resolved / handshake failed
+    │   ├── HostKeyError              the host key is not trusted; .fingerprint (SHA256:...), .key_type
+    │   │   ├── HostKeyUnknown        no known_hosts entry (trust on first use is an explicit opt-in)
+    │   │   └── HostKeyChanged        the key differs from known_hosts (.expected_fingerprint)
+    │   ├── AuthenticationFailed      no key / agent key was accepted (.user, .keys_tried); never a password
+    │   ├── SSHConnectionLost         the connection dropped during a call that is not safe to repeat
+    │   └── SSHTimedOut               a file operation over SFTP took longer than its time-out
     ├── CommandError                  carries .result (a Result)
     │   ├── CommandFailed             non-zero exit status with check=True
     │   └── CommandTimedOut           killed (whole process group) after its time-out
@@ -47,7 +56,8 @@ if TYPE_CHECKING:  # pragma: no cover
 class RemoteError(Exception):
     """Base class of every error raised on purpose by the box layer.
 
-    ``box`` names the box (``"local"``, later ``"user@host"``); it is ``None`` when no box was
+    ``box`` names the box (``"local"``, or the SSH spec it was opened with such as an alias or
+    ``user@host:port``); it is ``None`` when no box was
     involved (for example a bad spec).
     """
 
@@ -68,18 +78,139 @@ class BoxSpecError(RemoteError):
         super().__init__(message)
 
 
-class SSHNotImplemented(BoxSpecError):
-    """The spec names an SSH box (``user@host``, ``ssh://...``, a ``~/.ssh/config`` alias).
+class UnknownSSHHost(BoxSpecError):
+    """A bare name (no ``@``, port or dot) that is no ``Host`` in the ssh config files read and no
+    name in ``/etc/hosts``: almost always a mistyped alias. ``.config_files`` are the files read,
+    ``.aliases`` the aliases they define. A plain host name is written ``user@name`` (or fully
+    qualified) and is then resolved like any host name."""
 
-    The SSH transport is not implemented yet; only ``connect("local")`` works.
-    """
-
-    def __init__(self, spec: str) -> None:
+    def __init__(self, spec: str, *, config_files: Sequence[str], aliases: Sequence[str]) -> None:
+        self.config_files = list(config_files)
+        self.aliases = list(aliases)
+        where = ", ".join(self.config_files) or "no ssh config file (none exists)"
+        known = ", ".join(self.aliases[:20]) or "none"
         super().__init__(
-            f"box spec {spec!r} looks like an SSH destination, but the SSH transport is not "
-            "implemented yet; only connect('local') is available",
+            f"{spec!r} is not a Host alias in {where} (aliases defined: {known}) and not a name in /etc/hosts; "
+            f"for a plain host name write user@{spec} or its fully qualified name",
             spec=spec,
         )
+
+
+class SSHConfigError(BoxSpecError):
+    """An ssh config option (or ``connect`` argument) cannot be honoured, e.g. ``ProxyCommand``
+    (use ``ProxyJump``) or a port that is not a number. ``.option`` names it."""
+
+    def __init__(self, message: str, *, spec: str, option: str) -> None:
+        self.option = option
+        super().__init__(f"{spec}: {option}: {message}", spec=spec)
+
+
+# -- SSH ----------------------------------------------------------------------------------------
+
+
+class SSHError(RemoteError):
+    """Reaching or talking to a box over SSH failed. ``.where`` is ``user@host:port`` (the
+    resolved destination), ``box`` the spec the box was opened with."""
+
+    def __init__(self, message: str, *, where: str, box: str | None = None) -> None:
+        self.where = where
+        super().__init__(f"{where}: {message}", box=box)
+
+
+class SSHConnectFailed(SSHError):
+    """No SSH session could be set up: the TCP connection was refused or timed out, the name did
+    not resolve, or the SSH handshake failed or timed out. ``.reason`` says which."""
+
+    def __init__(self, reason: str, *, where: str, box: str | None = None) -> None:
+        self.reason = reason
+        super().__init__(f"cannot connect: {reason}", where=where, box=box)
+
+
+class HostKeyError(SSHError):
+    """The box's host key is not trusted. ``.host_port`` is the known_hosts name (``host`` or
+    ``[host]:port``), ``.key_type`` the key's algorithm, ``.fingerprint`` its OpenSSH SHA256
+    fingerprint (``SHA256:...``, compare with ``ssh-keygen -lf`` on the box), ``.known_hosts``
+    the files that were read."""
+
+    def __init__(self, message: str, *, where: str, host_port: str, key_type: str, fingerprint: str,
+                 known_hosts: Sequence[str], box: str | None = None) -> None:
+        self.host_port = host_port
+        self.key_type = key_type
+        self.fingerprint = fingerprint
+        self.known_hosts = list(known_hosts)
+        super().__init__(message, where=where, box=box)
+
+
+class HostKeyUnknown(HostKeyError):
+    """No known_hosts entry for the host: the key is refused (checking is on by default). Verify the
+    fingerprint out of band, then add it (``ssh-keyscan``/``ssh`` once) or opt in to trust on first
+    use (``connect(spec, trust_unknown_hosts=True)`` or ``StrictHostKeyChecking accept-new``)."""
+
+    def __init__(self, *, where: str, host_port: str, key_type: str, fingerprint: str,
+                 known_hosts: Sequence[str], box: str | None = None) -> None:
+        files = ", ".join(known_hosts) or "none"
+        super().__init__(
+            f"host key of {host_port} is unknown ({key_type} {fingerprint}; known_hosts read: {files}); "
+            "refusing to connect. Check the fingerprint on the box (ssh-keygen -lf /etc/ssh/ssh_host_*_key.pub), "
+            "then add it to known_hosts or pass trust_unknown_hosts=True / StrictHostKeyChecking accept-new",
+            where=where, host_port=host_port, key_type=key_type, fingerprint=fingerprint,
+            known_hosts=known_hosts, box=box,
+        )
+
+
+class HostKeyChanged(HostKeyError):
+    """The host presented a key that differs from its known_hosts entry (a reinstalled box, or a
+    man in the middle). Never accepted automatically, trust on first use or not.
+    ``.expected_fingerprint`` is the recorded key's fingerprint."""
+
+    def __init__(self, *, where: str, host_port: str, key_type: str, fingerprint: str, expected_fingerprint: str,
+                 known_hosts: Sequence[str], box: str | None = None) -> None:
+        self.expected_fingerprint = expected_fingerprint
+        super().__init__(
+            f"HOST KEY CHANGED for {host_port}: it presented {key_type} {fingerprint}, known_hosts "
+            f"({', '.join(known_hosts)}) records {expected_fingerprint}; refusing to connect. If the box was "
+            f"reinstalled, remove the old entry (ssh-keygen -R '{host_port}') after checking the new fingerprint",
+            where=where, host_port=host_port, key_type=key_type, fingerprint=fingerprint,
+            known_hosts=known_hosts, box=box,
+        )
+
+
+class AuthenticationFailed(SSHError):
+    """The server accepted none of the keys offered (key files and agent keys; passwords are never
+    tried or prompted for). ``.user``, ``.host``; ``.keys_tried`` lists each key with what happened."""
+
+    def __init__(self, *, user: str, host: str, where: str, keys_tried: Sequence[str], box: str | None = None) -> None:
+        self.user = user
+        self.host = host
+        self.keys_tried = list(keys_tried)
+        tried = "; ".join(self.keys_tried) or "no key at all (no IdentityFile, no agent, no ~/.ssh/id_* key)"
+        super().__init__(
+            f"authentication as {user}@{host} failed (public key / agent only, no password); keys tried: {tried}",
+            where=where, box=box,
+        )
+
+
+class SSHConnectionLost(SSHError):
+    """The SSH connection dropped during ``.operation``, which is not safe to repeat blindly (a
+    command or a write may or may not have happened). Reads are retried once on a new connection
+    instead; the next call reconnects."""
+
+    def __init__(self, operation: str, *, where: str, detail: str = "", box: str | None = None) -> None:
+        self.operation = operation
+        super().__init__(
+            f"connection lost during {operation}{(' (' + detail + ')') if detail else ''}; it may or may not "
+            "have taken effect on the box", where=where, box=box,
+        )
+
+
+class SSHTimedOut(SSHError):
+    """A file operation over SFTP (``.operation``, on ``.path``) got no answer within ``.timeout`` seconds."""
+
+    def __init__(self, operation: str, *, path: str, timeout: float, where: str, box: str | None = None) -> None:
+        self.operation = operation
+        self.path = path
+        self.timeout = timeout
+        super().__init__(f"{operation} timed out after {timeout:g}s: {path}", where=where, box=box)
 
 
 # -- commands -----------------------------------------------------------------------------------

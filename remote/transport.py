@@ -16,7 +16,8 @@ Primitives a transport must implement:
 
 Defaults built on those (a transport may override them with something faster): ``sha256``,
 ``processes`` / ``process`` (read ``/proc``), ``kill`` (``kill -s SIG``), ``realpath``
-(``readlink -f``), ``close``.
+(``readlink -f``), ``close``, and ``forward`` (where a TCP port of the box is reachable from this
+machine: the same address locally; a port forward through the connection over SSH).
 
 All sizes and offsets are in bytes, all time-outs in seconds. Errors are ``remote.errors`` types
 naming the box (``self.name``) and the path or command.
@@ -161,6 +162,14 @@ class Transport(ABC):
     def protected_pgids(self) -> set[int]:
         """Process groups ``Box.stop_server`` must never signal (the caller's own group)."""
         return set()
+
+    def forward(self, host: str, port: int, *, timeout: float = 10) -> tuple[str, int]:
+        """``(host, port)`` on this machine at which the box's TCP ``host:port`` is reachable.
+
+        This default is for a box that is this machine: the address itself. A transport to another
+        machine opens (and caches) a local port forward and returns its local end.
+        """
+        return host, int(port)
 
     def close(self) -> None:
         """Release connections. The local transport holds none."""

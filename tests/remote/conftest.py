@@ -1,7 +1,8 @@
 """Fixtures for the box-layer tests.
 
-Every test that takes ``box`` runs once per transport in ``BOX_SPECS``; the SSH transport adds
-itself here (with a loopback OpenSSH server fixture) and the whole suite runs against it too.
+Every test that takes ``box`` runs once per transport in ``BOX_SPECS``: this machine through the
+local transport, through the local primitives only, and over SSH through a real OpenSSH server on
+loopback (``sshd`` in ``tests/conftest.py``; the box is the same machine, reached by its alias).
 """
 
 import sys
@@ -24,8 +25,9 @@ class PrimitivesOnlyTransport(LocalTransport):
     realpath = Transport.realpath
 
 
-# spec string or transport factory; the SSH transport adds "ssh" (and its loopback sshd fixture).
-BOX_SPECS = {"local": "local", "local-primitives": PrimitivesOnlyTransport}
+# spec string, transport factory, or SSH (the loopback sshd's alias, resolved in the fixture).
+SSH = object()
+BOX_SPECS = {"local": "local", "local-primitives": PrimitivesOnlyTransport, "ssh": SSH}
 
 HERE = Path(__file__).resolve().parent
 TINY_SERVER = HERE / "tiny_launch_server.py"
@@ -35,6 +37,8 @@ TINY_SERVER = HERE / "tiny_launch_server.py"
 def box(request, tmp_path):
     """A box whose state directory (probe journal, server logs) lives under ``tmp_path``."""
     spec = BOX_SPECS[request.param]
+    if spec is SSH:
+        spec = request.getfixturevalue("ssh_env").alias
     spec = spec if isinstance(spec, str) else spec()
     with connect(spec, state_dir=tmp_path / "box-state", python=sys.executable) as b:
         yield b

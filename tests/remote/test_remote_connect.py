@@ -1,9 +1,10 @@
-"""connect(): local boxes, SSH specs refused with a clear typed error, bad specs."""
+"""connect(): local boxes, how SSH specs are parsed, bad specs. (SSH connections: test_remote_ssh.py.)"""
 
 import pytest
 
-from remote import Box, LocalTransport, SSHNotImplemented, connect
-from remote.errors import BoxSpecError, RemoteError
+from remote import Box, LocalTransport, connect
+from remote.errors import BoxSpecError, RemoteError, UnknownSSHHost
+from remote.ssh import parse_spec
 
 
 def test_connect_local(tmp_path):
@@ -22,16 +23,32 @@ def test_connect_accepts_a_transport():
     assert connect(LocalTransport()).name == "local"
 
 
-@pytest.mark.parametrize("spec", ["user@gpu-box", "root@10.0.0.5:2222", "ssh://user@host:22", "kimi-8xh200", "[::1]:22"])
-def test_ssh_specs_say_ssh_is_not_implemented(spec):
-    with pytest.raises(SSHNotImplemented) as info:
-        connect(spec)
-    err = info.value
-    assert isinstance(err, BoxSpecError) and isinstance(err, RemoteError)
-    assert err.spec == spec and "not implemented" in str(err) and spec in str(err)
+@pytest.mark.parametrize("spec, parsed", [
+    ("user@gpu-box", ("user", "gpu-box", None)),
+    ("root@10.0.0.5:2222", ("root", "10.0.0.5", 2222)),
+    ("ssh://user@host:22", ("user", "host", 22)),
+    ("ssh://host", (None, "host", None)),
+    ("kimi-8xh200", (None, "kimi-8xh200", None)),
+    ("[::1]:22", (None, "::1", 22)),
+    ("localhost", (None, "localhost", None)),
+])
+def test_ssh_spec_forms_are_parsed(spec, parsed):
+    assert parse_spec(spec) == parsed
 
 
-@pytest.mark.parametrize("spec", ["", "two words", 42])
+@pytest.mark.parametrize("spec", ["", "two words", 42, "user@host:99999", "ssh://user@host/path", "a;b"])
 def test_unusable_specs(spec):
-    with pytest.raises(BoxSpecError):
+    with pytest.raises(BoxSpecError) as info:
         connect(spec)
+    assert isinstance(info.value, RemoteError)
+
+
+def test_a_bare_name_that_is_no_alias_is_refused_without_any_network(tmp_path):
+    """A typo'd alias is not looked up in DNS: it is no Host in the config and not in /etc/hosts."""
+    config = tmp_path / "ssh_config"
+    config.write_text("Host gpu-a gpu-b\n    HostName 127.0.0.1\n\nHost *\n    ConnectTimeout 3\n")
+    with pytest.raises(UnknownSSHHost) as info:
+        connect("gpu-c", ssh_config=config)
+    err = info.value
+    assert err.spec == "gpu-c" and err.config_files == [str(config)] and err.aliases == ["gpu-a", "gpu-b"]
+    assert "gpu-c" in str(err) and str(config) in str(err) and "user@gpu-c" in str(err)
