@@ -23,9 +23,11 @@ channel: ``bash --norc -c COMMAND`` in its own process group and session (``sets
 not already make it one) whose id a small wrapper prints first; stdout and stderr are drained as
 they arrive; on time-out the remote group is killed with ``kill -KILL -- -PGID`` over a fresh
 channel. Every exec channel starts the user's login shell, which may read rc files (Debian's bash
-sources ``~/.bashrc`` for sshd commands): that start-up cost is the box's, paid once per command. A dropped connection is re-opened
-before the next call; a read (``read_range``, ``stat``, ``listdir``, ``readlink``) that the drop
-interrupted is retried once on the new connection, anything else raises ``SSHConnectionLost``.
+sources ``~/.bashrc`` for sshd commands): that start-up cost is the box's, paid once per command.
+
+A dropped connection is re-opened before the next call (opening a channel changes nothing on the
+box); a read (``read_range``, ``stat``, ``listdir``, ``readlink``) that the drop interrupted is
+retried once on the new connection, anything else raises ``SSHConnectionLost``.
 ``forward`` opens a local port forward (``127.0.0.1:EPHEMERAL`` -> the box's ``host:port``) through
 the same connection, so ``Box.url`` works unchanged.
 
@@ -37,9 +39,11 @@ Units: bytes, seconds.
 from __future__ import annotations
 
 import errno
+import functools
 import getpass
 import glob
 import ipaddress
+import json
 import logging
 import os
 import re
@@ -60,7 +64,6 @@ from paramiko.sftp import CMD_EXTENDED
 
 from .errors import (
     AuthenticationFailed,
-    CommandTimedOut,
     HostKeyChanged,
     HostKeyUnknown,
     RemoteError,
@@ -183,7 +186,8 @@ def load_ssh_config(path: Optional[str]) -> SSHConfigFiles:
     try:
         text = _read_config_text(path, files, depth=0)
     except OSError as exc:
-        raise SSHConfigError(f"cannot read ssh config file ({exc.strerror or exc})", spec=path, option="config file") from None
+        raise SSHConfigError(f"cannot read ssh config file ({exc.strerror or exc})", spec=path,
+                             option="config file") from None
     try:
         config = paramiko.SSHConfig.from_text(text)
     except (paramiko.ConfigParseError, ValueError) as exc:
@@ -192,6 +196,12 @@ def load_ssh_config(path: Optional[str]) -> SSHConfigFiles:
 
 
 _INCLUDE = re.compile(r"^\s*include(?:\s*=\s*|\s+)(?P<rest>.+?)\s*$", re.IGNORECASE)
+# Known-hosts options hold a list of paths, each possibly quoted. paramiko keeps the raw text (and
+# strips one pair of outer quotes), which would make '"/a b/kh"' and '/a /b' indistinguishable: the
+# value is split here, the OpenSSH way, and carried through paramiko as JSON.
+_PATH_LIST = re.compile(r"^\s*(?P<key>userknownhostsfile|globalknownhostsfile)(?:\s*=\s*|\s+)(?P<rest>.+?)\s*$",
+                        re.IGNORECASE)
+_PATH_LIST_TAG = "ewb-paths:"
 
 
 def _read_config_text(path: str, files: list[str], depth: int) -> str:
@@ -201,6 +211,10 @@ def _read_config_text(path: str, files: list[str], depth: int) -> str:
     out = []
     with open(path, encoding="utf-8") as f:
         for line in f:
+            paths = _PATH_LIST.match(line)
+            if paths:
+                out.append(f"{paths.group('key')} {_PATH_LIST_TAG}{json.dumps(shlex.split(paths.group('rest')))}\n")
+                continue
             m = _INCLUDE.match(line)
             if not m:
                 out.append(line)
@@ -258,7 +272,10 @@ def _yes(value: Optional[str]) -> bool:
 
 
 def _paths(value) -> tuple[str, ...]:
-    items = value if isinstance(value, list) else shlex.split(str(value))
+    if isinstance(value, str) and value.startswith(_PATH_LIST_TAG):
+        items = json.loads(value[len(_PATH_LIST_TAG) :])
+    else:
+        items = value if isinstance(value, list) else shlex.split(str(value))
     return tuple(os.path.expanduser(v) for v in items if v and v.lower() != "none")
 
 
@@ -408,7 +425,11 @@ class _KeyStrategy(AuthStrategy):
             if source == "ssh-config":
                 self.skipped.append(f"{path} (no such file)")
             return None
-        except paramiko.PasswordRequiredException:
+        except (paramiko.PasswordRequiredException, TypeError) as exc:
+            # paramiko raises PasswordRequiredException, or cryptography's TypeError ("Key is
+            # password-protected, but password was not provided.") for OpenSSH-format keys.
+            if isinstance(exc, TypeError) and "password" not in str(exc):
+                raise
             self.skipped.append(f"{path} (encrypted; load it into ssh-agent, passphrases are never prompted for)")
             return None
         except (paramiko.SSHException, OSError, ValueError) as exc:
@@ -557,6 +578,7 @@ def _handshake(target: SSHTarget, channel, sock: Optional[socket.socket], jumps:
     client.set_missing_host_key_policy(policy)
     strategy = _KeyStrategy(target, allow_agent=allow_agent, look_for_keys=look_for_keys)
     t = target.connect_timeout
+    began = time.monotonic()
     try:
         client.connect(target.hostname, target.port, username=target.user, sock=channel, timeout=t,
                        banner_timeout=t, auth_timeout=AUTH_TIMEOUT, channel_timeout=CHANNEL_TIMEOUT,
@@ -580,7 +602,8 @@ def _handshake(target: SSHTarget, channel, sock: Optional[socket.socket], jumps:
     except (paramiko.SSHException, EOFError, OSError) as exc:
         client.close()
         reason = str(exc) or type(exc).__name__
-        if isinstance(exc, (socket.timeout, TimeoutError)) or "timeout" in reason.lower():
+        waited = time.monotonic() - began
+        if isinstance(exc, (socket.timeout, TimeoutError)) or "timeout" in reason.lower() or waited >= 0.9 * t:
             reason = f"SSH handshake not done within {t:g}s ({reason})"
         else:
             reason = f"SSH handshake failed: {reason}"
@@ -828,7 +851,7 @@ class SSHTransport(Transport):
                             err += chan.recv_stderr(1 << 20)
                         else:
                             time.sleep(0.01)
-                    chan.close()
+                    _close_channel(chan)
                     if group and not killed:
                         raise SSHConnectionLost(
                             f"command {display!r}", where=self.target.where, box=self.name,
@@ -848,38 +871,50 @@ class SSHTransport(Transport):
                     self._kill_group(pgid)
                 except RemoteError as exc:
                     log.warning("[%s] could not kill process group %s after an interrupt: %s", self.name, pgid, exc)
-            chan.close()
+            _close_channel(chan)
             raise
         code: Optional[int] = chan.exit_status if chan.status_event.is_set() else None
-        chan.close()
+        _close_channel(chan)
+        if code == -1 and _dies_soon(chan.get_transport(), 0.5):
+            raise SSHConnectionLost(f"command {display!r}", where=self.target.where, box=self.name,
+                                    detail=f"after {time.monotonic() - start:.1f}s, before it reported an exit status")
         if code == -1:
             code = None  # ended by a signal: sshd sends exit-signal, which paramiko does not parse
         return code, bytes(out), bytes(err), time.monotonic() - start
 
-    def _open_exec(self, remote: str, deadline: float, display: str) -> paramiko.Channel:
-        """A new session channel running ``remote``. Nothing has run on the box when this fails,
-        so a dead connection is re-opened first."""
-        conn = self._connection()
-        remaining = max(0.1, deadline - time.monotonic())
-        try:
-            chan = conn.transport.open_session(window_size=_WINDOW, max_packet_size=_MAX_PACKET,
-                                               timeout=min(CHANNEL_TIMEOUT, remaining))
-        except (paramiko.SSHException, EOFError, OSError) as exc:
-            if conn.alive():
-                raise SSHError(f"cannot open a channel for {display!r}: {exc}", where=self.target.where,
-                               box=self.name) from None
+    def _open_channel(self, what: str, timeout: float, opener: Callable[[paramiko.Transport, float], T]) -> T:
+        """``opener(transport, timeout)`` on the live connection. Opening a channel changes nothing on
+        the box, so when it fails because the connection just died (the transport thread may take a
+        moment to notice a dead socket) the connection is re-opened and it is tried once more.
+        Raises ``SSHError`` when the server refuses, ``SSHConnectionLost`` when the retry fails too."""
+        for attempt in (0, 1):
             conn = self._connection()
-            chan = conn.transport.open_session(window_size=_WINDOW, max_packet_size=_MAX_PACKET,
-                                               timeout=min(CHANNEL_TIMEOUT, remaining))
-        watchdog = threading.Timer(remaining, chan.close)  # exec_command waits for the reply unbounded
+            try:
+                return opener(conn.transport, timeout)
+            except (paramiko.SSHException, EOFError, OSError) as exc:
+                failure = exc
+            if not _dies_soon(conn):
+                raise SSHError(f"cannot open a channel for {what}: {failure}", where=self.target.where,
+                               box=self.name) from None
+        raise SSHConnectionLost(what, where=self.target.where, box=self.name,
+                                detail=f"could not open a channel after reconnecting: {failure}")
+
+    def _open_exec(self, remote: str, deadline: float, display: str) -> paramiko.Channel:
+        """A new session channel running ``remote`` (re-connecting first if the connection died)."""
+        remaining = max(0.1, deadline - time.monotonic())
+        chan = self._open_channel(
+            f"command {display!r}", min(CHANNEL_TIMEOUT, remaining),
+            lambda t, to: t.open_session(window_size=_WINDOW, max_packet_size=_MAX_PACKET, timeout=to))
+        # exec_command waits for the server's reply without a time-out of its own: bound it.
+        watchdog = threading.Timer(remaining, functools.partial(_close_channel, chan))
         watchdog.daemon = True
         watchdog.start()
         try:
             chan.exec_command(remote)
         except (paramiko.SSHException, EOFError, OSError) as exc:
-            chan.close()
-            if not watchdog.is_alive():
-                raise timed_out(display, b"", b"", None, 0.0, deadline - time.monotonic(), self.name) from None
+            _close_channel(chan)
+            if not watchdog.is_alive():  # it fired: no answer to the exec request in time
+                raise timed_out(display, b"", b"", None, remaining, remaining, self.name) from None
             raise SSHConnectionLost(f"command {display!r}", where=self.target.where, box=self.name,
                                     detail=f"exec request failed: {exc}") from None
         finally:
@@ -901,24 +936,27 @@ class SSHTransport(Transport):
                     and self._conn.alive():
                 return self._sftp
             self._sftp = None
-            conn = self._connection()
-            chan = conn.transport.open_session(window_size=_WINDOW, max_packet_size=1 << 15,
-                                               timeout=min(CHANNEL_TIMEOUT, timeout))
-            watchdog = threading.Timer(timeout, chan.close)
+            chan = self._open_channel("SFTP", min(CHANNEL_TIMEOUT, timeout),
+                                      lambda t, to: t.open_session(window_size=_WINDOW, timeout=to))
+            conn = self._conn
+            watchdog = threading.Timer(timeout, functools.partial(_close_channel, chan))
             watchdog.daemon = True
             watchdog.start()
             try:
                 chan.invoke_subsystem("sftp")
                 chan.settimeout(timeout)
                 sftp = paramiko.SFTPClient(chan)
+                if conn.home is None:
+                    conn.home = sftp.normalize(".")  # SFTP sessions start in the login directory
             except (paramiko.SSHException, EOFError, OSError) as exc:
-                chan.close()
+                _close_channel(chan)
+                if _dies_soon(conn):
+                    raise SSHConnectionLost("starting SFTP", where=self.target.where, box=self.name,
+                                            detail=str(exc)) from None
                 raise SSHError(f"cannot start the SFTP subsystem (is it enabled in sshd_config?): {exc}",
                                where=self.target.where, box=self.name) from None
             finally:
                 watchdog.cancel()
-            if conn.home is None:
-                conn.home = sftp.normalize(".")
             self._sftp = sftp
             return sftp
 
@@ -944,7 +982,9 @@ class SSHTransport(Transport):
                 except OSError as exc:
                     if exc.errno is not None:
                         raise self._file_error(exc, path, operation) from None
-                    if not chan.closed and self._conn is not None and self._conn.alive():
+                    conn = self._conn
+                    if str(exc) != "Socket is closed" and not chan.closed and conn is not None \
+                            and not _dies_soon(conn, 0.0):
                         raise RemoteFileError(f"{operation} failed ({exc})", path=path, box=self.name) from None
                     failure: BaseException = exc
                 except (EOFError, paramiko.SSHException) as exc:
@@ -961,7 +1001,7 @@ class SSHTransport(Transport):
     def _drop_sftp(self) -> None:
         with self._sftp_lock:
             if self._sftp is not None:
-                self._sftp.get_channel().close()
+                _close_channel(self._sftp.get_channel())
                 self._sftp = None
 
     def _file_error(self, exc: OSError, path: str, doing: str) -> RemoteFileError:
@@ -1143,7 +1183,8 @@ class SSHTransport(Transport):
         else:
             if not re.fullmatch(r"[A-Za-z0-9._][A-Za-z0-9._-]*", head):
                 return path
-            code, out, _e, _d = self._exec(f"printf %s ~{head}", timeout=30, stdin=None, display=f"~{head}", group=False)
+            code, out, _e, _d = self._exec(f"printf %s ~{head}", timeout=30, stdin=None, display=f"~{head}",
+                                           group=False)
             home = out.decode("utf-8", "replace")
             if code != 0 or home.startswith("~"):
                 return path
@@ -1236,8 +1277,41 @@ class SSHTransport(Transport):
             return fwd.local_address
 
     def _open_direct(self, host: str, port: int, origin: tuple[str, int]) -> paramiko.Channel:
+        """A ``direct-tcpip`` channel to the box's ``host:port``. Raises ``paramiko.ChannelException``
+        when the box refuses (nothing listens there), ``SSHError`` when the connection fails."""
         conn = self._connection()
-        return conn.transport.open_channel("direct-tcpip", (host, port), origin, timeout=CHANNEL_TIMEOUT)
+        try:
+            return conn.transport.open_channel("direct-tcpip", (host, port), origin, timeout=CHANNEL_TIMEOUT)
+        except paramiko.ChannelException:
+            raise
+        except (paramiko.SSHException, EOFError, OSError):
+            if not _dies_soon(conn):
+                raise
+        return self._connection().transport.open_channel("direct-tcpip", (host, port), origin,
+                                                         timeout=CHANNEL_TIMEOUT)
+
+
+def _close_channel(chan: paramiko.Channel) -> None:
+    """Close ``chan``. On a connection that already died the close message cannot be sent: the
+    channel is closed on this side anyway, which is all that is needed (logged at debug level)."""
+    try:
+        chan.close()
+    except (EOFError, OSError, paramiko.SSHException) as exc:
+        log.debug("closing channel %s on a dead connection: %s", chan.get_name(), exc)
+
+
+def _dies_soon(conn, wait: float = 1.0) -> bool:
+    """True when the connection (a ``_Connection`` or a ``paramiko.Transport``) is dead or dies
+    within ``wait`` seconds (paramiko's reader thread notices a dead socket a moment after a write
+    to it failed)."""
+    transport = conn.transport if isinstance(conn, _Connection) else conn
+    deadline = time.monotonic() + wait
+    while True:
+        if transport is None or not transport.is_active():
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.02)
 
 
 def _replace(target: SSHTarget, **changes) -> SSHTarget:
@@ -1320,7 +1394,7 @@ class _PortForward:
         pair = (conn, chan)
         with self._lock:
             if self.closed:
-                chan.close()
+                _close_channel(chan)
                 conn.close()
                 return
             self._bridges.add(pair)
@@ -1344,7 +1418,7 @@ class _PortForward:
         finally:
             with self._lock:
                 self._bridges.discard(pair)
-            chan.close()
+            _close_channel(chan)
             conn.close()
 
     def close(self) -> None:
@@ -1355,6 +1429,6 @@ class _PortForward:
             self._bridges.clear()
         self.listener.close()
         for conn, chan in bridges:
-            chan.close()
+            _close_channel(chan)
             conn.close()
         self._thread.join(timeout=2)

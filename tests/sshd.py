@@ -155,8 +155,8 @@ class ClientSide:
 
     def host_block(self, alias: str, port: int, **extra: str) -> str:
         """An ssh config ``Host`` block for 127.0.0.1:``port`` with this client's key and known_hosts."""
-        opts = {"HostName": "127.0.0.1", "Port": str(port), "User": self.user, "IdentityFile": str(self.key),
-                "IdentitiesOnly": "yes", "UserKnownHostsFile": str(self.known_hosts), "ConnectTimeout": "5",
+        opts = {"HostName": "127.0.0.1", "Port": str(port), "User": self.user, "IdentityFile": f'"{self.key}"',
+                "IdentitiesOnly": "yes", "UserKnownHostsFile": f'"{self.known_hosts}"', "ConnectTimeout": "5",
                 "ServerAliveInterval": "15", **extra}
         return f"Host {alias}\n" + "".join(f"    {k} {v}\n" for k, v in opts.items()) + "\n"
 
