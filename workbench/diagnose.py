@@ -272,6 +272,22 @@ def _read_environ(box, pid: int) -> dict[str, str] | None:
     return env
 
 
+def _check_default_launch_on_box(box, launch: LaunchCommand, python: str, *, port: int | None,
+                                 timeout: float) -> None:
+    """The built-in default launch (the embedded sandbox box) names paths on the machine the
+    workbench runs on. On another box (over SSH) they exist only if that box has them too (the
+    loopback case): check its interpreter and model directory there, through the box, and raise
+    :class:`DiagnosisError` naming what is missing rather than launching a server that cannot start."""
+    missing = [p for p in (python, launch.get("--model-path"), launch.get("--speculative-draft-model-path"))
+               if isinstance(p, str) and p.startswith("/") and not box.exists(p, timeout=timeout)]
+    if missing:
+        raise DiagnosisError(
+            f"no server found on {box.name} (port {port or 'any'}) and no launch_command given; the built-in "
+            f"default (the embedded sandbox box) is not on that box ({', '.join(missing)} missing there): pass "
+            "launch_command, or start the server first"
+        )
+
+
 def take_inventory(box, *, launch_command: str | None, port: int | None, default_launch: str | None = None,
                    timeout: float = 30) -> Inventory:
     """Find the server on the box and what it runs.
@@ -302,6 +318,8 @@ def take_inventory(box, *, launch_command: str | None, port: int | None, default
     elif given is not None or default_launch:
         launch = given if given is not None else LaunchCommand.parse(default_launch)
         python = launch.launcher[0] if "python" in posixpath.basename(launch.launcher[0]) else "python3"
+        if given is None:
+            _check_default_launch_on_box(box, launch, python, port=want_port, timeout=timeout)
     else:
         raise DiagnosisError(
             f"no server found on {box.name} (port {want_port or 'any'}) and no launch_command given: "
@@ -703,13 +721,16 @@ class DiagnosisRun:
     def _atexit(self) -> None:
         # Under ``workbench runbook`` the driver restores the box after killing the kernel; a
         # second restorer here would race it.
-        if os.environ.get("EAGLE_WORKBENCH_DRIVER"):
-            return
-        if not self.finished:
-            self.finished = True
-            report = restore_box(self.box, server_start_timeout=self.server_start_timeout)
-            for line in report.actions + report.problems:
-                print(f"[eagle-workbench restore] {line}", file=sys.stderr)
+        try:
+            if os.environ.get("EAGLE_WORKBENCH_DRIVER"):
+                return
+            if not self.finished:
+                self.finished = True
+                report = restore_box(self.box, server_start_timeout=self.server_start_timeout)
+                for line in report.actions + report.problems:
+                    print(f"[eagle-workbench restore] {line}", file=sys.stderr)
+        finally:
+            self.box.close()  # an SSH box: close its connection and port forwards before exit
 
     # -- helpers --------------------------------------------------------------------------------
 

@@ -159,3 +159,36 @@ def test_interrupted_run_leaves_the_box_as_found(tmp_path, free_port, state_dir)
             driver.communicate()
         for s in _servers_on(box, free_port):
             box.stop_server(s)
+
+
+def test_runbook_over_ssh_reaches_the_same_verdict(tmp_path, free_port, state_dir, ssh_env):
+    """``host`` set to an alias of the loopback sshd (which serves this machine, so the sandbox box
+    is there): the unchanged runbook reaches the same verdict through SSH (commands over exec
+    channels, files over SFTP, HTTP through a port forward) and leaves the box as found."""
+    with connect(ssh_env.alias, state_dir=state_dir) as box:
+        sha_before = box.sha256(DRAFT_FILE)
+        result = _run_runbook(tmp_path, free_port, state_dir, extra=("-p", "host", ssh_env.alias))
+        assert result.returncode == 0, result.stderr[-4000:]
+        verdict = json.loads((tmp_path / "reports" / "diagnose_acceptance.json").read_text())
+        hidden = json.loads(TARGET_CONFIG.read_text())["hidden_size"]
+
+        assert verdict["root_cause"]["rule"] == "algorithm-mismatch"
+        assert verdict["acceptance"]["before"]["accept_length"] <= 1.2
+        assert verdict["acceptance"]["after"]["accept_length"] >= 2.0
+        assert verdict["probe"]["observed_hidden_size"] == hidden
+        assert verdict["probe"]["expected_hidden_size"] == 3 * hidden
+        by_id = {h["id"]: h["verdict"] for h in verdict["hypotheses"]}
+        assert by_id == {"H1": "confirmed", "H2": "confirmed", "H3": "refuted"}
+        inventory = verdict["inventory"]
+        assert inventory["host"] == ssh_env.alias
+        # the server was reached through a local port forward, not its own port
+        assert inventory["base_url"].startswith("http://127.0.0.1:") and not inventory["base_url"].endswith(
+            f":{free_port}")
+        assert verdict["restarts"] == 2
+
+        # the box as found, seen through SSH and directly
+        assert _servers_on(box, free_port) == []
+        assert box.sha256(DRAFT_FILE) == sha_before
+        assert remote_probes.list_probes(box) == []
+        assert not Journal(box).pending
+    assert connect("local", state_dir=state_dir).find_servers(rf"--port {free_port}\b") == []

@@ -100,3 +100,17 @@ def test_evidence_cells_show_value_and_source_escaped():
     assert "<code>&lt;EAGLE&gt;</code><br><small" in out and "from launch command: --speculative-algorithm" in out
     assert "from (source not recorded)" in out
     assert "<code>[1, 3, 4]</code>" in out and "'value'" not in out
+
+
+def test_the_sandbox_default_is_refused_on_a_box_that_lacks_it(box, tmp_path, free_port):
+    from workbench.diagnose import DiagnosisError, take_inventory
+
+    elsewhere = sandbox_launch_command(port=free_port).replace(str(Path(sys.executable)),
+                                                                str(tmp_path / "nowhere" / "python3"))
+    with pytest.raises(DiagnosisError) as info:
+        take_inventory(box, launch_command=None, port=free_port, default_launch=elsewhere)
+    assert str(tmp_path / "nowhere" / "python3") in str(info.value) and "launch_command" in str(info.value)
+    # on this machine the default is there: the inventory plans to launch it
+    inv = take_inventory(box, launch_command=None, port=free_port,
+                         default_launch=sandbox_launch_command(port=free_port))
+    assert inv.server_pid is None and inv.launch.get("--port") == str(free_port)
