@@ -19,10 +19,10 @@ Mechanics: one ``paramiko.SSHClient`` per box with ``TCP_NODELAY`` on its socket
 command costs ~40 ms of delayed ACKs), keepalive from ``ServerAliveInterval`` (default 30 s). File
 primitives use one SFTP session (byte ranges with pipelined reads, exclusive create + fsync,
 ``posix-rename``, directory fsync), so they cost round trips, not commands. Each command is one exec
-channel: ``bash --norc -c COMMAND`` in its own process group and session (``setsid`` when sshd did
-not already make it one) whose id a small wrapper prints first; stdout and stderr are drained as
-they arrive; on time-out the remote group is killed with ``kill -KILL -- -PGID`` over a fresh
-channel. Every exec channel starts the user's login shell, which may read rc files (Debian's bash
+channel: the command runs in the login shell (``eval`` when it is bash, else ``bash --norc -c``) in
+its own process group and session (``setsid`` when sshd did not already make it one) whose id a
+small prologue prints first; stdout and stderr are drained as they arrive; on time-out the remote
+group is killed with ``kill -KILL -- -PGID`` over a fresh channel. Every exec channel starts the user's login shell, which may read rc files (Debian's bash
 sources ``~/.bashrc`` for sshd commands): that start-up cost is the box's, paid once per command.
 
 A dropped connection is re-opened before the next call (opening a channel changes nothing on the
@@ -640,20 +640,26 @@ exec bash --norc -c "$c"
 
 
 def wrap_command(command: str, cwd: str, env_pairs: Sequence[str] = ()) -> str:
-    """The text the box's login shell runs for ``command``: check that the shell leads its own
-    process group (sshd's session child does; otherwise re-run under ``setsid -w``), print the
-    group id as the first line of stdout, enter ``cwd`` (exit 126 if impossible), then exec
-    ``bash --norc -c COMMAND`` (through ``env -- K=V...`` when ``env_pairs``). ``--norc`` because
-    Debian's bash sources ``~/.bashrc`` in every shell sshd starts unless told not to; the login
-    shell already did, once. Every value is ``shlex.quote``d; POSIX shell syntax only."""
+    """The text the box's login shell runs for ``command``.
+
+    It checks that the shell leads its own process group (sshd's session child does; otherwise it
+    re-runs under ``setsid -w``), prints the group id as the first line of stdout, enters ``cwd``
+    (exit 126 if impossible), then runs ``command``: with ``eval`` in the login shell itself when
+    that is bash and no variables are added (no further process start: a command costs one shell
+    start, as ``ssh box COMMAND`` does), else with ``exec [env -- K=V...] bash --norc -c COMMAND``
+    (``--norc``: Debian's bash sources ``~/.bashrc`` in every shell sshd starts unless told not to;
+    the login shell already did). Every value is ``shlex.quote``d; POSIX shell syntax only.
+    """
     q = shlex.quote
     tail = " ".join(q(p) for p in (cwd, command, *env_pairs))
-    env_part = ("env -- " + " ".join(q(p) for p in env_pairs) + " ") if env_pairs else ""
-    return (
-        'read -r _ _ _ _ g _ < /proc/self/stat; '
-        f'if [ "$g" != "$$" ]; then exec setsid -w bash --norc -c {q(_WRAPPER)} {q(_WRAPPER)} {tail}; fi; '
-        f"printf '%s\\n' \"$$\"; cd -- {q(cwd)} || exit 126; exec {env_part}bash --norc -c {q(command)}"
+    prologue = (
+        "read -r _ _ _ _ __ewb_pgrp _ < /proc/self/stat; "
+        f'if [ "$__ewb_pgrp" != "$$" ]; then exec setsid -w bash --norc -c {q(_WRAPPER)} {q(_WRAPPER)} {tail}; fi; '
+        f"unset __ewb_pgrp; printf '%s\\n' \"$$\"; cd -- {q(cwd)} || exit 126; "
     )
+    if env_pairs:
+        return prologue + f"exec env -- {' '.join(q(p) for p in env_pairs)} bash --norc -c {q(command)}"
+    return prologue + f'if [ -n "$BASH_VERSION" ]; then eval {q(command)}; else exec bash --norc -c {q(command)}; fi'
 
 
 class SSHTransport(Transport):

@@ -61,6 +61,7 @@ class LoopbackSSHD:
     workdir: Path
     authorized: list[Path]
     log_level: str = "VERBOSE"
+    extra_config: str = ""  # more sshd_config lines
     port: int = 0
     proc: subprocess.Popen | None = None
     host_key: Path = field(init=False)
@@ -92,6 +93,7 @@ class LoopbackSSHD:
             "UseDNS no\n"
             f"LogLevel {self.log_level}\n"
             "Subsystem sftp internal-sftp\n"
+            + self.extra_config
         )
         self.log = self.workdir / "sshd.log"
         self.proc = subprocess.Popen([SSHD, "-D", "-f", str(config), "-E", str(self.log)],
