@@ -22,8 +22,9 @@ primitives use one SFTP session (byte ranges with pipelined reads, exclusive cre
 channel: the command runs in the login shell (``eval`` when it is bash, else ``bash --norc -c``) in
 its own process group and session (``setsid`` when sshd did not already make it one) whose id a
 small prologue prints first; stdout and stderr are drained as they arrive; on time-out the remote
-group is killed with ``kill -KILL -- -PGID`` over a fresh channel. Every exec channel starts the user's login shell, which may read rc files (Debian's bash
-sources ``~/.bashrc`` for sshd commands): that start-up cost is the box's, paid once per command.
+group is killed with ``kill -KILL -- -PGID`` over a fresh channel. Every exec channel starts the
+user's login shell, which may read rc files (Debian's bash sources ``~/.bashrc`` for sshd
+commands): that start-up cost is the box's, paid once per command.
 
 A dropped connection is re-opened before the next call (opening a channel changes nothing on the
 box); a read (``read_range``, ``stat``, ``listdir``, ``readlink``) that the drop interrupted is
