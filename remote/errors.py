@@ -246,13 +246,16 @@ class CommandTimedOut(CommandError):
 
     ``.result`` holds the output captured before the kill (``exit_code`` is the negative signal
     number, or ``None`` when it could not be collected); ``.timeout`` is the limit in seconds.
+    ``.killed`` is False when the group could not be killed (over SSH: the box's login shell never
+    got as far as starting the command, or the kill itself failed); ``.detail`` then says why.
     """
 
-    def __init__(self, result: "Result", timeout: float) -> None:
+    def __init__(self, result: "Result", timeout: float, *, killed: bool = True, detail: str = "") -> None:
         self.timeout = timeout
-        super().__init__(
-            f"command timed out after {timeout:g}s (process group killed): {result.command}", result
-        )
+        self.killed = killed
+        self.detail = detail
+        how = "process group killed" if killed else f"process group NOT killed: {detail or 'unknown why'}"
+        super().__init__(f"command timed out after {timeout:g}s ({how}): {result.command}", result)
 
 
 # -- files --------------------------------------------------------------------------------------

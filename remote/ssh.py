@@ -6,7 +6,7 @@ named by ``$EAGLE_WORKBENCH_SSH_CONFIG`` or ``connect(..., ssh_config=PATH)``), 
 ``paramiko.SSHConfig``. Honoured options: ``HostName``, ``User``, ``Port``, ``IdentityFile``,
 ``IdentitiesOnly``, ``ProxyJump`` (hops chained through ``direct-tcpip`` channels),
 ``ConnectTimeout``, ``ServerAliveInterval``, ``UserKnownHostsFile``, ``GlobalKnownHostsFile``,
-``StrictHostKeyChecking`` and ``Include``. ``ProxyCommand`` is refused with a clear error.
+``StrictHostKeyChecking``, ``HashKnownHosts`` and ``Include``. ``ProxyCommand`` is refused with a clear error.
 
 Security: host keys are checked against known_hosts and an unknown or changed key is refused
 (``HostKeyUnknown`` / ``HostKeyChanged``, naming ``host:port`` and the key's SHA256 fingerprint).
@@ -40,6 +40,7 @@ Units: bytes, seconds.
 from __future__ import annotations
 
 import errno
+import fnmatch
 import functools
 import getpass
 import glob
@@ -98,6 +99,8 @@ CHANNEL_TIMEOUT = 15.0
 AUTH_TIMEOUT = 30.0
 #: Seconds to keep reading after the remote group was killed on time-out.
 _DRAIN_AFTER_KILL_S = 2.0
+#: Seconds to wait, after a time-out, for the group id of a command whose login shell is still starting.
+_HEADER_GRACE_S = 1.0
 #: SSH channel window (bytes): large enough that bulk output is not throttled by window updates.
 _WINDOW = 16 << 20
 #: Largest SSH packet (bytes) the box may send on a command's channel: 256 KiB instead of paramiko's
@@ -155,8 +158,6 @@ class SSHConfigFiles:
 
     def defines(self, name: str) -> bool:
         """True when some ``Host`` pattern other than a bare ``*`` matches ``name``."""
-        import fnmatch
-
         return any(
             fnmatch.fnmatchcase(name, pattern)
             for pattern in self.config.get_hostnames()
@@ -239,7 +240,8 @@ class SSHTarget:
     ``user`` the destination, ``identity_files`` (expanded paths), ``identities_only`` (no agent
     keys, no default keys), ``proxy_jump`` (hop specs, first hop first), ``connect_timeout`` and
     ``keepalive`` in seconds, ``known_hosts`` (user files; the first receives trust-on-first-use
-    entries) and ``global_known_hosts``, ``accept_new`` (trust on first use allowed by the config).
+    entries) and ``global_known_hosts``, ``accept_new`` (trust on first use allowed by the config),
+    ``hash_known_hosts`` (``HashKnownHosts``: write trusted names hashed).
     """
 
     spec: str
@@ -255,6 +257,7 @@ class SSHTarget:
     known_hosts: tuple[str, ...] = ()
     global_known_hosts: tuple[str, ...] = ()
     accept_new: bool = False
+    hash_known_hosts: bool = False
 
     @property
     def where(self) -> str:
@@ -359,6 +362,7 @@ def resolve_target(spec: str, configs: SSHConfigFiles, *, jump_override: Optiona
         known_hosts=known,
         global_known_hosts=global_known,
         accept_new=strict in ("accept-new", "no", "off"),
+        hash_known_hosts=_yes(opts.get("hashknownhosts")),
     )
 
 
@@ -385,23 +389,18 @@ class _HostKeyPolicy(paramiko.MissingHostKeyPolicy):
             raise SSHConfigError("trust on first use needs a UserKnownHostsFile to record the key in",
                                  spec=self.target.spec, option="UserKnownHostsFile")
         path = self.target.known_hosts[0]
-        line = paramiko.hostkeys.HostKeyEntry([hostname], key).to_line()
+        name = paramiko.HostKeys.hash_host(hostname) if self.target.hash_known_hosts else hostname
+        line = paramiko.hostkeys.HostKeyEntry([name], key).to_line()
         os.makedirs(os.path.dirname(path) or ".", mode=0o700, exist_ok=True)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-        try:
-            with os.fdopen(fd, "a", encoding="utf-8") as f:
-                fd = -1
-                if f.tell() > 0:
-                    with open(path, "rb") as r:
-                        r.seek(-1, os.SEEK_END)
-                        if r.read(1) != b"\n":
-                            f.write("\n")
-                f.write(line)
-                f.flush()
-                os.fsync(f.fileno())
-        finally:
-            if fd >= 0:
-                os.close(fd)
+        with os.fdopen(os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o600), "a+b") as f:
+            f.seek(0, os.SEEK_END)
+            if f.tell() > 0:
+                f.seek(-1, os.SEEK_END)
+                if f.read(1) != b"\n":
+                    line = "\n" + line
+            f.write(line.encode("utf-8"))
+            f.flush()
+            os.fsync(f.fileno())
         client.get_host_keys().add(hostname, key.get_name(), key)
         self.added = f"{hostname} {key.get_name()} {key.fingerprint} -> {path}"
         log.warning("trusting new host key on first use: %s", self.added)
@@ -609,6 +608,9 @@ def _handshake(target: SSHTarget, channel, sock: Optional[socket.socket], jumps:
         else:
             reason = f"SSH handshake failed: {reason}"
         raise SSHConnectFailed(reason, where=target.where, box=box) from None
+    except BaseException:  # SSHConfigError from the policy, KeyboardInterrupt: nothing left open
+        client.close()
+        raise
     finally:
         strategy.close()
     client.get_transport().set_keepalive(max(0, int(target.keepalive)))
@@ -620,10 +622,10 @@ def _handshake(target: SSHTarget, channel, sock: Optional[socket.socket], jumps:
 
 _PROCESSES_SCRIPT = r"""
 cd /proc || exit 1
-for p in ${EWB_PIDS:-[0-9]*}; do
+for p in [0-9]*; do
   { IFS= read -r s < "$p/stat"; } 2>/dev/null || continue
   a=()
-  if [ "$EWB_ARGV" = 1 ]; then { mapfile -d '' -t a < "$p/cmdline"; } 2>/dev/null; fi
+  if [ "$ewb_argv" = 1 ]; then { mapfile -d '' -t a < "$p/cmdline"; } 2>/dev/null; fi
   printf '%s\0%s\0%s\0' "$p" "$s" "${#a[@]}"
   if [ "${#a[@]}" -gt 0 ]; then printf '%s\0' "${a[@]}"; fi
 done
@@ -751,7 +753,7 @@ class SSHTransport(Transport):
             self._forwards.clear()
             with self._sftp_lock:
                 if self._sftp is not None:
-                    self._sftp.close()
+                    _close_channel(self._sftp.get_channel())
                     self._sftp = None
             if self._conn is not None:
                 self._conn.close()
@@ -818,22 +820,28 @@ class SSHTransport(Transport):
         if pending is None:
             chan.shutdown_write()
         transport = chan.get_transport()
+
+        def read_available() -> bool:
+            nonlocal pgid, header
+            got = False
+            while chan.recv_ready():
+                out.extend(chan.recv(1 << 20))
+                got = True
+            while chan.recv_stderr_ready():
+                err.extend(chan.recv_stderr(1 << 20))
+                got = True
+            if not header:
+                nl = out.find(b"\n")
+                if nl >= 0:
+                    text = out[:nl].decode("ascii", "replace").strip()
+                    pgid = int(text) if text.isdigit() else None
+                    del out[: nl + 1]
+                    header = True
+            return got
+
         try:
             while True:
-                progressed = False
-                while chan.recv_ready():
-                    out += chan.recv(1 << 20)
-                    progressed = True
-                while chan.recv_stderr_ready():
-                    err += chan.recv_stderr(1 << 20)
-                    progressed = True
-                if not header:
-                    nl = out.find(b"\n")
-                    if nl >= 0:
-                        text = out[:nl].decode("ascii", "replace").strip()
-                        pgid = int(text) if text.isdigit() else None
-                        del out[: nl + 1]
-                        header = True
+                progressed = read_available()
                 if pending is not None and chan.send_ready():
                     sent = chan.send(pending[: 1 << 16])
                     pending = pending[sent:]
@@ -849,23 +857,10 @@ class SSHTransport(Transport):
                                             detail=f"after {time.monotonic() - start:.1f}s")
                 now = time.monotonic()
                 if now >= deadline:
-                    killed = self._kill_group(pgid) if pgid else False
-                    end = time.monotonic() + _DRAIN_AFTER_KILL_S
-                    while time.monotonic() < end and not (chan.closed or chan.eof_received):
-                        if chan.recv_ready():
-                            out += chan.recv(1 << 20)
-                        elif chan.recv_stderr_ready():
-                            err += chan.recv_stderr(1 << 20)
-                        else:
-                            time.sleep(0.01)
-                    _close_channel(chan)
-                    if group and not killed:
-                        raise SSHConnectionLost(
-                            f"command {display!r}", where=self.target.where, box=self.name,
-                            detail=f"timed out after {timeout:g}s and its process group "
-                                   f"{pgid if pgid else '(id not printed yet)'} could not be killed")
+                    killed, detail = self._end_timed_out(chan, read_available, group=group,
+                                                         pgid=lambda: pgid, header=lambda: header)
                     raise timed_out(display, bytes(out), bytes(err), -_signal.SIGKILL if killed else None,
-                                    time.monotonic() - start, timeout, self.name)
+                                    time.monotonic() - start, timeout, self.name, killed=killed, detail=detail)
                 if not progressed:
                     wait = min(0.05, deadline - now)
                     if chan.eof_received or chan.closed:
@@ -888,6 +883,41 @@ class SSHTransport(Transport):
         if code == -1:
             code = None  # ended by a signal: sshd sends exit-signal, which paramiko does not parse
         return code, bytes(out), bytes(err), time.monotonic() - start
+
+    def _end_timed_out(self, chan: paramiko.Channel, read_available: Callable[[], bool], *, group: bool,
+                       pgid: Callable[[], Optional[int]], header: Callable[[], bool]) -> tuple[bool, str]:
+        """A command's time-out passed: kill its process group and collect what it printed before
+        dying. The group id is the first line the prologue prints; if it has not arrived yet (the
+        login shell is still starting, e.g. in a slow ``~/.bashrc``) it is waited for a moment;
+        failing that the channel is closed: sshd then closes the shell's stdout, and the prologue's
+        first ``printf`` kills the shell (SIGPIPE) before the command starts. Returns ``(killed, why
+        not)``; closes the channel."""
+        grace_end = time.monotonic() + _HEADER_GRACE_S
+        while group and not header() and time.monotonic() < grace_end and not (chan.closed or chan.eof_received):
+            if not read_available():
+                time.sleep(0.01)
+        killed, detail = False, ""
+        if not group:
+            detail = "an internal command without a process group of its own"
+        elif pgid() is None:
+            detail = (f"the login shell had not started the command within {_HEADER_GRACE_S:g}s more (slow "
+                      "start-up files?); the channel is closed, so the shell dies of SIGPIPE on its first output, "
+                      "before it starts the command")
+        else:
+            try:
+                killed = self._kill_group(pgid())
+            except RemoteError as exc:
+                detail = f"kill -KILL -- -{pgid()} failed: {exc}"
+            else:
+                if not killed:
+                    detail = f"kill -KILL -- -{pgid()} did not succeed"
+        end = time.monotonic() + (_DRAIN_AFTER_KILL_S if killed else 0)  # the dying group's last output
+        while time.monotonic() < end and not (chan.closed or chan.eof_received):
+            if not read_available():
+                time.sleep(0.01)
+        read_available()
+        _close_channel(chan)
+        return killed, detail
 
     def _open_channel(self, what: str, timeout: float, opener: Callable[[paramiko.Transport, float], T]) -> T:
         """``opener(transport, timeout)`` on the live connection. Opening a channel changes nothing on
@@ -1218,17 +1248,14 @@ class SSHTransport(Transport):
 
     def processes(self, *, argv: bool = True, timeout: float = 30) -> list[ProcessInfo]:
         """Every process on the box, read from ``/proc`` by one command (see ``_PROCESSES_SCRIPT``)."""
-        return self._read_processes(None, argv=argv, timeout=timeout)
+        return self._read_processes(argv=argv, timeout=timeout)
 
     # ``process(pid)`` stays the default: two SFTP reads of /proc/PID (no command, ~1 ms).
 
-    def _read_processes(self, pids: Optional[Sequence[int]], *, argv: bool, timeout: float) -> list[ProcessInfo]:
-        """Every process (or those in ``pids``) from ``/proc`` in one command: pid, stat line and argv,
-        NUL-separated with an argument count (argv may hold any byte but NUL)."""
-        env = {"EWB_ARGV": "1" if argv else "0"}
-        if pids is not None:
-            env["EWB_PIDS"] = " ".join(str(int(p)) for p in pids)
-        res = self.run(_PROCESSES_SCRIPT, timeout=timeout, env=env)
+    def _read_processes(self, *, argv: bool, timeout: float) -> list[ProcessInfo]:
+        """Every process from ``/proc`` in one command: pid, stat line and argv, NUL-separated with
+        an argument count (argv may hold any byte but NUL)."""
+        res = self.run(f"ewb_argv={1 if argv else 0}\n" + _PROCESSES_SCRIPT, timeout=timeout)
         if res.exit_code != 0:
             raise RemoteFileError(f"cannot list processes: {res.stderr.strip()}", path="/proc", box=self.name)
         fields = res.stdout.split("\0")

@@ -192,8 +192,9 @@ def parse_proc_stat(text: str) -> Optional[tuple[str, int, int]]:
         return None
 
 
-def timed_out(command: str, stdout: bytes, stderr: bytes, exit_code, duration_s: float, timeout: float, box: str):
-    """Build the ``CommandTimedOut`` a transport raises."""
+def timed_out(command: str, stdout: bytes, stderr: bytes, exit_code, duration_s: float, timeout: float, box: str,
+              *, killed: bool = True, detail: str = ""):
+    """Build the ``CommandTimedOut`` a transport raises (``killed``/``detail``: see the error)."""
     res = Result(
         command=command,
         stdout=stdout.decode("utf-8", "replace"),
@@ -202,4 +203,4 @@ def timed_out(command: str, stdout: bytes, stderr: bytes, exit_code, duration_s:
         duration_s=duration_s,
         box=box,
     )
-    return CommandTimedOut(res, timeout)
+    return CommandTimedOut(res, timeout, killed=killed, detail=detail)

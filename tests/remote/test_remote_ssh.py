@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import signal
 import socket
 import subprocess
 import sys
@@ -31,6 +32,7 @@ from remote.errors import (
     SSHConnectFailed,
     SSHConnectionLost,
     SSHError,
+    SSHTimedOut,
     UnknownSSHHost,
 )
 from remote.ssh import SSHTransport, load_ssh_config, resolve_target
@@ -366,20 +368,21 @@ def test_connection_lost_during_a_command_is_a_typed_error(ssh_env):
 
 
 def test_timeout_kills_the_remote_process_group(ssh_env):
+    a, b = f"{300 + os.getpid() % 97}.{time.time_ns() % 10**6}", f"{400 + os.getpid() % 89}.5"  # unique sleeps
     with connect(ssh_env.alias) as box:
         start = time.monotonic()
         with pytest.raises(CommandTimedOut) as info:
-            box.run("trap '' TERM HUP INT; sleep 300 & echo child=$!; echo shell=$$; sleep 301", timeout=1.5)
+            box.run(f"trap '' TERM HUP INT; sleep {a} & echo child=$!; echo shell=$$; sleep {b}", timeout=1.5)
         assert time.monotonic() - start < 8
-        result = info.value.result
-        fields = dict(line.split("=") for line in result.stdout.split())
+        err = info.value
+        assert err.killed and err.result.exit_code == -9
+        fields = dict(line.split("=") for line in err.result.stdout.split())
         child, shell = int(fields["child"]), int(fields["shell"])
-        assert result.exit_code == -9
         deadline = time.monotonic() + 5
         while (_alive(child) or _alive(shell)) and time.monotonic() < deadline:
             time.sleep(0.05)
         assert not _alive(child) and not _alive(shell)
-        assert _processes_matching("sleep 301") == [] and _processes_matching("sleep 300") == []
+        assert _processes_matching(f"sleep {a}") == [] and _processes_matching(f"sleep {b}") == []
 
 
 def test_hundred_megabytes_of_output_arrive_whole(ssh_env):
@@ -486,3 +489,83 @@ def test_closed_box_refuses_further_calls(ssh_env):
     with pytest.raises(SSHError):
         box.run("true")
 
+
+
+def _descendants(pid: int) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                with open(f"/proc/{name}/stat") as f:
+                    text = f.read()
+            except OSError:
+                continue
+            ppid = int(text[text.rfind(")") + 2 :].split()[1])
+            children.setdefault(ppid, []).append(int(name))
+    out, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            out.append(child)
+            todo.append(child)
+    return out
+
+
+def test_a_frozen_server_cannot_hang_file_calls_or_commands(sshd, tmp_path):
+    """sshd's processes for the connection stopped (SIGSTOP): every call gives up after its time-out."""
+    server = LoopbackSSHD(tmp_path / "server", authorized=[sshd.key]).start()
+    try:
+        known = tmp_path / "known_hosts"
+        known.write_text(server.known_hosts_line())
+        config = tmp_path / "ssh_config"
+        config.write_text(sshd.host_block("frozen", server.port, UserKnownHostsFile=f'"{known}"'))
+        with connect("frozen", ssh_config=config) as box:
+            assert box.stat("/").is_dir  # the SFTP session is up
+            frozen = _descendants(server.proc.pid)
+            assert frozen, "no sshd process serves the connection"
+            for pid in frozen:
+                os.kill(pid, signal.SIGSTOP)
+            try:
+                start = time.monotonic()
+                with pytest.raises(SSHTimedOut) as info:
+                    box.stat("/etc", timeout=1)
+                assert time.monotonic() - start < 3 and info.value.timeout == 1 and "/etc" in str(info.value)
+                start = time.monotonic()
+                with pytest.raises(SSHError):
+                    box.run("true", timeout=1)
+                assert time.monotonic() - start < 4
+            finally:
+                for pid in frozen:
+                    os.kill(pid, signal.SIGCONT)
+            assert box.run("echo thawed").stdout == "thawed\n" and box.stat("/etc").is_dir
+    finally:
+        server.stop()
+
+
+def test_timeout_while_the_login_shell_is_still_starting_never_runs_the_command(sshd, tmp_path):
+    """A login shell stuck in its start-up files (here BASH_ENV sleeps 2 s) past the time-out: the
+    command is reported timed out and not killed by group (its id was never printed); the channel
+    is closed, so the shell dies (SIGPIPE) on the prologue's first line and never runs the command."""
+    slow = tmp_path / "slow_start.sh"  # once per session (not in the shells it starts)
+    slow.write_text('[ -n "$EWB_SLEPT" ] || { export EWB_SLEPT=1; sleep 2; }\n')
+    server = LoopbackSSHD(tmp_path / "server", authorized=[sshd.key], extra_config=f"SetEnv BASH_ENV={slow}\n").start()
+    try:
+        known = tmp_path / "known_hosts"
+        known.write_text(server.known_hosts_line())
+        config = tmp_path / "ssh_config"
+        config.write_text(sshd.host_block("slow", server.port, UserKnownHostsFile=f'"{known}"'))
+        marker = tmp_path / "ran"
+        with connect("slow", ssh_config=config) as box:
+            start = time.monotonic()
+            with pytest.raises(CommandTimedOut) as info:
+                box.run(f"touch {marker}", timeout=0.2)
+            assert time.monotonic() - start < 2  # 0.2 s + up to 1 s waiting for the group id
+            err = info.value
+            assert not err.killed and "login shell had not started the command" in str(err)
+            assert err.result.exit_code is None
+            deadline = time.monotonic() + 30  # past the start-up (2 s + rc files): the shell dies, the command never ran
+            while _processes_matching(f"touch {marker}") and time.monotonic() < deadline:
+                time.sleep(0.1)
+            assert _processes_matching(f"touch {marker}") == [] and not marker.exists()
+            assert box.run("echo late", timeout=20).stdout == "late\n"  # slow, but it works
+    finally:
+        server.stop()
