@@ -547,7 +547,8 @@ def test_timeout_while_the_login_shell_is_still_starting_never_runs_the_command(
     is closed, so the shell dies (SIGPIPE) on the prologue's first line and never runs the command."""
     slow = tmp_path / "slow_start.sh"  # once per session (not in the shells it starts)
     slow.write_text('[ -n "$EWB_SLEPT" ] || { export EWB_SLEPT=1; sleep 2; }\n')
-    server = LoopbackSSHD(tmp_path / "server", authorized=[sshd.key], extra_config=f"SetEnv BASH_ENV={slow}\n").start()
+    server = LoopbackSSHD(tmp_path / "server", authorized=[sshd.key],
+                          extra_config=f"SetEnv BASH_ENV={slow}\n").start()
     try:
         known = tmp_path / "known_hosts"
         known.write_text(server.known_hosts_line())
@@ -562,7 +563,7 @@ def test_timeout_while_the_login_shell_is_still_starting_never_runs_the_command(
             err = info.value
             assert not err.killed and "login shell had not started the command" in str(err)
             assert err.result.exit_code is None
-            deadline = time.monotonic() + 30  # past the start-up (2 s + rc files): the shell dies, the command never ran
+            deadline = time.monotonic() + 30  # past the start-up (2 s + rc files): the shell dies unrun
             while _processes_matching(f"touch {marker}") and time.monotonic() < deadline:
                 time.sleep(0.1)
             assert _processes_matching(f"touch {marker}") == [] and not marker.exists()
