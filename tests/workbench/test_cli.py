@@ -113,12 +113,16 @@ def test_doctor_missing_draft_dir_exits_2(models, tmp_path, capsys):
     assert "Traceback" not in err
 
 
-def test_doctor_without_draft_flag_and_unknown_host_exit_2(models, capsys):
+def test_doctor_without_draft_flag_and_unreachable_host_exit_2(models, capsys, free_port, tmp_path, monkeypatch):
     target, draft = models
     assert main(["doctor", "--launch", f"python -m sglang.launch_server --model-path {target}"]) == 2
     assert "--speculative-draft-model-path" in capsys.readouterr().err
-    assert main(["doctor", "--launch", launch_text("EAGLE", target, draft), "--host", "me@gpu-box"]) == 2
-    assert "SSH" in capsys.readouterr().err
+    monkeypatch.setenv("EAGLE_WORKBENCH_SSH_CONFIG", str(tmp_path / "empty_ssh_config"))
+    (tmp_path / "empty_ssh_config").write_text("")
+    host = f"me@127.0.0.1:{free_port}"  # nothing listens there: refused at once, on loopback
+    assert main(["doctor", "--launch", launch_text("EAGLE", target, draft), "--host", host]) == 2
+    err = capsys.readouterr().err
+    assert "connection refused" in err and f"127.0.0.1:{free_port}" in err and "Traceback" not in err
 
 
 def test_runbook_unknown_exits_2_listing_known(capsys):
@@ -155,14 +159,19 @@ def test_restore_reports_actions_and_clears_journal(capsys, state_dir):
     assert capsys.readouterr().out.strip() == "nothing to restore"
 
 
-def test_restore_corrupt_journal_or_bad_host_exits_2(capsys, state_dir):
+def test_restore_corrupt_journal_or_bad_host_exits_2(capsys, state_dir, free_port, tmp_path, monkeypatch):
     box = connect("local")
     box.write_file(journal_path(box), "{oops", make_dirs=True)
     assert main(["restore"]) == 2
     err = capsys.readouterr().err
     assert journal_path(box) in err and "not a diagnosis journal" in err and "Traceback" not in err
-    assert main(["restore", "--host", "me@gpu-box"]) == 2
-    assert "SSH" in capsys.readouterr().err
+    monkeypatch.setenv("EAGLE_WORKBENCH_SSH_CONFIG", str(tmp_path / "empty_ssh_config"))
+    (tmp_path / "empty_ssh_config").write_text("")
+    assert main(["restore", "--host", f"me@127.0.0.1:{free_port}"]) == 2
+    err = capsys.readouterr().err
+    assert "connection refused" in err and "Traceback" not in err
+    assert main(["restore", "--host", "no-such-alias"]) == 2  # a typo'd alias: no DNS lookup, a clear error
+    assert "not a Host alias" in capsys.readouterr().err
 
 
 def test_runbook_failure_restores_and_a_failing_restore_does_not_mask_the_error(tmp_path, capsys, monkeypatch):
