@@ -86,6 +86,21 @@ from .transport import Transport, parse_proc_stat, timed_out
 
 log = logging.getLogger(__name__)
 
+
+class _RefusedForwardToDebug(logging.Filter):
+    """paramiko logs ERROR "Secsh channel N open FAILED: ...: Connect failed" when the box refuses a
+    forwarded connection, which is expected while a server starts (``wait_healthy`` polls through
+    the forward) and is handled (and logged at debug) by the port forward: demote those records to
+    DEBUG so a notebook does not fill with them. Every other record passes unchanged."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno >= logging.ERROR and "open FAILED" in str(record.msg) and "Connect failed" in str(record.msg):
+            record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+        return True
+
+
+logging.getLogger("paramiko.transport").addFilter(_RefusedForwardToDebug())
+
 #: Environment variable naming the ssh client config file to read instead of ``~/.ssh/config``.
 SSH_CONFIG_ENV = "EAGLE_WORKBENCH_SSH_CONFIG"
 #: Seconds allowed to set up the TCP connection and the SSH handshake when the config sets no

@@ -185,6 +185,8 @@ def test_runbook_over_ssh_reaches_the_same_verdict(tmp_path, free_port, state_di
         assert inventory["base_url"].startswith("http://127.0.0.1:") and not inventory["base_url"].endswith(
             f":{free_port}")
         assert verdict["restarts"] == 2
+        # the report is not cluttered by the forward's refused connections while servers started
+        assert "open FAILED" not in (tmp_path / "reports" / "diagnose_acceptance.ipynb").read_text()
 
         # the box as found, seen through SSH and directly
         assert _servers_on(box, free_port) == []
