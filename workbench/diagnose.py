@@ -71,6 +71,13 @@ def sandbox_models_dir() -> Path:
     return Path(__file__).resolve().parent / "sandbox" / "models"
 
 
+def sandbox_prompts_path() -> Path:
+    """The sandbox box's benchmark prompts (``workbench/sandbox/prompts/bench.jsonl``: snippets of
+    the stdlib files its target memorised, never seen by its drafts), used instead of the built-in
+    chat prompts when the box's engine is the sandbox and no prompt file is given."""
+    return Path(__file__).resolve().parent / "sandbox" / "prompts" / "bench.jsonl"
+
+
 def sandbox_launch_command(*, algorithm: str = "EAGLE", port: int = DEFAULT_PORT, python: str | None = None,
                            draft: str = "draft", decode_log_interval: int = 8) -> str:
     """The launch command of the embedded sandbox box, by default with the wrong flag
@@ -517,6 +524,10 @@ class DiagnosisRun:
             journal.record_original(argv=list(inventory.launch.argv), cwd=inventory.server_cwd,
                                     env=inventory.server_env, port=inventory.port,
                                     log_path=inventory.server_log, pid=inventory.server_pid)
+        if prompts is None and inventory.engine == "sandbox":
+            # The sandbox target is a byte-level model of Python source: the built-in chat prompts
+            # mean nothing to it, its own held-out code prompts are its workload.
+            prompts = str(sandbox_prompts_path())
         prompt_set = acc.load_prompts(prompts)
         if num_prompts:
             prompt_set = prompt_set[:num_prompts]

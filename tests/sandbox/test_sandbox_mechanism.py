@@ -140,7 +140,8 @@ def test_missing_eagle_config_falls_back_to_default_layers(tmp_path):
     (draft / "config.json").write_text(json.dumps(cfg))
     sched = make_scheduler("EAGLE3", draft=draft)
     L = sched.target_worker.model.config.num_hidden_layers
-    assert sched.target_worker.model.layers_to_capture == [2, L // 2, L - 3]
+    assert L == 8  # so that SGLang's default [2, L // 2, L - 3] is three distinct, valid layers
+    assert sched.target_worker.model.layers_to_capture == [2, L // 2, L - 3] == [2, 4, 5]
     assert sched.target_worker.model.capture_aux_hidden_states
 
 

@@ -3,13 +3,27 @@
     python -m workbench.sandbox.train            # all three, writes workbench/sandbox/models/*
     python -m workbench.sandbox.train --quick    # a fast smoke configuration (pipeline check)
 
-Corpus: the Python standard library of the running interpreter (top-level `*.py` files, sorted
-by name; every 10th file held out for the benchmark prompts). The files used and their sha256
-are written to `models/target/corpus_manifest.json`.
+Corpus: a small slice of the Python standard library of the running interpreter (sorted
+top-level `*.py` files; the first ASCII files of 4-16 KB until `slice_bytes`, ~60 KB), split by
+file into part A (even-indexed: the benchmark prompts, `prompts/bench.jsonl`) and part B
+(odd-indexed: the prompts of the draft-training data). The files used and their sha256 are
+written to `models/target/corpus_manifest.json`.
 
-Target: transformers `LlamaForCausalLM`, byte vocab (256), trained from scratch (AdamW, cosine).
+Target: transformers `LlamaForCausalLM`, byte vocab (256), 8 layers, trained from scratch
+(AdamW, cosine, no weight decay) for ~30 epochs of the slice, so that it MEMORISES it: its
+greedy continuation of a prompt from the slice reproduces the real text. Why: a target trained
+on a large corpus at this size has degenerate greedy output (space runs, loops) that a
+feature-less draft predicts as well as a real one, so the benchmark's control could not tell
+whether the aux hidden states carry information. With a memorised slice, the next token is known
+to the target's hidden states, and a draft that never saw part A cannot guess it from the
+context alone: the EAGLE-3 draft (reading the aux states) beats the aux-zeroed control.
+While training, `AheadHeads` (multi-token prediction, as in MTP-trained models) make the output
+of layer `ahead_layer` predict the tokens 2 and 3 ahead, so the aux states carry the tokens the
+draft has to guess (dropped at save: the saved target is a plain `LlamaForCausalLM`).
+
 Draft: an EAGLE-3 head trained the EAGLE-3 way (as in SpecForge / the EAGLE-3 paper): on the
-target's own greedy continuations, with the target's aux hidden states (captured exactly as
+target's own greedy continuations (prompts from part B and, a quarter, from stdlib files
+outside the slice; never part A), with the target's aux hidden states (captured exactly as
 the server captures them: input of layer id+1, SGLang's llama rule) concatenated into `fc`,
 and a training-time test that unrolls `ttt_steps` draft steps, later steps feeding the draft's
 own (pre-norm) hidden state and attending to the step-0 keys plus their own diagonal, which is
@@ -44,9 +58,10 @@ MODELS_DIR = SANDBOX_DIR / "models"
 PROMPTS_PATH = SANDBOX_DIR / "prompts" / "bench.jsonl"
 
 FULL = dict(
-    hidden=192, intermediate=512, layers=6, heads=6, seq=128, batch=16, target_steps=600, lr=3e-3,
-    n_gen=512, prompt_len=64, gen_len=128, draft_steps=600, draft_batch=12, draft_lr=2e-3,
-    aux_layer_ids=[1, 3, 4], draft_vocab=128, ttt_steps=3,
+    hidden=160, intermediate=448, layers=8, heads=5, seq=256, batch=8, target_steps=1000, lr=3e-3,
+    slice_bytes=60000, n_gen=512, outside_fraction=0.25, prompt_len=64, gen_len=128,
+    draft_steps=400, draft_batch=12, draft_lr=2e-3, draft_intermediate=256,
+    aux_layer_ids=[1, 3, 6], draft_vocab=128, ttt_steps=3, ahead_layer=6, ahead=[2, 3], ahead_weight=0.5,
 )
 QUICK = dict(FULL, target_steps=60, n_gen=64, draft_steps=30)
 
@@ -59,13 +74,33 @@ def log(msg: str) -> None:
 # --------------------------------------------------------------------------------------------
 # Corpus
 # --------------------------------------------------------------------------------------------
-def stdlib_files() -> Tuple[List[Path], List[Path]]:
-    """(train files, held-out files): sorted top-level stdlib `*.py`; every 10th is held out."""
+def stdlib_files() -> List[Path]:
+    """Sorted top-level stdlib `*.py` files of the running interpreter."""
     root = Path(sysconfig.get_paths()["stdlib"])
-    files = sorted(p for p in root.iterdir() if p.suffix == ".py" and p.is_file())
-    train = [p for i, p in enumerate(files) if i % 10 != 5]
-    held = [p for i, p in enumerate(files) if i % 10 == 5]
-    return train, held
+    return sorted(p for p in root.iterdir() if p.suffix == ".py" and p.is_file())
+
+
+def corpus_split(slice_bytes: int) -> Tuple[List[Path], List[Path], List[Path], List[Path]]:
+    """(slice, part A, part B, outside).
+
+    The slice: the first ASCII files of 4-16 KB (sorted by name) until `slice_bytes` is reached;
+    the target is trained on it until it memorises it. Part A = the slice's even-indexed files
+    (bench prompts only), part B = the odd-indexed ones (draft-data prompts). Outside = every
+    other stdlib file (a quarter of the draft-data prompts, text the target has never seen).
+    """
+    files = stdlib_files()
+    picked: List[Path] = []
+    total = 0
+    for p in files:
+        if total >= slice_bytes:
+            break
+        if 4000 <= p.stat().st_size <= 16000 and p.read_bytes().isascii():
+            picked.append(p)
+            total += p.stat().st_size
+    part_a = picked[0::2]
+    part_b = picked[1::2]
+    outside = [p for p in files if p not in picked]
+    return picked, part_a, part_b, outside
 
 
 def load_bytes(files: List[Path]) -> bytes:
@@ -73,7 +108,7 @@ def load_bytes(files: List[Path]) -> bytes:
     return b"\n\n".join(p.read_bytes() for p in files)
 
 
-def write_manifest(train: List[Path], held: List[Path], out: Path) -> None:
+def write_manifest(parts: Dict[str, List[Path]], out: Path) -> None:
     """Record which files were used (name, size, sha256) and the interpreter version."""
     def entry(p: Path) -> dict:
         data = p.read_bytes()
@@ -82,20 +117,24 @@ def write_manifest(train: List[Path], held: List[Path], out: Path) -> None:
     out.write_text(json.dumps({
         "python": sys.version.split()[0],
         "stdlib": sysconfig.get_paths()["stdlib"],
-        "rule": "sorted top-level *.py of the stdlib; index % 10 == 5 held out",
-        "train": [entry(p) for p in train],
-        "held_out": [entry(p) for p in held],
+        "rule": ("sorted top-level *.py of the stdlib; the slice = the first ASCII files of 4-16 KB "
+                 "until slice_bytes; part A = slice[0::2] (bench prompts), part B = slice[1::2] "
+                 "(draft-data prompts); outside = all other files (draft-data prompts, not trained on)"),
+        **{k: [entry(p) for p in v] for k, v in parts.items() if k != "outside"},
+        "outside": [p.name for p in parts["outside"]],
     }, indent=1))
 
 
-def make_bench_prompts(held: List[Path], n: int = 20, prompt_len: int = 96, seed: int = 1) -> List[dict]:
-    """Held-out stdlib snippets starting at a line start, ASCII only, `prompt_len` bytes."""
+def make_bench_prompts(files: List[Path], n: int = 20, prompt_len: int = 96, seed: int = 1) -> List[dict]:
+    """Snippets of part A starting at a line start, ASCII only, `prompt_len` bytes."""
     rng = random.Random(seed)
     prompts = []
+    i = 0
     while len(prompts) < n:
-        p = held[len(prompts) % len(held)]
+        p = files[i % len(files)]
+        i += 1
         data = p.read_bytes()
-        lines = [i + 1 for i in range(len(data) - prompt_len - 1) if data[i] == 10]
+        lines = [j + 1 for j in range(len(data) - prompt_len - 160) if data[j] == 10]
         if not lines:
             continue
         start = rng.choice(lines)
@@ -130,38 +169,71 @@ def lr_at(step: int, total: int, peak: float, warmup: int = 50) -> float:
     return peak * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * t)))
 
 
-def train_target(cfg: dict, data: torch.Tensor, held: torch.Tensor, out_dir: Path):
-    """Train the target LM on byte windows; save a HF model dir. Returns the model (eval)."""
+class AheadHeads(nn.Module):
+    """Training-only multi-token-prediction heads (as in MTP-trained models, e.g. DeepSeek-V3):
+    from the output of target layer `layer` (the input of layer `layer + 1`), head d predicts the
+    token d positions ahead (d = 2, 3; the LM head predicts d = 1). Discarded after training: the
+    saved target is a plain `LlamaForCausalLM`. Their effect is that the target's aux hidden states
+    carry the tokens after next, which is what an EAGLE-3 draft reads from them."""
+
+    def __init__(self, hidden: int, ahead: List[int]) -> None:
+        super().__init__()
+        self.ahead = list(ahead)
+        self.norms = nn.ModuleList(RMSNorm(hidden) for _ in self.ahead)
+        self.heads = nn.ModuleList(nn.Linear(hidden, 256, bias=False) for _ in self.ahead)
+
+    def losses(self, h: torch.Tensor, batch: torch.Tensor) -> List[torch.Tensor]:
+        """h [B, T, H] (positions 0..T-1 of batch[:, :T]), batch [B, T+1] -> one CE loss per head."""
+        T = h.shape[1]
+        out = []
+        for d, norm, head in zip(self.ahead, self.norms, self.heads):
+            logits = head(norm(h[:, :T + 1 - d]))
+            out.append(F.cross_entropy(logits.reshape(-1, 256), batch[:, d:T + 1].reshape(-1)))
+        return out
+
+
+def train_target(cfg: dict, data: torch.Tensor, out_dir: Path):
+    """Train the target LM on byte windows of the slice until it memorises it (no weight decay,
+    ~30 epochs), with the `AheadHeads` loss on layer `ahead_layer`; save a HF model dir (fp16,
+    heads dropped). Returns (model in eval mode, fp32; stats)."""
     from transformers import LlamaForCausalLM
 
     torch.manual_seed(0)
     model = LlamaForCausalLM(target_config(cfg))
-    opt = torch.optim.AdamW(model.parameters(), lr=cfg["lr"], weight_decay=0.05, betas=(0.9, 0.95))
+    ahead = AheadHeads(cfg["hidden"], cfg["ahead"])
+    params = list(model.parameters()) + list(ahead.parameters())
+    opt = torch.optim.AdamW(params, lr=cfg["lr"], weight_decay=0.0, betas=(0.9, 0.95))
     gen = torch.Generator().manual_seed(0)
     seq, bs, steps = cfg["seq"], cfg["batch"], cfg["target_steps"]
     log(f"target: {sum(p.numel() for p in model.parameters())/1e6:.2f} M params, {steps} steps of {bs}x{seq}")
+    got: Dict[str, torch.Tensor] = {}
+
+    def grab(module, args, kwargs):
+        got["h"] = args[0] if args else kwargs["hidden_states"]
+
+    hook = model.model.layers[cfg["ahead_layer"] + 1].register_forward_pre_hook(grab, with_kwargs=True)
     t0 = time.time()
     model.train()
-    for step in range(steps):
-        idx = torch.randint(0, len(data) - seq - 1, (bs,), generator=gen)
-        batch = torch.stack([data[i:i + seq + 1] for i in idx]).long()
-        for g in opt.param_groups:
-            g["lr"] = lr_at(step, steps, cfg["lr"])
-        logits = model(input_ids=batch[:, :-1]).logits
-        loss = F.cross_entropy(logits.reshape(-1, 256), batch[:, 1:].reshape(-1))
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        if step % 100 == 0 or step == steps - 1:
-            log(f"target step {step} loss {loss.item():.3f} ({time.time()-t0:.0f}s)")
+    try:
+        for step in range(steps):
+            idx = torch.randint(0, len(data) - seq - 1, (bs,), generator=gen)
+            batch = torch.stack([data[i:i + seq + 1] for i in idx]).long()
+            for g in opt.param_groups:
+                g["lr"] = lr_at(step, steps, cfg["lr"])
+            logits = model(input_ids=batch[:, :-1]).logits
+            loss = F.cross_entropy(logits.reshape(-1, 256), batch[:, 1:].reshape(-1))
+            extra = ahead.losses(got.pop("h"), batch)
+            total = loss + cfg["ahead_weight"] * sum(extra)
+            opt.zero_grad(set_to_none=True)
+            total.backward()
+            torch.nn.utils.clip_grad_norm_(params, 1.0)
+            opt.step()
+            if step % 100 == 0 or step == steps - 1:
+                log(f"target step {step} loss {loss.item():.3f} ahead {[round(x.item(), 3) for x in extra]} "
+                    f"({time.time()-t0:.0f}s)")
+    finally:
+        hook.remove()
     model.eval()
-    with torch.no_grad():
-        g2 = torch.Generator().manual_seed(1)
-        idx = torch.randint(0, len(held) - seq - 1, (16,), generator=g2)
-        batch = torch.stack([held[i:i + seq + 1] for i in idx]).long()
-        hl = F.cross_entropy(model(input_ids=batch[:, :-1]).logits.reshape(-1, 256), batch[:, 1:].reshape(-1))
-    log(f"target held-out loss {hl.item():.3f} nats/byte")
     # Stored in float16 (half the size in git); the in-memory model is rounded the same way so
     # the draft is trained on exactly the features the server (loading it as fp32) computes.
     with torch.no_grad():
@@ -170,7 +242,7 @@ def train_target(cfg: dict, data: torch.Tensor, held: torch.Tensor, out_dir: Pat
     out_dir.mkdir(parents=True, exist_ok=True)
     model.half().save_pretrained(out_dir, safe_serialization=True)
     model.float()
-    return model, float(hl)
+    return model, {"final_loss": round(loss.item(), 4), "final_ahead_losses": [round(x.item(), 4) for x in extra]}
 
 
 # --------------------------------------------------------------------------------------------
@@ -214,20 +286,52 @@ def aux_features(model, seqs: torch.Tensor, layer_ids: List[int]) -> torch.Tenso
     return torch.cat([got[li] for li in capture], dim=-1).half()
 
 
-def make_draft_data(cfg: dict, model, data: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
-    """(seqs [N, P+G] int64, feats [N, P+G, 3H] fp16) from random corpus windows at line starts."""
+@torch.no_grad()
+def memorisation(model, data: torch.Tensor, prompts: List[dict], files: List[Path], seq: int, n_new: int = 128) -> dict:
+    """How well the target memorised its slice: teacher-forced loss over the whole slice, and the
+    fraction of its greedy continuation of each bench prompt equal to the file's real text."""
+    total, count = 0.0, 0
+    for i in range(0, len(data) - 1, seq):
+        x = data[i:i + seq + 1].long()[None]
+        if x.shape[1] < 2:
+            continue
+        total += F.cross_entropy(model(input_ids=x[:, :-1]).logits[0], x[0, 1:], reduction="sum").item()
+        count += x.shape[1] - 1
+    by_name = {p.name: p.read_bytes() for p in files}
+    same = 0
+    for p in prompts:
+        ids = torch.tensor(list(p["text"].encode()))[None]
+        out = greedy_generate(model, ids, n_new)[0, ids.shape[1]:].tolist()
+        real = by_name[p["file"]][p["offset"] + len(p["text"]):][:n_new]
+        same += sum(int(a == b) for a, b in zip(out, real))
+    stats = {"slice_loss_nats_per_byte": round(total / count, 4),
+             "bench_greedy_equals_real_text": round(same / (n_new * len(prompts)), 4)}
+    log(f"target memorisation: {stats}")
+    return stats
+
+
+def make_draft_data(cfg: dict, model, part_b: torch.Tensor, outside: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+    """(seqs [N, P+G] int64, feats [N, P+G, n_aux*H] fp16): the target's greedy continuations of
+    prompts at line starts of part B (and, for `outside_fraction` of them, of stdlib text outside
+    the slice). Never part A: the bench text must stay unseen by the drafts."""
     gen = torch.Generator().manual_seed(2)
     P, G, N = cfg["prompt_len"], cfg["gen_len"], cfg["n_gen"]
-    newlines = (data[:-P - 1] == 10).nonzero().flatten()
-    starts = newlines[torch.randint(0, len(newlines), (N,), generator=gen)] + 1
-    prompts = torch.stack([data[s:s + P] for s in starts]).long()
+    n_out = int(N * cfg["outside_fraction"])
+
+    def windows(data: torch.Tensor, n: int) -> torch.Tensor:
+        newlines = (data[:-P - 1] == 10).nonzero().flatten()
+        starts = newlines[torch.randint(0, len(newlines), (n,), generator=gen)] + 1
+        return torch.stack([data[s:s + P] for s in starts]).long()
+
+    prompts = torch.cat([windows(part_b, N - n_out), windows(outside, n_out)])
+    prompts = prompts[torch.randperm(N, generator=gen)]
     t0 = time.time()
     seqs, feats = [], []
     for i in range(0, N, 64):
         s = greedy_generate(model, prompts[i:i + 64], G)
         seqs.append(s)
         feats.append(aux_features(model, s, cfg["aux_layer_ids"]))
-    log(f"draft data: {N} sequences x {P}+{G} bytes in {time.time()-t0:.0f}s")
+    log(f"draft data: {N} sequences ({n_out} outside the slice) x {P}+{G} bytes in {time.time()-t0:.0f}s")
     return torch.cat(seqs), torch.cat(feats)
 
 
@@ -373,7 +477,7 @@ def train_draft(cfg: dict, embed: torch.Tensor, seqs: torch.Tensor, feats: torch
     P = cfg["prompt_len"]
     d2t, t2d, t2d_index = draft_vocab_map(seqs, P, cfg["draft_vocab"])
     n_aux = len(cfg["aux_layer_ids"])
-    model = Eagle3DraftTrainer(H, cfg["intermediate"], cfg["heads"], n_aux, cfg["draft_vocab"], embed, zero_fc)
+    model = Eagle3DraftTrainer(H, cfg["draft_intermediate"], cfg["heads"], n_aux, cfg["draft_vocab"], embed, zero_fc)
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=cfg["draft_lr"], weight_decay=0.0)
     n_val = max(16, len(seqs) // 16)
@@ -406,7 +510,7 @@ def train_draft(cfg: dict, embed: torch.Tensor, seqs: torch.Tensor, feats: torch
         "model_type": "llama",
         "hidden_size": H,
         "target_hidden_size": H,
-        "intermediate_size": cfg["intermediate"],
+        "intermediate_size": cfg["draft_intermediate"],
         "num_hidden_layers": 1,
         "num_attention_heads": cfg["heads"],
         "num_key_value_heads": cfg["heads"],
@@ -453,26 +557,32 @@ def main(argv=None) -> int:
     out = Path(args.out)
     t_start = time.time()
 
-    train_files, held_files = stdlib_files()
-    data = torch.frombuffer(bytearray(load_bytes(train_files)), dtype=torch.uint8).clone()
-    held = torch.frombuffer(bytearray(load_bytes(held_files)), dtype=torch.uint8).clone()
-    log(f"corpus: {len(train_files)} train files ({len(data)/1e6:.2f} MB), {len(held_files)} held out")
+    slice_files, part_a, part_b, outside = corpus_split(cfg["slice_bytes"])
+    data = torch.frombuffer(bytearray(load_bytes(slice_files)), dtype=torch.uint8).clone()
+    data_b = torch.frombuffer(bytearray(load_bytes(part_b)), dtype=torch.uint8).clone()
+    data_out = torch.frombuffer(bytearray(load_bytes(outside)), dtype=torch.uint8).clone()
+    log(f"corpus: slice of {len(slice_files)} files ({len(data)} bytes; part A {len(part_a)}, "
+        f"part B {len(part_b)} files), {len(outside)} files outside")
+    prompts = make_bench_prompts(part_a)
 
     target_dir = out / "target"
     if args.skip_target:
         from transformers import LlamaForCausalLM
 
         target = LlamaForCausalLM.from_pretrained(target_dir, dtype=torch.float32).eval()
-        held_loss = None
+        target_stats = None
     else:
-        target, held_loss = train_target(cfg, data, held, target_dir)
-        write_manifest(train_files, held_files, target_dir / "corpus_manifest.json")
+        target, target_stats = train_target(cfg, data, target_dir)
+        write_manifest({"slice": slice_files, "part_a": part_a, "part_b": part_b, "outside": outside},
+                       target_dir / "corpus_manifest.json")
     PROMPTS_PATH.parent.mkdir(parents=True, exist_ok=True)
-    PROMPTS_PATH.write_text("".join(json.dumps(p) + "\n" for p in make_bench_prompts(held_files)))
+    PROMPTS_PATH.write_text("".join(json.dumps(p) + "\n" for p in prompts))
+    t_target = time.time() - t_start
+    mem = memorisation(target, data, prompts, part_a, cfg["seq"])
 
-    seqs, feats = make_draft_data(cfg, target, data)
+    seqs, feats = make_draft_data(cfg, target, data_b, data_out)
     embed = target.model.embed_tokens.weight.detach()
-    stats = {"config": cfg, "target_held_out_loss": held_loss}
+    stats = {"config": cfg, "target_memorisation": mem, "target_training": target_stats, "target_seconds": t_target}
     stats["draft"] = train_draft(cfg, embed, seqs, feats, out / "draft", False, target_dir)
     stats["draft-aux-zeroed"] = train_draft(cfg, embed, seqs, feats, out / "draft-aux-zeroed", True, target_dir)
     stats["total_seconds"] = time.time() - t_start
