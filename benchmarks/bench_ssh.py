@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import statistics
 import struct
 import sys
@@ -177,6 +178,7 @@ def main(argv=None) -> int:
         finally:
             for server in servers:
                 server.stop()
+            shutil.rmtree(work)  # keys, configs and logs of the throw-away servers
         goal_box = "loopback, quiet login shell (SHLVL=1)"
 
     goal = results[goal_box]
