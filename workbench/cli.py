@@ -4,7 +4,8 @@
                                                                   then export NAME.html beside NAME.json
     workbench report NOTEBOOK [--html OUT]                        export an executed notebook to one HTML file
     workbench restore [--host SPEC]                               undo what an interrupted diagnosis left
-    workbench doctor --launch "CMD" [--host SPEC] [--json]        static checks on a launch command
+    workbench doctor --launch "CMD" | --running [--host SPEC] [--json]   every preflight rule on a launch
+                                                                  command or the running server
 
 Exit codes: 0 success (doctor: no error finding), 1 a failure (doctor: at least one error
 finding), 2 the command itself could not run (bad arguments, unreachable box).
@@ -214,37 +215,48 @@ def _cmd_restore(args: argparse.Namespace) -> int:
 
 
 def _cmd_doctor(args: argparse.Namespace) -> int:
+    """``workbench doctor``: every static rule (:func:`workbench.doctor.run_doctor`) on a launch
+    command (``--launch``) or on the server already running on the box (``--running``: its
+    command line from ``Box.find_servers``, relative paths against its cwd). Exit 0 / 1 / 2."""
     from remote import connect
     from remote.errors import RemoteError
     from workbench.checkpoint import CheckpointError
+    from workbench.doctor import DoctorError, run_doctor
     from workbench.launch import LaunchCommand, LaunchCommandError
-    from workbench.rules import RuleInputError, check_algorithm_mismatch
 
+    if (args.launch is not None) == bool(args.running):
+        print("workbench doctor: give exactly one of --launch \"<command>\" or --running", file=sys.stderr)
+        return 2
     try:
-        launch = LaunchCommand.parse(args.launch)
+        launch = LaunchCommand.parse(args.launch) if args.launch is not None else None
         box = connect(args.host)
     except (LaunchCommandError, RemoteError) as exc:
         print(f"workbench doctor: {exc}", file=sys.stderr)
         return 2
     try:
-        findings = check_algorithm_mismatch(box, launch)
-    except (RuleInputError, CheckpointError, RemoteError) as exc:
-        print(f"workbench doctor: {exc}", file=sys.stderr)
+        cwd = None
+        if launch is None:
+            from workbench.diagnose import _is_launch_argv
+
+            servers = [s for s in box.find_servers(timeout=args.timeout) if _is_launch_argv(s.argv)]
+            if args.port:
+                servers = [s for s in servers if s.port == args.port]
+            if not servers:
+                print(f"workbench doctor: no SGLang server running on {box.name}"
+                      + (f" on port {args.port}" if args.port else ""), file=sys.stderr)
+                return 2
+            launch, cwd = LaunchCommand.parse(list(servers[0].argv)), servers[0].cwd
+        report = run_doctor(box, launch, timeout=args.timeout, cwd=cwd)
+    except (DoctorError, CheckpointError, RemoteError, LaunchCommandError) as exc:
+        print(f"workbench doctor: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 2
     finally:
         box.close()
     if args.json:
-        print(json.dumps({"findings": [f.to_dict() for f in findings]}, indent=2, default=str))
+        print(json.dumps(report.to_dict(), indent=2, default=str))
     else:
-        for f in findings:
-            print(f"{f.severity.upper()} {f.rule}: {f.message}")
-            for key, value in f.evidence.items():
-                print(f"    {key}: {value}")
-            if f.fix:
-                print(f"  fix: {f.fix}")
-        if not findings:
-            print("no findings")
-    return 1 if any(f.severity == "error" for f in findings) else 0
+        print(report.to_text())
+    return report.exit_code
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -270,9 +282,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_restore)
 
     p = sub.add_parser("doctor", help="static checks of a launch command against the box's files")
-    p.add_argument("--launch", required=True, help="the server's launch command")
+    p.add_argument("--launch", help="the server's launch command")
+    p.add_argument("--running", action="store_true", help="check the command line of the server running on the box")
+    p.add_argument("--port", type=int, help="with --running: the server's port when several run")
     p.add_argument("--host", default="local")
     p.add_argument("--json", action="store_true")
+    p.add_argument("--timeout", type=float, default=30.0, help="seconds for each call to the box (default 30)")
     p.set_defaults(func=_cmd_doctor)
     return parser
 

@@ -19,6 +19,7 @@ from remote import connect
 from workbench.cli import main
 from workbench.journal import Journal, journal_path
 from workbench.launch import LaunchCommand
+from test_draft_checks import specforge_spec, token_map
 from workbench_test_helpers import fixture_config, write_sparse_safetensors
 
 REPO = Path(__file__).resolve().parents[2]
@@ -47,7 +48,8 @@ def models(tmp_path):
     draft.mkdir()
     cfg = fixture_config(KIMI_DRAFT)
     (draft / "config.json").write_text(json.dumps(cfg))
-    write_sparse_safetensors(draft / "model.safetensors", {"fc.weight": ("BF16", (cfg["hidden_size"], 3 * HIDDEN))})
+    d2t, t2d = token_map(cfg["vocab_size"], cfg["draft_vocab_size"])
+    write_sparse_safetensors(draft / "model.safetensors", specforge_spec(cfg), data={"d2t": d2t, "t2d": t2d})
     return target, draft
 
 
@@ -78,17 +80,21 @@ def test_doctor_subprocess_eagle_flag_on_eagle3_draft(models, state_dir):
 def test_doctor_eagle3_is_clean(models, capsys):
     target, draft = models
     assert main(["doctor", "--launch", launch_text("EAGLE3", target, draft), "--json"]) == 0
-    assert json.loads(capsys.readouterr().out) == {"findings": []}
+    out = json.loads(capsys.readouterr().out)
+    # Only information: the draft's rope_theta 1e6 against a target config without one (10000).
+    assert [(f["rule"], f["severity"]) for f in out["findings"]] == [("rope-mismatch", "info")]
+    assert out["exit_code"] == 0 and out["corrected_launch_command"] is None
     assert main(["doctor", "--launch", launch_text("EAGLE3", target, draft)]) == 0
-    assert capsys.readouterr().out.strip() == "no findings"
+    assert capsys.readouterr().out.splitlines()[-2].startswith("0 error(s), 0 warning(s), 1 info")
 
 
 def test_doctor_text_output_names_rule_and_fix(models, capsys):
     target, draft = models
     assert main(["doctor", "--launch", launch_text("EAGLE", target, draft)]) == 1
     out = capsys.readouterr().out
-    assert out.startswith("ERROR algorithm-mismatch:")
+    assert out.startswith("ERROR   algorithm-mismatch:")
     assert "fix: " in out and "--speculative-algorithm EAGLE3" in out
+    assert "corrected launch command: " in out
 
 
 @pytest.mark.parametrize("text, message", [
@@ -104,19 +110,32 @@ def test_doctor_unparseable_launch_exits_2(capsys, text, message):
     assert "Traceback" not in captured.err
 
 
-def test_doctor_missing_draft_dir_exits_2(models, tmp_path, capsys):
+def test_doctor_missing_draft_dir_is_a_finding(models, tmp_path, capsys):
     target, _ = models
     missing = tmp_path / "no-such-draft"
-    assert main(["doctor", "--launch", launch_text("EAGLE", target, missing)]) == 2
-    err = capsys.readouterr().err
-    assert err.startswith("workbench doctor: ") and str(missing) in err and "not found" in err
-    assert "Traceback" not in err
+    assert main(["doctor", "--launch", launch_text("EAGLE", target, missing), "--json"]) == 1
+    captured = capsys.readouterr()
+    found = json.loads(captured.out)["findings"]
+    assert [(f["rule"], f["severity"]) for f in found] == [("checkpoint-unreadable", "error")]
+    assert f"{missing} does not exist" in found[0]["message"]
+    assert "Traceback" not in captured.err
 
 
 def test_doctor_without_draft_flag_and_unreachable_host_exit_2(models, capsys, free_port, tmp_path, monkeypatch):
     target, draft = models
-    assert main(["doctor", "--launch", f"python -m sglang.launch_server --model-path {target}"]) == 2
-    assert "--speculative-draft-model-path" in capsys.readouterr().err
+    assert main(["doctor", "--launch", "python -m sglang.launch_server --speculative-algorithm EAGLE3"]) == 2
+    assert "no --model-path" in capsys.readouterr().err
+    # DeepseekV3 supplies its own MTP head (the engine uses the target path): no draft needed.
+    assert main(["doctor", "--launch", f"python -m sglang.launch_server --model-path {target} "
+                                       "--speculative-algorithm EAGLE", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["findings"] == []
+    llama = tmp_path / "llama"
+    llama.mkdir()
+    (llama / "config.json").write_text(json.dumps({"architectures": ["LlamaForCausalLM"], "hidden_size": 4096,
+                                                   "num_hidden_layers": 32, "vocab_size": 128256}))
+    assert main(["doctor", "--launch", f"python -m sglang.launch_server --model-path {llama} "
+                                       "--speculative-algorithm EAGLE3", "--json"]) == 1
+    assert [f["rule"] for f in json.loads(capsys.readouterr().out)["findings"]] == ["draft-path-missing"]
     monkeypatch.setenv("EAGLE_WORKBENCH_SSH_CONFIG", str(tmp_path / "empty_ssh_config"))
     (tmp_path / "empty_ssh_config").write_text("")
     host = f"me@127.0.0.1:{free_port}"  # nothing listens there: refused at once, on loopback
