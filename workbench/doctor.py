@@ -576,9 +576,10 @@ def config_rules(launch: LaunchCommand, draft: DraftFacts, target: TargetFacts) 
                            {"draft_vocab_size_field": _ev(draft.vocab_size, dsrc.get("vocab_size")),
                             "target_vocab_size": _ev(target.vocab_size, target.sources.get("vocab_size"))},
                            "use the draft trained for this target's tokenizer"))
-    dmpe = draft.config.get("max_position_embeddings")
+    dmpe, dmpe_src = draft.config.get("max_position_embeddings"), f"{draft.config_path}: max_position_embeddings"
     if dmpe is None and isinstance(draft.config.get("transformer_layer_config"), dict):
         dmpe = draft.config["transformer_layer_config"].get("max_position_embeddings")
+        dmpe_src = f"{draft.config_path}: transformer_layer_config.max_position_embeddings"
     ctx_flag, _ = _int_flag(launch, "--context-length")
     ctx, csrc = (ctx_flag, "launch command: --context-length") if ctx_flag else (
         target.max_position_embeddings, target.sources.get("max_position_embeddings"))
@@ -589,7 +590,7 @@ def config_rules(launch: LaunchCommand, draft: DraftFacts, target: TargetFacts) 
         out.append(Finding("context-length-mismatch", "warning",
                            f"the draft's max_position_embeddings {dmpe} is below the {ctx}-token context the server "
                            "will serve: acceptance decays on long prompts",
-                           {"draft_max_position_embeddings": _ev(dmpe, f"{draft.config_path}: max_position_embeddings"),
+                           {"draft_max_position_embeddings": _ev(dmpe, dmpe_src),
                             "served_context": _ev(ctx, csrc)}, fix))
     dt, dts, dk, dks = _rope(draft.config, draft.config_path)
     tc = target.config.get("text_config") if target.text_config_used else None
@@ -640,7 +641,7 @@ def aux_rules(launch: LaunchCommand, draft: DraftFacts, target: TargetFacts,
                else "absent")
         out.append(Finding("aux-config-unread", sev,
                            f"eagle_config.eagle_aux_hidden_state_layer_ids is {why}: the engine silently captures its "
-                           f"default layers {captured} (of {L})",
+                           f"default layers {str(captured) + ' ' if captured is not None else ''}(of {L} target layers)",
                            {"eagle_config.eagle_aux_hidden_state_layer_ids": ev_ids,
                             "eagle_aux_hidden_state_layer_ids (top level)": _ev(top, draft.sources.get("aux_layer_ids_top_level")),
                             "captured_layers": _ev(captured, cap_src)},
@@ -989,7 +990,8 @@ def _draft_rules(box: Any, launch: LaunchCommand, draft: DraftFacts, target: Tar
     if registered is not None and (algo == "EAGLE3" or eagle_layout) and arch not in registered:
         known = False
         want = sorted(registered) or ["LlamaForCausalLMEagle3"]
-        best = "LlamaForCausalLMEagle3" if "LlamaForCausalLMEagle3" in registered else want[0]
+        best = ("LlamaForCausalLMEagle" if algo == "EAGLE" and draft.is_eagle1_like and "LlamaForCausalLMEagle" in registered
+                else "LlamaForCausalLMEagle3" if "LlamaForCausalLMEagle3" in registered else want[0])
         out.append(Finding("unknown-draft-architecture", "error",
                            f"the draft declares architectures {draft.architectures}, which is not an EAGLE"
                            f"{'-3' if algo == 'EAGLE3' else ''} draft class of this engine ({', '.join(want)}); the engine "
