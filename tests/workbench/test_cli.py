@@ -215,3 +215,41 @@ def test_runbook_failure_restores_and_a_failing_restore_does_not_mask_the_error(
     assert "restore FAILED: JournalError" in err and "workbench restore" in err
     assert "cell 3 failed: ZeroDivisionError: division by zero" in err
     assert cli.DRIVER_ENV not in os.environ
+
+
+def test_doctor_running_reads_the_server_command_line(models, tmp_path, capsys):
+    """``--running``: the command line of the process serving on the box (a real process whose
+    argv is an SGLang launch command: a stand-in ``sglang/launch_server.py`` that only sleeps)."""
+    target, draft = models
+    pkg = tmp_path / "fake" / "sglang"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "launch_server.py").write_text("import time\ntime.sleep(120)\n")
+    port = 39871
+    argv = [sys.executable, "-m", "sglang.launch_server", "--model-path", "target", "--speculative-algorithm",
+            "EAGLE", "--speculative-draft-model-path", "draft", "--port", str(port)]
+    proc = subprocess.Popen(argv, cwd=target.parent, env={**os.environ, "PYTHONPATH": str(tmp_path / "fake")})
+    try:
+        assert main(["doctor", "--running", "--port", str(port), "--json"]) == 1
+        out = json.loads(capsys.readouterr().out)
+        # Relative paths resolved against the server's cwd, as the server resolves them.
+        assert out["launch_command"].endswith(f"--port {port}")
+        assert [f["rule"] for f in out["findings"] if f["severity"] == "error"] == ["algorithm-mismatch"]
+        assert out["inputs"][0] == {"what": "target model", "path": str(target),
+                                    "how": f"relative to the server's cwd {target.parent}"}
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)
+    assert main(["doctor", "--running", "--port", str(port)]) == 2
+    assert f"no SGLang server running on local on port {port}" in capsys.readouterr().err
+
+
+def test_doctor_over_ssh(models, ssh_env, capsys):
+    """The same doctor over SSH (loopback sshd): the same findings, bytes on the wire counted."""
+    target, draft = models
+    assert main(["doctor", "--launch", launch_text("EAGLE", target, draft), "--host", ssh_env.alias, "--json"]) == 1
+    out = json.loads(capsys.readouterr().out)
+    assert [f["rule"] for f in out["findings"] if f["severity"] == "error"] == ["algorithm-mismatch"]
+    assert out["findings"][0]["evidence"]["fc_in_features"]["value"] == 3 * HIDDEN
+    token_map_bytes = 32000 * 8 + VOCAB  # d2t (I64 × draft vocab) and t2d (BOOL × vocab), read by byte range
+    assert token_map_bytes < out["bytes_read"] < token_map_bytes + 100_000
