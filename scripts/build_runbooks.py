@@ -103,6 +103,38 @@ print("verdict:", run.report_dir / "diagnose_acceptance.json")
 ]
 
 
+PREFLIGHT = [
+    md("""
+# Preflight: what is wrong with this deployment, before any restart?
+
+Every rule of the preflight catalogue on one launch command, read from the box's own files: the two
+`config.json`, the draft checkpoint's safetensors headers and token map (by byte range), the engine's
+source. Nothing is restarted, nothing is changed. The same checks as `workbench doctor --launch "…"`.
+
+Run headless: `workbench runbook preflight -p host myalias -p launch_command "python -m sglang.launch_server …"`.
+"""),
+    code("""
+host = "local"            # the box: "local", an ~/.ssh/config alias, user@host[:port]
+launch_command = None     # None: the server running on the box (or, when none runs, the sandbox box launched with --speculative-algorithm EAGLE)
+port = None               # with launch_command None: the running server's port when several run
+report_dir = "reports"
+""", tags=["parameters"]),
+    md("## Findings\nEach finding with its evidence: the values compared and the file (and line) they came from."),
+    code("""
+from IPython.display import HTML, display
+from workbench.doctor import preflight
+
+report = preflight(host=host, launch_command=launch_command, port=port)
+report
+"""),
+    md("## The corrected launch command"),
+    code("""
+display(HTML(report.fix_html()))
+print("preflight JSON:", report.write_json(f"{report_dir}/preflight.json"))
+"""),
+]
+
+
 PANEL = [
     md("""
 # Control panel: diagnose a box step by step
@@ -133,4 +165,5 @@ def build(cells, name: str, folder: str = "runbooks") -> Path:
 
 if __name__ == "__main__":
     print(build(DIAGNOSE, "diagnose_acceptance"))
+    print(build(PREFLIGHT, "preflight"))
     print(build(PANEL, "control_panel", folder="notebooks"))

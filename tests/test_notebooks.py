@@ -15,6 +15,7 @@ spec.loader.exec_module(build_runbooks)
 NOTEBOOKS = {
     ROOT / "runbooks" / "diagnose_acceptance.ipynb": build_runbooks.DIAGNOSE,
     ROOT / "notebooks" / "control_panel.ipynb": build_runbooks.PANEL,
+    ROOT / "runbooks" / "preflight.ipynb": build_runbooks.PREFLIGHT,
 }
 
 
@@ -34,3 +35,26 @@ def test_runbook_parameters_cell():
     assert len(tagged) == 1
     names = {line.split("=")[0].strip() for line in tagged[0].source.splitlines() if "=" in line}
     assert {"host", "launch_command", "port", "allow_restart", "apply_fix", "report_dir"} <= names
+
+
+def test_preflight_runbook_on_the_sandbox_with_the_wrong_flag(tmp_path):
+    """papermill executes runbooks/preflight.ipynb on the sandbox box launched with EAGLE: the
+    findings table names algorithm-mismatch and the corrected command says EAGLE3."""
+    import json
+
+    import papermill
+
+    from workbench.diagnose import sandbox_launch_command
+    from workbench.launch import LaunchCommand
+
+    out = tmp_path / "preflight.ipynb"
+    papermill.execute_notebook(str(ROOT / "runbooks" / "preflight.ipynb"), str(out), kernel_name="python3",
+                               parameters={"launch_command": sandbox_launch_command(algorithm="EAGLE"),
+                                           "report_dir": str(tmp_path)}, progress_bar=False, cwd=str(ROOT))
+    result = json.loads((tmp_path / "preflight.json").read_text())
+    assert [(f["rule"], f["severity"]) for f in result["findings"] if f["severity"] != "info"] == [
+        ("algorithm-mismatch", "error")]
+    assert LaunchCommand.parse(result["corrected_launch_command"]).get("--speculative-algorithm") == "EAGLE3"
+    html_out = "".join(o.get("data", {}).get("text/html", "") for c in nbformat.read(str(out), as_version=4).cells
+                       if c.cell_type == "code" for o in c.outputs)
+    assert "algorithm-mismatch" in html_out and "Corrected launch command" in html_out

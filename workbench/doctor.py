@@ -52,6 +52,7 @@ from workbench.rules import Finding, algorithm_mismatch
 __all__ = [
     "DoctorError", "DoctorReport", "EngineSource", "run_doctor", "resolve_model_path", "acceptance_collapsed",
     "spec_params_invalid", "draft_path_missing", "aux_rules", "config_rules", "RULE_IDS", "MTP_TARGETS",
+    "preflight", "running_launch", "locate_engine",
 ]
 
 #: Every rule id the doctor can emit (the catalogue, plus ``model-not-on-box``).
@@ -787,6 +788,27 @@ class DoctorReport:
             lines.append(f"corrected launch command: {fixed}")
         return "\n".join(lines)
 
+    def fix_html(self) -> str:
+        """The corrected launch command and its diff against the checked one, as HTML."""
+        fixed = self.corrected_launch()
+        if fixed is None:
+            return "<p>No finding proposes a launch-command change.</p>"
+        diff = LaunchCommand.parse(self.launch).diff(LaunchCommand.parse(fixed))
+        rows = "".join(f"<tr><td><code>{html.escape(f)}</code></td><td style='color:#b00020'><code>- {html.escape(str(a))}"
+                       f"</code></td><td style='color:#1b7a1b'><code>+ {html.escape(str(b))}</code></td></tr>"
+                       for f, a, b in diff)
+        return (f"<p><b>Corrected launch command</b>:</p><pre style='white-space:pre-wrap'>{html.escape(fixed)}</pre>"
+                f"<table>{rows}</table>")
+
+    def write_json(self, path: Any) -> Any:
+        """Write :meth:`to_dict` as JSON to ``path`` (a local path; parents created); returns it."""
+        from pathlib import Path
+
+        out = Path(path)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(self.to_dict(), indent=2, default=str))
+        return out
+
     def _repr_html_(self) -> str:
         colour = {"error": "#cf222e", "warning": "#9a6700", "info": "#57606a"}
         rows = []
@@ -949,6 +971,44 @@ def run_doctor(box: Any, launch: LaunchCommand | str, *, timeout: float = 30, en
     return DoctorReport(_dedupe(findings), inputs, cbox.bytes_read,
                         (wire1 - wire0) if wire0 is not None and wire1 is not None else None,
                         engine_version, engine_root, launch.to_string(), round(time.monotonic() - t0, 3), notes)
+
+
+def running_launch(box: Any, *, port: int | None = None, timeout: float = 30) -> tuple[LaunchCommand, str | None]:
+    """The launch command and cwd of the SGLang (or sandbox) server running on ``box``
+    (``Box.find_servers``; on ``port`` when given). Raises :class:`DoctorError` when none runs."""
+    from workbench.diagnose import _is_launch_argv
+
+    servers = [s for s in box.find_servers(timeout=timeout) if _is_launch_argv(s.argv)]
+    if port:
+        servers = [s for s in servers if s.port == port]
+    if not servers:
+        raise DoctorError("no SGLang server running" + (f" on port {port}" if port else ""), where=box.name)
+    return LaunchCommand.parse(list(servers[0].argv)), servers[0].cwd
+
+
+def preflight(host: str = "local", launch_command: str | None = None, *, port: int | None = None,
+              timeout: float = 30) -> DoctorReport:
+    """The preflight runbook's one call: connect to ``host`` (``remote.connect`` spec), take
+    ``launch_command`` (else the running server's command line, else the embedded sandbox box's
+    default launch with the wrong flag, as ``diagnose_acceptance`` does), run :func:`run_doctor`,
+    close the box. Raises :class:`DoctorError`, ``LaunchCommandError``, ``RemoteError``."""
+    from remote import connect
+
+    box = connect(host)
+    try:
+        cwd = None
+        if launch_command is not None:
+            launch = LaunchCommand.parse(launch_command)
+        else:
+            try:
+                launch, cwd = running_launch(box, port=port, timeout=timeout)
+            except DoctorError:
+                from workbench.diagnose import sandbox_launch_command
+
+                launch = LaunchCommand.parse(sandbox_launch_command(port=port or 30000))
+        return run_doctor(box, launch, timeout=timeout, cwd=cwd)
+    finally:
+        box.close()
 
 
 def _wire(box: Any) -> int | None:
