@@ -45,6 +45,19 @@ def _run_runbook(tmp_path, port, state_dir, extra=()):
     return subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True, timeout=900)
 
 
+def _assert_sandbox_verdict(verdict):
+    """The verdict every sandbox diagnosis with the wrong flag must reach (issue 2's "done when")."""
+    hidden = json.loads(TARGET_CONFIG.read_text())["hidden_size"]
+    assert verdict["root_cause"]["rule"] == "algorithm-mismatch"
+    assert verdict["acceptance"]["before"]["accept_length"] <= 1.2
+    assert verdict["acceptance"]["after"]["accept_length"] >= 2.0
+    assert verdict["probe"]["observed_hidden_size"] == hidden
+    assert verdict["probe"]["expected_hidden_size"] == 3 * hidden
+    by_id = {h["id"]: h["verdict"] for h in verdict["hypotheses"]}
+    assert by_id == {"H1": "confirmed", "H2": "confirmed", "H3": "refuted"}
+    assert all(h["evidence"] for h in verdict["hypotheses"])
+
+
 def test_diagnose_sandbox_from_a_launch_command(tmp_path, free_port, state_dir):
     """No server on the port: the runbook launches the wrong-flag command itself, diagnoses it,
     verifies the fix and stops everything it started (the box had no server, it has none after)."""
@@ -53,21 +66,10 @@ def test_diagnose_sandbox_from_a_launch_command(tmp_path, free_port, state_dir):
     result = _run_runbook(tmp_path, free_port, state_dir)
     assert result.returncode == 0, result.stderr[-4000:]
     verdict = json.loads((tmp_path / "reports" / "diagnose_acceptance.json").read_text())
-    hidden = json.loads(TARGET_CONFIG.read_text())["hidden_size"]
-
-    assert verdict["root_cause"]["rule"] == "algorithm-mismatch"
-    assert verdict["acceptance"]["before"]["accept_length"] <= 1.2
-    assert verdict["acceptance"]["after"]["accept_length"] >= 2.0
-    assert verdict["probe"]["observed_hidden_size"] == hidden
-    assert verdict["probe"]["expected_hidden_size"] == 3 * hidden
-    assert verdict["probe"]["after_fix_hidden_size"] == 3 * hidden
+    _assert_sandbox_verdict(verdict)
+    assert verdict["probe"]["after_fix_hidden_size"] == verdict["probe"]["expected_hidden_size"]
     assert "--speculative-algorithm EAGLE3" in verdict["fix"]["launch_command"]
     assert [d["flag"] for d in verdict["fix"]["diff"]] == ["--speculative-algorithm"]
-    by_id = {h["id"]: h for h in verdict["hypotheses"]}
-    assert by_id["H1"]["verdict"] == "confirmed"
-    assert by_id["H2"]["verdict"] == "confirmed"
-    assert by_id["H3"]["verdict"] == "refuted"
-    assert all(h["evidence"] for h in verdict["hypotheses"])
     # nothing ran: the as-found launch is not a restart; probe and fix are; nothing relaunched at the end
     assert verdict["restarts"] == 2
     assert [launch["label"] for launch in verdict["launches"]] == ["as-found", "probe", "fix"]
@@ -170,15 +172,7 @@ def test_runbook_over_ssh_reaches_the_same_verdict(tmp_path, free_port, state_di
         result = _run_runbook(tmp_path, free_port, state_dir, extra=("-p", "host", ssh_env.alias))
         assert result.returncode == 0, result.stderr[-4000:]
         verdict = json.loads((tmp_path / "reports" / "diagnose_acceptance.json").read_text())
-        hidden = json.loads(TARGET_CONFIG.read_text())["hidden_size"]
-
-        assert verdict["root_cause"]["rule"] == "algorithm-mismatch"
-        assert verdict["acceptance"]["before"]["accept_length"] <= 1.2
-        assert verdict["acceptance"]["after"]["accept_length"] >= 2.0
-        assert verdict["probe"]["observed_hidden_size"] == hidden
-        assert verdict["probe"]["expected_hidden_size"] == 3 * hidden
-        by_id = {h["id"]: h["verdict"] for h in verdict["hypotheses"]}
-        assert by_id == {"H1": "confirmed", "H2": "confirmed", "H3": "refuted"}
+        _assert_sandbox_verdict(verdict)
         inventory = verdict["inventory"]
         assert inventory["host"] == ssh_env.alias
         # the server was reached through a local port forward, not its own port
