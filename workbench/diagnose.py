@@ -33,16 +33,11 @@ from remote import probes as remote_probes
 from remote.errors import RemoteError
 from workbench import acceptance as acc
 from workbench import figures
-from workbench.checkpoint import (
-    CheckpointError,
-    read_draft_facts,
-    read_target_facts,
-)
-from workbench.draft_checks import check_draft_weights
+from workbench.doctor import run_doctor
 from workbench.journal import Journal, RestoreReport, restore_box
 from workbench.launch import LaunchCommand, LaunchCommandError
 from workbench.ledger import Evidence, Ledger
-from workbench.rules import Finding, algorithm_mismatch
+from workbench.rules import Finding
 
 #: SGLang's default port (``--port``), used when the launch command names none.
 DEFAULT_PORT = 30000
@@ -493,6 +488,7 @@ class DiagnosisRun:
         self.verdict: dict | None = None
         self.draft_facts = None
         self.target_facts = None
+        self.doctor_report = None
         atexit.register(self._atexit)
 
     # -- construction ---------------------------------------------------------------------------
@@ -609,27 +605,36 @@ class DiagnosisRun:
         self.before = self.measure("as found: " + str(self.inventory.launch.get("--speculative-algorithm")))
         return self.before
 
+    def preflight(self):
+        """Every static rule of the catalogue (:func:`workbench.doctor.run_doctor`) on the launch
+        command as found, read from the box (paths resolved against the server's cwd, the engine
+        source the inventory located). Run once; H1 and H3 decide from its findings, so a static
+        root cause is named before any restart."""
+        if self.doctor_report is None:
+            resolved = self.inventory.resolved or self.inventory.launch
+            self.doctor_report = run_doctor(self.box, resolved, engine_root=self.inventory.engine_root,
+                                            engine_version=self.inventory.engine_version,
+                                            cwd=self.inventory.server_cwd)
+            self.draft_facts = self.doctor_report.draft_facts
+            self.target_facts = self.doctor_report.target_facts
+        return self.doctor_report
+
     def check_algorithm(self) -> StepResult:
-        """H1 (static, no restart): the ``algorithm-mismatch`` rule on the launch command, the
-        draft's config.json and its safetensors header, read from the box."""
+        """H1 (static, no restart): the doctor's ``algorithm-mismatch`` finding (launch command, the
+        draft's config.json and safetensors header, read from the box)."""
         launch = self.inventory.launch
-        resolved = self.inventory.resolved or launch
-        draft_path = resolved.get("--speculative-draft-model-path")
-        if not draft_path:
+        if not (self.inventory.resolved or launch).get("--speculative-draft-model-path"):
             return self._decide(H1, "inconclusive", "the launch command names no --speculative-draft-model-path")
-        try:
-            self.draft_facts = read_draft_facts(self.box, draft_path)
-        except CheckpointError as exc:
-            return self._decide(H1, "inconclusive", f"the draft could not be read: {exc}")
-        try:
-            self.target_facts = read_target_facts(self.box, resolved.get("--model-path"))
-        except CheckpointError as exc:
-            self.target_facts = None
-            self.inventory.notes.append(f"target config unreadable: {exc}")
-        findings = algorithm_mismatch(launch, self.draft_facts, self.target_facts)
+        report = self.preflight()
+        if self.draft_facts is None:
+            why = "; ".join(f.message for f in report.findings if f.rule in ("checkpoint-unreadable", "model-not-on-box"))
+            return self._decide(H1, "inconclusive", f"the draft could not be read: {why}")
+        findings = [f for f in report.findings if f.rule == "algorithm-mismatch"]
         self.findings.extend(findings)
         if findings:
-            self.fix_launch = LaunchCommand.parse(findings[0].fix)
+            # The fix on the command as written (the doctor saw paths resolved against the cwd).
+            algo = LaunchCommand.parse(findings[0].fix).get("--speculative-algorithm")
+            self.fix_launch = launch.with_flag("--speculative-algorithm", algo)
             return self._decide(H1, "confirmed", findings[0].message, findings=findings)
         return self._decide(H1, "refuted", f"--speculative-algorithm {launch.get('--speculative-algorithm')} matches "
                                            f"the draft ({self.draft_facts.architectures})",
@@ -637,22 +642,26 @@ class DiagnosisRun:
                                   "fc_in_features": self.draft_facts.fc_in_features})
 
     def check_draft(self) -> StepResult:
-        """H3 (static, no restart): the draft's tensor names and shapes against what the engine's
-        ``load_weights`` keeps, and the d2t/t2d token map, read by byte range."""
-        draft_path = (self.inventory.resolved or self.inventory.launch).get("--speculative-draft-model-path")
+        """H3 (static, no restart): the doctor's other error findings: the draft's tensor names and
+        shapes against what the engine's ``load_weights`` keeps, the d2t/t2d token map, the aux
+        layers, the config against the target's, the checkpoint's readability. Warnings and
+        information are recorded as data."""
+        report = self.preflight()
         if self.draft_facts is None:
-            try:
-                self.draft_facts = read_draft_facts(self.box, draft_path)
-            except CheckpointError as exc:
-                return self._decide(H3, "inconclusive", f"the draft could not be read: {exc}")
-        findings, checked = check_draft_weights(self.box, self.draft_facts, self.target_facts)
+            return self._decide(H3, "inconclusive", "the draft could not be read: " + "; ".join(
+                f.message for f in report.findings if f.rule in ("checkpoint-unreadable", "model-not-on-box")))
+        findings = [f for f in report.errors if f.rule != "algorithm-mismatch"]
         self.findings.extend(findings)
+        checked = {"rules_run_by": "workbench.doctor.run_doctor", "engine_version": report.engine_version,
+                   "bytes_read": report.bytes_read,
+                   "warnings_and_info": [f"{f.severity} {f.rule}: {f.message}" for f in report.findings
+                                         if f.severity != "error"]}
         if findings:
             return self._decide(H3, "confirmed", "; ".join(f.message for f in findings), findings=findings,
                                 data=checked)
         return self._decide(H3, "refuted", "every draft tensor maps to a parameter of the draft class, none is "
-                                           "missing, shapes agree, and d2t is a valid offset table",
-                            data=checked)
+                                           "missing, shapes agree, d2t is a valid offset table, and no other static "
+                                           "rule reports an error", data=checked)
 
     def probe_input_width(self) -> StepResult:
         """H2 (one restart): a one-shot print of the draft's input hidden-state width just before
@@ -848,6 +857,7 @@ class DiagnosisRun:
                 "kept": bool(self.keep_fix and self.after is not None),
             },
             "findings": [f.to_dict() for f in self.findings],
+            "preflight": self.doctor_report.to_dict() if self.doctor_report is not None else None,
             "inventory": self.inventory.to_dict(),
             "launches": self.launches,
             "restarts": self.restarts,

@@ -726,6 +726,8 @@ class DoctorReport:
     launch: str
     duration_s: float
     notes: list[str] = field(default_factory=list)
+    draft_facts: DraftFacts | None = field(default=None, repr=False, compare=False)
+    target_facts: TargetFacts | None = field(default=None, repr=False, compare=False)
 
     @property
     def errors(self) -> list[Finding]:
@@ -970,7 +972,8 @@ def run_doctor(box: Any, launch: LaunchCommand | str, *, timeout: float = 30, en
     wire1 = _wire(box)
     return DoctorReport(_dedupe(findings), inputs, cbox.bytes_read,
                         (wire1 - wire0) if wire0 is not None and wire1 is not None else None,
-                        engine_version, engine_root, launch.to_string(), round(time.monotonic() - t0, 3), notes)
+                        engine_version, engine_root, launch.to_string(), round(time.monotonic() - t0, 3), notes,
+                        draft_facts=draft, target_facts=target)
 
 
 def running_launch(box: Any, *, port: int | None = None, timeout: float = 30) -> tuple[LaunchCommand, str | None]:

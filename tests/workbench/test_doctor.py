@@ -535,3 +535,16 @@ def test_sharded_draft_index_and_bytes_read(box, tmp_path, sglang_source):
     assert serious(rep) == []
     sizes = sum((d / f).stat().st_size for f in halves)
     assert sizes > 2_000_000_000 and rep.bytes_read < 1_000_000
+
+
+def test_head_dim_from_config_else_hidden_over_heads(box, tmp_path, sglang_source):
+    """Qwen3-style drafts have head_dim 128 with hidden 2048 / 32 heads = 64: without ``head_dim``
+    in the config the engine builds 64-wide heads and the checkpoint's q/k/v/o do not fit."""
+    cfg = fixture_config("sgl-project__SpecForge__configs_qwen3-30B-eagle3.json")
+    spec = specforge_spec(cfg)
+    del cfg["head_dim"]
+    t, d = deploy(tmp_path, QWEN3_30B, cfg, spec)
+    rep = doctor(box, launch(t, d, extra="--context-length 2048"), sglang_source)
+    assert {r for r, _ in serious(rep)} == {"head-dim-mismatch"}
+    f = by_rule(rep, "head-dim-mismatch")
+    assert f.evidence["tensor"].startswith("midlayer.self_attn.") and f.evidence["expected"][0] in (32 * 64, 4 * 64)
