@@ -33,7 +33,7 @@ from remote import probes as remote_probes
 from remote.errors import RemoteError
 from workbench import acceptance as acc
 from workbench import figures
-from workbench.doctor import run_doctor
+from workbench.doctor import acceptance_collapsed, run_doctor
 from workbench.journal import Journal, RestoreReport, restore_box
 from workbench.launch import LaunchCommand, LaunchCommandError
 from workbench.ledger import Evidence, Ledger
@@ -858,6 +858,9 @@ class DiagnosisRun:
             },
             "findings": [f.to_dict() for f in self.findings],
             "preflight": self.doctor_report.to_dict() if self.doctor_report is not None else None,
+            "runtime_findings": [f.to_dict() for f in acceptance_collapsed(
+                self.before.generate, self.findings, source=f"/generate over the prompt set: {self.before.label}")]
+            if self.before is not None else [],
             "inventory": self.inventory.to_dict(),
             "launches": self.launches,
             "restarts": self.restarts,

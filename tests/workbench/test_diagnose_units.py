@@ -114,3 +114,27 @@ def test_the_sandbox_default_is_refused_on_a_box_that_lacks_it(box, tmp_path, fr
     inv = take_inventory(box, launch_command=None, port=free_port,
                          default_launch=sandbox_launch_command(port=free_port))
     assert inv.server_pid is None and inv.launch.get("--port") == str(free_port)
+
+
+def test_static_hypotheses_name_the_root_cause_before_any_restart(tmp_path, monkeypatch, free_port):
+    """H1 and H3 come from the doctor: with restarts forbidden and no server running, the sandbox's
+    wrong flag is still the root cause, with its fix, and the verdict records zero restarts."""
+    import json
+
+    from workbench.diagnose import DiagnosisRun
+
+    monkeypatch.setenv("EAGLE_WORKBENCH_STATE_DIR", str(tmp_path / "state"))
+    run = DiagnosisRun.start(port=free_port, allow_restart=False, report_dir=tmp_path / "reports")
+    try:
+        assert run.check_algorithm().verdict == "confirmed"
+        h3 = run.check_draft()
+        assert h3.verdict == "refuted" and h3.data["engine_version"] == "0.5.23+sandbox"
+        assert run.probe_input_width().verdict == "inconclusive"
+    finally:
+        verdict = run.finish()
+    assert verdict["root_cause"]["rule"] == "algorithm-mismatch"
+    assert LaunchCommand.parse(verdict["fix"]["launch_command"]).get("--speculative-algorithm") == "EAGLE3"
+    assert verdict["restarts"] == 0 and verdict["launches"] == []
+    assert [f["rule"] for f in verdict["preflight"]["findings"] if f["severity"] == "error"] == ["algorithm-mismatch"]
+    assert verdict["runtime_findings"] == []
+    assert json.loads((tmp_path / "reports" / "diagnose_acceptance.json").read_text())["restarts"] == 0

@@ -548,3 +548,35 @@ def test_head_dim_from_config_else_hidden_over_heads(box, tmp_path, sglang_sourc
     assert {r for r, _ in serious(rep)} == {"head-dim-mismatch"}
     f = by_rule(rep, "head-dim-mismatch")
     assert f.evidence["tensor"].startswith("midlayer.self_attn.") and f.evidence["expected"][0] in (32 * 64, 4 * 64)
+
+
+@pytest.mark.parametrize("variant", ["unsorted", "absolute", "out-of-vocab", "duplicates"])
+def test_token_map_variants(box, tmp_path, sglang_source, variant):
+    """d2t read by byte range from the checkpoint. SGLang 0.5.23 ``llama_eagle3.py`` computes
+    ``hot_token_id = d2t + arange`` and indexes the target vocab with it: order is free (an
+    unsorted map is valid), absolute ids, ids outside the vocab and duplicates are not."""
+    cfg = draft_cfg(eagle_config={"eagle_aux_hidden_state_layer_ids": [1, 15, 28]})
+    spec = specforge_spec(cfg)
+    d2t, t2d = token_map(cfg["vocab_size"], cfg["draft_vocab_size"])
+    target_ids = d2t + np.arange(len(d2t))
+    if variant == "unsorted":
+        perm = np.random.default_rng(1).permutation(len(d2t))
+        d2t = target_ids[perm] - np.arange(len(d2t))
+    elif variant == "absolute":
+        d2t = target_ids
+    elif variant == "out-of-vocab":
+        d2t = d2t.copy()
+        d2t[-1] = cfg["vocab_size"]
+    else:
+        d2t = d2t.copy()
+        d2t[1] = target_ids[0] - 1
+    t, d = deploy(tmp_path, LLAMA31_8B, cfg, spec, token_map_data=False)
+    write_sparse_safetensors(d / "model.safetensors", spec, data={"d2t": d2t.astype(np.int64), "t2d": t2d})
+    rep = doctor(box, launch(t, d), sglang_source)
+    if variant == "unsorted":
+        assert serious(rep) == []
+        return
+    f = by_rule(rep, "token-map-invalid")
+    assert f.severity == "error" and f.evidence["len"] == 32000
+    assert {"absolute": "absolute target ids", "out-of-vocab": "outside the target vocab",
+            "duplicates": "duplicates"}[variant] in f.message
