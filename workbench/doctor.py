@@ -353,6 +353,31 @@ class EngineSource:
                     out[cls.strip()] = f"srt/models/{n}"
         return out
 
+    def spec_algorithms(self) -> tuple[set[str], str] | None:
+        """The algorithm names the engine accepts without a plugin: the members of
+        ``SpeculativeAlgorithm`` (an ``Enum`` in ``srt/speculative/spec_info.py``) and the names in a
+        ``_RESERVED_ALIASES`` set literal there or in ``spec_registry.py`` (SGLang 0.5.23:
+        ``NEXTN``); with the file:line of the class. ``None`` when the source does not say."""
+        text = self.read("srt/speculative/spec_info.py")
+        if text is None:
+            return None
+        names: set[str] = set()
+        where = None
+        for rel in ("srt/speculative/spec_info.py", "srt/speculative/spec_registry.py"):
+            src = text if rel.endswith("spec_info.py") else self.read(rel)
+            if src is None:
+                continue
+            for node in ast.walk(ast.parse(src)):
+                if isinstance(node, ast.ClassDef) and node.name == "SpeculativeAlgorithm":
+                    where = f"{self.root}/{rel}:{node.lineno}"
+                    names |= {t.id for st in node.body if isinstance(st, ast.Assign) for t in st.targets
+                              if isinstance(t, ast.Name) and t.id.isupper()}
+                if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "_RESERVED_ALIASES"
+                                                        for t in node.targets):
+                    names |= {c.value for c in ast.walk(node.value) if isinstance(c, ast.Constant)
+                              and isinstance(c.value, str)}
+        return (names, where) if names and where else None
+
     def swallowed_config_reads(self) -> list[tuple[str, int, str]]:
         """``(file, line, handler)`` for every read of ``eagle_config`` inside a ``try`` whose
         handler is a bare ``except`` or ``except Exception`` (SGLang 0.5.23:
@@ -957,6 +982,16 @@ def run_doctor(box: Any, launch: LaunchCommand | str, *, timeout: float = 30, en
         notes.append(f"the box runs sglang {engine_version}; rules were modelled on {SGLANG_VERSION} and read the "
                      "box's source where they depend on it")
 
+    raw_algo = launch.get("--speculative-algorithm")
+    known_algos = engine.spec_algorithms() if engine is not None else None
+    if isinstance(raw_algo, str) and known_algos is not None and raw_algo.upper() not in known_algos[0]:
+        findings.append(Finding("spec-params-invalid", "error",
+                                f"--speculative-algorithm {raw_algo} is not an algorithm this engine knows "
+                                f"({', '.join(sorted(known_algos[0] - {'NONE'}))}): from_string raises at startup "
+                                "unless a plugin registers it",
+                                {"speculative_algorithm": _ev(raw_algo, "launch command"),
+                                 "engine_algorithms": _ev(sorted(known_algos[0]), known_algos[1])},
+                                "use EAGLE3 for an EAGLE-3 draft, EAGLE for an EAGLE-1/2 draft"))
     findings += draft_path_missing(launch, target)
     findings += spec_params_invalid(launch, target.architectures[0] if target and target.architectures else None,
                                     draft.draft_vocab_size if draft else None, target.vocab_size if target else None)

@@ -580,3 +580,13 @@ def test_token_map_variants(box, tmp_path, sglang_source, variant):
     assert f.severity == "error" and f.evidence["len"] == 32000
     assert {"absolute": "absolute target ids", "out-of-vocab": "outside the target vocab",
             "duplicates": "duplicates"}[variant] in f.message
+
+
+def test_unknown_algorithm_name_from_the_engine_source(box, tmp_path, sglang_source):
+    cfg = draft_cfg(eagle_config={"eagle_aux_hidden_state_layer_ids": [1, 15, 28]})
+    t, d = deploy(tmp_path, LLAMA31_8B, cfg)
+    rep = doctor(box, launch(t, d, "EAGLE-3"), sglang_source)
+    f = by_rule(rep, "spec-params-invalid")
+    assert f.severity == "error" and "EAGLE3" in f.evidence["engine_algorithms"]["value"]
+    assert "srt/speculative/spec_info.py:" in f.evidence["engine_algorithms"]["source"]
+    assert "spec-params-invalid" not in doctor(box, launch(t, d, "nextn"), sglang_source).rules
