@@ -4,7 +4,7 @@
                                                                   then export NAME.html beside NAME.json
     workbench report NOTEBOOK [--html OUT]                        export an executed notebook to one HTML file
     workbench restore [--host SPEC]                               undo what an interrupted diagnosis left
-    workbench doctor --launch "CMD" | --running [--host SPEC] [--json]   every preflight rule on a launch
+    workbench doctor --launch "CMD" [--cwd DIR] | --running [--host SPEC] [--json]   every preflight rule on a launch
                                                                   command or the running server
 
 Exit codes: 0 success (doctor: no error finding), 1 a failure (doctor: at least one error
@@ -235,7 +235,9 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
         return 2
     try:
         cwd = None
-        if launch is None:
+        if launch is not None:
+            cwd = args.cwd or (str(Path.cwd()) if box.name == "local" else box.expand_path("~"))
+        else:
             from workbench.diagnose import _is_launch_argv
 
             servers = [s for s in box.find_servers(timeout=args.timeout) if _is_launch_argv(s.argv)]
@@ -285,6 +287,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--launch", help="the server's launch command")
     p.add_argument("--running", action="store_true", help="check the command line of the server running on the box")
     p.add_argument("--port", type=int, help="with --running: the server's port when several run")
+    p.add_argument("--cwd", help="with --launch: the directory the server starts in, for relative paths in the "
+                                 "command (default: this directory on the local box, the login directory over SSH)")
     p.add_argument("--host", default="local")
     p.add_argument("--json", action="store_true")
     p.add_argument("--timeout", type=float, default=30.0, help="seconds for each call to the box (default 30)")

@@ -88,6 +88,23 @@ def test_doctor_eagle3_is_clean(models, capsys):
     assert capsys.readouterr().out.splitlines()[-2].startswith("0 error(s), 0 warning(s), 1 info")
 
 
+def test_doctor_relative_paths_resolve_against_cwd(models, tmp_path, monkeypatch, capsys):
+    """A pasted command with relative paths: against this directory on the local box by default,
+    against ``--cwd`` when given; found either way, so the real rule fires, not a missing path."""
+    target, draft = models
+    rel = launch_text("EAGLE", target.name, draft.name)
+    monkeypatch.chdir(tmp_path)
+    assert main(["doctor", "--launch", rel, "--json"]) == 1
+    assert [f["rule"] for f in json.loads(capsys.readouterr().out)["findings"]
+            if f["severity"] == "error"] == ["algorithm-mismatch"]
+    monkeypatch.chdir("/")
+    assert main(["doctor", "--cwd", str(tmp_path), "--launch", rel, "--json"]) == 1
+    assert [f["rule"] for f in json.loads(capsys.readouterr().out)["findings"]
+            if f["severity"] == "error"] == ["algorithm-mismatch"]
+    assert main(["doctor", "--launch", rel, "--json"]) == 1  # from / the paths do not exist
+    assert {f["rule"] for f in json.loads(capsys.readouterr().out)["findings"]} == {"checkpoint-unreadable"}
+
+
 def test_doctor_text_output_names_rule_and_fix(models, capsys):
     target, draft = models
     assert main(["doctor", "--launch", launch_text("EAGLE", target, draft)]) == 1
