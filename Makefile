@@ -31,7 +31,7 @@ browser:
 
 # The main job on the embedded sandbox box: diagnose accept length ~1.00, verify the fix, report.
 demo: setup
-	$(VENV)/bin/workbench runbook diagnose_acceptance --report-dir $(REPORT_DIR)
+	$(VENV)/bin/workbench runbook diagnose_acceptance --report-dir "$(REPORT_DIR)"
 	@echo "report: $(REPORT_DIR)/diagnose_acceptance.html  verdict: $(REPORT_DIR)/diagnose_acceptance.json"
 
 test: setup browser
@@ -40,9 +40,9 @@ test: setup browser
 # All benchmarks always run; make fails (exit 1) when one misses a goal.
 bench: setup
 	@status=0; \
-	$(PY) benchmarks/bench_sandbox.py --out $(REPORT_DIR)/bench_sandbox.json || status=1; \
-	$(PY) benchmarks/bench_ssh.py --out $(REPORT_DIR)/bench_ssh.json || status=1; \
-	$(PY) benchmarks/bench_doctor.py --out $(REPORT_DIR)/bench_doctor.json || status=1; \
+	$(PY) benchmarks/bench_sandbox.py --out "$(REPORT_DIR)/bench_sandbox.json" || status=1; \
+	$(PY) benchmarks/bench_ssh.py --out "$(REPORT_DIR)/bench_ssh.json" || status=1; \
+	$(PY) benchmarks/bench_doctor.py --out "$(REPORT_DIR)/bench_doctor.json" || status=1; \
 	exit $$status
 
 # Regenerate the sandbox target and drafts (fixed seeds; the weights are committed).
@@ -54,4 +54,4 @@ lab: setup
 	$(VENV)/bin/jupyter lab notebooks/
 
 clean-reports:
-	rm -rf $(REPORT_DIR)
+	rm -rf -- "$(REPORT_DIR)"

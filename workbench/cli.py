@@ -31,9 +31,15 @@ def runbooks_dir() -> Path:
     return Path(__file__).resolve().parent.parent / "runbooks"
 
 
+#: Python spellings papermill's CLI also reads as literals (papermill cli.py ``_resolve_type``).
+_PY_LITERALS = {"True": True, "False": False, "None": None}
+
+
 def _coerce(value: str) -> Any:
-    """A ``-p`` value as papermill's CLI reads it: JSON if it parses (numbers, true/false, null,
-    lists), else the string itself."""
+    """A ``-p`` value as papermill's CLI reads it: ``True``/``False``/``None`` (the spelling the
+    parameters cell uses), JSON if it parses (numbers, true/false, null, lists), else the string."""
+    if value in _PY_LITERALS:
+        return _PY_LITERALS[value]
     try:
         return json.loads(value)
     except json.JSONDecodeError:
@@ -100,12 +106,17 @@ def run_runbook(name: str, parameters: dict[str, Any], report_dir: str | Path, *
             _kill_kernels()
         except Exception as exc:  # noqa: BLE001 - reported, the run's error follows
             print(f"workbench runbook: could not kill the kernel: {exc!r}", file=sys.stderr)
+        # A second Ctrl-C must not cut the restore short: the signals wait until it is done.
+        held = {sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+        host = params.get("host") or "local"
         try:
-            _restore_after_failure(params.get("host") or "local",
-                                   server_start_timeout=float(params.get("server_start_timeout") or 600))
+            _restore_after_failure(host, server_start_timeout=float(params.get("server_start_timeout") or 600))
         except Exception as exc:  # noqa: BLE001 - reported, the run's error follows
             print(f"restore FAILED: {type(exc).__name__}: {exc}\n"
-                  "run `workbench restore` once the cause is fixed", file=sys.stderr)
+                  f"run `workbench restore --host {host}` once the cause is fixed", file=sys.stderr)
+        finally:
+            for sig, handler in held.items():
+                signal.signal(sig, handler)
         if export and notebook.exists():
             try:
                 export_html(notebook, out_dir / f"{name}.html", require_executed=False)
@@ -145,6 +156,27 @@ def _restore_after_failure(host: str, *, server_start_timeout: float = 600.0) ->
         print(f"restore FAILED: {line}", file=sys.stderr)
 
 
+def _runbook_parameters(name: str) -> list[str]:
+    """Names in the runbook's ``parameters`` cell (papermill's ``inspect_notebook``)."""
+    import papermill
+
+    return list(papermill.inspect_notebook(str(runbooks_dir() / f"{name}.ipynb")))
+
+
+def _journal_pending(host: str) -> bool | str:
+    """False when the box's journal has nothing pending, True when it has, else why it could not
+    be read (a string)."""
+    from remote import connect
+    from remote.errors import RemoteError
+    from workbench.journal import Journal, JournalError
+
+    try:
+        with connect(host) as box:
+            return bool(Journal(box).pending)
+    except (RemoteError, OSError, ValueError, JournalError) as exc:
+        return f"could not read the journal: {type(exc).__name__}: {exc}"
+
+
 def _cmd_runbook(args: argparse.Namespace) -> int:
     from papermill.exceptions import PapermillExecutionError
 
@@ -155,7 +187,16 @@ def _cmd_runbook(args: argparse.Namespace) -> int:
         return 2
     params = {key: _coerce(value) for key, value in (args.parameters or [])}
     if args.host:
+        if "host" in params and params["host"] != args.host:
+            print(f"workbench runbook: --host {args.host} and -p host {params['host']} disagree; give one",
+                  file=sys.stderr)
+            return 2
         params["host"] = args.host
+    unknown = sorted(set(params) - set(_runbook_parameters(args.name)))
+    if unknown:
+        print(f"workbench runbook: {args.name} has no parameter {', '.join(map(repr, unknown))} "
+              f"(its parameters: {', '.join(_runbook_parameters(args.name))})", file=sys.stderr)
+        return 2
     try:
         paths = run_runbook(args.name, params, args.report_dir)
     except FileNotFoundError as exc:
@@ -166,7 +207,13 @@ def _cmd_runbook(args: argparse.Namespace) -> int:
               f"the executed notebook (with the failing cell) is in {args.report_dir}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
-        print("workbench runbook: interrupted; the box was restored (see above)", file=sys.stderr)
+        host = params.get("host") or "local"
+        pending = _journal_pending(host)
+        if pending is False:
+            print("workbench runbook: interrupted; the box was restored (see above)", file=sys.stderr)
+        else:
+            print(f"workbench runbook: interrupted; the box may still be changed ({pending or 'journal pending'}): "
+                  f"run `workbench restore --host {host}`", file=sys.stderr)
         return 130
     for kind, path in paths.items():
         print(f"{kind}: {path}")
@@ -246,6 +293,10 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
             if not servers:
                 print(f"workbench doctor: no SGLang server running on {box.name}"
                       + (f" on port {args.port}" if args.port else ""), file=sys.stderr)
+                return 2
+            if len(servers) > 1:
+                print(f"workbench doctor: {len(servers)} servers run on {box.name} (ports "
+                      f"{', '.join(str(s.port) for s in servers)}); pick one with --port", file=sys.stderr)
                 return 2
             launch, cwd = LaunchCommand.parse(list(servers[0].argv)), servers[0].cwd
         report = run_doctor(box, launch, timeout=args.timeout, cwd=cwd)

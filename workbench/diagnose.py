@@ -301,11 +301,14 @@ def take_inventory(box, *, launch_command: str | None, port: int | None, default
     :class:`DiagnosisError` when there is neither.
     """
     given = LaunchCommand.parse(launch_command) if launch_command else None
-    want_port = port or (int(given.get("--port")) if given is not None and given.get("--port") else None)
+    want_port = port or (int(given.get("--port")) if given is not None and given.get("--port") else DEFAULT_PORT)
     servers = [s for s in box.find_servers(timeout=timeout) if _is_launch_argv(s.argv)]
-    candidates = [s for s in servers if want_port is None or s.port == want_port or
-                  (s.port is None and want_port == DEFAULT_PORT)]
+    candidates = [s for s in servers if s.port == want_port or (s.port is None and want_port == DEFAULT_PORT)]
     notes: list[str] = []
+    others = sorted({s.port for s in servers if s not in candidates and s.port is not None})
+    if others:
+        # Never restart a server nobody pointed at: only the one on the asked port is diagnosed.
+        notes.append(f"other servers run on port(s) {', '.join(map(str, others))}; pass port= to diagnose one")
     server = None
     if len(candidates) > 1:
         notes.append(f"{len(candidates)} servers match; using pid {candidates[0].pid}")

@@ -120,9 +120,11 @@ def test_diagnose_running_server_is_put_back(tmp_path, free_port, state_dir):
             box.stop_server(s)
 
 
-def test_interrupted_run_leaves_the_box_as_found(tmp_path, free_port, state_dir):
+@pytest.mark.parametrize("interrupts", [1, 3])
+def test_interrupted_run_leaves_the_box_as_found(tmp_path, free_port, state_dir, interrupts):
     """SIGINT to the driver while the probe is in the engine source and the probed server runs:
-    the probe is reverted byte for byte, the diagnosis's server stopped, the original relaunched."""
+    the probe is reverted byte for byte, the diagnosis's server stopped, the original relaunched.
+    More Ctrl-C's while it restores (an impatient user) do not cut the restore short."""
     box = connect("local", state_dir=state_dir)
     argv = shlex.split(sandbox_launch_command(port=free_port))
     handle = box.launch_server(argv, port=free_port, log_path=tmp_path / "original.log")
@@ -146,8 +148,13 @@ def test_interrupted_run_leaves_the_box_as_found(tmp_path, free_port, state_dir)
             time.sleep(0.2)
         assert box.sha256(DRAFT_FILE) != sha_before  # the probe is in
         driver.send_signal(signal.SIGINT)
+        for _ in range(interrupts - 1):
+            time.sleep(0.5)
+            if driver.poll() is None:
+                driver.send_signal(signal.SIGINT)
         out, err = driver.communicate(timeout=600)
-        assert driver.returncode != 0
+        assert driver.returncode == 130, err[-3000:]
+        assert "the box was restored" in err, err[-3000:]
         assert box.sha256(DRAFT_FILE) == sha_before, err[-3000:]
         assert remote_probes.list_probes(box) == []
         servers = _servers_on(box, free_port)

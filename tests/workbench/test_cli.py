@@ -270,3 +270,22 @@ def test_doctor_over_ssh(models, ssh_env, capsys):
     assert out["findings"][0]["evidence"]["fc_in_features"]["value"] == 3 * HIDDEN
     token_map_bytes = 32000 * 8 + VOCAB  # d2t (I64 × draft vocab) and t2d (BOOL × vocab), read by byte range
     assert token_map_bytes < out["bytes_read"] < token_map_bytes + 100_000
+
+
+@pytest.mark.parametrize("text, value", [("False", False), ("True", True), ("None", None), ("false", False),
+                                         ("30000", 30000), ("1.5", 1.5), ("mybox", "mybox")])
+def test_runbook_parameter_values_read_like_papermill(text, value):
+    from workbench.cli import _coerce
+
+    assert _coerce(text) is value if isinstance(value, bool) or value is None else _coerce(text) == value
+
+
+def test_runbook_refuses_an_unknown_parameter_and_conflicting_hosts(tmp_path, capsys):
+    """A typo (``hots``) must not silently diagnose ``local``; ``--host`` and ``-p host`` must agree."""
+    assert main(["runbook", "diagnose_acceptance", "--report-dir", str(tmp_path), "-p", "hots", "mybox"]) == 2
+    err = capsys.readouterr().err
+    assert "no parameter 'hots'" in err and "host" in err
+    assert main(["runbook", "diagnose_acceptance", "--report-dir", str(tmp_path), "--host", "a",
+                 "-p", "host", "b"]) == 2
+    assert "disagree" in capsys.readouterr().err
+    assert not (tmp_path / "diagnose_acceptance.ipynb").exists()

@@ -138,3 +138,30 @@ def test_static_hypotheses_name_the_root_cause_before_any_restart(tmp_path, monk
     assert [f["rule"] for f in verdict["preflight"]["findings"] if f["severity"] == "error"] == ["algorithm-mismatch"]
     assert verdict["runtime_findings"] == []
     assert json.loads((tmp_path / "reports" / "diagnose_acceptance.json").read_text())["restarts"] == 0
+
+
+def test_inventory_without_a_port_looks_only_at_the_default_port_fake_sglang_process(tmp_path, free_port):
+    """No port given: the server on SGLang's default port (or the launch command's --port) is the
+    one diagnosed; a server on another port is only mentioned, never taken over (restarted).
+    SGLang cannot run here: the other server is a stand-in ``sglang/launch_server.py`` that sleeps,
+    so that its real command line is ``python -m sglang.launch_server ... --port N``."""
+    from workbench.diagnose import DEFAULT_PORT, take_inventory
+
+    pkg = tmp_path / "fake" / "sglang"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "launch_server.py").write_text("import time\ntime.sleep(120)\n")
+    box = connect("local", state_dir=tmp_path / "state")
+    argv = [sys.executable, "-m", "sglang.launch_server", "--model-path", str(tmp_path), "--port", str(free_port)]
+    handle = box.launch_server(argv, port=free_port, log_path=tmp_path / "s.log", cwd=tmp_path / "fake")
+    try:
+        assert [s.pid for s in box.find_servers() if s.port == free_port] == [handle.pid]
+        inv = take_inventory(box, launch_command=None, port=None,
+                             default_launch=sandbox_launch_command(port=DEFAULT_PORT))
+        assert inv.server_pid != handle.pid
+        assert any(f"port(s) {free_port}" in n for n in inv.notes)
+        inv = take_inventory(box, launch_command=None, port=free_port,
+                             default_launch=sandbox_launch_command(port=free_port))
+        assert inv.server_pid == handle.pid
+    finally:
+        box.stop_server(handle)
