@@ -28,6 +28,7 @@ them one by one; :func:`acceptance_collapsed` is the runtime rule.
 from __future__ import annotations
 
 import ast
+import difflib
 import html
 import json
 import posixpath
@@ -55,14 +56,14 @@ __all__ = [
     "preflight", "running_launch", "locate_engine",
 ]
 
-#: Every rule id the doctor can emit (the catalogue, plus ``model-not-on-box``).
+#: Every rule id the doctor can emit (the catalogue, plus ``model-not-on-box`` and ``launch-flag-unknown``).
 RULE_IDS = (
     "algorithm-mismatch", "draft-path-missing", "spec-params-invalid", "unknown-draft-architecture",
     "aux-config-unread", "aux-layer-ids-out-of-range", "aux-layer-offset-convention", "aux-count-mismatch",
     "hidden-size-mismatch", "vocab-size-mismatch", "head-dim-mismatch", "context-length-mismatch", "rope-mismatch",
     "norm-flags-unsupported", "weights-dropped", "weights-missing", "lm-head-shape-mismatch", "token-map-missing",
     "token-map-invalid", "checkpoint-unreadable", "target-no-aux-capture", "swallowed-config-error",
-    "acceptance-collapsed", "model-not-on-box",
+    "acceptance-collapsed", "model-not-on-box", "launch-flag-unknown",
 )
 
 #: Targets whose checkpoint supplies its own MTP draft: with no draft path the engine uses the
@@ -463,6 +464,43 @@ def _int_flag(launch: LaunchCommand, flag: str) -> tuple[int | None, str | None]
         return int(v), None
     except (TypeError, ValueError):
         return None, f"{flag} {v!r} is not an integer"
+
+
+#: SGLang 0.5.23 srt/speculative/spec_info.py ``SpeculativeAlgorithm`` members and
+#: spec_registry.py ``_RESERVED_ALIASES`` (NEXTN): the names ``from_string`` accepts without a plugin.
+MODELLED_SPEC_ALGORITHMS = frozenset({"DFLASH", "UNO", "DSPARK", "EAGLE", "EAGLE3", "FROZEN_KV_MTP", "STANDALONE",
+                                      "NGRAM", "NONE", "NEXTN"})
+
+
+def launch_flags_unknown(launch: LaunchCommand, engine_version: str | None = None) -> list[Finding]:
+    """Rule ``launch-flag-unknown`` (an addition to the catalogue): a ``--flag`` of an SGLang launch
+    that SGLang 0.5.23's argparse does not define (a typo such as ``--speculative-algoritm``).
+    argparse then exits with "unrecognized arguments" — unless it is a prefix of one flag, which
+    ``LaunchCommand`` already resolves. Flag table: :mod:`workbench.sglang_flags` (generated from
+    the 0.5.23 source). Error when the box runs 0.5.23; a warning when its version differs or is
+    unknown (a newer engine may define it). Not applied to non-SGLang launchers."""
+    from workbench.sglang_flags import FLAGS
+
+    if launch.engine != "sglang":
+        return []
+    unknown = [f for f in launch.flags() if f.startswith("--") and f not in FLAGS]
+    if not unknown:
+        return []
+    severity = "error" if engine_version == SGLANG_VERSION else "warning"
+    close = {f: difflib.get_close_matches(f, list(FLAGS), n=1) for f in unknown}
+    fixed = launch
+    for f, match in close.items():
+        if match:
+            values = fixed.get_all(f)
+            fixed = fixed.without_flag(f).with_flag(match[0], values[-1] if values else True)
+    return [Finding("launch-flag-unknown", severity,
+                    f"{', '.join(unknown)} {'is' if len(unknown) == 1 else 'are'} not a flag of sglang "
+                    f"{SGLANG_VERSION}'s launch_server: argparse stops the server with 'unrecognized arguments'"
+                    + "".join(f"; did you mean {m[0]}?" for m in close.values() if m),
+                    {"unknown_flags": _ev(unknown, "launch command"),
+                     "engine_version": _ev(engine_version, "box" if engine_version else None),
+                     "flag_table": f"sglang {SGLANG_VERSION} (workbench/sglang_flags.py)"},
+                    fixed.to_string() if fixed is not launch else None)]
 
 
 def spec_params_invalid(launch: LaunchCommand, target_arch: str | None = None,
@@ -984,6 +1022,10 @@ def run_doctor(box: Any, launch: LaunchCommand | str, *, timeout: float = 30, en
 
     raw_algo = launch.get("--speculative-algorithm")
     known_algos = engine.spec_algorithms() if engine is not None else None
+    if known_algos is None:
+        known_algos = (MODELLED_SPEC_ALGORITHMS, f"modelled: sglang {SGLANG_VERSION} srt/speculative/spec_info.py "
+                                                 "SpeculativeAlgorithm, spec_registry.py _RESERVED_ALIASES")
+    findings += launch_flags_unknown(launch, engine_version)
     if isinstance(raw_algo, str) and known_algos is not None and raw_algo.upper() not in known_algos[0]:
         findings.append(Finding("spec-params-invalid", "error",
                                 f"--speculative-algorithm {raw_algo} is not an algorithm this engine knows "

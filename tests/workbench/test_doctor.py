@@ -590,3 +590,38 @@ def test_unknown_algorithm_name_from_the_engine_source(box, tmp_path, sglang_sou
     assert f.severity == "error" and "EAGLE3" in f.evidence["engine_algorithms"]["value"]
     assert "srt/speculative/spec_info.py:" in f.evidence["engine_algorithms"]["source"]
     assert "spec-params-invalid" not in doctor(box, launch(t, d, "nextn"), sglang_source).rules
+
+
+def test_launch_flag_unknown_names_the_typo_and_the_flag_meant():
+    from workbench.doctor import launch_flags_unknown
+    from workbench.launch import LaunchCommand
+
+    typo = LaunchCommand.parse("python -m sglang.launch_server --model-path /m --speculative-algoritm EAGLE3 "
+                               "--tp 8 --trust-remote-code")
+    [f] = launch_flags_unknown(typo, "0.5.23")
+    assert (f.rule, f.severity) == ("launch-flag-unknown", "error")
+    assert f.evidence["unknown_flags"]["value"] == ["--speculative-algoritm"]
+    assert "did you mean --speculative-algorithm?" in f.message
+    assert "--speculative-algorithm EAGLE3" in f.fix and "--speculative-algoritm" not in f.fix
+    # another engine version might define it: a warning, not an error
+    assert launch_flags_unknown(typo, "0.6.0")[0].severity == "warning"
+    # real flags, aliases and unique prefixes (--tp) are not findings
+    ok = LaunchCommand.parse("python -m sglang.launch_server --model /m --speculative-algorithm EAGLE3 --tp 8 "
+                             "--speculative-draft-model /d --context-length 4096")
+    assert launch_flags_unknown(ok, "0.5.23") == []
+
+
+def test_unknown_algorithm_name_is_an_error(tmp_path):
+    """A misspelled algorithm is caught from the names the box's engine source defines (the
+    sandbox mirrors SGLang's spec_info.py), else from the names modelled from 0.5.23."""
+    from remote import connect
+    from workbench.diagnose import sandbox_launch_command
+    from workbench.doctor import run_doctor
+    from workbench.launch import LaunchCommand
+
+    text = sandbox_launch_command(port=30123).replace("--speculative-algorithm EAGLE ",
+                                                      "--speculative-algorithm EAGEL3 ")
+    with connect("local", state_dir=tmp_path / "state") as box:
+        report = run_doctor(box, LaunchCommand.parse(text), engine_root=None)
+    bad = [f for f in report.findings if f.rule == "spec-params-invalid"]
+    assert bad and "EAGEL3" in bad[0].message and bad[0].severity == "error"
