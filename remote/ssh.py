@@ -100,6 +100,11 @@ class _RefusedForwardToDebug(logging.Filter):
 
 
 logging.getLogger("paramiko.transport").addFilter(_RefusedForwardToDebug())
+# Without a handler of the application's, Python's last-resort handler prints paramiko's own
+# ERROR records (e.g. "Error reading SSH protocol banner" with a traceback) on stderr, beside the
+# typed error the transport raises for the same failure. A library adds a NullHandler (logging
+# HOWTO, "Configuring Logging for a Library"); an application that configures logging still sees them.
+logging.getLogger("paramiko").addHandler(logging.NullHandler())
 
 #: Environment variable naming the ssh client config file to read instead of ``~/.ssh/config``.
 SSH_CONFIG_ENV = "EAGLE_WORKBENCH_SSH_CONFIG"

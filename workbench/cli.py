@@ -46,6 +46,14 @@ def _coerce(value: str) -> Any:
         return value
 
 
+def _positive_seconds(text: str) -> float:
+    """argparse type: a number of seconds > 0 (argparse turns the ValueError into a usage error)."""
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text}")
+    return value
+
+
 def _raise_interrupt(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt(f"signal {signum}")
 
@@ -226,12 +234,18 @@ def _cmd_report(args: argparse.Namespace) -> int:
     if not Path(args.notebook).is_file():
         print(f"workbench report: no notebook file {args.notebook}", file=sys.stderr)
         return 2
+    import nbformat
+
     html = args.html or str(Path(args.notebook).with_suffix(".html"))
     try:
         print(export_html(args.notebook, html, require_executed=False))
     except ReportError as exc:
         print(f"workbench report: {exc}", file=sys.stderr)
         return 1
+    except (nbformat.ValidationError, json.JSONDecodeError, UnicodeDecodeError, KeyError, AttributeError) as exc:
+        print(f"workbench report: {args.notebook} is not a Jupyter notebook (.ipynb) "
+              f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})", file=sys.stderr)
+        return 2
     return 0
 
 
@@ -342,7 +356,8 @@ def build_parser() -> argparse.ArgumentParser:
                                  "command (default: this directory on the local box, the login directory over SSH)")
     p.add_argument("--host", default="local")
     p.add_argument("--json", action="store_true")
-    p.add_argument("--timeout", type=float, default=30.0, help="seconds for each call to the box (default 30)")
+    p.add_argument("--timeout", type=_positive_seconds, default=30.0,
+                   help="seconds for each call to the box (default 30)")
     p.set_defaults(func=_cmd_doctor)
     return parser
 

@@ -289,3 +289,17 @@ def test_runbook_refuses_an_unknown_parameter_and_conflicting_hosts(tmp_path, ca
                  "-p", "host", "b"]) == 2
     assert "disagree" in capsys.readouterr().err
     assert not (tmp_path / "diagnose_acceptance.ipynb").exists()
+
+
+def test_report_of_a_file_that_is_not_a_notebook_is_a_clear_error(tmp_path, capsys):
+    verdict = tmp_path / "diagnose_acceptance.json"
+    verdict.write_text('{"root_cause": null}')
+    assert main(["report", str(verdict)]) == 2
+    assert "is not a Jupyter notebook" in capsys.readouterr().err
+
+
+def test_doctor_refuses_a_non_positive_timeout(capsys):
+    with pytest.raises(SystemExit) as info:
+        main(["doctor", "--running", "--timeout", "-5"])
+    assert info.value.code == 2
+    assert "must be a positive number of seconds" in capsys.readouterr().err
