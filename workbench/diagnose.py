@@ -33,7 +33,9 @@ from remote import probes as remote_probes
 from remote.errors import RemoteError
 from workbench import acceptance as acc
 from workbench import figures
+from workbench.doctor import LOCATE_ENGINE_SCRIPT as _LOCATE_ENGINE
 from workbench.doctor import acceptance_collapsed, run_doctor
+from workbench.doctor import engine_package as _engine_package
 from workbench.journal import Journal, RestoreReport, restore_box
 from workbench.launch import LaunchCommand, LaunchCommandError
 from workbench.ledger import Evidence, Ledger
@@ -185,45 +187,6 @@ class Inventory:
 
     def _repr_html_(self) -> str:
         return "<h4>Box inventory</h4>" + _html_table(self.rows())
-
-
-_LOCATE_ENGINE = r"""
-import importlib.util, importlib.metadata, json, os, re, sys
-pkg = sys.argv[1]
-out = {"package": pkg, "root": None, "version": None, "error": None}
-try:
-    spec = importlib.util.find_spec(pkg)
-except Exception as exc:  # find_spec imports parent packages; report whatever they raise
-    spec = None
-    out["error"] = f"{type(exc).__name__}: {exc}"
-if spec is not None and spec.submodule_search_locations:
-    root = list(spec.submodule_search_locations)[0]
-    out["root"] = root
-    for name in ("version.py", "__init__.py"):
-        path = os.path.join(root, name)
-        if os.path.exists(path):
-            m = re.search(r'^__version__\s*=\s*[\'"]([^\'"]+)[\'"]', open(path, encoding="utf-8").read(), re.M)
-            if m:
-                out["version"] = m.group(1)
-                break
-    if out["version"] is None:
-        try:
-            out["version"] = importlib.metadata.version(pkg.split(".")[0])
-        except importlib.metadata.PackageNotFoundError:
-            pass
-elif out["error"] is None:
-    out["error"] = f"package {pkg} not found by {sys.executable}"
-print(json.dumps(out))
-"""
-
-
-def _engine_package(launch: LaunchCommand) -> str:
-    module = launch.module or ""
-    if module.startswith("sglang"):
-        return "sglang"
-    if module.endswith(".launch_server"):
-        return module[: -len(".launch_server")]
-    return module.split(".")[0] or "sglang"
 
 
 def _is_launch_argv(argv) -> bool:

@@ -892,22 +892,49 @@ class DoctorReport:
         return f"<h4>Preflight findings</h4>{summary}<table>{head}{''.join(rows) or '<tr><td colspan=5>no findings</td></tr>'}</table>"
 
 
-_LOCATE = r"""
-import importlib.util, json, os, re, sys
-spec = importlib.util.find_spec("sglang")
-out = {"root": None, "version": None}
+#: Run on the box by the launch command's interpreter with the engine package as argv[1]
+#: (``sglang``, or ``workbench.sandbox``): prints ``{"package", "root", "version", "error"}`` as JSON,
+#: without importing the package (``find_spec``; the version from ``version.py`` / ``_version.py`` /
+#: ``__init__.py``, else the installed distribution's metadata).
+LOCATE_ENGINE_SCRIPT = r"""
+import importlib.util, importlib.metadata, json, os, re, sys
+pkg = sys.argv[1]
+out = {"package": pkg, "root": None, "version": None, "error": None}
+try:
+    spec = importlib.util.find_spec(pkg)
+except Exception as exc:  # find_spec imports parent packages; report whatever they raise
+    spec = None
+    out["error"] = f"{type(exc).__name__}: {exc}"
 if spec is not None and spec.submodule_search_locations:
     root = list(spec.submodule_search_locations)[0]
     out["root"] = root
     for name in ("version.py", "_version.py", "__init__.py"):
-        p = os.path.join(root, name)
-        if os.path.exists(p):
-            m = re.search(r'^_{0,2}version_{0,2}\s*=\s*[\'"]([^\'"]+)[\'"]', open(p, encoding="utf-8").read(), re.M)
+        path = os.path.join(root, name)
+        if os.path.exists(path):
+            m = re.search(r'^_{0,2}version_{0,2}\s*=\s*[\'"]([^\'"]+)[\'"]', open(path, encoding="utf-8").read(), re.M)
             if m:
                 out["version"] = m.group(1)
                 break
+    if out["version"] is None:
+        try:
+            out["version"] = importlib.metadata.version(pkg.split(".")[0])
+        except importlib.metadata.PackageNotFoundError as exc:
+            out["version_error"] = f"no version file and no installed distribution ({exc})"
+elif out["error"] is None:
+    out["error"] = f"package {pkg} not found by {sys.executable}"
 print(json.dumps(out))
 """
+
+
+def engine_package(launch: LaunchCommand) -> str:
+    """The package whose source is the engine of ``launch``: ``sglang`` for SGLang's launchers,
+    ``workbench.sandbox`` for the sandbox box's server, else the launch module's package."""
+    module = launch.module or ""
+    if module.startswith("sglang"):
+        return "sglang"
+    if module.endswith(".launch_server"):
+        return module[: -len(".launch_server")]
+    return module.split(".")[0] or "sglang"
 
 
 def locate_engine(box: Any, launch: LaunchCommand, *, timeout: float = 30) -> tuple[str | None, str | None, str]:
@@ -915,22 +942,16 @@ def locate_engine(box: Any, launch: LaunchCommand, *, timeout: float = 30) -> tu
     (with the command's environment prefixes) finds it on the box, without importing it. For the
     sandbox engine, its ``workbench/sandbox`` tree (it mirrors SGLang's ``srt/`` layout)."""
     python = launch.launcher[0] if launch.launcher and "python" in posixpath.basename(launch.launcher[0]) else "python3"
-    if launch.engine == "sandbox":
-        res = box.run([python, "-c", "import importlib.util,json;s=importlib.util.find_spec('workbench');"
-                       "import os;r=os.path.join(list(s.submodule_search_locations)[0],'sandbox');"
-                       "t=open(os.path.join(r,'__init__.py')).read();import re;m=re.search(r'__version__\\s*=\\s*\"([^\"]+)\"',t);"
-                       "print(json.dumps({'root':r,'version':m.group(1) if m else None}))"],
-                      timeout=timeout, check=False, env=dict(launch.env) or None)
-    else:
-        res = box.run([python, "-c", _LOCATE], timeout=timeout, check=False, env=dict(launch.env) or None)
+    res = box.run([python, "-c", LOCATE_ENGINE_SCRIPT, engine_package(launch)], timeout=timeout, check=False,
+                  env=dict(launch.env) or None)
     if res.exit_code != 0:
         return None, None, f"{python} could not locate the engine: {res.stderr.strip()[-200:]}"
-    if '"root": null' in res.stdout:
-        return None, None, f"{python} on the box cannot find the sglang package"
     try:
         found = json.loads(res.stdout.strip().splitlines()[-1])
     except (json.JSONDecodeError, IndexError) as exc:
         return None, None, f"unreadable engine location output ({exc}): {res.stdout[-200:]!r}"
+    if not found.get("root"):
+        return None, None, f"{python} on the box cannot find the {found.get('package')} package ({found.get('error')})"
     return found.get("root"), found.get("version"), f"located by {python}"
 
 
