@@ -33,11 +33,14 @@ from remote import probes as remote_probes
 from remote.errors import RemoteError
 from workbench import acceptance as acc
 from workbench import figures
-from workbench.doctor import LOCATE_ENGINE_SCRIPT as _LOCATE_ENGINE
 from workbench.doctor import acceptance_collapsed, run_doctor
-from workbench.doctor import engine_package as _engine_package
+from workbench.engine import EngineNotFound, find_engine
+from workbench.engine import engine_package as _engine_package
+from workbench.engine import is_launch_argv as _is_launch_argv
+from workbench.engine import read_environ as _read_environ
+from workbench.engine import server_python as _server_python
 from workbench.journal import Journal, RestoreReport, restore_box
-from workbench.launch import LaunchCommand, LaunchCommandError
+from workbench.launch import LaunchCommand
 from workbench.ledger import Evidence, Ledger
 from workbench.rules import Finding
 
@@ -189,54 +192,6 @@ class Inventory:
         return "<h4>Box inventory</h4>" + _html_table(self.rows())
 
 
-def _is_launch_argv(argv) -> bool:
-    """True when ``argv`` starts a server (``python -m sglang.launch_server``, ``sglang serve``, the
-    sandbox's): a process that merely mentions one (an editor, ``tail -f sglang.log``, this
-    workbench's own command line with a ``launch_command`` parameter) is not a server."""
-    try:
-        LaunchCommand.parse(list(argv))
-    except LaunchCommandError:
-        return False
-    return True
-
-
-def _server_python(box, launch: LaunchCommand, server, *, timeout: float) -> str:
-    """The interpreter that runs ``server``, as a path that keeps its environment: ``argv[0]``
-    when it names a python (a venv's ``bin/python`` must not be resolved to the base interpreter
-    ``/proc/PID/exe`` points at, which lacks the venv's packages), looked up on the server's own
-    ``PATH`` when relative; else the ``exe`` link. ``sglang serve``: the script's interpreter is
-    found from its shebang line."""
-    first = launch.launcher[0] if launch.launcher else ""
-    env = _read_environ(box, server.pid) or {}
-    name = posixpath.basename(first)
-    if first and (name.startswith("python") or name == "sglang"):
-        if "/" in first:
-            path = first if first.startswith("/") else posixpath.join(server.cwd or "/", first)
-        else:
-            found = box.run(["env", f"PATH={env.get('PATH', '/usr/bin:/bin')}", "which", first],
-                            check=False, timeout=timeout)
-            path = found.stdout.strip() if found.exit_code == 0 else ""
-        if path and name == "sglang":
-            head = box.read_bytes(path, 0, 256, timeout=timeout).split(b"\n", 1)[0].decode("utf-8", "replace")
-            path = head[2:].strip().split()[0] if head.startswith("#!") and head[2:].strip() else ""
-        if path:
-            return path
-    return server.exe or "python3"
-
-
-def _read_environ(box, pid: int) -> dict[str, str] | None:
-    try:
-        raw = box.read_bytes(f"/proc/{pid}/environ", timeout=10)
-    except RemoteError:
-        return None
-    env = {}
-    for item in raw.split(b"\0"):
-        if b"=" in item:
-            k, v = item.split(b"=", 1)
-            env[k.decode("utf-8", "replace")] = v.decode("utf-8", "replace")
-    return env
-
-
 def _check_default_launch_on_box(box, launch: LaunchCommand, python: str, *, port: int | None,
                                  timeout: float) -> None:
     """The built-in default launch (the embedded sandbox box) names paths on the machine the
@@ -296,17 +251,12 @@ def take_inventory(box, *, launch_command: str | None, port: int | None, default
     final_port = int(launch.get("--port") or want_port or DEFAULT_PORT)
     resolved = absolutize(box, launch, server.cwd if server else None)
     package = _engine_package(launch)
-    located = box.run([python, "-c", _LOCATE_ENGINE, package], timeout=timeout, check=False)
     engine_root = engine_version = None
-    if located.exit_code == 0:
-        import json as _json
-
-        found = _json.loads(located.stdout.strip().splitlines()[-1])
-        engine_root, engine_version = found.get("root"), found.get("version")
-        if found.get("error"):
-            notes.append(f"engine not located: {found['error']}")
-    else:
-        notes.append(f"engine not located with {python}: {located.stderr.strip()[-300:]}")
+    try:
+        located = find_engine(box, python=python, launch=launch, package=package, timeout=timeout)
+        engine_root, engine_version = located.root, located.version
+    except EngineNotFound as exc:
+        notes.append(f"engine not located: {exc}")
     base_url = box.url(final_port)
     server_info = None
     if server is not None:

@@ -27,7 +27,6 @@ them one by one; :func:`acceptance_collapsed` is the runtime rule.
 
 from __future__ import annotations
 
-import ast
 import difflib
 import html
 import json
@@ -37,23 +36,24 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from remote.errors import RemoteError, RemoteFileNotFound
+from remote.errors import RemoteError
 from workbench.checkpoint import (
-    CheckpointError,
     ConfigUnreadable,
     DraftFacts,
     TargetFacts,
     read_draft_facts,
     read_target_facts,
 )
+from workbench.codepath import DRAFT_CLASS_FILES, code_path_map, scan_swallowed
 from workbench.draft_checks import check_draft_weights
+from workbench.engine import CaptureRule, EngineNotFound, EngineSource, find_engine
 from workbench.launch import SGLANG_VERSION, LaunchCommand
 from workbench.rules import Finding, algorithm_mismatch
 
 __all__ = [
     "DoctorError", "DoctorReport", "EngineSource", "run_doctor", "resolve_model_path", "acceptance_collapsed",
     "spec_params_invalid", "draft_path_missing", "aux_rules", "config_rules", "RULE_IDS", "MTP_TARGETS",
-    "preflight", "running_launch", "locate_engine",
+    "preflight", "running_launch",
 ]
 
 #: Every rule id the doctor can emit (the catalogue, plus ``model-not-on-box`` and ``launch-flag-unknown``).
@@ -81,9 +81,6 @@ MODELLED_EAGLE3_DRAFT_CLASSES = ("LlamaForCausalLMEagle3", "Eagle3DeepseekV2ForC
 MODELLED_FIRST_ID_1_TARGETS = frozenset({"DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM", "KimiK25ForConditionalGeneration"})
 NORM_FLAGS = ("norm_before_fc", "fc_norm", "use_aux_norm", "norm_output")
 #: The draft class's source file, relative to the engine root (SGLang 0.5.23).
-DRAFT_CLASS_FILES = {"LlamaForCausalLMEagle3": "srt/models/llama_eagle3.py",
-                     "Eagle3DeepseekV2ForCausalLM": "srt/models/kimi_k25_eagle3.py"}
-SPEC_AUX_FILE = "srt/model_executor/model_runner_components/spec_aux_hidden_state.py"
 LLAMA_ROPE_THETA = 10000.0
 _HF_REPO = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
@@ -190,243 +187,6 @@ def resolve_model_path(box: Any, value: str, *, env: dict[str, str], cwd: str | 
     if not box.exists(snap, timeout=timeout):
         return None, f"Hugging Face repo {value}: refs/main names {rev} but {snap} is missing"
     return snap, f"Hugging Face cache {repo_dir} (refs/main → {rev})"
-
-
-# ---------------------------------------------------------------------------------------------
-# The engine's source on the box.
-# ---------------------------------------------------------------------------------------------
-
-
-_SAFE_BUILTINS = {n: __builtins__[n] if isinstance(__builtins__, dict) else getattr(__builtins__, n)
-                  for n in ("len", "list", "max", "min", "range", "sorted", "int", "isinstance", "hasattr",
-                            "getattr", "setattr", "tuple", "set", "enumerate", "any", "all", "AttributeError",
-                            "ValueError", "RuntimeError", "NotImplementedError", "TypeError", "True", "False", "None")
-                  if (isinstance(__builtins__, dict) and n in __builtins__) or hasattr(__builtins__, n)}
-
-
-class _Rec:
-    """A stand-in ``self`` for evaluating ``set_eagle3_layers_to_capture``: any attribute
-    exists; ``model.set_eagle3_layers_to_capture(ids)`` records ``layers_to_capture``."""
-
-    def __init__(self, **kw: Any):
-        self.__dict__.update(kw)
-
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith("__"):
-            raise AttributeError(name)
-        value = _Rec()
-        setattr(self, name, value)
-        return value
-
-    def __getitem__(self, key: Any) -> "_Rec":
-        return _Rec()
-
-    def set_eagle3_layers_to_capture(self, ids: Any = None) -> None:
-        self.layers_to_capture = list(ids) if ids is not None else None
-
-
-@dataclass
-class CaptureRule:
-    """What the target captures for the given ids: ``captured`` (layer indices the capture loop
-    tests), ``reachable_max`` (largest index the loop reaches), ``source`` (file:line of the
-    method), ``how`` (``evaluated`` from the box's source or ``modelled`` from 0.5.23)."""
-
-    captured: list[int] | None
-    reachable_max: int
-    source: str
-    how: str
-
-
-class EngineSource:
-    """The engine's source tree on the box (``root`` = the ``sglang`` package directory) with
-    the lookups the source-dependent rules need. Files are read once (``read_text``); class
-    definitions are found with one ``grep`` per class name over ``srt/models``. Every method
-    returns ``None`` (not raises) when the file or class is absent; box errors propagate.
-    """
-
-    def __init__(self, box: Any, root: str, version: str | None, *, timeout: float = 30):
-        self.box, self.root, self.version, self.timeout = box, root.rstrip("/"), version, timeout
-        self._files: dict[str, str | None] = {}
-        self._classes: dict[str, tuple[str, str] | None] = {}
-
-    def read(self, rel: str) -> str | None:
-        """The text of ``root/rel``, ``None`` when the file does not exist."""
-        if rel not in self._files:
-            path = posixpath.join(self.root, rel)
-            try:
-                self._files[rel] = self.box.read_text(path, timeout=self.timeout)
-            except RemoteFileNotFound:
-                self._files[rel] = None
-        return self._files[rel]
-
-    def find_class(self, name: str) -> tuple[str, ast.ClassDef, str] | None:
-        """``(relative file, class node, file text)`` of ``class name(`` under ``srt/models``."""
-        if not re.fullmatch(r"\w+", name or ""):
-            return None
-        if name not in self._classes:
-            res = self.box.run(["grep", "-rlE", "--include=*.py", rf"^class {name}\b",
-                                posixpath.join(self.root, "srt", "models")], timeout=self.timeout, check=False)
-            files = [ln for ln in res.stdout.splitlines() if ln.strip()]
-            self._classes[name] = None
-            for f in files:
-                rel = posixpath.relpath(f, self.root)
-                text = self.read(rel)
-                if text is None:
-                    continue
-                self._classes[name] = (rel, text)
-                break
-        hit = self._classes[name]
-        if hit is None:
-            return None
-        rel, text = hit
-        try:
-            tree = ast.parse(text)
-        except SyntaxError:
-            return None
-        for node in tree.body:
-            if isinstance(node, ast.ClassDef) and node.name == name:
-                return rel, node, text
-        return None
-
-    def find_method(self, cls: str, method: str, depth: int = 4) -> tuple[str, ast.FunctionDef, str, str] | None:
-        """``(file, def node, file text, defining class)`` of ``cls.method``, following base
-        classes defined under ``srt/models`` (``depth`` levels)."""
-        found = self.find_class(cls)
-        if found is None:
-            return None
-        rel, node, text = found
-        for item in node.body:
-            if isinstance(item, ast.FunctionDef) and item.name == method:
-                return rel, item, text, cls
-        if depth > 0:
-            for base in node.bases:
-                bname = base.id if isinstance(base, ast.Name) else getattr(base, "attr", None)
-                if bname and bname not in ("Module", "object") and bname != cls:
-                    hit = self.find_method(bname, method, depth - 1)
-                    if hit is not None:
-                        return hit
-        return None
-
-    def capture_rule(self, target_arch: str, num_layers: int, ids: list[int] | None) -> CaptureRule | None:
-        """Evaluate the target class's ``set_eagle3_layers_to_capture(ids)`` from the box's
-        source (SGLang 0.5.23: ``srt/models/llama.py`` ``[id + 1]``, ``deepseek_v2.py`` +1 only
-        when ``ids[0] == 1``, ``gpt_oss.py`` keeps ids whose max is ``num_layers``; Kimi-K2.5
-        delegates to its ``language_model``). The method body is executed on a stand-in object
-        with a restricted set of builtins (it is list arithmetic). ``reachable_max`` is
-        ``num_layers - 1`` (the capture loop ``for i in range(start, end)``), or ``num_layers``
-        when the model file also tests ``end_layer in self.layers_to_capture`` after the loop.
-        ``None`` when the class or method is not in the source."""
-        hit = self.find_method(target_arch, "set_eagle3_layers_to_capture")
-        if hit is None:
-            return None
-        rel, fn, text, owner = hit
-        src = f"{self.root}/{rel}:{fn.lineno} ({owner}.set_eagle3_layers_to_capture)"
-        body = ast.get_source_segment(text, fn) or ""
-        delegate = None
-        m = re.search(r"self\.(\w+)\.set_eagle3_layers_to_capture", body)
-        if m and m.group(1) not in ("model",):
-            cm = re.search(rf"self\.{m.group(1)}\s*=\s*(\w+)\(", text)
-            if cm:
-                delegate = self.capture_rule(cm.group(1), num_layers, ids)
-                if delegate is not None:
-                    delegate.source = f"{src} → {delegate.source}"
-                    return delegate
-        captured = _evaluate_capture(fn, num_layers, ids)
-        reach = num_layers if re.search(r"(end_layer|num_layers|len\(self\.layers\))\s+in\s+self\.layers_to_capture",
-                                        text) else num_layers - 1
-        return CaptureRule(captured, reach, src, "evaluated from the box's engine source")
-
-    def draft_classes(self, eagle3: bool) -> dict[str, str] | None:
-        """``{class name: file}`` registered by ``EntryClass`` in ``srt/models/*eagle3*.py``
-        (``eagle3``) or ``srt/models/*eagle*.py`` without ``eagle3`` (EAGLE-1/2 drafts)."""
-        try:
-            names = self.box.listdir(posixpath.join(self.root, "srt", "models"), timeout=self.timeout)
-        except RemoteFileNotFound:
-            return None
-        out: dict[str, str] = {}
-        for n in names:
-            if not n.endswith(".py") or "eagle" not in n or (("eagle3" in n) != eagle3):
-                continue
-            text = self.read(f"srt/models/{n}") or ""
-            m = re.search(r"^EntryClass\s*=\s*\[?([\w\s,]+)\]?", text, re.M)
-            for cls in (m.group(1).replace("\n", " ").split(",") if m else []):
-                if cls.strip():
-                    out[cls.strip()] = f"srt/models/{n}"
-        return out
-
-    def spec_algorithms(self) -> tuple[set[str], str] | None:
-        """The algorithm names the engine accepts without a plugin: the members of
-        ``SpeculativeAlgorithm`` (an ``Enum`` in ``srt/speculative/spec_info.py``) and the names in a
-        ``_RESERVED_ALIASES`` set literal there or in ``spec_registry.py`` (SGLang 0.5.23:
-        ``NEXTN``); with the file:line of the class. ``None`` when the source does not say."""
-        text = self.read("srt/speculative/spec_info.py")
-        if text is None:
-            return None
-        names: set[str] = set()
-        where = None
-        for rel in ("srt/speculative/spec_info.py", "srt/speculative/spec_registry.py"):
-            src = text if rel.endswith("spec_info.py") else self.read(rel)
-            if src is None:
-                continue
-            for node in ast.walk(ast.parse(src)):
-                if isinstance(node, ast.ClassDef) and node.name == "SpeculativeAlgorithm":
-                    where = f"{self.root}/{rel}:{node.lineno}"
-                    names |= {t.id for st in node.body if isinstance(st, ast.Assign) for t in st.targets
-                              if isinstance(t, ast.Name) and t.id.isupper()}
-                if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "_RESERVED_ALIASES"
-                                                        for t in node.targets):
-                    names |= {c.value for c in ast.walk(node.value) if isinstance(c, ast.Constant)
-                              and isinstance(c.value, str)}
-        return (names, where) if names and where else None
-
-    def swallowed_config_reads(self) -> list[tuple[str, int, str]]:
-        """``(file, line, handler)`` for every read of ``eagle_config`` inside a ``try`` whose
-        handler is a bare ``except`` or ``except Exception`` (SGLang 0.5.23:
-        ``spec_aux_hidden_state.py`` ``_resolve_eagle_aux_hidden_state``)."""
-        text = self.read(SPEC_AUX_FILE)
-        if text is None:
-            return []
-        out = []
-        for node in ast.walk(ast.parse(text)):
-            if not isinstance(node, ast.Try):
-                continue
-            broad = [h for h in node.handlers if h.type is None or
-                     (isinstance(h.type, ast.Name) and h.type.id in ("Exception", "BaseException"))]
-            if not broad:
-                continue
-            for stmt in node.body:
-                seg = ast.get_source_segment(text, stmt) or ""
-                if "eagle_config" in seg:
-                    h = broad[0]
-                    out.append((f"{self.root}/{SPEC_AUX_FILE}", stmt.lineno,
-                                f"except {ast.unparse(h.type) if h.type else ''}: (line {h.lineno})"))
-                    break
-        return out
-
-
-def _evaluate_capture(fn: ast.FunctionDef, num_layers: int, ids: list[int] | None) -> list[int] | None:
-    fn = ast.fix_missing_locations(_strip_annotations(fn))
-    module = ast.Module(body=[fn], type_ignores=[])
-    ns: dict[str, Any] = {"__builtins__": _SAFE_BUILTINS}
-    exec(compile(module, "<set_eagle3_layers_to_capture>", "exec"), ns)  # noqa: S102 - list arithmetic, restricted builtins
-    model = _Rec(layers_to_capture=None)
-    self_obj = _Rec(model=model, config=_Rec(num_hidden_layers=num_layers), pp_group=_Rec(is_last_rank=True))
-    ns[fn.name](self_obj, list(ids) if ids is not None else None)
-    got = model.layers_to_capture
-    if got is None and isinstance(self_obj.__dict__.get("layers_to_capture"), list):
-        got = self_obj.__dict__["layers_to_capture"]  # a target that keeps the list on itself
-    return [int(x) for x in got] if got is not None else None
-
-
-def _strip_annotations(fn: ast.FunctionDef) -> ast.FunctionDef:
-    import copy
-
-    fn = copy.deepcopy(fn)
-    fn.returns = None
-    fn.decorator_list = []
-    for a in fn.args.args + fn.args.kwonlyargs:
-        a.annotation = None
-    return fn
 
 
 def modelled_capture(target_arch: str, num_layers: int, ids: list[int] | None) -> CaptureRule:
@@ -892,69 +652,6 @@ class DoctorReport:
         return f"<h4>Preflight findings</h4>{summary}<table>{head}{''.join(rows) or '<tr><td colspan=5>no findings</td></tr>'}</table>"
 
 
-#: Run on the box by the launch command's interpreter with the engine package as argv[1]
-#: (``sglang``, or ``workbench.sandbox``): prints ``{"package", "root", "version", "error"}`` as JSON,
-#: without importing the package (``find_spec``; the version from ``version.py`` / ``_version.py`` /
-#: ``__init__.py``, else the installed distribution's metadata).
-LOCATE_ENGINE_SCRIPT = r"""
-import importlib.util, importlib.metadata, json, os, re, sys
-pkg = sys.argv[1]
-out = {"package": pkg, "root": None, "version": None, "error": None}
-try:
-    spec = importlib.util.find_spec(pkg)
-except Exception as exc:  # find_spec imports parent packages; report whatever they raise
-    spec = None
-    out["error"] = f"{type(exc).__name__}: {exc}"
-if spec is not None and spec.submodule_search_locations:
-    root = list(spec.submodule_search_locations)[0]
-    out["root"] = root
-    for name in ("version.py", "_version.py", "__init__.py"):
-        path = os.path.join(root, name)
-        if os.path.exists(path):
-            m = re.search(r'^_{0,2}version_{0,2}\s*=\s*[\'"]([^\'"]+)[\'"]', open(path, encoding="utf-8").read(), re.M)
-            if m:
-                out["version"] = m.group(1)
-                break
-    if out["version"] is None:
-        try:
-            out["version"] = importlib.metadata.version(pkg.split(".")[0])
-        except importlib.metadata.PackageNotFoundError as exc:
-            out["version_error"] = f"no version file and no installed distribution ({exc})"
-elif out["error"] is None:
-    out["error"] = f"package {pkg} not found by {sys.executable}"
-print(json.dumps(out))
-"""
-
-
-def engine_package(launch: LaunchCommand) -> str:
-    """The package whose source is the engine of ``launch``: ``sglang`` for SGLang's launchers,
-    ``workbench.sandbox`` for the sandbox box's server, else the launch module's package."""
-    module = launch.module or ""
-    if module.startswith("sglang"):
-        return "sglang"
-    if module.endswith(".launch_server"):
-        return module[: -len(".launch_server")]
-    return module.split(".")[0] or "sglang"
-
-
-def locate_engine(box: Any, launch: LaunchCommand, *, timeout: float = 30) -> tuple[str | None, str | None, str]:
-    """``(root, version, how)`` of the ``sglang`` package as the launch command's interpreter
-    (with the command's environment prefixes) finds it on the box, without importing it. For the
-    sandbox engine, its ``workbench/sandbox`` tree (it mirrors SGLang's ``srt/`` layout)."""
-    python = launch.launcher[0] if launch.launcher and "python" in posixpath.basename(launch.launcher[0]) else "python3"
-    res = box.run([python, "-c", LOCATE_ENGINE_SCRIPT, engine_package(launch)], timeout=timeout, check=False,
-                  env=dict(launch.env) or None)
-    if res.exit_code != 0:
-        return None, None, f"{python} could not locate the engine: {res.stderr.strip()[-200:]}"
-    try:
-        found = json.loads(res.stdout.strip().splitlines()[-1])
-    except (json.JSONDecodeError, IndexError) as exc:
-        return None, None, f"unreadable engine location output ({exc}): {res.stdout[-200:]!r}"
-    if not found.get("root"):
-        return None, None, f"{python} on the box cannot find the {found.get('package')} package ({found.get('error')})"
-    return found.get("root"), found.get("version"), f"located by {python}"
-
-
 def _dedupe(findings: list[Finding]) -> list[Finding]:
     seen: set = set()
     out = []
@@ -974,7 +671,7 @@ def run_doctor(box: Any, launch: LaunchCommand | str, *, timeout: float = 30, en
 
     ``launch``: a :class:`LaunchCommand` or its text. ``engine_root``/``engine_version``: the
     ``sglang`` package directory and version on the box; located with the command's interpreter
-    when ``None`` (:func:`locate_engine`). ``cwd``: the server's working directory for relative
+    when ``None`` (:func:`workbench.engine.find_engine`). ``cwd``: the server's working directory for relative
     paths. ``timeout``: seconds for every box call. Returns a :class:`DoctorReport`; bad inputs
     (unreadable configs or checkpoints, repo ids not in the cache) are findings. Raises
     :class:`DoctorError` when the doctor cannot run (no ``--model-path``), and
@@ -1029,10 +726,11 @@ def run_doctor(box: Any, launch: LaunchCommand | str, *, timeout: float = 30, en
                 findings.append(Finding("checkpoint-unreadable", "error", f"draft config unreadable: {exc}",
                                         {"path": _ev(exc.path, "launch command: --speculative-draft-model-path")}, None))
     if engine_root is None:
-        engine_root, found_version, how = locate_engine(cbox, launch, timeout=timeout)
-        engine_version = engine_version or found_version
-        if engine_root is None:
-            notes.append(f"engine source not located ({how}); source-dependent rules use the facts modelled "
+        try:
+            located = find_engine(cbox, launch=launch, timeout=timeout)
+            engine_root, engine_version = located.root, engine_version or located.version
+        except EngineNotFound as exc:
+            notes.append(f"engine source not located ({exc}); source-dependent rules use the facts modelled "
                          f"from sglang {SGLANG_VERSION}")
     engine = EngineSource(cbox, engine_root, engine_version, timeout=timeout) if engine_root else None
     if engine_root:
@@ -1062,11 +760,7 @@ def run_doctor(box: Any, launch: LaunchCommand | str, *, timeout: float = 30, en
         findings += algorithm_mismatch(launch, draft, target)
         findings += _draft_rules(cbox, launch, draft, target, engine, timeout, notes)
     if engine is not None and algo == "EAGLE3":
-        for path, line, handler in engine.swallowed_config_reads():
-            findings.append(Finding("swallowed-config-error", "info",
-                                    f"the engine reads the draft's eagle_config inside a broad {handler.split(':')[0]}: "
-                                    "a missing or malformed eagle_config silently means default aux layers",
-                                    {"source": _ev(f"{path}:{line}", f"{path}:{line}"), "handler": handler}, None))
+        findings += scan_swallowed(engine, code_path_map(engine, keys=["eagle-config-read"]))
     wire1 = _wire(box)
     return DoctorReport(_dedupe(findings), inputs, cbox.bytes_read,
                         (wire1 - wire0) if wire0 is not None and wire1 is not None else None,

@@ -189,10 +189,10 @@ class EAGLEWorker:
         positions = torch.arange(start, start + len(ids))[None]
         batch = ForwardBatch(spec_info=SpecInput(hidden_states=hidden[None]), kv_cache=cache)
         logits, aux = self.draft_model(input_ids, positions, batch)
-        idx = int(logits[0, -1].argmax())
+        topk_index = logits[0, -1].argmax()
         if self.hot_token_id is not None:
-            idx = int(self.hot_token_id[idx])
-        return idx, aux[:, -1:]
+            topk_index = self.hot_token_id[topk_index]
+        return int(topk_index), aux[:, -1:]
 
     def forward_draft_extend(self, state: DecodeState, ids: List[int], start: int, hidden: torch.Tensor) -> None:
         """Draft extend over accepted tokens (ids shifted by one w.r.t. the target's hidden states)."""
