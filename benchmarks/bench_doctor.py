@@ -1,4 +1,4 @@
-"""Benchmark the preflight doctor over SSH on a Kimi-K2.5-sized deployment.
+"""Benchmark the preflight doctor and the EAGLE-3 code-path map over SSH on a Kimi-K2.5-sized deployment.
 
     .venv/bin/python benchmarks/bench_doctor.py [--out reports/bench_doctor.json] [--repeat N]
 
@@ -12,7 +12,10 @@ OpenSSH server on 127.0.0.1 (``tests/sshd.py``, quiet login shell) serves it; th
 one connection (``--speculative-algorithm EAGLE``: the fault), ``--repeat`` times.
 
 Goals: the doctor finishes within 3 s (median of the worse of the two commands, on an open connection; connecting is reported
-beside it) and moves under 1 MB over TCP (``TCP_INFO``, SSH framing included).
+beside it) and moves under 1 MB over TCP (``TCP_INFO``, SSH framing included). The code-path map of
+the engine for that deployment (``workbench source map``: the engine located, the Kimi-K2.5 target's
+offset rule evaluated through ``kimi_k25.py`` → ``deepseek_v2.py``, all 14 entries) plus the
+swallowed-error scan finish within 3 s and move under 2 MB.
 Exits 1 when a goal is missed, 2 when it cannot run (no sshd, no SGLang source).
 """
 
@@ -38,6 +41,8 @@ from workbench.doctor import run_doctor  # noqa: E402
 
 MAX_SECONDS = 3.0
 MAX_BYTES = 1_000_000
+MAP_MAX_SECONDS = 3.0
+MAP_MAX_BYTES = 2_000_000
 
 
 def build_deployment(base: Path, sglang_src: Path) -> str:
@@ -74,6 +79,29 @@ def build_deployment(base: Path, sglang_src: Path) -> str:
     return (f"PYTHONPATH={sglang_src.parent} python3 -m sglang.launch_server --model-path {target} "
             f"--speculative-algorithm EAGLE --speculative-draft-model-path {draft} --speculative-num-steps 3 "
             "--speculative-eagle-topk 1 --speculative-num-draft-tokens 4 --tp 8 --trust-remote-code")
+
+
+def bench_map(box, launch: str, repeat: int) -> list[dict]:
+    """``repeat`` fresh code-path maps (engine located, configs read, map built, scan run) on ``box``:
+    seconds, bytes moved over TCP, entries found and missing, swallowed findings."""
+    from workbench.codepath import map_for_launch, scan_swallowed
+    from workbench.engine import find_engine
+
+    out = []
+    for _ in range(repeat):
+        before = box.transport.tcp_bytes()
+        t = time.perf_counter()
+        engine = find_engine(box, launch=launch, timeout=30)
+        src = engine.source(box)
+        cmap = map_for_launch(box, src, launch, timeout=30)
+        findings = scan_swallowed(src, cmap)
+        took = time.perf_counter() - t
+        after = box.transport.tcp_bytes()
+        moved = None if before is None or after is None else (after[0] - before[0]) + (after[1] - before[1])
+        out.append({"seconds": round(took, 3), "bytes_moved": moved, "entries": len(cmap.entries),
+                    "found": len(cmap.entries) - len(cmap.missing), "missing": cmap.missing,
+                    "swallowed": len(findings), "target_arch": cmap.target_arch})
+    return out
 
 
 def main(argv=None) -> int:
@@ -119,6 +147,7 @@ def main(argv=None) -> int:
                 runs.append({"algorithm": "EAGLE" if i % 2 == 0 else "EAGLE3",
                              "seconds": round(took, 3), "bytes_moved": moved, "bytes_read": report.bytes_read,
                              "errors": [f.rule for f in report.errors]})
+            maps = bench_map(box, launch, args.repeat)
         finally:
             box.close()
     finally:
@@ -129,7 +158,11 @@ def main(argv=None) -> int:
     moved = [r["bytes_moved"] for r in runs if r["bytes_moved"] is not None]
     med_b = max(statistics.median(r["bytes_moved"] for r in runs if r["algorithm"] == a) for a in ("EAGLE", "EAGLE3")) \
         if len(moved) == len(runs) else None
+    map_s = statistics.median(r["seconds"] for r in maps)
+    map_b = statistics.median(r["bytes_moved"] for r in maps) if all(r["bytes_moved"] is not None for r in maps) else None
     checks = {"doctor_le_3s": med_s <= MAX_SECONDS, "moves_lt_1MB": med_b is not None and med_b < MAX_BYTES,
+              "map_le_3s": map_s <= MAP_MAX_SECONDS, "map_moves_lt_2MB": map_b is not None and map_b < MAP_MAX_BYTES,
+              "map_complete": all(r["missing"] == [] and r["swallowed"] >= 1 for r in maps),
               "finds_algorithm_mismatch": all(r["errors"] == (["algorithm-mismatch"] if r["algorithm"] == "EAGLE" else [])
                                               for r in runs)}
     print(f"\nDoctor over SSH (loopback sshd) on a Kimi-K2.5-sized deployment ({draft_bytes / 2**30:.1f} GiB sparse "
@@ -143,9 +176,15 @@ def main(argv=None) -> int:
     print(f"  {'met ' if checks['doctor_le_3s'] else 'MISS'} doctor time {med_s:.2f} s (goal <= {MAX_SECONDS:g} s)")
     print(f"  {'met ' if checks['moves_lt_1MB'] else 'MISS'} bytes moved {med_b} (goal < {MAX_BYTES})")
     print(f"  {'met ' if checks['finds_algorithm_mismatch'] else 'MISS'} the fault found under EAGLE, no error under EAGLE3")
+    print(f"\n  code-path map + scan: median {map_s:.2f} s, moved {map_b} B, entries found "
+          f"{maps[0]['found']}/{maps[0]['entries']}, swallowed findings {maps[0]['swallowed']}")
+    print(f"  {'met ' if checks['map_le_3s'] else 'MISS'} map time {map_s:.2f} s (goal <= {MAP_MAX_SECONDS:g} s)")
+    print(f"  {'met ' if checks['map_moves_lt_2MB'] else 'MISS'} map bytes moved {map_b} (goal < {MAP_MAX_BYTES})")
+    print(f"  {'met ' if checks['map_complete'] else 'MISS'} every entry found on 0.5.23, the broad except reported")
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"runs": runs, "connect_s": round(connect_s, 3), "draft_file_bytes": draft_bytes,
+    out.write_text(json.dumps({"runs": runs, "map_runs": maps, "map_median_s": map_s, "map_median_bytes": map_b,
+                               "connect_s": round(connect_s, 3), "draft_file_bytes": draft_bytes,
                                "median_s": med_s, "median_bytes_moved": med_b, "checks": checks,
                                "goals": {"max_seconds": MAX_SECONDS, "max_bytes_moved": MAX_BYTES}}, indent=2) + "\n")
     print(f"\nwrote {out}")

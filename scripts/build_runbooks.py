@@ -80,6 +80,10 @@ h3
 h2 = run.probe_input_width()
 h2
 """),
+    md("### Where this happens in the engine's source\nThe EAGLE-3 code path of the box's engine version, read from its own files: each step with its file and line (the gate, the `eagle_config` read inside a broad `except`, the target's offset rule, the draft's `fc` width check, `load_weights`' silent drops, the `d2t` use)."),
+    code("""
+run.code_path()
+"""),
     md("## 4. Apply the fix and measure again"),
     code("""
 after = run.apply_fix()

@@ -557,12 +557,16 @@ def code_path_map(src: EngineSource, *, target_arch: str = "LlamaForCausalLM",
     target_files: list[str] = []
     needs_target = want is None or bool(want & {"target-offset-rule", "target-capture-point"})
     needs_draft = want is None or any(k.startswith("draft-") for k in want)
-    found = src.find_class(target_arch) if target_arch and needs_target else None
-    if found is not None:
+    arch: str | None = target_arch if needs_target else None
+    for _ in range(3):  # the target, then the classes it delegates the capture to (Kimi-K2.5 → DeepseekV3)
+        found = src.find_class(arch) if arch else None
+        if found is None:
+            break
         target_files.append(found[0])
-        owner = src.find_method(target_arch, "set_eagle3_layers_to_capture")
+        owner = src.find_method(arch, "set_eagle3_layers_to_capture")
         if owner is not None:
             target_files.append(owner[0])
+        arch = src.capture_delegate(arch)
     draft_files: list[str] = []
     if not needs_draft:
         pass

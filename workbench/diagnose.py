@@ -33,8 +33,9 @@ from remote import probes as remote_probes
 from remote.errors import RemoteError
 from workbench import acceptance as acc
 from workbench import figures
+from workbench.codepath import CodePathMap, code_path_map, recipe_probe
 from workbench.doctor import acceptance_collapsed, run_doctor
-from workbench.engine import EngineNotFound, find_engine
+from workbench.engine import EngineNotFound, EngineSource, SourceLookupError, find_engine
 from workbench.engine import engine_package as _engine_package
 from workbench.engine import is_launch_argv as _is_launch_argv
 from workbench.engine import read_environ as _read_environ
@@ -51,9 +52,10 @@ SANDBOX_SERVER_MODULE = "workbench.sandbox.launch_server"
 #: The draft model file, relative to the engine package root: SGLang 0.5.23
 #: ``srt/models/llama_eagle3.py`` (the sandbox mirrors the path).
 DRAFT_MODEL_FILE = "srt/models/llama_eagle3.py"
-#: The draft's fc width check (SGLang 0.5.23 ``srt/models/llama_eagle3.py``, ``LlamaModel.forward``):
-#: ``if hidden_states.shape[-1] != embeds.shape[-1]:`` — fc runs only when the input is wider.
-FC_CHECK_REGEX = r"^\s*if hidden_states\.shape\[-1\] != embeds\.shape\[-1\]:"
+#: H2's probe: the ``draft-input-width`` recipe (:data:`workbench.codepath.RECIPES`), anchored on the
+#: draft's fc width check as the code-path map finds it in the box's version (SGLang 0.5.23
+#: ``srt/models/llama_eagle3.py`` ``LlamaModel.forward``: ``if hidden_states.shape[-1] != embeds.shape[-1]:``).
+PROBE_RECIPE = "draft-input-width"
 PROBE_TAG = "draft-input-width"
 
 H1 = "H1"
@@ -404,6 +406,7 @@ class DiagnosisRun:
         self.verdict: dict | None = None
         self.draft_facts = None
         self.target_facts = None
+        self._code_path: CodePathMap | None = None
         self.doctor_report = None
         atexit.register(self._atexit)
 
@@ -588,10 +591,14 @@ class DiagnosisRun:
             return self._decide(H2, "inconclusive", "allow_restart is False: the probe needs a restart")
         if not self.inventory.engine_root:
             return self._decide(H2, "inconclusive", "the engine's source was not located on the box; no probe")
-        path = posixpath.join(self.inventory.engine_root, DRAFT_MODEL_FILE)
-        self.probe = remote_probes.add_probe(self.box, path, before=FC_CHECK_REGEX,
-                                             exprs=["hidden_states.shape", "embeds.shape"], tag=PROBE_TAG,
-                                             python=self.inventory.python)
+        cmap = self.code_path()
+        try:
+            spec = recipe_probe(cmap, PROBE_RECIPE, tag=PROBE_TAG)
+        except SourceLookupError as exc:
+            return self._decide(H2, "inconclusive", f"no probe: {exc}")
+        path = spec.path
+        self.probe = remote_probes.add_probe(self.box, path, before=spec.line, function=spec.function,
+                                             exprs=spec.exprs, tag=spec.tag, python=self.inventory.python)
         handle = self._launch(self.inventory.launch, "probe")
         observed_shape = self._probe_values(handle)
         expected = self._expected_width()
@@ -599,7 +606,8 @@ class DiagnosisRun:
         observed = observed_shape[-1] if observed_shape else None
         self.probe_result = {
             "file": path, "line": self.probe.line,
-            "anchor": FC_CHECK_REGEX, "tag": PROBE_TAG, "observed_shape": observed_shape,
+            "anchor": f"{spec.entry} (code-path map: {path}:{spec.line})", "tag": PROBE_TAG,
+            "recipe": PROBE_RECIPE, "observed_shape": observed_shape,
             "observed_hidden_size": observed, "expected_hidden_size": expected, "target_hidden_size": target_hidden,
             "launch_command": self.inventory.launch.to_string(),
         }
@@ -684,12 +692,31 @@ class DiagnosisRun:
         deadline = time.monotonic() + 10
         while True:
             text = self.box.read_text(handle.log_path)
-            values = remote_probes.read_probe_output(text, PROBE_TAG, exprs=["hidden_states.shape", "embeds.shape"])
+            values = remote_probes.read_probe_output(text, PROBE_TAG, exprs=list(self.probe.exprs))
             if values:
+                self.probe_result.setdefault("printed", []).append(values[0])
                 return remote_probes.parse_shape(values[0]["hidden_states.shape"])
             if time.monotonic() > deadline:
                 return None
             time.sleep(0.2)
+
+    def code_path(self) -> CodePathMap | None:
+        """The EAGLE-3 code-path map of the box's engine for this deployment's target and draft
+        classes (:func:`workbench.codepath.code_path_map`; built once). ``None`` when the engine
+        source was not located."""
+        if self._code_path is None and self.inventory.engine_root:
+            kw: dict[str, Any] = {}
+            if self.target_facts is not None and self.target_facts.architectures:
+                kw["target_arch"] = self.target_facts.architectures[0]
+                kw["num_layers"] = self.target_facts.num_hidden_layers
+            if self.draft_facts is not None:
+                if self.draft_facts.architectures:
+                    kw["draft_arch"] = self.draft_facts.architectures[0]
+                if isinstance(self.draft_facts.aux_layer_ids, list):
+                    kw["aux_ids"] = self.draft_facts.aux_layer_ids
+            src = EngineSource(self.box, self.inventory.engine_root, self.inventory.engine_version, timeout=30)
+            self._code_path = code_path_map(src, **kw)
+        return self._code_path
 
     def _target_hidden(self) -> int | None:
         if self.target_facts is not None and self.target_facts.hidden_size:
@@ -778,6 +805,7 @@ class DiagnosisRun:
                 self.before.generate, self.findings, source=f"/generate over the prompt set: {self.before.label}")]
             if self.before is not None else [],
             "inventory": self.inventory.to_dict(),
+            "code_path": self._code_path.to_dict() if self._code_path is not None else None,
             "launches": self.launches,
             "restarts": self.restarts,
             "restore": self.restore_report.to_dict() if self.restore_report else None,

@@ -287,6 +287,23 @@ class EngineSource:
                         return hit
         return None
 
+    def capture_delegate(self, target_arch: str) -> str | None:
+        """The class a target hands ``set_eagle3_layers_to_capture`` on to: when the method calls
+        ``self.<attr>.set_eagle3_layers_to_capture`` (not ``self.model``) and the file assigns
+        ``self.<attr> = Cls(...)`` (SGLang 0.5.23 ``kimi_k25.py``: ``language_model`` =
+        ``DeepseekV3ForCausalLM``), that ``Cls``; else ``None``."""
+        hit = self.find_method(target_arch, "set_eagle3_layers_to_capture")
+        if hit is None:
+            return None
+        _, fn, text, _ = hit
+        body = ast.get_source_segment(text, fn) or ""
+        m = re.search(r"self\.(\w+)\.set_eagle3_layers_to_capture", body)
+        if m and m.group(1) not in ("model",):
+            cm = re.search(rf"self\.{m.group(1)}\s*=\s*(\w+)\(", text)
+            if cm and cm.group(1) != target_arch:
+                return cm.group(1)
+        return None
+
     def capture_rule(self, target_arch: str, num_layers: int, ids: list[int] | None) -> CaptureRule | None:
         """Evaluate the target class's ``set_eagle3_layers_to_capture(ids)`` from the box's
         source (SGLang 0.5.23: ``srt/models/llama.py`` ``[id + 1]``, ``deepseek_v2.py`` +1 only
@@ -301,16 +318,12 @@ class EngineSource:
             return None
         rel, fn, text, owner = hit
         src = f"{self.root}/{rel}:{fn.lineno} ({owner}.set_eagle3_layers_to_capture)"
-        body = ast.get_source_segment(text, fn) or ""
-        delegate = None
-        m = re.search(r"self\.(\w+)\.set_eagle3_layers_to_capture", body)
-        if m and m.group(1) not in ("model",):
-            cm = re.search(rf"self\.{m.group(1)}\s*=\s*(\w+)\(", text)
-            if cm:
-                delegate = self.capture_rule(cm.group(1), num_layers, ids)
-                if delegate is not None:
-                    delegate.source = f"{src} → {delegate.source}"
-                    return delegate
+        delegate_cls = self.capture_delegate(target_arch)
+        if delegate_cls:
+            delegate = self.capture_rule(delegate_cls, num_layers, ids)
+            if delegate is not None:
+                delegate.source = f"{src} → {delegate.source}"
+                return delegate
         captured = _evaluate_capture(fn, num_layers, ids)
         reach = num_layers if re.search(r"(end_layer|num_layers|len\(self\.layers\))\s+in\s+self\.layers_to_capture",
                                         text) else num_layers - 1

@@ -311,3 +311,14 @@ def test_source_files_are_only_read(box, sglang_source):
     assert before == {p: hashlib.sha256((sglang_source / p).read_bytes()).hexdigest() for p in PATH_FILES}
     assert re.fullmatch(r"\d+\.\d+\.\d+", find_engine(box, python=sys.executable, package="workbench.sandbox")
                         .version.split("+")[0])
+
+
+def test_kimi_target_follows_the_capture_delegation_to_deepseek(box, sglang_source):
+    """Kimi-K2.5 hands set_eagle3_layers_to_capture to its language_model (DeepseekV3 in 0.5.23):
+    the offset rule and the capture point come from deepseek_v2.py, the map says so."""
+    cmap = code_path_map(_src(box, sglang_source), target_arch="KimiK25ForConditionalGeneration",
+                         aux_ids=[1, 29, 57], num_layers=61)
+    rule, point = cmap.entry("target-offset-rule"), cmap.entry("target-capture-point")
+    assert rule.file.endswith("srt/models/kimi_k25.py") and "kimi_k25.py" in rule.detail
+    assert "deepseek_v2.py" in rule.detail and "captures [2, 30, 58]" in rule.detail
+    assert point.found and point.file.endswith("srt/models/deepseek_v2.py")
