@@ -47,7 +47,7 @@ from workbench.rules import Finding
 
 __all__ = [
     "PathEntry", "CodePathMap", "LANDMARKS", "code_path_map", "scan_swallowed", "Recipe", "RECIPES",
-    "recipe_probe", "ProbeSpec", "DRAFT_CLASS_FILES",
+    "recipe_probe", "ProbeSpec", "DRAFT_CLASS_FILES", "add_recipe", "map_for_launch",
 ]
 
 SPEC_AUX_FILE = "srt/model_executor/model_runner_components/spec_aux_hidden_state.py"
@@ -775,3 +775,18 @@ def map_for_launch(box, src: EngineSource, launch, *, cwd: Optional[str] = None,
         except CheckpointError as exc:
             notes.append(f"{role} config not read ({exc}): default {role} class used")
     return code_path_map(src, **kw)
+
+
+def add_recipe(box, cmap: CodePathMap, name: str, *, tag: Optional[str] = None, python: Optional[str] = None,
+               timeout: float = 60):
+    """Add recipe ``name``'s probe on ``box`` (:func:`recipe_probe`, then
+    :func:`remote.probes.add_probe` with the map entry's line and function as the anchor).
+    ``python``: the interpreter that compiles the patched file on the box (the engine's, e.g.
+    :attr:`workbench.engine.EngineInfo.python`). Returns the journalled ``remote.probes.Probe``.
+    Raises what those two raise (``KeyError``, :class:`SourceLookupError`, ``remote.errors.ProbeError``
+    and its subclasses)."""
+    from remote.probes import add_probe
+
+    spec = recipe_probe(cmap, name, tag=tag)
+    return add_probe(box, spec.path, before=spec.line, function=spec.function, exprs=list(spec.exprs),
+                     tag=spec.tag, python=python, timeout=timeout)

@@ -322,3 +322,29 @@ def test_kimi_target_follows_the_capture_delegation_to_deepseek(box, sglang_sour
     assert rule.file.endswith("srt/models/kimi_k25.py") and "kimi_k25.py" in rule.detail
     assert "deepseek_v2.py" in rule.detail and "captures [2, 30, 58]" in rule.detail
     assert point.found and point.file.endswith("srt/models/deepseek_v2.py")
+
+
+def test_recipes_patch_compile_and_revert_on_real_0_5_23(sglang_copy, tmp_path):
+    """Each recipe's probe goes into the real 0.5.23 file at its map entry's line, the patched file
+    compiles on the box, and revert_all restores every file byte for byte."""
+    from remote import connect
+    from remote.probes import list_probes, revert_all
+    from workbench.codepath import add_recipe
+
+    files = {p: hashlib.sha256(p.read_bytes()).hexdigest() for p in sglang_copy.rglob("*.py")}
+    with connect("local", state_dir=tmp_path / "state", python=sys.executable) as box:
+        cmap = code_path_map(_src(box, sglang_copy))
+        probes = [add_recipe(box, cmap, name) for name in RECIPES]
+        assert [(p.tag, p.line) for p in probes] == [("draft-input-width", 238), ("target-capture-layers", 487),
+                                                     ("draft-d2t", 757)]
+        patched = (sglang_copy / "srt/models/llama_eagle3.py").read_text().splitlines()
+        assert patched[237].strip() == "# >>> eagle-workbench probe draft-input-width >>>"
+        assert patched[237].startswith(" " * 8)
+        block_end = patched.index("        # <<< eagle-workbench probe draft-input-width <<<")
+        assert patched[block_end + 1].strip() == "if hidden_states.shape[-1] != embeds.shape[-1]:"
+        for p in files:
+            compile(p.read_text(), str(p), "exec")
+        assert {p.tag for p in list_probes(box)} == set(RECIPES)
+        assert len(revert_all(box)) == 3
+        assert list_probes(box) == []
+    assert files == {p: hashlib.sha256(p.read_bytes()).hexdigest() for p in sglang_copy.rglob("*.py")}
