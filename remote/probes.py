@@ -21,6 +21,12 @@ patched file, never half of one, and ``revert_all`` (from any later session) cle
 ``revert_probe`` restores the backup byte for byte and checks the sha256; it refuses, keeping the
 backup, when the file is neither the patched text nor the original (someone edited it).
 Probes on the same file stack: revert the newest first (``revert_all`` does).
+
+Reading back: ``read_probe_log`` greps the server's log on the box for ``[probe:TAG]`` (the log is
+never read whole) and returns one ``ProbeReading`` per line, each value parsed by
+``parse_probe_value`` (shapes to tuples of ints, Python literals to values, anything else kept
+as the printed text). ``probe_file_status`` says whether a probed file is still as the journal
+recorded it.
 """
 
 from __future__ import annotations
@@ -29,12 +35,13 @@ import ast
 import dataclasses
 import hashlib
 import json
+import math
 import os
 import re
 import signal
 import time
 from dataclasses import dataclass
-from typing import Iterable, Optional, Sequence, Union
+from typing import Any, Iterable, Optional, Sequence, Union
 
 from .box import Box, PathLike
 from .errors import (
@@ -46,6 +53,7 @@ from .errors import (
     ProbeExists,
     ProbeNotFound,
     RemoteFileNotFound,
+    RemoteIsADirectory,
 )
 
 BEGIN_MARKER = "# >>> eagle-workbench probe {tag} >>>"
@@ -123,10 +131,10 @@ def _save(box: Box, probe: Probe) -> None:
     box.write_file(probe.journal_path, json.dumps(probe.to_dict(), indent=2) + "\n", mode=0o600, make_dirs=True)
 
 
-def _load(box: Box, tag: str) -> Optional[Probe]:
+def _load(box: Box, tag: str, *, timeout: float = 30) -> Optional[Probe]:
     path = _journal_path(box, tag)
     try:
-        text = box.read_text(path)
+        text = box.read_text(path, timeout=timeout)
     except RemoteFileNotFound:
         return None
     try:
@@ -135,13 +143,14 @@ def _load(box: Box, tag: str) -> Optional[Probe]:
         raise ProbeError(f"probe journal entry is unreadable ({exc})", path=path, box=box.name) from None
 
 
-def list_probes(box: Box) -> list[Probe]:
-    """Probes recorded on the box (active and pending), oldest first."""
+def list_probes(box: Box, *, timeout: float = 30) -> list[Probe]:
+    """Probes recorded on the box (active and pending), oldest first. ``timeout``: seconds for
+    each box call. Raises ``ProbeError`` for an unreadable journal entry."""
     try:
-        names = box.listdir(journal_dir(box))
+        names = box.listdir(journal_dir(box), timeout=timeout)
     except RemoteFileNotFound:
         return []
-    probes = [_load(box, n[: -len(".json")]) for n in names if n.endswith(".json")]
+    probes = [_load(box, n[: -len(".json")], timeout=timeout) for n in names if n.endswith(".json")]
     return sorted((p for p in probes if p is not None), key=lambda p: (p.created_at, p.tag))
 
 
@@ -389,7 +398,7 @@ def add_probe(
     p = box.realpath(path, timeout=timeout)  # patch the real file, never replace a symlink
     python = python or box.python
 
-    existing = _load(box, tag)
+    existing = _load(box, tag, timeout=timeout)
     if existing is not None:
         same = existing.path == p and existing.exprs == exprs and existing.anchor == before and existing.function == function
         if not same:
@@ -486,6 +495,68 @@ def add_probe(
     return probe
 
 
+def locate_anchor(
+    box: Box, path: PathLike, *, before: Union[str, int], function: Optional[str] = None, timeout: float = 60
+) -> int:
+    """The 1-based line of the file ``path`` on the box that a probe with this anchor would go
+    before (the same rules as :func:`add_probe`: one match outside other probes' blocks, within
+    ``function``, on the first line of a statement). Reads the file; changes nothing.
+
+    Raises ``AnchorNotFound`` / ``AnchorAmbiguous``; ``RemoteFileNotFound`` when the file is
+    absent; ``ProbeError`` when it is not UTF-8.
+    """
+    p = box.realpath(path, timeout=timeout)
+    raw = box.read_bytes(p, timeout=timeout)
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ProbeError(f"cannot probe a file that is not UTF-8 (byte {exc.start})", path=p, box=box.name) from None
+    return _find_anchor(text, _split_lines(text), before, function, p, box) + 1
+
+
+#: What :func:`probe_file_status` can say about a probed file.
+FILE_STATUSES = {
+    "patched": "patched as recorded",
+    "stacked": "patched, with newer probes on top",
+    "original": "back to the original",
+    "edited": "edited by someone else",
+    "missing": "missing",
+}
+
+
+def probe_file_status(
+    box: Box, probe: Probe, *, others: Optional[Sequence[Probe]] = None, timeout: float = 60
+) -> tuple[str, Optional[str]]:
+    """``(status, sha256 now)`` of the file ``probe`` patched, judged from its sha256 against the
+    journal: ``"patched"`` (the probe's patched text), ``"stacked"`` (the patched text of a newer
+    probe on the same file that was added on top of this one, directly or through others),
+    ``"original"`` (the bytes before the probe), ``"edited"`` (anything else: someone changed
+    it), ``"missing"`` (sha256 ``None``). ``others``: the journal's probes (read when not given).
+    Box errors other than a missing file propagate.
+    """
+    try:
+        current = box.sha256(probe.path, timeout=timeout)
+    except RemoteFileNotFound:
+        return "missing", None
+    if current == probe.patched_sha256:
+        return "patched", current
+    if current == probe.original_sha256:
+        return "original", current
+    others = list_probes(box, timeout=timeout) if others is None else list(others)
+    top = probe.patched_sha256
+    chain = True
+    while chain:
+        chain = False
+        for q in others:
+            if q.tag != probe.tag and q.path == probe.path and q.original_sha256 == top and q.patched_sha256 != top:
+                top = q.patched_sha256
+                if current == top:
+                    return "stacked", current
+                chain = True
+                break
+    return "edited", current
+
+
 def revert_probe(box: Box, probe: Union[Probe, str], *, timeout: float = 60) -> Probe:
     """Remove a probe: restore the backed-up original byte for byte and drop the journal entry.
 
@@ -499,7 +570,7 @@ def revert_probe(box: Box, probe: Union[Probe, str], *, timeout: float = 60) -> 
     restored file's sha256 does not match the original.
     """
     tag = probe.tag if isinstance(probe, Probe) else probe
-    entry = _load(box, tag)
+    entry = _load(box, tag, timeout=timeout)
     if entry is None:
         raise ProbeNotFound(f"no probe {tag!r} in the journal at {journal_dir(box)}", box=box.name)
     if entry.temp_path:
@@ -519,7 +590,7 @@ def revert_probe(box: Box, probe: Union[Probe, str], *, timeout: float = 60) -> 
     if current != entry.patched_sha256:
         newer = [
             q.tag
-            for q in list_probes(box)
+            for q in list_probes(box, timeout=timeout)
             if q.tag != tag and q.path == entry.path and q.original_sha256 == entry.patched_sha256
         ]
         if newer:
@@ -564,7 +635,7 @@ def revert_all(box: Box, *, timeout: float = 60) -> list[Probe]:
     """
     reverted: list[Probe] = []
     failures: list[str] = []
-    for probe in reversed(list_probes(box)):
+    for probe in reversed(list_probes(box, timeout=timeout)):
         try:
             reverted.append(revert_probe(box, probe, timeout=timeout))
         except ProbeError as exc:
@@ -582,6 +653,12 @@ def revert_all(box: Box, *, timeout: float = 60) -> list[Probe]:
 # -- reading what probes printed ---------------------------------------------------------------
 
 
+def _line_rx(tag: str) -> "re.Pattern[str]":
+    """A probe's output line: ``[probe:TAG] `` not preceded by a quote (a traceback that quotes
+    the probe's own source, ``print('[probe:TAG] ' + ...)``, is not output)."""
+    return re.compile(r"(?<!['\"])\[probe:" + re.escape(tag) + r"\] (.*)$")
+
+
 def read_probe_output(
     log: Union[str, Iterable[str]], tag: Union[str, Probe], *, exprs: Optional[Sequence[str]] = None
 ) -> list[dict[str, str]]:
@@ -596,7 +673,7 @@ def read_probe_output(
         exprs = exprs or tag.exprs
         tag = tag.tag
     lines = log.splitlines() if isinstance(log, str) else log
-    rx = re.compile(r"\[probe:" + re.escape(tag) + r"\] (.*)$")
+    rx = _line_rx(tag)
     out = []
     for line in lines:
         m = rx.search(line.rstrip("\r\n"))
@@ -723,3 +800,131 @@ def parse_shape(text: str) -> tuple[int, ...]:
     if not all(re.fullmatch(r"\d+", s) for s in parts):
         raise ValueError(f"not a shape: {text!r}")
     return tuple(int(s) for s in parts)
+
+
+# -- parsed read-back from a log on the box ---------------------------------------------------
+
+_NON_FINITE = {"nan": float("nan"), "inf": float("inf"), "-inf": float("-inf")}
+_SIZE_RE = re.compile(r"\s*(?:torch\.)?Size\(")
+
+
+def parse_probe_value(text: str) -> Any:
+    """One printed value (a ``repr``) as a Python value where that is safe and unambiguous.
+
+    * a shape, ``torch.Size([1, 5, 480])`` or ``(1, 480)``, -> a tuple of ints;
+    * ints, floats (``nan``/``inf`` too), bools, ``None``, strings, bytes, lists, tuples, dicts,
+      sets -> the value (:func:`ast.literal_eval`, never ``eval``);
+    * anything else (``torch.float32``, ``tensor([...])``, ``<error:...>``, a repr cut at
+      ``MAX_REPR`` characters) -> the text unchanged.
+
+    Raises ``TypeError`` when ``text`` is not a string.
+    """
+    if not isinstance(text, str):
+        raise TypeError(f"a probe value is text, got {type(text).__name__}")
+    s = text.strip()
+    if _SIZE_RE.match(s):
+        try:
+            return parse_shape(s)
+        except ValueError:
+            return text
+    if s in _NON_FINITE:
+        return _NON_FINITE[s]
+    if not s or s.startswith("<"):
+        return text
+    try:
+        return ast.literal_eval(s)
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        return text
+
+
+@dataclass(frozen=True)
+class ProbeReading:
+    """One line a probe printed, read back from a log.
+
+    ``values``: ``{expr: parsed value}`` (:func:`parse_probe_value`); ``raw``: ``{expr: the
+    printed text}``; a line printed by a failing probe has the single key ``probe_error``.
+    ``line_number``: 1-based line in the log; ``log_line``: the whole line as logged (rank tags
+    and any prefix included).
+    """
+
+    tag: str
+    values: dict
+    raw: dict
+    line_number: int
+    log_line: str = ""
+
+    @property
+    def error(self) -> Optional[str]:
+        """The failure text when the probe itself failed (``<probe failed:...>``), else ``None``."""
+        return self.raw.get("probe_error")
+
+    @property
+    def errors(self) -> dict:
+        """``{expr: text}`` of the expressions that raised (printed as ``<error:...>``)."""
+        return {k: v for k, v in self.raw.items() if k != "probe_error" and v.startswith("<error:")}
+
+    def to_dict(self) -> dict:
+        """JSON-ready: tuples become lists; values JSON cannot hold (sets, bytes, nan) as text."""
+        return {"tag": self.tag, "line_number": self.line_number, "values": {k: _jsonable(v) for k, v in self.values.items()},
+                "raw": dict(self.raw), "log_line": self.log_line}
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, float) and not math.isfinite(value):
+        return repr(value)  # JSON has no nan / inf
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    return repr(value)
+
+
+def read_probe_log(
+    box: Box,
+    log_path: PathLike,
+    tag: Union[str, Probe],
+    *,
+    exprs: Optional[Sequence[str]] = None,
+    timeout: float = 30,
+) -> list[ProbeReading]:
+    """What probe ``tag`` printed into the log file ``log_path`` on the box, one
+    :class:`ProbeReading` per line, in log order (``[]`` when it has not fired).
+
+    The log is never read whole: ``grep -n -a -F -- "[probe:TAG]" LOG`` runs on the box and only
+    the matching lines come back (a multi-GB log costs one sequential scan there). Fields are
+    split on ``exprs`` (or the ``Probe``'s) when known, else heuristically (see
+    :func:`read_probe_output`). ``timeout`` in seconds for the grep.
+
+    Raises ``ProbeError`` for a malformed tag or when grep fails for another reason;
+    ``RemoteFileNotFound`` when the log does not exist, ``RemoteIsADirectory`` when it is a
+    directory, ``RemotePermissionError`` when it cannot be read; ``CommandTimedOut`` on time-out.
+    """
+    if isinstance(tag, Probe):
+        exprs = exprs or tag.exprs
+        tag = tag.tag
+    if not isinstance(tag, str) or not TAG_RE.match(tag):
+        raise ProbeError(f"probe tag {tag!r} must match {TAG_RE.pattern}")
+    path = box.expand_path(log_path)
+    res = box.run(["grep", "-n", "-a", "-F", "--", f"[probe:{tag}]", path], timeout=timeout, check=False)
+    if res.exit_code == 1:
+        return []
+    if res.exit_code != 0:
+        st = box.stat(path, timeout=timeout)  # RemoteFileNotFound / RemotePermissionError, typed
+        if st.is_dir:
+            raise RemoteIsADirectory(f"the log {path} is a directory", path=path, box=box.name)
+        raise ProbeError(f"grep over the log failed (exit {res.exit_code}): {res.stderr.strip()[-300:]}",
+                         path=path, box=box.name)
+    readings: list[ProbeReading] = []
+    for row in res.stdout.splitlines():
+        number, sep, line = row.partition(":")
+        if not sep or not number.isdigit():
+            continue
+        parsed = read_probe_output([line], tag, exprs=exprs)
+        if not parsed:
+            continue  # "[probe:TAG]" quoted, or not followed by the values
+        raw = parsed[0]
+        values = dict(raw) if "probe_error" in raw else {k: parse_probe_value(v) for k, v in raw.items()}
+        readings.append(ProbeReading(tag, values, raw, int(number), line.rstrip("\r")))
+    return readings

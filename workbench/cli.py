@@ -6,9 +6,21 @@
     workbench restore [--host SPEC]                               undo what an interrupted diagnosis left
     workbench doctor --launch "CMD" [--cwd DIR] | --running [--host SPEC] [--json]   every preflight rule on a launch
                                                                   command or the running server
+    workbench probe add --host H --file PATH (--before REGEX | --line N) [--function F] --print EXPR...
+                        [--tag TAG] [--python P] [--port N] [--package PKG] [--timeout S]
+                                                                  inject a one-shot debug print (relative PATH:
+                                                                  against the engine's package root)
+    workbench probe add --host H --recipe NAME [--target-arch A] [--draft-arch A] [--tag TAG] [...]
+                                                                  a named probe on the EAGLE-3 code path
+    workbench probe recipes                                       the named probes and how to read them
+    workbench probe list --host H [--json]                        the probes in the box's journal and their files
+    workbench probe revert --host H (--tag TAG | --file PATH | --all)   restore the files byte for byte
+    workbench probe read --host H --tag TAG (--log FILE | --port N) [--json]   what a probe printed, parsed
 
 Exit codes: 0 success (doctor: no error finding), 1 a failure (doctor: at least one error
-finding), 2 the command itself could not run (bad arguments, unreachable box).
+finding; probe: a revert refused because someone else edited the file, or a probe that has not
+printed yet), 2 the command itself could not run (bad arguments, unreachable box, unknown tag or
+recipe, no engine found, an anchor that matches no line or several, an expression that is not Python).
 """
 
 from __future__ import annotations
@@ -326,6 +338,357 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
     return report.exit_code
 
 
+# -- workbench probe -----------------------------------------------------------------------------
+
+
+class _ProbeExit(Exception):
+    """Ends a ``workbench probe`` subcommand with ``code`` and a one-line ``message`` on stderr."""
+
+    def __init__(self, code: int, message: str):
+        self.code = code
+        super().__init__(message)
+
+
+def _one_line(text: str) -> str:
+    return " ".join(str(text).split())
+
+
+def _is_box_absolute(path: str) -> bool:
+    return path.startswith(("/", "~"))
+
+
+def _default_probe_tag(path: str, line: int, taken: set[str]) -> str:
+    """``<file stem>-L<line>`` (valid per ``remote.probes.TAG_RE``), with ``-2``, ``-3``... when
+    the journal already uses it."""
+    import posixpath
+    import re
+
+    stem = re.sub(r"[^A-Za-z0-9_.-]", "_", posixpath.splitext(posixpath.basename(path))[0]).lstrip("_.-")
+    base = f"{(stem or 'probe')[:48]}-L{line}"
+    tag, n = base, 2
+    while tag in taken:
+        tag, n = f"{base}-{n}", n + 1
+    return tag
+
+
+def _probe_engine(box: Any, args: argparse.Namespace):
+    """``find_engine`` with the command's --python / --port / --package."""
+    from workbench.engine import find_engine
+
+    return find_engine(box, python=args.python, port=args.port, package=args.package, timeout=args.timeout)
+
+
+def _probe_add(args: argparse.Namespace, box: Any) -> int:
+    import ast as _ast
+
+    from remote import probes
+    from remote.errors import RemoteFileNotFound
+    from workbench.codepath import RECIPES, code_path_map, recipe_probe
+    from workbench.engine import EngineNotFound
+
+    file_opts = [name for name, value in (("--file", args.file), ("--before", args.before), ("--line", args.line),
+                                          ("--function", args.function), ("--print", args.print)) if value]
+    if args.recipe:
+        if file_opts:
+            raise _ProbeExit(2, f"--recipe sets the file, anchor and expressions itself; drop {', '.join(file_opts)}")
+        if args.recipe not in RECIPES:
+            raise _ProbeExit(2, f"no probe recipe {args.recipe!r} (recipes: {', '.join(RECIPES)}; "
+                                "see `workbench probe recipes`)")
+    else:
+        if not args.file:
+            raise _ProbeExit(2, "give --file PATH with --before REGEX or --line N and --print EXPR, or --recipe NAME")
+        if (args.before is None) == (args.line is None):
+            raise _ProbeExit(2, "give exactly one of --before REGEX or --line N")
+        if args.line is not None and args.line < 1:
+            raise _ProbeExit(2, f"--line must be a 1-based line number, got {args.line}")
+        if not args.print:
+            raise _ProbeExit(2, "give at least one --print EXPR (a Python expression evaluated at the anchor)")
+        for expr in args.print:
+            try:
+                _ast.parse(expr, mode="eval")
+            except SyntaxError as exc:
+                raise _ProbeExit(2, f"--print {expr!r} is not a Python expression ({exc.msg})") from None
+    if args.tag is not None and not probes.TAG_RE.match(args.tag):
+        raise _ProbeExit(2, f"--tag {args.tag!r} must be letters, digits and _.- (regex {probes.TAG_RE.pattern})")
+
+    engine = None
+    engine_note = ""
+    if args.recipe or not _is_box_absolute(args.file):
+        try:
+            engine = _probe_engine(box, args)
+        except EngineNotFound as exc:
+            what = f"recipe {args.recipe}" if args.recipe else f"the relative --file {args.file}"
+            raise _ProbeExit(2, f"no engine found for {what}: {_one_line(exc)}"
+                                + ("" if args.recipe else "; or give the file's absolute path")) from None
+    elif not args.python:
+        try:
+            engine = _probe_engine(box, args)
+        except EngineNotFound as exc:
+            engine_note = f" (engine not located: {_one_line(exc)})"
+    python = args.python or (engine.python if engine is not None else box.python)
+
+    reads = None
+    if args.recipe:
+        recipe = RECIPES[args.recipe]
+        cmap = code_path_map(engine.source(box, timeout=args.timeout), target_arch=args.target_arch,
+                             draft_arch=args.draft_arch, keys=[recipe.entry])
+        spec = recipe_probe(cmap, args.recipe, tag=args.tag)
+        path, before, function, exprs, tag = spec.path, spec.line, spec.function, tuple(spec.exprs), spec.tag
+        reads = recipe.reads
+    else:
+        path = engine.source(box, timeout=args.timeout).path(args.file) if engine is not None and \
+            not _is_box_absolute(args.file) else box.expand_path(args.file)
+        before = args.before if args.before is not None else args.line
+        function, exprs, tag = args.function, tuple(args.print), args.tag
+    try:
+        real = box.realpath(path, timeout=args.timeout)
+        if not box.exists(real, timeout=args.timeout):
+            raise RemoteFileNotFound("no such file", path=path, box=box.name)
+    except RemoteFileNotFound:
+        raise _ProbeExit(2, f"no file {path} on {box.name}") from None
+
+    journal = {p.tag: p for p in probes.list_probes(box, timeout=args.timeout)}
+    if tag is None:
+        same = [p for p in journal.values() if p.path == real and p.anchor == before and p.function == function
+                and p.exprs == exprs]
+        if same:
+            tag = same[0].tag
+        else:
+            line = before if isinstance(before, int) else probes.locate_anchor(
+                box, real, before=before, function=function, timeout=args.timeout)
+            tag = _default_probe_tag(real, line, set(journal))
+    existing = journal.get(tag)
+    if args.recipe and existing is not None and existing.path == real and existing.exprs == exprs \
+            and existing.function == function:
+        before = existing.anchor  # the map's line moved down by the block already there
+    probe = probes.add_probe(box, real, before=before, exprs=exprs, tag=tag, function=function, python=python,
+                             timeout=args.timeout)
+    again = existing is not None and existing.created_at == probe.created_at
+    anchor_text = box.read_lines(probe.path, probe.line + probe.block_lines, probe.line + probe.block_lines,
+                                 timeout=args.timeout)
+    port = args.port or (engine.port if engine is not None else None)
+    if args.json:
+        out = {**probe.to_dict(), "already_added": again, "python": python,
+               "anchor_text": anchor_text[0][1] if anchor_text else None, "recipe": args.recipe,
+               "engine": engine.to_dict() if engine is not None else None}
+        print(json.dumps(out, indent=2))
+        return 0
+    print(f"probe {probe.tag} {'is already in place' if again else 'added'} on {box.name}")
+    print(f"  file:    {probe.path}:{probe.line}" + (f"  (in {probe.function})" if probe.function else ""))
+    if anchor_text:
+        print(f"  before:  {anchor_text[0][1].strip()}")
+    print(f"  prints:  {', '.join(probe.exprs)}")
+    print(f"           once per process, on its stderr: [probe:{probe.tag}] "
+          + " ".join(f"{e}=..." for e in probe.exprs))
+    if reads:
+        print(f"  reading: {reads}")
+    print(f"  checked: the patched file compiles with {python}{engine_note}")
+    if engine is not None:
+        print(f"  engine:  {engine.package} {engine.version or '(version unknown)'} at {engine.root}")
+    print(f"  journal: {probe.journal_path} (original kept at {probe.backup_path}, sha256 "
+          f"{probe.original_sha256[:16]}…)")
+    host = f"--host {args.host}"
+    where = f"--port {port}" if port else "--log <the server's log file>  (or --port N of the running server)"
+    print("next steps:")
+    print("  1. restart the server so it loads the patched file (the probe prints once per process)")
+    print("  2. send a request, then read what it printed:")
+    print(f"       workbench probe read {host} --tag {probe.tag} {where}")
+    print("  3. revert it (restores the file byte for byte):")
+    print(f"       workbench probe revert {host} --tag {probe.tag}")
+    return 0
+
+
+def _probe_recipes(args: argparse.Namespace) -> int:
+    from workbench.codepath import RECIPES
+
+    if args.json:
+        print(json.dumps([{"name": r.name, "entry": r.entry, "exprs": list(r.exprs), "description": r.description,
+                           "reads": r.reads} for r in RECIPES.values()], indent=2))
+        return 0
+    for r in RECIPES.values():
+        print(f"{r.name}")
+        print(f"  where:   before the code-path entry {r.entry} (found in the box's own source)")
+        print(f"  shows:   {r.description}")
+        print(f"  prints:  {', '.join(r.exprs)}")
+        print(f"  reading: {r.reads}")
+    print("add one with: workbench probe add --host H --recipe NAME [--python P | --port N] [--package PKG]")
+    return 0
+
+
+def _probe_list(args: argparse.Namespace, box: Any) -> int:
+    import datetime
+
+    from remote import probes
+
+    entries = probes.list_probes(box, timeout=args.timeout)
+    rows = []
+    for p in entries:
+        status, sha = probes.probe_file_status(box, p, others=entries, timeout=args.timeout)
+        created = datetime.datetime.fromtimestamp(p.created_at).astimezone().isoformat(timespec="seconds")
+        rows.append((p, status, sha, created))
+    if args.json:
+        print(json.dumps([{**p.to_dict(), "created": created, "file_status": status,
+                           "file_status_text": probes.FILE_STATUSES[status], "file_sha256": sha}
+                          for p, status, sha, created in rows], indent=2))
+        return 0
+    if not rows:
+        print(f"no probes on {box.name} (journal {probes.journal_dir(box)})")
+        return 0
+    print(f"{len(rows)} probe(s) on {box.name} (journal {probes.journal_dir(box)}), oldest first:")
+    for p, status, sha, created in rows:
+        print(f"  {p.tag}  [{p.state}]  {p.path}:{p.line}" + (f"  (in {p.function})" if p.function else ""))
+        print(f"      prints: {', '.join(p.exprs)}")
+        note = ""
+        if p.state == "pending":
+            note = "; an add was interrupted: `workbench probe revert` cleans it up"
+        print(f"      added {created}; file: {probes.FILE_STATUSES[status]}{note}")
+    return 0
+
+
+def _probe_revert(args: argparse.Namespace, box: Any) -> int:
+    import posixpath
+
+    from remote import probes
+    from remote.errors import ProbeConflict, ProbeError
+
+    chosen = [name for name, value in (("--tag", args.tag), ("--file", args.file), ("--all", args.all)) if value]
+    if len(chosen) != 1:
+        raise _ProbeExit(2, "give exactly one of --tag TAG, --file PATH or --all")
+    entries = probes.list_probes(box, timeout=args.timeout)
+    if args.tag:
+        if args.tag not in {p.tag for p in entries}:
+            known = ", ".join(p.tag for p in entries) or "none"
+            raise _ProbeExit(2, f"no probe {args.tag!r} in the journal on {box.name} (probes: {known})")
+        targets = [p for p in entries if p.tag == args.tag]
+    elif args.file:
+        if _is_box_absolute(args.file):
+            real = box.realpath(box.expand_path(args.file), timeout=args.timeout)
+            targets = [p for p in entries if p.path in (real, box.expand_path(args.file))]
+        else:
+            rel = posixpath.normpath(args.file)
+            targets = [p for p in entries if p.path.endswith("/" + rel)]
+            files = sorted({p.path for p in targets})
+            if len(files) > 1:
+                raise _ProbeExit(2, f"--file {args.file} matches probes on {len(files)} files ({', '.join(files)}); "
+                                    "give the absolute path")
+        if not targets:
+            known = ", ".join(sorted({p.path for p in entries})) or "none"
+            raise _ProbeExit(2, f"no probe on {args.file} in the journal on {box.name} (probed files: {known})")
+        targets = list(reversed(targets))  # newest first
+    else:
+        targets = list(reversed(entries))
+        if not targets:
+            print(f"no probes to revert on {box.name}")
+            return 0
+    failures = []
+    for p in targets:
+        try:
+            entry = probes.revert_probe(box, p.tag, timeout=args.timeout)
+        except ProbeConflict as exc:
+            failures.append(exc)
+            print(f"workbench probe revert: NOT reverted {p.tag}: {_one_line(exc)}", file=sys.stderr)
+            continue
+        except ProbeError as exc:
+            failures.append(exc)
+            print(f"workbench probe revert: NOT reverted {p.tag}: {_one_line(exc)}", file=sys.stderr)
+            continue
+        sha = box.sha256(entry.path, timeout=args.timeout)
+        same = "matches the original's" if sha == entry.original_sha256 else \
+            f"DOES NOT match the original's {entry.original_sha256[:16]}…"
+        what = "cleaned up an interrupted add of" if entry.state == "pending" else "reverted"
+        print(f"{what} {entry.tag}: {entry.path} restored byte for byte (sha256 {sha[:16]}… {same})")
+    return 1 if failures else 0
+
+
+def _probe_read(args: argparse.Namespace, box: Any) -> int:
+    from remote import probes
+    from remote.errors import RemoteFileNotFound, RemoteIsADirectory, RemotePermissionError
+    from workbench.engine import running_servers
+
+    if not probes.TAG_RE.match(args.tag):
+        raise _ProbeExit(2, f"--tag {args.tag!r} is not a probe tag (regex {probes.TAG_RE.pattern})")
+    if (args.log is None) == (args.port is None):
+        raise _ProbeExit(2, "give exactly one of --log FILE or --port N (the running server's port)")
+    if args.log is not None:
+        log = box.expand_path(args.log)
+    else:
+        servers = running_servers(box, port=args.port, timeout=args.timeout)
+        if not servers:
+            raise _ProbeExit(2, f"no server runs on port {args.port} on {box.name}; pass --log FILE")
+        if not servers[0].log_path:
+            raise _ProbeExit(2, f"the server on port {args.port} (pid {servers[0].pid}) does not write its stderr "
+                                "to a file; pass --log FILE")
+        log = servers[0].log_path
+    known = {p.tag: p for p in probes.list_probes(box, timeout=args.timeout)}
+    probe = known.get(args.tag)
+    try:
+        readings = probes.read_probe_log(box, log, probe or args.tag, timeout=args.timeout)
+    except (RemoteFileNotFound, RemoteIsADirectory, RemotePermissionError) as exc:
+        raise _ProbeExit(2, f"cannot read the log: {_one_line(exc)}") from None
+    if args.json:
+        print(json.dumps({"tag": args.tag, "log": log, "readings": [r.to_dict() for r in readings]}, indent=2))
+    else:
+        print(f"probe {args.tag} in {log}: {len(readings)} line(s)")
+        for r in readings:
+            print(f"  line {r.line_number}:")
+            if r.error:
+                print(f"    the probe itself failed: {r.error}")
+                continue
+            for expr, value in r.values.items():
+                raw = r.raw[expr]
+                shown = raw if isinstance(value, str) and value == raw else repr(value)
+                print(f"    {expr} = {shown}" + ("   (raised)" if expr in r.errors else ""))
+    if not readings:
+        why = (f"probe {args.tag} is in the journal: restart the server so it loads the patched file, "
+               "then send a request" if probe is not None else
+               f"and no probe {args.tag!r} is in the journal on {box.name}: was it added?")
+        print(f"workbench probe read: no [probe:{args.tag}] line in {log} yet; {why}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _cmd_probe(args: argparse.Namespace) -> int:
+    """``workbench probe add|recipes|list|revert|read``: exit 0 ok, 1 a failure (a revert refused,
+    nothing printed yet, a conflicting journal), 2 the command could not run."""
+    from remote import connect
+    from remote.errors import (AnchorAmbiguous, AnchorNotFound, ProbeCompileError, ProbeConflict, ProbeError,
+                               ProbeExists, ProbeNotFound, RemoteError, RemoteFileNotFound)
+    from workbench.engine import EngineNotFound, SourceLookupError
+
+    prog = f"workbench probe {args.probe_command}"
+    if args.probe_command == "recipes":
+        return _probe_recipes(args)
+    try:
+        with connect(args.host) as box:
+            return args.probe_func(args, box)
+    except _ProbeExit as exc:
+        print(f"{prog}: {exc}", file=sys.stderr)
+        return exc.code
+    except ProbeCompileError as exc:
+        import re
+
+        output = exc.output or ""
+        last = [line.strip() for line in output.strip().splitlines() if line.strip()]
+        where = re.findall(r'File "[^"]*", line (\d+)', output)
+        head = exc.message.split("\n--- compiler output ---")[0]
+        print(f"{prog}: {_one_line(head)}: {last[-1] if last else 'no compiler output'}"
+              + (f" (at line {where[-1]} of the patched text); nothing was written" if where else
+                 "; nothing was written"), file=sys.stderr)
+        return 2
+    except (AnchorNotFound, AnchorAmbiguous, ProbeExists, ProbeNotFound) as exc:
+        print(f"{prog}: {_one_line(exc)}", file=sys.stderr)
+        return 2
+    except ProbeConflict as exc:
+        print(f"{prog}: {_one_line(exc)}", file=sys.stderr)
+        return 1
+    except (ProbeError, EngineNotFound, SourceLookupError, RemoteFileNotFound) as exc:
+        print(f"{prog}: {_one_line(exc)}", file=sys.stderr)
+        return 2
+    except RemoteError as exc:
+        print(f"{prog}: {type(exc).__name__}: {_one_line(exc)}", file=sys.stderr)
+        return 2
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``workbench`` command."""
     parser = argparse.ArgumentParser(prog="workbench", description=__doc__.split("\n\n")[0])
@@ -359,13 +722,65 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--timeout", type=_positive_seconds, default=30.0,
                    help="seconds for each call to the box (default 30)")
     p.set_defaults(func=_cmd_doctor)
+
+    p = sub.add_parser("probe", help="one-shot debug prints in the engine's source: add, list, revert, read")
+    probe_sub = p.add_subparsers(dest="probe_command", required=True)
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--host", default="local", help="the box: local, an ~/.ssh/config alias, user@host[:port]")
+    common.add_argument("--timeout", type=_positive_seconds, default=60.0,
+                        help="seconds for each call to the box (default 60)")
+    engine_opts = argparse.ArgumentParser(add_help=False)
+    engine_opts.add_argument("--python", help="the interpreter that runs the server, on the box (finds the engine "
+                                              "package; compiles the patched file)")
+    engine_opts.add_argument("--port", type=int, help="the running server's port (its interpreter finds the engine)")
+    engine_opts.add_argument("--package", help="the engine package (default: sglang, or the running server's)")
+
+    q = probe_sub.add_parser("add", parents=[common, engine_opts], help="inject a one-shot print before a line")
+    q.add_argument("--file", help="the Python file on the box: absolute, or relative to the engine package root "
+                                  "(srt/models/llama_eagle3.py)")
+    q.add_argument("--before", help="regex matching the one line the probe goes before")
+    q.add_argument("--line", type=int, help="1-based line number the probe goes before")
+    q.add_argument("--function", help="restrict the anchor to this function (func or Class.method)")
+    q.add_argument("--print", action="append", metavar="EXPR", help="a Python expression to print (repeatable)")
+    q.add_argument("--tag", help="the probe's name (default: the file stem and line, or the recipe name)")
+    q.add_argument("--recipe", help="a named probe on the EAGLE-3 code path (see `workbench probe recipes`)")
+    q.add_argument("--target-arch", default="LlamaForCausalLM", help="with --recipe: the target's architecture")
+    q.add_argument("--draft-arch", default="LlamaForCausalLMEagle3", help="with --recipe: the draft's architecture")
+    q.add_argument("--json", action="store_true")
+    q.set_defaults(func=_cmd_probe, probe_func=_probe_add)
+
+    q = probe_sub.add_parser("recipes", help="the named probes on the EAGLE-3 code path")
+    q.add_argument("--json", action="store_true")
+    q.set_defaults(func=_cmd_probe, probe_func=None)
+
+    q = probe_sub.add_parser("list", parents=[common], help="the probes in the box's journal and their files' state")
+    q.add_argument("--json", action="store_true")
+    q.set_defaults(func=_cmd_probe, probe_func=_probe_list)
+
+    q = probe_sub.add_parser("revert", parents=[common], help="remove probes, restoring the files byte for byte")
+    q.add_argument("--tag", help="the probe to revert")
+    q.add_argument("--file", help="revert every probe on this file, newest first (absolute, or the end of the path)")
+    q.add_argument("--all", action="store_true", help="revert every probe on the box, newest first")
+    q.set_defaults(func=_cmd_probe, probe_func=_probe_revert)
+
+    q = probe_sub.add_parser("read", parents=[common], help="what a probe printed into the server's log, parsed")
+    q.add_argument("--tag", required=True)
+    q.add_argument("--log", help="the server's log file on the box")
+    q.add_argument("--port", type=int, help="the running server's port (its log is found from its stderr)")
+    q.add_argument("--json", action="store_true")
+    q.set_defaults(func=_cmd_probe, probe_func=_probe_read)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``workbench`` command; returns the exit code."""
     args = build_parser().parse_args(argv)
-    return args.func(args)
+    try:
+        return args.func(args)
+    except BrokenPipeError:  # the output went to a pipe that closed (`| head`): what was done is done
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 1
 
 
 if __name__ == "__main__":

@@ -20,14 +20,21 @@ from remote.errors import (
     ProbeError,
     ProbeExists,
     ProbeNotFound,
+    RemoteFileNotFound,
+    RemoteIsADirectory,
 )
 from remote.probes import (
     CRASH_ENV,
     Probe,
+    ProbeReading,
     add_probe,
     journal_dir,
     list_probes,
+    locate_anchor,
+    parse_probe_value,
     parse_shape,
+    probe_file_status,
+    read_probe_log,
     read_probe_output,
     revert_all,
     revert_probe,
@@ -359,3 +366,219 @@ def test_parse_shape(text, shape):
 def test_parse_shape_rejects_non_shapes(text):
     with pytest.raises(ValueError):
         parse_shape(text)
+
+
+# -- read-back from a log on the box -------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "text, value",
+    [
+        ("torch.Size([1, 5, 480])", (1, 5, 480)),
+        ("Size([160])", (160,)),
+        ("(1, 480)", (1, 480)),
+        ("[2, 4, 7]", [2, 4, 7]),
+        ("[]", []),
+        ("None", None),
+        ("True", True),
+        ("-3", -3),
+        ("0.125", 0.125),
+        ("inf", float("inf")),
+        ("'a b=c'", "a b=c"),
+        ("{'k': (1, 2)}", {"k": (1, 2)}),
+        ("torch.float32", "torch.float32"),
+        ("tensor([1, 2])", "tensor([1, 2])"),
+        ("<error:AttributeError(\"'NoneType' object has no attribute 'shape'\")>",
+         "<error:AttributeError(\"'NoneType' object has no attribute 'shape'\")>"),
+        ("[1, 2, 3...", "[1, 2, 3..."),  # a repr cut at MAX_REPR stays text
+        ("torch.Size([1, x])", "torch.Size([1, x])"),
+        ("__import__('os').getcwd()", "__import__('os').getcwd()"),  # never evaluated
+    ],
+)
+def test_parse_probe_value(text, value):
+    assert parse_probe_value(text) == value
+    assert type(parse_probe_value(text)) is type(value)
+
+
+def test_parse_probe_value_nan_and_type_errors():
+    nan = parse_probe_value("nan")
+    assert isinstance(nan, float) and nan != nan
+    with pytest.raises(TypeError):
+        parse_probe_value(480)
+
+
+LOG_LINES = [
+    "[2026-01-01 12:00:00] server_args=ServerArgs(...)",
+    "[probe:width] hidden_states.shape=torch.Size([1, 5, 480]) embeds.shape=torch.Size([1, 5, 160]) "
+    "hidden_states.dtype=torch.float32 x=<error:NameError(\"name 'x' is not defined\")>",
+    "[probe:width2] hidden_states.shape=torch.Size([1, 1])",
+    "    print('[probe:width] ' + ' '.join(_ewb_parts))",  # a traceback quoting the probe's source
+    "[2026-01-01 12:00:01 TP1] [probe:width] hidden_states.shape=torch.Size([1, 5, 160]) "
+    "embeds.shape=torch.Size([1, 5, 160]) hidden_states.dtype=torch.float32 x=None",
+    "[probe:width] <probe failed:RuntimeError('boom')>",
+]
+
+
+def test_read_probe_log_greps_on_the_box_and_parses(box, tmp_path, read_counter):
+    log = tmp_path / "server log.txt"
+    filler = "[2026-01-01 12:00:00] Decode batch, #running-req: 1, #token: 99, accept len: 1.00\n" * 200_000
+    with log.open("wb") as f:  # ~17 MB of ordinary lines, a binary byte, then the probe lines
+        f.write(filler.encode())
+        f.write(b"\x00\xff binary junk\n")
+        f.write(("\n".join(LOG_LINES) + "\n").encode())
+    first = 200_001 + 1  # the line number of LOG_LINES[0]
+    readings = read_probe_log(box, log, "width", exprs=["hidden_states.shape", "embeds.shape", "hidden_states.dtype", "x"])
+    assert read_counter.calls == 0 and read_counter.bytes == 0  # nothing of the log came back but grep's lines
+    assert [r.line_number for r in readings] == [first + 1, first + 4, first + 5]
+    a, b, failed = readings
+    assert isinstance(a, ProbeReading) and a.tag == "width"
+    assert a.values == {"hidden_states.shape": (1, 5, 480), "embeds.shape": (1, 5, 160),
+                        "hidden_states.dtype": "torch.float32", "x": a.raw["x"]}
+    assert a.raw["hidden_states.shape"] == "torch.Size([1, 5, 480])"
+    assert a.errors == {"x": "<error:NameError(\"name 'x' is not defined\")>"} and a.error is None
+    assert b.values["hidden_states.shape"][-1] == 160 and b.values["x"] is None and b.errors == {}
+    assert b.log_line.startswith("[2026-01-01 12:00:01 TP1] [probe:width]")
+    assert failed.error == "<probe failed:RuntimeError('boom')>" and failed.values == {"probe_error": failed.error}
+    assert json.loads(json.dumps(a.to_dict()))["values"]["hidden_states.shape"] == [1, 5, 480]
+    # without exprs the fields are split heuristically, to the same values
+    assert [r.values for r in read_probe_log(box, str(log), "width")][:2] == [a.values, b.values]
+    assert read_probe_log(box, log, "width2")[0].values == {"hidden_states.shape": (1, 1)}
+    assert read_probe_log(box, log, "never-fired") == []
+
+
+def test_read_probe_log_errors_are_typed(box, tmp_path):
+    with pytest.raises(RemoteFileNotFound):
+        read_probe_log(box, tmp_path / "no such.log", "t")
+    with pytest.raises(RemoteIsADirectory):
+        read_probe_log(box, tmp_path, "t")
+    (tmp_path / "x.log").write_text("[probe:t] a=1\n")
+    with pytest.raises(ProbeError, match="tag"):
+        read_probe_log(box, tmp_path / "x.log", "bad tag")
+    assert read_probe_log(box, tmp_path / "x.log", "t")[0].values == {"a": 1}
+
+
+# -- on the real SGLang 0.5.23 source -------------------------------------------------------------
+
+DRAFT_REL = "srt/models/llama_eagle3.py"
+AUX_REL = "srt/model_executor/model_runner_components/spec_aux_hidden_state.py"
+WIDTH_CHECK = "if hidden_states.shape[-1] != embeds.shape[-1]:"
+GATE = "if spec_algorithm.is_eagle3():"
+
+#: Runs the real ``_resolve_eagle_aux_hidden_state`` of a (probed) spec_aux_hidden_state.py, lifted
+#: out of its module with its own line numbers, with stand-ins for what it reads from SGLang.
+RUN_AUX_GATE = textwrap.dedent(
+    """\
+    import __future__, ast, sys
+    path, algo = sys.argv[1], sys.argv[2]
+    tree = ast.parse(open(path).read())
+    fn = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "_resolve_eagle_aux_hidden_state")
+    code = compile(ast.Module(body=[fn], type_ignores=[]), path, "exec", flags=__future__.annotations.compiler_flag)
+
+    class NS:
+        def __init__(self, **kw):
+            self.__dict__.update(kw)
+
+    class Algo:
+        def __init__(self, name):
+            self.name = name
+        def is_eagle(self):
+            return self.name in ("EAGLE", "EAGLE3")
+        def is_standalone(self):
+            return False
+        def is_eagle3(self):
+            return self.name == "EAGLE3"
+        def __repr__(self):
+            return "SpeculativeAlgorithm." + self.name
+
+    class ModelConfig:
+        @staticmethod
+        def from_server_args(server_args, **kw):
+            return NS(num_nextn_predict_layers=None, num_hidden_layers=1, num_attention_layers=1,
+                      is_hybrid_swa=False, is_deepseek_v4_arch=False,
+                      hf_config=NS(eagle_config={"eagle_aux_hidden_state_layer_ids": [1, 29, 57]}))
+
+    spec = NS(speculative_draft_model_path="/models/draft", speculative_draft_model_revision=None)
+    g = {"__name__": "aux_gate", "get_spec": lambda: spec, "ModelConfig": ModelConfig}
+    exec(code, g)
+    config = NS(draft_kv_num_layers=None, eagle_use_aux_hidden_state=False, eagle_aux_hidden_state_layer_ids=None)
+    g["_resolve_eagle_aux_hidden_state"](config=config, server_args=NS(), model_config=NS(), spec_algorithm=Algo(algo),
+                                         is_draft_worker=False)
+    print(config.eagle_use_aux_hidden_state, config.eagle_aux_hidden_state_layer_ids)
+    """
+)
+
+
+def copy_sglang_subset(sglang_source, dest, rels=(DRAFT_REL, AUX_REL)):
+    """A package dir ``dest/sglang`` holding the real files ``rels`` (relative layout kept) and the
+    package's ``__init__.py`` / ``version.py`` / ``_version.py``; returns it."""
+    import shutil
+
+    root = dest / "sglang"
+    for rel in ("__init__.py", "version.py", "_version.py", *rels):
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(sglang_source / rel, root / rel)
+    return root
+
+
+def _line_of(path, text):
+    [n] = [i for i, line in enumerate(path.read_text().splitlines(), 1) if line.strip() == text]
+    return n
+
+
+def test_probes_on_the_real_sglang_source(box, sglang_source, tmp_path):
+    root = copy_sglang_subset(sglang_source, tmp_path / "site")
+    draft, aux = root / DRAFT_REL, root / AUX_REL
+    originals = {p: hashlib.sha256((sglang_source / rel).read_bytes()).hexdigest()
+                 for p, rel in ((draft, DRAFT_REL), (aux, AUX_REL))}
+    width_line, gate_line = _line_of(draft, WIDTH_CHECK), _line_of(aux, GATE)
+
+    assert locate_anchor(box, draft, before=r"if hidden_states\.shape\[-1\] != embeds", function="LlamaModel.forward") \
+        == width_line
+    width = add_probe(box, draft, before=r"if hidden_states\.shape\[-1\] != embeds", function="LlamaModel.forward",
+                      exprs=["hidden_states.shape", "embeds.shape", "self.fc.in_features"], tag="width")
+    gate = add_probe(box, aux, before=r"if spec_algorithm\.is_eagle3\(\):", function="_resolve_eagle_aux_hidden_state",
+                     exprs=["spec_algorithm", "spec_algorithm.is_eagle3()", "draft_path"], tag="gate")
+    assert (width.line, gate.line) == (width_line, gate_line)
+    for probe, path in ((width, draft), (gate, aux)):
+        lines = path.read_text().splitlines()
+        compile(path.read_bytes(), str(path), "exec")  # compiled on the box too (add_probe checked it)
+        assert lines[probe.line - 1].strip() == f"# >>> eagle-workbench probe {probe.tag} >>>"
+        assert lines[probe.line - 1 + probe.block_lines].strip() in (WIDTH_CHECK, GATE)
+        assert probe_file_status(box, probe) == ("patched", probe.patched_sha256)
+    assert [p.tag for p in list_probes(box)] == ["width", "gate"]
+
+    # the probe fires inside the real function, which goes on doing what it did
+    log = tmp_path / "server.log"
+    for algo in ("EAGLE", "EAGLE3"):
+        with log.open("a") as f:
+            out = subprocess.run([sys.executable, "-c", RUN_AUX_GATE, str(aux), algo], stderr=f, stdout=subprocess.PIPE,
+                                 text=True, timeout=60)
+        assert out.returncode == 0, log.read_text()[-2000:]
+        assert out.stdout.split(None, 1) == (["False", "None\n"] if algo == "EAGLE" else ["True", "[1, 29, 57]\n"])
+    readings = read_probe_log(box, log, gate)
+    assert [r.values for r in readings] == [
+        {"spec_algorithm": "SpeculativeAlgorithm.EAGLE", "spec_algorithm.is_eagle3()": False, "draft_path": "/models/draft"},
+        {"spec_algorithm": "SpeculativeAlgorithm.EAGLE3", "spec_algorithm.is_eagle3()": True, "draft_path": "/models/draft"},
+    ]
+
+    assert [p.tag for p in revert_all(box)] == ["gate", "width"]
+    for path, sha in originals.items():
+        assert hashlib.sha256(path.read_bytes()).hexdigest() == sha
+    assert list_probes(box) == [] and sorted(os.listdir(draft.parent)) == ["llama_eagle3.py"]
+
+
+def test_file_status_after_edits_stacks_and_removal(box, src):
+    a = _add_fc(box, src, tag="a")
+    b = add_probe(box, src, before=r"return hidden_states$", function="LlamaModel.forward", exprs=["1"], tag="b")
+    patched = src.read_bytes()
+    assert probe_file_status(box, a)[0] == "stacked" and probe_file_status(box, b)[0] == "patched"
+    with src.open("a") as f:
+        f.write("# edited\n")
+    assert probe_file_status(box, a)[0] == "edited" and probe_file_status(box, b)[0] == "edited"
+    src.write_text(DRAFT_SOURCE)
+    assert probe_file_status(box, a)[0] == "original" and probe_file_status(box, b)[0] == "edited"
+    src.unlink()
+    assert probe_file_status(box, a) == ("missing", None)
+    src.write_bytes(patched)
+    assert [p.tag for p in revert_all(box)] == ["b", "a"]
+    assert src.read_text() == DRAFT_SOURCE

@@ -1,0 +1,126 @@
+"""The three probe recipes on the embedded sandbox box, through ``workbench probe``: the sandbox
+server is launched twice (EAGLE3, then EAGLE) with the probes in place, one ``/generate`` request
+each, and the values read back from each server's log show the mechanism.
+
+* ``draft-input-width``: the draft receives 3 x 160 = 480 wide hidden states under EAGLE3 and the
+  target's 160 under EAGLE (fc is then skipped); ``self.fc.in_features`` is 480 either way.
+* ``target-capture-layers``: the target captures the inputs of layers [2, 4, 7] (the draft's ids
+  [1, 3, 6] + 1) under EAGLE3, none under EAGLE.
+* ``draft-d2t``: under EAGLE3 the worker maps draft ids through ``hot_token_id`` of shape
+  (draft vocab,) = (128,); under EAGLE it holds ``None`` (the target's lm_head replaced the
+  draft's).
+
+The sandbox's source files are shared with other tests: the probes are always reverted (in a
+``finally``) and the files checked byte for byte against what they were before the test.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shlex
+import sys
+from pathlib import Path
+
+import httpx
+import pytest
+
+from remote import connect
+from remote.probes import list_probes, read_probe_log
+from workbench.cli import main
+from workbench.diagnose import sandbox_launch_command
+
+ROOT = Path(__file__).resolve().parents[2]
+SANDBOX = ROOT / "workbench" / "sandbox"
+PROBED = {  # recipe -> the sandbox file its map entry lies in
+    "draft-input-width": "srt/models/llama_eagle3.py",
+    "target-capture-layers": "srt/models/llama.py",
+    "draft-d2t": "srt/speculative/eagle_worker.py",
+}
+
+pytestmark = pytest.mark.slow
+
+
+def _probe(capsys, *argv) -> tuple[int, str, str]:
+    code = main(["probe", *argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def _sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _serve_once(box, algorithm: str, port: int, log: Path, capsys) -> dict:
+    """Launch the sandbox with ``algorithm``, send one /generate, read the three probes (through
+    ``workbench probe read --port`` for one of them, the library for all), stop the server."""
+    argv = shlex.split(sandbox_launch_command(algorithm=algorithm, port=port))
+    handle = box.launch_server(argv, port=port, log_path=log)
+    try:
+        box.wait_healthy(handle, timeout=240)
+        reply = httpx.post(box.url(port) + "/generate", timeout=120, trust_env=False,
+                           json={"text": "def main():\n    ", "sampling_params": {"max_new_tokens": 8, "temperature": 0}})
+        assert reply.status_code == 200, reply.text
+        assert reply.json()["meta_info"]["completion_tokens"] >= 1
+        code, out, err = _probe(capsys, "read", "--tag", "draft-input-width", "--port", str(port), "--json")
+        assert code == 0, err
+        via_cli = json.loads(out)
+        assert via_cli["log"] == str(log)
+    finally:
+        box.stop_server(handle)
+    readings = {name: read_probe_log(box, log, next(p for p in list_probes(box) if p.tag == name), timeout=30)
+                for name in PROBED}
+    for name, found in readings.items():
+        assert len(found) == 1, (algorithm, name, found, log.read_text()[-3000:])  # once per process
+        assert found[0].error is None, found[0].error
+    assert via_cli["readings"][0]["values"]["hidden_states.shape"] == list(readings["draft-input-width"][0].values[
+        "hidden_states.shape"])
+    return {name: found[0] for name, found in readings.items()}
+
+
+def test_recipes_on_the_sandbox_under_eagle3_and_eagle(tmp_path, free_port, monkeypatch, capsys):
+    monkeypatch.setenv("EAGLE_WORKBENCH_STATE_DIR", str(tmp_path / "box-state"))
+    box = connect("local")
+    files = {rel: SANDBOX / rel for rel in PROBED.values()}
+    before = {rel: path.read_bytes() for rel, path in files.items()}
+    target_hidden = json.loads((SANDBOX / "models" / "target" / "config.json").read_text())["hidden_size"]
+    draft_cfg = json.loads((SANDBOX / "models" / "draft" / "config.json").read_text())
+    aux_ids = draft_cfg["eagle_config"]["eagle_aux_hidden_state_layer_ids"]
+    try:
+        for name, rel in PROBED.items():
+            code, out, err = _probe(capsys, "add", "--recipe", name, "--package", "workbench.sandbox",
+                                    "--python", sys.executable, "--json")
+            assert code == 0, err
+            added = json.loads(out)
+            assert added["path"] == str(files[rel]) and added["engine"]["package"] == "workbench.sandbox"
+        assert {p.tag for p in list_probes(box)} == set(PROBED)
+
+        eagle3 = _serve_once(box, "EAGLE3", free_port, tmp_path / "eagle3.log", capsys)
+        eagle = _serve_once(box, "EAGLE", free_port, tmp_path / "eagle.log", capsys)
+    finally:
+        code, out, err = _probe(capsys, "revert", "--all")
+        restored = {rel: path.read_bytes() == before[rel] for rel, path in files.items()}
+    assert code == 0, err
+    assert restored == {rel: True for rel in files}, "a sandbox file was left patched"
+    assert list_probes(box) == []
+
+    width3, width1 = eagle3["draft-input-width"].values, eagle["draft-input-width"].values
+    assert width3["hidden_states.shape"][-1] == 3 * target_hidden == 480
+    assert width1["hidden_states.shape"][-1] == target_hidden == 160
+    assert width3["embeds.shape"][-1] == width1["embeds.shape"][-1] == draft_cfg["hidden_size"]
+    assert width3["self.fc.in_features"] == width1["self.fc.in_features"] == 480
+    assert width3["hidden_states.dtype"] == "torch.float32"
+
+    layers3, layers1 = eagle3["target-capture-layers"].values, eagle["target-capture-layers"].values
+    assert layers3["self.layers_to_capture"] == [i + 1 for i in aux_ids] == [2, 4, 7]
+    assert layers3["getattr(self, 'capture_aux_hidden_states', None)"] is True
+    assert layers1["self.layers_to_capture"] == []
+    assert layers1["getattr(self, 'capture_aux_hidden_states', None)"] is False
+
+    d2t3, d2t1 = eagle3["draft-d2t"], eagle["draft-d2t"]
+    assert d2t3.values["self.hot_token_id is None"] is False
+    assert d2t3.values["tuple(self.hot_token_id.shape)"] == (draft_cfg["draft_vocab_size"],) == (128,)
+    head = d2t3.values["self.hot_token_id[:8].tolist()"]
+    assert len(head) == 8 and all(0 <= t < draft_cfg["vocab_size"] for t in head)
+    assert d2t1.values["self.hot_token_id is None"] is True
+    assert "tuple(self.hot_token_id.shape)" in d2t1.errors and "NoneType" in d2t1.errors["tuple(self.hot_token_id.shape)"]

@@ -1,0 +1,340 @@
+"""``workbench probe add|recipes|list|revert|read`` on the real SGLang 0.5.23 source.
+
+The engine is a copy of real 0.5.23 files (``srt/models/llama_eagle3.py``, ``srt/model_executor/
+model_runner_components/spec_aux_hidden_state.py``, the package's ``__init__``/version files) in a
+package directory named ``sglang`` under ``tmp_path/site``; ``PYTHONPATH`` points there so the box's
+``find_spec("sglang")`` (which imports nothing) finds it. Every restore is checked by sha256 against
+the unpacked original. The probed gate function is also run for real (lifted out of its module,
+with stand-ins for what it reads) so the probe prints and ``probe read`` parses what it printed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from remote.probes import CRASH_ENV, TAG_RE
+from workbench.cli import main
+
+REPO = Path(__file__).resolve().parents[2]
+DRAFT_REL = "srt/models/llama_eagle3.py"
+AUX_REL = "srt/model_executor/model_runner_components/spec_aux_hidden_state.py"
+WIDTH_CHECK = "if hidden_states.shape[-1] != embeds.shape[-1]:"
+GATE = "if spec_algorithm.is_eagle3():"
+WIDTH_RX = r"if hidden_states\.shape\[-1\] != embeds"
+GATE_RX = r"if spec_algorithm\.is_eagle3\(\):"
+
+#: Runs the real ``_resolve_eagle_aux_hidden_state`` of a (probed) spec_aux_hidden_state.py with its
+#: own line numbers and stand-ins for the SGLang objects it reads; prints what it configured.
+RUN_AUX_GATE = textwrap.dedent(
+    """\
+    import __future__, ast, sys
+    path, algo = sys.argv[1], sys.argv[2]
+    tree = ast.parse(open(path).read())
+    fn = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "_resolve_eagle_aux_hidden_state")
+    code = compile(ast.Module(body=[fn], type_ignores=[]), path, "exec", flags=__future__.annotations.compiler_flag)
+
+    class NS:
+        def __init__(self, **kw):
+            self.__dict__.update(kw)
+
+    class Algo:
+        def __init__(self, name):
+            self.name = name
+        def is_eagle(self):
+            return self.name in ("EAGLE", "EAGLE3")
+        def is_standalone(self):
+            return False
+        def is_eagle3(self):
+            return self.name == "EAGLE3"
+        def __repr__(self):
+            return "SpeculativeAlgorithm." + self.name
+
+    class ModelConfig:
+        @staticmethod
+        def from_server_args(server_args, **kw):
+            return NS(num_nextn_predict_layers=None, num_hidden_layers=1, num_attention_layers=1,
+                      is_hybrid_swa=False, is_deepseek_v4_arch=False,
+                      hf_config=NS(eagle_config={"eagle_aux_hidden_state_layer_ids": [1, 29, 57]}))
+
+    spec = NS(speculative_draft_model_path="/models/draft", speculative_draft_model_revision=None)
+    g = {"__name__": "aux_gate", "get_spec": lambda: spec, "ModelConfig": ModelConfig}
+    exec(code, g)
+    config = NS(draft_kv_num_layers=None, eagle_use_aux_hidden_state=False, eagle_aux_hidden_state_layer_ids=None)
+    g["_resolve_eagle_aux_hidden_state"](config=config, server_args=NS(), model_config=NS(), spec_algorithm=Algo(algo),
+                                         is_draft_worker=False)
+    print(config.eagle_use_aux_hidden_state, config.eagle_aux_hidden_state_layer_ids)
+    """
+)
+
+
+@pytest.fixture(autouse=True)
+def state_dir(tmp_path, monkeypatch):
+    """The box's probe journal for this test only."""
+    path = tmp_path / "box-state"
+    monkeypatch.setenv("EAGLE_WORKBENCH_STATE_DIR", str(path))
+    return path
+
+
+@pytest.fixture
+def site(sglang_source, tmp_path, monkeypatch):
+    """``tmp_path/site`` holding a package ``sglang`` made of real 0.5.23 files; on ``PYTHONPATH``."""
+    site = tmp_path / "site"
+    for rel in ("__init__.py", "version.py", "_version.py", DRAFT_REL, AUX_REL):
+        (site / "sglang" / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(sglang_source / rel, site / "sglang" / rel)
+    monkeypatch.setenv("PYTHONPATH", str(site))
+    return site
+
+
+def sha(path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def line_of(path, text) -> int:
+    [n] = [i for i, line in enumerate(Path(path).read_text().splitlines(), 1) if line.strip() == text]
+    return n
+
+
+def run(capsys, *argv) -> tuple[int, str, str]:
+    """``workbench probe ARGV`` in this process: (exit code, stdout, stderr)."""
+    code = main(["probe", *argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def cli(*argv, env=None, timeout=120) -> subprocess.CompletedProcess:
+    """``python -m workbench.cli probe ARGV`` as a user runs it (a subprocess)."""
+    return subprocess.run([sys.executable, "-m", "workbench.cli", "probe", *argv], capture_output=True, text=True,
+                          cwd=REPO, env={**os.environ, **(env or {})}, timeout=timeout)
+
+
+def assert_one_clear_line(err: str) -> None:
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("workbench probe ") and "Traceback" not in err, err
+
+
+def test_add_list_revert_on_the_real_source(site, sglang_source, capsys):
+    draft, aux = site / "sglang" / DRAFT_REL, site / "sglang" / AUX_REL
+    width_line, gate_line = line_of(draft, WIDTH_CHECK), line_of(aux, GATE)
+    py = sys.executable
+
+    code, out, err = run(capsys, "add", "--file", DRAFT_REL, "--before", WIDTH_RX, "--function", "LlamaModel.forward",
+                         "--print", "hidden_states.shape", "--print", "embeds.shape", "--python", py)
+    assert code == 0, err
+    tag = f"llama_eagle3-L{width_line}"  # derived from the file stem and the anchor's line
+    assert TAG_RE.match(tag) and out.startswith(f"probe {tag} added on local")
+    assert f"{draft}:{width_line}  (in LlamaModel.forward)" in out
+    assert f"before:  {WIDTH_CHECK}" in out and f"compiles with {py}" in out
+    assert f"workbench probe read --host local --tag {tag}" in out
+    assert f"workbench probe revert --host local --tag {tag}" in out
+    patched = draft.read_bytes()
+    compile(patched, str(draft), "exec")
+    assert draft.read_text().splitlines()[width_line - 1].strip() == f"# >>> eagle-workbench probe {tag} >>>"
+
+    # the same command again: the probe in place is recognised, the file is not touched
+    code, out, _ = run(capsys, "add", "--file", DRAFT_REL, "--before", WIDTH_RX, "--function", "LlamaModel.forward",
+                       "--print", "hidden_states.shape", "--print", "embeds.shape", "--python", py)
+    assert code == 0 and out.startswith(f"probe {tag} is already in place") and draft.read_bytes() == patched
+
+    code, out, err = run(capsys, "add", "--file", "sglang/" + AUX_REL, "--before", GATE_RX, "--tag", "gate",
+                         "--print", "spec_algorithm.is_eagle3()", "--python", py)
+    assert code == 0, err
+    assert f"{aux}:{gate_line}" in out
+
+    code, out, _ = run(capsys, "list")
+    assert code == 0
+    assert f"{tag}  [active]  {draft}:{width_line}" in out and f"gate  [active]  {aux}:{gate_line}" in out
+    assert out.count("file: patched as recorded") == 2
+    code, out, _ = run(capsys, "list", "--json")
+    listed = json.loads(out)
+    assert [(p["tag"], p["line"], p["file_status"], p["exprs"]) for p in listed] == [
+        (tag, width_line, "patched", ["hidden_states.shape", "embeds.shape"]),
+        ("gate", gate_line, "patched", ["spec_algorithm.is_eagle3()"])]
+    assert listed[0]["file_sha256"] == sha(draft) and listed[0]["original_sha256"] == sha(sglang_source / DRAFT_REL)
+
+    code, out, err = run(capsys, "revert", "--file", DRAFT_REL)
+    assert code == 0, err
+    assert f"reverted {tag}: {draft} restored byte for byte" in out and "matches the original's" in out
+    assert sha(draft) == sha(sglang_source / DRAFT_REL)
+    code, out, _ = run(capsys, "revert", "--tag", "gate")
+    assert code == 0 and "reverted gate" in out
+    assert sha(aux) == sha(sglang_source / AUX_REL)
+    code, out, _ = run(capsys, "list")
+    assert code == 0 and out.startswith("no probes on local")
+    assert sorted(os.listdir(draft.parent)) == ["llama_eagle3.py"]
+
+
+def test_recipe_draft_input_width_lands_on_the_width_check(site, sglang_source, capsys):
+    draft = site / "sglang" / DRAFT_REL
+    width_line = line_of(draft, WIDTH_CHECK)
+    code, out, err = run(capsys, "add", "--recipe", "draft-input-width", "--python", sys.executable, "--json")
+    assert code == 0, err
+    added = json.loads(out)
+    assert (added["tag"], added["path"], added["line"]) == ("draft-input-width", str(draft), width_line)
+    assert added["anchor_text"].strip() == WIDTH_CHECK and added["function"] == "LlamaModel.forward"
+    assert added["engine"]["root"] == str(site / "sglang") and added["engine"]["version"] == "0.5.23"
+    assert "self.fc.in_features" in added["exprs"]
+    lines = draft.read_text().splitlines()
+    assert lines[width_line - 1 + added["block_lines"]].strip() == WIDTH_CHECK
+    patched = draft.read_bytes()
+    # again: the map now finds the check below the block; the CLI recognises its own probe
+    code, out, err = run(capsys, "add", "--recipe", "draft-input-width", "--python", sys.executable)
+    assert code == 0, err
+    assert out.startswith("probe draft-input-width is already in place") and "reading: hidden_states.shape[-1]" in out
+    assert draft.read_bytes() == patched
+    code, out, _ = run(capsys, "recipes")
+    assert code == 0 and all(name in out for name in ("draft-input-width", "target-capture-layers", "draft-d2t"))
+    code, out, _ = run(capsys, "revert", "--all")
+    assert code == 0 and sha(draft) == sha(sglang_source / DRAFT_REL)
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["revert", "--tag", "nope"], "no probe 'nope' in the journal"),
+    (["add", "--file", DRAFT_REL, "--line", "238", "--print", "x", "--python", "/usr/bin/true"],
+     "no engine found for the relative --file"),
+    (["add", "--file", DRAFT_REL, "--before", "no_such_code_here", "--print", "x"], "matches no line"),
+    (["add", "--file", DRAFT_REL, "--before", "hidden_states", "--function", "LlamaModel.forward", "--print", "x"],
+     "matches"),
+    (["add", "--file", DRAFT_REL, "--line", "238", "--print", "1 +"], "is not a Python expression"),
+    (["add", "--file", DRAFT_REL, "--line", "238", "--print", "await x"], "fail to compile"),
+    (["add", "--recipe", "fc-width"], "no probe recipe 'fc-width'"),
+    (["add", "--file", DRAFT_REL, "--line", "238", "--print", "x", "--tag", "bad tag"], "--tag 'bad tag'"),
+    (["add", "--file", "srt/models/missing.py", "--line", "3", "--print", "x"], "no file"),
+    (["add", "--file", DRAFT_REL, "--before", "x", "--line", "3", "--print", "x"], "exactly one of --before"),
+    (["read", "--tag", "t", "--log", "/nonexistent/server.log"], "cannot read the log"),
+    (["read", "--tag", "t", "--port", "1"], "no server runs on port 1"),
+])
+def test_bad_input_exits_2_with_one_clear_line(site, sglang_source, capsys, argv, message, state_dir):
+    if "--python" not in argv:
+        argv = [*argv, "--python", sys.executable] if argv[0] == "add" else argv
+    code, out, err = run(capsys, *argv)
+    assert code == 2, (out, err)
+    assert_one_clear_line(err)
+    assert message in err
+    assert sha(site / "sglang" / DRAFT_REL) == sha(sglang_source / DRAFT_REL)
+    assert not (state_dir / "probes").exists() or os.listdir(state_dir / "probes") == []
+
+
+def test_no_engine_without_the_package_on_the_path(site, capsys, monkeypatch):
+    monkeypatch.delenv("PYTHONPATH")
+    code, _, err = run(capsys, "add", "--recipe", "draft-input-width", "--python", sys.executable)
+    assert code == 2
+    assert_one_clear_line(err)
+    assert "no engine found for recipe draft-input-width" in err and "sglang package is not found" in err
+
+
+@pytest.mark.parametrize("point", ["after-backup", "before-replace"])
+def test_cli_killed_between_backup_and_replace_is_cleaned_up_by_revert_all(site, sglang_source, point):
+    draft = site / "sglang" / DRAFT_REL
+    original = draft.read_bytes()
+    proc = cli("add", "--file", DRAFT_REL, "--before", WIDTH_RX, "--print", "hidden_states.shape", "--tag", "crashy",
+               "--python", sys.executable, env={CRASH_ENV: point})
+    assert proc.returncode == -signal.SIGKILL, proc.stderr
+    assert draft.read_bytes() == original  # never half a file: the original until the rename
+    proc = cli("list")
+    assert proc.returncode == 0, proc.stderr
+    assert f"crashy  [pending]  {draft}:{line_of(draft, WIDTH_CHECK)}" in proc.stdout
+    assert "file: back to the original; an add was interrupted" in proc.stdout
+    proc = cli("revert", "--all")
+    assert proc.returncode == 0, proc.stderr
+    assert "cleaned up an interrupted add of crashy" in proc.stdout and "matches the original's" in proc.stdout
+    assert draft.read_bytes() == original and sha(draft) == sha(sglang_source / DRAFT_REL)
+    assert sorted(os.listdir(draft.parent)) == ["llama_eagle3.py"]  # no temporary file left
+    assert cli("list").stdout.startswith("no probes on local")
+
+
+def test_cli_killed_after_replace_is_reverted_byte_for_byte(site, sglang_source):
+    draft = site / "sglang" / DRAFT_REL
+    proc = cli("add", "--recipe", "draft-input-width", "--python", sys.executable, env={CRASH_ENV: "after-replace"})
+    assert proc.returncode == -signal.SIGKILL, proc.stderr
+    compile(draft.read_bytes(), str(draft), "exec")  # the whole patched file
+    listed = json.loads(cli("list", "--json").stdout)
+    assert [(p["tag"], p["state"], p["file_status"]) for p in listed] == [("draft-input-width", "pending", "patched")]
+    proc = cli("revert", "--tag", "draft-input-width")
+    assert proc.returncode == 0, proc.stderr
+    assert sha(draft) == sha(sglang_source / DRAFT_REL)
+
+
+def test_revert_refuses_when_someone_edited_the_file(site, sglang_source, capsys, state_dir):
+    aux = site / "sglang" / AUX_REL
+    code, _, err = run(capsys, "add", "--file", str(aux), "--before", GATE_RX, "--print", "spec_algorithm",
+                       "--tag", "gate", "--python", sys.executable)
+    assert code == 0, err
+    with aux.open("a") as f:
+        f.write("# a colleague's hotfix\n")
+    edited = aux.read_bytes()
+    code, out, _ = run(capsys, "list")
+    assert "file: edited by someone else" in out
+    for argv in (["revert", "--tag", "gate"], ["revert", "--all"], ["revert", "--file", str(aux)]):
+        code, out, err = run(capsys, *argv)
+        assert code == 1, (argv, out, err)
+        assert "NOT reverted gate" in err and "edited by someone else" in err and "gate.orig" in err
+        assert "Traceback" not in err
+        assert aux.read_bytes() == edited  # their change is kept
+        backup = state_dir / "probes" / "gate.orig"
+        assert backup.read_bytes() == (sglang_source / AUX_REL).read_bytes()  # and so is the original
+
+
+def test_read_parses_what_the_probe_printed(site, capsys, tmp_path):
+    aux = site / "sglang" / AUX_REL
+    code, _, err = run(capsys, "add", "--file", AUX_REL, "--before", GATE_RX, "--tag", "gate", "--python",
+                       sys.executable, "--print", "spec_algorithm", "--print", "spec_algorithm.is_eagle3()",
+                       "--print", "draft_path", "--print", "config.eagle_aux_hidden_state_layer_ids")
+    assert code == 0, err
+    log = tmp_path / "server.log"
+    code, _, err = run(capsys, "read", "--tag", "gate", "--log", str(log))
+    assert code == 2 and "cannot read the log" in err  # no log yet
+    log.write_text("[2026-01-01 12:00:00] server started\n")
+    code, out, err = run(capsys, "read", "--tag", "gate", "--log", str(log))
+    assert code == 1 and "0 line(s)" in out and "restart the server" in err  # not fired yet
+    with log.open("a") as f:
+        proc = subprocess.run([sys.executable, "-c", RUN_AUX_GATE, str(aux), "EAGLE"], stderr=f, stdout=subprocess.PIPE,
+                              text=True, timeout=60)
+    assert proc.returncode == 0 and proc.stdout == "False None\n"  # the real function, unchanged by the probe
+    code, out, err = run(capsys, "read", "--tag", "gate", "--log", str(log))
+    assert code == 0, err
+    assert "line 2:" in out and "spec_algorithm.is_eagle3() = False" in out and "draft_path = '/models/draft'" in out
+    code, out, _ = run(capsys, "read", "--tag", "gate", "--log", str(log), "--json")
+    [reading] = json.loads(out)["readings"]
+    assert reading["values"] == {"spec_algorithm": "SpeculativeAlgorithm.EAGLE", "spec_algorithm.is_eagle3()": False,
+                                 "draft_path": "/models/draft", "config.eagle_aux_hidden_state_layer_ids": None}
+    assert reading["line_number"] == 2
+    assert run(capsys, "revert", "--all")[0] == 0
+
+
+def test_probe_cli_over_ssh(site, sglang_source, ssh_env, tmp_path):
+    """add / list / read / revert with --host = the loopback sshd's alias; the CLI runs as a subprocess."""
+    host = ssh_env.alias
+    aux = site / "sglang" / AUX_REL
+    proc = cli("add", "--host", host, "--file", str(aux), "--before", GATE_RX, "--function",
+               "_resolve_eagle_aux_hidden_state", "--print", "spec_algorithm.is_eagle3()", "--print", "draft_path",
+               "--python", sys.executable)
+    assert proc.returncode == 0, proc.stderr
+    tag = f"spec_aux_hidden_state-L{line_of(sglang_source / AUX_REL, GATE)}"
+    assert proc.stdout.startswith(f"probe {tag} added on {host}")
+    assert f"workbench probe read --host {host} --tag {tag}" in proc.stdout
+    proc = cli("list", "--host", host, "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert [(p["tag"], p["path"], p["file_status"]) for p in json.loads(proc.stdout)] == [(tag, str(aux), "patched")]
+    log = tmp_path / "server.log"
+    with log.open("w") as f:
+        assert subprocess.run([sys.executable, "-c", RUN_AUX_GATE, str(aux), "EAGLE3"], stderr=f,
+                              stdout=subprocess.DEVNULL, timeout=60).returncode == 0
+    proc = cli("read", "--host", host, "--tag", tag, "--log", str(log), "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert [r["values"] for r in json.loads(proc.stdout)["readings"]] == [
+        {"spec_algorithm.is_eagle3()": True, "draft_path": "/models/draft"}]
+    proc = cli("revert", "--host", host, "--tag", tag)
+    assert proc.returncode == 0, proc.stderr
+    assert "matches the original's" in proc.stdout
+    assert sha(aux) == sha(sglang_source / AUX_REL)
