@@ -1,5 +1,5 @@
-"""Write runbooks/diagnose_acceptance.ipynb and notebooks/control_panel.ipynb from the cell
-sources below (no outputs).
+"""Write runbooks/diagnose_acceptance.ipynb, runbooks/preflight.ipynb, notebooks/control_panel.ipynb
+and notebooks/engine_probes.ipynb from the cell sources below (no outputs).
 
 The runbook is thin: every cell calls a tested function of ``workbench.diagnose`` and shows what
 it returns. Edit the cells here and rerun ``python scripts/build_runbooks.py``.
@@ -156,7 +156,82 @@ panel.widget
 ]
 
 
+ENGINE = [
+    md("""
+# The engine's EAGLE-3 code path, and probes on it
+
+Where the box's own engine source decides what the draft receives: the `is_eagle3()` gate, the
+`eagle_config` read inside a broad `except`, the target's offset rule, the draft's `fc` width
+check, `load_weights`' silent drops, the `d2t` use, each with its file and line in *this* version.
+Then one-shot probes on that path (named recipes), read back from the server log, and reverted.
+Every cell calls a tested function (`workbench.engine`, `workbench.codepath`, `remote.probes`).
+"""),
+    code("""
+host = "local"      # the box: local, an ~/.ssh/config alias, user@host[:port]
+port = None         # the server whose engine to read (None: the only one running)
+python = None       # the interpreter that runs the server (None: the running server's, else python3)
+package = None      # "workbench.sandbox" for the sandbox box's engine when no server runs
+add_probes = True   # add the recipes' probes (they print once the server restarts)
+""", tags=("parameters",)),
+    code("""
+from remote import connect
+from remote import probes
+from workbench.codepath import RECIPES, add_recipe, code_path_map, map_for_launch, scan_swallowed
+from workbench.engine import find_engine
+
+box = connect(host)
+engine = find_engine(box, python=python, port=port, package=package)
+src = engine.source(box)
+engine.to_dict()
+"""),
+    md("## The code path in this engine version"),
+    code("""
+notes = []
+cmap = map_for_launch(box, src, engine.launch, notes=notes) if engine.launch else code_path_map(src)
+for note in notes:
+    print("note:", note)
+cmap
+"""),
+    md("## Swallowed errors and silent fallbacks on that path"),
+    code("""
+for finding in scan_swallowed(src, cmap):
+    print(finding.message)
+"""),
+    md("## The draft's fc width check, with context"),
+    code("""
+check = cmap.entry("draft-fc-width-check")
+print(src.show(check.file, check.line, 6) if check.found else check.location)
+"""),
+    md("""
+## Probes
+Each recipe prints once per server process, to stderr, tagged `[probe:NAME]`. Restart the server
+after adding them (`workbench runbook diagnose_acceptance` does it for you; by hand, restart it
+as you always do), send one request, then read the values below.
+"""),
+    code("""
+for name, recipe in RECIPES.items():
+    print(f"{name}: {recipe.description}\\n    reads: {recipe.reads}")
+added = [add_recipe(box, cmap, name, python=engine.python) for name in RECIPES] if add_probes else []
+[(p.tag, f"{p.path}:{p.line}") for p in probes.list_probes(box)]
+"""),
+    code("""
+if engine.log_path is None:
+    print("no log file for this server (its stderr is not a file): read the tags from wherever it logs")
+for p in added:
+    print(p.tag, [r.values for r in probes.read_probe_log(box, engine.log_path, p)] if engine.log_path else "")
+"""),
+    md("## Revert every probe (byte for byte, sha256 checked)"),
+    code("""
+reverted = probes.revert_all(box)
+print("reverted:", [p.tag for p in reverted], " still recorded:", probes.list_probes(box))
+box.close()
+"""),
+]
+
+
 def build(cells, name: str, folder: str = "runbooks") -> Path:
+    for i, cell in enumerate(cells):
+        cell.id = f"{name[:48]}-{i}"  # stable ids: rebuilding an unchanged notebook changes nothing
     nb = new_notebook(cells=cells)
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     nb.metadata["language_info"] = {"name": "python"}
@@ -171,3 +246,4 @@ if __name__ == "__main__":
     print(build(DIAGNOSE, "diagnose_acceptance"))
     print(build(PREFLIGHT, "preflight"))
     print(build(PANEL, "control_panel", folder="notebooks"))
+    print(build(ENGINE, "engine_probes", folder="notebooks"))

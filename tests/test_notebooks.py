@@ -16,6 +16,7 @@ NOTEBOOKS = {
     ROOT / "runbooks" / "diagnose_acceptance.ipynb": build_runbooks.DIAGNOSE,
     ROOT / "notebooks" / "control_panel.ipynb": build_runbooks.PANEL,
     ROOT / "runbooks" / "preflight.ipynb": build_runbooks.PREFLIGHT,
+    ROOT / "notebooks" / "engine_probes.ipynb": build_runbooks.ENGINE,
 }
 
 
@@ -58,3 +59,32 @@ def test_preflight_runbook_on_the_sandbox_with_the_wrong_flag(tmp_path):
     html_out = "".join(o.get("data", {}).get("text/html", "") for c in nbformat.read(str(out), as_version=4).cells
                        if c.cell_type == "code" for o in c.outputs)
     assert "algorithm-mismatch" in html_out and "Corrected launch command" in html_out
+
+
+def test_engine_probes_notebook_on_the_sandbox_engine(tmp_path, monkeypatch):
+    """papermill executes notebooks/engine_probes.ipynb on the sandbox box's engine (no server
+    running): the map shows every entry, the scan names the broad except, the three recipes are
+    added and reverted, and the sandbox's files are byte-identical afterwards."""
+    import hashlib
+    import sys
+
+    import papermill
+
+    sandbox = ROOT / "workbench" / "sandbox" / "srt"
+    before = {p: hashlib.sha256(p.read_bytes()).hexdigest() for p in sandbox.rglob("*.py")}
+    monkeypatch.setenv("EAGLE_WORKBENCH_STATE_DIR", str(tmp_path / "state"))
+    out = tmp_path / "engine_probes.ipynb"
+    papermill.execute_notebook(str(ROOT / "notebooks" / "engine_probes.ipynb"), str(out), kernel_name="python3",
+                               parameters={"package": "workbench.sandbox", "python": sys.executable},
+                               progress_bar=False, cwd=str(ROOT))
+    texts = []
+    for cell in nbformat.read(str(out), as_version=4).cells:
+        for o in cell.get("outputs", []):
+            texts.append(o.get("text", "") + o.get("data", {}).get("text/html", "") +
+                         o.get("data", {}).get("text/plain", ""))
+    text = "\n".join(texts)
+    assert "draft-fc-width-check" in text and "not found" not in text.lower()
+    assert "spec_aux_hidden_state.py:54" in text and "neither logs nor re-raises" in text
+    assert "> 275 |         if hidden_states.shape[-1] != embeds.shape[-1]:" in text
+    assert "reverted: ['draft-d2t', 'target-capture-layers', 'draft-input-width']  still recorded: []" in text
+    assert before == {p: hashlib.sha256(p.read_bytes()).hexdigest() for p in sandbox.rglob("*.py")}

@@ -16,6 +16,10 @@
     workbench probe list --host H [--json]                        the probes in the box's journal and their files
     workbench probe revert --host H (--tag TAG | --file PATH | --all)   restore the files byte for byte
     workbench probe read --host H --tag TAG (--log FILE | --port N) [--json]   what a probe printed, parsed
+    workbench source locate|show FILE[:LINE]|find NAME|map|scan [--host H] [--port N | --python P | --package PKG]
+                                                                  read the engine's source on the box: where it is,
+                                                                  numbered lines, definitions (ast), the EAGLE-3
+                                                                  code-path map, swallowed errors on that path
 
 Exit codes: 0 success (doctor: no error finding), 1 a failure (doctor: at least one error
 finding; probe: a revert refused because someone else edited the file, or a probe that has not
@@ -769,6 +773,10 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--port", type=int, help="the running server's port (its log is found from its stderr)")
     q.add_argument("--json", action="store_true")
     q.set_defaults(func=_cmd_probe, probe_func=_probe_read)
+
+    from workbench.source_cli import add_source_parser
+
+    add_source_parser(sub)
     return parser
 
 

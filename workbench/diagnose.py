@@ -691,11 +691,10 @@ class DiagnosisRun:
                         json={"text": self.prompts[0]["text"], "sampling_params": {"max_new_tokens": 8, "temperature": 0}})
         deadline = time.monotonic() + 10
         while True:
-            text = self.box.read_text(handle.log_path)
-            values = remote_probes.read_probe_output(text, PROBE_TAG, exprs=list(self.probe.exprs))
-            if values:
-                self.probe_result.setdefault("printed", []).append(values[0])
-                return remote_probes.parse_shape(values[0]["hidden_states.shape"])
+            readings = remote_probes.read_probe_log(self.box, handle.log_path, self.probe, timeout=30)
+            if readings:
+                self.probe_result.setdefault("printed", []).append(readings[0].raw)
+                return remote_probes.parse_shape(readings[0].raw["hidden_states.shape"])
             if time.monotonic() > deadline:
                 return None
             time.sleep(0.2)

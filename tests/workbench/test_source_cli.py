@@ -1,0 +1,96 @@
+"""``workbench source locate|show|find|map|scan`` on the sandbox engine and the real SGLang 0.5.23
+source, in process and over the loopback sshd."""
+
+import json
+import pathlib
+import sys
+
+import pytest
+
+from workbench.cli import main
+
+SANDBOX = pathlib.Path(__file__).resolve().parents[2] / "workbench" / "sandbox"
+ON_SANDBOX = ["--package", "workbench.sandbox", "--python", sys.executable]
+
+
+def _line_of(path: pathlib.Path, text: str) -> int:
+    (n,) = [i for i, line in enumerate(path.read_text().splitlines(), 1) if line.strip() == text]
+    return n
+
+
+def run(capsys, *argv):
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_locate_and_map_on_the_sandbox_engine(capsys):
+    code, out, _ = run(capsys, "source", "locate", *ON_SANDBOX, "--json")
+    assert code == 0 and json.loads(out)["root"] == str(SANDBOX)
+    code, out, _ = run(capsys, "source", "map", *ON_SANDBOX, "--aux-ids", "1,3,6", "--num-layers", "8", "--json")
+    assert code == 0
+    doc = json.loads(out)
+    entries = {e["key"]: e for e in doc["entries"]}
+    assert all(e["found"] for e in entries.values()) and len(entries) == 14
+    draft = SANDBOX / "srt/models/llama_eagle3.py"
+    check = entries["draft-fc-width-check"]
+    assert check["location"] == f"{draft}:{_line_of(draft, 'if hidden_states.shape[-1] != embeds.shape[-1]:')}"
+    assert "for draft ids [1, 3, 6] on 8 layers it captures [2, 4, 7]" in entries["target-offset-rule"]["detail"]
+    code, out, _ = run(capsys, "source", "map", *ON_SANDBOX)
+    assert code == 0 and "draft-fc-width-check" in out and "srt/models/llama_eagle3.py:" in out
+
+
+def test_show_and_find(capsys):
+    draft = SANDBOX / "srt/models/llama_eagle3.py"
+    line = _line_of(draft, "if hidden_states.shape[-1] != embeds.shape[-1]:")
+    code, out, _ = run(capsys, "source", "show", f"srt/models/llama_eagle3.py:{line}", "-C", "1", *ON_SANDBOX)
+    assert code == 0
+    assert out.splitlines()[0] == f"{draft}:{line}"
+    assert out.splitlines()[2] == f"> {line} |         if hidden_states.shape[-1] != embeds.shape[-1]:"
+    assert len(out.splitlines()) == 4
+    code, out, _ = run(capsys, "source", "find", "LlamaForCausalLMEagle3.load_weights", *ON_SANDBOX, "--json")
+    (found,) = json.loads(out)
+    assert code == 0 and found["file"] == str(draft)
+    assert draft.read_text().splitlines()[found["line"] - 1].strip().startswith("def load_weights(")
+
+
+def test_scan_on_real_source_through_a_launch_command(capsys, sglang_source):
+    launch = (f"PYTHONPATH={sglang_source.parent} python3 -m sglang.launch_server --model-path /nonexistent/model "
+              "--speculative-algorithm EAGLE3")
+    code, out, _ = run(capsys, "source", "scan", "--launch", launch, "--json")
+    assert code == 0
+    doc = json.loads(out)
+    where = sorted(f["evidence"]["source"]["value"] for f in doc["findings"])
+    assert where == sorted([
+        f"{sglang_source}/srt/model_executor/model_runner_components/spec_aux_hidden_state.py:188",
+        f"{sglang_source}/srt/models/llama_eagle3.py:238", f"{sglang_source}/srt/models/llama_eagle3.py:363"])
+    assert doc["engine"]["version"] == "0.5.23"
+    assert any("target config not read" in n for n in doc["notes"])
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["show", "srt/models/nope.py:3", *ON_SANDBOX], "no file srt/models/nope.py in the engine package"),
+    (["show", "srt/models/llama_eagle3.py:99999", *ON_SANDBOX], "line 99999 is outside"),
+    (["find", "no_such_function_xyz", *ON_SANDBOX], "no definition of 'no_such_function_xyz'"),
+    (["locate", "--package", "no_such_engine_pkg", "--python", sys.executable], "no_such_engine_pkg package is not found"),
+    (["map", "--launch", "not a launch command"], "workbench source map:"),
+    (["locate", "--host", "nosuchalias-ewb"], "workbench source locate:"),
+])
+def test_bad_input_exits_2_with_one_line(capsys, argv, message):
+    code, out, err = run(capsys, "source", *argv)
+    assert code == 2 and out == ""
+    assert message in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_bad_aux_ids_is_a_usage_error(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["source", "map", "--aux-ids", "1,x", *ON_SANDBOX])
+    assert exc.value.code == 2
+    assert "expected comma-separated layer ids" in capsys.readouterr().err
+
+
+def test_map_over_ssh(capsys, ssh_env):
+    code, out, _ = run(capsys, "source", "map", "--host", ssh_env.alias, *ON_SANDBOX, "--json")
+    assert code == 0
+    doc = json.loads(out)
+    assert doc["engine"]["root"] == str(SANDBOX) and all(e["found"] for e in doc["entries"])
