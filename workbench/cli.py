@@ -655,8 +655,7 @@ def _cmd_probe(args: argparse.Namespace) -> int:
     """``workbench probe add|recipes|list|revert|read``: exit 0 ok, 1 a failure (a revert refused,
     nothing printed yet, a conflicting journal), 2 the command could not run."""
     from remote import connect
-    from remote.errors import (AnchorAmbiguous, AnchorNotFound, ProbeCompileError, ProbeConflict, ProbeError,
-                               ProbeExists, ProbeNotFound, RemoteError, RemoteFileNotFound)
+    from remote.errors import ProbeCompileError, ProbeConflict, ProbeError, RemoteError, RemoteFileNotFound
     from workbench.engine import EngineNotFound, SourceLookupError
 
     prog = f"workbench probe {args.probe_command}"
@@ -678,9 +677,6 @@ def _cmd_probe(args: argparse.Namespace) -> int:
         print(f"{prog}: {_one_line(head)}: {last[-1] if last else 'no compiler output'}"
               + (f" (at line {where[-1]} of the patched text); nothing was written" if where else
                  "; nothing was written"), file=sys.stderr)
-        return 2
-    except (AnchorNotFound, AnchorAmbiguous, ProbeExists, ProbeNotFound) as exc:
-        print(f"{prog}: {_one_line(exc)}", file=sys.stderr)
         return 2
     except ProbeConflict as exc:
         print(f"{prog}: {_one_line(exc)}", file=sys.stderr)

@@ -27,12 +27,7 @@ KIMI_DRAFT = "sgl-project__SpecForge__configs_kimi-k2-eagle3.json"
 HIDDEN, LAYERS, VOCAB = 7168, 61, 163840
 
 
-@pytest.fixture(autouse=True)
-def state_dir(tmp_path, monkeypatch):
-    """The box's workbench state (diagnosis journal, probe journal) for this test only."""
-    path = tmp_path / "box-state"
-    monkeypatch.setenv("EAGLE_WORKBENCH_STATE_DIR", str(path))
-    return path
+pytestmark = pytest.mark.usefixtures("state_dir")
 
 
 @pytest.fixture
