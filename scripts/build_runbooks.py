@@ -172,6 +172,7 @@ port = None         # the server whose engine to read (None: the only one runnin
 python = None       # the interpreter that runs the server (None: the running server's, else python3)
 package = None      # "workbench.sandbox" for the sandbox box's engine when no server runs
 add_probes = True   # add the recipes' probes (they print once the server restarts)
+revert_at_end = True  # the last cell reverts the probes this notebook added (run it when you are done)
 """, tags=("parameters",)),
     code("""
 from remote import connect
@@ -187,7 +188,7 @@ engine.to_dict()
     md("## The code path in this engine version"),
     code("""
 notes = []
-cmap = map_for_launch(box, src, engine.launch, notes=notes) if engine.launch else code_path_map(src)
+cmap = map_for_launch(box, src, engine.launch, cwd=engine.cwd, notes=notes) if engine.launch else code_path_map(src)
 for note in notes:
     print("note:", note)
 cmap
@@ -204,9 +205,11 @@ print(src.show(check.file, check.line, 6) if check.found else check.location)
 """),
     md("""
 ## Probes
-Each recipe prints once per server process, to stderr, tagged `[probe:NAME]`. Restart the server
-after adding them (`workbench runbook diagnose_acceptance` does it for you; by hand, restart it
-as you always do), send one request, then read the values below.
+Each recipe prints to stderr, tagged `[probe:NAME]`, once per server process (`draft-input-width`:
+once per distinct width, because a GPU server also runs the draft at start-up on a 1×-wide buffer
+to capture CUDA graphs). The probes print only after the server restarts: **restart it now** (as you
+always do), send one request, then run the next cell. Run top to bottom without a restart, the
+probes are added and reverted and nothing is read.
 """),
     code("""
 for name, recipe in RECIPES.items():
@@ -220,10 +223,11 @@ if engine.log_path is None:
 for p in added:
     print(p.tag, [r.values for r in probes.read_probe_log(box, engine.log_path, p)] if engine.log_path else "")
 """),
-    md("## Revert every probe (byte for byte, sha256 checked)"),
+    md("## Revert the probes this notebook added (byte for byte, sha256 checked)\nProbes added from the command line stay; `workbench probe list` shows them."),
     code("""
-reverted = probes.revert_all(box)
-print("reverted:", [p.tag for p in reverted], " still recorded:", probes.list_probes(box))
+if revert_at_end:
+    reverted = [probes.revert_probe(box, p) for p in reversed(added)]
+    print("reverted:", [p.tag for p in reverted], " still recorded:", [p.tag for p in probes.list_probes(box)])
 box.close()
 """),
 ]

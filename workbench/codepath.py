@@ -42,6 +42,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Iterator, Optional, Sequence
 
+from remote.probes import _probe_block_lines
 from workbench.engine import EngineSource, SourceLookupError, _walk_definitions
 from workbench.rules import Finding
 
@@ -64,7 +65,8 @@ class PathEntry:
     1-based first line of the statement (``None`` for both when ``found`` is false); ``code`` that
     line's text; ``function`` the enclosing function's qualified name; ``detail`` what this
     version does there (e.g. the evaluated offset rule); ``also`` other lines of the same kind;
-    ``looked_in`` where it was searched; ``silent`` marks a silent fallback."""
+    ``looked_in`` where it was searched; ``silent`` marks a silent fallback; ``note`` says when the
+    file holds workbench probes (its line numbers are then the patched file's)."""
 
     key: str
     what: str
@@ -77,6 +79,7 @@ class PathEntry:
     also: tuple[int, ...] = ()
     looked_in: str = ""
     silent: bool = False
+    note: Optional[str] = None
 
     @property
     def location(self) -> str:
@@ -128,6 +131,10 @@ class CodePathMap:
                 rows.append(f"      | {e.code.strip()}")
             if e.detail:
                 rows.append(f"      {e.detail}")
+            if e.found and e.also:
+                rows.append(f"      also at line(s) {', '.join(map(str, e.also))}")
+            if e.note:
+                rows.append(f"      note: {e.note}")
             if not e.found:
                 rows.append(f"      looked in: {e.looked_in}")
         return "\n".join(rows)
@@ -476,8 +483,8 @@ LANDMARKS: tuple[Landmark, ...] = (
              where=lambda rel: rel.startswith("srt/speculative/")),
 )
 
-_TARGET_RULE_WHAT = ("the target turns the draft's aux layer ids into the layers it captures "
-                     "(its offset rule; SGLang's llama.py adds 1: capture at the input of layer id+1)")
+_TARGET_RULE_WHAT = ("the target turns the draft's aux layer ids into the layers it captures (its offset "
+                     "rule: the capture is taken at a layer's input, so the output of layer id is layer id+1's input)")
 
 
 def _find(ctx: _Ctx, lm: Landmark) -> PathEntry:
@@ -514,7 +521,19 @@ def _find_in(ctx: _Ctx, lm: Landmark, rel: str) -> Optional[PathEntry]:
     detail = lm.detail(stmt, parents, text, ctx) if lm.detail else None
     return PathEntry(lm.key, lm.what, True, ctx.src.path(rel), line, lines[line - 1] if line <= len(lines) else None,
                      _function_of(parents + ((stmt,) if isinstance(stmt, ast.FunctionDef) else ())), detail,
-                     tuple(_first_line(s) for s, _ in hits[1:]), rel, lm.silent)
+                     tuple(_first_line(s) for s, _ in hits[1:]), rel, lm.silent, _probe_note(lines, line))
+
+
+def _probe_note(lines: Sequence[str], line: int) -> Optional[str]:
+    """When the file holds workbench probe blocks: how many, and how many of their lines come
+    before ``line`` (so the original file's number is ``line`` minus that)."""
+    blocked = _probe_block_lines(list(lines))
+    if not blocked:
+        return None
+    tags = sum(1 for i in blocked if lines[i].lstrip().startswith("# >>> eagle-workbench probe"))
+    above = sum(1 for i in blocked if i < line - 1)
+    return (f"this file holds {tags} workbench probe(s); line numbers are the patched file's"
+            + (f" (line {line - above} in the original)" if above else ""))
 
 
 def _target_offset_rule(ctx: _Ctx) -> PathEntry:
@@ -536,9 +555,15 @@ def _target_offset_rule(ctx: _Ctx) -> PathEntry:
             ids = ctx.aux_ids if ctx.aux_ids is not None else "none (defaults)"
             detail = (detail + "; " if detail else "") + (
                 f"for draft ids {ids} on {ctx.num_layers} layers it captures {rule.captured} ({rule.source})")
+            unreachable = [i for i in rule.captured if i > rule.reachable_max or i < 0]
+            if unreachable:
+                detail += (f"; layer(s) {unreachable} are never reached (the capture loop covers 0.."
+                           f"{rule.reachable_max}): fewer aux states than the draft's fc expects")
+    elif ctx.aux_ids is not None:
+        detail = (detail + "; " if detail else "") + "give the target's layer count to evaluate the rule for the draft's ids"
     lines = text.splitlines()
     return PathEntry(key, _TARGET_RULE_WHAT, True, ctx.src.path(rel), fn.lineno, lines[fn.lineno - 1],
-                     f"{owner}.set_eagle3_layers_to_capture", detail, (), rel)
+                     f"{owner}.set_eagle3_layers_to_capture", detail, (), rel, note=_probe_note(lines, fn.lineno))
 
 
 def code_path_map(src: EngineSource, *, target_arch: str = "LlamaForCausalLM",
@@ -636,8 +661,9 @@ def scan_swallowed(src: EngineSource, cmap: CodePathMap) -> list[Finding]:
             functions.setdefault((rel, enc[0]), enc[1])
     for (rel, qual), fn in functions.items():
         text = src.read(rel) or ""
+        in_probe = _probe_block_lines(text.splitlines())
         for node in ast.walk(fn):
-            if not isinstance(node, ast.Try):
+            if not isinstance(node, ast.Try) or node.lineno - 1 in in_probe:  # the workbench's own probes
                 continue
             for h in node.handlers:
                 if not _is_broad(h) or _logs_or_raises(h.body):
@@ -659,13 +685,19 @@ def scan_swallowed(src: EngineSource, cmap: CodePathMap) -> list[Finding]:
                      "try_line": node.lineno,
                      "handler": f"{kind}: (line {h.lineno})", "function": qual, "fallback": does}, None))
     for e in cmap.entries:
-        if e.found and e.silent and (e.file, e.line) not in seen and e.key != "eagle-config-read":
-            seen.add((e.file, e.line))
+        if not e.found or not e.silent or e.key == "eagle-config-read":
+            continue
+        lines = (src.read(src.rel(e.file)) or "").splitlines()
+        for line in (e.line,) + e.also:
+            if (e.file, line) in seen:
+                continue
+            seen.add((e.file, line))
+            code = lines[line - 1].strip() if line <= len(lines) else ""
             findings.append(Finding(
                 "swallowed-config-error", "info",
-                f"{posixpath.relpath(e.file, src.root)}:{e.line} ({e.function}): silent fallback: {e.what}",
-                {"source": {"value": f"{e.file}:{e.line}", "source": f"{e.file}:{e.line}"},
-                 "code": (e.code or "").strip(), "function": e.function, "detail": e.detail}, None))
+                f"{posixpath.relpath(e.file, src.root)}:{line} ({e.function}): silent fallback: {e.what}",
+                {"source": {"value": f"{e.file}:{line}", "source": f"{e.file}:{line}"},
+                 "code": code, "function": e.function, "detail": e.detail}, None))
     return findings
 
 
@@ -712,8 +744,10 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in (
            "an empty list means no aux capture (the EAGLE3 gate was not passed); else the layer inputs "
            "captured (draft id + 1 on Llama)"),
     Recipe("draft-d2t", "d2t-use",
-           ("self.hot_token_id is None", "tuple(self.hot_token_id.shape)", "self.hot_token_id[:8].tolist()",
-            "self.hot_token_id[-4:].tolist()"),
+           ("self.hot_token_id is None",
+            "None if self.hot_token_id is None else tuple(self.hot_token_id.shape)",
+            "None if self.hot_token_id is None else self.hot_token_id[:8].tolist()",
+            "None if self.hot_token_id is None else self.hot_token_id[-4:].tolist()"),
            "the d2t map (draft id → target id) the draft worker holds when it maps proposals",
            "None means draft ids are used as target ids (EAGLE, or no d2t); under EAGLE3 the shape is "
            "(draft vocab,) and values are target ids"),

@@ -20,6 +20,7 @@ import ast
 import json
 import posixpath
 import re
+import sys
 from dataclasses import dataclass
 from typing import Any, Optional, Sequence
 
@@ -215,6 +216,8 @@ class EngineSource:
                                     where=self.root)
         if file is not None:
             files = [self.rel(file)]
+            if self.read(files[0]) is None:
+                raise SourceLookupError(f"no file {files[0]} in the engine package", where=self.root)
         else:
             tokens = [f"class {parts[0]}"] if len(parts) > 1 else [f"def {parts[-1]}", f"class {parts[-1]}"]
             hits = self.grep(tokens)
@@ -561,7 +564,8 @@ class EngineInfo:
     ``root``: the package directory (absolute, on the box); ``version``: from the package's
     version file or distribution metadata (``None`` when neither says); ``python``: the
     interpreter that located it; ``how``: how that interpreter was chosen; ``server_pid`` /
-    ``port`` / ``log_path``: the running server it was taken from, if any."""
+    ``port`` / ``log_path`` / ``cwd``: the running server it was taken from, if any (``cwd``: its
+    working directory, against which relative paths in ``launch`` resolve)."""
 
     package: str
     root: str
@@ -572,6 +576,7 @@ class EngineInfo:
     port: Optional[int] = None
     log_path: Optional[str] = None
     launch: Optional[str] = None
+    cwd: Optional[str] = None
 
     def to_dict(self) -> dict:
         return dict(self.__dict__)
@@ -590,7 +595,8 @@ def find_engine(box: Any, *, python: str | None = None, port: int | None = None,
     (with its ``VAR=value`` prefixes); the running server's (on ``port``, or the only one
     running; :func:`server_python`), run in the server's cwd with its ``PYTHONPATH`` /
     ``PYTHONHOME``, so a checkout run with ``python -m`` is found as the server found it; else
-    ``python3``. The package: ``package``, else the one the
+    ``python3``. An explicit ``package`` without ``port`` never takes a running server's
+    interpreter (``workbench.*`` on the local box: this workbench's interpreter). The package: ``package``, else the one the
     launch command runs (:func:`engine_package`), else ``sglang``. Runs
     :data:`LOCATE_ENGINE_SCRIPT` with that interpreter (``find_spec``; nothing is imported).
 
@@ -610,6 +616,14 @@ def find_engine(box: Any, *, python: str | None = None, port: int | None = None,
             else "python3"
         env = dict(launch.env) or None
         how = f"the launch command's interpreter {python}"
+    elif package and not port:
+        # An explicit package names the engine to read: never switch to whichever server happens to
+        # run (on a shared box it may be someone else's). The sandbox box's engine lives in this
+        # workbench's own environment when the box is this machine.
+        if package.startswith("workbench") and box.name == "local":
+            python, how = sys.executable, f"this workbench's interpreter {sys.executable} (--package {package})"
+        else:
+            python, how = "python3", f"python3 on the box's PATH (--package {package}; pass --python to choose)"
     else:
         servers = running_servers(box, port=port, timeout=timeout)
         if port and not servers:
@@ -652,4 +666,5 @@ def find_engine(box: Any, *, python: str | None = None, port: int | None = None,
         raise EngineNotFound(f"the {package} package is not found ({found.get('error')}){hint}", where=where)
     return EngineInfo(package, found["root"].rstrip("/"), found.get("version"), python, how,
                       server.pid if server else None, server.port if server else None,
-                      server.log_path if server else None, launch.to_string() if launch is not None else None)
+                      server.log_path if server else None, launch.to_string() if launch is not None else None,
+                      server.cwd if server else None)

@@ -3,7 +3,7 @@
     workbench source locate [BOX] [--json]                       the engine package, version, interpreter
     workbench source show FILE[:LINE] [-C N] [BOX]               numbered lines (FILE relative to the package)
     workbench source find NAME [--file FILE] [-C N] [BOX]        definitions (func, Class, Class.method) via ast
-    workbench source map [--launch CMD] [--target-arch A] [--draft-arch A] [--aux-ids 1,3,6]
+    workbench source map [--launch CMD [--cwd DIR]] [--target-arch A] [--draft-arch A] [--aux-ids 1,3,6]
                          [--num-layers N] [BOX] [--json]         the EAGLE-3 code-path map for this version
     workbench source scan [same as map]                          swallowed errors / silent fallbacks on that path
 
@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from typing import Any
 
@@ -26,9 +27,23 @@ __all__ = ["add_source_parser"]
 def _ids(text: str) -> list[int]:
     """argparse type: ``1,3,6`` -> ``[1, 3, 6]``."""
     try:
-        return [int(x) for x in text.replace(" ", "").split(",") if x]
+        ids = [int(x) for x in text.replace(" ", "").split(",") if x]
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected comma-separated layer ids such as 1,3,6, got {text!r}") from None
+    if not ids or min(ids) < 0:
+        raise argparse.ArgumentTypeError(f"expected non-negative layer ids such as 1,3,6, got {text!r}")
+    return ids
+
+
+def _positive_int(text: str) -> int:
+    """argparse type: an integer >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
 
 
 def _box_args(p: argparse.ArgumentParser) -> None:
@@ -37,7 +52,7 @@ def _box_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--host", default="local", help="the box: local, an ~/.ssh/config alias, user@host[:port]")
     p.add_argument("--python", help="the interpreter on the box that runs the server (default: the running "
                                      "server's, else python3)")
-    p.add_argument("--port", type=int, help="take the engine of the server running on this port")
+    p.add_argument("--port", type=_positive_int, help="take the engine of the server running on this port")
     p.add_argument("--package", help="the engine package (default: what the server runs, else sglang; "
                                      "workbench.sandbox for the sandbox box)")
     p.add_argument("--timeout", type=_positive_seconds, default=30.0, help="seconds for each call to the box")
@@ -98,12 +113,10 @@ def _run(args: argparse.Namespace) -> int:
             explicit = any(v is not None for v in (args.target_arch, args.draft_arch, args.aux_ids, args.num_layers))
             deployment = launch or (LaunchCommand.parse(engine.launch) if engine.launch else None)
             if deployment is not None and not explicit:
-                cwd = None
-                if engine.server_pid is not None:
-                    try:
-                        cwd = box.transport.readlink(f"/proc/{engine.server_pid}/cwd", timeout=args.timeout)
-                    except RemoteError as exc:
-                        notes.append(f"the server's cwd is not readable ({exc}); relative model paths not resolved")
+                # relative model paths: against the running server's cwd, else --cwd (default: this
+                # directory on the local box, the login directory over SSH), as `workbench doctor` does
+                cwd = engine.cwd if launch is None else (
+                    args.cwd or (os.getcwd() if box.name == "local" else box.expand_path("~")))
                 cmap = map_for_launch(box, src, deployment, cwd=cwd, timeout=args.timeout, notes=notes)
             else:
                 kw = {k: v for k, v in (("target_arch", args.target_arch), ("draft_arch", args.draft_arch),
@@ -151,6 +164,8 @@ def add_source_parser(sub: Any) -> None:
         a.add_argument("--draft-arch", help="draft class (default: from the draft config, else "
                                             "LlamaForCausalLMEagle3)")
         a.add_argument("--aux-ids", type=_ids, help="the draft's aux layer ids, to evaluate the offset rule")
-        a.add_argument("--num-layers", type=int, help="the target's layer count, to evaluate the offset rule")
+        a.add_argument("--num-layers", type=_positive_int, help="the target's layer count, to evaluate the offset rule")
+        a.add_argument("--cwd", help="with --launch: the directory the server starts in, for relative model paths "
+                                     "(default: this directory on the local box, the login directory over SSH)")
         _box_args(a)
     p.set_defaults(func=_run)

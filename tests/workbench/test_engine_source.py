@@ -83,7 +83,9 @@ def test_scan_finds_the_broad_except_and_the_silent_fallbacks(box, sglang_source
     where = {f.evidence["source"]["value"]: f for f in findings}
     aux = str(sglang_source / "srt/model_executor/model_runner_components/spec_aux_hidden_state.py")
     assert set(where) == {f"{aux}:188", f"{sglang_source}/srt/models/llama_eagle3.py:238",
-                          f"{sglang_source}/srt/models/llama_eagle3.py:363"}
+                          f"{sglang_source}/srt/models/llama_eagle3.py:363",
+                          f"{sglang_source}/srt/models/llama_eagle3.py:373"}
+    assert where[f"{sglang_source}/srt/models/llama_eagle3.py:373"].evidence["code"] == "if param_name in params_dict:"
     broad = where[f"{aux}:188"]
     assert broad.rule == "swallowed-config-error" and broad.evidence["handler"] == "except Exception: (line 195)"
     assert broad.evidence["fallback"] == "config.eagle_aux_hidden_state_layer_ids = None"
@@ -267,6 +269,10 @@ def test_find_engine_from_the_running_server_uses_its_cwd_and_pythonpath(box, sg
         assert "server pid" in found.how
         with pytest.raises(EngineNotFound, match=f"no SGLang server runs on port {free_port + 1}"):
             find_engine(box, port=free_port + 1)
+        # an explicit package never switches to whichever server runs (on a shared box: someone else's)
+        with pytest.raises(EngineNotFound, match=r"the sglang package is not found"):
+            find_engine(box, package="sglang")
+        assert find_engine(box, package="workbench.sandbox").root == str(SANDBOX_ROOT)
     finally:
         proc.kill()
         proc.wait()
@@ -348,3 +354,32 @@ def test_recipes_patch_compile_and_revert_on_real_0_5_23(sglang_copy, tmp_path):
         assert len(revert_all(box)) == 3
         assert list_probes(box) == []
     assert files == {p: hashlib.sha256(p.read_bytes()).hexdigest() for p in sglang_copy.rglob("*.py")}
+
+
+def test_probes_in_place_are_not_reported_and_the_map_says_lines_moved(sglang_copy, tmp_path):
+    from remote import connect
+    from remote.probes import revert_all
+    from workbench.codepath import add_recipe
+
+    with connect("local", state_dir=tmp_path / "state", python=sys.executable) as box:
+        add_recipe(box, code_path_map(_src(box, sglang_copy)), "draft-input-width")
+        try:
+            src = _src(box, sglang_copy)
+            cmap = code_path_map(src)
+            check = cmap.entry("draft-fc-width-check")
+            lines = (sglang_copy / "srt/models/llama_eagle3.py").read_text().splitlines()
+            assert lines[check.line - 1].strip() == "if hidden_states.shape[-1] != embeds.shape[-1]:"
+            assert check.line > 238 and check.note.endswith("(line 238 in the original)")
+            assert cmap.entry("draft-fc-defined").note and "in the original" not in cmap.entry("draft-fc-defined").note
+            assert cmap.entry("aux-capture-gate").note is None
+            found = scan_swallowed(src, cmap)
+            assert len(found) == 4 and not any("_ewb" in f.message for f in found)
+        finally:
+            revert_all(box)
+
+
+def test_offset_rule_warns_about_layers_the_loop_never_reaches(box, sglang_source):
+    cmap = code_path_map(_src(box, sglang_source), aux_ids=[1, 3, 6], num_layers=4)
+    assert "layer(s) [4, 7] are never reached (the capture loop covers 0..3)" in cmap.entry("target-offset-rule").detail
+    cmap = code_path_map(_src(box, sglang_source), aux_ids=[1, 3, 6])
+    assert "give the target's layer count" in cmap.entry("target-offset-rule").detail

@@ -63,7 +63,8 @@ def test_scan_on_real_source_through_a_launch_command(capsys, sglang_source):
     where = sorted(f["evidence"]["source"]["value"] for f in doc["findings"])
     assert where == sorted([
         f"{sglang_source}/srt/model_executor/model_runner_components/spec_aux_hidden_state.py:188",
-        f"{sglang_source}/srt/models/llama_eagle3.py:238", f"{sglang_source}/srt/models/llama_eagle3.py:363"])
+        f"{sglang_source}/srt/models/llama_eagle3.py:238", f"{sglang_source}/srt/models/llama_eagle3.py:363",
+        f"{sglang_source}/srt/models/llama_eagle3.py:373"])
     assert doc["engine"]["version"] == "0.5.23"
     assert any("target config not read" in n for n in doc["notes"])
 
@@ -72,6 +73,7 @@ def test_scan_on_real_source_through_a_launch_command(capsys, sglang_source):
     (["show", "srt/models/nope.py:3", *ON_SANDBOX], "no file srt/models/nope.py in the engine package"),
     (["show", "srt/models/llama_eagle3.py:99999", *ON_SANDBOX], "line 99999 is outside"),
     (["find", "no_such_function_xyz", *ON_SANDBOX], "no definition of 'no_such_function_xyz'"),
+    (["find", "load_weights", "--file", "srt/nosuch.py", *ON_SANDBOX], "no file srt/nosuch.py in the engine package"),
     (["locate", "--package", "no_such_engine_pkg", "--python", sys.executable], "no_such_engine_pkg package is not found"),
     (["map", "--launch", "not a launch command"], "workbench source map:"),
     (["locate", "--host", "nosuchalias-ewb"], "workbench source locate:"),
@@ -82,11 +84,38 @@ def test_bad_input_exits_2_with_one_line(capsys, argv, message):
     assert message in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
 
 
-def test_bad_aux_ids_is_a_usage_error(capsys):
+@pytest.mark.parametrize("argv, message", [
+    (["--aux-ids", "1,x"], "expected comma-separated layer ids"),
+    (["--aux-ids", ""], "expected non-negative layer ids"),
+    (["--num-layers", "-3"], "must be >= 1"),
+    (["--port", "0"], "must be >= 1"),
+])
+def test_bad_numbers_are_usage_errors(capsys, argv, message):
     with pytest.raises(SystemExit) as exc:
-        main(["source", "map", "--aux-ids", "1,x", *ON_SANDBOX])
+        main(["source", "map", *argv, *ON_SANDBOX])
     assert exc.value.code == 2
-    assert "expected comma-separated layer ids" in capsys.readouterr().err
+    assert message in capsys.readouterr().err
+
+
+def test_package_sandbox_from_another_directory_and_relative_launch_paths(capsys, tmp_path, monkeypatch):
+    """From any directory, --package workbench.sandbox reads the sandbox engine; a --launch with
+    relative model paths resolves them against --cwd (default: this directory)."""
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run(capsys, "source", "locate", "--package", "workbench.sandbox", "--json")
+    assert code == 0, err
+    assert json.loads(out)["root"] == str(SANDBOX)
+    launch = (f"{sys.executable} -m workbench.sandbox.launch_server --model-path workbench/sandbox/models/target "
+              "--speculative-algorithm EAGLE3 --speculative-draft-model-path workbench/sandbox/models/draft")
+    repo = str(SANDBOX.parents[1])
+    code, out, err = run(capsys, "source", "map", "--launch", launch, "--cwd", repo, "--json")
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["notes"] == []
+    rule = next(e for e in doc["entries"] if e["key"] == "target-offset-rule")
+    assert "for draft ids [1, 3, 6] on 8 layers it captures [2, 4, 7]" in rule["detail"]
+    monkeypatch.chdir(repo)
+    code, out, err = run(capsys, "source", "map", "--launch", launch, "--json")
+    assert code == 0 and json.loads(out)["notes"] == []
 
 
 def test_map_over_ssh(capsys, ssh_env):
