@@ -389,10 +389,13 @@ class AnchorAmbiguous(ProbeError):
 
 
 class ProbeCompileError(ProbeError):
-    """The patched text failed to compile with the box's python; ``.output`` is its error text."""
+    """The patched text (or, with ``.of_original``, the original file before patching) failed to
+    compile with the box's python; ``.output`` is its error text. Nothing was written."""
 
-    def __init__(self, message: str, *, output: str, path: str, box: str | None = None) -> None:
+    def __init__(self, message: str, *, output: str, path: str, box: str | None = None,
+                 of_original: bool = False) -> None:
         self.output = output
+        self.of_original = of_original
         super().__init__(f"{message}\n--- compiler output ---\n{_excerpt(output)}\n---", path=path, box=box)
 
 

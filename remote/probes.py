@@ -1,26 +1,42 @@
-"""Debug probes: a one-shot print injected into a Python source file on a box, and reverted.
+"""Debug probes: a debug print injected into a Python source file on a box, and reverted.
 
 A probe is a managed block (as Ansible's ``blockinfile``) inserted before an anchor line, at the
 anchor's indentation, between marker comments::
 
     # >>> eagle-workbench probe TAG >>>
-    ...prints once per process, to stderr, flushed:
+    ...prints once per process (or once per distinct key, see below), to stderr, flushed:
     [probe:TAG] expr1=repr(value1) expr2=repr(value2)
     # <<< eagle-workbench probe TAG <<<
 
 Each expression is evaluated on its own; one that raises prints ``expr=<error:Type('msg')>``
 instead, and nothing the probe does can raise into the patched code.
 
-Safety, in order: the original bytes are backed up next to the journal with their sha256; a
-journal entry (JSON, ``STATE_DIR/probes/TAG.json`` on the box) is written as ``pending``; the
-patched text goes to a temporary file in the source's directory and is compiled there with the
-box's python; the original's sha256 is checked again; then one atomic rename replaces it and the
-entry becomes ``active``. A process killed at any point leaves either the original or the
-patched file, never half of one, and ``revert_all`` (from any later session) cleans up.
+One shot per distinct key: with ``once_per=EXPR`` the probe prints the first time each distinct
+``repr(EXPR)`` is seen in the process, at most ``max_prints`` lines per process. SGLang captures
+CUDA graphs at startup, running the draft's forward on a 1x-wide zeros buffer before any request:
+a once-per-process probe shows only that call, while ``once_per="hidden_states.shape[-1]"`` shows
+each width (the aux-wide draft-extend call under EAGLE3 too).
 
-``revert_probe`` restores the backup byte for byte and checks the sha256; it refuses, keeping the
-backup, when the file is neither the patched text nor the original (someone edited it).
-Probes on the same file stack: revert the newest first (``revert_all`` does).
+Expressions only read: ``check_expression`` refuses ``:=``, ``await``/``yield`` and calls of
+in-place methods (a name ending in one ``_``: PyTorch's ``zero_``, ``mul_``, ``copy_``...). It is
+a guard against slips, not a sandbox: ``getattr(x, "zero_")()`` or a call with side effects
+still runs.
+
+Safety, in order: only a ``.py`` file is probed, and only when the original compiles with the
+box's python; the original bytes are backed up next to the journal with their sha256; a journal
+entry (JSON, ``STATE_DIR/probes/TAG.json`` on the box) is written as ``pending``; the patched text
+goes to a temporary file in the source's directory (the original's mode, and its owner when the
+box user may set it) and is compiled there with the box's python; the original's sha256 is
+checked again; then one atomic rename replaces it (so the file gets a new inode) and the entry
+becomes ``active``. A process killed at any point leaves either the original or the patched file,
+never half of one, and ``revert_all`` (``workbench probe revert --all``, from any later session)
+cleans up.
+
+``revert_probe`` restores the backup byte for byte (mode and owner as recorded) and checks the
+sha256; it refuses, keeping the backup, when the file is neither the patched text nor the
+original (someone edited it). Probes on the same file stack: revert the newest first
+(``revert_all`` does). ``list_journal`` returns the journal's probes and the entries it could not
+read; ``list_probes`` the probes only.
 
 Reading back: ``read_probe_log`` greps the server's log on the box for ``[probe:TAG]`` (the log is
 never read whole) and returns one ``ProbeReading`` per line, each value parsed by
@@ -35,9 +51,11 @@ import ast
 import dataclasses
 import hashlib
 import json
+import logging
 import math
 import os
 import re
+import shlex
 import signal
 import time
 from dataclasses import dataclass
@@ -52,9 +70,13 @@ from .errors import (
     ProbeError,
     ProbeExists,
     ProbeNotFound,
+    RemoteFileDecodeError,
+    RemoteFileError,
     RemoteFileNotFound,
     RemoteIsADirectory,
 )
+
+log = logging.getLogger(__name__)
 
 BEGIN_MARKER = "# >>> eagle-workbench probe {tag} >>>"
 END_MARKER = "# <<< eagle-workbench probe {tag} <<<"
@@ -65,22 +87,36 @@ TAG_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 CRASH_ENV = "EAGLE_WORKBENCH_PROBE_CRASH_AT"
 CRASH_POINTS = ("after-backup", "before-replace", "after-replace")
 
+#: Compiles ``argv[1]`` (as file name ``argv[2]``) with the box's python, then prints the owner of
+#: ``argv[1]`` (``uid gid``). Run on the original before patching and on the patched temporary file.
 _COMPILE_SNIPPET = (
     "import sys\n"
     "src = open(sys.argv[1], 'rb').read()\n"
     "compile(src, sys.argv[2], 'exec', dont_inherit=True)\n"
+    "import os\n"
+    "st = os.stat(sys.argv[1])\n"
+    "print(st.st_uid, st.st_gid)\n"
 )
+
+#: Default of ``max_prints``: lines a ``once_per`` probe prints per process at most.
+MAX_PRINTS = 8
 
 
 @dataclass(frozen=True)
 class Probe:
     """A probe recorded in the box's journal.
 
-    ``line`` is the 1-based anchor line in the original file (the block starts there in the
-    patched file and spans ``block_lines`` lines); ``anchor`` is the regex or line number asked
-    for, ``function`` the function it was restricted to. ``state`` is ``"active"``, or
-    ``"pending"`` when an ``add_probe`` was interrupted before it finished (``temp_path`` may
+    ``line`` is the 1-based anchor line in the file as it was before this probe (the block starts
+    there in the patched file and spans ``block_lines`` lines); ``anchor`` is the regex or line
+    number asked for, ``function`` the function it was restricted to. ``state`` is ``"active"``,
+    or ``"pending"`` when an ``add_probe`` was interrupted before it finished (``temp_path`` may
     then remain). ``created_at`` is seconds since the epoch.
+
+    ``once_per``: the key expression (``None``: once per process); ``max_prints``: lines per
+    process at most with a key. ``mode``, ``owner_uid``, ``owner_gid``: the original file's
+    permission bits and owner, restored by a revert (``None`` in entries written by older
+    versions). ``owner_note``: ``"owner could not be kept: ..."`` when the last write (the add, or
+    the revert for the value ``revert_probe`` returns) left the file with another owner.
     """
 
     tag: str
@@ -97,6 +133,12 @@ class Probe:
     created_at: float
     state: str = "active"
     temp_path: Optional[str] = None
+    once_per: Optional[str] = None
+    max_prints: int = MAX_PRINTS
+    mode: Optional[int] = None
+    owner_uid: Optional[int] = None
+    owner_gid: Optional[int] = None
+    owner_note: Optional[str] = None
 
     def to_dict(self) -> dict:
         d = dataclasses.asdict(self)
@@ -105,10 +147,56 @@ class Probe:
 
     @classmethod
     def from_dict(cls, d: dict) -> "Probe":
-        fields = {f.name for f in dataclasses.fields(cls)}
+        """A ``Probe`` from its journal JSON; keys it does not know are ignored, the ones added
+        later (``once_per``, ``max_prints``, ``mode``, owner) default. Raises ``ValueError`` (with
+        the reason) when a field is missing or of the wrong type."""
+        if not isinstance(d, dict):
+            raise ValueError(f"not a JSON object but {type(d).__name__}")
+        fields = {f.name: f for f in dataclasses.fields(cls)}
+        required = [n for n, f in fields.items()
+                    if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
+        missing = [n for n in required if n not in d]
+        if missing:
+            raise ValueError(f"missing field(s) {', '.join(missing)}")
         data = {k: v for k, v in d.items() if k in fields}
-        data["exprs"] = tuple(data.get("exprs", ()))
+        for name, kinds in _FIELD_TYPES.items():
+            if name in data and not (isinstance(data[name], kinds) and not isinstance(data[name], bool)):
+                raise ValueError(f"field {name!r} is {data[name]!r}, not {'/'.join(k.__name__ for k in kinds)}")
+        if not all(isinstance(e, str) for e in data["exprs"]):
+            raise ValueError("field 'exprs' holds something other than text")
+        if data.get("state", "active") not in ("active", "pending"):
+            raise ValueError(f"field 'state' is {data['state']!r}, not 'active' or 'pending'")
+        if data.get("max_prints", MAX_PRINTS) < 1:
+            raise ValueError(f"field 'max_prints' is {data['max_prints']!r}, not a positive number")
+        data["exprs"] = tuple(data["exprs"])
         return cls(**data)
+
+
+_NONE = type(None)
+#: The journal's field types checked by ``Probe.from_dict`` (bools are refused where ints go).
+_FIELD_TYPES: dict[str, tuple[type, ...]] = {
+    "tag": (str,), "path": (str,), "line": (int,), "anchor": (str, int), "function": (str, _NONE),
+    "exprs": (list, tuple), "original_sha256": (str,), "patched_sha256": (str,), "backup_path": (str,),
+    "journal_path": (str,), "block_lines": (int,), "created_at": (int, float), "state": (str,),
+    "temp_path": (str, _NONE), "once_per": (str, _NONE), "max_prints": (int,), "mode": (int, _NONE),
+    "owner_uid": (int, _NONE), "owner_gid": (int, _NONE), "owner_note": (str, _NONE),
+}
+
+
+@dataclass(frozen=True)
+class JournalProblem:
+    """A journal entry that could not be read: ``tag`` (from its file name), ``journal_path``,
+    ``backup_path`` (where that probe's original would be kept; it may not exist), ``reason``."""
+
+    tag: str
+    journal_path: str
+    backup_path: str
+    reason: str
+
+    def describe(self) -> str:
+        """One line: what is wrong and what to do about it."""
+        return (f"journal entry {self.journal_path} is unreadable ({self.reason}); check the file that probe "
+                f"{self.tag!r} patched by hand (its original may be at {self.backup_path}), then delete the entry")
 
 
 # -- the journal -------------------------------------------------------------------------------
@@ -131,27 +219,69 @@ def _save(box: Box, probe: Probe) -> None:
     box.write_file(probe.journal_path, json.dumps(probe.to_dict(), indent=2) + "\n", mode=0o600, make_dirs=True)
 
 
+def _parse_entry(text: str, tag: str) -> Probe:
+    """The ``Probe`` in journal entry ``TAG.json``. Raises ``ValueError`` saying why it is unreadable."""
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        raise ValueError(f"not JSON: {exc}") from None
+    probe = Probe.from_dict(data)
+    if probe.tag != tag:
+        raise ValueError(f"it records tag {probe.tag!r} under the name {tag}.json")
+    return probe
+
+
 def _load(box: Box, tag: str, *, timeout: float = 30) -> Optional[Probe]:
     path = _journal_path(box, tag)
     try:
         text = box.read_text(path, timeout=timeout)
     except RemoteFileNotFound:
         return None
-    try:
-        return Probe.from_dict(json.loads(text))
-    except (ValueError, TypeError) as exc:
+    except RemoteFileDecodeError as exc:
         raise ProbeError(f"probe journal entry is unreadable ({exc})", path=path, box=box.name) from None
+    try:
+        return _parse_entry(text, tag)
+    except ValueError as exc:
+        raise ProbeError(f"probe journal entry is unreadable ({exc})", path=path, box=box.name) from None
+
+
+def list_journal(box: Box, *, timeout: float = 30) -> tuple[list[Probe], list[JournalProblem]]:
+    """``(probes, problems)``: the probes recorded on the box (active and pending), oldest first,
+    and a :class:`JournalProblem` for each entry that could not be read (not JSON, a field missing
+    or of the wrong type, a tag that does not match its file name, not UTF-8, not readable), by
+    tag. ``timeout``: seconds for each box call. Other box errors (a lost connection, a time-out)
+    propagate; a missing journal directory is an empty journal."""
+    try:
+        names = box.listdir(journal_dir(box), timeout=timeout)
+    except RemoteFileNotFound:
+        return [], []
+    probes: list[Probe] = []
+    problems: list[JournalProblem] = []
+    for name in names:
+        if not name.endswith(".json") or name.startswith("."):
+            continue
+        tag = name[: -len(".json")]
+        path = _journal_path(box, tag)
+        try:
+            probes.append(_parse_entry(box.read_text(path, timeout=timeout), tag))
+        except RemoteFileNotFound:
+            continue  # reverted meanwhile
+        except ValueError as exc:
+            problems.append(JournalProblem(tag, path, _backup_path(box, tag), str(exc)))
+        except RemoteFileError as exc:  # not UTF-8, not readable, a directory
+            problems.append(JournalProblem(tag, path, _backup_path(box, tag), f"{type(exc).__name__}: {exc}"))
+    probes.sort(key=lambda p: (p.created_at, p.tag))
+    return probes, problems
 
 
 def list_probes(box: Box, *, timeout: float = 30) -> list[Probe]:
     """Probes recorded on the box (active and pending), oldest first. ``timeout``: seconds for
-    each box call. Raises ``ProbeError`` for an unreadable journal entry."""
-    try:
-        names = box.listdir(journal_dir(box), timeout=timeout)
-    except RemoteFileNotFound:
-        return []
-    probes = [_load(box, n[: -len(".json")], timeout=timeout) for n in names if n.endswith(".json")]
-    return sorted((p for p in probes if p is not None), key=lambda p: (p.created_at, p.tag))
+    each box call. An unreadable journal entry is skipped (and logged as a warning):
+    :func:`list_journal` returns those too."""
+    probes, problems = list_journal(box, timeout=timeout)
+    for problem in problems:
+        log.warning("[%s] probe %s", box.name, problem.describe())
+    return probes
 
 
 def _forget(box: Box, probe: Probe) -> None:
@@ -159,6 +289,42 @@ def _forget(box: Box, probe: Probe) -> None:
     an entry whose file already matches the original, which the next revert just drops)."""
     box.remove(probe.backup_path, missing_ok=True)
     box.remove(probe.journal_path, missing_ok=True)
+
+
+def _parse_owner(stdout: str) -> Optional[tuple[int, int]]:
+    """``(uid, gid)`` from the last line the compile snippet printed, ``None`` if it is not that."""
+    lines = stdout.strip().splitlines()
+    parts = lines[-1].split() if lines else []
+    if len(parts) == 2 and all(s.isdigit() for s in parts):
+        return int(parts[0]), int(parts[1])
+    return None
+
+
+def _keep_owner(
+    box: Box, path: str, uid: Optional[int], gid: Optional[int], *, current: Optional[tuple[int, int]] = None,
+    timeout: float = 30,
+) -> Optional[str]:
+    """Give the file ``path`` (a temporary file about to be renamed over the original) the owner
+    ``uid:gid`` when it has another (``current``, read with ``stat`` on the box when not given).
+    Returns ``None`` when the owner is as wanted, else ``"owner could not be kept: ..."`` (chown
+    needs root, or the same owner and a group the user is in); never raises for that."""
+    if uid is None or gid is None:
+        return None
+    if current is None:
+        res = box.run(["stat", "-L", "-c", "%u %g", path], timeout=timeout, check=False)
+        current = _parse_owner(res.stdout) if res.ok else None
+        if current is None:
+            why = (res.stderr or res.stdout).strip()[-200:]
+            return f"owner could not be kept: cannot read the new file's owner ({why})"
+    if current == (uid, gid):
+        return None
+    res = box.run(["chown", f"{uid}:{gid}", path], timeout=timeout, check=False)
+    if res.ok:
+        return None
+    lines = (res.stderr or res.stdout).strip().splitlines()
+    why = f"chown: {lines[-1].rpartition(': ')[2]}" if lines else f"chown exit {res.exit_code}"  # not the temp's name
+    return (f"owner could not be kept: the file is now owned by {current[0]}:{current[1]}, the original by "
+            f"{uid}:{gid} ({why})")
 
 
 def _crash_point(name: str) -> None:
@@ -174,36 +340,115 @@ def _crash_point(name: str) -> None:
 MAX_REPR = 2000
 
 
-def render_block(tag: str, exprs: Sequence[str], indent: str = "", newline: str = "\n", max_repr: int = MAX_REPR) -> str:
+def render_block(
+    tag: str,
+    exprs: Sequence[str],
+    indent: str = "",
+    newline: str = "\n",
+    max_repr: int = MAX_REPR,
+    *,
+    once_per: Optional[str] = None,
+    max_prints: int = MAX_PRINTS,
+) -> str:
     """The probe's source text (marker lines included), indented by ``indent``.
 
-    Each value is printed as its ``repr`` cut to ``max_repr`` characters.
+    Each value is printed as its ``repr`` cut to ``max_repr`` characters, on one line
+    ``[probe:TAG] expr=value ...`` to the process's stderr.
+
+    Without ``once_per`` the block prints once per process. With ``once_per`` (an expression) it
+    prints the first time each distinct ``repr(once_per)`` is seen in the process, at most
+    ``max_prints`` lines per process (after that the key is not even evaluated). The key is
+    evaluated inside the block's ``try``: a key that raises prints one ``<probe failed:...>`` line
+    (once per process) and never raises into the code. The key is not printed: list it among
+    ``exprs`` to see it. Pick a cheap host-side key (a shape, an int, a flag): ``repr`` of a
+    tensor's values would synchronise the GPU (and fail inside CUDA-graph capture).
     """
     prefix = f"[probe:{tag}] "
-    body = [
-        BEGIN_MARKER.format(tag=tag),
-        "try:",
-        "    import sys as _ewb_sys",
-        "    _ewb_fired = _ewb_sys.__dict__.setdefault('_eagle_workbench_probes_fired', set())",
-        f"    if {tag!r} not in _ewb_fired:",
-        f"        _ewb_fired.add({tag!r})",
-        "        _ewb_parts = []",
-        f"        _ewb_cut = lambda s: s if len(s) <= {int(max_repr)} else s[:{int(max_repr)}] + '...'",
-    ]
+    cut = f"_ewb_cut = lambda s: s if len(s) <= {int(max_repr)} else s[:{int(max_repr)}] + '...'"
+    if once_per is None:
+        body = [
+            BEGIN_MARKER.format(tag=tag),
+            "try:",
+            "    import sys as _ewb_sys",
+            "    _ewb_fired = _ewb_sys.__dict__.setdefault('_eagle_workbench_probes_fired', set())",
+            f"    if {tag!r} not in _ewb_fired:",
+            f"        _ewb_fired.add({tag!r})",
+        ]
+        pad = "        "
+    else:
+        body = [
+            BEGIN_MARKER.format(tag=tag),
+            "try:",
+            "    import sys as _ewb_sys",
+            "    _ewb_seen = _ewb_sys.__dict__.setdefault('_eagle_workbench_probes_seen', {})"
+            + f".setdefault({tag!r}, set())",
+            f"    if len(_ewb_seen) < {int(max_prints)}:",
+            f"        _ewb_key = repr(({once_per}))",
+            "        if _ewb_key not in _ewb_seen:",
+            "            _ewb_seen.add(_ewb_key)",
+        ]
+        pad = "            "
+    body += [pad + "_ewb_parts = []", pad + cut]
     for expr in exprs:
         body += [
-            "        try:",
-            f"            _ewb_parts.append({expr + '='!r} + _ewb_cut(repr({expr})))",
-            "        except Exception as _ewb_exc:",
-            f"            _ewb_parts.append({expr + '=<error:'!r} + repr(_ewb_exc) + '>')",
+            pad + "try:",
+            pad + f"    _ewb_parts.append({expr + '='!r} + _ewb_cut(repr({expr})))",
+            pad + "except Exception as _ewb_exc:",
+            pad + f"    _ewb_parts.append({expr + '=<error:'!r} + repr(_ewb_exc) + '>')",
         ]
-    body += [
-        f"        print({prefix!r} + ' '.join(_ewb_parts).replace('\\n', '\\\\n'), file=_ewb_sys.stderr, flush=True)",
-        "except Exception as _ewb_exc:  # a probe must never break the code it watches",
-        f"    print({prefix + '<probe failed:'!r} + repr(_ewb_exc) + '>', file=__import__('sys').stderr, flush=True)",
-        END_MARKER.format(tag=tag),
-    ]
+    body.append(pad + f"print({prefix!r} + ' '.join(_ewb_parts).replace('\\n', '\\\\n'), file=_ewb_sys.stderr, "
+                      "flush=True)")
+    failed = f"print({prefix + '<probe failed:'!r} + repr(_ewb_exc) + '>', file=__import__('sys').stderr, flush=True)"
+    if once_per is None:
+        body += [
+            "except Exception as _ewb_exc:  # a probe must never break the code it watches",
+            f"    {failed}",
+        ]
+    else:
+        body += [
+            "except Exception as _ewb_exc:  # a probe must never break the code it watches",
+            "    _ewb_failed = __import__('sys').__dict__.setdefault('_eagle_workbench_probes_failed', set())",
+            f"    if {tag!r} not in _ewb_failed:",
+            f"        _ewb_failed.add({tag!r})",
+            f"        {failed}",
+        ]
+    body.append(END_MARKER.format(tag=tag))
     return "".join(indent + line + newline for line in body)
+
+
+#: Names of in-place methods are those ending in one ``_`` (PyTorch's convention); dunders are not.
+_INPLACE_RE = re.compile(r"^(?!__.*__$).*[^_]_$|^_$")
+
+
+def check_expression(expr: Any, *, what: str = "expression") -> None:
+    """Refuse an expression a probe must not evaluate: not one line of text, not a Python
+    expression, or one that would change state: an assignment expression (``:=``), ``await``,
+    ``yield``, or a call of a method whose name ends in a single ``_`` (PyTorch's in-place ops:
+    ``x.zero_()``, ``x.mul_(2)``, ``x.copy_(y)``, ``x.fill_(0)``, ``x.add_(1)``; dunder names such as
+    ``x.__len__()`` are fine). ``what`` names the expression in the message.
+
+    This is a guard against slips, not a sandbox: ``getattr(x, 'zero_')()``, ``list.append`` or
+    any function with side effects still runs. Raises ``ProbeError``.
+    """
+    if not isinstance(expr, str) or "\n" in expr or "\r" in expr or not expr.strip():
+        raise ProbeError(f"{what} must be one line of text, got {expr!r}")
+    try:
+        tree = ast.parse(expr, mode="eval")
+    except SyntaxError as exc:
+        raise ProbeError(f"{what} {expr!r} is not a Python expression ({exc.msg})") from None
+    for node in ast.walk(tree):
+        why = None
+        if isinstance(node, ast.NamedExpr):
+            why = "an assignment expression (:=)"
+        elif isinstance(node, ast.Await):
+            why = "await"
+        elif isinstance(node, (ast.Yield, ast.YieldFrom)):
+            why = "yield"
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and _INPLACE_RE.match(node.func.attr):
+            why = f"a call of .{node.func.attr}(), an in-place method (a name ending in one '_')"
+        if why:
+            raise ProbeError(f"{what} {expr!r} is refused: it contains {why}; a probe's expressions must only "
+                             "read (this is a guard, not a sandbox)")
 
 
 def _split_lines(text: str) -> list[str]:
@@ -331,9 +576,10 @@ def _find_anchor(
             raise AnchorNotFound(f"anchor regex {before!r} matches no line{where}", path=path, box=box.name)
         if len(hits) > 1:
             numbers = [i + 1 for i in hits]
+            restrict = "" if function else "restrict it with --function (function= in Python), "
             raise AnchorAmbiguous(
                 f"anchor regex {before!r} matches {len(hits)} lines{where} (lines {numbers[:20]}); "
-                "make it more specific, restrict it with function=, or give a line number",
+                f"make it more specific, {restrict}or give a line number (--line N; before=N in Python)",
                 lines=numbers,
                 path=path,
                 box=box.name,
@@ -363,25 +609,44 @@ def add_probe(
     exprs: Sequence[str],
     tag: str,
     function: Optional[str] = None,
+    once_per: Optional[str] = None,
+    max_prints: int = MAX_PRINTS,
     python: Optional[str] = None,
     timeout: float = 60,
 ) -> Probe:
-    """Insert a one-shot debug print before an anchor line of the Python file ``path`` on the box.
+    """Insert a debug print before an anchor line of the Python file ``path`` on the box.
 
     ``before`` is a regex searched in each line (must match exactly one line, outside other
     probes' blocks, within ``function`` when given; ``function`` may be ``Class.method``) or a
-    1-based line number. ``exprs`` are Python expressions evaluated at that point; ``tag`` names
-    the probe (letters, digits, ``_.-``). ``python`` is the box interpreter for the compile check
-    (default ``box.python``); ``timeout`` in seconds for each box call.
+    1-based line number. ``exprs`` are Python expressions evaluated at that point (they must only
+    read: see :func:`check_expression`, a guard, not a sandbox); ``tag`` names the probe (letters,
+    digits, ``_.-``). ``python`` is the box interpreter for the compile checks (default
+    ``box.python``); ``timeout`` in seconds for each box call.
 
-    Adding the same tag again with the same file, anchor and expressions returns the existing
-    probe without touching the file. A symlinked ``path`` is resolved: the real file is patched
-    (``Probe.path``) and the link stays a link.
+    Without ``once_per`` the probe prints once per process. With ``once_per`` (an expression, e.g.
+    ``"hidden_states.shape[-1]"``) it prints the first time each distinct ``repr(once_per)`` is
+    seen in the process, at most ``max_prints`` (a positive int, default 8) lines per process;
+    a key that raises prints ``<probe failed:...>`` once and never raises into the engine (see
+    :func:`render_block`). Both are journalled.
 
-    Raises ``AnchorNotFound`` / ``AnchorAmbiguous``; ``ProbeCompileError`` when the patched file
-    does not compile on the box; ``ProbeConflict`` when the file changed while patching (nothing
-    is written) or an earlier add of this tag was interrupted; ``ProbeExists`` when the tag is
-    used by a different probe; ``ProbeError`` for a bad tag, expression or non-UTF-8 file.
+    Only a file whose (resolved) name ends in ``.py`` is probed, and only when the original
+    compiles with ``python`` on the box. The patched file replaces the original by an atomic
+    rename: it keeps the original's permission bits and, when the box user may set it (root, or
+    the owner setting a group it is in), its owner ``uid:gid`` (recorded in the journal);
+    otherwise the probe is still added and ``Probe.owner_note`` says ``"owner could not be kept:
+    ..."``. The file gets a new inode (a hard link to it keeps the old text).
+
+    Adding the same tag again with the same file, anchor, expressions and ``once_per`` (and
+    ``max_prints`` when ``once_per`` is given) returns the existing probe without touching the
+    file (also when newer probes were added on top of it). A symlinked ``path`` is resolved: the
+    real file is patched (``Probe.path``) and the link stays a link.
+
+    Raises ``AnchorNotFound`` / ``AnchorAmbiguous``; ``ProbeCompileError`` when the original or
+    the patched file does not compile on the box (nothing is written); ``ProbeConflict`` when the
+    file changed while patching (nothing is written) or an earlier add of this tag was interrupted;
+    ``ProbeExists`` when the tag is used by a different probe; ``ProbeError`` for a bad tag, an
+    expression that is not Python or would change state, a bad ``max_prints``, a file that is not
+    ``.py`` or not UTF-8.
     """
     if not isinstance(tag, str) or not TAG_RE.match(tag):
         raise ProbeError(f"probe tag {tag!r} must match {TAG_RE.pattern}")
@@ -389,35 +654,41 @@ def add_probe(
     if not exprs:
         raise ProbeError(f"probe {tag!r} needs at least one expression")
     for expr in exprs:
-        if not isinstance(expr, str) or "\n" in expr or "\r" in expr:
-            raise ProbeError(f"probe {tag!r}: expression must be one line of text, got {expr!r}")
-        try:
-            ast.parse(expr, mode="eval")
-        except SyntaxError as exc:
-            raise ProbeError(f"probe {tag!r}: {expr!r} is not a Python expression ({exc.msg})") from None
+        check_expression(expr, what=f"probe {tag!r}: expression")
+    if once_per is not None:
+        check_expression(once_per, what=f"probe {tag!r}: once_per")
+    if isinstance(max_prints, bool) or not isinstance(max_prints, int) or max_prints < 1:
+        raise ProbeError(f"probe {tag!r}: max_prints must be a positive int, got {max_prints!r}")
     p = box.realpath(path, timeout=timeout)  # patch the real file, never replace a symlink
+    if not p.endswith(".py"):
+        raise ProbeError("not a Python source file (a probe goes only into a file ending in .py)", path=p,
+                         box=box.name)
     python = python or box.python
 
     existing = _load(box, tag, timeout=timeout)
     if existing is not None:
-        same = existing.path == p and existing.exprs == exprs and existing.anchor == before and existing.function == function
+        same = (existing.path == p and existing.exprs == exprs and existing.anchor == before
+                and existing.function == function and existing.once_per == once_per
+                and (once_per is None or existing.max_prints == max_prints))
         if not same:
+            key = (f", once per {existing.once_per} (max {existing.max_prints})" if existing.once_per is not None
+                   else ", once per process")
             raise ProbeExists(
                 f"probe tag {tag!r} is already used by a probe on {existing.path} line {existing.line} "
-                f"with {list(existing.exprs)}; revert it first or choose another tag",
+                f"with {list(existing.exprs)}{key}; revert it first (`workbench probe revert --tag {tag}`) "
+                "or choose another tag",
                 path=p,
                 box=box.name,
             )
         if existing.state != "active":
             raise ProbeConflict(
                 f"an earlier add of probe {tag!r} was interrupted (journal state {existing.state!r}); "
-                "run revert_probe / revert_all to clean up first",
+                f"run `workbench probe revert --tag {tag}` (revert_probe in Python) to clean up first",
                 path=p,
                 backup_path=existing.backup_path,
                 box=box.name,
             )
-        current = box.sha256(p, timeout=timeout)
-        if current != existing.patched_sha256:
+        if probe_file_status(box, existing, timeout=timeout)[0] not in ("patched", "stacked"):
             raise ProbeConflict(
                 f"probe {tag!r} is recorded but the file was edited since it was added", path=p,
                 backup_path=existing.backup_path, box=box.name,
@@ -431,6 +702,16 @@ def add_probe(
         text = original.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise ProbeError(f"cannot probe a file that is not UTF-8 (byte {exc.start})", path=p, box=box.name) from None
+    check = box.run([python, "-c", _COMPILE_SNIPPET, p, p], timeout=timeout, check=False)
+    if not check.ok:
+        raise ProbeCompileError(
+            f"the original file does not compile with {python}; probe {tag!r} not added, nothing was written",
+            output=(check.stderr or check.stdout),
+            path=p,
+            box=box.name,
+            of_original=True,
+        )
+    owner = _parse_owner(check.stdout)
     lines = _split_lines(text)
     if any((m := _MARKER_RE.match(line)) and m.group(2) == tag for line in lines):
         raise ProbeError(
@@ -442,7 +723,7 @@ def add_probe(
     anchor_line = lines[idx]
     indent = anchor_line[: len(anchor_line) - len(anchor_line.lstrip(" \t"))]
     newline = "\r\n" if anchor_line.endswith("\r\n") else "\n"
-    block = render_block(tag, exprs, indent, newline)
+    block = render_block(tag, exprs, indent, newline, once_per=once_per, max_prints=max_prints)
     patched = ("".join(lines[:idx]) + block + "".join(lines[idx:])).encode("utf-8")
     probe = Probe(
         tag=tag,
@@ -459,6 +740,11 @@ def add_probe(
         created_at=time.time(),
         state="pending",
         temp_path=box.temp_path_for(p),
+        once_per=once_per,
+        max_prints=max_prints,
+        mode=mode,
+        owner_uid=owner[0] if owner else None,
+        owner_gid=owner[1] if owner else None,
     )
 
     box.makedirs(journal_dir(box), mode=0o700, timeout=timeout)
@@ -475,6 +761,11 @@ def add_probe(
                 path=p,
                 box=box.name,
             )
+        if owner is None:
+            note: Optional[str] = ("owner could not be kept: the original's owner could not be read "
+                                   f"({check.stdout.strip()[-200:]!r})")
+        else:
+            note = _keep_owner(box, probe.temp_path, *owner, current=_parse_owner(check.stdout), timeout=timeout)
         _crash_point("before-replace")
         current = box.sha256(p, timeout=timeout)
         if current != original_sha:
@@ -490,17 +781,27 @@ def add_probe(
         _forget(box, probe)
         raise
     _crash_point("after-replace")
-    probe = dataclasses.replace(probe, state="active", temp_path=None)
+    probe = dataclasses.replace(probe, state="active", temp_path=None, owner_note=note)
     _save(box, probe)
     return probe
 
 
 def locate_anchor(
-    box: Box, path: PathLike, *, before: Union[str, int], function: Optional[str] = None, timeout: float = 60
+    box: Box,
+    path: PathLike,
+    *,
+    before: Union[str, int],
+    function: Optional[str] = None,
+    without_probes: bool = False,
+    timeout: float = 60,
 ) -> int:
     """The 1-based line of the file ``path`` on the box that a probe with this anchor would go
     before (the same rules as :func:`add_probe`: one match outside other probes' blocks, within
-    ``function``, on the first line of a statement). Reads the file; changes nothing.
+    ``function``, on the first line of a statement; an int ``before`` is a line of the file as it
+    is now). Reads the file; changes nothing.
+
+    With ``without_probes`` the line is counted as if the blocks of the probes already in the file
+    were not there: the original file's numbering (the lines outside probe marker blocks).
 
     Raises ``AnchorNotFound`` / ``AnchorAmbiguous``; ``RemoteFileNotFound`` when the file is
     absent; ``ProbeError`` when it is not UTF-8.
@@ -511,7 +812,11 @@ def locate_anchor(
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise ProbeError(f"cannot probe a file that is not UTF-8 (byte {exc.start})", path=p, box=box.name) from None
-    return _find_anchor(text, _split_lines(text), before, function, p, box) + 1
+    lines = _split_lines(text)
+    idx = _find_anchor(text, lines, before, function, p, box)
+    if without_probes:
+        idx -= sum(1 for i in _probe_block_lines(lines) if i < idx)
+    return idx + 1
 
 
 #: What :func:`probe_file_status` can say about a probed file.
@@ -562,12 +867,17 @@ def revert_probe(box: Box, probe: Union[Probe, str], *, timeout: float = 60) -> 
 
     ``probe`` is a ``Probe`` or its tag; the journal on the box is authoritative. A pending
     entry (an interrupted ``add_probe``) is cleaned up: its temporary file removed and the
-    original restored if the replace had happened. Returns the probe as it was recorded.
+    original restored if the replace had happened. The restored file replaces the patched one by
+    an atomic rename (a new inode) with the recorded permission bits and owner; when the owner
+    cannot be set (not root, not the owner) the file is still restored and the returned probe's
+    ``owner_note`` says ``"owner could not be kept: ..."`` (else it is ``None``). Returns the probe
+    as it was recorded, with that ``owner_note``. ``timeout``: seconds for each box call.
 
-    Raises ``ProbeNotFound`` when the tag is not in the journal; ``ProbeConflict`` (backup kept)
-    when the file is neither the patched text nor the original, or when a newer probe on the
-    same file must be reverted first; ``RemoteFileChanged``-style ``ProbeConflict`` when the
-    restored file's sha256 does not match the original.
+    Raises ``ProbeNotFound`` when the tag is not in the journal (``ProbeError`` when its entry is
+    unreadable); ``ProbeConflict`` (backup kept) when the file is neither the patched text nor the
+    original (the message says how to put the original back by hand: ``cp BACKUP PATH``, then
+    ``workbench probe revert --tag TAG`` drops the record), when a newer probe on the same file
+    must be reverted first, or when the restored file's sha256 does not match the original.
     """
     tag = probe.tag if isinstance(probe, Probe) else probe
     entry = _load(box, tag, timeout=timeout)
@@ -586,7 +896,7 @@ def revert_probe(box: Box, probe: Union[Probe, str], *, timeout: float = 60) -> 
         ) from None
     if current == entry.original_sha256:  # never replaced (interrupted add) or already restored
         _forget(box, entry)
-        return entry
+        return dataclasses.replace(entry, owner_note=None)
     if current != entry.patched_sha256:
         newer = [
             q.tag
@@ -596,13 +906,17 @@ def revert_probe(box: Box, probe: Union[Probe, str], *, timeout: float = 60) -> 
         if newer:
             msg = (
                 f"probe {tag!r} has newer probes {newer} on top of it in the same file; "
-                "revert those first (revert_all does it in order)"
+                "revert those first (`workbench probe revert --all` does it in order, as does "
+                "`workbench probe revert --file PATH`; revert_all in Python)"
             )
         else:
             msg = (
                 f"probe {tag!r}: the file was edited by someone else since the probe was added "
                 f"(sha256 now {current[:12]}…, patched {entry.patched_sha256[:12]}…); "
-                f"not restoring over their changes; the original is kept at {entry.backup_path}"
+                f"not restoring over their changes; the original is kept at {entry.backup_path}; "
+                f"to put it back anyway (their changes are lost): "
+                f"`cp {shlex.quote(entry.backup_path)} {shlex.quote(entry.path)}`, then "
+                f"`workbench probe revert --tag {tag}` drops the record"
             )
         raise ProbeConflict(msg, path=entry.path, backup_path=entry.backup_path, box=box.name)
     backup = box.read_bytes(entry.backup_path, timeout=timeout)
@@ -613,7 +927,15 @@ def revert_probe(box: Box, probe: Union[Probe, str], *, timeout: float = 60) -> 
             backup_path=entry.backup_path,
             box=box.name,
         )
-    box.write_file(entry.path, backup, timeout=timeout)
+    mode = entry.mode if entry.mode is not None else box.stat(entry.path, timeout=timeout).mode
+    tmp = box.temp_path_for(entry.path)
+    box.transport.write_new(tmp, backup, mode=mode, timeout=timeout)
+    try:
+        note = _keep_owner(box, tmp, entry.owner_uid, entry.owner_gid, timeout=timeout)
+        box.transport.rename(tmp, entry.path, timeout=timeout)
+    except BaseException:
+        box.remove(tmp, missing_ok=True)
+        raise
     restored = box.sha256(entry.path, timeout=timeout)
     if restored != entry.original_sha256:
         raise ProbeConflict(
@@ -624,28 +946,34 @@ def revert_probe(box: Box, probe: Union[Probe, str], *, timeout: float = 60) -> 
             box=box.name,
         )
     _forget(box, entry)
-    return entry
+    return dataclasses.replace(entry, owner_note=note)
 
 
 def revert_all(box: Box, *, timeout: float = 60) -> list[Probe]:
-    """Revert every probe in the box's journal, newest first; return those reverted.
+    """Revert every readable probe in the box's journal, newest first; return those reverted.
 
-    Keeps going past a probe that cannot be reverted, then raises ``ProbeConflict`` naming each
-    failure (those reverted are gone from the journal).
+    Keeps going past a probe that cannot be reverted, and past journal entries that cannot be
+    read (:func:`list_journal`), then raises ``ProbeConflict`` naming each failure and each
+    unreadable entry; the exception carries ``.reverted`` (the probes reverted, gone from the
+    journal) and ``.unreadable`` (the :class:`JournalProblem` list). ``timeout``: seconds for
+    each box call.
     """
+    probes, problems = list_journal(box, timeout=timeout)
     reverted: list[Probe] = []
     failures: list[str] = []
-    for probe in reversed(list_probes(box, timeout=timeout)):
+    for probe in reversed(probes):
         try:
             reverted.append(revert_probe(box, probe, timeout=timeout))
         except ProbeError as exc:
             failures.append(f"{probe.tag}: {exc.message}")
+    failures += [problem.describe() for problem in problems]
     if failures:
         err = ProbeConflict(
             f"reverted {len(reverted)} probe(s); could not revert {len(failures)}:\n  " + "\n  ".join(failures),
             box=box.name,
         )
         err.reverted = reverted  # type: ignore[attr-defined]
+        err.unreadable = problems  # type: ignore[attr-defined]
         raise err
     return reverted
 

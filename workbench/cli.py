@@ -7,10 +7,11 @@
     workbench doctor --launch "CMD" [--cwd DIR] | --running [--host SPEC] [--json]   every preflight rule on a launch
                                                                   command or the running server
     workbench probe add --host H --file PATH (--before REGEX | --line N) [--function F] --print EXPR...
-                        [--tag TAG] [--python P] [--port N] [--package PKG] [--timeout S]
-                                                                  inject a one-shot debug print (relative PATH:
+                        [--once-per EXPR [--max-prints N]] [--tag TAG] [--python P] [--port N] [--package PKG]
+                        [--timeout S]                             inject a debug print, once per process or once
+                                                                  per distinct value of --once-per (relative PATH:
                                                                   against the engine's package root)
-    workbench probe add --host H --recipe NAME [--target-arch A] [--draft-arch A] [--tag TAG] [...]
+    workbench probe add --host H --recipe NAME [--target-arch A] [--draft-arch A] [--tag TAG] [--once-per EXPR] [...]
                                                                   a named probe on the EAGLE-3 code path
     workbench probe recipes                                       the named probes and how to read them
     workbench probe list --host H [--json]                        the probes in the box's journal and their files
@@ -22,9 +23,10 @@
                                                                   code-path map, swallowed errors on that path
 
 Exit codes: 0 success (doctor: no error finding), 1 a failure (doctor: at least one error
-finding; probe: a revert refused because someone else edited the file, or a probe that has not
-printed yet), 2 the command itself could not run (bad arguments, unreachable box, unknown tag or
-recipe, no engine found, an anchor that matches no line or several, an expression that is not Python).
+finding; probe: a revert refused because someone else edited the file, an unreadable journal
+entry, or a probe that has not printed yet), 2 the command itself could not run (bad arguments,
+unreachable box, unknown tag or recipe, no engine found, an anchor that matches no line or several,
+an expression that is not Python or would change state, a file that is not Python source).
 """
 
 from __future__ import annotations
@@ -361,9 +363,32 @@ def _is_box_absolute(path: str) -> bool:
     return path.startswith(("/", "~"))
 
 
+def _probe_port(text: str) -> int:
+    """argparse type of the probe commands' ``--port``: a TCP port, 1..65535 (else a usage error)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a TCP port number (1-65535), got {text!r}") from None
+    if not 1 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"must be a TCP port number (1-65535), got {text}")
+    return value
+
+
+def _probe_max_prints(text: str) -> int:
+    """argparse type of ``--max-prints``: a positive int."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a positive number of lines, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive number of lines, got {text}")
+    return value
+
+
 def _default_probe_tag(path: str, line: int, taken: set[str]) -> str:
     """``<file stem>-L<line>`` (valid per ``remote.probes.TAG_RE``), with ``-2``, ``-3``... when
-    the journal already uses it."""
+    the journal already uses it. ``line``: the anchor's line in the original file's numbering
+    (other probes' blocks not counted)."""
     import posixpath
     import re
 
@@ -383,10 +408,8 @@ def _probe_engine(box: Any, args: argparse.Namespace):
 
 
 def _probe_add(args: argparse.Namespace, box: Any) -> int:
-    import ast as _ast
-
     from remote import probes
-    from remote.errors import RemoteFileNotFound
+    from remote.errors import ProbeError, RemoteFileNotFound
     from workbench.codepath import RECIPES, code_path_map, recipe_probe
     from workbench.engine import EngineNotFound
 
@@ -409,9 +432,17 @@ def _probe_add(args: argparse.Namespace, box: Any) -> int:
             raise _ProbeExit(2, "give at least one --print EXPR (a Python expression evaluated at the anchor)")
         for expr in args.print:
             try:
-                _ast.parse(expr, mode="eval")
-            except SyntaxError as exc:
-                raise _ProbeExit(2, f"--print {expr!r} is not a Python expression ({exc.msg})") from None
+                probes.check_expression(expr, what="--print")
+            except ProbeError as exc:
+                raise _ProbeExit(2, exc.message) from None
+    if args.once_per is not None:
+        try:
+            probes.check_expression(args.once_per, what="--once-per")
+        except ProbeError as exc:
+            raise _ProbeExit(2, exc.message) from None
+    elif args.max_prints is not None:
+        raise _ProbeExit(2, "--max-prints N goes with --once-per EXPR (without it the probe prints once per process)")
+    max_prints = args.max_prints if args.max_prints is not None else probes.MAX_PRINTS
     if args.tag is not None and not probes.TAG_RE.match(args.tag):
         raise _ProbeExit(2, f"--tag {args.tag!r} must be letters, digits and _.- (regex {probes.TAG_RE.pattern})")
 
@@ -450,23 +481,27 @@ def _probe_add(args: argparse.Namespace, box: Any) -> int:
             raise RemoteFileNotFound("no such file", path=path, box=box.name)
     except RemoteFileNotFound:
         raise _ProbeExit(2, f"no file {path} on {box.name}") from None
+    if not real.endswith(".py"):
+        raise _ProbeExit(2, f"not a Python source file (a probe goes only into a file ending in .py): {real}")
 
-    journal = {p.tag: p for p in probes.list_probes(box, timeout=args.timeout)}
+    entries, problems = probes.list_journal(box, timeout=args.timeout)
+    journal = {p.tag: p for p in entries}
     if tag is None:
         same = [p for p in journal.values() if p.path == real and p.anchor == before and p.function == function
-                and p.exprs == exprs]
+                and p.exprs == exprs and p.once_per == args.once_per
+                and (args.once_per is None or p.max_prints == max_prints)]
         if same:
             tag = same[0].tag
         else:
-            line = before if isinstance(before, int) else probes.locate_anchor(
-                box, real, before=before, function=function, timeout=args.timeout)
-            tag = _default_probe_tag(real, line, set(journal))
+            line = probes.locate_anchor(box, real, before=before, function=function, without_probes=True,
+                                        timeout=args.timeout)
+            tag = _default_probe_tag(real, line, set(journal) | {q.tag for q in problems})
     existing = journal.get(tag)
     if args.recipe and existing is not None and existing.path == real and existing.exprs == exprs \
             and existing.function == function:
         before = existing.anchor  # the map's line moved down by the block already there
-    probe = probes.add_probe(box, real, before=before, exprs=exprs, tag=tag, function=function, python=python,
-                             timeout=args.timeout)
+    probe = probes.add_probe(box, real, before=before, exprs=exprs, tag=tag, function=function,
+                             once_per=args.once_per, max_prints=max_prints, python=python, timeout=args.timeout)
     again = existing is not None and existing.created_at == probe.created_at
     anchor_text = box.read_lines(probe.path, probe.line + probe.block_lines, probe.line + probe.block_lines,
                                  timeout=args.timeout)
@@ -482,11 +517,15 @@ def _probe_add(args: argparse.Namespace, box: Any) -> int:
     if anchor_text:
         print(f"  before:  {anchor_text[0][1].strip()}")
     print(f"  prints:  {', '.join(probe.exprs)}")
-    print(f"           once per process, on its stderr: [probe:{probe.tag}] "
+    how_often = (f"once per distinct value of {probe.once_per}, at most {probe.max_prints} lines per process"
+                 if probe.once_per is not None else "once per process")
+    print(f"           {how_often}, on its stderr: [probe:{probe.tag}] "
           + " ".join(f"{e}=..." for e in probe.exprs))
     if reads:
         print(f"  reading: {reads}")
-    print(f"  checked: the patched file compiles with {python}{engine_note}")
+    print(f"  checked: the original and the patched file compile with {python}{engine_note}")
+    if probe.owner_note:
+        print(f"  {probe.owner_note}")
     if engine is not None:
         print(f"  engine:  {engine.package} {engine.version or '(version unknown)'} at {engine.root}")
     print(f"  journal: {probe.journal_path} (original kept at {probe.backup_path}, sha256 "
@@ -494,7 +533,7 @@ def _probe_add(args: argparse.Namespace, box: Any) -> int:
     host = f"--host {args.host}"
     where = f"--port {port}" if port else "--log <the server's log file>  (or --port N of the running server)"
     print("next steps:")
-    print("  1. restart the server so it loads the patched file (the probe prints once per process)")
+    print(f"  1. restart the server so it loads the patched file (the probe prints {how_often})")
     print("  2. send a request, then read what it printed:")
     print(f"       workbench probe read {host} --tag {probe.tag} {where}")
     print("  3. revert it (restores the file byte for byte):")
@@ -524,7 +563,7 @@ def _probe_list(args: argparse.Namespace, box: Any) -> int:
 
     from remote import probes
 
-    entries = probes.list_probes(box, timeout=args.timeout)
+    entries, problems = probes.list_journal(box, timeout=args.timeout)
     rows = []
     for p in entries:
         status, sha = probes.probe_file_status(box, p, others=entries, timeout=args.timeout)
@@ -534,19 +573,30 @@ def _probe_list(args: argparse.Namespace, box: Any) -> int:
         print(json.dumps([{**p.to_dict(), "created": created, "file_status": status,
                            "file_status_text": probes.FILE_STATUSES[status], "file_sha256": sha}
                           for p, status, sha, created in rows], indent=2))
-        return 0
-    if not rows:
+    elif not rows:
         print(f"no probes on {box.name} (journal {probes.journal_dir(box)})")
-        return 0
-    print(f"{len(rows)} probe(s) on {box.name} (journal {probes.journal_dir(box)}), oldest first:")
-    for p, status, sha, created in rows:
-        print(f"  {p.tag}  [{p.state}]  {p.path}:{p.line}" + (f"  (in {p.function})" if p.function else ""))
-        print(f"      prints: {', '.join(p.exprs)}")
-        note = ""
-        if p.state == "pending":
-            note = "; an add was interrupted: `workbench probe revert` cleans it up"
-        print(f"      added {created}; file: {probes.FILE_STATUSES[status]}{note}")
+    else:
+        print(f"{len(rows)} probe(s) on {box.name} (journal {probes.journal_dir(box)}), oldest first:")
+        for p, status, sha, created in rows:
+            print(f"  {p.tag}  [{p.state}]  {p.path}:{p.line}" + (f"  (in {p.function})" if p.function else ""))
+            print(f"      prints: {', '.join(p.exprs)}"
+                  + (f"  (once per {p.once_per}, at most {p.max_prints} lines)" if p.once_per is not None else ""))
+            note = ""
+            if p.state == "pending":
+                note = f"; an add was interrupted: `workbench probe revert --tag {p.tag}` cleans it up"
+            print(f"      added {created}; file: {probes.FILE_STATUSES[status]}{note}")
+    if problems:
+        _probe_journal_problems("workbench probe list", problems)
+        return 1
     return 0
+
+
+def _probe_journal_problems(prog: str, problems: Sequence[Any]) -> None:
+    """One line on stderr per unreadable journal entry (``remote.probes.JournalProblem``)."""
+    print(f"{prog}: {len(problems)} unreadable journal entr{'y' if len(problems) == 1 else 'ies'} (problems):",
+          file=sys.stderr)
+    for problem in problems:
+        print(f"  {problem.describe()}", file=sys.stderr)
 
 
 def _probe_revert(args: argparse.Namespace, box: Any) -> int:
@@ -558,8 +608,11 @@ def _probe_revert(args: argparse.Namespace, box: Any) -> int:
     chosen = [name for name, value in (("--tag", args.tag), ("--file", args.file), ("--all", args.all)) if value]
     if len(chosen) != 1:
         raise _ProbeExit(2, "give exactly one of --tag TAG, --file PATH or --all")
-    entries = probes.list_probes(box, timeout=args.timeout)
+    entries, problems = probes.list_journal(box, timeout=args.timeout)
     if args.tag:
+        bad = [q for q in problems if q.tag == args.tag]
+        if bad:
+            raise _ProbeExit(1, f"cannot revert {args.tag}: {bad[0].describe()}")
         if args.tag not in {p.tag for p in entries}:
             known = ", ".join(p.tag for p in entries) or "none"
             raise _ProbeExit(2, f"no probe {args.tag!r} in the journal on {box.name} (probes: {known})")
@@ -581,7 +634,7 @@ def _probe_revert(args: argparse.Namespace, box: Any) -> int:
         targets = list(reversed(targets))  # newest first
     else:
         targets = list(reversed(entries))
-        if not targets:
+        if not targets and not problems:
             print(f"no probes to revert on {box.name}")
             return 0
     failures = []
@@ -601,6 +654,12 @@ def _probe_revert(args: argparse.Namespace, box: Any) -> int:
             f"DOES NOT match the original's {entry.original_sha256[:16]}…"
         what = "cleaned up an interrupted add of" if entry.state == "pending" else "reverted"
         print(f"{what} {entry.tag}: {entry.path} restored byte for byte (sha256 {sha[:16]}… {same})")
+        if entry.owner_note:
+            print(f"  {entry.owner_note}")
+    if problems and (args.all or args.file):
+        _probe_journal_problems("workbench probe revert", problems)
+        if args.all:
+            return 1
     return 1 if failures else 0
 
 
@@ -674,9 +733,10 @@ def _cmd_probe(args: argparse.Namespace) -> int:
         last = [line.strip() for line in output.strip().splitlines() if line.strip()]
         where = re.findall(r'File "[^"]*", line (\d+)', output)
         head = exc.message.split("\n--- compiler output ---")[0]
+        text = "the original" if exc.of_original else "the patched text"
+        written = "" if "nothing was written" in head else "; nothing was written"
         print(f"{prog}: {_one_line(head)}: {last[-1] if last else 'no compiler output'}"
-              + (f" (at line {where[-1]} of the patched text); nothing was written" if where else
-                 "; nothing was written"), file=sys.stderr)
+              + (f" (at line {where[-1]} of {text})" if where else "") + written, file=sys.stderr)
         return 2
     except ProbeConflict as exc:
         print(f"{prog}: {_one_line(exc)}", file=sys.stderr)
@@ -723,7 +783,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="seconds for each call to the box (default 30)")
     p.set_defaults(func=_cmd_doctor)
 
-    p = sub.add_parser("probe", help="one-shot debug prints in the engine's source: add, list, revert, read")
+    p = sub.add_parser("probe", help="one-shot debug prints in the engine's source: add, list, revert, read",
+                       description="Debug prints in the engine's source on a box: add one (once per process, or "
+                                   "once per distinct value of --once-per), list the journal, read what it printed "
+                                   "from the server's log, revert the files byte for byte.")
     probe_sub = p.add_subparsers(dest="probe_command", required=True)
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--host", default="local", help="the box: local, an ~/.ssh/config alias, user@host[:port]")
@@ -732,16 +795,26 @@ def build_parser() -> argparse.ArgumentParser:
     engine_opts = argparse.ArgumentParser(add_help=False)
     engine_opts.add_argument("--python", help="the interpreter that runs the server, on the box (finds the engine "
                                               "package; compiles the patched file)")
-    engine_opts.add_argument("--port", type=int, help="the running server's port (its interpreter finds the engine)")
+    engine_opts.add_argument("--port", type=_probe_port,
+                             help="the running server's port (its interpreter finds the engine)")
     engine_opts.add_argument("--package", help="the engine package (default: sglang, or the running server's)")
 
-    q = probe_sub.add_parser("add", parents=[common, engine_opts], help="inject a one-shot print before a line")
+    q = probe_sub.add_parser("add", parents=[common, engine_opts], help="inject a debug print before a line",
+                             description="Inject a debug print before a line of a Python file of the engine: once "
+                                         "per process, or once per distinct value of --once-per.")
     q.add_argument("--file", help="the Python file on the box: absolute, or relative to the engine package root "
                                   "(srt/models/llama_eagle3.py)")
     q.add_argument("--before", help="regex matching the one line the probe goes before")
     q.add_argument("--line", type=int, help="1-based line number the probe goes before")
     q.add_argument("--function", help="restrict the anchor to this function (func or Class.method)")
-    q.add_argument("--print", action="append", metavar="EXPR", help="a Python expression to print (repeatable)")
+    q.add_argument("--print", action="append", metavar="EXPR",
+                   help="a Python expression to print (repeatable); it must only read: no :=, await, yield or "
+                        "in-place method call such as x.zero_()")
+    q.add_argument("--once-per", metavar="EXPR",
+                   help="print once per distinct value of EXPR in each process (e.g. hidden_states.shape[-1]) "
+                        "instead of once per process")
+    q.add_argument("--max-prints", type=_probe_max_prints, metavar="N",
+                   help="with --once-per: at most N lines per process (default 8)")
     q.add_argument("--tag", help="the probe's name (default: the file stem and line, or the recipe name)")
     q.add_argument("--recipe", help="a named probe on the EAGLE-3 code path (see `workbench probe recipes`)")
     q.add_argument("--target-arch", default="LlamaForCausalLM", help="with --recipe: the target's architecture")
@@ -766,7 +839,7 @@ def build_parser() -> argparse.ArgumentParser:
     q = probe_sub.add_parser("read", parents=[common], help="what a probe printed into the server's log, parsed")
     q.add_argument("--tag", required=True)
     q.add_argument("--log", help="the server's log file on the box")
-    q.add_argument("--port", type=int, help="the running server's port (its log is found from its stderr)")
+    q.add_argument("--port", type=_probe_port, help="the running server's port (its log is found from its stderr)")
     q.add_argument("--json", action="store_true")
     q.set_defaults(func=_cmd_probe, probe_func=_probe_read)
 

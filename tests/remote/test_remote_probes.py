@@ -3,6 +3,8 @@
 import hashlib
 import json
 import os
+import re
+import shutil
 import signal
 import stat
 import subprocess
@@ -25,10 +27,13 @@ from remote.errors import (
 )
 from remote.probes import (
     CRASH_ENV,
+    JournalProblem,
     Probe,
     ProbeReading,
     add_probe,
+    check_expression,
     journal_dir,
+    list_journal,
     list_probes,
     locate_anchor,
     parse_probe_value,
@@ -36,6 +41,7 @@ from remote.probes import (
     probe_file_status,
     read_probe_log,
     read_probe_output,
+    render_block,
     revert_all,
     revert_probe,
 )
@@ -179,6 +185,11 @@ def test_module_level_function_and_line_number_anchors(box, src):
     with pytest.raises(AnchorAmbiguous) as info:  # LlamaModel.forward and the module-level forward
         add_probe(box, src, before=r"if hidden_states", function="forward", exprs=["embeds"], tag="x")
     assert info.value.lines == [16, 28]
+    assert "--function" not in str(info.value) and "--line N" in str(info.value)  # a function was given
+    with pytest.raises(AnchorAmbiguous) as info:
+        add_probe(box, src, before=r"if hidden_states", exprs=["embeds"], tag="x")
+    assert "restrict it with --function (function= in Python)" in str(info.value)
+    assert "function=," not in str(info.value)
     probe = add_probe(box, src, before=28, exprs=["embeds"], tag="by-line")
     assert probe.line == 28
     assert src.read_text().splitlines()[27] == "    # >>> eagle-workbench probe by-line >>>"
@@ -205,9 +216,9 @@ def test_anchor_errors_are_clear(box, src):
 
 
 def test_compile_failure_on_the_box_leaves_everything_untouched(box, src):
-    with pytest.raises(ProbeCompileError) as info:  # parses as an expression, fails to compile in a sync def
-        add_probe(box, src, before=16, exprs=["await embeds"], tag="bad")
-    assert "await" in info.value.output
+    with pytest.raises(ProbeCompileError) as info:  # parses as an expression, fails to compile (symtable)
+        add_probe(box, src, before=16, exprs=["(lambda a, a: 0)"], tag="bad")
+    assert "duplicate argument" in info.value.output and not info.value.of_original
     assert src.read_text() == DRAFT_SOURCE
     assert list_probes(box) == [] and os.listdir(src.parent) == ["draft_model.py"]
 
@@ -215,10 +226,11 @@ def test_compile_failure_on_the_box_leaves_everything_untouched(box, src):
 def test_refuses_when_the_file_changes_between_read_and_replace(box, src, monkeypatch):
     real_run = box.run
 
-    def run_and_edit(*args, **kw):  # someone edits the file while the candidate compiles
-        res = real_run(*args, **kw)
-        with src.open("a") as f:
-            f.write("# edited meanwhile\n")
+    def run_and_edit(argv, **kw):  # someone edits the file while the candidate compiles
+        res = real_run(argv, **kw)
+        if ".ewb-tmp-" in argv[-2]:  # the compile check of the patched temporary file
+            with src.open("a") as f:
+                f.write("# edited meanwhile\n")
         return res
 
     monkeypatch.setattr(box, "run", run_and_edit)
@@ -245,8 +257,9 @@ def test_stacked_probes_revert_newest_first(box, src):
     a = _add_fc(box, src, tag="a")
     b = add_probe(box, src, before=r"return hidden_states$", function="LlamaModel.forward", exprs=["hidden_states"], tag="b")
     assert b.original_sha256 == a.patched_sha256
-    with pytest.raises(ProbeConflict, match=r"newer probes \['b'\]"):
+    with pytest.raises(ProbeConflict, match=r"newer probes \['b'\]") as info:
         revert_probe(box, a)
+    assert "`workbench probe revert --all` does it in order" in str(info.value)
     assert [p.tag for p in revert_all(box)] == ["b", "a"]
     assert src.read_text() == DRAFT_SOURCE
 
@@ -319,8 +332,9 @@ def test_process_killed_mid_probe_leaves_a_whole_file_and_a_recoverable_journal(
         compile(current, str(src), "exec")
     else:
         assert current == original  # the original, not half of anything
-    with pytest.raises(ProbeConflict, match="interrupted"):
+    with pytest.raises(ProbeConflict, match="interrupted") as info:
         add_probe(box, src, before=16, exprs=["hidden_states.shape"], tag="crashy")
+    assert "run `workbench probe revert --tag crashy` (revert_probe in Python) to clean up first" in str(info.value)
     assert [p.tag for p in revert_all(box)] == ["crashy"]
     assert src.read_bytes() == original
     assert list_probes(box) == [] and os.listdir(src.parent) == ["draft_model.py"]
@@ -537,3 +551,319 @@ def test_file_status_after_edits_stacks_and_removal(box, src):
     src.write_bytes(patched)
     assert [p.tag for p in revert_all(box)] == ["b", "a"]
     assert src.read_text() == DRAFT_SOURCE
+
+
+# -- what a probe may go into, and what it may evaluate -------------------------------------------
+
+
+def test_refuses_a_file_that_is_not_python_source(box, tmp_path):
+    hostname = tmp_path / "hostname"  # "vm" is a valid Python expression: it compiles
+    hostname.write_text("vm\n")
+    notes = tmp_path / "notes.txt"
+    notes.write_text("x = 1\n")
+    link = tmp_path / "looks_like.py"
+    link.symlink_to(hostname)  # the real file is what gets patched: still refused
+    for path in (hostname, notes, link):
+        with pytest.raises(ProbeError, match="not a Python source file") as info:
+            add_probe(box, path, before=1, exprs=["1"], tag="t")
+        assert info.value.path in (str(hostname), str(notes))
+    assert hostname.read_text() == "vm\n" and notes.read_text() == "x = 1\n"
+    assert list_probes(box) == [] and not os.path.exists(journal_dir(box))
+
+
+def test_refuses_when_the_original_does_not_compile(box, tmp_path):
+    legacy = tmp_path / "legacy.py"
+    original = b"def f(x):\n    print 'x is', x\n    return x\n"  # Python 2
+    legacy.write_bytes(original)
+    with pytest.raises(ProbeCompileError, match="the original file does not compile") as info:
+        add_probe(box, legacy, before=r"return x", exprs=["x"], tag="legacy")
+    assert info.value.of_original and "nothing was written" in str(info.value)
+    assert "print" in info.value.output
+    assert legacy.read_bytes() == original
+    assert [n for n in os.listdir(tmp_path) if n != "box-state"] == ["legacy.py"]  # no temporary file
+    assert list_probes(box) == [] and not os.path.exists(journal_dir(box))
+
+
+@pytest.mark.parametrize("expr, why", [
+    ("(n := hidden_states.shape)", ":="),
+    ("[y for x in embeds if (y := x)]", ":="),
+    ("await embeds", "await"),
+    ("(yield)", "yield"),
+    ("hidden_states.zero_()", ".zero_()"),
+    ("hidden_states.mul_(2)", ".mul_()"),
+    ("hidden_states.copy_(embeds)", ".copy_()"),
+    ("hidden_states.fill_(0).shape", ".fill_()"),
+    ("[t.add_(1) for t in (hidden_states,)]", ".add_()"),
+    ("(lambda t: t.clamp_(0))(embeds)", ".clamp_()"),
+])
+def test_expressions_that_would_change_state_are_refused(src, tmp_path, expr, why):
+    with connect("local", state_dir=tmp_path / "box-state", python=sys.executable) as box:
+        with pytest.raises(ProbeError, match="must only read") as info:
+            add_probe(box, src, before=16, exprs=["embeds", expr], tag="t")
+        assert why in str(info.value) and "guard, not a sandbox" in str(info.value)
+        with pytest.raises(ProbeError, match="once_per .* must only read"):
+            add_probe(box, src, before=16, exprs=["embeds"], once_per=expr, tag="t")
+    assert src.read_text() == DRAFT_SOURCE and not (tmp_path / "box-state").exists()
+
+
+@pytest.mark.parametrize("expr", ["hidden_states.__len__()", "hidden_states.shape.__getitem__(-1)", "embeds.add(1)",
+                                  "hidden_states.zero_", "getattr(hidden_states, 'shape')", "a_ == b_", "f_(x)"])
+def test_reading_expressions_are_allowed(expr):
+    check_expression(expr)  # dunders, non-in-place calls, an in-place method not called, names ending in _
+
+
+# -- once per distinct key -------------------------------------------------------------------------
+
+WIDTHS_CALLER = textwrap.dedent(
+    """\
+    import sys
+    sys.path.insert(0, sys.argv[1])
+    import draft_model as m
+    model = m.LlamaModel()
+    for width in map(int, sys.argv[2].split(",")):
+        result = model.forward(m.FakeTensor(1, width), m.FakeTensor(1, 7168))
+        print(getattr(result, "shape", result))
+    """
+)
+
+# CUDA-graph capture first (the 1x-wide zeros buffer, several batch sizes), then the draft-extend
+# call aux-wide (3 x 7168), then decode again, then more widths than max_prints allows.
+WIDTHS = [7168, 7168, 7168, 21504, 21504, 7168, 100, 200, 300]
+
+
+def _run_widths(src, widths=WIDTHS):
+    out = subprocess.run([sys.executable, "-c", WIDTHS_CALLER, str(src.parent), ",".join(map(str, widths))],
+                         capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == [("torch.Size([1, 7168])" if w == 7168 else "fc(hidden_states)")
+                                       for w in widths]  # the engine's behaviour is unchanged
+    return out.stderr
+
+
+def test_once_per_prints_each_distinct_key_once_up_to_max_prints(box, src, tmp_path):
+    per_width = _add_fc(box, src, tag="per-width", exprs=["hidden_states.shape"], once_per="hidden_states.shape[-1]",
+                        max_prints=3)
+    assert (per_width.once_per, per_width.max_prints) == ("hidden_states.shape[-1]", 3)
+    once = add_probe(box, src, before=r"return hidden_states$", function="LlamaModel.forward",
+                     exprs=["hidden_states.shape"], tag="once")  # the default: once per process
+    assert (once.once_per, once.max_prints) == (None, 8)
+    # the same probe again is idempotent (also once newer probes sit on top of it)
+    assert _add_fc(box, src, tag="per-width", exprs=["hidden_states.shape"], once_per="hidden_states.shape[-1]",
+                   max_prints=3) == per_width
+    bad_key = add_probe(box, src, before=r"return hidden_states$", function="LlamaModel.forward",
+                        exprs=["hidden_states.shape"], once_per="hidden_states.no_such_attr", tag="bad-key")
+    entry = json.loads(open(per_width.journal_path).read())
+    assert (entry["once_per"], entry["max_prints"]) == ("hidden_states.shape[-1]", 3)
+
+    log = tmp_path / "server.log"
+    log.write_text(_run_widths(src))
+    got = [r.values["hidden_states.shape"] for r in read_probe_log(box, log, per_width)]
+    assert got == [(1, 7168), (1, 21504), (1, 100)]  # each width once, in order; 200 and 300 over max_prints
+    # the once-per-process probe only ever shows the first call: the graph-capture width
+    assert [r.values["hidden_states.shape"] for r in read_probe_log(box, log, once)] == [(1, 7168)]
+    [failed] = read_probe_log(box, log, bad_key)  # a failing key prints once and never raises into the code
+    assert failed.error.startswith("<probe failed:AttributeError(")
+
+    assert _add_fc(box, src, tag="per-width", exprs=["hidden_states.shape"], once_per="hidden_states.shape[-1]",
+                   max_prints=3) == per_width
+    # another key or max_prints under the same tag is a different probe
+    for kw in ({"once_per": "hidden_states.shape"}, {"once_per": None}, {"once_per": "hidden_states.shape[-1]"}):
+        with pytest.raises(ProbeExists, match="once per hidden_states.shape\\[-1\\] \\(max 3\\)"):
+            _add_fc(box, src, tag="per-width", exprs=["hidden_states.shape"], **kw)
+    with pytest.raises(ProbeExists, match="once per process"):
+        add_probe(box, src, before=r"return hidden_states$", function="LlamaModel.forward",
+                  exprs=["hidden_states.shape"], once_per="hidden_states.shape[-1]", tag="once")
+    for bad in (0, -1, True, 2.0):
+        with pytest.raises(ProbeError, match="max_prints must be a positive int"):
+            _add_fc(box, src, tag="other", once_per="hidden_states.shape[-1]", max_prints=bad)
+    assert [p.tag for p in revert_all(box)] == ["bad-key", "once", "per-width"]
+    assert src.read_text() == DRAFT_SOURCE
+
+
+def test_render_block_once_per_default_and_key_failure():
+    block = render_block("w", ["x.shape"], "    ", once_per="x.shape[-1]")
+    assert "if len(_ewb_seen) < 8:" in block and "repr((x.shape[-1]))" in block
+    ns = {"x": type("T", (), {"shape": (1, 2)})()}
+    code = compile("def f(x):\n" + block + "    return 1\n", "<probe>", "exec")
+    exec(code, ns)
+    import contextlib
+    import io
+
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        for shape in ((1, 2), (1, 2), (1, 3), None, None, (1, 3), (1, 4)):
+            x = type("T", (), {"shape": shape})()
+            assert ns["f"](x) == 1  # a key that raises (None[-1]) never reaches the caller
+    assert err.getvalue().splitlines() == [
+        "[probe:w] x.shape=(1, 2)", "[probe:w] x.shape=(1, 3)",
+        "[probe:w] <probe failed:TypeError(\"'NoneType' object is not subscriptable\")>",  # once
+        "[probe:w] x.shape=(1, 4)"]
+
+
+def test_journal_entries_of_older_versions_still_load_and_revert(box, src):
+    probe = _add_fc(box, src)
+    entry = json.loads(open(probe.journal_path).read())
+    for key in ("once_per", "max_prints", "mode", "owner_uid", "owner_gid", "owner_note"):
+        del entry[key]
+    with open(probe.journal_path, "w") as f:
+        json.dump(entry, f)
+    [old] = list_probes(box)
+    assert (old.once_per, old.max_prints, old.mode, old.owner_uid) == (None, 8, None, None)
+    assert _add_fc(box, src) == old  # idempotent against the old entry
+    assert revert_probe(box, "fc-width").tag == "fc-width"
+    assert src.read_text() == DRAFT_SOURCE and stat.S_IMODE(src.stat().st_mode) == 0o640
+
+
+# -- owner and mode ----------------------------------------------------------------------------------
+
+
+def _nobody():
+    import grp
+    import pwd
+
+    uid = pwd.getpwnam("nobody").pw_uid
+    for group in ("nogroup", "nobody"):
+        try:
+            return uid, grp.getgrnam(group).gr_gid
+        except KeyError:
+            continue
+    pytest.skip("no nogroup/nobody group")
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="chown to another user needs root")
+def test_owner_and_mode_are_kept_on_add_and_revert(box, src):
+    uid, gid = _nobody()
+    os.chown(src, uid, gid)
+    before = src.stat()
+    probe = _add_fc(box, src)
+    after = src.stat()
+    assert (after.st_uid, after.st_gid, stat.S_IMODE(after.st_mode)) == (uid, gid, 0o640)
+    assert after.st_ino != before.st_ino  # an atomic rename: a new inode
+    assert (probe.owner_uid, probe.owner_gid, probe.mode, probe.owner_note) == (uid, gid, 0o640, None)
+    entry = json.loads(open(probe.journal_path).read())
+    assert (entry["owner_uid"], entry["owner_gid"], entry["mode"]) == (uid, gid, 0o640)
+    reverted = revert_probe(box, probe)
+    restored = src.stat()
+    assert reverted.owner_note is None and src.read_text() == DRAFT_SOURCE
+    assert (restored.st_uid, restored.st_gid, stat.S_IMODE(restored.st_mode)) == (uid, gid, 0o640)
+    assert os.listdir(src.parent) == ["draft_model.py"]
+
+
+AS_NOBODY = textwrap.dedent(
+    """\
+    import json, sys
+    sys.path.insert(0, {repo!r})
+    from remote import connect
+    from remote.probes import add_probe, revert_probe
+    with connect("local", state_dir={state!r}, python=sys.executable) as box:
+        probe = add_probe(box, {src!r}, before=16, exprs=["hidden_states.shape"], tag="nobody")
+        print(json.dumps(probe.owner_note))
+        print(json.dumps(revert_probe(box, probe).owner_note))
+    """
+)
+
+
+def _as_user(uid, gid, argv, **kw):
+    """``argv`` run as ``uid:gid`` (no supplementary groups) through ``setpriv``."""
+    return subprocess.run(["setpriv", f"--reuid={uid}", f"--regid={gid}", "--clear-groups", *argv],
+                          capture_output=True, text=True, timeout=60, **kw)
+
+
+def _python_for(uid, gid, env):
+    """An interpreter ``uid`` may run that imports the workbench with ``env`` (this venv's may live
+    under /root); skips when there is none."""
+    import sysconfig
+
+    probe = "import subprocess, sys; subprocess.run([sys.executable, '-c', 'import remote.probes'], check=True)"
+    for cand in (sys.executable, getattr(sys, "_base_executable", None), "/usr/bin/python3", shutil.which("python3")):
+        if cand and _as_user(uid, gid, [cand, "-c", probe], env=env, cwd="/").returncode == 0:
+            return cand  # also in a process it starts, as the box runs the compile check
+    pytest.skip(f"no Python that uid {uid} may run with {sysconfig.get_paths()['purelib']}")
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("setpriv"), reason="needs root and setpriv")
+def test_owner_that_cannot_be_kept_is_reported_and_the_probe_still_added():
+    """As ``nobody``, in a directory it may write, on a file owned by root: the temporary file is
+    nobody's and chown to root is not permitted; the probe goes in anyway and says so."""
+    import sysconfig
+    import tempfile
+
+    uid, gid = _nobody()
+    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1",
+           "PYTHONPATH": os.pathsep.join([REPO, sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]])}
+    python = _python_for(uid, gid, env)
+    work = tempfile.mkdtemp(prefix="ewb-owner-")
+    try:
+        os.chmod(work, 0o777)
+        src = os.path.join(work, "draft_model.py")
+        with open(src, "w") as f:
+            f.write(DRAFT_SOURCE)
+        os.chmod(src, 0o666)
+        script = AS_NOBODY.format(repo=REPO, state=os.path.join(work, "state"), src=src)
+        out = _as_user(uid, gid, [python, "-c", script], env={**env, "HOME": work}, cwd=work)
+        assert out.returncode == 0, out.stderr
+        added, reverted = (json.loads(line) for line in out.stdout.splitlines())
+        for note in (added, reverted):
+            assert note.startswith(f"owner could not be kept: the file is now owned by {uid}:{gid}, the original by 0:0")
+            assert "Operation not permitted" in note
+        assert open(src).read() == DRAFT_SOURCE and stat.S_IMODE(os.stat(src).st_mode) == 0o666
+    finally:
+        shutil.rmtree(work)
+
+
+# -- unreadable journal entries, and putting the original back by hand ------------------------------
+
+
+def test_unreadable_journal_entries_are_reported_not_fatal(box, src):
+    probe = _add_fc(box, src, tag="good")
+    jdir = journal_dir(box)
+    with open(os.path.join(jdir, "bogus.json"), "w") as f:
+        f.write("{not json")
+    with open(os.path.join(jdir, "half.json"), "w") as f:
+        json.dump({"tag": "half", "path": str(src)}, f)
+    with open(os.path.join(jdir, "renamed.json"), "w") as f:
+        json.dump({**probe.to_dict(), "tag": "someone-else"}, f)
+    probes, problems = list_journal(box)
+    assert probes == [probe]
+    assert [(p.tag, p.journal_path) for p in problems] == [
+        (t, os.path.join(jdir, f"{t}.json")) for t in ("bogus", "half", "renamed")]
+    assert "not JSON" in problems[0].reason and "missing field(s) line" in problems[1].reason
+    assert "records tag 'someone-else'" in problems[2].reason
+    assert isinstance(problems[0], JournalProblem) and "then delete the entry" in problems[0].describe()
+    assert list_probes(box) == [probe]
+    with pytest.raises(ProbeError, match="unreadable"):
+        revert_probe(box, "bogus")
+    with pytest.raises(ProbeConflict, match="could not revert 3") as info:
+        revert_all(box)
+    assert [p.tag for p in info.value.reverted] == ["good"]  # the readable one is reverted all the same
+    assert [p.tag for p in info.value.unreadable] == ["bogus", "half", "renamed"]
+    assert src.read_text() == DRAFT_SOURCE
+    assert sorted(os.listdir(jdir)) == ["bogus.json", "half.json", "renamed.json"]  # left for a human
+
+
+def test_after_a_refused_revert_cp_then_revert_drops_the_record(box, src):
+    original = src.read_bytes()
+    probe = _add_fc(box, src)
+    with src.open("a") as f:
+        f.write("# a colleague's change\n")
+    with pytest.raises(ProbeConflict) as info:
+        revert_probe(box, probe)
+    message = str(info.value)
+    assert f"the original is kept at {probe.backup_path}" in message
+    [cp] = re.findall(r"`(cp [^`]+)`", message)
+    assert "`workbench probe revert --tag fc-width` drops the record" in message
+    subprocess.run(cp, shell=True, check=True)  # the path has spaces and quotes: the command is quoted
+    assert src.read_bytes() == original
+    assert revert_probe(box, "fc-width").tag == "fc-width"
+    assert src.read_bytes() == original and list_probes(box) == [] and os.listdir(journal_dir(box)) == []
+
+
+def test_locate_anchor_counts_lines_without_other_probes_blocks(box, src):
+    first = _add_fc(box, src, tag="first")
+    rx = r"return hidden_states$"
+    in_file = locate_anchor(box, src, before=rx, function="LlamaModel.forward")
+    assert in_file == 18 + first.block_lines
+    assert locate_anchor(box, src, before=rx, function="LlamaModel.forward", without_probes=True) == 18
+    assert locate_anchor(box, src, before=in_file, without_probes=True) == 18
+    assert DRAFT_SOURCE.splitlines()[17].strip() == "return hidden_states"
+    revert_all(box)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -81,7 +82,7 @@ def test_add_list_revert_on_the_real_source(site, sglang_source, capsys):
     tag = f"llama_eagle3-L{width_line}"  # derived from the file stem and the anchor's line
     assert TAG_RE.match(tag) and out.startswith(f"probe {tag} added on local")
     assert f"{draft}:{width_line}  (in LlamaModel.forward)" in out
-    assert f"before:  {WIDTH_CHECK}" in out and f"compiles with {py}" in out
+    assert f"before:  {WIDTH_CHECK}" in out and f"the original and the patched file compile with {py}" in out
     assert f"workbench probe read --host local --tag {tag}" in out
     assert f"workbench probe revert --host local --tag {tag}" in out
     patched = draft.read_bytes()
@@ -153,7 +154,12 @@ def test_recipe_draft_input_width_lands_on_the_width_check(site, sglang_source, 
     (["add", "--file", DRAFT_REL, "--before", "hidden_states", "--function", "LlamaModel.forward", "--print", "x"],
      "matches"),
     (["add", "--file", DRAFT_REL, "--line", "238", "--print", "1 +"], "is not a Python expression"),
-    (["add", "--file", DRAFT_REL, "--line", "238", "--print", "await x"], "fail to compile"),
+    (["add", "--file", DRAFT_REL, "--line", "238", "--print", "(lambda a, a: 0)"], "fail to compile"),
+    (["add", "--file", DRAFT_REL, "--line", "238", "--print", "await x"], "contains await; a probe's expressions must"),
+    (["add", "--file", DRAFT_REL, "--line", "238", "--print", "hidden_states.zero_()"], "in-place method"),
+    (["add", "--file", DRAFT_REL, "--line", "238", "--print", "x", "--once-per", "(n := x)"],
+     "--once-per '(n := x)' is refused"),
+    (["add", "--file", DRAFT_REL, "--line", "238", "--print", "x", "--max-prints", "3"], "goes with --once-per"),
     (["add", "--recipe", "fc-width"], "no probe recipe 'fc-width'"),
     (["add", "--file", DRAFT_REL, "--line", "238", "--print", "x", "--tag", "bad tag"], "--tag 'bad tag'"),
     (["add", "--file", "srt/models/missing.py", "--line", "3", "--print", "x"], "no file"),
@@ -230,6 +236,14 @@ def test_revert_refuses_when_someone_edited_the_file(site, sglang_source, capsys
         assert aux.read_bytes() == edited  # their change is kept
         backup = state_dir / "probes" / "gate.orig"
         assert backup.read_bytes() == (sglang_source / AUX_REL).read_bytes()  # and so is the original
+    # how to go on, as the message says: put the original back by hand, then drop the record
+    [cp] = re.findall(r"`(cp [^`]+)`", err)
+    assert cp == f"cp {backup} {aux}" and "then `workbench probe revert --tag gate` drops the record" in err
+    subprocess.run(cp, shell=True, check=True)
+    code, out, err = run(capsys, "revert", "--tag", "gate")
+    assert code == 0, err
+    assert "reverted gate" in out and "matches the original's" in out
+    assert sha(aux) == sha(sglang_source / AUX_REL) and os.listdir(state_dir / "probes") == []
 
 
 def test_read_parses_what_the_probe_printed(site, capsys, tmp_path):
@@ -285,3 +299,218 @@ def test_probe_cli_over_ssh(site, sglang_source, ssh_env, tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert "matches the original's" in proc.stdout
     assert sha(aux) == sha(sglang_source / AUX_REL)
+
+
+# -- what a probe may go into ------------------------------------------------------------------------
+
+
+def test_add_refuses_files_that_are_not_python_or_do_not_compile(capsys, tmp_path, state_dir):
+    hostname = tmp_path / "hostname"
+    hostname.write_text("vm\n")  # compiles as Python: refused for its name
+    notes = tmp_path / "notes.txt"
+    notes.write_text("x = 1\n")
+    for path in (hostname, notes):
+        code, out, err = run(capsys, "add", "--file", str(path), "--line", "1", "--print", "1", "--python",
+                             sys.executable)
+        assert code == 2, (out, err)
+        assert_one_clear_line(err)
+        assert "not a Python source file" in err and str(path) in err
+    legacy = tmp_path / "legacy.py"
+    legacy.write_text("def f(x):\n    print 'x is', x\n    return x\n")
+    code, out, err = run(capsys, "add", "--file", str(legacy), "--before", "return x", "--print", "x", "--python",
+                         sys.executable)
+    assert code == 2, (out, err)
+    assert_one_clear_line(err)
+    assert "the original file does not compile" in err and "nothing was written" in err
+    assert "Missing parentheses in call to 'print'" in err and err.rstrip().endswith("(at line 2 of the original)")
+    assert hostname.read_text() == "vm\n" and notes.read_text() == "x = 1\n"
+    assert legacy.read_text().startswith("def f(x):\n    print 'x is'")
+    assert not (state_dir / "probes").exists() or os.listdir(state_dir / "probes") == []
+
+
+# -- once per distinct key ----------------------------------------------------------------------------
+
+
+def test_once_per_and_max_prints(site, sglang_source, capsys, tmp_path):
+    aux = site / "sglang" / AUX_REL
+    argv = ["add", "--file", AUX_REL, "--before", GATE_RX, "--tag", "gate", "--python", sys.executable,
+            "--print", "spec_algorithm", "--once-per", "spec_algorithm.is_eagle3()", "--max-prints", "2"]
+    code, out, err = run(capsys, *argv)
+    assert code == 0, err
+    assert "once per distinct value of spec_algorithm.is_eagle3(), at most 2 lines per process" in out
+    assert "the probe prints once per distinct value of spec_algorithm.is_eagle3()" in out
+    patched = aux.read_bytes()
+    code, out, err = run(capsys, *argv)  # the same again: in place, untouched
+    assert code == 0 and out.startswith("probe gate is already in place") and aux.read_bytes() == patched
+    for other in (["--once-per", "draft_path"], []):  # another key, or none, under the same tag
+        code, out, err = run(capsys, *argv[:argv.index("--once-per")], *other)
+        assert code == 2 and "already used by a probe" in err and "once per spec_algorithm.is_eagle3() (max 2)" in err
+    code, out, _ = run(capsys, "list")
+    assert code == 0 and "prints: spec_algorithm  (once per spec_algorithm.is_eagle3(), at most 2 lines)" in out
+    code, out, _ = run(capsys, "list", "--json")
+    [listed] = json.loads(out)
+    assert (listed["once_per"], listed["max_prints"]) == ("spec_algorithm.is_eagle3()", 2)
+
+    log = tmp_path / "server.log"
+    with log.open("w") as f:
+        proc = subprocess.run([sys.executable, "-c", RUN_AUX_GATE, str(aux), "EAGLE3"], stderr=f, stdout=subprocess.PIPE,
+                              text=True, timeout=60)
+    assert proc.returncode == 0 and proc.stdout == "True [1, 29, 57]\n"
+    code, out, err = run(capsys, "read", "--tag", "gate", "--log", str(log), "--json")
+    assert code == 0, err
+    assert [r["values"] for r in json.loads(out)["readings"]] == [{"spec_algorithm": "SpeculativeAlgorithm.EAGLE3"}]
+
+    # a recipe takes --once-per too (the draft's width per call, past CUDA-graph capture)
+    code, out, err = run(capsys, "add", "--recipe", "draft-input-width", "--python", sys.executable,
+                         "--once-per", "hidden_states.shape[-1]", "--json")
+    assert code == 0, err
+    assert (json.loads(out)["once_per"], json.loads(out)["max_prints"]) == ("hidden_states.shape[-1]", 8)
+    assert run(capsys, "revert", "--all")[0] == 0
+    assert sha(aux) == sha(sglang_source / AUX_REL) and sha(site / "sglang" / DRAFT_REL) == sha(sglang_source / DRAFT_REL)
+
+
+# -- the journal -----------------------------------------------------------------------------------
+
+
+def test_an_unreadable_journal_entry_is_reported_not_fatal(site, sglang_source, capsys, state_dir):
+    aux = site / "sglang" / AUX_REL
+    code, _, err = run(capsys, "add", "--file", AUX_REL, "--before", GATE_RX, "--tag", "gate", "--print",
+                       "spec_algorithm", "--python", sys.executable)
+    assert code == 0, err
+    bogus = state_dir / "probes" / "bogus.json"
+    bogus.write_text("{ this is not json")
+    code, out, err = run(capsys, "list")
+    assert code == 1
+    assert f"gate  [active]  {aux}:{line_of(sglang_source / AUX_REL, GATE)}" in out  # the readable one is listed
+    assert "1 unreadable journal entry (problems)" in err and f"journal entry {bogus} is unreadable (not JSON" in err
+    code, out, err = run(capsys, "list", "--json")
+    assert code == 1 and [p["tag"] for p in json.loads(out)] == ["gate"] and str(bogus) in err
+    code, out, err = run(capsys, "revert", "--tag", "bogus")
+    assert code == 1 and "cannot revert bogus" in err and "unreadable" in err
+    code, out, err = run(capsys, "revert", "--all")
+    assert code == 1, (out, err)
+    assert "reverted gate" in out and sha(aux) == sha(sglang_source / AUX_REL)  # reverted all the same
+    assert str(bogus) in err and "then delete the entry" in err
+    assert bogus.exists()  # left for a human
+    bogus.unlink()
+    code, out, _ = run(capsys, "list")
+    assert code == 0 and out.startswith("no probes on local")
+
+
+# -- the default tag, usage errors ----------------------------------------------------------------------
+
+
+def test_default_tag_numbers_lines_as_in_the_original_file(site, sglang_source, capsys):
+    draft = site / "sglang" / DRAFT_REL
+    width_line = line_of(sglang_source / DRAFT_REL, WIDTH_CHECK)
+    code, out, err = run(capsys, "add", "--file", DRAFT_REL, "--function", "LlamaModel.forward", "--before",
+                         r"hidden_states = forward_batch\.spec_info\.hidden_states", "--print", "1", "--tag", "above",
+                         "--python", sys.executable, "--json")
+    assert code == 0, err
+    above = json.loads(out)["block_lines"]
+    now = line_of(draft, WIDTH_CHECK)
+    assert now == width_line + above
+    for anchor in (["--before", WIDTH_RX], ["--line", str(now)]):
+        code, out, err = run(capsys, "add", "--file", DRAFT_REL, *anchor, "--function", "LlamaModel.forward",
+                             "--print", "hidden_states.shape", "--python", sys.executable)
+        assert code == 0, err
+        assert out.startswith(f"probe llama_eagle3-L{width_line} added")  # the original's numbering
+        assert f"{draft}:{now}" in out
+        code, _, err = run(capsys, "revert", "--tag", f"llama_eagle3-L{width_line}")
+        assert code == 0, err
+    assert run(capsys, "revert", "--all")[0] == 0
+    assert sha(draft) == sha(sglang_source / DRAFT_REL)
+
+
+@pytest.mark.parametrize("argv", [
+    ["add", "--recipe", "draft-input-width", "--port", "0"],
+    ["add", "--recipe", "draft-input-width", "--port", "-1"],
+    ["add", "--recipe", "draft-input-width", "--port", "65536"],
+    ["add", "--recipe", "draft-input-width", "--port", "x"],
+    ["add", "--recipe", "draft-input-width", "--once-per", "x", "--max-prints", "0"],
+    ["read", "--tag", "t", "--port", "0"],
+])
+def test_bad_port_or_max_prints_is_a_usage_error(capsys, argv):
+    with pytest.raises(SystemExit) as info:
+        main(["probe", *argv])
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("usage: workbench probe") and ("must be a TCP port number" in err or "positive number" in err)
+
+
+def test_probe_help_has_a_description(capsys):
+    with pytest.raises(SystemExit) as info:
+        main(["probe", "--help"])
+    assert info.value.code == 0
+    out = capsys.readouterr().out
+    assert "Debug prints in the engine's source on a box" in out
+    with pytest.raises(SystemExit):
+        main(["probe", "add", "--help"])
+    out = capsys.readouterr().out
+    assert "--once-per EXPR" in out and "--max-prints N" in out
+
+
+# -- owner and mode ----------------------------------------------------------------------------------
+
+
+def _nobody():
+    import grp
+    import pwd
+
+    uid = pwd.getpwnam("nobody").pw_uid
+    for group in ("nogroup", "nobody"):
+        try:
+            return uid, grp.getgrnam(group).gr_gid
+        except KeyError:
+            continue
+    pytest.skip("no nogroup/nobody group")
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("setpriv"), reason="needs root and setpriv")
+def test_owner_is_kept_or_reported(capsys, tmp_path):
+    """As root, a file of nobody's stays nobody's after add and revert (mode too); as nobody, a file
+    of root's (writable by all) cannot be given back to root: the CLI says so and goes on."""
+    import sysconfig
+    import tempfile
+
+    uid, gid = _nobody()
+    src = tmp_path / "model.py"
+    src.write_text("def f(x):\n    y = x + 1\n    return y\n")
+    os.chmod(src, 0o640)
+    os.chown(src, uid, gid)
+    code, out, err = run(capsys, "add", "--file", str(src), "--before", "return y", "--print", "y", "--python",
+                         sys.executable)
+    assert code == 0, err
+    st = src.stat()
+    assert (st.st_uid, st.st_gid, st.st_mode & 0o7777) == (uid, gid, 0o640) and "owner could not be kept" not in out
+    code, out, err = run(capsys, "revert", "--all")
+    assert code == 0, err
+    st = src.stat()
+    assert (st.st_uid, st.st_gid, st.st_mode & 0o7777) == (uid, gid, 0o640) and "owner could not be kept" not in out
+
+    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1",
+           "PYTHONPATH": os.pathsep.join([str(REPO), sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]])}
+    check = "import subprocess, sys; subprocess.run([sys.executable, '-c', 'import workbench.cli'], check=True)"
+    python = next((c for c in (sys.executable, "/usr/bin/python3") if subprocess.run(
+        ["setpriv", f"--reuid={uid}", f"--regid={gid}", "--clear-groups", c, "-c", check], env=env, cwd="/",
+        capture_output=True).returncode == 0), None)
+    if python is None:
+        pytest.skip("no Python nobody may run")
+    work = tempfile.mkdtemp(prefix="ewb-owner-cli-")
+    try:
+        os.chmod(work, 0o777)
+        shared = os.path.join(work, "model.py")
+        with open(shared, "w") as f:
+            f.write("def f(x):\n    y = x + 1\n    return y\n")
+        os.chmod(shared, 0o666)
+        env = {**env, "HOME": work, "EAGLE_WORKBENCH_STATE_DIR": os.path.join(work, "state")}
+        for argv in (["add", "--file", shared, "--before", "return y", "--print", "y", "--python", python],
+                     ["revert", "--all"]):
+            proc = subprocess.run(["setpriv", f"--reuid={uid}", f"--regid={gid}", "--clear-groups", python, "-m",
+                                   "workbench.cli", "probe", *argv], env=env, cwd=work, capture_output=True, text=True,
+                                  timeout=120)
+            assert proc.returncode == 0, proc.stderr
+            assert f"owner could not be kept: the file is now owned by {uid}:{gid}, the original by 0:0" in proc.stdout
+        assert open(shared).read() == "def f(x):\n    y = x + 1\n    return y\n"
+    finally:
+        shutil.rmtree(work)
