@@ -469,12 +469,14 @@ def _probe_add(args: argparse.Namespace, box: Any) -> int:
                              draft_arch=args.draft_arch, keys=[recipe.entry])
         spec = recipe_probe(cmap, args.recipe, tag=args.tag)
         path, before, function, exprs, tag = spec.path, spec.line, spec.function, tuple(spec.exprs), spec.tag
+        once_per = args.once_per if args.once_per is not None else spec.once_per
         reads = recipe.reads
     else:
         path = engine.source(box, timeout=args.timeout).path(args.file) if engine is not None and \
             not _is_box_absolute(args.file) else box.expand_path(args.file)
         before = args.before if args.before is not None else args.line
         function, exprs, tag = args.function, tuple(args.print), args.tag
+        once_per = args.once_per
     try:
         real = box.realpath(path, timeout=args.timeout)
         if not box.exists(real, timeout=args.timeout):
@@ -488,8 +490,8 @@ def _probe_add(args: argparse.Namespace, box: Any) -> int:
     journal = {p.tag: p for p in entries}
     if tag is None:
         same = [p for p in journal.values() if p.path == real and p.anchor == before and p.function == function
-                and p.exprs == exprs and p.once_per == args.once_per
-                and (args.once_per is None or p.max_prints == max_prints)]
+                and p.exprs == exprs and p.once_per == once_per
+                and (once_per is None or p.max_prints == max_prints)]
         if same:
             tag = same[0].tag
         else:
@@ -501,7 +503,7 @@ def _probe_add(args: argparse.Namespace, box: Any) -> int:
             and existing.function == function:
         before = existing.anchor  # the map's line moved down by the block already there
     probe = probes.add_probe(box, real, before=before, exprs=exprs, tag=tag, function=function,
-                             once_per=args.once_per, max_prints=max_prints, python=python, timeout=args.timeout)
+                             once_per=once_per, max_prints=max_prints, python=python, timeout=args.timeout)
     again = existing is not None and existing.created_at == probe.created_at
     anchor_text = box.read_lines(probe.path, probe.line + probe.block_lines, probe.line + probe.block_lines,
                                  timeout=args.timeout)

@@ -709,7 +709,8 @@ def scan_swallowed(src: EngineSource, cmap: CodePathMap) -> list[Finding]:
 @dataclass(frozen=True)
 class ProbeSpec:
     """A probe to add (:func:`remote.probes.add_probe`): ``path`` on the box, ``line`` to go
-    before (1-based; the statement of a map entry), ``function`` it lies in, ``exprs`` and ``tag``."""
+    before (1-based; the statement of a map entry), ``function`` it lies in, ``exprs`` and ``tag``;
+    ``once_per``: print once per distinct value of this expression (``None``: once per process)."""
 
     tag: str
     path: str
@@ -717,27 +718,33 @@ class ProbeSpec:
     function: Optional[str]
     exprs: tuple[str, ...]
     entry: str
+    once_per: Optional[str] = None
 
 
 @dataclass(frozen=True)
 class Recipe:
     """A named probe on the EAGLE-3 path: before the statement of map entry ``entry``, print
-    ``exprs``; ``reads``: what the values mean."""
+    ``exprs`` (once per process, or once per distinct value of ``once_per``); ``reads``: what the
+    values mean."""
 
     name: str
     entry: str
     exprs: tuple[str, ...]
     description: str
     reads: str
+    once_per: Optional[str] = None
 
 
 RECIPES: dict[str, Recipe] = {r.name: r for r in (
     Recipe("draft-input-width", "draft-fc-width-check",
            ("hidden_states.shape", "embeds.shape", "hidden_states.dtype", "self.fc.in_features",
             "hidden_states.float().mean().item()", "hidden_states.float().std().item()"),
-           "the hidden state the draft receives, just before the fc width check",
-           "hidden_states.shape[-1] must equal self.fc.in_features (number of aux states × target hidden); "
-           "equal to embeds.shape[-1] means fc is skipped (EAGLE instead of EAGLE3)"),
+           "the hidden state the draft receives, just before the fc width check (one line per distinct width)",
+           "the draft-extend step after each target forward must show hidden_states.shape[-1] == "
+           "self.fc.in_features (number of aux states × target hidden); a line at the embedding width is the "
+           "draft's own decode steps (and, on a GPU box, CUDA-graph capture at start-up), where skipping fc is "
+           "right; only embedding-width lines, never the fc width, means the aux states never arrive (EAGLE "
+           "instead of EAGLE3)", once_per="hidden_states.shape[-1]"),
     Recipe("target-capture-layers", "target-capture-point",
            ("self.layers_to_capture", "getattr(self, 'capture_aux_hidden_states', None)"),
            "the layers the target captures, at the capture test in its forward",
@@ -766,7 +773,7 @@ def recipe_probe(cmap: CodePathMap, name: str, *, tag: Optional[str] = None) -> 
     if not entry.found:
         raise SourceLookupError(f"recipe {name}: the code-path entry {recipe.entry} is not in this engine "
                                 f"version ({entry.looked_in})", where=cmap.root)
-    return ProbeSpec(tag or name, entry.file, entry.line, entry.function, recipe.exprs, recipe.entry)
+    return ProbeSpec(tag or name, entry.file, entry.line, entry.function, recipe.exprs, recipe.entry, recipe.once_per)
 
 
 def map_for_launch(box, src: EngineSource, launch, *, cwd: Optional[str] = None, timeout: float = 30,
@@ -823,4 +830,4 @@ def add_recipe(box, cmap: CodePathMap, name: str, *, tag: Optional[str] = None, 
 
     spec = recipe_probe(cmap, name, tag=tag)
     return add_probe(box, spec.path, before=spec.line, function=spec.function, exprs=list(spec.exprs),
-                     tag=spec.tag, python=python, timeout=timeout)
+                     tag=spec.tag, once_per=spec.once_per, python=python, timeout=timeout)

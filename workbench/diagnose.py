@@ -583,9 +583,10 @@ class DiagnosisRun:
                                            "rule reports an error", data=checked)
 
     def probe_input_width(self) -> StepResult:
-        """H2 (one restart): a one-shot print of the draft's input hidden-state width just before
-        the fc check, the server relaunched with its own command, one request, the width read from
-        the log. The probe stays in place for the fix step when ``apply_fix`` (the fixed server then
+        """H2 (one restart): a print of the draft's input hidden-state width just before the fc
+        check (once per distinct width: a GPU server's CUDA-graph capture runs the draft at start-up
+        on a 1×-wide buffer), the server relaunched with its own command, one request, the widths
+        read from the log; confirmed when no forward saw the fc's in_features. The probe stays in place for the fix step when ``apply_fix`` (the fixed server then
         shows its width too) and is reverted at once otherwise."""
         if not self.allow_restart:
             return self._decide(H2, "inconclusive", "allow_restart is False: the probe needs a restart")
@@ -598,16 +599,19 @@ class DiagnosisRun:
             return self._decide(H2, "inconclusive", f"no probe: {exc}")
         path = spec.path
         self.probe = remote_probes.add_probe(self.box, path, before=spec.line, function=spec.function,
-                                             exprs=spec.exprs, tag=spec.tag, python=self.inventory.python)
+                                             exprs=spec.exprs, tag=spec.tag, once_per=spec.once_per,
+                                             python=self.inventory.python)
         handle = self._launch(self.inventory.launch, "probe")
-        observed_shape = self._probe_values(handle)
+        shapes = self._probe_shapes(handle)
         expected = self._expected_width()
         target_hidden = self._target_hidden()
-        observed = observed_shape[-1] if observed_shape else None
+        observed = self._decisive_width(shapes, expected)
+        observed_shape = next((s for s in shapes if s and s[-1] == observed), None)
         self.probe_result = {
             "file": path, "line": self.probe.line,
             "anchor": f"{spec.entry} (code-path map: {path}:{spec.line})", "tag": PROBE_TAG,
             "recipe": PROBE_RECIPE, "observed_shape": observed_shape,
+            "observed_widths": sorted({s[-1] for s in shapes if s}),
             "observed_hidden_size": observed, "expected_hidden_size": expected, "target_hidden_size": target_hidden,
             "launch_command": self.inventory.launch.to_string(),
         }
@@ -617,9 +621,11 @@ class DiagnosisRun:
             return self._decide(H2, "inconclusive", f"the probe printed nothing in {handle.log_path}: the draft's "
                                                     "forward never reached the fc check", data=self.probe_result)
         if expected is not None and observed != expected:
+            seen = self.probe_result["observed_widths"]
             why = (f"the draft received a {observed}-wide hidden state where its fc needs {expected} "
                    f"(= {expected // target_hidden if target_hidden else '?'} × target hidden {target_hidden}); "
-                   "the width check is false, so fc is skipped silently")
+                   f"no forward saw {expected} (widths seen: {seen}): the width check is false, so fc is "
+                   "skipped silently")
             return self._decide(H2, "confirmed", why, data=self.probe_result)
         return self._decide(H2, "refuted", f"the draft received {observed}-wide input, what its fc expects",
                             data=self.probe_result)
@@ -634,9 +640,11 @@ class DiagnosisRun:
         try:
             handle = self._launch(self.fix_launch, "fix")
             if self.probe is not None:
-                shape = self._probe_values(handle)
-                self.probe_result["after_fix_shape"] = shape
-                self.probe_result["after_fix_hidden_size"] = shape[-1] if shape else None
+                shapes = self._probe_shapes(handle)
+                width = self._decisive_width(shapes, self._expected_width())
+                self.probe_result["after_fix_shape"] = next((s for s in shapes if s and s[-1] == width), None)
+                self.probe_result["after_fix_hidden_size"] = width
+                self.probe_result["after_fix_widths"] = sorted({s[-1] for s in shapes if s})
         finally:
             self._revert_probe()
         self.after = self.measure("fixed: " + str(self.fix_launch.get("--speculative-algorithm")))
@@ -684,20 +692,36 @@ class DiagnosisRun:
             self.probe_result["reverted"] = True
             self.probe = None
 
-    def _probe_values(self, handle, *, timeout: float = 60.0) -> tuple[int, ...] | None:
-        """Send one request and read the probe's line from the server log."""
+    def _probe_shapes(self, handle, *, timeout: float = 60.0) -> list[tuple[int, ...]]:
+        """Send one request, then read the probe's lines from the server log (grep on the box): the
+        distinct input shapes the draft's forward saw, in the order first seen (the recipe prints
+        once per distinct width). Empty when nothing was printed within 10 s."""
         with httpx.Client(timeout=timeout, trust_env=False) as client:
             client.post(self.inventory.base_url + "/generate",
                         json={"text": self.prompts[0]["text"], "sampling_params": {"max_new_tokens": 8, "temperature": 0}})
         deadline = time.monotonic() + 10
         while True:
-            readings = remote_probes.read_probe_log(self.box, handle.log_path, self.probe, timeout=30)
-            if readings:
-                self.probe_result.setdefault("printed", []).append(readings[0].raw)
-                return remote_probes.parse_shape(readings[0].raw["hidden_states.shape"])
-            if time.monotonic() > deadline:
-                return None
+            readings = [r for r in remote_probes.read_probe_log(self.box, handle.log_path, self.probe, timeout=30)
+                        if "hidden_states.shape" in r.raw and not r.error]
+            if readings or time.monotonic() > deadline:
+                self.probe_result.setdefault("printed", []).extend(r.raw for r in readings)
+                shapes = []
+                for r in readings:
+                    try:
+                        shapes.append(remote_probes.parse_shape(r.raw["hidden_states.shape"]))
+                    except ValueError:
+                        continue
+                return shapes
             time.sleep(0.2)
+
+    @staticmethod
+    def _decisive_width(shapes: list[tuple[int, ...]], expected: int | None) -> int | None:
+        """The width that decides H2: ``expected`` (the draft's fc in_features) when any forward saw
+        it (the aux states reached the draft), else the widest seen; ``None`` when none."""
+        widths = [s[-1] for s in shapes if s]
+        if not widths:
+            return None
+        return expected if expected in widths else max(widths)
 
     def code_path(self) -> CodePathMap | None:
         """The EAGLE-3 code-path map of the box's engine for this deployment's target and draft

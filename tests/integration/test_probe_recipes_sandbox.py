@@ -71,11 +71,17 @@ def _serve_once(box, algorithm: str, port: int, log: Path, capsys) -> dict:
     readings = {name: read_probe_log(box, log, next(p for p in list_probes(box) if p.tag == name), timeout=30)
                 for name in PROBED}
     for name, found in readings.items():
-        assert len(found) == 1, (algorithm, name, found, log.read_text()[-3000:])  # once per process
-        assert found[0].error is None, found[0].error
-    assert via_cli["readings"][0]["values"]["hidden_states.shape"] == list(readings["draft-input-width"][0].values[
-        "hidden_states.shape"])
-    return {name: found[0] for name, found in readings.items()}
+        assert all(r.error is None for r in found), found
+        if name == "draft-input-width":  # once per distinct width: the draft-extend and the draft's own steps
+            widths = [r.values["hidden_states.shape"][-1] for r in found]
+            assert len(widths) == len(set(widths)) >= 1, (algorithm, widths)
+        else:
+            assert len(found) == 1, (algorithm, name, found, log.read_text()[-3000:])  # once per process
+    assert [r["values"]["hidden_states.shape"] for r in via_cli["readings"]] == [
+        list(r.values["hidden_states.shape"]) for r in readings["draft-input-width"]]
+    out = {name: found[0] for name, found in readings.items()}
+    out["widths"] = [r.values["hidden_states.shape"][-1] for r in readings["draft-input-width"]]
+    return out
 
 
 def test_recipes_on_the_sandbox_under_eagle3_and_eagle(tmp_path, free_port, monkeypatch, capsys):
@@ -104,6 +110,10 @@ def test_recipes_on_the_sandbox_under_eagle3_and_eagle(tmp_path, free_port, monk
     assert restored == {rel: True for rel in files}, "a sandbox file was left patched"
     assert list_probes(box) == []
 
+    # EAGLE3: the draft-extend after each target forward gets the 3 aux states (480), the draft's own
+    # next steps its 160-wide state; EAGLE: only ever 160, the fc width never arrives.
+    assert eagle3["widths"] == [3 * target_hidden, draft_cfg["hidden_size"]] == [480, 160]
+    assert eagle["widths"] == [target_hidden] == [160]
     width3, width1 = eagle3["draft-input-width"].values, eagle["draft-input-width"].values
     assert width3["hidden_states.shape"][-1] == 3 * target_hidden == 480
     assert width1["hidden_states.shape"][-1] == target_hidden == 160

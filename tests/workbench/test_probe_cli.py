@@ -138,7 +138,9 @@ def test_recipe_draft_input_width_lands_on_the_width_check(site, sglang_source, 
     # again: the map now finds the check below the block; the CLI recognises its own probe
     code, out, err = run(capsys, "add", "--recipe", "draft-input-width", "--python", sys.executable)
     assert code == 0, err
-    assert out.startswith("probe draft-input-width is already in place") and "reading: hidden_states.shape[-1]" in out
+    assert out.startswith("probe draft-input-width is already in place")
+    assert "reading: the draft-extend step after each target forward must show" in out
+    assert "once per distinct value of hidden_states.shape[-1]" in out
     assert draft.read_bytes() == patched
     code, out, _ = run(capsys, "recipes")
     assert code == 0 and all(name in out for name in ("draft-input-width", "target-capture-layers", "draft-d2t"))
