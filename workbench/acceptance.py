@@ -16,20 +16,19 @@ without them means speculative decoding is off or the engine did not report it; 
 says so (``speculative=False``, ``accept_length=None``) and never substitutes 1.0.
 
 Two sources: :func:`measure_generate` (greedy requests to ``POST /generate``) and the server log
-(:func:`parse_log_line`, :func:`parse_log`, :func:`acceptance_from_log`).
+(:func:`parse_log_line`, :func:`parse_log`, :func:`acceptance_from_log`, defined in
+:mod:`workbench.logs` and re-exported here).
 """
 
 from __future__ import annotations
 
 import json
-import re
 import statistics
 import time
-from dataclasses import asdict, dataclass, field
-from datetime import datetime
+from dataclasses import asdict, dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Sequence
 
 import httpx
 
@@ -300,208 +299,15 @@ def load_prompts(path: str | Path | None = None) -> list[dict]:
 
 
 # ---------------------------------------------------------------------------------------------
-# Server log
+# Server log: the parsers live in workbench.logs (every SGLang release 0.4.0 - 0.5.23, the fast
+# scanner, tail and follow); their names stay importable from here.
 # ---------------------------------------------------------------------------------------------
 
-# [2026-01-01 12:00:00.123 DP0 PP1 ATTN_CP0 MOE_DP0 TP3 EP3] Decode batch [17], ...
-_PREFIX = re.compile(
-    r"\[(?P<ts>\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2})(?:\.(?P<ms>\d{3}))?"
-    r"(?P<tags>(?: (?:DP|PP|ATTN_CP|MOE_DP|TP|EP)\d+)*)\] "
+from workbench.logs import (  # noqa: E402  (re-exported)
+    LogAcceptance,
+    LogRecord,
+    ParsedLog,
+    acceptance_from_log,
+    parse_log,
+    parse_log_line,
 )
-_BATCH = re.compile(r"(?P<kind>Decode|Prefill) batch(?: \[(?P<iter>\d+)\])?, (?P<body>.*?)\s*$")
-_TAG = re.compile(r" (DP|PP|ATTN_CP|MOE_DP|TP|EP)(\d+)")
-_GRAPH = re.compile(r"^(cuda|cpu|npu|musa) graph$")
-
-_FIELD_NAMES = {
-    "#running-req": "running_req", "#queue-req": "queue_req", "#token": "num_tokens", "token usage": "token_usage",
-    "accept len": "accept_len", "accept rate": "accept_rate", "cap len": "cap_len",
-    "block accept len": "block_accept_len", "gen throughput (token/s)": "gen_throughput",
-    "input throughput (token/s)": "input_throughput", "#new-seq": "new_seq", "#new-token": "new_token",
-    "#cached-token": "cached_token", "#pending-token": "pending_token",
-}
-
-
-def _number(s: str) -> Any:
-    if s in ("True", "False"):
-        return s == "True"
-    try:
-        return int(s)
-    except ValueError:
-        try:
-            return float(s)
-        except ValueError:
-            return s
-
-
-@dataclass
-class LogRecord:
-    """One SGLang ``Decode batch`` / ``Prefill batch`` log line.
-
-    ``kind``: ``"decode"`` or ``"prefill"``; ``timestamp``: ``datetime`` (milliseconds when
-    ``SGLANG_LOG_MS=1``), ``None`` for a line without SGLang's prefix (custom logging config);
-    ``ranks``: ``{"DP": 0, "TP": 3, ...}``; ``iteration``: the ``[N]`` forward iteration when
-    logged; ``accept_len`` / ``accept_rate`` only with speculative decoding; ``graph_backend``
-    (``cuda``/``cpu``/``npu``/``musa``) and ``graph`` (bool); throughputs in tokens/s;
-    ``fields``: every ``key: value`` of the line (numbers converted); ``line``: the raw line.
-    Format: SGLang 0.5.23 ``metrics_reporter.py`` (``report_decode_stats``,
-    ``report_prefill_stats``) and ``utils/common.py`` (``configure_logger``).
-    """
-
-    kind: str
-    timestamp: datetime | None
-    ranks: dict[str, int]
-    iteration: int | None = None
-    running_req: int | None = None
-    queue_req: int | None = None
-    num_tokens: int | None = None
-    token_usage: float | None = None
-    accept_len: float | None = None
-    accept_rate: float | None = None
-    cap_len: float | None = None
-    block_accept_len: float | None = None
-    graph_backend: str | None = None
-    graph: bool | None = None
-    gen_throughput: float | None = None
-    input_throughput: float | None = None
-    new_seq: int | None = None
-    new_token: int | None = None
-    cached_token: int | None = None
-    pending_token: int | None = None
-    fields: dict[str, Any] = field(default_factory=dict)
-    line: str = ""
-
-    def to_dict(self) -> dict:
-        d = asdict(self)
-        d["timestamp"] = self.timestamp.isoformat(sep=" ") if self.timestamp else None
-        return d
-
-
-def parse_log_line(line: str) -> LogRecord | None:
-    """Parse one log line; ``None`` when it is not a ``Decode batch`` / ``Prefill batch`` line.
-
-    Accepts SGLang's prefix ``[YYYY-mm-dd HH:MM:SS[.mmm][ DPn][ PPn][ ATTN_CPn][ MOE_DPn][ TPn][ EPn]] ``
-    anywhere in the line (so container-log prefixes do not matter) and, failing that, a bare
-    ``Decode batch, ...`` message (custom ``SGLANG_LOGGING_CONFIG_PATH`` formats; timestamp
-    ``None``). Field order is not assumed; ``#queue-req`` may end the line or be followed by
-    an optional suffix (``, est. decode TFLOPS/s ...``).
-    """
-    line = line.rstrip("\r\n")
-    m = _PREFIX.search(line)
-    ts = None
-    ranks: dict[str, int] = {}
-    rest_start = 0
-    if m:
-        ts = datetime.strptime(m.group("ts"), "%Y-%m-%d %H:%M:%S")
-        if m.group("ms"):
-            ts = ts.replace(microsecond=int(m.group("ms")) * 1000)
-        ranks = {k: int(v) for k, v in _TAG.findall(m.group("tags"))}
-        rest_start = m.end()
-    b = _BATCH.search(line, rest_start)
-    if not b or (m and b.start() != rest_start):
-        return None
-    fields: dict[str, Any] = {}
-    for part in b.group("body").split(", "):
-        key, sep, value = part.rpartition(": ")
-        if not sep:
-            if part:
-                fields.setdefault("_unparsed", []).append(part)
-            continue
-        fields[key] = _number(value.rstrip(","))
-    rec = LogRecord(kind=b.group("kind").lower(), timestamp=ts, ranks=ranks,
-                    iteration=int(b.group("iter")) if b.group("iter") else None, fields=fields, line=line)
-    for key, value in fields.items():
-        attr = _FIELD_NAMES.get(key)
-        if attr is not None and isinstance(value, (int, float)):
-            setattr(rec, attr, value)
-        g = _GRAPH.match(key)
-        if g and isinstance(value, bool):
-            rec.graph_backend, rec.graph = g.group(1), value
-    return rec
-
-
-@dataclass
-class ParsedLog:
-    """Result of :func:`parse_log`: ``decode`` and ``prefill`` records in order and ``summary``
-    (``decode_lines``, ``accept_len_lines``, ``accept_len_min`` / ``_median`` / ``_max`` /
-    ``_last``, ``accept_rate_median`` / ``_last``, ``speculative``, ``first`` / ``last``
-    timestamps)."""
-
-    decode: list[LogRecord]
-    prefill: list[LogRecord]
-    summary: dict
-
-    def to_dict(self) -> dict:
-        return {"decode": [r.to_dict() for r in self.decode], "prefill": [r.to_dict() for r in self.prefill],
-                "summary": self.summary}
-
-
-def parse_log(lines: Iterable[str] | str) -> ParsedLog:
-    """Parse a log (an iterable of lines or one string) into decode and prefill records plus a
-    summary of the accept lengths the decode lines report."""
-    if isinstance(lines, str):
-        lines = lines.splitlines()
-    decode, prefill = [], []
-    for line in lines:
-        rec = parse_log_line(line)
-        if rec is None:
-            continue
-        (decode if rec.kind == "decode" else prefill).append(rec)
-    lens = [r.accept_len for r in decode if r.accept_len is not None]
-    rates = [r.accept_rate for r in decode if r.accept_rate is not None]
-    stamps = [r.timestamp for r in decode + prefill if r.timestamp is not None]
-    summary = {
-        "decode_lines": len(decode), "prefill_lines": len(prefill), "accept_len_lines": len(lens),
-        "accept_len_min": min(lens) if lens else None,
-        "accept_len_median": statistics.median(lens) if lens else None,
-        "accept_len_max": max(lens) if lens else None,
-        "accept_len_last": lens[-1] if lens else None,
-        "accept_rate_median": statistics.median(rates) if rates else None,
-        "accept_rate_last": rates[-1] if rates else None,
-        "speculative": bool(lens),
-        "first": min(stamps).isoformat(sep=" ") if stamps else None,
-        "last": max(stamps).isoformat(sep=" ") if stamps else None,
-    }
-    return ParsedLog(decode, prefill, summary)
-
-
-@dataclass
-class LogAcceptance:
-    """Accept length as the decode log reports it.
-
-    Each decode line gives the accept length of its window (``--decode-log-interval``
-    iterations); the line does not say how many verify steps the window had, so
-    ``accept_length`` is the unweighted mean over lines (``median``, ``last``, ``min``,
-    ``max`` beside it). ``speculative`` is False and the values ``None`` when no decode line
-    carries ``accept len``; ``note`` says why.
-    """
-
-    accept_length: float | None
-    accept_rate: float | None
-    median: float | None
-    last: float | None
-    min: float | None
-    max: float | None
-    lines: int
-    speculative: bool
-    note: str | None = None
-    source: str = "log"
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-
-def acceptance_from_log(records: Iterable[LogRecord] | ParsedLog) -> LogAcceptance:
-    """Accept length / rate from decode-log records (see :class:`LogAcceptance`)."""
-    recs = records.decode if isinstance(records, ParsedLog) else [r for r in records if r.kind == "decode"]
-    lens = [r.accept_len for r in recs if r.accept_len is not None]
-    rates = [r.accept_rate for r in recs if r.accept_rate is not None]
-    if not lens:
-        why = ("no decode log line at all: no decode-log interval elapsed yet, or the log is not the scheduler's"
-               if not recs else
-               f"{len(recs)} decode lines, none with 'accept len': speculative decoding is off on this server")
-        return LogAcceptance(None, None, None, None, None, None, len(recs), False, note=why)
-    return LogAcceptance(
-        accept_length=statistics.fmean(lens), accept_rate=statistics.fmean(rates) if rates else None,
-        median=statistics.median(lens), last=lens[-1], min=min(lens), max=max(lens), lines=len(lens),
-        speculative=True,
-    )
