@@ -156,6 +156,60 @@ panel.widget
 ]
 
 
+MEASURE = [
+    md("""
+# Measure acceptance: accept length and speedup over a grid of speculative settings
+
+One server launch per setting (`--speculative-num-steps`, `--speculative-eagle-topk`,
+`--speculative-num-draft-tokens`) and one without speculation, each measured over the same prompts
+with greedy `/generate` requests sent one at a time (warm-up excluded). Accept length is SGLang's:
+completion tokens per verify step, bonus token included. The server found on the port is stopped
+first and put back at the end (also after an interruption: `workbench restore`). A setting the
+engine refuses to start is a row with its error.
+"""),
+    code("""
+host = "local"              # the box: local, an ~/.ssh/config alias, user@host[:port]
+launch_command = None       # default: the server running on `port` (none: the sandbox box with EAGLE3)
+port = None                 # default: the launch command's --port, else 30000
+grid = "steps:1,2,3,4 topk:1 draft_tokens:auto"   # every combination (auto: steps + 1 when topk is 1)
+include_baseline = True     # also measure without speculative decoding (the speedup's reference)
+prompts = None              # a JSONL file (default: the built-in prompts; the sandbox's own on the sandbox)
+num_prompts = 8
+max_new_tokens = 64
+warmup = 1                  # requests sent first and not counted, per setting
+server_start_timeout = 300.0
+report_dir = "reports"
+""", tags=("parameters",)),
+    code("""
+from workbench.sweep import SweepRun
+
+run = SweepRun.start(host=host, launch_command=launch_command, port=port, grid=grid,
+                     include_baseline=include_baseline, prompts=prompts, num_prompts=num_prompts,
+                     max_new_tokens=max_new_tokens, warmup=warmup, server_start_timeout=server_start_timeout,
+                     report_dir=report_dir)
+print("settings:", [s.label for s in run.settings])
+run.inventory
+"""),
+    md("## The sweep"),
+    code("""
+result = run.run()
+result
+"""),
+    md("## Figures"),
+    code("""
+for fig in result.figures().values():
+    fig.show()
+"""),
+    md("## Leave the box as found, write the table (`measure_acceptance.json`, `measure_acceptance.csv`)"),
+    code("""
+result = run.finish()
+best = result.best
+print("best:", best.label if best else None, f"({best.speedup:.2f}x)" if best and best.speedup else "")
+for line in result.restore["actions"] + result.restore["problems"]:
+    print(" -", line)
+"""),
+]
+
 ENGINE = [
     md("""
 # The engine's EAGLE-3 code path, and probes on it
@@ -249,5 +303,6 @@ def build(cells, name: str, folder: str = "runbooks") -> Path:
 if __name__ == "__main__":
     print(build(DIAGNOSE, "diagnose_acceptance"))
     print(build(PREFLIGHT, "preflight"))
+    print(build(MEASURE, "measure_acceptance"))
     print(build(PANEL, "control_panel", folder="notebooks"))
     print(build(ENGINE, "engine_probes", folder="notebooks"))

@@ -361,94 +361,26 @@ class StepResult:
 # The run
 
 
-class DiagnosisRun:
-    """One diagnosis of one box. Create with :meth:`start`; call the steps in order; end with
-    :meth:`finish` (idempotent; also run at interpreter exit).
+class BoxSession:
+    """A journalled session on one box that may stop the server it found, launch servers of its
+    own on the same port, and must leave the box as found (:meth:`restore`, also at interpreter
+    exit). Shared by :class:`DiagnosisRun` and :class:`workbench.sweep.SweepRun`; open the box with
+    :func:`open_box`. ``restarts`` counts launches of something other than what was running."""
 
-    Parameters mirror the runbook's: ``allow_restart`` (False: only static checks, H2 stays
-    inconclusive and no fix is applied), ``apply_fix``, ``keep_fix`` (leave the fixed server
-    running instead of putting the original back).
-    """
-
-    def __init__(self, box, inventory: Inventory, journal: Journal, *, allow_restart: bool, apply_fix: bool,
-                 keep_fix: bool, prompts: list[dict], max_new_tokens: int, server_start_timeout: float,
-                 report_dir: str | Path):
+    def __init__(self, box, inventory: Inventory, journal: Journal, *, server_start_timeout: float = 300.0,
+                 allow_restart: bool = True):
         self.box = box
         self.inventory = inventory
         self.journal = journal
         self.allow_restart = allow_restart
-        self.apply_fix_enabled = apply_fix
-        self.keep_fix = keep_fix
-        self.prompts = prompts
-        self.max_new_tokens = max_new_tokens
         self.server_start_timeout = server_start_timeout
-        self.report_dir = Path(report_dir)
-        self.started_at = time.monotonic()
-        self.ledger = Ledger()
-        self.ledger.add(H1, "The --speculative-algorithm flag does not match the draft's architecture "
-                            "(an EAGLE-3 draft launched as EAGLE, or the reverse).")
-        self.ledger.add(H2, "The target does not capture its auxiliary hidden states: the draft's fc receives a "
-                            "1×-wide hidden state instead of num_aux × target hidden, and is skipped.")
-        self.ledger.add(H3, "The draft's weights or token map are wrong: tensors the engine drops or misses, "
-                            "wrong shapes, or an invalid d2t.")
         self.restarts = 0
         self.launches: list[dict] = []
-        self.current = None  # ServerHandle of the server the run launched and left running, if any
+        self.current = None  # ServerHandle of the server the session launched and left running, if any
         self.current_launch: LaunchCommand | None = None
-        self.probe = None
-        self.before: Measurement | None = None
-        self.after: Measurement | None = None
-        self.findings: list[Finding] = []
-        self.probe_result: dict[str, Any] = {}
-        self.fix_launch: LaunchCommand | None = None
         self.restore_report: RestoreReport | None = None
         self.finished = False
-        self.verdict: dict | None = None
-        self.draft_facts = None
-        self.target_facts = None
-        self._code_path: CodePathMap | None = None
-        self.doctor_report = None
         atexit.register(self._atexit)
-
-    # -- construction ---------------------------------------------------------------------------
-
-    @classmethod
-    def start(cls, *, host: str = "local", launch_command: str | None = None, port: int | None = None,
-              allow_restart: bool = True, apply_fix: bool = True, keep_fix: bool = False,
-              prompts: str | None = None, num_prompts: int | None = None, max_new_tokens: int = 96,
-              server_start_timeout: float = 300.0, report_dir: str | Path = "reports") -> "DiagnosisRun":
-        """Connect to ``host``, restore anything an interrupted earlier run left, take the
-        inventory and open the journal. ``launch_command=None`` means the embedded sandbox box
-        launched with the wrong flag (when no server is running on ``port``)."""
-        box = connect(host)
-        leftover = Journal(box)
-        if leftover.pending:
-            if leftover.owner_alive():
-                raise DiagnosisError(
-                    f"another diagnosis (pid {leftover.data['owner']['pid']}, run {leftover.data.get('run_id')}) is "
-                    f"running on {box.name}; wait for it to finish (its journal: {leftover.path})")
-            report = restore_box(box, server_start_timeout=server_start_timeout)
-            if not report.clean:
-                raise DiagnosisError("an earlier run left the box changed and it could not be restored: "
-                                     + "; ".join(report.problems))
-        inventory = take_inventory(box, launch_command=launch_command, port=port,
-                                   default_launch=sandbox_launch_command(port=port or DEFAULT_PORT))
-        journal = Journal(box)
-        journal.begin()
-        if inventory.server_pid is not None:
-            journal.record_original(argv=list(inventory.launch.argv), cwd=inventory.server_cwd,
-                                    env=inventory.server_env, port=inventory.port,
-                                    log_path=inventory.server_log, pid=inventory.server_pid)
-        if prompts is None and inventory.engine == "sandbox":
-            # The sandbox target is a byte-level model of Python source: the built-in chat prompts
-            # mean nothing to it, its own held-out code prompts are its workload.
-            prompts = str(sandbox_prompts_path())
-        prompt_set = acc.load_prompts(prompts)
-        if num_prompts:
-            prompt_set = prompt_set[:num_prompts]
-        return cls(box, inventory, journal, allow_restart=allow_restart, apply_fix=apply_fix, keep_fix=keep_fix,
-                   prompts=prompt_set, max_new_tokens=max_new_tokens, server_start_timeout=server_start_timeout,
-                   report_dir=report_dir)
 
     # -- server management ----------------------------------------------------------------------
 
@@ -502,6 +434,121 @@ class DiagnosisRun:
             raise DiagnosisError("no server is running and allow_restart is False: nothing to measure")
         handle = self._launch(self.inventory.launch, "as-found")
         return self.inventory.base_url, handle.log_path, self.inventory.launch
+
+    def restore(self) -> RestoreReport:
+        """Put the box back as found: stop the session's servers, revert probes, relaunch the
+        original server (:func:`workbench.journal.restore_box`). Counts a relaunch as a restart."""
+        self.restore_report = restore_box(self.box, server_start_timeout=self.server_start_timeout)
+        if any(a.startswith("relaunched") for a in self.restore_report.actions):
+            self.restarts += 1
+        self.current = None
+        return self.restore_report
+
+    def _atexit(self) -> None:
+        # Under ``workbench runbook`` the driver restores the box after killing the kernel; a
+        # second restorer here would race it.
+        try:
+            if os.environ.get("EAGLE_WORKBENCH_DRIVER"):
+                return
+            if not self.finished:
+                self.finished = True
+                report = restore_box(self.box, server_start_timeout=self.server_start_timeout)
+                for line in report.actions + report.problems:
+                    print(f"[eagle-workbench restore] {line}", file=sys.stderr)
+        finally:
+            self.box.close()  # an SSH box: close its connection and port forwards before exit
+
+
+
+def open_box(host: str, *, launch_command: str | None, port: int | None,
+             server_start_timeout: float = 300.0, default_launch: str | None = None) -> tuple[Any, Inventory, Journal]:
+    """Connect to ``host``, restore anything an interrupted earlier run left (refusing while
+    another run is alive), take the inventory (``launch_command=None``: the server running on
+    ``port``, else ``default_launch``, by default the embedded sandbox box with the wrong flag) and
+    open the journal with the original server recorded. Raises :class:`DiagnosisError`."""
+    box = connect(host)
+    leftover = Journal(box)
+    if leftover.pending:
+        if leftover.owner_alive():
+            raise DiagnosisError(
+                f"another diagnosis (pid {leftover.data['owner']['pid']}, run {leftover.data.get('run_id')}) is "
+                f"running on {box.name}; wait for it to finish (its journal: {leftover.path})")
+        report = restore_box(box, server_start_timeout=server_start_timeout)
+        if not report.clean:
+            raise DiagnosisError("an earlier run left the box changed and it could not be restored: "
+                                 + "; ".join(report.problems))
+    inventory = take_inventory(box, launch_command=launch_command, port=port,
+                               default_launch=default_launch or sandbox_launch_command(port=port or DEFAULT_PORT))
+    journal = Journal(box)
+    journal.begin()
+    if inventory.server_pid is not None:
+        journal.record_original(argv=list(inventory.launch.argv), cwd=inventory.server_cwd,
+                                env=inventory.server_env, port=inventory.port,
+                                log_path=inventory.server_log, pid=inventory.server_pid)
+    return box, inventory, journal
+
+
+class DiagnosisRun(BoxSession):
+    """One diagnosis of one box. Create with :meth:`start`; call the steps in order; end with
+    :meth:`finish` (idempotent; also run at interpreter exit).
+
+    Parameters mirror the runbook's: ``allow_restart`` (False: only static checks, H2 stays
+    inconclusive and no fix is applied), ``apply_fix``, ``keep_fix`` (leave the fixed server
+    running instead of putting the original back).
+    """
+
+    def __init__(self, box, inventory: Inventory, journal: Journal, *, allow_restart: bool, apply_fix: bool,
+                 keep_fix: bool, prompts: list[dict], max_new_tokens: int, server_start_timeout: float,
+                 report_dir: str | Path):
+        super().__init__(box, inventory, journal, server_start_timeout=server_start_timeout,
+                         allow_restart=allow_restart)
+        self.apply_fix_enabled = apply_fix
+        self.keep_fix = keep_fix
+        self.prompts = prompts
+        self.max_new_tokens = max_new_tokens
+        self.report_dir = Path(report_dir)
+        self.started_at = time.monotonic()
+        self.ledger = Ledger()
+        self.ledger.add(H1, "The --speculative-algorithm flag does not match the draft's architecture "
+                            "(an EAGLE-3 draft launched as EAGLE, or the reverse).")
+        self.ledger.add(H2, "The target does not capture its auxiliary hidden states: the draft's fc receives a "
+                            "1×-wide hidden state instead of num_aux × target hidden, and is skipped.")
+        self.ledger.add(H3, "The draft's weights or token map are wrong: tensors the engine drops or misses, "
+                            "wrong shapes, or an invalid d2t.")
+        self.probe = None
+        self.before: Measurement | None = None
+        self.after: Measurement | None = None
+        self.findings: list[Finding] = []
+        self.probe_result: dict[str, Any] = {}
+        self.fix_launch: LaunchCommand | None = None
+        self.verdict: dict | None = None
+        self.draft_facts = None
+        self.target_facts = None
+        self._code_path: CodePathMap | None = None
+        self.doctor_report = None
+
+    # -- construction ---------------------------------------------------------------------------
+
+    @classmethod
+    def start(cls, *, host: str = "local", launch_command: str | None = None, port: int | None = None,
+              allow_restart: bool = True, apply_fix: bool = True, keep_fix: bool = False,
+              prompts: str | None = None, num_prompts: int | None = None, max_new_tokens: int = 96,
+              server_start_timeout: float = 300.0, report_dir: str | Path = "reports") -> "DiagnosisRun":
+        """Connect to ``host``, restore anything an interrupted earlier run left, take the
+        inventory and open the journal. ``launch_command=None`` means the embedded sandbox box
+        launched with the wrong flag (when no server is running on ``port``)."""
+        box, inventory, journal = open_box(host, launch_command=launch_command, port=port,
+                                           server_start_timeout=server_start_timeout)
+        if prompts is None and inventory.engine == "sandbox":
+            # The sandbox target is a byte-level model of Python source: the built-in chat prompts
+            # mean nothing to it, its own held-out code prompts are its workload.
+            prompts = str(sandbox_prompts_path())
+        prompt_set = acc.load_prompts(prompts)
+        if num_prompts:
+            prompt_set = prompt_set[:num_prompts]
+        return cls(box, inventory, journal, allow_restart=allow_restart, apply_fix=apply_fix, keep_fix=keep_fix,
+                   prompts=prompt_set, max_new_tokens=max_new_tokens, server_start_timeout=server_start_timeout,
+                   report_dir=report_dir)
 
     # -- steps ----------------------------------------------------------------------------------
 
@@ -660,29 +707,12 @@ class DiagnosisRun:
                 self.journal.remove_started(self.current.pid)
                 self.journal.mark_original_stopped(False)
                 self.current = None
-            self.restore_report = restore_box(self.box, server_start_timeout=self.server_start_timeout)
-            if self.restore_report.actions and any(a.startswith("relaunched") for a in self.restore_report.actions):
-                self.restarts += 1
-            self.current = None
+            self.restore()
             self.verdict = self.build_verdict()
             from workbench.report import write_verdict_json
 
             write_verdict_json(self.report_dir / "diagnose_acceptance.json", self.verdict)
         return self.verdict
-
-    def _atexit(self) -> None:
-        # Under ``workbench runbook`` the driver restores the box after killing the kernel; a
-        # second restorer here would race it.
-        try:
-            if os.environ.get("EAGLE_WORKBENCH_DRIVER"):
-                return
-            if not self.finished:
-                self.finished = True
-                report = restore_box(self.box, server_start_timeout=self.server_start_timeout)
-                for line in report.actions + report.problems:
-                    print(f"[eagle-workbench restore] {line}", file=sys.stderr)
-        finally:
-            self.box.close()  # an SSH box: close its connection and port forwards before exit
 
     # -- helpers --------------------------------------------------------------------------------
 

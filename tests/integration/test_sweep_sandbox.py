@@ -1,0 +1,46 @@
+"""runbooks/measure_acceptance.ipynb through `workbench runbook` on the sandbox box: a grid with
+settings the sandbox can and cannot start, the baseline, the table (JSON, CSV), the HTML report,
+and the box left as found."""
+
+import csv
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_measure_acceptance_runbook_on_the_sandbox(tmp_path, free_port):
+    env = {**os.environ, "EAGLE_WORKBENCH_STATE_DIR": str(tmp_path / "state")}
+    proc = subprocess.run([sys.executable, "-m", "workbench.cli", "runbook", "measure_acceptance",
+                           "-p", "port", str(free_port), "-p", "grid", "steps:1,3 topk:1,2", "-p", "num_prompts", "3",
+                           "-p", "max_new_tokens", "32", "--report-dir", str(tmp_path / "out")],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    doc = json.loads((tmp_path / "out" / "measure_acceptance.json").read_text())
+    rows = {r["label"]: r for r in doc["rows"]}
+    assert list(rows) == ["no speculation", "steps=1 topk=1 draft_tokens=2", "steps=1 topk=2 draft_tokens=3",
+                          "steps=3 topk=1 draft_tokens=4", "steps=3 topk=2 draft_tokens=7"]
+    base = rows["no speculation"]
+    assert base["ok"] and base["accept_length"] is None and base["speedup"] == 1.0
+    for label in ("steps=1 topk=1 draft_tokens=2", "steps=3 topk=1 draft_tokens=4"):
+        r = rows[label]
+        assert r["ok"] and r["error"] is None
+        # tokens per verify step, bonus included: between 1 and draft_tokens
+        assert 1.0 < r["accept_length"] <= r["draft_tokens"]
+        assert abs(r["accepted_drafts_per_step"] - (r["accept_length"] - 1)) < 0.35
+        assert abs(r["speedup"] - r["tokens_per_s"] / base["tokens_per_s"]) < 1e-9
+    assert rows["steps=3 topk=1 draft_tokens=4"]["accept_length"] > rows["steps=1 topk=1 draft_tokens=2"]["accept_length"]
+    for label in ("steps=1 topk=2 draft_tokens=3", "steps=3 topk=2 draft_tokens=7"):
+        assert not rows[label]["ok"] and "chain drafting only" in rows[label]["error"]
+    with open(tmp_path / "out" / "measure_acceptance.csv") as f:
+        table = list(csv.DictReader(f))
+    assert [t["label"] for t in table] == list(rows) and table[3]["accept_length"] == str(
+        rows["steps=3 topk=1 draft_tokens=4"]["accept_length"])
+    assert doc["restore"]["clean"] and doc["best"] in rows
+    html = (tmp_path / "out" / "measure_acceptance.html").read_text()
+    assert "Accept length (tokens per verify step" in html and "<script src=\"http" not in html
+    assert not list((tmp_path / "state" / "diagnosis").glob("journal.json")) or \
+        not json.loads((tmp_path / "state" / "diagnosis" / "journal.json").read_text()).get("started_servers")

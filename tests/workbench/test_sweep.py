@@ -1,0 +1,60 @@
+"""The sweep's grid and launch commands (no server needed)."""
+
+import pytest
+
+from workbench.launch import LaunchCommand
+from workbench.sweep import SpecSetting, SweepError, SweepResult, SweepRow, parse_grid, setting_launch
+
+LAUNCH = ("python -m sglang.launch_server --model-path /m --speculative-algorithm EAGLE3 "
+          "--speculative-draft-model-path /d --speculative-num-steps 3 --speculative-eagle-topk 1 "
+          "--speculative-num-draft-tokens 4 --tp 8 --port 30000")
+
+
+def test_parse_grid_product_auto_and_baseline_first():
+    got = parse_grid("steps:1,3 topk:1,2")
+    assert parse_grid("steps=1,3 topk=1,2") == got
+    assert [s.label for s in got] == [
+        "no speculation", "steps=1 topk=1 draft_tokens=2", "steps=1 topk=2 draft_tokens=3",
+        "steps=3 topk=1 draft_tokens=4", "steps=3 topk=2 draft_tokens=7"]
+    assert parse_grid({"steps": [2], "draft_tokens": [2, 3, 9]}, include_baseline=False) == [
+        SpecSetting(2, 1, 2), SpecSetting(2, 1, 3)]  # 9 > steps * topk + 1 cannot be filled: dropped
+
+
+@pytest.mark.parametrize("grid, message", [
+    ("steps=1 width=3", "unknown grid key"),
+    ("steps=0", "must be >= 1"),
+    ("steps=a", "is not a positive integer"),
+    ("steps", "is not key:v1,v2"),
+    ("topk:1", "no speculative setting"),
+])
+def test_parse_grid_errors_name_the_part(grid, message):
+    with pytest.raises(SweepError, match=message):
+        parse_grid(grid)
+
+
+def test_setting_launch_replaces_only_the_three_flags_and_baseline_drops_all():
+    launch = LaunchCommand.parse(LAUNCH)
+    s = setting_launch(launch, SpecSetting(5, 2, 8))
+    assert [s.get(f) for f in ("--speculative-num-steps", "--speculative-eagle-topk",
+                               "--speculative-num-draft-tokens")] == ["5", "2", "8"]
+    assert s.get("--tp") == "8" and s.get("--speculative-draft-model-path") == "/d"
+    base = setting_launch(launch, SpecSetting(baseline=True))
+    assert not [f for f in base.flags() if f.startswith("--speculative")]
+    assert base.get("--model-path") == "/m" and base.get("--port") == "30000"
+    with pytest.raises(SweepError, match="no --speculative-algorithm"):
+        setting_launch(base, SpecSetting(1, 1, 2))
+
+
+def test_result_table_csv_and_best():
+    rows = [SweepRow("no speculation", True, None, None, None, True, tokens_per_s=50.0, speedup=1.0),
+            SweepRow("steps=3 topk=1 draft_tokens=4", False, 3, 1, 4, True, accept_length=2.5, tokens_per_s=80.0,
+                     speedup=1.6),
+            SweepRow("steps=3 topk=2 draft_tokens=7", False, 3, 2, 7, False, error="the server did not start")]
+    res = SweepResult(rows, "local", 30000, 8, 64, 1, LAUNCH)
+    assert res.best.label == "steps=3 topk=1 draft_tokens=4" and res.baseline.tokens_per_s == 50.0
+    lines = res.to_csv().splitlines()
+    assert lines[0].startswith("label,baseline,steps,topk,draft_tokens,ok,accept_length")
+    assert lines[2].startswith("steps=3 topk=1 draft_tokens=4,False,3,1,4,True,2.5,")
+    figs = res.figures()
+    assert list(figs["accept_length"].data[0].y) == [2.5]
+    assert list(figs["throughput"].data[0].y) == [50.0, 80.0]
