@@ -381,9 +381,15 @@ _COLUMNS = ("t",) + tuple(name for name, _ in _KEYS)
 _PAD = 96                       # zero bytes after a block: every fixed-width read stays inside
 _LEAD = 32                      # and before it
 _SCAN_BLOCK = 2 << 20           # the scanner works on pieces of about this size
-_NUMBER_CHUNK = 8192            # numbers are parsed this many at a time (arrays that stay in cache)
+_COLON_CHUNK = 65536            # colons (keys, numbers) are read this many at a time
 _TAG_WIDTH = 48                 # rank tags longer than this go to the complete parser
 _MAX_TAG_GROUPS = 64
+_LOW4 = np.uint64(0xFFFFFFFF)
+#: "[YYYY-mm-dd HH:MM:SS": the 20 bytes, the fixed ones and the digits
+_TS_INDEX = np.arange(20)
+_TS_FIXED = np.array([0, 5, 8, 11, 14, 17])
+_TS_FIXED_BYTES = np.frombuffer(b"[-- ::", dtype=np.uint8)
+_TS_DIGITS = np.array([1, 2, 3, 4, 6, 7, 9, 10, 12, 13, 15, 16, 18, 19])
 _DAYS_IN_MONTH = np.array([0, 31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31], dtype=np.int64)
 
 
@@ -402,50 +408,52 @@ _M1 = np.uint64(0x000000FF000000FF)
 _C1 = np.uint64(100 + (1000000 << 32))
 _C2 = np.uint64(1 + (10000 << 32))
 _POW10 = 10.0 ** np.arange(24)
+
+
 def _key_tables() -> tuple:
-    """Lookup tables of the scanner's keys: key index by a colon's preceding byte (-1: none;
-    ``)`` gives gen throughput, told from input throughput by its first word), a probe byte
-    and its distance before the colon that tells each key from the other keys of SGLang's batch
-    lines ending with the same byte (``#token`` / ``accept len``, ``token usage`` / ``accept rate``,
-    ``#new-seq`` / ``#queue-req`` / ``#running-req``), the key lengths, and the key's 8-byte words
-    with their offsets (padded with the first word)."""
+    """Tables of the scanner's keys: their lengths, the 8-byte words (and offsets) that cover
+    each key but its last 4 bytes (those are checked with the colon; rows padded with the first
+    word), and the indexes of gen and input throughput (their last 4 bytes are the same)."""
     names = [name for name, _ in _KEYS]
-    last = np.full(256, -1, dtype=np.int64)
-    for i, (_, k) in enumerate(_KEYS):
-        if last[k[-1]] < 0:
-            last[k[-1]] = i
-    probe = {b"#running-req": 5, b"accept len": 3, b"accept rate": 2}
-    poff = np.array([probe.get(k, 2) for _, k in _KEYS], dtype=np.int64)
-    pbyte = np.array([k[-probe.get(k, 2)] for _, k in _KEYS], dtype=np.uint8)
     klen = np.array([len(k) for _, k in _KEYS], dtype=np.int64)
-    offs = [sorted(set(range(0, len(k) - 8, 8)) | {len(k) - 8}) for _, k in _KEYS]
+    offs = [sorted({min(o, len(k) - 8) for o in range(0, len(k) - 4, 8)}) for _, k in _KEYS]
     width = max(len(o) for o in offs)
     ko = np.array([o + [o[0]] * (width - len(o)) for o in offs], dtype=np.int64)
     kw = np.array([[int.from_bytes(k[off: off + 8], "little") for off in row] for (_, k), row in zip(_KEYS, ko)],
                   dtype=np.uint64)
-    return last, poff, pbyte, klen, ko, kw, names.index("gen_throughput"), names.index("input_throughput")
+    return klen, ko, kw, names.index("gen_throughput"), names.index("input_throughput")
 
 
-_LAST_KEY, _PROBE_OFF, _PROBE_BYTE, _KLEN, _KO, _KW, _GEN, _INPUT = _key_tables()
-_LAST_OK = _LAST_KEY >= 0
+_KLEN, _KO, _KW, _GEN, _INPUT = _key_tables()
+#: the 4 bytes before the colon and the ": " of each key, by the first of those bytes (distinct
+#: for the scanner's keys; gen and input throughput share theirs, told apart by their first word)
+_SUFFIX_MASK = np.uint64(0xFFFFFFFFFFFF)
+
+
+def _suffix_tables() -> tuple[np.ndarray, np.ndarray]:
+    """By the first of a key's last 4 bytes: the 64-bit word of those 4 bytes and ": ", and the
+    key's index (-1: no key)."""
+    words = np.zeros(256, dtype=np.uint64)
+    keys = np.full(256, -1, dtype=np.int64)
+    for i, (_, k) in enumerate(_KEYS):
+        word = np.uint64(int.from_bytes(k[-4:] + b": ", "little"))
+        if keys[k[-4]] >= 0 and words[k[-4]] != word:
+            raise AssertionError(f"two scanner keys start their last 4 bytes with {chr(k[-4])!r}")
+        if keys[k[-4]] < 0:
+            words[k[-4]], keys[k[-4]] = word, i
+    words[0] = ~np.uint64(0)                      # never matches a word whose first byte is 0
+    return words, keys
+
+
+_SUFFIX_BY_FIRST, _KEY_BY_FIRST = _suffix_tables()
 _ALEN, _ARATE = (i for i, (name, _) in enumerate(_KEYS) if name in ("accept_len", "accept_rate"))
-_INPUT_WORD = np.uint64(int.from_bytes(b"input th", "little"))
 _DECODE_WORDS = (_u64(b"Decode b"), _u64(b"de batch"))          # "Decode batch" at +0 and +4
 _PREFILL_WORDS = (_u64(b"Prefill "), _u64(b"ll batch"))         # "Prefill batch" at +0 and +5
 
 
-def _byte(w: np.ndarray, k: int) -> np.ndarray:
-    """Byte ``k`` (0 = lowest) of each 64-bit word, as int64."""
-    return ((w >> np.uint64(8 * k)) & np.uint64(0xFF)).astype(np.int64)
-
-
-def _nondigit(x: np.ndarray) -> np.ndarray:
-    """0x80 in each byte of ``x`` that is not an ASCII digit (SWAR; no carries between bytes)."""
-    return _nondigit_t(x ^ _K30)
-
-
 def _nondigit_t(t: np.ndarray) -> np.ndarray:
-    """:func:`_nondigit` of ``x`` given ``t = x ^ 0x3030...30``."""
+    """0x80 in each byte of ``x`` that is not an ASCII digit, given ``t = x ^ 0x3030...30``
+    (SWAR; no carries between bytes)."""
     return ((((t & _KF0) >> _ONE) + _K78) | (((t & _K0F) + _K06) << np.uint64(3))) & _K80
 
 
@@ -479,8 +487,10 @@ class _Block:
     def __init__(self, block: bytes):
         n = len(block)
         self.n = n
-        self.buf = np.zeros(_LEAD + n + _PAD, dtype=np.uint8)
+        self.buf = np.empty(_LEAD + n + _PAD, dtype=np.uint8)
+        self.buf[:_LEAD] = 0
         self.buf[_LEAD: _LEAD + n] = np.frombuffer(block, dtype=np.uint8)
+        self.buf[_LEAD + n:] = 0
         self.words = np.ndarray(shape=(len(self.buf) - 8,), dtype="<u8", buffer=self.buf.data, strides=(1,))
         self.body = self.buf[_LEAD: _LEAD + n]
 
@@ -623,28 +633,29 @@ class LogScanner:
     # -- feeding -------------------------------------------------------------------------------
 
     def feed(self, data: Union[bytes, bytearray, memoryview]) -> None:
-        """Scan the complete lines of ``held + data``; keep the unfinished last line for later."""
-        data = bytes(data)
+        """Scan the complete lines of ``held + data``; keep the unfinished last line for later.
+        ``data`` is only read during the call (a buffer may be reused for the next one)."""
+        if isinstance(data, memoryview):
+            data = data.tobytes()
         if not data:
             return
         self.bytes += len(data)
         cut = data.rfind(b"\n")
         if cut < 0:
-            self._held += data
+            self._held += bytes(data)
             return
+        mv = memoryview(data)
+        start = 0
         if self._held:
-            first = data.find(b"\n")
-            self._scan(self._held + data[: first + 1])
-            start = first + 1
-        else:
-            start = 0
-        self._held = data[cut + 1:]
+            start = data.find(b"\n") + 1
+            self._scan(self._held + bytes(mv[:start]))
+        self._held = bytes(mv[cut + 1:])
         while start <= cut:
             stop = cut + 1
             if stop - start > _SCAN_BLOCK:
                 nl = data.rfind(b"\n", start, start + _SCAN_BLOCK)
                 stop = nl + 1 if nl >= start else data.find(b"\n", start + _SCAN_BLOCK) + 1
-            self._scan(data[start:stop])
+            self._scan(mv[start:stop])
             start = stop
 
     def finish(self) -> None:
@@ -666,7 +677,7 @@ class LogScanner:
 
     # -- one block of complete lines -----------------------------------------------------------
 
-    def _scan(self, block: bytes) -> None:
+    def _scan(self, block: Union[bytes, memoryview]) -> None:
         base = self._pos
         self._pos += len(block)
         n = len(block)
@@ -675,7 +686,7 @@ class LogScanner:
         bb = _Block(block)
         arr, body, b, w = bb.b(), bb.body, bb.b, bb.w
         ends = np.flatnonzero(body == 10)
-        if block[-1:] != b"\n":
+        if body[-1] != 10:
             ends = np.append(ends, n)
         self.lines += len(ends)
         starts = np.empty_like(ends)
@@ -728,56 +739,26 @@ class LogScanner:
         good &= ~((k < len(rbr)) & (rbr[np.minimum(k, max(len(rbr) - 1, 0))] < e)) if len(rbr) else good
         slow_lines.update(li[~good].tolist())
 
-        # the keys: colons after a key's last byte and before a space, then a probe byte, then the
-        # whole key (8 bytes at a time) at an item start inside a batch line's body
+        # the keys and their numbers, a cache-sized run of colons at a time
         nk = len(_KEYS)
         colon = np.flatnonzero(body == 58)
-        cand = colon[_LAST_OK[b(-1)[colon]] & (b(1)[colon] == 32)]
-        ki = _LAST_KEY[b(-1)[cand]]
-        paren = np.flatnonzero(ki == _GEN)
-        ki[paren[w(-26)[cand[paren]] == _INPUT_WORD]] = _INPUT
-        sel = arr[cand - _PROBE_OFF[ki]] == _PROBE_BYTE[ki]
-        cand, ki = cand[sel], ki[sel]
-        if len(c):
-            rr = np.maximum(np.searchsorted(c, cand) - 1, 0)
-            ks = cand - _KLEN[ki]
-            inside = (cand > c[rr]) & (cand < e[rr]) & (ks >= body_start[rr])
-        else:
-            inside = np.zeros(len(cand), bool)
-        # a key outside every batch line's body: a bare batch line (custom logging config), or a
-        # line that only mentions one: the complete parser decides
-        if not inside.all():
-            slow_lines.update(np.searchsorted(ends, cand[~inside]).tolist())
-            cand, ki = cand[inside], ki[inside]
-            if len(c):
-                rr, ks = rr[inside], ks[inside]
-        if len(cand):
-            m = np.ones(len(cand), bool)
-            for j in range(2):
-                m &= bb.words[_LEAD + np.maximum(ks + _KO[ki, j], -_LEAD)] == _KW[ki, j]
-            longk = np.flatnonzero(m & (_KLEN[ki] > 16))
-            for j in range(2, _KO.shape[1]):
-                kl, kk = ks[longk], ki[longk]
-                m[longk] &= bb.words[_LEAD + kl + _KO[kk, j]] == _KW[kk, j]
-            m &= (ks == body_start[rr]) | ((b(-1)[ks] == 32) & (b(-2)[ks] == 44))
-            cand, ki, rr = cand[m], ki[m], rr[m]
+        found = [self._keys(bb, colon[i: i + _COLON_CHUNK], c, e, body_start, ends, slow_lines)
+                 for i in range(0, len(colon), _COLON_CHUNK)] if len(c) else []
         values = np.full((len(c), nk), np.nan)
-        if len(cand):
-            vals, ok = np.empty(len(cand)), np.empty(len(cand), bool)
-            dd = np.flatnonzero((ki == _ALEN) | (ki == _ARATE))
-            vals[dd], ok[dd] = _numbers_d_dd(bb, cand[dd])
-            other = np.ones(len(cand), bool)
-            other[dd] = ~ok[dd]
-            rest = np.flatnonzero(other)
-            for i in range(0, len(rest), _NUMBER_CHUNK):
-                sel = rest[i: i + _NUMBER_CHUNK]
-                vals[sel], ok[sel] = _numbers(bb, cand[sel])
+        found = [f for f in found if len(f[0])]
+        if found:
+            rr, ki, vals, ok = (np.concatenate(z) for z in zip(*found))
             code = rr * nk + ki
             ok &= np.bincount(code, minlength=len(c) * nk)[code] == 1   # a key twice: complete parser
             bad = rr[~ok]
             if len(bad):
                 slow_lines.update(li[bad].tolist())
             values[rr[ok], ki[ok]] = vals[ok]
+        elif not len(c) and len(colon):
+            # no batch header: a key here can only be in a bare batch line (custom logging config)
+            x = bb.w(-4)[colon] & _SUFFIX_MASK
+            hits = colon[x == _SUFFIX_BY_FIRST[x & np.uint64(0xFF)]]
+            slow_lines.update(np.searchsorted(ends, hits).tolist())
 
         keep = good
         if slow_lines:
@@ -796,7 +777,7 @@ class LogScanner:
                 self.ranks[name] = self.ranks.get(name, 0) + int(cnt)
         for line_no in sorted(slow_lines):
             a, z = int(starts[line_no]), int(ends[line_no])
-            r = parse_log_line(block[a:z])
+            r = parse_log_line(bytes(block[a:z]))
             self.slow_lines += 1
             if r is not None:
                 self._slow.append((base + a, r))
@@ -806,43 +787,77 @@ class LogScanner:
                     self.ranks[r.rank_tag] = self.ranks.get(r.rank_tag, 0) + 1
 
     @staticmethod
+    def _keys(bb: "_Block", colon: np.ndarray, c: np.ndarray, e: np.ndarray, body_start: np.ndarray,
+              ends: np.ndarray, slow_lines: set) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """The scanner's keys among ``colon`` (sorted colon positions) and their numbers: the
+        4 bytes before the colon and ": " after it (one 64-bit read per colon), then the whole key
+        at an item start inside a batch line's body (headers ``c``, line ends ``e``, bodies from
+        ``body_start``). Returns ``(record, key index, value, ok)``; lines the complete parser
+        must read are added to ``slow_lines`` (by index into ``ends``)."""
+        b, w = bb.b, bb.w
+        x = w(-4)[colon] & _SUFFIX_MASK
+        first = x & np.uint64(0xFF)
+        sel = np.flatnonzero(x == _SUFFIX_BY_FIRST[first])
+        cand = colon[sel]
+        ki = _KEY_BY_FIRST[first[sel]]
+        paren = np.flatnonzero(ki == _GEN)                       # "n/s): ": gen or input throughput
+        ki[paren[b(-25)[cand[paren]] == 110]] = _INPUT           # the "n" of "input throughput (token/s)"
+        rr = np.maximum(np.searchsorted(c, cand) - 1, 0)
+        ks = cand - _KLEN[ki]
+        inside = (cand > c[rr]) & (cand < e[rr]) & (ks >= body_start[rr])
+        # a key outside every batch line's body: a bare batch line (custom logging config), or a
+        # line that only mentions one: the complete parser decides
+        if not inside.all():
+            slow_lines.update(np.searchsorted(ends, cand[~inside]).tolist())
+            cand, ki, rr, ks = cand[inside], ki[inside], rr[inside], ks[inside]
+        m = bb.words[_LEAD + np.maximum(ks, -_LEAD)] == _KW[ki, 0]
+        longk = np.flatnonzero(m & (_KLEN[ki] > 12))
+        for j in range(1, _KO.shape[1]):
+            kl, kk = ks[longk], ki[longk]
+            m[longk] &= bb.words[_LEAD + kl + _KO[kk, j]] == _KW[kk, j]
+        m &= (ks == body_start[rr]) | ((b(-1)[ks] == 32) & (b(-2)[ks] == 44))
+        cand, ki, rr = cand[m], ki[m], rr[m]
+        vals, ok = np.empty(len(cand)), np.empty(len(cand), bool)
+        dd = np.flatnonzero((ki == _ALEN) | (ki == _ARATE))
+        vals[dd], ok[dd] = _numbers_d_dd(bb, cand[dd])
+        other = np.ones(len(cand), bool)
+        other[dd] = ~ok[dd]
+        rest = np.flatnonzero(other)
+        vals[rest], ok[rest] = _numbers(bb, cand[rest])
+        return rr, ki, vals, ok
+
+    @staticmethod
     def _prefix(bb: "_Block", s: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """For lines starting at ``s``: whether SGLang's ``[YYYY-mm-dd HH:MM:SS`` opens the line
         (a valid date and time), its time in seconds since 1970 (NaN if not), and where the rank
         tags begin (after the seconds, or after ``.mmm``). Lines of the same second as the line
         before them reuse its parse."""
-        a, b, c = bb.w(0)[s], bb.w(8)[s], bb.w(16)[s]      # "[YYYY-MM" "-DD HH:M" "M:SS.mmm"
-        c4 = c & np.uint64(0xFFFFFFFF)
+        # "[YYYY-MM" "-DD HH:M" "M:SS": lines of the same second share the first 20 bytes
+        a, b, c4 = bb.w(0)[s], bb.w(8)[s], bb.w(16)[s] & _LOW4
         new = np.ones(len(s), bool)
         if len(s) > 1:
             new[1:] = (a[1:] != a[:-1]) | (b[1:] != b[:-1]) | (c4[1:] != c4[:-1])
-        first = np.flatnonzero(new)
+        first = s[new]
         group = np.cumsum(new) - 1
-        ua, ub, uc = a[first], b[first], c4[first]
-        ok = ((ua & _u64(b"\xff\0\0\0\0\xff\0\0")) == _u64(b"[\0\0\0\0-\0\0")) \
-            & ((ub & _u64(b"\xff\0\0\xff\0\0\xff\0")) == _u64(b"-\0\0 \0\0:\0")) \
-            & ((uc & _u64(b"\0\xff\0\0\0\0\0\0")) == _u64(b"\0:\0\0\0\0\0\0"))
-        ok &= (_nondigit(ua) & _u64(b"\0\x80\x80\x80\x80\0\x80\x80")) == 0
-        ok &= (_nondigit(ub) & _u64(b"\0\x80\x80\0\x80\x80\0\x80")) == 0
-        ok &= (_nondigit(uc) & _u64(b"\x80\0\x80\x80\0\0\0\0")) == 0
-
-        def num(w: np.ndarray, *ks: int) -> np.ndarray:
-            v = np.zeros(len(w), np.int64)
-            for k in ks:
-                v = v * 10 + _byte(w, k) - 48
-            return v
-
-        y, mo, d = num(ua, 1, 2, 3, 4), num(ua, 6, 7), num(ub, 1, 2)
-        hh, mi, ss = num(ub, 4, 5), num(ub, 7) * 10 + num(uc, 0), num(uc, 2, 3)
+        cells = bb.buf[_LEAD + first[:, None] + _TS_INDEX]       # (unique seconds, 20)
+        ok = (cells[:, _TS_FIXED] == _TS_FIXED_BYTES).all(axis=1)
+        dig = cells[:, _TS_DIGITS].astype(np.int64) - 48
+        ok &= ((dig >= 0) & (dig <= 9)).all(axis=1)
+        y = dig[:, 0] * 1000 + dig[:, 1] * 100 + dig[:, 2] * 10 + dig[:, 3]
+        mo, d, hh, mi, ss = (dig[:, 4:14:2] * 10 + dig[:, 5:14:2]).T
         leap = ((y % 4 == 0) & (y % 100 != 0)) | (y % 400 == 0)
-        mdays = _DAYS_IN_MONTH[np.clip(mo, 0, 12)] - ((mo == 2) & ~leap)
+        mdays = _DAYS_IN_MONTH[np.minimum(np.maximum(mo, 0), 12)] - ((mo == 2) & ~leap)
         ok &= (y >= 1) & (mo >= 1) & (mo <= 12) & (d >= 1) & (d <= mdays) & (hh <= 23) & (mi <= 59) & (ss <= 59)
-        secs = (_days_from_civil(y, np.clip(mo, 1, 12), d) * 86400 + hh * 3600 + mi * 60 + ss).astype(np.float64)
+        secs = (_days_from_civil(y, np.minimum(np.maximum(mo, 1), 12), d) * 86400 + hh * 3600 + mi * 60
+                + ss).astype(np.float64)
         ok, secs = ok[group], secs[group]
-        has_ms = ((c & _u64(b"\0\0\0\0\xff\0\0\0")) == _u64(b"\0\0\0\0.\0\0\0")) \
-            & ((_nondigit(c) & _u64(b"\0\0\0\0\0\x80\x80\x80")) == 0)
-        if has_ms.any():
-            secs = secs + np.where(has_ms, num(c, 5, 6, 7), 0) / 1000.0
+        dot = bb.b(20)[s] == 46                                      # ".mmm" (SGLANG_LOG_MS=1)
+        if dot.any():
+            m3 = [bb.b(k)[s].astype(np.int64) - 48 for k in (21, 22, 23)]
+            has_ms = dot & ((m3[0] >= 0) & (m3[0] <= 9) & (m3[1] >= 0) & (m3[1] <= 9) & (m3[2] >= 0) & (m3[2] <= 9))
+            secs = secs + np.where(has_ms, m3[0] * 100 + m3[1] * 10 + m3[2], 0) / 1000.0
+        else:
+            has_ms = dot
         t = np.where(ok, secs, np.nan)
         return ok, t, s + np.where(has_ms, 24, 20)
 
@@ -1082,6 +1097,7 @@ def _med(v: np.ndarray) -> Optional[float]:
 
 
 def _timeline(a: dict[str, np.ndarray], dec: np.ndarray, buckets: int) -> list[dict]:
+    """Decode lines in ``buckets`` equal time slices (by line order when some lack a time)."""
     idx = np.flatnonzero(dec)
     if not len(idx):
         return []
@@ -1090,27 +1106,30 @@ def _timeline(a: dict[str, np.ndarray], dec: np.ndarray, buckets: int) -> list[d
     if by_time:
         t0, t1 = float(t.min()), float(t.max())
         slot = np.minimum(((t - t0) / (t1 - t0) * buckets).astype(np.int64), buckets - 1)
+        order = np.argsort(slot, kind="stable")             # a log is nearly sorted already
+        idx, slot = idx[order], slot[order]
     else:
         slot = (np.arange(len(idx)) * buckets) // len(idx)
+    bounds = np.searchsorted(slot, np.arange(buckets + 1))
+    cols = {k: a[k][idx] for k in ("t", "accept_len", "accept_rate", "gen_throughput", "running_req")}
     out = []
     for b in range(buckets):
-        sel = idx[slot == b]
-        if not len(sel):
+        lo, hi = int(bounds[b]), int(bounds[b + 1])
+        if lo == hi:
             continue
-        lens = a["accept_len"][sel]
+        lens = cols["accept_len"][lo:hi]
         spec = lens[~np.isnan(lens)]
-        row = {
-            "start": _iso(t0 + (t1 - t0) * b / buckets) if by_time else _iso(_nanmin(a["t"][sel])),
-            "end": _iso(t0 + (t1 - t0) * (b + 1) / buckets) if by_time else _iso(_nanmax(a["t"][sel])),
-            "decode_lines": int(len(sel)), "spec_lines": int(len(spec)),
+        out.append({
+            "start": _iso(t0 + (t1 - t0) * b / buckets) if by_time else _iso(_nanmin(cols["t"][lo:hi])),
+            "end": _iso(t0 + (t1 - t0) * (b + 1) / buckets) if by_time else _iso(_nanmax(cols["t"][lo:hi])),
+            "decode_lines": hi - lo, "spec_lines": int(len(spec)),
             "accept_len_median": float(np.median(spec)) if len(spec) else None,
             "accept_len_min": float(spec.min()) if len(spec) else None,
             "accept_len_max": float(spec.max()) if len(spec) else None,
-            "accept_rate_median": _med(a["accept_rate"][sel]),
-            "gen_throughput_median": _med(a["gen_throughput"][sel]),
-            "running_req_median": _med(a["running_req"][sel]),
-        }
-        out.append(row)
+            "accept_rate_median": _med(cols["accept_rate"][lo:hi]),
+            "gen_throughput_median": _med(cols["gen_throughput"][lo:hi]),
+            "running_req_median": _med(cols["running_req"][lo:hi]),
+        })
     return out
 
 
@@ -1146,12 +1165,13 @@ def scan_file(path: str, *, block: int = BLOCK, **kw: Any) -> LogSummary:
     whatever the size). Raises ``OSError`` (missing, a directory, unreadable). ``kw``: see
     :meth:`LogSummary.build`."""
     sc = LogScanner()
-    with open(path, "rb") as f:
+    buf = bytearray(block)
+    with open(path, "rb", buffering=0) as f:
         while True:
-            data = f.read(block)
-            if not data:
+            got = f.readinto(buf)
+            if not got:
                 break
-            sc.feed(data)
+            sc.feed(buf if got == len(buf) else bytes(buf[:got]))
     sc.finish()
     kw.setdefault("source", str(path))
     return sc.summary(**kw)

@@ -237,8 +237,11 @@ def render_text(summary: Any) -> str:
     for f in s.findings:
         lines.append(f"{f.rule} [{f.severity}] {f.message}")
     if s.speculative and not s.collapsed:
-        lines.append(f"acceptance-collapsed: not fired (mean accept len {s.acceptance.accept_length:.2f} > 1.05, "
-                     f"or fewer than 20 verify steps)")
+        steps = s.spec_lines * s.decode_log_interval
+        why = (f"mean accept len {s.acceptance.accept_length:.2f} > 1.05" if s.acceptance.accept_length > 1.05 else
+               f"only {steps} verify steps (>= {s.spec_lines} lines x --decode-log-interval {s.decode_log_interval}), "
+               "fewer than 20")
+        lines.append(f"acceptance-collapsed: not fired ({why})")
     return "\n".join(lines)
 
 
