@@ -210,6 +210,58 @@ for line in result.restore["actions"] + result.restore["problems"]:
 """),
 ]
 
+COMPARE = [
+    md("""
+# Compare two drafts on the same target
+
+The same target, algorithm and speculative settings; only `--speculative-draft-model-path` differs.
+One launch per draft (and one without speculation when asked), greedy `/generate` requests one at
+a time, warm-up excluded. Without `draft_b`, draft B is a copy of draft A whose `d2t` token map
+lists the same target ids in a shuffled order: every id valid, nothing fails at load, and
+acceptance shows what a wrong token map costs. The server found on the port is put back at the end.
+"""),
+    code("""
+host = "local"              # the box: local, an ~/.ssh/config alias, user@host[:port]
+launch_command = None       # default: the server running on `port` (none: the sandbox box with EAGLE3)
+port = None                 # default: the launch command's --port, else 30000
+draft_a = None              # default: the launch command's --speculative-draft-model-path
+draft_b = None              # default: draft A with its token map shuffled (written on the box, removed after)
+include_baseline = False    # also measure without speculative decoding
+prompts = None              # a JSONL file (default: the built-in prompts; the sandbox's own on the sandbox)
+num_prompts = 8
+max_new_tokens = 64
+warmup = 1
+server_start_timeout = 300.0
+report_dir = "reports"
+""", tags=("parameters",)),
+    code("""
+from workbench.sweep import SweepRun
+
+run = SweepRun.compare(host=host, launch_command=launch_command, port=port, draft_a=draft_a, draft_b=draft_b,
+                       include_baseline=include_baseline, prompts=prompts, num_prompts=num_prompts,
+                       max_new_tokens=max_new_tokens, warmup=warmup, server_start_timeout=server_start_timeout,
+                       report_dir=report_dir)
+for note in run.notes:
+    print("note:", note)
+[(s.label, s.draft_path) for s in run.settings]
+"""),
+    md("## The comparison"),
+    code("""
+result = run.run()
+result
+"""),
+    code("""
+for fig in result.figures().values():
+    fig.show()
+"""),
+    md("## Leave the box as found, write the table (`compare_drafts.json`, `compare_drafts.csv`)"),
+    code("""
+result = run.finish("compare_drafts")
+for line in result.restore["actions"] + result.restore["problems"]:
+    print(" -", line)
+"""),
+]
+
 ENGINE = [
     md("""
 # The engine's EAGLE-3 code path, and probes on it
@@ -304,5 +356,6 @@ if __name__ == "__main__":
     print(build(DIAGNOSE, "diagnose_acceptance"))
     print(build(PREFLIGHT, "preflight"))
     print(build(MEASURE, "measure_acceptance"))
+    print(build(COMPARE, "compare_drafts"))
     print(build(PANEL, "control_panel", folder="notebooks"))
     print(build(ENGINE, "engine_probes", folder="notebooks"))

@@ -21,6 +21,7 @@ import html
 import io
 import itertools
 import json
+import posixpath
 import re
 import time
 from dataclasses import asdict, dataclass, field
@@ -34,7 +35,8 @@ from workbench.diagnose import (DEFAULT_PORT, BoxSession, DiagnosisError, open_b
 from workbench.journal import restore_box
 from workbench.launch import LaunchCommand
 
-__all__ = ["SpecSetting", "SweepError", "parse_grid", "setting_launch", "SweepRow", "SweepResult", "SweepRun"]
+__all__ = ["SpecSetting", "SweepError", "parse_grid", "setting_launch", "SweepRow", "SweepResult", "SweepRun",
+           "per_position", "compare_settings", "break_token_map"]
 
 SPEC_FLAGS = ("--speculative-num-steps", "--speculative-eagle-topk", "--speculative-num-draft-tokens")
 
@@ -46,16 +48,21 @@ class SweepError(ValueError):
 @dataclass(frozen=True)
 class SpecSetting:
     """One point of the grid: ``steps`` / ``topk`` / ``draft_tokens`` (``--speculative-num-steps``,
-    ``--speculative-eagle-topk``, ``--speculative-num-draft-tokens``), or ``baseline`` (no
-    speculative decoding: every ``--speculative-*`` flag dropped)."""
+    ``--speculative-eagle-topk``, ``--speculative-num-draft-tokens``; ``None`` keeps the launch
+    command's), or ``baseline`` (no speculative decoding: every ``--speculative-*`` flag dropped);
+    ``draft_path`` replaces ``--speculative-draft-model-path`` (comparing drafts); ``name`` the label."""
 
     steps: Optional[int] = None
     topk: Optional[int] = None
     draft_tokens: Optional[int] = None
     baseline: bool = False
+    draft_path: Optional[str] = None
+    name: Optional[str] = None
 
     @property
     def label(self) -> str:
+        if self.name:
+            return self.name
         if self.baseline:
             return "no speculation"
         return f"steps={self.steps} topk={self.topk} draft_tokens={self.draft_tokens}"
@@ -123,7 +130,10 @@ def setting_launch(launch: LaunchCommand, setting: SpecSetting) -> LaunchCommand
     if not launch.get("--speculative-algorithm"):
         raise SweepError("the launch command has no --speculative-algorithm: nothing to sweep")
     for flag, value in zip(SPEC_FLAGS, (setting.steps, setting.topk, setting.draft_tokens)):
-        launch = launch.with_flag(flag, str(value))
+        if value is not None:
+            launch = launch.with_flag(flag, str(value))
+    if setting.draft_path is not None:
+        launch = launch.with_flag("--speculative-draft-model-path", setting.draft_path)
     return launch
 
 
@@ -132,8 +142,10 @@ class SweepRow:
     """One setting's result. Accept length: SGLang's (Σ completion tokens / Σ verify steps, bonus
     included); ``accepted_drafts_per_step`` = Σ correct drafts / Σ verify steps; ``tokens_per_s``
     = Σ completion tokens / Σ request wall seconds (requests sent one at a time, warm-up
-    excluded); ``speedup`` = tokens_per_s / the baseline's. ``ok`` False with ``error`` (and
-    ``log_tail``) when the server did not start or a request failed."""
+    excluded); ``speedup`` = tokens_per_s / the baseline's. ``histogram``: summed
+    ``spec_correct_drafts_histogram`` (index k = verify steps that accepted exactly k drafts);
+    ``per_position[k-1]`` = P(at least k drafts accepted in a verify step), k = 1 … draft tokens − 1.
+    ``ok`` False with ``error`` (and ``log_tail``) when the server did not start or a request failed."""
 
     label: str
     baseline: bool
@@ -153,6 +165,9 @@ class SweepRow:
     launch_command: str = ""
     error: Optional[str] = None
     log_tail: list[str] = field(default_factory=list)
+    histogram: Optional[list[int]] = None
+    per_position: Optional[list[float]] = None
+    draft_path: Optional[str] = None
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -176,6 +191,7 @@ class SweepResult:
     base_launch: str
     duration_s: float = 0.0
     restore: Optional[dict] = None
+    notes: list[str] = field(default_factory=list)
 
     @property
     def baseline(self) -> Optional[SweepRow]:
@@ -191,7 +207,7 @@ class SweepResult:
         return {"rows": [r.to_dict() for r in self.rows], "host": self.host, "port": self.port,
                 "prompts": self.prompts, "max_new_tokens": self.max_new_tokens, "warmup": self.warmup,
                 "base_launch": self.base_launch, "duration_s": self.duration_s, "restore": self.restore,
-                "best": self.best.label if self.best else None}
+                "best": self.best.label if self.best else None, "notes": list(self.notes)}
 
     def to_csv(self) -> str:
         """The table as CSV (one row per setting, :data:`CSV_COLUMNS`)."""
@@ -218,6 +234,10 @@ class SweepResult:
 
         spec = [r for r in self.rows if r.ok and not r.baseline]
         fig_al = go.Figure()
+        if any(r.draft_tokens is None for r in spec):  # a comparison of drafts: one bar per draft
+            fig_al.add_trace(go.Bar(x=[r.label for r in spec], y=[r.accept_length for r in spec],
+                                    text=[f"{r.accept_length:.2f}" if r.accept_length else "" for r in spec]))
+            spec = []
         for topk in sorted({r.topk for r in spec}):
             rows = sorted([r for r in spec if r.topk == topk], key=lambda r: (r.draft_tokens, r.steps))
             fig_al.add_trace(go.Scatter(x=[r.draft_tokens for r in rows], y=[r.accept_length for r in rows],
@@ -235,7 +255,18 @@ class SweepResult:
             fig_tps.add_hline(y=base.tokens_per_s, line_dash="dot", annotation_text="no speculation")
         fig_tps.update_layout(title="Decode throughput per setting (speedup against no speculation)",
                               yaxis_title="tokens/s (one request at a time)", template="plotly_white")
-        return {"accept_length": fig_al, "throughput": fig_tps}
+        figs = {"accept_length": fig_al, "throughput": fig_tps}
+        with_pos = [r for r in self.rows if r.ok and r.per_position]
+        if with_pos:
+            fig_pos = go.Figure()
+            for r in with_pos:
+                fig_pos.add_trace(go.Scatter(x=list(range(1, len(r.per_position) + 1)), y=r.per_position,
+                                             mode="lines+markers", name=r.label))
+            fig_pos.update_layout(title="Per-position acceptance: P(at least k drafts accepted in a verify step)",
+                                  xaxis_title="draft position k", yaxis_title="probability", yaxis_range=[0, 1],
+                                  template="plotly_white")
+            figs["per_position"] = fig_pos
+        return figs
 
     def _repr_html_(self) -> str:
         def cell(v: Any) -> str:
@@ -267,38 +298,84 @@ class SweepRun(BoxSession):
         self.rows: list[SweepRow] = []
         self.started_at = time.monotonic()
         self.result: Optional[SweepResult] = None
+        self.cleanup_dirs: list[str] = []  # directories on the box the run created (removed by finish)
+        self.notes: list[str] = []
 
     @classmethod
     def start(cls, *, host: str = "local", launch_command: str | None = None, port: int | None = None,
               grid: str | dict = "steps:1,2,3,4", include_baseline: bool = True, prompts: str | None = None,
               num_prompts: int | None = 8, max_new_tokens: int = 64, warmup: int = 1,
               server_start_timeout: float = 300.0, report_dir: str | Path = "reports",
-              progress: bool = True) -> "SweepRun":
+              progress: bool = True, settings: Sequence[SpecSetting] | None = None) -> "SweepRun":
         """Connect, restore what an interrupted run left, find the server (``launch_command=None``:
         the one running on ``port``; with none, the embedded sandbox box with EAGLE3) and open the
         journal. ``grid``: see :func:`parse_grid`. ``prompts``: a JSONL path (default: the
-        built-in prompts; on the sandbox box its own code prompts). Raises :class:`SweepError`,
-        ``DiagnosisError``, ``remote.errors.RemoteError``."""
-        settings = parse_grid(grid, include_baseline=include_baseline)
+        built-in prompts; on the sandbox box its own code prompts). ``settings``: an explicit list
+        instead of ``grid`` (:func:`compare_settings` builds one per draft). Raises
+        :class:`SweepError`, ``DiagnosisError``, ``remote.errors.RemoteError``."""
+        settings = list(settings) if settings is not None else parse_grid(grid, include_baseline=include_baseline)
         # with no server running and no command given: the embedded sandbox box, working configuration
         box, inventory, journal = open_box(host, launch_command=launch_command, port=port,
                                            server_start_timeout=server_start_timeout,
                                            default_launch=sandbox_launch_command(algorithm="EAGLE3",
                                                                                  port=port or DEFAULT_PORT))
         try:
-            setting_launch(inventory.launch, next(s for s in settings if not s.baseline))  # validate early
-            if prompts is None and inventory.engine == "sandbox":
-                prompts = str(sandbox_prompts_path())
-            prompt_set = acc.load_prompts(prompts)
+            for setting in settings:
+                setting_launch(inventory.launch, setting)  # validate early
+            prompt_set = _prompt_set(inventory, prompts, num_prompts)
         except BaseException:
             restore_box(box, server_start_timeout=server_start_timeout)  # close the journal just opened
             box.close()
             raise
-        if num_prompts:
-            prompt_set = prompt_set[:num_prompts]
         return cls(box, inventory, journal, settings=settings, prompts=prompt_set, max_new_tokens=max_new_tokens,
                    warmup=warmup, server_start_timeout=server_start_timeout, report_dir=report_dir,
                    progress=progress)
+
+    @classmethod
+    def compare(cls, *, host: str = "local", launch_command: str | None = None, port: int | None = None,
+                draft_a: str | None = None, draft_b: str | None = None, include_baseline: bool = False,
+                prompts: str | None = None, num_prompts: int | None = 8, max_new_tokens: int = 64, warmup: int = 1,
+                server_start_timeout: float = 300.0, report_dir: str | Path = "reports",
+                progress: bool = True) -> "SweepRun":
+        """Two drafts on the same target and settings (everything but ``--speculative-draft-model-path``
+        as the launch command has it). ``draft_a``: default the launch command's draft; ``draft_b``:
+        default a copy of ``draft_a`` with its token map broken (:func:`break_token_map`, written
+        under the box's state dir and removed by :meth:`finish`), which shows what a wrong ``d2t``
+        does to acceptance. Raises :class:`SweepError`, ``DiagnosisError``, ``RemoteError``."""
+        box, inventory, journal = open_box(host, launch_command=launch_command, port=port,
+                                           server_start_timeout=server_start_timeout,
+                                           default_launch=sandbox_launch_command(algorithm="EAGLE3",
+                                                                                 port=port or DEFAULT_PORT))
+        cleanup: list[str] = []
+        notes: list[str] = []
+        try:
+            a = draft_a or inventory.resolved.get("--speculative-draft-model-path")
+            if not a:
+                raise SweepError("the launch command names no --speculative-draft-model-path; give draft_a")
+            if draft_b is None:
+                draft_b = f"{box.state_dir}/compare/{posixpath.basename(a.rstrip('/'))}-broken-token-map"
+                box.run(["rm", "-rf", draft_b], timeout=60)
+                info = break_token_map(box, a, draft_b, python=inventory.python)
+                cleanup.append(draft_b)
+                notes.append(f"draft B is a copy of draft A whose d2t maps the same target ids in a shuffled order "
+                             f"({info['changed'][0]['moved']} of {info['changed'][0]['draft_vocab']} draft ids moved)")
+                names = ("draft A (as given)", "draft B (token map shuffled)")
+            else:
+                names = (f"draft A: {posixpath.basename(a.rstrip('/'))}", f"draft B: {posixpath.basename(draft_b.rstrip('/'))}")
+            settings = compare_settings([(names[0], a), (names[1], draft_b)], include_baseline=include_baseline)
+            for setting in settings:
+                setting_launch(inventory.launch, setting)
+            prompt_set = _prompt_set(inventory, prompts, num_prompts)
+        except BaseException:
+            for path in cleanup:
+                box.run(["rm", "-rf", path], timeout=60, check=False)
+            restore_box(box, server_start_timeout=server_start_timeout)
+            box.close()
+            raise
+        run = cls(box, inventory, journal, settings=settings, prompts=prompt_set, max_new_tokens=max_new_tokens,
+                  warmup=warmup, server_start_timeout=server_start_timeout, report_dir=report_dir, progress=progress)
+        run.cleanup_dirs, run.notes = cleanup, notes
+        return run
 
     def run(self) -> SweepResult:
         """Launch and measure every setting in turn (a progress bar per setting), then compute
@@ -320,7 +397,7 @@ class SweepRun(BoxSession):
     def _run_one(self, setting: SpecSetting) -> SweepRow:
         launch = setting_launch(self.inventory.launch, setting)
         row = SweepRow(setting.label, setting.baseline, setting.steps, setting.topk, setting.draft_tokens, ok=False,
-                       launch_command=launch.to_string())
+                       launch_command=launch.to_string(), draft_path=setting.draft_path)
         try:
             handle = self._launch(launch, setting.label)
         except (RemoteError, DiagnosisError) as exc:
@@ -348,6 +425,8 @@ class SweepRun(BoxSession):
         row.accepted_drafts_per_step = sum(correct) / m.verify_steps if m.verify_steps and correct else None
         row.tokens_per_s = m.tokens_per_s
         row.completion_tokens, row.verify_steps, row.requests = m.total_tokens, m.verify_steps, len(m.records)
+        row.histogram = list(m.histogram) if m.histogram else None
+        row.per_position = per_position(m.histogram) if m.histogram else None
         if not setting.baseline and not m.speculative:
             row.error = m.note
         return row
@@ -356,19 +435,109 @@ class SweepRun(BoxSession):
         return SweepResult(self.rows, self.box.name, self.inventory.port, len(self.prompts), self.max_new_tokens,
                            self.warmup, self.inventory.launch.to_string(),
                            round(time.monotonic() - self.started_at, 2),
-                           self.restore_report.to_dict() if self.restore_report else None)
+                           self.restore_report.to_dict() if self.restore_report else None, list(self.notes))
 
     def finish(self, name: str = "measure_acceptance") -> SweepResult:
         """Put the box back as found, then write ``report_dir/NAME.json`` and ``NAME.csv``."""
         if not self.finished:
             self.finished = True
             self.restore()
+            for path in self.cleanup_dirs:
+                self.box.run(["rm", "-rf", path], timeout=120, check=False)
             self.result = self._result()
             self.result.write(self.report_dir, name)
         return self.result
+
+
+def _prompt_set(inventory, prompts: str | None, num_prompts: int | None) -> list[dict]:
+    """The prompts to send: ``prompts`` (a JSONL path), else the built-in set, on the sandbox box
+    its own code prompts; the first ``num_prompts``."""
+    if prompts is None and inventory.engine == "sandbox":
+        prompts = str(sandbox_prompts_path())
+    prompt_set = acc.load_prompts(prompts)
+    return prompt_set[:num_prompts] if num_prompts else prompt_set
+
+
+def per_position(histogram: Sequence[int]) -> list[float]:
+    """P(at least k drafts accepted in a verify step) for k = 1 … len(histogram) − 1, from SGLang's
+    ``spec_correct_drafts_histogram`` (index k = verify steps that accepted exactly k drafts;
+    SGLang 0.5.23 ``meta_info``, carried by ``srt/managers/io_struct.py`` BatchTokenIDOutput).
+    Empty when the histogram counts no step."""
+    total = sum(histogram)
+    if not total:
+        return []
+    return [sum(histogram[k:]) / total for k in range(1, len(histogram))]
 
 
 def rows_from(data: Iterable[dict]) -> list[SweepRow]:
     """Rows back from :meth:`SweepResult.to_dict` ``["rows"]`` (e.g. a saved JSON)."""
     fields = set(SweepRow.__dataclass_fields__)
     return [SweepRow(**{k: v for k, v in d.items() if k in fields}) for d in data]
+
+
+def compare_settings(drafts: Sequence[tuple[str, str]], *, include_baseline: bool = False) -> list[SpecSetting]:
+    """One setting per ``(name, draft directory on the box)``, every other flag as the launch command
+    has it (so the drafts are compared on the same target, algorithm and steps); the baseline first
+    when asked. Raises :class:`SweepError` for fewer than two drafts or duplicate names."""
+    if len(drafts) < 2:
+        raise SweepError("compare needs at least two drafts")
+    names = [n for n, _ in drafts]
+    if len(set(names)) != len(names):
+        raise SweepError(f"draft names must differ, got {names}")
+    out = [SpecSetting(baseline=True)] if include_baseline else []
+    return out + [SpecSetting(draft_path=path, name=name) for name, path in drafts]
+
+
+#: Run on the box by the engine's interpreter: argv = source dir, destination dir, seed. Copies the
+#: draft checkpoint, rewriting the shard that holds ``d2t`` with the same draft->target ids in a
+#: shuffled order (valid ids, wrong mapping); other files are copied, other shards symlinked.
+BREAK_TOKEN_MAP_SCRIPT = r"""
+import json, os, shutil, sys
+import torch
+from safetensors import safe_open
+from safetensors.torch import load_file, save_file
+src, dst, seed = sys.argv[1], sys.argv[2], int(sys.argv[3])
+os.makedirs(dst, exist_ok=True)
+changed = []
+for name in sorted(os.listdir(src)):
+    path = os.path.join(src, name)
+    if not os.path.isfile(path):
+        continue
+    if not name.endswith(".safetensors"):
+        shutil.copy2(path, os.path.join(dst, name))
+        continue
+    with safe_open(path, framework="pt") as f:
+        has_d2t, meta = "d2t" in f.keys(), f.metadata()
+    if not has_d2t:
+        os.symlink(os.path.abspath(path), os.path.join(dst, name))
+        continue
+    tensors = load_file(path)
+    d2t = tensors["d2t"]
+    n = d2t.shape[0]
+    ar = torch.arange(n, dtype=d2t.dtype)
+    hot = d2t + ar
+    perm = torch.randperm(n, generator=torch.Generator().manual_seed(seed))
+    tensors["d2t"] = (hot[perm] - ar).to(d2t.dtype)
+    save_file(tensors, os.path.join(dst, name), metadata=meta)
+    changed.append({"file": name, "draft_vocab": n, "moved": int((perm != torch.arange(n)).sum())})
+print(json.dumps({"changed": changed}))
+"""
+
+
+def break_token_map(box, draft_dir: str, dest_dir: str, *, python: str, seed: int = 0, timeout: float = 600) -> dict:
+    """Write to ``dest_dir`` on the box a copy of the EAGLE-3 draft ``draft_dir`` whose ``d2t``
+    maps draft ids to the right set of target ids in the wrong order (a token map from another
+    run): every id valid, so nothing fails at load, and the draft's proposals turn into other
+    tokens. SGLang reads ``d2t`` as offsets: target id = draft id + d2t[draft id]
+    (0.5.23 ``srt/models/llama_eagle3.py`` ``load_weights``). ``python``: an interpreter on the box
+    with torch and safetensors (the engine's). Returns ``{"changed": [{"file", "draft_vocab",
+    "moved"}]}``. Raises :class:`SweepError` when the draft has no ``d2t`` or the script fails."""
+    import json as _json
+
+    res = box.run([python, "-c", BREAK_TOKEN_MAP_SCRIPT, draft_dir, dest_dir, str(seed)], timeout=timeout, check=False)
+    if res.exit_code != 0:
+        raise SweepError(f"could not copy {draft_dir} with a broken token map: {res.stderr.strip()[-400:]}")
+    out = _json.loads(res.stdout.strip().splitlines()[-1])
+    if not out["changed"]:
+        raise SweepError(f"{draft_dir} has no d2t tensor: no token map to break")
+    return out

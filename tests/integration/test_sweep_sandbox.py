@@ -44,3 +44,30 @@ def test_measure_acceptance_runbook_on_the_sandbox(tmp_path, free_port):
     assert "Accept length (tokens per verify step" in html and "<script src=\"http" not in html
     assert not list((tmp_path / "state" / "diagnosis").glob("journal.json")) or \
         not json.loads((tmp_path / "state" / "diagnosis" / "journal.json").read_text()).get("started_servers")
+
+
+def test_compare_drafts_runbook_trained_against_a_broken_token_map(tmp_path, free_port):
+    """compare_drafts on the sandbox: the trained draft against a copy whose d2t is shuffled. The
+    copy loads (every id valid) and its acceptance collapses to ~1 token per verify step; the copy
+    is removed afterwards and the sandbox draft is untouched."""
+    import hashlib
+
+    draft = ROOT / "workbench" / "sandbox" / "models" / "draft"
+    before = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in draft.iterdir()}
+    env = {**os.environ, "EAGLE_WORKBENCH_STATE_DIR": str(tmp_path / "state")}
+    proc = subprocess.run([sys.executable, "-m", "workbench.cli", "runbook", "compare_drafts",
+                           "-p", "port", str(free_port), "-p", "num_prompts", "4", "-p", "max_new_tokens", "48",
+                           "--report-dir", str(tmp_path / "out")],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    doc = json.loads((tmp_path / "out" / "compare_drafts.json").read_text())
+    a, b = doc["rows"]
+    assert (a["label"], b["label"]) == ("draft A (as given)", "draft B (token map shuffled)")
+    assert a["ok"] and b["ok"] and a["draft_path"] == str(draft)
+    assert a["accept_length"] > 1.8 and b["accept_length"] < 1.15
+    assert a["per_position"][0] > 0.4 and b["per_position"][0] < 0.05
+    assert sum(a["histogram"]) == a["verify_steps"]
+    assert "shuffled order (128 of 128 draft ids moved)" in doc["notes"][0]
+    assert not (tmp_path / "state" / "compare" / "draft-broken-token-map").exists()
+    assert before == {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in draft.iterdir()}
+    assert "Per-position acceptance" in (tmp_path / "out" / "compare_drafts.html").read_text()
