@@ -45,6 +45,7 @@ class ServerArgs:
     served_model_name: Optional[str] = None
     log_level: str = "info"
     decode_log_interval: int = 40
+    enable_metrics: bool = False
     random_seed: int = 0
     tp_size: int = 1
     dp_size: int = 1
@@ -100,6 +101,8 @@ def build_parser() -> argparse.ArgumentParser:
                    choices=["debug", "info", "warning", "error", "critical"])
     p.add_argument("--decode-log-interval", dest="decode_log_interval", type=_positive_int, default=40)
     p.add_argument("--random-seed", dest="random_seed", type=int, default=0)
+    p.add_argument("--enable-metrics", dest="enable_metrics", action="store_true",
+                   help="Enable log prometheus metrics (served at /metrics).")
     p.add_argument("--speculative-algorithm", dest="speculative_algorithm")
     p.add_argument("--speculative-draft-model-path", "--speculative-draft-model", dest="speculative_draft_model_path")
     p.add_argument("--speculative-num-steps", dest="speculative_num_steps", type=_positive_int)

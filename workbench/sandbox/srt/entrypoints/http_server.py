@@ -5,6 +5,25 @@ while starting; a 1-token generation once up), `/model_info` and `/server_info` 
 deprecated `/get_model_info`, `/get_server_info` that log a warning), `POST /generate`
 (`text` str|list or `input_ids`, `sampling_params`; `meta_info` with the spec fields only when
 `spec_verify_ct > 0`). Tokenizer: UTF-8 bytes (token id = byte value).
+
+Also, as SGLang 0.5.23 serves them:
+
+- `POST /v1/completions` and `POST /v1/chat/completions` (srt/entrypoints/openai/serving_completions.py
+  `_build_completion_response`, serving_chat.py `_build_chat_response`, protocol.py): OpenAI-shaped
+  responses with `usage` (`prompt_tokens`, `total_tokens`, `completion_tokens`, ...; no speculative
+  statistics) and, only when the request sets `return_spec_tokens_details: true` and the response
+  carries spec keys, `sglext.spec_tokens_details` (protocol.py `SpecTokensDetails`, built by
+  openai/utils.py `spec_tokens_details_from_meta_info`: the meta_info `spec_*` keys, absent ones as
+  0 / 0.0 / []). With n == 1 it is one object, taken from the FIRST prompt of a batch (as SGLang
+  does). Sandbox limits (400 errors): `n` must be 1, `stream` must be false, no logprobs.
+  **Chat template**: the byte-level target has none; a chat prompt is the messages' text contents
+  joined with "\n" (a single message: exactly its content, so a one-message chat request and
+  `/v1/completions` or `/generate` with that text decode the same tokens). No role markers.
+- `GET /metrics` only with `--enable-metrics` (404 otherwise, as SGLang, which mounts
+  prometheus_client's ASGI app then): Prometheus text format 0.0.4 with SGLang's metric names,
+  types and labels (see `workbench.sandbox.srt.observability.metrics_collector`).
+- `GET|POST /flush_cache`: resets the scheduler's accept-length counters (the lifetime totals behind
+  `/server_info`'s `avg_spec_accept_length` too) when idle; 400 while a request runs.
 """
 
 from __future__ import annotations
@@ -167,17 +186,252 @@ async def generate(request: Request):
     except (ValueError, TypeError, AttributeError) as e:
         return _error(400, str(e))
 
-    import anyio
-
     results = []
     for ids in prompts:
         try:
-            out = await anyio.to_thread.run_sync(_global_state.scheduler.generate, ids, params, decode)
+            out = await _run_generate(ids, params)
         except ValueError as e:
             return _error(400, str(e))
-        out["text"] = decode(out["output_ids"])
         results.append({"text": out["text"], "output_ids": out["output_ids"], "meta_info": out["meta_info"]})
     return results if batch else results[0]
+
+
+async def _run_generate(ids: List[int], params) -> Dict[str, Any]:
+    """Run one request on the scheduler (in a worker thread), add `text`, and count it in the
+    Prometheus counters when metrics are on (SGLang: `TokenizerManager.collect_metrics` ->
+    `observe_one_finished_request`, for every request with `log_metrics=True`)."""
+    import anyio
+
+    out = await anyio.to_thread.run_sync(_global_state.scheduler.generate, ids, params, decode)
+    out["text"] = decode(out["output_ids"])
+    _observe_finished(out["meta_info"])
+    return out
+
+
+def _observe_finished(meta: Dict[str, Any]) -> None:
+    collector = getattr(_global_state.scheduler, "metrics_collector", None)
+    if collector is not None:
+        collector.observe_one_finished_request(
+            meta["prompt_tokens"], meta["completion_tokens"], meta["e2e_latency"],
+            spec_verify_ct=meta.get("spec_verify_ct", 0), is_streaming=False)
+
+
+# ---------------------------------------------------------------------------------------------
+# OpenAI-compatible endpoints (SGLang 0.5.23 srt/entrypoints/openai/)
+# ---------------------------------------------------------------------------------------------
+
+_SPEC_KEYS = (  # openai/utils.py spec_tokens_details_from_meta_info: metric_keys, in SpecTokensDetails order
+    "spec_accept_rate", "spec_accept_length", "spec_cap_length", "spec_block_accept_length",
+    "spec_num_correct_drafts", "spec_num_proposed_drafts", "spec_verify_ct",
+    "spec_correct_drafts_histogram", "spec_cap_lens_histogram",
+)
+
+
+def _openai_error(message: str, status: int = 400, err_type: str = "BadRequestError") -> JSONResponse:
+    """SGLang's `ErrorResponse` (protocol.py) as `OpenAIServingBase.create_error_response` sends it."""
+    return JSONResponse(status_code=status, content={"object": "error", "message": message, "type": err_type,
+                                                     "param": None, "code": status})
+
+
+def spec_tokens_details_from_meta_info(meta: Dict[str, Any]) -> Optional[Dict[str, Any]]:
+    """`SpecTokensDetails` from a meta_info, or None when it has no spec key (SGLang 0.5.23
+    openai/utils.py `spec_tokens_details_from_meta_info`: missing or falsy keys become 0 / 0.0 / [])."""
+    if not any(k in meta for k in _SPEC_KEYS):
+        return None
+    out: Dict[str, Any] = {}
+    for k in _SPEC_KEYS:
+        default: Any = [] if k.endswith("histogram") else (0 if k.startswith(("spec_num", "spec_verify")) else 0.0)
+        out[k] = meta.get(k) or default
+    return out
+
+
+def _usage(metas: List[Dict[str, Any]]) -> Dict[str, Any]:
+    """`UsageProcessor.calculate_response_usage` (usage_processor.py), without cache report."""
+    prompt = sum(m.get("prompt_tokens", 0) for m in metas)
+    completion = sum(m.get("completion_tokens", 0) for m in metas)
+    return {"prompt_tokens": prompt, "total_tokens": prompt + completion, "completion_tokens": completion,
+            "prompt_tokens_details": None, "reasoning_tokens": 0, "completion_tokens_details": None}
+
+
+def _finish(meta: Dict[str, Any]) -> tuple:
+    reason = meta.get("finish_reason") or None
+    return (reason["type"] if reason else None), (reason.get("matched") if reason else None)
+
+
+def _sglext(request: Dict[str, Any], metas: List[Dict[str, Any]]) -> Optional[Dict[str, Any]]:
+    """Response-level `sglext` (only `spec_tokens_details` here), or None to leave the key out."""
+    if not request.get("return_spec_tokens_details"):
+        return None
+    details = [d for d in (spec_tokens_details_from_meta_info(m) for m in metas) if d is not None]
+    if not details:
+        return None
+    return {"spec_tokens_details": details[0]}  # n == 1: the first item's, as SGLang
+
+
+def _openai_params(body: Dict[str, Any], max_tokens: Optional[int], prompt_len: int):
+    """SamplingParams for an OpenAI request; `max_tokens` None -> up to the context length."""
+    from workbench.sandbox.srt.managers.scheduler import SamplingParams
+
+    temperature = body.get("temperature")
+    temperature = 1.0 if temperature is None else temperature
+    if not isinstance(temperature, (int, float)) or isinstance(temperature, bool) or temperature < 0:
+        raise ValueError(f"temperature must be a non-negative number, got {temperature!r}")
+    stop = body.get("stop") or []
+    if isinstance(stop, str):
+        stop = [stop]
+    if not isinstance(stop, list) or not all(isinstance(x, str) for x in stop):
+        raise ValueError("stop must be a string or a list of strings")
+    if max_tokens is None:
+        max_tokens = max(_global_state.scheduler.context_length - prompt_len, 0)
+    return SamplingParams(max_new_tokens=max_tokens, temperature=float(temperature), stop=list(stop))
+
+
+def _check_common(body: Any) -> Optional[str]:
+    if not isinstance(body, dict):
+        return "the request body must be a JSON object"
+    if body.get("n", 1) != 1:
+        return "n > 1 is not supported by the sandbox (greedy decoding only)"
+    if body.get("stream"):
+        return "stream=true is not supported by the sandbox; send stream=false"
+    if body.get("logprobs") not in (None, False, 0):
+        return "logprobs are not supported by the sandbox"
+    rs = body.get("return_spec_tokens_details", False)
+    if not isinstance(rs, bool):
+        return f"return_spec_tokens_details must be a boolean, got {rs!r}"
+    return None
+
+
+def _max_tokens(value: Any, name: str) -> Optional[int]:
+    if value is None:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+        raise ValueError(f"{name} must be positive")
+    return value
+
+
+async def _json_body(request: Request) -> Any:
+    try:
+        return await request.json()
+    except ValueError as e:
+        raise ValueError(f"the request body is not JSON: {e}") from e
+
+
+@app.post("/v1/completions")
+async def openai_v1_completions(request: Request):
+    """OpenAI completions (SGLang: `OpenAIServingCompletion`; response as `_build_completion_response`)."""
+    if (r := _not_ready()) is not None:
+        return r
+    try:
+        body = await _json_body(request)
+        if (msg := _check_common(body)) is not None:
+            raise ValueError(msg)
+        prompt = body.get("prompt")
+        if isinstance(prompt, str):
+            prompts = [encode(prompt)]
+        elif isinstance(prompt, list) and prompt and all(isinstance(p, str) for p in prompt):
+            prompts = [encode(p) for p in prompt]
+        elif isinstance(prompt, list) and prompt and all(isinstance(t, int) for t in prompt):
+            prompts = [list(prompt)]
+        elif isinstance(prompt, list) and prompt and all(
+                isinstance(p, list) and all(isinstance(t, int) for t in p) for p in prompt):
+            prompts = [list(p) for p in prompt]
+        else:
+            raise ValueError("prompt must be a string, a list of strings, a list of token ids or a list of lists "
+                             "of token ids")
+        max_tokens = _max_tokens(body.get("max_tokens", 16), "max_tokens")
+        outs = []
+        for ids in prompts:
+            outs.append(await _run_generate(ids, _openai_params(body, max_tokens, len(ids))))
+    except ValueError as e:
+        return _openai_error(str(e))
+    choices = []
+    for i, (ids, out) in enumerate(zip(prompts, outs)):
+        reason, matched = _finish(out["meta_info"])
+        text = (decode(ids) + out["text"]) if body.get("echo") else out["text"]
+        choices.append({"index": i, "text": text, "logprobs": None, "finish_reason": reason, "matched_stop": matched})
+    metas = [o["meta_info"] for o in outs]
+    response: Dict[str, Any] = {
+        "id": metas[0]["id"], "object": "text_completion", "created": int(time.time()),
+        "model": body.get("model", "default"), "choices": choices, "usage": _usage(metas),
+        "metadata": {"weight_version": metas[0].get("weight_version", "default")},
+    }
+    if (ext := _sglext(body, metas)) is not None:
+        response["sglext"] = ext
+    return response
+
+
+def chat_prompt(messages: Any) -> str:
+    """The sandbox's chat template: the messages' text contents joined with "\n" (no role markers;
+    the byte-level target has no chat template). Content may be a string or a list of
+    `{"type": "text", "text": ...}` parts. Raises ValueError for anything else."""
+    if not isinstance(messages, list) or not messages:
+        raise ValueError("messages must be a non-empty list")
+    texts = []
+    for i, m in enumerate(messages):
+        if not isinstance(m, dict) or not isinstance(m.get("role"), str):
+            raise ValueError(f"messages[{i}] must be an object with a string 'role'")
+        content = m.get("content")
+        if content is None:
+            continue
+        if isinstance(content, str):
+            texts.append(content)
+        elif isinstance(content, list) and all(isinstance(p, dict) and p.get("type") == "text"
+                                               and isinstance(p.get("text"), str) for p in content):
+            texts.append("".join(p["text"] for p in content))
+        else:
+            raise ValueError(f"messages[{i}].content must be a string or a list of text parts (the sandbox has no "
+                             "image or audio input)")
+    return "\n".join(texts)
+
+
+@app.post("/v1/chat/completions")
+async def openai_v1_chat_completions(request: Request):
+    """OpenAI chat completions (SGLang: `OpenAIServingChat`; response as `_build_chat_response`)."""
+    if (r := _not_ready()) is not None:
+        return r
+    try:
+        body = await _json_body(request)
+        if (msg := _check_common(body)) is not None:
+            raise ValueError(msg)
+        ids = encode(chat_prompt(body.get("messages")))
+        max_tokens = _max_tokens(body.get("max_completion_tokens"), "max_completion_tokens")
+        if max_tokens is None:
+            max_tokens = _max_tokens(body.get("max_tokens"), "max_tokens")
+        out = await _run_generate(ids, _openai_params(body, max_tokens, len(ids)))
+    except ValueError as e:
+        return _openai_error(str(e))
+    meta = out["meta_info"]
+    reason, matched = _finish(meta)
+    response: Dict[str, Any] = {
+        "id": meta["id"], "object": "chat.completion", "created": int(time.time()),
+        "model": body.get("model", "default"),
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": out["text"], "reasoning_content": None},
+                     "logprobs": None, "finish_reason": reason, "matched_stop": matched}],
+        "usage": _usage([meta]),
+        "metadata": {"weight_version": meta.get("weight_version", "default")},
+    }
+    if (ext := _sglext(body, [meta])) is not None:
+        response["sglext"] = ext
+    return response
+
+
+@app.api_route("/flush_cache", methods=["GET", "POST"])
+def flush_cache():
+    """SGLang's `/flush_cache` texts and statuses; resets the scheduler's metrics counters when idle."""
+    sched = _global_state.scheduler
+    if sched is not None and sched.flush_cache():
+        return Response(content="Cache flushed.\nPlease check backend logs for more details. (When there are running "
+                                "or waiting requests, the operation will not be performed.)\n", status_code=200)
+    return Response(content="Flush cache failed.\n", status_code=400)
+
+
+def metrics_endpoint() -> Response:
+    """`GET /metrics` (registered only with `--enable-metrics`): Prometheus text format 0.0.4."""
+    from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
+
+    collector = getattr(_global_state.scheduler, "metrics_collector", None)
+    body = collector.render() if collector is not None else b""
+    return Response(content=body, media_type=CONTENT_TYPE_PLAIN_0_0_4)
 
 
 def load_and_warm_up(server_args) -> None:
@@ -196,7 +450,8 @@ def load_and_warm_up(server_args) -> None:
         with open(os.path.join(server_args.model_path, "config.json")) as f:
             _global_state.model_config = json.load(f)
         _global_state.scheduler = Scheduler(server_args)
-        _global_state.scheduler.generate(encode("The"), SamplingParams(max_new_tokens=1, temperature=0), decode)
+        warm = _global_state.scheduler.generate(encode("The"), SamplingParams(max_new_tokens=1, temperature=0), decode)
+        _observe_finished(warm["meta_info"])  # SGLang's start-up warm-up is an HTTP /generate: it is counted
         _global_state.ready = True
         logger.info("The server is fired up and ready to roll!")
     except Exception as e:  # report and stop the process: a server that cannot load must exit
@@ -210,6 +465,8 @@ def launch_server(server_args) -> None:
     import uvicorn
 
     _global_state.server_args = server_args
+    if getattr(server_args, "enable_metrics", False):
+        app.add_api_route("/metrics", metrics_endpoint, methods=["GET"], include_in_schema=False)
     threading.Thread(target=load_and_warm_up, args=(server_args,), daemon=True, name="model-loader").start()
     config = uvicorn.Config(
         app,

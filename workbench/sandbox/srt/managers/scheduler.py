@@ -8,6 +8,12 @@ srt/managers/scheduler_components/metrics_reporter.py (`report_prefill_stats`,
 bonus) / verify forwards over the interval, `accept rate` = correct drafts /
 (verify forwards x (num_draft_tokens - 1)); the interval counters reset at each line and add to
 the totals behind `/server_info` `internal_states[0].avg_spec_accept_length`.
+
+With `--enable-metrics` the Prometheus gauges are set as SGLang's `SchedulerMetricsCollector.log_stats`
+sets them: at each prefill report (speculative gauges keep their last value, 0.0 before the first
+decode tick) and at each decode log tick (`spec_accept_length` = the line's `accept len`,
+`spec_accept_rate` = its `accept rate`). `flush_cache()` (`/flush_cache`) resets every counter as
+SGLang's `Scheduler.flush_cache` -> `SchedulerMetricsReporter.reset_metrics` does, when idle.
 """
 
 from __future__ import annotations
@@ -68,6 +74,37 @@ class Scheduler:
         self.spec_total_num_accept_tokens = 0
         self.spec_total_num_forward_ct = 0
         self._warned_temperature = False
+        # Prometheus (--enable-metrics): SchedulerMetricsCollector + TokenizerMetricsCollector
+        self.metrics_collector = None
+        self.stats = None
+        if getattr(server_args, "enable_metrics", False):
+            from workbench.sandbox.srt.observability.metrics_collector import SandboxMetrics, SchedulerStats
+
+            self.metrics_collector = SandboxMetrics(server_args.served_model_name or server_args.model_path)
+            self.stats = SchedulerStats()
+
+    def reset_metrics(self) -> None:
+        """Zero the log-interval and lifetime counters (SGLang: `SchedulerMetricsReporter.reset_metrics`)."""
+        self.forward_ct_decode = 0
+        self.num_generated_tokens = 0
+        self.spec_num_accept_tokens = 0
+        self.spec_num_correct_drafts = 0
+        self.spec_num_forward_ct = 0
+        self.spec_total_num_accept_tokens = 0
+        self.spec_total_num_forward_ct = 0
+
+    def flush_cache(self) -> bool:
+        """`/flush_cache`: only when idle (no running request), reset the metrics counters (the
+        sandbox has no radix cache to flush). Returns whether it was done (SGLang:
+        `Scheduler.flush_cache`, which does nothing while requests run or wait)."""
+        if not self.lock.acquire(blocking=False):
+            return False
+        try:
+            self.reset_metrics()
+            logger.info("Cache flushed successfully!")
+            return True
+        finally:
+            self.lock.release()
 
     # -- statistics ----------------------------------------------------------------------------
     def get_internal_state(self) -> List[Dict]:
@@ -86,6 +123,13 @@ class Scheduler:
             f"token usage: {usage:.2f}, #running-req: 0, #queue-req: 0, #pending-token: 0, "
             f"{self.graph_label}: False, input throughput (token/s): {throughput:.2f}"
         )
+        if self.metrics_collector is not None:
+            self.stats.num_running_reqs = 0
+            self.stats.num_queue_reqs = 0
+            self.stats.cache_hit_rate = 0.0
+            self.stats.token_usage = usage
+            self.stats.num_used_tokens = num_new_tokens
+            self.metrics_collector.log_stats(self.stats)
 
     def _report_decode_stats(self, num_tokens_in_cache: int) -> None:
         if self.forward_ct_decode % self.decode_log_interval != 0:
@@ -112,6 +156,21 @@ class Scheduler:
             f"#queue-req: 0"
         )
         logger.info(msg)
+        if self.metrics_collector is not None:
+            self.stats.num_running_reqs = 1
+            self.stats.num_queue_reqs = 0
+            self.stats.gen_throughput = self.last_gen_throughput
+            self.stats.token_usage = usage
+            self.stats.num_used_tokens = num_tokens_in_cache
+            if self.spec_algorithm.is_none():
+                self.stats.spec_accept_length = self.stats.spec_accept_rate = 0.0
+                self.stats.spec_num_steps = self.stats.spec_num_draft_tokens = 0
+            else:
+                self.stats.spec_accept_length = spec_accept_length
+                self.stats.spec_accept_rate = spec_accept_rate
+                self.stats.spec_num_steps = self.server_args.speculative_num_steps or 0
+                self.stats.spec_num_draft_tokens = self.server_args.speculative_num_draft_tokens or 0
+            self.metrics_collector.log_stats(self.stats)
 
     # -- request handling ----------------------------------------------------------------------
     def generate(self, input_ids: List[int], params: SamplingParams, decode) -> Dict:
