@@ -658,7 +658,9 @@ def measure(
     ``chat`` (one user message; a real server applies its chat template). ``flush_cache_after_warmup``:
     ``POST /flush_cache`` after the warm-up so ``/server_info``'s lifetime average restarts (it
     also empties the server's prefix cache; off by default). ``timeout``: seconds per request
-    (status reads: 30 s). ``progress``: a tqdm bar (``None``: only on a terminal or in a notebook).
+    (status reads: 30 s). ``progress``: a ``tqdm.auto`` bar on stderr, a widget in a notebook
+    (``None``: only when stderr is a terminal or an IPython kernel runs this; pass ``False`` in
+    papermill runbooks, where a widget bar would only clutter the executed notebook and its report).
 
     Raises ``ValueError`` for bad arguments, :class:`PromptSetError` for a bad prompt set and
     :class:`MeasureError` when the server is unreachable or a request fails (non-200 other than
