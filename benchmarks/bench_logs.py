@@ -8,10 +8,11 @@ writes them with speculative decoding on (``accept len``/``accept rate``; some w
 with ``SGLANG_LOG_MS`` milliseconds and DP/TP/EP tags), ``Prefill batch`` lines, uvicorn access
 lines and other server messages, about 70 % decode lines. Then:
 
-- parse: :func:`workbench.logs.scan_file` over the whole file (8 MiB reads, numpy scanner) and
-  :func:`workbench.logs.scan_box` over the local box; MB/s on one core from the process's CPU time
-  (``time.process_time``; the scanner is single-threaded; wall time beside it), best of
-  ``--repeat``; the complete per-line parser (:func:`workbench.logs.parse_log`) on 10 MB for
+- parse: :func:`workbench.logs.scan_file` over the whole file (8 MiB reads, numpy scanner, the
+  summary included) and :func:`workbench.logs.scan_box` over the local box; MB/s on one core from
+  the process's CPU time (``time.process_time``; the scanner is single-threaded; wall time beside
+  it), best of ``--repeat``; the load average is printed beside it (other processes on the
+  machine's other CPUs slow a core down); the complete per-line parser (:func:`workbench.logs.parse_log`) on 10 MB for
   comparison, and the two compared on that slice (same numbers).
 - tail: the last 1000 lines of a 4 MiB log and of 64 MiB and 1 GiB sparse logs (a hole, then log
   lines at the end) with :func:`workbench.logs.tail_bytes` and ``Box.tail`` (both read backwards
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import statistics
 import sys
@@ -197,6 +199,7 @@ def main(argv=None) -> int:
             p.unlink()
         tmp.rmdir()
 
+    results["loadavg_during"] = [round(x, 2) for x in os.getloadavg()]
     parse = results["parse"]
     small_t, big_t = results["tail"]["files"]["4 MiB"]["tail_bytes_s"], results["tail"]["files"]["1 GiB sparse"]["tail_bytes_s"]
     small_b, big_b = results["tail"]["files"]["4 MiB"]["box_tail_s"], results["tail"]["files"]["1 GiB sparse"]["box_tail_s"]
@@ -214,7 +217,8 @@ def main(argv=None) -> int:
     print(f"  scan_file: {parse['cpu_s']:.2f} s CPU ({parse['mb_per_s_cpu']:.0f} MB/s on one core), "
           f"wall {parse['wall_s']:.2f} s ({parse['mb_per_s_wall']:.0f} MB/s); "
           f"fast path {parse['fast_lines']:,} lines, complete parser {parse['slow_lines']:,}")
-    print(f"  scan_box (local box, 8 MiB reads): {parse['box_mb_per_s_cpu']:.0f} MB/s CPU")
+    print(f"  scan_box (local box, 8 MiB reads): {parse['box_mb_per_s_cpu']:.0f} MB/s CPU; load average "
+          f"{results['loadavg_during'][0]:.2f} on {os.cpu_count()} CPUs (a busy sibling CPU slows one core)")
     print(f"  complete per-line parser: {parse['complete_parser_mb_per_s_cpu']:.1f} MB/s CPU (10 MB slice)")
     print(f"  {'met ' if checks['parse_ge_100MBps'] else 'MISS'} parse {parse['mb_per_s_cpu']:.0f} MB/s "
           f"(goal >= {PARSE_GOAL_MBS:g} MB/s on one core)")

@@ -46,11 +46,11 @@ Two parsers, the same answers:
 
 - :func:`parse_log_line` (complete, one line at a time): a :class:`LogRecord` with every field.
 - :class:`LogScanner` (fast): the numbers a summary needs (time, running requests, accept len and
-  rate, throughputs, queue, rank tags) from whole buffers with numpy, at several hundred MB/s on
-  one core; a line it cannot vouch for (a container prefix before SGLang's, brackets in the body,
-  a value that is not a plain number, a duplicated key, a bare line from a custom logging config)
-  goes through :func:`parse_log_line`, so both give the same values (``tests/workbench/test_logs.py``
-  checks it line by line).
+  rate, gen and input throughput, rank tags) from whole buffers with numpy, over 100 MB/s on one
+  core (``benchmarks/bench_logs.py``); a line it cannot vouch for (a container prefix before
+  SGLang's, brackets in the body, a value that is not a plain number, a duplicated key, a bare line
+  from a custom logging config) goes through :func:`parse_log_line`, so both give the same values
+  (``tests/workbench/test_logs.py`` checks it line by line).
 
 Box access: :func:`scan_box` (the whole file in blocks, never whole in memory), :func:`tail_box`
 (the last N lines, read backwards: time independent of the file's size) and :class:`LogFollower`
@@ -382,6 +382,7 @@ _PAD = 96                       # zero bytes after a block: every fixed-width re
 _LEAD = 32                      # and before it
 _SCAN_BLOCK = 2 << 20           # the scanner works on pieces of about this size
 _COLON_CHUNK = 65536            # colons (keys, numbers) are read this many at a time
+_TEMPLATE_MIN = 8               # lines of one shape in a block before a template is learned for them
 _TAG_WIDTH = 48                 # rank tags longer than this go to the complete parser
 _MAX_TAG_GROUPS = 64
 _LOW4 = np.uint64(0xFFFFFFFF)
@@ -446,6 +447,7 @@ def _suffix_tables() -> tuple[np.ndarray, np.ndarray]:
 
 
 _SUFFIX_BY_FIRST, _KEY_BY_FIRST = _suffix_tables()
+_SUFFIX_WORD = tuple(np.uint64(int.from_bytes(k[-4:] + b": ", "little")) for _, k in _KEYS)
 _ALEN, _ARATE = (i for i, (name, _) in enumerate(_KEYS) if name in ("accept_len", "accept_rate"))
 _DECODE_WORDS = (_u64(b"Decode b"), _u64(b"de batch"))          # "Decode batch" at +0 and +4
 _PREFILL_WORDS = (_u64(b"Prefill "), _u64(b"ll batch"))         # "Prefill batch" at +0 and +5
@@ -479,15 +481,36 @@ def _days_from_civil(y: np.ndarray, m: np.ndarray, d: np.ndarray) -> np.ndarray:
     return era * 146097 + doe - 719468
 
 
+def _is_key(bb: "_Block", colon: np.ndarray, ki: np.ndarray, body_start: np.ndarray) -> np.ndarray:
+    """Whether key ``ki`` (index into ``_KEYS``) is written whole just before each ``colon``, as
+    an item of the body that starts at ``body_start`` (after ``", "`` or at the body's start)."""
+    ks = colon - _KLEN[ki]
+    m = (ks >= body_start) & (bb.words[_LEAD + np.maximum(ks, -_LEAD)] == _KW[ki, 0])
+    longk = np.flatnonzero(m & (_KLEN[ki] > 12))
+    for j in range(1, _KO.shape[1]):
+        kl, kk = ks[longk], ki[longk]
+        m[longk] &= bb.words[_LEAD + kl + _KO[kk, j]] == _KW[kk, j]
+    ksc = np.maximum(ks, 0)
+    return m & ((ks == body_start) | ((bb.b(-1)[ksc] == 32) & (bb.b(-2)[ksc] == 44)))
+
+
+def _in_ranges(lo: np.ndarray, hi: np.ndarray, size: int) -> np.ndarray:
+    """A mask of ``size`` with the disjoint index ranges ``[lo, hi)`` set."""
+    delta = np.bincount(lo, minlength=size + 1) - np.bincount(hi, minlength=size + 1)
+    return np.cumsum(delta[:size]) > 0
+
+
 class _Block:
     """A block of log bytes with zero padding before (``_LEAD``) and after (``_PAD``) it, read at
     positions shifted by a constant without building index arrays: ``b(k)[p]`` is the byte at
     ``p + k``, ``w(k)[p]`` the little-endian 64-bit word of the 8 bytes from ``p + k``."""
 
-    def __init__(self, block: bytes):
+    def __init__(self, block: Union[bytes, memoryview], store: Optional[np.ndarray] = None):
         n = len(block)
         self.n = n
-        self.buf = np.empty(_LEAD + n + _PAD, dtype=np.uint8)
+        if store is None or len(store) < _LEAD + n + _PAD:
+            store = np.empty(_LEAD + n + _PAD, dtype=np.uint8)
+        self.buf = store[: _LEAD + n + _PAD]
         self.buf[:_LEAD] = 0
         self.buf[_LEAD: _LEAD + n] = np.frombuffer(block, dtype=np.uint8)
         self.buf[_LEAD + n:] = 0
@@ -610,10 +633,12 @@ class LogScanner:
     (NaN where the line has no such item); and counts of rank tags, lines and bytes, and whether
     any line bears SGLang's prefix. :meth:`summary` turns them into a :class:`LogSummary`.
 
-    Speed: numpy over pieces of about 2 MB (newline / ``]`` / ``:`` positions; the prefix, the
-    keys and the numbers checked 8 bytes at a time); lines it cannot vouch for go through
-    :func:`parse_log_line`, which is also the reference the tests compare it with.
-    ``fast_lines`` / ``slow_lines`` count the two paths.
+    Speed: numpy over pieces of about 2 MB: newline / ``]`` / ``:`` positions, then the prefix,
+    the keys and the numbers read 8 bytes at a time (SWAR). Lines of a frequent shape (kind and
+    number of colons) are read through a template learned from one of them (which colon holds
+    which key), each line's keys still checked whole; the others through a search of every colon.
+    Lines it cannot vouch for go through :func:`parse_log_line`, which is also the reference the
+    tests compare it with. ``fast_lines`` / ``slow_lines`` count the two paths.
     """
 
     def __init__(self) -> None:
@@ -628,6 +653,8 @@ class LogScanner:
         self.ranks: dict[str, int] = {}
         self._tag_names: list[str] = []
         self._tag_index: dict[bytes, int] = {}
+        self._templates_seen: dict[int, list] = {}
+        self._store: Optional[np.ndarray] = None
         self._pos = 0  # absolute offset of the next byte to scan
 
     # -- feeding -------------------------------------------------------------------------------
@@ -683,7 +710,8 @@ class LogScanner:
         n = len(block)
         if not n:
             return
-        bb = _Block(block)
+        bb = _Block(block, self._store)
+        self._store = bb.buf.base if bb.buf.base is not None else bb.buf
         arr, body, b, w = bb.b(), bb.body, bb.b, bb.w
         ends = np.flatnonzero(body == 10)
         if body[-1] != 10:
@@ -739,26 +767,39 @@ class LogScanner:
         good &= ~((k < len(rbr)) & (rbr[np.minimum(k, max(len(rbr) - 1, 0))] < e)) if len(rbr) else good
         slow_lines.update(li[~good].tolist())
 
-        # the keys and their numbers, a cache-sized run of colons at a time
+        # the keys and their numbers: lines of a frequent shape through a template, the rest (and
+        # every colon outside a batch line's body) through the general search
         nk = len(_KEYS)
         colon = np.flatnonzero(body == 58)
-        found = [self._keys(bb, colon[i: i + _COLON_CHUNK], c, e, body_start, ends, slow_lines)
-                 for i in range(0, len(colon), _COLON_CHUNK)] if len(c) else []
         values = np.full((len(c), nk), np.nan)
-        found = [f for f in found if len(f[0])]
-        if found:
-            rr, ki, vals, ok = (np.concatenate(z) for z in zip(*found))
-            code = rr * nk + ki
-            ok &= np.bincount(code, minlength=len(c) * nk)[code] == 1   # a key twice: complete parser
-            bad = rr[~ok]
-            if len(bad):
-                slow_lines.update(li[bad].tolist())
-            values[rr[ok], ki[ok]] = vals[ok]
-        elif not len(c) and len(colon):
-            # no batch header: a key here can only be in a bare batch line (custom logging config)
-            x = bb.w(-4)[colon] & _SUFFIX_MASK
-            hits = colon[x == _SUFFIX_BY_FIRST[x & np.uint64(0xFF)]]
-            slow_lines.update(np.searchsorted(ends, hits).tolist())
+        if len(c):
+            lo, hi = np.searchsorted(colon, body_start), np.searchsorted(colon, e)
+            generic = self._templates(bb, colon, lo, hi, isdec, c, e, body_start, ends, li, values, slow_lines)
+            gl, gh = lo[generic], hi[generic]
+            rest = (np.concatenate([colon[a:z] for a, z in zip(gl.tolist(), gh.tolist())]) if len(gl) < 64
+                    else colon[_in_ranges(gl, gh, len(colon))]) if len(gl) else colon[:0]
+            found = [self._keys(bb, rest[i: i + _COLON_CHUNK], c, e, body_start, ends, slow_lines)
+                     for i in range(0, len(rest), _COLON_CHUNK)]
+            found = [f for f in found if len(f[0])]
+            if found:
+                rr, ki, vals, ok, _ = (np.concatenate(z) for z in zip(*found))
+                code = rr * nk + ki
+                ok &= np.bincount(code, minlength=len(c) * nk)[code] == 1   # a key twice: complete parser
+                bad = rr[~ok]
+                if len(bad):
+                    slow_lines.update(li[bad].tolist())
+                values[rr[ok], ki[ok]] = vals[ok]
+            outside = colon[~_in_ranges(lo, hi, len(colon))]
+        else:
+            outside = colon
+        # a key outside every batch line's body: a bare batch line (custom logging config), or a
+        # line that only mentions one: the complete parser decides
+        outside = outside[bb.b(1)[outside] == 32]
+        if len(outside):
+            x = bb.w(-4)[outside] & _SUFFIX_MASK
+            hits = outside[x == _SUFFIX_BY_FIRST[x & np.uint64(0xFF)]]
+            if len(hits):
+                slow_lines.update(np.searchsorted(ends, hits).tolist())
 
         keep = good
         if slow_lines:
@@ -788,11 +829,11 @@ class LogScanner:
 
     @staticmethod
     def _keys(bb: "_Block", colon: np.ndarray, c: np.ndarray, e: np.ndarray, body_start: np.ndarray,
-              ends: np.ndarray, slow_lines: set) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+              ends: np.ndarray, slow_lines: set) -> tuple[np.ndarray, ...]:
         """The scanner's keys among ``colon`` (sorted colon positions) and their numbers: the
         4 bytes before the colon and ": " after it (one 64-bit read per colon), then the whole key
         at an item start inside a batch line's body (headers ``c``, line ends ``e``, bodies from
-        ``body_start``). Returns ``(record, key index, value, ok)``; lines the complete parser
+        ``body_start``). Returns ``(record, key index, value, ok, colon)``; lines the complete parser
         must read are added to ``slow_lines`` (by index into ``ends``)."""
         b, w = bb.b, bb.w
         x = w(-4)[colon] & _SUFFIX_MASK
@@ -810,12 +851,7 @@ class LogScanner:
         if not inside.all():
             slow_lines.update(np.searchsorted(ends, cand[~inside]).tolist())
             cand, ki, rr, ks = cand[inside], ki[inside], rr[inside], ks[inside]
-        m = bb.words[_LEAD + np.maximum(ks, -_LEAD)] == _KW[ki, 0]
-        longk = np.flatnonzero(m & (_KLEN[ki] > 12))
-        for j in range(1, _KO.shape[1]):
-            kl, kk = ks[longk], ki[longk]
-            m[longk] &= bb.words[_LEAD + kl + _KO[kk, j]] == _KW[kk, j]
-        m &= (ks == body_start[rr]) | ((b(-1)[ks] == 32) & (b(-2)[ks] == 44))
+        m = _is_key(bb, cand, ki, body_start[rr])
         cand, ki, rr = cand[m], ki[m], rr[m]
         vals, ok = np.empty(len(cand)), np.empty(len(cand), bool)
         dd = np.flatnonzero((ki == _ALEN) | (ki == _ARATE))
@@ -824,7 +860,82 @@ class LogScanner:
         other[dd] = ~ok[dd]
         rest = np.flatnonzero(other)
         vals[rest], ok[rest] = _numbers(bb, cand[rest])
-        return rr, ki, vals, ok
+        return rr, ki, vals, ok, cand
+
+    def _templates(self, bb: "_Block", colon: np.ndarray, lo: np.ndarray, hi: np.ndarray, isdec: np.ndarray,
+                   c: np.ndarray, e: np.ndarray, body_start: np.ndarray, ends: np.ndarray, li: np.ndarray,
+                   values: np.ndarray, slow_lines: set) -> np.ndarray:
+        """Batch lines of a frequent shape (kind and number of colons in the body): the keys of the
+        first such line (found by :meth:`_keys`) give a template, colon index -> key; each line of
+        that shape whose colons hold exactly those keys (each checked whole, at an item start, and
+        no other colon holding one) gets its numbers read at those colons, into ``values``.
+        Returns which records are left for the general search."""
+        generic = np.ones(len(c), bool)
+        cnt = hi - lo
+        shape = cnt * 2 + isdec
+        kinds, first, counts = np.unique(shape, return_index=True, return_counts=True)
+        for sh, f, k in zip(kinds.tolist(), first.tolist(), counts.tolist()):
+            if k < _TEMPLATE_MIN:
+                continue
+            template = self._templates_seen.get(sh)
+            if template is None:
+                template = self._learn(bb, colon[lo[f]:hi[f]], c, e, body_start, ends)
+                if template is None:
+                    continue
+                self._templates_seen[sh] = template
+            members = np.flatnonzero(shape == sh)
+            base, bstart = lo[members], body_start[members]
+            okm = np.ones(len(members), bool)
+            pos = []
+            for j, kk in template:
+                p = colon[base + j]
+                x = bb.w(-4)[p] & _SUFFIX_MASK
+                okm &= x == _SUFFIX_WORD[kk]
+                if kk in (_GEN, _INPUT):
+                    okm &= (bb.b(-25)[p] == 110) == (kk == _INPUT)
+                okm &= _is_key(bb, p, np.full(len(p), kk), bstart)
+                pos.append(p)
+            taken = {j for j, _ in template}
+            for j in range(int(cnt[f])):
+                if j in taken:
+                    continue
+                p = colon[base + j]
+                x = bb.w(-4)[p] & _SUFFIX_MASK
+                first_b = x & np.uint64(0xFF)
+                hit = np.flatnonzero(x == _SUFFIX_BY_FIRST[first_b])
+                if len(hit):
+                    kk = _KEY_BY_FIRST[first_b[hit]]
+                    paren = np.flatnonzero(kk == _GEN)
+                    kk[paren[bb.b(-25)[p[hit][paren]] == 110]] = _INPUT
+                    okm[hit[_is_key(bb, p[hit], kk, bstart[hit])]] = False     # another key: not this shape
+            mem = members[okm]
+            for (j, kk), p in zip(template, pos):
+                p = p[okm]
+                if kk in (_ALEN, _ARATE):
+                    v, good = _numbers_d_dd(bb, p)
+                    redo = np.flatnonzero(~good)
+                    if len(redo):
+                        v[redo], good[redo] = _numbers(bb, p[redo])
+                else:
+                    v, good = _numbers(bb, p)
+                values[mem[good], kk] = v[good]
+                if not good.all():
+                    slow_lines.update(li[mem[~good]].tolist())
+            generic[mem] = False
+            if len(mem) < len(members) // 2:
+                self._templates_seen.pop(sh, None)       # learn again from the next block's first line
+        return generic
+
+    def _learn(self, bb: "_Block", colon: np.ndarray, c: np.ndarray, e: np.ndarray, body_start: np.ndarray,
+               ends: np.ndarray) -> Optional[list]:
+        """The template of the batch line whose body holds ``colon``: ``[(colon index, key index)]``,
+        or ``None`` when its keys do not make a clean template (a value that is not a number, a key
+        twice)."""
+        scratch: set = set()
+        rr, ki, _, ok, cand = self._keys(bb, colon, c, e, body_start, ends, scratch)
+        if scratch or not ok.all() or len(set(ki.tolist())) != len(ki):
+            return None
+        return list(zip(np.searchsorted(colon, cand).tolist(), ki.tolist()))
 
     @staticmethod
     def _prefix(bb: "_Block", s: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -1034,7 +1145,7 @@ class LogSummary:
         return d
 
     @classmethod
-    def build(cls, scanner: LogScanner, *, source: str = "log", buckets: int = 20,
+    def build(cls, scanner: LogScanner, *, source: str = "log", buckets: int = 12,
               decode_log_interval: int = DEFAULT_DECODE_LOG_INTERVAL, evaluate_rules: bool = True,
               events: Sequence[Any] = ()) -> "LogSummary":
         """Summarize ``scanner`` (see the class doc). ``buckets``: timeline slices (>= 1).

@@ -300,6 +300,29 @@ def test_fast_scanner_equals_complete_parser_on_generated_logs(seed):
     assert_fast_equals_complete(data, block=random.Random(seed).choice([4096, 65536, 1 << 20]))
 
 
+def test_lines_that_look_like_the_frequent_shape_but_are_not():
+    # 40 canonical 0.5.23 lines teach the scanner their shape; lines with the same number of
+    # colons but other keys at those places must still come out as the complete parser reads them
+    canon = [_decode(f"12:00:{i:02d}", 1.0 + i / 100, run=i) for i in range(40)]
+    base = canon[0]
+    twins = [
+        base.replace("accept len", "cap len"),                                   # " len" but not the key
+        base.replace("accept len: 1.00, accept rate: 0.00", "accept rate: 0.00, accept len: 1.00"),
+        base.replace("#token: 100", "accept len: 7.00"),                         # the key twice
+        base.replace("#queue-req: 0", "#running-req: 99"),                       # the key twice, last wins
+        base.replace("token usage: 0.00", "accept len: 2.50"),
+        base.replace("accept len: 1.00", "accept len: 1.0x"),                    # not a number
+        base.replace("gen throughput (token/s)", "input throughput (token/s)"),  # the other ")" key
+        base.replace(", accept len", " accept len"),                             # not an item start
+        base.replace("#running-req: 0", "#running-req: 123456789012345678"),     # too long a number
+    ]
+    rnd = random.Random(7)
+    lines = canon + twins * 3
+    rnd.shuffle(lines)
+    sc = assert_fast_equals_complete(_log(lines))
+    assert sc.fast_lines >= 40 and sc.slow_lines >= 9
+
+
 def test_public_reports():
     # the PR text quotes "accept_len: 1.00": a paraphrase, not the engine's line
     lines = public_report("sglang-pr21272-eagle-flag-with-eagle3-draft")["inputs"]["log_lines"]
