@@ -17,6 +17,10 @@
     workbench probe list --host H [--json]                        the probes in the box's journal and their files
     workbench probe revert --host H (--tag TAG | --file PATH | --all)   restore the files byte for byte
     workbench probe read --host H --tag TAG (--log FILE | --port N) [--json]   what a probe printed, parsed
+    workbench logs FILE [--host H] [--json] [--last N] [--follow S]   accept length, throughput and load over time
+                                                                  from an SGLang server log (0.4.x to 0.5.23)
+    workbench measure [--host H] [--port N] [--prompts chat|code|math|FILE] [--sources ...] [--json]
+                                                                  accept length from every source the server offers
     workbench source locate|show FILE[:LINE]|find NAME|map|scan [--host H] [--port N | --python P | --package PKG]
                                                                   read the engine's source on the box: where it is,
                                                                   numbered lines, definitions (ast), the EAGLE-3
@@ -845,9 +849,13 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--json", action="store_true")
     q.set_defaults(func=_cmd_probe, probe_func=_probe_read)
 
+    from workbench.logs_cli import add_logs_parser
+    from workbench.measure_cli import add_measure_parser
     from workbench.source_cli import add_source_parser
 
     add_source_parser(sub)
+    add_logs_parser(sub)
+    add_measure_parser(sub)
     return parser
 
 

@@ -29,7 +29,7 @@ PREFILL_RE = re.compile(
     r"#running-req: \d+, #queue-req: \d+, #pending-token: \d+, cpu graph: (True|False), "
     r"input throughput \(token/s\): \d+\.\d{2}$"
 )
-IGNORED = ["--tp", "8", "--trust-remote-code", "--mem-fraction-static", "0.8", "--enable-metrics", "--chunked-prefill-size=4096"]
+IGNORED = ["--tp", "8", "--trust-remote-code", "--mem-fraction-static", "0.8", "--enable-cache-report", "--chunked-prefill-size=4096"]
 INTERVAL = 5
 
 
@@ -123,7 +123,7 @@ def test_log_format_matches_sglang(server):
     assert any(l.endswith("The server is fired up and ready to roll!") for l in lines)
     assert any("Endpoint '/get_server_info' is deprecated" in l for l in lines)
     assert any("Endpoint '/get_model_info' is deprecated" in l for l in lines)
-    for flag in ["--tp 8", "--trust-remote-code", "--mem-fraction-static 0.8", "--enable-metrics", "--chunked-prefill-size=4096"]:
+    for flag in ["--tp 8", "--trust-remote-code", "--mem-fraction-static 0.8", "--enable-cache-report", "--chunked-prefill-size=4096"]:
         assert any(l.endswith(f"Ignoring SGLang flag not implemented by the sandbox: {flag}") for l in lines), flag
 
 
