@@ -186,7 +186,7 @@ from workbench.sweep import SweepRun
 run = SweepRun.start(host=host, launch_command=launch_command, port=port, grid=grid,
                      include_baseline=include_baseline, prompts=prompts, num_prompts=num_prompts,
                      max_new_tokens=max_new_tokens, warmup=warmup, server_start_timeout=server_start_timeout,
-                     report_dir=report_dir)
+                     report_dir=report_dir, progress="text")
 print("settings:", [s.label for s in run.settings])
 run.inventory
 """),
@@ -240,7 +240,7 @@ from workbench.sweep import SweepRun
 run = SweepRun.compare(host=host, launch_command=launch_command, port=port, draft_a=draft_a, draft_b=draft_b,
                        include_baseline=include_baseline, prompts=prompts, num_prompts=num_prompts,
                        max_new_tokens=max_new_tokens, warmup=warmup, server_start_timeout=server_start_timeout,
-                       report_dir=report_dir)
+                       report_dir=report_dir, progress="text")
 for note in run.notes:
     print("note:", note)
 [(s.label, s.draft_path) for s in run.settings]

@@ -287,7 +287,7 @@ class SweepRun(BoxSession):
 
     def __init__(self, box, inventory, journal, *, settings: Sequence[SpecSetting], prompts: list[dict],
                  max_new_tokens: int, warmup: int, server_start_timeout: float, report_dir: str | Path,
-                 progress: bool = True):
+                 progress: bool | str = True):
         super().__init__(box, inventory, journal, server_start_timeout=server_start_timeout)
         self.settings = list(settings)
         self.prompts = prompts
@@ -306,7 +306,7 @@ class SweepRun(BoxSession):
               grid: str | dict = "steps:1,2,3,4", include_baseline: bool = True, prompts: str | None = None,
               num_prompts: int | None = 8, max_new_tokens: int = 64, warmup: int = 1,
               server_start_timeout: float = 300.0, report_dir: str | Path = "reports",
-              progress: bool = True, settings: Sequence[SpecSetting] | None = None) -> "SweepRun":
+              progress: bool | str = True, settings: Sequence[SpecSetting] | None = None) -> "SweepRun":
         """Connect, restore what an interrupted run left, find the server (``launch_command=None``:
         the one running on ``port``; with none, the embedded sandbox box with EAGLE3) and open the
         journal. ``grid``: see :func:`parse_grid`. ``prompts``: a JSONL path (default: the
@@ -336,7 +336,7 @@ class SweepRun(BoxSession):
                 draft_a: str | None = None, draft_b: str | None = None, include_baseline: bool = False,
                 prompts: str | None = None, num_prompts: int | None = 8, max_new_tokens: int = 64, warmup: int = 1,
                 server_start_timeout: float = 300.0, report_dir: str | Path = "reports",
-                progress: bool = True) -> "SweepRun":
+                progress: bool | str = True) -> "SweepRun":
         """Two drafts on the same target and settings (everything but ``--speculative-draft-model-path``
         as the launch command has it). ``draft_a``: default the launch command's draft; ``draft_b``:
         default a copy of ``draft_a`` with its token map broken (:func:`break_token_map`, written
@@ -378,11 +378,15 @@ class SweepRun(BoxSession):
         return run
 
     def run(self) -> SweepResult:
-        """Launch and measure every setting in turn (a progress bar per setting), then compute
-        the speedups; returns the (not yet restored) result."""
-        from tqdm.auto import tqdm
+        """Launch and measure every setting in turn (a progress bar over the settings: ``progress``
+        True for a terminal or notebook widget, ``"text"`` for plain text, False for none), then
+        compute the speedups; returns the (not yet restored) result."""
+        if self.progress == "text":  # papermill runbooks: plain text on stderr, readable in the exported report
+            from tqdm.std import tqdm
+        else:  # a terminal, or a widget in JupyterLab
+            from tqdm.auto import tqdm
 
-        bar = tqdm(self.settings, desc="sweep", unit="setting", disable=not self.progress)
+        bar = tqdm(self.settings, desc="sweep", unit="setting", disable=not self.progress, mininterval=1.0)
         for setting in bar:
             bar.set_postfix_str(setting.label)
             self.rows.append(self._run_one(setting))
