@@ -771,7 +771,7 @@ class LogScanner:
         # every colon outside a batch line's body) through the general search
         nk = len(_KEYS)
         colon = np.flatnonzero(body == 58)
-        values = np.full((len(c), nk), np.nan)
+        values = np.full((nk, len(c)), np.nan)           # key-major: each key's column contiguous
         if len(c):
             lo, hi = np.searchsorted(colon, body_start), np.searchsorted(colon, e)
             generic = self._templates(bb, colon, lo, hi, isdec, c, e, body_start, ends, li, values, slow_lines)
@@ -788,7 +788,7 @@ class LogScanner:
                 bad = rr[~ok]
                 if len(bad):
                     slow_lines.update(li[bad].tolist())
-                values[rr[ok], ki[ok]] = vals[ok]
+                values[ki[ok], rr[ok]] = vals[ok]
             outside = colon[~_in_ranges(lo, hi, len(colon))]
         else:
             outside = colon
@@ -805,9 +805,9 @@ class LogScanner:
         if slow_lines:
             keep = keep & ~np.isin(li, np.fromiter(slow_lines, dtype=np.int64, count=len(slow_lines)))
         part = {"pos": base + c[keep], "decode": isdec[keep], "t": t[keep]}
-        kept = values[keep]
+        kept = values[:, keep]
         for j, (name, _) in enumerate(_KEYS):
-            part[name] = kept[:, j]
+            part[name] = kept[j]
         self._parts.append(part)
         self.fast_lines += int(keep.sum())
         kept_tags = tag_ids[keep]
@@ -918,7 +918,7 @@ class LogScanner:
                         v[redo], good[redo] = _numbers(bb, p[redo])
                 else:
                     v, good = _numbers(bb, p)
-                values[mem[good], kk] = v[good]
+                values[kk, mem[good]] = v[good]
                 if not good.all():
                     slow_lines.update(li[mem[~good]].tolist())
             generic[mem] = False
@@ -1067,7 +1067,7 @@ class Stat:
         v = values[~np.isnan(values)]
         if not len(v):
             return None
-        return cls(int(len(v)), float(v.min()), float(np.median(v)), float(v.max()), float(v[-1]), float(v.mean()))
+        return cls(int(len(v)), float(v.min()), _median(v), float(v.max()), float(v[-1]), float(v.mean()))
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -1172,7 +1172,7 @@ class LogSummary:
         if n_spec:
             acceptance = LogAcceptance(
                 accept_length=float(lens.mean()), accept_rate=float(rates.mean()) if len(rates) else None,
-                median=float(np.median(lens)), last=float(lens[-1]), min=float(lens.min()), max=float(lens.max()),
+                median=_median(lens), last=float(lens[-1]), min=float(lens.min()), max=float(lens.max()),
                 lines=n_spec, speculative=True)
         else:
             acceptance = LogAcceptance(None, None, None, None, None, None, n_dec, False,
@@ -1202,9 +1202,18 @@ class LogSummary:
         return summary
 
 
+def _median(v: np.ndarray) -> float:
+    """``np.median`` of a non-empty array without NaN (the mean of the two middle values), by one
+    partition: the same number, a few times faster."""
+    n = len(v)
+    lo, hi = (n - 1) // 2, n // 2
+    part = np.partition(v, hi)
+    return float((part[:hi].max() + part[hi]) / 2) if lo != hi else float(part[hi])
+
+
 def _med(v: np.ndarray) -> Optional[float]:
     v = v[~np.isnan(v)]
-    return float(np.median(v)) if len(v) else None
+    return _median(v) if len(v) else None
 
 
 def _timeline(a: dict[str, np.ndarray], dec: np.ndarray, buckets: int) -> list[dict]:
@@ -1234,7 +1243,7 @@ def _timeline(a: dict[str, np.ndarray], dec: np.ndarray, buckets: int) -> list[d
             "start": _iso(t0 + (t1 - t0) * b / buckets) if by_time else _iso(_nanmin(cols["t"][lo:hi])),
             "end": _iso(t0 + (t1 - t0) * (b + 1) / buckets) if by_time else _iso(_nanmax(cols["t"][lo:hi])),
             "decode_lines": hi - lo, "spec_lines": int(len(spec)),
-            "accept_len_median": float(np.median(spec)) if len(spec) else None,
+            "accept_len_median": _median(spec) if len(spec) else None,
             "accept_len_min": float(spec.min()) if len(spec) else None,
             "accept_len_max": float(spec.max()) if len(spec) else None,
             "accept_rate_median": _med(cols["accept_rate"][lo:hi]),

@@ -641,17 +641,15 @@ def test_cli_follow_across_rotation(tmp_path, capsys):
     assert [e["kind"] for e in doc["events"] if e["kind"] != "missing"] == ["rotated"]
 
 
-def test_cli_with_the_workbench_argument_parser(capsys):
-    # what workbench/cli.py does: add_logs_parser on its subparsers, then args.func(args)
-    import argparse
+def test_cli_through_workbench_main(capsys):
+    # workbench/cli.py registers it with add_logs_parser: the same command through `workbench logs`
+    from workbench.cli import main
 
-    from workbench.logs_cli import add_logs_parser
-
-    parser = argparse.ArgumentParser(prog="workbench")
-    add_logs_parser(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(["logs", str(LOGS / "public-issues.log"), "--json"])
-    assert args.func(args) == 0
-    assert json.loads(capsys.readouterr().out)["spec_lines"] == 5
+    code = main(["logs", str(LOGS / "public-issues.log"), "--json"])
+    assert code == 0 and json.loads(capsys.readouterr().out)["spec_lines"] == 5
+    code = main(["logs", str(LOGS / "sglang-0.5.7.log")])           # one line of accept len 1.04 x 40 steps
+    out = capsys.readouterr().out
+    assert code == 1 and "acceptance-collapsed [error]" in out
 
 
 def test_cli_over_ssh(ssh_env, tmp_path, capsys):
