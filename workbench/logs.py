@@ -447,6 +447,7 @@ def _suffix_tables() -> tuple[np.ndarray, np.ndarray]:
 
 
 _SUFFIX_BY_FIRST, _KEY_BY_FIRST = _suffix_tables()
+_SUFFIX_FIRST_OK = _KEY_BY_FIRST >= 0
 _SUFFIX_WORD = tuple(np.uint64(int.from_bytes(k[-4:] + b": ", "little")) for _, k in _KEYS)
 _ALEN, _ARATE = (i for i, (name, _) in enumerate(_KEYS) if name in ("accept_len", "accept_rate"))
 _DECODE_WORDS = (_u64(b"Decode b"), _u64(b"de batch"))          # "Decode batch" at +0 and +4
@@ -558,7 +559,52 @@ def _numbers_d_dd(bb: "_Block", colon: np.ndarray) -> tuple[np.ndarray, np.ndarr
     return mant.astype(np.float64) / 100.0, ok
 
 
+_K8080 = np.uint64(0x8080)
 _ENDINGS = tuple(np.uint64(int.from_bytes(e, "little")) for e in (b", ", b",\n", b",\r"))
+
+
+def _good_end(tail: np.ndarray) -> np.ndarray:
+    """Whether a value's next two bytes (``tail``: the first in the low byte) end it as the
+    complete parser would: ``", "``, a trailing ``,`` at the end of the line, or the line's end."""
+    tb = tail & np.uint64(0xFF)
+    return (tb == 10) | (tb == 13) | (tail == _ENDINGS[0]) | (tail == _ENDINGS[1]) | (tail == _ENDINGS[2])
+
+
+def _numbers_f2(bb: "_Block", colon: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`_numbers` for ``%.2f`` values with 1 - 7 integer digits followed by ``", "`` (gen
+    and input throughput): ``(values, ok)``; ``ok`` False where the value has another shape (then
+    :func:`_numbers` reads it). Same values: ``(integer * 100 + hundredths) / 100``."""
+    x = bb.w(2)[colon]
+    t = x ^ _K30
+    dot = _zero_bytes(t ^ _K1E)
+    low = dot ^ (dot - _ONE)                      # bits up to the first dot
+    dpos = (np.bitwise_count(low).astype(np.int64) >> 3) - 1
+    before = low >> _EIGHT                        # the integer digits' bytes
+    ok = (dot != 0) & (dpos >= 1) & ((_nondigit_t(t) & before) == 0)
+    y = bb.w(3)[colon + dpos]                     # "dd, " after the dot
+    ty = y ^ _K30
+    ok &= _good_end((y >> np.uint64(16)) & np.uint64(0xFFFF)) & (((((ty & _K7F) + _K76) | ty) & _K8080) == 0)
+    whole = _parse8((t & before) << ((_SIXTY4 - _EIGHT * dpos.astype(np.uint64)) % _SIXTY4))
+    mant = whole * np.uint64(100) + (ty & np.uint64(0xFF)) * _TEN + ((ty >> _EIGHT) & np.uint64(0xFF))
+    return mant.astype(np.float64) / 100.0, ok
+
+
+_RUN = [name for name, _ in _KEYS].index("running_req")
+
+
+def _numbers_int(bb: "_Block", colon: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`_numbers` for integers of 1 - 6 digits followed by ``", "`` (``#running-req``):
+    ``(values, ok)``; ``ok`` False where the value has another shape (then :func:`_numbers` reads
+    it)."""
+    x = bb.w(2)[colon]
+    t = x ^ _K30
+    term = _nondigit_t(t)
+    low = term ^ (term - _ONE)                    # bits up to the first non-digit
+    length = (np.bitwise_count(low).astype(np.int64) >> 3) - 1
+    lu = length.astype(np.uint64)
+    ok = (term != 0) & (length >= 1) & (length <= 6) & _good_end((x >> ((_EIGHT * lu) % _SIXTY4)) & np.uint64(0xFFFF))
+    mant = _parse8((t & (low >> _EIGHT)) << ((_SIXTY4 - _EIGHT * lu) % _SIXTY4))
+    return mant.astype(np.float64), ok
 
 
 def _numbers(bb: "_Block", colon: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -615,7 +661,7 @@ def _numbers(bb: "_Block", colon: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
                                    tail1)
     values = mant / _POW10[np.clip(frac, 0, 23)]
     tb = tail & np.uint64(0xFF)
-    good_end = (tb == 10) | (tb == 13) | (tail == _ENDINGS[0]) | (tail == _ENDINGS[1]) | (tail == _ENDINGS[2])
+    good_end = _good_end(tail)
     if bb.n and bb.body[-1] != 10:                      # the last line has no newline: the block's end ends it
         end_at = (colon + 2 + length) - bb.n
         good_end |= ((tb == 0) & (end_at == 0)) | ((tb == 44) & (end_at == -1))
@@ -900,19 +946,21 @@ class LogScanner:
                 if j in taken:
                     continue
                 p = colon[base + j]
-                x = bb.w(-4)[p] & _SUFFIX_MASK
+                rows = np.flatnonzero(_SUFFIX_FIRST_OK[bb.b(-4)[p]])   # a byte first, then the word
+                x = bb.w(-4)[p[rows]] & _SUFFIX_MASK
                 first_b = x & np.uint64(0xFF)
-                hit = np.flatnonzero(x == _SUFFIX_BY_FIRST[first_b])
+                hit = rows[x == _SUFFIX_BY_FIRST[first_b]]
                 if len(hit):
-                    kk = _KEY_BY_FIRST[first_b[hit]]
+                    kk = _KEY_BY_FIRST[bb.b(-4)[p[hit]]]
                     paren = np.flatnonzero(kk == _GEN)
                     kk[paren[bb.b(-25)[p[hit][paren]] == 110]] = _INPUT
                     okm[hit[_is_key(bb, p[hit], kk, bstart[hit])]] = False     # another key: not this shape
             mem = members[okm]
             for (j, kk), p in zip(template, pos):
                 p = p[okm]
-                if kk in (_ALEN, _ARATE):
-                    v, good = _numbers_d_dd(bb, p)
+                if kk in (_ALEN, _ARATE, _GEN, _INPUT, _RUN):
+                    v, good = (_numbers_d_dd if kk in (_ALEN, _ARATE) else _numbers_int if kk == _RUN
+                               else _numbers_f2)(bb, p)
                     redo = np.flatnonzero(~good)
                     if len(redo):
                         v[redo], good[redo] = _numbers(bb, p[redo])
