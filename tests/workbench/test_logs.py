@@ -323,6 +323,60 @@ def test_lines_that_look_like_the_frequent_shape_but_are_not():
     assert sc.fast_lines >= 40 and sc.slow_lines >= 9
 
 
+def _value_strings(seed: int, n: int = 20000):
+    rnd = random.Random(seed)
+    out = []
+    for _ in range(n):
+        k = rnd.random()
+        if k < 0.25:
+            s = f"{rnd.uniform(0, 10 ** rnd.randint(0, 9)):.2f}"
+        elif k < 0.45:
+            s = str(rnd.randint(0, 10 ** rnd.randint(1, 17)))
+        elif k < 0.55:
+            s = f"{rnd.uniform(0, 1):.{rnd.randint(0, 12)}f}"
+        elif k < 0.75:
+            s = "".join(rnd.choice("0123456789.") for _ in range(rnd.randint(1, 18)))
+        else:
+            s = rnd.choice(["", ".", ".5", "5.", "1.2.3", "12a", "007", "-1", "nan", "1e5", "1234567", "12345678",
+                            "123456789012345", "1234567890123456", "1234567.89", "12345678.90"])
+        out.append((s, rnd.choice([b", ", b",\n", b"\n", b"\r\n", b" ", b",,", b", x", b"x"])))
+    return out
+
+
+def _reference(s: str, end: bytes):
+    """What the complete parser makes of ``key: <s><end>``: the number, or None."""
+    run = ""
+    for ch in s + end.decode():
+        if ch not in "0123456789.":
+            break
+        run += ch
+    rest = (s + end.decode())[len(run):]
+    ended = rest[:1] in ("\n", "\r") or (rest[:1] == "," and rest[1:2] in (" ", "\n", "\r"))
+    if not (ended and 1 <= len(run) <= 15 and run.count(".") <= 1 and any(c.isdigit() for c in run)):
+        return None
+    return float(run)
+
+
+@pytest.mark.parametrize("reader", ["_numbers", "_numbers_d_dd", "_numbers_f2", "_numbers_int"])
+def test_number_readers_equal_python_float(reader):
+    # the SWAR readers: a value they accept is exactly float(text); the general one accepts every
+    # plain number the complete parser does and nothing else
+    import workbench.logs as L
+
+    cases = _value_strings(11)
+    pieces = [b": " + s.encode() + end + b"Q" * 20 for s, end in cases]
+    pos = np.cumsum([0] + [len(p) for p in pieces[:-1]])
+    bb = L._Block(b"".join(pieces))
+    vals, ok = getattr(L, reader)(bb, np.array(pos))
+    for i, (s, end) in enumerate(cases):
+        want = _reference(s, end)
+        if ok[i]:
+            assert want is not None and vals[i] == want, (reader, s, end, vals[i], want)
+        elif reader == "_numbers":
+            assert want is None or len(s) > 15, (s, end, want)
+    assert ok.sum() > 100
+
+
 def test_public_reports():
     # the PR text quotes "accept_len: 1.00": a paraphrase, not the engine's line
     lines = public_report("sglang-pr21272-eagle-flag-with-eagle3-draft")["inputs"]["log_lines"]
