@@ -132,7 +132,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default=str(ROOT / "reports" / "bench_logs.json"))
     ap.add_argument("--mb", type=float, default=200.0, help="size of the generated log in MB (default 200)")
-    ap.add_argument("--repeat", type=int, default=5, help="runs of each measurement; the best counts (default 5)")
+    ap.add_argument("--repeat", type=int, default=7, help="runs of each measurement; the best counts (default 7)")
     args = ap.parse_args(argv)
     try:
         tmp = Path(tempfile.mkdtemp(prefix="bench_logs_"))
