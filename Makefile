@@ -43,6 +43,7 @@ bench: setup
 	$(PY) benchmarks/bench_sandbox.py --out "$(REPORT_DIR)/bench_sandbox.json" || status=1; \
 	$(PY) benchmarks/bench_ssh.py --out "$(REPORT_DIR)/bench_ssh.json" || status=1; \
 	$(PY) benchmarks/bench_doctor.py --out "$(REPORT_DIR)/bench_doctor.json" || status=1; \
+	$(PY) benchmarks/bench_logs.py --out "$(REPORT_DIR)/bench_logs.json" || status=1; \
 	exit $$status
 
 # Regenerate the sandbox target and drafts (fixed seeds; the weights are committed).
