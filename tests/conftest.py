@@ -64,3 +64,19 @@ def sglang_source(tmp_path_factory):
     with zipfile.ZipFile(wheels[0]) as zf:
         zf.extractall(dest, [n for n in zf.namelist() if n.startswith("sglang/")])
     return dest / "sglang"
+
+
+@pytest.fixture
+def nobody():
+    """``(uid, gid)`` of the unprivileged ``nobody`` user and its group (``nogroup`` or ``nobody``),
+    for the ownership tests; skipped when the system has neither group."""
+    import grp
+    import pwd
+
+    uid = pwd.getpwnam("nobody").pw_uid
+    for group in ("nogroup", "nobody"):
+        try:
+            return uid, grp.getgrnam(group).gr_gid
+        except KeyError:
+            continue
+    pytest.skip("no nogroup/nobody group")

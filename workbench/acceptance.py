@@ -162,6 +162,19 @@ def record_from_response(prompt_index: int, body: Any, wall_s: float, *, url: st
     )
 
 
+def sum_histograms(histograms) -> list[int] | None:
+    """Element-wise sum of ``spec_correct_drafts_histogram`` lists of different lengths (SGLang
+    0.5.23 cuts each at the largest k it saw); ``None`` when none is given (empty ones skipped)."""
+    hist: list[int] | None = None
+    for h in histograms:
+        if h:
+            hist = hist or []
+            hist += [0] * (len(h) - len(hist))
+            for k, v in enumerate(h):
+                hist[k] += v
+    return hist
+
+
 def summarize_responses(records: Sequence[RequestRecord], **extra: Any) -> AcceptanceMeasurement:
     """Aggregate :class:`RequestRecord` s as SGLang defines accept length / rate (module doc)."""
     spec = [r for r in records if r.spec_verify_ct]
@@ -173,13 +186,7 @@ def summarize_responses(records: Sequence[RequestRecord], **extra: Any) -> Accep
     proposed = sum(r.spec_num_proposed_drafts for r in with_counts)
     accept_rate = sum(r.spec_num_correct_drafts for r in with_counts) / proposed if proposed else None
     rates = [r.spec_accept_rate for r in spec if r.spec_accept_rate is not None]
-    hist: list[int] | None = None
-    for r in spec:
-        if r.histogram:
-            hist = hist or []
-            hist += [0] * (len(r.histogram) - len(hist))
-            for k, v in enumerate(r.histogram):
-                hist[k] += v
+    hist = sum_histograms(r.histogram for r in spec)
     note = None
     if not records:
         note = "no requests were measured"

@@ -43,6 +43,8 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
+from workbench.argtypes import positive_int, positive_seconds, tcp_port
+
 #: Set in the environment of a runbook run by ``workbench runbook``: the driver restores the
 #: box itself when the run fails or is interrupted, so the kernel must not race it at exit.
 DRIVER_ENV = "EAGLE_WORKBENCH_DRIVER"
@@ -66,14 +68,6 @@ def _coerce(value: str) -> Any:
         return json.loads(value)
     except json.JSONDecodeError:
         return value
-
-
-def _positive_seconds(text: str) -> float:
-    """argparse type: a number of seconds > 0 (argparse turns the ValueError into a usage error)."""
-    value = float(text)
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text}")
-    return value
 
 
 def _raise_interrupt(signum: int, frame: Any) -> None:
@@ -365,28 +359,6 @@ def _one_line(text: str) -> str:
 
 def _is_box_absolute(path: str) -> bool:
     return path.startswith(("/", "~"))
-
-
-def _probe_port(text: str) -> int:
-    """argparse type of the probe commands' ``--port``: a TCP port, 1..65535 (else a usage error)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a TCP port number (1-65535), got {text!r}") from None
-    if not 1 <= value <= 65535:
-        raise argparse.ArgumentTypeError(f"must be a TCP port number (1-65535), got {text}")
-    return value
-
-
-def _probe_max_prints(text: str) -> int:
-    """argparse type of ``--max-prints``: a positive int."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a positive number of lines, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a positive number of lines, got {text}")
-    return value
 
 
 def _default_probe_tag(path: str, line: int, taken: set[str]) -> str:
@@ -785,7 +757,7 @@ def build_parser() -> argparse.ArgumentParser:
                                  "command (default: this directory on the local box, the login directory over SSH)")
     p.add_argument("--host", default="local")
     p.add_argument("--json", action="store_true")
-    p.add_argument("--timeout", type=_positive_seconds, default=30.0,
+    p.add_argument("--timeout", type=positive_seconds, default=30.0,
                    help="seconds for each call to the box (default 30)")
     p.set_defaults(func=_cmd_doctor)
 
@@ -796,12 +768,12 @@ def build_parser() -> argparse.ArgumentParser:
     probe_sub = p.add_subparsers(dest="probe_command", required=True)
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--host", default="local", help="the box: local, an ~/.ssh/config alias, user@host[:port]")
-    common.add_argument("--timeout", type=_positive_seconds, default=60.0,
+    common.add_argument("--timeout", type=positive_seconds, default=60.0,
                         help="seconds for each call to the box (default 60)")
     engine_opts = argparse.ArgumentParser(add_help=False)
     engine_opts.add_argument("--python", help="the interpreter that runs the server, on the box (finds the engine "
                                               "package; compiles the patched file)")
-    engine_opts.add_argument("--port", type=_probe_port,
+    engine_opts.add_argument("--port", type=tcp_port,
                              help="the running server's port (its interpreter finds the engine)")
     engine_opts.add_argument("--package", help="the engine package (default: sglang, or the running server's)")
 
@@ -819,7 +791,7 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--once-per", metavar="EXPR",
                    help="print once per distinct value of EXPR in each process (e.g. hidden_states.shape[-1]) "
                         "instead of once per process")
-    q.add_argument("--max-prints", type=_probe_max_prints, metavar="N",
+    q.add_argument("--max-prints", type=positive_int, metavar="N",
                    help="with --once-per: at most N lines per process (default 8)")
     q.add_argument("--tag", help="the probe's name (default: the file stem and line, or the recipe name)")
     q.add_argument("--recipe", help="a named probe on the EAGLE-3 code path (see `workbench probe recipes`)")
@@ -845,7 +817,7 @@ def build_parser() -> argparse.ArgumentParser:
     q = probe_sub.add_parser("read", parents=[common], help="what a probe printed into the server's log, parsed")
     q.add_argument("--tag", required=True)
     q.add_argument("--log", help="the server's log file on the box")
-    q.add_argument("--port", type=_probe_port, help="the running server's port (its log is found from its stderr)")
+    q.add_argument("--port", type=tcp_port, help="the running server's port (its log is found from its stderr)")
     q.add_argument("--json", action="store_true")
     q.set_defaults(func=_cmd_probe, probe_func=_probe_read)
 

@@ -31,31 +31,11 @@ import sys
 import time
 from typing import Any, Optional, Sequence
 
+from workbench.argtypes import positive_int, positive_seconds
+
 __all__ = ["add_logs_parser", "main", "render_text"]
 
 PROG = "workbench logs"
-
-
-def _positive_int(text: str) -> int:
-    """argparse type: an integer >= 1."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
-    return value
-
-
-def _positive_seconds(text: str) -> float:
-    """argparse type: a number of seconds > 0."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text}")
-    return value
 
 
 def add_logs_parser(sub: Any) -> None:
@@ -66,14 +46,14 @@ def add_logs_parser(sub: Any) -> None:
     p.add_argument("file", metavar="FILE", help="the server's log file on the box")
     p.add_argument("--host", default="local", help="the box: local, an ~/.ssh/config alias, user@host[:port]")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
-    p.add_argument("--last", type=_positive_int, metavar="N", help="only the last N lines (read backwards)")
-    p.add_argument("--follow", type=_positive_seconds, metavar="SECONDS",
+    p.add_argument("--last", type=positive_int, metavar="N", help="only the last N lines (read backwards)")
+    p.add_argument("--follow", type=positive_seconds, metavar="SECONDS",
                    help="then keep reading new lines for this many seconds")
-    p.add_argument("--decode-log-interval", type=_positive_int, default=40, metavar="N",
+    p.add_argument("--decode-log-interval", type=positive_int, default=40, metavar="N",
                    help="the server's --decode-log-interval (default 40, SGLang's default)")
-    p.add_argument("--buckets", type=_positive_int, default=12, metavar="N", help="timeline slices (default 12)")
-    p.add_argument("--timeout", type=_positive_seconds, default=30.0, help="seconds for each call to the box (default 30)")
-    p.add_argument("--poll", type=_positive_seconds, default=0.5, help=argparse.SUPPRESS)
+    p.add_argument("--buckets", type=positive_int, default=12, metavar="N", help="timeline slices (default 12)")
+    p.add_argument("--timeout", type=positive_seconds, default=30.0, help="seconds for each call to the box (default 30)")
+    p.add_argument("--poll", type=positive_seconds, default=0.5, help=argparse.SUPPRESS)
     p.set_defaults(func=_run)
 
 

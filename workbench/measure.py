@@ -89,7 +89,8 @@ from typing import Any, Iterable, Sequence
 
 import httpx
 
-from workbench.acceptance import AcceptanceError, RequestRecord, record_from_response
+from workbench.acceptance import (AcceptanceError, RequestRecord, _opt_float, _opt_int, record_from_response,
+                                  sum_histograms)
 
 __all__ = [
     "SOURCES", "BUILTIN_PROMPT_SETS", "MeasureError", "PromptSetError", "SourceAcceptance", "Measurement",
@@ -329,13 +330,7 @@ def _summarize_records(source: str, endpoint: str, records: Sequence[RequestReco
         if per_step == int(per_step):
             draft_positions = int(per_step)
     row.draft_positions = draft_positions
-    hist: list[int] | None = None
-    for r in spec:
-        if r.histogram:
-            hist = hist or []
-            hist += [0] * (len(r.histogram) - len(hist))
-            for k, v in enumerate(r.histogram):
-                hist[k] += v
+    hist = sum_histograms(r.histogram for r in spec)
     row.histogram = hist
     if hist is not None:
         positions = draft_positions if draft_positions is not None else len(hist) - 1
@@ -352,14 +347,6 @@ def _summarize_records(source: str, endpoint: str, records: Sequence[RequestReco
 # ---------------------------------------------------------------------------------------------
 # Responses -> records
 # ---------------------------------------------------------------------------------------------
-
-
-def _opt_int(v: Any) -> int | None:
-    return int(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
-
-
-def _opt_float(v: Any) -> float | None:
-    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
 
 def record_from_openai(prompt_index: int, body: Any, wall_s: float, *, url: str = "/v1/completions") -> RequestRecord:

@@ -21,41 +21,19 @@ import os
 import sys
 from typing import Any
 
+from workbench.argtypes import layer_ids, positive_int, positive_seconds
+
 __all__ = ["add_source_parser"]
 
 
-def _ids(text: str) -> list[int]:
-    """argparse type: ``1,3,6`` -> ``[1, 3, 6]``."""
-    try:
-        ids = [int(x) for x in text.replace(" ", "").split(",") if x]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated layer ids such as 1,3,6, got {text!r}") from None
-    if not ids or min(ids) < 0:
-        raise argparse.ArgumentTypeError(f"expected non-negative layer ids such as 1,3,6, got {text!r}")
-    return ids
-
-
-def _positive_int(text: str) -> int:
-    """argparse type: an integer >= 1."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
-    return value
-
-
 def _box_args(p: argparse.ArgumentParser) -> None:
-    from workbench.cli import _positive_seconds
-
     p.add_argument("--host", default="local", help="the box: local, an ~/.ssh/config alias, user@host[:port]")
     p.add_argument("--python", help="the interpreter on the box that runs the server (default: the running "
                                      "server's, else python3)")
-    p.add_argument("--port", type=_positive_int, help="take the engine of the server running on this port")
+    p.add_argument("--port", type=positive_int, help="take the engine of the server running on this port")
     p.add_argument("--package", help="the engine package (default: what the server runs, else sglang; "
                                      "workbench.sandbox for the sandbox box)")
-    p.add_argument("--timeout", type=_positive_seconds, default=30.0, help="seconds for each call to the box")
+    p.add_argument("--timeout", type=positive_seconds, default=30.0, help="seconds for each call to the box")
     p.add_argument("--json", action="store_true", help="print JSON")
 
 
@@ -163,8 +141,8 @@ def add_source_parser(sub: Any) -> None:
         a.add_argument("--target-arch", help="target class (default: from the target config, else LlamaForCausalLM)")
         a.add_argument("--draft-arch", help="draft class (default: from the draft config, else "
                                             "LlamaForCausalLMEagle3)")
-        a.add_argument("--aux-ids", type=_ids, help="the draft's aux layer ids, to evaluate the offset rule")
-        a.add_argument("--num-layers", type=_positive_int, help="the target's layer count, to evaluate the offset rule")
+        a.add_argument("--aux-ids", type=layer_ids, help="the draft's aux layer ids, to evaluate the offset rule")
+        a.add_argument("--num-layers", type=positive_int, help="the target's layer count, to evaluate the offset rule")
         a.add_argument("--cwd", help="with --launch: the directory the server starts in, for relative model paths "
                                      "(default: this directory on the local box, the login directory over SSH)")
         _box_args(a)

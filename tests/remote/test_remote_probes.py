@@ -717,22 +717,9 @@ def test_journal_entries_of_older_versions_still_load_and_revert(box, src):
 # -- owner and mode ----------------------------------------------------------------------------------
 
 
-def _nobody():
-    import grp
-    import pwd
-
-    uid = pwd.getpwnam("nobody").pw_uid
-    for group in ("nogroup", "nobody"):
-        try:
-            return uid, grp.getgrnam(group).gr_gid
-        except KeyError:
-            continue
-    pytest.skip("no nogroup/nobody group")
-
-
 @pytest.mark.skipif(os.geteuid() != 0, reason="chown to another user needs root")
-def test_owner_and_mode_are_kept_on_add_and_revert(box, src):
-    uid, gid = _nobody()
+def test_owner_and_mode_are_kept_on_add_and_revert(box, src, nobody):
+    uid, gid = nobody
     os.chown(src, uid, gid)
     before = src.stat()
     probe = _add_fc(box, src)
@@ -782,13 +769,13 @@ def _python_for(uid, gid, env):
 
 
 @pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("setpriv"), reason="needs root and setpriv")
-def test_owner_that_cannot_be_kept_is_reported_and_the_probe_still_added():
+def test_owner_that_cannot_be_kept_is_reported_and_the_probe_still_added(nobody):
     """As ``nobody``, in a directory it may write, on a file owned by root: the temporary file is
     nobody's and chown to root is not permitted; the probe goes in anyway and says so."""
     import sysconfig
     import tempfile
 
-    uid, gid = _nobody()
+    uid, gid = nobody
     env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1",
            "PYTHONPATH": os.pathsep.join([REPO, sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]])}
     python = _python_for(uid, gid, env)

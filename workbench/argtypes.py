@@ -1,0 +1,52 @@
+"""argparse value types shared by the ``workbench`` commands: each raises
+``argparse.ArgumentTypeError`` with what was expected, so argparse prints a usage error (exit 2)."""
+
+from __future__ import annotations
+
+import argparse
+
+__all__ = ["positive_int", "positive_seconds", "tcp_port", "layer_ids"]
+
+
+def positive_int(text: str) -> int:
+    """An integer >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def positive_seconds(text: str) -> float:
+    """A number of seconds > 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text}")
+    return value
+
+
+def tcp_port(text: str) -> int:
+    """A TCP port number, 1..65535."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a TCP port number (1-65535), got {text!r}") from None
+    if not 1 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"must be a TCP port number (1-65535), got {text}")
+    return value
+
+
+def layer_ids(text: str) -> list[int]:
+    """Comma-separated non-negative layer ids: ``1,3,6`` -> ``[1, 3, 6]``."""
+    try:
+        ids = [int(x) for x in text.replace(" ", "").split(",") if x]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated layer ids such as 1,3,6, got {text!r}") from None
+    if not ids or min(ids) < 0:
+        raise argparse.ArgumentTypeError(f"expected non-negative layer ids such as 1,3,6, got {text!r}")
+    return ids
