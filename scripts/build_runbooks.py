@@ -173,7 +173,7 @@ launch_command = None       # default: the server running on `port` (none: the s
 port = None                 # default: the launch command's --port, else 30000
 grid = "steps:1,2,3,4 topk:1 draft_tokens:auto"   # every combination (auto: steps + 1 when topk is 1)
 include_baseline = True     # also measure without speculative decoding (the speedup's reference)
-prompts = None              # a JSONL file (default: the built-in prompts; the sandbox's own on the sandbox)
+prompts = None              # chat, code, math, default or a JSONL file (default: default; the sandbox's own on the sandbox)
 num_prompts = 8
 max_new_tokens = 64
 warmup = 1                  # requests sent first and not counted, per setting
@@ -204,9 +204,12 @@ for fig in result.figures().values():
     code("""
 result = run.finish()
 best = result.best
-print("best:", best.label if best else None, f"({best.speedup:.2f}x)" if best and best.speedup else "")
+if best is not None:
+    print(f"fastest speculative setting: {best.label}"
+          + (f" ({best.speedup:.2f}x against no speculation)" if best.speedup else ""))
 for line in result.restore["actions"] + result.restore["problems"]:
     print(" -", line)
+result.check()  # fails the run when no setting could be measured
 """),
 ]
 
@@ -227,7 +230,7 @@ port = None                 # default: the launch command's --port, else 30000
 draft_a = None              # default: the launch command's --speculative-draft-model-path
 draft_b = None              # default: draft A with its token map shuffled (written on the box, removed after)
 include_baseline = False    # also measure without speculative decoding
-prompts = None              # a JSONL file (default: the built-in prompts; the sandbox's own on the sandbox)
+prompts = None              # chat, code, math, default or a JSONL file (default: default; the sandbox's own on the sandbox)
 num_prompts = 8
 max_new_tokens = 64
 warmup = 1
@@ -259,6 +262,9 @@ for fig in result.figures().values():
 result = run.finish("compare_drafts")
 for line in result.restore["actions"] + result.restore["problems"]:
     print(" -", line)
+for note in result.notes:
+    print("note:", note)
+result.check()  # fails the run when no draft could be measured
 """),
 ]
 

@@ -466,6 +466,8 @@ def open_box(host: str, *, launch_command: str | None, port: int | None,
     another run is alive), take the inventory (``launch_command=None``: the server running on
     ``port``, else ``default_launch``, by default the embedded sandbox box with the wrong flag) and
     open the journal with the original server recorded. Raises :class:`DiagnosisError`."""
+    if port is not None and (isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535):
+        raise DiagnosisError(f"port must be a TCP port number 1-65535, got {port!r}")
     box = connect(host)
     leftover = Journal(box)
     if leftover.pending:

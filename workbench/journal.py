@@ -167,6 +167,20 @@ class Journal:
         if self.data.pop("launching", None) is not None:
             self._write()
 
+    def add_created(self, path: str) -> None:
+        """Record a file or directory the run is about to create on the box (under its state dir),
+        so that :func:`restore_box` removes it if the run cannot. Raises :class:`JournalError` for a
+        path outside ``box.state_dir`` (restore never deletes anything else)."""
+        if not str(path).startswith(str(self.box.state_dir).rstrip("/") + "/"):
+            raise JournalError(f"{path} is not under the box's state dir {self.box.state_dir}")
+        self.data.setdefault("created_paths", []).append(str(path))
+        self._write()
+
+    def remove_created(self, path: str) -> None:
+        """``path`` is gone (the run removed it): forget it."""
+        self.data["created_paths"] = [p for p in self.data.get("created_paths") or [] if p != str(path)]
+        self._write()
+
     def remove_started(self, pid: int) -> None:
         self.data["started_servers"] = [s for s in self.data.get("started_servers") or [] if s["pid"] != pid]
         self._write()
@@ -252,6 +266,16 @@ def restore_box(box, *, server_start_timeout: float = 600.0, timeout: float = 30
         report.problems.append(f"could not revert probes: {exc}")
     for probe in reverted:
         report.actions.append(f"reverted probe {probe.tag} in {probe.path} (sha256 restored)")
+    for path in list(journal.data.get("created_paths") or []):
+        if not path.startswith(str(box.state_dir).rstrip("/") + "/"):
+            report.problems.append(f"journal names {path} outside the state dir {box.state_dir}: not removed")
+            continue
+        res = box.run(["rm", "-rf", "--", path], timeout=max(timeout, 60), check=False)
+        if res.exit_code == 0:
+            journal.remove_created(path)
+            report.actions.append(f"removed {path} (created by the run)")
+        else:
+            report.problems.append(f"could not remove {path}: {res.stderr.strip()[-200:]}")
     original = journal.data.get("original_server") or {}
     if original.get("stopped"):
         _bring_back_original(box, journal, original, report, server_start_timeout, timeout)

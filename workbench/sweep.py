@@ -86,7 +86,11 @@ def parse_grid(text: str | dict, *, include_baseline: bool = True) -> list[SpecS
             if not m:
                 raise SweepError(f"grid part {part!r} is not key:v1,v2 (keys: steps, topk, draft_tokens)")
             key, values = m.group(1), m.group(2)
-            spec[key] = [v for v in values.split(",") if v]
+            if key in spec:
+                raise SweepError(f"grid key {key!r} given twice; list its values once ({key}:1,2,3)")
+            if any(not v for v in values.split(",")):
+                raise SweepError(f"grid {key}:{values} has an empty value")
+            spec[key] = values.split(",")
     unknown = set(spec) - {"steps", "topk", "draft_tokens"}
     if unknown:
         raise SweepError(f"unknown grid key(s) {sorted(unknown)} (keys: steps, topk, draft_tokens)")
@@ -173,9 +177,9 @@ class SweepRow:
         return asdict(self)
 
 
-CSV_COLUMNS = ("label", "baseline", "steps", "topk", "draft_tokens", "ok", "accept_length", "accept_rate",
-               "accepted_drafts_per_step", "tokens_per_s", "speedup", "completion_tokens", "verify_steps",
-               "requests", "healthy_after_s", "error", "launch_command")
+CSV_COLUMNS = ("label", "baseline", "steps", "topk", "draft_tokens", "draft_path", "ok", "accept_length",
+               "accept_rate", "accepted_drafts_per_step", "tokens_per_s", "speedup", "completion_tokens",
+               "verify_steps", "requests", "per_position", "histogram", "healthy_after_s", "error", "launch_command")
 
 
 @dataclass
@@ -203,6 +207,13 @@ class SweepResult:
         rows = [r for r in self.rows if r.ok and not r.baseline and r.tokens_per_s]
         return max(rows, key=lambda r: r.tokens_per_s) if rows else None
 
+    def check(self) -> None:
+        """Raise :class:`SweepError` when no speculative setting was measured (every one failed to
+        start or to answer), naming each failure: a run that measured nothing must not look done."""
+        spec = [r for r in self.rows if not r.baseline]
+        if spec and not any(r.ok for r in spec):
+            raise SweepError("no setting could be measured: " + "; ".join(f"{r.label}: {r.error}" for r in spec))
+
     def to_dict(self) -> dict:
         return {"rows": [r.to_dict() for r in self.rows], "host": self.host, "port": self.port,
                 "prompts": self.prompts, "max_new_tokens": self.max_new_tokens, "warmup": self.warmup,
@@ -215,7 +226,10 @@ class SweepResult:
         writer = csv.DictWriter(buf, fieldnames=CSV_COLUMNS, extrasaction="ignore", lineterminator="\n")
         writer.writeheader()
         for r in self.rows:
-            writer.writerow(r.to_dict())
+            d = r.to_dict()
+            for key in ("per_position", "histogram"):  # lists as JSON text in one cell
+                d[key] = json.dumps(d[key]) if d[key] is not None else None
+            writer.writerow(d)
         return buf.getvalue()
 
     def write(self, report_dir: str | Path, name: str = "measure_acceptance") -> dict[str, Path]:
@@ -298,7 +312,7 @@ class SweepRun(BoxSession):
         self.rows: list[SweepRow] = []
         self.started_at = time.monotonic()
         self.result: Optional[SweepResult] = None
-        self.cleanup_dirs: list[str] = []  # directories on the box the run created (removed by finish)
+        self.cleanup_dirs: list[str] = []  # directories on the box the run created (journalled; restore removes them)
         self.notes: list[str] = []
 
     @classmethod
@@ -354,22 +368,26 @@ class SweepRun(BoxSession):
                 raise SweepError("the launch command names no --speculative-draft-model-path; give draft_a")
             if draft_b is None:
                 draft_b = f"{box.state_dir}/compare/{posixpath.basename(a.rstrip('/'))}-broken-token-map"
-                box.run(["rm", "-rf", draft_b], timeout=60)
-                info = break_token_map(box, a, draft_b, python=inventory.python)
+                box.run(["rm", "-rf", "--", draft_b], timeout=60)
+                journal.add_created(draft_b)  # removed by finish, or by `workbench restore` after a kill
                 cleanup.append(draft_b)
+                info = break_token_map(box, a, draft_b, python=inventory.python)
                 notes.append(f"draft B is a copy of draft A whose d2t maps the same target ids in a shuffled order "
                              f"({info['changed'][0]['moved']} of {info['changed'][0]['draft_vocab']} draft ids moved)")
                 names = ("draft A (as given)", "draft B (token map shuffled)")
             else:
                 names = (f"draft A: {posixpath.basename(a.rstrip('/'))}", f"draft B: {posixpath.basename(draft_b.rstrip('/'))}")
+            algo = str(inventory.launch.get("--speculative-algorithm") or "").upper()
+            if algo != "EAGLE3":
+                notes.append(f"the server runs --speculative-algorithm {algo or '(none)'}: only EAGLE3 uses an EAGLE-3 "
+                             "draft's own lm_head and d2t (any other algorithm gives the draft the target's lm_head), "
+                             "so drafts that differ only in their token map measure the same here")
             settings = compare_settings([(names[0], a), (names[1], draft_b)], include_baseline=include_baseline)
             for setting in settings:
                 setting_launch(inventory.launch, setting)
             prompt_set = _prompt_set(inventory, prompts, num_prompts)
         except BaseException:
-            for path in cleanup:
-                box.run(["rm", "-rf", path], timeout=60, check=False)
-            restore_box(box, server_start_timeout=server_start_timeout)
+            restore_box(box, server_start_timeout=server_start_timeout)  # removes the journalled copy too
             box.close()
             raise
         run = cls(box, inventory, journal, settings=settings, prompts=prompt_set, max_new_tokens=max_new_tokens,
@@ -446,19 +464,20 @@ class SweepRun(BoxSession):
         if not self.finished:
             self.finished = True
             self.restore()
-            for path in self.cleanup_dirs:
-                self.box.run(["rm", "-rf", path], timeout=120, check=False)
             self.result = self._result()
             self.result.write(self.report_dir, name)
         return self.result
 
 
 def _prompt_set(inventory, prompts: str | None, num_prompts: int | None) -> list[dict]:
-    """The prompts to send: ``prompts`` (a JSONL path), else the built-in set, on the sandbox box
+    """The prompts to send: ``prompts`` (a built-in set name, ``chat``/``code``/``math``/``default``,
+    or a JSONL path: :func:`workbench.measure.load_prompt_set`), else ``default``, on the sandbox box
     its own code prompts; the first ``num_prompts``."""
-    if prompts is None and inventory.engine == "sandbox":
-        prompts = str(sandbox_prompts_path())
-    prompt_set = acc.load_prompts(prompts)
+    from workbench.measure import load_prompt_set
+
+    if prompts is None:
+        prompts = str(sandbox_prompts_path()) if inventory.engine == "sandbox" else "default"
+    prompt_set = load_prompt_set(prompts)
     return prompt_set[:num_prompts] if num_prompts else prompt_set
 
 
@@ -540,7 +559,8 @@ def break_token_map(box, draft_dir: str, dest_dir: str, *, python: str, seed: in
 
     res = box.run([python, "-c", BREAK_TOKEN_MAP_SCRIPT, draft_dir, dest_dir, str(seed)], timeout=timeout, check=False)
     if res.exit_code != 0:
-        raise SweepError(f"could not copy {draft_dir} with a broken token map: {res.stderr.strip()[-400:]}")
+        last = next((ln for ln in reversed(res.stderr.strip().splitlines()) if ln.strip()), "no error output")
+        raise SweepError(f"could not copy {draft_dir} with a broken token map: {last.strip()}")
     out = _json.loads(res.stdout.strip().splitlines()[-1])
     if not out["changed"]:
         raise SweepError(f"{draft_dir} has no d2t tensor: no token map to break")

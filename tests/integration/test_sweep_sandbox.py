@@ -71,3 +71,34 @@ def test_compare_drafts_runbook_trained_against_a_broken_token_map(tmp_path, fre
     assert not (tmp_path / "state" / "compare" / "draft-broken-token-map").exists()
     assert before == {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in draft.iterdir()}
     assert "Per-position acceptance" in (tmp_path / "out" / "compare_drafts.html").read_text()
+    with open(tmp_path / "out" / "compare_drafts.csv") as f:
+        table = list(csv.DictReader(f))
+    assert [t["draft_path"] for t in table][0] == str(draft) and json.loads(table[0]["per_position"])[0] > 0.4
+
+
+def test_compare_drafts_killed_mid_run_leaves_nothing_after_restore(tmp_path, free_port):
+    """SIGKILL of the whole runbook run while draft B's copy exists: `workbench restore` stops the
+    run's server and removes the copy (journalled before it was written)."""
+    import signal
+    import time
+
+    env = {**os.environ, "EAGLE_WORKBENCH_STATE_DIR": str(tmp_path / "state")}
+    proc = subprocess.Popen([sys.executable, "-m", "workbench.cli", "runbook", "compare_drafts",
+                             "-p", "port", str(free_port), "-p", "num_prompts", "2", "-p", "max_new_tokens", "16",
+                             "--report-dir", str(tmp_path / "out")], cwd=ROOT, env=env, start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    copy = tmp_path / "state" / "compare" / "draft-broken-token-map"
+    deadline = time.monotonic() + 300
+    while not (copy / "model.safetensors").exists() and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.2)
+    assert (copy / "model.safetensors").exists(), "the run never wrote draft B"
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=30)
+    out = subprocess.run([sys.executable, "-m", "workbench.cli", "restore"], cwd=ROOT, env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert f"removed {copy} (created by the run)" in out.stdout
+    assert not copy.exists()
+    again = subprocess.run([sys.executable, "-m", "workbench.cli", "restore"], cwd=ROOT, env=env,
+                           capture_output=True, text=True, timeout=120)
+    assert again.stdout.strip() == "nothing to restore"

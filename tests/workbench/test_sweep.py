@@ -53,8 +53,31 @@ def test_result_table_csv_and_best():
     res = SweepResult(rows, "local", 30000, 8, 64, 1, LAUNCH)
     assert res.best.label == "steps=3 topk=1 draft_tokens=4" and res.baseline.tokens_per_s == 50.0
     lines = res.to_csv().splitlines()
-    assert lines[0].startswith("label,baseline,steps,topk,draft_tokens,ok,accept_length")
-    assert lines[2].startswith("steps=3 topk=1 draft_tokens=4,False,3,1,4,True,2.5,")
+    assert lines[0].startswith("label,baseline,steps,topk,draft_tokens,draft_path,ok,accept_length")
+    assert lines[2].startswith("steps=3 topk=1 draft_tokens=4,False,3,1,4,,True,2.5,")
     figs = res.figures()
     assert list(figs["accept_length"].data[0].y) == [2.5]
     assert list(figs["throughput"].data[0].y) == [50.0, 80.0]
+
+
+def test_grid_repeated_key_or_empty_value_is_refused():
+    with pytest.raises(SweepError, match="given twice"):
+        parse_grid("steps:1 steps:2")
+    with pytest.raises(SweepError, match="empty value"):
+        parse_grid("steps:1,,3")
+
+
+def test_check_fails_when_nothing_was_measured():
+    rows = [SweepRow("no speculation", True, None, None, None, True, tokens_per_s=50.0),
+            SweepRow("steps=1 topk=2 draft_tokens=3", False, 1, 2, 3, False, error="the server did not start: x")]
+    with pytest.raises(SweepError, match="no setting could be measured: steps=1 topk=2 draft_tokens=3: the server"):
+        SweepResult(rows, "local", 30000, 8, 64, 1, LAUNCH).check()
+    SweepResult(rows[:1] + [SweepRow("s", False, 1, 1, 2, True)], "local", 30000, 8, 64, 1, LAUNCH).check()
+
+
+def test_runbooks_refuse_port_0_instead_of_falling_back_to_30000():
+    from workbench.diagnose import DiagnosisError, open_box
+
+    for bad in (0, 70000, "abc", True):
+        with pytest.raises(DiagnosisError, match="port must be a TCP port number 1-65535"):
+            open_box("local", launch_command=None, port=bad)
