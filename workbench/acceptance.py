@@ -243,6 +243,7 @@ def measure_generate(
     client: httpx.Client | None = None,
     fetch_server_info: bool = True,
     keep_text: bool = False,
+    progress: bool | str = False,
 ) -> AcceptanceMeasurement:
     """Measure accept length on a running server with greedy ``POST /generate`` requests.
 
@@ -251,7 +252,8 @@ def measure_generate(
     in order, cycling) are sent first and excluded from every number. ``timeout``: seconds per
     request. ``client``: an ``httpx.Client`` to use (tests pass one with a mock transport).
     With ``fetch_server_info`` the server's speculative settings from ``GET /server_info`` are
-    stored beside the numbers (an error there is recorded, not raised).
+    stored beside the numbers (an error there is recorded, not raised). ``progress``: a bar over the
+    requests (True: terminal or notebook widget; ``"text"``: plain text; False: none).
     Raises :class:`AcceptanceError` on a connection failure, a non-200 answer or a body that
     is not a ``/generate`` response.
     """
@@ -265,7 +267,12 @@ def measure_generate(
         for i in range(warmup):
             _post_generate(client, url, texts[i % len(texts)], max_new_tokens)
         records = []
-        for i, text in enumerate(texts):
+        if progress == "text":  # papermill runbooks: plain text, readable in the exported report
+            from tqdm.std import tqdm
+        else:
+            from tqdm.auto import tqdm
+        bar = tqdm(texts, desc="requests", unit="req", disable=not progress, mininterval=1.0, leave=False)
+        for i, text in enumerate(bar):
             body, wall = _post_generate(client, url, text, max_new_tokens)
             rec = record_from_response(i, body, wall, url=url)
             if not keep_text:

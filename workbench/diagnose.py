@@ -528,6 +528,7 @@ class DiagnosisRun(BoxSession):
         self.target_facts = None
         self._code_path: CodePathMap | None = None
         self.doctor_report = None
+        self.progress: bool | str = "text" if os.environ.get("EAGLE_WORKBENCH_DRIVER") else True
 
     # -- construction ---------------------------------------------------------------------------
 
@@ -559,7 +560,8 @@ class DiagnosisRun(BoxSession):
         Σ completion_tokens / Σ spec_verify_ct), with the decode log lines written meanwhile."""
         base_url, log_path, launch = self._serving()
         offset = self.box.file_size(log_path) if log_path and self.box.exists(log_path) else 0
-        result = acc.measure_generate(base_url, self.prompts, max_new_tokens=self.max_new_tokens, warmup=1)
+        result = acc.measure_generate(base_url, self.prompts, max_new_tokens=self.max_new_tokens, warmup=1,
+                                      progress=self.progress)
         records: list[dict] = []
         if log_path:
             chunk, _ = self.box.follow(log_path, offset)

@@ -144,7 +144,8 @@ def setting_launch(launch: LaunchCommand, setting: SpecSetting) -> LaunchCommand
 @dataclass
 class SweepRow:
     """One setting's result. Accept length: SGLang's (Σ completion tokens / Σ verify steps, bonus
-    included); ``accepted_drafts_per_step`` = Σ correct drafts / Σ verify steps; ``tokens_per_s``
+    included); ``accepted_drafts_per_step`` = Σ correct drafts / Σ verify steps; ``tau`` = 1 +
+    that (the EAGLE papers' tokens per draft-verify cycle, SGLang's server-side number); ``tokens_per_s``
     = Σ completion tokens / Σ request wall seconds (requests sent one at a time, warm-up
     excluded); ``speedup`` = tokens_per_s / the baseline's. ``histogram``: summed
     ``spec_correct_drafts_histogram`` (index k = verify steps that accepted exactly k drafts);
@@ -160,6 +161,7 @@ class SweepRow:
     accept_length: Optional[float] = None
     accept_rate: Optional[float] = None
     accepted_drafts_per_step: Optional[float] = None
+    tau: Optional[float] = None
     tokens_per_s: Optional[float] = None
     speedup: Optional[float] = None
     completion_tokens: Optional[int] = None
@@ -178,7 +180,7 @@ class SweepRow:
 
 
 CSV_COLUMNS = ("label", "baseline", "steps", "topk", "draft_tokens", "draft_path", "ok", "accept_length",
-               "accept_rate", "accepted_drafts_per_step", "tokens_per_s", "speedup", "completion_tokens",
+               "accept_rate", "accepted_drafts_per_step", "tau", "tokens_per_s", "speedup", "completion_tokens",
                "verify_steps", "requests", "per_position", "histogram", "healthy_after_s", "error", "launch_command")
 
 
@@ -288,8 +290,8 @@ class SweepResult:
                 return f"{v:.3f}"
             return html.escape("" if v is None else str(v))
 
-        cols = ("label", "ok", "accept_length", "accepted_drafts_per_step", "accept_rate", "tokens_per_s", "speedup",
-                "error")
+        cols = ("label", "ok", "accept_length", "tau", "accepted_drafts_per_step", "accept_rate", "tokens_per_s",
+                "speedup", "error")
         head = "".join(f"<th>{c}</th>" for c in cols)
         body = "".join("<tr>" + "".join(f"<td>{cell(getattr(r, c))}</td>" for c in cols) + "</tr>" for r in self.rows)
         return f"<table><tr>{head}</tr>{body}</table>"
@@ -434,7 +436,7 @@ class SweepRun(BoxSession):
         row.healthy_after_s = self.launches[-1]["healthy_after_s"]
         try:
             m = acc.measure_generate(self.inventory.base_url, self.prompts, max_new_tokens=self.max_new_tokens,
-                                     warmup=self.warmup, fetch_server_info=False)
+                                     warmup=self.warmup, fetch_server_info=False, progress=self.progress)
         except acc.AcceptanceError as exc:
             row.error = f"measurement failed: {exc}"
             row.log_tail = self.box.tail(handle.log_path, 20)
@@ -445,6 +447,7 @@ class SweepRun(BoxSession):
         row.ok = True
         row.accept_length, row.accept_rate = m.accept_length, m.accept_rate
         row.accepted_drafts_per_step = sum(correct) / m.verify_steps if m.verify_steps and correct else None
+        row.tau = 1 + row.accepted_drafts_per_step if row.accepted_drafts_per_step is not None else None
         row.tokens_per_s = m.tokens_per_s
         row.completion_tokens, row.verify_steps, row.requests = m.total_tokens, m.verify_steps, len(m.records)
         row.histogram = list(m.histogram) if m.histogram else None
