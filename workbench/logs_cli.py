@@ -7,7 +7,7 @@ Reads the scheduler's ``Decode batch`` / ``Prefill batch`` lines (SGLang 0.4.0 -
 :mod:`workbench.logs`) and prints: accept length and accept rate over time (min, median, max,
 last, and a timeline), generation throughput, running requests, the time span, how many decode and
 prefill lines there are, whether any line carries speculative fields at all, and the runtime
-rule ``acceptance-collapsed`` (``notes/doctor-rules.md``), evaluated on the log.
+rule ``acceptance-collapsed`` (``shared/notes/doctor-rules.md``), evaluated on the log.
 
 ``FILE`` is a path on the box (``--host``: ``local``, an ``~/.ssh/config`` alias,
 ``user@host[:port]``; over SSH the file is read through the box's SFTP by byte ranges). Without
@@ -105,8 +105,9 @@ def _run(args: argparse.Namespace) -> int:
         if args.follow:
             held = scanner.drop_held()                     # the follower reads it whole
             follower = LogFollower(box, path, offset=end - len(held), timeout=args.timeout)
-            source += f", followed {args.follow:g} s"
+            started = time.monotonic()
             _follow(follower, scanner, args, parse_log_line)
+            source += f", followed {time.monotonic() - started:.0f} s of {args.follow:g} s"
         else:
             scanner.finish()
         summary = scanner.summary(source=source, buckets=args.buckets, decode_log_interval=args.decode_log_interval,
@@ -218,7 +219,7 @@ def render_text(summary: Any) -> str:
         lines.append(f"{f.rule} [{f.severity}] {f.message}")
     if s.speculative and not s.collapsed:
         steps = s.spec_lines * s.decode_log_interval
-        why = (f"mean accept len {s.acceptance.accept_length:.2f} > 1.05" if s.acceptance.accept_length > 1.05 else
+        why = (f"mean accept len {s.acceptance.accept_length:.3f} > 1.05" if s.acceptance.accept_length > 1.05 else
                f"only {steps} verify steps (>= {s.spec_lines} lines x --decode-log-interval {s.decode_log_interval}), "
                "fewer than 20")
         lines.append(f"acceptance-collapsed: not fired ({why})")

@@ -1,6 +1,6 @@
 """Preflight rules: static checks on a launch command, configs and checkpoint headers.
 
-Each rule has a stable id (the catalogue is ``notes/doctor-rules.md``), returns a list of
+Each rule has a stable id (the catalogue is ``shared/notes/doctor-rules.md``), returns a list of
 :class:`Finding` (empty when it has nothing to say) and never loads a model. Every finding names
 its evidence: each value compared, with the file (and key) it came from.
 
@@ -55,7 +55,7 @@ def _ev(value: Any, source: str | None) -> dict:
 
 
 def algorithm_mismatch(launch: LaunchCommand, draft: DraftFacts, target: TargetFacts | None = None) -> list[Finding]:
-    """Rule ``algorithm-mismatch`` (severity ``error``), as ``notes/doctor-rules.md`` defines it.
+    """Rule ``algorithm-mismatch`` (severity ``error``), as ``shared/notes/doctor-rules.md`` defines it.
 
     Fires when
     - an EAGLE-3 draft (an architecture name containing ``Eagle3``, or
