@@ -84,7 +84,8 @@ def build_deployment(base: Path, sglang_src: Path) -> str:
 def bench_map(box, launch: str, repeat: int) -> list[dict]:
     """``repeat`` fresh code-path maps (engine located, configs read, map built, scan run) on ``box``:
     seconds, bytes moved over TCP, entries found and missing, swallowed findings."""
-    from workbench.codepath import map_for_launch, scan_swallowed
+    from workbench.engine.codepath import map_for_launch
+    from workbench.rules.engine_source import scan_swallowed
     from workbench.engine import find_engine
 
     out = []

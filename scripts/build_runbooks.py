@@ -1,7 +1,7 @@
 """Write runbooks/diagnose_acceptance.ipynb, runbooks/preflight.ipynb, notebooks/control_panel.ipynb
 and notebooks/engine_probes.ipynb from the cell sources below (no outputs).
 
-The runbook is thin: every cell calls a tested function of ``workbench.diagnose`` and shows what
+The runbook is thin: every cell calls a tested function of ``workbench.diagnosis.run`` and shows what
 it returns. Edit the cells here and rerun ``python scripts/build_runbooks.py``.
 """
 
@@ -52,7 +52,7 @@ server_start_timeout = 600
     md("## 1. Inventory the box\nThe engine, its version and source, the running server and its command line."),
     code("""
 from IPython.display import HTML, display
-from workbench.diagnose import DiagnosisRun
+from workbench.diagnosis import DiagnosisRun
 
 run = DiagnosisRun.start(host=host, launch_command=launch_command, port=port, allow_restart=allow_restart,
                          apply_fix=apply_fix, keep_fix=keep_fix, prompts=prompts, num_prompts=num_prompts,
@@ -144,11 +144,11 @@ PANEL = [
 # Control panel: diagnose a box step by step
 
 The `diagnose_acceptance` runbook as buttons (JupyterLab: `make lab`). Each button runs one step of
-`workbench.diagnose.DiagnosisRun` and shows its evidence below; **Finish** puts the box back as found
+`workbench.diagnosis.DiagnosisRun` and shows its evidence below; **Finish** puts the box back as found
 and writes the verdict JSON. For a headless run and an HTML report use the runbook instead.
 """),
     code("""
-from workbench.panel import control_panel
+from workbench.diagnosis.panel import control_panel
 
 panel = control_panel(host="local", report_dir="reports", num_prompts=6, max_new_tokens=64)
 panel.widget
@@ -181,7 +181,7 @@ server_start_timeout = 300.0
 report_dir = "reports"
 """, tags=("parameters",)),
     code("""
-from workbench.sweep import SweepRun
+from workbench.measure.sweep import SweepRun
 
 run = SweepRun.start(host=host, launch_command=launch_command, port=port, grid=grid,
                      include_baseline=include_baseline, prompts=prompts, num_prompts=num_prompts,
@@ -238,7 +238,7 @@ server_start_timeout = 300.0
 report_dir = "reports"
 """, tags=("parameters",)),
     code("""
-from workbench.sweep import SweepRun
+from workbench.measure.sweep import SweepRun
 
 run = SweepRun.compare(host=host, launch_command=launch_command, port=port, draft_a=draft_a, draft_b=draft_b,
                        include_baseline=include_baseline, prompts=prompts, num_prompts=num_prompts,
@@ -276,7 +276,7 @@ Where the box's own engine source decides what the draft receives: the `is_eagle
 `eagle_config` read inside a broad `except`, the target's offset rule, the draft's `fc` width
 check, `load_weights`' silent drops, the `d2t` use, each with its file and line in *this* version.
 Then one-shot probes on that path (named recipes), read back from the server log, and reverted.
-Every cell calls a tested function (`workbench.engine`, `workbench.codepath`, `remote.probes`).
+Every cell calls a tested function (`workbench.engine`, `workbench.rules`, `remote.probes`).
 """),
     code("""
 host = "local"      # the box: local, an ~/.ssh/config alias, user@host[:port]
@@ -289,8 +289,8 @@ revert_at_end = True  # the last cell reverts the probes this notebook added (ru
     code("""
 from remote import connect
 from remote import probes
-from workbench.codepath import RECIPES, add_recipe, code_path_map, map_for_launch, scan_swallowed
-from workbench.engine import find_engine
+from workbench.engine import RECIPES, add_recipe, code_path_map, find_engine, map_for_launch
+from workbench.rules import scan_swallowed
 
 box = connect(host)
 engine = find_engine(box, python=python, port=port, package=package)

@@ -47,8 +47,8 @@ def test_preflight_runbook_on_the_sandbox_with_the_wrong_flag(tmp_path):
 
     import papermill
 
-    from workbench.diagnose import sandbox_launch_command
-    from workbench.launch import LaunchCommand
+    from workbench.sandbox_box import sandbox_launch_command
+    from workbench.engine.launch import LaunchCommand
 
     out = tmp_path / "preflight.ipynb"
     papermill.execute_notebook(str(ROOT / "runbooks" / "preflight.ipynb"), str(out), kernel_name="python3",

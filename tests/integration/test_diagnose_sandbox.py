@@ -21,8 +21,9 @@ import pytest
 
 from remote import connect
 from remote import probes as remote_probes
-from workbench.diagnose import DRAFT_MODEL_FILE, sandbox_launch_command
-from workbench.journal import Journal
+from workbench.diagnosis.run import DRAFT_MODEL_FILE
+from workbench.sandbox_box import sandbox_launch_command
+from workbench.session.journal import Journal
 from workbench.report import check_self_contained, count_plotly_figures, render_dom
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -28,7 +28,7 @@ import pytest
 from remote import connect
 from remote.probes import list_probes, read_probe_log
 from workbench.cli import main
-from workbench.diagnose import sandbox_launch_command
+from workbench.sandbox_box import sandbox_launch_command
 
 ROOT = Path(__file__).resolve().parents[2]
 SANDBOX = ROOT / "workbench" / "sandbox"

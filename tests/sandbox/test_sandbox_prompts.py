@@ -3,8 +3,8 @@
 import json
 from pathlib import Path
 
-from workbench.acceptance import load_prompts
-from workbench.diagnose import sandbox_prompts_path
+from workbench.measure.prompts import load_prompts
+from workbench.sandbox_box import sandbox_prompts_path
 
 ROOT = Path(__file__).resolve().parents[2]
 MANIFEST = ROOT / "workbench" / "sandbox" / "models" / "target" / "corpus_manifest.json"

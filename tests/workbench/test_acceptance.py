@@ -4,14 +4,10 @@ from datetime import datetime
 import httpx
 import pytest
 
-from workbench.acceptance import (
-    AcceptanceError,
-    acceptance_from_log,
-    load_prompts,
-    measure_generate,
-    parse_log,
-    parse_log_line,
-)
+from workbench.errors import AcceptanceError
+from workbench.logs import acceptance_from_log, parse_log, parse_log_line
+from workbench.measure.prompts import load_prompts
+from workbench.measure.generate import measure_generate
 from workbench_test_helpers import public_report
 
 # Real-format lines, as SGLang 0.5.23's metrics_reporter.py / configure_logger write them.
@@ -200,5 +196,6 @@ def test_load_prompts(tmp_path):
     assert len({p["id"] for p in prompts}) == len(prompts)
     f = tmp_path / "p.jsonl"
     f.write_text('// comment\n{"text": "hi"}\n\n{"nope": 1}\n')
-    with pytest.raises(ValueError, match=r"p.jsonl:4: expected an object with a string 'text'"):
+    # one loader for every prompt set (workbench.measure.prompts): a PromptSetError, which is a ValueError
+    with pytest.raises(ValueError, match=r"p.jsonl:4: missing a string 'text'"):
         load_prompts(f)

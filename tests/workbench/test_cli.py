@@ -17,8 +17,8 @@ import pytest
 
 from remote import connect
 from workbench.cli import main
-from workbench.journal import Journal, journal_path
-from workbench.launch import LaunchCommand
+from workbench.session.journal import Journal, journal_path
+from workbench.engine.launch import LaunchCommand
 from test_draft_checks import specforge_spec, token_map
 from workbench_test_helpers import fixture_config, write_sparse_safetensors
 

@@ -8,8 +8,10 @@ from pathlib import Path
 import pytest
 
 from remote import connect
-from workbench.diagnose import _engine_package, _server_python, absolutize, sandbox_launch_command
-from workbench.launch import LaunchCommand
+from workbench.engine.locate import engine_package, server_python
+from workbench.session.inventory import absolutize
+from workbench.sandbox_box import sandbox_launch_command
+from workbench.engine.launch import LaunchCommand
 
 TINY_SERVER = Path(__file__).resolve().parent.parent / "remote" / "tiny_launch_server.py"
 
@@ -40,7 +42,7 @@ def test_absolutize_resolves_relative_model_dirs_against_the_server_cwd(box, tmp
     ("python -m workbench.sandbox.launch_server --model-path /m", "workbench.sandbox"),
 ])
 def test_engine_package(text, package):
-    assert _engine_package(LaunchCommand.parse(text)) == package
+    assert engine_package(LaunchCommand.parse(text)) == package
 
 
 def test_server_python_keeps_the_venv_interpreter(box, tmp_path):
@@ -53,9 +55,9 @@ def test_server_python_keeps_the_venv_interpreter(box, tmp_path):
     try:
         (server,) = [s for s in box.find_servers(str(TINY_SERVER)) if s.pid == handle.pid]
         absolute = LaunchCommand.parse(f"{venv_python} -m sglang.launch_server --model-path /m")
-        assert _server_python(box, absolute, server, timeout=10) == venv_python
+        assert server_python(box, absolute, server, timeout=10) == venv_python
         relative = LaunchCommand.parse(f"{Path(venv_python).name} -m sglang.launch_server --model-path /m")
-        assert _server_python(box, relative, server, timeout=10) == venv_python
+        assert server_python(box, relative, server, timeout=10) == venv_python
     finally:
         box.stop_server(handle, grace=2)
 
@@ -71,18 +73,19 @@ def test_sandbox_launch_command_names_the_wrong_flag_and_the_committed_models():
 def test_only_launch_commands_count_as_servers():
     """A process that merely mentions sglang / launch_server (this workbench's own command line with a
     launch_command parameter, `tail -f sglang.log`) is not a server."""
-    from workbench.diagnose import _is_launch_argv
+    from workbench.engine.locate import is_launch_argv
 
-    assert _is_launch_argv(["python3", "-m", "sglang.launch_server", "--model-path", "/m"])
-    assert _is_launch_argv(["/v/bin/python", "-m", "workbench.sandbox.launch_server", "--model-path", "/m"])
-    assert not _is_launch_argv(["/v/bin/python", "/v/bin/workbench", "runbook", "diagnose_acceptance", "-p",
+    assert is_launch_argv(["python3", "-m", "sglang.launch_server", "--model-path", "/m"])
+    assert is_launch_argv(["/v/bin/python", "-m", "workbench.sandbox.launch_server", "--model-path", "/m"])
+    assert not is_launch_argv(["/v/bin/python", "/v/bin/workbench", "runbook", "diagnose_acceptance", "-p",
                                 "launch_command", "python -m sglang.launch_server --model-path /m"])
-    assert not _is_launch_argv(["tail", "-f", "/var/log/sglang.log"])
+    assert not is_launch_argv(["tail", "-f", "/var/log/sglang.log"])
 
 
 def test_a_second_diagnosis_refuses_while_the_first_runs(tmp_path, monkeypatch):
-    from workbench.diagnose import DiagnosisError, DiagnosisRun
-    from workbench.journal import Journal
+    from workbench.errors import DiagnosisError
+    from workbench.diagnosis.run import DiagnosisRun
+    from workbench.session.journal import Journal
 
     monkeypatch.setenv("EAGLE_WORKBENCH_STATE_DIR", str(tmp_path / "state"))
     first = Journal(connect("local"))
@@ -93,9 +96,9 @@ def test_a_second_diagnosis_refuses_while_the_first_runs(tmp_path, monkeypatch):
 
 
 def test_evidence_cells_show_value_and_source_escaped():
-    from workbench.diagnose import _html_table
+    from workbench.report.tables import html_table
 
-    out = _html_table([("speculative_algorithm", {"value": "<EAGLE>", "source": "launch command: --speculative-algorithm"}),
+    out = html_table([("speculative_algorithm", {"value": "<EAGLE>", "source": "launch command: --speculative-algorithm"}),
                        ("fc_in_features", {"value": 576, "source": None}), ("ids", [1, 3, 4])])
     assert "<code>&lt;EAGLE&gt;</code><br><small" in out and "from launch command: --speculative-algorithm" in out
     assert "from (source not recorded)" in out
@@ -103,7 +106,8 @@ def test_evidence_cells_show_value_and_source_escaped():
 
 
 def test_the_sandbox_default_is_refused_on_a_box_that_lacks_it(box, tmp_path, free_port):
-    from workbench.diagnose import DiagnosisError, take_inventory
+    from workbench.errors import DiagnosisError
+    from workbench.session.inventory import take_inventory
 
     elsewhere = sandbox_launch_command(port=free_port).replace(str(Path(sys.executable)),
                                                                 str(tmp_path / "nowhere" / "python3"))
@@ -121,7 +125,7 @@ def test_static_hypotheses_name_the_root_cause_before_any_restart(tmp_path, monk
     wrong flag is still the root cause, with its fix, and the verdict records zero restarts."""
     import json
 
-    from workbench.diagnose import DiagnosisRun
+    from workbench.diagnosis.run import DiagnosisRun
 
     monkeypatch.setenv("EAGLE_WORKBENCH_STATE_DIR", str(tmp_path / "state"))
     run = DiagnosisRun.start(port=free_port, allow_restart=False, report_dir=tmp_path / "reports")
@@ -145,7 +149,8 @@ def test_inventory_without_a_port_looks_only_at_the_default_port_fake_sglang_pro
     one diagnosed; a server on another port is only mentioned, never taken over (restarted).
     SGLang cannot run here: the other server is a stand-in ``sglang/launch_server.py`` that sleeps,
     so that its real command line is ``python -m sglang.launch_server ... --port N``."""
-    from workbench.diagnose import DEFAULT_PORT, take_inventory
+    from workbench.sandbox_box import DEFAULT_PORT
+    from workbench.session.inventory import take_inventory
 
     pkg = tmp_path / "fake" / "sglang"
     pkg.mkdir(parents=True)

@@ -19,8 +19,10 @@ import numpy as np
 import pytest
 
 from test_draft_checks import specforge_spec, token_map
-from workbench.doctor import DoctorReport, acceptance_collapsed, run_doctor, spec_params_invalid
-from workbench.launch import LaunchCommand
+from workbench.doctor import DoctorReport, run_doctor
+from workbench.rules.runtime import acceptance_collapsed
+from workbench.rules.launch_flags import spec_params_invalid
+from workbench.engine.launch import LaunchCommand
 from workbench_test_helpers import fixture_config, public_report, write_raw, write_sparse_safetensors
 
 # Public model-card facts of the targets: (architectures, hidden, layers, vocab, max positions, rope theta).
@@ -398,7 +400,7 @@ def test_real_speculators_config_is_not_read_by_sglang(box, tmp_path, sglang_sou
 
 
 def test_sandbox_eagle3_healthy_and_eagle_flag_caught(box):
-    from workbench.diagnose import sandbox_launch_command
+    from workbench.sandbox_box import sandbox_launch_command
 
     good = run_doctor(box, sandbox_launch_command(algorithm="EAGLE3"))
     assert serious(good) == [] and good.engine_version == "0.5.23+sandbox"
@@ -593,8 +595,8 @@ def test_unknown_algorithm_name_from_the_engine_source(box, tmp_path, sglang_sou
 
 
 def test_launch_flag_unknown_names_the_typo_and_the_flag_meant():
-    from workbench.doctor import launch_flags_unknown
-    from workbench.launch import LaunchCommand
+    from workbench.rules.launch_flags import launch_flags_unknown
+    from workbench.engine.launch import LaunchCommand
 
     typo = LaunchCommand.parse("python -m sglang.launch_server --model-path /m --speculative-algoritm EAGLE3 "
                                "--tp 8 --trust-remote-code")
@@ -615,9 +617,9 @@ def test_unknown_algorithm_name_is_an_error(tmp_path):
     """A misspelled algorithm is caught from the names the box's engine source defines (the
     sandbox mirrors SGLang's spec_info.py), else from the names modelled from 0.5.23."""
     from remote import connect
-    from workbench.diagnose import sandbox_launch_command
+    from workbench.sandbox_box import sandbox_launch_command
     from workbench.doctor import run_doctor
-    from workbench.launch import LaunchCommand
+    from workbench.engine.launch import LaunchCommand
 
     text = sandbox_launch_command(port=30123).replace("--speculative-algorithm EAGLE ",
                                                       "--speculative-algorithm EAGEL3 ")

@@ -26,7 +26,7 @@ import numpy as np
 import pytest
 
 from workbench.checkpoint import read_draft_facts, read_target_facts
-from workbench.draft_checks import (
+from workbench.rules.weights import (
     LEGACY_NAME_MAP,
     check_draft_weights,
     check_token_map,

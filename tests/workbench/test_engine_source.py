@@ -12,7 +12,9 @@ import time
 
 import pytest
 
-from workbench.codepath import RECIPES, code_path_map, map_for_launch, recipe_probe, scan_swallowed
+from workbench.engine.recipes import RECIPES, recipe_probe
+from workbench.engine.codepath import code_path_map, map_for_launch
+from workbench.rules.engine_source import scan_swallowed
 from workbench.engine import EngineNotFound, EngineSource, SourceLookupError, find_engine
 
 SANDBOX_ROOT = pathlib.Path(__file__).resolve().parents[2] / "workbench" / "sandbox"
@@ -335,7 +337,7 @@ def test_recipes_patch_compile_and_revert_on_real_0_5_23(sglang_copy, tmp_path):
     compiles on the box, and revert_all restores every file byte for byte."""
     from remote import connect
     from remote.probes import list_probes, revert_all
-    from workbench.codepath import add_recipe
+    from workbench.engine.recipes import add_recipe
 
     files = {p: hashlib.sha256(p.read_bytes()).hexdigest() for p in sglang_copy.rglob("*.py")}
     with connect("local", state_dir=tmp_path / "state", python=sys.executable) as box:
@@ -359,7 +361,7 @@ def test_recipes_patch_compile_and_revert_on_real_0_5_23(sglang_copy, tmp_path):
 def test_probes_in_place_are_not_reported_and_the_map_says_lines_moved(sglang_copy, tmp_path):
     from remote import connect
     from remote.probes import revert_all
-    from workbench.codepath import add_recipe
+    from workbench.engine.recipes import add_recipe
 
     with connect("local", state_dir=tmp_path / "state", python=sys.executable) as box:
         add_recipe(box, code_path_map(_src(box, sglang_copy)), "draft-input-width")

@@ -7,8 +7,8 @@ import plotly.graph_objects as go
 import plotly.io as pio
 import pytest
 
-from workbench import figures
-from workbench.figures import FigureInputError
+from workbench.report import figures
+from workbench.report.figures import FigureInputError
 
 
 def _hline_ys(fig: go.Figure) -> list[float]:

@@ -21,7 +21,7 @@ import pytest
 
 from remote import connect
 from remote import probes as remote_probes
-from workbench.journal import Journal, JournalError, journal_path, restore_box
+from workbench.session.journal import Journal, JournalError, journal_path, restore_box
 
 TINY_SERVER = Path(__file__).resolve().parent.parent / "remote" / "tiny_launch_server.py"
 MARK = "EWB_JOURNAL_TEST_MARK"

@@ -1,6 +1,6 @@
 import pytest
 
-from workbench.launch import LaunchCommand, LaunchCommandError, canonical_flag
+from workbench.engine.launch import LaunchCommand, LaunchCommandError, canonical_flag
 
 KIMI = (
     "CUDA_VISIBLE_DEVICES=0,1,2,3,4,5,6,7 SGLANG_LOG_MS=1 python3 -m sglang.launch_server \\\n"

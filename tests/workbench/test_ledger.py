@@ -2,7 +2,7 @@ import json
 
 import pytest
 
-from workbench.ledger import Evidence, Hypothesis, Ledger, LedgerError
+from workbench.diagnosis.ledger import Evidence, Hypothesis, Ledger, LedgerError
 
 
 def test_ledger_flow_and_json():

@@ -31,7 +31,7 @@ from workbench.logs import (
     tail_box,
     tail_bytes,
 )
-from workbench.logs_cli import main as logs_main
+from workbench.cli.logs import main as logs_main
 from workbench_test_helpers import public_report
 
 LOGS = Path(__file__).resolve().parents[1] / "fixtures" / "logs"
@@ -749,7 +749,7 @@ def test_library_over_ssh_follow_and_scan(ssh_env, tmp_path):
 
 @pytest.mark.slow
 def test_sandbox_server_log(tmp_path, free_port, monkeypatch, capsys):
-    from workbench.diagnose import sandbox_launch_command
+    from workbench.sandbox_box import sandbox_launch_command
 
     monkeypatch.setenv("EAGLE_WORKBENCH_STATE_DIR", str(tmp_path / "box-state"))
     box = connect("local")

@@ -24,13 +24,13 @@ from workbench.measure import (
     PromptSetError,
     acceptance_from_counts,
     format_table,
-    load_prompt_set,
     measure,
     parse_metrics,
     position_acceptance,
     record_from_openai,
 )
-from workbench.measure_cli import add_measure_parser
+from workbench.measure.prompts import load_prompts
+from workbench.cli.measure import add_measure_parser
 
 ROOT = Path(__file__).resolve().parents[2]
 BENCH = ROOT / "workbench" / "sandbox" / "prompts" / "bench.jsonl"
@@ -314,7 +314,7 @@ def test_measure_bad_arguments_and_unreachable():
 
 @pytest.mark.parametrize("name,count", [("chat", 30), ("code", 30), ("math", 35), ("default", 12)])
 def test_builtin_prompt_sets(name, count):
-    prompts = load_prompt_set(name)
+    prompts = load_prompts(name)
     assert len(prompts) == count
     assert len({p["id"] for p in prompts}) == count
     if name != "default":
@@ -324,8 +324,8 @@ def test_builtin_prompt_sets(name, count):
 def test_user_prompt_file(tmp_path):
     f = tmp_path / "p.jsonl"
     f.write_text('// a comment\n\n{"text": "def f():", "id": 1}\n{"text": "x", "source": "me", "extra": [1]}\n')
-    assert [p["text"] for p in load_prompt_set(f)] == ["def f():", "x"]
-    assert len(load_prompt_set(BENCH)) == 20  # the sandbox's own prompts are in the same format
+    assert [p["text"] for p in load_prompts(f)] == ["def f():", "x"]
+    assert len(load_prompts(BENCH)) == 20  # the sandbox's own prompts are in the same format
 
 
 @pytest.mark.parametrize("content,line,message", [
@@ -341,7 +341,7 @@ def test_prompt_file_errors_name_the_line(tmp_path, content, line, message):
     f = tmp_path / "bad.jsonl"
     f.write_text(content)
     with pytest.raises(PromptSetError, match=re.escape(message)) as info:
-        load_prompt_set(f)
+        load_prompts(f)
     assert info.value.line == line and info.value.path == str(f)
     assert str(info.value).startswith(f"{f}:{line}:" if line else f"{f}:")
 
@@ -350,12 +350,12 @@ def test_prompt_file_not_utf8_missing_and_directory(tmp_path):
     f = tmp_path / "latin1.jsonl"
     f.write_bytes(b'{"text": "a"}\n{"text": "caf\xe9"}\n')
     with pytest.raises(PromptSetError, match="not UTF-8") as info:
-        load_prompt_set(f)
+        load_prompts(f)
     assert info.value.line == 2
     with pytest.raises(PromptSetError, match="not a built-in prompt set"):
-        load_prompt_set(tmp_path / "nope.jsonl")
+        load_prompts(tmp_path / "nope.jsonl")
     with pytest.raises(PromptSetError, match="directory"):
-        load_prompt_set(tmp_path)
+        load_prompts(tmp_path)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -463,7 +463,7 @@ def _launch(tmp_path_factory, algorithm: str, *extra: str, decode_log_interval: 
     import socket
 
     from remote import connect
-    from workbench.diagnose import sandbox_launch_command
+    from workbench.sandbox_box import sandbox_launch_command
 
     tmp = tmp_path_factory.mktemp(f"measure-{algorithm.lower()}")
     with socket.socket() as s:

@@ -25,7 +25,7 @@ from workbench import report
 from workbench.report import ReportError, VerdictSchemaError
 
 PLOTLY_CELL = """\
-from workbench.figures import accept_length_before_after, hidden_width_probe
+from workbench.report.figures import accept_length_before_after, hidden_width_probe
 fig = accept_length_before_after(accept_before, 3.25, ideal=4)
 fig.show()"""
 

@@ -9,7 +9,7 @@ import json
 import pytest
 
 from workbench.checkpoint import draft_facts_from, target_facts_from
-from workbench.launch import LaunchCommand
+from workbench.engine.launch import LaunchCommand
 from workbench.rules import Finding, RuleInputError, algorithm_mismatch, check_algorithm_mismatch
 from workbench_test_helpers import fixture_config, public_report, write_sparse_safetensors
 

@@ -2,8 +2,8 @@
 
 import pytest
 
-from workbench.launch import LaunchCommand
-from workbench.sweep import SpecSetting, SweepError, SweepResult, SweepRow, parse_grid, setting_launch
+from workbench.engine.launch import LaunchCommand
+from workbench.measure.sweep import SpecSetting, SweepError, SweepResult, SweepRow, parse_grid, setting_launch
 
 LAUNCH = ("python -m sglang.launch_server --model-path /m --speculative-algorithm EAGLE3 "
           "--speculative-draft-model-path /d --speculative-num-steps 3 --speculative-eagle-topk 1 "
@@ -76,7 +76,8 @@ def test_check_fails_when_nothing_was_measured():
 
 
 def test_runbooks_refuse_port_0_instead_of_falling_back_to_30000():
-    from workbench.diagnose import DiagnosisError, open_box
+    from workbench.errors import DiagnosisError
+    from workbench.session import open_box
 
     for bad in (0, 70000, "abc", True):
         with pytest.raises(DiagnosisError, match="port must be a TCP port number 1-65535"):

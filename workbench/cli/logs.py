@@ -1,0 +1,230 @@
+"""``workbench logs``: what an SGLang server log says about acceptance, on any box.
+
+    workbench logs FILE [--host SPEC] [--json] [--last N] [--follow SECONDS]
+                        [--decode-log-interval N] [--buckets N] [--timeout S]
+
+Reads the scheduler's ``Decode batch`` / ``Prefill batch`` lines (SGLang 0.4.0 - 0.5.23, see
+:mod:`workbench.logs`) and prints: accept length and accept rate over time (min, median, max,
+last, and a timeline), generation throughput, running requests, the time span, how many decode and
+prefill lines there are, whether any line carries speculative fields at all, and the runtime
+rule ``acceptance-collapsed`` (``shared/notes/doctor-rules.md``), evaluated on the log.
+
+``FILE`` is a path on the box (``--host``: ``local``, an ``~/.ssh/config`` alias,
+``user@host[:port]``; over SSH the file is read through the box's SFTP by byte ranges). Without
+``--last`` the whole file is read in 8 MiB ranges; ``--last N`` reads only the last N lines,
+backwards from the end (a multi-GB log costs the blocks holding them). ``--follow SECONDS`` then
+keeps reading what the server writes for that long (truncation and rotation handled; without
+``--last`` it starts at the current end, so the summary covers only the new lines), printing each
+new decode line; Ctrl-C ends it early. ``--decode-log-interval``: the server's value (default 40,
+SGLang's default) for the rule's verify-step count.
+
+Exit codes: 0 the log was read and acceptance did not collapse, 1 ``acceptance-collapsed``
+fired, 2 the log could not be read (no such file, a directory, not an SGLang log, an unreachable
+box), with one line on stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from typing import Any, Optional, Sequence
+
+from workbench.cli.argtypes import positive_int, positive_seconds
+
+__all__ = ["add_logs_parser", "main", "render_text"]
+
+PROG = "workbench logs"
+
+
+def add_logs_parser(sub: Any) -> None:
+    """Register ``workbench logs`` on the CLI's subparsers (``argparse`` ``add_subparsers()``)."""
+    p = sub.add_parser("logs", help="accept length, accept rate and throughput from an SGLang server log",
+                       description=__doc__.split("\n\n")[0] + "\n\n" + __doc__.split("\n\n", 2)[2],
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("file", metavar="FILE", help="the server's log file on the box")
+    p.add_argument("--host", default="local", help="the box: local, an ~/.ssh/config alias, user@host[:port]")
+    p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    p.add_argument("--last", type=positive_int, metavar="N", help="only the last N lines (read backwards)")
+    p.add_argument("--follow", type=positive_seconds, metavar="SECONDS",
+                   help="then keep reading new lines for this many seconds")
+    p.add_argument("--decode-log-interval", type=positive_int, default=40, metavar="N",
+                   help="the server's --decode-log-interval (default 40, SGLang's default)")
+    p.add_argument("--buckets", type=positive_int, default=12, metavar="N", help="timeline slices (default 12)")
+    p.add_argument("--timeout", type=positive_seconds, default=30.0, help="seconds for each call to the box (default 30)")
+    p.add_argument("--poll", type=positive_seconds, default=0.5, help=argparse.SUPPRESS)
+    p.set_defaults(func=_run)
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """``workbench logs`` on its own (``python -m workbench.logs_cli FILE ...``): the exit code."""
+    parser = argparse.ArgumentParser(prog="workbench")
+    add_logs_parser(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(["logs", *(sys.argv[1:] if argv is None else argv)])
+    return args.func(args)
+
+
+def _fail(message: str) -> int:
+    print(f"{PROG}: {message}", file=sys.stderr)
+    return 2
+
+
+def _run(args: argparse.Namespace) -> int:
+    from remote import connect
+    from remote.errors import RemoteError, RemoteFileNotFound, RemoteIsADirectory
+    from workbench.logs import LogFollower, LogScanner, parse_log_line, read_box, tail_bytes
+
+    try:
+        box = connect(args.host)
+    except RemoteError as exc:
+        return _fail(str(exc))
+    path = args.file
+    where = path if box.name == "local" else f"{path} on {box.name}"
+    try:
+        try:
+            st = box.stat(path, timeout=args.timeout)
+        except RemoteFileNotFound:
+            return _fail(f"no such file: {where}")
+        if st.is_dir:
+            return _fail(f"{where} is a directory, not a log file")
+        if not st.is_file:
+            return _fail(f"{where} is not a regular file")
+        scanner = LogScanner()
+        follower = None
+        if args.last:
+            data, end = tail_bytes(box, path, args.last, timeout=args.timeout, end=st.size)
+            scanner.feed(data)
+            source = f"last {args.last} lines of {where}"
+        elif args.follow:
+            end = st.size
+            source = f"{where}, from byte {end}"
+        else:
+            end = read_box(box, path, scanner, timeout=args.timeout, end=st.size)
+            source = where
+        if args.follow:
+            held = scanner.drop_held()                     # the follower reads it whole
+            follower = LogFollower(box, path, offset=end - len(held), timeout=args.timeout)
+            started = time.monotonic()
+            _follow(follower, scanner, args, parse_log_line)
+            source += f", followed {time.monotonic() - started:.0f} s of {args.follow:g} s"
+        else:
+            scanner.finish()
+        summary = scanner.summary(source=source, buckets=args.buckets, decode_log_interval=args.decode_log_interval,
+                                  events=follower.events if follower else ())
+    except RemoteIsADirectory:
+        return _fail(f"{where} is a directory, not a log file")
+    except RemoteFileNotFound:
+        return _fail(f"{where} disappeared while it was read")
+    except (RemoteError, OSError, ValueError) as exc:
+        return _fail(f"cannot read {where}: {exc}")
+    finally:
+        box.close()
+    if not summary.looks_like_log:
+        if not summary.bytes:
+            if not args.follow:
+                return _fail(f"{where} is empty: no log line yet")
+        else:
+            return _fail(f"{where} is not an SGLang server log: none of its {summary.lines} lines opens with "
+                         "SGLang's [YYYY-mm-dd HH:MM:SS] prefix or is a Decode/Prefill batch line")
+    out = summary.to_dict()
+    out["host"] = args.host
+    out["path"] = path
+    print(json.dumps(out, indent=2) if args.json else render_text(summary))
+    return 1 if summary.collapsed else 0
+
+
+def _follow(follower: Any, scanner: Any, args: argparse.Namespace, parse_line: Any) -> None:
+    """Poll ``follower`` every ``args.poll`` seconds for ``args.follow`` seconds, feeding
+    ``scanner``; without ``--json`` print each new decode line as it arrives. Ctrl-C stops."""
+    deadline = time.monotonic() + args.follow
+    try:
+        while True:
+            data = follower.poll()
+            if data:
+                scanner.feed(data)
+                if not args.json:
+                    for line in data.split(b"\n"):
+                        if b"Decode batch" in line:
+                            rec = parse_line(line)
+                            if rec is not None and rec.kind == "decode":
+                                print(_progress(rec), flush=True)
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            time.sleep(min(args.poll, left))
+    except KeyboardInterrupt:
+        print(f"{PROG}: stopped following (Ctrl-C)", file=sys.stderr)
+
+
+def _progress(rec: Any) -> str:
+    ts = rec.timestamp.isoformat(sep=" ") if rec.timestamp else "-"
+    parts = [ts, f"#running-req {_num(rec.running_req)}"]
+    if rec.accept_len is not None:
+        parts.append(f"accept len {rec.accept_len:.2f}")
+    if rec.accept_rate is not None:
+        parts.append(f"accept rate {rec.accept_rate:.2f}")
+    if rec.gen_throughput is not None:
+        parts.append(f"gen {rec.gen_throughput:.1f} tok/s")
+    return "  ".join(parts)
+
+
+def _num(v: Any) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, float) and not v.is_integer():
+        return f"{v:.2f}"
+    return str(int(v))
+
+
+def render_text(summary: Any) -> str:
+    """The plain-text report of a :class:`workbench.logs.LogSummary` (what ``workbench logs``
+    prints without ``--json``)."""
+    s = summary
+    lines = [f"{s.source}: {s.bytes:,} bytes, {s.lines:,} lines"]
+    if s.first:
+        lines.append(f"time span     {s.first} -> {s.last} ({s.span_s:,.1f} s)")
+    ranks = ", ".join(f"{k} {v:,}" for k, v in s.ranks.items())
+    lines.append(f"batch lines   {s.decode_lines:,} decode ({s.spec_lines:,} with accept len), "
+                 f"{s.prefill_lines:,} prefill" + (f"; rank tags: {ranks}" if ranks else ""))
+    lines.append(f"speculative   {'yes: decode lines carry accept len' if s.speculative else 'no: no decode line carries accept len'}")
+    rows = [("accept len", s.accept_len, 2), ("accept rate", s.accept_rate, 2),
+            ("gen tok/s", s.gen_throughput, 1), ("#running-req", s.running_req, 1),
+            ("input tok/s", s.input_throughput, 1)]
+    if any(st is not None for _, st, _ in rows):
+        lines.append(f"{'':14}{'min':>10}{'median':>10}{'max':>10}{'last':>10}{'mean':>10}  lines")
+        for name, st, d in rows:
+            if st is None:
+                continue
+            vals = "".join(f"{v:>10.{d}f}" for v in (st.min, st.median, st.max, st.last, st.mean))
+            lines.append(f"{name:<14}{vals}  {st.count:,}" + ("  (prefill lines)" if name == "input tok/s" else ""))
+    if s.timeline:
+        lines.append(f"timeline ({len(s.timeline)} slices)")
+        lines.append(f"  {'start':<23} {'lines':>6} {'accept len med (min-max)':>25} {'rate':>6} {'gen tok/s':>10} {'#run':>6}")
+        for row in s.timeline:
+            al = "-" if row["accept_len_median"] is None else \
+                f"{row['accept_len_median']:.2f} ({row['accept_len_min']:.2f}-{row['accept_len_max']:.2f})"
+            rate = "-" if row["accept_rate_median"] is None else f"{row['accept_rate_median']:.2f}"
+            gen = "-" if row["gen_throughput_median"] is None else f"{row['gen_throughput_median']:.1f}"
+            run = "-" if row["running_req_median"] is None else f"{row['running_req_median']:g}"
+            lines.append(f"  {str(row['start'] or '-'):<23} {row['decode_lines']:>6} {al:>25} {rate:>6} {gen:>10} {run:>6}")
+    for ev in s.events:
+        e = ev.to_dict() if hasattr(ev, "to_dict") else ev
+        lines.append(f"follow: {e['kind']} at byte {e['offset']:,}" + (f", old end read from {e['rotated_to']}"
+                                                                     if e.get("rotated_to") else "")
+                     + (f"; not read: {e['lost']}" if e.get("lost") else ""))
+    for note in s.notes:
+        lines.append(f"note: {note}")
+    for f in s.findings:
+        lines.append(f"{f.rule} [{f.severity}] {f.message}")
+    if s.speculative and not s.collapsed:
+        steps = s.spec_lines * s.decode_log_interval
+        why = (f"mean accept len {s.acceptance.accept_length:.3f} > 1.05" if s.acceptance.accept_length > 1.05 else
+               f"only {steps} verify steps (>= {s.spec_lines} lines x --decode-log-interval {s.decode_log_interval}), "
+               "fewer than 20")
+        lines.append(f"acceptance-collapsed: not fired ({why})")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,15 @@
+"""The diagnosis: the ``diagnose_acceptance`` runbook's steps (:mod:`.run`: symptom → hypotheses →
+probe → fix → verify → verdict), the hypothesis ledger (:mod:`.ledger`) and the JupyterLab control
+panel over the same steps (:mod:`.panel`, imported on its own: it needs ipywidgets).
+
+Layering: the top of the library — imports :mod:`workbench.session`, :mod:`workbench.measure`,
+:mod:`workbench.doctor`, :mod:`workbench.rules`, :mod:`workbench.engine`, :mod:`workbench.logs`,
+:mod:`workbench.report` and :mod:`remote`; only :mod:`workbench.cli` and the notebooks import it.
+"""
+
+from workbench.diagnosis.ledger import Evidence, Hypothesis, Ledger
+from workbench.diagnosis.run import DiagnosisRun, Measurement, StepResult
+from workbench.errors import DiagnosisError, LedgerError
+
+__all__ = ["DiagnosisRun", "Measurement", "StepResult", "DiagnosisError", "Evidence", "Hypothesis", "Ledger",
+           "LedgerError"]

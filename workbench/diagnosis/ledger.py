@@ -1,0 +1,159 @@
+"""The hypothesis ledger: what we suspect, what we found, what we decided.
+
+A :class:`Ledger` holds :class:`Hypothesis` entries, each with a verdict (``confirmed``,
+``refuted`` or ``inconclusive`` — the default until decided) and a list of :class:`Evidence`.
+It serialises to the ``hypotheses[]`` list of the verdict document
+(``reports/diagnose_acceptance.json``: ``id``, ``statement``, ``verdict``, ``evidence``) and
+renders as an HTML table in notebooks.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from dataclasses import dataclass, field
+from typing import Any, Iterator
+from workbench.errors import LedgerError
+
+__all__ = ["Evidence", "Hypothesis", "Ledger", "VERDICTS", "LedgerError"]
+
+VERDICTS = ("confirmed", "refuted", "inconclusive")
+
+_COLOURS = {"confirmed": "#1a7f37", "refuted": "#cf222e", "inconclusive": "#9a6700"}
+
+
+@dataclass
+class Evidence:
+    """One observation. ``kind``: what sort (``"finding"``, ``"acceptance"``, ``"probe"``,
+    ``"log"``, ...); ``summary``: one line for a human; ``data``: the values (JSON-serialisable);
+    ``source``: where it came from (a file and key, an endpoint, a log path)."""
+
+    kind: str
+    summary: str
+    data: dict = field(default_factory=dict)
+    source: str = ""
+
+    def to_dict(self) -> dict:
+        return {"kind": self.kind, "summary": self.summary, "data": self.data, "source": self.source}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Evidence":
+        return cls(d["kind"], d["summary"], dict(d.get("data") or {}), d.get("source", ""))
+
+
+def _check_verdict(verdict: str) -> str:
+    if verdict not in VERDICTS:
+        raise LedgerError(f"verdict must be one of {VERDICTS}, got {verdict!r}")
+    return verdict
+
+
+@dataclass
+class Hypothesis:
+    """A statement under test. ``verdict`` is validated (:data:`VERDICTS`); it stays
+    ``"inconclusive"`` until :meth:`Ledger.decide` sets it."""
+
+    id: str
+    statement: str
+    verdict: str = "inconclusive"
+    evidence: list[Evidence] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        _check_verdict(self.verdict)
+
+    def to_dict(self) -> dict:
+        return {"id": self.id, "statement": self.statement, "verdict": self.verdict,
+                "evidence": [e.to_dict() for e in self.evidence]}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Hypothesis":
+        return cls(d["id"], d["statement"], d.get("verdict", "inconclusive"),
+                   [Evidence.from_dict(e) for e in d.get("evidence", [])])
+
+
+class Ledger:
+    """An ordered set of hypotheses keyed by id.
+
+    ``add(id, statement)`` (or ``add(Hypothesis)``) → the hypothesis; ``get(id)``;
+    ``add_evidence(id, *evidence)``; ``decide(id, verdict, *evidence)``; ``to_dict()`` /
+    ``to_json()`` / ``from_dict()``; ``_repr_html_()`` for notebooks.
+    Raises :class:`LedgerError` on a duplicate or unknown id or an invalid verdict.
+    """
+
+    def __init__(self, hypotheses: list[Hypothesis] | None = None) -> None:
+        self._items: dict[str, Hypothesis] = {}
+        for h in hypotheses or []:
+            self.add(h)
+
+    def add(self, hypothesis: Hypothesis | str, statement: str | None = None) -> Hypothesis:
+        if isinstance(hypothesis, str):
+            if statement is None:
+                raise LedgerError(f"hypothesis {hypothesis!r} needs a statement")
+            hypothesis = Hypothesis(hypothesis, statement)
+        if hypothesis.id in self._items:
+            raise LedgerError(f"hypothesis {hypothesis.id!r} is already in the ledger")
+        self._items[hypothesis.id] = hypothesis
+        return hypothesis
+
+    def get(self, id: str) -> Hypothesis:
+        try:
+            return self._items[id]
+        except KeyError:
+            raise LedgerError(f"no hypothesis {id!r} in the ledger (have: {', '.join(self._items) or 'none'})") from None
+
+    def add_evidence(self, id: str, *evidence: Evidence) -> Hypothesis:
+        h = self.get(id)
+        h.evidence.extend(evidence)
+        return h
+
+    def decide(self, id: str, verdict: str, *evidence: Evidence) -> Hypothesis:
+        """Set the verdict of ``id`` and append ``evidence``."""
+        h = self.get(id)
+        h.verdict = _check_verdict(verdict)
+        h.evidence.extend(evidence)
+        return h
+
+    def __iter__(self) -> Iterator[Hypothesis]:
+        return iter(self._items.values())
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __contains__(self, id: object) -> bool:
+        return id in self._items
+
+    def confirmed(self) -> list[Hypothesis]:
+        return [h for h in self if h.verdict == "confirmed"]
+
+    def to_dict(self) -> dict:
+        return {"hypotheses": [h.to_dict() for h in self]}
+
+    def to_json(self, **kwargs: Any) -> str:
+        kwargs.setdefault("indent", 2)
+        return json.dumps(self.to_dict(), **kwargs)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Ledger":
+        return cls([Hypothesis.from_dict(h) for h in d.get("hypotheses", [])])
+
+    def _repr_html_(self) -> str:
+        esc = html.escape
+        rows = []
+        for h in self:
+            colour = _COLOURS[h.verdict]
+            ev = "".join(
+                f"<li><b>{esc(e.kind)}</b>: {esc(e.summary)}"
+                + (f" <span style='color:#57606a'>({esc(e.source)})</span>" if e.source else "")
+                + "</li>"
+                for e in h.evidence
+            ) or "<i>none yet</i>"
+            rows.append(
+                f"<tr><td><code>{esc(h.id)}</code></td><td>{esc(h.statement)}</td>"
+                f"<td><span style='color:#fff;background:{colour};padding:1px 6px;border-radius:3px'>"
+                f"{esc(h.verdict)}</span></td><td><ul style='margin:0;padding-left:1.2em'>{ev}</ul></td></tr>"
+            )
+        body = "".join(rows) or "<tr><td colspan='4'><i>no hypotheses</i></td></tr>"
+        return (
+            "<table class='eagle-workbench-ledger' style='border-collapse:collapse;text-align:left'>"
+            "<thead><tr><th>id</th><th>hypothesis</th><th>verdict</th><th>evidence</th></tr></thead>"
+            f"<tbody>{body}</tbody></table>"
+        )

@@ -1,0 +1,146 @@
+"""The doctor's result: :class:`DoctorReport` (findings, what was read, the corrected launch command)."""
+
+from __future__ import annotations
+
+import html
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from workbench.checkpoint import DraftFacts, TargetFacts
+from workbench.engine.launch import LaunchCommand
+from workbench.rules.finding import Finding
+
+__all__ = ["DoctorReport"]
+
+
+@dataclass
+class DoctorReport:
+    """The doctor's result: ``findings`` (ordered: errors, warnings, info), ``inputs`` (what was
+    read: ``{"what", "path", "how"}``), ``bytes_read`` (bytes returned by the box's reads and
+    commands), ``wire_bytes`` (TCP bytes over SSH, ``None`` locally), ``engine_version``,
+    ``engine_root``, ``launch`` (the command checked), ``duration_s``, ``notes``."""
+
+    findings: list[Finding]
+    inputs: list[dict]
+    bytes_read: int
+    wire_bytes: int | None
+    engine_version: str | None
+    engine_root: str | None
+    launch: str
+    duration_s: float
+    notes: list[str] = field(default_factory=list)
+    draft_facts: DraftFacts | None = field(default=None, repr=False, compare=False)
+    target_facts: TargetFacts | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def errors(self) -> list[Finding]:
+        return [f for f in self.findings if f.severity == "error"]
+
+    @property
+    def exit_code(self) -> int:
+        """0 no error finding, 1 at least one (the catalogue's exit codes)."""
+        return 1 if self.errors else 0
+
+    @property
+    def rules(self) -> list[str]:
+        return [f.rule for f in self.findings]
+
+    def corrected_launch(self) -> str | None:
+        """The launch command with every error/warning fix that is itself a launch command
+        applied in turn (flags they change), or ``None`` when no finding proposes one."""
+        current = LaunchCommand.parse(self.launch)
+        changed = False
+        for f in self.findings:
+            if f.severity == "info" or not f.fix:
+                continue
+            try:
+                proposed = LaunchCommand.parse(f.fix)
+            except ValueError:
+                continue
+            for flag, _old, new in current.diff(proposed):
+                if flag.startswith("--"):
+                    current = current.without_flag(flag) if new is None else current.with_flag(flag, new)
+                    changed = True
+        return current.to_string() if changed else None
+
+    def to_dict(self) -> dict:
+        return {"findings": [f.to_dict() for f in self.findings], "inputs": self.inputs,
+                "bytes_read": self.bytes_read, "wire_bytes": self.wire_bytes, "engine_version": self.engine_version,
+                "engine_root": self.engine_root, "launch_command": self.launch,
+                "corrected_launch_command": self.corrected_launch(), "duration_s": self.duration_s,
+                "notes": self.notes, "exit_code": self.exit_code}
+
+    def to_text(self) -> str:
+        """Terminal output: one block per finding, evidence indented, then a summary line."""
+        lines = []
+        for f in self.findings:
+            lines.append(f"{f.severity.upper():7} {f.rule}: {f.message}")
+            for k, v in f.evidence.items():
+                if isinstance(v, dict) and set(v) == {"value", "source"}:
+                    lines.append(f"          {k} = {json.dumps(v['value'], default=str)}    [{v['source']}]")
+                else:
+                    lines.append(f"          {k} = {json.dumps(v, default=str)[:300]}")
+            if f.fix:
+                lines.append(f"   fix:   {f.fix}")
+            lines.append("")
+        counts = {s: sum(f.severity == s for f in self.findings) for s in ("error", "warning", "info")}
+        lines.append(f"{counts['error']} error(s), {counts['warning']} warning(s), {counts['info']} info; "
+                     f"engine {self.engine_version or 'unknown'}; read {self.bytes_read} bytes in {self.duration_s:.2f} s")
+        for n in self.notes:
+            lines.append(f"note: {n}")
+        fixed = self.corrected_launch()
+        if fixed:
+            lines.append(f"corrected launch command: {fixed}")
+        return "\n".join(lines)
+
+    def fix_html(self) -> str:
+        """The corrected launch command and its diff against the checked one, as HTML."""
+        fixed = self.corrected_launch()
+        if fixed is None:
+            return "<p>No finding proposes a launch-command change.</p>"
+        diff = LaunchCommand.parse(self.launch).diff(LaunchCommand.parse(fixed))
+        rows = "".join(f"<tr><td><code>{html.escape(f)}</code></td><td style='color:#b00020'><code>- {html.escape(str(a))}"
+                       f"</code></td><td style='color:#1b7a1b'><code>+ {html.escape(str(b))}</code></td></tr>"
+                       for f, a, b in diff)
+        return (f"<p><b>Corrected launch command</b>:</p><pre style='white-space:pre-wrap'>{html.escape(fixed)}</pre>"
+                f"<table>{rows}</table>")
+
+    def write_json(self, path: Any) -> Any:
+        """Write :meth:`to_dict` as JSON to ``path`` (a local path; parents created); returns it."""
+        from pathlib import Path
+
+        out = Path(path)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(self.to_dict(), indent=2, default=str))
+        return out
+
+    def _repr_html_(self) -> str:
+        colour = {"error": "#cf222e", "warning": "#9a6700", "info": "#57606a"}
+        rows = []
+        for f in self.findings:
+            ev = "<br>".join(
+                f"<code>{html.escape(str(k))}</code> = <code>{html.escape(json.dumps(v['value'], default=str))}</code>"
+                f" <small>({html.escape(str(v['source']))})</small>" if isinstance(v, dict) and set(v) == {"value", "source"}
+                else f"<code>{html.escape(str(k))}</code> = <code>{html.escape(json.dumps(v, default=str)[:300])}</code>"
+                for k, v in f.evidence.items())
+            rows.append(f"<tr><td style='color:{colour[f.severity]}'><b>{f.severity}</b></td><td><code>{f.rule}</code></td>"
+                        f"<td style='text-align:left'>{html.escape(f.message)}</td><td style='text-align:left'>{ev}</td>"
+                        f"<td style='text-align:left'><code>{html.escape(f.fix or '')}</code></td></tr>")
+        head = "<tr><th>severity</th><th>rule</th><th>message</th><th>evidence</th><th>fix</th></tr>"
+        summary = (f"<p>engine {html.escape(str(self.engine_version))} at {html.escape(str(self.engine_root))}; "
+                   f"{len(self.inputs)} inputs, {self.bytes_read} bytes read, {self.duration_s:.2f} s</p>")
+        return f"<h4>Preflight findings</h4>{summary}<table>{head}{''.join(rows) or '<tr><td colspan=5>no findings</td></tr>'}</table>"
+
+
+def _dedupe(findings: list[Finding]) -> list[Finding]:
+    seen: set = set()
+    out = []
+    for f in findings:
+        key = (f.rule, f.message)
+        if key in seen:
+            continue
+        seen.add(key)
+        out.append(f)
+    order = {"error": 0, "warning": 1, "info": 2}
+    return sorted(out, key=lambda f: order[f.severity])

@@ -1,0 +1,41 @@
+"""The engine side: everything the workbench knows about SGLang and reads from it on the box.
+
+- :mod:`.launch` — launch-command parsing (``python -m sglang.launch_server …``, ``sglang serve``,
+  the sandbox's launcher): flags, aliases, prefixes, env prefixes, round-trip rewriting;
+- :mod:`.flags` — SGLang's flag table, as data (``data/sglang-<version>-flags.json``);
+- :mod:`.modelled` — SGLang 0.5.23's facts as shipped tables, the fallback when the box's source
+  cannot be read;
+- :mod:`.locate` — where the engine package is on the box and which processes are its servers;
+- :mod:`.source` — the engine's source read exactly (numbered lines, definitions by ``ast``, the
+  target's aux-layer offset rule evaluated from the box's own code);
+- :mod:`.codepath` — the EAGLE-3 code-path map (file, line, what happens there) and the swallowed
+  errors on it;
+- :mod:`.recipes` — named probe recipes anchored on the map.
+
+Layering: imports :mod:`remote`, :mod:`workbench.checkpoint` and :mod:`workbench.errors` only.
+Order inside: flags ← launch ← source ← (modelled, locate) ← codepath ← recipes.
+"""
+
+from workbench.engine.codepath import CodePathMap, PathEntry, code_path_map, map_for_launch
+from workbench.engine.flags import FLAGS, SGLANG_VERSION
+from workbench.engine.launch import LaunchCommand, canonical_flag, parse_launch_command
+from workbench.engine.locate import (
+    EngineInfo,
+    engine_package,
+    find_engine,
+    is_launch_argv,
+    read_environ,
+    running_servers,
+    server_python,
+)
+from workbench.engine.recipes import RECIPES, ProbeSpec, Recipe, add_recipe, recipe_probe
+from workbench.engine.source import CaptureRule, Definition, EngineSource, SourceExcerpt
+from workbench.errors import EngineNotFound, LaunchCommandError, SourceLookupError
+
+__all__ = [
+    "LaunchCommand", "LaunchCommandError", "canonical_flag", "parse_launch_command", "FLAGS", "SGLANG_VERSION",
+    "EngineInfo", "EngineNotFound", "find_engine", "engine_package", "is_launch_argv", "read_environ",
+    "running_servers", "server_python", "EngineSource", "SourceLookupError", "CaptureRule", "Definition",
+    "SourceExcerpt", "CodePathMap", "PathEntry", "code_path_map", "map_for_launch", "RECIPES", "Recipe",
+    "ProbeSpec", "recipe_probe", "add_recipe",
+]

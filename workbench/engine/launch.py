@@ -1,0 +1,486 @@
+"""Parse, query and rewrite an SGLang server launch command.
+
+A :class:`LaunchCommand` is the shell text an operator typed (or ``/server_info`` reported) to
+start SGLang, split the way ``bash`` and SGLang's ``argparse`` parser would split it:
+
+- leading ``NAME=value`` environment assignments, e.g.
+  ``CUDA_VISIBLE_DEVICES=0,1 SGLANG_LOG_MS=1``;
+- the launcher: ``python[3[.x]] -m sglang.launch_server`` (any interpreter path),
+  ``sglang serve`` (SGLang 0.5.23 ``cli/main.py``; a first positional is the model path,
+  ``cli/serve.py`` ``_normalize_positional_model_path``), or
+  ``python -m workbench.sandbox.launch_server`` (the embedded sandbox box, same flags);
+- the flags, as SGLang 0.5.23's parser reads them: ``--flag value`` and ``--flag=value``;
+  boolean ``store_true`` flags take no value; ``argparse.BooleanOptionalAction`` flags accept
+  ``--x`` / ``--no-x``; list flags (``nargs="+"/"*"``) take values up to the next option;
+  aliases (``--model`` = ``--model-path``, ``--speculative-draft-model`` =
+  ``--speculative-draft-model-path``, ``--tensor-parallel-size`` = ``--tp-size``) and unique
+  prefixes (``argparse``'s ``allow_abbrev``: ``--tp`` = ``--tp-size``) resolve to one canonical
+  flag; when a flag is repeated the last one wins, as in ``argparse``.
+
+Which flag takes a value comes from :mod:`workbench.engine.flags`, generated from the SGLang
+0.5.23 source (``srt/arg_groups/fields/*.py``, ``srt/server_args.py``). A flag unknown to that
+table (a newer engine) is kept; it is taken to carry a value when the next token is not an
+option.
+
+Line continuations (backslash-newline) and ``# comments`` are handled as in the shell.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Sequence
+
+from workbench.engine.flags import FLAGS, SGLANG_VERSION
+from workbench.errors import LaunchCommandError
+
+__all__ = ["LaunchCommand", "LaunchCommandError", "Arg", "canonical_flag", "SGLANG_VERSION"]
+
+
+# ---------------------------------------------------------------------------------------------
+# The flag table: canonical names, aliases, value arity.
+# ---------------------------------------------------------------------------------------------
+
+#: SGLang's default ``--port`` (0.5.23 ``srt/server_args.py`` ``ServerArgs.port``).
+DEFAULT_PORT = 30000
+
+_ALIASES: dict[str, str] = {}
+for _canon, _spec in FLAGS.items():
+    _ALIASES[_canon] = _canon
+    for _alias in _spec["aliases"]:
+        _ALIASES[_alias] = _canon
+_NEGATIONS: dict[str, str] = {
+    "--no-" + canon[2:]: canon for canon, spec in FLAGS.items() if spec["kind"] == "bool_optional"
+}
+_ALL_OPTION_STRINGS = sorted(set(_ALIASES) | set(_NEGATIONS))
+_NEGATIVE_NUMBER = re.compile(r"^-\d+$|^-\d*\.\d+$")
+_ENV_ASSIGN = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=(.*)$", re.S)
+_PYTHON = re.compile(r"^python(\d+(\.\d+)*)?$")
+_PY_OPTS_WITH_ARG = {"-X", "-W", "-Q"}
+_MODULES = {"sglang.launch_server": "sglang", "workbench.sandbox.launch_server": "sandbox"}
+
+
+def _resolve(name: str) -> tuple[str, bool]:
+    """(canonical flag, negated) for an option string as argparse would match it.
+
+    Raises LaunchCommandError for an ambiguous prefix. Unknown flags resolve to themselves.
+    """
+    if name in _ALIASES:
+        return _ALIASES[name], False
+    if name in _NEGATIONS:
+        return _NEGATIONS[name], True
+    matches = [s for s in _ALL_OPTION_STRINGS if s.startswith(name)]
+    targets = {(_ALIASES.get(s) or _NEGATIONS[s], s in _NEGATIONS) for s in matches}
+    if len(targets) == 1:
+        return targets.pop()
+    if len(targets) > 1:
+        shown = ", ".join(sorted(matches)[:6])
+        raise LaunchCommandError(f"ambiguous flag {name}: it is a prefix of {shown}")
+    return name, False
+
+
+def canonical_flag(flag: str) -> str:
+    """The canonical SGLang flag for ``flag``: an alias, a unique prefix or a field name.
+
+    ``canonical_flag("--tp") == "--tp-size"``, ``canonical_flag("speculative_algorithm") ==
+    "--speculative-algorithm"``. Unknown flags are returned as given (with ``--``).
+    Raises :class:`LaunchCommandError` on an ambiguous prefix.
+    """
+    if not flag.startswith("-"):
+        flag = "--" + flag.replace("_", "-")
+    return _resolve(flag)[0]
+
+
+def _spec(canon: str) -> dict | None:
+    return FLAGS.get(canon)
+
+
+def _is_option(token: str) -> bool:
+    return token.startswith("-") and len(token) > 1 and not _NEGATIVE_NUMBER.match(token)
+
+
+# ---------------------------------------------------------------------------------------------
+# Tokenising.
+# ---------------------------------------------------------------------------------------------
+
+
+def _check_quotes(text: str) -> None:
+    """Raise LaunchCommandError naming the column of a quote that is never closed."""
+    state, opened, i = None, -1, 0
+    while i < len(text):
+        c = text[i]
+        if state is None:
+            if c == "\\":
+                i += 2
+                continue
+            if c == "#" and (i == 0 or text[i - 1].isspace()):
+                nl = text.find("\n", i)
+                if nl < 0:
+                    break
+                i = nl
+            elif c in "'\"":
+                state, opened = c, i
+        elif state == "'":
+            if c == "'":
+                state = None
+        else:  # inside double quotes: backslash escapes
+            if c == "\\":
+                i += 2
+                continue
+            if c == '"':
+                state = None
+        i += 1
+    if state is not None:
+        line = text.count("\n", 0, opened) + 1
+        col = opened - (text.rfind("\n", 0, opened) + 1) + 1
+        raise LaunchCommandError(
+            f"unbalanced quote: the {state} at line {line}, column {col} (character {opened}) "
+            f"is never closed: ...{text[max(0, opened - 20):opened + 20]!r}",
+            position=opened,
+        )
+
+
+def _split(text: str) -> list[str]:
+    text = re.sub(r"\\\r?\n", "", text)  # shell line continuation
+    _check_quotes(text)
+    try:
+        return shlex.split(text, comments=True)
+    except ValueError as exc:  # pragma: no cover - _check_quotes catches the known cases
+        raise LaunchCommandError(f"cannot split the launch command: {exc}") from exc
+
+
+# ---------------------------------------------------------------------------------------------
+# The command.
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Arg:
+    """One argument after the launcher.
+
+    ``flag``: canonical flag (``None`` for a positional); ``spelled``: the option as written
+    (``--tp``); ``values``: the value tokens (empty for a boolean); ``equals``: written as
+    ``--flag=value``; ``negated``: ``--no-x`` of a BooleanOptionalAction flag;
+    ``positional``: the flag's value was given as a positional (``sglang serve <model>``).
+    """
+
+    flag: str | None
+    spelled: str
+    values: tuple[str, ...] = ()
+    equals: bool = False
+    negated: bool = False
+    positional: bool = False
+
+    def tokens(self) -> list[str]:
+        if self.flag is None or self.positional:
+            return list(self.values)
+        if self.equals:
+            return [f"{self.spelled}={self.values[0]}", *self.values[1:]]
+        return [self.spelled, *self.values]
+
+    def value(self) -> Any:
+        """The value argparse would store: bool, str, or list[str] for list flags."""
+        spec = _spec(self.flag) if self.flag else None
+        kind = spec["kind"] if spec else None
+        if kind == "store_true":
+            return True
+        if kind == "bool_optional":
+            return not self.negated
+        if spec and spec["nargs"] in ("+", "*"):
+            return list(self.values)
+        if spec and spec["nargs"] == "?":
+            return self.values[0] if self.values else ""
+        if not self.values:
+            return True  # unknown flag written without a value
+        return self.values[0] if len(self.values) == 1 else list(self.values)
+
+
+@dataclass(frozen=True)
+class LaunchCommand:
+    """A parsed launch command. Immutable: ``with_flag`` / ``without_flag`` return new ones.
+
+    Attributes: ``env`` (ordered ``(name, value)`` pairs), ``launcher`` (the tokens that start
+    the server, e.g. ``("python3", "-m", "sglang.launch_server")``), ``engine`` (``"sglang"``
+    or ``"sandbox"``), ``module`` (``"sglang.launch_server"``,
+    ``"workbench.sandbox.launch_server"`` or ``"sglang serve"``), ``args`` (:class:`Arg`
+    items in order), ``text`` (the text parsed, ``""`` for derived commands).
+    """
+
+    env: tuple[tuple[str, str], ...]
+    launcher: tuple[str, ...]
+    engine: str
+    module: str
+    args: tuple[Arg, ...]
+    text: str = field(default="", compare=False)
+
+    # -- parsing --------------------------------------------------------------------------
+
+    @classmethod
+    def parse(cls, text: str | Sequence[str]) -> "LaunchCommand":
+        """Parse shell text (or an argv list, e.g. from ``/proc/PID/cmdline``).
+
+        Raises :class:`LaunchCommandError`: empty text, unbalanced quote (with its column),
+        not an SGLang / sandbox launch command, flag missing its value, ambiguous prefix,
+        value given to a boolean flag.
+        """
+        if isinstance(text, str):
+            tokens = _split(text)
+            source = text
+        else:
+            tokens = [str(t) for t in text]
+            source = shlex.join(tokens)
+        if not tokens:
+            raise LaunchCommandError("empty launch command")
+        i = 0
+        env: list[tuple[str, str]] = []
+        while i < len(tokens):
+            m = _ENV_ASSIGN.match(tokens[i])
+            if not m:
+                break
+            env.append((m.group(1), m.group(2)))
+            i += 1
+        start = i
+        if i >= len(tokens):
+            raise LaunchCommandError(f"not an SGLang launch command: only environment settings in {source!r}")
+        exe = tokens[i].rsplit("/", 1)[-1]
+        engine = module = None
+        if _PYTHON.match(exe):
+            j = i + 1
+            while j < len(tokens) and tokens[j] != "-m" and tokens[j].startswith("-"):
+                j += 2 if tokens[j] in _PY_OPTS_WITH_ARG else 1
+            if j + 1 < len(tokens) and tokens[j] == "-m" and tokens[j + 1] in _MODULES:
+                module = tokens[j + 1]
+                engine = _MODULES[module]
+                i = j + 2
+        elif exe == "sglang" and i + 1 < len(tokens) and tokens[i + 1] == "serve":
+            module, engine = "sglang serve", "sglang"
+            i += 2
+        if engine is None:
+            shown = " ".join(tokens[start:start + 4])
+            raise LaunchCommandError(
+                "not an SGLang launch command: expected `python -m sglang.launch_server ...`, "
+                "`sglang serve ...` or `python -m workbench.sandbox.launch_server ...`, got "
+                f"`{shown}` at token {start}",
+                token=start,
+            )
+        launcher = tuple(tokens[start:i])
+        args = _parse_args(tokens, i, module)
+        return cls(tuple(env), launcher, engine, module, tuple(args), text=source)
+
+    # -- queries --------------------------------------------------------------------------
+
+    @property
+    def argv(self) -> list[str]:
+        """All tokens: env assignments, launcher, arguments (what ``execve`` would see, with
+        the env assignments in front as the shell would show them)."""
+        return [f"{k}={v}" for k, v in self.env] + list(self.launcher) + self.arg_tokens
+
+    @property
+    def arg_tokens(self) -> list[str]:
+        """The argument tokens after the launcher."""
+        return [t for a in self.args for t in a.tokens()]
+
+    @property
+    def positionals(self) -> list[str]:
+        """Positional tokens (not flags, not flag values)."""
+        return [a.values[0] for a in self.args if a.flag is None]
+
+    def to_string(self) -> str:
+        """Shell text; ``LaunchCommand.parse(c.to_string()) == c``."""
+        env = [f"{k}={shlex.quote(v)}" for k, v in self.env]
+        return " ".join(env + [shlex.quote(t) for t in list(self.launcher) + self.arg_tokens])
+
+    def __str__(self) -> str:
+        return self.to_string()
+
+    def _occurrences(self, flag: str) -> list[Arg]:
+        canon = canonical_flag(flag)
+        return [a for a in self.args if a.flag == canon]
+
+    def has(self, flag: str) -> bool:
+        """Whether ``flag`` (any alias or unique prefix, or a field name) appears."""
+        return bool(self._occurrences(flag))
+
+    def get(self, flag: str, default: Any = None) -> Any:
+        """The value SGLang would see for ``flag`` (last occurrence wins), else ``default``.
+
+        ``str`` for valued flags, ``True`` for store_true flags, ``True``/``False`` for
+        ``--x``/``--no-x`` flags, ``list[str]`` for list flags (``nargs`` ``+``/``*``).
+        The value is the text as written: no type conversion, no upper-casing.
+        """
+        occ = self._occurrences(flag)
+        return occ[-1].value() if occ else default
+
+    def get_all(self, flag: str) -> list[Any]:
+        """The value of every occurrence of ``flag``, in order."""
+        return [a.value() for a in self._occurrences(flag)]
+
+    def flags(self) -> list[str]:
+        """Canonical flags present, in order of first appearance."""
+        seen: list[str] = []
+        for a in self.args:
+            if a.flag is not None and a.flag not in seen:
+                seen.append(a.flag)
+        return seen
+
+    # -- rewriting ------------------------------------------------------------------------
+
+    def with_flag(self, flag: str, value: Any = True) -> "LaunchCommand":
+        """A new command with ``flag`` set to ``value``.
+
+        The first occurrence is replaced in place, keeping how it was spelled and whether it
+        used ``=``; later occurrences are dropped (so the value is unambiguous). An absent flag
+        is appended (canonical spelling). ``value``: ``True`` for a boolean flag (``False``
+        removes a store_true flag, writes ``--no-x`` for a BooleanOptionalAction flag), a
+        scalar (converted with ``str``) or a list for list flags.
+        Raises :class:`LaunchCommandError` when the value does not fit the flag.
+        """
+        canon = canonical_flag(flag)
+        spec = _spec(canon)
+        kind = spec["kind"] if spec else "value"
+        negated = False
+        if kind == "store_true":
+            if value is False:
+                return self.without_flag(canon)
+            if value is not True:
+                raise LaunchCommandError(f"{canon} is a boolean flag (store_true): it takes no value, got {value!r}")
+            values: tuple[str, ...] = ()
+        elif kind == "bool_optional":
+            if not isinstance(value, bool):
+                raise LaunchCommandError(f"{canon} is a --x/--no-x flag: pass True or False, got {value!r}")
+            values, negated = (), not value
+        else:
+            if isinstance(value, bool):
+                raise LaunchCommandError(f"{canon} takes a value, got the boolean {value!r}")
+            if isinstance(value, (list, tuple)):
+                if not spec or spec["nargs"] not in ("+", "*"):
+                    if len(value) != 1:
+                        raise LaunchCommandError(f"{canon} takes one value, got {len(value)}: {value!r}")
+                values = tuple(str(v) for v in value)
+            else:
+                values = (str(value),)
+        new_args: list[Arg] = []
+        replaced = False
+        for a in self.args:
+            if a.flag != canon:
+                new_args.append(a)
+                continue
+            if replaced:
+                continue
+            spelled = a.spelled
+            if kind == "bool_optional":
+                spelled = ("--no-" + canon[2:]) if negated else canon
+            equals = a.equals and len(values) == 1
+            new_args.append(
+                Arg(canon, spelled, values, equals=equals, negated=negated, positional=a.positional and len(values) == 1)
+            )
+            replaced = True
+        if not replaced:
+            spelled = ("--no-" + canon[2:]) if negated else canon
+            new_args.append(Arg(canon, spelled, values, negated=negated))
+        return LaunchCommand(self.env, self.launcher, self.engine, self.module, tuple(new_args))
+
+    def without_flag(self, flag: str) -> "LaunchCommand":
+        """A new command with every occurrence of ``flag`` removed."""
+        canon = canonical_flag(flag)
+        args = tuple(a for a in self.args if a.flag != canon)
+        return LaunchCommand(self.env, self.launcher, self.engine, self.module, args)
+
+    def with_env(self, name: str, value: str | None) -> "LaunchCommand":
+        """A new command with environment variable ``name`` set (``None`` removes it)."""
+        env = [(k, v) for k, v in self.env if k != name]
+        if value is not None:
+            replaced = [(k, (str(value) if k == name else v)) for k, v in self.env]
+            env = replaced if any(k == name for k, _ in self.env) else env + [(name, str(value))]
+        return LaunchCommand(tuple(env), self.launcher, self.engine, self.module, self.args)
+
+    def diff(self, other: "LaunchCommand") -> list[tuple[str, Any, Any]]:
+        """What changes from ``self`` to ``other``: ``[(flag, old, new), ...]``.
+
+        ``old``/``new`` are :meth:`get` values, ``None`` when absent. Environment variables
+        appear as ``("env:NAME", old, new)``, a changed launcher as ``("launcher", old, new)``,
+        changed positionals as ``("positionals", old, new)``.
+        """
+        out: list[tuple[str, Any, Any]] = []
+        if self.launcher != other.launcher:
+            out.append(("launcher", " ".join(self.launcher), " ".join(other.launcher)))
+        mine, theirs = dict(self.env), dict(other.env)
+        for k in list(mine) + [k for k in theirs if k not in mine]:
+            if mine.get(k) != theirs.get(k):
+                out.append((f"env:{k}", mine.get(k), theirs.get(k)))
+        for f in self.flags() + [f for f in other.flags() if f not in self.flags()]:
+            a, b = self.get(f), other.get(f)
+            if a != b:
+                out.append((f, a, b))
+        if self.positionals != other.positionals:
+            out.append(("positionals", self.positionals, other.positionals))
+        return out
+
+
+def _parse_args(tokens: list[str], i: int, module: str) -> list[Arg]:
+    args: list[Arg] = []
+    if module == "sglang serve" and i < len(tokens) and not _is_option(tokens[i]):
+        # cli/serve.py: `sglang serve <model>` == `sglang serve --model-path <model>`
+        args.append(Arg("--model-path", "", (tokens[i],), positional=True))
+        i += 1
+    while i < len(tokens):
+        tok = tokens[i]
+        if tok == "--":
+            args.extend(Arg(None, t, (t,)) for t in tokens[i:])
+            break
+        if not _is_option(tok):
+            args.append(Arg(None, tok, (tok,)))
+            i += 1
+            continue
+        name, eq, inline = tok.partition("=")
+        try:
+            canon, negated = _resolve(name)
+        except LaunchCommandError as exc:
+            raise LaunchCommandError(f"{exc} (token {i})", token=i) from None
+        spec = _spec(canon)
+        kind = spec["kind"] if spec else None
+        nargs = spec["nargs"] if spec else None
+        if kind in ("store_true", "bool_optional"):
+            if eq:
+                raise LaunchCommandError(
+                    f"flag {name} (token {i}) is a boolean flag and takes no value, got {tok!r}", token=i
+                )
+            args.append(Arg(canon, name, (), negated=negated))
+            i += 1
+            continue
+        if eq:
+            values = [inline]
+            i += 1
+            if nargs in ("+", "*"):
+                while i < len(tokens) and not _is_option(tokens[i]) and tokens[i] != "--":
+                    values.append(tokens[i])
+                    i += 1
+            args.append(Arg(canon, name, tuple(values), equals=True))
+            continue
+        j = i + 1
+        values = []
+        if nargs in ("+", "*"):
+            while j < len(tokens) and not _is_option(tokens[j]) and tokens[j] != "--":
+                values.append(tokens[j])
+                j += 1
+            if nargs == "+" and not values:
+                raise LaunchCommandError(f"flag {name} (token {i}) is missing its value (one or more expected)", token=i)
+        elif nargs == "?" or spec is None:
+            if j < len(tokens) and not _is_option(tokens[j]) and tokens[j] != "--":
+                values.append(tokens[j])
+                j += 1
+        else:
+            if j >= len(tokens) or _is_option(tokens[j]):
+                after = "at the end of the command" if j >= len(tokens) else f"before {tokens[j]}"
+                raise LaunchCommandError(f"flag {name} (token {i}) is missing its value ({after})", token=i)
+            values.append(tokens[j])
+            j += 1
+        args.append(Arg(canon, name, tuple(values)))
+        i = j
+    return args
+
+
+def parse_launch_command(text: str | Iterable[str]) -> LaunchCommand:
+    """Alias of :meth:`LaunchCommand.parse`."""
+    return LaunchCommand.parse(text if isinstance(text, str) else list(text))

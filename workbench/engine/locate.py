@@ -1,0 +1,240 @@
+"""Where the engine lives on a box: its package, version and interpreter, and which processes are
+its servers.
+
+:func:`find_engine` runs a small script with the interpreter that runs the server (``find_spec``:
+the package is never imported), so a virtual environment or a source checkout run with
+``python -m`` is found the way the server found it. :func:`is_launch_argv` /
+:func:`running_servers` tell a server's process from one that merely mentions SGLang.
+"""
+
+from __future__ import annotations
+
+import json
+import posixpath
+import sys
+from dataclasses import dataclass
+from typing import Any, Optional, Sequence
+
+from remote.errors import RemoteError, RemoteFileNotFound
+from workbench.engine.launch import LaunchCommand
+from workbench.engine.source import EngineSource
+from workbench.errors import EngineNotFound, LaunchCommandError
+
+__all__ = [
+    "EngineInfo", "EngineNotFound", "find_engine", "engine_package", "is_launch_argv", "server_python",
+    "read_environ", "running_servers", "LOCATE_ENGINE_SCRIPT",
+]
+
+
+#: Run on the box by the launch command's interpreter with the engine package as argv[1]
+#: (``sglang``, or ``workbench.sandbox``): prints ``{"package", "root", "version", "error"}`` as JSON,
+#: without importing the package (``find_spec``; the version from ``version.py`` / ``_version.py`` /
+#: ``__init__.py``, else the installed distribution's metadata).
+LOCATE_ENGINE_SCRIPT = r"""
+import importlib.util, importlib.metadata, json, os, re, sys
+pkg = sys.argv[1]
+out = {"package": pkg, "root": None, "version": None, "error": None}
+try:
+    spec = importlib.util.find_spec(pkg)
+except Exception as exc:  # find_spec imports parent packages; report whatever they raise
+    spec = None
+    out["error"] = f"{type(exc).__name__}: {exc}"
+if spec is not None and spec.submodule_search_locations:
+    root = list(spec.submodule_search_locations)[0]
+    out["root"] = root
+    for name in ("version.py", "_version.py", "__init__.py"):
+        path = os.path.join(root, name)
+        if os.path.exists(path):
+            m = re.search(r'^_{0,2}version_{0,2}\s*=\s*(?:\w+\s*=\s*)*[\'"]([^\'"]+)[\'"]', open(path, encoding="utf-8").read(), re.M)
+            if m:
+                out["version"] = m.group(1)
+                break
+    if out["version"] is None:
+        try:
+            out["version"] = importlib.metadata.version(pkg.split(".")[0])
+        except importlib.metadata.PackageNotFoundError as exc:
+            out["version_error"] = f"no version file and no installed distribution ({exc})"
+elif out["error"] is None:
+    out["error"] = f"package {pkg} not found by {sys.executable}"
+print(json.dumps(out))
+"""
+
+
+def engine_package(launch: LaunchCommand) -> str:
+    """The package whose source is the engine of ``launch``: ``sglang`` for SGLang's launchers,
+    ``workbench.sandbox`` for the sandbox box's server, else the launch module's package."""
+    module = launch.module or ""
+    if module.startswith("sglang"):
+        return "sglang"
+    if module.endswith(".launch_server"):
+        return module[: -len(".launch_server")]
+    return module.split(".")[0] or "sglang"
+
+
+def is_launch_argv(argv: Sequence[str]) -> bool:
+    """True when ``argv`` starts a server (``python -m sglang.launch_server``, ``sglang serve``, the
+    sandbox's): a process that merely mentions one (an editor, ``tail -f sglang.log``, this
+    workbench's own command line with a ``launch_command`` parameter) is not a server."""
+    try:
+        LaunchCommand.parse(list(argv))
+    except LaunchCommandError:
+        return False
+    return True
+
+
+def running_servers(box: Any, *, port: int | None = None, timeout: float = 30) -> list:
+    """The SGLang (or sandbox) servers running on the box (``Box.find_servers`` filtered by
+    :func:`is_launch_argv`), on ``port`` when given; sorted by pid."""
+    servers = [s for s in box.find_servers(timeout=timeout) if is_launch_argv(s.argv)]
+    return [s for s in servers if s.port == port] if port else servers
+
+
+def read_environ(box: Any, pid: int, *, timeout: float = 10) -> dict[str, str] | None:
+    """The environment of process ``pid`` on the box (``/proc/PID/environ``); ``None`` when it
+    cannot be read (another user's process, or gone)."""
+    try:
+        raw = box.read_bytes(f"/proc/{pid}/environ", timeout=timeout)
+    except RemoteError:
+        return None
+    env = {}
+    for item in raw.split(b"\0"):
+        if b"=" in item:
+            k, v = item.split(b"=", 1)
+            env[k.decode("utf-8", "replace")] = v.decode("utf-8", "replace")
+    return env
+
+
+def server_python(box: Any, launch: LaunchCommand, server: Any, *, timeout: float) -> str:
+    """The interpreter that runs ``server``, as a path that keeps its environment: ``argv[0]``
+    when it names a python (a venv's ``bin/python`` must not be resolved to the base interpreter
+    ``/proc/PID/exe`` points at, which lacks the venv's packages), looked up on the server's own
+    ``PATH`` when relative; else the ``exe`` link. ``sglang serve``: the script's interpreter is
+    found from its shebang line."""
+    first = launch.launcher[0] if launch.launcher else ""
+    env = read_environ(box, server.pid) or {}
+    name = posixpath.basename(first)
+    if first and (name.startswith("python") or name == "sglang"):
+        if "/" in first:
+            path = first if first.startswith("/") else posixpath.join(server.cwd or "/", first)
+        else:
+            found = box.run(["env", f"PATH={env.get('PATH', '/usr/bin:/bin')}", "which", first],
+                            check=False, timeout=timeout)
+            path = found.stdout.strip() if found.exit_code == 0 else ""
+        if path and name == "sglang":
+            head = box.read_bytes(path, 0, 256, timeout=timeout).split(b"\n", 1)[0].decode("utf-8", "replace")
+            path = head[2:].strip().split()[0] if head.startswith("#!") and head[2:].strip() else ""
+        if path:
+            return path
+    return server.exe or "python3"
+
+
+@dataclass(frozen=True)
+class EngineInfo:
+    """Where the engine lives on a box. ``package``: ``sglang`` or ``workbench.sandbox``;
+    ``root``: the package directory (absolute, on the box); ``version``: from the package's
+    version file or distribution metadata (``None`` when neither says); ``python``: the
+    interpreter that located it; ``how``: how that interpreter was chosen; ``server_pid`` /
+    ``port`` / ``log_path`` / ``cwd``: the running server it was taken from, if any (``cwd``: its
+    working directory, against which relative paths in ``launch`` resolve)."""
+
+    package: str
+    root: str
+    version: Optional[str]
+    python: str
+    how: str
+    server_pid: Optional[int] = None
+    port: Optional[int] = None
+    log_path: Optional[str] = None
+    launch: Optional[str] = None
+    cwd: Optional[str] = None
+
+    def to_dict(self) -> dict:
+        return dict(self.__dict__)
+
+    def source(self, box: Any, *, timeout: float = 30) -> EngineSource:
+        """An :class:`EngineSource` reading this engine's files on ``box``."""
+        return EngineSource(box, self.root, self.version, timeout=timeout)
+
+
+def find_engine(box: Any, *, python: str | None = None, port: int | None = None,
+                launch: LaunchCommand | str | None = None, package: str | None = None,
+                timeout: float = 30) -> EngineInfo:
+    """Locate the engine package on ``box``.
+
+    The interpreter, in order: ``python`` (a path on the box); the interpreter of ``launch``
+    (with its ``VAR=value`` prefixes); the running server's (on ``port``, or the only one
+    running; :func:`server_python`), run in the server's cwd with its ``PYTHONPATH`` /
+    ``PYTHONHOME``, so a checkout run with ``python -m`` is found as the server found it; else
+    ``python3``. An explicit ``package`` without ``port`` never takes a running server's
+    interpreter (``workbench.*`` on the local box: this workbench's interpreter). The package: ``package``, else the one the
+    launch command runs (:func:`engine_package`), else ``sglang``. Runs
+    :data:`LOCATE_ENGINE_SCRIPT` with that interpreter (``find_spec``; nothing is imported).
+
+    Raises :class:`EngineNotFound` when several servers run and no ``port`` picks one, when
+    ``port`` names no running server, or when the interpreter cannot find the package (the
+    message says which interpreter was tried and what to pass instead).
+    """
+    env = None
+    server = None
+    cwd = None
+    if isinstance(launch, str):
+        launch = LaunchCommand.parse(launch)
+    if python:
+        how = f"--python {python}"
+    elif launch is not None:
+        python = launch.launcher[0] if launch.launcher and "python" in posixpath.basename(launch.launcher[0]) \
+            else "python3"
+        env = dict(launch.env) or None
+        how = f"the launch command's interpreter {python}"
+    elif package and not port:
+        # An explicit package names the engine to read: never switch to whichever server happens to
+        # run (on a shared box it may be someone else's). The sandbox box's engine lives in this
+        # workbench's own environment when the box is this machine.
+        if package.startswith("workbench") and box.name == "local":
+            python, how = sys.executable, f"this workbench's interpreter {sys.executable} (--package {package})"
+        else:
+            python, how = "python3", f"python3 on the box's PATH (--package {package}; pass --python to choose)"
+    else:
+        servers = running_servers(box, port=port, timeout=timeout)
+        if port and not servers:
+            raise EngineNotFound(f"no SGLang server runs on port {port}; start it, or pass --python",
+                                 where=box.name)
+        if len(servers) > 1:
+            raise EngineNotFound(f"{len(servers)} servers run (ports {', '.join(str(s.port) for s in servers)}); "
+                                 "pick one with --port, or pass --python", where=box.name)
+        if servers:
+            server = servers[0]
+            launch = LaunchCommand.parse(list(server.argv))
+            python = server_python(box, launch, server, timeout=timeout)
+            # The server's import path: its PYTHONPATH/PYTHONHOME and (python -m puts it first) its cwd.
+            server_env = read_environ(box, server.pid, timeout=timeout) or {}
+            env = {k: server_env[k] for k in ("PYTHONPATH", "PYTHONHOME") if server_env.get(k)}
+            env.update(dict(launch.env))
+            env = env or None
+            cwd = server.cwd
+            how = f"the interpreter of the server pid {server.pid} (port {server.port})"
+        else:
+            python = "python3"
+            how = "python3 on the box's PATH (no server running; pass --python or --port to choose)"
+    package = package or (engine_package(launch) if launch is not None else "sglang")
+    try:
+        res = box.run([python, "-c", LOCATE_ENGINE_SCRIPT, package], timeout=timeout, check=False, env=env,
+                      cwd=cwd)
+    except RemoteFileNotFound:  # the server's cwd vanished: locate from the login directory
+        res = box.run([python, "-c", LOCATE_ENGINE_SCRIPT, package], timeout=timeout, check=False, env=env)
+    where = f"{box.name}, {python}"
+    if res.exit_code != 0:
+        raise EngineNotFound(f"{python} could not run the locate script: {res.stderr.strip()[-300:]}", where=where)
+    try:
+        found = json.loads(res.stdout.strip().splitlines()[-1])
+    except (json.JSONDecodeError, IndexError) as exc:
+        raise EngineNotFound(f"unreadable output of the locate script ({exc}): {res.stdout[-200:]!r}",
+                             where=where) from None
+    if not found.get("root"):
+        hint = ("; pass --python with the interpreter that runs the server, or --port of the running server"
+                + ("" if package != "sglang" else " (for the sandbox box: --package workbench.sandbox)"))
+        raise EngineNotFound(f"the {package} package is not found ({found.get('error')}){hint}", where=where)
+    return EngineInfo(package, found["root"].rstrip("/"), found.get("version"), python, how,
+                      server.pid if server else None, server.port if server else None,
+                      server.log_path if server else None, launch.to_string() if launch is not None else None,
+                      server.cwd if server else None)

@@ -1,0 +1,429 @@
+"""The engine's source on the box, read exactly (:mod:`workbench.engine.locate` finds the package).
+
+* :class:`EngineSource` reads files of that package through the :class:`remote.Box` API (each
+  file once), shows numbered lines with context, and finds definitions (functions, methods,
+  classes) by name with :mod:`ast` (``grep -F`` on the box only narrows the candidate files).
+* The target class's ``set_eagle3_layers_to_capture`` is *evaluated* from the box's source
+  (:meth:`EngineSource.capture_rule`), so the aux-layer offset rule follows the engine version.
+
+Facts encoded here were read from SGLang 0.5.23 (``pip download --no-deps sglang==0.5.23``).
+"""
+
+from __future__ import annotations
+
+import ast
+import posixpath
+import re
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+from remote.errors import RemoteFileNotFound
+from workbench.errors import SourceLookupError
+
+__all__ = ["SourceLookupError", "EngineSource", "Definition", "SourceExcerpt", "CaptureRule"]
+
+
+_SAFE_BUILTINS = {n: __builtins__[n] if isinstance(__builtins__, dict) else getattr(__builtins__, n)
+                  for n in ("len", "list", "max", "min", "range", "sorted", "int", "isinstance", "hasattr",
+                            "getattr", "setattr", "tuple", "set", "enumerate", "any", "all", "AttributeError",
+                            "ValueError", "RuntimeError", "NotImplementedError", "TypeError", "True", "False", "None")
+                  if (isinstance(__builtins__, dict) and n in __builtins__) or hasattr(__builtins__, n)}
+
+
+class _Rec:
+    """A stand-in ``self`` for evaluating ``set_eagle3_layers_to_capture``: any attribute
+    exists; ``model.set_eagle3_layers_to_capture(ids)`` records ``layers_to_capture``."""
+
+    def __init__(self, **kw: Any):
+        self.__dict__.update(kw)
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        value = _Rec()
+        setattr(self, name, value)
+        return value
+
+    def __getitem__(self, key: Any) -> "_Rec":
+        return _Rec()
+
+    def set_eagle3_layers_to_capture(self, ids: Any = None) -> None:
+        self.layers_to_capture = list(ids) if ids is not None else None
+
+
+@dataclass
+class CaptureRule:
+    """What the target captures for the given ids: ``captured`` (layer indices the capture loop
+    tests), ``reachable_max`` (largest index the loop reaches), ``source`` (file:line of the
+    method), ``how`` (``evaluated`` from the box's source or ``modelled`` from 0.5.23)."""
+
+    captured: list[int] | None
+    reachable_max: int
+    source: str
+    how: str
+
+
+class EngineSource:
+    """The engine's source tree on the box (``root`` = the ``sglang`` package directory) with
+    the lookups the source-dependent rules need. Files are read once (``read_text``); class
+    definitions are found with one ``grep`` per class name over ``srt/models``. Every method
+    returns ``None`` (not raises) when the file or class is absent; box errors propagate.
+    """
+
+    def __init__(self, box: Any, root: str, version: str | None, *, timeout: float = 30):
+        self.box, self.root, self.version, self.timeout = box, root.rstrip("/"), version, timeout
+        self._files: dict[str, str | None] = {}
+        self._classes: dict[str, tuple[str, str] | None] = {}
+        self._trees: dict[str, ast.Module | None] = {}
+        self._greps: dict[tuple, dict[str, list[tuple[str, int]]]] = {}
+
+    def read(self, rel: str) -> str | None:
+        """The text of ``root/rel``, ``None`` when the file does not exist."""
+        rel = self.rel(rel)
+        if rel not in self._files:
+            path = posixpath.join(self.root, rel)
+            try:
+                self._files[rel] = self.box.read_text(path, timeout=self.timeout)
+            except RemoteFileNotFound:
+                self._files[rel] = None
+        return self._files[rel]
+
+    # -- files and lines ---------------------------------------------------------------------
+
+    def rel(self, path: str) -> str:
+        """``path`` as a path relative to the package root. Accepts a relative path
+        (``srt/models/llama_eagle3.py``, also with a leading ``sglang/``) or an absolute path under
+        the root. Raises :class:`SourceLookupError` for an absolute path outside the root or a
+        path that climbs out of it."""
+        path = str(path)
+        if path.startswith("/"):
+            norm = posixpath.normpath(path)
+            if norm != self.root and not norm.startswith(self.root + "/"):
+                raise SourceLookupError(f"{path} is not inside the engine package", where=self.root)
+            return posixpath.relpath(norm, self.root)
+        norm = posixpath.normpath(path)
+        pkg = posixpath.basename(self.root)
+        if norm.startswith(pkg + "/") and not norm.startswith("srt/"):
+            norm = norm[len(pkg) + 1:]
+        if norm == ".." or norm.startswith("../"):
+            raise SourceLookupError(f"{path} climbs out of the engine package", where=self.root)
+        return norm
+
+    def path(self, rel: str) -> str:
+        """The absolute path on the box of ``rel`` (see :meth:`rel` for the accepted forms)."""
+        return posixpath.join(self.root, self.rel(rel))
+
+    def lines(self, rel: str) -> list[str]:
+        """The lines of a source file (without line endings; ``lines[0]`` is line 1).
+        Raises :class:`SourceLookupError` when the file does not exist."""
+        text = self.read(self.rel(rel))
+        if text is None:
+            raise SourceLookupError(f"no file {self.rel(rel)} in the engine package", where=self.root)
+        return text.splitlines()
+
+    def tree(self, rel: str) -> ast.Module | None:
+        """The parsed module (cached); ``None`` when the file is absent or this Python cannot
+        parse it."""
+        rel = self.rel(rel)
+        if rel not in self._trees:
+            text = self.read(rel)
+            try:
+                self._trees[rel] = ast.parse(text) if text is not None else None
+            except SyntaxError:
+                self._trees[rel] = None
+        return self._trees[rel]
+
+    def show(self, rel: str, line: int, context: int = 5) -> "SourceExcerpt":
+        """Lines ``line - context`` .. ``line + context`` of a file (1-based, clipped to the file),
+        numbered. Raises :class:`SourceLookupError` when the file is absent or ``line`` is
+        outside it."""
+        lines = self.lines(rel)
+        if not 1 <= int(line) <= len(lines):
+            raise SourceLookupError(f"line {line} is outside {self.rel(rel)} (it has {len(lines)} lines)",
+                                    where=self.path(rel))
+        first, last = max(1, line - context), min(len(lines), line + context)
+        return SourceExcerpt(self.path(rel), first, last, int(line), tuple(lines[first - 1:last]))
+
+    def grep(self, tokens: Sequence[str], *, under: str = "srt") -> dict[str, list[tuple[str, int]]]:
+        """``{token: [(relative file, line), ...]}`` for fixed strings in the ``*.py`` files under
+        ``root/under``: one ``grep -rnF`` on the box for all tokens. Used only to pick candidate
+        files; lines are then judged with :mod:`ast`."""
+        tokens = [t for t in tokens if t]
+        out: dict[str, list[tuple[str, int]]] = {t: [] for t in tokens}
+        if not tokens:
+            return out
+        key = (under, tuple(tokens))
+        if key in self._greps:
+            return self._greps[key]
+        cmd = ["grep", "-rnF", "--include=*.py"]
+        for t in tokens:
+            cmd += ["-e", t]
+        cmd.append(posixpath.join(self.root, under))
+        res = self.box.run(cmd, timeout=self.timeout, check=False)
+        if res.exit_code not in (0, 1):
+            raise SourceLookupError(f"grep over the engine source failed: {res.stderr.strip()[-200:]}",
+                                    where=posixpath.join(self.root, under))
+        for row in res.stdout.splitlines():
+            parts = row.split(":", 2)
+            if len(parts) < 3 or not parts[1].isdigit():
+                continue
+            rel = posixpath.relpath(parts[0], self.root)
+            for t in tokens:
+                if t in parts[2]:
+                    out[t].append((rel, int(parts[1])))
+        self._greps[key] = out
+        return out
+
+    def find_definition(self, name: str, *, file: str | None = None, limit: int = 60) -> list["Definition"]:
+        """Every function, method or class called ``name`` (``forward``, ``LlamaModel.forward``,
+        ``LlamaForCausalLMEagle3``; a dotted name matches the end of the qualified name), found by
+        walking each candidate file's :mod:`ast`. Candidates: ``file`` when given, else the files
+        under ``srt/`` whose text holds ``def <last part>`` / ``class <last part>`` (or, for a
+        dotted name, ``class <first part>``). Raises :class:`SourceLookupError` when nothing is
+        found, or when more than ``limit`` files are candidates (qualify the name or give ``file``)."""
+        parts = [p for p in (name or "").split(".") if p]
+        if not parts or not all(re.fullmatch(r"[A-Za-z_]\w*", p) for p in parts):
+            raise SourceLookupError(f"{name!r} is not a Python name (use func, Class or Class.method)",
+                                    where=self.root)
+        if file is not None:
+            files = [self.rel(file)]
+            if self.read(files[0]) is None:
+                raise SourceLookupError(f"no file {files[0]} in the engine package", where=self.root)
+        else:
+            tokens = [f"class {parts[0]}"] if len(parts) > 1 else [f"def {parts[-1]}", f"class {parts[-1]}"]
+            hits = self.grep(tokens)
+            files = sorted({rel for t in tokens for rel, _ in hits[t]})
+            if len(files) > limit:
+                raise SourceLookupError(f"{name!r} is defined in {len(files)} files; qualify it (Class.method) "
+                                        "or give the file", where=self.root)
+        found: list[Definition] = []
+        for rel in files:
+            tree = self.tree(rel)
+            if tree is None:
+                continue
+            for qual, node in _walk_definitions(tree):
+                if qual == name or qual.endswith("." + name):
+                    first = min([node.lineno] + [d.lineno for d in node.decorator_list])
+                    kind = "class" if isinstance(node, ast.ClassDef) else ("method" if "." in qual else "function")
+                    found.append(Definition(self.path(rel), qual, kind, node.lineno, node.end_lineno or node.lineno,
+                                            first, node.body[0].lineno))
+        if not found:
+            raise SourceLookupError(f"no definition of {name!r} in the engine source",
+                                    where=self.path(file) if file else self.root)
+        return found
+
+
+    def find_class(self, name: str) -> tuple[str, ast.ClassDef, str] | None:
+        """``(relative file, class node, file text)`` of ``class name(`` under ``srt/models``."""
+        if not re.fullmatch(r"\w+", name or ""):
+            return None
+        if name not in self._classes:
+            res = self.box.run(["grep", "-rlE", "--include=*.py", rf"^class {name}\b",
+                                posixpath.join(self.root, "srt", "models")], timeout=self.timeout, check=False)
+            files = [ln for ln in res.stdout.splitlines() if ln.strip()]
+            self._classes[name] = None
+            for f in files:
+                rel = posixpath.relpath(f, self.root)
+                text = self.read(rel)
+                if text is None:
+                    continue
+                self._classes[name] = (rel, text)
+                break
+        hit = self._classes[name]
+        if hit is None:
+            return None
+        rel, text = hit
+        try:
+            tree = ast.parse(text)
+        except SyntaxError:
+            return None
+        for node in tree.body:
+            if isinstance(node, ast.ClassDef) and node.name == name:
+                return rel, node, text
+        return None
+
+    def find_method(self, cls: str, method: str, depth: int = 4) -> tuple[str, ast.FunctionDef, str, str] | None:
+        """``(file, def node, file text, defining class)`` of ``cls.method``, following base
+        classes defined under ``srt/models`` (``depth`` levels)."""
+        found = self.find_class(cls)
+        if found is None:
+            return None
+        rel, node, text = found
+        for item in node.body:
+            if isinstance(item, ast.FunctionDef) and item.name == method:
+                return rel, item, text, cls
+        if depth > 0:
+            for base in node.bases:
+                bname = base.id if isinstance(base, ast.Name) else getattr(base, "attr", None)
+                if bname and bname not in ("Module", "object") and bname != cls:
+                    hit = self.find_method(bname, method, depth - 1)
+                    if hit is not None:
+                        return hit
+        return None
+
+    def capture_delegate(self, target_arch: str) -> str | None:
+        """The class a target hands ``set_eagle3_layers_to_capture`` on to: when the method calls
+        ``self.<attr>.set_eagle3_layers_to_capture`` (not ``self.model``) and the file assigns
+        ``self.<attr> = Cls(...)`` (SGLang 0.5.23 ``kimi_k25.py``: ``language_model`` =
+        ``DeepseekV3ForCausalLM``), that ``Cls``; else ``None``."""
+        hit = self.find_method(target_arch, "set_eagle3_layers_to_capture")
+        if hit is None:
+            return None
+        _, fn, text, _ = hit
+        body = ast.get_source_segment(text, fn) or ""
+        m = re.search(r"self\.(\w+)\.set_eagle3_layers_to_capture", body)
+        if m and m.group(1) not in ("model",):
+            cm = re.search(rf"self\.{m.group(1)}\s*=\s*(\w+)\(", text)
+            if cm and cm.group(1) != target_arch:
+                return cm.group(1)
+        return None
+
+    def capture_rule(self, target_arch: str, num_layers: int, ids: list[int] | None) -> CaptureRule | None:
+        """Evaluate the target class's ``set_eagle3_layers_to_capture(ids)`` from the box's
+        source (SGLang 0.5.23: ``srt/models/llama.py`` ``[id + 1]``, ``deepseek_v2.py`` +1 only
+        when ``ids[0] == 1``, ``gpt_oss.py`` keeps ids whose max is ``num_layers``; Kimi-K2.5
+        delegates to its ``language_model``). The method body is executed on a stand-in object
+        with a restricted set of builtins (it is list arithmetic). ``reachable_max`` is
+        ``num_layers - 1`` (the capture loop ``for i in range(start, end)``), or ``num_layers``
+        when the model file also tests ``end_layer in self.layers_to_capture`` after the loop.
+        ``None`` when the class or method is not in the source."""
+        hit = self.find_method(target_arch, "set_eagle3_layers_to_capture")
+        if hit is None:
+            return None
+        rel, fn, text, owner = hit
+        src = f"{self.root}/{rel}:{fn.lineno} ({owner}.set_eagle3_layers_to_capture)"
+        delegate_cls = self.capture_delegate(target_arch)
+        if delegate_cls:
+            delegate = self.capture_rule(delegate_cls, num_layers, ids)
+            if delegate is not None:
+                delegate.source = f"{src} → {delegate.source}"
+                return delegate
+        captured = _evaluate_capture(fn, num_layers, ids)
+        reach = num_layers if re.search(r"(end_layer|num_layers|len\(self\.layers\))\s+in\s+self\.layers_to_capture",
+                                        text) else num_layers - 1
+        return CaptureRule(captured, reach, src, "evaluated from the box's engine source")
+
+    def draft_classes(self, eagle3: bool) -> dict[str, str] | None:
+        """``{class name: file}`` registered by ``EntryClass`` in ``srt/models/*eagle3*.py``
+        (``eagle3``) or ``srt/models/*eagle*.py`` without ``eagle3`` (EAGLE-1/2 drafts)."""
+        try:
+            names = self.box.listdir(posixpath.join(self.root, "srt", "models"), timeout=self.timeout)
+        except RemoteFileNotFound:
+            return None
+        out: dict[str, str] = {}
+        for n in names:
+            if not n.endswith(".py") or "eagle" not in n or (("eagle3" in n) != eagle3):
+                continue
+            text = self.read(f"srt/models/{n}") or ""
+            m = re.search(r"^EntryClass\s*=\s*\[?([\w\s,]+)\]?", text, re.M)
+            for cls in (m.group(1).replace("\n", " ").split(",") if m else []):
+                if cls.strip():
+                    out[cls.strip()] = f"srt/models/{n}"
+        return out
+
+    def spec_algorithms(self) -> tuple[set[str], str] | None:
+        """The algorithm names the engine accepts without a plugin: the members of
+        ``SpeculativeAlgorithm`` (an ``Enum`` in ``srt/speculative/spec_info.py``) and the names in a
+        ``_RESERVED_ALIASES`` set literal there or in ``spec_registry.py`` (SGLang 0.5.23:
+        ``NEXTN``); with the file:line of the class. ``None`` when the source does not say."""
+        text = self.read("srt/speculative/spec_info.py")
+        if text is None:
+            return None
+        names: set[str] = set()
+        where = None
+        for rel in ("srt/speculative/spec_info.py", "srt/speculative/spec_registry.py"):
+            src = text if rel.endswith("spec_info.py") else self.read(rel)
+            if src is None:
+                continue
+            for node in ast.walk(ast.parse(src)):
+                if isinstance(node, ast.ClassDef) and node.name == "SpeculativeAlgorithm":
+                    where = f"{self.root}/{rel}:{node.lineno}"
+                    names |= {t.id for st in node.body if isinstance(st, ast.Assign) for t in st.targets
+                              if isinstance(t, ast.Name) and t.id.isupper()}
+                if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "_RESERVED_ALIASES"
+                                                        for t in node.targets):
+                    names |= {c.value for c in ast.walk(node.value) if isinstance(c, ast.Constant)
+                              and isinstance(c.value, str)}
+        return (names, where) if names and where else None
+
+
+@dataclass(frozen=True)
+class Definition:
+    """A function, method or class in the engine source. ``file`` is the absolute path on the
+    box; ``line`` the ``def``/``class`` line, ``first_line`` the first decorator's line,
+    ``body_line`` the first statement of the body, ``end_line`` the last line (all 1-based)."""
+
+    file: str
+    qualname: str
+    kind: str
+    line: int
+    end_line: int
+    first_line: int
+    body_line: int
+
+    def to_dict(self) -> dict:
+        return dict(self.__dict__)
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}  {self.kind} {self.qualname} (lines {self.first_line}-{self.end_line})"
+
+
+@dataclass(frozen=True)
+class SourceExcerpt:
+    """Numbered lines ``first``..``last`` of ``file`` (absolute path on the box); ``focus`` is the
+    line asked for. ``str()`` renders them as ``  NNN | text`` with ``>`` on the focus line."""
+
+    file: str
+    first: int
+    last: int
+    focus: int
+    lines: tuple[str, ...]
+
+    def __str__(self) -> str:
+        width = len(str(self.last))
+        rows = [f"{self.file}:{self.focus}"]
+        for n, text in enumerate(self.lines, start=self.first):
+            rows.append(f"{'>' if n == self.focus else ' '} {n:>{width}} | {text}")
+        return "\n".join(rows)
+
+    def to_dict(self) -> dict:
+        return {"file": self.file, "first": self.first, "last": self.last, "focus": self.focus,
+                "lines": list(self.lines)}
+
+
+def _walk_definitions(tree: ast.AST, prefix: tuple[str, ...] = ()):
+    """``(qualified name, node)`` of every function and class, nested ones included."""
+    for child in ast.iter_child_nodes(tree):
+        if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            qual = prefix + (child.name,)
+            yield ".".join(qual), child
+            yield from _walk_definitions(child, qual)
+        else:
+            yield from _walk_definitions(child, prefix)
+
+
+def _evaluate_capture(fn: ast.FunctionDef, num_layers: int, ids: list[int] | None) -> list[int] | None:
+    fn = ast.fix_missing_locations(_strip_annotations(fn))
+    module = ast.Module(body=[fn], type_ignores=[])
+    ns: dict[str, Any] = {"__builtins__": _SAFE_BUILTINS}
+    exec(compile(module, "<set_eagle3_layers_to_capture>", "exec"), ns)  # noqa: S102 - list arithmetic, restricted builtins
+    model = _Rec(layers_to_capture=None)
+    self_obj = _Rec(model=model, config=_Rec(num_hidden_layers=num_layers), pp_group=_Rec(is_last_rank=True))
+    ns[fn.name](self_obj, list(ids) if ids is not None else None)
+    got = model.layers_to_capture
+    if got is None and isinstance(self_obj.__dict__.get("layers_to_capture"), list):
+        got = self_obj.__dict__["layers_to_capture"]  # a target that keeps the list on itself
+    return [int(x) for x in got] if got is not None else None
+
+
+def _strip_annotations(fn: ast.FunctionDef) -> ast.FunctionDef:
+    import copy
+
+    fn = copy.deepcopy(fn)
+    fn.returns = None
+    fn.decorator_list = []
+    for a in fn.args.args + fn.args.kwonlyargs:
+        a.annotation = None
+    return fn
+
+

@@ -1,0 +1,204 @@
+"""Every error the workbench raises, in one tree (the box layer's own are :mod:`remote.errors`).
+
+::
+
+    WorkbenchError                      base of everything below; .exit_code (2: the command could not run)
+    ├── WorkbenchInputError (ValueError)    bad input, named with where it was wrong
+    │   ├── LaunchCommandError              a launch command that cannot be parsed or rewritten (.position, .token)
+    │   ├── RuleInputError                  a rule lacks what it needs (e.g. no draft path)
+    │   ├── PromptSetError                  a prompt set that cannot be used (.path, .line)
+    │   ├── SweepError                      a sweep grid or launch command the sweep cannot use
+    │   ├── LogInputError                   not an SGLang server log, or empty
+    │   ├── FigureInputError                a figure input missing, mistyped or not finite
+    │   ├── VerdictSchemaError              a verdict document missing a key or mistyped (.path, .problems)
+    │   └── LedgerError                     an invalid verdict, a duplicate or unknown hypothesis id
+    ├── CheckpointError                 a model directory on the box (.path)
+    │   ├── ConfigUnreadable                config.json missing, unreadable or not a JSON object
+    │   ├── CheckpointUnreadable            a safetensors file or index that cannot be used (.reason)
+    │   └── TensorNotFound                  no tensor of that name
+    ├── EngineNotFound (RuntimeError)   the engine package could not be located on the box (.where)
+    ├── SourceLookupError (LookupError) a file, line or definition not in the engine's source (.where)
+    ├── DoctorError (RuntimeError)      the doctor could not run: no --model-path, no running server (.where)
+    ├── AcceptanceError (RuntimeError)  a /generate measurement could not be made
+    ├── MeasureError (RuntimeError)     no source of a measurement answered
+    ├── JournalError (RuntimeError)     the box's journal is unreadable or another run's is open
+    ├── DiagnosisError (RuntimeError)   a session or diagnosis step cannot run
+    └── ReportError (RuntimeError)      a report could not be exported, or would not be self-contained
+        ├── BrowserNotFound                 no Chromium binary on this machine
+        └── BrowserError                    Chromium ran but failed or timed out (.stderr)
+
+Each class also derives from the built-in exception it has always been (``ValueError``,
+``RuntimeError``, ``LookupError``), so ``except ValueError`` around a parser still works. The
+command line maps every :class:`WorkbenchError` to its ``exit_code`` in one place
+(:mod:`workbench.cli`); a ``remote.errors.RemoteError`` (an unreachable box, a time-out) is exit 2
+there too.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+__all__ = [
+    "WorkbenchError", "WorkbenchInputError", "LaunchCommandError", "RuleInputError", "PromptSetError", "SweepError",
+    "LogInputError", "FigureInputError", "VerdictSchemaError", "LedgerError", "CheckpointError", "ConfigUnreadable",
+    "CheckpointUnreadable", "TensorNotFound", "EngineNotFound", "SourceLookupError", "DoctorError",
+    "AcceptanceError", "MeasureError", "JournalError", "DiagnosisError", "ReportError", "BrowserNotFound",
+    "BrowserError",
+]
+
+
+class WorkbenchError(Exception):
+    """Base of every workbench error. ``exit_code``: what the ``workbench`` command exits with
+    when this error ends it (2: the command itself could not run)."""
+
+    exit_code: int = 2
+
+
+class WorkbenchInputError(WorkbenchError, ValueError):
+    """Bad input to the workbench; the message says what was wrong and where."""
+
+
+class LaunchCommandError(WorkbenchInputError):
+    """A launch command that cannot be parsed or rewritten.
+
+    ``position`` is a 0-based character column in the text (quote errors) and ``token`` a
+    0-based token index (flag errors), whichever applies; both are ``None`` otherwise.
+    """
+
+    def __init__(self, message: str, *, position: int | None = None, token: int | None = None):
+        super().__init__(message)
+        self.position = position
+        self.token = token
+
+
+class RuleInputError(WorkbenchInputError):
+    """A rule cannot run: the launch command lacks what it needs (e.g. a draft path)."""
+
+
+class PromptSetError(WorkbenchInputError):
+    """A prompt set that cannot be used. ``path``: the file (or the name asked for); ``line``: the
+    1-based line at fault, or ``None`` for the file as a whole. ``str()`` is ``path:line: message``."""
+
+    def __init__(self, path: str, line: int | None, message: str) -> None:
+        self.path, self.line, self.message = path, line, message
+        super().__init__(f"{path}:{line}: {message}" if line is not None else f"{path}: {message}")
+
+
+class SweepError(WorkbenchInputError):
+    """A grid or launch command the sweep cannot use; the message names the part that is wrong."""
+
+
+class LogInputError(WorkbenchInputError):
+    """The input is not something a log can be read from: not an SGLang server log (no line carries
+    SGLang's ``[YYYY-mm-dd HH:MM:SS]`` prefix and none is a batch line), or empty. The message
+    names the file."""
+
+
+class FigureInputError(WorkbenchInputError):
+    """An input to a figure function is missing, of the wrong type, or not a finite number."""
+
+
+class VerdictSchemaError(WorkbenchInputError):
+    """The verdict document misses a required key or holds a value of the wrong type.
+
+    Attributes:
+        path: the first offending key path, e.g. ``"hypotheses[1].verdict"``.
+        problems: every ``(path, message)`` found.
+    """
+
+    def __init__(self, problems: Sequence[tuple[str, str]]):
+        self.problems = list(problems)
+        self.path = self.problems[0][0] if self.problems else ""
+        super().__init__("invalid verdict document: " + "; ".join(f"{p}: {m}" for p, m in self.problems))
+
+
+class LedgerError(WorkbenchInputError):
+    """An invalid verdict, a duplicate or unknown hypothesis id."""
+
+
+class CheckpointError(WorkbenchError):
+    """Something about a model directory on the box; ``.path`` names the file."""
+
+    def __init__(self, message: str, *, path: str):
+        self.path = path
+        super().__init__(f"{message}: {path}")
+
+
+class ConfigUnreadable(CheckpointError):
+    """``config.json`` (or another JSON file) is missing, unreadable, or not a JSON object."""
+
+
+class CheckpointUnreadable(CheckpointError):
+    """A safetensors file or index cannot be used; ``.reason`` is the short reason
+    (``truncated``, ``header-too-large``, ``not-json``, ``bad-entry``, ``unknown-dtype``,
+    ``offsets-past-end``, ``size-mismatch``, ``missing``, ``bad-index``)."""
+
+    def __init__(self, message: str, *, path: str, reason: str):
+        self.reason = reason
+        super().__init__(message, path=path)
+
+
+class TensorNotFound(CheckpointError):
+    """The checkpoint has no tensor of that name."""
+
+
+class EngineNotFound(WorkbenchError, RuntimeError):
+    """The engine package could not be located on the box. ``.where`` names the box and the
+    interpreter tried; the message says what to pass instead (``--python``, ``--port``)."""
+
+    def __init__(self, message: str, *, where: str = ""):
+        self.where = where
+        super().__init__(message + (f" ({where})" if where else ""))
+
+
+class SourceLookupError(WorkbenchError, LookupError):
+    """A file, line or definition asked for is not in the engine's source. ``.where`` names the
+    file (or the engine root) searched."""
+
+    def __init__(self, message: str, *, where: str = ""):
+        self.where = where
+        super().__init__(message + (f" ({where})" if where else ""))
+
+
+class DoctorError(WorkbenchError, RuntimeError):
+    """The doctor itself could not run (exit code 2): an unreachable box, a launch command that
+    names no model. ``.where`` names the box or input."""
+
+    def __init__(self, message: str, *, where: str = ""):
+        self.where = where
+        super().__init__(f"{message}" + (f" ({where})" if where else ""))
+
+
+class AcceptanceError(WorkbenchError, RuntimeError):
+    """A measurement could not be made: the server was unreachable, answered with an error
+    status, or sent a body that is not a ``/generate`` response. The message names the URL."""
+
+
+class MeasureError(WorkbenchError, RuntimeError):
+    """No measurement could be made: the server is unreachable, or no selected source answered.
+    The message names the URL and what failed."""
+
+
+class JournalError(WorkbenchError, RuntimeError):
+    """The journal on the box is unreadable, or another run's journal is still open."""
+
+
+class DiagnosisError(WorkbenchError, RuntimeError):
+    """A session or diagnosis step cannot run: no server and no launch command, a port that is no
+    TCP port, an earlier run that left the box changed and could not be restored, ..."""
+
+
+class ReportError(WorkbenchError, RuntimeError):
+    """The report could not be exported, or the exported HTML would not be self-contained."""
+
+
+class BrowserNotFound(ReportError):
+    """No Chromium / Chrome binary on this machine (install the Debian package ``chromium``)."""
+
+
+class BrowserError(ReportError):
+    """Chromium ran but failed or timed out; ``stderr`` holds its last output."""
+
+    def __init__(self, message: str, stderr: str = ""):
+        self.stderr = stderr
+        super().__init__(message + (f"\n--- chromium stderr (tail) ---\n{stderr[-3000:]}" if stderr else ""))

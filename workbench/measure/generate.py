@@ -1,0 +1,279 @@
+"""Acceptance measurement: accept length and accept rate, exactly as SGLang defines them.
+
+Definitions (SGLang 0.5.23, ``srt/managers/tokenizer_manager.py`` for ``/generate``'s
+``meta_info``, ``srt/managers/scheduler_components/metrics_reporter.py`` for the decode log):
+
+- **accept length** = tokens per verify step, bonus token included:
+  ``completion_tokens / spec_verify_ct``. Over several requests this module sums first:
+  ``Σ completion_tokens / Σ spec_verify_ct``.
+- **accept rate** = correct drafts / proposed drafts, proposed = ``spec_verify_ct ×
+  (num_draft_tokens − 1)``. Over several requests: ``Σ spec_num_correct_drafts /
+  Σ spec_num_proposed_drafts``; the plain mean of the per-request ``spec_accept_rate`` is kept
+  beside it.
+
+SGLang adds the ``spec_*`` keys to ``meta_info`` only when ``spec_verify_ct > 0``. A response
+without them means speculative decoding is off or the engine did not report it; this module
+says so (``speculative=False``, ``accept_length=None``) and never substitutes 1.0.
+
+This module: :func:`measure_generate` (greedy requests to ``POST /generate``). The other sources
+are :mod:`workbench.measure.sources` (the OpenAI endpoints, ``/metrics``, ``/server_info``) and
+the server log (:mod:`workbench.logs`).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import asdict, dataclass
+from typing import Any, Sequence
+
+import httpx
+
+from workbench.errors import AcceptanceError
+from workbench.measure.prompts import load_prompts
+
+__all__ = ["AcceptanceError", "RequestRecord", "AcceptanceMeasurement", "measure_generate", "summarize_responses"]
+
+NOT_SPECULATIVE_NOTE = (
+    "no response carried spec_verify_ct: speculative decoding is off on this server, or the engine did not "
+    "report it (SGLang 0.5.23 adds the spec_* meta_info keys only when spec_verify_ct > 0); accept length is "
+    "unknown, not 1.0"
+)
+
+SERVER_INFO_KEYS = (
+    "model_path", "speculative_algorithm", "speculative_draft_model_path", "speculative_num_steps",
+    "speculative_eagle_topk", "speculative_num_draft_tokens", "tp_size", "version",
+)
+
+
+# ---------------------------------------------------------------------------------------------
+# /generate
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class RequestRecord:
+    """One measured ``/generate`` request (warm-up requests are never recorded).
+
+    ``prompt_index``: index into the prompt list; token counts from ``meta_info``;
+    ``spec_verify_ct`` and the other ``spec_*`` values are ``None`` when the response did not
+    carry them; ``histogram``: ``spec_correct_drafts_histogram`` (index k = verify steps that
+    accepted k drafts; the pre-0.5.23 key ``spec_accept_histogram`` is read too);
+    ``e2e_latency``: the server's seconds; ``wall_s``: seconds measured by this client.
+    """
+
+    prompt_index: int
+    completion_tokens: int
+    prompt_tokens: int | None
+    spec_verify_ct: int | None
+    spec_accept_length: float | None
+    spec_accept_rate: float | None
+    spec_num_correct_drafts: int | None
+    spec_num_proposed_drafts: int | None
+    histogram: list[int] | None
+    e2e_latency: float | None
+    wall_s: float
+    finish_reason: Any = None
+    text: str | None = None
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class AcceptanceMeasurement:
+    """Aggregate of measured requests.
+
+    ``accept_length`` = Σ completion_tokens / Σ spec_verify_ct over the requests that report
+    ``spec_verify_ct`` (``None`` when none does); ``accept_rate`` = Σ correct / Σ proposed
+    drafts; ``mean_spec_accept_rate``: mean of per-request ``spec_accept_rate``;
+    ``verify_steps`` = Σ spec_verify_ct; ``total_tokens`` = Σ completion_tokens (all measured
+    requests); ``wall_s``: seconds spent in the measured requests; ``tokens_per_s`` =
+    total_tokens / wall_s; ``histogram``: element-wise sum; ``speculative``: at least one
+    response reported ``spec_verify_ct``; ``note``: why a value is missing, if one is;
+    ``server_info``: the speculative settings ``/server_info`` reported (or ``None``).
+    """
+
+    accept_length: float | None
+    accept_rate: float | None
+    mean_spec_accept_rate: float | None
+    verify_steps: int
+    total_tokens: int
+    wall_s: float
+    tokens_per_s: float | None
+    speculative: bool
+    records: list[RequestRecord]
+    histogram: list[int] | None = None
+    requests_without_spec: int = 0
+    note: str | None = None
+    warmup: int = 0
+    max_new_tokens: int | None = None
+    base_url: str | None = None
+    server_info: dict | None = None
+    source: str = "/generate"
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["records"] = [r.to_dict() for r in self.records]
+        return d
+
+
+def _opt_int(v: Any) -> int | None:
+    return int(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+
+def _opt_float(v: Any) -> float | None:
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+
+def record_from_response(prompt_index: int, body: Any, wall_s: float, *, url: str = "/generate") -> RequestRecord:
+    """Turn one ``/generate`` JSON response into a :class:`RequestRecord`.
+
+    Raises :class:`AcceptanceError` when ``meta_info.completion_tokens`` is missing.
+    """
+    if isinstance(body, list) and len(body) == 1:
+        body = body[0]
+    meta = body.get("meta_info") if isinstance(body, dict) else None
+    if not isinstance(meta, dict) or not isinstance(meta.get("completion_tokens"), int):
+        raise AcceptanceError(f"{url}: response has no meta_info.completion_tokens: {str(body)[:300]}")
+    hist = meta.get("spec_correct_drafts_histogram", meta.get("spec_accept_histogram"))
+    return RequestRecord(
+        prompt_index=prompt_index,
+        completion_tokens=meta["completion_tokens"],
+        prompt_tokens=_opt_int(meta.get("prompt_tokens")),
+        spec_verify_ct=_opt_int(meta.get("spec_verify_ct")),
+        spec_accept_length=_opt_float(meta.get("spec_accept_length")),
+        spec_accept_rate=_opt_float(meta.get("spec_accept_rate")),
+        spec_num_correct_drafts=_opt_int(meta.get("spec_num_correct_drafts")),
+        spec_num_proposed_drafts=_opt_int(meta.get("spec_num_proposed_drafts")),
+        histogram=[int(x) for x in hist] if isinstance(hist, list) else None,
+        e2e_latency=_opt_float(meta.get("e2e_latency")),
+        wall_s=wall_s,
+        finish_reason=meta.get("finish_reason"),
+        text=body.get("text") if isinstance(body.get("text"), str) else None,
+    )
+
+
+def sum_histograms(histograms) -> list[int] | None:
+    """Element-wise sum of ``spec_correct_drafts_histogram`` lists of different lengths (SGLang
+    0.5.23 cuts each at the largest k it saw); ``None`` when none is given (empty ones skipped)."""
+    hist: list[int] | None = None
+    for h in histograms:
+        if h:
+            hist = hist or []
+            hist += [0] * (len(h) - len(hist))
+            for k, v in enumerate(h):
+                hist[k] += v
+    return hist
+
+
+def summarize_responses(records: Sequence[RequestRecord], **extra: Any) -> AcceptanceMeasurement:
+    """Aggregate :class:`RequestRecord` s as SGLang defines accept length / rate (module doc)."""
+    spec = [r for r in records if r.spec_verify_ct]
+    total_tokens = sum(r.completion_tokens for r in records)
+    wall = sum(r.wall_s for r in records)
+    verify = sum(r.spec_verify_ct for r in spec)
+    accept_length = sum(r.completion_tokens for r in spec) / verify if verify else None
+    with_counts = [r for r in spec if r.spec_num_proposed_drafts is not None and r.spec_num_correct_drafts is not None]
+    proposed = sum(r.spec_num_proposed_drafts for r in with_counts)
+    accept_rate = sum(r.spec_num_correct_drafts for r in with_counts) / proposed if proposed else None
+    rates = [r.spec_accept_rate for r in spec if r.spec_accept_rate is not None]
+    hist = sum_histograms(r.histogram for r in spec)
+    note = None
+    if not records:
+        note = "no requests were measured"
+    elif not spec:
+        note = NOT_SPECULATIVE_NOTE
+    elif accept_rate is None:
+        note = "responses carry spec_verify_ct but not spec_num_correct_drafts/spec_num_proposed_drafts: accept rate unknown"
+    return AcceptanceMeasurement(
+        accept_length=accept_length, accept_rate=accept_rate,
+        mean_spec_accept_rate=statistics.fmean(rates) if rates else None,
+        verify_steps=verify, total_tokens=total_tokens, wall_s=wall,
+        tokens_per_s=total_tokens / wall if wall > 0 else None,
+        speculative=bool(spec), records=list(records), histogram=hist,
+        requests_without_spec=len(records) - len(spec), note=note, **extra,
+    )
+
+
+def _post_generate(client: httpx.Client, url: str, prompt: str, max_new_tokens: int) -> tuple[Any, float]:
+    payload = {"text": prompt, "sampling_params": {"temperature": 0, "max_new_tokens": max_new_tokens}}
+    t0 = time.perf_counter()
+    try:
+        resp = client.post(url, json=payload)
+    except httpx.HTTPError as exc:
+        raise AcceptanceError(f"POST {url} failed: {type(exc).__name__}: {exc}") from exc
+    wall = time.perf_counter() - t0
+    if resp.status_code != 200:
+        raise AcceptanceError(f"POST {url} answered {resp.status_code}: {resp.text[:500]}")
+    try:
+        return resp.json(), wall
+    except ValueError as exc:
+        raise AcceptanceError(f"POST {url} answered a body that is not JSON: {resp.text[:300]!r}") from exc
+
+
+def _server_info(client: httpx.Client, base_url: str) -> dict:
+    url = base_url.rstrip("/") + "/server_info"
+    try:
+        resp = client.get(url)
+        resp.raise_for_status()
+        info = resp.json()
+    except (httpx.HTTPError, ValueError) as exc:
+        return {"error": f"GET {url}: {type(exc).__name__}: {exc}"}
+    if not isinstance(info, dict):
+        return {"error": f"GET {url}: not a JSON object"}
+    return {k: info.get(k) for k in SERVER_INFO_KEYS if k in info}
+
+
+def measure_generate(
+    base_url: str,
+    prompts: Sequence[str] | None = None,
+    *,
+    max_new_tokens: int = 128,
+    warmup: int = 1,
+    timeout: float = 300.0,
+    client: httpx.Client | None = None,
+    fetch_server_info: bool = True,
+    keep_text: bool = False,
+    progress: bool | str = False,
+) -> AcceptanceMeasurement:
+    """Measure accept length on a running server with greedy ``POST /generate`` requests.
+
+    ``prompts``: texts (default :func:`load_prompts`), sent one at a time with
+    ``temperature=0`` and ``max_new_tokens``. The first ``warmup`` requests (prompts taken
+    in order, cycling) are sent first and excluded from every number. ``timeout``: seconds per
+    request. ``client``: an ``httpx.Client`` to use (tests pass one with a mock transport).
+    With ``fetch_server_info`` the server's speculative settings from ``GET /server_info`` are
+    stored beside the numbers (an error there is recorded, not raised). ``progress``: a bar over the
+    requests (True: terminal or notebook widget; ``"text"``: plain text; False: none).
+    Raises :class:`AcceptanceError` on a connection failure, a non-200 answer or a body that
+    is not a ``/generate`` response.
+    """
+    texts = [p["text"] if isinstance(p, dict) else p for p in (prompts if prompts is not None else load_prompts())]
+    if not texts:
+        raise AcceptanceError("no prompts to send")
+    url = base_url.rstrip("/") + "/generate"
+    own = client is None
+    client = client or httpx.Client(timeout=timeout)
+    try:
+        for i in range(warmup):
+            _post_generate(client, url, texts[i % len(texts)], max_new_tokens)
+        records = []
+        if progress == "text":  # papermill runbooks: plain text, readable in the exported report
+            from tqdm.std import tqdm
+        else:
+            from tqdm.auto import tqdm
+        bar = tqdm(texts, desc="requests", unit="req", disable=not progress, mininterval=1.0, leave=False)
+        for i, text in enumerate(bar):
+            body, wall = _post_generate(client, url, text, max_new_tokens)
+            rec = record_from_response(i, body, wall, url=url)
+            if not keep_text:
+                rec.text = None
+            records.append(rec)
+        info = _server_info(client, base_url) if fetch_server_info else None
+    finally:
+        if own:
+            client.close()
+    return summarize_responses(records, warmup=warmup, max_new_tokens=max_new_tokens, base_url=base_url,
+                               server_info=info)
+

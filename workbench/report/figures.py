@@ -1,0 +1,364 @@
+"""Plotly figures for the acceptance diagnosis.
+
+Every function takes plain numbers / lists / dicts (no other workbench module is imported), returns a
+``plotly.graph_objects.Figure`` and has no display side effect: the caller shows it (``fig.show()`` in
+a notebook, ``display(fig)``) or exports it.
+
+Units used throughout:
+- accept length: tokens per verify step, bonus token included (SGLang's
+  ``completion_tokens / spec_verify_ct``); 1.0 means every draft token was rejected (no speculation gain);
+- hidden width: number of features (hidden units) of a hidden-state row;
+- throughput: generated tokens per second;
+- time: seconds since the first record of each run.
+
+Bad inputs raise :class:`FigureInputError` (a ``ValueError``) naming the offending argument.
+"""
+
+from __future__ import annotations
+
+import math
+from datetime import datetime, timezone
+from typing import Any, Mapping, Sequence
+
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+from workbench.errors import FigureInputError
+
+__all__ = [
+    "FigureInputError",
+    "accept_length_before_after",
+    "accept_length_per_request",
+    "acceptance_timeline",
+    "hidden_width_probe",
+    "ACCEPT_LENGTH_AXIS",
+]
+
+#: Axis title shared by every accept-length axis.
+ACCEPT_LENGTH_AXIS = "accept length (tokens / verify step)"
+
+_BEFORE_COLOR = "#d62728"  # red: the broken run
+_AFTER_COLOR = "#2ca02c"  # green: the fixed run
+_NEUTRAL_COLOR = "#7f7f7f"
+_PALETTE = ["#d62728", "#2ca02c", "#1f77b4", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf"]
+_TEMPLATE = "plotly_white"
+
+
+def _number(value: Any, name: str, *, allow_none: bool = False) -> float | None:
+    """Return ``value`` as a finite float (numpy scalars accepted) or raise FigureInputError."""
+    if value is None and allow_none:
+        return None
+    if isinstance(value, bool) or value is None:
+        raise FigureInputError(f"{name} must be a number, got {value!r}")
+    try:
+        number = float(value)
+    except (TypeError, ValueError) as exc:
+        raise FigureInputError(f"{name} must be a number, got {value!r}") from exc
+    if not math.isfinite(number):
+        raise FigureInputError(f"{name} must be finite, got {value!r}")
+    return number
+
+
+def _reference_line(fig: go.Figure, y: float, text: str, color: str, **kwargs: Any) -> None:
+    fig.add_hline(
+        y=y,
+        line_dash="dash",
+        line_color=color,
+        line_width=1.5,
+        annotation_text=text,
+        annotation_position="top left",
+        annotation_font_color=color,
+        **kwargs,
+    )
+
+
+def accept_length_before_after(
+    before: float | None,
+    after: float | None,
+    *,
+    labels: tuple[str, str] = ("before (EAGLE)", "after (EAGLE3)"),
+    ideal: float | None = None,
+) -> go.Figure:
+    """Bar chart of the mean accept length of two runs (the broken launch and the fixed one).
+
+    Args:
+        before: accept length of the first run, tokens per verify step (``None``: not measured, the bar
+            is drawn empty and marked "not measured").
+        after: accept length of the second run, tokens per verify step (``None`` as for ``before``).
+        labels: the two bar labels.
+        ideal: the ceiling, ``--speculative-num-draft-tokens`` (every draft token accepted); drawn as a
+            dashed line when given.
+
+    A dashed line at 1.0 marks "no speculation": the verify step only yields its bonus token.
+
+    Raises:
+        FigureInputError: a value is not a finite number, ``labels`` is not two strings, or
+            ``ideal`` < 1.
+    """
+    b = _number(before, "before", allow_none=True)
+    a = _number(after, "after", allow_none=True)
+    ceiling = _number(ideal, "ideal", allow_none=True)
+    if ceiling is not None and ceiling < 1:
+        raise FigureInputError(f"ideal must be >= 1 (the number of draft tokens per verify step), got {ideal!r}")
+    if len(labels) != 2 or not all(isinstance(label, str) for label in labels):
+        raise FigureInputError(f"labels must be two strings, got {labels!r}")
+
+    values = [b, a]
+    fig = go.Figure(
+        go.Bar(
+            x=list(labels),
+            y=[0.0 if v is None else v for v in values],
+            marker_color=[_BEFORE_COLOR, _AFTER_COLOR],
+            text=["not measured" if v is None else f"{v:.2f}" for v in values],
+            # inside the bar, so the labels never collide with the reference-line annotations
+            textposition=["outside" if v is None else "inside" for v in values],
+            insidetextanchor="end",
+            textfont_size=14,
+            hovertemplate="%{x}: %{y:.3f} tokens / verify step<extra></extra>",
+            name="accept length",
+        )
+    )
+    _reference_line(fig, 1.0, "1.0 = no speculation (bonus token only)", _NEUTRAL_COLOR)
+    top = max([v for v in values if v is not None] + [1.0])
+    if ceiling is not None:
+        _reference_line(fig, ceiling, f"{ceiling:g} = ceiling (num draft tokens)", "#1f77b4")
+        top = max(top, ceiling)
+    title = "Accept length before and after the fix"
+    if b is not None and a is not None and b > 0:
+        title += f"<br><sup>{b:.2f} → {a:.2f} tokens / verify step (×{a / b:.2f})</sup>"
+    fig.update_layout(
+        title=title,
+        template=_TEMPLATE,
+        xaxis_title="run",
+        yaxis_title=ACCEPT_LENGTH_AXIS,
+        yaxis_range=[0, top * 1.2],
+        showlegend=False,
+    )
+    return fig
+
+
+def _number_list(values: Sequence[Any], name: str) -> list[float]:
+    if isinstance(values, (str, bytes)) or not hasattr(values, "__iter__"):
+        raise FigureInputError(f"{name} must be a list of numbers, got {type(values).__name__}")
+    return [_number(v, f"{name}[{i}]") for i, v in enumerate(values)]  # type: ignore[misc]
+
+
+def accept_length_per_request(
+    before: Sequence[float],
+    after: Sequence[float],
+    *,
+    labels: tuple[str, str] = ("before (EAGLE)", "after (EAGLE3)"),
+) -> go.Figure:
+    """Per-request accept length of both runs, one marker per request, with each run's mean dashed.
+
+    Args:
+        before: accept length of each request of the first run, tokens per verify step.
+        after: the same for the second run (the lists may differ in length; either may be empty).
+        labels: legend names of the two runs.
+
+    Raises:
+        FigureInputError: an element is not a finite number or an argument is not a list.
+    """
+    runs = [_number_list(before, "before"), _number_list(after, "after")]
+    fig = go.Figure()
+    for values, label, color in zip(runs, labels, (_BEFORE_COLOR, _AFTER_COLOR)):
+        fig.add_trace(
+            go.Scatter(
+                x=list(range(len(values))),
+                y=values,
+                mode="lines+markers",
+                name=f"{label} (n={len(values)})",
+                line_color=color,
+                hovertemplate="request %{x}: %{y:.3f} tokens / verify step<extra>" + label + "</extra>",
+            )
+        )
+        if values:
+            mean = sum(values) / len(values)
+            fig.add_hline(
+                y=mean,
+                line_dash="dot",
+                line_color=color,
+                annotation_text=f"mean {mean:.2f}",
+                annotation_position="bottom right",
+                annotation_font_color=color,
+            )
+    _reference_line(fig, 1.0, "1.0 = no speculation", _NEUTRAL_COLOR)
+    top = max([v for run in runs for v in run] + [1.0])
+    fig.update_layout(
+        title="Accept length per request",
+        template=_TEMPLATE,
+        xaxis_title="request # (order sent)",
+        yaxis_title=ACCEPT_LENGTH_AXIS,
+        yaxis_range=[0, top * 1.2],
+        legend_title_text="run",
+    )
+    return fig
+
+
+def _timestamp(value: Any, where: str) -> datetime:
+    if isinstance(value, datetime):
+        ts = value
+    elif isinstance(value, str):
+        try:
+            ts = datetime.fromisoformat(value.strip())
+        except ValueError as exc:
+            raise FigureInputError(f"{where}: timestamp {value!r} is not an ISO 8601 date-time") from exc
+    elif isinstance(value, (int, float)) and not isinstance(value, bool):
+        ts = datetime.fromtimestamp(float(value), tz=timezone.utc)
+    else:
+        raise FigureInputError(f"{where}: timestamp must be a datetime or an ISO string, got {value!r}")
+    if ts.tzinfo is not None:
+        ts = ts.astimezone(timezone.utc).replace(tzinfo=None)
+    return ts
+
+
+def acceptance_timeline(records_by_label: Mapping[str, Sequence[Mapping[str, Any]]]) -> go.Figure:
+    """Accept length over time from parsed decode-log records, one line per run.
+
+    Args:
+        records_by_label: run label -> decode-log records in log order. Each record is a mapping with at
+            least ``timestamp`` (``datetime``, ISO 8601 string, or epoch seconds) and ``accept_len``
+            (tokens per verify step); an optional ``gen_throughput`` (tokens / s) is drawn dotted on a
+            secondary y axis when any record of any run has it. Time is in seconds since each run's
+            first record, so runs taken at different times line up.
+
+    Raises:
+        FigureInputError: ``records_by_label`` is not a mapping, a record is not a mapping, lacks
+            ``timestamp`` / ``accept_len``, or holds a value that is not a number / date-time.
+    """
+    if not isinstance(records_by_label, Mapping):
+        raise FigureInputError(
+            f"records_by_label must be a dict of label -> records, got {type(records_by_label).__name__}"
+        )
+    parsed: dict[str, list[tuple[datetime, float, float | None]]] = {}
+    for label, records in records_by_label.items():
+        rows = []
+        for i, record in enumerate(records):
+            where = f"records_by_label[{label!r}][{i}]"
+            if not isinstance(record, Mapping):
+                raise FigureInputError(f"{where} must be a dict, got {type(record).__name__}")
+            for key in ("timestamp", "accept_len"):
+                if key not in record:
+                    raise FigureInputError(f"{where} has no {key!r} key (keys: {sorted(record)})")
+            rows.append(
+                (
+                    _timestamp(record["timestamp"], where),
+                    _number(record["accept_len"], f"{where}['accept_len']"),
+                    _number(record.get("gen_throughput"), f"{where}['gen_throughput']", allow_none=True),
+                )
+            )
+        rows.sort(key=lambda row: row[0])
+        parsed[str(label)] = rows  # type: ignore[assignment]
+
+    has_throughput = any(row[2] is not None for rows in parsed.values() for row in rows)
+    fig = make_subplots(specs=[[{"secondary_y": True}]]) if has_throughput else go.Figure()
+    for index, (label, rows) in enumerate(parsed.items()):
+        color = _PALETTE[index % len(_PALETTE)]
+        start = rows[0][0] if rows else None
+        elapsed = [(row[0] - start).total_seconds() for row in rows] if start else []
+        accept = go.Scatter(
+            x=elapsed,
+            y=[row[1] for row in rows],
+            mode="lines+markers",
+            name=f"{label}: accept length",
+            legendgroup=label,
+            line_color=color,
+            customdata=[row[0].isoformat(sep=" ") for row in rows],
+            hovertemplate="t=%{x:.1f} s (%{customdata}): %{y:.2f} tokens / verify step<extra>" + label + "</extra>",
+        )
+        if has_throughput:
+            fig.add_trace(accept, secondary_y=False)
+            points = [(t, row[2]) for t, row in zip(elapsed, rows) if row[2] is not None]
+            if points:
+                fig.add_trace(
+                    go.Scatter(
+                        x=[p[0] for p in points],
+                        y=[p[1] for p in points],
+                        mode="lines",
+                        name=f"{label}: gen throughput",
+                        legendgroup=label,
+                        line=dict(color=color, dash="dot", width=1.5),
+                        opacity=0.7,
+                        hovertemplate="t=%{x:.1f} s: %{y:.1f} token/s<extra>" + label + "</extra>",
+                    ),
+                    secondary_y=True,
+                )
+        else:
+            fig.add_trace(accept)
+    _reference_line(fig, 1.0, "1.0 = no speculation", _NEUTRAL_COLOR)
+    top = max([row[1] for rows in parsed.values() for row in rows] + [1.0])
+    fig.update_layout(
+        title="Accept length over time (decode log)",
+        template=_TEMPLATE,
+        xaxis_title="time since the run's first decode log line (s)",
+        legend_title_text="run",
+    )
+    if has_throughput:
+        fig.update_yaxes(title_text=ACCEPT_LENGTH_AXIS, range=[0, top * 1.2], secondary_y=False)
+        fig.update_yaxes(title_text="gen throughput (token/s)", secondary_y=True, rangemode="tozero", showgrid=False)
+    else:
+        fig.update_yaxes(title_text=ACCEPT_LENGTH_AXIS, range=[0, top * 1.2])
+    if not any(parsed.values()):
+        fig.add_annotation(text="no decode log records", showarrow=False, xref="paper", yref="paper", x=0.5, y=0.5)
+    return fig
+
+
+def hidden_width_probe(observed: int | None, expected: int, target_hidden: int) -> go.Figure:
+    """Bar chart: the hidden-state width the draft received vs the width its ``fc`` projection needs.
+
+    Args:
+        observed: width of the hidden state the draft received at run time (from the probe), in hidden
+            units; ``None`` when the probe did not run (the bar is marked "not probed").
+        expected: ``fc`` input width, hidden units (EAGLE-3: number of aux layers × target hidden size).
+        target_hidden: the target model's ``hidden_size``, drawn as a dashed reference line; bar labels
+            give each width as a multiple of it.
+
+    Raises:
+        FigureInputError: a width is not a positive integer.
+    """
+    widths: dict[str, int | None] = {}
+    for name, value in (("observed", observed), ("expected", expected), ("target_hidden", target_hidden)):
+        if value is None and name == "observed":
+            widths[name] = None
+            continue
+        number = _number(value, name)
+        if number is None or number <= 0 or number != int(number):
+            raise FigureInputError(f"{name} must be a positive integer width, got {value!r}")
+        widths[name] = int(number)
+    obs, exp, hid = widths["observed"], widths["expected"], widths["target_hidden"]
+    assert exp is not None and hid is not None
+
+    def multiple(width: int | None) -> str:
+        if width is None:
+            return "not probed"
+        ratio = width / hid
+        return f"{width} (= {ratio:g} × {hid})" if ratio == int(ratio) else f"{width} ({ratio:.2f} × {hid})"
+
+    match = obs == exp
+    fig = go.Figure(
+        go.Bar(
+            x=["received by the draft (probe)", "fc input expects"],
+            y=[0 if obs is None else obs, exp],
+            marker_color=[_NEUTRAL_COLOR if obs is None else (_AFTER_COLOR if match else _BEFORE_COLOR), "#1f77b4"],
+            text=[multiple(obs), multiple(exp)],
+            textposition=["outside" if obs is None else "inside", "inside"],
+            insidetextanchor="end",
+            textfont_size=14,
+            hovertemplate="%{x}: %{y} hidden units<extra></extra>",
+        )
+    )
+    _reference_line(fig, hid, f"target hidden_size = {hid}", _NEUTRAL_COLOR)
+    if obs is None:
+        subtitle = "probe not run"
+    elif match:
+        subtitle = "widths match: fc is applied"
+    else:
+        subtitle = f"MISMATCH: the draft got {obs}, fc needs {exp}; the fc projection is skipped"
+    fig.update_layout(
+        title=f"Hidden-state width at the draft's fc<br><sup>{subtitle}</sup>",
+        template=_TEMPLATE,
+        xaxis_title="",
+        yaxis_title="width (hidden units)",
+        yaxis_range=[0, max(exp, obs or 0, hid) * 1.2],
+        showlegend=False,
+    )
+    return fig

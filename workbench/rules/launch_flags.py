@@ -1,0 +1,279 @@
+"""Fault family: the launch command (the speculative algorithm and its parameters, the flags).
+
+Rules: ``algorithm-mismatch`` (an EAGLE-3 draft launched with ``EAGLE``/``NEXTN``, or the reverse:
+the case this tool exists for), ``draft-path-missing``, ``spec-params-invalid`` (the engine's own
+checks on steps / topk / draft tokens, and an algorithm name it does not know),
+``launch-flag-unknown`` (a flag SGLang's argparse does not define). They read the launch command
+and the draft's facts; engine facts from SGLang 0.5.23 ``srt/arg_groups/speculative_hook.py``,
+``srt/speculative/spec_info.py`` and the flag table (:mod:`workbench.engine.flags`).
+"""
+
+from __future__ import annotations
+
+import difflib
+from typing import Any
+
+from workbench.checkpoint import DraftFacts, TargetFacts, read_draft_facts, read_target_facts
+from workbench.engine.flags import FLAGS, SGLANG_VERSION
+from workbench.engine.launch import LaunchCommand
+from workbench.engine.modelled import MTP_TARGETS, PAGE_TREE_BACKENDS
+from workbench.errors import ConfigUnreadable, RuleInputError
+from workbench.rules.finding import Finding, ev
+
+__all__ = ["algorithm_mismatch", "check_algorithm_mismatch", "launch_flags_unknown", "spec_params_invalid",
+           "draft_path_missing", "RuleInputError"]
+
+def algorithm_mismatch(launch: LaunchCommand, draft: DraftFacts, target: TargetFacts | None = None) -> list[Finding]:
+    """Rule ``algorithm-mismatch`` (severity ``error``), as ``shared/notes/doctor-rules.md`` defines it.
+
+    Fires when
+    - an EAGLE-3 draft (an architecture name containing ``Eagle3``, or
+      ``eagle_config.use_aux_hidden_state`` / ``eagle_aux_hidden_state_layer_ids`` present, or
+      ``fc`` in_features = k × target hidden with k ≥ 3) is launched with
+      ``--speculative-algorithm EAGLE`` or ``NEXTN``; or
+    - an EAGLE-1/2 draft (``fc`` in_features = 2 × draft hidden, no ``Eagle3`` architecture) is
+      launched with ``EAGLE3``.
+
+    Engine facts (SGLang 0.5.23): the algorithm is upper-cased and ``NEXTN`` is an alias of
+    ``EAGLE`` (``srt/arg_groups/speculative_hook.py``); aux hidden-state capture is set up only
+    when ``is_eagle3()``, strictly ``== EAGLE3`` (``srt/speculative/spec_info.py``,
+    ``model_runner_components/spec_aux_hidden_state.py``); the draft's ``fc`` is applied only
+    when ``hidden_states.shape[-1] != embeds.shape[-1]`` (``srt/models/llama_eagle3.py``), so
+    under EAGLE it is skipped silently. Nothing in 0.5.23 detects the mismatch (PR #21272 was
+    not merged).
+
+    ``target``: the target's facts (hidden size for the k × hidden test); when ``None`` the
+    draft's ``target_hidden_size`` (else ``hidden_size``) stands in and the evidence says so.
+    The fix is the launch command with ``--speculative-algorithm`` replaced.
+    """
+    raw = launch.get("--speculative-algorithm")
+    if raw is None or not isinstance(raw, str):
+        return []
+    algo = raw.upper()
+    evidence: dict[str, Any] = {
+        "speculative_algorithm": ev(raw, "launch command: --speculative-algorithm"),
+        "draft_architectures": ev(draft.architectures, draft.sources.get("architectures")),
+        "modelled_engine": f"sglang {SGLANG_VERSION}",
+    }
+    if draft.fc_in_features is not None:
+        evidence["fc_in_features"] = ev(draft.fc_in_features, draft.sources.get("fc_in_features"))
+    elif draft.checkpoint_error is not None:
+        evidence["fc_in_features"] = ev(None, f"checkpoint unreadable: {draft.checkpoint_error}")
+    else:
+        evidence["fc_in_features"] = ev(None, f"no fc.weight in the checkpoint of {draft.path}")
+
+    if target is not None and target.hidden_size is not None:
+        target_hidden, th_source = target.hidden_size, target.sources.get("hidden_size")
+    else:
+        target_hidden = draft.effective_target_hidden_size
+        key = "target_hidden_size" if draft.target_hidden_size is not None else "hidden_size"
+        th_source = f"{draft.sources.get(key)} (draft config; target config not read)"
+
+    if algo in ("EAGLE", "NEXTN"):
+        signals = draft.eagle3_signals(target_hidden)
+        if not signals:
+            return []
+        if draft.aux_layer_ids is not None:
+            evidence["eagle_config.eagle_aux_hidden_state_layer_ids"] = ev(draft.aux_layer_ids, draft.sources.get("aux_layer_ids"))
+        if draft.aux_layer_ids_top_level is not None:
+            evidence["eagle_aux_hidden_state_layer_ids"] = ev(draft.aux_layer_ids_top_level,
+                                                               draft.sources.get("aux_layer_ids_top_level"))
+        if draft.use_aux_hidden_state is not None:
+            evidence["use_aux_hidden_state"] = ev(draft.use_aux_hidden_state, draft.sources.get("use_aux_hidden_state"))
+        evidence["target_hidden_size"] = ev(target_hidden, th_source)
+        if draft.fc_in_features and target_hidden:
+            evidence["fc_in_features / target_hidden_size"] = draft.fc_in_features / target_hidden
+        evidence["eagle3_signals"] = sorted(signals)
+        width = f"{draft.fc_in_features}-wide " if draft.fc_in_features else ""
+        message = (
+            f"The draft at {draft.path} is an EAGLE-3 draft ({', '.join(sorted(signals))}) but the server is launched "
+            f"with --speculative-algorithm {raw}. The target then never captures the auxiliary hidden states, the draft "
+            f"receives one {target_hidden or 'hidden_size'}-wide state instead of the {width}input its fc expects, fc is "
+            "skipped without an error and the proposals are garbage: accept length stays near 1.00. "
+            "Relaunch with --speculative-algorithm EAGLE3."
+        )
+        fix = launch.with_flag("--speculative-algorithm", "EAGLE3").to_string()
+        return [Finding("algorithm-mismatch", "error", message, evidence, fix)]
+
+    if algo == "EAGLE3":
+        if not draft.is_eagle1_like:
+            return []
+        evidence["draft_hidden_size"] = ev(draft.hidden_size, draft.sources.get("hidden_size"))
+        evidence["fc_in_features / draft_hidden_size"] = draft.fc_in_features / draft.hidden_size
+        evidence["target_hidden_size"] = ev(target_hidden, th_source)
+        evidence["draft_vocab_size"] = ev(draft.draft_vocab_size, draft.sources.get("draft_vocab_size")
+                                           or f"{draft.config_path}: draft_vocab_size (absent)")
+        message = (
+            f"The draft at {draft.path} is an EAGLE-1/2 draft (fc in_features {draft.fc_in_features} = 2 × hidden "
+            f"{draft.hidden_size}, architectures {draft.architectures} without Eagle3) but the server is launched with "
+            "--speculative-algorithm EAGLE3, which feeds it three concatenated auxiliary hidden states and expects an "
+            "EAGLE-3 checkpoint (LlamaForCausalLMEagle3, draft vocab, d2t). Launch it with --speculative-algorithm "
+            "EAGLE, or use the EAGLE-3 draft trained for this target."
+        )
+        fix = launch.with_flag("--speculative-algorithm", "EAGLE").to_string()
+        return [Finding("algorithm-mismatch", "error", message, evidence, fix)]
+    return []
+
+
+def check_algorithm_mismatch(box: Any, launch: LaunchCommand, *, timeout: float = 30) -> list[Finding]:
+    """Read the draft (and, when readable, the target) named in ``launch`` from ``box`` and run
+    :func:`algorithm_mismatch`.
+
+    Raises :class:`RuleInputError` when the command has no ``--speculative-draft-model-path``,
+    and :class:`workbench.checkpoint.ConfigUnreadable` when the draft's config cannot be read.
+    A target config that cannot be read is not an error here: the draft's own
+    ``target_hidden_size`` stands in, and the evidence says so.
+    """
+    draft_path = launch.get("--speculative-draft-model-path")
+    if not draft_path:
+        raise RuleInputError("the launch command has no --speculative-draft-model-path; algorithm-mismatch needs the draft")
+    draft = read_draft_facts(box, draft_path, timeout=timeout)
+    target = None
+    target_error = None
+    model_path = launch.get("--model-path")
+    if not model_path:
+        target_error = "the launch command has no --model-path"
+    else:
+        try:
+            target = read_target_facts(box, model_path, timeout=timeout)
+        except ConfigUnreadable as exc:
+            target_error = str(exc)
+    findings = algorithm_mismatch(launch, draft, target)
+    for f in findings:
+        if target_error is not None:
+            f.evidence["target_config_error"] = target_error
+    return findings
+
+
+def _algo(launch: LaunchCommand) -> str | None:
+    raw = launch.get("--speculative-algorithm")
+    if not isinstance(raw, str):
+        return None
+    up = raw.upper()
+    return "EAGLE" if up == "NEXTN" else up
+
+
+def _int_flag(launch: LaunchCommand, flag: str) -> tuple[int | None, str | None]:
+    v = launch.get(flag)
+    if v is None:
+        return None, None
+    try:
+        return int(v), None
+    except (TypeError, ValueError):
+        return None, f"{flag} {v!r} is not an integer"
+
+
+def launch_flags_unknown(launch: LaunchCommand, engine_version: str | None = None) -> list[Finding]:
+    """Rule ``launch-flag-unknown`` (an addition to the catalogue): a ``--flag`` of an SGLang launch
+    that SGLang 0.5.23's argparse does not define (a typo such as ``--speculative-algoritm``).
+    argparse then exits with "unrecognized arguments" — unless it is a prefix of one flag, which
+    ``LaunchCommand`` already resolves. Flag table: :mod:`workbench.engine.flags` (generated from
+    the 0.5.23 source). Error when the box runs 0.5.23; a warning when its version differs or is
+    unknown (a newer engine may define it). Not applied to non-SGLang launchers."""
+    if launch.engine != "sglang":
+        return []
+    unknown = [f for f in launch.flags() if f.startswith("--") and f not in FLAGS]
+    if not unknown:
+        return []
+    severity = "error" if engine_version == SGLANG_VERSION else "warning"
+    close = {f: difflib.get_close_matches(f, list(FLAGS), n=1) for f in unknown}
+    fixed = launch
+    for f, match in close.items():
+        if match:
+            values = fixed.get_all(f)
+            fixed = fixed.without_flag(f).with_flag(match[0], values[-1] if values else True)
+    return [Finding("launch-flag-unknown", severity,
+                    f"{', '.join(unknown)} {'is' if len(unknown) == 1 else 'are'} not a flag of sglang "
+                    f"{SGLANG_VERSION}'s launch_server: argparse stops the server with 'unrecognized arguments'"
+                    + "".join(f"; did you mean {m[0]}?" for m in close.values() if m),
+                    {"unknown_flags": ev(unknown, "launch command"),
+                     "engine_version": ev(engine_version, "box" if engine_version else None),
+                     "flag_table": f"sglang {SGLANG_VERSION} (workbench/engine/data/sglang-{SGLANG_VERSION}-flags.json)"},
+                    fixed.to_string() if fixed is not launch else None)]
+
+
+def spec_params_invalid(launch: LaunchCommand, target_arch: str | None = None,
+                        draft_vocab: int | None = None, target_vocab: int | None = None) -> list[Finding]:
+    """Rule ``spec-params-invalid``: the engine's own checks on steps / topk / draft tokens.
+
+    SGLang 0.5.23 ``srt/arg_groups/speculative_hook.py`` ``_handle_eagle_family``:
+    steps unset with topk or draft tokens set → bare ``assert`` at startup (error); topk == 1
+    and draft tokens ≠ steps + 1 → warned and rewritten to steps + 1 (warning); topk > 1 with
+    ``--page-size`` > 1 and an ``--attention-backend`` outside flashinfer/fa3/triton → raises
+    (error); ``trtllm_mha`` with topk > 1 → raises; ``--speculative-use-rejection-sampling``
+    outside EAGLE/EAGLE3 or with topk ≠ 1 → raises, and (notes) the draft vocab must equal the
+    target vocab. Non-integer values → argparse rejects them (error). The fix is the launch
+    command with the values the engine would accept.
+    """
+    algo = _algo(launch)
+    if algo not in ("EAGLE", "EAGLE3", "STANDALONE"):
+        return []
+    out: list[Finding] = []
+    steps, e1 = _int_flag(launch, "--speculative-num-steps")
+    topk, e2 = _int_flag(launch, "--speculative-eagle-topk")
+    ndt, e3 = _int_flag(launch, "--speculative-num-draft-tokens")
+    evidence = {"--speculative-num-steps": ev(launch.get("--speculative-num-steps"), "launch command"),
+          "--speculative-eagle-topk": ev(launch.get("--speculative-eagle-topk"), "launch command"),
+          "--speculative-num-draft-tokens": ev(launch.get("--speculative-num-draft-tokens"), "launch command"),
+          "modelled_engine": f"sglang {SGLANG_VERSION} srt/arg_groups/speculative_hook.py _handle_eagle_family"}
+    bad = [e for e in (e1, e2, e3) if e]
+    if bad:
+        return [Finding("spec-params-invalid", "error", "; ".join(bad) + ": the server refuses to start", evidence, None)]
+    if steps is None and (topk is not None or ndt is not None):
+        fixed = launch.without_flag("--speculative-eagle-topk").without_flag("--speculative-num-draft-tokens")
+        out.append(Finding("spec-params-invalid", "error",
+                           "--speculative-eagle-topk / --speculative-num-draft-tokens are set without "
+                           "--speculative-num-steps: the engine's bare assert stops the server at startup",
+                           evidence, fixed.to_string()))
+        return out
+    if steps is not None and steps < 1:
+        out.append(Finding("spec-params-invalid", "error", f"--speculative-num-steps {steps} must be ≥ 1", evidence,
+                           launch.with_flag("--speculative-num-steps", 1).to_string()))
+    if topk == 1 and steps is not None and ndt != steps + 1:
+        out.append(Finding("spec-params-invalid", "warning",
+                           f"with --speculative-eagle-topk 1 the engine rewrites --speculative-num-draft-tokens {ndt} "
+                           f"to steps + 1 = {steps + 1} (a warning in the log only)",
+                           evidence, launch.with_flag("--speculative-num-draft-tokens", steps + 1).to_string()))
+    page, _ = _int_flag(launch, "--page-size")
+    backend = launch.get("--attention-backend")
+    if topk is not None and topk > 1 and page is not None and page > 1 and isinstance(backend, str) \
+            and backend not in PAGE_TREE_BACKENDS:
+        out.append(Finding("spec-params-invalid", "error",
+                           f"--speculative-eagle-topk {topk} with --page-size {page} needs an attention backend in "
+                           f"{PAGE_TREE_BACKENDS}, got {backend}: the engine raises at startup",
+                           {**evidence, "--page-size": ev(page, "launch command"),
+                            "--attention-backend": ev(backend, "launch command")},
+                           launch.with_flag("--page-size", 1).to_string()))
+    if topk is not None and topk > 1 and backend == "trtllm_mha":
+        out.append(Finding("spec-params-invalid", "error", "trtllm_mha supports only topk = 1 for speculative "
+                           "decoding: the engine raises", evidence, launch.with_flag("--speculative-eagle-topk", 1).to_string()))
+    if launch.get("--speculative-use-rejection-sampling") is True:
+        if topk is not None and topk != 1:
+            out.append(Finding("spec-params-invalid", "error", "--speculative-use-rejection-sampling requires "
+                               "--speculative-eagle-topk 1: the engine raises", evidence,
+                               launch.with_flag("--speculative-eagle-topk", 1).to_string()))
+        if draft_vocab is not None and target_vocab is not None and draft_vocab != target_vocab:
+            out.append(Finding("spec-params-invalid", "error",
+                               f"rejection sampling needs the draft vocab ({draft_vocab}) to equal the target vocab "
+                               f"({target_vocab})", {**evidence, "draft_vocab_size": draft_vocab, "vocab_size": target_vocab},
+                               launch.without_flag("--speculative-use-rejection-sampling").to_string()))
+    return out
+
+
+def draft_path_missing(launch: LaunchCommand, target: TargetFacts | None) -> list[Finding]:
+    """Rule ``draft-path-missing`` (error): EAGLE/EAGLE3 with no ``--speculative-draft-model-path``
+    for a target that does not supply its own MTP head (the architectures SGLang 0.5.23
+    ``speculative_hook.py`` ``_handle_eagle_family`` fills the draft path for: :data:`MTP_TARGETS`)."""
+    algo = _algo(launch)
+    if algo not in ("EAGLE", "EAGLE3") or launch.get("--speculative-draft-model-path"):
+        return []
+    arch = target.architectures[0] if target is not None and target.architectures else None
+    if arch in MTP_TARGETS:
+        return []
+    return [Finding("draft-path-missing", "error",
+                    f"--speculative-algorithm {launch.get('--speculative-algorithm')} without a draft model path, and "
+                    f"the target ({arch or 'architecture unknown'}) has no MTP head the engine would use instead",
+                    {"speculative_algorithm": ev(launch.get("--speculative-algorithm"), "launch command"),
+                     "target_architecture": ev(arch, target.sources.get("architectures") if target else None),
+                     "mtp_targets": f"sglang {SGLANG_VERSION} speculative_hook.py _handle_eagle_family"},
+                    "add --speculative-draft-model-path <the EAGLE draft trained for this target>")]

@@ -1,0 +1,40 @@
+"""Fault family: what the running server measures (runtime rules).
+
+Rule: ``acceptance-collapsed`` — measured accept length ≤ 1.05 over ≥ 20 verify steps with
+speculative decoding on, from any source (``/generate``, the OpenAI endpoints, ``/metrics``,
+``/server_info``, the decode log). Accept length as SGLang 0.5.23 defines it
+(``tokenizer_manager.py``: ``completion_tokens / spec_verify_ct``, bonus token included).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from workbench.rules.finding import Finding, ev
+
+__all__ = ["acceptance_collapsed", "COLLAPSED_ACCEPT_LENGTH", "MIN_VERIFY_STEPS"]
+
+#: Accept length at or below which acceptance has collapsed (tokens per verify step).
+COLLAPSED_ACCEPT_LENGTH = 1.05
+#: Fewest verify steps over which the rule decides.
+MIN_VERIFY_STEPS = 20
+
+
+def acceptance_collapsed(measurement: Any, static_findings: list[Finding] = (), *,
+                         source: str = "measurement") -> list[Finding]:
+    """Runtime rule ``acceptance-collapsed`` (error): accept length ≤ 1.05 over ≥ 20 verify steps
+    with speculative decoding on. ``measurement``: an object or dict with ``accept_length``
+    (tokens per verify step, bonus included: SGLang's ``completion_tokens / spec_verify_ct``) and
+    ``verify_steps`` (e.g. :class:`workbench.acceptance.AcceptanceMeasurement`). The finding
+    points at the static error findings that explain it."""
+    get = measurement.get if isinstance(measurement, dict) else lambda k: getattr(measurement, k, None)
+    al, steps = get("accept_length"), get("verify_steps")
+    if al is None or steps is None or steps < 20 or al > 1.05:
+        return []
+    causes = [f.rule for f in static_findings if f.severity == "error"]
+    return [Finding("acceptance-collapsed", "error",
+                    f"accept length {al:.3f} over {steps} verify steps: the draft's proposals are almost never "
+                    "accepted" + (f"; explained by {', '.join(causes)}" if causes else "; no static finding explains it "
+                                  "(probe the draft's input width)"),
+                    {"accept_length": ev(al, source), "verify_steps": ev(steps, source), "static_causes": causes},
+                    None)]

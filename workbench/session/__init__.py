@@ -1,0 +1,19 @@
+"""A session on one box that may change it, and puts it back.
+
+- :mod:`.inventory` — what is on the box before anything changes (engine, version, server, its
+  command line, cwd and environment);
+- :mod:`.journal` — every change written to a journal on the box first, and :func:`restore_box`,
+  which undoes them (also from a later process, after a kill);
+- :mod:`.box_session` — :class:`BoxSession`: stop the server found, launch others on its port, restore.
+
+Used by the diagnosis and by the sweeps. Layering: imports :mod:`remote`, :mod:`workbench.engine`,
+:mod:`workbench.report` (HTML tables), :mod:`workbench.sandbox_box` and :mod:`workbench.errors`.
+"""
+
+from workbench.errors import DiagnosisError, JournalError
+from workbench.session.box_session import BoxSession, open_box
+from workbench.session.inventory import Inventory, absolutize, take_inventory
+from workbench.session.journal import Journal, RestoreReport, journal_path, restore_box
+
+__all__ = ["BoxSession", "open_box", "Inventory", "absolutize", "take_inventory", "Journal", "RestoreReport",
+           "journal_path", "restore_box", "DiagnosisError", "JournalError"]

@@ -1,0 +1,151 @@
+"""A journalled session on one box: it may stop the server it found, launch servers of its own on
+the same port, and leaves the box as found (:class:`BoxSession`, opened with :func:`open_box`).
+Shared by the diagnosis (:class:`workbench.diagnosis.run.DiagnosisRun`) and the sweeps
+(:class:`workbench.measure.sweep.SweepRun`)."""
+
+from __future__ import annotations
+
+import atexit
+import os
+import sys
+import time
+from typing import Any
+
+from remote import connect
+from remote.errors import RemoteError
+from workbench.engine.launch import DEFAULT_PORT, LaunchCommand
+from workbench.errors import DiagnosisError
+from workbench.sandbox_box import sandbox_launch_command
+from workbench.session.inventory import Inventory, take_inventory
+from workbench.session.journal import Journal, RestoreReport, restore_box
+
+__all__ = ["BoxSession", "open_box"]
+
+
+class BoxSession:
+    """A journalled session on one box that may stop the server it found, launch servers of its
+    own on the same port, and must leave the box as found (:meth:`restore`, also at interpreter
+    exit). Shared by :class:`DiagnosisRun` and :class:`workbench.sweep.SweepRun`; open the box with
+    :func:`open_box`. ``restarts`` counts launches of something other than what was running."""
+
+    def __init__(self, box, inventory: Inventory, journal: Journal, *, server_start_timeout: float = 300.0,
+                 allow_restart: bool = True):
+        self.box = box
+        self.inventory = inventory
+        self.journal = journal
+        self.allow_restart = allow_restart
+        self.server_start_timeout = server_start_timeout
+        self.restarts = 0
+        self.launches: list[dict] = []
+        self.current = None  # ServerHandle of the server the session launched and left running, if any
+        self.current_launch: LaunchCommand | None = None
+        self.restore_report: RestoreReport | None = None
+        self.finished = False
+        atexit.register(self._atexit)
+
+    # -- server management ----------------------------------------------------------------------
+
+    def _stop_current(self) -> None:
+        if self.current is not None:
+            self.box.stop_server(self.current, grace=10.0)
+            self.journal.remove_started(self.current.pid)
+            self.current = None
+            self.current_launch = None
+
+    def _stop_original(self) -> None:
+        original = self.journal.data.get("original_server")
+        if original and not original.get("stopped") and self.inventory.server_pid is not None:
+            # Journal first: an interruption during the stop still gets the original back.
+            self.journal.mark_original_stopped(True)
+            self.box.stop_server(self.inventory.server_pid, grace=15.0)
+
+    def _launch(self, launch: LaunchCommand, label: str):
+        """Stop whatever serves the port (the original, or the run's previous server), launch
+        ``launch`` with the original's cwd and environment, wait until healthy."""
+        self._stop_current()
+        self._stop_original()
+        env = self.inventory.server_env
+        argv = list(launch.argv)
+        self.journal.begin_launch(port=self.inventory.port, argv=argv, label=label)
+        try:
+            handle = self.box.launch_server(argv, port=self.inventory.port, cwd=self.inventory.server_cwd, env=env)
+        except RemoteError:
+            self.journal.abort_launch()
+            raise
+        self.journal.end_launch(pid=handle.pid, pgid=handle.pgid)
+        self.current, self.current_launch = handle, launch
+        if label != "as-found":
+            self.restarts += 1  # launching what was not running is not a restart
+        started = time.time()
+        waited = self.box.wait_healthy(handle, timeout=self.server_start_timeout)
+        self.launches.append({"label": label, "launch_command": launch.to_string(), "pid": handle.pid,
+                              "log_path": handle.log_path, "healthy_after_s": round(waited, 2),
+                              "started_at": started})
+        return handle
+
+    def _serving(self) -> tuple[str, str | None, LaunchCommand]:
+        """The URL, log path and launch command of whatever serves now, launching the given
+        command when nothing runs (a box with no server: the run starts it, and stops it at the end)."""
+        if self.current is not None:
+            return self.inventory.base_url, self.current.log_path, self.current_launch
+        original = self.journal.data.get("original_server")
+        if original and not original.get("stopped"):
+            return self.inventory.base_url, self.inventory.server_log, self.inventory.launch
+        if not self.allow_restart:
+            raise DiagnosisError("no server is running and allow_restart is False: nothing to measure")
+        handle = self._launch(self.inventory.launch, "as-found")
+        return self.inventory.base_url, handle.log_path, self.inventory.launch
+
+    def restore(self) -> RestoreReport:
+        """Put the box back as found: stop the session's servers, revert probes, relaunch the
+        original server (:func:`workbench.journal.restore_box`). Counts a relaunch as a restart."""
+        self.restore_report = restore_box(self.box, server_start_timeout=self.server_start_timeout)
+        if any(a.startswith("relaunched") for a in self.restore_report.actions):
+            self.restarts += 1
+        self.current = None
+        return self.restore_report
+
+    def _atexit(self) -> None:
+        # Under ``workbench runbook`` the driver restores the box after killing the kernel; a
+        # second restorer here would race it.
+        try:
+            if os.environ.get("EAGLE_WORKBENCH_DRIVER"):
+                return
+            if not self.finished:
+                self.finished = True
+                report = restore_box(self.box, server_start_timeout=self.server_start_timeout)
+                for line in report.actions + report.problems:
+                    print(f"[eagle-workbench restore] {line}", file=sys.stderr)
+        finally:
+            self.box.close()  # an SSH box: close its connection and port forwards before exit
+
+
+
+def open_box(host: str, *, launch_command: str | None, port: int | None,
+             server_start_timeout: float = 300.0, default_launch: str | None = None) -> tuple[Any, Inventory, Journal]:
+    """Connect to ``host``, restore anything an interrupted earlier run left (refusing while
+    another run is alive), take the inventory (``launch_command=None``: the server running on
+    ``port``, else ``default_launch``, by default the embedded sandbox box with the wrong flag) and
+    open the journal with the original server recorded. Raises :class:`DiagnosisError`."""
+    if port is not None and (isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535):
+        raise DiagnosisError(f"port must be a TCP port number 1-65535, got {port!r}")
+    box = connect(host)
+    leftover = Journal(box)
+    if leftover.pending:
+        if leftover.owner_alive():
+            raise DiagnosisError(
+                f"another diagnosis (pid {leftover.data['owner']['pid']}, run {leftover.data.get('run_id')}) is "
+                f"running on {box.name}; wait for it to finish (its journal: {leftover.path})")
+        report = restore_box(box, server_start_timeout=server_start_timeout)
+        if not report.clean:
+            raise DiagnosisError("an earlier run left the box changed and it could not be restored: "
+                                 + "; ".join(report.problems))
+    inventory = take_inventory(box, launch_command=launch_command, port=port,
+                               default_launch=default_launch or sandbox_launch_command(port=port or DEFAULT_PORT))
+    journal = Journal(box)
+    journal.begin()
+    if inventory.server_pid is not None:
+        journal.record_original(argv=list(inventory.launch.argv), cwd=inventory.server_cwd,
+                                env=inventory.server_env, port=inventory.port,
+                                log_path=inventory.server_log, pid=inventory.server_pid)
+    return box, inventory, journal

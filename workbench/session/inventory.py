@@ -1,0 +1,185 @@
+"""What is on the box before anything changes: the engine, its version and location, the server
+and its command line (:func:`take_inventory`)."""
+
+from __future__ import annotations
+
+import posixpath
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+from workbench.engine.launch import DEFAULT_PORT, LaunchCommand
+from workbench.engine.locate import engine_package, find_engine, is_launch_argv, read_environ, server_python
+from workbench.errors import DiagnosisError, EngineNotFound
+from workbench.report.tables import html_table
+
+__all__ = ["Inventory", "take_inventory", "absolutize"]
+
+
+def absolutize(box, launch: LaunchCommand, cwd: str | None) -> LaunchCommand:
+    """``launch`` with relative ``--model-path`` / ``--speculative-draft-model-path`` made absolute
+    against the server's working directory (``/proc/PID/cwd``), as the server resolves them. A
+    value that is not a directory there (a Hugging Face repo id such as ``org/name``) is kept."""
+    if not cwd:
+        return launch
+    for flag in ("--model-path", "--speculative-draft-model-path", "--tokenizer-path"):
+        value = launch.get(flag)
+        if isinstance(value, str) and value and not value.startswith(("/", "~")):
+            candidate = posixpath.normpath(posixpath.join(cwd, value))
+            if box.exists(candidate):
+                launch = launch.with_flag(flag, candidate)
+    return launch
+
+
+@dataclass
+class Inventory:
+    """What is on the box: the engine, its version and location, the server and its command line.
+
+    ``engine_package``: ``sglang`` or ``workbench.sandbox``; ``engine_root``: the installed
+    package directory on the box; ``launch``: the command as found (the server's own argv),
+    ``resolved``: the same with relative model paths made absolute against the server's cwd (used
+    to read files); ``server_pid`` is ``None`` when no server was running (the run then launches
+    ``launch`` itself and stops it at the end).
+    """
+
+    host: str
+    engine: str
+    engine_package: str
+    engine_version: str | None
+    engine_root: str | None
+    python: str
+    launch: LaunchCommand
+    port: int
+    base_url: str
+    resolved: LaunchCommand | None = None
+    server_pid: int | None = None
+    server_cwd: str | None = None
+    server_env: dict[str, str] | None = None
+    server_log: str | None = None
+    server_info: dict | None = None
+    notes: list[str] = field(default_factory=list)
+
+    def rows(self) -> list[tuple[str, Any]]:
+        info = self.server_info or {}
+        return [
+            ("box", self.host),
+            ("engine", f"{self.engine_package} {self.engine_version or '(version unknown)'}"),
+            ("engine source", self.engine_root or "(not located)"),
+            ("python", self.python),
+            ("server", f"pid {self.server_pid}" if self.server_pid else "not running (the run launches it)"),
+            ("server log", self.server_log or ("(the run's own server logs)" if not self.server_pid else "(not a file)")),
+            ("launch command", self.launch.to_string()),
+            ("speculative algorithm (resolved)", info.get("speculative_algorithm", self.launch.get("--speculative-algorithm"))),
+            ("num steps / topk / draft tokens", tuple(
+                info.get(key, self.launch.get(flag)) for key, flag in (
+                    ("speculative_num_steps", "--speculative-num-steps"),
+                    ("speculative_eagle_topk", "--speculative-eagle-topk"),
+                    ("speculative_num_draft_tokens", "--speculative-num-draft-tokens")))),
+            ("url", self.base_url),
+        ] + [("note", n) for n in self.notes]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "host": self.host, "engine": self.engine, "engine_package": self.engine_package,
+            "engine_version": self.engine_version, "engine_root": self.engine_root, "python": self.python,
+            "launch_command": self.launch.to_string(), "port": self.port, "base_url": self.base_url,
+            "server_pid": self.server_pid, "server_cwd": self.server_cwd, "server_log": self.server_log,
+            "server_info": self.server_info, "notes": list(self.notes),
+        }
+
+    def _repr_html_(self) -> str:
+        return "<h4>Box inventory</h4>" + html_table(self.rows())
+
+
+def _check_default_launch_on_box(box, launch: LaunchCommand, python: str, *, port: int | None,
+                                 timeout: float) -> None:
+    """The built-in default launch (the embedded sandbox box) names paths on the machine the
+    workbench runs on. On another box (over SSH) they exist only if that box has them too (the
+    loopback case): check its interpreter and model directory there, through the box, and raise
+    :class:`DiagnosisError` naming what is missing rather than launching a server that cannot start."""
+    missing = [p for p in (python, launch.get("--model-path"), launch.get("--speculative-draft-model-path"))
+               if isinstance(p, str) and p.startswith("/") and not box.exists(p, timeout=timeout)]
+    if missing:
+        raise DiagnosisError(
+            f"no server found on {box.name} (port {port or 'any'}) and no launch_command given; the built-in "
+            f"default (the embedded sandbox box) is not on that box ({', '.join(missing)} missing there): pass "
+            "launch_command, or start the server first"
+        )
+
+
+def take_inventory(box, *, launch_command: str | None, port: int | None, default_launch: str | None = None,
+                   timeout: float = 30) -> Inventory:
+    """Find the server on the box and what it runs.
+
+    A server is looked for among the box's processes (``Box.find_servers``) on ``port`` (else on
+    the launch command's ``--port``, else SGLang's default 30000). If one runs, its real command
+    line is the truth (a ``launch_command`` that differs is noted); if none runs, ``launch_command``
+    is what the run will launch (``default_launch`` when that is ``None`` too). Raises
+    :class:`DiagnosisError` when there is neither.
+    """
+    given = LaunchCommand.parse(launch_command) if launch_command else None
+    want_port = port or (int(given.get("--port")) if given is not None and given.get("--port") else DEFAULT_PORT)
+    servers = [s for s in box.find_servers(timeout=timeout) if is_launch_argv(s.argv)]
+    candidates = [s for s in servers if s.port == want_port or (s.port is None and want_port == DEFAULT_PORT)]
+    notes: list[str] = []
+    others = sorted({s.port for s in servers if s not in candidates and s.port is not None})
+    if others:
+        # Never restart a server nobody pointed at: only the one on the asked port is diagnosed.
+        notes.append(f"other servers run on port(s) {', '.join(map(str, others))}; pass port= to diagnose one")
+    server = None
+    if len(candidates) > 1:
+        notes.append(f"{len(candidates)} servers match; using pid {candidates[0].pid}")
+    if candidates:
+        server = candidates[0]
+    if server is not None:
+        launch = LaunchCommand.parse(list(server.argv))
+        if given is not None and given.argv != launch.argv:
+            notes.append("the running server's command line differs from the launch_command parameter; "
+                         "the running one is diagnosed")
+        python = server_python(box, launch, server, timeout=timeout)
+    elif given is not None or default_launch:
+        launch = given if given is not None else LaunchCommand.parse(default_launch)
+        python = launch.launcher[0] if "python" in posixpath.basename(launch.launcher[0]) else "python3"
+        if given is None:
+            _check_default_launch_on_box(box, launch, python, port=want_port, timeout=timeout)
+    else:
+        raise DiagnosisError(
+            f"no server found on {box.name} (port {want_port or 'any'}) and no launch_command given: "
+            "nothing to diagnose"
+        )
+    final_port = int(launch.get("--port") or want_port or DEFAULT_PORT)
+    resolved = absolutize(box, launch, server.cwd if server else None)
+    package = engine_package(launch)
+    engine_root = engine_version = None
+    try:
+        located = find_engine(box, python=python, launch=launch, package=package, timeout=timeout)
+        engine_root, engine_version = located.root, located.version
+    except EngineNotFound as exc:
+        notes.append(f"engine not located: {exc}")
+    base_url = box.url(final_port)
+    server_info = None
+    if server is not None:
+        server_info = _get_json(base_url, "/server_info", "/get_server_info", notes=notes)
+    return Inventory(
+        host=box.name, engine="sandbox" if package.startswith("workbench") else "sglang",
+        engine_package=package, engine_version=engine_version, engine_root=engine_root, python=python,
+        launch=launch, port=final_port, base_url=base_url, resolved=resolved,
+        server_pid=server.pid if server else None, server_cwd=server.cwd if server else None,
+        server_env=read_environ(box, server.pid) if server else None,
+        server_log=server.log_path if server else None, server_info=server_info, notes=notes,
+    )
+
+
+def _get_json(base_url: str, *paths: str, notes: list[str], timeout: float = 10) -> dict | None:
+    with httpx.Client(timeout=timeout, trust_env=False) as client:
+        for path in paths:
+            try:
+                response = client.get(base_url + path)
+            except httpx.HTTPError as exc:
+                notes.append(f"GET {path}: {type(exc).__name__}: {exc}")
+                continue
+            if response.status_code == 200:
+                return response.json()
+            notes.append(f"GET {path}: HTTP {response.status_code}")
+    return None

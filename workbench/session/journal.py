@@ -1,0 +1,388 @@
+"""The diagnosis journal: what a run changed on the box, kept ON the box, so it can be undone.
+
+A diagnosis stops the server it found, launches servers of its own and patches engine source with
+probes. Each change is written to a JSON journal on the box *before* it is made, and removed once
+undone, so that whoever restores the box (the run's own ``finally``, the kernel's ``atexit``, the
+``workbench runbook`` driver after an interrupted papermill run, or ``workbench restore`` from a
+new session) knows what to undo. Probes have their own record in :mod:`remote.probes`.
+
+Layout (``<box.state_dir>/diagnosis/journal.json``, by default ``~/.cache/eagle-workbench/...``)::
+
+    {"run_id": "...", "started_at": 1764424800.0,
+     "original_server": {"argv": [...], "cwd": "...", "env": {...}, "port": 30000,
+                         "log_path": "...", "stopped": true},
+     "started_servers": [{"pid": 123, "pgid": 123, "port": 30000, "argv": [...], "label": "probe"}]}
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import socket
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from remote.errors import RemoteError, RemoteFileDecodeError
+from remote.result import ServerHandle, ServerProcess
+from workbench.errors import JournalError
+
+JOURNAL_NAME = "journal.json"
+
+
+@dataclass
+class RestoreReport:
+    """What :func:`restore_box` did: one line per action, and what it could not undo."""
+
+    actions: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def clean(self) -> bool:
+        """True when nothing was left that could not be undone."""
+        return not self.problems
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"actions": list(self.actions), "problems": list(self.problems), "clean": self.clean}
+
+
+def journal_path(box) -> str:
+    """The journal's absolute path on ``box``: ``<box.state_dir>/diagnosis/journal.json``."""
+    return f"{box.state_dir}/diagnosis/{JOURNAL_NAME}"
+
+
+class Journal:
+    """A run's journal on the box. Every mutation is written through at once (atomic write).
+
+    Raises:
+        JournalError: the file exists but is not a journal (bad JSON).
+    """
+
+    def __init__(self, box, path: str | None = None, timeout: float = 10.0):
+        self.box = box
+        self.timeout = timeout
+        self.path = path or journal_path(box)
+        self.data: dict[str, Any] = self._load()
+
+    def _load(self) -> dict[str, Any]:
+        if not self.box.exists(self.path, timeout=self.timeout):
+            return {}
+        try:
+            text = self.box.read_text(self.path, timeout=self.timeout)
+        except RemoteFileDecodeError as exc:
+            raise JournalError(f"{self.path} on {self.box}: not a diagnosis journal ({exc.message})") from exc
+        if not text.strip():
+            return {}
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise JournalError(f"{self.path} on {self.box}: not a diagnosis journal ({exc})") from exc
+        problem = _shape_problem(data)
+        if problem:
+            raise JournalError(f"{self.path} on {self.box}: not a diagnosis journal ({problem})")
+        return data
+
+    @property
+    def pending(self) -> bool:
+        """True when an earlier run left changes that were never undone."""
+        return bool(self.data.get("started_servers")) or bool(self.data.get("launching")) or bool(
+            (self.data.get("original_server") or {}).get("stopped")
+        )
+
+    def begin(self) -> str:
+        """Start a new run's journal. Raises JournalError if an earlier run left changes pending."""
+        if self.pending:
+            raise JournalError(
+                f"{self.path} on {self.box}: an earlier diagnosis run ({self.data.get('run_id')}) left the box "
+                "changed; run `workbench restore --host ...` (or restore_box) first"
+            )
+        self.data = {"run_id": uuid.uuid4().hex[:12], "started_at": time.time(), "started_servers": [],
+                     "owner": {"host": socket.gethostname(), "pid": os.getpid()}}
+        self._write()
+        return self.data["run_id"]
+
+    def owner_alive(self) -> bool | None:
+        """Whether the process that began this journal still runs: True/False when it ran on this
+        machine (host name and pid recorded by :meth:`begin`), None when that cannot be told (another
+        machine, or a journal without an owner)."""
+        owner = self.data.get("owner") or {}
+        if owner.get("host") != socket.gethostname() or not isinstance(owner.get("pid"), int):
+            return None
+        try:
+            os.kill(owner["pid"], 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True
+
+    def record_original(self, *, argv: list[str], cwd: str | None, env: dict[str, str] | None,
+                        port: int | None, log_path: str | None, pid: int | None) -> None:
+        """Remember the server that was running when the run began (before it is stopped)."""
+        self.data["original_server"] = {
+            "argv": list(argv), "cwd": cwd, "env": env, "port": port, "log_path": log_path,
+            "pid": pid, "stopped": False,
+        }
+        self._write()
+
+    def mark_original_stopped(self, stopped: bool = True) -> None:
+        """Record that the original server was stopped (or is serving again).
+
+        Raises JournalError when no original server was recorded: a journal saying "stopped"
+        without the command to relaunch could never be restored."""
+        original = self.data.get("original_server")
+        if not original:
+            if not stopped:
+                return
+            raise JournalError(f"{self.path} on {self.box}: no original server recorded (call record_original first)")
+        original["stopped"] = stopped
+        self._write()
+
+    def add_started(self, *, pid: int, pgid: int, port: int | None, argv: list[str], label: str) -> None:
+        self.data.setdefault("started_servers", []).append(
+            {"pid": pid, "pgid": pgid, "port": port, "argv": list(argv), "label": label}
+        )
+        self._write()
+
+    def begin_launch(self, *, port: int | None, argv: list[str], label: str) -> None:
+        """Record a launch about to happen (its pid is not known yet), so that a run interrupted
+        between the launch and :meth:`add_started` still has its server stopped by
+        :func:`restore_box` (found by port and exact argv)."""
+        self.data["launching"] = {"port": port, "argv": list(argv), "label": label}
+        self._write()
+
+    def end_launch(self, *, pid: int, pgid: int) -> None:
+        """The launch recorded by :meth:`begin_launch` happened: move it to ``started_servers``."""
+        launching = self.data.pop("launching")
+        self.add_started(pid=pid, pgid=pgid, port=launching["port"], argv=launching["argv"], label=launching["label"])
+
+    def abort_launch(self) -> None:
+        """The launch recorded by :meth:`begin_launch` did not happen."""
+        if self.data.pop("launching", None) is not None:
+            self._write()
+
+    def add_created(self, path: str) -> None:
+        """Record a file or directory the run is about to create on the box (under its state dir),
+        so that :func:`restore_box` removes it if the run cannot. Raises :class:`JournalError` for a
+        path outside ``box.state_dir`` (restore never deletes anything else)."""
+        if not str(path).startswith(str(self.box.state_dir).rstrip("/") + "/"):
+            raise JournalError(f"{path} is not under the box's state dir {self.box.state_dir}")
+        self.data.setdefault("created_paths", []).append(str(path))
+        self._write()
+
+    def remove_created(self, path: str) -> None:
+        """``path`` is gone (the run removed it): forget it."""
+        self.data["created_paths"] = [p for p in self.data.get("created_paths") or [] if p != str(path)]
+        self._write()
+
+    def remove_started(self, pid: int) -> None:
+        self.data["started_servers"] = [s for s in self.data.get("started_servers") or [] if s["pid"] != pid]
+        self._write()
+
+    def close(self) -> None:
+        """Everything was undone: empty the journal."""
+        self.data = {}
+        self._write()
+
+    def _write(self) -> None:
+        self.box.makedirs(self.path.rsplit("/", 1)[0], timeout=self.timeout)
+        self.box.write_file(self.path, json.dumps(self.data, indent=2, sort_keys=True) + "\n", timeout=self.timeout)
+
+
+def _shape_problem(data: Any) -> str | None:
+    """What makes ``data`` not a journal restore_box can act on, or None."""
+    if not isinstance(data, dict):
+        return "top level is not an object"
+    started = data.get("started_servers")
+    if started is not None:
+        if not isinstance(started, list):
+            return "started_servers is not a list"
+        for i, server in enumerate(started):
+            if not isinstance(server, dict) or not _is_pid(server.get("pid")):
+                return f"started_servers[{i}] has no valid pid"
+            if server.get("pgid") is not None and not _is_pid(server.get("pgid")):
+                return f"started_servers[{i}] has an invalid pgid"
+    original = data.get("original_server")
+    if original is not None:
+        if not isinstance(original, dict):
+            return "original_server is not an object"
+        argv = original.get("argv")
+        if original.get("stopped") and not (
+            isinstance(argv, list) and argv and all(isinstance(a, str) for a in argv)
+        ):
+            return "original_server is marked stopped but has no argv to relaunch it with"
+        env = original.get("env")
+        if env is not None and not (isinstance(env, dict) and all(isinstance(v, str) for v in env.values())):
+            return "original_server.env is not a mapping of strings"
+    return None
+
+
+def _is_pid(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 1
+
+
+def restore_box(box, *, server_start_timeout: float = 600.0, timeout: float = 30.0,
+                unless_owner_alive: bool = False) -> RestoreReport:
+    """Undo everything the journal on ``box`` records: stop servers the diagnosis started, revert
+    every probe, relaunch the original server (same argv, cwd, environment, log file, appended
+    to) if it was stopped. Idempotent; safe to call from several places.
+
+    A started server is stopped only while its pid still belongs to the process group the
+    journal recorded (a pid reused by an unrelated process is left alone); a group whose leader
+    exited but whose workers live on is stopped too. The original server is not relaunched
+    when a process with its exact argv already runs (a previous restore that timed out waiting
+    for it, or someone else): that one is waited for instead, so two copies never compete for
+    the port and the GPUs.
+
+    ``unless_owner_alive``: do nothing when the run that began the journal still runs on this
+    machine (a second, concurrent run must not undo a live one's changes).
+
+    Returns a :class:`RestoreReport`; never raises for an individual action that failed (the
+    failure is in ``problems``, and the journal is kept so a later call can retry), raises
+    :class:`JournalError` only when the journal is unreadable.
+    """
+    from remote import probes as remote_probes
+
+    report = RestoreReport()
+    journal = Journal(box, timeout=timeout)
+    if unless_owner_alive and journal.pending and journal.owner_alive():
+        report.actions.append(f"the journal belongs to a diagnosis still running (pid "
+                              f"{journal.data['owner']['pid']}); left alone")
+        return report
+    for server in list(journal.data.get("started_servers") or []):
+        _stop_started(box, journal, server, report, timeout)
+    if journal.data.get("launching"):
+        _stop_unrecorded_launch(box, journal, journal.data["launching"], report, timeout)
+    try:
+        reverted = remote_probes.revert_all(box, timeout=timeout)
+    except RemoteError as exc:
+        reverted = list(getattr(exc, "reverted", []))
+        report.problems.append(f"could not revert probes: {exc}")
+    for probe in reverted:
+        report.actions.append(f"reverted probe {probe.tag} in {probe.path} (sha256 restored)")
+    for path in list(journal.data.get("created_paths") or []):
+        if not path.startswith(str(box.state_dir).rstrip("/") + "/"):
+            report.problems.append(f"journal names {path} outside the state dir {box.state_dir}: not removed")
+            continue
+        res = box.run(["rm", "-rf", "--", path], timeout=max(timeout, 60), check=False)
+        if res.exit_code == 0:
+            journal.remove_created(path)
+            report.actions.append(f"removed {path} (created by the run)")
+        else:
+            report.problems.append(f"could not remove {path}: {res.stderr.strip()[-200:]}")
+    original = journal.data.get("original_server") or {}
+    if original.get("stopped"):
+        _bring_back_original(box, journal, original, report, server_start_timeout, timeout)
+    if not report.problems and journal.data:
+        try:
+            journal.close()
+        except RemoteError as exc:
+            report.problems.append(f"everything was undone but the journal {journal.path} could not be emptied: {exc}")
+    return report
+
+
+def _stop_started(box, journal: Journal, server: dict, report: RestoreReport, timeout: float) -> None:
+    pid = int(server["pid"])
+    pgid = int(server.get("pgid") or pid)
+    label = server.get("label") or "diagnosis"
+    try:
+        info = box.process(pid, timeout=timeout)
+        leader = info is not None and info.state != "Z"
+        if leader and info.pgid != pgid:
+            report.actions.append(
+                f"{label} server pid {pid} had exited; the pid now belongs to another process "
+                f"(process group {info.pgid}, not {pgid}), left alone"
+            )
+        elif leader or (pgid > 1 and box.group_alive(pgid, timeout=timeout)):
+            argv = tuple(server.get("argv") or ())
+            target = ServerProcess(pid=pid, pgid=pgid, argv=argv, cwd=None, exe=None, port=server.get("port"),
+                                   log_path=None)
+            stopped = box.stop_server(target, grace=10.0)
+            what = f"server pid {pid}" if leader else f"server pid {pid}'s leftover process group {pgid}"
+            report.actions.append(f"stopped {label} {what} ({stopped.how})")
+        else:
+            report.actions.append(f"{label} server pid {pid} had already exited")
+    except RemoteError as exc:
+        report.problems.append(f"could not stop {label} server pid {pid}: {exc}")
+        return
+    try:
+        journal.remove_started(pid)
+    except RemoteError as exc:
+        report.problems.append(f"stopped {label} server pid {pid} but could not update the journal: {exc}")
+
+
+def _stop_unrecorded_launch(box, journal: Journal, launching: dict, report: RestoreReport, timeout: float) -> None:
+    """A launch was interrupted before its pid reached the journal: stop the process(es) with its
+    exact argv on its port. The original server was always stopped before a diagnosis launches, so
+    such a process can only be the diagnosis's own."""
+    argv = [str(a) for a in launching.get("argv") or []]
+    label = launching.get("label") or "diagnosis"
+    try:
+        for proc in box.find_servers(re.escape(" ".join(argv)), timeout=timeout):
+            if list(proc.argv) == argv and (launching.get("port") is None or proc.port in (None, launching["port"])):
+                stopped = box.stop_server(proc, grace=10.0)
+                report.actions.append(f"stopped {label} server pid {proc.pid}, launched but not yet journalled "
+                                      f"({stopped.how})")
+        journal.abort_launch()
+    except RemoteError as exc:
+        report.problems.append(f"could not stop the interrupted {label} launch ({shlex.join(argv)}): {exc}")
+
+
+def _bring_back_original(box, journal: Journal, original: dict, report: RestoreReport,
+                         server_start_timeout: float, timeout: float) -> None:
+    argv = [str(a) for a in original["argv"]]
+    command = shlex.join(argv)
+    port = original.get("port")
+    try:
+        running = _same_server(box, argv, journal, timeout)
+        if running is not None:
+            handle = ServerHandle(pid=running.pid, pgid=running.pgid, port=port if port is not None else running.port,
+                                  log_path=running.log_path or original.get("log_path") or f"/proc/{running.pid}/fd/2",
+                                  pid_path="", argv=tuple(running.argv), cwd=running.cwd, box=box.name)
+            if handle.port is not None:
+                box.wait_healthy(handle, timeout=server_start_timeout)
+            report.actions.append(
+                f"the original server's command already runs (pid {running.pid}); not relaunched: {command}"
+            )
+        else:
+            handle = box.launch_server(
+                argv, port=port, log_path=original.get("log_path"), cwd=original.get("cwd"),
+                env=original.get("env"), append_log=True, timeout=timeout,
+            )
+            if port is not None:
+                box.wait_healthy(handle, timeout=server_start_timeout)
+                health = ""
+            else:
+                time.sleep(1.0)
+                if not box.is_alive(handle.pid, timeout=timeout):
+                    report.problems.append(
+                        f"could not relaunch the original server ({command}): it exited at once "
+                        f"(no port recorded to health-check; see {handle.log_path})"
+                    )
+                    return
+                health = " (no port recorded: running, health not checked)"
+            report.actions.append(f"relaunched the original server (pid {handle.pid}){health}: {command}")
+    except RemoteError as exc:
+        report.problems.append(f"could not relaunch the original server ({command}): {exc}")
+        return
+    try:
+        journal.mark_original_stopped(False)
+    except RemoteError as exc:
+        report.problems.append(f"the original server is back but the journal could not be updated: {exc}")
+
+
+def _same_server(box, argv: list[str], journal: Journal, timeout: float):
+    """A running process (not one the journal still lists as started by the diagnosis) whose
+    argv is exactly ``argv``, or None."""
+    ours = {int(s["pid"]) for s in journal.data.get("started_servers") or []}
+    pattern = re.escape(" ".join(argv))
+    for proc in box.find_servers(pattern, timeout=timeout):
+        if list(proc.argv) == argv and proc.pid not in ours:
+            return proc
+    return None
+
+
+__all__ = ["Journal", "JournalError", "RestoreReport", "journal_path", "restore_box"]
