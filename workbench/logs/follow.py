@@ -1,0 +1,173 @@
+"""SGLang server logs, followed: :class:`LogFollower` (the new complete lines of a growing file on a
+box, across truncation and rotation, by a fingerprint of the bytes before the read offset) and
+:class:`FollowEvent` (each boundary it crossed, and what could not be read).
+
+Imports :mod:`workbench.logs.read` (``_check_file``; and :mod:`remote.errors` lazily). It hands
+back bytes; feeding them to a :class:`workbench.logs.scanner.LogScanner` is the caller's part
+(``workbench logs --follow``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any, Sequence
+
+from workbench.logs.read import _check_file
+
+
+@dataclass
+class FollowEvent:
+    """Something that happened to the followed file between two polls.
+
+    ``kind``: ``truncated`` (the file at the path is shorter than what was read, or its bytes
+    before the read offset changed, and no rotated copy holds the old content), ``rotated`` (the
+    old content was found at ``rotated_to`` and its unread end was read from there), ``missing``
+    (no file at the path; nothing lost yet); ``offset``: bytes read from the old file;
+    ``size``: the new file's size; ``drained``: bytes read from the rotated copy; ``lost``: what
+    could not be read (``None`` when nothing): the old file's unread end when no rotated copy was
+    found, an unfinished last line."""
+
+    kind: str
+    path: str
+    offset: int
+    size: int | None = None
+    rotated_to: str | None = None
+    drained: int = 0
+    lost: str | None = None
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+class LogFollower:
+    """New complete lines of a log that keeps growing, across truncation and rotation.
+
+    Each :meth:`poll` calls ``Box.follow`` once (one stat and one read, ``timeout`` seconds each)
+    starting ``fingerprint`` bytes before the read offset: those bytes must be the ones read
+    last time. When they are not, or the file is now shorter than the offset, the file was
+    truncated or replaced (rotation: a new file at the path, even one already larger than the old
+    offset). Then the old file's unread end is looked for under the rotation names
+    (``path + suffix`` for ``rotated_suffixes``, default ``.1``: logging's RotatingFileHandler and
+    logrotate, ``copytruncate`` included), recognised by the same fingerprint, and read first; then
+    the new file from byte 0. So no line is counted twice and none skipped when the old content is
+    still on the box; a :class:`FollowEvent` records each boundary (and what could not be read).
+
+    ``offset``: where to start (default: the file's current end, or 0 when it does not exist);
+    a line is returned only once its newline has arrived (the unfinished end is held: ``held``);
+    ``max_bytes``: at most this many new bytes per poll (the rest next time). No inode is used
+    (SFTP has none), so a replacement file whose bytes before the offset are identical to the old
+    ones is not told apart; with ``fingerprint`` = 256 bytes of timestamped log lines that does
+    not happen.
+    """
+
+    def __init__(self, box: Any, path: str, *, offset: int | None = None, timeout: float = 30.0,
+                 max_bytes: int = 64 << 20, fingerprint: int = 256, rotated_suffixes: Sequence[str] = (".1",)):
+        from remote.errors import RemoteFileNotFound
+
+        self.box, self.path, self.timeout = box, path, timeout
+        self.max_bytes, self.fp_len = max_bytes, fingerprint
+        self.rotated_suffixes = tuple(rotated_suffixes)
+        self.events: list[FollowEvent] = []
+        self._held = b""
+        self._fp = b""
+        self._missing = False
+        if offset is None:
+            try:
+                offset = _check_file(box, path, timeout)
+            except RemoteFileNotFound:
+                offset = 0
+        self.offset = int(offset)
+        if self.offset:
+            start = max(0, self.offset - self.fp_len)
+            self._fp = box.read_bytes(path, start, self.offset - start, timeout=timeout)
+            if len(self._fp) != self.offset - start:
+                raise ValueError(f"offset {self.offset} is beyond the end of {path}")
+
+    @property
+    def held(self) -> bytes:
+        """The unfinished last line (bytes after the last newline), not returned yet."""
+        return self._held
+
+    def _read(self, path: str, start: int, limit: int) -> tuple[bytes, int]:
+        return self.box.follow(path, start, max_bytes=limit, timeout=self.timeout)
+
+    def poll(self) -> bytes:
+        """The complete new lines (bytes, each ending with ``\\n``) since the last poll; ``b""``
+        when none. Raises the box's errors other than a missing file (a missing file is an event)."""
+        fp = self._fp
+        start = self.offset - len(fp)
+        data, nxt = self._read(self.path, start, self.max_bytes + len(fp))
+        if not data and nxt == start:
+            if start == self.offset:        # nothing new (or no file yet, before anything was read)
+                return b""
+            if not self._exists():          # mid-rotation: no file at the path right now
+                if not self._missing:
+                    self.events.append(FollowEvent("missing", self.path, self.offset))
+                    self._missing = True
+                return b""
+        self._missing = False
+        if nxt - len(data) == start and len(data) >= len(fp) and data[: len(fp)] == fp:
+            new = data[len(fp):]
+            out = self._take(new)
+            self.offset = nxt
+            self._fp = (fp + new)[-self.fp_len:] if self.fp_len else b""
+            return out
+        # truncated or replaced: the old file's end first (when a rotated copy has it), then the new file
+        out = self._boundary()
+        data, nxt = self._read(self.path, 0, self.max_bytes)
+        out += self._take(data)
+        self.offset = nxt
+        self._fp = data[-self.fp_len:] if self.fp_len else b""
+        return out
+
+    def _exists(self) -> bool:
+        return self.box.exists(self.path, timeout=self.timeout)
+
+    def _take(self, new: bytes) -> bytes:
+        buf = self._held + new
+        cut = buf.rfind(b"\n")
+        if cut < 0:
+            self._held = buf
+            return b""
+        self._held = buf[cut + 1:]
+        return buf[: cut + 1]
+
+    def _boundary(self) -> bytes:
+        from remote.errors import RemoteFileNotFound
+
+        size = None
+        try:
+            size = self.box.stat(self.path, timeout=self.timeout).size
+        except RemoteFileNotFound:
+            size = None
+        fp = self._fp
+        start = self.offset - len(fp)
+        for suffix in self.rotated_suffixes if fp else ():
+            cand = self.path + suffix
+            try:
+                data, nxt = self._read(cand, start, 1 << 62)
+            except RemoteFileNotFound:
+                continue
+            if nxt - len(data) != start or len(data) < len(fp) or data[: len(fp)] != fp:
+                continue
+            rest = data[len(fp):]
+            out = self._take(rest)
+            lost = None
+            if self._held:
+                lost = f"an unfinished last line of {len(self._held)} bytes in {cand}"
+                self._held = b""
+            self.events.append(FollowEvent("rotated", self.path, self.offset, size, cand, len(rest), lost))
+            return out
+        lost_parts = []
+        if self._held:
+            lost_parts.append(f"an unfinished line of {len(self._held)} bytes")
+            self._held = b""
+        lost_parts.append("whatever the old file gained after byte "
+                          f"{self.offset} (no rotated copy at {', '.join(self.path + s for s in self.rotated_suffixes)})")
+        self.events.append(FollowEvent("truncated", self.path, self.offset, size, None, 0, "; ".join(lost_parts)))
+        return b""
+
+    def lines(self) -> list[str]:
+        """:meth:`poll` as text lines (UTF-8, undecodable bytes replaced; line endings removed)."""
+        data = self.poll()
+        return [ln.rstrip("\r") for ln in data.decode("utf-8", "replace").split("\n")[:-1]] if data else []
