@@ -66,11 +66,12 @@ module                what it holds
                       :class:`LogRecord`, :func:`parse_log_line`, :class:`ParsedLog`,
                       :func:`parse_log`, :class:`LogAcceptance`, :func:`acceptance_from_log`,
                       :func:`epoch_seconds`, ``_iso``, :class:`LogInputError`,
-                      :data:`DEFAULT_DECODE_LOG_INTERVAL`. Standard library only.
+                      :data:`DEFAULT_DECODE_LOG_INTERVAL`. Standard library (and
+                      :mod:`workbench.errors`) only.
 :mod:`.summary`       :class:`Stat`, :class:`LogSummary` (built from anything with a scanner's
                       ``arrays()`` and counts, :class:`~.summary.ScannedLog`), the timeline and
-                      the fast median. Imports ``lines`` (and :mod:`workbench.doctor` lazily, in
-                      :meth:`LogSummary.build`, for the ``acceptance-collapsed`` rule).
+                      the fast median. Imports ``lines`` and
+                      :mod:`workbench.rules.runtime` (the ``acceptance-collapsed`` rule).
 :mod:`.scanner`       :class:`LogScanner`, the numpy scanner: key tables, ``_Block``, the SWAR
                       number readers, prefix / tag readers, templates. Imports ``lines`` and
                       ``summary``.
@@ -82,7 +83,7 @@ module                what it holds
 ====================  =========================================================================
 
 Every name below stays importable as ``from workbench.logs import X`` (what
-:mod:`workbench.acceptance`, :mod:`workbench.logs_cli`, the tests and the benchmarks import,
+:mod:`workbench.diagnosis`, :mod:`workbench.cli.logs`, the tests and the benchmarks import,
 the private readers the tests check included). Nothing in the package imports
 :mod:`workbench.sandbox`.
 """

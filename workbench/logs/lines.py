@@ -20,15 +20,12 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Iterable, Iterator, Optional, Union
 
+from workbench.errors import LogInputError
+
+
 #: SGLang's default ``--decode-log-interval`` (decode iterations per ``Decode batch`` line), 0.4.0 - 0.5.23.
 DEFAULT_DECODE_LOG_INTERVAL = 40
 _EPOCH = datetime(1970, 1, 1)
-
-
-class LogInputError(ValueError):
-    """The input is not something a log can be read from: not an SGLang server log (no line carries
-    SGLang's ``[YYYY-mm-dd HH:MM:SS]`` prefix and none is a batch line), or empty. The message
-    names the file."""
 
 
 def epoch_seconds(ts: datetime) -> float:

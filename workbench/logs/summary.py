@@ -9,8 +9,8 @@ the scanner imports this module (:meth:`LogScanner.summary`), so the whole-input
 that need both (``summarize_bytes``, ``scan_file``, ``scan_box``, ``tail_box``) live in
 :mod:`workbench.logs.read`, above both.
 
-Imports :mod:`workbench.logs.lines` only (and :func:`workbench.doctor.acceptance_collapsed`
-lazily, inside :meth:`LogSummary.build`).
+Imports :mod:`workbench.logs.lines` and the runtime rule
+(:func:`workbench.rules.runtime.acceptance_collapsed`).
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from typing import Any, Optional, Protocol, Sequence
 import numpy as np
 
 from workbench.logs.lines import DEFAULT_DECODE_LOG_INTERVAL, LogAcceptance, _iso, _not_speculative_note
+from workbench.rules.runtime import acceptance_collapsed
 
 
 class ScannedLog(Protocol):
@@ -140,7 +141,7 @@ class LogSummary:
               events: Sequence[Any] = ()) -> "LogSummary":
         """Summarize ``scanner`` (see the class doc). ``buckets``: timeline slices (>= 1).
 
-        The ``acceptance-collapsed`` rule (``notes/doctor-rules.md``; :func:`workbench.doctor.
+        The ``acceptance-collapsed`` rule (``notes/doctor-rules.md``; :func:`workbench.rules.runtime.
         acceptance_collapsed`) is evaluated on the mean accept length of the decode lines, with
         ``verify_steps`` = spec lines × ``decode_log_interval``: each line reports one window of
         that many decode iterations, each at least one verify step, so this is a lower bound
@@ -183,10 +184,6 @@ class LogSummary:
             fast_lines=scanner.fast_lines, slow_lines=scanner.slow_lines,
             decode_log_interval=int(decode_log_interval))
         if evaluate_rules and n_spec:
-            # TODO(layering): acceptance_collapsed moves to workbench.rules.runtime
-            # (lazy: workbench.doctor imports far more than a log reader needs, and sits above it)
-            from workbench.doctor import acceptance_collapsed
-
             summary.findings = acceptance_collapsed(
                 {"accept_length": acceptance.accept_length, "verify_steps": n_spec * int(decode_log_interval)},
                 source=f"{source}: mean 'accept len' of {n_spec} decode lines; verify steps >= lines x "
