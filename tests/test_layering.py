@@ -1,0 +1,156 @@
+"""The import graph keeps the design's layering (DESIGN.md "Layering", docs/ARCHITECTURE.md).
+
+Read from the source with ``ast`` (every ``import`` / ``from ... import``, also the ones inside
+functions: a lazy import is still an import), never by importing the modules:
+
+- no import cycle among the modules of ``remote/`` and ``workbench/``;
+- ``remote`` never imports ``workbench``;
+- the sandbox (``workbench.sandbox``) imports neither ``remote`` nor the rest of ``workbench``, and
+  nothing in ``remote`` or ``workbench`` outside it imports it;
+- inside ``workbench``, each part imports only the parts below it in :data:`LAYERS`.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+#: The parts of ``workbench``, lowest first. A part may import its own modules and any part of a
+#: lower layer; parts in the same layer do not import each other.
+LAYERS: list[tuple[str, ...]] = [
+    ("workbench.errors",),
+    ("workbench.report", "workbench.checkpoint"),
+    ("workbench.engine",),
+    ("workbench.rules", "workbench.sandbox_box"),
+    ("workbench.doctor", "workbench.logs"),
+    ("workbench.session",),
+    ("workbench.measure",),
+    ("workbench.diagnosis",),
+    ("workbench.cli",),
+]
+RANK = {part: i for i, layer in enumerate(LAYERS) for part in layer}
+
+
+def _modules() -> dict[str, Path]:
+    mods = {}
+    for top in ("remote", "workbench"):
+        for p in sorted((ROOT / top).rglob("*.py")):
+            name = ".".join(p.relative_to(ROOT).with_suffix("").parts)
+            mods[name[: -len(".__init__")] if name.endswith(".__init__") else name] = p
+    return mods
+
+
+MODULES = _modules()
+
+
+def _imports(name: str, path: Path) -> set[str]:
+    """The project modules ``name`` imports (``from pkg import sub`` counts ``pkg.sub`` when it is
+    a module)."""
+    pkg = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+    out: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            out |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = pkg.split(".")
+                base = ".".join(parts[: len(parts) - node.level + 1] + ([node.module] if node.module else []))
+            out.add(base)
+            out |= {f"{base}.{a.name}" for a in node.names}
+    found = set()
+    for target in out:
+        # the deepest project module the dotted name names (a.b.Name -> a.b)
+        while target and target not in MODULES:
+            target = target.rpartition(".")[0]
+        if target and target != name:
+            found.add(target)
+    return found
+
+
+GRAPH = {name: _imports(name, path) for name, path in MODULES.items()}
+
+
+def _in_sandbox(module: str) -> bool:
+    return module == "workbench.sandbox" or module.startswith("workbench.sandbox.")
+
+
+def _part(module: str) -> str | None:
+    for part in sorted(RANK, key=len, reverse=True):
+        if module == part or module.startswith(part + "."):
+            return part
+    return None
+
+
+def test_every_workbench_module_has_a_layer():
+    unplaced = [m for m in MODULES if m.startswith("workbench.") and not _in_sandbox(m) and _part(m) is None]
+    assert unplaced == [], f"add these to LAYERS (or move them into a part): {unplaced}"
+
+
+def test_no_import_cycle():
+    # a package's __init__ importing its own submodules (and they the package) is not a cycle
+    def edges(m):
+        return {d for d in GRAPH[m] if not d.startswith(m + ".") and not m.startswith(d + ".")}
+
+    state: dict[str, int] = {}
+    cycles = []
+
+    def visit(m, stack):
+        state[m] = 1
+        for d in sorted(edges(m)):
+            if state.get(d) == 1:
+                cycles.append(stack[stack.index(d):] + [d] if d in stack else [m, d])
+            elif d not in state:
+                visit(d, stack + [d])
+        state[m] = 2
+
+    for m in sorted(GRAPH):
+        if m not in state:
+            visit(m, [m])
+    assert cycles == [], "import cycles: " + "; ".join(" -> ".join(c) for c in cycles)
+
+
+def test_remote_never_imports_workbench():
+    bad = {m: sorted(d for d in deps if d.startswith("workbench")) for m, deps in GRAPH.items() if m.startswith("remote")}
+    assert {m: d for m, d in bad.items() if d} == {}
+
+
+def test_the_sandbox_stands_alone():
+    inside = {m for m in GRAPH if _in_sandbox(m)}
+    out_of_sandbox = {m: sorted(d for d in GRAPH[m] if d not in inside and d != "workbench") for m in inside}
+    assert {m: d for m, d in out_of_sandbox.items() if d} == {}
+    into_sandbox = {m: sorted(d for d in deps if d in inside) for m, deps in GRAPH.items() if m not in inside}
+    assert {m: d for m, d in into_sandbox.items() if d} == {}
+
+
+def test_workbench_package_itself_imports_nothing():
+    # `python -m workbench.sandbox.launch_server` must load nothing but the sandbox
+    assert GRAPH["workbench"] == set()
+
+
+@pytest.mark.parametrize("part", sorted(RANK))
+def test_each_part_imports_only_lower_layers(part):
+    wrong = {}
+    for m, deps in GRAPH.items():
+        if _part(m) != part:
+            continue
+        for d in deps:
+            dp = _part(d)
+            if dp is None or dp == part:
+                continue
+            if RANK[dp] >= RANK[part]:
+                wrong.setdefault(m, []).append(d)
+    assert wrong == {}, f"{part} (layer {RANK[part]}) imports a part that is not below it: {wrong}"
+
+
+def test_the_graph_is_read():
+    # the checks above are only as good as the graph: a few edges the design relies on
+    assert "workbench.rules.runtime" in GRAPH["workbench.logs.summary"]
+    assert "workbench.session" in GRAPH["workbench.measure.sweep"] or \
+        "workbench.session.box_session" in GRAPH["workbench.measure.sweep"]
+    assert "remote.errors" in GRAPH["workbench.checkpoint.readers"]
+    assert len([m for m in MODULES if m.startswith("workbench.rules.")]) >= 6
