@@ -21,6 +21,7 @@ import pytest
 from test_draft_checks import specforge_spec, token_map
 from workbench.doctor import DoctorReport, run_doctor
 from workbench.rules.runtime import acceptance_collapsed
+from workbench.rules import Facts
 from workbench.rules.launch_flags import spec_params_invalid
 from workbench.engine.launch import LaunchCommand
 from workbench_test_helpers import fixture_config, public_report, write_raw, write_sparse_safetensors
@@ -464,7 +465,7 @@ def test_rope_compares_by_value_and_type_equals_rope_type(box, tmp_path, sglang_
 ])
 def test_spec_params_invalid(extra, severity, text):
     cmd = LaunchCommand.parse(f"python -m sglang.launch_server --model-path /m --speculative-algorithm EAGLE3 {extra}")
-    found = spec_params_invalid(cmd)
+    found = spec_params_invalid(Facts.of(cmd))
     assert [(f.rule, f.severity) for f in found] == [("spec-params-invalid", severity)] and text in found[0].message
     if severity == "warning":
         assert LaunchCommand.parse(found[0].fix).get("--speculative-num-draft-tokens") == "4"
@@ -595,22 +596,22 @@ def test_unknown_algorithm_name_from_the_engine_source(box, tmp_path, sglang_sou
 
 
 def test_launch_flag_unknown_names_the_typo_and_the_flag_meant():
-    from workbench.rules.launch_flags import launch_flags_unknown
+    from workbench.rules.launch_flags import launch_flag_unknown
     from workbench.engine.launch import LaunchCommand
 
     typo = LaunchCommand.parse("python -m sglang.launch_server --model-path /m --speculative-algoritm EAGLE3 "
                                "--tp 8 --trust-remote-code")
-    [f] = launch_flags_unknown(typo, "0.5.23")
+    [f] = launch_flag_unknown(Facts.of(typo, engine_version="0.5.23"))
     assert (f.rule, f.severity) == ("launch-flag-unknown", "error")
     assert f.evidence["unknown_flags"]["value"] == ["--speculative-algoritm"]
     assert "did you mean --speculative-algorithm?" in f.message
     assert "--speculative-algorithm EAGLE3" in f.fix and "--speculative-algoritm" not in f.fix
     # another engine version might define it: a warning, not an error
-    assert launch_flags_unknown(typo, "0.6.0")[0].severity == "warning"
+    assert launch_flag_unknown(Facts.of(typo, engine_version="0.6.0"))[0].severity == "warning"
     # real flags, aliases and unique prefixes (--tp) are not findings
     ok = LaunchCommand.parse("python -m sglang.launch_server --model /m --speculative-algorithm EAGLE3 --tp 8 "
                              "--speculative-draft-model /d --context-length 4096")
-    assert launch_flags_unknown(ok, "0.5.23") == []
+    assert launch_flag_unknown(Facts.of(ok, engine_version="0.5.23")) == []
 
 
 def test_unknown_algorithm_name_is_an_error(tmp_path):

@@ -10,7 +10,7 @@ import pytest
 
 from workbench.checkpoint import draft_facts_from, target_facts_from
 from workbench.engine.launch import LaunchCommand
-from workbench.rules import Finding, RuleInputError, algorithm_mismatch, check_algorithm_mismatch
+from workbench.rules import Facts, Finding, RuleInputError, algorithm_mismatch, check_algorithm_mismatch
 from workbench_test_helpers import fixture_config, public_report, write_sparse_safetensors
 
 # (draft fixture, target architectures, target hidden, target layers, target vocab, text_config?)
@@ -105,22 +105,22 @@ def test_each_signal_alone_fires(tmp_path):
     base = {"architectures": ["LlamaForCausalLM"], "hidden_size": 4096}
     # architecture only, no checkpoint read (as the report's draft_config gives it)
     only_arch = draft_facts_from("/d", "/d/config.json", {"architectures": ["LlamaForCausalLMEagle3"]})
-    assert algorithm_mismatch(cmd, only_arch, target)[0].evidence["eagle3_signals"] == ["architecture"]
+    assert algorithm_mismatch(Facts.of(cmd, only_arch, target))[0].evidence["eagle3_signals"] == ["architecture"]
     only_ec = draft_facts_from("/d", "/d/config.json", {**base, "eagle_config": {"use_aux_hidden_state": True}})
-    assert algorithm_mismatch(cmd, only_ec, target)[0].evidence["eagle3_signals"] == ["use_aux_hidden_state"]
+    assert algorithm_mismatch(Facts.of(cmd, only_ec, target))[0].evidence["eagle3_signals"] == ["use_aux_hidden_state"]
     from workbench.checkpoint import TensorInfo
 
     fc4 = {"fc.weight": TensorInfo("BF16", (4096, 16384), (0, 4096 * 16384 * 2), file="/d/model.safetensors")}
     only_fc = draft_facts_from("/d", "/d/config.json", base, fc4)
-    (f,) = algorithm_mismatch(cmd, only_fc, target)
+    (f,) = algorithm_mismatch(Facts.of(cmd, only_fc, target))
     assert f.evidence["eagle3_signals"] == ["fc_in_features_multiple"]
     assert f.evidence["fc_in_features / target_hidden_size"] == 4.0
     # fc of 2x hidden and nothing else: not EAGLE-3
     fc2 = {"model.fc.weight": TensorInfo("BF16", (4096, 8192), (0, 4096 * 8192 * 2), file="/d/model.safetensors")}
-    assert algorithm_mismatch(cmd, draft_facts_from("/d", "/d/config.json", base, fc2), target) == []
+    assert algorithm_mismatch(Facts.of(cmd, draft_facts_from("/d", "/d/config.json", base, fc2), target)) == []
     # no algorithm: speculation off, nothing to say
     plain = LaunchCommand.parse("python -m sglang.launch_server --model-path /t")
-    assert algorithm_mismatch(plain, only_arch, target) == []
+    assert algorithm_mismatch(Facts.of(plain, only_arch, target)) == []
 
 
 def test_eagle214_eagle1_draft_launched_with_eagle3(box, tmp_path):

@@ -19,7 +19,9 @@ class DoctorReport:
     """The doctor's result: ``findings`` (ordered: errors, warnings, info), ``inputs`` (what was
     read: ``{"what", "path", "how"}``), ``bytes_read`` (bytes returned by the box's reads and
     commands), ``wire_bytes`` (TCP bytes over SSH, ``None`` locally), ``engine_version``,
-    ``engine_root``, ``launch`` (the command checked), ``duration_s``, ``notes``."""
+    ``engine_root``, ``launch`` (the command checked), ``duration_s``, ``notes``;
+    ``rule_failures``: the rules whose check raised (each also a note), ``draft_facts`` /
+    ``target_facts``: what was read."""
 
     findings: list[Finding]
     inputs: list[dict]
@@ -32,6 +34,7 @@ class DoctorReport:
     notes: list[str] = field(default_factory=list)
     draft_facts: DraftFacts | None = field(default=None, repr=False, compare=False)
     target_facts: TargetFacts | None = field(default=None, repr=False, compare=False)
+    rule_failures: list = field(default_factory=list, repr=False, compare=False)
 
     @property
     def errors(self) -> list[Finding]:
@@ -134,6 +137,8 @@ class DoctorReport:
 
 
 def _dedupe(findings: list[Finding]) -> list[Finding]:
+    """``findings`` without repeats (same rule and message), errors first, then warnings, then
+    information, each in the order found."""
     seen: set = set()
     out = []
     for f in findings:

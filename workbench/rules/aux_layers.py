@@ -1,103 +1,177 @@
 """Fault family: aux hidden-state capture (which target layers feed the EAGLE-3 draft).
 
-Rules: ``aux-config-unread`` (the nested ``eagle_config.eagle_aux_hidden_state_layer_ids`` is
-missing, malformed or only at top level: the engine silently captures its default layers),
-``aux-layer-ids-out-of-range`` (a captured layer the capture loop never reaches),
-``aux-layer-offset-convention`` (the captured layers differ from the ids written), ``aux-count-mismatch``
-(``fc`` in_features ≠ number of aux states × target hidden). The target's offset rule is
+Rules: ``target-no-aux-capture`` (the target class cannot capture), ``aux-config-unread`` (the
+nested ``eagle_config.eagle_aux_hidden_state_layer_ids`` is missing, malformed or only at top
+level: the engine silently captures its default layers), ``aux-layer-ids-out-of-range`` (a captured
+layer the capture loop never reaches), ``aux-layer-offset-convention`` (the captured layers differ
+from the ids written), ``aux-count-mismatch`` (``fc`` in_features ≠ number of aux states × target
+hidden). They apply to EAGLE3 launches with both configs read. The target's offset rule is
 *evaluated* from the box's own ``set_eagle3_layers_to_capture``
-(:meth:`workbench.engine.source.EngineSource.capture_rule`), else modelled from SGLang 0.5.23
-(:func:`workbench.engine.modelled.modelled_capture`). Engine facts: SGLang 0.5.23
-``model_runner_components/spec_aux_hidden_state.py`` (the ids read inside ``try/except Exception``),
-``srt/models/llama.py`` (+1 offset), ``srt/models/llama_eagle3.py`` (aux count).
+(:meth:`workbench.engine.source.EngineSource.capture_rule`, through :attr:`Facts.capture`), else
+modelled from SGLang 0.5.23 (:func:`workbench.engine.modelled.modelled_capture`). Engine facts:
+SGLang 0.5.23 ``model_runner_components/spec_aux_hidden_state.py`` (the ids read inside
+``try/except Exception``), ``srt/models/llama.py`` (+1 offset), ``srt/models/deepseek_v2.py``
+(+1 only when the first id is 1), ``srt/models/llama_eagle3.py`` (aux count).
 """
 
 from __future__ import annotations
 
-from typing import Any
-
-from workbench.checkpoint import DraftFacts, TargetFacts
-from workbench.engine.launch import LaunchCommand
-from workbench.engine.source import CaptureRule
+from workbench.rules.facts import Facts, ids_ok
 from workbench.rules.finding import Finding, ev
-from workbench.rules.launch_flags import _algo
+from workbench.rules.registry import Family
+from workbench.rules.weights import shape_findings
 
-__all__ = ["aux_rules"]
+__all__ = ["FAMILY", "target_no_aux_capture", "aux_config_unread", "aux_layer_ids_out_of_range",
+           "aux_layer_offset_convention", "aux_count_mismatch"]
+
+FAMILY = Family("aux-layers", "Aux hidden-state capture: which target layers feed the draft", __doc__,
+                module=__name__, probes=("target-capture-layers", "draft-input-width"))
 
 
-def _ids_ok(ids: Any) -> bool:
-    return isinstance(ids, list) and bool(ids) and all(isinstance(i, int) and not isinstance(i, bool) for i in ids)
+def _eagle3_pair(facts: Facts) -> bool:
+    return facts.algorithm == "EAGLE3" and facts.draft is not None and facts.target is not None
 
 
-def aux_rules(launch: LaunchCommand, draft: DraftFacts, target: TargetFacts,
-              capture: CaptureRule | None) -> list[Finding]:
-    """EAGLE3 aux-layer rules: ``aux-config-unread``, ``aux-layer-ids-out-of-range``,
-    ``aux-layer-offset-convention``, ``aux-count-mismatch``.
+def _ids_evidence(facts: Facts) -> dict:
+    draft = facts.draft
+    return ev(draft.aux_layer_ids, draft.sources.get("aux_layer_ids") or f"{draft.config_path}: eagle_config (absent)")
 
-    SGLang 0.5.23 ``spec_aux_hidden_state.py`` reads only the nested
-    ``eagle_config.eagle_aux_hidden_state_layer_ids`` (inside ``try/except Exception``: missing or
-    malformed → ``None`` → the target's default layers). ``capture`` is the target's offset rule
-    evaluated for those ids (:meth:`EngineSource.capture_rule`). ``aux-config-unread`` is a
-    warning when the ids are malformed or only at top level (the draft's width code and the
-    capture path then disagree) and ``info`` when absent altogether (the engine's default layers,
-    which SpecForge also trains with when none are written: not a fault by itself).
-    The aux count is ``num_aux_hidden_states``, else len(nested ids), else 3 (``llama_eagle3.py``).
-    """
-    if _algo(launch) != "EAGLE3":
+
+@FAMILY.rule("target-no-aux-capture", severities=("error",),
+             summary="EAGLE3, and the target architecture's model class in the engine source on the box has no "
+                     "set_eagle3_layers_to_capture",
+             fix="use an engine version whose target class supports EAGLE-3, or EAGLE")
+def target_no_aux_capture(facts: Facts) -> list[Finding]:
+    """Under EAGLE3 the model runner calls the target's ``set_eagle3_layers_to_capture`` (SGLang
+    0.5.23 ``model_runner_components/attention_backend_setup.py``); a target class that lacks it
+    (found in the box's ``srt/models``, base classes and a ``language_model`` delegate followed)
+    cannot capture aux hidden states, and the engine raises when EAGLE3 sets capture up."""
+    cap = facts.capture if _eagle3_pair(facts) else None
+    if cap is None or cap.class_without_capture is None:
         return []
-    out: list[Finding] = []
-    nested = draft.aux_layer_ids
-    top = draft.aux_layer_ids_top_level
-    L = target.num_hidden_layers
-    engine_ids = nested if _ids_ok(nested) else None
-    cap_src = capture.source if capture else None
-    captured = capture.captured if capture else None
-    ev_ids = ev(nested, draft.sources.get("aux_layer_ids") or f"{draft.config_path}: eagle_config (absent)")
-    if engine_ids is None:
-        malformed = nested is not None or (draft.eagle_config is None and "eagle_config" in draft.config)
-        sev = "warning" if (malformed or top is not None) else "info"
-        why = ("malformed" if malformed else "only at top level, which the capture path never reads" if top is not None
-               else "absent")
-        out.append(Finding("aux-config-unread", sev,
-                           f"eagle_config.eagle_aux_hidden_state_layer_ids is {why}: the engine silently captures its "
-                           f"default layers {str(captured) + ' ' if captured is not None else ''}(of {L} target layers)",
-                           {"eagle_config.eagle_aux_hidden_state_layer_ids": ev_ids,
-                            "eagle_aux_hidden_state_layer_ids (top level)": ev(top, draft.sources.get("aux_layer_ids_top_level")),
-                            "captured_layers": ev(captured, cap_src)},
-                           f"write the ids into eagle_config in {draft.config_path}"
-                           + (f": \"eagle_config\": {{\"eagle_aux_hidden_state_layer_ids\": {top}}}" if _ids_ok(top) else "")))
-    if captured is not None and L is not None and capture is not None:
-        bad = [c for c in captured if c < 0 or c > capture.reachable_max]
-        if bad:
-            reach = [c for c in captured if 0 <= c <= capture.reachable_max]
-            out.append(Finding("aux-layer-ids-out-of-range", "error",
-                               f"the target captures layers {captured} but its capture loop reaches only 0..{capture.reachable_max} "
-                               f"(num_hidden_layers {L}): {bad} never fire, so {len(reach)} aux states reach an fc built "
-                               f"for {len(captured)}",
-                               {"eagle_aux_hidden_state_layer_ids": ev_ids, "captured_layers": ev(captured, cap_src),
-                                "num_hidden_layers": ev(L, target.sources.get("num_hidden_layers")),
-                                "reachable_max": capture.reachable_max},
-                               "use ids the engine can capture, or an engine version that captures the final boundary "
-                               "(SGLang PR #32334)"))
-        if engine_ids is not None and list(captured) != list(engine_ids):
-            out.append(Finding("aux-layer-offset-convention", "info",
-                               f"the config writes ids {engine_ids}; this engine captures layers {captured} for this "
-                               f"target ({'+1' if captured and captured[0] == engine_ids[0] + 1 else 'as written'}), i.e. "
-                               f"the outputs of layers {[c - 1 for c in captured]}: check the draft's training used the "
-                               "same convention (first id 1 = 'output of layer', 2 = 'input to layer')",
-                               {"config_ids": ev_ids, "captured_layers": ev(captured, cap_src)}, None))
-    n_aux_src = None
+    tarch, target, engine = facts.target_architecture or "", facts.target, facts.engine
+    file, line = cap.class_without_capture
+    return [Finding("target-no-aux-capture", "error",
+                    f"the target class {tarch} ({engine.root}/{file}:{line}) has no "
+                    "set_eagle3_layers_to_capture: the engine raises when EAGLE3 sets up capture",
+                    {"target_architecture": ev(tarch, target.sources.get("architectures")),
+                     "class": ev(tarch, f"{engine.root}/{file}:{line}")},
+                    "use an engine version whose target class supports EAGLE-3, or EAGLE")]
+
+
+@FAMILY.rule("aux-config-unread", severities=("warning", "info"),
+             summary="EAGLE3, and the nested eagle_config.eagle_aux_hidden_state_layer_ids is missing, null or "
+                     "malformed (top-level only counts as missing): the engine silently uses its default layers",
+             fix="write the ids into eagle_config; the finding lists the layers the engine will actually capture")
+def aux_config_unread(facts: Facts) -> list[Finding]:
+    """SGLang 0.5.23 ``spec_aux_hidden_state.py`` (``_resolve_eagle_aux_hidden_state``) reads only
+    the nested ``eagle_config.eagle_aux_hidden_state_layer_ids``, inside ``try/except Exception``:
+    missing or malformed → ``None`` → the target's default layers (``[2, L//2, L-3]`` on Llama, then
+    its offset rule). A warning when the ids are malformed or only at top level (the draft's width
+    code and the capture path then disagree); ``info`` when absent altogether (the engine's default
+    layers, which SpecForge also trains with when none are written: not a fault by itself)."""
+    if not _eagle3_pair(facts):
+        return []
+    draft, target = facts.draft, facts.target
+    nested, top = draft.aux_layer_ids, draft.aux_layer_ids_top_level
+    if ids_ok(nested):
+        return []
+    cap = facts.capture.rule if facts.capture is not None else None
+    captured = cap.captured if cap else None
+    malformed = nested is not None or (draft.eagle_config is None and "eagle_config" in draft.config)
+    severity = "warning" if (malformed or top is not None) else "info"
+    why = ("malformed" if malformed else "only at top level, which the capture path never reads" if top is not None
+           else "absent")
+    return [Finding("aux-config-unread", severity,
+                    f"eagle_config.eagle_aux_hidden_state_layer_ids is {why}: the engine silently captures its "
+                    f"default layers {str(captured) + ' ' if captured is not None else ''}(of "
+                    f"{target.num_hidden_layers} target layers)",
+                    {"eagle_config.eagle_aux_hidden_state_layer_ids": _ids_evidence(facts),
+                     "eagle_aux_hidden_state_layer_ids (top level)": ev(top, draft.sources.get("aux_layer_ids_top_level")),
+                     "captured_layers": ev(captured, cap.source if cap else None)},
+                    f"write the ids into eagle_config in {draft.config_path}"
+                    + (f": \"eagle_config\": {{\"eagle_aux_hidden_state_layer_ids\": {top}}}" if ids_ok(top) else ""))]
+
+
+@FAMILY.rule("aux-layer-ids-out-of-range", severities=("error",),
+             summary="after the engine's offset rule for the target, a captured layer index is < 0 or beyond the "
+                     "layers the capture loop reaches",
+             fix="valid ids, or an engine version that captures the final boundary")
+def aux_layer_ids_out_of_range(facts: Facts) -> list[Finding]:
+    """The target's forward tests ``i in self.layers_to_capture`` for ``i`` in ``range(start,
+    end)`` of its layers (SGLang 0.5.23 ``srt/models/llama.py``), so a captured index outside
+    ``0 .. reachable_max`` never fires and fewer aux states reach an ``fc`` built for more (the
+    final boundary ``L`` is only captured by engines with SGLang PR #32334)."""
+    if not _eagle3_pair(facts) or facts.capture is None or facts.capture.rule is None:
+        return []
+    cap, target = facts.capture.rule, facts.target
+    captured, layers = cap.captured, target.num_hidden_layers
+    if captured is None or layers is None:
+        return []
+    bad = [c for c in captured if c < 0 or c > cap.reachable_max]
+    if not bad:
+        return []
+    reach = [c for c in captured if 0 <= c <= cap.reachable_max]
+    return [Finding("aux-layer-ids-out-of-range", "error",
+                    f"the target captures layers {captured} but its capture loop reaches only 0..{cap.reachable_max} "
+                    f"(num_hidden_layers {layers}): {bad} never fire, so {len(reach)} aux states reach an fc built "
+                    f"for {len(captured)}",
+                    {"eagle_aux_hidden_state_layer_ids": _ids_evidence(facts), "captured_layers": ev(captured, cap.source),
+                     "num_hidden_layers": ev(layers, target.sources.get("num_hidden_layers")),
+                     "reachable_max": cap.reachable_max},
+                    "use ids the engine can capture, or an engine version that captures the final boundary "
+                    "(SGLang PR #32334)")]
+
+
+@FAMILY.rule("aux-layer-offset-convention", severities=("info",),
+             summary="the draft's first id (1 vs 2) and the engine's offset rule for this target mean the captured "
+                     "layers differ from the ids written in the config",
+             fix="states both lists")
+def aux_layer_offset_convention(facts: Facts) -> list[Finding]:
+    """SGLang 0.5.23 captures ``id + 1`` on Llama targets (``srt/models/llama.py``: the input to
+    layer ``id + 1`` = the output of layer ``id``) and on DeepSeek-family targets only when the
+    first id is 1 (``srt/models/deepseek_v2.py``); other engines and releases read the ids as
+    written (sglang PR #25454). Which convention the draft was trained with is not recorded: the
+    finding states both lists so training can be checked."""
+    if not _eagle3_pair(facts) or facts.capture is None or facts.capture.rule is None:
+        return []
+    cap, draft = facts.capture.rule, facts.draft
+    captured, ids = cap.captured, draft.aux_layer_ids
+    if captured is None or facts.target.num_hidden_layers is None or not ids_ok(ids) or list(captured) == list(ids):
+        return []
+    return [Finding("aux-layer-offset-convention", "info",
+                    f"the config writes ids {ids}; this engine captures layers {captured} for this "
+                    f"target ({'+1' if captured and captured[0] == ids[0] + 1 else 'as written'}), i.e. "
+                    f"the outputs of layers {[c - 1 for c in captured]}: check the draft's training used the "
+                    "same convention (first id 1 = 'output of layer', 2 = 'input to layer')",
+                    {"config_ids": _ids_evidence(facts), "captured_layers": ev(captured, cap.source)}, None)]
+
+
+@FAMILY.rule("aux-count-mismatch", severities=("error",),
+             summary="number of aux layers (num_aux_hidden_states, else len(ids), else 3) × target hidden (the "
+                     "draft's target_hidden_size if set, else the target's) ≠ fc.weight in_features",
+             fix="—")
+def aux_count_mismatch(facts: Facts) -> list[Finding]:
+    """SGLang 0.5.23 ``srt/models/llama_eagle3.py`` builds ``fc`` over ``num_aux × hidden_size_in``
+    inputs, ``num_aux`` = ``num_aux_hidden_states``, else the length of the nested ids, else 3, and
+    concatenates that many captured states; a checkpoint ``fc.weight`` of another width either
+    fails the loader's shape assert or (a 1×-wide input) is skipped by the width check. Also
+    reported for a checkpoint whose ``fc.weight`` has the right rows but the wrong columns."""
+    out = shape_findings(facts.weights, "aux-count-mismatch") if facts.weights is not None else []
+    if not _eagle3_pair(facts):
+        return out
+    draft, target = facts.draft, facts.target
     if draft.num_aux_hidden_states is not None:
         n_aux, n_aux_src = draft.num_aux_hidden_states, draft.sources.get("num_aux_hidden_states")
-    elif engine_ids is not None:
-        n_aux, n_aux_src = len(engine_ids), draft.sources.get("aux_layer_ids")
+    elif ids_ok(draft.aux_layer_ids):
+        n_aux, n_aux_src = len(draft.aux_layer_ids), draft.sources.get("aux_layer_ids")
     else:
         n_aux, n_aux_src = 3, "llama_eagle3.py default 3"
     th = draft.target_hidden_size if draft.target_hidden_size is not None else target.hidden_size
-    if draft.fc_in_features is not None and th is not None and n_aux * th != draft.fc_in_features:
-        out.append(Finding("aux-count-mismatch", "error",
-                           f"fc.weight takes {draft.fc_in_features} inputs but the engine feeds {n_aux} aux states × "
-                           f"{th} = {n_aux * th}: the draft fails to load or its fc is skipped",
-                           {"fc_in_features": ev(draft.fc_in_features, draft.sources.get("fc_in_features")),
-                            "num_aux": ev(n_aux, n_aux_src), "target_hidden": th}, None))
-    return out
+    if draft.fc_in_features is None or th is None or n_aux * th == draft.fc_in_features:
+        return out
+    return [Finding("aux-count-mismatch", "error",
+                    f"fc.weight takes {draft.fc_in_features} inputs but the engine feeds {n_aux} aux states × "
+                    f"{th} = {n_aux * th}: the draft fails to load or its fc is skipped",
+                    {"fc_in_features": ev(draft.fc_in_features, draft.sources.get("fc_in_features")),
+                     "num_aux": ev(n_aux, n_aux_src), "target_hidden": th}, None)] + out

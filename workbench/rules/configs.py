@@ -1,27 +1,34 @@
-"""Fault family: the draft's config against the target's.
+"""Fault family: the draft's config against the target's (and against the engine's draft classes).
 
-Rules: ``hidden-size-mismatch``, ``vocab-size-mismatch`` (errors: the draft was trained for another
-target), ``context-length-mismatch`` (warning), ``rope-mismatch`` (info). They read the two
-``config.json`` files only (:class:`workbench.checkpoint.DraftFacts` / ``TargetFacts``; the
-target's ``text_config`` for multimodal targets). Engine facts: SGLang 0.5.23
-``srt/models/llama_eagle3.py`` (the draft's ``fc`` input width is ``target_hidden_size`` else
-``hidden_size``; draft logits are mapped to the target vocab).
+Rules: ``unknown-draft-architecture`` (the draft declares a class the engine does not register as
+an EAGLE draft: the engine builds the wrong model), ``hidden-size-mismatch``,
+``vocab-size-mismatch`` (errors: the draft was trained for another target),
+``context-length-mismatch`` (warning), ``rope-mismatch`` (info). They read the two ``config.json``
+files (:class:`workbench.checkpoint.DraftFacts` / ``TargetFacts``; the target's ``text_config``
+for multimodal targets) and the draft classes the engine source on the box registers. Engine
+facts: SGLang 0.5.23 ``srt/models/llama_eagle3.py`` (the draft's ``fc`` input width is
+``target_hidden_size`` else ``hidden_size``; draft logits are mapped to the target vocab).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from workbench.checkpoint import DraftFacts, TargetFacts
-from workbench.engine.launch import LaunchCommand
+from workbench.rules.facts import Facts
 from workbench.rules.finding import Finding, ev
-from workbench.rules.launch_flags import _int_flag
+from workbench.rules.launch_flags import int_flag
+from workbench.rules.registry import Family
 
-__all__ = ["config_rules", "LLAMA_ROPE_THETA"]
+__all__ = ["FAMILY", "LLAMA_ROPE_THETA", "unknown_draft_architecture", "hidden_size_mismatch", "vocab_size_mismatch",
+           "context_length_mismatch", "rope_mismatch"]
 
+FAMILY = Family("configs", "The draft's config against the target's and the engine's draft classes", __doc__,
+                module=__name__)
 
-#: The draft class's source file, relative to the engine root (SGLang 0.5.23).
+#: ``rope_theta`` when a config has none: the Llama default (transformers ``LlamaConfig``).
 LLAMA_ROPE_THETA = 10000.0
+
+
 def _num(v: Any) -> float | None:
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
@@ -44,54 +51,126 @@ def _rope(cfg: dict, path: str) -> tuple[float, str, str | None, str]:
     return theta, tsrc, kind, f"{path}: rope_scaling" if cfg.get("rope_scaling") else f"{path}: rope_parameters"
 
 
-def config_rules(launch: LaunchCommand, draft: DraftFacts, target: TargetFacts) -> list[Finding]:
-    """Rules comparing the draft's config with the target's: ``hidden-size-mismatch``,
-    ``vocab-size-mismatch`` (errors), ``context-length-mismatch`` (warning), ``rope-mismatch``
-    (info). The target's text config is used for multimodal targets (:class:`TargetFacts`).
-    Engine facts (SGLang 0.5.23 ``llama_eagle3.py``): the draft's ``fc`` input width is
-    ``target_hidden_size`` else ``hidden_size``; draft logits are mapped to the target vocab."""
-    out: list[Finding] = []
-    dsrc = draft.sources
+@FAMILY.rule("unknown-draft-architecture", severities=("error",),
+             summary="the draft's architectures is not an EAGLE draft class of the engine on the box (e.g. "
+                     "Qwen3ForCausalLM on a checkpoint with midlayer.* / fc.* tensors)",
+             fix="the architecture name the engine registers")
+def unknown_draft_architecture(facts: Facts) -> list[Finding]:
+    """SGLang builds the class named by the draft's ``architectures[0]``. The EAGLE-3 draft classes
+    are the ``EntryClass`` of ``srt/models/*eagle3*.py`` in the box's engine (SGLang 0.5.23:
+    ``LlamaForCausalLMEagle3``, ``Eagle3DeepseekV2ForCausalLM``; EAGLE adds ``*eagle*.py``'s). A
+    draft launched with EAGLE3, or whose checkpoint holds EAGLE tensors (``midlayer.*``, ``fc.*``),
+    under any other class name is built as that class: its weights do not fit (sglang#9135). The
+    weight rules do not run then (they model ``LlamaForCausalLMEagle3``)."""
+    draft = facts.draft
+    if draft is None or not facts.draft_class_unknown:
+        return []
+    registered, reg_src = facts.draft_classes
+    algo, arch = facts.algorithm, facts.draft_architecture
+    want = sorted(registered) or ["LlamaForCausalLMEagle3"]
+    best = ("LlamaForCausalLMEagle" if algo == "EAGLE" and draft.is_eagle1_like and "LlamaForCausalLMEagle" in registered
+            else "LlamaForCausalLMEagle3" if "LlamaForCausalLMEagle3" in registered else want[0])
+    return [Finding("unknown-draft-architecture", "error",
+                    f"the draft declares architectures {draft.architectures}, which is not an EAGLE"
+                    f"{'-3' if algo == 'EAGLE3' else ''} draft class of this engine ({', '.join(want)}); the engine "
+                    f"builds {arch or 'nothing'} and its weights do not fit",
+                    {"draft_architectures": ev(draft.architectures, draft.sources.get("architectures")),
+                     "registered_draft_classes": ev(want, reg_src),
+                     "eagle_tensors": [n for n in sorted(draft.tensors or {}) if n.startswith(("midlayer.", "fc."))][:4]},
+                    f"set \"architectures\": [\"{best}\"] in {draft.config_path}")]
+
+
+@FAMILY.rule("hidden-size-mismatch", severities=("error",),
+             summary="draft target_hidden_size (else hidden_size) ≠ the target's hidden size (text config for "
+                     "multimodal targets)",
+             fix="use the draft trained for this target")
+def hidden_size_mismatch(facts: Facts) -> list[Finding]:
+    """The draft's ``fc`` takes aux hidden states of width ``target_hidden_size``, else
+    ``hidden_size`` (SGLang 0.5.23 ``srt/models/llama_eagle3.py``); a target of another width feeds
+    it states it was not trained on (sglang#7011)."""
+    draft, target = facts.draft, facts.target
+    if draft is None or target is None:
+        return []
     th = draft.effective_target_hidden_size
-    if th is not None and target.hidden_size is not None and th != target.hidden_size:
-        key = "target_hidden_size" if draft.target_hidden_size is not None else "hidden_size"
-        out.append(Finding("hidden-size-mismatch", "error",
-                           f"the draft expects target hidden states {th} wide ({key}) but the target's are "
-                           f"{target.hidden_size}: the draft was trained for another target",
-                           {"draft_" + key: ev(th, dsrc.get(key)),
-                            "target_hidden_size": ev(target.hidden_size, target.sources.get("hidden_size"))},
-                           "use the draft trained for this target"))
-    if draft.vocab_size is not None and target.vocab_size is not None and draft.vocab_size != target.vocab_size:
-        out.append(Finding("vocab-size-mismatch", "error",
-                           f"draft vocab_size {draft.vocab_size} ≠ target vocab_size {target.vocab_size}",
-                           {"draft_vocab_size_field": ev(draft.vocab_size, dsrc.get("vocab_size")),
-                            "target_vocab_size": ev(target.vocab_size, target.sources.get("vocab_size"))},
-                           "use the draft trained for this target's tokenizer"))
+    if th is None or target.hidden_size is None or th == target.hidden_size:
+        return []
+    key = "target_hidden_size" if draft.target_hidden_size is not None else "hidden_size"
+    return [Finding("hidden-size-mismatch", "error",
+                    f"the draft expects target hidden states {th} wide ({key}) but the target's are "
+                    f"{target.hidden_size}: the draft was trained for another target",
+                    {"draft_" + key: ev(th, draft.sources.get(key)),
+                     "target_hidden_size": ev(target.hidden_size, target.sources.get("hidden_size"))},
+                    "use the draft trained for this target")]
+
+
+@FAMILY.rule("vocab-size-mismatch", severities=("error",),
+             summary="draft vocab_size ≠ target vocab_size",
+             fix="use the draft trained for this target's tokenizer")
+def vocab_size_mismatch(facts: Facts) -> list[Finding]:
+    """The draft's (full) ``vocab_size`` is the target tokenizer's: the draft shares the target's
+    embedding and maps its logits to target ids (SGLang 0.5.23 ``eagle_worker_v2.py``
+    ``init_lm_head``); another vocab means another tokenizer."""
+    draft, target = facts.draft, facts.target
+    if draft is None or target is None or draft.vocab_size is None or target.vocab_size is None \
+            or draft.vocab_size == target.vocab_size:
+        return []
+    return [Finding("vocab-size-mismatch", "error",
+                    f"draft vocab_size {draft.vocab_size} ≠ target vocab_size {target.vocab_size}",
+                    {"draft_vocab_size_field": ev(draft.vocab_size, draft.sources.get("vocab_size")),
+                     "target_vocab_size": ev(target.vocab_size, target.sources.get("vocab_size"))},
+                    "use the draft trained for this target's tokenizer")]
+
+
+@FAMILY.rule("context-length-mismatch", severities=("warning",),
+             summary="draft max_position_embeddings < the context the server will serve (--context-length, else the "
+                     "target's max_position_embeddings)",
+             fix="raise the draft's max_position_embeddings, or serve a shorter context")
+def context_length_mismatch(facts: Facts) -> list[Finding]:
+    """The server serves ``--context-length`` tokens, else the target's
+    ``max_position_embeddings``; a draft configured (and usually trained) for fewer positions
+    accepts less and less on long prompts (SpecForge #271: a 2048 draft on a 40960 target). The
+    draft's value may sit in ``transformer_layer_config`` (speculators format)."""
+    draft, target, launch = facts.draft, facts.target, facts.launch
+    if draft is None or target is None:
+        return []
     dmpe, dmpe_src = draft.config.get("max_position_embeddings"), f"{draft.config_path}: max_position_embeddings"
     if dmpe is None and isinstance(draft.config.get("transformer_layer_config"), dict):
         dmpe = draft.config["transformer_layer_config"].get("max_position_embeddings")
         dmpe_src = f"{draft.config_path}: transformer_layer_config.max_position_embeddings"
-    ctx_flag, _ = _int_flag(launch, "--context-length")
+    ctx_flag, _ = int_flag(launch, "--context-length") if launch is not None else (None, None)
     ctx, csrc = (ctx_flag, "launch command: --context-length") if ctx_flag else (
         target.max_position_embeddings, target.sources.get("max_position_embeddings"))
-    if isinstance(dmpe, int) and ctx is not None and dmpe < ctx:
-        fix = f"set max_position_embeddings to {ctx} in {draft.config_path}"
-        if not ctx_flag:
-            fix += f", or serve with --context-length {dmpe}"
-        out.append(Finding("context-length-mismatch", "warning",
-                           f"the draft's max_position_embeddings {dmpe} is below the {ctx}-token context the server "
-                           "will serve: acceptance decays on long prompts",
-                           {"draft_max_position_embeddings": ev(dmpe, dmpe_src),
-                            "served_context": ev(ctx, csrc)}, fix))
+    if not (isinstance(dmpe, int) and ctx is not None and dmpe < ctx):
+        return []
+    fix = f"set max_position_embeddings to {ctx} in {draft.config_path}"
+    if not ctx_flag:
+        fix += f", or serve with --context-length {dmpe}"
+    return [Finding("context-length-mismatch", "warning",
+                    f"the draft's max_position_embeddings {dmpe} is below the {ctx}-token context the server "
+                    "will serve: acceptance decays on long prompts",
+                    {"draft_max_position_embeddings": ev(dmpe, dmpe_src), "served_context": ev(ctx, csrc)}, fix)]
+
+
+@FAMILY.rule("rope-mismatch", severities=("info",),
+             summary="draft rope_theta or rope_scaling type differ from the target's",
+             fix="align them, or confirm training used them")
+def rope_mismatch(facts: Facts) -> list[Finding]:
+    """Harmless if the draft was trained with this config, a known source of small losses when
+    training ignored it. A missing ``rope_theta`` means 10000 (the Llama default); numbers compare
+    by value; ``type`` and ``rope_type`` are the same key; ``rope_parameters`` (transformers ≥ 4.56)
+    is read too."""
+    draft, target = facts.draft, facts.target
+    if draft is None or target is None:
+        return []
     dt, dts, dk, dks = _rope(draft.config, draft.config_path)
     tc = target.config.get("text_config") if target.text_config_used else None
     tt, tts, tk, tks = _rope(tc if isinstance(tc, dict) else target.config,
                              target.config_path + (" text_config" if target.text_config_used else ""))
-    if dt != tt or dk != tk:
-        out.append(Finding("rope-mismatch", "info",
-                           f"draft rope (theta {dt:g}, scaling {dk}) differs from the target's (theta {tt:g}, scaling "
-                           f"{tk}); harmless if the draft was trained with this config",
-                           {"draft_rope_theta": ev(dt, dts), "target_rope_theta": ev(tt, tts),
-                            "draft_rope_scaling_type": ev(dk, dks), "target_rope_scaling_type": ev(tk, tks)},
-                           "align them, or confirm training used them"))
-    return out
+    if dt == tt and dk == tk:
+        return []
+    return [Finding("rope-mismatch", "info",
+                    f"draft rope (theta {dt:g}, scaling {dk}) differs from the target's (theta {tt:g}, scaling "
+                    f"{tk}); harmless if the draft was trained with this config",
+                    {"draft_rope_theta": ev(dt, dts), "target_rope_theta": ev(tt, tts),
+                     "draft_rope_scaling_type": ev(dk, dks), "target_rope_scaling_type": ev(tk, tks)},
+                    "align them, or confirm training used them")]

@@ -10,13 +10,21 @@ sets a norm flag the engine's draft class never reads). On SGLang 0.5.23:
 
 from __future__ import annotations
 
-from workbench.engine.codepath import CodePathMap, swallowed_on_path
+import re
+
+from workbench.engine.codepath import CodePathMap, code_path_map, swallowed_on_path
+from workbench.engine.modelled import DRAFT_CLASS_FILES
 from workbench.engine.source import EngineSource
-from workbench.rules.finding import Finding
+from workbench.rules.facts import Facts
+from workbench.rules.finding import Finding, ev
+from workbench.rules.registry import Family
 
-__all__ = ["scan_swallowed", "NORM_FLAGS"]
+__all__ = ["FAMILY", "scan_swallowed", "NORM_FLAGS", "swallowed_config_error", "norm_flags_unsupported"]
 
+FAMILY = Family("engine-source", "What the engine source on the box does with the draft", __doc__, module=__name__)
 
+#: Draft config keys for norms some trainers add (EAGLE-3 variants); an engine whose draft class
+#: never reads one does not apply that norm.
 NORM_FLAGS = ("norm_before_fc", "fc_norm", "use_aux_norm", "norm_output")
 
 
@@ -41,3 +49,48 @@ def scan_swallowed(src: EngineSource, cmap: CodePathMap) -> list[Finding]:
                 {"source": {"value": where, "source": where}, "code": s.code, "function": s.function,
                  "detail": s.detail}, None))
     return findings
+
+
+@FAMILY.rule("swallowed-config-error", severities=("info",),
+             summary="the engine source on the box reads the draft's eagle_config inside a broad except (and, from "
+                     "`workbench source scan`, every silent fallback on the EAGLE-3 path)",
+             fix="shows file:line")
+def swallowed_config_error(facts: Facts) -> list[Finding]:
+    """The doctor scans the function that reads the draft's ``eagle_config`` (the code-path map's
+    ``eagle-config-read`` entry, found in the box's own source) for a broad ``except`` that neither
+    logs nor re-raises: on SGLang 0.5.23 ``spec_aux_hidden_state.py:188``, where any error in the
+    ids silently becomes "the default layers". Only for EAGLE3 launches with the engine source
+    located. ``workbench source scan`` runs the same scan over the whole path (:func:`scan_swallowed`)."""
+    if facts.engine is None or facts.algorithm != "EAGLE3":
+        return []
+    return scan_swallowed(facts.engine, code_path_map(facts.engine, keys=["eagle-config-read"]))
+
+
+@FAMILY.rule("norm-flags-unsupported", severities=("warning",),
+             summary="the draft sets norm_before_fc, fc_norm, use_aux_norm or norm_output, and the engine source on "
+                     "the box never reads that key",
+             fix="upgrade the engine, or retrain without it")
+def norm_flags_unsupported(facts: Facts) -> list[Finding]:
+    """A norm flag (``eagle_config.<key>`` or top level) that the engine's draft class file never
+    mentions (no ``"<key>"`` string in the box's ``srt/models/llama_eagle3.py`` or the class's
+    file) is ignored: the draft runs without the norm it was trained with (sglang#32226, GPT-OSS
+    drafts with ``norm_before_fc``). Needs the engine source on the box."""
+    draft, engine, arch = facts.draft, facts.engine, facts.draft_architecture
+    if draft is None or engine is None or arch not in DRAFT_CLASS_FILES:
+        return []
+    src = engine.read(DRAFT_CLASS_FILES[arch])
+    if src is None:
+        return []
+    out = []
+    cfg, ec = draft.config, draft.eagle_config or {}
+    for key in NORM_FLAGS:
+        val = ec.get(key, cfg.get(key))
+        if val and not re.search(rf"[\"']{key}[\"']", src):
+            where = f"{draft.config_path}: {'eagle_config.' if key in ec else ''}{key}"
+            out.append(Finding("norm-flags-unsupported", "warning",
+                               f"the draft sets {key}={val!r} but the engine's {DRAFT_CLASS_FILES[arch]} never "
+                               f"reads {key!r}: the norm the draft was trained with is not applied",
+                               {key: ev(val, where), "engine_file": ev(f"{engine.root}/{DRAFT_CLASS_FILES[arch]}",
+                                                                       f"no occurrence of {key!r}")},
+                               "upgrade the engine to a version that reads it, or retrain without it"))
+    return out

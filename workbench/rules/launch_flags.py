@@ -13,20 +13,28 @@ from __future__ import annotations
 import difflib
 from typing import Any
 
-from workbench.checkpoint import DraftFacts, TargetFacts, read_draft_facts, read_target_facts
+from workbench.checkpoint import read_draft_facts, read_target_facts
 from workbench.engine.flags import FLAGS, SGLANG_VERSION
 from workbench.engine.launch import LaunchCommand
 from workbench.engine.modelled import MTP_TARGETS, PAGE_TREE_BACKENDS
 from workbench.errors import ConfigUnreadable, RuleInputError
+from workbench.rules.facts import Facts
 from workbench.rules.finding import Finding, ev
+from workbench.rules.registry import Family
 
-__all__ = ["algorithm_mismatch", "check_algorithm_mismatch", "launch_flags_unknown", "spec_params_invalid",
-           "draft_path_missing", "RuleInputError"]
+__all__ = ["FAMILY", "algorithm_mismatch", "check_algorithm_mismatch", "launch_flag_unknown", "spec_params_invalid",
+           "draft_path_missing", "int_flag", "RuleInputError"]
 
-def algorithm_mismatch(launch: LaunchCommand, draft: DraftFacts, target: TargetFacts | None = None) -> list[Finding]:
-    """Rule ``algorithm-mismatch`` (severity ``error``), as ``shared/notes/doctor-rules.md`` defines it.
+FAMILY = Family("launch-flags", "The launch command: the speculative algorithm, its parameters, the flags", __doc__,
+                module=__name__, probes=("draft-input-width", "target-capture-layers"))
 
-    Fires when
+@FAMILY.rule("algorithm-mismatch", severities=("error",),
+             summary="an EAGLE-3 draft (an architecture containing Eagle3, eagle_config aux settings, or fc "
+                     "in_features = k × target hidden with k ≥ 3) is launched with --speculative-algorithm EAGLE or "
+                     "NEXTN; or an EAGLE-1/2 draft (fc in_features = 2 × hidden, no Eagle3 architecture) with EAGLE3",
+             fix="the corrected launch command")
+def algorithm_mismatch(facts: Facts) -> list[Finding]:
+    """Fires when
     - an EAGLE-3 draft (an architecture name containing ``Eagle3``, or
       ``eagle_config.use_aux_hidden_state`` / ``eagle_aux_hidden_state_layer_ids`` present, or
       ``fc`` in_features = k × target hidden with k ≥ 3) is launched with
@@ -42,12 +50,13 @@ def algorithm_mismatch(launch: LaunchCommand, draft: DraftFacts, target: TargetF
     under EAGLE it is skipped silently. Nothing in 0.5.23 detects the mismatch (PR #21272 was
     not merged).
 
-    ``target``: the target's facts (hidden size for the k × hidden test); when ``None`` the
-    draft's ``target_hidden_size`` (else ``hidden_size``) stands in and the evidence says so.
-    The fix is the launch command with ``--speculative-algorithm`` replaced.
+    The target's hidden size is the k × hidden test's; without the target's config the draft's
+    ``target_hidden_size`` (else ``hidden_size``) stands in and the evidence says so. The fix is the
+    launch command with ``--speculative-algorithm`` replaced.
     """
-    raw = launch.get("--speculative-algorithm")
-    if raw is None or not isinstance(raw, str):
+    launch, draft, target = facts.launch, facts.draft, facts.target
+    raw = facts.raw_algorithm
+    if raw is None or draft is None:
         return []
     algo = raw.upper()
     evidence: dict[str, Any] = {
@@ -117,7 +126,7 @@ def algorithm_mismatch(launch: LaunchCommand, draft: DraftFacts, target: TargetF
 
 def check_algorithm_mismatch(box: Any, launch: LaunchCommand, *, timeout: float = 30) -> list[Finding]:
     """Read the draft (and, when readable, the target) named in ``launch`` from ``box`` and run
-    :func:`algorithm_mismatch`.
+    :func:`algorithm_mismatch` on them.
 
     Raises :class:`RuleInputError` when the command has no ``--speculative-draft-model-path``,
     and :class:`workbench.checkpoint.ConfigUnreadable` when the draft's config cannot be read.
@@ -138,22 +147,16 @@ def check_algorithm_mismatch(box: Any, launch: LaunchCommand, *, timeout: float 
             target = read_target_facts(box, model_path, timeout=timeout)
         except ConfigUnreadable as exc:
             target_error = str(exc)
-    findings = algorithm_mismatch(launch, draft, target)
+    findings = algorithm_mismatch(Facts.of(launch, draft, target))
     for f in findings:
         if target_error is not None:
             f.evidence["target_config_error"] = target_error
     return findings
 
 
-def _algo(launch: LaunchCommand) -> str | None:
-    raw = launch.get("--speculative-algorithm")
-    if not isinstance(raw, str):
-        return None
-    up = raw.upper()
-    return "EAGLE" if up == "NEXTN" else up
-
-
-def _int_flag(launch: LaunchCommand, flag: str) -> tuple[int | None, str | None]:
+def int_flag(launch: LaunchCommand, flag: str) -> tuple[int | None, str | None]:
+    """``(value, None)`` for an integer flag of ``launch``, ``(None, None)`` when absent, ``(None,
+    why)`` when its value is not an integer (argparse would refuse it)."""
     v = launch.get(flag)
     if v is None:
         return None, None
@@ -163,14 +166,19 @@ def _int_flag(launch: LaunchCommand, flag: str) -> tuple[int | None, str | None]
         return None, f"{flag} {v!r} is not an integer"
 
 
-def launch_flags_unknown(launch: LaunchCommand, engine_version: str | None = None) -> list[Finding]:
-    """Rule ``launch-flag-unknown`` (an addition to the catalogue): a ``--flag`` of an SGLang launch
-    that SGLang 0.5.23's argparse does not define (a typo such as ``--speculative-algoritm``).
-    argparse then exits with "unrecognized arguments" — unless it is a prefix of one flag, which
-    ``LaunchCommand`` already resolves. Flag table: :mod:`workbench.engine.flags` (generated from
-    the 0.5.23 source). Error when the box runs 0.5.23; a warning when its version differs or is
-    unknown (a newer engine may define it). Not applied to non-SGLang launchers."""
-    if launch.engine != "sglang":
+@FAMILY.rule("launch-flag-unknown", severities=("error", "warning"),
+             summary="a --flag of an SGLang launch that the engine's argparse does not define (a typo such as "
+                     "--speculative-algoritm)",
+             fix="the launch command with the flag meant")
+def launch_flag_unknown(facts: Facts) -> list[Finding]:
+    """An addition to the catalogue. argparse exits with "unrecognized arguments" on a flag it does
+    not define — unless it is a prefix of exactly one flag, which ``LaunchCommand`` already
+    resolves. Flag table: :mod:`workbench.engine.flags` (generated from the SGLang 0.5.23 source,
+    ``srt/arg_groups/fields/*.py`` and ``srt/server_args.py``). Error when the box runs 0.5.23; a
+    warning when its version differs or is unknown (a newer engine may define it). Not applied to
+    non-SGLang launchers; the closest known flag is proposed."""
+    launch, engine_version = facts.launch, facts.engine_version
+    if launch is None or launch.engine != "sglang":
         return []
     unknown = [f for f in launch.flags() if f.startswith("--") and f not in FLAGS]
     if not unknown:
@@ -192,11 +200,14 @@ def launch_flags_unknown(launch: LaunchCommand, engine_version: str | None = Non
                     fixed.to_string() if fixed is not launch else None)]
 
 
-def spec_params_invalid(launch: LaunchCommand, target_arch: str | None = None,
-                        draft_vocab: int | None = None, target_vocab: int | None = None) -> list[Finding]:
-    """Rule ``spec-params-invalid``: the engine's own checks on steps / topk / draft tokens.
-
-    SGLang 0.5.23 ``srt/arg_groups/speculative_hook.py`` ``_handle_eagle_family``:
+@FAMILY.rule("spec-params-invalid", severities=("error", "warning"),
+             summary="the engine's own rules on the algorithm name and on steps / topk / draft tokens would raise "
+                     "or silently rewrite them",
+             fix="the values the engine would accept")
+def spec_params_invalid(facts: Facts) -> list[Finding]:
+    """An algorithm name the engine does not know: ``SpeculativeAlgorithm.from_string`` raises at
+    start-up (the names read from the box's ``srt/speculative/spec_info.py`` /
+    ``spec_registry.py``, else SGLang 0.5.23's). Then SGLang 0.5.23 ``srt/arg_groups/speculative_hook.py`` ``_handle_eagle_family``:
     steps unset with topk or draft tokens set → bare ``assert`` at startup (error); topk == 1
     and draft tokens ≠ steps + 1 → warned and rewritten to steps + 1 (warning); topk > 1 with
     ``--page-size`` > 1 and an ``--attention-backend`` outside flashinfer/fa3/triton → raises
@@ -205,20 +216,34 @@ def spec_params_invalid(launch: LaunchCommand, target_arch: str | None = None,
     target vocab. Non-integer values → argparse rejects them (error). The fix is the launch
     command with the values the engine would accept.
     """
-    algo = _algo(launch)
-    if algo not in ("EAGLE", "EAGLE3", "STANDALONE"):
+    launch = facts.launch
+    if launch is None:
         return []
     out: list[Finding] = []
-    steps, e1 = _int_flag(launch, "--speculative-num-steps")
-    topk, e2 = _int_flag(launch, "--speculative-eagle-topk")
-    ndt, e3 = _int_flag(launch, "--speculative-num-draft-tokens")
+    raw_algo, (known, known_source) = facts.raw_algorithm, facts.algorithms
+    if raw_algo is not None and raw_algo.upper() not in known:
+        out.append(Finding("spec-params-invalid", "error",
+                           f"--speculative-algorithm {raw_algo} is not an algorithm this engine knows "
+                           f"({', '.join(sorted(known - {'NONE'}))}): from_string raises at startup "
+                           "unless a plugin registers it",
+                           {"speculative_algorithm": ev(raw_algo, "launch command"),
+                            "engine_algorithms": ev(sorted(known), known_source)},
+                           "use EAGLE3 for an EAGLE-3 draft, EAGLE for an EAGLE-1/2 draft"))
+    if facts.algorithm not in ("EAGLE", "EAGLE3", "STANDALONE"):
+        return out
+    draft_vocab = facts.draft.draft_vocab_size if facts.draft is not None else None
+    target_vocab = facts.target.vocab_size if facts.target is not None else None
+    steps, e1 = int_flag(launch, "--speculative-num-steps")
+    topk, e2 = int_flag(launch, "--speculative-eagle-topk")
+    ndt, e3 = int_flag(launch, "--speculative-num-draft-tokens")
     evidence = {"--speculative-num-steps": ev(launch.get("--speculative-num-steps"), "launch command"),
           "--speculative-eagle-topk": ev(launch.get("--speculative-eagle-topk"), "launch command"),
           "--speculative-num-draft-tokens": ev(launch.get("--speculative-num-draft-tokens"), "launch command"),
           "modelled_engine": f"sglang {SGLANG_VERSION} srt/arg_groups/speculative_hook.py _handle_eagle_family"}
     bad = [e for e in (e1, e2, e3) if e]
     if bad:
-        return [Finding("spec-params-invalid", "error", "; ".join(bad) + ": the server refuses to start", evidence, None)]
+        return out + [Finding("spec-params-invalid", "error", "; ".join(bad) + ": the server refuses to start",
+                              evidence, None)]
     if steps is None and (topk is not None or ndt is not None):
         fixed = launch.without_flag("--speculative-eagle-topk").without_flag("--speculative-num-draft-tokens")
         out.append(Finding("spec-params-invalid", "error",
@@ -234,7 +259,7 @@ def spec_params_invalid(launch: LaunchCommand, target_arch: str | None = None,
                            f"with --speculative-eagle-topk 1 the engine rewrites --speculative-num-draft-tokens {ndt} "
                            f"to steps + 1 = {steps + 1} (a warning in the log only)",
                            evidence, launch.with_flag("--speculative-num-draft-tokens", steps + 1).to_string()))
-    page, _ = _int_flag(launch, "--page-size")
+    page, _ = int_flag(launch, "--page-size")
     backend = launch.get("--attention-backend")
     if topk is not None and topk > 1 and page is not None and page > 1 and isinstance(backend, str) \
             and backend not in PAGE_TREE_BACKENDS:
@@ -260,12 +285,16 @@ def spec_params_invalid(launch: LaunchCommand, target_arch: str | None = None,
     return out
 
 
-def draft_path_missing(launch: LaunchCommand, target: TargetFacts | None) -> list[Finding]:
-    """Rule ``draft-path-missing`` (error): EAGLE/EAGLE3 with no ``--speculative-draft-model-path``
-    for a target that does not supply its own MTP head (the architectures SGLang 0.5.23
-    ``speculative_hook.py`` ``_handle_eagle_family`` fills the draft path for: :data:`MTP_TARGETS`)."""
-    algo = _algo(launch)
-    if algo not in ("EAGLE", "EAGLE3") or launch.get("--speculative-draft-model-path"):
+@FAMILY.rule("draft-path-missing", severities=("error",),
+             summary="EAGLE/EAGLE3 without a draft path for a target that does not supply its own MTP head",
+             fix="add --speculative-draft-model-path")
+def draft_path_missing(facts: Facts) -> list[Finding]:
+    """SGLang 0.5.23 ``srt/arg_groups/speculative_hook.py`` ``_handle_eagle_family`` fills the draft
+    path with the target's only for targets whose checkpoint carries an MTP head
+    (:data:`workbench.engine.modelled.MTP_TARGETS`); for any other target EAGLE/EAGLE3 without
+    ``--speculative-draft-model-path`` has no draft to load."""
+    launch, target = facts.launch, facts.target
+    if launch is None or facts.algorithm not in ("EAGLE", "EAGLE3") or launch.get("--speculative-draft-model-path"):
         return []
     arch = target.architectures[0] if target is not None and target.architectures else None
     if arch in MTP_TARGETS:

@@ -11,8 +11,12 @@ from __future__ import annotations
 from typing import Any
 
 from workbench.rules.finding import Finding, ev
+from workbench.rules.registry import Family
 
-__all__ = ["acceptance_collapsed", "COLLAPSED_ACCEPT_LENGTH", "MIN_VERIFY_STEPS"]
+__all__ = ["FAMILY", "acceptance_collapsed", "COLLAPSED_ACCEPT_LENGTH", "MIN_VERIFY_STEPS"]
+
+FAMILY = Family("runtime", "What the running server measures", __doc__, module=__name__,
+                probes=("draft-input-width",))
 
 #: Accept length at or below which acceptance has collapsed (tokens per verify step).
 COLLAPSED_ACCEPT_LENGTH = 1.05
@@ -20,16 +24,23 @@ COLLAPSED_ACCEPT_LENGTH = 1.05
 MIN_VERIFY_STEPS = 20
 
 
+@FAMILY.rule("acceptance-collapsed", severities=("error",), kind="runtime",
+             summary="measured accept length ≤ 1.05 over ≥ 20 verify steps with speculative decoding on (logs, "
+                     "metrics or /generate)",
+             fix="points at the static findings that explain it")
 def acceptance_collapsed(measurement: Any, static_findings: list[Finding] = (), *,
                          source: str = "measurement") -> list[Finding]:
-    """Runtime rule ``acceptance-collapsed`` (error): accept length ≤ 1.05 over ≥ 20 verify steps
-    with speculative decoding on. ``measurement``: an object or dict with ``accept_length``
-    (tokens per verify step, bonus included: SGLang's ``completion_tokens / spec_verify_ct``) and
-    ``verify_steps`` (e.g. :class:`workbench.acceptance.AcceptanceMeasurement`). The finding
-    points at the static error findings that explain it."""
+    """A runtime rule: run on a measurement, not by the doctor. ``measurement``: an object or dict
+    with ``accept_length`` (tokens per verify step, bonus included: SGLang 0.5.23's
+    ``completion_tokens / spec_verify_ct``) and ``verify_steps`` (e.g.
+    :class:`workbench.measure.generate.AcceptanceMeasurement`; a log's decode lines × its
+    ``--decode-log-interval``, a lower bound). A draft that is never right still gets the bonus
+    token, so a healthy draft sits well above 1.05. The finding points at the static error
+    findings (``static_findings``) that explain it; without one it says to probe the draft's input
+    width."""
     get = measurement.get if isinstance(measurement, dict) else lambda k: getattr(measurement, k, None)
     al, steps = get("accept_length"), get("verify_steps")
-    if al is None or steps is None or steps < 20 or al > 1.05:
+    if al is None or steps is None or steps < MIN_VERIFY_STEPS or al > COLLAPSED_ACCEPT_LENGTH:
         return []
     causes = [f.rule for f in static_findings if f.severity == "error"]
     return [Finding("acceptance-collapsed", "error",

@@ -1,27 +1,15 @@
-"""Static checks of an EAGLE-3 draft checkpoint against what the engine loads (hypothesis H3).
+"""Fault family: the draft's weights and token map against what the engine loads.
 
-The engine is modelled from SGLang 0.5.23 ``srt/models/llama_eagle3.py`` (``LlamaModel`` and
-``LlamaForCausalLMEagle3``; read from the published ``sglang==0.5.23`` wheel):
-
-* ``load_weights`` first renames legacy substrings of every checkpoint name
-  (``legacy_name_map``: ``midlayer`` → ``layers.0``, ``aux_norm_low|mid|high`` →
-  ``fc_norm.0|1|2``); a name containing ``d2t`` then becomes
-  ``hot_token_id = d2t + arange(len(d2t))`` (target id = draft id + d2t[draft id]: offsets); a
-  name containing ``t2d`` is skipped; the first matching ``stacked_params_mapping`` entry
-  (``.q_proj|.k_proj|.v_proj`` → ``.qkv_proj`` shard q/k/v, ``.gate_proj|.up_proj`` →
-  ``.gate_up_proj`` shard 0/1) rewrites the name; the name is tried as-is, then with a
-  ``model.`` prefix; **a name that matches no parameter is skipped with no warning**.
-* A matched tensor of the wrong shape is not skipped: ``default_weight_loader``
-  (``srt/model_loader/weight_utils.py``) and the parallel layers' loaders ``assert`` on it, so
-  the server fails to start.
-* Under EAGLE3, ``eagle_worker_v2.py`` ``init_lm_head`` replaces the draft's ``embed_tokens`` by
-  the target's (``set_embed``; ``set_embed_and_head`` when ``load_lm_head_from_target``) and
-  takes ``hot_token_id`` from the draft whenever a ``d2t`` was loaded.
-
-Findings use the catalogue's rule ids (``notes/doctor-rules.md``): ``weights-dropped``,
-``weights-missing``, ``lm-head-shape-mismatch``, ``head-dim-mismatch``, ``aux-count-mismatch``,
-``token-map-missing``, ``token-map-invalid``, ``checkpoint-unreadable``. They never load a model:
-shapes come from the safetensors headers and ``d2t``/``t2d`` are read by byte range.
+Rules: ``weights-dropped`` (checkpoint tensors ``load_weights`` matches to no parameter: skipped
+without a word), ``weights-missing`` (parameters no tensor fills: they keep their initial values),
+``lm-head-shape-mismatch``, ``head-dim-mismatch`` (a matched tensor of the wrong shape: the weight
+loader asserts at start-up), ``token-map-missing`` (a reduced draft vocab without ``d2t``),
+``token-map-invalid`` (a ``d2t`` that is not an offset table the engine can use). They apply to a
+readable checkpoint of the class they model (``LlamaForCausalLMEagle3``); the checkpoint's names
+are followed through SGLang 0.5.23's ``load_weights`` (:mod:`workbench.engine.load_weights`, whose
+docstring gives the engine facts), shapes come from the safetensors headers and ``d2t``/``t2d``
+are read by byte range — no model is loaded. The fc's width (``aux-count-mismatch``) is the aux
+layers' family; an unreadable ``d2t`` is ``checkpoint-unreadable`` (readability).
 """
 
 from __future__ import annotations
@@ -30,153 +18,25 @@ from typing import Any
 
 import numpy as np
 
-from workbench.checkpoint import CheckpointError, DraftFacts, TargetFacts, read_tensor
-from workbench.engine.modelled import LEGACY_NAME_MAP, MODELLED_ENGINE, STACKED
+from workbench.checkpoint import DraftFacts, TargetFacts
+from workbench.engine.load_weights import (
+    LEGACY_NAME_MAP,
+    MODELLED_ENGINE,
+    STACKED,
+    WeightAnalysis,
+    analyse_weights,
+    expected_parameters,
+    map_checkpoint_name,
+)
+from workbench.rules.facts import Facts, TokenMap
 from workbench.rules.finding import Finding
+from workbench.rules.registry import Family
 
-__all__ = ["LEGACY_NAME_MAP", "STACKED", "MODELLED_ENGINE", "expected_parameters", "map_checkpoint_name",
-           "check_token_map", "check_draft_weights"]
+__all__ = ["FAMILY", "LEGACY_NAME_MAP", "STACKED", "MODELLED_ENGINE", "expected_parameters", "map_checkpoint_name",
+           "check_token_map", "check_draft_weights", "token_map_summary"]
 
-def _int(v: Any) -> int | None:
-    return v if isinstance(v, int) and not isinstance(v, bool) and v > 0 else None
-
-
-def _shape(*dims: int | None) -> tuple[int, ...] | None:
-    return None if any(d is None for d in dims) else tuple(dims)
-
-
-def expected_parameters(draft: DraftFacts) -> dict[str, dict[str, Any]]:
-    """The parameters of SGLang 0.5.23 ``LlamaForCausalLMEagle3`` for this draft config.
-
-    Returns ``{param: {"shape": full parameter shape or None (unknown), "shards": {shard_id:
-    shape} for stacked params (else absent), "required": bool, "why": str}}``. Shapes are
-    ``(out, in)`` for Linear weights. From ``llama_eagle3.py`` (and ``llama.py`` for the layer):
-
-    * ``model.fc``: ``Linear(hidden_size_in × num_aux → hidden)``; ``hidden_size_in`` is
-      ``target_hidden_size`` when the config has it, else ``hidden_size``; ``num_aux`` is
-      ``num_aux_hidden_states``, else ``len(eagle_config.eagle_aux_hidden_state_layer_ids)``,
-      else 3; ``bias=config.bias`` (then ``model.fc.bias``).
-    * ``model.input_norm`` (``RMSNorm(hidden_size_in × num_aux)``) when
-      ``eagle_config.norm_before_fc`` (else top-level ``norm_before_fc``) is true;
-      ``model.fc_norm.{i}`` (``RMSNorm(hidden_size_in)`` × num_aux) when ``fc_norm`` or legacy
-      ``use_aux_norm`` is truthy.
-    * ``model.layers.{i}`` for ``i < num_hidden_layers``: ``qkv_proj`` over ``2 × hidden`` for
-      layer 0 (``cat[input_layernorm(embeds), hidden_norm(h)]``), ``hidden`` after, no bias;
-      ``o_proj`` ``(hidden, heads × head_dim)`` with a bias when ``attention_bias`` or ``bias``
-      (``llama.py`` ``LlamaDecoderLayer``); ``head_dim`` from the config, else hidden/heads;
-      ``gate_up_proj`` ``(2 × inter, hidden)`` and ``down_proj`` ``(hidden, inter)``, no bias
-      (``intermediate_size_mlp`` for ``llama4_text``); ``input_layernorm``,
-      ``post_attention_layernorm``, ``hidden_norm`` ``(hidden,)``.
-    * ``model.norm`` ``(hidden,)``.
-    * ``lm_head.weight``: none when ``tie_word_embeddings`` (it *is* ``embed_tokens``);
-      ``(draft_vocab_size, hidden)``; ``draft_vocab_size`` None → ``(vocab_size, hidden)`` and
-      ``load_lm_head_from_target`` (the target's head replaces it: not required).
-    * ``model.embed_tokens.weight`` ``(vocab_size, hidden)``: replaced by the target's
-      (``set_embed``), so optional, except that ``LlamaForCausalLM.set_embed`` (``llama.py``)
-      returns early when the config has a ``target_hidden_size`` ≠ ``hidden_size``: then the
-      draft's own embedding is used and must come from the checkpoint.
-    """
-    cfg = draft.config
-    h = _int(draft.hidden_size)
-    heads = _int(cfg.get("num_attention_heads"))
-    kv_heads = _int(cfg.get("num_key_value_heads")) or heads
-    head_dim = _int(cfg.get("head_dim")) or (h // heads if h and heads else None)
-    inter_key = "intermediate_size_mlp" if cfg.get("model_type") == "llama4_text" else "intermediate_size"
-    inter = _int(cfg.get(inter_key))
-    th = _int(draft.effective_target_hidden_size)
-    ids = (draft.eagle_config or {}).get("eagle_aux_hidden_state_layer_ids")
-    num_aux = draft.num_aux_hidden_states
-    if num_aux is None:
-        num_aux = len(ids) if isinstance(ids, list) and ids else 3
-    ec = draft.eagle_config or {}
-    n_layers = _int(draft.num_hidden_layers) or 1
-    tied = bool(cfg.get("tie_word_embeddings"))
-    dv = draft.draft_vocab_size
-    vocab = _int(draft.vocab_size)
-    lm_from_target = not tied and dv is None
-    q = heads * head_dim if heads and head_dim else None
-    kv = kv_heads * head_dim if kv_heads and head_dim else None
-    src = "llama_eagle3.py"
-
-    p: dict[str, dict[str, Any]] = {
-        "model.fc.weight": {"shape": _shape(h, th * num_aux if th else None), "required": True,
-                            "why": f"{src} LlamaModel.fc = Linear(hidden_size_in × num_aux={num_aux} → hidden)"},
-    }
-    if cfg.get("bias"):
-        p["model.fc.bias"] = {"shape": _shape(h), "required": True, "why": f"{src} fc bias=config.bias"}
-    if ec.get("norm_before_fc", cfg.get("norm_before_fc", False)):
-        p["model.input_norm.weight"] = {"shape": _shape(th * num_aux if th else None), "required": True,
-                                        "why": f"{src} norm_before_fc → input_norm RMSNorm"}
-    if cfg.get("fc_norm") or cfg.get("use_aux_norm"):
-        for i in range(num_aux):
-            p[f"model.fc_norm.{i}.weight"] = {"shape": _shape(th), "required": True,
-                                              "why": f"{src} fc_norm/use_aux_norm → fc_norm[{i}] RMSNorm"}
-    o_bias = bool(cfg.get("attention_bias") or cfg.get("bias"))
-    for i in range(n_layers):
-        pre = f"model.layers.{i}"
-        width = 2 * h if (h and i == 0) else h
-        p[f"{pre}.self_attn.qkv_proj.weight"] = {
-            "shape": _shape(q + 2 * kv if q and kv else None, width),
-            "shards": {"q": _shape(q, width), "k": _shape(kv, width), "v": _shape(kv, width)}, "required": True,
-            "why": f"{src} LlamaDecoderLayer qkv_proj over {'2 × hidden' if i == 0 else 'hidden'}"}
-        p[f"{pre}.self_attn.o_proj.weight"] = {"shape": _shape(h, q), "required": True,
-                                               "why": "llama.py LlamaAttention.o_proj"}
-        if o_bias:
-            p[f"{pre}.self_attn.o_proj.bias"] = {"shape": _shape(h), "required": True,
-                                                 "why": "llama.py o_proj bias = attention_bias or bias"}
-        p[f"{pre}.mlp.gate_up_proj.weight"] = {
-            "shape": _shape(2 * inter if inter else None, h), "shards": {0: _shape(inter, h), 1: _shape(inter, h)},
-            "required": True, "why": "llama.py LlamaMLP.gate_up_proj"}
-        p[f"{pre}.mlp.down_proj.weight"] = {"shape": _shape(h, inter), "required": True,
-                                            "why": "llama.py LlamaMLP.down_proj"}
-        for norm in ("input_layernorm", "post_attention_layernorm", "hidden_norm"):
-            p[f"{pre}.{norm}.weight"] = {"shape": _shape(h), "required": True, "why": f"{src} {norm} RMSNorm(hidden)"}
-    p["model.norm.weight"] = {"shape": _shape(h), "required": True, "why": f"{src} LlamaModel.norm"}
-    th_raw = cfg.get("target_hidden_size")
-    own_embed = not lm_from_target and "target_hidden_size" in cfg and th_raw != cfg.get("hidden_size")
-    p["model.embed_tokens.weight"] = {
-        "shape": _shape(vocab, h), "required": own_embed,
-        "why": ("llama.py set_embed keeps the draft's own embedding when target_hidden_size ≠ hidden_size"
-                if own_embed else "eagle_worker_v2.py init_lm_head shares the target's embedding")}
-    if not tied:
-        rows = vocab if lm_from_target else dv
-        p["lm_head.weight"] = {
-            "shape": _shape(rows, h), "required": not lm_from_target,
-            "why": (f"{src} draft_vocab_size is None → load_lm_head_from_target" if lm_from_target
-                    else f"{src} ParallelLMHead(draft_vocab_size, hidden)")}
-    return p
-
-
-def _map(name: str, params: set[str] | dict) -> tuple[str | None, str, Any]:
-    """``(param or None, how, shard_id or None)`` following ``load_weights`` step by step."""
-    for legacy, new in LEGACY_NAME_MAP.items():
-        if legacy in name:
-            name = name.replace(legacy, new)
-    if "d2t" in name:
-        return None, "d2t", None
-    if "t2d" in name:
-        return None, "t2d", None
-    for param_name, weight_name, shard_id in STACKED:
-        if weight_name not in name:
-            continue
-        name = name.replace(weight_name, param_name)
-        target = f"model.{name}" if name not in params else name
-        return (target, "loaded", shard_id) if target in params else (None, "dropped", None)
-    target = name if name in params else f"model.{name}"
-    return (target, "loaded", None) if target in params else (None, "dropped", None)
-
-
-def map_checkpoint_name(name: str, params: set[str] | dict) -> tuple[str | None, str]:
-    """Where SGLang 0.5.23 ``LlamaForCausalLMEagle3.load_weights`` puts checkpoint tensor ``name``
-    given the model's parameter names ``params``: ``(param or None, how)``.
-
-    ``how`` is ``"d2t"`` (becomes ``hot_token_id``), ``"t2d"`` (skipped on purpose),
-    ``"loaded"`` or ``"dropped"`` (no parameter matched after the renames: skipped silently).
-    Legacy substrings are renamed first, then ``d2t``/``t2d`` are tested (so a legacy-renamed name
-    is what is tested), then stacked shards, then the name as-is, then ``model.`` + name.
-    """
-    param, how, _ = _map(name, params)
-    return param, how
+FAMILY = Family("weights", "The draft's weights and token map against what the engine loads", __doc__,
+                module=__name__, probes=("draft-d2t",))
 
 
 def check_token_map(d2t: np.ndarray, vocab_size: int, t2d: np.ndarray | None = None,
@@ -235,121 +95,197 @@ def check_token_map(d2t: np.ndarray, vocab_size: int, t2d: np.ndarray | None = N
     return problems
 
 
-def _rule_for_shape(param: str, shard: Any, got: tuple, want: tuple) -> str:
-    if param == "lm_head.weight":
-        return "lm-head-shape-mismatch"
-    if param == "model.fc.weight" and len(got) == 2 and got[0] == want[0]:
-        return "aux-count-mismatch"
-    if "qkv_proj" in param and len(got) == 2 and got[1] == want[1]:
-        return "head-dim-mismatch"
-    if "o_proj.weight" in param and len(got) == 2 and got[0] == want[0]:
-        return "head-dim-mismatch"
-    return "weights-missing"
+def _shape_finding(prob: dict) -> Finding:
+    """A matched tensor of the wrong shape (``WeightAnalysis.shape_problems`` entry), under the
+    rule the mismatch belongs to."""
+    return Finding(prob["rule"], "error",
+                   f"{prob['tensor']} has shape {prob['shape']}, the engine builds {prob['param']}"
+                   f"{'' if prob['shard'] is None else ' shard ' + str(prob['shard'])} as "
+                   f"{prob['expected']}; its weight loader asserts, so the server fails to start", prob, None)
 
 
-def check_draft_weights(box: Any, draft: DraftFacts, target: TargetFacts | None = None,
-                        *, timeout: float = 60) -> tuple[list[Finding], dict[str, Any]]:
-    """H3's static checks on the draft described by ``draft`` (facts already read from ``box``).
+def shape_findings(w: WeightAnalysis, rule_id: str) -> list[Finding]:
+    """The shape mismatches of ``w`` that belong to ``rule_id``."""
+    return [_shape_finding(prob) for prob in w.shape_problems if prob["rule"] == rule_id]
 
-    Returns ``(findings, checked)``; ``checked`` summarises what was compared (tensor and
-    parameter counts, dropped/missing names, shape problems, the d2t summary) for the evidence.
-    Raises nothing for a bad checkpoint: an unreadable one is a ``checkpoint-unreadable`` finding.
-    The target vocab (``target.vocab_size``, else the draft's ``vocab_size``) bounds d2t.
-    """
-    findings: list[Finding] = []
-    checked: dict[str, Any] = {"draft": draft.path, "modelled_engine": MODELLED_ENGINE}
-    if draft.tensors is None:
-        findings.append(Finding("checkpoint-unreadable", "error", f"the draft checkpoint could not be read: "
-                                f"{draft.checkpoint_error}", {"path": draft.path}, None))
-        return findings, checked
-    spec = expected_parameters(draft)
-    loaded: dict[str, list[str]] = {}
-    shards_seen: dict[str, set] = {}
-    dropped: list[str] = []
-    shape_problems: list[dict] = []
-    d2t_name = t2d_name = None
-    for name, info in sorted(draft.tensors.items()):
-        param, how, shard = _map(name, spec)
-        if how == "d2t":
-            d2t_name = name
-            continue
-        if how == "t2d":
-            t2d_name = name
-            continue
-        if param is None:
-            dropped.append(name)
-            continue
-        loaded.setdefault(param, []).append(name)
-        stacked = spec[param].get("shards")
-        if stacked is not None:
-            shards_seen.setdefault(param, set()).update(stacked if shard is None else {shard})
-        want = spec[param]["shape"] if shard is None else stacked[shard]
-        if want is not None and tuple(info.shape) != want:
-            shape_problems.append({"tensor": name, "shape": list(info.shape), "expected": list(want),
-                                   "param": param, "shard": shard, "file": info.file,
-                                   "rule": _rule_for_shape(param, shard, tuple(info.shape), want)})
-    missing: list[str] = []
-    for p, s in spec.items():
-        if not s["required"]:
-            continue
-        if p not in loaded:
-            missing.append(p)
-        elif s.get("shards") is not None and shards_seen.get(p, set()) != set(s["shards"]):
-            lacking = [str(k) for k in s["shards"] if k not in shards_seen.get(p, set())]
-            missing.append(f"{p} (shard {', '.join(lacking)})")
-    checked.update({"tensors": len(draft.tensors), "parameters": len(spec), "loaded_params": len(loaded),
-                    "dropped": dropped, "missing": missing, "shape_problems": shape_problems})
-    if dropped:
-        findings.append(Finding("weights-dropped", "error",
-                                f"{len(dropped)} checkpoint tensors match no parameter of LlamaForCausalLMEagle3 after "
-                                f"the engine's renames and are silently skipped: {dropped[:5]}",
-                                {"dropped": dropped, "checkpoint": draft.path, "modelled_engine": MODELLED_ENGINE},
-                                "rename them to the engine's names (fc.*, layers.0.* or midlayer.*, norm.*, lm_head.*, "
-                                "optionally under model.)"))
-    if missing:
-        findings.append(Finding("weights-missing", "error",
-                                f"{len(missing)} parameters of the draft class get no tensor and keep their "
-                                f"initial values: {missing}",
-                                {"missing": missing, "checkpoint": draft.path,
-                                 "why": {m.split(" ")[0]: spec[m.split(" ")[0]]["why"] for m in missing}}, None))
-    for prob in shape_problems:
-        findings.append(Finding(prob["rule"], "error",
-                                f"{prob['tensor']} has shape {prob['shape']}, the engine builds {prob['param']}"
-                                f"{'' if prob['shard'] is None else ' shard ' + str(prob['shard'])} as "
-                                f"{prob['expected']}; its weight loader asserts, so the server fails to start",
-                                prob, None))
-    vocab = target.vocab_size if target is not None and target.vocab_size else draft.vocab_size
-    dv = draft.draft_vocab_size
-    checked["vocab_size"] = vocab
-    checked["draft_vocab_size"] = dv
-    if d2t_name is None:
-        if dv is not None and vocab is not None and dv < vocab:
-            findings.append(Finding("token-map-missing", "error",
-                                    f"draft_vocab_size {dv} < vocab_size {vocab} and the checkpoint has no d2t: draft "
-                                    "token ids would be used as target ids",
-                                    {"draft_vocab_size": dv, "vocab_size": vocab, "checkpoint": draft.path},
-                                    "export d2t/t2d with the draft"))
-        return findings, checked
-    if vocab is None:
-        checked["d2t"] = {"name": d2t_name, "skipped": "no vocab_size in the draft or target config"}
-        return findings, checked
-    try:
-        d2t = read_tensor(box, draft.tensors[d2t_name].file, d2t_name, timeout=timeout)
-        t2d = read_tensor(box, draft.tensors[t2d_name].file, t2d_name, timeout=timeout) if t2d_name else None
-    except CheckpointError as exc:
-        findings.append(Finding("checkpoint-unreadable", "error", f"d2t/t2d unreadable: {exc}",
-                                {"path": draft.path}, None))
-        return findings, checked
-    lm_rows = dv if dv is not None else vocab
-    problems = check_token_map(d2t, vocab, t2d, source=d2t_name, draft_vocab_size=lm_rows)
-    summary: dict[str, Any] = {"name": d2t_name, "t2d_name": t2d_name, "len": int(d2t.size), "dtype": str(d2t.dtype),
+
+def dropped_findings(draft: DraftFacts, w: WeightAnalysis) -> list[Finding]:
+    """``weights-dropped`` for an analysis (see :func:`weights_dropped`)."""
+    if not w.dropped:
+        return []
+    return [Finding("weights-dropped", "error",
+                    f"{len(w.dropped)} checkpoint tensors match no parameter of LlamaForCausalLMEagle3 after "
+                    f"the engine's renames and are silently skipped: {w.dropped[:5]}",
+                    {"dropped": w.dropped, "checkpoint": draft.path, "modelled_engine": MODELLED_ENGINE},
+                    "rename them to the engine's names (fc.*, layers.0.* or midlayer.*, norm.*, lm_head.*, "
+                    "optionally under model.)")]
+
+
+def missing_findings(draft: DraftFacts, w: WeightAnalysis) -> list[Finding]:
+    """``weights-missing`` for an analysis (see :func:`weights_missing`): the required parameters
+    no tensor fills."""
+    if not w.missing:
+        return []
+    return [Finding("weights-missing", "error",
+                    f"{len(w.missing)} parameters of the draft class get no tensor and keep their "
+                    f"initial values: {w.missing}",
+                    {"missing": w.missing, "checkpoint": draft.path,
+                     "why": {m.split(" ")[0]: w.spec[m.split(" ")[0]]["why"] for m in w.missing}}, None)]
+
+
+def token_map_missing_findings(draft: DraftFacts, tm: TokenMap) -> list[Finding]:
+    """``token-map-missing`` for a token map (see :func:`token_map_missing`)."""
+    dv, vocab = tm.draft_vocab, tm.vocab
+    if tm.d2t_name is not None or dv is None or vocab is None or dv >= vocab:
+        return []
+    return [Finding("token-map-missing", "error",
+                    f"draft_vocab_size {dv} < vocab_size {vocab} and the checkpoint has no d2t: draft "
+                    "token ids would be used as target ids",
+                    {"draft_vocab_size": dv, "vocab_size": vocab, "checkpoint": draft.path},
+                    "export d2t/t2d with the draft")]
+
+
+def token_map_summary(tm: TokenMap) -> dict[str, Any] | None:
+    """What was read of the token map, for the evidence: name, length, dtype, t2d count, the
+    problems :func:`check_token_map` found, the target-id range and whether it is sorted;
+    ``None`` when no ``d2t`` was read."""
+    if tm.d2t is None:
+        return None
+    d2t, t2d = tm.d2t, tm.t2d
+    lm_rows = tm.draft_vocab if tm.draft_vocab is not None else tm.vocab
+    problems = check_token_map(d2t, tm.vocab, t2d, source=tm.d2t_name, draft_vocab_size=lm_rows)
+    summary: dict[str, Any] = {"name": tm.d2t_name, "t2d_name": tm.t2d_name, "len": int(d2t.size),
+                               "dtype": str(d2t.dtype),
                                "t2d_true": int(np.count_nonzero(t2d)) if t2d is not None else None,
                                "problems": problems}
     if d2t.ndim == 1 and d2t.size and np.issubdtype(d2t.dtype, np.integer):
         target_ids = d2t.astype(np.int64) + np.arange(len(d2t), dtype=np.int64)
         summary.update({"target_id_min": int(target_ids.min()), "target_id_max": int(target_ids.max()),
                         "sorted": bool(np.all(np.diff(target_ids) > 0))})
-    checked["d2t"] = summary
-    if problems:
-        findings.append(Finding("token-map-invalid", "error", "; ".join(problems), summary, None))
+    return summary
+
+
+def token_map_invalid_findings(tm: TokenMap) -> list[Finding]:
+    """``token-map-invalid`` for a token map (see :func:`token_map_invalid`)."""
+    summary = token_map_summary(tm)
+    if summary is None or not summary["problems"]:
+        return []
+    return [Finding("token-map-invalid", "error", "; ".join(summary["problems"]), summary, None)]
+
+
+def token_map_unreadable_findings(draft: DraftFacts, tm: TokenMap | None) -> list[Finding]:
+    """``checkpoint-unreadable`` when ``d2t``/``t2d`` could not be read by byte range (reported by
+    the readability family's rule)."""
+    if tm is None or tm.error is None:
+        return []
+    return [Finding("checkpoint-unreadable", "error", f"d2t/t2d unreadable: {tm.error}", {"path": draft.path}, None)]
+
+
+@FAMILY.rule("weights-dropped", severities=("error",),
+             summary="a checkpoint tensor name matches no parameter after the engine's renames (it is silently "
+                     "skipped)",
+             fix="rename the tensors to the engine's names (a rename map)")
+def weights_dropped(facts: Facts) -> list[Finding]:
+    """SGLang 0.5.23 ``LlamaForCausalLMEagle3.load_weights`` (``srt/models/llama_eagle3.py``) renames
+    legacy substrings (``midlayer`` → ``layers.0``, ``aux_norm_*`` → ``fc_norm.*``), maps the stacked
+    q/k/v and gate/up shards, tries the name as-is and with a ``model.`` prefix, and skips a name
+    that matches no parameter with no warning (``if name in params_dict:`` without ``else``). Every
+    checkpoint name is followed the same way (:func:`workbench.engine.load_weights.map_checkpoint_name`);
+    the names that land nowhere are listed."""
+    w = facts.weights
+    return dropped_findings(facts.draft, w) if w is not None else []
+
+
+@FAMILY.rule("weights-missing", severities=("error",),
+             summary="a parameter of the draft class gets no tensor (fc, layer 0 projections and norms, final norm, "
+                     "lm_head unless tied or taken from the target)",
+             fix="—")
+def weights_missing(facts: Facts) -> list[Finding]:
+    """The parameters SGLang 0.5.23 ``LlamaForCausalLMEagle3`` builds for this config
+    (:func:`workbench.engine.load_weights.expected_parameters`: ``fc`` over num_aux × target hidden,
+    layer 0's ``qkv_proj`` over 2 × hidden, the norms, ``lm_head`` of ``draft_vocab_size`` rows unless
+    tied or taken from the target) that no checkpoint tensor fills keep their random initial
+    values; a stacked parameter missing a shard counts. A matched tensor of an unexpected shape
+    that no more specific rule explains is reported here too (the loader asserts on it)."""
+    w = facts.weights
+    return missing_findings(facts.draft, w) + shape_findings(w, "weights-missing") if w is not None else []
+
+
+@FAMILY.rule("lm-head-shape-mismatch", severities=("error",),
+             summary="lm_head.weight rows ≠ draft_vocab_size (or cols ≠ hidden)",
+             fix="—")
+def lm_head_shape_mismatch(facts: Facts) -> list[Finding]:
+    """``ParallelLMHead(draft_vocab_size, hidden)`` (SGLang 0.5.23 ``llama_eagle3.py``); a checkpoint
+    ``lm_head.weight`` of another shape (e.g. the target's vocab rows, speculators PR #74) makes the
+    weight loader assert at start-up."""
+    w = facts.weights
+    return shape_findings(w, "lm-head-shape-mismatch") if w is not None else []
+
+
+@FAMILY.rule("head-dim-mismatch", severities=("error",),
+             summary="a q/k/v or o projection's shape ≠ heads × head_dim (head_dim from config, else hidden/heads)",
+             fix="set head_dim in the draft's config")
+def head_dim_mismatch(facts: Facts) -> list[Finding]:
+    """``LlamaAttention`` (SGLang 0.5.23 ``srt/models/llama.py``) sizes ``qkv_proj`` and ``o_proj``
+    with ``head_dim`` from the config, else ``hidden_size // num_attention_heads``; a checkpoint
+    trained with another head_dim has projections of another width and the loader asserts."""
+    w = facts.weights
+    return shape_findings(w, "head-dim-mismatch") if w is not None else []
+
+
+@FAMILY.rule("token-map-missing", severities=("error",),
+             summary="draft_vocab_size < vocab_size and the checkpoint has no d2t",
+             fix="export d2t/t2d with the draft")
+def token_map_missing(facts: Facts) -> list[Finding]:
+    """With a reduced draft vocab the draft's logits index draft ids; SGLang 0.5.23 maps them to
+    target ids through ``hot_token_id`` (built from ``d2t`` in ``load_weights``). Without ``d2t`` the
+    draft ids are used as target ids: every proposal is another token (AutoModel PR #2447)."""
+    tm = facts.token_map
+    return token_map_missing_findings(facts.draft, tm) if tm is not None else []
+
+
+@FAMILY.rule("token-map-invalid", severities=("error",),
+             summary="d2t is not an integer offset table: draft_id + d2t[draft_id] outside [0, vocab), duplicates, "
+                     "absolute ids, or t2d disagreeing with it",
+             fix="—")
+def token_map_invalid(facts: Facts) -> list[Finding]:
+    """SGLang 0.5.23 ``llama_eagle3.py``: ``hot_token_id = d2t + arange(len(d2t))`` (target id =
+    draft id + d2t[draft id]) and ``eagle_worker_v2.py`` indexes the target vocab with it, so every
+    target id must lie in ``[0, vocab)``, no two draft ids may share one and ``len(d2t)`` must equal
+    the draft lm_head's rows. A ``d2t`` of absolute ids is recognised; order alone is not a problem
+    (:func:`check_token_map`)."""
+    tm = facts.token_map
+    return token_map_invalid_findings(tm) if tm is not None else []
+
+
+def check_draft_weights(box: Any, draft: DraftFacts, target: TargetFacts | None = None,
+                        *, timeout: float = 60) -> tuple[list[Finding], dict[str, Any]]:
+    """H3's weight and token-map checks on ``draft`` (facts already read from ``box``), whatever its
+    declared class: the findings of this family's rules (plus ``checkpoint-unreadable`` for a
+    checkpoint or ``d2t`` that cannot be read), in the order the engine meets them.
+
+    Returns ``(findings, checked)``; ``checked`` summarises what was compared (tensor and
+    parameter counts, dropped/missing names, shape problems, the d2t summary) for the evidence.
+    Raises nothing for a bad checkpoint: an unreadable one is a ``checkpoint-unreadable`` finding.
+    The target vocab (``target.vocab_size``, else the draft's ``vocab_size``) bounds d2t.
+    """
+    checked: dict[str, Any] = {"draft": draft.path, "modelled_engine": MODELLED_ENGINE}
+    if draft.tensors is None:
+        return [Finding("checkpoint-unreadable", "error", f"the draft checkpoint could not be read: "
+                        f"{draft.checkpoint_error}", {"path": draft.path}, None)], checked
+    w = analyse_weights(draft)
+    facts = Facts.of(None, draft=draft, target=target, box=box, timeout=timeout, weights=w)
+    tm = facts.token_map
+    checked.update({"tensors": len(draft.tensors), "parameters": len(w.spec), "loaded_params": len(w.loaded),
+                    "dropped": w.dropped, "missing": w.missing, "shape_problems": w.shape_problems,
+                    "vocab_size": tm.vocab, "draft_vocab_size": tm.draft_vocab})
+    findings = dropped_findings(draft, w) + missing_findings(draft, w) + [_shape_finding(p) for p in w.shape_problems]
+    findings += token_map_missing_findings(draft, tm)
+    if tm.skipped:
+        checked["d2t"] = {"name": tm.d2t_name, "skipped": tm.skipped}
+    findings += token_map_unreadable_findings(draft, tm)
+    summary = token_map_summary(tm)
+    if summary is not None:
+        checked["d2t"] = summary
+    findings += token_map_invalid_findings(tm)
     return findings, checked

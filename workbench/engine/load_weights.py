@@ -1,0 +1,248 @@
+"""What the engine's ``load_weights`` does with a draft checkpoint, modelled from SGLang 0.5.23
+``srt/models/llama_eagle3.py`` (``LlamaModel`` and ``LlamaForCausalLMEagle3``; read from the
+published ``sglang==0.5.23`` wheel):
+
+* ``load_weights`` first renames legacy substrings of every checkpoint name
+  (``legacy_name_map``: ``midlayer`` → ``layers.0``, ``aux_norm_low|mid|high`` →
+  ``fc_norm.0|1|2``); a name containing ``d2t`` then becomes
+  ``hot_token_id = d2t + arange(len(d2t))`` (target id = draft id + d2t[draft id]: offsets); a
+  name containing ``t2d`` is skipped; the first matching ``stacked_params_mapping`` entry
+  (``.q_proj|.k_proj|.v_proj`` → ``.qkv_proj`` shard q/k/v, ``.gate_proj|.up_proj`` →
+  ``.gate_up_proj`` shard 0/1) rewrites the name; the name is tried as-is, then with a
+  ``model.`` prefix; **a name that matches no parameter is skipped with no warning**.
+* A matched tensor of the wrong shape is not skipped: ``default_weight_loader``
+  (``srt/model_loader/weight_utils.py``) and the parallel layers' loaders ``assert`` on it, so
+  the server fails to start.
+* Under EAGLE3, ``eagle_worker_v2.py`` ``init_lm_head`` replaces the draft's ``embed_tokens`` by
+  the target's (``set_embed``; ``set_embed_and_head`` when ``load_lm_head_from_target``) and
+  takes ``hot_token_id`` from the draft whenever a ``d2t`` was loaded.
+
+:func:`expected_parameters` lists the draft class's parameters for a config,
+:func:`map_checkpoint_name` follows one checkpoint name, :func:`analyse_weights` the whole
+checkpoint (shapes from the safetensors headers; nothing is loaded). The rules that report on
+the result are :mod:`workbench.rules.weights`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from workbench.checkpoint import DraftFacts
+from workbench.engine.modelled import LEGACY_NAME_MAP, MODELLED_ENGINE, STACKED
+
+__all__ = ["expected_parameters", "map_checkpoint_name", "analyse_weights", "WeightAnalysis", "LEGACY_NAME_MAP",
+           "STACKED", "MODELLED_ENGINE"]
+
+
+def _int(v: Any) -> int | None:
+    return v if isinstance(v, int) and not isinstance(v, bool) and v > 0 else None
+
+
+def _shape(*dims: int | None) -> tuple[int, ...] | None:
+    return None if any(d is None for d in dims) else tuple(dims)
+
+
+def expected_parameters(draft: DraftFacts) -> dict[str, dict[str, Any]]:
+    """The parameters of SGLang 0.5.23 ``LlamaForCausalLMEagle3`` for this draft config.
+
+    Returns ``{param: {"shape": full parameter shape or None (unknown), "shards": {shard_id:
+    shape} for stacked params (else absent), "required": bool, "why": str}}``. Shapes are
+    ``(out, in)`` for Linear weights. From ``llama_eagle3.py`` (and ``llama.py`` for the layer):
+
+    * ``model.fc``: ``Linear(hidden_size_in × num_aux → hidden)``; ``hidden_size_in`` is
+      ``target_hidden_size`` when the config has it, else ``hidden_size``; ``num_aux`` is
+      ``num_aux_hidden_states``, else ``len(eagle_config.eagle_aux_hidden_state_layer_ids)``,
+      else 3; ``bias=config.bias`` (then ``model.fc.bias``).
+    * ``model.input_norm`` (``RMSNorm(hidden_size_in × num_aux)``) when
+      ``eagle_config.norm_before_fc`` (else top-level ``norm_before_fc``) is true;
+      ``model.fc_norm.{i}`` (``RMSNorm(hidden_size_in)`` × num_aux) when ``fc_norm`` or legacy
+      ``use_aux_norm`` is truthy.
+    * ``model.layers.{i}`` for ``i < num_hidden_layers``: ``qkv_proj`` over ``2 × hidden`` for
+      layer 0 (``cat[input_layernorm(embeds), hidden_norm(h)]``), ``hidden`` after, no bias;
+      ``o_proj`` ``(hidden, heads × head_dim)`` with a bias when ``attention_bias`` or ``bias``
+      (``llama.py`` ``LlamaDecoderLayer``); ``head_dim`` from the config, else hidden/heads;
+      ``gate_up_proj`` ``(2 × inter, hidden)`` and ``down_proj`` ``(hidden, inter)``, no bias
+      (``intermediate_size_mlp`` for ``llama4_text``); ``input_layernorm``,
+      ``post_attention_layernorm``, ``hidden_norm`` ``(hidden,)``.
+    * ``model.norm`` ``(hidden,)``.
+    * ``lm_head.weight``: none when ``tie_word_embeddings`` (it *is* ``embed_tokens``);
+      ``(draft_vocab_size, hidden)``; ``draft_vocab_size`` None → ``(vocab_size, hidden)`` and
+      ``load_lm_head_from_target`` (the target's head replaces it: not required).
+    * ``model.embed_tokens.weight`` ``(vocab_size, hidden)``: replaced by the target's
+      (``set_embed``), so optional, except that ``LlamaForCausalLM.set_embed`` (``llama.py``)
+      returns early when the config has a ``target_hidden_size`` ≠ ``hidden_size``: then the
+      draft's own embedding is used and must come from the checkpoint.
+    """
+    cfg = draft.config
+    h = _int(draft.hidden_size)
+    heads = _int(cfg.get("num_attention_heads"))
+    kv_heads = _int(cfg.get("num_key_value_heads")) or heads
+    head_dim = _int(cfg.get("head_dim")) or (h // heads if h and heads else None)
+    inter_key = "intermediate_size_mlp" if cfg.get("model_type") == "llama4_text" else "intermediate_size"
+    inter = _int(cfg.get(inter_key))
+    th = _int(draft.effective_target_hidden_size)
+    ids = (draft.eagle_config or {}).get("eagle_aux_hidden_state_layer_ids")
+    num_aux = draft.num_aux_hidden_states
+    if num_aux is None:
+        num_aux = len(ids) if isinstance(ids, list) and ids else 3
+    ec = draft.eagle_config or {}
+    n_layers = _int(draft.num_hidden_layers) or 1
+    tied = bool(cfg.get("tie_word_embeddings"))
+    dv = draft.draft_vocab_size
+    vocab = _int(draft.vocab_size)
+    lm_from_target = not tied and dv is None
+    q = heads * head_dim if heads and head_dim else None
+    kv = kv_heads * head_dim if kv_heads and head_dim else None
+    src = "llama_eagle3.py"
+
+    p: dict[str, dict[str, Any]] = {
+        "model.fc.weight": {"shape": _shape(h, th * num_aux if th else None), "required": True,
+                            "why": f"{src} LlamaModel.fc = Linear(hidden_size_in × num_aux={num_aux} → hidden)"},
+    }
+    if cfg.get("bias"):
+        p["model.fc.bias"] = {"shape": _shape(h), "required": True, "why": f"{src} fc bias=config.bias"}
+    if ec.get("norm_before_fc", cfg.get("norm_before_fc", False)):
+        p["model.input_norm.weight"] = {"shape": _shape(th * num_aux if th else None), "required": True,
+                                        "why": f"{src} norm_before_fc → input_norm RMSNorm"}
+    if cfg.get("fc_norm") or cfg.get("use_aux_norm"):
+        for i in range(num_aux):
+            p[f"model.fc_norm.{i}.weight"] = {"shape": _shape(th), "required": True,
+                                              "why": f"{src} fc_norm/use_aux_norm → fc_norm[{i}] RMSNorm"}
+    o_bias = bool(cfg.get("attention_bias") or cfg.get("bias"))
+    for i in range(n_layers):
+        pre = f"model.layers.{i}"
+        width = 2 * h if (h and i == 0) else h
+        p[f"{pre}.self_attn.qkv_proj.weight"] = {
+            "shape": _shape(q + 2 * kv if q and kv else None, width),
+            "shards": {"q": _shape(q, width), "k": _shape(kv, width), "v": _shape(kv, width)}, "required": True,
+            "why": f"{src} LlamaDecoderLayer qkv_proj over {'2 × hidden' if i == 0 else 'hidden'}"}
+        p[f"{pre}.self_attn.o_proj.weight"] = {"shape": _shape(h, q), "required": True,
+                                               "why": "llama.py LlamaAttention.o_proj"}
+        if o_bias:
+            p[f"{pre}.self_attn.o_proj.bias"] = {"shape": _shape(h), "required": True,
+                                                 "why": "llama.py o_proj bias = attention_bias or bias"}
+        p[f"{pre}.mlp.gate_up_proj.weight"] = {
+            "shape": _shape(2 * inter if inter else None, h), "shards": {0: _shape(inter, h), 1: _shape(inter, h)},
+            "required": True, "why": "llama.py LlamaMLP.gate_up_proj"}
+        p[f"{pre}.mlp.down_proj.weight"] = {"shape": _shape(h, inter), "required": True,
+                                            "why": "llama.py LlamaMLP.down_proj"}
+        for norm in ("input_layernorm", "post_attention_layernorm", "hidden_norm"):
+            p[f"{pre}.{norm}.weight"] = {"shape": _shape(h), "required": True, "why": f"{src} {norm} RMSNorm(hidden)"}
+    p["model.norm.weight"] = {"shape": _shape(h), "required": True, "why": f"{src} LlamaModel.norm"}
+    th_raw = cfg.get("target_hidden_size")
+    own_embed = not lm_from_target and "target_hidden_size" in cfg and th_raw != cfg.get("hidden_size")
+    p["model.embed_tokens.weight"] = {
+        "shape": _shape(vocab, h), "required": own_embed,
+        "why": ("llama.py set_embed keeps the draft's own embedding when target_hidden_size ≠ hidden_size"
+                if own_embed else "eagle_worker_v2.py init_lm_head shares the target's embedding")}
+    if not tied:
+        rows = vocab if lm_from_target else dv
+        p["lm_head.weight"] = {
+            "shape": _shape(rows, h), "required": not lm_from_target,
+            "why": (f"{src} draft_vocab_size is None → load_lm_head_from_target" if lm_from_target
+                    else f"{src} ParallelLMHead(draft_vocab_size, hidden)")}
+    return p
+
+
+def _map(name: str, params: set[str] | dict) -> tuple[str | None, str, Any]:
+    """``(param or None, how, shard_id or None)`` following ``load_weights`` step by step."""
+    for legacy, new in LEGACY_NAME_MAP.items():
+        if legacy in name:
+            name = name.replace(legacy, new)
+    if "d2t" in name:
+        return None, "d2t", None
+    if "t2d" in name:
+        return None, "t2d", None
+    for param_name, weight_name, shard_id in STACKED:
+        if weight_name not in name:
+            continue
+        name = name.replace(weight_name, param_name)
+        target = f"model.{name}" if name not in params else name
+        return (target, "loaded", shard_id) if target in params else (None, "dropped", None)
+    target = name if name in params else f"model.{name}"
+    return (target, "loaded", None) if target in params else (None, "dropped", None)
+
+
+def map_checkpoint_name(name: str, params: set[str] | dict) -> tuple[str | None, str]:
+    """Where SGLang 0.5.23 ``LlamaForCausalLMEagle3.load_weights`` puts checkpoint tensor ``name``
+    given the model's parameter names ``params``: ``(param or None, how)``.
+
+    ``how`` is ``"d2t"`` (becomes ``hot_token_id``), ``"t2d"`` (skipped on purpose),
+    ``"loaded"`` or ``"dropped"`` (no parameter matched after the renames: skipped silently).
+    Legacy substrings are renamed first, then ``d2t``/``t2d`` are tested (so a legacy-renamed name
+    is what is tested), then stacked shards, then the name as-is, then ``model.`` + name.
+    """
+    param, how, _ = _map(name, params)
+    return param, how
+
+
+def _rule_for_shape(param: str, shard: Any, got: tuple, want: tuple) -> str:
+    if param == "lm_head.weight":
+        return "lm-head-shape-mismatch"
+    if param == "model.fc.weight" and len(got) == 2 and got[0] == want[0]:
+        return "aux-count-mismatch"
+    if "qkv_proj" in param and len(got) == 2 and got[1] == want[1]:
+        return "head-dim-mismatch"
+    if "o_proj.weight" in param and len(got) == 2 and got[0] == want[0]:
+        return "head-dim-mismatch"
+    return "weights-missing"
+
+
+@dataclass(frozen=True)
+class WeightAnalysis:
+    """A draft checkpoint's tensors through ``load_weights``: ``spec`` (the draft class's parameters,
+    :func:`expected_parameters`), ``loaded`` (param → tensor names), ``dropped`` (names matched to
+    no parameter: skipped silently), ``missing`` (required parameters no tensor fills, a stacked
+    one with the shards it lacks), ``shape_problems`` (``{tensor, shape, expected, param, shard,
+    file, rule}``: the rule id the mismatch belongs to), ``d2t_name`` / ``t2d_name`` (``None``
+    when absent)."""
+
+    spec: dict
+    loaded: dict
+    dropped: list
+    missing: list
+    shape_problems: list
+    d2t_name: str | None
+    t2d_name: str | None
+
+
+def analyse_weights(draft: DraftFacts) -> WeightAnalysis:
+    """Follow every tensor of ``draft.tensors`` (a readable checkpoint) through SGLang 0.5.23's
+    ``LlamaForCausalLMEagle3.load_weights`` against the parameters of this config."""
+    spec = expected_parameters(draft)
+    loaded: dict[str, list[str]] = {}
+    shards_seen: dict[str, set] = {}
+    dropped: list[str] = []
+    shape_problems: list[dict] = []
+    d2t_name = t2d_name = None
+    for name, info in sorted(draft.tensors.items()):
+        param, how, shard = _map(name, spec)
+        if how == "d2t":
+            d2t_name = name
+            continue
+        if how == "t2d":
+            t2d_name = name
+            continue
+        if param is None:
+            dropped.append(name)
+            continue
+        loaded.setdefault(param, []).append(name)
+        stacked = spec[param].get("shards")
+        if stacked is not None:
+            shards_seen.setdefault(param, set()).update(stacked if shard is None else {shard})
+        want = spec[param]["shape"] if shard is None else stacked[shard]
+        if want is not None and tuple(info.shape) != want:
+            shape_problems.append({"tensor": name, "shape": list(info.shape), "expected": list(want),
+                                   "param": param, "shard": shard, "file": info.file,
+                                   "rule": _rule_for_shape(param, shard, tuple(info.shape), want)})
+    missing: list[str] = []
+    for p, s in spec.items():
+        if not s["required"]:
+            continue
+        if p not in loaded:
+            missing.append(p)
+        elif s.get("shards") is not None and shards_seen.get(p, set()) != set(s["shards"]):
+            lacking = [str(k) for k in s["shards"] if k not in shards_seen.get(p, set())]
+            missing.append(f"{p} (shard {', '.join(lacking)})")
+    return WeightAnalysis(spec, loaded, dropped, missing, shape_problems, d2t_name, t2d_name)

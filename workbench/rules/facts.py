@@ -1,0 +1,261 @@
+"""What the rules read, gathered once per doctor run: :class:`Facts`.
+
+The doctor (:func:`workbench.doctor.run_doctor`) reads the launch command, both configs, the draft's
+safetensors headers and the engine source on the box once, and hands one :class:`Facts` to every
+rule. What more than one rule needs and costs something to work out is derived here, lazily and
+once: the speculative algorithm, the algorithms and draft classes the engine knows, the layers the
+target captures (the offset rule evaluated from the box's own source), the weight analysis (the
+checkpoint's names through ``load_weights``) and the token map (``d2t``/``t2d`` by byte range).
+
+Tests and callers without a box build one with :meth:`Facts.of` (any derived fact can be given
+directly, e.g. ``capture=``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
+
+import numpy as np
+
+from workbench.checkpoint import DraftFacts, TargetFacts, read_tensor
+from workbench.engine.launch import LaunchCommand
+from workbench.engine.load_weights import WeightAnalysis, analyse_weights
+from workbench.engine.modelled import (
+    DRAFT_CLASS_FILES,
+    MODELLED_EAGLE3_DRAFT_CLASSES,
+    MODELLED_SPEC_ALGORITHMS,
+    SGLANG_VERSION,
+    modelled_capture,
+)
+from workbench.engine.source import CaptureRule, EngineSource
+from workbench.errors import CheckpointError
+
+__all__ = ["Facts", "UnreadableInput", "Capture", "WeightAnalysis", "TokenMap", "ids_ok"]
+
+
+def ids_ok(ids: Any) -> bool:
+    """True when ``ids`` is a non-empty list of ints (a usable ``eagle_aux_hidden_state_layer_ids``)."""
+    return isinstance(ids, list) and bool(ids) and all(isinstance(i, int) and not isinstance(i, bool) for i in ids)
+
+
+@dataclass(frozen=True)
+class UnreadableInput:
+    """A model the launch command names that could not be read on the box. ``role``: ``"target
+    model"`` or ``"draft model"``; ``value``: as written in the command; ``how``: why (the path
+    lookup's explanation, or the config error); ``kind``: ``"repo-not-in-cache"`` (a Hugging Face
+    repo id the box's cache lacks), ``"path"`` (no such directory) or ``"config"`` (the config is
+    missing, unreadable or not JSON: ``error`` holds it); ``box``: the box's name."""
+
+    role: str
+    value: str
+    how: str
+    kind: str
+    box: str
+    error: CheckpointError | None = None
+
+
+@dataclass(frozen=True)
+class Capture:
+    """The aux layers the target captures for this draft: ``rule`` (the evaluated
+    :class:`~workbench.engine.source.CaptureRule`, ``None`` when it could not be worked out) and,
+    when the target class exists in the engine source but has no ``set_eagle3_layers_to_capture``,
+    ``class_without_capture`` = ``(file relative to the engine root, line)``."""
+
+    rule: CaptureRule | None
+    class_without_capture: tuple[str, int] | None = None
+
+
+@dataclass(frozen=True)
+class TokenMap:
+    """The draft's token map as the engine will use it: ``vocab`` (the target vocab bounding it),
+    ``draft_vocab`` (``draft_vocab_size``), ``d2t_name``/``t2d_name`` (checkpoint names, ``None``
+    when absent), ``d2t``/``t2d`` (the arrays, read by byte range), ``error`` (a read that failed:
+    the checkpoint is unreadable there), ``skipped`` (why it was not read)."""
+
+    vocab: int | None
+    draft_vocab: int | None
+    d2t_name: str | None
+    t2d_name: str | None
+    d2t: np.ndarray | None = None
+    t2d: np.ndarray | None = None
+    error: CheckpointError | None = None
+    skipped: str | None = None
+
+
+@dataclass
+class Facts:
+    """Everything the static rules read. ``launch``: the command checked (``None`` for checks of a
+    draft alone); ``target`` / ``draft``:
+    their facts (``None`` when not named or not readable: ``unreadable`` says why); ``engine``:
+    the engine source on the box (``None`` when not located: the rules then use SGLang 0.5.23's
+    facts, :mod:`workbench.engine.modelled`, and say so); ``engine_version``; ``box`` and
+    ``timeout``: for the reads a derived fact needs (the token map); ``notes``: what a human should
+    know about how the facts were read (appended to by derivations too)."""
+
+    launch: LaunchCommand | None
+    target: TargetFacts | None = None
+    draft: DraftFacts | None = None
+    engine: EngineSource | None = None
+    engine_version: str | None = None
+    unreadable: list[UnreadableInput] = field(default_factory=list)
+    box: Any = None
+    timeout: float = 30.0
+    notes: list[str] = field(default_factory=list)
+
+    @classmethod
+    def of(cls, launch: LaunchCommand | str | None, draft: DraftFacts | None = None, target: TargetFacts | None = None,
+           **given: Any) -> "Facts":
+        """Facts from values at hand (tests, callers that read the configs themselves): fields by
+        name, and any derived fact (``capture``, ``weights``, ``token_map``, ``algorithms``,
+        ``draft_classes``) given directly instead of worked out."""
+        launch = LaunchCommand.parse(launch) if isinstance(launch, str) else launch
+        derived = {k: given.pop(k) for k in list(given) if k in ("capture", "weights", "token_map", "algorithms",
+                                                                  "draft_classes")}
+        facts = cls(launch, target=target, draft=draft, **given)
+        for k, v in derived.items():
+            if k == "capture" and (v is None or isinstance(v, CaptureRule)):
+                v = Capture(v)
+            setattr(facts, k, v)
+        return facts
+
+    # -- the launch command -----------------------------------------------------------------------
+
+    @property
+    def raw_algorithm(self) -> str | None:
+        """``--speculative-algorithm`` as written (``None`` when absent or not a string)."""
+        raw = self.launch.get("--speculative-algorithm") if self.launch is not None else None
+        return raw if isinstance(raw, str) else None
+
+    @property
+    def algorithm(self) -> str | None:
+        """The algorithm as the engine resolves it: upper-cased, ``NEXTN`` → ``EAGLE`` (SGLang 0.5.23
+        ``srt/arg_groups/speculative_hook.py``)."""
+        raw = self.raw_algorithm
+        if raw is None:
+            return None
+        up = raw.upper()
+        return "EAGLE" if up == "NEXTN" else up
+
+    # -- what the engine knows ----------------------------------------------------------------------
+
+    @cached_property
+    def algorithms(self) -> tuple[frozenset, str]:
+        """``(names, source)``: the algorithm names the engine's ``SpeculativeAlgorithm.from_string``
+        accepts, read from the box's source, else SGLang 0.5.23's."""
+        known = self.engine.spec_algorithms() if self.engine is not None else None
+        if known is None:
+            return (MODELLED_SPEC_ALGORITHMS, f"modelled: sglang {SGLANG_VERSION} srt/speculative/spec_info.py "
+                                              "SpeculativeAlgorithm, spec_registry.py _RESERVED_ALIASES")
+        return frozenset(known[0]), known[1]
+
+    @cached_property
+    def draft_classes(self) -> tuple[dict | None, str]:
+        """``(registered, source)``: the draft classes the engine registers for this algorithm
+        (``EntryClass`` of ``srt/models/*eagle3*.py``, plus the EAGLE ones when the algorithm is
+        not EAGLE3) → their files; ``None`` when unknown (no engine source, not EAGLE3)."""
+        registered = None
+        if self.engine is not None:
+            registered = self.engine.draft_classes(eagle3=True)
+            if self.algorithm != "EAGLE3" and registered is not None:
+                registered.update(self.engine.draft_classes(eagle3=False) or {})
+        source = (f"{self.engine.root}/srt/models/*eagle{'3' if self.algorithm == 'EAGLE3' else ''}*.py EntryClass"
+                  if self.engine else f"modelled sglang {SGLANG_VERSION}")
+        if registered is None and self.algorithm == "EAGLE3":
+            registered = {c: DRAFT_CLASS_FILES[c] for c in MODELLED_EAGLE3_DRAFT_CLASSES}
+        return registered, source
+
+    @property
+    def draft_architecture(self) -> str | None:
+        return self.draft.architectures[0] if self.draft is not None and self.draft.architectures else None
+
+    @property
+    def target_architecture(self) -> str | None:
+        return self.target.architectures[0] if self.target is not None and self.target.architectures else None
+
+    @property
+    def draft_has_eagle_layout(self) -> bool:
+        """The checkpoint holds EAGLE tensors (``midlayer.*``, ``fc.*``, ``model.fc.*``)."""
+        return bool(self.draft is not None and self.draft.tensors) and any(
+            n.startswith(("midlayer.", "fc.", "model.fc.")) for n in self.draft.tensors)
+
+    @property
+    def draft_class_unknown(self) -> bool:
+        """The draft declares a class the engine does not register as an EAGLE(-3) draft, while the
+        launch (EAGLE3) or the checkpoint (EAGLE tensors) says it is one: the engine would build the
+        wrong model (rule ``unknown-draft-architecture``; the weight rules then do not apply)."""
+        registered, _ = self.draft_classes
+        return (self.draft is not None and registered is not None
+                and (self.algorithm == "EAGLE3" or self.draft_has_eagle_layout)
+                and self.draft_architecture not in registered)
+
+    # -- aux capture ------------------------------------------------------------------------------
+
+    @cached_property
+    def capture(self) -> Capture | None:
+        """The layers the target captures for the draft's ids (EAGLE3 with both configs read and
+        the target's layer count known; else ``None``): the target class's
+        ``set_eagle3_layers_to_capture`` evaluated from the box's source, else SGLang 0.5.23's rule
+        (:func:`workbench.engine.modelled.modelled_capture`; a note says so when the source could
+        not be evaluated)."""
+        if self.algorithm != "EAGLE3" or self.draft is None or self.target is None or not self.target.num_hidden_layers:
+            return None
+        tarch = self.target_architecture or ""
+        layers = self.target.num_hidden_layers
+        ids = self.draft.aux_layer_ids if ids_ok(self.draft.aux_layer_ids) else None
+        if self.engine is None:
+            return Capture(modelled_capture(tarch, layers, ids))
+        try:
+            rule = self.engine.capture_rule(tarch, layers, ids)
+        except Exception as exc:  # noqa: BLE001 - engine code evaluated; reported, modelled rule used
+            self.notes.append(f"could not evaluate {tarch}.set_eagle3_layers_to_capture from the box's source "
+                              f"({type(exc).__name__}: {exc}); the 0.5.23 rule is used")
+            return Capture(modelled_capture(tarch, layers, ids))
+        if rule is not None:
+            return Capture(rule)
+        cls = self.engine.find_class(tarch)
+        if cls is None:
+            self.notes.append(f"target class {tarch} not found under {self.engine.root}/srt/models")
+            return Capture(None)
+        return Capture(None, (cls[0], cls[1].lineno))
+
+    # -- weights and token map ------------------------------------------------------------------------
+
+    @property
+    def weights_checkable(self) -> bool:
+        """The weight rules apply: a readable checkpoint of the class they model
+        (``LlamaForCausalLMEagle3``, registered by the engine)."""
+        return (self.draft is not None and self.draft.tensors is not None and not self.draft_class_unknown
+                and self.draft_architecture == "LlamaForCausalLMEagle3")
+
+    @cached_property
+    def weights(self) -> WeightAnalysis | None:
+        """The checkpoint's tensors through ``load_weights``
+        (:func:`workbench.engine.load_weights.analyse_weights`), when :attr:`weights_checkable`."""
+        if not self.weights_checkable:
+            return None
+        return analyse_weights(self.draft)
+
+    @cached_property
+    def token_map(self) -> TokenMap | None:
+        """The token map the engine will use (needs :attr:`weights`): ``d2t``/``t2d`` read from the
+        checkpoint by byte range through ``box``."""
+        w = self.weights
+        if w is None:
+            return None
+        draft = self.draft
+        vocab = self.target.vocab_size if self.target is not None and self.target.vocab_size else draft.vocab_size
+        tm = TokenMap(vocab, draft.draft_vocab_size, w.d2t_name, w.t2d_name)
+        if w.d2t_name is None:
+            return tm
+        if vocab is None:
+            return TokenMap(vocab, tm.draft_vocab, w.d2t_name, w.t2d_name,
+                            skipped="no vocab_size in the draft or target config")
+        try:
+            d2t = read_tensor(self.box, draft.tensors[w.d2t_name].file, w.d2t_name, timeout=self.timeout)
+            t2d = read_tensor(self.box, draft.tensors[w.t2d_name].file, w.t2d_name,
+                              timeout=self.timeout) if w.t2d_name else None
+        except CheckpointError as exc:
+            return TokenMap(vocab, tm.draft_vocab, w.d2t_name, w.t2d_name, error=exc)
+        return TokenMap(vocab, tm.draft_vocab, w.d2t_name, w.t2d_name, d2t, t2d)

@@ -1,0 +1,73 @@
+"""Fault family: can the models the launch command names be read at all.
+
+Rules: ``checkpoint-unreadable`` (a model path that does not exist on the box, a ``config.json``
+that is missing or not JSON, a safetensors header that is truncated, over 100 MB, not JSON, names
+an unknown dtype or points past the end of its file, a ``d2t``/``t2d`` that cannot be read) and
+``model-not-on-box`` (a Hugging Face repo id the box's cache does not hold: the server would
+download it, the doctor cannot check it). The facts come from reading the inputs
+(:class:`workbench.rules.facts.UnreadableInput`, ``DraftFacts.checkpoint_error``, the token map);
+every other rule that needs an unreadable input says it was not run. The safetensors format and
+its limits: :mod:`workbench.checkpoint.readers` (safetensors 0.4-0.8).
+"""
+
+from __future__ import annotations
+
+from workbench.rules.facts import Facts, UnreadableInput
+from workbench.rules.finding import Finding, ev
+from workbench.rules.registry import Family
+from workbench.rules.weights import token_map_unreadable_findings
+
+__all__ = ["FAMILY", "checkpoint_unreadable", "model_not_on_box"]
+
+FAMILY = Family("readability", "Can the models the launch command names be read", __doc__, module=__name__)
+
+_FLAG = {"target model": "--model-path", "draft model": "--speculative-draft-model-path"}
+
+
+def _path_finding(u: UnreadableInput, rule: str, severity: str, fix: str) -> Finding:
+    return Finding(rule, severity, f"the {u.role} {u.value!r} cannot be read on {u.box}: {u.how}",
+                   {u.role: ev(u.value, "launch command")}, fix)
+
+
+@FAMILY.rule("checkpoint-unreadable", severities=("error",),
+             summary="a model path missing on the box, a config.json missing or not JSON, or a safetensors header "
+                     "truncated, over 100 MB, not JSON, with an unknown dtype or data offsets past the end of the file",
+             fix="fix the path, or re-export / re-download the checkpoint")
+def checkpoint_unreadable(facts: Facts) -> list[Finding]:
+    """What SGLang would fail on at load time, found by reading the same files by byte range: the
+    model directory (absolute, relative to the server's cwd, or a Hugging Face repo id resolved in
+    the box's cache), ``config.json``, each safetensors file's 8-byte header length and JSON header
+    (the reference reader refuses headers over 100,000,000 bytes), the index of a sharded
+    checkpoint, and ``d2t``/``t2d`` when the token-map rules read them."""
+    out: list[Finding] = []
+    for u in facts.unreadable:
+        if u.kind == "path":
+            out.append(_path_finding(u, "checkpoint-unreadable", "error", "fix the path in the launch command"))
+        elif u.kind == "config":
+            side = "target" if u.role == "target model" else "draft"
+            out.append(Finding("checkpoint-unreadable", "error", f"{side} config unreadable: {u.error}",
+                               {"path": ev(u.error.path, f"launch command: {_FLAG[u.role]}")}, None))
+    draft = facts.draft
+    if draft is not None and draft.checkpoint_error is not None:
+        err = draft.checkpoint_error
+        out.append(Finding("checkpoint-unreadable", "error", f"the draft checkpoint cannot be read ({err.reason}): {err}",
+                           {"path": ev(err.path, "draft checkpoint"), "reason": err.reason},
+                           "re-export or re-download the draft checkpoint"))
+    if draft is not None and facts.weights is not None:
+        out += token_map_unreadable_findings(draft, facts.token_map)
+    return out
+
+
+@FAMILY.rule("model-not-on-box", severities=("warning",),
+             summary="a Hugging Face repo id the box's cache does not hold (the server would download it; the doctor "
+                     "cannot check what it would get)",
+             fix="download it into the box's Hugging Face cache or pass a local directory")
+def model_not_on_box(facts: Facts) -> list[Finding]:
+    """An addition to the catalogue. A repo id ``org/name`` is looked up the way huggingface_hub
+    lays out its cache (``$HF_HUB_CACHE``, else ``$HF_HOME/hub``, else
+    ``~/.cache/huggingface/hub``; ``models--org--name/refs/main`` → ``snapshots/<rev>``:
+    :func:`workbench.checkpoint.paths.resolve_model_path`). Not there, the server downloads it at
+    start-up; every rule that needs its files is then not run."""
+    return [_path_finding(u, "model-not-on-box", "warning",
+                          "download it into the box's Hugging Face cache or pass a local directory")
+            for u in facts.unreadable if u.kind == "repo-not-in-cache"]
