@@ -64,7 +64,7 @@ import paramiko
 from paramiko.auth_strategy import AuthFailure, AuthStrategy, InMemoryPrivateKey, OnDiskPrivateKey
 from paramiko.sftp import CMD_EXTENDED
 
-from .errors import (
+from ..errors import (
     AuthenticationFailed,
     HostKeyChanged,
     HostKeyUnknown,
@@ -81,10 +81,10 @@ from .errors import (
     BoxSpecError,
     UnknownSSHHost,
 )
-from .result import FileStat, ProcessInfo, Result
-from .transport import Transport, parse_proc_stat, timed_out
+from ..result import FileStat, ProcessInfo, Result
+from ..transport import Transport, parse_proc_stat, timed_out
 
-log = logging.getLogger(__name__)
+log = logging.getLogger(__package__)  # "remote.ssh", the name its records had before the split
 
 
 class _RefusedForwardToDebug(logging.Filter):
