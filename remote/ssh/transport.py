@@ -119,6 +119,14 @@ class SSHTransport(Transport):
 
     ``reconnects`` counts connections re-opened after a drop. ``trusted_new_host_key`` says which
     key was added to known_hosts when trust on first use was used (else ``None``).
+
+    Sizes and offsets are in bytes, time-outs in seconds. Besides the errors each method names,
+    any call may raise the ``SSHError`` family when the connection must be re-opened and cannot be
+    (``SSHConnectFailed``, ``HostKeyChanged``, ``AuthenticationFailed``, ...), or ``SSHError``
+    after :meth:`close`. File primitives raise ``SSHTimedOut`` when the box sends no SFTP reply
+    within ``timeout``. A call the connection drops under raises ``SSHConnectionLost``, except a
+    read (``read_range``, ``stat``, ``listdir``, ``readlink``), which is first retried once on a new
+    connection.
     """
 
     def __init__(self, target: SSHTarget, configs: SSHConfigFiles, *, name: str, trust_unknown_hosts: bool = False,
@@ -229,6 +237,15 @@ class SSHTransport(Transport):
 
     def run(self, command: str, *, timeout: float, cwd: Optional[str] = None, env: Optional[Mapping[str, str]] = None,
             stdin: Optional[bytes] = None) -> Result:
+        """Run shell text ``command`` on the box (see :func:`wrap_command`) in ``cwd`` (default: the
+        login directory) with ``env`` added, feeding it ``stdin``; wait at most ``timeout`` seconds.
+
+        Returns the ``Result`` whatever the exit status (``exit_code`` ``None`` when a signal ended
+        it). Raises ``RemoteFileNotFound`` when ``cwd`` is missing or not a directory, ``ValueError``
+        for an unusable variable name in ``env``, ``CommandTimedOut`` (output so far attached) after
+        killing the command's process group, ``SSHConnectionLost`` when the connection drops while
+        it runs.
+        """
         if cwd is not None:
             try:
                 st = self.stat(cwd, timeout=min(timeout, 30))
@@ -508,6 +525,9 @@ class SSHTransport(Transport):
     # -- file primitives --------------------------------------------------------------------------
 
     def read_range(self, path: str, offset: int = 0, length: Optional[int] = None, *, timeout: float = 30) -> bytes:
+        """Up to ``length`` bytes of ``path`` from byte ``offset`` (``None``: to EOF), short at EOF,
+        over SFTP (reads beyond 32 KiB pipelined). Raises ``RemoteFileNotFound``,
+        ``RemotePermissionError``, ``RemoteIsADirectory``, ``RemoteFileError``."""
         def op(sftp: paramiko.SFTPClient) -> bytes:
             try:
                 f = sftp.open(path, "rb", bufsize=0)
@@ -526,21 +546,32 @@ class SSHTransport(Transport):
         return self._file_op("read", path, op, timeout=timeout, idempotent=True)
 
     def stat(self, path: str, *, timeout: float = 30) -> FileStat:
+        """``FileStat`` of ``path``, symlinks followed: ``size`` in bytes, ``mode`` the permission
+        bits, ``mtime`` in seconds since the epoch. Raises ``RemoteFileNotFound``,
+        ``RemotePermissionError``, ``RemoteFileError``."""
         attrs = self._file_op("stat", path, lambda sftp: sftp.stat(path), timeout=timeout, idempotent=True)
         mode = attrs.st_mode or 0
         return FileStat(path=path, size=int(attrs.st_size or 0), mode=_stat.S_IMODE(mode),
                         mtime=float(attrs.st_mtime or 0), is_file=_stat.S_ISREG(mode), is_dir=_stat.S_ISDIR(mode))
 
     def listdir(self, path: str, *, timeout: float = 30) -> list[str]:
+        """Names in directory ``path`` (no ``.``/``..``), unsorted. Raises ``RemoteFileNotFound``,
+        ``RemotePermissionError``, ``RemoteFileError``."""
         return self._file_op("list directory", path, lambda sftp: sftp.listdir(path), timeout=timeout, idempotent=True)
 
     def readlink(self, path: str, *, timeout: float = 30) -> str:
+        """Target of the symlink ``path``, as stored. Raises ``RemoteFileNotFound``, and
+        ``RemoteFileError`` when ``path`` is not a symlink."""
         target = self._file_op("readlink", path, lambda sftp: sftp.readlink(path), timeout=timeout, idempotent=True)
         if target is None:
             raise RemoteFileError("readlink: not a symbolic link", path=path, box=self.name)
         return target
 
     def write_new(self, path: str, data: bytes, *, mode: int, timeout: float = 30) -> None:
+        """Create ``path`` exclusively with permission bits ``mode``, write ``data`` (pipelined) and
+        fsync it (``fsync@openssh.com``, else ``sync FILE`` on the box). Raises ``RemoteFileError``
+        with ``errno`` ``EEXIST`` when ``path`` exists, ``RemoteFileNotFound`` (missing directory),
+        ``RemotePermissionError``; not retried after a drop (``SSHConnectionLost``)."""
         def op(sftp: paramiko.SFTPClient) -> None:
             try:
                 f = sftp.open(path, "wbx", bufsize=0)
@@ -580,6 +611,9 @@ class SSHTransport(Transport):
             raise RemoteFileError(f"fsync failed ({err.decode('utf-8', 'replace').strip()})", path=path, box=self.name)
 
     def rename(self, src: str, dst: str, *, timeout: float = 30) -> None:
+        """Atomically replace ``dst`` with ``src`` (``posix-rename@openssh.com``), then fsync
+        ``dst``'s directory. Raises ``RemoteFileNotFound``, ``RemotePermissionError``,
+        ``RemoteIsADirectory`` (``dst`` is a directory), ``RemoteFileError``."""
         def op(sftp: paramiko.SFTPClient) -> None:
             try:
                 sftp.posix_rename(src, dst)
@@ -617,6 +651,8 @@ class SSHTransport(Transport):
                                   path=directory, box=self.name)
 
     def remove(self, path: str, *, timeout: float = 30) -> None:
+        """Delete the file ``path``. Raises ``RemoteFileNotFound``, ``RemotePermissionError``,
+        ``RemoteIsADirectory``, ``RemoteFileError``."""
         def op(sftp: paramiko.SFTPClient) -> None:
             try:
                 sftp.remove(path)
@@ -628,6 +664,9 @@ class SSHTransport(Transport):
         self._file_op("remove", path, op, timeout=timeout, idempotent=False)
 
     def makedirs(self, path: str, *, mode: int = 0o755, timeout: float = 30) -> None:
+        """Create directory ``path`` and its missing parents with permission bits ``mode`` (before
+        the box's umask); no error when it exists or appears meanwhile. Raises ``RemoteFileError``
+        when a component is not a directory, ``RemotePermissionError``."""
         def op(sftp: paramiko.SFTPClient) -> None:
             missing = []
             current = path.rstrip("/") or "/"
@@ -658,6 +697,8 @@ class SSHTransport(Transport):
         self._file_op("create directory", path, op, timeout=timeout, idempotent=False)
 
     def expanduser(self, path: str) -> str:
+        """``path`` with a leading ``~`` (the login directory SFTP starts in) or ``~user`` (asked of
+        the box's shell) expanded; returned unchanged when it has none or the user is unknown."""
         if not path.startswith("~"):
             return path
         head, sep, rest = path[1:].partition("/")
@@ -680,6 +721,9 @@ class SSHTransport(Transport):
     # -- faster versions of the defaults -----------------------------------------------------------
 
     def sha256(self, path: str, *, timeout: float = 60) -> str:
+        """Hex sha256 (64 characters) of the file ``path``, computed on the box by ``sha256sum``
+        (nothing but the digest crosses the connection). Raises ``RemoteFileNotFound``,
+        ``RemotePermissionError``, ``RemoteIsADirectory``, ``RemoteFileError``, ``CommandTimedOut``."""
         res = self.run(f"LC_ALL=C sha256sum -b -- {shlex.quote(path)}", timeout=timeout)
         if res.exit_code == 0:
             m = re.match(r"^\\?([0-9a-f]{64}) ", res.stdout)
@@ -723,6 +767,9 @@ class SSHTransport(Transport):
         return out
 
     def kill(self, pid: int, sig: int, *, group: bool = False, timeout: float = 10) -> bool:
+        """Send signal number ``sig`` to ``pid`` (to process group ``pid`` when ``group``) with the
+        box's ``kill``. True when it was sent; False when there is no such process or it may not be
+        signalled. Raises ``ValueError`` for an unknown signal number, ``CommandTimedOut``."""
         target = f"-{int(pid)}" if group else str(int(pid))
         name = _signal.Signals(sig).name.removeprefix("SIG")
         code, _o, _e, _d = self._exec(f"kill -s {name} -- {target}", timeout=timeout, stdin=None,
@@ -747,7 +794,9 @@ class SSHTransport(Transport):
     def forward(self, host: str, port: int, *, timeout: float = 10) -> tuple[str, int]:
         """``("127.0.0.1", local_port)``: a listening socket on this machine whose connections are
         bridged to the box's ``host:port`` through this SSH connection (``direct-tcpip``). Opened on
-        first use for that ``(host, port)``, kept until ``close()``."""
+        first use for that ``(host, port)``, kept until ``close()``. ``timeout`` is not used: the
+        listener is local, and re-opening a dropped connection has its own ``ConnectTimeout``.
+        Raises ``SSHError`` after :meth:`close`."""
         key = (host, int(port))
         with self._conn_lock:
             if self._closed:
