@@ -1,51 +1,25 @@
-"""The SSH transport: a box reached through Paramiko (one connection, reused).
+"""The SSH transport proper: :class:`SSHTransport`, a box's commands and files over one connection.
 
-``connect("myalias")``, ``connect("user@host:2222")`` or ``connect("ssh://user@host")`` build an
-:class:`SSHTransport` from the spec and the OpenSSH client config (``~/.ssh/config``, or the file
-named by ``$EAGLE_WORKBENCH_SSH_CONFIG`` or ``connect(..., ssh_config=PATH)``), read with
-``paramiko.SSHConfig``. Honoured options: ``HostName``, ``User``, ``Port``, ``IdentityFile``,
-``IdentitiesOnly``, ``ProxyJump`` (hops chained through ``direct-tcpip`` channels),
-``ConnectTimeout``, ``ServerAliveInterval``, ``UserKnownHostsFile``, ``GlobalKnownHostsFile``,
-``StrictHostKeyChecking``, ``HashKnownHosts`` and ``Include``. ``ProxyCommand`` is refused with a clear error.
+Commands: each is one exec channel running :func:`wrap_command`'s text in the box's login shell
+(``eval`` when it is bash, else ``bash --norc -c``), in its own process group and session
+(``setsid`` when sshd did not already make it one) whose id a small prologue prints first; stdout
+and stderr are drained as they arrive; on time-out the remote group is killed with
+``kill -KILL -- -PGID`` over a fresh channel. ``processes`` reads all of ``/proc`` with one
+command (``_PROCESSES_SCRIPT``); ``kill`` and ``realpath``'s fallback are single commands.
 
-Security: host keys are checked against known_hosts and an unknown or changed key is refused
-(``HostKeyUnknown`` / ``HostKeyChanged``, naming ``host:port`` and the key's SHA256 fingerprint).
-Trust on first use is an explicit opt-in (``trust_unknown_hosts=True`` or ``StrictHostKeyChecking
-accept-new``; ``no`` is treated as ``accept-new``) that appends the new key to the first user
-known_hosts file; a changed key is never accepted. Authentication is by key files and the SSH agent
-only: no password is ever sent or prompted for (``AuthenticationFailed`` lists the keys tried).
+Files: one SFTP session per connection (byte ranges with pipelined reads, exclusive create +
+fsync via ``fsync@openssh.com``, ``posix-rename``, directory fsync), so file primitives cost round
+trips, not commands. A read interrupted by a dropped connection is retried once on the new one.
 
-Mechanics: one ``paramiko.SSHClient`` per box with ``TCP_NODELAY`` on its socket (without it every
-command costs ~40 ms of delayed ACKs), keepalive from ``ServerAliveInterval`` (default 30 s). File
-primitives use one SFTP session (byte ranges with pipelined reads, exclusive create + fsync,
-``posix-rename``, directory fsync), so they cost round trips, not commands. Each command is one exec
-channel: the command runs in the login shell (``eval`` when it is bash, else ``bash --norc -c``) in
-its own process group and session (``setsid`` when sshd did not already make it one) whose id a
-small prologue prints first; stdout and stderr are drained as they arrive; on time-out the remote
-group is killed with ``kill -KILL -- -PGID`` over a fresh channel. Every exec channel starts the
-user's login shell, which may read rc files (Debian's bash sources ``~/.bashrc`` for sshd
-commands): that start-up cost is the box's, paid once per command.
-
-A dropped connection is re-opened before the next call (opening a channel changes nothing on the
-box); a read (``read_range``, ``stat``, ``listdir``, ``readlink``) that the drop interrupted is
-retried once on the new connection, anything else raises ``SSHConnectionLost``.
-``forward`` opens a local port forward (``127.0.0.1:EPHEMERAL`` -> the box's ``host:port``) through
-the same connection, so ``Box.url`` works unchanged.
-
-Requirements on the box: OpenSSH's sshd with the SFTP subsystem, ``bash`` (4.4+), ``setsid`` and
-``kill`` (util-linux / procps), ``sha256sum`` and ``sync`` (coreutils), a POSIX login shell.
-Units: bytes, seconds.
+The connection itself is opened by :mod:`remote.ssh.auth` (``_open_connection``) from the
+:class:`~remote.ssh.config.SSHTarget` that :mod:`remote.ssh.config` resolves; port forwards are
+:mod:`remote.ssh.forward`'s. This module depends on all three. Units: bytes, seconds.
 """
 
 from __future__ import annotations
 
 import errno
-import fnmatch
 import functools
-import getpass
-import glob
-import ipaddress
-import json
 import logging
 import os
 import re
@@ -57,66 +31,29 @@ import stat as _stat
 import struct
 import threading
 import time
-from dataclasses import dataclass, field
 from typing import Callable, Mapping, Optional, Sequence, TypeVar
 
 import paramiko
-from paramiko.auth_strategy import AuthFailure, AuthStrategy, InMemoryPrivateKey, OnDiskPrivateKey
 from paramiko.sftp import CMD_EXTENDED
 
-from .errors import (
-    AuthenticationFailed,
-    HostKeyChanged,
-    HostKeyUnknown,
+from ..errors import (
     RemoteError,
     RemoteFileError,
     RemoteFileNotFound,
     RemoteIsADirectory,
     RemotePermissionError,
-    SSHConfigError,
-    SSHConnectFailed,
     SSHConnectionLost,
     SSHError,
     SSHTimedOut,
-    BoxSpecError,
-    UnknownSSHHost,
 )
-from .result import FileStat, ProcessInfo, Result
-from .transport import Transport, parse_proc_stat, timed_out
+from ..result import FileStat, ProcessInfo, Result
+from ..transport import Transport, parse_proc_stat, timed_out
+from .auth import CHANNEL_TIMEOUT, _close_channel, _Connection, _dies_soon, _open_connection
+from .config import SSHConfigFiles, SSHTarget, _replace, config_path, load_ssh_config, resolve_target
+from .forward import _PortForward
 
-log = logging.getLogger(__name__)
+log = logging.getLogger(__package__)  # "remote.ssh": one logger for the package, as before the split
 
-
-class _RefusedForwardToDebug(logging.Filter):
-    """paramiko logs ERROR "Secsh channel N open FAILED: ...: Connect failed" when the box refuses a
-    forwarded connection, which is expected while a server starts (``wait_healthy`` polls through
-    the forward) and is handled (and logged at debug) by the port forward: demote those records to
-    DEBUG so a notebook does not fill with them. Every other record passes unchanged."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        if record.levelno >= logging.ERROR and "open FAILED" in str(record.msg) and "Connect failed" in str(record.msg):
-            record.levelno, record.levelname = logging.DEBUG, "DEBUG"
-        return True
-
-
-logging.getLogger("paramiko.transport").addFilter(_RefusedForwardToDebug())
-# Without a handler of the application's, Python's last-resort handler prints paramiko's own
-# ERROR records (e.g. "Error reading SSH protocol banner" with a traceback) on stderr, beside the
-# typed error the transport raises for the same failure. A library adds a NullHandler (logging
-# HOWTO, "Configuring Logging for a Library"); an application that configures logging still sees them.
-logging.getLogger("paramiko").addHandler(logging.NullHandler())
-
-#: Environment variable naming the ssh client config file to read instead of ``~/.ssh/config``.
-SSH_CONFIG_ENV = "EAGLE_WORKBENCH_SSH_CONFIG"
-#: Seconds allowed to set up the TCP connection and the SSH handshake when the config sets no
-#: ``ConnectTimeout`` (OpenSSH would wait for the system's TCP time-out, minutes).
-DEFAULT_CONNECT_TIMEOUT = 15.0
-#: Keepalive interval (seconds) when the config sets no ``ServerAliveInterval``.
-DEFAULT_KEEPALIVE = 30
-#: Seconds to wait for the server to open a channel (a command, SFTP, a forwarded connection).
-CHANNEL_TIMEOUT = 15.0
-#: Seconds allowed per authentication attempt.
-AUTH_TIMEOUT = 30.0
 #: Seconds to keep reading after the remote group was killed on time-out.
 _DRAIN_AFTER_KILL_S = 2.0
 #: Seconds to wait, after a time-out, for the group id of a command whose login shell is still starting.
@@ -128,516 +65,8 @@ _WINDOW = 16 << 20
 _MAX_PACKET = 1 << 18
 #: SFTP request size (bytes) paramiko uses for reads and writes.
 _SFTP_REQUEST = 32768
-#: Default keys tried when ``look_for_keys`` (OpenSSH's order, the types paramiko can load).
-_DEFAULT_KEYS = ("id_rsa", "id_ecdsa", "id_ed25519")
 
 T = TypeVar("T")
-
-
-# -- specs and config ----------------------------------------------------------------------------
-
-_SPEC = re.compile(r"^(?:(?P<user>[^@\s/]+)@)?(?P<host>\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]+)(?::(?P<port>\d+))?$")
-
-
-def parse_spec(spec: str) -> tuple[Optional[str], str, Optional[int]]:
-    """``(user, host, port)`` of ``user@host[:port]``, ``host``, ``[v6addr]:port`` or
-    ``ssh://[user@]host[:port]`` (``None`` where not given; brackets removed from IPv6).
-
-    Raises ``BoxSpecError`` when the text is none of these.
-    """
-    text = spec.strip()
-    if text.startswith("ssh://"):
-        text = text[len("ssh://") :].rstrip("/")
-    m = _SPEC.match(text)
-    if not m:
-        raise BoxSpecError(
-            f"cannot understand box spec {spec!r}: expected 'local', 'user@host[:port]', "
-            "'ssh://user@host[:port]' or an ~/.ssh/config alias",
-            spec=spec,
-        )
-    host = m.group("host")
-    if host.startswith("["):
-        host = host[1:-1]
-    port = int(m.group("port")) if m.group("port") else None
-    if port is not None and not 0 < port < 65536:
-        raise BoxSpecError(f"port {port} in box spec {spec!r} is not a TCP port (1-65535)", spec=spec)
-    return m.group("user"), host, port
-
-
-@dataclass
-class SSHConfigFiles:
-    """The ssh client config as read: ``config`` (a ``paramiko.SSHConfig``, ``Include`` lines
-    inlined) and ``files`` (every file read, the main one first; empty when none exists)."""
-
-    config: paramiko.SSHConfig
-    files: list[str] = field(default_factory=list)
-
-    def aliases(self) -> list[str]:
-        """``Host`` patterns without wildcards or negation: the aliases a user can type."""
-        return sorted(h for h in self.config.get_hostnames() if not re.search(r"[*?!]", h))
-
-    def defines(self, name: str) -> bool:
-        """True when some ``Host`` pattern other than a bare ``*`` matches ``name``."""
-        return any(
-            fnmatch.fnmatchcase(name, pattern)
-            for pattern in self.config.get_hostnames()
-            if pattern not in ("*",) and not pattern.startswith("!")
-        )
-
-
-def config_path(ssh_config: Optional[str] = None) -> Optional[str]:
-    """The ssh config file to read: ``ssh_config`` if given, else ``$EAGLE_WORKBENCH_SSH_CONFIG``,
-    else ``~/.ssh/config`` (``None`` when that does not exist)."""
-    if ssh_config is not None:
-        return os.path.expanduser(os.fspath(ssh_config))
-    if os.environ.get(SSH_CONFIG_ENV):
-        return os.path.expanduser(os.environ[SSH_CONFIG_ENV])
-    default = os.path.expanduser("~/.ssh/config")
-    return default if os.path.exists(default) else None
-
-
-def load_ssh_config(path: Optional[str]) -> SSHConfigFiles:
-    """Read the ssh client config at ``path`` (``None``: an empty config) with ``Include`` lines
-    inlined (relative patterns are under ``~/.ssh``, as OpenSSH does for user configs).
-
-    Raises ``SSHConfigError`` when an explicitly named file does not exist or cannot be parsed.
-    """
-    if path is None:
-        return SSHConfigFiles(paramiko.SSHConfig.from_text(""), [])
-    files: list[str] = []
-    try:
-        text = _read_config_text(path, files, depth=0)
-    except OSError as exc:
-        raise SSHConfigError(f"cannot read ssh config file ({exc.strerror or exc})", spec=path,
-                             option="config file") from None
-    try:
-        config = paramiko.SSHConfig.from_text(text)
-    except (paramiko.ConfigParseError, ValueError) as exc:
-        raise SSHConfigError(f"cannot parse ssh config ({exc})", spec=path, option="config file") from None
-    return SSHConfigFiles(config, files)
-
-
-_INCLUDE = re.compile(r"^\s*include(?:\s*=\s*|\s+)(?P<rest>.+?)\s*$", re.IGNORECASE)
-# Known-hosts options hold a list of paths, each possibly quoted. paramiko keeps the raw text (and
-# strips one pair of outer quotes), which would make '"/a b/kh"' and '/a /b' indistinguishable: the
-# value is split here, the OpenSSH way, and carried through paramiko as JSON.
-_PATH_LIST = re.compile(r"^\s*(?P<key>userknownhostsfile|globalknownhostsfile)(?:\s*=\s*|\s+)(?P<rest>.+?)\s*$",
-                        re.IGNORECASE)
-_PATH_LIST_TAG = "ewb-paths:"
-
-
-def _read_config_text(path: str, files: list[str], depth: int) -> str:
-    if depth > 16:
-        raise OSError(errno.ELOOP, f"Include nested more than 16 levels deep at {path}")
-    files.append(path)
-    out = []
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            paths = _PATH_LIST.match(line)
-            if paths:
-                out.append(f"{paths.group('key')} {_PATH_LIST_TAG}{json.dumps(shlex.split(paths.group('rest')))}\n")
-                continue
-            m = _INCLUDE.match(line)
-            if not m:
-                out.append(line)
-                continue
-            for pattern in shlex.split(m.group("rest")):
-                pattern = os.path.expanduser(pattern)
-                if not os.path.isabs(pattern):
-                    pattern = os.path.join(os.path.expanduser("~/.ssh"), pattern)
-                for included in sorted(glob.glob(pattern)):
-                    if os.path.isfile(included):
-                        out.append(_read_config_text(included, files, depth + 1))
-                        out.append("\n")
-    return "".join(out)
-
-
-@dataclass(frozen=True)
-class SSHTarget:
-    """Where and how to connect, resolved from a spec and the ssh config.
-
-    ``spec`` as given, ``alias`` the host part looked up in the config, ``hostname`` / ``port`` /
-    ``user`` the destination, ``identity_files`` (expanded paths), ``identities_only`` (no agent
-    keys, no default keys), ``proxy_jump`` (hop specs, first hop first), ``connect_timeout`` and
-    ``keepalive`` in seconds, ``known_hosts`` (user files; the first receives trust-on-first-use
-    entries) and ``global_known_hosts``, ``accept_new`` (trust on first use allowed by the config),
-    ``hash_known_hosts`` (``HashKnownHosts``: write trusted names hashed).
-    """
-
-    spec: str
-    alias: str
-    hostname: str
-    port: int
-    user: str
-    identity_files: tuple[str, ...] = ()
-    identities_only: bool = False
-    proxy_jump: tuple[str, ...] = ()
-    connect_timeout: float = DEFAULT_CONNECT_TIMEOUT
-    keepalive: int = DEFAULT_KEEPALIVE
-    known_hosts: tuple[str, ...] = ()
-    global_known_hosts: tuple[str, ...] = ()
-    accept_new: bool = False
-    hash_known_hosts: bool = False
-
-    @property
-    def where(self) -> str:
-        """``user@hostname:port``, for messages."""
-        host = f"[{self.hostname}]" if ":" in self.hostname else self.hostname
-        return f"{self.user}@{host}:{self.port}"
-
-    @property
-    def host_key_name(self) -> str:
-        """The name of this host in known_hosts: ``host`` on port 22, else ``[host]:port``."""
-        return self.hostname if self.port == 22 else f"[{self.hostname}]:{self.port}"
-
-
-def _yes(value: Optional[str]) -> bool:
-    return str(value).strip().lower() in ("yes", "true", "on")
-
-
-def _paths(value) -> tuple[str, ...]:
-    if isinstance(value, str) and value.startswith(_PATH_LIST_TAG):
-        items = json.loads(value[len(_PATH_LIST_TAG) :])
-    else:
-        items = value if isinstance(value, list) else shlex.split(str(value))
-    return tuple(os.path.expanduser(v) for v in items if v and v.lower() != "none")
-
-
-def _in_etc_hosts(name: str) -> bool:
-    try:
-        with open("/etc/hosts", encoding="utf-8", errors="replace") as f:
-            for line in f:
-                fields = line.split("#", 1)[0].split()
-                if name in fields[1:]:
-                    return True
-    except OSError:
-        return False
-    return False
-
-
-def _is_ip(text: str) -> bool:
-    try:
-        ipaddress.ip_address(text)
-    except ValueError:
-        return False
-    return True
-
-
-def resolve_target(spec: str, configs: SSHConfigFiles, *, jump_override: Optional[tuple[str, ...]] = None) -> SSHTarget:
-    """Turn ``spec`` into an :class:`SSHTarget` with the options of ``configs`` (see the module
-    docstring for those honoured). Values in the spec (user, port) win over the config.
-
-    ``jump_override`` replaces the config's ``ProxyJump`` (used for the hops of a jump chain).
-    Raises ``BoxSpecError`` (unparseable spec), ``UnknownSSHHost`` (a bare name that no ``Host``
-    defines and ``/etc/hosts`` does not know), ``SSHConfigError`` (``ProxyCommand``, a bad number).
-    """
-    user, host, port = parse_spec(spec)
-    try:
-        opts = configs.config.lookup(host)
-    except Exception as exc:  # noqa: BLE001 - paramiko's lookup raises many types (Match exec, tokens)
-        raise SSHConfigError(f"lookup failed: {type(exc).__name__}: {exc}", spec=spec, option="Host/Match") from None
-    bare = user is None and port is None and "." not in host and ":" not in host and not spec.startswith("ssh://")
-    if bare and not configs.defines(host) and not _is_ip(host) and not _in_etc_hosts(host):
-        raise UnknownSSHHost(host, config_files=configs.files, aliases=configs.aliases())
-
-    def number(key: str, default: float) -> float:
-        if key not in opts:
-            return default
-        try:
-            return float(str(opts[key]).split()[0])
-        except ValueError:
-            raise SSHConfigError(f"not a number: {opts[key]!r}", spec=spec, option=key) from None
-
-    if port is None:
-        port = int(number("port", 22))
-    jumps: tuple[str, ...]
-    if jump_override is not None:
-        jumps = jump_override
-    else:
-        raw_jump = str(opts.get("proxyjump", "none")).strip()
-        jumps = () if raw_jump.lower() == "none" else tuple(j.strip() for j in raw_jump.split(",") if j.strip())
-    proxy_command = str(opts.get("proxycommand", "none")).strip()
-    if not jumps and proxy_command.lower() != "none":
-        raise SSHConfigError(
-            f"ProxyCommand {proxy_command!r} is not supported; use ProxyJump (the jump host must allow TCP forwarding)",
-            spec=spec, option="ProxyCommand",
-        )
-    strict = str(opts.get("stricthostkeychecking", "yes")).strip().lower()
-    known = _paths(opts["userknownhostsfile"]) if "userknownhostsfile" in opts else (
-        os.path.expanduser("~/.ssh/known_hosts"), os.path.expanduser("~/.ssh/known_hosts2"))
-    global_known = _paths(opts["globalknownhostsfile"]) if "globalknownhostsfile" in opts else (
-        "/etc/ssh/ssh_known_hosts", "/etc/ssh/ssh_known_hosts2")
-    keepalive = int(number("serveraliveinterval", DEFAULT_KEEPALIVE))
-    return SSHTarget(
-        spec=spec,
-        alias=host,
-        hostname=str(opts.get("hostname", host)),
-        port=port,
-        user=user or str(opts.get("user") or getpass.getuser()),
-        identity_files=_paths(opts.get("identityfile", [])),
-        identities_only=_yes(opts.get("identitiesonly")),
-        proxy_jump=jumps,
-        connect_timeout=number("connecttimeout", DEFAULT_CONNECT_TIMEOUT),
-        keepalive=keepalive,
-        known_hosts=known,
-        global_known_hosts=global_known,
-        accept_new=strict in ("accept-new", "no", "off"),
-        hash_known_hosts=_yes(opts.get("hashknownhosts")),
-    )
-
-
-# -- host keys and authentication ----------------------------------------------------------------
-
-
-class _HostKeyPolicy(paramiko.MissingHostKeyPolicy):
-    """Refuse an unknown host key with ``HostKeyUnknown``, or (trust on first use) append it to
-    the first user known_hosts file. Changed keys never reach this policy (paramiko raises
-    ``BadHostKeyException`` for them)."""
-
-    def __init__(self, target: SSHTarget, trust: bool, files_read: list[str], box: str):
-        self.target = target
-        self.trust = trust
-        self.files_read = files_read
-        self.box = box
-        self.added: Optional[str] = None
-
-    def missing_host_key(self, client, hostname, key):
-        if not self.trust:
-            raise HostKeyUnknown(where=self.target.where, host_port=hostname, key_type=key.get_name(),
-                                 fingerprint=key.fingerprint, known_hosts=self.files_read, box=self.box)
-        if not self.target.known_hosts:
-            raise SSHConfigError("trust on first use needs a UserKnownHostsFile to record the key in",
-                                 spec=self.target.spec, option="UserKnownHostsFile")
-        path = self.target.known_hosts[0]
-        name = paramiko.HostKeys.hash_host(hostname) if self.target.hash_known_hosts else hostname
-        line = paramiko.hostkeys.HostKeyEntry([name], key).to_line()
-        os.makedirs(os.path.dirname(path) or ".", mode=0o700, exist_ok=True)
-        with os.fdopen(os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o600), "a+b") as f:
-            f.seek(0, os.SEEK_END)
-            if f.tell() > 0:
-                f.seek(-1, os.SEEK_END)
-                if f.read(1) != b"\n":
-                    line = "\n" + line
-            f.write(line.encode("utf-8"))
-            f.flush()
-            os.fsync(f.fileno())
-        client.get_host_keys().add(hostname, key.get_name(), key)
-        self.added = f"{hostname} {key.get_name()} {key.fingerprint} -> {path}"
-        log.warning("trusting new host key on first use: %s", self.added)
-
-
-class _KeyStrategy(AuthStrategy):
-    """Public-key authentication only: the config's IdentityFiles, then agent keys, then the default
-    ``~/.ssh/id_*`` keys. Keys that cannot be loaded (missing, encrypted) are recorded, not tried."""
-
-    def __init__(self, target: SSHTarget, *, allow_agent: bool, look_for_keys: bool):
-        super().__init__(ssh_config=None)
-        self.target = target
-        self.allow_agent = allow_agent
-        self.look_for_keys = look_for_keys
-        self.skipped: list[str] = []
-        self.agent: Optional[paramiko.Agent] = None
-
-    def _load(self, path: str, source: str):
-        try:
-            pkey = paramiko.PKey.from_path(path)
-        except FileNotFoundError:
-            if source == "ssh-config":
-                self.skipped.append(f"{path} (no such file)")
-            return None
-        except (paramiko.PasswordRequiredException, TypeError) as exc:
-            # paramiko raises PasswordRequiredException, or cryptography's TypeError ("Key is
-            # password-protected, but password was not provided.") for OpenSSH-format keys.
-            if isinstance(exc, TypeError) and "password" not in str(exc):
-                raise
-            self.skipped.append(f"{path} (encrypted; load it into ssh-agent, passphrases are never prompted for)")
-            return None
-        except (paramiko.SSHException, OSError, ValueError) as exc:
-            self.skipped.append(f"{path} (unreadable: {exc})")
-            return None
-        return OnDiskPrivateKey(self.target.user, source, path, pkey)
-
-    def get_sources(self):
-        for path in self.target.identity_files:
-            src = self._load(path, "ssh-config")
-            if src is not None:
-                yield src
-        if self.allow_agent and not self.target.identities_only:
-            self.agent = paramiko.Agent()
-            for key in self.agent.get_keys():
-                yield InMemoryPrivateKey(self.target.user, key)
-        if self.look_for_keys and not self.target.identities_only:
-            for name in _DEFAULT_KEYS:
-                path = os.path.expanduser(f"~/.ssh/{name}")
-                if path not in self.target.identity_files and os.path.exists(path):
-                    src = self._load(path, "implicit-home")
-                    if src is not None:
-                        yield src
-
-    def close(self) -> None:
-        if self.agent is not None:
-            self.agent.close()
-            self.agent = None
-
-
-def _describe_source(source) -> str:
-    key = getattr(source, "pkey", None)
-    what = f"{key.get_name()} {key.fingerprint}" if key is not None else type(source).__name__
-    if isinstance(source, OnDiskPrivateKey):
-        return f"{source.path} ({what})"
-    return f"agent key ({what})"
-
-
-def _tried(failure: AuthFailure, strategy: _KeyStrategy) -> list[str]:
-    out = []
-    for item in failure.result:
-        result = item.result
-        if isinstance(result, paramiko.AuthenticationException):
-            outcome = "refused"
-        elif isinstance(result, Exception):
-            outcome = f"{type(result).__name__}: {result}"
-        else:
-            outcome = str(result)
-        out.append(f"{_describe_source(item.source)}: {outcome}")
-    return out + [f"{s}: not tried" for s in strategy.skipped]
-
-
-# -- the connection ----------------------------------------------------------------------------
-
-
-@dataclass
-class _Connection:
-    """An open SSH connection: the client, the TCP socket under it (``None`` behind a jump host)
-    and the jump hosts' connections it rides on (closed with it)."""
-
-    client: paramiko.SSHClient
-    sock: Optional[socket.socket]
-    jumps: list["_Connection"]
-    home: Optional[str] = None
-    trusted: Optional[str] = None  # "name type fingerprint -> file" when a key was trusted on first use
-
-    @property
-    def transport(self) -> paramiko.Transport:
-        return self.client.get_transport()
-
-    def alive(self) -> bool:
-        t = self.client.get_transport()
-        return t is not None and t.is_active()
-
-    def close(self) -> None:
-        self.client.close()
-        for jump in reversed(self.jumps):
-            jump.close()
-
-
-def _open_connection(target: SSHTarget, configs: SSHConfigFiles, *, trust: bool, allow_agent: bool,
-                     look_for_keys: bool, box: str, depth: int = 0) -> _Connection:
-    """Connect to ``target`` (through its ProxyJump hops), check its host key and authenticate.
-    Raises the ``SSHError`` family and ``SSHConfigError``."""
-    if depth > 8:
-        raise SSHConfigError("ProxyJump chain longer than 8 hops (a loop?)", spec=target.spec, option="ProxyJump")
-    jumps: list[_Connection] = []
-    sock = None
-    channel_sock = None
-    try:
-        if target.proxy_jump:
-            *before, last = target.proxy_jump
-            hop = resolve_target(last, configs, jump_override=tuple(before) if before else None)
-            jump = _open_connection(hop, configs, trust=trust, allow_agent=allow_agent, look_for_keys=look_for_keys,
-                                    box=box, depth=depth + 1)
-            jumps.append(jump)
-            try:
-                channel_sock = jump.transport.open_channel(
-                    "direct-tcpip", (target.hostname, target.port), ("127.0.0.1", 0), timeout=target.connect_timeout)
-            except (paramiko.ChannelException, paramiko.SSHException, OSError, EOFError) as exc:
-                raise SSHConnectFailed(f"jump host {hop.where} could not open a connection to "
-                                       f"{target.hostname}:{target.port}: {exc}", where=target.where, box=box) from None
-        else:
-            sock = _tcp_connect(target, box)
-        return _handshake(target, sock if sock is not None else channel_sock, sock, jumps, trust=trust,
-                          allow_agent=allow_agent, look_for_keys=look_for_keys, box=box)
-    except BaseException:
-        if sock is not None:
-            sock.close()
-        for jump in jumps:
-            jump.close()
-        raise
-
-
-def _tcp_connect(target: SSHTarget, box: str) -> socket.socket:
-    try:
-        sock = socket.create_connection((target.hostname, target.port), timeout=target.connect_timeout)
-    except socket.gaierror as exc:
-        raise SSHConnectFailed(f"cannot resolve host name {target.hostname!r} ({exc.strerror})",
-                               where=target.where, box=box) from None
-    except ConnectionRefusedError:
-        raise SSHConnectFailed(f"connection refused: nothing listens on {target.hostname}:{target.port}",
-                               where=target.where, box=box) from None
-    except (socket.timeout, TimeoutError):
-        raise SSHConnectFailed(f"no TCP connection within ConnectTimeout {target.connect_timeout:g}s",
-                               where=target.where, box=box) from None
-    except OSError as exc:
-        raise SSHConnectFailed(f"TCP connection failed: {exc.strerror or exc}", where=target.where, box=box) from None
-    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    return sock
-
-
-def _handshake(target: SSHTarget, channel, sock: Optional[socket.socket], jumps: list[_Connection], *, trust: bool,
-               allow_agent: bool, look_for_keys: bool, box: str) -> _Connection:
-    client = paramiko.SSHClient()
-    files_read = []
-    for path in (*target.global_known_hosts, *target.known_hosts):
-        if os.path.isfile(path):
-            try:
-                client.get_host_keys().load(path)
-            except (OSError, paramiko.SSHException, ValueError) as exc:
-                raise SSHConfigError(f"cannot read known_hosts file {path}: {exc}", spec=target.spec,
-                                     option="UserKnownHostsFile") from None
-            files_read.append(path)
-    policy = _HostKeyPolicy(target, trust or target.accept_new, files_read, box)
-    client.set_missing_host_key_policy(policy)
-    strategy = _KeyStrategy(target, allow_agent=allow_agent, look_for_keys=look_for_keys)
-    t = target.connect_timeout
-    began = time.monotonic()
-    try:
-        client.connect(target.hostname, target.port, username=target.user, sock=channel, timeout=t,
-                       banner_timeout=t, auth_timeout=AUTH_TIMEOUT, channel_timeout=CHANNEL_TIMEOUT,
-                       auth_strategy=strategy, allow_agent=False, look_for_keys=False)
-    except HostKeyUnknown:
-        client.close()
-        raise
-    except paramiko.BadHostKeyException as exc:
-        client.close()
-        raise HostKeyChanged(where=target.where, host_port=target.host_key_name, key_type=exc.key.get_name(),
-                             fingerprint=exc.key.fingerprint, expected_fingerprint=exc.expected_key.fingerprint,
-                             known_hosts=files_read, box=box) from None
-    except AuthFailure as exc:
-        client.close()
-        raise AuthenticationFailed(user=target.user, host=target.hostname, where=target.where,
-                                   keys_tried=_tried(exc, strategy), box=box) from None
-    except paramiko.AuthenticationException as exc:
-        client.close()
-        raise AuthenticationFailed(user=target.user, host=target.hostname, where=target.where,
-                                   keys_tried=[str(exc)] + strategy.skipped, box=box) from None
-    except (paramiko.SSHException, EOFError, OSError) as exc:
-        client.close()
-        reason = str(exc) or type(exc).__name__
-        waited = time.monotonic() - began
-        if isinstance(exc, (socket.timeout, TimeoutError)) or "timeout" in reason.lower() or waited >= 0.9 * t:
-            reason = f"SSH handshake not done within {t:g}s ({reason})"
-        else:
-            reason = f"SSH handshake failed: {reason}"
-        raise SSHConnectFailed(reason, where=target.where, box=box) from None
-    except BaseException:  # SSHConfigError from the policy, KeyboardInterrupt: nothing left open
-        client.close()
-        raise
-    finally:
-        strategy.close()
-    client.get_transport().set_keepalive(max(0, int(target.keepalive)))
-    return _Connection(client=client, sock=sock, jumps=jumps, trusted=policy.added)
-
-
-# -- the transport ----------------------------------------------------------------------------
 
 
 _PROCESSES_SCRIPT = r"""
@@ -690,6 +119,14 @@ class SSHTransport(Transport):
 
     ``reconnects`` counts connections re-opened after a drop. ``trusted_new_host_key`` says which
     key was added to known_hosts when trust on first use was used (else ``None``).
+
+    Sizes and offsets are in bytes, time-outs in seconds. Besides the errors each method names,
+    any call may raise the ``SSHError`` family when the connection must be re-opened and cannot be
+    (``SSHConnectFailed``, ``HostKeyChanged``, ``AuthenticationFailed``, ...), or ``SSHError``
+    after :meth:`close`. File primitives raise ``SSHTimedOut`` when the box sends no SFTP reply
+    within ``timeout``. A call the connection drops under raises ``SSHConnectionLost``, except a
+    read (``read_range``, ``stat``, ``listdir``, ``readlink``), which is first retried once on a new
+    connection.
     """
 
     def __init__(self, target: SSHTarget, configs: SSHConfigFiles, *, name: str, trust_unknown_hosts: bool = False,
@@ -800,6 +237,15 @@ class SSHTransport(Transport):
 
     def run(self, command: str, *, timeout: float, cwd: Optional[str] = None, env: Optional[Mapping[str, str]] = None,
             stdin: Optional[bytes] = None) -> Result:
+        """Run shell text ``command`` on the box (see :func:`wrap_command`) in ``cwd`` (default: the
+        login directory) with ``env`` added, feeding it ``stdin``; wait at most ``timeout`` seconds.
+
+        Returns the ``Result`` whatever the exit status (``exit_code`` ``None`` when a signal ended
+        it). Raises ``RemoteFileNotFound`` when ``cwd`` is missing or not a directory, ``ValueError``
+        for an unusable variable name in ``env``, ``CommandTimedOut`` (output so far attached) after
+        killing the command's process group, ``SSHConnectionLost`` when the connection drops while
+        it runs.
+        """
         if cwd is not None:
             try:
                 st = self.stat(cwd, timeout=min(timeout, 30))
@@ -1079,6 +525,9 @@ class SSHTransport(Transport):
     # -- file primitives --------------------------------------------------------------------------
 
     def read_range(self, path: str, offset: int = 0, length: Optional[int] = None, *, timeout: float = 30) -> bytes:
+        """Up to ``length`` bytes of ``path`` from byte ``offset`` (``None``: to EOF), short at EOF,
+        over SFTP (reads beyond 32 KiB pipelined). Raises ``RemoteFileNotFound``,
+        ``RemotePermissionError``, ``RemoteIsADirectory``, ``RemoteFileError``."""
         def op(sftp: paramiko.SFTPClient) -> bytes:
             try:
                 f = sftp.open(path, "rb", bufsize=0)
@@ -1097,21 +546,32 @@ class SSHTransport(Transport):
         return self._file_op("read", path, op, timeout=timeout, idempotent=True)
 
     def stat(self, path: str, *, timeout: float = 30) -> FileStat:
+        """``FileStat`` of ``path``, symlinks followed: ``size`` in bytes, ``mode`` the permission
+        bits, ``mtime`` in seconds since the epoch. Raises ``RemoteFileNotFound``,
+        ``RemotePermissionError``, ``RemoteFileError``."""
         attrs = self._file_op("stat", path, lambda sftp: sftp.stat(path), timeout=timeout, idempotent=True)
         mode = attrs.st_mode or 0
         return FileStat(path=path, size=int(attrs.st_size or 0), mode=_stat.S_IMODE(mode),
                         mtime=float(attrs.st_mtime or 0), is_file=_stat.S_ISREG(mode), is_dir=_stat.S_ISDIR(mode))
 
     def listdir(self, path: str, *, timeout: float = 30) -> list[str]:
+        """Names in directory ``path`` (no ``.``/``..``), unsorted. Raises ``RemoteFileNotFound``,
+        ``RemotePermissionError``, ``RemoteFileError``."""
         return self._file_op("list directory", path, lambda sftp: sftp.listdir(path), timeout=timeout, idempotent=True)
 
     def readlink(self, path: str, *, timeout: float = 30) -> str:
+        """Target of the symlink ``path``, as stored. Raises ``RemoteFileNotFound``, and
+        ``RemoteFileError`` when ``path`` is not a symlink."""
         target = self._file_op("readlink", path, lambda sftp: sftp.readlink(path), timeout=timeout, idempotent=True)
         if target is None:
             raise RemoteFileError("readlink: not a symbolic link", path=path, box=self.name)
         return target
 
     def write_new(self, path: str, data: bytes, *, mode: int, timeout: float = 30) -> None:
+        """Create ``path`` exclusively with permission bits ``mode``, write ``data`` (pipelined) and
+        fsync it (``fsync@openssh.com``, else ``sync FILE`` on the box). Raises ``RemoteFileError``
+        with ``errno`` ``EEXIST`` when ``path`` exists, ``RemoteFileNotFound`` (missing directory),
+        ``RemotePermissionError``; not retried after a drop (``SSHConnectionLost``)."""
         def op(sftp: paramiko.SFTPClient) -> None:
             try:
                 f = sftp.open(path, "wbx", bufsize=0)
@@ -1151,6 +611,9 @@ class SSHTransport(Transport):
             raise RemoteFileError(f"fsync failed ({err.decode('utf-8', 'replace').strip()})", path=path, box=self.name)
 
     def rename(self, src: str, dst: str, *, timeout: float = 30) -> None:
+        """Atomically replace ``dst`` with ``src`` (``posix-rename@openssh.com``), then fsync
+        ``dst``'s directory. Raises ``RemoteFileNotFound``, ``RemotePermissionError``,
+        ``RemoteIsADirectory`` (``dst`` is a directory), ``RemoteFileError``."""
         def op(sftp: paramiko.SFTPClient) -> None:
             try:
                 sftp.posix_rename(src, dst)
@@ -1188,6 +651,8 @@ class SSHTransport(Transport):
                                   path=directory, box=self.name)
 
     def remove(self, path: str, *, timeout: float = 30) -> None:
+        """Delete the file ``path``. Raises ``RemoteFileNotFound``, ``RemotePermissionError``,
+        ``RemoteIsADirectory``, ``RemoteFileError``."""
         def op(sftp: paramiko.SFTPClient) -> None:
             try:
                 sftp.remove(path)
@@ -1199,6 +664,9 @@ class SSHTransport(Transport):
         self._file_op("remove", path, op, timeout=timeout, idempotent=False)
 
     def makedirs(self, path: str, *, mode: int = 0o755, timeout: float = 30) -> None:
+        """Create directory ``path`` and its missing parents with permission bits ``mode`` (before
+        the box's umask); no error when it exists or appears meanwhile. Raises ``RemoteFileError``
+        when a component is not a directory, ``RemotePermissionError``."""
         def op(sftp: paramiko.SFTPClient) -> None:
             missing = []
             current = path.rstrip("/") or "/"
@@ -1229,6 +697,8 @@ class SSHTransport(Transport):
         self._file_op("create directory", path, op, timeout=timeout, idempotent=False)
 
     def expanduser(self, path: str) -> str:
+        """``path`` with a leading ``~`` (the login directory SFTP starts in) or ``~user`` (asked of
+        the box's shell) expanded; returned unchanged when it has none or the user is unknown."""
         if not path.startswith("~"):
             return path
         head, sep, rest = path[1:].partition("/")
@@ -1251,6 +721,9 @@ class SSHTransport(Transport):
     # -- faster versions of the defaults -----------------------------------------------------------
 
     def sha256(self, path: str, *, timeout: float = 60) -> str:
+        """Hex sha256 (64 characters) of the file ``path``, computed on the box by ``sha256sum``
+        (nothing but the digest crosses the connection). Raises ``RemoteFileNotFound``,
+        ``RemotePermissionError``, ``RemoteIsADirectory``, ``RemoteFileError``, ``CommandTimedOut``."""
         res = self.run(f"LC_ALL=C sha256sum -b -- {shlex.quote(path)}", timeout=timeout)
         if res.exit_code == 0:
             m = re.match(r"^\\?([0-9a-f]{64}) ", res.stdout)
@@ -1294,6 +767,9 @@ class SSHTransport(Transport):
         return out
 
     def kill(self, pid: int, sig: int, *, group: bool = False, timeout: float = 10) -> bool:
+        """Send signal number ``sig`` to ``pid`` (to process group ``pid`` when ``group``) with the
+        box's ``kill``. True when it was sent; False when there is no such process or it may not be
+        signalled. Raises ``ValueError`` for an unknown signal number, ``CommandTimedOut``."""
         target = f"-{int(pid)}" if group else str(int(pid))
         name = _signal.Signals(sig).name.removeprefix("SIG")
         code, _o, _e, _d = self._exec(f"kill -s {name} -- {target}", timeout=timeout, stdin=None,
@@ -1318,7 +794,9 @@ class SSHTransport(Transport):
     def forward(self, host: str, port: int, *, timeout: float = 10) -> tuple[str, int]:
         """``("127.0.0.1", local_port)``: a listening socket on this machine whose connections are
         bridged to the box's ``host:port`` through this SSH connection (``direct-tcpip``). Opened on
-        first use for that ``(host, port)``, kept until ``close()``."""
+        first use for that ``(host, port)``, kept until ``close()``. ``timeout`` is not used: the
+        listener is local, and re-opening a dropped connection has its own ``ConnectTimeout``.
+        Raises ``SSHError`` after :meth:`close`."""
         key = (host, int(port))
         with self._conn_lock:
             if self._closed:
@@ -1326,52 +804,9 @@ class SSHTransport(Transport):
             fwd = self._forwards.get(key)
             if fwd is None or fwd.closed:
                 self._connection()
-                fwd = _PortForward(self, host, int(port))
+                fwd = _PortForward(self._connection, host, int(port))
                 self._forwards[key] = fwd
             return fwd.local_address
-
-    def _open_direct(self, host: str, port: int, origin: tuple[str, int]) -> paramiko.Channel:
-        """A ``direct-tcpip`` channel to the box's ``host:port``. Raises ``paramiko.ChannelException``
-        when the box refuses (nothing listens there), ``SSHError`` when the connection fails."""
-        conn = self._connection()
-        try:
-            return conn.transport.open_channel("direct-tcpip", (host, port), origin, timeout=CHANNEL_TIMEOUT)
-        except paramiko.ChannelException:
-            raise
-        except (paramiko.SSHException, EOFError, OSError):
-            if not _dies_soon(conn):
-                raise
-        return self._connection().transport.open_channel("direct-tcpip", (host, port), origin,
-                                                         timeout=CHANNEL_TIMEOUT)
-
-
-def _close_channel(chan: paramiko.Channel) -> None:
-    """Close ``chan``. On a connection that already died the close message cannot be sent: the
-    channel is closed on this side anyway, which is all that is needed (logged at debug level)."""
-    try:
-        chan.close()
-    except (EOFError, OSError, paramiko.SSHException) as exc:
-        log.debug("closing channel %s on a dead connection: %s", chan.get_name(), exc)
-
-
-def _dies_soon(conn, wait: float = 1.0) -> bool:
-    """True when the connection (a ``_Connection`` or a ``paramiko.Transport``) is dead or dies
-    within ``wait`` seconds (paramiko's reader thread notices a dead socket a moment after a write
-    to it failed)."""
-    transport = conn.transport if isinstance(conn, _Connection) else conn
-    deadline = time.monotonic() + wait
-    while True:
-        if transport is None or not transport.is_active():
-            return True
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(0.02)
-
-
-def _replace(target: SSHTarget, **changes) -> SSHTarget:
-    import dataclasses
-
-    return dataclasses.replace(target, **changes)
 
 
 def _read_file(f: paramiko.SFTPFile, offset: int, length: Optional[int]) -> bytes:
@@ -1398,91 +833,3 @@ def _read_file(f: paramiko.SFTPFile, offset: int, length: Optional[int]) -> byte
         parts.append(block)
         got += len(block)
     return b"".join(parts)
-
-
-class _PortForward:
-    """A local listening socket (``127.0.0.1``, an ephemeral port) whose accepted connections are
-    each bridged to a ``direct-tcpip`` channel to the box's ``remote_host:remote_port``. Threads are
-    daemons; ``close()`` stops accepting and closes every bridge."""
-
-    def __init__(self, owner: SSHTransport, remote_host: str, remote_port: int):
-        self.owner = owner
-        self.remote = (remote_host, remote_port)
-        self.listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self.listener.bind(("127.0.0.1", 0))
-        self.listener.listen(64)
-        self.listener.settimeout(0.5)
-        self.local_address: tuple[str, int] = ("127.0.0.1", self.listener.getsockname()[1])
-        self.closed = False
-        self._lock = threading.Lock()
-        self._bridges: set[tuple[socket.socket, paramiko.Channel]] = set()
-        self._thread = threading.Thread(target=self._accept_loop, name=f"ewb-forward-{self.local_address[1]}",
-                                        daemon=True)
-        self._thread.start()
-
-    def _accept_loop(self) -> None:
-        while not self.closed:
-            try:
-                conn, origin = self.listener.accept()
-            except socket.timeout:
-                continue
-            except OSError as exc:
-                if not self.closed:
-                    log.warning("port forward %s -> box %s stopped accepting: %s", self.local_address, self.remote, exc)
-                return
-            threading.Thread(target=self._bridge, args=(conn, origin), daemon=True,
-                             name=f"ewb-forward-{self.local_address[1]}-conn").start()
-
-    def _bridge(self, conn: socket.socket, origin: tuple[str, int]) -> None:
-        try:
-            chan = self.owner._open_direct(self.remote[0], self.remote[1], origin[:2])
-        except paramiko.ChannelException as exc:
-            # The box refused (nothing listens there yet): the client sees the connection closed.
-            log.debug("port forward to box %s:%s refused: %s", *self.remote, exc)
-            conn.close()
-            return
-        except (RemoteError, paramiko.SSHException, EOFError, OSError) as exc:
-            log.warning("port forward to box %s:%s failed: %s", *self.remote, exc)
-            conn.close()
-            return
-        pair = (conn, chan)
-        with self._lock:
-            if self.closed:
-                _close_channel(chan)
-                conn.close()
-                return
-            self._bridges.add(pair)
-        try:
-            conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            while not self.closed:
-                readable, _, _ = select.select([conn, chan], [], [], 1.0)
-                if conn in readable:
-                    data = conn.recv(1 << 16)
-                    if not data:
-                        break
-                    chan.sendall(data)
-                if chan in readable:
-                    data = chan.recv(1 << 16)
-                    if not data:
-                        break
-                    conn.sendall(data)
-        except (OSError, EOFError, paramiko.SSHException) as exc:
-            if not self.closed:
-                log.debug("port forward connection to box %s:%s ended: %s", *self.remote, exc)
-        finally:
-            with self._lock:
-                self._bridges.discard(pair)
-            _close_channel(chan)
-            conn.close()
-
-    def close(self) -> None:
-        """Stop accepting and close every bridged connection."""
-        with self._lock:
-            self.closed = True
-            bridges = list(self._bridges)
-            self._bridges.clear()
-        self.listener.close()
-        for conn, chan in bridges:
-            _close_channel(chan)
-            conn.close()
-        self._thread.join(timeout=2)
