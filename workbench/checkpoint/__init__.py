@@ -26,13 +26,14 @@ from workbench.checkpoint.readers import (
     read_json_config,
     read_safetensors_header,
     read_tensor,
+    read_tensor_data,
 )
 from workbench.errors import CheckpointError, CheckpointUnreadable, ConfigUnreadable, TensorNotFound
 
 __all__ = [
     "CheckpointError", "ConfigUnreadable", "CheckpointUnreadable", "TensorNotFound", "TensorInfo",
     "SafetensorsHeader", "DTYPE_BITS", "MAX_HEADER_SIZE", "read_json_config", "read_safetensors_header",
-    "read_checkpoint_index", "read_checkpoint_tensors", "read_tensor", "find_checkpoint_files", "DraftFacts",
-    "TargetFacts", "draft_facts_from", "read_draft_facts", "target_facts_from", "read_target_facts",
+    "read_checkpoint_index", "read_checkpoint_tensors", "read_tensor", "read_tensor_data", "find_checkpoint_files",
+    "DraftFacts", "TargetFacts", "draft_facts_from", "read_draft_facts", "target_facts_from", "read_target_facts",
     "resolve_model_path", "box_env",
 ]

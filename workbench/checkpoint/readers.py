@@ -38,7 +38,7 @@ __all__ = [
     "CheckpointError", "ConfigUnreadable", "CheckpointUnreadable", "TensorNotFound",
     "TensorInfo", "SafetensorsHeader", "DTYPE_BITS", "MAX_HEADER_SIZE",
     "read_json_config", "read_safetensors_header", "read_checkpoint_index", "read_checkpoint_tensors",
-    "read_tensor", "find_checkpoint_files",
+    "read_tensor", "read_tensor_data", "find_checkpoint_files",
 ]
 
 #: safetensors' limit on the JSON header (``MAX_HEADER_SIZE`` in the reference Rust crate).
@@ -321,7 +321,15 @@ def read_tensor(box: Any, path: str, name: str, *, max_bytes: int = 64 << 20, ti
         tensors = read_checkpoint_tensors(box, path, timeout=timeout)
     if name not in tensors:
         raise TensorNotFound(f"no tensor {name!r} in the checkpoint", path=path)
-    info = tensors[name]
+    return read_tensor_data(box, tensors[name], name=name, max_bytes=max_bytes, timeout=timeout)
+
+
+def read_tensor_data(box: Any, info: TensorInfo, *, name: str = "tensor", max_bytes: int = 64 << 20,
+                     timeout: float = 60) -> np.ndarray:
+    """The data of a tensor whose header entry is already read (``info``: its file, data start and
+    offsets), by one byte-range read; decoded as :func:`read_tensor` does. ``name`` is for the
+    messages. Raises :class:`CheckpointUnreadable` (a short read) or :class:`CheckpointError` (an
+    unsupported dtype, a tensor over ``max_bytes``)."""
     if info.dtype != "BF16" and info.dtype not in _NUMPY_DTYPES:
         raise CheckpointError(f"tensor {name!r} has dtype {info.dtype}, which read_tensor does not decode",
                               path=info.file)

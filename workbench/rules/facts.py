@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from workbench.checkpoint import DraftFacts, TargetFacts, read_tensor
+from workbench.checkpoint import DraftFacts, TargetFacts, read_tensor_data
 from workbench.engine.launch import LaunchCommand
 from workbench.engine.load_weights import WeightAnalysis, analyse_weights
 from workbench.engine.modelled import (
@@ -253,9 +253,10 @@ class Facts:
             return TokenMap(vocab, tm.draft_vocab, w.d2t_name, w.t2d_name,
                             skipped="no vocab_size in the draft or target config")
         try:
-            d2t = read_tensor(self.box, draft.tensors[w.d2t_name].file, w.d2t_name, timeout=self.timeout)
-            t2d = read_tensor(self.box, draft.tensors[w.t2d_name].file, w.t2d_name,
-                              timeout=self.timeout) if w.t2d_name else None
+            # the header entries are in the facts already: one byte-range read per tensor
+            d2t = read_tensor_data(self.box, draft.tensors[w.d2t_name], name=w.d2t_name, timeout=self.timeout)
+            t2d = read_tensor_data(self.box, draft.tensors[w.t2d_name], name=w.t2d_name,
+                                   timeout=self.timeout) if w.t2d_name else None
         except CheckpointError as exc:
             return TokenMap(vocab, tm.draft_vocab, w.d2t_name, w.t2d_name, error=exc)
         return TokenMap(vocab, tm.draft_vocab, w.d2t_name, w.t2d_name, d2t, t2d)

@@ -12,12 +12,13 @@ its limits: :mod:`workbench.checkpoint.readers` (safetensors 0.4-0.8).
 
 from __future__ import annotations
 
-from workbench.rules.facts import Facts, UnreadableInput
+from workbench.checkpoint import DraftFacts
+from workbench.rules.facts import Facts, TokenMap, UnreadableInput
 from workbench.rules.finding import Finding, ev
 from workbench.rules.registry import Family
-from workbench.rules.weights import token_map_unreadable_findings
 
-__all__ = ["FAMILY", "checkpoint_unreadable", "model_not_on_box"]
+__all__ = ["FAMILY", "checkpoint_unreadable", "model_not_on_box", "draft_checkpoint_findings",
+           "token_map_unreadable_findings"]
 
 FAMILY = Family("readability", "Can the models the launch command names be read", __doc__, module=__name__)
 
@@ -27,6 +28,27 @@ _FLAG = {"target model": "--model-path", "draft model": "--speculative-draft-mod
 def _path_finding(u: UnreadableInput, rule: str, severity: str, fix: str) -> Finding:
     return Finding(rule, severity, f"the {u.role} {u.value!r} cannot be read on {u.box}: {u.how}",
                    {u.role: ev(u.value, "launch command")}, fix)
+
+
+def draft_checkpoint_findings(draft: DraftFacts) -> list[Finding]:
+    """``checkpoint-unreadable`` for a draft whose safetensors could not be read (``DraftFacts.tensors``
+    is ``None``: ``checkpoint_error`` says why)."""
+    if draft.tensors is not None and draft.checkpoint_error is None:
+        return []
+    err = draft.checkpoint_error
+    if err is None:
+        return [Finding("checkpoint-unreadable", "error", f"the draft checkpoint of {draft.path} was not read",
+                        {"path": ev(draft.path, "draft checkpoint")}, "re-export or re-download the draft checkpoint")]
+    return [Finding("checkpoint-unreadable", "error", f"the draft checkpoint cannot be read ({err.reason}): {err}",
+                    {"path": ev(err.path, "draft checkpoint"), "reason": err.reason},
+                    "re-export or re-download the draft checkpoint")]
+
+
+def token_map_unreadable_findings(draft: DraftFacts, tm: TokenMap | None) -> list[Finding]:
+    """``checkpoint-unreadable`` when ``d2t``/``t2d`` could not be read by byte range."""
+    if tm is None or tm.error is None:
+        return []
+    return [Finding("checkpoint-unreadable", "error", f"d2t/t2d unreadable: {tm.error}", {"path": draft.path}, None)]
 
 
 @FAMILY.rule("checkpoint-unreadable", severities=("error",),
@@ -48,11 +70,8 @@ def checkpoint_unreadable(facts: Facts) -> list[Finding]:
             out.append(Finding("checkpoint-unreadable", "error", f"{side} config unreadable: {u.error}",
                                {"path": ev(u.error.path, f"launch command: {_FLAG[u.role]}")}, None))
     draft = facts.draft
-    if draft is not None and draft.checkpoint_error is not None:
-        err = draft.checkpoint_error
-        out.append(Finding("checkpoint-unreadable", "error", f"the draft checkpoint cannot be read ({err.reason}): {err}",
-                           {"path": ev(err.path, "draft checkpoint"), "reason": err.reason},
-                           "re-export or re-download the draft checkpoint"))
+    if draft is not None:
+        out += draft_checkpoint_findings(draft)
     if draft is not None and facts.weights is not None:
         out += token_map_unreadable_findings(draft, facts.token_map)
     return out

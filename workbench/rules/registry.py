@@ -96,7 +96,9 @@ class Family:
     rules: list[Rule] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        (self.registry or REGISTRY).add_family(self)
+        if self.registry is None:
+            self.registry = REGISTRY
+        self.registry.add_family(self)
 
     def rule(self, rule_id: str, *, severities: Sequence[str], summary: str, fix: str = "—",
              kind: str = "static") -> Callable[[Check], Check]:
@@ -122,7 +124,7 @@ class Family:
             raise ValueError(f"rule {r.id}: severities must be some of {SEVERITIES}, got {r.severities}")
         if r.kind not in KINDS:
             raise ValueError(f"rule {r.id}: kind must be one of {KINDS}, got {r.kind!r}")
-        (self.registry or REGISTRY).add_rule(r)
+        self.registry.add_rule(r)
         self.rules.append(r)
 
 

@@ -30,6 +30,7 @@ from workbench.engine.load_weights import (
 )
 from workbench.rules.facts import Facts, TokenMap
 from workbench.rules.finding import Finding
+from workbench.rules.readability import draft_checkpoint_findings, token_map_unreadable_findings
 from workbench.rules.registry import Family
 
 __all__ = ["FAMILY", "LEGACY_NAME_MAP", "STACKED", "MODELLED_ENGINE", "expected_parameters", "map_checkpoint_name",
@@ -173,14 +174,6 @@ def token_map_invalid_findings(tm: TokenMap) -> list[Finding]:
     return [Finding("token-map-invalid", "error", "; ".join(summary["problems"]), summary, None)]
 
 
-def token_map_unreadable_findings(draft: DraftFacts, tm: TokenMap | None) -> list[Finding]:
-    """``checkpoint-unreadable`` when ``d2t``/``t2d`` could not be read by byte range (reported by
-    the readability family's rule)."""
-    if tm is None or tm.error is None:
-        return []
-    return [Finding("checkpoint-unreadable", "error", f"d2t/t2d unreadable: {tm.error}", {"path": draft.path}, None)]
-
-
 @FAMILY.rule("weights-dropped", severities=("error",),
              summary="a checkpoint tensor name matches no parameter after the engine's renames (it is silently "
                      "skipped)",
@@ -271,8 +264,7 @@ def check_draft_weights(box: Any, draft: DraftFacts, target: TargetFacts | None 
     """
     checked: dict[str, Any] = {"draft": draft.path, "modelled_engine": MODELLED_ENGINE}
     if draft.tensors is None:
-        return [Finding("checkpoint-unreadable", "error", f"the draft checkpoint could not be read: "
-                        f"{draft.checkpoint_error}", {"path": draft.path}, None)], checked
+        return draft_checkpoint_findings(draft), checked
     w = analyse_weights(draft)
     facts = Facts.of(None, draft=draft, target=target, box=box, timeout=timeout, weights=w)
     tm = facts.token_map

@@ -8,10 +8,13 @@ import json
 
 import pytest
 
+from rule_helpers import LLAMA31_8B, by_rule, deploy, doctor, draft_cfg, launch
 from workbench.checkpoint import draft_facts_from, target_facts_from
 from workbench.engine.launch import LaunchCommand
 from workbench.rules import Facts, Finding, RuleInputError, algorithm_mismatch, check_algorithm_mismatch
+from workbench.rules.launch_flags import spec_params_invalid
 from workbench_test_helpers import fixture_config, public_report, write_sparse_safetensors
+
 
 # (draft fixture, target architectures, target hidden, target layers, target vocab, text_config?)
 EAGLE3_DRAFTS = {
@@ -41,7 +44,7 @@ def make_draft(tmp_path, config, fc_shape, extra=None, name="draft"):
     return d
 
 
-def launch(algo, target, draft, extra=""):
+def algo_launch(algo, target, draft, extra=""):
     return LaunchCommand.parse(
         f"python -m sglang.launch_server --model-path {target} --speculative-algorithm {algo} "
         f"--speculative-draft-model-path {draft} --tp 8 {extra}"
@@ -56,10 +59,10 @@ def test_real_eagle3_drafts(box, tmp_path, key):
     draft_hidden = cfg.get("hidden_size") or cfg["transformer_layer_config"]["hidden_size"]
     draft = make_draft(tmp_path, cfg, (draft_hidden, 3 * hidden))
     # healthy: EAGLE3
-    assert check_algorithm_mismatch(box, launch("EAGLE3", target, draft)) == []
+    assert check_algorithm_mismatch(box, algo_launch("EAGLE3", target, draft)) == []
     # mis-flagged: EAGLE and NEXTN
     for algo in ("EAGLE", "NEXTN", "eagle"):
-        (f,) = check_algorithm_mismatch(box, launch(algo, target, draft))
+        (f,) = check_algorithm_mismatch(box, algo_launch(algo, target, draft))
         assert (f.rule, f.severity) == ("algorithm-mismatch", "error")
         assert f.evidence["speculative_algorithm"]["value"] == algo
         assert f.evidence["fc_in_features"]["value"] == 3 * hidden
@@ -67,7 +70,7 @@ def test_real_eagle3_drafts(box, tmp_path, key):
         assert f.evidence["fc_in_features / target_hidden_size"] == 3.0
         assert "architecture" in f.evidence["eagle3_signals"]
         assert LaunchCommand.parse(f.fix).get("--speculative-algorithm") == "EAGLE3"
-        assert LaunchCommand.parse(f.fix).diff(launch(algo, target, draft)) == [
+        assert LaunchCommand.parse(f.fix).diff(algo_launch(algo, target, draft)) == [
             ("--speculative-algorithm", "EAGLE3", algo)]
 
 
@@ -101,7 +104,7 @@ def test_pr21272_eagle_flag_with_eagle3_draft(box, tmp_path):
 
 def test_each_signal_alone_fires(tmp_path):
     target = target_facts_from("/t", "/t/config.json", {"hidden_size": 4096, "num_hidden_layers": 32, "vocab_size": 128256})
-    cmd = launch("EAGLE", "/t", "/d")
+    cmd = algo_launch("EAGLE", "/t", "/d")
     base = {"architectures": ["LlamaForCausalLM"], "hidden_size": 4096}
     # architecture only, no checkpoint read (as the report's draft_config gives it)
     only_arch = draft_facts_from("/d", "/d/config.json", {"architectures": ["LlamaForCausalLMEagle3"]})
@@ -130,7 +133,7 @@ def test_eagle214_eagle1_draft_launched_with_eagle3(box, tmp_path):
     target = make_target(tmp_path, "LlamaForCausalLM", 4096, 32, 128256)  # Llama-3.1-8B-Instruct
     draft = make_draft(tmp_path, cfg, (4096, 8192), {
         "layers.0.self_attn.q_proj.weight": ("F16", (4096, 4096)), "embed_tokens.weight": ("F16", (128256, 4096))})
-    (f,) = check_algorithm_mismatch(box, launch("EAGLE3", target, draft))
+    (f,) = check_algorithm_mismatch(box, algo_launch("EAGLE3", target, draft))
     assert f.evidence["fc_in_features"]["value"] == 8192
     assert f.evidence["draft_hidden_size"] == {"value": 4096, "source": f"{draft}/config.json: hidden_size"}
     assert f.evidence["fc_in_features / draft_hidden_size"] == 2.0
@@ -138,13 +141,13 @@ def test_eagle214_eagle1_draft_launched_with_eagle3(box, tmp_path):
     assert LaunchCommand.parse(f.fix).get("--speculative-algorithm") == "EAGLE"
     assert "EAGLE-1/2" in f.message
     # the same draft launched as EAGLE is fine
-    assert check_algorithm_mismatch(box, launch("EAGLE", target, draft)) == []
+    assert check_algorithm_mismatch(box, algo_launch("EAGLE", target, draft)) == []
 
 
 def test_unreadable_target_and_missing_draft(box, tmp_path):
     cfg = fixture_config("sgl-project__SpecForge__configs_qwen3-30B-eagle3.json")
     draft = make_draft(tmp_path, cfg, (2048, 6144))
-    (f,) = check_algorithm_mismatch(box, launch("EAGLE", "Qwen/Qwen3-30B-A3B", draft))
+    (f,) = check_algorithm_mismatch(box, algo_launch("EAGLE", "Qwen/Qwen3-30B-A3B", draft))
     assert f.evidence["target_hidden_size"]["value"] == 2048
     assert "target config not read" in f.evidence["target_hidden_size"]["source"]
     assert "config file not found" in f.evidence["target_config_error"]
@@ -156,3 +159,85 @@ def test_finding_validates_severity():
     with pytest.raises(ValueError, match="severity"):
         Finding("x", "fatal", "m")
     assert Finding("x", "info", "m").to_dict() == {"rule": "x", "severity": "info", "message": "m", "evidence": {}, "fix": None}
+
+
+@pytest.mark.parametrize("extra, severity, text", [
+    ("--speculative-eagle-topk 1 --speculative-num-draft-tokens 4", "error", "bare assert"),
+    ("--speculative-num-steps 3 --speculative-eagle-topk 1 --speculative-num-draft-tokens 8", "warning", "rewrites"),
+    ("--speculative-num-steps 3 --speculative-eagle-topk 4 --speculative-num-draft-tokens 8 --page-size 16 "
+     "--attention-backend flashmla", "error", "attention backend"),
+    ("--speculative-num-steps x", "error", "not an integer"),
+])
+def test_spec_params_invalid(extra, severity, text):
+    cmd = LaunchCommand.parse(f"python -m sglang.launch_server --model-path /m --speculative-algorithm EAGLE3 {extra}")
+    found = spec_params_invalid(Facts.of(cmd))
+    assert [(f.rule, f.severity) for f in found] == [("spec-params-invalid", severity)] and text in found[0].message
+    if severity == "warning":
+        assert LaunchCommand.parse(found[0].fix).get("--speculative-num-draft-tokens") == "4"
+
+
+def test_unknown_algorithm_name_from_the_engine_source(box, tmp_path, sglang_source):
+    cfg = draft_cfg(eagle_config={"eagle_aux_hidden_state_layer_ids": [1, 15, 28]})
+    t, d = deploy(tmp_path, LLAMA31_8B, cfg)
+    rep = doctor(box, launch(t, d, "EAGLE-3"), sglang_source)
+    f = by_rule(rep, "spec-params-invalid")
+    assert f.severity == "error" and "EAGLE3" in f.evidence["engine_algorithms"]["value"]
+    assert "srt/speculative/spec_info.py:" in f.evidence["engine_algorithms"]["source"]
+    assert "spec-params-invalid" not in doctor(box, launch(t, d, "nextn"), sglang_source).rules
+
+
+def test_launch_flag_unknown_names_the_typo_and_the_flag_meant():
+    from workbench.rules.launch_flags import launch_flag_unknown
+    from workbench.engine.launch import LaunchCommand
+
+    typo = LaunchCommand.parse("python -m sglang.launch_server --model-path /m --speculative-algoritm EAGLE3 "
+                               "--tp 8 --trust-remote-code")
+    [f] = launch_flag_unknown(Facts.of(typo, engine_version="0.5.23"))
+    assert (f.rule, f.severity) == ("launch-flag-unknown", "error")
+    assert f.evidence["unknown_flags"]["value"] == ["--speculative-algoritm"]
+    assert "did you mean --speculative-algorithm?" in f.message
+    assert "--speculative-algorithm EAGLE3" in f.fix and "--speculative-algoritm" not in f.fix
+    # another engine version might define it: a warning, not an error
+    assert launch_flag_unknown(Facts.of(typo, engine_version="0.6.0"))[0].severity == "warning"
+    # real flags, aliases and unique prefixes (--tp) are not findings
+    ok = LaunchCommand.parse("python -m sglang.launch_server --model /m --speculative-algorithm EAGLE3 --tp 8 "
+                             "--speculative-draft-model /d --context-length 4096")
+    assert launch_flag_unknown(Facts.of(ok, engine_version="0.5.23")) == []
+
+
+def test_unknown_algorithm_name_is_an_error(tmp_path):
+    """A misspelled algorithm is caught from the names the box's engine source defines (the
+    sandbox mirrors SGLang's spec_info.py), else from the names modelled from 0.5.23."""
+    from remote import connect
+    from workbench.sandbox_box import sandbox_launch_command
+    from workbench.doctor import run_doctor
+    from workbench.engine.launch import LaunchCommand
+
+    text = sandbox_launch_command(port=30123).replace("--speculative-algorithm EAGLE ",
+                                                      "--speculative-algorithm EAGEL3 ")
+    with connect("local", state_dir=tmp_path / "state") as box:
+        report = run_doctor(box, LaunchCommand.parse(text), engine_root=None)
+    bad = [f for f in report.findings if f.rule == "spec-params-invalid"]
+    assert bad and "EAGEL3" in bad[0].message and bad[0].severity == "error"
+
+
+def test_draft_path_missing():
+    """EAGLE/EAGLE3 without a draft path: an error for a target without an MTP head, nothing for a
+    target whose checkpoint carries one (SGLang fills the path with the target's), nothing
+    without speculative decoding."""
+    from workbench.checkpoint import target_facts_from
+    from workbench.rules import draft_path_missing
+
+    llama = target_facts_from("/t", "/t/config.json", {"architectures": ["LlamaForCausalLM"], "hidden_size": 4096})
+    ds = target_facts_from("/t", "/t/config.json", {"architectures": ["DeepseekV3ForCausalLM"], "hidden_size": 7168})
+    cmd = "python -m sglang.launch_server --model-path /t --speculative-algorithm EAGLE3 --speculative-num-steps 3"
+    [f] = draft_path_missing(Facts.of(cmd, target=llama))
+    assert f.rule == "draft-path-missing" and f.severity == "error"
+    assert f.evidence["target_architecture"] == {"value": "LlamaForCausalLM", "source": "/t/config.json: architectures"}
+    assert "--speculative-draft-model-path" in f.fix
+    assert draft_path_missing(Facts.of(cmd, target=ds)) == []
+    assert draft_path_missing(Facts.of(cmd + " --speculative-draft-model-path /d", target=llama)) == []
+    assert draft_path_missing(Facts.of("python -m sglang.launch_server --model-path /t", target=llama)) == []
+    # NEXTN is EAGLE: same rule; the target unread says "architecture unknown"
+    [g] = draft_path_missing(Facts.of(cmd.replace("EAGLE3", "NEXTN")))
+    assert "architecture unknown" in g.message

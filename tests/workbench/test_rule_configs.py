@@ -1,0 +1,87 @@
+"""Rules of the configs family (workbench/rules/configs.py)."""
+
+from __future__ import annotations
+
+from rule_helpers import (
+    LLAMA31_8B,
+    LLAMA33_70B,
+    LLAMA3_8B,
+    QWEN3_14B,
+    QWEN3_8B,
+    by_rule,
+    deploy,
+    doctor,
+    draft_cfg,
+    launch,
+    serious,
+    specforge_spec,
+)
+from workbench.engine.launch import LaunchCommand
+from workbench_test_helpers import public_report
+
+
+def test_sglang7011_target_hidden_size_differs_from_draft_hidden(box, tmp_path, sglang_source):
+    assert "target_hidden_size" in public_report("sglang-7011-draft-extend-cuda-graph-target-hidden-size")["inputs"][
+        "draft_config"]
+    cfg = draft_cfg(hidden_size=6144, target_hidden_size=8192, num_attention_heads=48, intermediate_size=16384,
+                    eagle_config={"eagle_aux_hidden_state_layer_ids": [1, 39, 76]})
+    spec = specforge_spec(cfg)
+    # llama.py set_embed keeps the draft's own embedding when target_hidden_size ≠ hidden_size.
+    spec["embed_tokens.weight"] = ("BF16", (128256, 6144))
+    target, draft = deploy(tmp_path, LLAMA33_70B, cfg, spec)
+    rep = doctor(box, launch(target, draft), sglang_source)
+    # 0.5.23 sizes its buffers from target_hidden_size (PR #8163): a differing draft width is no fault.
+    assert serious(rep) == []
+    wrong = deploy(tmp_path, LLAMA3_8B | {"max_position_embeddings": 131072, "rope_scaling": cfg["rope_scaling"]},
+                   cfg, spec, name="wrong-target")
+    rep = doctor(box, launch(*wrong), sglang_source)
+    assert ("hidden-size-mismatch", "error") in serious(rep)
+    f = by_rule(rep, "hidden-size-mismatch")
+    assert (f.evidence["draft_target_hidden_size"]["value"], f.evidence["target_hidden_size"]["value"]) == (8192, 4096)
+
+
+def test_sglang9135_qwen3_architecture_on_a_midlayer_checkpoint(box, tmp_path, sglang_source):
+    quoted = public_report("sglang-9135-draft-arch-qwen3-midlayer-keyerror")["inputs"]["draft_config"]
+    cfg = draft_cfg(architectures=["Qwen3ForCausalLM"], hidden_size=quoted["hidden_size"], num_attention_heads=40,
+                    head_dim=128, intermediate_size=quoted["intermediate_size"], vocab_size=151936,
+                    max_position_embeddings=quoted["max_position_embeddings"], rope_theta=1000000.0, rope_scaling=None)
+    target, draft = deploy(tmp_path, QWEN3_14B, cfg)
+    rep = doctor(box, launch(target, draft), sglang_source)
+    assert serious(rep) == [("unknown-draft-architecture", "error")]
+    f = by_rule(rep, "unknown-draft-architecture")
+    assert "LlamaForCausalLMEagle3" in f.fix and "midlayer.hidden_norm.weight" in f.evidence["eagle_tensors"]
+
+
+def test_specforge271_draft_context_2048_on_a_40960_target(box, tmp_path, sglang_source):
+    report = public_report("specforge-pr271-draft-max-position-embeddings-2048")
+    cfg = draft_cfg(hidden_size=4096, vocab_size=151936, rope_theta=1000000.0, rope_scaling=None,
+                    max_position_embeddings=report["inputs"]["draft_config"]["max_position_embeddings"])
+    target, draft = deploy(tmp_path, QWEN3_8B, cfg)
+    # The report's --cuda-graph-max-bs is ambiguous in 0.5.23 (…-decode / …-prefill): the decode one here.
+    cmd = LaunchCommand.parse(report["inputs"]["launch_command"].replace("<TARGET_QWEN3_8B>", str(target))
+                              .replace("--cuda-graph-max-bs ", "--cuda-graph-max-bs-decode ")
+                              .replace("<DRAFT>", str(draft)).replace("<HOST>", "127.0.0.1"))
+    rep = doctor(box, cmd, sglang_source)
+    assert serious(rep) == [("context-length-mismatch", "warning")]
+    f = by_rule(rep, "context-length-mismatch")
+    assert (f.evidence["draft_max_position_embeddings"]["value"], f.evidence["served_context"]["value"]) == (2048, 40960)
+    assert serious(doctor(box, cmd.with_flag("--context-length", 2048), sglang_source)) == []
+
+
+def test_vocab_and_aux_count_and_rope_rules(box, tmp_path, sglang_source):
+    cfg = draft_cfg(vocab_size=128000, num_aux_hidden_states=2, rope_theta=10000, rope_scaling=None,
+                    eagle_config={"eagle_aux_hidden_state_layer_ids": [1, 15, 28]})
+    spec = specforge_spec(draft_cfg(vocab_size=128000, eagle_config={"eagle_aux_hidden_state_layer_ids": [1, 15, 28]}))
+    t, d = deploy(tmp_path, LLAMA31_8B, cfg, spec)
+    rep = doctor(box, launch(t, d), sglang_source)
+    assert ("vocab-size-mismatch", "error") in serious(rep) and ("aux-count-mismatch", "error") in serious(rep)
+    r = by_rule(rep, "rope-mismatch")
+    assert (r.evidence["draft_rope_theta"]["value"], r.evidence["target_rope_theta"]["value"]) == (10000.0, 500000.0)
+    assert r.evidence["target_rope_scaling_type"]["value"] == "llama3"
+
+
+def test_rope_compares_by_value_and_type_equals_rope_type(box, tmp_path, sglang_source):
+    cfg = draft_cfg(rope_theta=500000, rope_scaling={"type": "llama3", "factor": 8.0},
+                    eagle_config={"eagle_aux_hidden_state_layer_ids": [1, 15, 28]})
+    t, d = deploy(tmp_path, LLAMA31_8B, cfg)
+    assert "rope-mismatch" not in doctor(box, launch(t, d), sglang_source).rules

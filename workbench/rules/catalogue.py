@@ -1,0 +1,134 @@
+"""The catalogue users read (``docs/rules.md``), generated from the rule registry.
+
+    python -m workbench.rules.catalogue            print it
+    python -m workbench.rules.catalogue --write    write docs/rules.md (next to the package's repository)
+    python -m workbench.rules.catalogue --check    exit 1 when docs/rules.md differs from the registry
+
+Every rule's row and section come from its :class:`~workbench.rules.registry.Rule` record (id,
+family, severities, summary, fix) and its check's docstring (the explanation); a test keeps the
+committed file in sync (``tests/workbench/test_rule_registry.py``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from pathlib import Path
+from typing import Sequence
+
+from workbench.rules import REGISTRY
+from workbench.rules.registry import Registry
+
+__all__ = ["catalogue_markdown", "default_path", "main"]
+
+_ROLE = re.compile(r":(?:mod|func|class|meth|attr|data|exc|obj):`~?\.?([^`]+)`")
+_LITERAL = re.compile(r"``([^`]+)``")
+
+
+def _md(text: str) -> str:
+    """Docstring markup (reStructuredText roles and ````literals````) as Markdown code spans."""
+    text = _ROLE.sub(lambda m: f"`{m.group(1)}`", text)
+    return _LITERAL.sub(lambda m: f"`{m.group(1)}`", text)
+
+
+def _cell(text: str) -> str:
+    return _md(" ".join(text.split())).replace("|", "\\|")
+
+
+def _paragraphs(text: str) -> str:
+    """A docstring's paragraphs re-flowed for Markdown; lines opening with ``- `` or ``* `` start
+    list items (text before the first one stays a lead-in line)."""
+    out = []
+    for para in text.strip().split("\n\n"):
+        lead: list[str] = []
+        items: list[list[str]] = []
+        for ln in (x.strip() for x in para.splitlines()):
+            if ln.startswith(("- ", "* ")):
+                items.append([ln[2:]])
+            elif items:
+                items[-1].append(ln)
+            else:
+                lead.append(ln)
+        block = [_md(" ".join(lead))] if lead else []
+        block += [f"- {_md(' '.join(i))}" for i in items]
+        out.append("\n".join(block))
+    return "\n\n".join(out)
+
+
+def catalogue_markdown(registry: Registry = REGISTRY) -> str:
+    """The catalogue as Markdown: a summary table of every rule (id, family, severity, when it
+    fires, the fix it proposes), then one section per family and rule with its explanation (the
+    engine facts it encodes and their source) and where it is defined."""
+    rules = list(registry)
+    lines = [
+        "# Preflight rules: the catalogue",
+        "",
+        "<!-- Generated from the rule registry (workbench/rules/) by `python -m workbench.rules.catalogue --write`;",
+        "     tests/workbench/test_rule_registry.py fails when it is stale. Do not edit by hand. -->",
+        "",
+        "Each rule has a stable id (used in JSON output, tests and reports), a severity (`error`: acceptance or "
+        "start-up will fail; `warning`: likely loss; `info`: worth knowing), what it reads and the fix it proposes. "
+        "Static rules read the launch command, the target's and the draft's `config.json`, the draft checkpoint's "
+        "safetensors headers (and `d2t`/`t2d`, by byte range) and the engine's source on the box; they never load "
+        "a model. Runtime rules run on a measurement. Every finding carries its evidence: the values it compared, "
+        "with the file (and line, for source) they came from.",
+        "",
+        "`workbench doctor` exits 0 when no finding is an error, 1 when at least one is, 2 when the doctor itself "
+        "could not run (an unreachable box, an unreadable launch command, no `--model-path`).",
+        "",
+        f"{len(rules)} rules in {len(registry.families)} families.",
+        "",
+        "| id | family | severity | fires when | proposed fix |",
+        "|---|---|---|---|---|",
+    ]
+    for r in rules:
+        lines.append(f"| [`{r.id}`](#{r.id}) | {r.family} | {r.severity}{' (runtime)' if r.kind == 'runtime' else ''} "
+                     f"| {_cell(r.summary)} | {_cell(r.fix)} |")
+    for fam in registry.families:
+        lines += ["", f"## {fam.name}: {fam.title}", "", f"Module: `{fam.module}`.", "", _paragraphs(fam.description)]
+        if fam.probes:
+            lines += ["", "Runtime probes that show this family's mechanism: "
+                      + ", ".join(f"`{p}`" for p in fam.probes) + " (`workbench probe recipes`)."]
+        for r in fam.rules:
+            where = r.runtime_entry or f"{r.module}.{r.check.__name__}"
+            lines += ["", f"### `{r.id}`", "",
+                      f"- **Severity:** {r.severity}" + (" — a runtime rule, run on a measurement" if r.kind == "runtime"
+                                                          else ""),
+                      f"- **Fires when:** {_cell(r.summary)}",
+                      f"- **Proposed fix:** {_cell(r.fix)}",
+                      f"- **Defined in:** `{where}`",
+                      "", _paragraphs(r.explanation)]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def default_path() -> Path:
+    """``docs/rules.md`` of the repository this package lives in."""
+    return Path(__file__).resolve().parents[2] / "docs" / "rules.md"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Print, write (``--write [PATH]``) or check (``--check [PATH]``) the catalogue; exit 0, or 1
+    when ``--check`` finds the file stale or missing."""
+    parser = argparse.ArgumentParser(prog="python -m workbench.rules.catalogue", description=__doc__.split("\n\n")[0])
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument("--write", nargs="?", const=str(default_path()), metavar="PATH")
+    group.add_argument("--check", nargs="?", const=str(default_path()), metavar="PATH")
+    args = parser.parse_args(argv)
+    text = catalogue_markdown()
+    if args.write:
+        Path(args.write).write_text(text, encoding="utf-8")
+        print(f"wrote {args.write} ({len(list(REGISTRY))} rules)")
+        return 0
+    if args.check:
+        path = Path(args.check)
+        if not path.is_file() or path.read_text(encoding="utf-8") != text:
+            print(f"{path} is stale: run `python -m workbench.rules.catalogue --write`", file=sys.stderr)
+            return 1
+        return 0
+    sys.stdout.write(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
