@@ -55,7 +55,6 @@ from workbench.rules.weights import (
 from workbench_test_helpers import public_report, fixture_config, write_sparse_safetensors
 
 
-LLAMA_EAGLE3 = pathlib.Path("/tmp/sglang_src/sglang/srt/models/llama_eagle3.py")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -356,25 +355,24 @@ def test_legacy_map_is_the_engines():
                                "aux_norm_high": "fc_norm.2"}
 
 
-def _real_load_weights():
+def _real_load_weights(llama_eagle3: pathlib.Path):
     """The real ``LlamaForCausalLMEagle3.load_weights`` compiled from the SGLang 0.5.23 source,
     with ``torch.arange`` and ``default_weight_loader`` replaced by recorders."""
-    tree = ast.parse(LLAMA_EAGLE3.read_text())
+    tree = ast.parse(llama_eagle3.read_text())
     cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "LlamaForCausalLMEagle3")
     fn = next(n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == "load_weights")
-    src = textwrap.dedent(ast.get_source_segment(LLAMA_EAGLE3.read_text(), fn))
+    src = textwrap.dedent(ast.get_source_segment(llama_eagle3.read_text(), fn))
     calls: list = []
     ns = {"Iterable": typing.Iterable, "Tuple": typing.Tuple,
           "torch": types.SimpleNamespace(arange=lambda n: np.arange(n)),
           "default_weight_loader": lambda param, w, *shard: calls.append((param.name, shard[0] if shard else None))}
-    exec(compile(src, str(LLAMA_EAGLE3), "exec"), ns)
+    exec(compile(src, str(llama_eagle3), "exec"), ns)
     return ns["load_weights"], calls
 
 
-@pytest.mark.skipif(not LLAMA_EAGLE3.exists(), reason=f"SGLang 0.5.23 source not unpacked at {LLAMA_EAGLE3}")
-def test_map_matches_real_load_weights():
+def test_map_matches_real_load_weights(sglang_source):
     """Feed every case to the real ``load_weights`` body and compare where each tensor lands."""
-    load_weights, calls = _real_load_weights()
+    load_weights, calls = _real_load_weights(sglang_source / "srt/models/llama_eagle3.py")
     params = _params_with_fc_norm()
     fake = types.SimpleNamespace(named_parameters=lambda: [(p, types.SimpleNamespace(name=p)) for p in sorted(params)],
                                  hot_token_id=None)
