@@ -19,7 +19,7 @@ from remote import connect
 from workbench.cli import main
 from workbench.session.journal import Journal, journal_path
 from workbench.engine.launch import LaunchCommand
-from test_draft_checks import specforge_spec, token_map
+from rule_helpers import specforge_spec, token_map
 from workbench_test_helpers import fixture_config, write_sparse_safetensors
 
 REPO = Path(__file__).resolve().parents[2]
