@@ -9,16 +9,33 @@ PYTEST_ARGS ?=
 
 .PHONY: setup browser demo test bench sandbox-models clean-reports lab
 
-# The virtual environment: torch pinned to the CPU build through constraints.txt (an unpinned
-# torch pulls a multi-GB CUDA build), the project installed editable with its test extras.
-$(STAMP): pyproject.toml constraints.txt
-	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -c constraints.txt -e '.[test]'
-	$(PY) -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (eagle-workbench)" >/dev/null
-	touch $(STAMP)
+# One virtual environment (.venv) and one stamp. Each target names the extras it needs
+# (demo: sandbox; test: test and sandbox; ...) and `$(call venv,EXTRAS)` installs them only when
+# the stamp does not already list them or is older than pyproject.toml / constraints.txt; then it
+# installs the union of what the stamp listed and what is asked (so one target never uninstalls
+# another's extras), records that union in the stamp, and registers the kernel the runbooks run in.
+# When nothing changed this is a shell test, no pip. torch is pinned to the CPU build through
+# constraints.txt (an unpinned torch pulls a multi-GB CUDA build). The base install (no extra:
+# `pip install .`) has no torch: it drives real boxes; the sandbox box needs the `sandbox` extra.
+define venv
+@set -euo pipefail; want='$(strip $(1))'; have=''; \
+if [ -f $(STAMP) ]; then have=$$(cat $(STAMP)); fi; \
+fresh=0; if [ -x $(PY) ] && [ -f $(STAMP) ] && [ $(STAMP) -nt pyproject.toml ] && [ $(STAMP) -nt constraints.txt ]; then fresh=1; fi; \
+missing=''; for e in $$want; do case " $$have " in *" $$e "*) ;; *) missing="$$missing $$e";; esac; done; \
+if [ $$fresh = 1 ] && [ -z "$$missing" ]; then exit 0; fi; \
+all=$$(printf '%s\n' $$have $$want | sort -u | paste -sd' ' -); \
+spec='.'; if [ -n "$$all" ]; then spec=".[$$(printf '%s' "$$all" | tr ' ' ',')]"; fi; \
+echo "installing $$spec into $(VENV) (-c constraints.txt)"; \
+test -x $(PY) || $(PYTHON) -m venv $(VENV); \
+$(PY) -m pip install --quiet --upgrade pip; \
+$(PY) -m pip install --quiet -c constraints.txt -e "$$spec"; \
+$(PY) -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (eagle-workbench)" >/dev/null; \
+printf '%s\n' "$$all" > $(STAMP)
+endef
 
-setup: $(STAMP)
+# Everything a developer runs (the tests and the sandbox box).
+setup:
+	$(call venv,test sandbox)
 
 # Headless Chromium for the test that opens the HTML report offline and checks the plots are
 # drawn. Installed with apt when missing and we are root; otherwise say what to install.
@@ -30,15 +47,18 @@ browser:
 	  else echo "note: install chromium (apt-get install chromium) for the browser tests"; fi
 
 # The main job on the embedded sandbox box: diagnose accept length ~1.00, verify the fix, report.
-demo: setup
+demo:
+	$(call venv,sandbox)
 	$(VENV)/bin/workbench runbook diagnose_acceptance --report-dir "$(REPORT_DIR)"
 	@echo "report: $(REPORT_DIR)/diagnose_acceptance.html  verdict: $(REPORT_DIR)/diagnose_acceptance.json"
 
-test: setup browser
+test: browser
+	$(call venv,test sandbox)
 	$(PY) -m pytest -q $(PYTEST_ARGS)
 
 # All benchmarks always run; make fails (exit 1) when one misses a goal.
-bench: setup
+bench:
+	$(call venv,sandbox)
 	@status=0; \
 	$(PY) benchmarks/bench_sandbox.py --out "$(REPORT_DIR)/bench_sandbox.json" || status=1; \
 	$(PY) benchmarks/bench_ssh.py --out "$(REPORT_DIR)/bench_ssh.json" || status=1; \
@@ -47,11 +67,12 @@ bench: setup
 	exit $$status
 
 # Regenerate the sandbox target and drafts (fixed seeds; the weights are committed).
-sandbox-models: setup
+sandbox-models:
+	$(call venv,sandbox)
 	$(PY) -m workbench.sandbox.train
 
-lab: setup
-	$(PY) -m pip install --quiet -c constraints.txt -e '.[lab]'
+lab:
+	$(call venv,lab sandbox)
 	$(VENV)/bin/jupyter lab notebooks/
 
 clean-reports:

@@ -7,18 +7,48 @@ FastAPI, uvicorn: ``pip install 'eagle-workbench[sandbox]'``).
 
 from __future__ import annotations
 
+import json
 import shlex
 import sys
 from pathlib import Path
+from typing import Any
 
 from workbench.engine.launch import DEFAULT_PORT
+from workbench.errors import DiagnosisError
 
-__all__ = ["SANDBOX_SERVER_MODULE", "DEFAULT_PORT", "sandbox_models_dir", "sandbox_prompts_path",
-           "sandbox_launch_command"]
+__all__ = ["SANDBOX_SERVER_MODULE", "SANDBOX_EXTRA", "SANDBOX_EXTRA_MODULES", "SANDBOX_EXTRA_CHECK_SCRIPT",
+           "DEFAULT_PORT", "sandbox_models_dir", "sandbox_prompts_path", "sandbox_launch_command",
+           "missing_sandbox_modules", "sandbox_extra_message"]
 
 
 #: Module of the embedded sandbox box's server (SGLang's flags and endpoints).
 SANDBOX_SERVER_MODULE = "workbench.sandbox.launch_server"
+
+#: The optional-dependency group of eagle-workbench the sandbox box needs (``pyproject.toml``).
+SANDBOX_EXTRA = "sandbox"
+
+#: The top-level modules of that extra's distributions, in ``pyproject.toml``'s order (the same list
+#: as ``workbench/sandbox/extra.py``, which the sandbox's entry points check; not imported from
+#: there: the diagnosis never imports the sandbox. ``tests/test_dependency_extras.py`` keeps the
+#: two and the extra equal).
+SANDBOX_EXTRA_MODULES = ("torch", "transformers", "safetensors", "fastapi", "uvicorn")
+
+#: Run on the box by the interpreter of the sandbox's launch command, with the module names as
+#: argv: prints ``{"python": sys.executable, "missing": [names]}`` as JSON. ``find_spec`` only:
+#: nothing is imported (no torch import to answer whether torch is there); a finder that raises
+#: for a name counts it as missing.
+SANDBOX_EXTRA_CHECK_SCRIPT = r"""
+import importlib.util, json, sys
+missing = []
+for name in sys.argv[1:]:
+    try:
+        found = importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):
+        found = False
+    if not found:
+        missing.append(name)
+print(json.dumps({"python": sys.executable, "missing": missing}))
+"""
 def sandbox_models_dir() -> Path:
     """The committed sandbox models (``workbench/sandbox/models``) on this machine. A path only:
     the diagnosis never imports the sandbox."""
@@ -46,3 +76,31 @@ def sandbox_launch_command(*, algorithm: str = "EAGLE", port: int = DEFAULT_PORT
         "--host", "127.0.0.1", "--port", str(port),
         "--decode-log-interval", str(decode_log_interval),
     ])
+
+
+def sandbox_extra_message(missing: list[str]) -> str:
+    """What to install for the sandbox box, naming the ``missing`` modules (one line)."""
+    return (f"the sandbox box needs the '{SANDBOX_EXTRA}' extra ({', '.join(SANDBOX_EXTRA_MODULES)}): "
+            f"pip install 'eagle-workbench[{SANDBOX_EXTRA}]' — missing: {', '.join(missing)}")
+
+
+def missing_sandbox_modules(box: Any, python: str, *, timeout: float = 30) -> list[str]:
+    """The modules of the ``sandbox`` extra that ``python`` on ``box`` cannot import, checked on
+    the box with :data:`SANDBOX_EXTRA_CHECK_SCRIPT` (``python -c``; ``find_spec``, nothing
+    imported). ``box``: a ``remote`` box (``run``). Raises :class:`DiagnosisError` when the
+    interpreter does not run the script or its answer is not the expected JSON (the message
+    names the interpreter, the box and the last line of its stderr)."""
+    res = box.run([python, "-c", SANDBOX_EXTRA_CHECK_SCRIPT, *SANDBOX_EXTRA_MODULES], timeout=timeout, check=False)
+    where = f"{python} on {getattr(box, 'name', 'the box')}"
+    if res.exit_code != 0:
+        last = next((ln for ln in reversed(res.stderr.strip().splitlines()) if ln.strip()), "no error output")
+        raise DiagnosisError(f"cannot check the sandbox box's modules with {where}: exit {res.exit_code}: {last}")
+    try:
+        answer = json.loads(res.stdout.strip().splitlines()[-1])
+        missing = answer["missing"]
+    except (IndexError, ValueError, KeyError, TypeError) as exc:
+        raise DiagnosisError(f"cannot check the sandbox box's modules with {where}: unexpected output "
+                             f"{res.stdout[-200:]!r} ({type(exc).__name__}: {exc})") from exc
+    if not isinstance(missing, list) or not all(isinstance(m, str) for m in missing):
+        raise DiagnosisError(f"cannot check the sandbox box's modules with {where}: 'missing' is {missing!r}")
+    return missing

@@ -3,7 +3,9 @@
 Mirrors SGLang 0.5.23, `python -m sglang.launch_server` (srt/entrypoints/http_server.py
 `launch_server`): same flag names (see `workbench.sandbox.srt.server_args`), logs on stderr in
 SGLang's format, `server_args=ServerArgs(...)` line first. Unknown SGLang flags are accepted and
-logged as ignored. Bad values exit with status 2 and a one-line `error:` message.
+logged as ignored. Bad values exit with status 2 and a one-line `error:` message; so does a
+missing module of the `sandbox` extra (torch, transformers, safetensors, FastAPI, uvicorn), checked
+before anything imports them.
 """
 
 from __future__ import annotations
@@ -13,7 +15,15 @@ import sys
 
 
 def main(argv=None) -> int:
-    """Parse flags, configure logging, serve until killed. Returns the exit status."""
+    """Parse flags, configure logging, serve until killed. Returns the exit status: 2 for a bad
+    flag value or a missing module of the ``sandbox`` extra (one ``launch_server: error:`` line on
+    stderr, no traceback)."""
+    from workbench.sandbox.extra import missing_message
+
+    missing = missing_message()
+    if missing is not None:
+        print(f"launch_server: error: {missing}", file=sys.stderr, flush=True)
+        return 2
     from workbench.sandbox.srt.server_args import ServerArgs, ServerArgsError, prepare_server_args
     from workbench.sandbox.srt.utils.common import configure_logger
 

@@ -47,6 +47,12 @@ import time
 from pathlib import Path
 from typing import Dict, List, Tuple
 
+if __name__ == "__main__":
+    # As an entry point, say which extra is missing (one line, exit 2) before importing torch.
+    from workbench.sandbox.extra import exit_if_missing
+
+    exit_if_missing("train")
+
 import torch
 import torch.nn.functional as F
 from torch import nn

@@ -13,6 +13,7 @@ from workbench.engine.launch import DEFAULT_PORT, LaunchCommand
 from workbench.engine.locate import engine_package, find_engine, is_launch_argv, read_environ, server_python
 from workbench.errors import DiagnosisError, EngineNotFound
 from workbench.report.tables import html_table
+from workbench.sandbox_box import SANDBOX_SERVER_MODULE, missing_sandbox_modules, sandbox_extra_message
 
 __all__ = ["Inventory", "take_inventory", "absolutize"]
 
@@ -97,7 +98,12 @@ def _check_default_launch_on_box(box, launch: LaunchCommand, python: str, *, por
     """The built-in default launch (the embedded sandbox box) names paths on the machine the
     workbench runs on. On another box (over SSH) they exist only if that box has them too (the
     loopback case): check its interpreter and model directory there, through the box, and raise
-    :class:`DiagnosisError` naming what is missing rather than launching a server that cannot start."""
+    :class:`DiagnosisError` naming what is missing rather than launching a server that cannot start.
+    Then, for the sandbox's server module, check that the interpreter has the ``sandbox`` extra
+    (torch, transformers, safetensors, FastAPI, uvicorn: a plain ``pip install eagle-workbench`` has
+    none of them), with ``find_spec`` run by that interpreter on the box
+    (:func:`workbench.sandbox_box.missing_sandbox_modules`: nothing imported), and raise
+    :class:`DiagnosisError` naming the extra and the missing modules."""
     missing = [p for p in (python, launch.get("--model-path"), launch.get("--speculative-draft-model-path"))
                if isinstance(p, str) and p.startswith("/") and not box.exists(p, timeout=timeout)]
     if missing:
@@ -106,6 +112,14 @@ def _check_default_launch_on_box(box, launch: LaunchCommand, python: str, *, por
             f"default (the embedded sandbox box) is not on that box ({', '.join(missing)} missing there): pass "
             "launch_command, or start the server first"
         )
+    if launch.module == SANDBOX_SERVER_MODULE:
+        modules = missing_sandbox_modules(box, python, timeout=timeout)
+        if modules:
+            raise DiagnosisError(
+                f"no server found on {box.name} (port {port or 'any'}) and no launch_command given; the built-in "
+                f"default launches the embedded sandbox box with {python}, which cannot run it: "
+                f"{sandbox_extra_message(modules)}; or pass launch_command, or start the server first"
+            )
 
 
 def take_inventory(box, *, launch_command: str | None, port: int | None, default_launch: str | None = None,
