@@ -80,3 +80,13 @@ def nobody():
         except KeyError:
             continue
     pytest.skip("no nogroup/nobody group")
+
+
+@pytest.fixture
+def cli(capsys):
+    """The ``workbench`` command line (``tests/cli_runner.py``): ``cli("doctor", ...)`` runs
+    ``workbench.cli.main`` in this process and returns ``(code, out, err)``;
+    ``cli.subprocess("probe", "list", env=...)`` runs ``python -m workbench.cli`` as a user does."""
+    from cli_runner import CliRunner
+
+    return CliRunner(capsys)

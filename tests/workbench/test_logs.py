@@ -610,37 +610,31 @@ def test_follow_non_utf8_bytes(tmp_path, box):
 # the CLI
 
 
-def run(capsys, *argv):
-    code = logs_main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def test_cli_plain_json_last_and_exit_codes(tmp_path, capsys):
-    code, out, err = run(capsys, str(LOGS / "sglang-0.5.23.log"))
+def test_cli_plain_json_last_and_exit_codes(tmp_path, cli):
+    code, out, err = cli("logs", str(LOGS / "sglang-0.5.23.log"))
     assert code == 0 and err == ""
     assert "5 decode (4 with accept len), 2 prefill" in out and "accept len" in out and "timeline" in out
-    code, out, _ = run(capsys, str(LOGS / "sglang-0.5.23.log"), "--json", "--last", "2")
+    code, out, _ = cli("logs", str(LOGS / "sglang-0.5.23.log"), "--json", "--last", "2")
     doc = json.loads(out)
     assert code == 0 and doc["decode_lines"] == 2 and doc["accept_len"]["last"] == 2.05
     assert doc["source"].startswith("last 2 lines of") and doc["path"].endswith("sglang-0.5.23.log")
 
     collapsed = tmp_path / "collapsed.log"
     collapsed.write_bytes(_log([_decode(f"12:00:{i:02d}", 1.0) for i in range(5)]))
-    code, out, _ = run(capsys, str(collapsed))
+    code, out, _ = cli("logs", str(collapsed))
     assert code == 1 and "acceptance-collapsed [error]" in out
-    code, out, _ = run(capsys, str(collapsed), "--json")
+    code, out, _ = cli("logs", str(collapsed), "--json")
     assert code == 1 and json.loads(out)["findings"][0]["rule"] == "acceptance-collapsed"
-    code, out, _ = run(capsys, str(collapsed), "--decode-log-interval", "1")    # 5 verify steps: too few
+    code, out, _ = cli("logs", str(collapsed), "--decode-log-interval", "1")    # 5 verify steps: too few
     assert code == 0
 
     notspec = tmp_path / "nospec.log"
     notspec.write_bytes(_log([_decode("12:00:00", None)]))
-    code, out, _ = run(capsys, str(notspec))
+    code, out, _ = cli("logs", str(notspec))
     assert code == 0 and "speculative   no" in out and "speculative decoding is off" in out
 
 
-def test_cli_bad_input_is_one_line_never_a_traceback(tmp_path, capsys):
+def test_cli_bad_input_is_one_line_never_a_traceback(tmp_path, cli):
     cases = {
         str(tmp_path / "missing.log"): "no such file",
         str(tmp_path): "is a directory",
@@ -653,18 +647,18 @@ def test_cli_bad_input_is_one_line_never_a_traceback(tmp_path, capsys):
     binary.write_bytes(bytes(range(256)) * 100)
     cases[str(binary)] = "is not an SGLang server log"
     for path, what in cases.items():
-        code, out, err = run(capsys, path)
+        code, out, err = cli("logs", path)
         assert code == 2 and out == "", path
         assert err.count("\n") == 1 and err.startswith("workbench logs: ") and what in err, err
         assert "Traceback" not in err
-    code, _, err = run(capsys, str(empty), "--host", "no-such-alias-here")
+    code, _, err = cli("logs", str(empty), "--host", "no-such-alias-here")
     assert code == 2 and err.count("\n") == 1 and "Traceback" not in err
     with pytest.raises(SystemExit) as exc:
         logs_main([str(empty), "--last", "0"])
     assert exc.value.code == 2
 
 
-def test_cli_follow_across_rotation(tmp_path, capsys):
+def test_cli_follow_across_rotation(tmp_path, cli):
     p = tmp_path / "server.log"
     p.write_bytes(b"".join(_numbered(i) for i in range(3)))
     stop = threading.Event()
@@ -684,7 +678,7 @@ def test_cli_follow_across_rotation(tmp_path, capsys):
     t = threading.Thread(target=writer)
     t.start()
     try:
-        code, out, err = run(capsys, str(p), "--follow", "3.5", "--json", "--poll", "0.1")
+        code, out, err = cli("logs", str(p), "--follow", "3.5", "--json", "--poll", "0.1")
     finally:
         stop.set()
         t.join()
@@ -695,18 +689,15 @@ def test_cli_follow_across_rotation(tmp_path, capsys):
     assert [e["kind"] for e in doc["events"] if e["kind"] != "missing"] == ["rotated"]
 
 
-def test_cli_through_workbench_main(capsys):
-    # workbench/cli.py registers it with add_logs_parser: the same command through `workbench logs`
-    from workbench.cli import main
-
-    code = main(["logs", str(LOGS / "public-issues.log"), "--json"])
+def test_cli_on_its_own_and_through_workbench_main(cli, capsys):
+    # workbench/cli/logs.py's main (`python -m workbench.cli.logs`) is the same command as `workbench logs`
+    code = logs_main([str(LOGS / "public-issues.log"), "--json"])
     assert code == 0 and json.loads(capsys.readouterr().out)["spec_lines"] == 5
-    code = main(["logs", str(LOGS / "sglang-0.5.7.log")])           # one line of accept len 1.04 x 40 steps
-    out = capsys.readouterr().out
+    code, out, _ = cli("logs", str(LOGS / "sglang-0.5.7.log"))     # one line of accept len 1.04 x 40 steps
     assert code == 1 and "acceptance-collapsed [error]" in out
 
 
-def test_cli_over_ssh(ssh_env, tmp_path, capsys):
+def test_cli_over_ssh(ssh_env, tmp_path, cli):
     big = tmp_path / "big.log"
     body = _log([_decode(f"12:{i // 60 % 60:02d}:{i % 60:02d}", 1.0, run=i) for i in range(500)])
     with open(big, "wb") as f:
@@ -714,16 +705,16 @@ def test_cli_over_ssh(ssh_env, tmp_path, capsys):
         f.seek((4 << 30) - len(body))
         f.write(body)
     t0 = time.perf_counter()
-    code, out, err = run(capsys, str(big), "--host", ssh_env.alias, "--last", "200", "--json")
+    code, out, err = cli("logs", str(big), "--host", ssh_env.alias, "--last", "200", "--json")
     assert time.perf_counter() - t0 < 20
     doc = json.loads(out)
     assert code == 1, err                                          # accept len 1.00: collapsed
     assert doc["decode_lines"] == 200 and doc["running_req"]["min"] == 300 and doc["host"] == ssh_env.alias
     small = tmp_path / "small.log"
     small.write_bytes((LOGS / "sglang-0.5.23.log").read_bytes())
-    code, out, _ = run(capsys, str(small), "--host", ssh_env.alias, "--json")
+    code, out, _ = cli("logs", str(small), "--host", ssh_env.alias, "--json")
     assert code == 0 and json.loads(out)["decode_lines"] == 5
-    code, _, err = run(capsys, str(tmp_path / "nope.log"), "--host", ssh_env.alias)
+    code, _, err = cli("logs", str(tmp_path / "nope.log"), "--host", ssh_env.alias)
     assert code == 2 and "no such file" in err and err.count("\n") == 1
 
 
@@ -748,7 +739,7 @@ def test_library_over_ssh_follow_and_scan(ssh_env, tmp_path):
 
 
 @pytest.mark.slow
-def test_sandbox_server_log(tmp_path, free_port, monkeypatch, capsys):
+def test_sandbox_server_log(tmp_path, free_port, monkeypatch, cli):
     from workbench.sandbox_box import sandbox_launch_command
 
     monkeypatch.setenv("EAGLE_WORKBENCH_STATE_DIR", str(tmp_path / "box-state"))
@@ -766,7 +757,7 @@ def test_sandbox_server_log(tmp_path, free_port, monkeypatch, capsys):
                 assert reply.status_code == 200, reply.text
         finally:
             box.stop_server(handle)
-        code, out, err = run(capsys, str(log), "--json", "--decode-log-interval", "8")
+        code, out, err = cli("logs", str(log), "--json", "--decode-log-interval", "8")
         results[algorithm] = (code, json.loads(out) if out else None, err)
         # the sandbox's lines are SGLang 0.5.23's: both parsers agree on every one of them
         assert_fast_equals_complete(log.read_bytes())

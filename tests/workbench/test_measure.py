@@ -9,7 +9,6 @@ source agrees with the others within what its definition allows.
 
 from __future__ import annotations
 
-import argparse
 import ast
 import json
 import re
@@ -30,7 +29,6 @@ from workbench.measure import (
     record_from_openai,
 )
 from workbench.measure.prompts import load_prompts
-from workbench.cli.measure import add_measure_parser
 
 ROOT = Path(__file__).resolve().parents[2]
 BENCH = ROOT / "workbench" / "sandbox" / "prompts" / "bench.jsonl"
@@ -422,35 +420,37 @@ def test_metric_names_in_sglang_0_5_23(sglang_source):
 # ---------------------------------------------------------------------------------------------
 
 
-def run_cli(capsys, *argv):
-    parser = argparse.ArgumentParser(prog="workbench")
-    add_measure_parser(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(["measure", *argv])
-    code = args.func(args)
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
 @pytest.mark.parametrize("argv,message", [
     (["--sources", "generate,logs"], "--sources: unknown source logs"),
-    (["--num-prompts", "0"], "--num-prompts must be an integer >= 1"),
-    (["--warmup", "x"], "--warmup must be an integer >= 0"),
-    (["--port", "70000"], "--port must be a TCP port"),
-    (["--timeout", "0"], "--timeout must be a positive number"),
     (["--prompts", "no/such.jsonl"], "no/such.jsonl: no such file"),
 ])
-def test_cli_bad_input_one_line(capsys, argv, message):
-    code, out, err = run_cli(capsys, *argv)
+def test_cli_bad_input_one_line(cli, argv, message):
+    code, out, err = cli("measure", *argv)
     assert code == 2 and out == ""
     assert err.count("\n") == 1 and message in err and "Traceback" not in err
 
 
-def test_cli_bad_prompt_line_and_unreachable(capsys, tmp_path, free_port):
+@pytest.mark.parametrize("argv,message", [
+    (["--num-prompts", "0"], "argument --num-prompts: must be >= 1, got 0"),
+    (["--warmup", "x"], "argument --warmup: expected a non-negative integer, got 'x'"),
+    (["--warmup", "-1"], "argument --warmup: must be >= 0, got -1"),
+    (["--port", "70000"], "argument --port: must be >= 1 and <= 65535 (a TCP port number), got 70000"),
+    (["--timeout", "0"], "argument --timeout: must be a positive number of seconds, got 0"),
+])
+def test_cli_bad_numbers_are_usage_errors(cli, argv, message):
+    """The numbers are read by argparse, as on every other subcommand: a usage error, exit 2."""
+    code, out, err = cli("measure", *argv)
+    assert code == 2 and out == ""
+    assert err.startswith("usage: workbench measure") and "Traceback" not in err
+    assert err.splitlines()[-1] == f"workbench measure: error: {message}"
+
+
+def test_cli_bad_prompt_line_and_unreachable(cli, tmp_path, free_port):
     f = tmp_path / "p.jsonl"
     f.write_text('{"text": "a"}\n{"txt": "b"}\n')
-    code, _, err = run_cli(capsys, "--prompts", str(f))
+    code, _, err = cli("measure", "--prompts", str(f))
     assert code == 2 and err == f"workbench measure: {f}:2: missing a string 'text'\n"
-    code, _, err = run_cli(capsys, "--port", str(free_port), "--num-prompts", "1", "--no-progress")
+    code, _, err = cli("measure", "--port", str(free_port), "--num-prompts", "1", "--no-progress")
     assert code == 2 and err.count("\n") == 1 and "failed" in err and "Traceback" not in err
 
 
@@ -567,7 +567,7 @@ def test_sandbox_warmup_really_excluded(eagle3):
 
 
 @pytest.mark.slow
-def test_sandbox_eagle_vs_eagle3(eagle, eagle3, capsys):
+def test_sandbox_eagle_vs_eagle3(eagle, eagle3, cli):
     good = measure(eagle3[0], BENCH, num_prompts=4, max_new_tokens=24, warmup=1, sources=["generate"], progress=False)
     bad = measure(eagle[0], BENCH, num_prompts=4, max_new_tokens=24, warmup=1, progress=False)
     g, b = good.row("generate"), bad.row("generate")
@@ -577,21 +577,21 @@ def test_sandbox_eagle_vs_eagle3(eagle, eagle3, capsys):
     for src in ("metrics", "metrics_gauges"):
         assert not bad.row(src).available and "--enable-metrics" in bad.row(src).reason
     # the command line on the same server: a table, the unavailable source named, exit 0 (not collapsed)
-    code, out, err = run_cli(capsys, "--port", str(eagle[1]), "--prompts", str(BENCH), "--num-prompts", "2",
-                             "--max-new-tokens", "16", "--no-progress")
+    code, out, err = cli("measure", "--port", str(eagle[1]), "--prompts", str(BENCH), "--num-prompts", "2",
+                         "--max-new-tokens", "16", "--no-progress")
     assert code == 0, err
     assert "accept len" in out and "metrics: unavailable: GET /metrics answered 404" in out
-    code, out, _ = run_cli(capsys, "--port", str(eagle[1]), "--prompts", str(BENCH), "--num-prompts", "1",
-                           "--max-new-tokens", "8", "--sources", "generate", "--json", "--no-progress")
+    code, out, _ = cli("measure", "--port", str(eagle[1]), "--prompts", str(BENCH), "--num-prompts", "1",
+                       "--max-new-tokens", "8", "--sources", "generate", "--json", "--no-progress")
     assert code == 0 and json.loads(out)["rows"][0]["source"] == "generate"
 
 
 @pytest.mark.slow
-def test_cli_over_ssh(eagle3, ssh_env, capsys):
+def test_cli_over_ssh(eagle3, ssh_env, cli):
     _, port, _ = eagle3
-    code, out, err = run_cli(capsys, "--host", ssh_env.alias, "--port", str(port), "--prompts", str(BENCH),
-                             "--num-prompts", "1", "--max-new-tokens", "8", "--sources", "generate,metrics",
-                             "--json", "--no-progress")
+    code, out, err = cli("measure", "--host", ssh_env.alias, "--port", str(port), "--prompts", str(BENCH),
+                         "--num-prompts", "1", "--max-new-tokens", "8", "--sources", "generate,metrics",
+                         "--json", "--no-progress")
     assert code == 0, err
     doc = json.loads(out)
     assert doc["base_url"] != f"http://127.0.0.1:{port}"  # the local end of the port forward

@@ -24,7 +24,6 @@ import pytest
 
 from remote.probes import CRASH_ENV, TAG_RE
 from sglang_files import AUX_REL, DRAFT_REL, GATE, RUN_AUX_GATE, WIDTH_CHECK
-from workbench.cli import main
 
 REPO = Path(__file__).resolve().parents[2]
 WIDTH_RX = r"if hidden_states\.shape\[-1\] != embeds"
@@ -53,30 +52,17 @@ def line_of(path, text) -> int:
     return n
 
 
-def run(capsys, *argv) -> tuple[int, str, str]:
-    """``workbench probe ARGV`` in this process: (exit code, stdout, stderr)."""
-    code = main(["probe", *argv])
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def cli(*argv, env=None, timeout=120) -> subprocess.CompletedProcess:
-    """``python -m workbench.cli probe ARGV`` as a user runs it (a subprocess)."""
-    return subprocess.run([sys.executable, "-m", "workbench.cli", "probe", *argv], capture_output=True, text=True,
-                          cwd=REPO, env={**os.environ, **(env or {})}, timeout=timeout)
-
-
 def assert_one_clear_line(err: str) -> None:
     lines = [line for line in err.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("workbench probe ") and "Traceback" not in err, err
 
 
-def test_add_list_revert_on_the_real_source(site, sglang_source, capsys):
+def test_add_list_revert_on_the_real_source(site, sglang_source, cli):
     draft, aux = site / "sglang" / DRAFT_REL, site / "sglang" / AUX_REL
     width_line, gate_line = line_of(draft, WIDTH_CHECK), line_of(aux, GATE)
     py = sys.executable
 
-    code, out, err = run(capsys, "add", "--file", DRAFT_REL, "--before", WIDTH_RX, "--function", "LlamaModel.forward",
+    code, out, err = cli("probe", "add", "--file", DRAFT_REL, "--before", WIDTH_RX, "--function", "LlamaModel.forward",
                          "--print", "hidden_states.shape", "--print", "embeds.shape", "--python", py)
     assert code == 0, err
     tag = f"llama_eagle3-L{width_line}"  # derived from the file stem and the anchor's line
@@ -90,42 +76,42 @@ def test_add_list_revert_on_the_real_source(site, sglang_source, capsys):
     assert draft.read_text().splitlines()[width_line - 1].strip() == f"# >>> eagle-workbench probe {tag} >>>"
 
     # the same command again: the probe in place is recognised, the file is not touched
-    code, out, _ = run(capsys, "add", "--file", DRAFT_REL, "--before", WIDTH_RX, "--function", "LlamaModel.forward",
+    code, out, _ = cli("probe", "add", "--file", DRAFT_REL, "--before", WIDTH_RX, "--function", "LlamaModel.forward",
                        "--print", "hidden_states.shape", "--print", "embeds.shape", "--python", py)
     assert code == 0 and out.startswith(f"probe {tag} is already in place") and draft.read_bytes() == patched
 
-    code, out, err = run(capsys, "add", "--file", "sglang/" + AUX_REL, "--before", GATE_RX, "--tag", "gate",
+    code, out, err = cli("probe", "add", "--file", "sglang/" + AUX_REL, "--before", GATE_RX, "--tag", "gate",
                          "--print", "spec_algorithm.is_eagle3()", "--python", py)
     assert code == 0, err
     assert f"{aux}:{gate_line}" in out
 
-    code, out, _ = run(capsys, "list")
+    code, out, _ = cli("probe", "list")
     assert code == 0
     assert f"{tag}  [active]  {draft}:{width_line}" in out and f"gate  [active]  {aux}:{gate_line}" in out
     assert out.count("file: patched as recorded") == 2
-    code, out, _ = run(capsys, "list", "--json")
+    code, out, _ = cli("probe", "list", "--json")
     listed = json.loads(out)
     assert [(p["tag"], p["line"], p["file_status"], p["exprs"]) for p in listed] == [
         (tag, width_line, "patched", ["hidden_states.shape", "embeds.shape"]),
         ("gate", gate_line, "patched", ["spec_algorithm.is_eagle3()"])]
     assert listed[0]["file_sha256"] == sha(draft) and listed[0]["original_sha256"] == sha(sglang_source / DRAFT_REL)
 
-    code, out, err = run(capsys, "revert", "--file", DRAFT_REL)
+    code, out, err = cli("probe", "revert", "--file", DRAFT_REL)
     assert code == 0, err
     assert f"reverted {tag}: {draft} restored byte for byte" in out and "matches the original's" in out
     assert sha(draft) == sha(sglang_source / DRAFT_REL)
-    code, out, _ = run(capsys, "revert", "--tag", "gate")
+    code, out, _ = cli("probe", "revert", "--tag", "gate")
     assert code == 0 and "reverted gate" in out
     assert sha(aux) == sha(sglang_source / AUX_REL)
-    code, out, _ = run(capsys, "list")
+    code, out, _ = cli("probe", "list")
     assert code == 0 and out.startswith("no probes on local")
     assert sorted(os.listdir(draft.parent)) == ["llama_eagle3.py"]
 
 
-def test_recipe_draft_input_width_lands_on_the_width_check(site, sglang_source, capsys):
+def test_recipe_draft_input_width_lands_on_the_width_check(site, sglang_source, cli):
     draft = site / "sglang" / DRAFT_REL
     width_line = line_of(draft, WIDTH_CHECK)
-    code, out, err = run(capsys, "add", "--recipe", "draft-input-width", "--python", sys.executable, "--json")
+    code, out, err = cli("probe", "add", "--recipe", "draft-input-width", "--python", sys.executable, "--json")
     assert code == 0, err
     added = json.loads(out)
     assert (added["tag"], added["path"], added["line"]) == ("draft-input-width", str(draft), width_line)
@@ -136,15 +122,15 @@ def test_recipe_draft_input_width_lands_on_the_width_check(site, sglang_source, 
     assert lines[width_line - 1 + added["block_lines"]].strip() == WIDTH_CHECK
     patched = draft.read_bytes()
     # again: the map now finds the check below the block; the CLI recognises its own probe
-    code, out, err = run(capsys, "add", "--recipe", "draft-input-width", "--python", sys.executable)
+    code, out, err = cli("probe", "add", "--recipe", "draft-input-width", "--python", sys.executable)
     assert code == 0, err
     assert out.startswith("probe draft-input-width is already in place")
     assert "reading: the draft-extend step after each target forward must show" in out
     assert "once per distinct value of hidden_states.shape[-1]" in out
     assert draft.read_bytes() == patched
-    code, out, _ = run(capsys, "recipes")
+    code, out, _ = cli("probe", "recipes")
     assert code == 0 and all(name in out for name in ("draft-input-width", "target-capture-layers", "draft-d2t"))
-    code, out, _ = run(capsys, "revert", "--all")
+    code, out, _ = cli("probe", "revert", "--all")
     assert code == 0 and sha(draft) == sha(sglang_source / DRAFT_REL)
 
 
@@ -169,10 +155,10 @@ def test_recipe_draft_input_width_lands_on_the_width_check(site, sglang_source, 
     (["read", "--tag", "t", "--log", "/nonexistent/server.log"], "cannot read the log"),
     (["read", "--tag", "t", "--port", "1"], "no server runs on port 1"),
 ])
-def test_bad_input_exits_2_with_one_clear_line(site, sglang_source, capsys, argv, message, state_dir):
+def test_bad_input_exits_2_with_one_clear_line(site, sglang_source, cli, argv, message, state_dir):
     if "--python" not in argv:
         argv = [*argv, "--python", sys.executable] if argv[0] == "add" else argv
-    code, out, err = run(capsys, *argv)
+    code, out, err = cli("probe", *argv)
     assert code == 2, (out, err)
     assert_one_clear_line(err)
     assert message in err
@@ -180,58 +166,59 @@ def test_bad_input_exits_2_with_one_clear_line(site, sglang_source, capsys, argv
     assert not (state_dir / "probes").exists() or os.listdir(state_dir / "probes") == []
 
 
-def test_no_engine_without_the_package_on_the_path(site, capsys, monkeypatch):
+def test_no_engine_without_the_package_on_the_path(site, cli, monkeypatch):
     monkeypatch.delenv("PYTHONPATH")
-    code, _, err = run(capsys, "add", "--recipe", "draft-input-width", "--python", sys.executable)
+    code, _, err = cli("probe", "add", "--recipe", "draft-input-width", "--python", sys.executable)
     assert code == 2
     assert_one_clear_line(err)
     assert "no engine found for recipe draft-input-width" in err and "sglang package is not found" in err
 
 
 @pytest.mark.parametrize("point", ["after-backup", "before-replace"])
-def test_cli_killed_between_backup_and_replace_is_cleaned_up_by_revert_all(site, sglang_source, point):
+def test_cli_killed_between_backup_and_replace_is_cleaned_up_by_revert_all(site, sglang_source, point, cli):
     draft = site / "sglang" / DRAFT_REL
     original = draft.read_bytes()
-    proc = cli("add", "--file", DRAFT_REL, "--before", WIDTH_RX, "--print", "hidden_states.shape", "--tag", "crashy",
-               "--python", sys.executable, env={CRASH_ENV: point})
-    assert proc.returncode == -signal.SIGKILL, proc.stderr
+    proc = cli.subprocess("probe", "add", "--file", DRAFT_REL, "--before", WIDTH_RX, "--print", "hidden_states.shape",
+                          "--tag", "crashy", "--python", sys.executable, env={CRASH_ENV: point})
+    assert proc.code == -signal.SIGKILL, proc.err
     assert draft.read_bytes() == original  # never half a file: the original until the rename
-    proc = cli("list")
-    assert proc.returncode == 0, proc.stderr
-    assert f"crashy  [pending]  {draft}:{line_of(draft, WIDTH_CHECK)}" in proc.stdout
-    assert "file: back to the original; an add was interrupted" in proc.stdout
-    proc = cli("revert", "--all")
-    assert proc.returncode == 0, proc.stderr
-    assert "cleaned up an interrupted add of crashy" in proc.stdout and "matches the original's" in proc.stdout
+    proc = cli.subprocess("probe", "list")
+    assert proc.code == 0, proc.err
+    assert f"crashy  [pending]  {draft}:{line_of(draft, WIDTH_CHECK)}" in proc.out
+    assert "file: back to the original; an add was interrupted" in proc.out
+    proc = cli.subprocess("probe", "revert", "--all")
+    assert proc.code == 0, proc.err
+    assert "cleaned up an interrupted add of crashy" in proc.out and "matches the original's" in proc.out
     assert draft.read_bytes() == original and sha(draft) == sha(sglang_source / DRAFT_REL)
     assert sorted(os.listdir(draft.parent)) == ["llama_eagle3.py"]  # no temporary file left
-    assert cli("list").stdout.startswith("no probes on local")
+    assert cli.subprocess("probe", "list").out.startswith("no probes on local")
 
 
-def test_cli_killed_after_replace_is_reverted_byte_for_byte(site, sglang_source):
+def test_cli_killed_after_replace_is_reverted_byte_for_byte(site, sglang_source, cli):
     draft = site / "sglang" / DRAFT_REL
-    proc = cli("add", "--recipe", "draft-input-width", "--python", sys.executable, env={CRASH_ENV: "after-replace"})
-    assert proc.returncode == -signal.SIGKILL, proc.stderr
+    proc = cli.subprocess("probe", "add", "--recipe", "draft-input-width", "--python", sys.executable,
+                          env={CRASH_ENV: "after-replace"})
+    assert proc.code == -signal.SIGKILL, proc.err
     compile(draft.read_bytes(), str(draft), "exec")  # the whole patched file
-    listed = json.loads(cli("list", "--json").stdout)
+    listed = json.loads(cli.subprocess("probe", "list", "--json").out)
     assert [(p["tag"], p["state"], p["file_status"]) for p in listed] == [("draft-input-width", "pending", "patched")]
-    proc = cli("revert", "--tag", "draft-input-width")
-    assert proc.returncode == 0, proc.stderr
+    proc = cli.subprocess("probe", "revert", "--tag", "draft-input-width")
+    assert proc.code == 0, proc.err
     assert sha(draft) == sha(sglang_source / DRAFT_REL)
 
 
-def test_revert_refuses_when_someone_edited_the_file(site, sglang_source, capsys, state_dir):
+def test_revert_refuses_when_someone_edited_the_file(site, sglang_source, cli, state_dir):
     aux = site / "sglang" / AUX_REL
-    code, _, err = run(capsys, "add", "--file", str(aux), "--before", GATE_RX, "--print", "spec_algorithm",
+    code, _, err = cli("probe", "add", "--file", str(aux), "--before", GATE_RX, "--print", "spec_algorithm",
                        "--tag", "gate", "--python", sys.executable)
     assert code == 0, err
     with aux.open("a") as f:
         f.write("# a colleague's hotfix\n")
     edited = aux.read_bytes()
-    code, out, _ = run(capsys, "list")
+    code, out, _ = cli("probe", "list")
     assert "file: edited by someone else" in out
     for argv in (["revert", "--tag", "gate"], ["revert", "--all"], ["revert", "--file", str(aux)]):
-        code, out, err = run(capsys, *argv)
+        code, out, err = cli("probe", *argv)
         assert code == 1, (argv, out, err)
         assert "NOT reverted gate" in err and "edited by someone else" in err and "gate.orig" in err
         assert "Traceback" not in err
@@ -242,84 +229,84 @@ def test_revert_refuses_when_someone_edited_the_file(site, sglang_source, capsys
     [cp] = re.findall(r"`(cp [^`]+)`", err)
     assert cp == f"cp {backup} {aux}" and "then `workbench probe revert --tag gate` drops the record" in err
     subprocess.run(cp, shell=True, check=True)
-    code, out, err = run(capsys, "revert", "--tag", "gate")
+    code, out, err = cli("probe", "revert", "--tag", "gate")
     assert code == 0, err
     assert "reverted gate" in out and "matches the original's" in out
     assert sha(aux) == sha(sglang_source / AUX_REL) and os.listdir(state_dir / "probes") == []
 
 
-def test_read_parses_what_the_probe_printed(site, capsys, tmp_path):
+def test_read_parses_what_the_probe_printed(site, cli, tmp_path):
     aux = site / "sglang" / AUX_REL
-    code, _, err = run(capsys, "add", "--file", AUX_REL, "--before", GATE_RX, "--tag", "gate", "--python",
+    code, _, err = cli("probe", "add", "--file", AUX_REL, "--before", GATE_RX, "--tag", "gate", "--python",
                        sys.executable, "--print", "spec_algorithm", "--print", "spec_algorithm.is_eagle3()",
                        "--print", "draft_path", "--print", "config.eagle_aux_hidden_state_layer_ids")
     assert code == 0, err
     log = tmp_path / "server.log"
-    code, _, err = run(capsys, "read", "--tag", "gate", "--log", str(log))
+    code, _, err = cli("probe", "read", "--tag", "gate", "--log", str(log))
     assert code == 2 and "cannot read the log" in err  # no log yet
     log.write_text("[2026-01-01 12:00:00] server started\n")
-    code, out, err = run(capsys, "read", "--tag", "gate", "--log", str(log))
+    code, out, err = cli("probe", "read", "--tag", "gate", "--log", str(log))
     assert code == 1 and "0 line(s)" in out and "restart the server" in err  # not fired yet
     with log.open("a") as f:
         proc = subprocess.run([sys.executable, "-c", RUN_AUX_GATE, str(aux), "EAGLE"], stderr=f, stdout=subprocess.PIPE,
                               text=True, timeout=60)
     assert proc.returncode == 0 and proc.stdout == "False None\n"  # the real function, unchanged by the probe
-    code, out, err = run(capsys, "read", "--tag", "gate", "--log", str(log))
+    code, out, err = cli("probe", "read", "--tag", "gate", "--log", str(log))
     assert code == 0, err
     assert "line 2:" in out and "spec_algorithm.is_eagle3() = False" in out and "draft_path = '/models/draft'" in out
-    code, out, _ = run(capsys, "read", "--tag", "gate", "--log", str(log), "--json")
+    code, out, _ = cli("probe", "read", "--tag", "gate", "--log", str(log), "--json")
     [reading] = json.loads(out)["readings"]
     assert reading["values"] == {"spec_algorithm": "SpeculativeAlgorithm.EAGLE", "spec_algorithm.is_eagle3()": False,
                                  "draft_path": "/models/draft", "config.eagle_aux_hidden_state_layer_ids": None}
     assert reading["line_number"] == 2
-    assert run(capsys, "revert", "--all")[0] == 0
+    assert cli("probe", "revert", "--all")[0] == 0
 
 
-def test_probe_cli_over_ssh(site, sglang_source, ssh_env, tmp_path):
+def test_probe_cli_over_ssh(site, sglang_source, ssh_env, tmp_path, cli):
     """add / list / read / revert with --host = the loopback sshd's alias; the CLI runs as a subprocess."""
     host = ssh_env.alias
     aux = site / "sglang" / AUX_REL
-    proc = cli("add", "--host", host, "--file", str(aux), "--before", GATE_RX, "--function",
-               "_resolve_eagle_aux_hidden_state", "--print", "spec_algorithm.is_eagle3()", "--print", "draft_path",
-               "--python", sys.executable)
-    assert proc.returncode == 0, proc.stderr
+    proc = cli.subprocess("probe", "add", "--host", host, "--file", str(aux), "--before", GATE_RX, "--function",
+                          "_resolve_eagle_aux_hidden_state", "--print", "spec_algorithm.is_eagle3()", "--print",
+                          "draft_path", "--python", sys.executable)
+    assert proc.code == 0, proc.err
     tag = f"spec_aux_hidden_state-L{line_of(sglang_source / AUX_REL, GATE)}"
-    assert proc.stdout.startswith(f"probe {tag} added on {host}")
-    assert f"workbench probe read --host {host} --tag {tag}" in proc.stdout
-    proc = cli("list", "--host", host, "--json")
-    assert proc.returncode == 0, proc.stderr
-    assert [(p["tag"], p["path"], p["file_status"]) for p in json.loads(proc.stdout)] == [(tag, str(aux), "patched")]
+    assert proc.out.startswith(f"probe {tag} added on {host}")
+    assert f"workbench probe read --host {host} --tag {tag}" in proc.out
+    proc = cli.subprocess("probe", "list", "--host", host, "--json")
+    assert proc.code == 0, proc.err
+    assert [(p["tag"], p["path"], p["file_status"]) for p in json.loads(proc.out)] == [(tag, str(aux), "patched")]
     log = tmp_path / "server.log"
     with log.open("w") as f:
         assert subprocess.run([sys.executable, "-c", RUN_AUX_GATE, str(aux), "EAGLE3"], stderr=f,
                               stdout=subprocess.DEVNULL, timeout=60).returncode == 0
-    proc = cli("read", "--host", host, "--tag", tag, "--log", str(log), "--json")
-    assert proc.returncode == 0, proc.stderr
-    assert [r["values"] for r in json.loads(proc.stdout)["readings"]] == [
+    proc = cli.subprocess("probe", "read", "--host", host, "--tag", tag, "--log", str(log), "--json")
+    assert proc.code == 0, proc.err
+    assert [r["values"] for r in json.loads(proc.out)["readings"]] == [
         {"spec_algorithm.is_eagle3()": True, "draft_path": "/models/draft"}]
-    proc = cli("revert", "--host", host, "--tag", tag)
-    assert proc.returncode == 0, proc.stderr
-    assert "matches the original's" in proc.stdout
+    proc = cli.subprocess("probe", "revert", "--host", host, "--tag", tag)
+    assert proc.code == 0, proc.err
+    assert "matches the original's" in proc.out
     assert sha(aux) == sha(sglang_source / AUX_REL)
 
 
 # -- what a probe may go into ------------------------------------------------------------------------
 
 
-def test_add_refuses_files_that_are_not_python_or_do_not_compile(capsys, tmp_path, state_dir):
+def test_add_refuses_files_that_are_not_python_or_do_not_compile(cli, tmp_path, state_dir):
     hostname = tmp_path / "hostname"
     hostname.write_text("vm\n")  # compiles as Python: refused for its name
     notes = tmp_path / "notes.txt"
     notes.write_text("x = 1\n")
     for path in (hostname, notes):
-        code, out, err = run(capsys, "add", "--file", str(path), "--line", "1", "--print", "1", "--python",
+        code, out, err = cli("probe", "add", "--file", str(path), "--line", "1", "--print", "1", "--python",
                              sys.executable)
         assert code == 2, (out, err)
         assert_one_clear_line(err)
         assert "not a Python source file" in err and str(path) in err
     legacy = tmp_path / "legacy.py"
     legacy.write_text("def f(x):\n    print 'x is', x\n    return x\n")
-    code, out, err = run(capsys, "add", "--file", str(legacy), "--before", "return x", "--print", "x", "--python",
+    code, out, err = cli("probe", "add", "--file", str(legacy), "--before", "return x", "--print", "x", "--python",
                          sys.executable)
     assert code == 2, (out, err)
     assert_one_clear_line(err)
@@ -333,23 +320,23 @@ def test_add_refuses_files_that_are_not_python_or_do_not_compile(capsys, tmp_pat
 # -- once per distinct key ----------------------------------------------------------------------------
 
 
-def test_once_per_and_max_prints(site, sglang_source, capsys, tmp_path):
+def test_once_per_and_max_prints(site, sglang_source, cli, tmp_path):
     aux = site / "sglang" / AUX_REL
     argv = ["add", "--file", AUX_REL, "--before", GATE_RX, "--tag", "gate", "--python", sys.executable,
             "--print", "spec_algorithm", "--once-per", "spec_algorithm.is_eagle3()", "--max-prints", "2"]
-    code, out, err = run(capsys, *argv)
+    code, out, err = cli("probe", *argv)
     assert code == 0, err
     assert "once per distinct value of spec_algorithm.is_eagle3(), at most 2 lines per process" in out
     assert "the probe prints once per distinct value of spec_algorithm.is_eagle3()" in out
     patched = aux.read_bytes()
-    code, out, err = run(capsys, *argv)  # the same again: in place, untouched
+    code, out, err = cli("probe", *argv)  # the same again: in place, untouched
     assert code == 0 and out.startswith("probe gate is already in place") and aux.read_bytes() == patched
     for other in (["--once-per", "draft_path"], []):  # another key, or none, under the same tag
-        code, out, err = run(capsys, *argv[:argv.index("--once-per")], *other)
+        code, out, err = cli("probe", *argv[:argv.index("--once-per")], *other)
         assert code == 2 and "already used by a probe" in err and "once per spec_algorithm.is_eagle3() (max 2)" in err
-    code, out, _ = run(capsys, "list")
+    code, out, _ = cli("probe", "list")
     assert code == 0 and "prints: spec_algorithm  (once per spec_algorithm.is_eagle3(), at most 2 lines)" in out
-    code, out, _ = run(capsys, "list", "--json")
+    code, out, _ = cli("probe", "list", "--json")
     [listed] = json.loads(out)
     assert (listed["once_per"], listed["max_prints"]) == ("spec_algorithm.is_eagle3()", 2)
 
@@ -358,54 +345,54 @@ def test_once_per_and_max_prints(site, sglang_source, capsys, tmp_path):
         proc = subprocess.run([sys.executable, "-c", RUN_AUX_GATE, str(aux), "EAGLE3"], stderr=f, stdout=subprocess.PIPE,
                               text=True, timeout=60)
     assert proc.returncode == 0 and proc.stdout == "True [1, 29, 57]\n"
-    code, out, err = run(capsys, "read", "--tag", "gate", "--log", str(log), "--json")
+    code, out, err = cli("probe", "read", "--tag", "gate", "--log", str(log), "--json")
     assert code == 0, err
     assert [r["values"] for r in json.loads(out)["readings"]] == [{"spec_algorithm": "SpeculativeAlgorithm.EAGLE3"}]
 
     # a recipe takes --once-per too (the draft's width per call, past CUDA-graph capture)
-    code, out, err = run(capsys, "add", "--recipe", "draft-input-width", "--python", sys.executable,
+    code, out, err = cli("probe", "add", "--recipe", "draft-input-width", "--python", sys.executable,
                          "--once-per", "hidden_states.shape[-1]", "--json")
     assert code == 0, err
     assert (json.loads(out)["once_per"], json.loads(out)["max_prints"]) == ("hidden_states.shape[-1]", 8)
-    assert run(capsys, "revert", "--all")[0] == 0
+    assert cli("probe", "revert", "--all")[0] == 0
     assert sha(aux) == sha(sglang_source / AUX_REL) and sha(site / "sglang" / DRAFT_REL) == sha(sglang_source / DRAFT_REL)
 
 
 # -- the journal -----------------------------------------------------------------------------------
 
 
-def test_an_unreadable_journal_entry_is_reported_not_fatal(site, sglang_source, capsys, state_dir):
+def test_an_unreadable_journal_entry_is_reported_not_fatal(site, sglang_source, cli, state_dir):
     aux = site / "sglang" / AUX_REL
-    code, _, err = run(capsys, "add", "--file", AUX_REL, "--before", GATE_RX, "--tag", "gate", "--print",
+    code, _, err = cli("probe", "add", "--file", AUX_REL, "--before", GATE_RX, "--tag", "gate", "--print",
                        "spec_algorithm", "--python", sys.executable)
     assert code == 0, err
     bogus = state_dir / "probes" / "bogus.json"
     bogus.write_text("{ this is not json")
-    code, out, err = run(capsys, "list")
+    code, out, err = cli("probe", "list")
     assert code == 1
     assert f"gate  [active]  {aux}:{line_of(sglang_source / AUX_REL, GATE)}" in out  # the readable one is listed
     assert "1 unreadable journal entry (problems)" in err and f"journal entry {bogus} is unreadable (not JSON" in err
-    code, out, err = run(capsys, "list", "--json")
+    code, out, err = cli("probe", "list", "--json")
     assert code == 1 and [p["tag"] for p in json.loads(out)] == ["gate"] and str(bogus) in err
-    code, out, err = run(capsys, "revert", "--tag", "bogus")
+    code, out, err = cli("probe", "revert", "--tag", "bogus")
     assert code == 1 and "cannot revert bogus" in err and "unreadable" in err
-    code, out, err = run(capsys, "revert", "--all")
+    code, out, err = cli("probe", "revert", "--all")
     assert code == 1, (out, err)
     assert "reverted gate" in out and sha(aux) == sha(sglang_source / AUX_REL)  # reverted all the same
     assert str(bogus) in err and "then delete the entry" in err
     assert bogus.exists()  # left for a human
     bogus.unlink()
-    code, out, _ = run(capsys, "list")
+    code, out, _ = cli("probe", "list")
     assert code == 0 and out.startswith("no probes on local")
 
 
 # -- the default tag, usage errors ----------------------------------------------------------------------
 
 
-def test_default_tag_numbers_lines_as_in_the_original_file(site, sglang_source, capsys):
+def test_default_tag_numbers_lines_as_in_the_original_file(site, sglang_source, cli):
     draft = site / "sglang" / DRAFT_REL
     width_line = line_of(sglang_source / DRAFT_REL, WIDTH_CHECK)
-    code, out, err = run(capsys, "add", "--file", DRAFT_REL, "--function", "LlamaModel.forward", "--before",
+    code, out, err = cli("probe", "add", "--file", DRAFT_REL, "--function", "LlamaModel.forward", "--before",
                          r"hidden_states = forward_batch\.spec_info\.hidden_states", "--print", "1", "--tag", "above",
                          "--python", sys.executable, "--json")
     assert code == 0, err
@@ -413,14 +400,14 @@ def test_default_tag_numbers_lines_as_in_the_original_file(site, sglang_source, 
     now = line_of(draft, WIDTH_CHECK)
     assert now == width_line + above
     for anchor in (["--before", WIDTH_RX], ["--line", str(now)]):
-        code, out, err = run(capsys, "add", "--file", DRAFT_REL, *anchor, "--function", "LlamaModel.forward",
+        code, out, err = cli("probe", "add", "--file", DRAFT_REL, *anchor, "--function", "LlamaModel.forward",
                              "--print", "hidden_states.shape", "--python", sys.executable)
         assert code == 0, err
         assert out.startswith(f"probe llama_eagle3-L{width_line} added")  # the original's numbering
         assert f"{draft}:{now}" in out
-        code, _, err = run(capsys, "revert", "--tag", f"llama_eagle3-L{width_line}")
+        code, _, err = cli("probe", "revert", "--tag", f"llama_eagle3-L{width_line}")
         assert code == 0, err
-    assert run(capsys, "revert", "--all")[0] == 0
+    assert cli("probe", "revert", "--all")[0] == 0
     assert sha(draft) == sha(sglang_source / DRAFT_REL)
 
 
@@ -432,23 +419,18 @@ def test_default_tag_numbers_lines_as_in_the_original_file(site, sglang_source, 
     ["add", "--recipe", "draft-input-width", "--once-per", "x", "--max-prints", "0"],
     ["read", "--tag", "t", "--port", "0"],
 ])
-def test_bad_port_or_max_prints_is_a_usage_error(capsys, argv):
-    with pytest.raises(SystemExit) as info:
-        main(["probe", *argv])
-    assert info.value.code == 2
-    err = capsys.readouterr().err
+def test_bad_port_or_max_prints_is_a_usage_error(cli, argv):
+    code, _, err = cli("probe", *argv)
+    assert code == 2
     assert err.startswith("usage: workbench probe") and ("must be a TCP port number" in err or "must be >= 1" in err)
 
 
-def test_probe_help_has_a_description(capsys):
-    with pytest.raises(SystemExit) as info:
-        main(["probe", "--help"])
-    assert info.value.code == 0
-    out = capsys.readouterr().out
+def test_probe_help_has_a_description(cli):
+    code, out, _ = cli("probe", "--help")
+    assert code == 0
     assert "Debug prints in the engine's source on a box" in out
-    with pytest.raises(SystemExit):
-        main(["probe", "add", "--help"])
-    out = capsys.readouterr().out
+    code, out, _ = cli("probe", "add", "--help")
+    assert code == 0
     assert "--once-per EXPR" in out and "--max-prints N" in out
 
 
@@ -456,7 +438,7 @@ def test_probe_help_has_a_description(capsys):
 
 
 @pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("setpriv"), reason="needs root and setpriv")
-def test_owner_is_kept_or_reported(capsys, tmp_path, nobody):
+def test_owner_is_kept_or_reported(cli, tmp_path, nobody):
     """As root, a file of nobody's stays nobody's after add and revert (mode too); as nobody, a file
     of root's (writable by all) cannot be given back to root: the CLI says so and goes on."""
     import sysconfig
@@ -467,12 +449,12 @@ def test_owner_is_kept_or_reported(capsys, tmp_path, nobody):
     src.write_text("def f(x):\n    y = x + 1\n    return y\n")
     os.chmod(src, 0o640)
     os.chown(src, uid, gid)
-    code, out, err = run(capsys, "add", "--file", str(src), "--before", "return y", "--print", "y", "--python",
+    code, out, err = cli("probe", "add", "--file", str(src), "--before", "return y", "--print", "y", "--python",
                          sys.executable)
     assert code == 0, err
     st = src.stat()
     assert (st.st_uid, st.st_gid, st.st_mode & 0o7777) == (uid, gid, 0o640) and "owner could not be kept" not in out
-    code, out, err = run(capsys, "revert", "--all")
+    code, out, err = cli("probe", "revert", "--all")
     assert code == 0, err
     st = src.stat()
     assert (st.st_uid, st.st_gid, st.st_mode & 0o7777) == (uid, gid, 0o640) and "owner could not be kept" not in out

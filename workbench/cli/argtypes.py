@@ -1,11 +1,12 @@
-"""argparse value types shared by the ``workbench`` commands: each raises
-``argparse.ArgumentTypeError`` with what was expected, so argparse prints a usage error (exit 2)."""
+"""argparse value types shared by the ``workbench`` commands: each returns the parsed value or
+raises ``argparse.ArgumentTypeError`` saying what was expected and what was given, so argparse
+prints a usage error naming the option (``argument --port: ...``) and exits 2."""
 
 from __future__ import annotations
 
 import argparse
 
-__all__ = ["positive_int", "positive_seconds", "tcp_port", "layer_ids"]
+__all__ = ["positive_int", "non_negative_int", "positive_seconds", "tcp_port", "layer_ids"]
 
 
 def positive_int(text: str) -> int:
@@ -16,6 +17,17 @@ def positive_int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def non_negative_int(text: str) -> int:
+    """An integer >= 0."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
     return value
 
 
@@ -31,13 +43,13 @@ def positive_seconds(text: str) -> float:
 
 
 def tcp_port(text: str) -> int:
-    """A TCP port number, 1..65535."""
+    """A TCP port number, 1..65535 (0, "any free port" to ``bind``, names no server)."""
     try:
         value = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a TCP port number (1-65535), got {text!r}") from None
+        raise argparse.ArgumentTypeError(f"must be a TCP port number (an integer 1-65535), got {text!r}") from None
     if not 1 <= value <= 65535:
-        raise argparse.ArgumentTypeError(f"must be a TCP port number (1-65535), got {text}")
+        raise argparse.ArgumentTypeError(f"must be >= 1 and <= 65535 (a TCP port number), got {value}")
     return value
 
 

@@ -16,7 +16,8 @@ backwards from the end (a multi-GB log costs the blocks holding them). ``--follo
 keeps reading what the server writes for that long (truncation and rotation handled; without
 ``--last`` it starts at the current end, so the summary covers only the new lines), printing each
 new decode line; Ctrl-C ends it early. ``--decode-log-interval``: the server's value (default 40,
-SGLang's default) for the rule's verify-step count.
+SGLang's default) for the rule's verify-step count. ``--timeout S``: seconds for each box call
+(default 30).
 
 Exit codes: 0 the log was read and acceptance did not collapse, 1 ``acceptance-collapsed``
 fired, 2 the log could not be read (no such file, a directory, not an SGLang log, an unreachable
@@ -32,64 +33,58 @@ import time
 from typing import Any, Optional, Sequence
 
 from workbench.cli.argtypes import positive_int, positive_seconds
+from workbench.cli.common import (
+    CliError, ExitCode, add_box_options, add_json_option, open_box, run_command, set_command,
+)
 
-__all__ = ["add_logs_parser", "main", "render_text"]
-
-PROG = "workbench logs"
+__all__ = ["add_parser", "main", "render_text"]
 
 
-def add_logs_parser(sub: Any) -> None:
+def add_parser(sub: Any) -> None:
     """Register ``workbench logs`` on the CLI's subparsers (``argparse`` ``add_subparsers()``)."""
     p = sub.add_parser("logs", help="accept length, accept rate and throughput from an SGLang server log",
                        description=__doc__.split("\n\n")[0] + "\n\n" + __doc__.split("\n\n", 2)[2],
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("file", metavar="FILE", help="the server's log file on the box")
-    p.add_argument("--host", default="local", help="the box: local, an ~/.ssh/config alias, user@host[:port]")
-    p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    add_box_options(p, timeout=30.0)
+    add_json_option(p, "the summary")
     p.add_argument("--last", type=positive_int, metavar="N", help="only the last N lines (read backwards)")
     p.add_argument("--follow", type=positive_seconds, metavar="SECONDS",
                    help="then keep reading new lines for this many seconds")
     p.add_argument("--decode-log-interval", type=positive_int, default=40, metavar="N",
                    help="the server's --decode-log-interval (default 40, SGLang's default)")
     p.add_argument("--buckets", type=positive_int, default=12, metavar="N", help="timeline slices (default 12)")
-    p.add_argument("--timeout", type=positive_seconds, default=30.0, help="seconds for each call to the box (default 30)")
     p.add_argument("--poll", type=positive_seconds, default=0.5, help=argparse.SUPPRESS)
-    p.set_defaults(func=_run)
+    set_command(p, _run)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    """``workbench logs`` on its own (``python -m workbench.logs_cli FILE ...``): the exit code."""
+    """``workbench logs`` on its own (``python -m workbench.cli.logs FILE ...``, the same as
+    ``workbench logs FILE ...``): the exit code. A usage error exits through argparse
+    (``SystemExit(2)``)."""
     parser = argparse.ArgumentParser(prog="workbench")
-    add_logs_parser(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(["logs", *(sys.argv[1:] if argv is None else argv)])
-    return args.func(args)
+    add_parser(parser.add_subparsers(dest="command", required=True))
+    return run_command(parser.parse_args(["logs", *(sys.argv[1:] if argv is None else argv)]))
 
 
-def _fail(message: str) -> int:
-    print(f"{PROG}: {message}", file=sys.stderr)
-    return 2
-
-
-def _run(args: argparse.Namespace) -> int:
-    from remote import connect
+def _run(args: argparse.Namespace) -> ExitCode:
+    """``workbench logs``: see the module docstring. Raises :class:`CliError` (a log that cannot be
+    read) and what connecting raises."""
     from remote.errors import RemoteError, RemoteFileNotFound, RemoteIsADirectory
     from workbench.logs import LogFollower, LogScanner, parse_log_line, read_box, tail_bytes
 
-    try:
-        box = connect(args.host)
-    except RemoteError as exc:
-        return _fail(str(exc))
+    box = open_box(args)
     path = args.file
     where = path if box.name == "local" else f"{path} on {box.name}"
     try:
         try:
             st = box.stat(path, timeout=args.timeout)
         except RemoteFileNotFound:
-            return _fail(f"no such file: {where}")
+            raise CliError(f"no such file: {where}") from None
         if st.is_dir:
-            return _fail(f"{where} is a directory, not a log file")
+            raise CliError(f"{where} is a directory, not a log file")
         if not st.is_file:
-            return _fail(f"{where} is not a regular file")
+            raise CliError(f"{where} is not a regular file")
         scanner = LogScanner()
         follower = None
         if args.last:
@@ -112,26 +107,26 @@ def _run(args: argparse.Namespace) -> int:
             scanner.finish()
         summary = scanner.summary(source=source, buckets=args.buckets, decode_log_interval=args.decode_log_interval,
                                   events=follower.events if follower else ())
-    except RemoteIsADirectory:
-        return _fail(f"{where} is a directory, not a log file")
-    except RemoteFileNotFound:
-        return _fail(f"{where} disappeared while it was read")
+    except RemoteIsADirectory as exc:
+        raise CliError(f"{where} is a directory, not a log file") from exc
+    except RemoteFileNotFound as exc:
+        raise CliError(f"{where} disappeared while it was read") from exc
     except (RemoteError, OSError, ValueError) as exc:
-        return _fail(f"cannot read {where}: {exc}")
+        raise CliError(f"cannot read {where}: {exc}") from exc
     finally:
         box.close()
     if not summary.looks_like_log:
         if not summary.bytes:
             if not args.follow:
-                return _fail(f"{where} is empty: no log line yet")
+                raise CliError(f"{where} is empty: no log line yet")
         else:
-            return _fail(f"{where} is not an SGLang server log: none of its {summary.lines} lines opens with "
-                         "SGLang's [YYYY-mm-dd HH:MM:SS] prefix or is a Decode/Prefill batch line")
+            raise CliError(f"{where} is not an SGLang server log: none of its {summary.lines} lines opens with "
+                           "SGLang's [YYYY-mm-dd HH:MM:SS] prefix or is a Decode/Prefill batch line")
     out = summary.to_dict()
     out["host"] = args.host
     out["path"] = path
     print(json.dumps(out, indent=2) if args.json else render_text(summary))
-    return 1 if summary.collapsed else 0
+    return ExitCode.FAILURE if summary.collapsed else ExitCode.OK
 
 
 def _follow(follower: Any, scanner: Any, args: argparse.Namespace, parse_line: Any) -> None:
@@ -154,7 +149,7 @@ def _follow(follower: Any, scanner: Any, args: argparse.Namespace, parse_line: A
                 break
             time.sleep(min(args.poll, left))
     except KeyboardInterrupt:
-        print(f"{PROG}: stopped following (Ctrl-C)", file=sys.stderr)
+        print(f"{args.prog}: stopped following (Ctrl-C)", file=sys.stderr)
 
 
 def _progress(rec: Any) -> str:

@@ -7,105 +7,80 @@
 Prints one row per source (accept length as SGLang defines it, accepted drafts per verify step,
 the EAGLE papers' τ, accept rate, tokens/s), the per-position acceptance and histogram, and why
 a source was unavailable (``workbench.measure`` has the definitions and their SGLang sources).
-Over SSH (``--host``) the HTTP goes through a port forward on the box's connection.
+Over SSH (``--host``) the HTTP goes through a port forward on the box's connection. ``--timeout S``:
+seconds for each request and for opening the port forward (default 300).
 Exit codes: 0 measured, 1 ``acceptance-collapsed`` fired on a source (accept length ≤ 1.05 over
-≥ 20 verify steps), 2 the measurement could not run (bad input, unreachable box or server).
+≥ 20 verify steps), 2 the measurement could not run (bad input, unreachable box or server, or
+interrupted before it was done).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import sys
 from typing import Any
 
-__all__ = ["add_measure_parser"]
+from workbench.cli.argtypes import non_negative_int, positive_int
+from workbench.cli.common import (
+    CliError, ExitCode, add_box_options, add_json_option, add_port_option, open_box, set_command,
+)
 
-PROG = "workbench measure"
-
-
-def _int(args: argparse.Namespace, name: str, low: int) -> int | None:
-    """An integer option given as text: ``None`` when absent; raises ValueError with one line."""
-    text = getattr(args, name)
-    if text is None:
-        return None
-    flag = "--" + name.replace("_", "-")
-    try:
-        value = int(text)
-    except ValueError:
-        raise ValueError(f"{flag} must be an integer >= {low}, got {text!r}") from None
-    if value < low:
-        raise ValueError(f"{flag} must be an integer >= {low}, got {value}")
-    return value
+__all__ = ["add_parser"]
 
 
-def _run(args: argparse.Namespace) -> int:
-    from remote import connect
+def _run(args: argparse.Namespace) -> ExitCode:
+    """``workbench measure``: see the module docstring. Raises :class:`CliError` (an unknown
+    source, an unusable prompt set, a measurement that could not be made) and what connecting
+    raises."""
     from remote.errors import RemoteError
-    from workbench.measure import SOURCES, MeasureError, PromptSetError, format_table, measure
+    from workbench.measure import SOURCES, MeasureError, format_table, measure
     from workbench.measure.prompts import load_prompts
 
+    sources = [s.strip() for s in args.sources.split(",") if s.strip()]
+    unknown = [s for s in sources if s not in SOURCES]
+    if unknown or not sources:
+        raise CliError(f"--sources: unknown source {', '.join(unknown) or '(none given)'}; choose from "
+                       f"{','.join(SOURCES)}")
     try:
-        port = _int(args, "port", 1)
-        if port > 65535:
-            raise ValueError(f"--port must be a TCP port in 1..65535, got {port}")
-        num_prompts = _int(args, "num_prompts", 1)
-        max_new_tokens = _int(args, "max_new_tokens", 1)
-        warmup = _int(args, "warmup", 0)
-        try:
-            timeout = float(args.timeout)
-        except ValueError:
-            raise ValueError(f"--timeout must be a positive number of seconds, got {args.timeout!r}") from None
-        if not timeout > 0:
-            raise ValueError(f"--timeout must be a positive number of seconds, got {args.timeout!r}")
-        sources = [s.strip() for s in args.sources.split(",") if s.strip()]
-        unknown = [s for s in sources if s not in SOURCES]
-        if unknown or not sources:
-            raise ValueError(f"--sources: unknown source {', '.join(unknown) or '(none given)'}; choose from "
-                             f"{','.join(SOURCES)}")
         prompts = load_prompts(args.prompts)
-    except (ValueError, PromptSetError) as exc:
-        print(f"{PROG}: {exc}", file=sys.stderr)
-        return 2
-    try:
-        box = connect(args.host)
-    except RemoteError as exc:
-        print(f"{PROG}: {exc}", file=sys.stderr)
-        return 2
-    try:
-        url = box.url(port)
-        m = measure(url, prompts, sources=sources, num_prompts=num_prompts, max_new_tokens=max_new_tokens,
-                    warmup=warmup, openai_endpoint=args.openai_endpoint, flush_cache_after_warmup=args.flush_cache,
-                    timeout=timeout, progress=False if args.no_progress else None)
-    except (MeasureError, RemoteError, ValueError) as exc:
-        print(f"{PROG}: {exc}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print(f"{PROG}: interrupted", file=sys.stderr)
-        return 2
-    finally:
-        box.close()
+    except ValueError as exc:  # PromptSetError among them
+        raise CliError(str(exc)) from exc
+    with open_box(args) as box:
+        try:
+            url = box.url(args.port, timeout=args.timeout)
+            m = measure(url, prompts, sources=sources, num_prompts=args.num_prompts,
+                        max_new_tokens=args.max_new_tokens, warmup=args.warmup, openai_endpoint=args.openai_endpoint,
+                        flush_cache_after_warmup=args.flush_cache, timeout=args.timeout,
+                        progress=False if args.no_progress else None)
+        except (MeasureError, RemoteError, ValueError) as exc:
+            raise CliError(str(exc)) from exc
+        except KeyboardInterrupt as exc:
+            # exit 2 as it always was for this command: the measurement could not be made
+            raise CliError("interrupted", ExitCode.CANNOT_RUN) from exc
     m.prompt_set = args.prompts
     if box.name != "local":
-        m.notes.append(f"box {box.name}: port {port} reached through an SSH port forward ({url})")
+        m.notes.append(f"box {box.name}: port {args.port} reached through an SSH port forward ({url})")
     findings = m.findings()
     print(json.dumps(m.to_dict(), indent=2, default=str) if args.json else format_table(m))
-    return 1 if findings else 0
+    return ExitCode.FAILURE if findings else ExitCode.OK
 
 
-def add_measure_parser(sub: Any) -> None:
-    """Register ``workbench measure`` on the CLI's subparsers (``sub`` from ``add_subparsers``)."""
+def add_parser(sub: Any) -> None:
+    """Register ``workbench measure`` on the CLI's subparsers (``argparse`` ``add_subparsers()``)."""
     p = sub.add_parser("measure", help="accept length from /generate, the OpenAI endpoints, /server_info and "
                                        "/metrics, warm-up excluded",
                        description=__doc__.split("\n\n")[0])
-    p.add_argument("--host", default="local", help="the box: local, an ~/.ssh/config alias, user@host[:port]")
-    p.add_argument("--port", default="30000", help="the server's port on the box (default 30000)")
+    add_box_options(p, timeout=300.0, timeout_help="each request to the server (and opening the port forward)")
+    add_port_option(p, "the server's port on the box (default 30000)", default=30000)
     p.add_argument("--prompts", default="default",
                    help="chat, code, math, default (built in; see workbench/prompts/README.md) or a JSONL file "
                         "with a 'text' per line")
-    p.add_argument("--num-prompts", help="use the first N prompts of the set (default: all)")
-    p.add_argument("--max-new-tokens", default="128", help="tokens per request (default 128)")
-    p.add_argument("--warmup", default="1", help="requests per request source sent first and not counted (default 1)")
+    p.add_argument("--num-prompts", type=positive_int, metavar="N", help="use the first N prompts of the set "
+                                                                         "(default: all)")
+    p.add_argument("--max-new-tokens", type=positive_int, default=128, metavar="N",
+                   help="tokens per request (default 128)")
+    p.add_argument("--warmup", type=non_negative_int, default=1, metavar="K",
+                   help="requests per request source sent first and not counted (default 1)")
     p.add_argument("--sources", default="generate,openai,server_info,metrics",
                    help="comma-separated: generate, openai, server_info, metrics (default: all)")
     p.add_argument("--openai-endpoint", choices=["completions", "chat"], default="completions",
@@ -113,7 +88,6 @@ def add_measure_parser(sub: Any) -> None:
     p.add_argument("--flush-cache", action="store_true",
                    help="POST /flush_cache after the warm-up so /server_info's average covers only the measured "
                         "requests (also empties the server's prefix cache)")
-    p.add_argument("--timeout", default="300", help="seconds per request (default 300)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    p.add_argument("--json", action="store_true", help="print the whole measurement as JSON")
-    p.set_defaults(func=_run)
+    add_json_option(p, "the whole measurement")
+    set_command(p, _run)

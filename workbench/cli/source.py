@@ -9,7 +9,7 @@
 
 BOX is ``--host SPEC`` (default local) with ``--python P`` (the interpreter that runs the
 server), ``--port N`` (take the server running on that port) or ``--package PKG``
-(``workbench.sandbox`` for the sandbox box's engine); ``--timeout S`` for each box call.
+(``workbench.sandbox`` for the sandbox box's engine); ``--timeout S`` for each box call (default 30).
 Exit codes: 0 done, 2 the command could not run (bad arguments, no engine, unreachable box).
 """
 
@@ -18,23 +18,23 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 from typing import Any
 
-from workbench.cli.argtypes import layer_ids, positive_int, positive_seconds
+from workbench.cli.argtypes import layer_ids, positive_int
+from workbench.cli.common import ExitCode, add_box_options, add_json_option, add_port_option, open_box, set_command
 
-__all__ = ["add_source_parser"]
+__all__ = ["add_parser"]
 
 
 def _box_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--host", default="local", help="the box: local, an ~/.ssh/config alias, user@host[:port]")
+    """The box and engine options every ``workbench source`` action takes, then ``--json``."""
+    add_box_options(p, timeout=30.0)
     p.add_argument("--python", help="the interpreter on the box that runs the server (default: the running "
                                      "server's, else python3)")
-    p.add_argument("--port", type=positive_int, help="take the engine of the server running on this port")
+    add_port_option(p, "take the engine of the server running on this port")
     p.add_argument("--package", help="the engine package (default: what the server runs, else sglang; "
                                      "workbench.sandbox for the sandbox box)")
-    p.add_argument("--timeout", type=positive_seconds, default=30.0, help="seconds for each call to the box")
-    p.add_argument("--json", action="store_true", help="print JSON")
+    add_json_option(p, "the result")
 
 
 def _split_file_line(text: str) -> tuple[str, int | None]:
@@ -44,23 +44,17 @@ def _split_file_line(text: str) -> tuple[str, int | None]:
     return text, None
 
 
-def _run(args: argparse.Namespace) -> int:
-    from remote import connect
-    from remote.errors import RemoteError
-    from workbench.checkpoint import CheckpointError
+def _run(args: argparse.Namespace) -> ExitCode:
+    """``workbench source <action>``: see the module docstring. Raises what it meets on the way
+    (``EngineNotFound``, ``SourceLookupError``, ``CheckpointError``, ``LaunchCommandError``, the box
+    layer's ``RemoteError``): the command line prints each as one line, exit 2."""
+    from workbench.engine import find_engine
     from workbench.engine.codepath import code_path_map, map_for_launch
+    from workbench.engine.launch import LaunchCommand
     from workbench.rules.engine_source import scan_swallowed
-    from workbench.engine import EngineNotFound, SourceLookupError, find_engine
-    from workbench.engine.launch import LaunchCommand, LaunchCommandError
 
-    prog = f"workbench source {args.action}"
-    try:
-        launch = LaunchCommand.parse(args.launch) if getattr(args, "launch", None) else None
-        box = connect(args.host)
-    except (LaunchCommandError, RemoteError) as exc:
-        print(f"{prog}: {exc}", file=sys.stderr)
-        return 2
-    try:
+    launch = LaunchCommand.parse(args.launch) if getattr(args, "launch", None) else None
+    with open_box(args) as box:
         engine = find_engine(box, python=args.python, port=args.port, launch=launch, package=args.package,
                              timeout=args.timeout)
         src = engine.source(box, timeout=args.timeout)
@@ -109,31 +103,30 @@ def _run(args: argparse.Namespace) -> int:
                 out = {"findings": [f.to_dict() for f in findings], "engine": engine.to_dict(), "notes": notes}
                 text = "\n".join(f"{f.rule} [{f.severity}] {f.message}" for f in findings) or \
                     "no swallowed error or silent fallback on the EAGLE-3 path"
-    except (EngineNotFound, SourceLookupError, CheckpointError, RemoteError, LaunchCommandError) as exc:
-        print(f"{prog}: {exc}", file=sys.stderr)
-        return 2
-    finally:
-        box.close()
     print(json.dumps(out, indent=2, default=str) if args.json else text)
-    return 0
+    return ExitCode.OK
 
 
-def add_source_parser(sub: Any) -> None:
-    """Register ``workbench source`` (locate / show / find / map / scan) on the CLI's subparsers."""
+def add_parser(sub: Any) -> None:
+    """Register ``workbench source`` (locate / show / find / map / scan) on the CLI's subparsers
+    (``argparse`` ``add_subparsers()``)."""
     p = sub.add_parser("source", help="read the engine's source on the box: locate, show, find, map, scan",
                        description=__doc__.split("\n\n")[0])
     actions = p.add_subparsers(dest="action", required=True)
     a = actions.add_parser("locate", help="the engine package, version and interpreter on the box")
     _box_args(a)
+    set_command(a, _run)
     a = actions.add_parser("show", help="numbered source lines: FILE[:LINE] relative to the package or absolute")
     a.add_argument("target", metavar="FILE[:LINE]")
     a.add_argument("-C", "--context", type=int, default=8, help="lines of context around LINE (default 8)")
     _box_args(a)
+    set_command(a, _run)
     a = actions.add_parser("find", help="where a function, class or Class.method is defined (ast)")
     a.add_argument("name")
     a.add_argument("--file", help="search only this file")
     a.add_argument("-C", "--context", type=int, default=0, help="also show N lines around each definition")
     _box_args(a)
+    set_command(a, _run)
     for name, what in (("map", "the EAGLE-3 code-path map: (file, line, what happens there)"),
                        ("scan", "swallowed errors and silent fallbacks on the EAGLE-3 path")):
         a = actions.add_parser(name, help=what)
@@ -147,4 +140,4 @@ def add_source_parser(sub: Any) -> None:
         a.add_argument("--cwd", help="with --launch: the directory the server starts in, for relative model paths "
                                      "(default: this directory on the local box, the login directory over SSH)")
         _box_args(a)
-    p.set_defaults(func=_run)
+        set_command(a, _run)

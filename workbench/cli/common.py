@@ -1,0 +1,169 @@
+"""What every ``workbench`` subcommand shares: the exit codes, the one CLI error, the option
+groups (the box: ``--host`` and ``--timeout``; ``--port``; ``--json``) and the one place where an
+error ending a subcommand becomes its exit code and its line on stderr (:func:`run_command`).
+
+A subcommand module (``workbench.cli.<name>``) has ``add_parser(sub)``, which registers its
+parser(s) on the ``add_subparsers()`` of ``workbench`` and gives each runnable parser its
+function with :func:`set_command`. The function returns an :class:`ExitCode` for what it found,
+and raises for what stopped it: a :class:`CliError` (its code and one-line message), any
+``workbench.errors.WorkbenchError`` (its ``exit_code``, 2 by default) or a
+``remote.errors.RemoteError`` (2; a ``ProbeConflict`` 1). :func:`run_command` prints
+``workbench <subcommand>: <message>`` on stderr and returns the code; an exception of any other
+type is a bug and keeps its traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import enum
+import os
+import sys
+from typing import Any, Callable, Optional
+
+from workbench.cli.argtypes import positive_seconds, tcp_port
+from workbench.errors import WorkbenchError
+
+__all__ = [
+    "ExitCode", "CliError", "exit_code_for", "reworded", "run_command", "set_command", "add_box_options",
+    "add_port_option", "add_json_option", "open_box", "one_line", "HOST_HELP",
+]
+
+
+class ExitCode(enum.IntEnum):
+    """The exit codes of every ``workbench`` subcommand."""
+
+    #: the command ran and found nothing wrong
+    OK = 0
+    #: the command ran and found a failure: a doctor error finding, acceptance collapsed, a probe
+    #: revert refused, a restore left something undone, a runbook cell failed
+    FAILURE = 1
+    #: the command could not run: bad arguments, an unreachable box, a missing file, ...
+    CANNOT_RUN = 2
+    #: interrupted (Ctrl-C, SIGTERM, SIGHUP)
+    INTERRUPTED = 130
+
+
+class CliError(WorkbenchError):
+    """Ends a subcommand: ``workbench <subcommand>: <message>`` on stderr, exit ``code``.
+
+    ``message`` is one line (the runbook's failing-cell report adds a second one naming where the
+    executed notebook is); ``code`` an :class:`ExitCode` (default ``CANNOT_RUN``), kept as
+    ``exit_code``. Raises ``ValueError`` for a code that is no :class:`ExitCode`.
+    """
+
+    def __init__(self, message: str, code: int = ExitCode.CANNOT_RUN):
+        super().__init__(message)
+        self.exit_code = ExitCode(code)
+
+
+def exit_code_for(exc: BaseException) -> Optional[ExitCode]:
+    """The exit code an error ends a subcommand with, or ``None`` when it is no error the
+    workbench raises on purpose (a bug: it keeps its traceback).
+
+    A :class:`~workbench.errors.WorkbenchError` (a :class:`CliError` too): its ``exit_code``. A
+    ``remote.errors.ProbeConflict`` (a probed file edited by someone else, nothing changed):
+    ``FAILURE``. Any other ``remote.errors.RemoteError`` (an unreachable box, a time-out, a file
+    that is not there): ``CANNOT_RUN``.
+    """
+    if isinstance(exc, WorkbenchError):
+        return ExitCode(exc.exit_code)
+    from remote.errors import ProbeConflict, RemoteError  # here: `workbench report` never loads the box layer
+
+    if isinstance(exc, ProbeConflict):
+        return ExitCode.FAILURE
+    if isinstance(exc, RemoteError):
+        return ExitCode.CANNOT_RUN
+    return None
+
+
+def reworded(exc: BaseException, message: str) -> CliError:
+    """A :class:`CliError` saying ``message`` instead of ``str(exc)``, with ``exc``'s exit code
+    (:func:`exit_code_for`; ``CANNOT_RUN`` for an error of another kind), for a subcommand that
+    words an error its own way: ``raise reworded(exc, f"{type(exc).__name__}: {exc}") from exc``."""
+    return CliError(message, exit_code_for(exc) or ExitCode.CANNOT_RUN)
+
+
+def one_line(text: Any) -> str:
+    """``str(text)`` with every run of whitespace (newlines too) made one space."""
+    return " ".join(str(text).split())
+
+
+def set_command(parser: argparse.ArgumentParser, func: Callable[[argparse.Namespace], int]) -> None:
+    """Make ``parser`` runnable: :func:`run_command` calls ``func(args)`` and names the command
+    ``parser.prog`` (``workbench probe add``) in front of its error messages."""
+    parser.set_defaults(func=func, prog=parser.prog)
+
+
+def run_command(args: argparse.Namespace) -> int:
+    """Run the parsed subcommand (``args.func(args)``, set by :func:`set_command`) and return
+    its exit code (an :class:`ExitCode`).
+
+    The one place where errors become exit codes: an error :func:`exit_code_for` knows is printed
+    as ``<args.prog>: <message>`` on stderr and its code returned; anything else propagates. A
+    stdout that is a closed pipe (``| head``) ends the command with ``FAILURE``, quietly.
+    """
+    try:
+        return ExitCode(args.func(args))
+    except BrokenPipeError:  # the output went to a pipe that closed (`| head`): what was done is done
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return ExitCode.FAILURE
+    except Exception as exc:
+        code = exit_code_for(exc)
+        if code is None:
+            raise
+        print(f"{args.prog}: {exc}", file=sys.stderr)
+        return code
+
+
+# -- option groups -----------------------------------------------------------------------------
+
+#: The help of ``--host``, the same on every subcommand.
+HOST_HELP = "the box: local (this machine), an ~/.ssh/config alias or user@host[:port] (default: local)"
+
+
+class _TimeoutAction(argparse.Action):
+    """``--timeout S`` given on the command line: stored as ``timeout``, and as ``connect_timeout``
+    too, so an explicit time-out also bounds connecting to the box (without it ``connect_timeout``
+    stays ``None``: the ssh config's ``ConnectTimeout``, default 15 s)."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: Optional[str] = None) -> None:
+        setattr(namespace, self.dest, values)
+        namespace.connect_timeout = values
+
+
+def add_box_options(parser: argparse.ArgumentParser, *, timeout: float, timeout_help: str = "each call to the box",
+                    host_default: Optional[str] = "local", host_help: str = HOST_HELP) -> None:
+    """``--host SPEC`` and ``--timeout S`` on a subcommand that talks to a box.
+
+    ``args.host``: the spec for ``remote.connect`` (``host_default`` when not given; the runbook
+    passes ``None``: its ``-p host`` decides). ``args.timeout``: positive seconds for every box call
+    (``timeout_help`` says which), ``timeout`` when not given. ``args.connect_timeout``: the same
+    seconds when ``--timeout`` was given, else ``None`` (see :func:`open_box`).
+    """
+    parser.add_argument("--host", default=host_default, metavar="SPEC", help=host_help)
+    parser.add_argument("--timeout", type=positive_seconds, default=timeout, action=_TimeoutAction, metavar="S",
+                        help=f"seconds for {timeout_help} (default {timeout:g}); when given it also bounds "
+                             "connecting to the box (else the ssh config's ConnectTimeout, default 15)")
+    parser.set_defaults(connect_timeout=None)
+
+
+def add_port_option(parser: argparse.ArgumentParser, help: str, *, default: Optional[int] = None) -> None:
+    """``--port N``: a TCP port number 1..65535 (:func:`~workbench.cli.argtypes.tcp_port`; anything
+    else is a usage error, exit 2); ``default`` when not given."""
+    parser.add_argument("--port", type=tcp_port, default=default, metavar="N", help=help)
+
+
+def add_json_option(parser: argparse.ArgumentParser, what: str = "the result") -> None:
+    """``--json``: print ``what`` as JSON instead of text (``args.json``, a bool)."""
+    parser.add_argument("--json", action="store_true", help=f"print {what} as JSON")
+
+
+def open_box(args: argparse.Namespace, host: Optional[str] = None) -> Any:
+    """``remote.connect(host or args.host, connect_timeout=args.connect_timeout)``: the box of a
+    subcommand with :func:`add_box_options`. Raises what ``connect`` raises (``BoxSpecError``,
+    the ``SSHError`` family)."""
+    from remote import connect
+
+    return connect(host if host is not None else args.host, connect_timeout=args.connect_timeout)
