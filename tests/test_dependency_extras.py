@@ -391,3 +391,41 @@ def test_missing_sandbox_modules_through_the_box(no_sandbox_extra, monkeypatch):
         monkeypatch.setenv(key, no_sandbox_extra[key])
     assert missing_sandbox_modules(box, sys.executable) == list(SANDBOX_ONLY)
     assert no_sandbox_extra.attempts("import") == []
+
+
+@pytest.mark.slow
+def test_a_built_wheel_carries_the_runbooks_and_data_and_runs_outside_the_checkout(tmp_path):
+    """`pip install .` (not editable) installs a wheel: build it, unpack it (a wheel is a zip of
+    the files an install puts in site-packages), and run from it, away from the checkout: the
+    runbooks, prompt sets, flag table and sandbox models are there and found."""
+    import zipfile
+
+    build = _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w",
+                  str(tmp_path / "dist"), str(ROOT)], dict(os.environ), timeout=600)
+    assert build.returncode == 0, build.stderr[-2000:]
+    [wheel] = (tmp_path / "dist").glob("eagle_workbench-*.whl")
+    site = tmp_path / "site"
+    with zipfile.ZipFile(wheel) as zf:
+        names = set(zf.namelist())
+        zf.extractall(site)
+    for runbook in ("diagnose_acceptance", "preflight", "measure_acceptance", "compare_drafts"):
+        assert f"workbench/runbooks/{runbook}.ipynb" in names
+    assert {"workbench/engine/data/sglang-0.5.23-flags.json", "workbench/measure/prompt_sets/chat.jsonl",
+            "workbench/sandbox/models/draft/config.json"} <= names
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["PYTHONPATH"] = str(site)  # ahead of the editable install of the checkout
+    probe = textwrap.dedent("""
+        import json, workbench
+        from workbench.cli.runbook import runbooks_dir
+        from workbench.engine.flags import FLAGS
+        from workbench.measure.prompts import load_prompts
+        print(json.dumps({"package": workbench.__file__, "runbooks": str(runbooks_dir()),
+                          "found": sorted(p.stem for p in runbooks_dir().glob("*.ipynb")),
+                          "flags": len(FLAGS), "chat": len(load_prompts("chat"))}))
+    """)
+    proc = _run([sys.executable, "-c", probe], env, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    seen = json.loads(proc.stdout)
+    assert seen["package"].startswith(str(site)) and seen["runbooks"].startswith(str(site))
+    assert seen["found"] == ["compare_drafts", "diagnose_acceptance", "measure_acceptance", "preflight"]
+    assert seen["flags"] > 500 and seen["chat"] == 30
