@@ -29,3 +29,23 @@ def test_an_own_server_is_stopped_with_its_group_when_the_test_fails(tmp_path, o
     assert _group_members(srv.pid) == []
     with pytest.raises(httpx.ConnectError):
         httpx.get(srv.url + "/health", timeout=5)
+
+
+def test_stop_leaves_no_process_of_the_group(tmp_path):
+    """``SandboxServer.stop`` stops the whole group: here a leader that ignores SIGTERM and a child
+    it started (plain processes, no server: what ``stop`` does is the same for any group)."""
+    import signal
+    import subprocess
+    import time
+
+    from testkit.sandbox_servers import SandboxServer
+
+    proc = subprocess.Popen(["bash", "-c", "trap '' TERM; sleep 60 & echo $!; wait"], stdout=subprocess.PIPE,
+                            text=True, start_new_session=True)
+    child = int(proc.stdout.readline())
+    assert sorted(_group_members(proc.pid)) == sorted([proc.pid, child])
+    server = SandboxServer(proc, 0, tmp_path / "none.log", [], (), [])
+    t0 = time.monotonic()
+    server.stop(grace=0.5)
+    assert proc.returncode == -signal.SIGKILL and time.monotonic() - t0 < 10
+    assert _group_members(proc.pid) == []
