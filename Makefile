@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed-stamp
 REPORT_DIR ?= reports
 PYTEST_ARGS ?=
 
-.PHONY: setup browser demo test bench sandbox-models clean-reports lab
+.PHONY: setup browser demo test test-fast bench sandbox-models clean-reports lab
 
 # One virtual environment (.venv) and one stamp. Each target names the extras it needs
 # (demo: sandbox; test: test and sandbox; ...) and `$(call venv,EXTRAS)` installs them only when
@@ -55,6 +55,12 @@ demo:
 test: browser
 	$(call venv,test sandbox)
 	$(PY) -m pytest -q $(PYTEST_ARGS)
+
+# The edit-test loop: only the tests that start nothing (no server, sshd, notebook kernel or
+# browser; those are marked slow, see tests/conftest.py), in seconds. Under "not slow" a guard
+# makes any such start fail the test, so a test missing its mark is caught here.
+test-fast: setup
+	$(PY) -m pytest -q -p no:cacheprovider -m "not slow" $(PYTEST_ARGS)
 
 # All benchmarks always run; make fails (exit 1) when one misses a goal.
 bench:

@@ -1,18 +1,143 @@
-"""Fixtures shared by every test folder (including the loopback OpenSSH server of the SSH tests)."""
+"""Fixtures shared by every test folder: a free port, the loopback OpenSSH server of the SSH tests,
+the shared sandbox servers, the notebook runner, the SGLang source; the automatic ``slow`` marks
+and the guard of ``make test-fast``.
 
-import socket
+Markers: ``slow`` = the test starts something (a server, sshd, a notebook kernel, a browser).
+Tests get it automatically from the fixtures they use (``STARTS_BY_FIXTURE`` below), by hand when
+they start things themselves. ``make test-fast`` runs ``pytest -m "not slow"``; whenever a run
+deselects ``slow`` the guard of ``testkit.fast_guard`` is on and a test that starts anything fails.
+"""
 
 import pytest
 
 from sshd import LoopbackSSHD, keygen, make_client, sshd_missing_reason
+from testkit import ports
+from testkit.fast_guard import FastGuard
+from testkit.sandbox_servers import SandboxServers, models_missing_reason, running_sandbox_server
+
+# fixture -> what a test using it (directly or through another fixture) starts
+STARTS_BY_FIXTURE = {
+    "sshd": "sshd",
+    "ssh_env": "sshd",
+    "sandbox_server": "a sandbox server",
+    "own_sandbox_server": "a sandbox server",
+    "tiny_server_argv": "a tiny HTTP server",
+    "execute_notebook": "a notebook kernel",
+}
+
+
+def pytest_configure(config):
+    config._ewb_guard = None
+    config._ewb_fast_guard = "not slow" in (config.getoption("markexpr") or "").replace("  ", " ")
+
+
+def pytest_collection_modifyitems(config, items):
+    """Mark ``slow`` every test whose fixture closure starts something (``STARTS_BY_FIXTURE``);
+    a test that starts something itself carries ``@pytest.mark.slow`` in its file (the guard of
+    ``make test-fast`` fails one that does not)."""
+    for item in items:
+        if any(name in STARTS_BY_FIXTURE for name in getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _fast_run_guard(request):
+    """Under a run that deselects ``slow`` (``make test-fast``): refuse to start servers, sshd,
+    kernels and browsers for the whole session (``testkit.fast_guard``)."""
+    if not request.config._ewb_fast_guard:
+        yield None
+        return
+    guard = FastGuard()
+    with pytest.MonkeyPatch.context() as mp:
+        guard.install(mp)
+        request.config._ewb_guard = guard
+        try:
+            yield guard
+        finally:
+            request.config._ewb_guard = None
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    guard = getattr(item.config, "_ewb_guard", None)
+    item._ewb_violations_before = 0 if guard is None else len(guard.violations)
+    yield
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """Under the guard, a test that tried to start something fails even when the code under test
+    caught the refusal."""
+    outcome = yield
+    report = outcome.get_result()
+    guard = getattr(item.config, "_ewb_guard", None)
+    if guard is not None and report.when == "call" and report.passed:
+        refused = guard.violations[getattr(item, "_ewb_violations_before", 0):]
+        if refused:
+            report.outcome = "failed"
+            report.longrepr = "\n".join(refused)
+
+
+_SHARED_SUMMARY: list = []  # filled when the shared sandbox servers stop, printed at the end
 
 
 @pytest.fixture
 def free_port():
-    """A TCP port nothing listens on right now (bound to 0 and released)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A TCP port nothing listens on right now (``testkit.ports.free_port``)."""
+    return ports.free_port()
+
+
+@pytest.fixture(scope="session")
+def sandbox_server(tmp_path_factory):
+    """The shared sandbox servers: ``sandbox_server(algorithm=None, *, draft="draft",
+    decode_log_interval=None, extra=())`` returns the session's server for that configuration
+    (``testkit.sandbox_servers.SandboxServer``: ``url``, ``port``, ``log_path``, ``log()``,
+    ``startup``), started on first use and shared by every test asking for the same one. For tests
+    that only read from a server; a test that stops, restarts, probe-patches or kills its server,
+    or checks its start-up, starts its own (``own_sandbox_server``).
+    Every server is stopped at the end of the session, its whole process group."""
+    reason = models_missing_reason()
+    if reason:
+        pytest.skip(reason)
+    servers = SandboxServers(tmp_path_factory.mktemp("sandbox-servers"))
+    try:
+        yield servers.get
+    finally:
+        request_summary = servers.summary()
+        servers.close()
+        _SHARED_SUMMARY.extend(request_summary)
+
+
+@pytest.fixture(scope="session")
+def own_sandbox_server():
+    """For a test (or module fixture) that owns its sandbox server: the context manager
+    ``own_sandbox_server(log_dir, *flags)`` starts one on a free port, waits for /health 200 and
+    stops its whole process group when the block ends (``testkit.sandbox_servers``)."""
+    reason = models_missing_reason()
+    if reason:
+        pytest.skip(reason)
+    return running_sandbox_server
+
+
+def pytest_terminal_summary(terminalreporter):
+    if _SHARED_SUMMARY:
+        terminalreporter.write_line(f"shared sandbox servers: {len(_SHARED_SUMMARY)} launched")
+        for line in _SHARED_SUMMARY:
+            terminalreporter.write_line(f"  {line}")
+
+
+@pytest.fixture(scope="session")
+def execute_notebook():
+    """``papermill.execute_notebook`` with the kernel ``python3`` (this venv's, installed by
+    ``make setup``) and no progress bar; other keyword arguments passed on."""
+    papermill = pytest.importorskip("papermill")
+
+    def run(source, out, **kwargs):
+        kwargs.setdefault("kernel_name", "python3")
+        kwargs.setdefault("progress_bar", False)
+        return papermill.execute_notebook(str(source), str(out), **kwargs)
+
+    return run
 
 
 @pytest.fixture(scope="session")

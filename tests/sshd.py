@@ -20,6 +20,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from testkit.ports import free_port
+
 SSHD = "/usr/sbin/sshd"
 SSH_KEYGEN = shutil.which("ssh-keygen") or "/usr/bin/ssh-keygen"
 
@@ -31,13 +33,6 @@ def sshd_missing_reason() -> str | None:
     if not os.access(SSH_KEYGEN, os.X_OK):
         return "ssh-keygen is not installed (openssh-client)"
     return None
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 nothing listens on right now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def keygen(path: Path, kind: str = "ed25519") -> Path:

@@ -40,20 +40,18 @@ def test_runbook_parameters_cell():
     assert {"host", "launch_command", "port", "allow_restart", "apply_fix", "report_dir"} <= names
 
 
-def test_preflight_runbook_on_the_sandbox_with_the_wrong_flag(tmp_path):
+def test_preflight_runbook_on_the_sandbox_with_the_wrong_flag(tmp_path, execute_notebook):
     """papermill executes runbooks/preflight.ipynb on the sandbox box launched with EAGLE: the
     findings table names algorithm-mismatch and the corrected command says EAGLE3."""
     import json
-
-    import papermill
 
     from workbench.sandbox_box import sandbox_launch_command
     from workbench.engine.launch import LaunchCommand
 
     out = tmp_path / "preflight.ipynb"
-    papermill.execute_notebook(str(ROOT / "runbooks" / "preflight.ipynb"), str(out), kernel_name="python3",
-                               parameters={"launch_command": sandbox_launch_command(algorithm="EAGLE"),
-                                           "report_dir": str(tmp_path)}, progress_bar=False, cwd=str(ROOT))
+    execute_notebook(ROOT / "runbooks" / "preflight.ipynb", out,
+                     parameters={"launch_command": sandbox_launch_command(algorithm="EAGLE"),
+                                 "report_dir": str(tmp_path)}, cwd=str(ROOT))
     result = json.loads((tmp_path / "preflight.json").read_text())
     assert [(f["rule"], f["severity"]) for f in result["findings"] if f["severity"] != "info"] == [
         ("algorithm-mismatch", "error")]
@@ -63,22 +61,19 @@ def test_preflight_runbook_on_the_sandbox_with_the_wrong_flag(tmp_path):
     assert "algorithm-mismatch" in html_out and "Corrected launch command" in html_out
 
 
-def test_engine_probes_notebook_on_the_sandbox_engine(tmp_path, monkeypatch):
+def test_engine_probes_notebook_on_the_sandbox_engine(tmp_path, monkeypatch, execute_notebook):
     """papermill executes notebooks/engine_probes.ipynb on the sandbox box's engine (no server
     running): the map shows every entry, the scan names the broad except, the three recipes are
     added and reverted, and the sandbox's files are byte-identical afterwards."""
     import hashlib
     import sys
 
-    import papermill
-
     sandbox = ROOT / "workbench" / "sandbox" / "srt"
     before = {p: hashlib.sha256(p.read_bytes()).hexdigest() for p in sandbox.rglob("*.py")}
     monkeypatch.setenv("EAGLE_WORKBENCH_STATE_DIR", str(tmp_path / "state"))
     out = tmp_path / "engine_probes.ipynb"
-    papermill.execute_notebook(str(ROOT / "notebooks" / "engine_probes.ipynb"), str(out), kernel_name="python3",
-                               parameters={"package": "workbench.sandbox", "python": sys.executable},
-                               progress_bar=False, cwd=str(ROOT))
+    execute_notebook(ROOT / "notebooks" / "engine_probes.ipynb", out,
+                     parameters={"package": "workbench.sandbox", "python": sys.executable}, cwd=str(ROOT))
     texts = []
     for cell in nbformat.read(str(out), as_version=4).cells:
         for o in cell.get("outputs", []):

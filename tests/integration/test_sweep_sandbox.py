@@ -9,7 +9,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
+
+pytestmark = pytest.mark.slow
 
 
 def test_measure_acceptance_runbook_on_the_sandbox(tmp_path, free_port):

@@ -3,6 +3,8 @@
 Every test that takes ``box`` runs once per transport in ``BOX_SPECS``: this machine through the
 local transport, through the local primitives only, and over SSH through a real OpenSSH server on
 loopback (``sshd`` in ``tests/conftest.py``; the box is the same machine, reached by its alias).
+The ``ssh`` instances are marked ``slow`` (they start sshd), so ``make test-fast`` runs the two
+local ones.
 """
 
 import sys
@@ -33,7 +35,8 @@ HERE = Path(__file__).resolve().parent
 TINY_SERVER = HERE / "tiny_launch_server.py"
 
 
-@pytest.fixture(params=list(BOX_SPECS))
+@pytest.fixture(params=[pytest.param(name, marks=pytest.mark.slow) if spec is SSH else name
+                        for name, spec in BOX_SPECS.items()])
 def box(request, tmp_path):
     """A box whose state directory (probe journal, server logs) lives under ``tmp_path``."""
     spec = BOX_SPECS[request.param]

@@ -13,6 +13,8 @@ import pytest
 from remote import PortInUse, ServerDied, ServerStartTimedOut
 from remote.errors import ServerError
 
+pytestmark = pytest.mark.slow  # every test here launches (or tries to launch) a detached server
+
 
 @pytest.fixture
 def launched(box):

@@ -1,7 +1,9 @@
 """The sandbox server's OpenAI endpoints, /metrics (--enable-metrics) and /flush_cache over real
 HTTP, shaped as SGLang 0.5.23 shapes them (srt/entrypoints/openai/protocol.py, serving_completions.py,
-serving_chat.py, utils.py; srt/observability/metrics_collector.py). Two servers: EAGLE3 with
---enable-metrics, and one without speculative decoding or metrics."""
+serving_chat.py, utils.py; srt/observability/metrics_collector.py). Two servers, both the session's
+shared ones (the ``sandbox_server`` fixture): EAGLE3 with --enable-metrics (also read by
+tests/workbench/test_measure.py), and one without speculative decoding or metrics (also read by
+test_sandbox_server.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ import re
 import httpx
 import pytest
 
-from sandbox_helpers import DRAFT, SPEC_FLAGS, running_server
+from testkit.sandbox_servers import EAGLE3_METRICS, PLAIN
 
 pytestmark = [pytest.mark.usefixtures("models_present"), pytest.mark.slow]
 
@@ -23,12 +25,16 @@ USAGE_KEYS = ["prompt_tokens", "total_tokens", "completion_tokens", "prompt_toke
 SCHED_LABELS = {"model_name", "engine_type", "tp_rank", "pp_rank", "moe_ep_rank"}
 
 
-def _metrics(url):
+def _families(status, content_type, text):
     from prometheus_client.parser import text_string_to_metric_families
 
+    assert status == 200 and content_type.startswith("text/plain")
+    return {f.name: f for f in text_string_to_metric_families(text)}
+
+
+def _metrics(url):
     resp = httpx.get(url + "/metrics", timeout=30)
-    assert resp.status_code == 200 and resp.headers["content-type"].startswith("text/plain")
-    return {f.name: f for f in text_string_to_metric_families(resp.text)}
+    return _families(resp.status_code, resp.headers["content-type"], resp.text)
 
 
 def _value(families, family, sample=None, **labels):
@@ -37,19 +43,18 @@ def _value(families, family, sample=None, **labels):
                and all(s.labels.get(k) == v for k, v in labels.items()))
 
 
-@pytest.fixture(scope="module")
-def spec(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("endpoints-spec")
-    with running_server(tmp, "--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", str(DRAFT),
-                        *SPEC_FLAGS, "--decode-log-interval", "2", "--enable-metrics") as srv:
-        srv.initial_metrics = _metrics(srv.url)  # after the start-up warm-up (prefill only), before any decode
-        yield srv
+@pytest.fixture
+def spec(sandbox_server):
+    """The shared EAGLE3 server with --enable-metrics, every decode step a log tick."""
+    srv = sandbox_server(**EAGLE3_METRICS)
+    srv.initial_metrics = _families(*srv.startup["metrics"])  # after the start-up warm-up (prefill only), before any decode
+    return srv
 
 
-@pytest.fixture(scope="module")
-def plain(tmp_path_factory):
-    with running_server(tmp_path_factory.mktemp("endpoints-plain")) as srv:
-        yield srv
+@pytest.fixture
+def plain(sandbox_server):
+    """The shared server without speculative decoding (a decode log line every 4 tokens)."""
+    return sandbox_server(**PLAIN)
 
 
 def _post(url, path, body, status=200):

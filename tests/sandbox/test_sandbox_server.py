@@ -1,4 +1,8 @@
-"""The sandbox server over real HTTP: endpoints, meta_info, SGLang log format, flag handling."""
+"""The sandbox server over real HTTP: endpoints, meta_info, SGLang log format, flag handling.
+
+``server`` is this module's own (its start-up is checked: /health 503 until ready, /server_info
+before the first decode tick, the start-up log lines); the no-speculation test reads the
+session's shared server without speculative decoding."""
 
 from __future__ import annotations
 
@@ -10,7 +14,9 @@ import time
 import httpx
 import pytest
 
-from sandbox_helpers import DRAFT, ROOT, SPEC_FLAGS, TARGET, free_port, launch_argv, running_server
+from sandbox_helpers import DRAFT, ROOT, SPEC_FLAGS, TARGET, launch_argv
+from testkit.ports import free_port
+from testkit.sandbox_servers import PLAIN
 
 pytestmark = pytest.mark.usefixtures("models_present")
 
@@ -34,9 +40,9 @@ INTERVAL = 5
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
+def server(tmp_path_factory, own_sandbox_server):
     tmp = tmp_path_factory.mktemp("srv")
-    with running_server(tmp, "--speculative-algorithm", "eagle3", "--speculative-draft-model", str(DRAFT), *SPEC_FLAGS,
+    with own_sandbox_server(tmp, "--speculative-algorithm", "eagle3", "--speculative-draft-model", str(DRAFT), *SPEC_FLAGS,
                         "--decode-log-interval", str(INTERVAL), *IGNORED) as srv:
         yield srv
 
@@ -134,17 +140,17 @@ def test_decode_line_every_interval_and_accept_len(server):
     assert server.log().count("Decode batch") - before >= out["meta_info"]["spec_verify_ct"] // INTERVAL - 1
 
 
-def test_no_spec_server_log_and_meta(tmp_path):
-    with running_server(tmp_path, "--decode-log-interval", "4") as srv:
-        out = generate(srv, text="import sys\n", sampling_params={"max_new_tokens": 12, "temperature": 0.7})
-        assert "spec_verify_ct" not in out["meta_info"]
-        info = httpx.get(srv.url + "/server_info").json()
-        assert info["speculative_algorithm"] is None
-        assert "avg_spec_accept_length" not in info["internal_states"][0]
-        time.sleep(0.2)
-        lines = srv.log().splitlines()
-        assert any(DECODE_NOSPEC_RE.match(l) for l in lines)
-        assert not any("accept len" in l for l in lines)
+def test_no_spec_server_log_and_meta(sandbox_server):
+    srv = sandbox_server(**PLAIN)  # --decode-log-interval 4
+    out = generate(srv, text="import sys\n", sampling_params={"max_new_tokens": 12, "temperature": 0.7})
+    assert "spec_verify_ct" not in out["meta_info"]
+    info = httpx.get(srv.url + "/server_info").json()
+    assert info["speculative_algorithm"] is None
+    assert "avg_spec_accept_length" not in info["internal_states"][0]
+    time.sleep(0.2)
+    lines = srv.log().splitlines()
+    assert any(DECODE_NOSPEC_RE.match(l) for l in lines)
+    assert not any("accept len" in l for l in lines)
 
 
 def test_log_ms_env_adds_milliseconds():
@@ -175,6 +181,7 @@ def test_log_ms_env_adds_milliseconds():
         (["--port", "99999"], "--port: must be a TCP port"),
     ],
 )
+@pytest.mark.slow  # starts the server module (which refuses the flags and exits)
 def test_bad_flag_values_exit_with_clear_error(flags, message):
     p = subprocess.run(launch_argv(*flags, port=free_port()), cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert p.returncode == 2

@@ -234,6 +234,7 @@ def test_runbook_failure_restores_and_a_failing_restore_does_not_mask_the_error(
     assert runbook.DRIVER_ENV not in os.environ
 
 
+@pytest.mark.slow  # starts a stand-in SGLang process
 def test_doctor_running_reads_the_server_command_line(models, tmp_path, cli):
     """``--running``: the command line of the process serving on the box (a real process whose
     argv is an SGLang launch command: a stand-in ``sglang/launch_server.py`` that only sleeps)."""

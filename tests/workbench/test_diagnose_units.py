@@ -45,6 +45,7 @@ def test_engine_package(text, package):
     assert engine_package(LaunchCommand.parse(text)) == package
 
 
+@pytest.mark.slow  # launches a server on the box
 def test_server_python_keeps_the_venv_interpreter(box, tmp_path):
     """/proc/PID/exe of a venv's python is the base interpreter, which lacks the venv's packages;
     the diagnosis must run the engine lookups with argv[0] (absolute, or found on the server's PATH)."""
@@ -144,6 +145,7 @@ def test_static_hypotheses_name_the_root_cause_before_any_restart(tmp_path, monk
     assert json.loads((tmp_path / "reports" / "diagnose_acceptance.json").read_text())["restarts"] == 0
 
 
+@pytest.mark.slow  # launches a server on the box
 def test_inventory_without_a_port_looks_only_at_the_default_port_fake_sglang_process(tmp_path, free_port):
     """No port given: the server on SGLang's default port (or the launch command's --port) is the
     one diagnosed; a server on another port is only mentioned, never taken over (restarted).

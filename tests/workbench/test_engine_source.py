@@ -245,6 +245,7 @@ def test_find_engine_by_python_launch_env_and_errors(box, sglang_copy):
         find_engine(box, python="/no/such/python3", package="sglang")
 
 
+@pytest.mark.slow  # starts a stand-in SGLang server
 def test_find_engine_from_the_running_server_uses_its_cwd_and_pythonpath(box, sglang_copy, tmp_path, free_port):
     """A server started as ``cd DIR && PYTHONPATH=... python -m sglang.launch_server``: the engine
     is found where that server imports it from. The server process is a stand-in for SGLang

@@ -1,7 +1,7 @@
 """workbench.journal: the diagnosis journal on the box and restore_box, with real processes.
 
-Every test has its own box state directory (so its own journal and probe journal) and starts
-the tiny HTTP server of the remote tests as the "original" SGLang server.
+Every test has its own box state directory (so its own journal and probe journal); the ``slow``
+ones start the tiny HTTP server of the remote tests as the "original" SGLang server.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from remote import connect
+from testkit.ports import free_port
 from remote import probes as remote_probes
 from workbench.session.journal import Journal, JournalError, journal_path, restore_box
 
@@ -31,9 +32,8 @@ _PORTS: list[int] = []  # ports of the tiny servers the current test may have st
 
 
 def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    """A free port (``testkit.ports.free_port``), recorded for ``jbox``'s clean-up."""
+    port = free_port()
     _PORTS.append(port)
     return port
 
@@ -122,6 +122,7 @@ def test_mark_stopped_without_original_refuses(jbox):
     assert not Journal(jbox).pending
 
 
+@pytest.mark.slow  # starts tiny servers
 def test_restore_relaunches_original_stops_started_reverts_probe(jbox, tmp_path):
     original = Original(jbox, tmp_path)
     old_pid = original.handle.pid
@@ -169,6 +170,7 @@ def test_restore_relaunches_original_stops_started_reverts_probe(jbox, tmp_path)
     assert [s.pid for s in original.running()] == [back.pid]
 
 
+@pytest.mark.slow  # starts tiny servers
 def test_relaunch_failure_is_reported_and_journal_kept(jbox, tmp_path):
     original = Original(jbox, tmp_path)
     j = Journal(jbox)
@@ -195,6 +197,7 @@ def test_relaunch_failure_is_reported_and_journal_kept(jbox, tmp_path):
     assert not Journal(jbox).pending
 
 
+@pytest.mark.slow  # starts tiny servers
 def test_restore_does_not_relaunch_when_the_original_argv_already_serves(jbox, tmp_path):
     original = Original(jbox, tmp_path)
     j = Journal(jbox)
@@ -224,6 +227,7 @@ def test_started_pid_reused_by_another_process_is_left_alone(jbox):
         other.wait()
 
 
+@pytest.mark.slow  # starts tiny servers
 def test_started_group_whose_leader_died_is_stopped(jbox, tmp_path):
     port = _free_port()
     handle = jbox.launch_server([sys.executable, str(TINY_SERVER), "--port", str(port), "--child"], port=port)
@@ -265,6 +269,7 @@ def test_restore_with_nothing_journalled_writes_nothing(jbox):
     assert json.loads(json.dumps(report.to_dict())) == {"actions": [], "problems": [], "clean": True}
 
 
+@pytest.mark.slow  # starts tiny servers
 def test_launch_interrupted_before_its_pid_was_journalled_is_stopped(jbox, tmp_path):
     """begin_launch is written before the server starts; a run killed before end_launch still has
     that server stopped by restore_box (found by its exact argv on its port)."""
@@ -283,6 +288,7 @@ def test_launch_interrupted_before_its_pid_was_journalled_is_stopped(jbox, tmp_p
     assert not Journal(jbox).pending
 
 
+@pytest.mark.slow  # starts tiny servers
 def test_a_live_runs_journal_is_not_restored_by_a_concurrent_driver(jbox, tmp_path):
     """Two diagnoses on one box: the second one's driver, cleaning up after its own failure, must
     not undo the first one's changes while the first still runs (its owner pid is alive)."""

@@ -2,9 +2,10 @@
 
 Unit tests run against an in-memory SGLang 0.5.23 stand-in (httpx.MockTransport) whose responses
 use the real field names (checked against the 0.5.23 source in ``test_field_names_in_sglang_0_5_23``).
-The slow tests launch the sandbox box (EAGLE3 with --enable-metrics and --decode-log-interval 1, so
-every server-side counter is folded at each verify step; EAGLE without metrics) and check that every
-source agrees with the others within what its definition allows.
+The slow tests read the session's shared sandbox servers (``sandbox_server``: EAGLE3 with
+--enable-metrics and --decode-log-interval 1, so every server-side counter is folded at each verify
+step; EAGLE without metrics) and check that every source agrees with the others within what its
+definition allows.
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ from __future__ import annotations
 import ast
 import json
 import re
-import shlex
 from pathlib import Path
 
 import httpx
@@ -29,6 +29,7 @@ from workbench.measure import (
     record_from_openai,
 )
 from workbench.measure.prompts import load_prompts
+from testkit.sandbox_servers import EAGLE, EAGLE3_METRICS
 
 ROOT = Path(__file__).resolve().parents[2]
 BENCH = ROOT / "workbench" / "sandbox" / "prompts" / "bench.jsonl"
@@ -459,50 +460,19 @@ def test_cli_bad_prompt_line_and_unreachable(cli, tmp_path, free_port):
 # ---------------------------------------------------------------------------------------------
 
 
-def _launch(tmp_path_factory, algorithm: str, *extra: str, decode_log_interval: int = 1):
-    import socket
-
-    from remote import connect
-    from workbench.sandbox_box import sandbox_launch_command
-
-    tmp = tmp_path_factory.mktemp(f"measure-{algorithm.lower()}")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    box = connect("local", state_dir=tmp / "state")
-    argv = shlex.split(sandbox_launch_command(algorithm=algorithm, port=port,
-                                              decode_log_interval=decode_log_interval)) + list(extra)
-    log = tmp / "server.log"
-    handle = box.launch_server(argv, port=port, log_path=log)
-    try:
-        box.wait_healthy(handle, timeout=240)
-    except BaseException:
-        box.stop_server(handle)
-        box.close()
-        raise
-    return box, handle, port, log
+@pytest.fixture
+def eagle3(sandbox_server):
+    """The sandbox under EAGLE3 with --enable-metrics, every decode iteration a log tick: the
+    session's shared server (also read by tests/sandbox/test_sandbox_endpoints.py)."""
+    srv = sandbox_server(**EAGLE3_METRICS)
+    return srv.url, srv.port, srv.log_path
 
 
-@pytest.fixture(scope="module")
-def eagle3(tmp_path_factory):
-    """The sandbox under EAGLE3 with --enable-metrics, every decode iteration a log tick."""
-    box, handle, port, log = _launch(tmp_path_factory, "EAGLE3", "--enable-metrics")
-    try:
-        yield box.url(port), port, log
-    finally:
-        box.stop_server(handle)
-        box.close()
-
-
-@pytest.fixture(scope="module")
-def eagle(tmp_path_factory):
-    """The sandbox under the wrong flag (EAGLE), without --enable-metrics."""
-    box, handle, port, log = _launch(tmp_path_factory, "EAGLE")
-    try:
-        yield box.url(port), port, log
-    finally:
-        box.stop_server(handle)
-        box.close()
+@pytest.fixture
+def eagle(sandbox_server):
+    """The sandbox under the wrong flag (EAGLE), without --enable-metrics: the session's shared server."""
+    srv = sandbox_server(**EAGLE)
+    return srv.url, srv.port, srv.log_path
 
 
 def _read_metrics(url):

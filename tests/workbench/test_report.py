@@ -51,20 +51,17 @@ def _notebook() -> nbformat.NotebookNode:
 
 
 @pytest.fixture(scope="module")
-def executed(tmp_path_factory):
+def executed(tmp_path_factory, execute_notebook):
     """The test notebook executed with papermill (kernel python3) and exported once for the module."""
-    papermill = pytest.importorskip("papermill")
     tmp = tmp_path_factory.mktemp("report")
     source = tmp / "report_in.ipynb"
     nbformat.write(_notebook(), source)
     out = tmp / "report_out.ipynb"
-    papermill.execute_notebook(
-        str(source),
-        str(out),
+    execute_notebook(
+        source,
+        out,
         parameters={"accept_before": 1.0, "label": "EAGLE run"},
-        kernel_name="python3",
         cwd=str(tmp),
-        progress_bar=False,
         log_output=False,
         execution_timeout=300,
     )

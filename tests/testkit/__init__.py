@@ -1,0 +1,11 @@
+"""Helpers shared by every test folder (imported as ``testkit``: ``tests/`` is on ``sys.path``
+through ``tests/conftest.py``). Plain functions and classes; the fixtures built on them live in
+``tests/conftest.py``.
+
+- ``testkit.ports``: ``free_port()``, the one free-port helper.
+- ``testkit.sandbox_servers``: the one way the tests start a sandbox server (a real
+  ``python -m workbench.sandbox.launch_server`` process in its own process group), and the
+  session cache behind the ``sandbox_server`` fixture.
+- ``testkit.fast_guard``: what ``make test-fast`` refuses to start (servers, sshd, notebook
+  kernels, browsers), so a test that starts one without being marked ``slow`` fails loudly.
+"""
