@@ -58,9 +58,10 @@ test: browser
 
 # The edit-test loop: only the tests that start nothing (no server, sshd, notebook kernel or
 # browser; those are marked slow, see tests/conftest.py), in seconds. Under "not slow" a guard
-# makes any such start fail the test, so a test missing its mark is caught here.
+# makes any such start fail the test, so a test missing its mark is caught here. One worker per
+# core (pytest-xdist).
 test-fast: setup
-	$(PY) -m pytest -q -p no:cacheprovider -m "not slow" $(PYTEST_ARGS)
+	$(PY) -m pytest -q -p no:cacheprovider -m "not slow" -n auto $(PYTEST_ARGS)
 
 # All benchmarks always run; make fails (exit 1) when one misses a goal.
 bench:

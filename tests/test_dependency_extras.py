@@ -287,6 +287,7 @@ def test_source_locate_and_probe_recipes_without_the_extra_simulated_absence(no_
     assert no_sandbox_extra.attempts("import") == []
 
 
+@pytest.mark.slow  # executes a notebook in a kernel
 def test_report_of_an_executed_notebook_without_the_extra_simulated_absence(no_sandbox_extra, tmp_path):
     """A two-cell notebook executed by papermill in an ipykernel kernel (which inherits the
     simulated absence) and exported with ``workbench report``: one self-contained HTML file."""
@@ -317,6 +318,7 @@ def test_report_of_an_executed_notebook_without_the_extra_simulated_absence(no_s
     assert no_sandbox_extra.attempts("import") == []
 
 
+@pytest.mark.slow  # starts the sandbox's launch_server (which refuses at once)
 @pytest.mark.parametrize("blocked, missing", [
     (SANDBOX_ONLY, "torch, transformers, safetensors, fastapi, uvicorn"),
     (("torch",), "torch"),
