@@ -361,7 +361,7 @@ def _reference(s: str, end: bytes):
 def test_number_readers_equal_python_float(reader):
     # the SWAR readers: a value they accept is exactly float(text); the general one accepts every
     # plain number the complete parser does and nothing else
-    import workbench.logs as L
+    import workbench.logs.scanner as L  # the private readers live in the scanner
 
     cases = _value_strings(11)
     pieces = [b": " + s.encode() + end + b"Q" * 20 for s, end in cases]

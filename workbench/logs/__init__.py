@@ -65,7 +65,7 @@ module                what it holds
 :mod:`.lines`         the complete parser: SGLang's prefix / batch regexes, ``_number``,
                       :class:`LogRecord`, :func:`parse_log_line`, :class:`ParsedLog`,
                       :func:`parse_log`, :class:`LogAcceptance`, :func:`acceptance_from_log`,
-                      :func:`epoch_seconds`, ``_iso``, :class:`LogInputError`,
+                      :func:`epoch_seconds`, ``_iso``,
                       :data:`DEFAULT_DECODE_LOG_INTERVAL`. Standard library (and
                       :mod:`workbench.errors`) only.
 :mod:`.summary`       :class:`Stat`, :class:`LogSummary` (built from anything with a scanner's
@@ -88,10 +88,10 @@ the private readers the tests check included). Nothing in the package imports
 :mod:`workbench.sandbox`.
 """
 
+from workbench.errors import LogInputError
 from workbench.logs.lines import (
     DEFAULT_DECODE_LOG_INTERVAL,
     LogAcceptance,
-    LogInputError,
     LogRecord,
     ParsedLog,
     acceptance_from_log,
@@ -100,15 +100,8 @@ from workbench.logs.lines import (
     parse_log_line,
 )
 from workbench.logs.summary import LogSummary, Stat
-from workbench.logs.scanner import (  # noqa: F401  (the private readers: tests/workbench/test_logs.py)
-    LogScanner,
-    _Block,
-    _numbers,
-    _numbers_d_dd,
-    _numbers_f2,
-    _numbers_int,
-)
-from workbench.logs.read import (  # noqa: F401  (BLOCK, TAIL_BLOCK: the block sizes, as before)
+from workbench.logs.scanner import LogScanner
+from workbench.logs.read import (
     BLOCK,
     TAIL_BLOCK,
     read_box,
@@ -124,5 +117,5 @@ __all__ = [
     "LogRecord", "ParsedLog", "LogAcceptance", "parse_log_line", "parse_log", "acceptance_from_log",
     "LogScanner", "LogSummary", "Stat", "FollowEvent", "LogFollower", "LogInputError",
     "summarize_bytes", "scan_file", "scan_box", "read_box", "tail_bytes", "tail_box", "epoch_seconds",
-    "DEFAULT_DECODE_LOG_INTERVAL",
+    "DEFAULT_DECODE_LOG_INTERVAL", "BLOCK", "TAIL_BLOCK",
 ]

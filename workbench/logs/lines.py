@@ -5,8 +5,7 @@
 :func:`parse_log` does a whole log that way (:class:`ParsedLog`); :func:`acceptance_from_log`
 turns decode records into a :class:`LogAcceptance`. Also here, because every other module of
 the package uses them: SGLang's prefix / batch regexes, :func:`epoch_seconds` and ``_iso`` (the
-log's clock as seconds since 1970 and back), :class:`LogInputError` and
-:data:`DEFAULT_DECODE_LOG_INTERVAL`.
+log's clock as seconds since 1970 and back) and :data:`DEFAULT_DECODE_LOG_INTERVAL`.
 
 The bottom of the package: imports nothing from :mod:`workbench` (the standard library only).
 """
@@ -19,8 +18,6 @@ import statistics
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Iterable, Iterator, Optional, Union
-
-from workbench.errors import LogInputError
 
 
 #: SGLang's default ``--decode-log-interval`` (decode iterations per ``Decode batch`` line), 0.4.0 - 0.5.23.
