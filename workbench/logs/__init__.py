@@ -65,9 +65,8 @@ module                what it holds
 :mod:`.lines`         the complete parser: SGLang's prefix / batch regexes, ``_number``,
                       :class:`LogRecord`, :func:`parse_log_line`, :class:`ParsedLog`,
                       :func:`parse_log`, :class:`LogAcceptance`, :func:`acceptance_from_log`,
-                      :func:`epoch_seconds`, ``_iso``,
-                      :data:`DEFAULT_DECODE_LOG_INTERVAL`. Standard library (and
-                      :mod:`workbench.errors`) only.
+                      :func:`epoch_seconds`, ``_iso``, :data:`DEFAULT_DECODE_LOG_INTERVAL`.
+                      Standard library only.
 :mod:`.summary`       :class:`Stat`, :class:`LogSummary` (built from anything with a scanner's
                       ``arrays()`` and counts, :class:`~.summary.ScannedLog`), the timeline and
                       the fast median. Imports ``lines`` and
