@@ -47,7 +47,7 @@ MAP_MAX_BYTES = 2_000_000
 
 def build_deployment(base: Path, sglang_src: Path) -> str:
     """Write the target and draft directories; return the launch command."""
-    from test_draft_checks import specforge_spec, token_map
+    from rule_helpers import specforge_spec, token_map
     from workbench_test_helpers import fixture_config, write_sparse_safetensors
 
     target = base / "Kimi-K2.5"
