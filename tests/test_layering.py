@@ -1,4 +1,4 @@
-"""The import graph keeps the design's layering (DESIGN.md "Layering", docs/ARCHITECTURE.md).
+"""The import graph keeps the design's layering (docs/ARCHITECTURE.md, "Packages").
 
 Read from the source with ``ast`` (every ``import`` / ``from ... import``, also the ones inside
 functions: a lazy import is still an import), never by importing the modules:
@@ -154,3 +154,19 @@ def test_the_graph_is_read():
         "workbench.session.box_session" in GRAPH["workbench.measure.sweep"]
     assert "remote.errors" in GRAPH["workbench.checkpoint.readers"]
     assert len([m for m in MODULES if m.startswith("workbench.rules.")]) >= 6
+
+
+@pytest.mark.parametrize("old", sorted(__import__("workbench").MOVED_MODULES))
+def test_an_old_flat_module_says_where_it_moved(old):
+    """The flat layout's modules are gone (``workbench/`` is packages); importing one names the
+    new place, and the first place it names is a module that imports."""
+    import importlib
+
+    import workbench
+
+    assert old not in MODULES  # really gone
+    with pytest.raises(ModuleNotFoundError, match=f"No module named '{old}': it moved to workbench[.]"):
+        importlib.import_module(old)
+    new = workbench.MOVED_MODULES[old].split()[0].rstrip(";,")
+    assert new in MODULES, new
+    importlib.import_module(new)

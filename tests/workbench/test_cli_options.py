@@ -99,12 +99,14 @@ def test_a_bad_port_is_refused_everywhere(cli, name, value, message):
     assert err.splitlines()[-1] == f"workbench {name}: error: argument --port: {message}"
 
 
-@pytest.mark.parametrize("value", ["0", "-1", "soon"])
+@pytest.mark.parametrize("value", ["0", "-1", "soon", "nan", "inf", "3e6"])
 @pytest.mark.parametrize("name", sorted(BOX_COMMANDS))
 def test_a_bad_timeout_is_refused_everywhere(cli, name, value):
+    # inf and anything over MAX_SECONDS overflow the waits underneath (select's C int of milliseconds)
     code, out, err = cli(*BOX_COMMANDS[name], "--timeout", value)
     assert (code, out) == (2, "")
     expected = (f"expected a number of seconds, got {value!r}" if value == "soon" else
+                f"must be at most 1e+06 seconds, got {value}" if value in ("inf", "3e6") else
                 f"must be a positive number of seconds, got {value}")
     assert err.splitlines()[-1] == f"workbench {name}: error: argument --timeout: {expected}"
 

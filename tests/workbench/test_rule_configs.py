@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+
+import pytest
+
 from rule_helpers import (
     LLAMA31_8B,
     LLAMA33_70B,
@@ -16,6 +20,7 @@ from rule_helpers import (
     serious,
     specforge_spec,
 )
+from workbench.doctor import run_doctor
 from workbench.engine.launch import LaunchCommand
 from workbench_test_helpers import public_report
 
@@ -85,3 +90,28 @@ def test_rope_compares_by_value_and_type_equals_rope_type(box, tmp_path, sglang_
                     eagle_config={"eagle_aux_hidden_state_layer_ids": [1, 15, 28]})
     t, d = deploy(tmp_path, LLAMA31_8B, cfg)
     assert "rope-mismatch" not in doctor(box, launch(t, d), sglang_source).rules
+
+
+@pytest.mark.parametrize("value", [[1], 5, None, [None], {"name": "x"}])
+@pytest.mark.parametrize("algo", ["EAGLE", "EAGLE3"])
+def test_a_bogus_architectures_value_is_a_finding_never_a_failed_rule(box, tmp_path, algo, value):
+    """``architectures`` that is no list of names (a trial's [1], 5, null...): SGLang would fail to
+    build ``architectures[0]``; the doctor says so (unknown-draft-architecture; under EAGLE also
+    the algorithm mismatch the checkpoint shows) and no rule fails on it."""
+    import shutil
+
+    from workbench.sandbox_box import sandbox_launch_command, sandbox_models_dir
+
+    for name in ("target", "draft"):
+        shutil.copytree(sandbox_models_dir() / name, tmp_path / name)
+    cfg_path = tmp_path / "draft" / "config.json"
+    cfg = json.loads(cfg_path.read_text())
+    cfg["architectures"] = value
+    cfg_path.write_text(json.dumps(cfg))
+    cmd = LaunchCommand.parse(sandbox_launch_command(algorithm=algo)) \
+        .with_flag("--model-path", str(tmp_path / "target")) \
+        .with_flag("--speculative-draft-model-path", str(tmp_path / "draft"))
+    report = run_doctor(box, cmd)
+    assert report.rule_failures == [] and not any("could not run" in n for n in report.notes)
+    assert "unknown-draft-architecture" in report.rules and report.exit_code == 1
+    assert ("algorithm-mismatch" in report.rules) == (algo == "EAGLE")

@@ -19,7 +19,8 @@ from workbench.rules.registry import Family, Registry, RuleFailure
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
-#: The catalogue of shared/notes/doctor-rules.md, plus the two rules the doctor added to it.
+#: The catalogue the project started from (shared/notes/doctor-rules.md) plus the two rules the doctor
+#: added: none may go missing (new rules need no entry here).
 CATALOGUE_IDS = {
     "algorithm-mismatch", "draft-path-missing", "spec-params-invalid", "unknown-draft-architecture",
     "aux-config-unread", "aux-layer-ids-out-of-range", "aux-layer-offset-convention", "aux-count-mismatch",
@@ -47,8 +48,8 @@ def test_catalogue_check_fails_on_a_stale_file(tmp_path, capsys):
 
 
 def test_the_registry_holds_the_catalogue_and_the_doctor_emits_its_ids():
-    assert set(REGISTRY.ids) == CATALOGUE_IDS
-    assert len(REGISTRY.ids) == len(CATALOGUE_IDS)  # no id twice
+    assert CATALOGUE_IDS <= set(REGISTRY.ids)
+    assert len(set(REGISTRY.ids)) == len(REGISTRY.ids)  # no id twice
     assert tuple(RULE_IDS) == REGISTRY.ids
     text = catalogue_markdown()
     for r in REGISTRY:

@@ -4,6 +4,7 @@ headers on the box (:mod:`workbench.checkpoint.readers`): :class:`DraftFacts` an
 
 from __future__ import annotations
 
+import json
 import posixpath
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -134,6 +135,19 @@ class TargetFacts:
     sources: dict[str, str] = field(default_factory=dict)
 
 
+def architectures_of(value: Any) -> list[str]:
+    """A config's ``architectures`` as the list of names SGLang looks up (``architectures[0]`` is
+    the class it builds): ``[]`` when absent or null, a lone string as a one-name list, and any
+    entry that is not a string written as its JSON text (``[1]`` → ``["1"]``, ``5`` → ``["5"]``), so
+    the rules see the bogus name the engine would fail on instead of failing on it themselves."""
+    if value is None:
+        return []
+    if isinstance(value, str):
+        return [value]
+    items = value if isinstance(value, (list, tuple)) else [value]
+    return [a if isinstance(a, str) else json.dumps(a, default=str) for a in items]
+
+
 def _int_or_none(v: Any) -> int | None:
     return v if isinstance(v, int) and not isinstance(v, bool) else None
 
@@ -155,9 +169,7 @@ def draft_facts_from(path: str, config_path: str, config: dict,
             return sub[key]
         return None
 
-    archs = config.get("architectures") or []
-    if isinstance(archs, str):
-        archs = [archs]
+    archs = architectures_of(config.get("architectures"))
     src["architectures"] = f"{config_path}: architectures"
     ec = config.get("eagle_config")
     eagle_config = ec if isinstance(ec, dict) else None
@@ -176,7 +188,7 @@ def draft_facts_from(path: str, config_path: str, config: dict,
     elif use_aux is not None:
         src["use_aux_hidden_state"] = f"{config_path}: eagle_config.use_aux_hidden_state"
     facts = DraftFacts(
-        path=path, config_path=config_path, config=config, architectures=list(archs),
+        path=path, config_path=config_path, config=config, architectures=archs,
         model_type=pick("model_type"),
         hidden_size=_int_or_none(pick("hidden_size", nested="transformer_layer_config")),
         target_hidden_size=_int_or_none(pick("target_hidden_size")),
@@ -231,10 +243,8 @@ def target_facts_from(path: str, config_path: str, config: dict) -> TargetFacts:
             return config[key]
         return None
 
-    archs = config.get("architectures") or []
     return TargetFacts(
-        path=path, config_path=config_path, config=config,
-        architectures=[archs] if isinstance(archs, str) else list(archs),
+        path=path, config_path=config_path, config=config, architectures=architectures_of(config.get("architectures")),
         model_type=config.get("model_type"),
         hidden_size=_int_or_none(pick("hidden_size")), num_hidden_layers=_int_or_none(pick("num_hidden_layers")),
         vocab_size=_int_or_none(pick("vocab_size")), max_position_embeddings=_int_or_none(pick("max_position_embeddings")),

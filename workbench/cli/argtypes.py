@@ -6,7 +6,11 @@ from __future__ import annotations
 
 import argparse
 
-__all__ = ["positive_int", "non_negative_int", "positive_seconds", "tcp_port", "layer_ids"]
+__all__ = ["positive_int", "non_negative_int", "positive_seconds", "tcp_port", "layer_ids", "MAX_SECONDS"]
+
+#: The longest time-out taken, in seconds (11.6 days): the waits underneath (``select``/``poll``,
+#: Paramiko's channel time-outs) take milliseconds in a C int and overflow above about 2.1e6 s.
+MAX_SECONDS = 1_000_000.0
 
 
 def positive_int(text: str) -> int:
@@ -32,13 +36,15 @@ def non_negative_int(text: str) -> int:
 
 
 def positive_seconds(text: str) -> float:
-    """A number of seconds > 0."""
+    """A number of seconds > 0 and at most :data:`MAX_SECONDS` (``inf`` and ``nan`` refused)."""
     try:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
     if not value > 0:
         raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text}")
+    if not value <= MAX_SECONDS:
+        raise argparse.ArgumentTypeError(f"must be at most {MAX_SECONDS:g} seconds, got {text}")
     return value
 
 

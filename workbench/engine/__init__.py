@@ -20,6 +20,7 @@ from workbench.engine.codepath import CodePathMap, PathEntry, code_path_map, map
 from workbench.engine.flags import FLAGS, SGLANG_VERSION
 from workbench.engine.launch import LaunchCommand, canonical_flag, parse_launch_command
 from workbench.engine.locate import (
+    LOCATE_ENGINE_SCRIPT,
     EngineInfo,
     engine_package,
     find_engine,
@@ -35,7 +36,7 @@ from workbench.errors import EngineNotFound, LaunchCommandError, SourceLookupErr
 __all__ = [
     "LaunchCommand", "LaunchCommandError", "canonical_flag", "parse_launch_command", "FLAGS", "SGLANG_VERSION",
     "EngineInfo", "EngineNotFound", "find_engine", "engine_package", "is_launch_argv", "read_environ",
-    "running_servers", "server_python", "EngineSource", "SourceLookupError", "CaptureRule", "Definition",
+    "running_servers", "server_python", "LOCATE_ENGINE_SCRIPT", "EngineSource", "SourceLookupError", "CaptureRule", "Definition",
     "SourceExcerpt", "CodePathMap", "PathEntry", "code_path_map", "map_for_launch", "RECIPES", "Recipe",
     "ProbeSpec", "recipe_probe", "add_recipe",
 ]

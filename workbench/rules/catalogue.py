@@ -102,9 +102,11 @@ def catalogue_markdown(registry: Registry = REGISTRY) -> str:
     return "\n".join(lines).rstrip() + "\n"
 
 
-def default_path() -> Path:
-    """``docs/rules.md`` of the repository this package lives in."""
-    return Path(__file__).resolve().parents[2] / "docs" / "rules.md"
+def default_path() -> Path | None:
+    """``docs/rules.md`` of the repository checkout this package lives in; ``None`` for an installed
+    package (no ``docs/`` beside it)."""
+    docs = Path(__file__).resolve().parents[2] / "docs"
+    return docs / "rules.md" if docs.is_dir() else None
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -112,9 +114,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     when ``--check`` finds the file stale or missing."""
     parser = argparse.ArgumentParser(prog="python -m workbench.rules.catalogue", description=__doc__.split("\n\n")[0])
     group = parser.add_mutually_exclusive_group()
-    group.add_argument("--write", nargs="?", const=str(default_path()), metavar="PATH")
-    group.add_argument("--check", nargs="?", const=str(default_path()), metavar="PATH")
+    group.add_argument("--write", nargs="?", const="", metavar="PATH",
+                       help="write the catalogue to PATH (default: docs/rules.md of the checkout)")
+    group.add_argument("--check", nargs="?", const="", metavar="PATH",
+                       help="exit 1 when PATH (default: docs/rules.md of the checkout) differs from the registry")
     args = parser.parse_args(argv)
+    for name in ("write", "check"):
+        if getattr(args, name) == "":
+            default = default_path()
+            if default is None:
+                parser.error(f"--{name}: this is an installed package, not a checkout (no docs/ beside it): give PATH")
+            setattr(args, name, str(default))
     text = catalogue_markdown()
     if args.write:
         Path(args.write).write_text(text, encoding="utf-8")

@@ -214,9 +214,11 @@ class Facts:
             return Capture(modelled_capture(tarch, layers, ids))
         if rule is not None:
             return Capture(rule)
-        cls = self.engine.find_class(tarch)
+        cls = self.engine.find_class(tarch) if tarch else None
         if cls is None:
-            self.notes.append(f"target class {tarch} not found under {self.engine.root}/srt/models")
+            self.notes.append(f"target class {tarch} not found under {self.engine.root}/srt/models" if tarch else
+                              f"the target config {self.target.config_path} names no architecture: the layers it "
+                              "captures cannot be read from the engine source")
             return Capture(None)
         return Capture(None, (cls[0], cls[1].lineno))
 
