@@ -26,11 +26,14 @@ def code(text: str, tags=(), **meta):
 
 DIAGNOSE = [
     md("""
-# Diagnose acceptance: why is accept length pinned near 1.00?
+# Diagnose acceptance: why is accept length low?
 
-Symptom → hypotheses → probe → fix → verify → report. Static checks come first (no restart); a
-restart happens only where a probe is the only way to decide. The box is left as found: probes are
-reverted and the original server is put back, even when a cell fails (the run is journalled on the box;
+Symptom → hypotheses → probe → fixes → verify → report. Every fault family of the catalogue
+(`docs/rules.md`) is a hypothesis: decided from the static evidence first (no restart), its mechanism
+shown by one probe launch on the engine's own code path, every derivable fix (a launch-command change,
+or a repaired **copy** of the draft on the box — never your files) applied in one relaunch and measured.
+A fix is called a fix only when accept length came back. The box is left as found: probes reverted,
+copies removed, the original server put back, even when a cell fails (the run is journalled on the box;
 `workbench restore --host …` undoes an interrupted run).
 
 Run headless: `workbench runbook diagnose_acceptance -p host myalias` (papermill + HTML export), or
@@ -40,11 +43,15 @@ Run headless: `workbench runbook diagnose_acceptance -p host myalias` (papermill
 host = "local"            # the box: "local", an ~/.ssh/config alias, user@host[:port]
 launch_command = None     # None: the server running on the box (or, when none runs, the sandbox box launched with --speculative-algorithm EAGLE)
 port = None               # None: the launch command's --port, else 30000
-allow_restart = True      # False: static checks only (no probe, no fix)
-apply_fix = True          # relaunch with the proposed fix and measure again
-keep_fix = False          # True: leave the fixed server running instead of putting the original back
+allow_restart = True      # False: static checks only (no probe, no fix; the static root cause is still named)
+apply_fix = True          # relaunch with every derived fix and measure again
+keep_fix = False          # True: leave the fixed server (and its draft copy) running instead of putting the original back
+attribute_fixes = False   # True: one relaunch per fix, to show what each one contributed (a ladder)
+try_candidates = True     # measure the known conventions when a fix cannot be derived (the aux offset convention)
+aux_layer_ids = None      # the aux layer ids the draft was trained with, e.g. "1,3,6", when its config does not record them
+expected_accept_length = None  # what a healthy draft reaches here (e.g. its training eval); None: judged against the ceiling
 report_dir = "reports"
-prompts = None            # a JSONL prompt file on this machine; None: the built-in set (the sandbox's own on the sandbox)
+prompts = None            # a built-in set (chat, code, math, default) or a JSONL file; None: the built-in set (the sandbox's own on the sandbox)
 num_prompts = 8
 max_new_tokens = 96
 server_start_timeout = 600
@@ -55,51 +62,56 @@ from IPython.display import HTML, display
 from workbench.diagnosis import DiagnosisRun
 
 run = DiagnosisRun.start(host=host, launch_command=launch_command, port=port, allow_restart=allow_restart,
-                         apply_fix=apply_fix, keep_fix=keep_fix, prompts=prompts, num_prompts=num_prompts,
+                         apply_fix=apply_fix, keep_fix=keep_fix, attribute_fixes=attribute_fixes,
+                         try_candidates=try_candidates, aux_layer_ids=aux_layer_ids,
+                         expected_accept_length=expected_accept_length, prompts=prompts, num_prompts=num_prompts,
                          max_new_tokens=max_new_tokens, server_start_timeout=server_start_timeout,
                          report_dir=report_dir)
 run.inventory
 """),
-    md("## 2. The symptom\nAccept length over the prompt set, as SGLang defines it: Σ completion tokens / Σ verify steps (bonus token included)."),
+    md("## 2. The symptom\nAccept length over the prompt set, as SGLang defines it: Σ completion tokens / Σ verify steps (bonus token included). A server that does not start is the symptom too: its exception and log tail are evidence."),
     code("""
 before = run.measure_symptom()
 before
 """),
-    md("## 3. Hypotheses\n### H1: the algorithm flag does not match the draft (static, no restart)"),
+    md("## 3. Hypotheses from the catalogue (static, no restart)\nEach fault family's hypotheses, decided from the doctor's findings: confirmed by an error finding, refuted when its rules found nothing, inconclusive when only a warning points at it, its inputs could not be read, or it is out of static reach."),
     code("""
-h1 = run.check_algorithm()
-h1
+run.preflight()
 """),
-    md("### H3: the draft's weights or token map are wrong (static, no restart)\nTensor names and shapes against what the engine's `load_weights` keeps; `d2t` read by byte range."),
     code("""
-h3 = run.check_draft()
-h3
+run.check_hypotheses()
 """),
-    md("### H2: the aux hidden states never reach the draft (probe, one restart)\nA one-shot print of the draft's input width just before its `fc` check, the server relaunched with its own command, one request, the width read from the log."),
+    md("## 4. Probe the mechanism (one restart)\nOne launch with the recipes of every suspect on the engine's own code path: the width reaching the draft's `fc`, the layers the target captures, the token map the worker holds, the names `load_weights` drops."),
     code("""
-h2 = run.probe_input_width()
-h2
+probed = run.probe()
+probed if probed is not None else "no probe: " + "; ".join(n for n in run.notes if n.startswith("no probe"))
 """),
-    md("### Where this happens in the engine's source\nThe EAGLE-3 code path of the box's engine version, read from its own files: each step with its file and line (the gate, the `eagle_config` read inside a broad `except`, the target's offset rule, the draft's `fc` width check, `load_weights`' silent drops, the `d2t` use)."),
+    md("### Where this happens in the engine's source\nThe EAGLE-3 code path of the box's engine version, read from its own files."),
     code("""
 run.code_path()
 """),
-    md("## 4. Apply the fix and measure again"),
+    md("## 5. Apply every derived fix in one relaunch and measure"),
     code("""
-after = run.apply_fix()
-after if after is not None else "no fix applied (apply_fix or allow_restart is False, or no static finding proposes one)"
+after = run.apply_fixes()
+for fix in run.fixes:
+    print(f"{fix.kind:10} {', '.join(fix.rules)}: {fix.summary}" + (f"  — missing: {fix.missing}" if fix.missing else ""))
+after if after is not None else "no fix applied (apply_fix or allow_restart is False, or no fix could be derived)"
 """),
-    md("## 5. Summary"),
+    md("### What each fix contributed (only with `attribute_fixes`)"),
+    code("""
+run.attribute()
+"""),
+    md("## 6. Summary"),
     code("""
 display(HTML(run.summary_html()))
 for fig in run.figures().values():
     fig.show()
 run.ledger
 """),
-    md("## 6. Leave the box as found, write the verdict"),
+    md("## 7. Leave the box as found, write the verdict"),
     code("""
 verdict = run.finish()
-print("restarts:", verdict["restarts"], " duration:", verdict["duration_s"], "s")
+print("outcome:", verdict["outcome"], " restarts:", verdict["restarts"], " duration:", verdict["duration_s"], "s")
 for line in verdict["restore"]["actions"] + verdict["restore"]["problems"]:
     print(" -", line)
 print("verdict:", run.report_dir / "diagnose_acceptance.json")

@@ -54,9 +54,13 @@ def _assert_sandbox_verdict(verdict):
     assert verdict["acceptance"]["after"]["accept_length"] >= 2.0
     assert verdict["probe"]["observed_hidden_size"] == hidden
     assert verdict["probe"]["expected_hidden_size"] == 3 * hidden
+    # every hypothesis of the catalogue decided; the flag is the one cause, its mechanism shown by the probe
     by_id = {h["id"]: h["verdict"] for h in verdict["hypotheses"]}
-    assert by_id == {"H1": "confirmed", "H2": "confirmed", "H3": "refuted"}
+    assert [h for h, v in by_id.items() if v == "confirmed"] == ["algorithm-flag"]
+    assert set(by_id) >= {"algorithm-flag", "aux-eagle-config", "weights-loaded", "token-map", "chat-template"}
     assert all(h["evidence"] for h in verdict["hypotheses"])
+    assert verdict["root_cause"]["hypothesis"] == "algorithm-flag"
+    assert verdict["root_cause"]["mechanism_confirmed_by_probe"] is True
 
 
 def test_diagnose_sandbox_from_a_launch_command(tmp_path, free_port, state_dir):
@@ -68,6 +72,7 @@ def test_diagnose_sandbox_from_a_launch_command(tmp_path, free_port, state_dir):
     assert result.returncode == 0, result.stderr[-4000:]
     verdict = json.loads((tmp_path / "reports" / "diagnose_acceptance.json").read_text())
     _assert_sandbox_verdict(verdict)
+    assert verdict["outcome"] == "fixed" and verdict["fix"]["sufficient"] is True and verdict["fix"]["kinds"] == ["launch"]
     assert verdict["probe"]["after_fix_hidden_size"] == verdict["probe"]["expected_hidden_size"]
     assert "--speculative-algorithm EAGLE3" in verdict["fix"]["launch_command"]
     assert [d["flag"] for d in verdict["fix"]["diff"]] == ["--speculative-algorithm"]

@@ -122,8 +122,9 @@ def test_the_sandbox_default_is_refused_on_a_box_that_lacks_it(box, tmp_path, fr
 
 
 def test_static_hypotheses_name_the_root_cause_before_any_restart(tmp_path, monkeypatch, free_port):
-    """H1 and H3 come from the doctor: with restarts forbidden and no server running, the sandbox's
-    wrong flag is still the root cause, with its fix, and the verdict records zero restarts."""
+    """The hypotheses are decided from the doctor first: with restarts forbidden and no server
+    running, nothing is measured, yet the sandbox's wrong flag is still the root cause, with its
+    proposed fix (not applied), and the verdict records zero restarts."""
     import json
 
     from workbench.diagnosis.run import DiagnosisRun
@@ -131,14 +132,16 @@ def test_static_hypotheses_name_the_root_cause_before_any_restart(tmp_path, monk
     monkeypatch.setenv("EAGLE_WORKBENCH_STATE_DIR", str(tmp_path / "state"))
     run = DiagnosisRun.start(port=free_port, allow_restart=False, report_dir=tmp_path / "reports")
     try:
-        assert run.check_algorithm().verdict == "confirmed"
-        h3 = run.check_draft()
-        assert h3.verdict == "refuted" and h3.data["engine_version"] == "0.5.23+sandbox"
-        assert run.probe_input_width().verdict == "inconclusive"
+        assert run.measure_symptom() is None
+        verdicts = {h: v for h, v, _ in run.check_hypotheses().rows}
+        assert verdicts["algorithm-flag"] == "confirmed" and verdicts["weights-loaded"] == "refuted"
+        assert verdicts["token-map"] == "refuted" and run.doctor_report.engine_version == "0.5.23+sandbox"
+        assert run.probe() is None and run.apply_fixes() is None
     finally:
         verdict = run.finish()
-    assert verdict["root_cause"]["rule"] == "algorithm-mismatch"
+    assert verdict["root_cause"]["rule"] == "algorithm-mismatch" and verdict["outcome"] == "cause-found"
     assert LaunchCommand.parse(verdict["fix"]["launch_command"]).get("--speculative-algorithm") == "EAGLE3"
+    assert verdict["fix"]["applied"] is False and verdict["fix"]["kinds"] == []
     assert verdict["restarts"] == 0 and verdict["launches"] == []
     assert [f["rule"] for f in verdict["preflight"]["findings"] if f["severity"] == "error"] == ["algorithm-mismatch"]
     assert verdict["runtime_findings"] == []

@@ -1,4 +1,4 @@
-"""An ipywidgets control panel over :class:`workbench.diagnose.DiagnosisRun`, for JupyterLab.
+"""An ipywidgets control panel over :class:`workbench.diagnosis.run.DiagnosisRun`, for JupyterLab.
 
 One button per step of the ``diagnose_acceptance`` runbook, in order; each click runs the step and
 shows what it returns in the panel's output area (errors too, with their type and message, and
@@ -19,10 +19,9 @@ from workbench.diagnosis.run import DiagnosisRun
 STEPS: list[tuple[str, str]] = [
     ("1 · Inventory", "start"),
     ("2 · Measure symptom", "measure_symptom"),
-    ("H1 · Algorithm flag", "check_algorithm"),
-    ("H3 · Draft weights & d2t", "check_draft"),
-    ("H2 · Probe fc input", "probe_input_width"),
-    ("Fix · relaunch & measure", "apply_fix"),
+    ("3 · Hypotheses (static)", "check_hypotheses"),
+    ("4 · Probe the mechanism", "probe"),
+    ("5 · Fixes: relaunch & measure", "apply_fixes"),
     ("Finish · restore box", "finish"),
 ]
 

@@ -1,20 +1,32 @@
-"""The ``diagnose_acceptance`` runbook's steps: symptom → hypotheses → probe → fix → verify → report.
+"""The ``diagnose_acceptance`` runbook's steps: symptom → hypotheses → probe → fixes → verify → verdict.
 
 Each step is one method of :class:`DiagnosisRun`; the runbook's cells call them and show what they
 return. Everything goes through a :class:`remote.Box` (commands, files, servers, probes) and HTTP to
 the server; nothing here imports the sandbox box, which is diagnosed like any SGLang box.
 
-The box is left as found: every change is journalled on the box first (:mod:`workbench.session.journal`),
-and :meth:`DiagnosisRun.finish` (also registered with ``atexit`` in the kernel, and called by the
-``workbench runbook`` driver when papermill is interrupted) stops the servers the run started,
-reverts its probes and relaunches the server it found. Restarts are kept to the minimum the
-evidence needs: the static checks (H1, H3) run first and cost none; the probe (H2) costs one launch,
-the fix one more (the probe stays in place, so the fixed server shows its input width too), and
-putting the original server back one more.
+The diagnosis is the catalogue, walked (``docs/rules.md``): every fault family's hypotheses
+(:meth:`workbench.rules.registry.Registry.hypotheses`) are decided from the doctor's static
+evidence first (no restart); one probe launch shows the mechanism of the suspects on the engine's
+own code path (the width reaching ``fc``, the layers the target captures, the token map the worker
+holds, the checkpoint names ``load_weights`` drops); every fix the confirmed causes derive — a
+launch-command change, a repaired copy of the draft on the box, never the user's files — is applied
+in ONE relaunch and measured; a fix is called a fix only when accept length came back. A server
+that does not start is a symptom: its log tail and exception are evidence. Layered causes are
+listed in the order they act; ``attribute_fixes`` relaunches once per fix to show what each one
+contributed (a ladder).
+
+The box is left as found: every change is journalled on the box first
+(:mod:`workbench.session.journal`) and :meth:`DiagnosisRun.finish` (also registered with ``atexit``
+in the kernel, and called by the ``workbench runbook`` driver when papermill is interrupted) stops
+the servers the run started, reverts its probes, removes its draft copies and relaunches the
+server it found. Restarts: the static checks cost none; the probe one launch, the fix one more
+(the probes stay in, so the fixed server shows its mechanism too); a candidate tried (the offset
+convention) one each; ``attribute_fixes`` one per fix; putting the original server back one more.
 """
 
 from __future__ import annotations
 
+import ast
 import html
 import os
 import time
@@ -25,43 +37,48 @@ from typing import Any
 import httpx
 
 from remote import probes as remote_probes
+from remote.errors import RemoteError, ServerDied, ServerStartTimedOut
 from workbench.diagnosis.ledger import Evidence, Ledger
+from workbench.doctor import run_doctor
 from workbench.engine.codepath import CodePathMap, code_path_map
 from workbench.engine.launch import LaunchCommand
-from workbench.engine.recipes import recipe_probe
+from workbench.engine.recipes import RECIPES, recipe_probe
 from workbench.engine.source import EngineSource
-from workbench.errors import DiagnosisError, SourceLookupError
-from workbench.doctor import run_doctor
+from workbench.errors import DiagnosisError, FigureInputError, SourceLookupError
 from workbench.logs import parse_log
 from workbench.measure.generate import measure_generate
 from workbench.measure.prompts import load_prompts
 from workbench.report import figures
 from workbench.report.tables import html_table
 from workbench.report.verdict import write_verdict_json
+from workbench.rules import REGISTRY
+from workbench.rules.facts import Facts
 from workbench.rules.finding import Finding
-from workbench.rules.runtime import acceptance_collapsed
+from workbench.rules.fix import DraftRepair, Fix
+from workbench.rules.registry import HypothesisSpec
+from workbench.rules.runtime import COLLAPSED_ACCEPT_LENGTH, acceptance_collapsed
 from workbench.sandbox_box import sandbox_prompts_path
 from workbench.session import BoxSession, Inventory, Journal, open_box
 
 __all__ = ["DiagnosisError", "DiagnosisRun", "Measurement", "StepResult", "DRAFT_MODEL_FILE", "PROBE_RECIPE",
-           "PROBE_TAG"]
+           "PROBE_TAG", "LOW_ACCEPT_FRACTION", "SUFFICIENT_GAIN"]
 
 #: The draft model file, relative to the engine package root: SGLang 0.5.23
 #: ``srt/models/llama_eagle3.py`` (the sandbox mirrors the path).
 DRAFT_MODEL_FILE = "srt/models/llama_eagle3.py"
-#: H2's probe: the ``draft-input-width`` recipe (:data:`workbench.codepath.RECIPES`), anchored on the
-#: draft's fc width check as the code-path map finds it in the box's version (SGLang 0.5.23
-#: ``srt/models/llama_eagle3.py`` ``LlamaModel.forward``: ``if hidden_states.shape[-1] != embeds.shape[-1]:``).
+#: The probe that gives the verdict's ``probe.observed_hidden_size``: the ``draft-input-width``
+#: recipe, anchored on the draft's fc width check as the code-path map finds it in the box's
+#: version (SGLang 0.5.23 ``srt/models/llama_eagle3.py`` ``LlamaModel.forward``).
 PROBE_RECIPE = "draft-input-width"
 PROBE_TAG = "draft-input-width"
-
-H1 = "H1"
-H2 = "H2"
-H3 = "H3"
-
-
-# ----------------------------------------------------------------------------------------------
-# Inventory
+#: Without ``expected_accept_length``, acceptance counts as low below this fraction of its ceiling
+#: (the tokens one verify step can yield: ``--speculative-num-draft-tokens``, steps + 1 for chain
+#: drafting) or when it has collapsed (≤ 1.05). A heuristic: a working EAGLE-3 draft on chat or
+#: code prompts sits at 0.55-0.8 of its ceiling (the sandbox's at 0.53-0.6); give ``expected_accept_length`` (e.g. the draft's
+#: training evaluation) to judge against that instead (low: below 90 % of it).
+LOW_ACCEPT_FRACTION = 0.45
+#: A fix is sufficient when acceptance is no longer low and rose by at least this factor.
+SUFFICIENT_GAIN = 1.1
 
 
 # ----------------------------------------------------------------------------------------------
@@ -75,7 +92,7 @@ class Measurement:
 
     label: str
     launch_command: str
-    generate: Any  # workbench.acceptance.AcceptanceMeasurement
+    generate: Any  # workbench.measure.generate.AcceptanceMeasurement
     log_records: list[dict]
     log_path: str | None
 
@@ -106,13 +123,35 @@ class Measurement:
         return f"<h4>Acceptance: {html.escape(self.label)}</h4>" + html_table(rows)
 
 
+@dataclass
+class StartFailure:
+    """A launch whose server did not start: ``label``, ``launch_command``, ``error`` (one line),
+    ``log_tail`` (its last log lines), ``exception`` (the last exception line of the log, if any)."""
+
+    label: str
+    launch_command: str
+    error: str
+    log_tail: list[str]
+    exception: str | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"label": self.label, "launch_command": self.launch_command, "error": self.error,
+                "exception": self.exception, "log_tail": list(self.log_tail)}
+
+    def _repr_html_(self) -> str:
+        tail = html.escape("\n".join(self.log_tail[-15:]))
+        return (f"<h4>The server did not start ({html.escape(self.label)})</h4>"
+                f"<p>{html.escape(self.exception or self.error)}</p>"
+                f"<pre style='white-space:pre-wrap;max-height:20em;overflow:auto'>{tail}</pre>")
+
+
 def _fmt(x: Any) -> str:
     return "—" if x is None else (f"{x:.3f}" if isinstance(x, float) else str(x))
 
 
 @dataclass
 class StepResult:
-    """A hypothesis step's outcome: its verdict, the findings or probe values behind it, and text."""
+    """A step's outcome: a title, a summary, and rows or findings to show."""
 
     hypothesis: str
     verdict: str
@@ -122,7 +161,7 @@ class StepResult:
 
     def _repr_html_(self) -> str:
         colour = {"confirmed": "#1a7f37", "refuted": "#cf222e"}.get(self.verdict, "#9a6700")  # as the ledger
-        parts = [f"<h4>{self.hypothesis}: <span style='color:{colour}'>{self.verdict}</span></h4>",
+        parts = [f"<h4>{html.escape(self.hypothesis)}: <span style='color:{colour}'>{self.verdict}</span></h4>",
                  f"<p>{html.escape(self.summary)}</p>"]
         for f in self.findings:
             parts.append(f"<p><b>{html.escape(f.rule)}</b> ({f.severity}): {html.escape(f.message)}</p>")
@@ -134,43 +173,80 @@ class StepResult:
         return "".join(parts)
 
 
+@dataclass
+class HypothesisTable:
+    """The hypotheses after a step: rows of ``(id, verdict, summary)``, in the order the causes act."""
+
+    rows: list[tuple[str, str, str]]
+    title: str = "Hypotheses"
+
+    def _repr_html_(self) -> str:
+        colour = {"confirmed": "#1a7f37", "refuted": "#57606a", "inconclusive": "#9a6700"}
+        body = "".join(
+            f"<tr><td style='text-align:left'><code>{html.escape(h)}</code></td>"
+            f"<td style='color:{colour.get(v, '#000')};text-align:left'><b>{v}</b></td>"
+            f"<td style='text-align:left'>{html.escape(s)}</td></tr>" for h, v, s in self.rows)
+        return (f"<h4>{html.escape(self.title)}</h4><table><tr><th style='text-align:left'>hypothesis</th>"
+                f"<th style='text-align:left'>verdict</th><th style='text-align:left'>why</th></tr>{body}</table>")
+
+
 # ----------------------------------------------------------------------------------------------
 # The run
 
 
 class DiagnosisRun(BoxSession):
-    """One diagnosis of one box. Create with :meth:`start`; call the steps in order; end with
-    :meth:`finish` (idempotent; also run at interpreter exit).
+    """One diagnosis of one box. Create with :meth:`start`; call the steps in order
+    (:meth:`measure_symptom`, :meth:`check_hypotheses`, :meth:`probe`, :meth:`apply_fixes`,
+    :meth:`attribute`); end with :meth:`finish` (idempotent; also run at interpreter exit).
 
-    Parameters mirror the runbook's: ``allow_restart`` (False: only static checks, H2 stays
-    inconclusive and no fix is applied), ``apply_fix``, ``keep_fix`` (leave the fixed server
-    running instead of putting the original back).
+    Parameters mirror the runbook's: ``allow_restart`` (False: static checks only, no probe, no
+    fix; the static root cause is still named), ``apply_fix``, ``keep_fix`` (leave the fixed server
+    — and its draft copy — running instead of putting the original back), ``attribute_fixes``
+    (one relaunch per fix, to show what each contributed), ``try_candidates`` (measure the known
+    conventions when a fix cannot be derived), ``aux_layer_ids`` (the ids the draft was trained
+    with, when its config does not record them), ``expected_accept_length`` (what a healthy draft
+    reaches here, to judge acceptance by).
     """
 
     def __init__(self, box, inventory: Inventory, journal: Journal, *, allow_restart: bool, apply_fix: bool,
                  keep_fix: bool, prompts: list[dict], max_new_tokens: int, server_start_timeout: float,
-                 report_dir: str | Path):
+                 report_dir: str | Path, attribute_fixes: bool = False, try_candidates: bool = True,
+                 aux_layer_ids: list[int] | None = None, expected_accept_length: float | None = None):
         super().__init__(box, inventory, journal, server_start_timeout=server_start_timeout,
                          allow_restart=allow_restart)
         self.apply_fix_enabled = apply_fix
         self.keep_fix = keep_fix
+        self.attribute_enabled = attribute_fixes
+        self.try_candidates = try_candidates
+        self.given: dict[str, Any] = {}
+        if aux_layer_ids is not None:
+            self.given["aux_layer_ids"] = list(aux_layer_ids)
+        self.expected_accept_length = expected_accept_length
         self.prompts = prompts
         self.max_new_tokens = max_new_tokens
         self.report_dir = Path(report_dir)
         self.started_at = time.monotonic()
         self.ledger = Ledger()
-        self.ledger.add(H1, "The --speculative-algorithm flag does not match the draft's architecture "
-                            "(an EAGLE-3 draft launched as EAGLE, or the reverse).")
-        self.ledger.add(H2, "The target does not capture its auxiliary hidden states: the draft's fc receives a "
-                            "1×-wide hidden state instead of num_aux × target hidden, and is skipped.")
-        self.ledger.add(H3, "The draft's weights or token map are wrong: tensors the engine drops or misses, "
-                            "wrong shapes, or an invalid d2t.")
-        self.probe = None
+        self.specs: dict[str, HypothesisSpec] = {}
+        self.families: dict[str, Any] = {}
+        for spec, fam in REGISTRY.hypotheses():
+            self.ledger.add(spec.id, spec.statement)
+            self.specs[spec.id] = spec
+            self.families[spec.id] = fam
         self.before: Measurement | None = None
         self.after: Measurement | None = None
+        self.start_failures: list[StartFailure] = []
         self.findings: list[Finding] = []
+        self.probes: list = []  # remote.probes.Probe in place
         self.probe_result: dict[str, Any] = {}
+        self.fixes: list[Fix] = []
+        self.applied: list[Fix] = []
         self.fix_launch: LaunchCommand | None = None
+        self.draft_copies: list[dict] = []
+        self.fix_result: dict[str, Any] = {}
+        self.candidate_trials: list[dict] = []
+        self.ladder: list[dict] = []
+        self.notes: list[str] = []
         self.verdict: dict | None = None
         self.draft_facts = None
         self.target_facts = None
@@ -183,11 +259,20 @@ class DiagnosisRun(BoxSession):
     @classmethod
     def start(cls, *, host: str = "local", launch_command: str | None = None, port: int | None = None,
               allow_restart: bool = True, apply_fix: bool = True, keep_fix: bool = False,
-              prompts: str | None = None, num_prompts: int | None = None, max_new_tokens: int = 96,
-              server_start_timeout: float = 300.0, report_dir: str | Path = "reports") -> "DiagnosisRun":
+              attribute_fixes: bool = False, try_candidates: bool = True, aux_layer_ids: Any = None,
+              expected_accept_length: float | None = None, prompts: str | None = None,
+              num_prompts: int | None = None, max_new_tokens: int = 96, server_start_timeout: float = 300.0,
+              report_dir: str | Path = "reports") -> "DiagnosisRun":
         """Connect to ``host``, restore anything an interrupted earlier run left, take the
         inventory and open the journal. ``launch_command=None`` means the embedded sandbox box
-        launched with the wrong flag (when no server is running on ``port``)."""
+        launched with the wrong flag (when no server is running on ``port``). ``aux_layer_ids``:
+        a list of ints, or their text (``"1,3,6"``, ``"[1, 3, 6]"``). Raises :class:`DiagnosisError`
+        for parameters that are no such values (before anything changes on the box)."""
+        ids = _parse_ids(aux_layer_ids)
+        if expected_accept_length is not None and (isinstance(expected_accept_length, bool) or
+                                                   not isinstance(expected_accept_length, (int, float))
+                                                   or not expected_accept_length > 0):
+            raise DiagnosisError(f"expected_accept_length must be a positive number, got {expected_accept_length!r}")
         box, inventory, journal = open_box(host, launch_command=launch_command, port=port,
                                            server_start_timeout=server_start_timeout)
         if prompts is None and inventory.engine == "sandbox":
@@ -199,9 +284,10 @@ class DiagnosisRun(BoxSession):
             prompt_set = prompt_set[:num_prompts]
         return cls(box, inventory, journal, allow_restart=allow_restart, apply_fix=apply_fix, keep_fix=keep_fix,
                    prompts=prompt_set, max_new_tokens=max_new_tokens, server_start_timeout=server_start_timeout,
-                   report_dir=report_dir)
+                   report_dir=report_dir, attribute_fixes=attribute_fixes, try_candidates=try_candidates,
+                   aux_layer_ids=ids, expected_accept_length=expected_accept_length)
 
-    # -- steps ----------------------------------------------------------------------------------
+    # -- acceptance -----------------------------------------------------------------------------
 
     def measure(self, label: str) -> Measurement:
         """Accept length over the prompt set through ``/generate`` (SGLang's definition:
@@ -209,7 +295,7 @@ class DiagnosisRun(BoxSession):
         base_url, log_path, launch = self._serving()
         offset = self.box.file_size(log_path) if log_path and self.box.exists(log_path) else 0
         result = measure_generate(base_url, self.prompts, max_new_tokens=self.max_new_tokens, warmup=1,
-                                      progress=self.progress)
+                                  progress=self.progress)
         records: list[dict] = []
         if log_path:
             chunk, _ = self.box.follow(log_path, offset)
@@ -218,16 +304,78 @@ class DiagnosisRun(BoxSession):
         return Measurement(label=label, launch_command=launch.to_string(), generate=result,
                            log_records=records, log_path=log_path)
 
-    def measure_symptom(self) -> Measurement:
-        """The symptom: acceptance of the server as found."""
+    def ceiling(self, launch: LaunchCommand | None = None) -> float | None:
+        """The most tokens one verify step can yield with ``launch`` (default: as found):
+        ``--speculative-num-draft-tokens``, else steps + 1 (chain drafting), from the server's
+        ``/server_info`` when it reported the resolved values."""
+        launch = launch or self.inventory.launch
+        info = self.inventory.server_info or {}
+        ndt = launch.get("--speculative-num-draft-tokens") or info.get("speculative_num_draft_tokens")
+        steps = launch.get("--speculative-num-steps") or info.get("speculative_num_steps")
+        try:
+            return float(ndt) if ndt is not None else (float(steps) + 1 if steps is not None else None)
+        except (TypeError, ValueError):
+            return None
+
+    def acceptance_low(self, accept_length: float | None, launch: LaunchCommand | None = None) -> bool | None:
+        """Whether ``accept_length`` is low for this deployment (``None``: nothing measured): below
+        90 % of ``expected_accept_length`` when given, else collapsed (≤ 1.05) or below
+        :data:`LOW_ACCEPT_FRACTION` of the :meth:`ceiling`."""
+        if accept_length is None:
+            return None
+        if self.expected_accept_length:
+            return accept_length < 0.9 * self.expected_accept_length
+        if accept_length <= COLLAPSED_ACCEPT_LENGTH:
+            return True
+        ceiling = self.ceiling(launch)
+        return bool(ceiling) and accept_length < LOW_ACCEPT_FRACTION * ceiling
+
+    def _try_launch(self, launch: LaunchCommand, label: str):
+        """:meth:`_launch`, a server that does not start recorded as a :class:`StartFailure`
+        (returned, with ``None`` for the handle) instead of raised."""
+        try:
+            return self._launch(launch, label), None
+        except (ServerDied, ServerStartTimedOut) as exc:
+            failure = StartFailure(label, launch.to_string(), f"{type(exc).__name__}: {str(exc).splitlines()[0]}",
+                                   list(exc.log_tail), _last_exception(exc.log_tail))
+            self.start_failures.append(failure)
+            if self.launches and self.launches[-1].get("pid") is None:
+                self.launches.pop()
+            self.launches.append({"label": label, "launch_command": launch.to_string(), "pid": exc.pid,
+                                  "log_path": exc.log_path, "healthy_after_s": None, "started": False,
+                                  "error": failure.exception or failure.error})
+            self._forget_dead(exc.pid)
+            return None, failure
+
+    def _forget_dead(self, pid: int) -> None:
+        """A launched server that died: nothing to stop, the journal forgets it."""
+        if self.current is not None and self.current.pid == pid:
+            self.journal.remove_started(pid)
+            self.current = None
+            self.current_launch = None
+
+    def measure_symptom(self) -> Measurement | StartFailure | None:
+        """The symptom: acceptance of the server as found (launched by the run when none runs). A
+        server that does not start is the symptom then (:class:`StartFailure`: its exception and
+        log tail become evidence). With no server running and ``allow_restart`` False there is
+        nothing to measure: ``None``, and the static checks still run."""
+        original = self.journal.data.get("original_server")
+        if self.current is None and not (original and not original.get("stopped")):
+            if not self.allow_restart:
+                self.notes.append("no server is running and allow_restart is False: nothing was measured")
+                return None
+            handle, failure = self._try_launch(self.inventory.launch, "as-found")
+            if failure is not None:
+                return failure
         self.before = self.measure("as found: " + str(self.inventory.launch.get("--speculative-algorithm")))
         return self.before
+
+    # -- static -----------------------------------------------------------------------------------
 
     def preflight(self):
         """Every static rule of the catalogue (:func:`workbench.doctor.run_doctor`) on the launch
         command as found, read from the box (paths resolved against the server's cwd, the engine
-        source the inventory located). Run once; H1 and H3 decide from its findings, so a static
-        root cause is named before any restart."""
+        source the inventory located). Run once; every hypothesis decides from its findings."""
         if self.doctor_report is None:
             resolved = self.inventory.resolved or self.inventory.launch
             self.doctor_report = run_doctor(self.box, resolved, engine_root=self.inventory.engine_root,
@@ -235,178 +383,151 @@ class DiagnosisRun(BoxSession):
                                             cwd=self.inventory.server_cwd)
             self.draft_facts = self.doctor_report.draft_facts
             self.target_facts = self.doctor_report.target_facts
+            self.findings = list(self.doctor_report.findings)
+            self._unmask(resolved)
         return self.doctor_report
 
-    def check_algorithm(self) -> StepResult:
-        """H1 (static, no restart): the doctor's ``algorithm-mismatch`` finding (launch command, the
-        draft's config.json and safetensors header, read from the box)."""
-        launch = self.inventory.launch
-        if not (self.inventory.resolved or launch).get("--speculative-draft-model-path"):
-            return self._decide(H1, "inconclusive", "the launch command names no --speculative-draft-model-path")
+    def _unmask(self, resolved: LaunchCommand) -> None:
+        """Faults one fault masks (the aux rules apply only under EAGLE3, so a wrong flag hides a
+        missing eagle_config): the doctor again on the command with the launch fixes applied, its
+        new findings added with ``evidence["found_with"]`` naming the command. Static, no restart;
+        at most two more passes."""
+        seen = {(f.rule, f.message) for f in self.findings}
+        report = self.doctor_report
+        for _ in range(2):
+            fixed = report.corrected_launch()
+            if fixed is None:
+                return
+            launch = LaunchCommand.parse(fixed)
+            if launch.argv == resolved.argv:
+                return
+            report = run_doctor(self.box, launch, engine_root=self.inventory.engine_root,
+                                engine_version=self.inventory.engine_version, cwd=self.inventory.server_cwd)
+            changes = ", ".join(f"{flag} {new}" for flag, _old, new in resolved.diff(launch) if flag.startswith("--"))
+            for f in report.findings:
+                if (f.rule, f.message) in seen:
+                    continue
+                seen.add((f.rule, f.message))
+                f.evidence["found_with"] = f"the launch fixed ({changes}): this fault is masked as launched"
+                self.findings.append(f)
+            resolved = launch
+
+    def _facts(self, *, launch_fixed: bool = False) -> Facts:
+        """The facts the doctor read, for the families' fix derivers (the token map re-read
+        through the box when a deriver needs it). ``launch_fixed``: with the launch command the
+        doctor's launch fixes make (what the relaunch will run: the aux facts under EAGLE3)."""
         report = self.preflight()
-        if self.draft_facts is None:
-            why = "; ".join(f.message for f in report.findings if f.rule in ("checkpoint-unreadable", "model-not-on-box"))
-            return self._decide(H1, "inconclusive", f"the draft could not be read: {why}")
-        findings = [f for f in report.findings if f.rule == "algorithm-mismatch"]
-        self.findings.extend(findings)
-        if findings:
-            # The fix on the command as written (the doctor saw paths resolved against the cwd).
-            algo = LaunchCommand.parse(findings[0].fix).get("--speculative-algorithm")
-            self.fix_launch = launch.with_flag("--speculative-algorithm", algo)
-            return self._decide(H1, "confirmed", findings[0].message, findings=findings)
-        return self._decide(H1, "refuted", f"--speculative-algorithm {launch.get('--speculative-algorithm')} matches "
-                                           f"the draft ({self.draft_facts.architectures})",
-                            data={"draft_architectures": self.draft_facts.architectures,
-                                  "fc_in_features": self.draft_facts.fc_in_features})
+        launch = self.inventory.resolved or self.inventory.launch
+        if launch_fixed and report.corrected_launch():
+            launch = LaunchCommand.parse(report.corrected_launch())
+        engine = (EngineSource(self.box, self.inventory.engine_root, self.inventory.engine_version, timeout=30)
+                  if self.inventory.engine_root else None)
+        return Facts(launch, target=report.target_facts, draft=report.draft_facts, engine=engine,
+                     engine_version=self.inventory.engine_version, box=self.box, timeout=30)
 
-    def check_draft(self) -> StepResult:
-        """H3 (static, no restart): the doctor's other error findings: the draft's tensor names and
-        shapes against what the engine's ``load_weights`` keeps, the d2t/t2d token map, the aux
-        layers, the config against the target's, the checkpoint's readability. Warnings and
-        information are recorded as data."""
+    def _spec_findings(self, spec: HypothesisSpec) -> list[Finding]:
+        return [f for f in self.findings if f.rule in spec.rules]
+
+    def _decide(self, hid: str, verdict: str, summary: str, *, findings: list[Finding] = (),
+                data: dict | None = None, kind: str = "static check") -> StepResult:
+        evidence = [Evidence(kind="finding", summary=f"{f.rule}: {f.message}", data=f.to_dict(), source=kind)
+                    for f in findings]
+        if data:
+            evidence.append(Evidence(kind="data", summary=summary, data=dict(data), source="box"))
+        if not evidence:
+            evidence.append(Evidence(kind="note", summary=summary, data={}, source="workbench"))
+        self.ledger.decide(hid, verdict, *evidence)
+        return StepResult(hid, verdict, summary, list(findings), dict(data or {}))
+
+    def _add_evidence(self, hid: str, summary: str, data: dict | None = None, kind: str = "probe") -> None:
+        self.ledger.add_evidence(hid, Evidence(kind=kind, summary=summary, data=dict(data or {}), source="box"))
+
+    def check_hypotheses(self) -> HypothesisTable:
+        """Every hypothesis decided from the static evidence (no restart): confirmed by an error
+        finding of its rules; for the aux layers, by ids the user gave that differ from what the
+        engine captures, or by ids the draft states where the engine never reads them; refuted when
+        its rules ran and found nothing (or only information) and acceptance is not low;
+        inconclusive when its inputs could not be read, when only a warning points at it, or when
+        it is out of static reach (the runtime-only causes, with what would decide them)."""
         report = self.preflight()
-        if self.draft_facts is None:
-            return self._decide(H3, "inconclusive", "the draft could not be read: " + "; ".join(
-                f.message for f in report.findings if f.rule in ("checkpoint-unreadable", "model-not-on-box")))
-        findings = [f for f in report.errors if f.rule != "algorithm-mismatch"]
-        self.findings.extend(findings)
-        checked = {"rules_run_by": "workbench.doctor.run_doctor", "engine_version": report.engine_version,
-                   "bytes_read": report.bytes_read,
-                   "warnings_and_info": [f"{f.severity} {f.rule}: {f.message}" for f in report.findings
-                                         if f.severity != "error"]}
-        if findings:
-            return self._decide(H3, "confirmed", "; ".join(f.message for f in findings), findings=findings,
-                                data=checked)
-        return self._decide(H3, "refuted", "every draft tensor maps to a parameter of the draft class, none is "
-                                           "missing, shapes agree, d2t is a valid offset table, and no other static "
-                                           "rule reports an error", data=checked)
+        low = self.acceptance_low(self.before.accept_length if self.before is not None else None)
+        unreadable = self.draft_facts is None
+        rows = []
+        for spec, _fam in REGISTRY.hypotheses():
+            hid = spec.id
+            found = self._spec_findings(spec)
+            errors = [f for f in found if f.severity == "error"]
+            if not spec.static:
+                verdict, why = "inconclusive", f"out of static reach; decided by {spec.decide}"
+                if low is False:
+                    verdict, why = "refuted", "acceptance is not low: nothing for it to explain"
+                self._decide(hid, verdict, why, kind="workbench")
+            elif errors:
+                verdict, why = "confirmed", "; ".join(f.message for f in errors)
+                self._decide(hid, verdict, why, findings=found)
+            elif hid == "aux-eagle-config" and found and any(f.rule == "aux-config-unread" for f in found):
+                verdict, why = self._decide_eagle_config(found, low)
+            elif hid == "aux-offset-convention" and found:
+                verdict = "inconclusive" if low else "refuted"
+                why = ("acceptance is low and this engine captures other layers than the ids written: the other "
+                       "convention is worth measuring" if low else
+                       "the ids are read with this engine's offset rule and acceptance is not low")
+                self._decide(hid, verdict, why, findings=found)
+            elif unreadable and hid != "checkpoint-readable" and hid != "spec-params":
+                verdict, why = "inconclusive", "the draft could not be read: " + "; ".join(
+                    f.message for f in report.findings if f.rule in ("checkpoint-unreadable", "model-not-on-box"))
+                self._decide(hid, verdict, why, findings=found)
+            elif hid == "weights-loaded" and self.draft_facts is not None and self.draft_facts.tensors is not None \
+                    and any(f.rule == "unknown-draft-architecture" for f in self.findings):
+                verdict, why = "inconclusive", ("the draft declares a class the weight rules do not model "
+                                                "(unknown-draft-architecture): its tensors were not followed")
+                self._decide(hid, verdict, why, findings=found)
+            else:
+                warnings = [f for f in found if f.severity == "warning"]
+                if warnings and low:
+                    verdict, why = "inconclusive", "; ".join(f.message for f in warnings)
+                else:
+                    verdict = "refuted"
+                    why = ("its rules ran and found " + ("only: " + "; ".join(f"{f.severity} {f.rule}" for f in found)
+                                                         if found else "nothing") + f" ({', '.join(spec.rules)})")
+                self._decide(hid, verdict, why, findings=found)
+            rows.append((hid, verdict, why))
+        return HypothesisTable(rows, "Hypotheses after the static checks (no restart)")
 
-    def probe_input_width(self) -> StepResult:
-        """H2 (one restart): a print of the draft's input hidden-state width just before the fc
-        check (once per distinct width: a GPU server's CUDA-graph capture runs the draft at start-up
-        on a 1×-wide buffer), the server relaunched with its own command, one request, the widths
-        read from the log; confirmed when no forward saw the fc's in_features. The probe stays in place for the fix step when ``apply_fix`` (the fixed server then
-        shows its width too) and is reverted at once otherwise."""
-        if not self.allow_restart:
-            return self._decide(H2, "inconclusive", "allow_restart is False: the probe needs a restart")
-        if not self.inventory.engine_root:
-            return self._decide(H2, "inconclusive", "the engine's source was not located on the box; no probe")
-        cmap = self.code_path()
-        try:
-            spec = recipe_probe(cmap, PROBE_RECIPE, tag=PROBE_TAG)
-        except SourceLookupError as exc:
-            return self._decide(H2, "inconclusive", f"no probe: {exc}")
-        path = spec.path
-        self.probe = remote_probes.add_probe(self.box, path, before=spec.line, function=spec.function,
-                                             exprs=spec.exprs, tag=spec.tag, once_per=spec.once_per,
-                                             python=self.inventory.python)
-        handle = self._launch(self.inventory.launch, "probe")
-        shapes = self._probe_shapes(handle)
-        expected = self._expected_width()
-        target_hidden = self._target_hidden()
-        observed = self._decisive_width(shapes, expected)
-        observed_shape = next((s for s in shapes if s and s[-1] == observed), None)
-        self.probe_result = {
-            "file": path, "line": self.probe.line,
-            "anchor": f"{spec.entry} (code-path map: {path}:{spec.line})", "tag": PROBE_TAG,
-            "recipe": PROBE_RECIPE, "observed_shape": observed_shape,
-            "observed_widths": sorted({s[-1] for s in shapes if s}),
-            "observed_hidden_size": observed, "expected_hidden_size": expected, "target_hidden_size": target_hidden,
-            "launch_command": self.inventory.launch.to_string(),
-        }
-        if not self.apply_fix_enabled:
-            self._revert_probe()
-        if observed is None:
-            return self._decide(H2, "inconclusive", f"the probe printed nothing in {handle.log_path}: the draft's "
-                                                    "forward never reached the fc check", data=self.probe_result)
-        if expected is not None and observed != expected:
-            seen = self.probe_result["observed_widths"]
-            why = (f"the draft received a {observed}-wide hidden state where its fc needs {expected} "
-                   f"(= {expected // target_hidden if target_hidden else '?'} × target hidden {target_hidden}); "
-                   f"no forward saw {expected} (widths seen: {seen}): the width check is false, so fc is "
-                   "skipped silently")
-            return self._decide(H2, "confirmed", why, data=self.probe_result)
-        return self._decide(H2, "refuted", f"the draft received {observed}-wide input, what its fc expects",
-                            data=self.probe_result)
+    def _decide_eagle_config(self, found: list[Finding], low: bool | None) -> tuple[str, str]:
+        draft = self.draft_facts
+        unread = next(f for f in found if f.rule == "aux-config-unread")
+        captured = (unread.evidence.get("captured_layers") or {}).get("value")
+        given = self.given.get("aux_layer_ids")
+        if draft is not None and draft.aux_layer_ids_top_level is not None and unread.severity == "warning":
+            verdict, why = "confirmed", (f"{unread.message}; the draft states ids {draft.aux_layer_ids_top_level} "
+                                         "where the engine never reads them")
+        elif given is not None:
+            expect = [i + 1 for i in given] if captured is not None else None
+            if expect is not None and list(captured) != expect and list(captured) != list(given):
+                verdict, why = "confirmed", (f"{unread.message}; the draft was trained with ids {given} (given), "
+                                             f"the engine captures {captured}")
+            else:
+                verdict, why = "refuted", f"the engine's default layers {captured} are what the given ids {given} mean"
+        elif low:
+            verdict, why = "inconclusive", (f"{unread.message}; acceptance is low, and the ids the draft was trained "
+                                            "with are recorded nowhere: give aux_layer_ids to decide")
+        else:
+            verdict, why = "refuted", f"{unread.message}, and acceptance is not low (the default layers fit)"
+        self._decide("aux-eagle-config", verdict, why, findings=found)
+        return verdict, why
 
-    def apply_fix(self) -> Measurement | None:
-        """Relaunch with the fix the static findings propose (H1), read the probe on the fixed
-        server when it is in place, and measure acceptance again."""
-        if not (self.apply_fix_enabled and self.allow_restart):
-            return None
-        if self.fix_launch is None:
-            return None
-        try:
-            handle = self._launch(self.fix_launch, "fix")
-            if self.probe is not None:
-                shapes = self._probe_shapes(handle)
-                width = self._decisive_width(shapes, self._expected_width())
-                self.probe_result["after_fix_shape"] = next((s for s in shapes if s and s[-1] == width), None)
-                self.probe_result["after_fix_hidden_size"] = width
-                self.probe_result["after_fix_widths"] = sorted({s[-1] for s in shapes if s})
-        finally:
-            self._revert_probe()
-        self.after = self.measure("fixed: " + str(self.fix_launch.get("--speculative-algorithm")))
-        return self.after
+    # -- probes -----------------------------------------------------------------------------------
 
-    def finish(self) -> dict:
-        """Put the box back as found (stop the run's servers, revert probes, relaunch the original
-        server), then write ``report_dir/diagnose_acceptance.json``. Idempotent."""
-        if not self.finished:
-            self.finished = True
-            if self.keep_fix and self.after is not None and self.current is not None:
-                # Leave the fixed server in place of the original: forget both in the journal.
-                self.journal.remove_started(self.current.pid)
-                self.journal.mark_original_stopped(False)
-                self.current = None
-            self.restore()
-            self.verdict = self.build_verdict()
-            write_verdict_json(self.report_dir / "diagnose_acceptance.json", self.verdict)
-        return self.verdict
-
-    # -- helpers --------------------------------------------------------------------------------
-
-    def _revert_probe(self) -> None:
-        if self.probe is not None:
-            remote_probes.revert_probe(self.box, self.probe)
-            self.probe_result["reverted"] = True
-            self.probe = None
-
-    def _probe_shapes(self, handle, *, timeout: float = 60.0) -> list[tuple[int, ...]]:
-        """Send one request, then read the probe's lines from the server log (grep on the box): the
-        distinct input shapes the draft's forward saw, in the order first seen (the recipe prints
-        once per distinct width). Empty when nothing was printed within 10 s."""
-        with httpx.Client(timeout=timeout, trust_env=False) as client:
-            client.post(self.inventory.base_url + "/generate",
-                        json={"text": self.prompts[0]["text"], "sampling_params": {"max_new_tokens": 8, "temperature": 0}})
-        deadline = time.monotonic() + 10
-        while True:
-            readings = [r for r in remote_probes.read_probe_log(self.box, handle.log_path, self.probe, timeout=30)
-                        if "hidden_states.shape" in r.raw and not r.error]
-            if readings or time.monotonic() > deadline:
-                self.probe_result.setdefault("printed", []).extend(r.raw for r in readings)
-                shapes = []
-                for r in readings:
-                    try:
-                        shapes.append(remote_probes.parse_shape(r.raw["hidden_states.shape"]))
-                    except ValueError:
-                        continue
-                return shapes
-            time.sleep(0.2)
-
-    @staticmethod
-    def _decisive_width(shapes: list[tuple[int, ...]], expected: int | None) -> int | None:
-        """The width that decides H2: ``expected`` (the draft's fc in_features) when any forward saw
-        it (the aux states reached the draft), else the widest seen; ``None`` when none."""
-        widths = [s[-1] for s in shapes if s]
-        if not widths:
-            return None
-        return expected if expected in widths else max(widths)
+    def suspects(self) -> list[str]:
+        """The hypotheses still in play (confirmed or inconclusive), in the order they act."""
+        return [spec.id for spec, _ in REGISTRY.hypotheses()
+                if self.ledger.get(spec.id).verdict in ("confirmed", "inconclusive") and spec.static]
 
     def code_path(self) -> CodePathMap | None:
         """The EAGLE-3 code-path map of the box's engine for this deployment's target and draft
-        classes (:func:`workbench.codepath.code_path_map`; built once). ``None`` when the engine
-        source was not located."""
+        classes (:func:`workbench.engine.codepath.code_path_map`; built once). ``None`` when the
+        engine source was not located."""
         if self._code_path is None and self.inventory.engine_root:
             kw: dict[str, Any] = {}
             if self.target_facts is not None and self.target_facts.architectures:
@@ -421,6 +542,401 @@ class DiagnosisRun(BoxSession):
             self._code_path = code_path_map(src, **kw)
         return self._code_path
 
+    def _recipes_for(self, suspects: list[str]) -> list[str]:
+        names = [PROBE_RECIPE]
+        for hid in suspects:
+            names += [p for p in self.specs[hid].probes if p not in names]
+        return [n for n in names if n in RECIPES]
+
+    def probe(self) -> StepResult | None:
+        """One probe launch showing the mechanism of the suspects on the engine's own code path:
+        the recipes of every confirmed or undecided hypothesis (the width reaching ``fc`` always),
+        the server relaunched with its own command, one request, the readings taken from that
+        launch's log. Skipped (``None``) when restarts are not allowed, when nothing is suspect and
+        acceptance is not low (a healthy deployment costs no restart), when the engine source was
+        not located, or when the server does not start as found (the start-up failure is the
+        evidence). The probes stay in place for the fix relaunch (the fixed server shows its
+        mechanism too) when fixes will be applied, and are reverted otherwise."""
+        if not self.allow_restart:
+            self.notes.append("no probe: allow_restart is False")
+            return None
+        suspects = self.suspects()
+        low = self.acceptance_low(self.before.accept_length if self.before is not None else None)
+        if not suspects and not low:
+            self.notes.append("no probe: no hypothesis is suspect and acceptance is not low")
+            return None
+        if self.start_failures and self.before is None:
+            self.notes.append("no probe: the server does not start as found (its log is the evidence)")
+            return None
+        if not self.inventory.engine_root:
+            self.notes.append("no probe: the engine's source was not located on the box")
+            return None
+        cmap = self.code_path()
+        added = []
+        for name in self._recipes_for(suspects):
+            try:
+                spec = recipe_probe(cmap, name)
+            except SourceLookupError as exc:
+                self.notes.append(f"probe {name} not added: {exc}")
+                continue
+            probe = remote_probes.add_probe(self.box, spec.path, before=spec.line, function=spec.function,
+                                            exprs=spec.exprs, tag=spec.tag, once_per=spec.once_per,
+                                            python=self.inventory.python)
+            self.probes.append(probe)
+            added.append(name)
+        if not added:
+            return None
+        handle, failure = self._try_launch(self.inventory.launch, "probe")
+        if failure is not None:
+            self._revert_probes()
+            return StepResult("probe", "inconclusive", f"the probe launch did not start: {failure.exception or failure.error}")
+        readings = self._read_probes(handle)
+        self.probe_result = self._probe_summary(readings, before=True)
+        self.probe_result["recipes_added"] = added
+        self._attach_probe_evidence(readings)
+        if not (self.apply_fix_enabled and self.allow_restart):
+            self._revert_probes()
+        return StepResult("probe", "done", self._probe_text(), data={k: v for k, v in self.probe_result.items()
+                                                                      if k in ("observed_widths", "captured_layers",
+                                                                               "d2t", "unmatched")})
+
+    def _read_probes(self, handle, *, timeout: float = 60.0) -> dict[str, list]:
+        """Send one request to the launch ``handle`` and read each probe's lines from its own log
+        (a launch writes its own log file: earlier launches' lines are not in it)."""
+        with httpx.Client(timeout=timeout, trust_env=False) as client:
+            try:
+                client.post(self.inventory.base_url + "/generate",
+                            json={"text": self.prompts[0]["text"],
+                                  "sampling_params": {"max_new_tokens": 8, "temperature": 0}})
+            except httpx.HTTPError as exc:
+                self.notes.append(f"the probe request failed: {type(exc).__name__}: {exc}")
+        deadline = time.monotonic() + 10
+        out: dict[str, list] = {}
+        while True:
+            out = {p.tag: [r for r in remote_probes.read_probe_log(self.box, handle.log_path, p, timeout=30)]
+                   for p in self.probes}
+            if out.get(PROBE_TAG) or time.monotonic() > deadline:
+                return out
+            time.sleep(0.2)
+
+    def _probe_summary(self, readings: dict[str, list], *, before: bool) -> dict[str, Any]:
+        widths: list[tuple[int, ...]] = []
+        for r in readings.get(PROBE_TAG, []):
+            if "hidden_states.shape" in r.raw and not r.error:
+                try:
+                    widths.append(remote_probes.parse_shape(r.raw["hidden_states.shape"]))
+                except ValueError:
+                    continue
+        expected = self._expected_width()
+        observed = self._decisive_width(widths, expected)
+        out: dict[str, Any] = {
+            "observed_hidden_size": observed, "expected_hidden_size": expected,
+            "target_hidden_size": self._target_hidden(),
+            "observed_shape": next((s for s in widths if s and s[-1] == observed), None),
+            "observed_widths": sorted({s[-1] for s in widths if s}),
+            "lines": {tag: [r.log_line for r in rs] for tag, rs in readings.items()},
+        }
+        cap = [_literal(r.raw.get("self.layers_to_capture")) for r in readings.get("target-capture-layers", [])
+               if not r.error]
+        if cap:
+            out["captured_layers"] = cap[0]
+        d2t = [r.raw for r in readings.get("draft-d2t", []) if not r.error]
+        if d2t:
+            out["d2t"] = d2t[0]
+        unmatched = sorted({v for r in readings.get("draft-weights-unmatched", []) if not r.error
+                            for v in r.raw.values()})
+        if readings.get("draft-weights-unmatched") is not None:
+            out["unmatched"] = unmatched
+        return out
+
+    def _attach_probe_evidence(self, readings: dict[str, list]) -> None:
+        pr = self.probe_result
+        expected, observed = pr.get("expected_hidden_size"), pr.get("observed_hidden_size")
+        widths = pr.get("observed_widths")
+        if observed is not None and expected is not None:
+            if observed != expected:
+                self._add_evidence("algorithm-flag", f"probe: no draft forward saw the fc's width {expected} "
+                                   f"(widths seen {widths}): the width check skips fc", pr_subset(pr))
+            else:
+                self._add_evidence("algorithm-flag", f"probe: the draft-extend step receives {expected}-wide input, "
+                                   "what its fc expects", pr_subset(pr))
+        if "captured_layers" in pr:
+            for hid in ("aux-eagle-config", "aux-layer-ids", "aux-offset-convention", "target-capture"):
+                self._add_evidence(hid, f"probe: the target captures layers {pr['captured_layers']}",
+                                   {"captured_layers": pr["captured_layers"]})
+        if "d2t" in pr:
+            self._add_evidence("token-map", f"probe: the draft worker holds {pr['d2t']}", {"d2t": pr["d2t"]})
+        if "unmatched" in pr:
+            self._add_evidence("weights-loaded", f"probe: load_weights matched {len(pr['unmatched'])} checkpoint "
+                               f"name(s) to nothing: {pr['unmatched'][:5]}", {"unmatched": pr["unmatched"]})
+
+    def _probe_text(self) -> str:
+        pr = self.probe_result
+        parts = []
+        if pr.get("observed_widths"):
+            parts.append(f"widths reaching fc: {pr['observed_widths']} (fc expects {pr.get('expected_hidden_size')})")
+        if "captured_layers" in pr:
+            parts.append(f"layers captured: {pr['captured_layers']}")
+        if "d2t" in pr:
+            parts.append(f"token map: {pr['d2t']}")
+        if "unmatched" in pr:
+            parts.append(f"names load_weights dropped: {pr['unmatched'] or 'none'}")
+        return "; ".join(parts) or "the probes printed nothing"
+
+    # -- fixes ------------------------------------------------------------------------------------
+
+    def derive_fixes(self) -> list[Fix]:
+        """Every fix the families derive for the confirmed hypotheses (and, for undecided ones,
+        candidates to measure), in the order the causes act."""
+        as_found, relaunched = self._facts(), self._facts(launch_fixed=True)
+        confirmed = {hid for hid in self.specs if self.ledger.get(hid).verdict == "confirmed"}
+        open_ = {hid for hid in self.specs if self.ledger.get(hid).verdict == "inconclusive"}
+        wanted: dict[str, str] = {}
+        for hid in confirmed | open_:
+            for rule in self.specs[hid].rules:
+                wanted.setdefault(rule, hid)
+        out: list[tuple[int, Fix]] = []
+        seen_fixers = set()
+        for spec, fam in REGISTRY.hypotheses():
+            if fam.fixer is None or fam.name in seen_fixers:
+                continue
+            seen_fixers.add(fam.name)
+            mine = [f for f in self.findings if f.rule in wanted]
+            facts = as_found if fam.name == "launch-flags" else relaunched
+            for fix in fam.fixer(facts, mine, self.given):
+                hids = {wanted[r] for r in fix.rules if r in wanted}
+                if not hids:
+                    continue
+                if fix.kind == "candidates" and not (hids & open_):
+                    continue
+                if fix.kind != "candidates" and not (hids & confirmed) and fix.kind != "none":
+                    continue
+                order = min(self.specs[h].order for h in hids)
+                out.append((order, fix))
+        self.fixes = [f for _, f in sorted(out, key=lambda of: of[0])]
+        return self.fixes
+
+    def _fixed_launch(self, fixes: list[Fix], draft_path: str | None) -> LaunchCommand:
+        launch = self.inventory.launch
+        for fix in fixes:
+            for flag, value in fix.launch.items():
+                launch = launch.without_flag(flag) if value is None else launch.with_flag(flag, value)
+        if draft_path:
+            launch = launch.with_flag("--speculative-draft-model-path", draft_path)
+        return launch
+
+    def _draft_dir(self) -> str | None:
+        resolved = self.inventory.resolved or self.inventory.launch
+        value = resolved.get("--speculative-draft-model-path")
+        return value if isinstance(value, str) else None
+
+    def _copy_draft(self, repair: DraftRepair, label: str) -> str:
+        """A repaired copy of the draft on the box (journalled; removed at the end unless kept)."""
+        from workbench.session.draft_copy import make_repaired_copy
+
+        source = self._draft_dir()
+        if source is None:
+            raise DiagnosisError("a draft repair was derived but the launch command names no draft directory")
+        copy = make_repaired_copy(self.box, self.journal, source, repair, python=self.inventory.python)
+        record = copy.to_dict()
+        record["label"] = label
+        self.draft_copies.append(record)
+        return copy.path
+
+    def _launch_with(self, fixes: list[Fix], label: str) -> tuple[LaunchCommand, Measurement | StartFailure]:
+        """Relaunch with ``fixes`` applied (one draft copy carrying every repair), measure."""
+        repair = DraftRepair()
+        for fix in fixes:
+            if fix.repair is not None:
+                repair = repair.merged(fix.repair)
+        draft_path = self._copy_draft(repair, label) if not repair.empty else None
+        launch = self._fixed_launch(fixes, draft_path)
+        handle, failure = self._try_launch(launch, label)
+        if failure is not None:
+            return launch, failure
+        return launch, self.measure(label)
+
+    def apply_fixes(self) -> Measurement | StartFailure | None:
+        """Apply every derivable fix of the confirmed causes in ONE relaunch (launch changes, and a
+        single repaired copy of the draft carrying every repair), read the probes on the fixed
+        server, measure. Sufficient when acceptance is no longer low and rose by
+        :data:`SUFFICIENT_GAIN` (or, when nothing could be measured before, is simply not low);
+        otherwise the fix is reported as insufficient and the causes stay open. Then, when allowed,
+        the candidates of the undecided hypotheses (the offset convention) are tried, each measured
+        on top of the fix, and the best one that helps is kept. ``None`` when nothing was applied."""
+        if not (self.apply_fix_enabled and self.allow_restart):
+            self._revert_probes()
+            return None
+        fixes = self.derive_fixes()
+        applicable = [f for f in fixes if f.kind in ("launch", "draft-copy")]
+        candidates = [f for f in fixes if f.kind == "candidates"]
+        result = None
+        if applicable:
+            self.applied = list(applicable)
+            try:
+                self.fix_launch, result = self._launch_with(applicable, "fix")
+                if isinstance(result, Measurement):
+                    handle = self.current
+                    if self.probes and handle is not None:
+                        after = self._probe_summary(self._read_probes(handle), before=False)
+                        self.probe_result["after_fix_hidden_size"] = after.get("observed_hidden_size")
+                        self.probe_result["after_fix_shape"] = after.get("observed_shape")
+                        self.probe_result["after_fix_widths"] = after.get("observed_widths")
+                        self.probe_result["after_fix"] = {k: v for k, v in after.items() if k != "lines"}
+                        self.probe_result["after_fix_lines"] = after.get("lines")
+                    self.after = result
+            except DiagnosisError as exc:
+                self.notes.append(f"the fix could not be applied: {exc}")
+        if candidates and self.try_candidates and self.allow_restart:
+            self._try_candidate_fixes(candidates)
+        self._revert_probes()
+        self._judge_fix()
+        return self.after if self.after is not None else result
+
+    def _try_candidate_fixes(self, candidates: list[Fix]) -> None:
+        base = self.after.accept_length if self.after is not None else (
+            self.before.accept_length if self.before is not None else None)
+        if base is not None and not self.acceptance_low(base):
+            return
+        for fix in candidates:
+            hid = next((self._hypothesis_of(r) for r in fix.rules if self._hypothesis_of(r)), None)
+            best = None
+            for cand in fix.candidates:
+                trial = Fix("draft-copy" if cand.get("repair") else "launch", fix.rules, cand["label"],
+                            launch=cand.get("launch") or {}, repair=cand.get("repair"))
+                launch, m = self._launch_with(self.applied + [trial], f"candidate: {cand['label']}")
+                accept = m.accept_length if isinstance(m, Measurement) else None
+                self.candidate_trials.append({"hypothesis": hid, "label": cand["label"], "accept_length": accept,
+                                              "started": isinstance(m, Measurement),
+                                              "launch_command": launch.to_string()})
+                if accept is not None and (best is None or accept > best[0]):
+                    best = (accept, trial, launch, m)
+            if best is None or hid is None:
+                continue
+            accept, trial, launch, m = best
+            if (base is None or accept >= base * SUFFICIENT_GAIN) and not self.acceptance_low(accept, launch):
+                self.applied.append(trial)
+                self.fix_launch, self.after = launch, m
+                self._decide(hid, "confirmed", f"measured: {trial.summary} brings accept length to {accept:.3f} "
+                             f"(from {_fmt(base)})", data={"trials": [t for t in self.candidate_trials
+                                                                      if t["hypothesis"] == hid]}, kind="measurement")
+                base = accept
+            else:
+                self._decide(hid, "refuted", f"measured: no candidate helps (best {accept:.3f} against {_fmt(base)})",
+                             data={"trials": [t for t in self.candidate_trials if t["hypothesis"] == hid]},
+                             kind="measurement")
+        if self.after is not None and self.current is not None and self.fix_launch is not None \
+                and self.current_launch is not None and self.current_launch.argv != self.fix_launch.argv:
+            # leave the best fixed server running (keep_fix / the ladder expect it), not the last trial
+            self._launch_with(self.applied, "fix")
+
+    def _hypothesis_of(self, rule: str) -> str | None:
+        return next((hid for hid, spec in self.specs.items() if rule in spec.rules), None)
+
+    def _judge_fix(self) -> None:
+        before = self.before.accept_length if self.before is not None else None
+        after = self.after.accept_length if self.after is not None else None
+        launch = self.fix_launch
+        if not self.applied:
+            self.fix_result = {"applied": False, "sufficient": None}
+            return
+        failed = next((f for f in reversed(self.start_failures) if f.label == "fix"), None)
+        if after is None:
+            self.fix_result = {"applied": True, "sufficient": False,
+                               "why": f"the server does not start with the fix: {failed.exception or failed.error}"
+                               if failed else "nothing was measured with the fix"}
+            return
+        low = self.acceptance_low(after, launch)
+        sufficient = (not low) and (before is None or after >= before * SUFFICIENT_GAIN)
+        self.fix_result = {"applied": True, "sufficient": bool(sufficient), "before": before, "after": after,
+                           "why": (f"accept length {_fmt(before)} → {after:.3f}" +
+                                   ("" if sufficient else (" — still low" if low else " — no real gain")))}
+        for hid in self._fixed_hypotheses():
+            self._add_evidence(hid, ("measured: the fix brought acceptance back: " if sufficient else
+                                     "measured: the fix is not enough: ") + self.fix_result["why"],
+                               {"before": before, "after": after}, kind="measurement")
+        if sufficient:
+            for spec, _ in REGISTRY.hypotheses():
+                if not spec.static and self.ledger.get(spec.id).verdict == "inconclusive":
+                    self._decide(spec.id, "refuted", "the fix of the confirmed causes brought acceptance back "
+                                 f"({self.fix_result['why']}): nothing left for it to explain", kind="measurement")
+
+    def _fixed_hypotheses(self) -> list[str]:
+        hids = []
+        for fix in self.applied:
+            for rule in fix.rules:
+                hid = self._hypothesis_of(rule)
+                if hid and hid not in hids:
+                    hids.append(hid)
+        return hids
+
+    def attribute(self) -> list[dict] | None:
+        """With ``attribute_fixes``: relaunch once per fix, cumulatively in the order the causes
+        act (as found → + the first fix → + the second → …), and measure each: what each fix
+        contributed (the ladder; the last rung is the fix already measured). ``None`` otherwise."""
+        if not (self.attribute_enabled and self.allow_restart and self.applied):
+            return None
+        ladder = [{"label": "as found", "accept_length": self.before.accept_length if self.before else None,
+                   "fixes": []}]
+        for k in range(1, len(self.applied)):
+            launch, m = self._launch_with(self.applied[:k], f"ladder: {k} fix(es)")
+            ladder.append({"label": "+ " + self.applied[k - 1].summary,
+                           "accept_length": m.accept_length if isinstance(m, Measurement) else None,
+                           "fixes": [f.summary for f in self.applied[:k]]})
+        ladder.append({"label": "+ " + self.applied[-1].summary,
+                       "accept_length": self.after.accept_length if self.after else None,
+                       "fixes": [f.summary for f in self.applied]})
+        self.ladder = ladder
+        if self.keep_fix and self.current_launch is not None and self.fix_launch is not None \
+                and self.current_launch.argv != self.fix_launch.argv:
+            self._launch_with(self.applied, "fix")
+        return ladder
+
+    # -- the end ----------------------------------------------------------------------------------
+
+    def finish(self) -> dict:
+        """Put the box back as found (stop the run's servers, revert probes, remove its draft
+        copies, relaunch the original server), then write ``report_dir/diagnose_acceptance.json``.
+        With ``keep_fix`` and a sufficient fix, the fixed server and its draft copy stay.
+        Idempotent."""
+        if not self.finished:
+            self.finished = True
+            self._revert_probes()
+            if self.keep_fix and self.after is not None and self.current is not None \
+                    and self.fix_result.get("sufficient"):
+                # Leave the fixed server in place of the original: forget both, and the copy, in the journal.
+                self.journal.remove_started(self.current.pid)
+                self.journal.mark_original_stopped(False)
+                for copy in self.draft_copies:
+                    if copy.get("path") and self.fix_launch is not None and \
+                            self.fix_launch.get("--speculative-draft-model-path") == copy["path"]:
+                        self.journal.remove_created(copy["path"])
+                        copy["kept"] = True
+                self.current = None
+            self.restore()
+            self.verdict = self.build_verdict()
+            write_verdict_json(self.report_dir / "diagnose_acceptance.json", self.verdict)
+        return self.verdict
+
+    def _revert_probes(self) -> None:
+        for probe in reversed(self.probes):
+            try:
+                remote_probes.revert_probe(self.box, probe)
+            except RemoteError as exc:
+                self.notes.append(f"probe {probe.tag} not reverted here ({exc}); the restore reverts it")
+        if self.probes:
+            self.probe_result["reverted"] = True
+        self.probes = []
+
+    @staticmethod
+    def _decisive_width(shapes: list[tuple[int, ...]], expected: int | None) -> int | None:
+        """The width that decides: ``expected`` (the draft's fc in_features) when any forward saw
+        it (the aux states reached the draft), else the widest seen; ``None`` when none."""
+        widths = [s[-1] for s in shapes if s]
+        if not widths:
+            return None
+        return expected if expected in widths else max(widths)
+
     def _target_hidden(self) -> int | None:
         if self.target_facts is not None and self.target_facts.hidden_size:
             return self.target_facts.hidden_size
@@ -433,75 +949,169 @@ class DiagnosisRun(BoxSession):
             return self.draft_facts.fc_in_features
         return None
 
-    def _decide(self, hid: str, verdict: str, summary: str, *, findings: list[Finding] = (),
-                data: dict | None = None) -> StepResult:
-        evidence = [Evidence(kind="finding", summary=f"{f.rule}: {f.message}", data=f.to_dict(),
-                             source="static check") for f in findings]
-        if data:
-            evidence.append(Evidence(kind="data", summary=summary, data=dict(data), source="box"))
-        if not evidence:
-            evidence.append(Evidence(kind="note", summary=summary, data={}, source="workbench"))
-        self.ledger.decide(hid, verdict, *evidence)
-        return StepResult(hid, verdict, summary, list(findings), dict(data or {}))
+    # -- summary ----------------------------------------------------------------------------------
 
-    # -- summary --------------------------------------------------------------------------------
-
-    def root_cause(self) -> dict[str, Any] | None:
-        """The first error finding of a confirmed hypothesis, in ledger order, with the mechanism
-        (H2's probe) attached when it was confirmed."""
-        for hyp in self.ledger:
+    def root_causes(self) -> list[dict[str, Any]]:
+        """Every confirmed cause, in the order it acts on a request: its hypothesis, its first error
+        finding (or the measurement that confirmed it), the fix derived for it and whether it was
+        applied."""
+        out = []
+        for spec, fam in REGISTRY.hypotheses():
+            hyp = self.ledger.get(spec.id)
             if hyp.verdict != "confirmed":
                 continue
-            errors = [f for f in self.findings if f.severity == "error"]
-            for f in errors:
-                return {"rule": f.rule, "hypothesis": hyp.id, "message": f.message, "fix": f.fix,
-                        "mechanism_confirmed_by_probe": self.ledger.get(H2).verdict == "confirmed"}
-        return None
+            errors = [f for f in self.findings if f.rule in spec.rules and f.severity == "error"]
+            finding = errors[0] if errors else next((f for f in self.findings if f.rule in spec.rules), None)
+            fixes = [f for f in self.fixes if any(self._hypothesis_of(r) == spec.id for r in f.rules)]
+            applied = [f for f in self.applied if any(self._hypothesis_of(r) == spec.id for r in f.rules)]
+            out.append({"hypothesis": spec.id, "rule": finding.rule if finding else None,
+                        "message": finding.message if finding else hyp.evidence[-1].summary,
+                        "family": fam.name, "fix_kinds": sorted({f.kind for f in fixes}),
+                        "fix_applied": bool(applied), "fix": (applied or fixes)[0].summary if (applied or fixes) else None,
+                        "missing": next((f.missing for f in fixes if f.kind == "none"), None)})
+        return out
+
+    def root_cause(self) -> dict[str, Any] | None:
+        """The first cause to act (:meth:`root_causes`), with the mechanism flag for the width probe."""
+        causes = self.root_causes()
+        if not causes:
+            return None
+        first = dict(causes[0])
+        first["mechanism_confirmed_by_probe"] = bool(
+            self.probe_result.get("observed_hidden_size") is not None
+            and self.probe_result.get("observed_hidden_size") != self.probe_result.get("expected_hidden_size"))
+        return first
+
+    def still_open(self) -> list[dict[str, Any]]:
+        """The hypotheses not decided, each with what would decide it; and, when a fix was applied
+        but is not sufficient, the causes it did not cure."""
+        out = []
+        for spec, _ in REGISTRY.hypotheses():
+            hyp = self.ledger.get(spec.id)
+            if hyp.verdict == "inconclusive":
+                fix = next((f for f in self.fixes if f.kind == "none" and any(self._hypothesis_of(r) == spec.id
+                                                                               for r in f.rules)), None)
+                out.append({"hypothesis": spec.id, "why": hyp.evidence[-1].summary if hyp.evidence else "",
+                            "decide": spec.decide or (fix.missing if fix else "the probes of " + spec.id),
+                            "parameter": fix.parameter if fix else None})
+        if self.fix_result.get("applied") and not self.fix_result.get("sufficient"):
+            for hid in self._fixed_hypotheses():
+                out.append({"hypothesis": hid, "why": "its fix was applied and measured: " + self.fix_result["why"],
+                            "decide": "the other hypotheses above; the probe lines of the fixed server", "parameter": None})
+        return out
+
+    def outcome(self) -> str:
+        """``healthy`` (nothing confirmed, acceptance not low), ``fixed`` (every confirmed cause with
+        an applied fix that brought acceptance back), ``partly-fixed`` (a fix applied, not
+        sufficient), ``cause-found`` (a cause named, its fix not applied or not derivable),
+        ``server-does-not-start`` (as found, with no cause named), ``unexplained`` (acceptance low,
+        nothing confirmed)."""
+        causes = self.root_causes()
+        if self.fix_result.get("applied"):
+            if self.fix_result.get("sufficient") and all(c["fix_applied"] for c in causes):
+                return "fixed"
+            return "partly-fixed"
+        if causes:
+            return "cause-found"
+        if self.start_failures and self.before is None:
+            return "server-does-not-start"
+        low = self.acceptance_low(self.before.accept_length if self.before is not None else None)
+        return "unexplained" if low else "healthy"
+
+    def proposed_launch(self) -> LaunchCommand | None:
+        """The launch command with every fix applied: the relaunch's command when the fixes were
+        applied, else the command the launch-command fixes derive (a draft repair needs its copy
+        made: without it the command keeps the draft as found). ``None`` when no fix changes it."""
+        if self.fix_launch is not None:
+            return self.fix_launch
+        if self.doctor_report is None:
+            return None
+        fixes = self.fixes or self.derive_fixes()
+        launch_fixes = [f for f in fixes if f.kind == "launch"]
+        return self._fixed_launch(launch_fixes, None) if launch_fixes else None
 
     def launch_diff(self) -> list[tuple[str, Any, Any]]:
         """The fix as a launch-command diff: (flag, before, after)."""
-        return self.inventory.launch.diff(self.fix_launch) if self.fix_launch is not None else []
+        proposed = self.proposed_launch()
+        return self.inventory.launch.diff(proposed) if proposed is not None else []
 
     def figures(self) -> dict[str, Any]:
-        """The summary's plotly figures (only those the run has data for)."""
+        """The summary's plotly figures, only those the run has data for; a figure whose input is
+        incomplete is left out and :attr:`notes` says so (never an exception)."""
         out: dict[str, Any] = {}
-        if self.before is not None and self.after is not None:
-            out["accept_length"] = figures.accept_length_before_after(
-                self.before.accept_length or 0.0, self.after.accept_length or 0.0,
-                labels=(self.before.label, self.after.label),
-                ideal=float(self.fix_launch.get("--speculative-num-draft-tokens") or 0) or None)
-            out["per_request"] = figures.accept_length_per_request(
-                [r.spec_accept_length or 0.0 for r in self.before.generate.records],
-                [r.spec_accept_length or 0.0 for r in self.after.generate.records])
+
+        def add(name: str, make) -> None:
+            try:
+                out[name] = make()
+            except FigureInputError as exc:
+                self.notes.append(f"figure {name} left out: {exc}")
+
+        if self.before is not None and self.after is not None and self.before.accept_length is not None \
+                and self.after.accept_length is not None:
+            add("accept_length", lambda: figures.accept_length_before_after(
+                self.before.accept_length, self.after.accept_length, labels=(self.before.label, self.after.label),
+                ideal=self.ceiling(self.fix_launch)))
+            if self.before.generate.records and self.after.generate.records:
+                add("per_request", lambda: figures.accept_length_per_request(
+                    [r.spec_accept_length or 0.0 for r in self.before.generate.records],
+                    [r.spec_accept_length or 0.0 for r in self.after.generate.records]))
         timeline = {m.label: m.log_records for m in (self.before, self.after) if m is not None and m.log_records}
         if timeline:
-            out["timeline"] = figures.acceptance_timeline(timeline)
-        if self.probe_result.get("observed_hidden_size"):
-            out["probe"] = figures.hidden_width_probe(self.probe_result["observed_hidden_size"],
-                                                      self.probe_result.get("expected_hidden_size") or 0,
-                                                      self.probe_result.get("target_hidden_size") or 0)
+            add("timeline", lambda: figures.acceptance_timeline(timeline))
+        pr = self.probe_result
+        if pr.get("observed_hidden_size") and pr.get("expected_hidden_size") and pr.get("target_hidden_size"):
+            add("probe", lambda: figures.hidden_width_probe(pr["observed_hidden_size"], pr["expected_hidden_size"],
+                                                            pr["target_hidden_size"]))
+        if len(self.ladder) >= 2 and all(r["accept_length"] is not None for r in self.ladder):
+            add("ladder", lambda: figures.fix_ladder([r["label"] for r in self.ladder],
+                                                     [r["accept_length"] for r in self.ladder],
+                                                     ceiling=self.ceiling(self.fix_launch)))
         return out
 
     def build_verdict(self) -> dict[str, Any]:
-        """The verdict document (schema: DESIGN.md, "Contracts")."""
-        def acceptance(m: Measurement | None) -> dict | None:
+        """The verdict document (schema: DESIGN.md, "Contracts"; plus ``outcome``,
+        ``root_causes``, ``open``, ``fixes``, ``start_failures``, ``ladder``, ``healthy``)."""
+        def acceptance(m: Measurement | None) -> dict:
             return m.to_dict() if m is not None else {"accept_length": None}
 
-        return {
-            "root_cause": self.root_cause() or {"rule": None},
-            "hypotheses": self.ledger.to_dict()["hypotheses"],
-            "acceptance": {"before": acceptance(self.before), "after": acceptance(self.after)},
+        rc = self.root_cause()
+        before = self.before.accept_length if self.before is not None else None
+        ceiling = self.ceiling()
+        verdict = {
+            "outcome": self.outcome(),
+            "root_cause": rc or {"rule": None},
+            "root_causes": self.root_causes(),
+            "open": self.still_open(),
+            "hypotheses": [
+                {**h, "family": self.families[h["id"]].name, "order": self.specs[h["id"]].order,
+                 "rules": list(self.specs[h["id"]].rules), "static": self.specs[h["id"]].static,
+                 "decide": self.specs[h["id"]].decide or None}
+                for h in self.ledger.to_dict()["hypotheses"]],
+            "acceptance": {"before": acceptance(self.before), "after": acceptance(self.after),
+                           "ceiling": ceiling, "low_before": self.acceptance_low(before),
+                           "expected": self.expected_accept_length},
             "probe": {
                 "observed_hidden_size": self.probe_result.get("observed_hidden_size"),
                 "expected_hidden_size": self.probe_result.get("expected_hidden_size"),
                 **{k: v for k, v in self.probe_result.items() if k not in ("observed_hidden_size", "expected_hidden_size")},
             },
             "fix": {
-                "launch_command": self.fix_launch.to_string() if self.fix_launch is not None else None,
+                "launch_command": self.proposed_launch().to_string() if self.proposed_launch() is not None else None,
                 "diff": [{"flag": f, "before": a, "after": b} for f, a, b in self.launch_diff()],
-                "applied": self.after is not None,
-                "kept": bool(self.keep_fix and self.after is not None),
+                "applied": bool(self.fix_result.get("applied")),
+                "sufficient": self.fix_result.get("sufficient"),
+                "why": self.fix_result.get("why"),
+                "kinds": sorted({f.kind for f in self.applied}),
+                "kept": bool(self.keep_fix and self.fix_result.get("sufficient") and self.after is not None),
+                "draft_copies": self.draft_copies,
             },
+            "fixes": [{**f.to_dict(), "applied": f in self.applied} for f in self.fixes],
+            "candidate_trials": self.candidate_trials,
+            "ladder": self.ladder,
+            "start_failures": [f.to_dict() for f in self.start_failures],
+            "healthy": ({"accept_length": before, "ceiling": ceiling,
+                         "note": "no cause found and acceptance is not low; the measure_acceptance runbook sweeps the "
+                                 "speculative settings for more"} if self.outcome() == "healthy" else None),
             "findings": [f.to_dict() for f in self.findings],
             "preflight": self.doctor_report.to_dict() if self.doctor_report is not None else None,
             "runtime_findings": [f.to_dict() for f in acceptance_collapsed(
@@ -512,25 +1122,110 @@ class DiagnosisRun(BoxSession):
             "launches": self.launches,
             "restarts": self.restarts,
             "restore": self.restore_report.to_dict() if self.restore_report else None,
+            "notes": self.notes,
             "duration_s": round(time.monotonic() - self.started_at, 2),
         }
+        return verdict
 
     def summary_html(self) -> str:
-        """Root cause, fix diff and the box's state, as HTML for the summary cell."""
-        rc = self.root_cause()
-        parts = ["<h3>Summary</h3>"]
-        if rc:
-            parts.append(f"<p><b>Root cause</b> (<code>{html.escape(rc['rule'])}</code>): {html.escape(rc['message'])}</p>")
-        else:
-            parts.append("<p><b>No root cause confirmed.</b> See the ledger for what was ruled out.</p>")
-        if self.before is not None:
-            parts.append(f"<p>accept length before: <b>{_fmt(self.before.accept_length)}</b>"
-                         + (f", after the fix: <b>{_fmt(self.after.accept_length)}</b>" if self.after else "") + "</p>")
+        """The case's story as HTML: the outcome, every root cause in the order it acts, the fixes
+        and what they did (measured), what is still open and how to decide it."""
+        out = self.outcome()
+        head = {"healthy": "Healthy: no cause found", "fixed": "Fixed", "partly-fixed": "Fix applied, not sufficient",
+                "cause-found": "Cause found", "server-does-not-start": "The server does not start",
+                "unexplained": "Acceptance is low and no cause is confirmed"}[out]
+        parts = [f"<h3>Summary: {html.escape(head)}</h3>"]
+        before = self.before.accept_length if self.before is not None else None
+        after = self.after.accept_length if self.after is not None else None
+        ceiling = self.ceiling()
+        if before is not None:
+            parts.append(f"<p>accept length as found: <b>{_fmt(before)}</b>" +
+                         (f" of at most {ceiling:g} per verify step" if ceiling else "") +
+                         (f"; with the fix: <b>{_fmt(after)}</b>" if after is not None else "") + "</p>")
+        for failure in self.start_failures:
+            parts.append(f"<p>{html.escape(failure.label)}: the server did not start — "
+                         f"<code>{html.escape(failure.exception or failure.error)}</code></p>")
+        causes = self.root_causes()
+        if causes:
+            items = "".join(
+                f"<li><b>{html.escape(c['hypothesis'])}</b> (<code>{html.escape(str(c['rule']))}</code>): "
+                f"{html.escape(c['message'])}" +
+                (f"<br>fix ({', '.join(c['fix_kinds'])}): {html.escape(c['fix'])}" +
+                 (" — applied" if c["fix_applied"] else " — not applied") if c["fix"] else "") +
+                (f"<br>missing: {html.escape(c['missing'])}" if c.get("missing") else "") + "</li>"
+                for c in causes)
+            parts.append(f"<p><b>Root causes</b>, in the order they act:</p><ol>{items}</ol>")
+        if self.fix_result.get("applied"):
+            ok = self.fix_result.get("sufficient")
+            parts.append(f"<p><b>The fix {'brought acceptance back' if ok else 'is not enough'}</b>: "
+                         f"{html.escape(str(self.fix_result.get('why')))}</p>")
         diff = self.launch_diff()
         if diff:
-            rows = "".join(f"<tr><td><code>{html.escape(f)}</code></td><td style='color:#b00020'><code>- {html.escape(str(a))}"
-                           f"</code></td><td style='color:#1b7a1b'><code>+ {html.escape(str(b))}</code></td></tr>"
+            rows = "".join(f"<tr><td style='text-align:left'><code>{html.escape(f)}</code></td>"
+                           f"<td style='color:#b00020;text-align:left'><code>- {html.escape(str(a))}</code></td>"
+                           f"<td style='color:#1b7a1b;text-align:left'><code>+ {html.escape(str(b))}</code></td></tr>"
                            for f, a, b in diff)
-            parts.append(f"<p><b>Fix</b> (launch-command diff):</p><table>{rows}</table>")
-            parts.append(f"<p>fixed command: <code>{html.escape(self.fix_launch.to_string())}</code></p>")
+            parts.append(f"<p><b>Launch-command diff</b>:</p><table>{rows}</table>")
+            parts.append(f"<p>fixed command{'' if self.fix_launch is not None else ' (proposed, not applied)'}: "
+                         f"<code>{html.escape(self.proposed_launch().to_string())}</code></p>")
+        for copy in self.draft_copies:
+            actions = "".join(f"<li>{html.escape(a)}</li>" for a in copy.get("actions", []))
+            parts.append(f"<p><b>Repaired copy of the draft</b> ({html.escape(copy.get('label', ''))}): "
+                         f"<code>{html.escape(str(copy.get('path')))}</code>"
+                         f"{' (kept)' if copy.get('kept') else ' (removed at the end)'}</p><ul>{actions}</ul>")
+        if self.candidate_trials:
+            rows = "".join(f"<tr><td style='text-align:left'>{html.escape(t['label'])}</td><td>{_fmt(t['accept_length'])}</td></tr>"
+                           for t in self.candidate_trials)
+            parts.append(f"<p><b>Candidates measured</b>:</p><table>{rows}</table>")
+        still = self.still_open()
+        if still:
+            items = "".join(f"<li><b>{html.escape(o['hypothesis'])}</b>: {html.escape(o['why'])}<br>to decide: "
+                            f"{html.escape(str(o['decide']))}</li>" for o in still)
+            parts.append(f"<p><b>Still open</b>:</p><ul>{items}</ul>")
+        if out == "healthy":
+            parts.append("<p>No false alarm: every hypothesis was checked. To go further, sweep the speculative "
+                         "settings with the <code>measure_acceptance</code> runbook.</p>")
+        for note in self.notes:
+            parts.append(f"<p><small>note: {html.escape(note)}</small></p>")
         return "".join(parts)
+
+
+def pr_subset(pr: dict) -> dict:
+    return {k: pr.get(k) for k in ("observed_widths", "observed_hidden_size", "expected_hidden_size",
+                                   "target_hidden_size")}
+
+
+def _literal(text: Any) -> Any:
+    if not isinstance(text, str):
+        return text
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        return text
+
+
+def _last_exception(lines: list[str]) -> str | None:
+    """The last line of a log that names an exception (``SomeError: ...``), if any."""
+    for line in reversed(lines):
+        text = line.strip()
+        head = text.split(":", 1)[0]
+        if ":" in text and (head.endswith(("Error", "Exception", "Exit")) or head == "AssertionError"):
+            return text
+    return None
+
+
+def _parse_ids(value: Any) -> list[int] | None:
+    """The ``aux_layer_ids`` parameter: ``None``, a list of ints, or their text (``"1,3,6"``,
+    ``"[1, 3, 6]"``). Raises :class:`DiagnosisError` naming the value otherwise."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        text = value.strip()
+        try:
+            value = ast.literal_eval(text if text.startswith("[") else f"[{text}]")
+        except (ValueError, SyntaxError):
+            raise DiagnosisError(f"aux_layer_ids must be layer ids such as [1, 3, 6], got {text!r}") from None
+    if not isinstance(value, (list, tuple)) or not value or \
+            not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in value):
+        raise DiagnosisError(f"aux_layer_ids must be non-negative layer ids such as [1, 3, 6], got {value!r}")
+    return list(value)

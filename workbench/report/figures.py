@@ -362,3 +362,44 @@ def hidden_width_probe(observed: int | None, expected: int, target_hidden: int) 
         showlegend=False,
     )
     return fig
+
+
+def fix_ladder(labels: Sequence[str], accept_lengths: Sequence[Any], *, ceiling: float | None = None) -> go.Figure:
+    """The fix ladder: accept length as found and after each fix added in turn (cumulative, in the
+    order the causes act), one bar per rung, so what each fix contributed is the step between two
+    bars.
+
+    Args:
+        labels: one label per rung (``"as found"``, ``"+ --speculative-algorithm EAGLE3"``, ...).
+        accept_lengths: tokens per verify step of each rung, same length as ``labels``.
+        ceiling: ``--speculative-num-draft-tokens`` (every draft accepted), a dashed line when given.
+
+    Raises:
+        FigureInputError: fewer than two rungs, lengths that differ, a value that is not a finite
+            number, a label that is not a string, or ``ceiling`` < 1.
+    """
+    values = _number_list(accept_lengths, "accept_lengths")
+    if isinstance(labels, (str, bytes)) or len(labels) != len(values) or len(values) < 2:
+        raise FigureInputError(f"a ladder needs two or more rungs with one label each, got {len(values)} values and "
+                               f"{labels!r}")
+    if not all(isinstance(label, str) for label in labels):
+        raise FigureInputError(f"labels must be strings, got {labels!r}")
+    top_line = _number(ceiling, "ceiling", allow_none=True)
+    if top_line is not None and top_line < 1:
+        raise FigureInputError(f"ceiling must be >= 1, got {ceiling!r}")
+    steps = [None] + [b - a for a, b in zip(values, values[1:])]
+    fig = go.Figure(go.Bar(
+        x=list(labels), y=values,
+        marker_color=[_BEFORE_COLOR] + [_AFTER_COLOR if (s or 0) > 0 else _NEUTRAL_COLOR for s in steps[1:]],
+        text=[f"{v:.2f}" if s is None else f"{v:.2f} ({s:+.2f})" for v, s in zip(values, steps)],
+        textposition="inside", insidetextanchor="end", textfont_size=13,
+        hovertemplate="%{x}: %{y:.3f} tokens / verify step<extra></extra>", name="accept length"))
+    _reference_line(fig, 1.0, "1.0 = no speculation", _NEUTRAL_COLOR)
+    top = max(values + [1.0])
+    if top_line is not None:
+        _reference_line(fig, top_line, f"{top_line:g} = ceiling", "#1f77b4")
+        top = max(top, top_line)
+    fig.update_layout(title="What each fix contributed (cumulative, in the order the causes act)",
+                      template=_TEMPLATE, xaxis_title="fixes applied", yaxis_title=ACCEPT_LENGTH_AXIS,
+                      yaxis_range=[0, top * 1.2], showlegend=False)
+    return fig

@@ -18,14 +18,35 @@ from __future__ import annotations
 
 from workbench.rules.facts import Facts, ids_ok
 from workbench.rules.finding import Finding, ev
-from workbench.rules.registry import Family
+from workbench.rules.fix import DraftRepair, Fix
+from workbench.rules.registry import Family, HypothesisSpec
 from workbench.rules.weights import shape_findings
 
 __all__ = ["FAMILY", "target_no_aux_capture", "aux_config_unread", "aux_layer_ids_out_of_range",
            "aux_layer_offset_convention", "aux_count_mismatch"]
 
-FAMILY = Family("aux-layers", "Aux hidden-state capture: which target layers feed the draft", __doc__,
-                module=__name__, probes=("target-capture-layers", "draft-input-width"))
+_CAPTURE_PROBES = ("target-capture-layers", "draft-input-width")
+
+FAMILY = Family(
+    "aux-layers", "Aux hidden-state capture: which target layers feed the draft", __doc__,
+    module=__name__, probes=_CAPTURE_PROBES,
+    hypotheses=(
+        HypothesisSpec("target-capture", "The target's model class in this engine cannot capture aux hidden states "
+                       "(no set_eagle3_layers_to_capture): EAGLE3 fails at start-up.",
+                       rules=("target-no-aux-capture",), probes=_CAPTURE_PROBES, order=35),
+        HypothesisSpec("aux-eagle-config", "The draft's eagle_config.eagle_aux_hidden_state_layer_ids is missing or "
+                       "unreadable, so the engine silently captures its default layers, not the ones the draft was "
+                       "trained on.", rules=("aux-config-unread", "swallowed-config-error"),
+                       probes=_CAPTURE_PROBES, order=36),
+        HypothesisSpec("aux-layer-ids", "The aux layer ids name layers the target's capture loop never reaches, or "
+                       "fewer states than the draft's fc expects: fewer aux states reach fc.",
+                       rules=("aux-layer-ids-out-of-range", "aux-count-mismatch"), probes=_CAPTURE_PROBES, order=37),
+        HypothesisSpec("aux-offset-convention", "The ids are written in the other offset convention (first id 1 = "
+                       "'output of layer' vs 2 = 'input to layer'): this engine captures layers next to the ones "
+                       "the draft was trained on.", rules=("aux-layer-offset-convention",), probes=_CAPTURE_PROBES,
+                       order=38),
+    ))
+
 
 
 def _eagle3_pair(facts: Facts) -> bool:
@@ -175,3 +196,80 @@ def aux_count_mismatch(facts: Facts) -> list[Finding]:
                     f"{th} = {n_aux * th}: the draft fails to load or its fc is skipped",
                     {"fc_in_features": ev(draft.fc_in_features, draft.sources.get("fc_in_features")),
                      "num_aux": ev(n_aux, n_aux_src), "target_hidden": th}, None)] + out
+
+
+def _eagle_config_repair(facts: Facts, ids: list[int], why: str) -> DraftRepair:
+    draft = facts.draft
+    ec = dict(draft.eagle_config or {})
+    ec["eagle_aux_hidden_state_layer_ids"] = list(ids)
+    return DraftRepair(config={"eagle_config": ec}, reasons=[why])
+
+
+def _given_ids(given: dict) -> list[int] | None:
+    ids = given.get("aux_layer_ids")
+    return list(ids) if ids_ok(list(ids) if isinstance(ids, (list, tuple)) else ids) else None
+
+
+@FAMILY.fixes_with
+def aux_fixes(facts: Facts, findings: list[Finding], given: dict) -> list[Fix]:
+    """``eagle_config`` written in a copy of the draft with the ids the draft was trained on: the
+    top-level ``eagle_aux_hidden_state_layer_ids`` when only that is set (an export that put them
+    in the wrong place), else the ids the user gives (``given["aux_layer_ids"]``, the runbook's
+    ``aux_layer_ids``) — the training ids are recorded nowhere else. Out-of-range ids: the same,
+    with the given ids. The offset convention: candidates, the ids shifted by ±1 (the other
+    convention; those the capture loop can reach), each to be measured. A target class that
+    cannot capture: nothing to repair in the draft."""
+    draft = facts.draft
+    out: list[Fix] = []
+    given_ids = _given_ids(given)
+    for f in findings:
+        if draft is None:
+            break
+        if f.rule == "target-no-aux-capture":
+            out.append(Fix("none", (f.rule,), "the target class cannot capture aux hidden states",
+                           missing=f"an engine release whose {facts.target_architecture} implements "
+                                   "set_eagle3_layers_to_capture (or EAGLE with an EAGLE-1/2 draft)"))
+        elif f.rule == "aux-config-unread":
+            top = draft.aux_layer_ids_top_level
+            if ids_ok(top):
+                out.append(Fix("draft-copy", (f.rule,), f"eagle_config.eagle_aux_hidden_state_layer_ids → {top} (the "
+                               "top-level ids) in a copy of the draft",
+                               repair=_eagle_config_repair(facts, top, f"aux-config-unread: the top-level ids {top} "
+                                                                       "written into eagle_config, where the engine "
+                                                                       "reads them")))
+            elif given_ids is not None:
+                out.append(Fix("draft-copy", (f.rule,), f"eagle_config.eagle_aux_hidden_state_layer_ids → {given_ids} "
+                               "(given) in a copy of the draft",
+                               repair=_eagle_config_repair(facts, given_ids, f"aux-config-unread: eagle_config with "
+                                                                             f"the given training ids {given_ids}")))
+            else:
+                out.append(Fix("none", (f.rule,), "the aux layer ids the draft was trained on are recorded nowhere",
+                               missing="the aux layer ids the draft was trained with (the training config's "
+                                       "eagle_aux_hidden_state_layer_ids): pass -p aux_layer_ids '[1, 3, 6]'",
+                               parameter="aux_layer_ids"))
+        elif f.rule in ("aux-layer-ids-out-of-range", "aux-count-mismatch"):
+            if given_ids is not None and given_ids != draft.aux_layer_ids:
+                out.append(Fix("draft-copy", (f.rule,), f"eagle_config.eagle_aux_hidden_state_layer_ids → {given_ids} "
+                               "(given) in a copy of the draft",
+                               repair=_eagle_config_repair(facts, given_ids, f"{f.rule}: eagle_config with the given "
+                                                                             f"training ids {given_ids}")))
+            else:
+                out.append(Fix("none", (f.rule,), "the ids the engine can capture are not known",
+                               missing="the aux layer ids the draft was trained with: pass -p aux_layer_ids "
+                                       "'[...]' (ids the target's capture loop reaches)", parameter="aux_layer_ids"))
+        elif f.rule == "aux-layer-offset-convention" and ids_ok(draft.aux_layer_ids):
+            cap = facts.capture.rule if facts.capture is not None else None
+            reach = cap.reachable_max if cap is not None else None
+            candidates = []
+            for shift in (1, -1):
+                ids = [i + shift for i in draft.aux_layer_ids]
+                offset = (cap.captured[0] - draft.aux_layer_ids[0]) if cap and cap.captured else 1
+                if min(ids) < 0 or (reach is not None and max(ids) + offset > reach):
+                    continue
+                candidates.append({"label": f"ids {ids} (the other convention, {shift:+d})", "launch": {},
+                                   "repair": _eagle_config_repair(facts, ids, f"aux-layer-offset-convention: ids "
+                                                                              f"{draft.aux_layer_ids} → {ids}, tried")})
+            if candidates:
+                out.append(Fix("candidates", (f.rule,), "the ids in the other offset convention, each measured",
+                               candidates=candidates))
+    return out

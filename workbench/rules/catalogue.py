@@ -12,6 +12,7 @@ committed file in sync (``tests/workbench/test_rule_registry.py``).
 from __future__ import annotations
 
 import argparse
+import inspect
 import re
 import sys
 from pathlib import Path
@@ -87,9 +88,18 @@ def catalogue_markdown(registry: Registry = REGISTRY) -> str:
                      f"| {_cell(r.summary)} | {_cell(r.fix)} |")
     for fam in registry.families:
         lines += ["", f"## {fam.name}: {fam.title}", "", f"Module: `{fam.module}`.", "", _paragraphs(fam.description)]
+        if fam.hypotheses:
+            lines += ["", "Hypotheses the diagnosis tests for this family (`diagnose_acceptance`):", ""]
+            for h in fam.hypotheses:
+                how = (f"static evidence: {', '.join(f'`{r}`' for r in h.rules)}" if h.static
+                       else f"out of static reach; decided by: {_cell(h.decide)}")
+                probes = f"; runtime probes: {', '.join(f'`{p}`' for p in h.probes)}" if h.probes else ""
+                lines.append(f"- `{h.id}`: {_cell(h.statement)} ({how}{probes})")
         if fam.probes:
             lines += ["", "Runtime probes that show this family's mechanism: "
                       + ", ".join(f"`{p}`" for p in fam.probes) + " (`workbench probe recipes`)."]
+        if fam.fixer is not None:
+            lines += ["", f"Fixes (`{fam.module}.{fam.fixer.__name__}`): {_paragraphs(inspect.getdoc(fam.fixer) or '')}"]
         for r in fam.rules:
             where = r.runtime_entry or f"{r.module}.{r.check.__name__}"
             lines += ["", f"### `{r.id}`", "",

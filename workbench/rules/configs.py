@@ -16,14 +16,19 @@ from typing import Any
 
 from workbench.rules.facts import Facts
 from workbench.rules.finding import Finding, ev
+from workbench.rules.fix import DraftRepair, Fix
 from workbench.rules.launch_flags import int_flag
-from workbench.rules.registry import Family
+from workbench.rules.registry import Family, HypothesisSpec
 
 __all__ = ["FAMILY", "LLAMA_ROPE_THETA", "unknown_draft_architecture", "hidden_size_mismatch", "vocab_size_mismatch",
            "context_length_mismatch", "rope_mismatch"]
 
 FAMILY = Family("configs", "The draft's config against the target's and the engine's draft classes", __doc__,
-                module=__name__)
+                module=__name__, hypotheses=(HypothesisSpec(
+                    "config-vs-target", "The draft's config disagrees with the target (hidden size, vocab), with "
+                    "its own tensors, or names a class the engine does not build as an EAGLE draft.",
+                    rules=("unknown-draft-architecture", "hidden-size-mismatch", "vocab-size-mismatch",
+                           "context-length-mismatch", "rope-mismatch"), order=5),))
 
 #: ``rope_theta`` when a config has none: the Llama default (transformers ``LlamaConfig``).
 LLAMA_ROPE_THETA = 10000.0
@@ -75,7 +80,7 @@ def unknown_draft_architecture(facts: Facts) -> list[Finding]:
                     f"{'-3' if algo == 'EAGLE3' else ''} draft class of this engine ({', '.join(want)}); the engine "
                     f"builds {arch or 'nothing'} and its weights do not fit",
                     {"draft_architectures": ev(draft.architectures, draft.sources.get("architectures")),
-                     "registered_draft_classes": ev(want, reg_src),
+                     "registered_draft_classes": ev(want, reg_src), "proposed_architecture": best,
                      "eagle_tensors": [n for n in sorted(draft.tensors or {}) if n.startswith(("midlayer.", "fc."))][:4]},
                     f"set \"architectures\": [\"{best}\"] in {draft.config_path}")]
 
@@ -174,3 +179,51 @@ def rope_mismatch(facts: Facts) -> list[Finding]:
                     {"draft_rope_theta": ev(dt, dts), "target_rope_theta": ev(tt, tts),
                      "draft_rope_scaling_type": ev(dk, dks), "target_rope_scaling_type": ev(tk, tks)},
                     "align them, or confirm training used them")]
+
+
+@FAMILY.fixes_with
+def config_fixes(facts: Facts, findings: list[Finding], given: dict) -> list[Fix]:
+    """Config fields aligned in a copy of the draft where the draft's own tensors (or the engine)
+    say what the field must be: ``architectures`` → the class the engine registers; a
+    ``target_hidden_size`` that disagrees with the target while ``fc``'s width is num_aux × the
+    target's hidden size; a ``vocab_size`` that disagrees with the target while ``t2d`` (a mask
+    over the target vocab) has the target's length. A draft whose tensors were trained for another
+    target cannot be repaired: the fix says to use the right draft."""
+    draft, target = facts.draft, facts.target
+    out: list[Fix] = []
+    for f in findings:
+        if f.severity != "error" or draft is None:
+            continue
+        if f.rule == "unknown-draft-architecture":
+            best = f.evidence.get("proposed_architecture")
+            out.append(Fix("draft-copy", (f.rule,), f"architectures → [{best}] in a copy of the draft",
+                           repair=DraftRepair(config={"architectures": [best]},
+                                              reasons=[f"unknown-draft-architecture: architectures {draft.architectures}"
+                                                       f" → [{best!r}], the EAGLE draft class the engine registers"])))
+        elif f.rule == "hidden-size-mismatch" and target is not None and target.hidden_size:
+            n_aux = draft.num_aux_hidden_states or (len(draft.aux_layer_ids) if isinstance(draft.aux_layer_ids, list)
+                                                    and draft.aux_layer_ids else 3)
+            if draft.fc_in_features == n_aux * target.hidden_size:
+                out.append(Fix("draft-copy", (f.rule,), f"target_hidden_size → {target.hidden_size} in a copy of the "
+                               "draft (its fc tensor already takes that width)",
+                               repair=DraftRepair(config={"target_hidden_size": target.hidden_size},
+                                                  reasons=[f"hidden-size-mismatch: target_hidden_size → "
+                                                           f"{target.hidden_size} (fc.weight in_features "
+                                                           f"{draft.fc_in_features} = {n_aux} × {target.hidden_size})"])))
+            else:
+                out.append(Fix("none", (f.rule,), "the draft was trained for another target",
+                               missing=f"the EAGLE-3 draft trained for this target (hidden {target.hidden_size}): "
+                                       "give launch_command with its --speculative-draft-model-path"))
+        elif f.rule == "vocab-size-mismatch" and target is not None and target.vocab_size:
+            t2d = facts.token_map.t2d if facts.token_map is not None else None
+            if t2d is not None and t2d.ndim == 1 and t2d.shape[0] == target.vocab_size:
+                out.append(Fix("draft-copy", (f.rule,), f"vocab_size → {target.vocab_size} in a copy of the draft "
+                               "(its t2d spans the target's vocab)",
+                               repair=DraftRepair(config={"vocab_size": target.vocab_size},
+                                                  reasons=[f"vocab-size-mismatch: vocab_size {draft.vocab_size} → "
+                                                           f"{target.vocab_size} (t2d has {t2d.shape[0]} entries, the "
+                                                           "target's vocab)"])))
+            else:
+                out.append(Fix("none", (f.rule,), "the draft was trained for another tokenizer",
+                               missing=f"the draft trained for this target's tokenizer (vocab {target.vocab_size})"))
+    return out

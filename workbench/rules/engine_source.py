@@ -17,11 +17,15 @@ from workbench.engine.modelled import DRAFT_CLASS_FILES
 from workbench.engine.source import EngineSource
 from workbench.rules.facts import Facts
 from workbench.rules.finding import Finding, ev
-from workbench.rules.registry import Family
+from workbench.rules.fix import Fix
+from workbench.rules.registry import Family, HypothesisSpec
 
 __all__ = ["FAMILY", "scan_swallowed", "NORM_FLAGS", "swallowed_config_error", "norm_flags_unsupported"]
 
-FAMILY = Family("engine-source", "What the engine source on the box does with the draft", __doc__, module=__name__)
+FAMILY = Family("engine-source", "What the engine source on the box does with the draft", __doc__, module=__name__,
+                hypotheses=(HypothesisSpec(
+                    "norm-flags", "The draft was trained with a norm the engine's draft class never applies.",
+                    rules=("norm-flags-unsupported",), order=32),))
 
 #: Draft config keys for norms some trainers add (EAGLE-3 variants); an engine whose draft class
 #: never reads one does not apply that norm.
@@ -94,3 +98,11 @@ def norm_flags_unsupported(facts: Facts) -> list[Finding]:
                                                                        f"no occurrence of {key!r}")},
                                "upgrade the engine to a version that reads it, or retrain without it"))
     return out
+
+
+@FAMILY.fixes_with
+def engine_source_fixes(facts: Facts, findings: list[Finding], given: dict) -> list[Fix]:
+    """Nothing to repair in the draft: the engine release decides which norms it applies."""
+    return [Fix("none", (f.rule,), "the engine does not apply a norm the draft was trained with",
+                missing=f.fix or "an engine release that reads the flag")
+            for f in findings if f.rule == "norm-flags-unsupported"]

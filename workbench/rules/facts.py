@@ -242,23 +242,22 @@ class Facts:
     @cached_property
     def token_map(self) -> TokenMap | None:
         """The token map the engine will use (needs :attr:`weights`): ``d2t``/``t2d`` read from the
-        checkpoint by byte range through ``box``."""
+        checkpoint by byte range through ``box`` (``t2d`` also without a ``d2t``: it is what a
+        missing ``d2t`` can be rebuilt from)."""
         w = self.weights
         if w is None:
             return None
         draft = self.draft
         vocab = self.target.vocab_size if self.target is not None and self.target.vocab_size else draft.vocab_size
-        tm = TokenMap(vocab, draft.draft_vocab_size, w.d2t_name, w.t2d_name)
-        if w.d2t_name is None:
-            return tm
-        if vocab is None:
-            return TokenMap(vocab, tm.draft_vocab, w.d2t_name, w.t2d_name,
+        if w.d2t_name is not None and vocab is None:
+            return TokenMap(vocab, draft.draft_vocab_size, w.d2t_name, w.t2d_name,
                             skipped="no vocab_size in the draft or target config")
         try:
             # the header entries are in the facts already: one byte-range read per tensor
-            d2t = read_tensor_data(self.box, draft.tensors[w.d2t_name], name=w.d2t_name, timeout=self.timeout)
+            d2t = read_tensor_data(self.box, draft.tensors[w.d2t_name], name=w.d2t_name,
+                                   timeout=self.timeout) if w.d2t_name else None
             t2d = read_tensor_data(self.box, draft.tensors[w.t2d_name], name=w.t2d_name,
                                    timeout=self.timeout) if w.t2d_name else None
         except CheckpointError as exc:
-            return TokenMap(vocab, tm.draft_vocab, w.d2t_name, w.t2d_name, error=exc)
-        return TokenMap(vocab, tm.draft_vocab, w.d2t_name, w.t2d_name, d2t, t2d)
+            return TokenMap(vocab, draft.draft_vocab_size, w.d2t_name, w.t2d_name, error=exc)
+        return TokenMap(vocab, draft.draft_vocab_size, w.d2t_name, w.t2d_name, d2t, t2d)

@@ -20,13 +20,25 @@ from workbench.engine.modelled import MTP_TARGETS, PAGE_TREE_BACKENDS
 from workbench.errors import ConfigUnreadable, RuleInputError
 from workbench.rules.facts import Facts
 from workbench.rules.finding import Finding, ev
-from workbench.rules.registry import Family
+from workbench.rules.fix import Fix
+from workbench.rules.registry import Family, HypothesisSpec
 
 __all__ = ["FAMILY", "algorithm_mismatch", "check_algorithm_mismatch", "launch_flag_unknown", "spec_params_invalid",
            "draft_path_missing", "int_flag", "RuleInputError"]
 
-FAMILY = Family("launch-flags", "The launch command: the speculative algorithm, its parameters, the flags", __doc__,
-                module=__name__, probes=("draft-input-width", "target-capture-layers"))
+FAMILY = Family(
+    "launch-flags", "The launch command: the speculative algorithm, its parameters, the flags", __doc__,
+    module=__name__, probes=("draft-input-width", "target-capture-layers"),
+    hypotheses=(
+        HypothesisSpec("spec-params", "The speculative parameters, the algorithm name or a flag are ones the engine "
+                       "refuses or rewrites, or the draft path is missing.",
+                       rules=("spec-params-invalid", "launch-flag-unknown", "draft-path-missing"), order=20),
+        HypothesisSpec("algorithm-flag", "The --speculative-algorithm flag does not match the draft's architecture "
+                       "(an EAGLE-3 draft launched as EAGLE, or the reverse): the target captures no aux hidden "
+                       "states, the draft receives a 1×-wide state and its fc is skipped.",
+                       rules=("algorithm-mismatch",), probes=("draft-input-width", "target-capture-layers"),
+                       order=30),
+    ))
 
 @FAMILY.rule("algorithm-mismatch", severities=("error",),
              summary="an EAGLE-3 draft (an architecture containing Eagle3, eagle_config aux settings, or fc "
@@ -245,7 +257,11 @@ def spec_params_invalid(facts: Facts) -> list[Finding]:
         return out + [Finding("spec-params-invalid", "error", "; ".join(bad) + ": the server refuses to start",
                               evidence, None)]
     if steps is None and (topk is not None or ndt is not None):
-        fixed = launch.without_flag("--speculative-eagle-topk").without_flag("--speculative-num-draft-tokens")
+        if topk in (None, 1) and ndt is not None and ndt >= 2:
+            # chain drafting: num_draft_tokens = steps + 1, so the steps the command meant are known
+            fixed = launch.with_flag("--speculative-num-steps", ndt - 1)
+        else:
+            fixed = launch.without_flag("--speculative-eagle-topk").without_flag("--speculative-num-draft-tokens")
         out.append(Finding("spec-params-invalid", "error",
                            "--speculative-eagle-topk / --speculative-num-draft-tokens are set without "
                            "--speculative-num-steps: the engine's bare assert stops the server at startup",
@@ -306,3 +322,39 @@ def draft_path_missing(facts: Facts) -> list[Finding]:
                      "target_architecture": ev(arch, target.sources.get("architectures") if target else None),
                      "mtp_targets": f"sglang {SGLANG_VERSION} speculative_hook.py _handle_eagle_family"},
                     "add --speculative-draft-model-path <the EAGLE draft trained for this target>")]
+
+
+@FAMILY.fixes_with
+def launch_fixes(facts: Facts, findings: list[Finding], given: dict) -> list[Fix]:
+    """The launch-command changes this family's error findings propose (the flags their ``fix``
+    command changes against the command checked), and for ``draft-path-missing`` what is missing.
+    A fix that is no launch command (text) is a ``none`` fix with that text."""
+    out: list[Fix] = []
+    mine = {r.id for r in FAMILY.rules}
+    for f in findings:
+        if f.rule not in mine or f.severity != "error":
+            continue
+        if f.rule == "draft-path-missing":
+            out.append(Fix("none", (f.rule,), "no draft to load",
+                           missing="the EAGLE draft trained for this target: give launch_command with "
+                                   "--speculative-draft-model-path <its directory>", parameter="launch_command"))
+            continue
+        changes = _flag_changes(facts.launch, f.fix)
+        if changes:
+            out.append(Fix("launch", (f.rule,), ", ".join(f"{k} {v}" if v is not None else f"drop {k}"
+                                                          for k, v in changes.items()), launch=changes))
+        else:
+            out.append(Fix("none", (f.rule,), f.message.split(":")[0], missing=f.fix or f.message))
+    return out
+
+
+def _flag_changes(launch: LaunchCommand | None, proposed: str | None) -> dict:
+    """``{flag: new value}`` (``None``: drop it) that turn ``launch`` into the command ``proposed``;
+    ``{}`` when ``proposed`` is no launch command."""
+    if launch is None or not proposed:
+        return {}
+    try:
+        fixed = LaunchCommand.parse(proposed)
+    except ValueError:
+        return {}
+    return {flag: new for flag, _old, new in launch.diff(fixed) if flag.startswith("--")}

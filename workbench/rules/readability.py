@@ -15,12 +15,17 @@ from __future__ import annotations
 from workbench.checkpoint import DraftFacts
 from workbench.rules.facts import Facts, TokenMap, UnreadableInput
 from workbench.rules.finding import Finding, ev
-from workbench.rules.registry import Family
+from workbench.rules.fix import Fix
+from workbench.rules.registry import Family, HypothesisSpec
 
 __all__ = ["FAMILY", "checkpoint_unreadable", "model_not_on_box", "draft_checkpoint_findings",
            "token_map_unreadable_findings"]
 
-FAMILY = Family("readability", "Can the models the launch command names be read", __doc__, module=__name__)
+FAMILY = Family("readability", "Can the models the launch command names be read", __doc__, module=__name__,
+                hypotheses=(HypothesisSpec(
+                    "checkpoint-readable", "A model the launch command names cannot be read: a path missing on the "
+                    "box, a config that is not JSON, a truncated or corrupt safetensors file, a repo not in the "
+                    "box's cache.", rules=("checkpoint-unreadable", "model-not-on-box"), order=0),))
 
 _FLAG = {"target model": "--model-path", "draft model": "--speculative-draft-model-path"}
 
@@ -90,3 +95,17 @@ def model_not_on_box(facts: Facts) -> list[Finding]:
     return [_path_finding(u, "model-not-on-box", "warning",
                           "download it into the box's Hugging Face cache or pass a local directory")
             for u in facts.unreadable if u.kind == "repo-not-in-cache"]
+
+
+@FAMILY.fixes_with
+def readability_fixes(facts: Facts, findings: list[Finding], given: dict) -> list[Fix]:
+    """Nothing the workbench can repair: an unreadable file must be re-exported or re-downloaded,
+    a path corrected, a repo downloaded. The fix says which file and what to do."""
+    out = []
+    for f in findings:
+        if f.rule not in ("checkpoint-unreadable", "model-not-on-box") or f.severity == "info":
+            continue
+        what = f.fix or ("download it into the box's Hugging Face cache" if f.rule == "model-not-on-box"
+                         else "re-export or re-download the checkpoint")
+        out.append(Fix("none", (f.rule,), f.message.split(":")[0], missing=f"{what} ({f.message})"))
+    return out

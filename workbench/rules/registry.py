@@ -35,7 +35,7 @@ from typing import Any, Callable, Iterator, Sequence
 from remote.errors import RemoteError
 from workbench.rules.finding import SEVERITIES, Finding
 
-__all__ = ["Rule", "Family", "Registry", "REGISTRY", "RuleFailure", "KINDS"]
+__all__ = ["Rule", "Family", "Registry", "REGISTRY", "RuleFailure", "KINDS", "HypothesisSpec"]
 
 log = logging.getLogger(__name__)
 
@@ -78,27 +78,57 @@ class Rule:
         return "/".join(self.severities)
 
 
+@dataclass(frozen=True)
+class HypothesisSpec:
+    """A cause the diagnosis considers, as a fault family declares it.
+
+    ``id``: slug (``"algorithm-flag"``); ``statement``: what would be wrong, one sentence; ``rules``:
+    the rule ids whose findings are its static evidence (an error finding confirms it); ``probes``:
+    the recipes (:data:`workbench.engine.recipes.RECIPES`) that show its mechanism at runtime;
+    ``order``: where on the request's path the cause acts (lower acts first: loading, start-up,
+    capture, drafting, the token map), so layered causes are listed in the order they act;
+    ``static``: ``False`` for a cause out of static reach, ``decide`` then names the probe or
+    measurement that would decide it."""
+
+    id: str
+    statement: str
+    rules: tuple[str, ...] = ()
+    probes: tuple[str, ...] = ()
+    order: int = 50
+    static: bool = True
+    decide: str = ""
+
+
 @dataclass
 class Family:
-    """A fault family: its rules (static evidence), and room for the runtime probe recipes and
-    fixes the diagnosis attaches to it. ``name``: slug (``"launch-flags"``); ``title``: one line;
-    ``description``: the family module's docstring; ``module``: its module. Creating a family
-    registers it in ``registry`` (default :data:`REGISTRY`); raises ``ValueError`` for a name
-    already registered."""
+    """A fault family: its rules (static evidence), the hypotheses they are evidence for, the
+    runtime probe recipes that show its mechanism, and the function that derives its fixes.
+    ``name``: slug (``"launch-flags"``); ``title``: one line; ``description``: the family module's
+    docstring; ``module``: its module; ``hypotheses``: :class:`HypothesisSpec`; ``fixer``: set
+    with :meth:`fixes_with`. Creating a family registers it in ``registry`` (default
+    :data:`REGISTRY`); raises ``ValueError`` for a name already registered."""
 
     name: str
     title: str
     description: str
     module: str
     probes: tuple[str, ...] = ()
-    fixes: tuple[str, ...] = ()
+    hypotheses: tuple[HypothesisSpec, ...] = ()
     registry: "Registry | None" = field(default=None, repr=False)
     rules: list[Rule] = field(default_factory=list)
+    fixer: Callable[..., list] | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         if self.registry is None:
             self.registry = REGISTRY
         self.registry.add_family(self)
+
+    def fixes_with(self, fixer: Callable[..., list]) -> Callable[..., list]:
+        """Decorator: ``fixer(facts, findings, given) -> list[workbench.rules.fix.Fix]`` derives this
+        family's fixes from its findings (``findings``: the doctor's, of every rule; ``given``: what
+        the user supplied, e.g. ``{"aux_layer_ids": [1, 3, 6]}``). Returned unchanged."""
+        self.fixer = fixer
+        return fixer
 
     def rule(self, rule_id: str, *, severities: Sequence[str], summary: str, fix: str = "—",
              kind: str = "static") -> Callable[[Check], Check]:
@@ -199,6 +229,12 @@ class Registry:
             return self._families[name]
         except KeyError:
             raise KeyError(f"no rule family {name!r} (families: {', '.join(self._families)})") from None
+
+    def hypotheses(self) -> list[tuple[HypothesisSpec, Family]]:
+        """Every family's hypotheses with their family, in the order the causes act on a request
+        (:attr:`HypothesisSpec.order`, then family order)."""
+        items = [(h, fam) for fam in self.families for h in fam.hypotheses]
+        return sorted(items, key=lambda hf: hf[0].order)
 
     def static(self, family: str | None = None) -> list[Rule]:
         """The rules the doctor runs (of ``family`` only, when given), in order."""

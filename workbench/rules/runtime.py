@@ -11,12 +11,26 @@ from __future__ import annotations
 from typing import Any
 
 from workbench.rules.finding import Finding, ev
-from workbench.rules.registry import Family
+from workbench.rules.registry import Family, HypothesisSpec
 
 __all__ = ["FAMILY", "acceptance_collapsed", "COLLAPSED_ACCEPT_LENGTH", "MIN_VERIFY_STEPS"]
 
-FAMILY = Family("runtime", "What the running server measures", __doc__, module=__name__,
-                probes=("draft-input-width",))
+FAMILY = Family(
+    "runtime", "What the running server measures", __doc__, module=__name__, probes=("draft-input-width",),
+    hypotheses=(
+        HypothesisSpec("chat-template", "The requests are formatted differently from the draft's training data "
+                       "(a chat template applied, or not, or another one).", order=60, static=False,
+                       decide="measure acceptance with the training data's format: `workbench measure --openai-endpoint "
+                              "chat` against `--openai-endpoint completions` on the same prompts"),
+        HypothesisSpec("engine-regression", "This engine release runs the draft differently from the release it was "
+                       "validated on.", order=61, static=False,
+                       decide="the same draft and target on another release (measure_acceptance on both, or "
+                              "compare_drafts), or the release notes of the EAGLE-3 code path"),
+        HypothesisSpec("quantised-target", "The target is quantised (or otherwise altered) after the draft was "
+                       "trained on its unquantised hidden states.", order=62, static=False,
+                       decide="measure with the unquantised target, or with a draft trained on the quantised "
+                              "target's hidden states"),
+    ))
 
 #: Accept length at or below which acceptance has collapsed (tokens per verify step).
 COLLAPSED_ACCEPT_LENGTH = 1.05

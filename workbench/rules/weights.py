@@ -30,14 +30,25 @@ from workbench.engine.load_weights import (
 )
 from workbench.rules.facts import Facts, TokenMap
 from workbench.rules.finding import Finding
+from workbench.rules.fix import DraftRepair, Fix, TensorData
 from workbench.rules.readability import draft_checkpoint_findings, token_map_unreadable_findings
-from workbench.rules.registry import Family
+from workbench.rules.registry import Family, HypothesisSpec
 
 __all__ = ["FAMILY", "LEGACY_NAME_MAP", "STACKED", "MODELLED_ENGINE", "expected_parameters", "map_checkpoint_name",
            "check_token_map", "check_draft_weights", "token_map_summary"]
 
-FAMILY = Family("weights", "The draft's weights and token map against what the engine loads", __doc__,
-                module=__name__, probes=("draft-d2t",))
+FAMILY = Family(
+    "weights", "The draft's weights and token map against what the engine loads", __doc__,
+    module=__name__, probes=("draft-weights-unmatched", "draft-d2t"),
+    hypotheses=(
+        HypothesisSpec("weights-loaded", "Draft tensors are dropped by load_weights (names it matches to nothing), "
+                       "parameters get no tensor and keep their initial values, or a tensor has the wrong shape.",
+                       rules=("weights-dropped", "weights-missing", "lm-head-shape-mismatch", "head-dim-mismatch"),
+                       probes=("draft-weights-unmatched",), order=10),
+        HypothesisSpec("token-map", "The draft's token map (d2t) is missing or invalid: draft ids become the wrong "
+                       "target ids and the proposals are other tokens.",
+                       rules=("token-map-missing", "token-map-invalid"), probes=("draft-d2t",), order=40),
+    ))
 
 
 def check_token_map(d2t: np.ndarray, vocab_size: int, t2d: np.ndarray | None = None,
@@ -281,3 +292,116 @@ def check_draft_weights(box: Any, draft: DraftFacts, target: TargetFacts | None 
         checked["d2t"] = summary
     findings += token_map_invalid_findings(tm)
     return findings, checked
+
+
+def _checkpoint_name_for(param: str, shard: Any, dropped: str) -> str:
+    """A checkpoint name ``load_weights`` maps onto ``param`` (shard ``shard``), in the naming style
+    of the ``dropped`` name it replaces (``midlayer.`` vs ``layers.0.``, with or without ``model.``)."""
+    name = param[len("model."):] if param.startswith("model.") else param
+    if shard is not None:
+        for stacked, piece, sid in STACKED:
+            if stacked in name and sid == shard:
+                name = name.replace(stacked, piece)
+                break
+    if "midlayer" in dropped:
+        name = name.replace("layers.0.", "midlayer.")
+    if dropped.startswith("model.") and not name.startswith("model."):
+        name = "model." + name
+    return name
+
+
+def rename_repair(draft: DraftFacts, w: WeightAnalysis) -> tuple[dict[str, str], list[str]]:
+    """Renames that put dropped tensors back where they belong: a dropped tensor whose shape is the
+    expected shape of exactly one missing parameter (or stacked shard), that parameter wanting no
+    other dropped tensor, renamed to a name ``load_weights`` maps onto it (checked with
+    :func:`map_checkpoint_name`). Returns ``(renames, reasons)``; what cannot be paired stays out."""
+    shapes = {name: tuple(draft.tensors[name].shape) for name in w.dropped}
+    wants: list[tuple[str, Any, tuple]] = []
+    for m in w.missing:
+        param, _, rest = m.partition(" (shard ")
+        spec = w.spec.get(param) or {}
+        if rest:
+            for sid in rest.rstrip(")").split(", "):
+                shard = int(sid) if sid.isdigit() else sid
+                shape = (spec.get("shards") or {}).get(shard)
+                if shape is not None:
+                    wants.append((param, shard, tuple(shape)))
+        elif spec.get("shards"):
+            wants += [(param, sid, tuple(s)) for sid, s in spec["shards"].items() if s is not None]
+        elif spec.get("shape") is not None:
+            wants.append((param, None, tuple(spec["shape"])))
+    renames, reasons = {}, []
+    for name, shape in shapes.items():
+        fits = [(p, s) for p, s, want in wants if want == shape]
+        if len(fits) != 1:
+            continue
+        param, shard = fits[0]
+        if sum(1 for other in shapes.values() if other == shape) != 1:
+            continue
+        new = _checkpoint_name_for(param, shard, name)
+        target, how = map_checkpoint_name(new, w.spec)
+        if how != "loaded" or target != param or new in draft.tensors:
+            continue
+        renames[name] = new
+        reasons.append(f"weights-dropped: {name} → {new} (shape {list(shape)} is {param}"
+                       f"{'' if shard is None else ' shard ' + str(shard)}, which got no tensor)")
+    return renames, reasons
+
+
+def d2t_from_t2d(tm: TokenMap) -> TensorData | None:
+    """The offset table ``d2t`` rebuilt from ``t2d`` (a boolean mask over the target vocab marking
+    the draft vocab's target ids, ascending: SpecForge's export): ``d2t[i] = target_id[i] - i``,
+    I64, when ``t2d`` has the target vocab's length and marks exactly ``draft_vocab`` ids; else ``None``."""
+    t2d = tm.t2d
+    if t2d is None or t2d.ndim != 1 or (tm.vocab is not None and t2d.shape[0] != tm.vocab):
+        return None
+    ids = np.flatnonzero(t2d).astype(np.int64)
+    want = tm.draft_vocab if tm.draft_vocab is not None else (len(tm.d2t) if tm.d2t is not None else None)
+    if want is None or len(ids) != want:
+        return None
+    offsets = ids - np.arange(len(ids), dtype=np.int64)
+    return TensorData("I64", (len(ids),), tuple(int(v) for v in offsets))
+
+
+@FAMILY.fixes_with
+def weight_fixes(facts: Facts, findings: list[Finding], given: dict) -> list[Fix]:
+    """A copy of the draft with dropped tensors renamed back when a dropped tensor and a missing
+    parameter match by shape (:func:`rename_repair`), and ``d2t`` rebuilt from ``t2d`` when the map
+    is missing or invalid (:func:`d2t_from_t2d`). What cannot be derived (a missing tensor no
+    dropped one fits, a wrong shape, no ``t2d``) is a ``none`` fix saying what to re-export."""
+    draft, w, tm = facts.draft, facts.weights, facts.token_map
+    rules = {f.rule for f in findings if f.severity == "error"}
+    out: list[Fix] = []
+    if w is None or draft is None:
+        return out
+    if rules & {"weights-dropped", "weights-missing"}:
+        renames, reasons = rename_repair(draft, w)
+        left = [n for n in w.dropped if n not in renames]
+        if renames:
+            out.append(Fix("draft-copy", tuple(sorted(rules & {"weights-dropped", "weights-missing"})),
+                           f"{len(renames)} dropped tensor(s) renamed back in a copy of the draft",
+                           repair=DraftRepair(renames=renames, reasons=reasons)))
+        unpaired_missing = len(w.missing) - len(renames)
+        if left or unpaired_missing > 0:
+            out.append(Fix("none", ("weights-missing",), "tensors no rename can supply",
+                           missing=f"re-export the draft with every parameter of its class: {unpaired_missing} "
+                                   f"parameter(s) without a tensor, {len(left)} tensor(s) the engine drops ({left[:3]})"))
+    for rule in ("lm-head-shape-mismatch", "head-dim-mismatch"):
+        if rule in rules:
+            out.append(Fix("none", (rule,), "a tensor of the wrong shape",
+                           missing="the draft's config and checkpoint from the same training run (a re-export)"))
+    if tm is not None and rules & {"token-map-missing", "token-map-invalid"}:
+        rebuilt = d2t_from_t2d(tm)
+        if rebuilt is not None:
+            name = tm.d2t_name or "d2t"
+            out.append(Fix("draft-copy", tuple(sorted(rules & {"token-map-missing", "token-map-invalid"})),
+                           f"{name} rebuilt from {tm.t2d_name} in a copy of the draft",
+                           repair=DraftRepair(tensors={name: rebuilt},
+                                              reasons=[f"token map: {name} rebuilt from {tm.t2d_name} "
+                                                       f"(d2t[i] = target id of draft id i - i, {rebuilt.shape[0]} "
+                                                       "ids)"])))
+        else:
+            out.append(Fix("none", tuple(sorted(rules & {"token-map-missing", "token-map-invalid"})),
+                           "no t2d to rebuild the token map from",
+                           missing="the draft's d2t/t2d as its training exported them (SpecForge writes both)"))
+    return out
