@@ -22,6 +22,7 @@
     ├── AcceptanceError (RuntimeError)  a /generate measurement could not be made
     ├── MeasureError (RuntimeError)     no source of a measurement answered
     ├── JournalError (RuntimeError)     the box's journal is unreadable or another run's is open
+    ├── DraftCopyError (RuntimeError)   a repaired draft copy could not be made or proved (.path, .problems)
     ├── DiagnosisError (RuntimeError)   a session or diagnosis step cannot run
     └── ReportError (RuntimeError)      a report could not be exported, or would not be self-contained
         ├── BrowserNotFound                 no Chromium binary on this machine
@@ -42,8 +43,8 @@ __all__ = [
     "WorkbenchError", "WorkbenchInputError", "LaunchCommandError", "RuleInputError", "PromptSetError", "SweepError",
     "LogInputError", "FigureInputError", "VerdictSchemaError", "LedgerError", "CheckpointError", "ConfigUnreadable",
     "CheckpointUnreadable", "TensorNotFound", "EngineNotFound", "SourceLookupError", "DoctorError",
-    "AcceptanceError", "MeasureError", "JournalError", "DiagnosisError", "ReportError", "BrowserNotFound",
-    "BrowserError",
+    "AcceptanceError", "MeasureError", "JournalError", "DraftCopyError", "DiagnosisError", "ReportError",
+    "BrowserNotFound", "BrowserError",
 ]
 
 
@@ -181,6 +182,21 @@ class MeasureError(WorkbenchError, RuntimeError):
 
 class JournalError(WorkbenchError, RuntimeError):
     """The journal on the box is unreadable, or another run's journal is still open."""
+
+
+class DraftCopyError(WorkbenchError, RuntimeError):
+    """A repaired copy of the draft (:mod:`workbench.session.draft_copy`) could not be made or
+    proved: the repair does not fit the draft (a tensor to rename that is not there, a name that
+    collides, a value that does not fit its dtype, ...), the copy failed on the box, or it does not
+    read back as planned. ``.path``: the draft (or the copy) concerned; ``.message``: what went
+    wrong; ``.problems``: every problem found, one line each (validation reports them all at once).
+    ``str()`` is ``path: message`` followed by the problems, one per line."""
+
+    def __init__(self, message: str, *, path: str, problems: Sequence[str] = ()):
+        self.message = message
+        self.path = path
+        self.problems = list(problems)
+        super().__init__(f"{path}: {message}" + "".join(f"\n  - {p}" for p in self.problems))
 
 
 class DiagnosisError(WorkbenchError, RuntimeError):

@@ -4,16 +4,28 @@
   command line, cwd and environment);
 - :mod:`.journal` — every change written to a journal on the box first, and :func:`restore_box`,
   which undoes them (also from a later process, after a kill);
-- :mod:`.box_session` — :class:`BoxSession`: stop the server found, launch others on its port, restore.
+- :mod:`.box_session` — :class:`BoxSession`: stop the server found, launch others on its port, restore;
+- :mod:`.draft_copy` — :func:`make_repaired_copy`: a repaired copy of the draft on the box (the
+  ``draft-copy`` kind of fix), journalled, verified by reading it back, removed at the end unless kept.
 
 Used by the diagnosis and by the sweeps. Layering: imports :mod:`remote`, :mod:`workbench.engine`,
-:mod:`workbench.report` (HTML tables), :mod:`workbench.sandbox_box` and :mod:`workbench.errors`.
+:mod:`workbench.report` (HTML tables), :mod:`workbench.checkpoint` (the draft copy's reads),
+:mod:`workbench.sandbox_box` and :mod:`workbench.errors`.
 """
 
-from workbench.errors import DiagnosisError, JournalError
+from workbench.errors import DiagnosisError, DraftCopyError, JournalError
 from workbench.session.box_session import BoxSession, open_box
+from workbench.session.draft_copy import (
+    DraftCopyPlan,
+    RepairedDraft,
+    keep_repaired_copy,
+    make_repaired_copy,
+    plan_repaired_copy,
+    remove_repaired_copy,
+)
 from workbench.session.inventory import Inventory, absolutize, take_inventory
 from workbench.session.journal import Journal, RestoreReport, journal_path, restore_box
 
 __all__ = ["BoxSession", "open_box", "Inventory", "absolutize", "take_inventory", "Journal", "RestoreReport",
-           "journal_path", "restore_box", "DiagnosisError", "JournalError"]
+           "journal_path", "restore_box", "DiagnosisError", "JournalError", "DraftCopyError", "DraftCopyPlan",
+           "RepairedDraft", "make_repaired_copy", "plan_repaired_copy", "keep_repaired_copy", "remove_repaired_copy"]

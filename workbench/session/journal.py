@@ -11,7 +11,12 @@ Layout (``<box.state_dir>/diagnosis/journal.json``, by default ``~/.cache/eagle-
     {"run_id": "...", "started_at": 1764424800.0,
      "original_server": {"argv": [...], "cwd": "...", "env": {...}, "port": 30000,
                          "log_path": "...", "stopped": true},
-     "started_servers": [{"pid": 123, "pgid": 123, "port": 30000, "argv": [...], "label": "probe"}]}
+     "started_servers": [{"pid": 123, "pgid": 123, "port": 30000, "argv": [...], "label": "probe"}],
+     "created_paths": ["<state_dir>/repairs/<run-id>-1"]}
+
+``created_paths``: directories and files the run creates under the state dir (journalled before
+they are written: a repaired draft copy, a compare_drafts copy), removed by :func:`restore_box`
+with ``rm -rf`` (a symlink in them is removed, never followed).
 """
 
 from __future__ import annotations
@@ -87,10 +92,12 @@ class Journal:
 
     @property
     def pending(self) -> bool:
-        """True when an earlier run left changes that were never undone."""
+        """True when an earlier run left changes that were never undone (servers it started, a
+        launch in flight, the original server stopped, files it created: a repaired draft copy
+        interrupted by a kill is one, and :meth:`begin` must not forget it)."""
         return bool(self.data.get("started_servers")) or bool(self.data.get("launching")) or bool(
             (self.data.get("original_server") or {}).get("stopped")
-        )
+        ) or bool(self.data.get("created_paths"))
 
     def begin(self) -> str:
         """Start a new run's journal. Raises JournalError if an earlier run left changes pending."""
@@ -205,6 +212,9 @@ def _shape_problem(data: Any) -> str | None:
                 return f"started_servers[{i}] has no valid pid"
             if server.get("pgid") is not None and not _is_pid(server.get("pgid")):
                 return f"started_servers[{i}] has an invalid pgid"
+    created = data.get("created_paths")
+    if created is not None and not (isinstance(created, list) and all(isinstance(p, str) for p in created)):
+        return "created_paths is not a list of paths"
     original = data.get("original_server")
     if original is not None:
         if not isinstance(original, dict):
