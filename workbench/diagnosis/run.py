@@ -856,8 +856,9 @@ class DiagnosisRun(BoxSession):
                                      "measured: the fix is not enough: ") + self.fix_result["why"],
                                {"before": before, "after": after}, kind="measurement")
         if sufficient:
+            fixed = set(self._fixed_hypotheses())
             for spec, _ in REGISTRY.hypotheses():
-                if not spec.static and self.ledger.get(spec.id).verdict == "inconclusive":
+                if spec.id not in fixed and self.ledger.get(spec.id).verdict == "inconclusive":
                     self._decide(spec.id, "refuted", "the fix of the confirmed causes brought acceptance back "
                                  f"({self.fix_result['why']}): nothing left for it to explain", kind="measurement")
 
