@@ -5,7 +5,9 @@ Mirrors SGLang 0.5.23, srt/models/llama_eagle3.py: the same module names (`model
 the same forward (including the silent width check that skips `fc`), and the same
 `load_weights` renames (legacy `midlayer` -> `layers.0`, stacked q/k/v -> `qkv_proj`,
 gate/up -> `gate_up_proj`, a name tried as-is then with a `model.` prefix, names matching no
-parameter dropped silently, `d2t` -> `hot_token_id = d2t + arange`, `t2d` skipped).
+parameter dropped silently, `d2t` -> `hot_token_id = d2t + arange`, `t2d` skipped), each tensor
+copied by its parameter's `weight_loader` (else `default_weight_loader`) with SGLang's shape
+asserts, so a config that disagrees with its tensors kills the load as in SGLang.
 
 Plain PyTorch on CPU, fp32, batch size 1 in the server (any batch in the math). The attention
 keeps its own KV cache (`DraftKVCache`) the way SGLang's draft keeps its own KV pool.
@@ -19,6 +21,8 @@ from typing import Iterable, List, Optional, Tuple
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from workbench.sandbox.srt.model_loader.weight_utils import default_weight_loader
 
 
 # --------------------------------------------------------------------------------------------
@@ -145,7 +149,23 @@ class LlamaAttention(nn.Module):
         self.kv_size = self.total_num_kv_heads * self.head_dim
         self.rope_theta = rope_theta_of(config)
         self.qkv_proj = nn.Linear(in_width, self.q_size + 2 * self.kv_size, bias=False)
+        self.qkv_proj.weight.weight_loader = self.qkv_weight_loader
         self.o_proj = nn.Linear(self.q_size, self.hidden_size, bias=False)
+
+    def qkv_weight_loader(self, param: nn.Parameter, loaded_weight: torch.Tensor, loaded_shard_id: str) -> None:
+        """Copy a q/k/v checkpoint tensor into its rows of the stacked `qkv_proj.weight`
+        (SGLang 0.5.23, srt/layers/linear.py `QKVParallelLinear.weight_loader`, TP = 1). Raises
+        `AssertionError` "param_data.shape=... loaded_weight.shape=..." when the shard's shape
+        differs from the tensor's (linear.py:1547-1549, the same text)."""
+        assert loaded_shard_id in ["q", "k", "v"]
+        offsets = {"q": (0, self.q_size), "k": (self.q_size, self.kv_size),
+                   "v": (self.q_size + self.kv_size, self.kv_size)}
+        shard_offset, shard_size = offsets[loaded_shard_id]
+        param_data = param.data.narrow(0, shard_offset, shard_size)
+        assert param_data.shape == loaded_weight.shape, (
+            f"{param_data.shape=} {loaded_weight.shape=}"
+        )
+        param_data.copy_(loaded_weight)
 
     def forward(self, positions: torch.Tensor, hidden_states: torch.Tensor, forward_batch: ForwardBatch) -> torch.Tensor:
         B, T, _ = hidden_states.shape
@@ -178,7 +198,17 @@ class LlamaMLP(nn.Module):
         super().__init__()
         self.intermediate_size = intermediate_size
         self.gate_up_proj = nn.Linear(hidden_size, 2 * intermediate_size, bias=False)
+        self.gate_up_proj.weight.weight_loader = self.gate_up_weight_loader
         self.down_proj = nn.Linear(intermediate_size, hidden_size, bias=False)
+
+    def gate_up_weight_loader(self, param: nn.Parameter, loaded_weight: torch.Tensor, loaded_shard_id: int) -> None:
+        """Copy the gate (0) or up (1) checkpoint tensor into its rows of `gate_up_proj.weight`
+        (SGLang 0.5.23, srt/layers/linear.py `MergedColumnParallelLinear.weight_loader`, TP = 1).
+        Raises a bare `AssertionError` when the shapes differ (linear.py:894, also bare)."""
+        assert loaded_shard_id < 2
+        param_data = param.data.narrow(0, loaded_shard_id * self.intermediate_size, self.intermediate_size)
+        assert param_data.shape == loaded_weight.shape
+        param_data.copy_(loaded_weight)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         gate, up = self.gate_up_proj(x).split(self.intermediate_size, dim=-1)
@@ -366,21 +396,32 @@ class LlamaForCausalLMEagle3(nn.Module):
                 name = name.replace(weight_name, param_name)
                 param_name = f"model.{name}" if name not in params_dict else name
                 if param_name in params_dict:
-                    _load_shard(params_dict[param_name], param_name, loaded_weight, shard_id, self)
+                    param = params_dict[param_name]
+                    weight_loader = getattr(param, "weight_loader", default_weight_loader)
+                    weight_loader(param, loaded_weight, shard_id)
                 break
             else:
+                # Handle regular parameters
                 param_name = name if name in params_dict else f"model.{name}"
                 if param_name in params_dict:
                     param = params_dict[param_name]
-                    with torch.no_grad():
-                        param.copy_(loaded_weight.to(param.dtype).view_as(param))
+                    weight_loader = getattr(param, "weight_loader", default_weight_loader)
+                    weight_loader(param, loaded_weight)
 
     def get_hot_token_id(self) -> Optional[torch.Tensor]:
         """[draft_vocab] int64 target ids of the draft vocab (None without a d2t)."""
         return self.hot_token_id
 
     def set_embed(self, embed: torch.Tensor) -> None:
-        """Share the target's embedding table [vocab, H] (SGLang: `set_embed`)."""
+        """Share the target's embedding table [vocab, H] (SGLang 0.5.23: `set_embed`, inherited
+        from srt/models/llama.py:910-918). Not when the config's `target_hidden_size` differs from
+        its `hidden_size`: then the draft keeps its own `embed_tokens` (SGLang returns early too)."""
+        # NOTE: If draft hidden size != target hidden size, the embed weight cannot be shared for EAGLE3
+        if (
+            hasattr(self.config, "target_hidden_size")
+            and self.config.target_hidden_size != self.config.hidden_size
+        ):
+            return
         self.model.embed_tokens.weight = nn.Parameter(embed, requires_grad=False)
 
     def set_embed_and_head(self, embed: torch.Tensor, head: torch.Tensor) -> None:
@@ -388,21 +429,6 @@ class LlamaForCausalLMEagle3(nn.Module):
         self.model.embed_tokens.weight = nn.Parameter(embed, requires_grad=False)
         self.lm_head = nn.Linear(head.shape[1], head.shape[0], bias=False)
         self.lm_head.weight = nn.Parameter(head, requires_grad=False)
-
-
-def _load_shard(param: nn.Parameter, param_name: str, loaded_weight: torch.Tensor, shard_id, model) -> None:
-    """Weight loader for stacked parameters (SGLang's QKVParallelLinear / MergedColumnParallelLinear)."""
-    module_name = param_name.rsplit(".", 2)[0]
-    module = model.get_submodule(module_name)
-    with torch.no_grad():
-        if isinstance(shard_id, str):  # q / k / v rows of qkv_proj
-            attn = module
-            offsets = {"q": (0, attn.q_size), "k": (attn.q_size, attn.kv_size), "v": (attn.q_size + attn.kv_size, attn.kv_size)}
-            start, size = offsets[shard_id]
-        else:  # gate (0) / up (1) rows of gate_up_proj
-            size = module.intermediate_size
-            start = shard_id * size
-        param.data[start : start + size].copy_(loaded_weight.to(param.dtype))
 
 
 EntryClass = [LlamaForCausalLMEagle3]
