@@ -156,11 +156,11 @@ class _Build:
             if name != "config.json":
                 _link(TARGET / name, self.target_dir / name)
         _write_json(self.draft_dir / "config.json", self.draft_config)
+        for name in sorted(os.listdir(DRAFT)):
+            if name not in ("config.json", "model.safetensors"):
+                _link(DRAFT / name, self.draft_dir / name)
         dst = self.draft_dir / "model.safetensors"
-        if self.truncate_draft:
-            data = (DRAFT / "model.safetensors").read_bytes()
-            _write_bytes(dst, data[: len(data) // 2])
-        elif self._tensors is not None:
+        if self._tensors is not None:
             from safetensors.numpy import save_file
 
             _unlink(dst)
@@ -168,6 +168,9 @@ class _Build:
                       metadata={"format": "pt"})
         else:
             _link(DRAFT / "model.safetensors", dst)
+        if self.truncate_draft:  # after any tensor edit: the file as written, cut in half
+            data = dst.read_bytes()
+            _write_bytes(dst, data[: len(data) // 2])
 
 
 def _unlink(path: Path) -> None:
@@ -219,9 +222,10 @@ def _aux_ids_out_of_range(b: _Build) -> None:
     blocks). SGLang 0.5.23 adds 1 (``srt/models/llama.py:941``) → [2, 4, 8]; its capture loop runs
     ``for i in range(start_layer, end_layer)`` and tests ``i in self.layers_to_capture``
     (``llama.py:486-493``), so 8 never fires: two aux states (2 × 160) reach an fc built for three
-    (480) and the first draft forward fails (``llama_eagle3.py:247``, ``self.fc``): the scheduler
-    dies at the start-up warm-up ("Scheduler hit an exception: ... RuntimeError: mat1 and mat2
-    shapes cannot be multiplied"), the server exits."""
+    (480) and the first draft forward fails (``llama_eagle3.py:247``, ``self.fc``; on a GPU box
+    possibly earlier, copying 2 × hidden into CUDA-graph buffers sized for three): the scheduler
+    dies at start-up ("Scheduler hit an exception: ... RuntimeError: mat1 and mat2 shapes cannot
+    be multiplied" at the warm-up here), the server exits."""
     b.set_aux_ids([1, 3, 7])
 
 

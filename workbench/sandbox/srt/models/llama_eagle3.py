@@ -5,9 +5,7 @@ Mirrors SGLang 0.5.23, srt/models/llama_eagle3.py: the same module names (`model
 the same forward (including the silent width check that skips `fc`), and the same
 `load_weights` renames (legacy `midlayer` -> `layers.0`, stacked q/k/v -> `qkv_proj`,
 gate/up -> `gate_up_proj`, a name tried as-is then with a `model.` prefix, names matching no
-parameter dropped silently, `d2t` -> `hot_token_id = d2t + arange`, `t2d` skipped), each tensor
-copied by its parameter's `weight_loader` (else `default_weight_loader`) with SGLang's shape
-asserts, so a config that disagrees with its tensors kills the load as in SGLang.
+parameter dropped silently, `d2t` -> `hot_token_id = d2t + arange`, `t2d` skipped).
 
 Plain PyTorch on CPU, fp32, batch size 1 in the server (any batch in the math). The attention
 keeps its own KV cache (`DraftKVCache`) the way SGLang's draft keeps its own KV pool.
@@ -21,8 +19,6 @@ from typing import Iterable, List, Optional, Tuple
 import torch
 import torch.nn.functional as F
 from torch import nn
-
-from workbench.sandbox.srt.model_loader.weight_utils import default_weight_loader
 
 
 # --------------------------------------------------------------------------------------------
@@ -149,23 +145,7 @@ class LlamaAttention(nn.Module):
         self.kv_size = self.total_num_kv_heads * self.head_dim
         self.rope_theta = rope_theta_of(config)
         self.qkv_proj = nn.Linear(in_width, self.q_size + 2 * self.kv_size, bias=False)
-        self.qkv_proj.weight.weight_loader = self.qkv_weight_loader
         self.o_proj = nn.Linear(self.q_size, self.hidden_size, bias=False)
-
-    def qkv_weight_loader(self, param: nn.Parameter, loaded_weight: torch.Tensor, loaded_shard_id: str) -> None:
-        """Copy a q/k/v checkpoint tensor into its rows of the stacked `qkv_proj.weight`
-        (SGLang 0.5.23, srt/layers/linear.py `QKVParallelLinear.weight_loader`, TP = 1). Raises
-        `AssertionError` "param_data.shape=... loaded_weight.shape=..." when the shard's shape
-        differs from the tensor's (linear.py:1547-1549, the same text)."""
-        assert loaded_shard_id in ["q", "k", "v"]
-        offsets = {"q": (0, self.q_size), "k": (self.q_size, self.kv_size),
-                   "v": (self.q_size + self.kv_size, self.kv_size)}
-        shard_offset, shard_size = offsets[loaded_shard_id]
-        param_data = param.data.narrow(0, shard_offset, shard_size)
-        assert param_data.shape == loaded_weight.shape, (
-            f"{param_data.shape=} {loaded_weight.shape=}"
-        )
-        param_data.copy_(loaded_weight)
 
     def forward(self, positions: torch.Tensor, hidden_states: torch.Tensor, forward_batch: ForwardBatch) -> torch.Tensor:
         B, T, _ = hidden_states.shape
@@ -198,17 +178,7 @@ class LlamaMLP(nn.Module):
         super().__init__()
         self.intermediate_size = intermediate_size
         self.gate_up_proj = nn.Linear(hidden_size, 2 * intermediate_size, bias=False)
-        self.gate_up_proj.weight.weight_loader = self.gate_up_weight_loader
         self.down_proj = nn.Linear(intermediate_size, hidden_size, bias=False)
-
-    def gate_up_weight_loader(self, param: nn.Parameter, loaded_weight: torch.Tensor, loaded_shard_id: int) -> None:
-        """Copy the gate (0) or up (1) checkpoint tensor into its rows of `gate_up_proj.weight`
-        (SGLang 0.5.23, srt/layers/linear.py `MergedColumnParallelLinear.weight_loader`, TP = 1).
-        Raises a bare `AssertionError` when the shapes differ (linear.py:894, also bare)."""
-        assert loaded_shard_id < 2
-        param_data = param.data.narrow(0, loaded_shard_id * self.intermediate_size, self.intermediate_size)
-        assert param_data.shape == loaded_weight.shape
-        param_data.copy_(loaded_weight)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         gate, up = self.gate_up_proj(x).split(self.intermediate_size, dim=-1)
@@ -348,6 +318,14 @@ class LlamaForCausalLMEagle3(nn.Module):
         )
         self.capture_aux_hidden_states = True
         self.hot_token_id: Optional[torch.Tensor] = None
+        # the stacked parameters' loaders (SGLang: QKVParallelLinear / MergedColumnParallelLinear set them)
+        from functools import partial
+
+        for module in self.modules():
+            if isinstance(module, LlamaAttention):
+                module.qkv_proj.weight.weight_loader = partial(qkv_weight_loader, module)
+            elif isinstance(module, LlamaMLP):
+                module.gate_up_proj.weight.weight_loader = partial(gate_up_weight_loader, module)
 
     @torch.no_grad()
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, forward_batch: ForwardBatch):
@@ -360,8 +338,13 @@ class LlamaForCausalLMEagle3(nn.Module):
     def load_weights(self, weights: Iterable[Tuple[str, torch.Tensor]]) -> None:
         """Load checkpoint tensors with SGLang 0.5.23's renames (see module docstring).
 
-        Names that match no parameter are dropped silently, exactly as in SGLang.
+        Names that match no parameter are dropped silently, exactly as in SGLang. Each tensor is
+        copied by its parameter's `weight_loader` (else `default_weight_loader`) with SGLang's
+        shape asserts: a config that disagrees with its tensors raises `AssertionError` here, as
+        SGLang's load does (llama_eagle3.py:358-378).
         """
+        from workbench.sandbox.srt.model_loader.weight_utils import default_weight_loader
+
         params_dict = dict(self.named_parameters())
         stacked_params_mapping = [
             # (param_name, shard_name, shard_id)
@@ -429,6 +412,32 @@ class LlamaForCausalLMEagle3(nn.Module):
         self.model.embed_tokens.weight = nn.Parameter(embed, requires_grad=False)
         self.lm_head = nn.Linear(head.shape[1], head.shape[0], bias=False)
         self.lm_head.weight = nn.Parameter(head, requires_grad=False)
+
+
+def qkv_weight_loader(attn: "LlamaAttention", param: nn.Parameter, loaded_weight: torch.Tensor,
+                      loaded_shard_id: str) -> None:
+    """Copy a q/k/v checkpoint tensor into its rows of the stacked `qkv_proj.weight` of `attn`
+    (SGLang 0.5.23, srt/layers/linear.py `QKVParallelLinear.weight_loader`, TP = 1). Raises
+    `AssertionError` "param_data.shape=... loaded_weight.shape=..." when the shard's shape
+    differs from the tensor's (linear.py:1547-1549, the same text)."""
+    assert loaded_shard_id in ["q", "k", "v"]
+    offsets = {"q": (0, attn.q_size), "k": (attn.q_size, attn.kv_size), "v": (attn.q_size + attn.kv_size, attn.kv_size)}
+    shard_offset, shard_size = offsets[loaded_shard_id]
+    param_data = param.data.narrow(0, shard_offset, shard_size)
+    assert param_data.shape == loaded_weight.shape, (
+        f"{param_data.shape=} {loaded_weight.shape=}"
+    )
+    param_data.copy_(loaded_weight)
+
+
+def gate_up_weight_loader(mlp: "LlamaMLP", param: nn.Parameter, loaded_weight: torch.Tensor, loaded_shard_id: int) -> None:
+    """Copy the gate (0) or up (1) checkpoint tensor into its rows of `gate_up_proj.weight` of
+    `mlp` (SGLang 0.5.23, srt/layers/linear.py `MergedColumnParallelLinear.weight_loader`, TP = 1).
+    Raises a bare `AssertionError` when the shapes differ (linear.py:894, bare there too)."""
+    assert loaded_shard_id < 2
+    param_data = param.data.narrow(0, loaded_shard_id * mlp.intermediate_size, mlp.intermediate_size)
+    assert param_data.shape == loaded_weight.shape
+    param_data.copy_(loaded_weight)
 
 
 EntryClass = [LlamaForCausalLMEagle3]
