@@ -47,7 +47,7 @@ def _value(families, family, sample=None, **labels):
 def spec(sandbox_server):
     """The shared EAGLE3 server with --enable-metrics, every decode step a log tick."""
     srv = sandbox_server(**EAGLE3_METRICS)
-    srv.initial_metrics = _families(*srv.startup["metrics"])  # after the start-up warm-up (prefill only), before any decode
+    srv.initial_metrics = _families(*srv.startup["metrics"])  # after the start-up warm-up, before any test request
     return srv
 
 
@@ -130,9 +130,16 @@ def test_openai_errors(spec, path, body, message):
 
 def test_metrics_names_types_and_counts(spec, sglang_source):
     first = spec.initial_metrics
-    # before any decode log tick the speculative gauges read 0.0 (set by the prefill report), as in SGLang
-    assert _value(first, "sglang:spec_accept_length") == 0.0
-    assert first["sglang:spec_verify_calls"].samples == []  # declared, nothing counted yet (warm-up: 1 token)
+    # the start-up warm-up is SGLang's (8 greedy tokens of WARMUP_TEXT through /generate) and is counted, as in
+    # SGLang: one request, 8 tokens, its verify steps; the gauges hold its last decode-log tick (interval 1 here)
+    from workbench.sandbox.srt.entrypoints.http_server import WARMUP_MAX_NEW_TOKENS, WARMUP_TEXT
+
+    assert _value(first, "sglang:num_requests", "sglang:num_requests_total") == 1
+    assert _value(first, "sglang:generation_tokens", "sglang:generation_tokens_total") == WARMUP_MAX_NEW_TOKENS
+    assert _value(first, "sglang:prompt_tokens", "sglang:prompt_tokens_total") == len(WARMUP_TEXT.encode())
+    warm_verify = _value(first, "sglang:spec_verify_calls", "sglang:spec_verify_calls_total")
+    assert 1 <= warm_verify <= WARMUP_MAX_NEW_TOKENS - 1  # the first token comes from the prefill
+    assert 1.0 <= _value(first, "sglang:spec_accept_length") <= 4.0
     before = _metrics(spec.url)
     gen = _post(spec.url, "/generate", {"text": PROMPT, "sampling_params": {"max_new_tokens": 20, "temperature": 0}})
     assert httpx.get(spec.url + "/health_generate", timeout=60).status_code == 200  # log_metrics=False: not counted

@@ -5,7 +5,9 @@ Mirrors SGLang 0.5.23, `python -m sglang.launch_server` (srt/entrypoints/http_se
 SGLang's format, `server_args=ServerArgs(...)` line first. Unknown SGLang flags are accepted and
 logged as ignored. Bad values exit with status 2 and a one-line `error:` message; so does a
 missing module of the `sandbox` extra (torch, transformers, safetensors, FastAPI, uvicorn), checked
-before anything imports them.
+before anything imports them. A model that fails to load, or a scheduler that fails on a request
+(the start-up warm-up included), ends the process as SGLang's launcher ends: the exception in the
+log, then SIGKILL (exit status -9; see `workbench.sandbox.srt.entrypoints.http_server`).
 """
 
 from __future__ import annotations

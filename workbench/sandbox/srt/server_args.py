@@ -6,7 +6,10 @@ Mirrors SGLang 0.5.23, srt/server_args.py + srt/arg_groups/fields/spec.py (flag 
 - `--speculative-num-steps` unset -> topk and num_draft_tokens must be unset too; then defaults
   are chosen from the TARGET architecture ((5, 4, 8) for `LlamaForCausalLM`, (3, 1, 4) else).
 - topk == 1 and num_draft_tokens != steps + 1 -> warning, forced to steps + 1.
-Sandbox limits (clear errors): chain drafting only (topk > 1 exits), EAGLE / EAGLE3 / NEXTN only.
+- `--speculative-num-steps 0` is accepted, as SGLang accepts it: drafting disabled, one draft
+  token (the verify step emits the target's one token; accept length 1.00).
+Sandbox limits (clear errors): chain drafting only (topk > 1 exits), EAGLE / EAGLE3 / NEXTN only,
+a negative `--speculative-num-steps` refused.
 
 Any other SGLang flag (`--tp 8`, `--trust-remote-code`, `--mem-fraction-static 0.8`, ...) is
 accepted and logged as ignored, so a real box's launch command replays here.
@@ -77,6 +80,13 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _non_negative_int(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be a non-negative integer, got {text}")
+    return value
+
+
 def _port(text: str) -> int:
     value = int(text)
     if not 0 < value < 65536:
@@ -105,7 +115,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="Enable log prometheus metrics (served at /metrics).")
     p.add_argument("--speculative-algorithm", dest="speculative_algorithm")
     p.add_argument("--speculative-draft-model-path", "--speculative-draft-model", dest="speculative_draft_model_path")
-    p.add_argument("--speculative-num-steps", dest="speculative_num_steps", type=_positive_int)
+    # SGLang 0.5.23 takes any int here (arg_groups/fields/spec.py:58-61); 0 disables drafting
+    # (eagle_worker_v2.py:1469). The sandbox refuses only negative values.
+    p.add_argument("--speculative-num-steps", dest="speculative_num_steps", type=_non_negative_int)
     p.add_argument("--speculative-eagle-topk", dest="speculative_eagle_topk", type=_positive_int)
     p.add_argument("--speculative-num-draft-tokens", dest="speculative_num_draft_tokens", type=_positive_int)
     p.add_argument("--speculative-token-map", dest="speculative_token_map")

@@ -24,11 +24,22 @@ Also, as SGLang 0.5.23 serves them:
   types and labels (see `workbench.sandbox.srt.observability.metrics_collector`).
 - `GET|POST /flush_cache`: resets the scheduler's accept-length counters (the lifetime totals behind
   `/server_info`'s `avg_spec_accept_length` too) when idle; 400 while a request runs.
+
+Start-up and failure, as SGLang 0.5.23: the models load, then the warm-up request (SGLang's:
+"The capital city of France is", 8 greedy tokens), then "The server is fired up and ready to
+roll!" and /health 200. An exception in the scheduler, while it loads or while it runs any
+request (the warm-up included), is logged as "Scheduler hit an exception: <traceback>" and
+SIGQUITs the launcher, which logs "Received sigquit from a child process. It usually means the
+child failed." (while loading) or "SIGQUIT received. signum=None, frame=None. It usually means
+one child failed." (once serving) and kills the process: exit status -9, never a server left
+answering 503.
 """
 
 from __future__ import annotations
 
 import logging
+import os
+import signal
 import threading
 import time
 from typing import Any, Dict, List, Optional
@@ -37,6 +48,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 
 from workbench.sandbox import __version__
+from workbench.sandbox.srt.utils.common import get_exception_traceback, kill_process_tree
 
 logger = logging.getLogger(__name__)
 
@@ -46,7 +58,8 @@ class _GlobalState:
         self.server_args = None
         self.scheduler = None
         self.ready = False
-        self.startup_error: Optional[str] = None
+        self.phase = "launch"  # "running" once the models are loaded (SGLang: the tokenizer loop is up)
+        self.scheduler_died = False
         self.startup_time = time.time()
         self.model_config: Dict[str, Any] = {}
 
@@ -434,10 +447,60 @@ def metrics_endpoint() -> Response:
     return Response(content=body, media_type=CONTENT_TYPE_PLAIN_0_0_4)
 
 
+#: SGLang 0.5.23's start-up warm-up request (http_server.py `_execute_server_warmup`, lines
+#: 2407-2455): POST /generate with this text, greedy, 8 new tokens. Its decode steps run the
+#: draft, so a draft that cannot run kills the server at start-up, as in SGLang.
+WARMUP_TEXT = "The capital city of France is"
+WARMUP_MAX_NEW_TOKENS = 8
+
+
+def _signal_parent() -> None:
+    """The scheduler's `parent_process.send_signal(signal.SIGQUIT)` (SGLang 0.5.23 scheduler.py:6373).
+    The sandbox's "scheduler process" is a thread of the server process, so the signal goes to the
+    main thread, whose handler (installed by `launch_server`) stands for the launcher's."""
+    signal.pthread_kill(threading.main_thread().ident, signal.SIGQUIT)
+
+
+def _scheduler_hit_exception() -> None:
+    """SGLang 0.5.23 `run_scheduler_process` on an exception (scheduler.py:6369-6373): log the
+    traceback as "Scheduler hit an exception: ..." and SIGQUIT the parent, which kills the server.
+    Called inside the `except` that caught it (the traceback is the one being handled)."""
+    _global_state.scheduler_died = True
+    logger.error(f"Scheduler hit an exception: {get_exception_traceback()}")
+    _signal_parent()
+
+
+def _sigquit_handler(signum, frame) -> None:
+    """The launcher's SIGQUIT handler: SGLang 0.5.23 `launch_phase_sigquit_handler`
+    (entrypoints/engine.py:1976-1980) while the models load, then the tokenizer manager's
+    `running_phase_sigquit_handler` (tokenizer_manager.py:4072-4081; installed with
+    `loop.add_signal_handler`, so it is called without arguments). Both log one line and
+    `kill_process_tree(os.getpid())`: the server dies with SIGKILL."""
+    if _global_state.phase == "launch":
+        logger.error("Received sigquit from a child process. It usually means the child failed.")
+    else:
+        logger.error("SIGQUIT received. signum=None, frame=None. It usually means one child failed.")
+    kill_process_tree(os.getpid())
+
+
+def _wait_to_be_killed(seconds: float = 30.0) -> None:
+    """After SIGQUIT the main thread kills the process; should that not happen within
+    ``seconds`` (a main thread that never runs Python code again), exit with status 1 so a
+    server that failed never lingers with /health 503."""
+    time.sleep(seconds)
+    logger.error("the SIGQUIT handler did not stop the server; exiting with status 1")
+    os._exit(1)
+
+
 def load_and_warm_up(server_args) -> None:
-    """Load the models (target, then draft), run a warm-up request, mark the server ready."""
+    """Load the models (target, then draft), run SGLang's warm-up request, mark the server ready.
+
+    Failures end the process as SGLang's do: an exception while loading (the scheduler
+    process's init) or while the warm-up runs in the scheduler is logged as "Scheduler hit an
+    exception: <traceback>" and SIGQUITs the launcher, whose handler logs its line and kills the
+    process (exit status -9); a warm-up that fails otherwise logs "Initialization failed. warmup
+    error: <traceback>" and kills it the same way (http_server.py:2536-2540)."""
     import json
-    import os
 
     from workbench.sandbox.srt.managers.scheduler import SamplingParams, Scheduler
 
@@ -449,22 +512,37 @@ def load_and_warm_up(server_args) -> None:
     try:
         with open(os.path.join(server_args.model_path, "config.json")) as f:
             _global_state.model_config = json.load(f)
-        _global_state.scheduler = Scheduler(server_args)
-        warm = _global_state.scheduler.generate(encode("The"), SamplingParams(max_new_tokens=1, temperature=0), decode)
-        _observe_finished(warm["meta_info"])  # SGLang's start-up warm-up is an HTTP /generate: it is counted
-        _global_state.ready = True
-        logger.info("The server is fired up and ready to roll!")
-    except Exception as e:  # report and stop the process: a server that cannot load must exit
-        _global_state.startup_error = f"{type(e).__name__}: {e}"
-        logger.exception("Server failed to start")
-        os._exit(1)
+        scheduler = Scheduler(server_args)
+    except Exception:  # the scheduler process's init failed (SGLang: run_scheduler_process)
+        _scheduler_hit_exception()
+        _wait_to_be_killed()
+        return
+    scheduler.exception_hook = _scheduler_hit_exception
+    _global_state.scheduler = scheduler
+    _global_state.phase = "running"
+    try:
+        params = SamplingParams(max_new_tokens=WARMUP_MAX_NEW_TOKENS, temperature=0)
+        warm = scheduler.generate(encode(WARMUP_TEXT), params, decode)
+    except Exception:
+        if not _global_state.scheduler_died:  # a refusal outside the scheduler (e.g. --context-length too small)
+            logger.error(f"Initialization failed. warmup error: {get_exception_traceback()}")
+            kill_process_tree(os.getpid())
+        _wait_to_be_killed()
+        return
+    _observe_finished(warm["meta_info"])  # SGLang's start-up warm-up is an HTTP /generate: it is counted
+    _global_state.ready = True
+    logger.info("The server is fired up and ready to roll!")
 
 
 def launch_server(server_args) -> None:
-    """Start uvicorn on host:port; load models in a background thread (503 until ready)."""
+    """Start uvicorn on host:port; load models in a background thread (503 until ready).
+
+    Installs the SIGQUIT handler first (`_sigquit_handler`), as SGLang's launcher does before it
+    starts its subprocesses: a failure while loading or serving kills the server (exit -9)."""
     import uvicorn
 
     _global_state.server_args = server_args
+    signal.signal(signal.SIGQUIT, _sigquit_handler)
     if getattr(server_args, "enable_metrics", False):
         app.add_api_route("/metrics", metrics_endpoint, methods=["GET"], include_in_schema=False)
     threading.Thread(target=load_and_warm_up, args=(server_args,), daemon=True, name="model-loader").start()

@@ -23,7 +23,7 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional
+from typing import Callable, Dict, List, Optional
 
 from workbench.sandbox.srt.speculative.eagle_worker import EAGLEWorker, TargetWorker
 from workbench.sandbox.srt.speculative.spec_info import SpeculativeAlgorithm
@@ -54,10 +54,15 @@ class Scheduler:
         logger.info("Load weight begin. avail mem=0.00 GB")
         self.target_worker = TargetWorker(server_args.model_path)
         n_params = sum(p.numel() for p in self.target_worker.model.parameters())
-        logger.info(f"Load weight end. type=LlamaForCausalLM, dtype=torch.float32, avail mem=0.00 GB, params={n_params}")
+        logger.info(f"Load weight end. type={type(self.target_worker.model).__name__}, dtype=torch.float32, "
+                    f"avail mem=0.00 GB, params={n_params}")
         self.context_length = server_args.context_length or int(
             getattr(self.target_worker.model.config, "max_position_embeddings", 2048)
         )
+        # called (no arguments) when a request fails inside the scheduler, before the exception
+        # propagates: the server sets it to SGLang's "Scheduler hit an exception" path (the
+        # process dies); in-process users leave it None and get the exception
+        self.exception_hook: Optional[Callable[[], None]] = None
         self.draft_worker: Optional[EAGLEWorker] = None
         if self.spec_algorithm.is_eagle():
             self.draft_worker = EAGLEWorker(server_args, self.target_worker, self.spec_algorithm)
@@ -177,6 +182,8 @@ class Scheduler:
         """Run one request to completion. `decode(ids) -> str` is the tokenizer's decode.
 
         Returns `{"output_ids": [...], "meta_info": {...}}` (SGLang 0.5.23 field names).
+        Raises `ValueError` for a request the tokenizer manager would refuse (empty, too long);
+        any exception from the model run calls `exception_hook` first (when set), then propagates.
         """
         if params.temperature > 0 and not self._warned_temperature:
             logger.info("The sandbox decodes greedily: temperature > 0 is treated as temperature 0 (logged once).")
@@ -190,7 +197,14 @@ class Scheduler:
                 f"from the input messages and {params.max_new_tokens} tokens for the completion."
             )
         with self.lock:
-            return self._generate_locked(input_ids, params, decode)
+            try:
+                return self._generate_locked(input_ids, params, decode)
+            except Exception:
+                # SGLang 0.5.23: an exception in the scheduler's event loop ends the scheduler
+                # process (scheduler.py:6370-6373); the hook reproduces that in the server
+                if self.exception_hook is not None:
+                    self.exception_hook()
+                raise
 
     def _generate_locked(self, input_ids: List[int], params: SamplingParams, decode) -> Dict:
         tic = time.perf_counter()

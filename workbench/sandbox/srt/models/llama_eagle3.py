@@ -318,6 +318,14 @@ class LlamaForCausalLMEagle3(nn.Module):
         )
         self.capture_aux_hidden_states = True
         self.hot_token_id: Optional[torch.Tensor] = None
+        # the stacked parameters' loaders (SGLang: QKVParallelLinear / MergedColumnParallelLinear set them)
+        from functools import partial
+
+        for module in self.modules():
+            if isinstance(module, LlamaAttention):
+                module.qkv_proj.weight.weight_loader = partial(qkv_weight_loader, module)
+            elif isinstance(module, LlamaMLP):
+                module.gate_up_proj.weight.weight_loader = partial(gate_up_weight_loader, module)
 
     @torch.no_grad()
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, forward_batch: ForwardBatch):
@@ -330,8 +338,13 @@ class LlamaForCausalLMEagle3(nn.Module):
     def load_weights(self, weights: Iterable[Tuple[str, torch.Tensor]]) -> None:
         """Load checkpoint tensors with SGLang 0.5.23's renames (see module docstring).
 
-        Names that match no parameter are dropped silently, exactly as in SGLang.
+        Names that match no parameter are dropped silently, exactly as in SGLang. Each tensor is
+        copied by its parameter's `weight_loader` (else `default_weight_loader`) with SGLang's
+        shape asserts: a config that disagrees with its tensors raises `AssertionError` here, as
+        SGLang's load does (llama_eagle3.py:358-378).
         """
+        from workbench.sandbox.srt.model_loader.weight_utils import default_weight_loader
+
         params_dict = dict(self.named_parameters())
         stacked_params_mapping = [
             # (param_name, shard_name, shard_id)
@@ -366,21 +379,32 @@ class LlamaForCausalLMEagle3(nn.Module):
                 name = name.replace(weight_name, param_name)
                 param_name = f"model.{name}" if name not in params_dict else name
                 if param_name in params_dict:
-                    _load_shard(params_dict[param_name], param_name, loaded_weight, shard_id, self)
+                    param = params_dict[param_name]
+                    weight_loader = getattr(param, "weight_loader", default_weight_loader)
+                    weight_loader(param, loaded_weight, shard_id)
                 break
             else:
+                # Handle regular parameters
                 param_name = name if name in params_dict else f"model.{name}"
                 if param_name in params_dict:
                     param = params_dict[param_name]
-                    with torch.no_grad():
-                        param.copy_(loaded_weight.to(param.dtype).view_as(param))
+                    weight_loader = getattr(param, "weight_loader", default_weight_loader)
+                    weight_loader(param, loaded_weight)
 
     def get_hot_token_id(self) -> Optional[torch.Tensor]:
         """[draft_vocab] int64 target ids of the draft vocab (None without a d2t)."""
         return self.hot_token_id
 
     def set_embed(self, embed: torch.Tensor) -> None:
-        """Share the target's embedding table [vocab, H] (SGLang: `set_embed`)."""
+        """Share the target's embedding table [vocab, H] (SGLang 0.5.23: `set_embed`, inherited
+        from srt/models/llama.py:910-918). Not when the config's `target_hidden_size` differs from
+        its `hidden_size`: then the draft keeps its own `embed_tokens` (SGLang returns early too)."""
+        # NOTE: If draft hidden size != target hidden size, the embed weight cannot be shared for EAGLE3
+        if (
+            hasattr(self.config, "target_hidden_size")
+            and self.config.target_hidden_size != self.config.hidden_size
+        ):
+            return
         self.model.embed_tokens.weight = nn.Parameter(embed, requires_grad=False)
 
     def set_embed_and_head(self, embed: torch.Tensor, head: torch.Tensor) -> None:
@@ -390,19 +414,30 @@ class LlamaForCausalLMEagle3(nn.Module):
         self.lm_head.weight = nn.Parameter(head, requires_grad=False)
 
 
-def _load_shard(param: nn.Parameter, param_name: str, loaded_weight: torch.Tensor, shard_id, model) -> None:
-    """Weight loader for stacked parameters (SGLang's QKVParallelLinear / MergedColumnParallelLinear)."""
-    module_name = param_name.rsplit(".", 2)[0]
-    module = model.get_submodule(module_name)
-    with torch.no_grad():
-        if isinstance(shard_id, str):  # q / k / v rows of qkv_proj
-            attn = module
-            offsets = {"q": (0, attn.q_size), "k": (attn.q_size, attn.kv_size), "v": (attn.q_size + attn.kv_size, attn.kv_size)}
-            start, size = offsets[shard_id]
-        else:  # gate (0) / up (1) rows of gate_up_proj
-            size = module.intermediate_size
-            start = shard_id * size
-        param.data[start : start + size].copy_(loaded_weight.to(param.dtype))
+def qkv_weight_loader(attn: "LlamaAttention", param: nn.Parameter, loaded_weight: torch.Tensor,
+                      loaded_shard_id: str) -> None:
+    """Copy a q/k/v checkpoint tensor into its rows of the stacked `qkv_proj.weight` of `attn`
+    (SGLang 0.5.23, srt/layers/linear.py `QKVParallelLinear.weight_loader`, TP = 1). Raises
+    `AssertionError` "param_data.shape=... loaded_weight.shape=..." when the shard's shape
+    differs from the tensor's (linear.py:1547-1549, the same text)."""
+    assert loaded_shard_id in ["q", "k", "v"]
+    offsets = {"q": (0, attn.q_size), "k": (attn.q_size, attn.kv_size), "v": (attn.q_size + attn.kv_size, attn.kv_size)}
+    shard_offset, shard_size = offsets[loaded_shard_id]
+    param_data = param.data.narrow(0, shard_offset, shard_size)
+    assert param_data.shape == loaded_weight.shape, (
+        f"{param_data.shape=} {loaded_weight.shape=}"
+    )
+    param_data.copy_(loaded_weight)
+
+
+def gate_up_weight_loader(mlp: "LlamaMLP", param: nn.Parameter, loaded_weight: torch.Tensor, loaded_shard_id: int) -> None:
+    """Copy the gate (0) or up (1) checkpoint tensor into its rows of `gate_up_proj.weight` of
+    `mlp` (SGLang 0.5.23, srt/layers/linear.py `MergedColumnParallelLinear.weight_loader`, TP = 1).
+    Raises a bare `AssertionError` when the shapes differ (linear.py:894, bare there too)."""
+    assert loaded_shard_id < 2
+    param_data = param.data.narrow(0, loaded_shard_id * mlp.intermediate_size, mlp.intermediate_size)
+    assert param_data.shape == loaded_weight.shape
+    param_data.copy_(loaded_weight)
 
 
 EntryClass = [LlamaForCausalLMEagle3]

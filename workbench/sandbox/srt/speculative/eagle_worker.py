@@ -15,6 +15,16 @@ One verify step (S = speculative_num_steps, num_draft_tokens = S + 1):
    5.24 removes n tokens for a negative argument) and the speculative entries from the draft KV cache;
 5. draft extend over the accepted tokens with the target's hidden states (aux capture under
    EAGLE3: width 3H -> `fc` runs; final normed state under EAGLE: width H -> `fc` skipped).
+
+With `--speculative-num-steps 0` drafting is disabled as in SGLang 0.5.23
+(eagle_worker_v2.py:1469-1472, `_build_trivial_verify_input`): the verify forward runs over the
+last token alone and emits the target's one token (accept length 1.00); the draft extend still runs.
+
+Draft token ids keep the dtype the token map gives them (`hot_token_id[topk_index]`, as SGLang's
+worker does) and enter the draft and target forwards as tensors: a float `d2t` fails in the next
+embedding lookup, as it does in SGLang, instead of being rounded to an int here. The classes come
+from the model registry (`srt/models/registry.py`) by each config's `architectures`, as SGLang's
+`get_model_architecture` resolves them.
 """
 
 from __future__ import annotations
@@ -30,7 +40,7 @@ from workbench.sandbox.srt.model_executor.model_runner_components.spec_aux_hidde
     configure_aux_hidden_state_capture,
     resolve_spec_aux_hidden_state_config,
 )
-from workbench.sandbox.srt.models.llama import LlamaForCausalLM
+from workbench.sandbox.srt.model_loader.utils import get_model_architecture
 from workbench.sandbox.srt.models.llama_eagle3 import (
     DraftKVCache,
     ForwardBatch,
@@ -39,6 +49,17 @@ from workbench.sandbox.srt.models.llama_eagle3 import (
 )
 
 logger = logging.getLogger(__name__)
+
+
+def as_input_ids(ids) -> torch.Tensor:
+    """Token ids (Python ints or 0-dim tensors, mixed) -> input_ids [1, T].
+
+    Python ints become int64; a tensor keeps its dtype (so a float token id from a float token
+    map reaches the embedding lookup, which refuses it as SGLang's does)."""
+    if not any(isinstance(i, torch.Tensor) for i in ids):
+        return torch.tensor([list(ids)], dtype=torch.long)
+    parts = [i.reshape(()) if isinstance(i, torch.Tensor) else torch.tensor(int(i), dtype=torch.long) for i in ids]
+    return torch.stack(parts)[None]
 
 
 def crop_target_cache(cache, tokens_to_remove: int) -> None:
@@ -60,7 +81,7 @@ class DecodeState:
     seq_len: int
     last_token: int
     draft_cache: Optional[DraftKVCache] = None
-    next_draft_token: Optional[int] = None  # d_1 for the next verify (target id)
+    next_draft_token: Optional[torch.Tensor] = None  # d_1 for the next verify (target id, 0-dim)
     draft_hidden: Optional[torch.Tensor] = None  # [1, 1, H] pre-norm draft state for step 2
 
 
@@ -74,10 +95,17 @@ class StepResult:
 
 
 class TargetWorker:
-    """Loads the target (`workbench.sandbox.srt.models.llama.LlamaForCausalLM`) and runs it."""
+    """Loads the target, the class its config's `architectures` names in the model registry
+    (`LlamaForCausalLM`, `GraniteForCausalLM`; SGLang 0.5.23 model_loader/utils.py
+    `get_model_architecture`), and runs it. Raises `ValueError` for an architecture the registry
+    cannot resolve, with SGLang's message."""
 
     def __init__(self, model_path: str) -> None:
-        self.model = LlamaForCausalLM.from_pretrained(model_path)
+        from transformers import AutoConfig
+
+        self.hf_config = AutoConfig.from_pretrained(model_path)
+        self.model_cls, self.architecture = get_model_architecture(self.hf_config)
+        self.model = self.model_cls.from_pretrained(model_path)
         self.model_path = model_path
 
     def new_cache(self):
@@ -86,9 +114,10 @@ class TargetWorker:
 
         return DynamicCache(config=self.model.config)
 
-    def forward(self, ids: List[int], start: int, cache) -> Tuple[torch.Tensor, torch.Tensor]:
-        """Extend `cache` with `ids` at positions start.. -> (logits [T, V], hidden [T, width])."""
-        input_ids = torch.tensor([ids], dtype=torch.long)
+    def forward(self, ids: List, start: int, cache) -> Tuple[torch.Tensor, torch.Tensor]:
+        """Extend `cache` with `ids` (ints or 0-dim tensors) at positions start.. -> (logits
+        [T, V], hidden [T, width])."""
+        input_ids = as_input_ids(ids)
         positions = torch.arange(start, start + len(ids))[None]
         logits, hidden = self.model(input_ids, positions, cache)
         return logits[0], hidden[0]
@@ -135,6 +164,13 @@ class EAGLEWorker:
         draft_path = server_args.speculative_draft_model_path
 
         self.draft_hf_config = LlamaConfig.from_pretrained(draft_path)
+        draft_cls, draft_arch = get_model_architecture(self.draft_hf_config)
+        if not issubclass(draft_cls, LlamaForCausalLMEagle3):
+            raise ValueError(
+                f"the draft's architectures {draft_arch!r} names the sandbox's {draft_cls.__name__}, a target class; the "
+                "sandbox builds EAGLE-3 drafts only (LlamaForCausalLMEagle3). SGLang 0.5.23 would build that class for "
+                "the draft and fail in its load_weights on the draft's tensor names (cf. sgl-project/sglang#9135)."
+            )
         # target side: which layers to capture (EAGLE3 only)
         aux_config = resolve_spec_aux_hidden_state_config(
             draft_hf_config=self.draft_hf_config, spec_algorithm=spec_algorithm, is_draft_worker=False
@@ -142,13 +178,14 @@ class EAGLEWorker:
         configure_aux_hidden_state_capture(target_worker.model, aux_config)
 
         logger.info("Load weight begin. avail mem=0.00 GB")
-        self.draft_model = LlamaForCausalLMEagle3(self.draft_hf_config)
+        self.draft_model = draft_cls(self.draft_hf_config)
         weights_path = os.path.join(draft_path, "model.safetensors")
         with safe_open(weights_path, framework="pt") as f:
             self.draft_model.load_weights((name, f.get_tensor(name)) for name in f.keys())
         self.draft_model.eval()
         n_params = sum(p.numel() for p in self.draft_model.parameters())
-        logger.info(f"Load weight end. type=LlamaForCausalLMEagle3, dtype=torch.float32, avail mem=0.00 GB, params={n_params}")
+        logger.info(f"Load weight end. type={type(self.draft_model).__name__}, dtype=torch.float32, avail mem=0.00 GB, "
+                    f"params={n_params}")
 
         self.init_token_map()
         self.init_lm_head()
@@ -182,19 +219,21 @@ class EAGLEWorker:
             self.draft_model.set_embed_and_head(embed, head)
 
     # -- draft model calls ---------------------------------------------------------------------
-    def _draft_forward(self, ids: List[int], start: int, hidden: torch.Tensor, cache: DraftKVCache) -> Tuple[int, torch.Tensor]:
-        """Draft over `ids` at positions start.. with `hidden` [T, width]; returns the target id
-        of the last position's argmax and the last pre-norm hidden [1, 1, H]."""
-        input_ids = torch.tensor([ids], dtype=torch.long)
+    def _draft_forward(self, ids: List, start: int, hidden: torch.Tensor, cache: DraftKVCache) -> Tuple[torch.Tensor, torch.Tensor]:
+        """Draft over `ids` (ints or 0-dim tensors) at positions start.. with `hidden` [T, width];
+        returns the target id of the last position's argmax (a 0-dim tensor, in the token map's
+        dtype) and the last pre-norm hidden [1, 1, H]. Raises `IndexError` when the draft's argmax
+        is beyond the token map (a d2t shorter than the draft vocab), as SGLang's indexing does."""
+        input_ids = as_input_ids(ids)
         positions = torch.arange(start, start + len(ids))[None]
         batch = ForwardBatch(spec_info=SpecInput(hidden_states=hidden[None]), kv_cache=cache)
         logits, aux = self.draft_model(input_ids, positions, batch)
         topk_index = logits[0, -1].argmax()
         if self.hot_token_id is not None:
             topk_index = self.hot_token_id[topk_index]
-        return int(topk_index), aux[:, -1:]
+        return topk_index, aux[:, -1:]
 
-    def forward_draft_extend(self, state: DecodeState, ids: List[int], start: int, hidden: torch.Tensor) -> None:
+    def forward_draft_extend(self, state: DecodeState, ids: List, start: int, hidden: torch.Tensor) -> None:
         """Draft extend over accepted tokens (ids shifted by one w.r.t. the target's hidden states)."""
         state.next_draft_token, state.draft_hidden = self._draft_forward(ids, start, hidden, state.draft_cache)
 
@@ -205,8 +244,11 @@ class EAGLEWorker:
         self.forward_draft_extend(state, prompt[1:] + [tok], 0, hidden)
         return state, tok
 
-    def draft(self, state: DecodeState) -> List[int]:
-        """Chain drafting: d_1 from the last extend, then num_steps - 1 draft forwards."""
+    def draft(self, state: DecodeState) -> List[torch.Tensor]:
+        """Chain drafting: d_1 from the last extend, then num_steps - 1 draft forwards (0-dim
+        tensors, target ids). No drafts at all with 0 steps (SGLang: drafting disabled)."""
+        if self.num_steps == 0:
+            return []
         drafts = [state.next_draft_token]
         hidden = state.draft_hidden[0]
         pos = state.seq_len  # draft position of d_1 (= index of the last extended entry + 1)
@@ -225,10 +267,10 @@ class EAGLEWorker:
         logits, hidden = self.target_worker.forward(verify_ids, n, state.target_cache)
         predictions = logits.argmax(-1).tolist()
         accepted = 0
-        while accepted < len(drafts) and drafts[accepted] == predictions[accepted]:
+        while accepted < len(drafts) and int(drafts[accepted]) == predictions[accepted]:
             accepted += 1
         bonus = predictions[accepted]
-        new_tokens = drafts[:accepted] + [bonus]
+        new_tokens = predictions[:accepted] + [bonus]  # the accepted drafts are these same target ids
         # crop the rejected tail: target cache held n + S + 1 entries, keep n + accepted + 1
         crop_target_cache(state.target_cache, len(drafts) - accepted)
         state.draft_cache.crop(self.num_steps - 1)

@@ -1,6 +1,7 @@
 """Logging set-up in SGLang's format (mirrors SGLang 0.5.23, srt/utils/common.py
 `configure_logger`): `[%Y-%m-%d %H:%M:%S{.mmm if SGLANG_LOG_MS}{rank tags}] message` on stderr,
-no level or logger name; `SGLANG_LOGGING_CONFIG_PATH` replaces the format entirely.
+no level or logger name; `SGLANG_LOGGING_CONFIG_PATH` replaces the format entirely. Also the
+two helpers of SGLang's failure path: `get_exception_traceback` and `kill_process_tree`.
 """
 
 from __future__ import annotations
@@ -39,3 +40,30 @@ def configure_logger(server_args, prefix: str = "") -> None:
     )
     for name in ("httpx", "httpcore"):
         logging.getLogger(name).setLevel(logging.WARNING)
+
+
+def get_exception_traceback() -> str:
+    """The exception being handled, formatted as Python prints it (mirrors SGLang 0.5.23,
+    sglang/utils.py `get_exception_traceback`, lines 119-122)."""
+    import traceback
+
+    etype, value, tb = sys.exc_info()
+    return "".join(traceback.format_exception(etype, value, tb))
+
+
+def kill_process_tree(parent_pid: int) -> None:
+    """Kill ``parent_pid`` with SIGKILL (mirrors SGLang 0.5.23, srt/utils/common.py
+    `kill_process_tree`, lines 2507-2564, for the sandbox's one process: it has no children).
+
+    Logs SGLang's "kill_process_tree called: ..." line, flushes the log handlers (SIGKILL gives
+    them no later chance) and kills: called for this process it does not return, and the
+    process's exit status is -9 (137 in a shell), as SGLang's launcher's is."""
+    import signal
+
+    logger = logging.getLogger(__name__)
+    logger.info(f"kill_process_tree called: parent_pid={parent_pid}, include_parent=True, pid={os.getpid()}")
+    for handler in logging.getLogger().handlers:
+        handler.flush()
+    sys.stderr.flush()
+    sys.stdout.flush()
+    os.kill(parent_pid, signal.SIGKILL)

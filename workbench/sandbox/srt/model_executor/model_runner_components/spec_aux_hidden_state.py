@@ -60,9 +60,15 @@ def _resolve_eagle_aux_hidden_state(*, config: SpecAuxHiddenStateConfig, draft_h
 
 def configure_aux_hidden_state_capture(target_model, config: SpecAuxHiddenStateConfig) -> None:
     """Apply the capture to the target (SGLang 0.5.23, model_runner_components/
-    attention_backend_setup.py): raises if the target lacks `set_eagle3_layers_to_capture`."""
+    attention_backend_setup.py:54-61, `configure_aux_hidden_state_capture`). Raises `ValueError`
+    with SGLang's message when the target class lacks `set_eagle3_layers_to_capture` (e.g. the
+    sandbox's `GraniteForCausalLM`, like SGLang's)."""
     if not config.eagle_use_aux_hidden_state:
         return
     if not hasattr(target_model, "set_eagle3_layers_to_capture"):
-        raise ValueError(f"Model {type(target_model).__name__} does not implement set_eagle3_layers_to_capture")
+        raise ValueError(
+            f"Model {target_model.__class__.__name__} does not implement "
+            "set_eagle3_layers_to_capture, which EAGLE3 aux hidden-state "
+            "capture requires."
+        )
     target_model.set_eagle3_layers_to_capture(config.eagle_aux_hidden_state_layer_ids)
