@@ -5,11 +5,23 @@ anchor's indentation, between marker comments::
 
     # >>> eagle-workbench probe TAG >>>
     ...prints once per process (or once per distinct key, see below), to stderr, flushed:
-    [probe:TAG] expr1=repr(value1) expr2=repr(value2)
+    [probe:TAG pgid=1234 pid=1240] expr1=repr(value1) expr2=repr(value2)
     # <<< eagle-workbench probe TAG <<<
 
 Each expression is evaluated on its own; one that raises prints ``expr=<error:Type('msg')>``
 instead, and nothing the probe does can raise into the patched code.
+
+Which launch printed a line: ``pgid`` is the printing process's process group. A server started
+by ``Box.launch_server`` is its own group (pid == pgid) and the processes it spawns (SGLang's
+scheduler and TP workers) inherit it, so a log appended to by several launches can be split by
+launch: ``read_probe_log(..., pgid=handle)`` returns only the lines of that launch. ``pid`` tells
+the processes of one launch apart (one line per TP rank). Lines printed by the probe blocks of
+earlier versions, ``[probe:TAG] ...``, are still read, as of unknown launch (``pgid`` ``None``).
+A pid can in principle be reused by a later launch into the same log; within one box's uptime
+that needs the pid counter to wrap around between the two launches.
+
+Conditional: with ``when=EXPR`` a call prints only when ``EXPR`` is true (``"param_name not in
+params_dict"`` prints only the checkpoint names ``load_weights`` drops).
 
 One shot per distinct key: with ``once_per=EXPR`` the probe prints the first time each distinct
 ``repr(EXPR)`` is seen in the process, at most ``max_prints`` lines per process. SGLang captures
@@ -17,10 +29,10 @@ CUDA graphs at startup, running the draft's forward on a 1x-wide zeros buffer be
 a once-per-process probe shows only that call, while ``once_per="hidden_states.shape[-1]"`` shows
 each width (the aux-wide draft-extend call under EAGLE3 too).
 
-Expressions only read: ``check_expression`` refuses ``:=``, ``await``/``yield`` and calls of
-in-place methods (a name ending in one ``_``: PyTorch's ``zero_``, ``mul_``, ``copy_``...). It is
-a guard against slips, not a sandbox: ``getattr(x, "zero_")()`` or a call with side effects
-still runs.
+Expressions (and ``once_per``, ``when``) only read: ``check_expression`` refuses ``:=``,
+``await``/``yield`` and calls of in-place methods (a name ending in one ``_``: PyTorch's ``zero_``,
+``mul_``, ``copy_``...). It is a guard against slips, not a sandbox: ``getattr(x, "zero_")()`` or a
+call with side effects still runs.
 
 Safety, in order: only a ``.py`` file is probed, and only when the original compiles with the
 box's python; the original bytes are backed up next to the journal with their sha256; a journal
@@ -38,8 +50,9 @@ original (someone edited it). Probes on the same file stack: revert the newest f
 (``revert_all`` does). ``list_journal`` returns the journal's probes and the entries it could not
 read; ``list_probes`` the probes only.
 
-Reading back: ``read_probe_log`` greps the server's log on the box for ``[probe:TAG]`` (the log is
-never read whole) and returns one ``ProbeReading`` per line, each value parsed by
+Reading back: ``read_probe_log`` greps the server's log on the box for ``[probe:TAG`` lines (the
+log is never read whole) and returns one ``ProbeReading`` per line (of one launch with ``pgid=``),
+each value parsed by
 ``parse_probe_value`` (shapes to tuples of ints, Python literals to values, anything else kept
 as the printed text). ``probe_file_status`` says whether a probed file is still as the journal
 recorded it.
@@ -101,6 +114,10 @@ _COMPILE_SNIPPET = (
 #: Default of ``max_prints``: lines a ``once_per`` probe prints per process at most.
 MAX_PRINTS = 8
 
+#: Default of ``max_repr``: the longest repr (characters) a probe prints for one value; longer ones
+#: are cut and end in "...".
+MAX_REPR = 2000
+
 
 @dataclass(frozen=True)
 class Probe:
@@ -113,10 +130,12 @@ class Probe:
     then remain). ``created_at`` is seconds since the epoch.
 
     ``once_per``: the key expression (``None``: once per process); ``max_prints``: lines per
-    process at most with a key. ``mode``, ``owner_uid``, ``owner_gid``: the original file's
-    permission bits and owner, restored by a revert (``None`` in entries written by older
-    versions). ``owner_note``: ``"owner could not be kept: ..."`` when the last write (the add, or
-    the revert for the value ``revert_probe`` returns) left the file with another owner.
+    process at most with a key; ``when``: the condition a call must meet to print (``None``:
+    every call may); ``max_repr``: characters of one printed value at most. ``mode``,
+    ``owner_uid``, ``owner_gid``: the original file's permission bits and owner, restored by a
+    revert (``None`` in entries written by older versions). ``owner_note``: ``"owner could not be
+    kept: ..."`` when the last write (the add, or the revert for the value ``revert_probe``
+    returns) left the file with another owner.
     """
 
     tag: str
@@ -139,6 +158,8 @@ class Probe:
     owner_uid: Optional[int] = None
     owner_gid: Optional[int] = None
     owner_note: Optional[str] = None
+    when: Optional[str] = None
+    max_repr: int = MAX_REPR
 
     def to_dict(self) -> dict:
         d = dataclasses.asdict(self)
@@ -148,8 +169,8 @@ class Probe:
     @classmethod
     def from_dict(cls, d: dict) -> "Probe":
         """A ``Probe`` from its journal JSON; keys it does not know are ignored, the ones added
-        later (``once_per``, ``max_prints``, ``mode``, owner) default. Raises ``ValueError`` (with
-        the reason) when a field is missing or of the wrong type."""
+        later (``once_per``, ``max_prints``, ``mode``, owner, ``when``, ``max_repr``) default.
+        Raises ``ValueError`` (with the reason) when a field is missing or of the wrong type."""
         if not isinstance(d, dict):
             raise ValueError(f"not a JSON object but {type(d).__name__}")
         fields = {f.name: f for f in dataclasses.fields(cls)}
@@ -166,8 +187,9 @@ class Probe:
             raise ValueError("field 'exprs' holds something other than text")
         if data.get("state", "active") not in ("active", "pending"):
             raise ValueError(f"field 'state' is {data['state']!r}, not 'active' or 'pending'")
-        if data.get("max_prints", MAX_PRINTS) < 1:
-            raise ValueError(f"field 'max_prints' is {data['max_prints']!r}, not a positive number")
+        for name in ("max_prints", "max_repr"):
+            if data.get(name, 1) < 1:
+                raise ValueError(f"field {name!r} is {data[name]!r}, not a positive number")
         data["exprs"] = tuple(data["exprs"])
         return cls(**data)
 
@@ -179,7 +201,8 @@ _FIELD_TYPES: dict[str, tuple[type, ...]] = {
     "exprs": (list, tuple), "original_sha256": (str,), "patched_sha256": (str,), "backup_path": (str,),
     "journal_path": (str,), "block_lines": (int,), "created_at": (int, float), "state": (str,),
     "temp_path": (str, _NONE), "once_per": (str, _NONE), "max_prints": (int,), "mode": (int, _NONE),
-    "owner_uid": (int, _NONE), "owner_gid": (int, _NONE), "owner_note": (str, _NONE),
+    "owner_uid": (int, _NONE), "owner_gid": (int, _NONE), "owner_note": (str, _NONE), "when": (str, _NONE),
+    "max_repr": (int,),
 }
 
 
@@ -336,10 +359,6 @@ def _crash_point(name: str) -> None:
 # -- the block ---------------------------------------------------------------------------------
 
 
-#: Longest repr (characters) a probe prints for one value; longer ones are cut and end in "...".
-MAX_REPR = 2000
-
-
 def render_block(
     tag: str,
     exprs: Sequence[str],
@@ -349,45 +368,69 @@ def render_block(
     *,
     once_per: Optional[str] = None,
     max_prints: int = MAX_PRINTS,
+    when: Optional[str] = None,
 ) -> str:
     """The probe's source text (marker lines included), indented by ``indent``.
 
     Each value is printed as its ``repr`` cut to ``max_repr`` characters, on one line
-    ``[probe:TAG] expr=value ...`` to the process's stderr.
+    ``[probe:TAG pgid=G pid=P] expr=value ...`` to the process's stderr, flushed. ``G`` is
+    ``os.getpgrp()`` of the printing process (a server launched by ``Box.launch_server`` is its
+    own process group and the processes it spawns inherit it: the pgid names the launch), ``P``
+    its ``os.getpid()`` (one TP rank, say); both are ``?`` when they cannot be read. They are
+    read only when the line is printed (never on the calls that print nothing).
 
     Without ``once_per`` the block prints once per process. With ``once_per`` (an expression) it
     prints the first time each distinct ``repr(once_per)`` is seen in the process, at most
-    ``max_prints`` lines per process (after that the key is not even evaluated). The key is
-    evaluated inside the block's ``try``: a key that raises prints one ``<probe failed:...>`` line
-    (once per process) and never raises into the code. The key is not printed: list it among
-    ``exprs`` to see it. Pick a cheap host-side key (a shape, an int, a flag): ``repr`` of a
-    tensor's values would synchronise the GPU (and fail inside CUDA-graph capture).
+    ``max_prints`` lines per process (after that the key is not even evaluated). With ``when``
+    (an expression) it prints only on a call where ``when`` is true: the condition is evaluated
+    first, on each call until the probe has printed (once per process) or reached
+    ``max_prints`` (``once_per``), and a call where it is false uses up nothing.
+
+    Everything is evaluated inside the block's ``try``: an expression that raises prints
+    ``expr=<error:...>``; a key or a condition that raises (or a print that fails) prints one
+    ``<probe failed:...>`` line, once per process, and nothing ever raises into the code. When
+    stderr itself cannot be written the failure is kept in
+    ``sys._eagle_workbench_probes_lost[TAG]`` (there is nowhere left to print it). The key and the
+    condition are not printed: list them among ``exprs`` to see them. Pick cheap host-side ones (a
+    shape, an int, a name): ``repr`` of a tensor's values would synchronise the GPU (and fail
+    inside CUDA-graph capture).
     """
-    prefix = f"[probe:{tag}] "
+    head = f"[probe:{tag}"
     cut = f"_ewb_cut = lambda s: s if len(s) <= {int(max_repr)} else s[:{int(max_repr)}] + '...'"
+    who = [
+        "try:",
+        "    import os as _ewb_os",
+        "    _ewb_who = ' pgid=%d pid=%d' % (_ewb_os.getpgrp(), _ewb_os.getpid())",
+        "except Exception:  # not POSIX: the line is still printed, its launch unknown",
+        "    _ewb_who = ' pgid=? pid=?'",
+    ]
+    body = [BEGIN_MARKER.format(tag=tag), "try:", "    import sys as _ewb_sys"]
     if once_per is None:
-        body = [
-            BEGIN_MARKER.format(tag=tag),
-            "try:",
-            "    import sys as _ewb_sys",
+        body += [
             "    _ewb_fired = _ewb_sys.__dict__.setdefault('_eagle_workbench_probes_fired', set())",
             f"    if {tag!r} not in _ewb_fired:",
-            f"        _ewb_fired.add({tag!r})",
         ]
         pad = "        "
+        if when is not None:
+            body.append(pad + f"if ({when}):")
+            pad += "    "
+        body.append(pad + f"_ewb_fired.add({tag!r})")
     else:
-        body = [
-            BEGIN_MARKER.format(tag=tag),
-            "try:",
-            "    import sys as _ewb_sys",
+        body += [
             "    _ewb_seen = _ewb_sys.__dict__.setdefault('_eagle_workbench_probes_seen', {})"
             + f".setdefault({tag!r}, set())",
             f"    if len(_ewb_seen) < {int(max_prints)}:",
-            f"        _ewb_key = repr(({once_per}))",
-            "        if _ewb_key not in _ewb_seen:",
-            "            _ewb_seen.add(_ewb_key)",
         ]
-        pad = "            "
+        pad = "        "
+        if when is not None:
+            body.append(pad + f"if ({when}):")
+            pad += "    "
+        body += [
+            pad + f"_ewb_key = repr(({once_per}))",
+            pad + "if _ewb_key not in _ewb_seen:",
+            pad + "    _ewb_seen.add(_ewb_key)",
+        ]
+        pad += "    "
     body += [pad + "_ewb_parts = []", pad + cut]
     for expr in exprs:
         body += [
@@ -396,23 +439,23 @@ def render_block(
             pad + "except Exception as _ewb_exc:",
             pad + f"    _ewb_parts.append({expr + '=<error:'!r} + repr(_ewb_exc) + '>')",
         ]
-    body.append(pad + f"print({prefix!r} + ' '.join(_ewb_parts).replace('\\n', '\\\\n'), file=_ewb_sys.stderr, "
-                      "flush=True)")
-    failed = f"print({prefix + '<probe failed:'!r} + repr(_ewb_exc) + '>', file=__import__('sys').stderr, flush=True)"
-    if once_per is None:
-        body += [
-            "except Exception as _ewb_exc:  # a probe must never break the code it watches",
-            f"    {failed}",
-        ]
-    else:
-        body += [
-            "except Exception as _ewb_exc:  # a probe must never break the code it watches",
-            "    _ewb_failed = __import__('sys').__dict__.setdefault('_eagle_workbench_probes_failed', set())",
-            f"    if {tag!r} not in _ewb_failed:",
-            f"        _ewb_failed.add({tag!r})",
-            f"        {failed}",
-        ]
-    body.append(END_MARKER.format(tag=tag))
+    body += [pad + line for line in who]
+    body.append(pad + f"print({head!r} + _ewb_who + '] ' + ' '.join(_ewb_parts).replace('\\n', '\\\\n'), "
+                      "file=_ewb_sys.stderr, flush=True)")
+    body += [
+        "except Exception as _ewb_exc:  # a probe must never break the code it watches",
+        "    try:",
+        "        _ewb_failed = __import__('sys').__dict__.setdefault('_eagle_workbench_probes_failed', set())",
+        f"        if {tag!r} not in _ewb_failed:",
+        f"            _ewb_failed.add({tag!r})",
+        *("            " + line for line in who),
+        f"            print({head!r} + _ewb_who + '] <probe failed:' + repr(_ewb_exc)[:{int(max_repr)}] + '>', "
+        "file=__import__('sys').stderr, flush=True)",
+        "    except Exception as _ewb_lost:  # stderr cannot be written: nowhere left to say it but here",
+        "        __import__('sys').__dict__.setdefault('_eagle_workbench_probes_lost', {})"
+        f"[{tag!r}] = repr(_ewb_lost)",
+        END_MARKER.format(tag=tag),
+    ]
     return "".join(indent + line + newline for line in body)
 
 
@@ -611,6 +654,8 @@ def add_probe(
     function: Optional[str] = None,
     once_per: Optional[str] = None,
     max_prints: int = MAX_PRINTS,
+    when: Optional[str] = None,
+    max_repr: int = MAX_REPR,
     python: Optional[str] = None,
     timeout: float = 60,
 ) -> Probe:
@@ -627,7 +672,12 @@ def add_probe(
     ``"hidden_states.shape[-1]"``) it prints the first time each distinct ``repr(once_per)`` is
     seen in the process, at most ``max_prints`` (a positive int, default 8) lines per process;
     a key that raises prints ``<probe failed:...>`` once and never raises into the engine (see
-    :func:`render_block`). Both are journalled.
+    :func:`render_block`). With ``when`` (an expression, e.g. ``"param_name not in params_dict"``)
+    only a call where it is true prints (and counts towards once / ``max_prints``); it is checked
+    by the same guard as the expressions and evaluated inside the probe's ``try``: a condition that
+    raises prints ``<probe failed:...>`` once per process and never raises into the engine.
+    ``max_repr``: characters of one printed value at most (default :data:`MAX_REPR`). All are
+    journalled. Each line says which process printed it: ``[probe:TAG pgid=G pid=P]``.
 
     Only a file whose (resolved) name ends in ``.py`` is probed, and only when the original
     compiles with ``python`` on the box. The patched file replaces the original by an atomic
@@ -645,8 +695,8 @@ def add_probe(
     the patched file does not compile on the box (nothing is written); ``ProbeConflict`` when the
     file changed while patching (nothing is written) or an earlier add of this tag was interrupted;
     ``ProbeExists`` when the tag is used by a different probe; ``ProbeError`` for a bad tag, an
-    expression that is not Python or would change state, a bad ``max_prints``, a file that is not
-    ``.py`` or not UTF-8.
+    expression (or ``once_per``, ``when``) that is not Python or would change state, a bad
+    ``max_prints`` or ``max_repr``, a file that is not ``.py`` or not UTF-8.
     """
     if not isinstance(tag, str) or not TAG_RE.match(tag):
         raise ProbeError(f"probe tag {tag!r} must match {TAG_RE.pattern}")
@@ -657,8 +707,11 @@ def add_probe(
         check_expression(expr, what=f"probe {tag!r}: expression")
     if once_per is not None:
         check_expression(once_per, what=f"probe {tag!r}: once_per")
-    if isinstance(max_prints, bool) or not isinstance(max_prints, int) or max_prints < 1:
-        raise ProbeError(f"probe {tag!r}: max_prints must be a positive int, got {max_prints!r}")
+    if when is not None:
+        check_expression(when, what=f"probe {tag!r}: when")
+    for name, value in (("max_prints", max_prints), ("max_repr", max_repr)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ProbeError(f"probe {tag!r}: {name} must be a positive int, got {value!r}")
     p = box.realpath(path, timeout=timeout)  # patch the real file, never replace a symlink
     if not p.endswith(".py"):
         raise ProbeError("not a Python source file (a probe goes only into a file ending in .py)", path=p,
@@ -669,10 +722,13 @@ def add_probe(
     if existing is not None:
         same = (existing.path == p and existing.exprs == exprs and existing.anchor == before
                 and existing.function == function and existing.once_per == once_per
-                and (once_per is None or existing.max_prints == max_prints))
+                and (once_per is None or existing.max_prints == max_prints)
+                and existing.when == when and existing.max_repr == max_repr)
         if not same:
             key = (f", once per {existing.once_per} (max {existing.max_prints})" if existing.once_per is not None
                    else ", once per process")
+            if existing.when is not None:
+                key += f", when {existing.when}"
             raise ProbeExists(
                 f"probe tag {tag!r} is already used by a probe on {existing.path} line {existing.line} "
                 f"with {list(existing.exprs)}{key}; revert it first (`workbench probe revert --tag {tag}`) "
@@ -723,7 +779,7 @@ def add_probe(
     anchor_line = lines[idx]
     indent = anchor_line[: len(anchor_line) - len(anchor_line.lstrip(" \t"))]
     newline = "\r\n" if anchor_line.endswith("\r\n") else "\n"
-    block = render_block(tag, exprs, indent, newline, once_per=once_per, max_prints=max_prints)
+    block = render_block(tag, exprs, indent, newline, max_repr, once_per=once_per, max_prints=max_prints, when=when)
     patched = ("".join(lines[:idx]) + block + "".join(lines[idx:])).encode("utf-8")
     probe = Probe(
         tag=tag,
@@ -742,6 +798,8 @@ def add_probe(
         temp_path=box.temp_path_for(p),
         once_per=once_per,
         max_prints=max_prints,
+        when=when,
+        max_repr=max_repr,
         mode=mode,
         owner_uid=owner[0] if owner else None,
         owner_gid=owner[1] if owner else None,
@@ -982,38 +1040,71 @@ def revert_all(box: Box, *, timeout: float = 60) -> list[Probe]:
 
 
 def _line_rx(tag: str) -> "re.Pattern[str]":
-    """A probe's output line: ``[probe:TAG] `` not preceded by a quote (a traceback that quotes
-    the probe's own source, ``print('[probe:TAG] ' + ...)``, is not output)."""
-    return re.compile(r"(?<!['\"])\[probe:" + re.escape(tag) + r"\] (.*)$")
+    """A probe's output line: ``[probe:TAG pgid=G pid=P] `` (or ``[probe:TAG] ``, printed by the
+    probe blocks of earlier versions) not preceded by a quote (a traceback that quotes the probe's
+    own source, ``print('[probe:TAG' + ...)``, is not output)."""
+    return re.compile(r"(?<!['\"])\[probe:" + re.escape(tag)
+                      + r"(?: pgid=(?P<pgid>\d+|\?))?(?: pid=(?P<pid>\d+|\?))?\] (?P<body>.*)$")
+
+
+def launch_pgid(launch: Any) -> Optional[int]:
+    """The process group that identifies a launch: ``launch`` itself when it is an int, its
+    ``.pgid`` for a ``ServerHandle`` (``Box.launch_server``), a ``ServerProcess``
+    (``Box.find_servers``) or anything else with one; ``None`` for ``None``. Raises ``TypeError``
+    for anything else (a bool, a string, a handle without ``pgid``)."""
+    if launch is None:
+        return None
+    value = launch if isinstance(launch, int) else getattr(launch, "pgid", None)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"a launch is a process group id (int) or a server handle with .pgid, got {launch!r}")
+    return value
+
+
+def _parse_probe_line(line: str, tag: str, exprs: Optional[Sequence[str]]
+                      ) -> Optional[tuple[Optional[int], Optional[int], dict[str, str]]]:
+    """``(pgid, pid, {expr: text})`` of one log line printed by probe ``tag``, ``None`` when the
+    line is not one. ``pgid``/``pid`` are ``None`` on a line of an older probe block (no pgid) or
+    one printed where they could not be read (``?``)."""
+    m = _line_rx(tag).search(line.rstrip("\r\n"))
+    if not m:
+        return None
+    body = m.group("body")
+    if body.startswith("<probe failed:"):
+        raw = {"probe_error": body}
+    elif exprs:
+        raw = _split_known(body, list(exprs))
+    else:
+        raw = _split_heuristic(body)
+    pgid, pid = (int(v) if v and v.isdigit() else None for v in (m.group("pgid"), m.group("pid")))
+    return pgid, pid, raw
 
 
 def read_probe_output(
-    log: Union[str, Iterable[str]], tag: Union[str, Probe], *, exprs: Optional[Sequence[str]] = None
+    log: Union[str, Iterable[str]], tag: Union[str, Probe], *, exprs: Optional[Sequence[str]] = None,
+    pgid: Any = None,
 ) -> list[dict[str, str]]:
-    """The values each ``[probe:TAG]`` line printed, one dict ``{expr: repr-text}`` per line,
+    """The values each ``[probe:TAG ...]`` line printed, one dict ``{expr: repr-text}`` per line,
     in log order. ``log`` is the log text or its lines.
 
     With ``exprs`` (or a ``Probe`` for ``tag``) the fields are split exactly on the known
     expressions; without, on spaces outside brackets and quotes before ``name=``. A line
     printed by a failing probe gives ``{"probe_error": text}``.
+
+    ``pgid``: only the lines printed by that launch (an int, or a server handle / process with
+    ``.pgid``: see :func:`launch_pgid`); a line without a pgid (printed by an older probe block)
+    belongs to no known launch and is then left out. Default: every line. Raises ``TypeError``
+    for a ``pgid`` that is no launch.
     """
     if isinstance(tag, Probe):
         exprs = exprs or tag.exprs
         tag = tag.tag
+    want = launch_pgid(pgid)
     lines = log.splitlines() if isinstance(log, str) else log
-    rx = _line_rx(tag)
     out = []
     for line in lines:
-        m = rx.search(line.rstrip("\r\n"))
-        if not m:
-            continue
-        body = m.group(1)
-        if body.startswith("<probe failed:"):
-            out.append({"probe_error": body})
-        elif exprs:
-            out.append(_split_known(body, list(exprs)))
-        else:
-            out.append(_split_heuristic(body))
+        parsed = _parse_probe_line(line, tag, exprs)
+        if parsed is not None and (want is None or parsed[0] == want):
+            out.append(parsed[2])
     return out
 
 
@@ -1172,7 +1263,10 @@ class ProbeReading:
     ``values``: ``{expr: parsed value}`` (:func:`parse_probe_value`); ``raw``: ``{expr: the
     printed text}``; a line printed by a failing probe has the single key ``probe_error``.
     ``line_number``: 1-based line in the log; ``log_line``: the whole line as logged (rank tags
-    and any prefix included).
+    and any prefix included). ``pgid``: the process group of the process that printed it (the
+    launch: ``Box.launch_server`` makes the server its own group and SGLang's scheduler / TP
+    worker processes inherit it); ``pid``: that process. Both ``None`` on a line printed by an
+    older probe block (no ``pgid=`` in it: of unknown launch) or where they could not be read.
     """
 
     tag: str
@@ -1180,6 +1274,8 @@ class ProbeReading:
     raw: dict
     line_number: int
     log_line: str = ""
+    pgid: Optional[int] = None
+    pid: Optional[int] = None
 
     @property
     def error(self) -> Optional[str]:
@@ -1193,8 +1289,18 @@ class ProbeReading:
 
     def to_dict(self) -> dict:
         """JSON-ready: tuples become lists; values JSON cannot hold (sets, bytes, nan) as text."""
-        return {"tag": self.tag, "line_number": self.line_number, "values": {k: _jsonable(v) for k, v in self.values.items()},
-                "raw": dict(self.raw), "log_line": self.log_line}
+        return {"tag": self.tag, "line_number": self.line_number, "pgid": self.pgid, "pid": self.pid,
+                "values": {k: _jsonable(v) for k, v in self.values.items()}, "raw": dict(self.raw),
+                "log_line": self.log_line}
+
+
+def readings_by_launch(readings: Iterable[ProbeReading]) -> dict[Optional[int], list[ProbeReading]]:
+    """``{pgid: readings}`` in order of first appearance; key ``None`` holds the lines of unknown
+    launch (printed by an older probe block, without ``pgid=``)."""
+    out: dict[Optional[int], list[ProbeReading]] = {}
+    for r in readings:
+        out.setdefault(r.pgid, []).append(r)
+    return out
 
 
 def _jsonable(value: Any) -> Any:
@@ -1215,27 +1321,38 @@ def read_probe_log(
     tag: Union[str, Probe],
     *,
     exprs: Optional[Sequence[str]] = None,
+    pgid: Any = None,
     timeout: float = 30,
 ) -> list[ProbeReading]:
     """What probe ``tag`` printed into the log file ``log_path`` on the box, one
     :class:`ProbeReading` per line, in log order (``[]`` when it has not fired).
 
-    The log is never read whole: ``grep -n -a -F -- "[probe:TAG]" LOG`` runs on the box and only
-    the matching lines come back (a multi-GB log costs one sequential scan there). Fields are
-    split on ``exprs`` (or the ``Probe``'s) when known, else heuristically (see
+    ``pgid``: only the lines printed by that launch: a process group id, or the launch's
+    ``ServerHandle`` (``Box.launch_server``) / ``ServerProcess`` (``Box.find_servers``). A log
+    appended to by several launches holds the same tag from each; only the lines of the launch
+    you ask for are evidence about it. Lines without a pgid (printed by an older probe block) are
+    of unknown launch and are then left out. Default ``None``: every line, each with its
+    ``pgid`` (split them with :func:`readings_by_launch`).
+
+    The log is never read whole: ``grep -n -a -F -e "[probe:TAG]" -e "[probe:TAG pgid=" LOG`` runs
+    on the box and only the matching lines come back (a multi-GB log costs one sequential scan
+    there). Fields are split on ``exprs`` (or the ``Probe``'s) when known, else heuristically (see
     :func:`read_probe_output`). ``timeout`` in seconds for the grep.
 
-    Raises ``ProbeError`` for a malformed tag or when grep fails for another reason;
-    ``RemoteFileNotFound`` when the log does not exist, ``RemoteIsADirectory`` when it is a
-    directory, ``RemotePermissionError`` when it cannot be read; ``CommandTimedOut`` on time-out.
+    Raises ``ProbeError`` for a malformed tag or when grep fails for another reason; ``TypeError``
+    for a ``pgid`` that is no launch; ``RemoteFileNotFound`` when the log does not exist,
+    ``RemoteIsADirectory`` when it is a directory, ``RemotePermissionError`` when it cannot be
+    read; ``CommandTimedOut`` on time-out.
     """
     if isinstance(tag, Probe):
         exprs = exprs or tag.exprs
         tag = tag.tag
     if not isinstance(tag, str) or not TAG_RE.match(tag):
         raise ProbeError(f"probe tag {tag!r} must match {TAG_RE.pattern}")
+    want = launch_pgid(pgid)
     path = box.expand_path(log_path)
-    res = box.run(["grep", "-n", "-a", "-F", "--", f"[probe:{tag}]", path], timeout=timeout, check=False)
+    res = box.run(["grep", "-n", "-a", "-F", "-e", f"[probe:{tag}]", "-e", f"[probe:{tag} pgid=", "--", path],
+                  timeout=timeout, check=False)
     if res.exit_code == 1:
         return []
     if res.exit_code != 0:
@@ -1249,10 +1366,12 @@ def read_probe_log(
         number, sep, line = row.partition(":")
         if not sep or not number.isdigit():
             continue
-        parsed = read_probe_output([line], tag, exprs=exprs)
-        if not parsed:
+        parsed = _parse_probe_line(line, tag, exprs)
+        if parsed is None:
             continue  # "[probe:TAG]" quoted, or not followed by the values
-        raw = parsed[0]
+        line_pgid, line_pid, raw = parsed
+        if want is not None and line_pgid != want:
+            continue
         values = dict(raw) if "probe_error" in raw else {k: parse_probe_value(v) for k, v in raw.items()}
-        readings.append(ProbeReading(tag, values, raw, int(number), line.rstrip("\r")))
+        readings.append(ProbeReading(tag, values, raw, int(number), line.rstrip("\r"), line_pgid, line_pid))
     return readings

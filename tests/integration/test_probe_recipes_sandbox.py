@@ -20,6 +20,7 @@ import hashlib
 import json
 import shlex
 import sys
+import time
 from pathlib import Path
 
 import httpx
@@ -28,6 +29,7 @@ import pytest
 from remote import connect
 from remote.probes import list_probes, read_probe_log
 from workbench.cli import main
+from workbench.engine import running_servers
 from workbench.sandbox_box import sandbox_launch_command
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -136,3 +138,122 @@ def test_recipes_on_the_sandbox_under_eagle3_and_eagle(tmp_path, free_port, monk
     assert len(head) == 8 and all(0 <= t < draft_cfg["vocab_size"] for t in head)
     assert d2t1.values["self.hot_token_id is None"] is True
     assert d2t1.values[shape_expr] is None and d2t1.values[head_expr] is None and not d2t1.errors
+
+
+# -- the weight recipes, and one log appended by two launches ------------------------------------------
+
+#: Checkpoint names renamed in the broken copy of the draft, and the names load_weights then looks
+#: for and drops: one in the plain branch (``.2``), one in the stacked q/k/v loop (the main probe).
+RENAMED = {"fc.weight": "fc.weights", "midlayer.self_attn.q_proj.weight": "midlayr.self_attn.q_proj.weight"}
+DROPPED = {"fc.weights": "model.fc.weights", "midlayr.self_attn.qkv_proj.weight": "model.midlayr.self_attn.qkv_proj.weight"}
+WEIGHT_PROBES = {"draft-weights-unmatched": "srt/models/llama_eagle3.py",
+                 "draft-params-at-init": "srt/speculative/eagle_worker.py", "draft-input-width": "srt/models/llama_eagle3.py"}
+
+
+def _broken_draft(tmp_path: Path) -> Path:
+    """A copy of the sandbox draft with the tensors of RENAMED renamed in its safetensors file."""
+    from safetensors import safe_open
+    from safetensors.numpy import load_file, save_file
+
+    src = SANDBOX / "models" / "draft"
+    dest = tmp_path / "draft-renamed"
+    dest.mkdir()
+    (dest / "config.json").write_bytes((src / "config.json").read_bytes())
+    with safe_open(str(src / "model.safetensors"), framework="np") as f:
+        metadata = f.metadata()
+    tensors = load_file(str(src / "model.safetensors"))
+    save_file({RENAMED.get(k, k): v for k, v in tensors.items()}, str(dest / "model.safetensors"), metadata=metadata)
+    return dest
+
+
+def _read(capsys, *argv) -> tuple[int, dict, str]:
+    code, out, err = _probe(capsys, "read", *argv, "--json")
+    return code, (json.loads(out) if out.strip() else {}), err
+
+
+def test_weight_recipes_name_what_load_weights_dropped_per_launch(tmp_path, free_port, monkeypatch, capsys):
+    """The healthy draft, then a copy with two tensors renamed, served in turn with their lines
+    appended to one log: ``draft-weights-unmatched`` shows no name for the first launch and exactly
+    the two dropped names for the second; ``draft-params-at-init`` shows the fc the rename left at its
+    random initialisation; ``probe read --port`` counts only the running server's lines (before its
+    first line, the draft-input-width lines in the log are the earlier launch's)."""
+    from workbench.engine.recipes import params_left_at_init, read_recipes, weights_unmatched
+
+    monkeypatch.setenv("EAGLE_WORKBENCH_STATE_DIR", str(tmp_path / "box-state"))
+    box = connect("local")
+    files = {rel: SANDBOX / rel for rel in WEIGHT_PROBES.values()}
+    before = {rel: path.read_bytes() for rel, path in files.items()}
+    broken = _broken_draft(tmp_path)
+    log = tmp_path / "server.log"
+    port = str(free_port)
+    launches = {}
+    try:
+        for name in WEIGHT_PROBES:
+            code, out, err = _probe(capsys, "add", "--recipe", name, "--package", "workbench.sandbox", "--python",
+                                    sys.executable, "--json")
+            assert code == 0, err
+        probes = list_probes(box)
+        assert sorted(p.tag for p in probes) == sorted([
+            "draft-weights-unmatched", "draft-weights-unmatched.2", "draft-weights-unmatched.ran",
+            "draft-params-at-init", "draft-params-at-init.before", "draft-input-width"])
+        for label, draft in (("healthy", SANDBOX / "models" / "draft"), ("renamed", broken)):
+            argv = shlex.split(sandbox_launch_command(algorithm="EAGLE3", port=free_port))
+            argv[argv.index("--speculative-draft-model-path") + 1] = str(draft)
+            handle = box.launch_server(argv, port=free_port, log_path=log, append_log=True)
+            launches[label] = handle
+            try:
+                # right after the launch (the server still imports torch and loads): no line of its own yet.
+                # (Once healthy it has printed its width: the warm-up request runs the draft.)
+                deadline = time.monotonic() + 30
+                while not running_servers(box, port=free_port) and time.monotonic() < deadline:
+                    time.sleep(0.02)  # until the launcher's shell has exec'd the server
+                width_before = _read(capsys, "--tag", "draft-input-width", "--port", port)
+                box.wait_healthy(handle, timeout=240)
+                unmatched = _read(capsys, "--recipe", "draft-weights-unmatched", "--port", port)
+                at_init = _read(capsys, "--recipe", "draft-params-at-init", "--port", port)
+                reply = httpx.post(box.url(free_port) + "/generate", timeout=120, trust_env=False,
+                                   json={"text": "def main():\n    ", "sampling_params": {"max_new_tokens": 4}})
+                assert reply.status_code == 200, reply.text
+                width_after = _read(capsys, "--tag", "draft-input-width", "--port", port)  # warm-up and request
+                by_recipe = read_recipes(box, log, probes, pgid=handle, timeout=30)
+            finally:
+                box.stop_server(handle)
+            launches[label] = (handle, width_before, unmatched, at_init, width_after, by_recipe)
+    finally:
+        code, out, err = _probe(capsys, "revert", "--all")
+        restored = {rel: path.read_bytes() == before[rel] for rel, path in files.items()}
+    assert code == 0, err
+    assert restored == {rel: True for rel in files}, "a sandbox file was left patched"
+
+    (h1, w1_before, unmatched1, init1, w1_after, recipes1) = launches["healthy"]
+    (h2, w2_before, unmatched2, init2, w2_after, recipes2) = launches["renamed"]
+    # healthy: load_weights ran with the probes in place and matched every name; only the embedding is
+    # unwritten (the target's replaces it right after); nothing of the draft-input-width yet
+    assert unmatched1[0] == 0 and unmatched1[1]["missing"] == [] and unmatched1[1]["result"] == {"unmatched": []}
+    assert [r["tag"] for r in unmatched1[1]["readings"]] == ["draft-weights-unmatched.ran"]
+    assert init1[0] == 0 and init1[1]["result"]["faults"] == {}
+    assert init1[1]["result"]["shared_from_target"] == ["model.embed_tokens.weight"]
+    assert w1_before[0] == 1 and "no [probe:draft-input-width] line at all" in w1_before[2]
+    assert w1_after[0] == 0 and {r["pgid"] for r in w1_after[1]["readings"]} == {h1.pgid}
+    # renamed: exactly the two dropped names, from this launch only; fc left at its initial value (the
+    # q shard dropped from qkv_proj is a partial write: named by draft-weights-unmatched, not at init)
+    assert unmatched2[0] == 0 and sorted(unmatched2[1]["result"]["unmatched"]) == sorted(DROPPED)
+    assert {r["values"]["name"]: r["values"]["param_name"] for r in unmatched2[1]["readings"] if r["values"].get("name")
+            } == DROPPED
+    assert {r["pgid"] for r in unmatched2[1]["readings"]} == {h2.pgid}
+    assert init2[0] == 0 and list(init2[1]["result"]["faults"]) == ["model.fc.weight"]
+    assert "model.layers.0.self_attn.qkv_proj.weight" in init2[1]["result"]["changed"]
+    # before its warm-up the second server has printed no width: the log's lines are the first's
+    assert w2_before[0] == 1
+    assert (f"no [probe:draft-input-width] line from the server running now (pid {h2.pid}, started" in w2_before[2]
+            and "are from an earlier launch" in w2_before[2] and "send a request" in w2_before[2])
+    assert w2_before[1]["readings"] == [] and list(w2_before[1]["other_launches"]) == [str(h1.pgid)]
+    assert w2_after[0] == 0
+    assert {r["pgid"] for r in w2_after[1]["readings"]} == {h2.pgid}
+    # the library: the same, per launch
+    assert weights_unmatched(recipes1["draft-weights-unmatched"]) == []
+    assert sorted(weights_unmatched(recipes2["draft-weights-unmatched"])) == sorted(DROPPED)
+    assert list(params_left_at_init(recipes2["draft-params-at-init"]).faults) == ["model.fc.weight"]
+    assert params_left_at_init(recipes1["draft-params-at-init"]).compared == 1
+    assert {r.pgid for rs in recipes2.values() for r in rs} == {h2.pgid}
+    assert list_probes(box) == []

@@ -33,6 +33,7 @@ from remote.probes import (
     add_probe,
     check_expression,
     journal_dir,
+    launch_pgid,
     list_journal,
     list_probes,
     locate_anchor,
@@ -41,6 +42,7 @@ from remote.probes import (
     probe_file_status,
     read_probe_log,
     read_probe_output,
+    readings_by_launch,
     render_block,
     revert_all,
     revert_probe,
@@ -143,10 +145,10 @@ def test_probe_fires_once_with_values_and_reverts_byte_for_byte(box, src):
     assert out.returncode == 0, out.stderr
     assert out.stdout.splitlines() == ["torch.Size([1, 7168])", "fc(hidden_states)"]  # behaviour unchanged
     probe_lines = [line for line in out.stderr.splitlines() if line.startswith("[probe:")]
-    assert probe_lines == [
-        "[probe:fc-width] hidden_states.shape=torch.Size([1, 7168]) embeds.shape[-1]=7168 "
-        "1/0=<error:ZeroDivisionError('division by zero')>"
-    ]
+    [line] = probe_lines  # the caller runs in this test's process group (subprocess.run keeps it)
+    assert re.fullmatch(
+        rf"\[probe:fc-width pgid={os.getpgrp()} pid=\d+\] hidden_states.shape=torch.Size\(\[1, 7168\]\) "
+        r"embeds.shape\[-1\]=7168 1/0=<error:ZeroDivisionError\('division by zero'\)>", line), line
     values = read_probe_output(out.stderr, probe)
     assert values == [
         {
@@ -694,10 +696,11 @@ def test_render_block_once_per_default_and_key_failure():
         for shape in ((1, 2), (1, 2), (1, 3), None, None, (1, 3), (1, 4)):
             x = type("T", (), {"shape": shape})()
             assert ns["f"](x) == 1  # a key that raises (None[-1]) never reaches the caller
+    who = f"pgid={os.getpgrp()} pid={os.getpid()}"
     assert err.getvalue().splitlines() == [
-        "[probe:w] x.shape=(1, 2)", "[probe:w] x.shape=(1, 3)",
-        "[probe:w] <probe failed:TypeError(\"'NoneType' object is not subscriptable\")>",  # once
-        "[probe:w] x.shape=(1, 4)"]
+        f"[probe:w {who}] x.shape=(1, 2)", f"[probe:w {who}] x.shape=(1, 3)",
+        f"[probe:w {who}] <probe failed:TypeError(\"'NoneType' object is not subscriptable\")>",  # once
+        f"[probe:w {who}] x.shape=(1, 4)"]
 
 
 def test_journal_entries_of_older_versions_still_load_and_revert(box, src):
@@ -854,3 +857,128 @@ def test_locate_anchor_counts_lines_without_other_probes_blocks(box, src):
     assert locate_anchor(box, src, before=in_file, without_probes=True) == 18
     assert DRAFT_SOURCE.splitlines()[17].strip() == "return hidden_states"
     revert_all(box)
+
+
+# -- which launch printed a line -----------------------------------------------------------------------
+
+ENGINE_STEP = textwrap.dedent(
+    """\
+    def step(label):
+        width = len(label)
+        return width
+    """
+)
+
+#: A tiny server (tests/remote/tiny_launch_server.py) that first runs the probed ``step`` in its own
+#: process and in a worker process it spawns (as SGLang's scheduler runs the model), then serves.
+LAUNCH_WITH_WORKER = textwrap.dedent(
+    """\
+    import runpy, subprocess, sys
+    engine_dir, tiny, port, label = sys.argv[1:5]
+    sys.path.insert(0, engine_dir)
+    import engine_step
+    engine_step.step(label)
+    code = f"import sys; sys.path.insert(0, {engine_dir!r}); import engine_step; engine_step.step({label + '-worker'!r})"
+    subprocess.run([sys.executable, "-c", code], check=True)
+    sys.argv = [tiny, "--port", port]
+    runpy.run_path(tiny, run_name="__main__")
+    """
+)
+
+
+def test_a_log_appended_by_two_launches_is_read_per_launch(box, tmp_path, tiny_server_argv, free_port):
+    """Two real launches append to one log; each line carries its launch's pgid (the server's pid,
+    inherited by the worker it spawns); reading with pgid= returns only that launch's lines, and a
+    line of the older format (no pgid) is read as of unknown launch."""
+    engine = tmp_path / "engine"
+    engine.mkdir()
+    (engine / "engine_step.py").write_text(ENGINE_STEP)
+    probe = add_probe(box, engine / "engine_step.py", before=r"return width", exprs=["label", "width"], tag="step")
+    log = tmp_path / "server.log"
+    handles = []
+    try:
+        for label in ("first", "second"):
+            argv = [sys.executable, "-c", LAUNCH_WITH_WORKER, str(engine), tiny_server_argv[1], str(free_port), label]
+            handle = box.launch_server(argv, port=free_port, log_path=log, append_log=True)
+            handles.append(handle)
+            box.wait_healthy(handle, timeout=60)
+            box.stop_server(handle)
+    finally:
+        for handle in handles:
+            box.stop_server(handle)
+        revert_probe(box, probe)
+    first, second = handles
+    assert first.pid == first.pgid and second.pid == second.pgid and first.pgid != second.pgid
+    with log.open("a") as f:  # a line printed by an older probe block: no pgid
+        f.write("[probe:step] label='old' width=3\n")
+
+    everything = read_probe_log(box, log, probe)
+    assert [(r.values["label"], r.pgid) for r in everything] == [
+        ("first", first.pgid), ("first-worker", first.pgid), ("second", second.pgid),
+        ("second-worker", second.pgid), ("old", None)]
+    server_line, worker_line = everything[:2]
+    assert server_line.pid == first.pid and worker_line.pid not in (None, first.pid)  # the worker: same group
+    assert server_line.log_line.startswith(f"[probe:step pgid={first.pgid} pid={first.pid}] label='first'")
+    for handle, label in ((first, "first"), (second, "second")):
+        mine = read_probe_log(box, log, probe, pgid=handle)
+        assert [r.values["label"] for r in mine] == [label, label + "-worker"]
+        assert [r.values for r in read_probe_log(box, log, "step", pgid=handle.pgid)] == [r.values for r in mine]
+        assert read_probe_output(log.read_text(), probe, pgid=handle) == [r.raw for r in mine]
+    assert list(readings_by_launch(everything)) == [first.pgid, second.pgid, None]
+    assert readings_by_launch(everything)[None][0].to_dict()["pgid"] is None
+    assert read_probe_log(box, log, probe, pgid=1) == []  # a launch that printed nothing here
+    with pytest.raises(TypeError, match="process group id"):
+        read_probe_log(box, log, probe, pgid="first")
+    assert launch_pgid(None) is None and launch_pgid(7) == 7
+    with pytest.raises(TypeError):
+        launch_pgid(True)
+
+
+def test_when_prints_only_the_calls_it_holds_for_and_never_raises(box, src, tmp_path):
+    """``when``: only calls where it is true print (and count towards once / max_prints); a
+    condition that raises prints one <probe failed:...> line and the code runs on unchanged."""
+    wide = _add_fc(box, src, tag="wide", exprs=["hidden_states.shape"], once_per="hidden_states.shape[-1]",
+                   when="hidden_states.shape[-1] > 10000", max_prints=2)
+    assert wide.when == "hidden_states.shape[-1] > 10000"
+    first_wide = _add_fc(box, src, tag="first-wide", exprs=["hidden_states.shape"],
+                         when="hidden_states.shape[-1] > 10000")  # once per process, the first call that holds
+    broken = _add_fc(box, src, tag="broken", exprs=["hidden_states.shape"], when="hidden_states.no_such_attr")
+    assert json.loads(open(wide.journal_path).read())["when"] == "hidden_states.shape[-1] > 10000"
+    log = tmp_path / "server.log"
+    log.write_text(_run_widths(src, [7168, 21504, 7168, 20000, 30000, 21504]))
+    assert [r.values["hidden_states.shape"] for r in read_probe_log(box, log, wide)] == [(1, 21504), (1, 20000)]
+    assert [r.values["hidden_states.shape"] for r in read_probe_log(box, log, first_wide)] == [(1, 21504)]
+    [failed] = read_probe_log(box, log, broken)
+    assert failed.error.startswith("<probe failed:AttributeError(") and failed.pgid == os.getpgrp()
+    with pytest.raises(ProbeExists, match="when hidden_states.shape"):  # another condition is another probe
+        _add_fc(box, src, tag="wide", exprs=["hidden_states.shape"], once_per="hidden_states.shape[-1]",
+                max_prints=2)
+    with pytest.raises(ProbeError, match="when '\\(n := 1\\)' is refused"):
+        _add_fc(box, src, tag="bad-when", when="(n := 1)")
+    with pytest.raises(ProbeError, match="max_repr must be a positive int"):
+        _add_fc(box, src, tag="bad-repr", max_repr=0)
+    revert_all(box)
+    assert src.read_text() == DRAFT_SOURCE
+
+
+def test_the_block_never_raises_even_when_stderr_cannot_be_written():
+    """A print that fails (stderr closed, a broken pipe) is caught too: the failure is kept in
+    sys._eagle_workbench_probes_lost, and the code goes on."""
+    ns: dict = {}
+    exec(compile("def f(x):\n" + render_block("lost-t", ["x"], "    ", when="x > 0") + "    return x + 1\n",
+                 "<probe>", "exec"), ns)
+
+    class Unwritable:
+        def write(self, s):
+            raise OSError("stderr is closed")
+
+        def flush(self):
+            raise OSError("stderr is closed")
+
+    saved = sys.stderr
+    sys.stderr = Unwritable()
+    try:
+        assert ns["f"](0) == 1 and ns["f"](1) == 2 and ns["f"](2) == 3
+    finally:
+        sys.stderr = saved
+    assert sys._eagle_workbench_probes_lost["lost-t"] == "OSError('stderr is closed')"

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from workbench.engine.recipes import RECIPES, recipe_probe
+from workbench.engine.recipes import RECIPES, recipe_probe, recipe_probes
 from workbench.engine.codepath import code_path_map, map_for_launch
 from workbench.rules.engine_source import scan_swallowed
 from workbench.engine import EngineNotFound, EngineSource, SourceLookupError, find_engine
@@ -32,6 +32,7 @@ EXPECTED_0_5_23 = {
     "target-capture-point": ("srt/models/llama.py", 487, "hidden_states = self.layers[i]("),
     "draft-fc-defined": ("srt/models/llama_eagle3.py", 163, "self.fc = torch.nn.Linear("),
     "draft-fc-width-check": ("srt/models/llama_eagle3.py", 238, "if hidden_states.shape[-1] != embeds.shape[-1]:"),
+    "draft-params-dict": ("srt/models/llama_eagle3.py", 326, "params_dict = dict(self.named_parameters())"),
     "draft-weight-renames": ("srt/models/llama_eagle3.py", 338, "legacy_name_map = {"),
     "draft-weight-drop": ("srt/models/llama_eagle3.py", 363, "if param_name in params_dict:"),
     "draft-d2t-read": ("srt/models/llama_eagle3.py", 352,
@@ -197,6 +198,19 @@ def test_sandbox_engine_map_is_complete_and_recipes_resolve(box):
     for name in RECIPES:
         spec = recipe_probe(cmap, name)
         assert spec.line == cmap.entry(RECIPES[name].entry).line and spec.tag == name
+    sites = {s.tag: (src.rel(s.path), s.line, s.code.strip()) for name in RECIPES for s in recipe_probes(cmap, name)}
+    assert sites == {  # the sandbox's mirror of the 0.5.23 anchors
+        "draft-weights-unmatched": ("srt/models/llama_eagle3.py", 368, "if param_name in params_dict:"),
+        "draft-weights-unmatched.2": ("srt/models/llama_eagle3.py", 373, "if param_name in params_dict:"),
+        "draft-weights-unmatched.ran": ("srt/models/llama_eagle3.py", 335, "params_dict = dict(self.named_parameters())"),
+        "draft-params-at-init": ("srt/speculative/eagle_worker.py", 172, "if self.speculative_algorithm.is_eagle3():"),
+        "draft-params-at-init.before": ("srt/models/llama_eagle3.py", 335,
+                                        "params_dict = dict(self.named_parameters())"),
+        "draft-input-width": ("srt/models/llama_eagle3.py", 275, "if hidden_states.shape[-1] != embeds.shape[-1]:"),
+        "target-capture-layers": ("srt/models/llama.py", 56,
+                                  "if self.capture_aux_hidden_states and layer_index in self.layers_to_capture:"),
+        "draft-d2t": ("srt/speculative/eagle_worker.py", 193, "if self.hot_token_id is not None:"),
+    }
     with pytest.raises(KeyError, match="no probe recipe 'nope'"):
         recipe_probe(cmap, "nope")
 
@@ -333,28 +347,112 @@ def test_kimi_target_follows_the_capture_delegation_to_deepseek(box, sglang_sour
     assert point.found and point.file.endswith("srt/models/deepseek_v2.py")
 
 
+#: Where each recipe's probes go in SGLang 0.5.23 (the anchor's line in the unpatched file and its text).
+RECIPE_SITES_0_5_23 = {
+    "draft-weights-unmatched": ("srt/models/llama_eagle3.py", 363, "if param_name in params_dict:"),
+    "draft-weights-unmatched.2": ("srt/models/llama_eagle3.py", 373, "if param_name in params_dict:"),
+    "draft-weights-unmatched.ran": ("srt/models/llama_eagle3.py", 326, "params_dict = dict(self.named_parameters())"),
+    "draft-params-at-init": ("srt/speculative/eagle_worker_v2.py", 353, "if self.speculative_algorithm.is_eagle3():"),
+    "draft-params-at-init.before": ("srt/models/llama_eagle3.py", 326, "params_dict = dict(self.named_parameters())"),
+    "draft-input-width": ("srt/models/llama_eagle3.py", 238, "if hidden_states.shape[-1] != embeds.shape[-1]:"),
+    "target-capture-layers": ("srt/models/llama.py", 487, "hidden_states = self.layers[i]("),
+    "draft-d2t": ("srt/speculative/eagle_worker_v2.py", 757, "if self.hot_token_id is not None:"),
+}
+
+
+def test_recipe_sites_on_real_0_5_23(box, sglang_source):
+    cmap = code_path_map(_src(box, sglang_source))
+    sites = {s.tag: (str(pathlib.Path(s.path).relative_to(sglang_source)), s.line, s.code.strip())
+             for name in RECIPES for s in recipe_probes(cmap, name)}
+    assert sites == RECIPE_SITES_0_5_23
+    for rel, line, text in RECIPE_SITES_0_5_23.values():
+        assert (sglang_source / rel).read_text().splitlines()[line - 1].strip() == text
+    unmatched = {s.tag: s for s in recipe_probes(cmap, "draft-weights-unmatched")}
+    assert {t: (s.when, s.once_per) for t, s in unmatched.items()} == {
+        "draft-weights-unmatched": ("param_name not in params_dict", "(param_name, shard_id)"),
+        "draft-weights-unmatched.2": ("param_name not in params_dict", "param_name"),
+        "draft-weights-unmatched.ran": (None, None)}
+    assert unmatched["draft-weights-unmatched"].function == "LlamaForCausalLMEagle3.load_weights"
+    with pytest.raises(SourceLookupError, match="has 1 line"):  # a version with one drop site only
+        from dataclasses import replace
+        drop = cmap.entry("draft-weight-drop")
+        cmap.entries[cmap.entries.index(drop)] = replace(drop, also=())
+        recipe_probes(cmap, "draft-weights-unmatched")
+
+
+def test_kimi_draft_has_the_params_dict_but_not_the_llama_drop_test(box, sglang_source):
+    cmap = code_path_map(_src(box, sglang_source), target_arch="KimiK25ForConditionalGeneration",
+                         draft_arch="Eagle3DeepseekV2ForCausalLM")
+    start = cmap.entry("draft-params-dict")
+    assert (start.file, start.line) == (str(sglang_source / "srt/models/kimi_k25_eagle3.py"), 429)
+    assert start.function == "Eagle3DeepseekV2ForCausalLM.load_weights"
+    drop = cmap.entry("draft-weight-drop")  # the fused q/kv_a test; the others log "skipping unexpected weight"
+    assert (drop.line, drop.code.strip(), drop.also) == (484, "if fused_name in params_dict:", ())
+    with pytest.raises(SourceLookupError, match="not a test on `param_name in params_dict`"):
+        recipe_probes(cmap, "draft-weights-unmatched")
+    assert [s.tag for s in recipe_probes(cmap, "draft-params-at-init")] == [
+        "draft-params-at-init", "draft-params-at-init.before"]
+
+
 def test_recipes_patch_compile_and_revert_on_real_0_5_23(sglang_copy, tmp_path):
-    """Each recipe's probe goes into the real 0.5.23 file at its map entry's line, the patched file
-    compiles on the box, and revert_all restores every file byte for byte."""
+    """Every recipe's probes go into the real 0.5.23 files at their map entries' lines, added in one
+    call (each line re-read: probes in the same file move the later ones down), the patched files
+    compile, a second call is idempotent, and revert_all restores every file byte for byte."""
     from remote import connect
     from remote.probes import list_probes, revert_all
-    from workbench.engine.recipes import add_recipe
+    from workbench.engine.recipes import add_recipe, add_recipes
 
     files = {p: hashlib.sha256(p.read_bytes()).hexdigest() for p in sglang_copy.rglob("*.py")}
+    originals = {rel: (sglang_copy / rel).read_text().splitlines() for rel in {r for r, _, _ in RECIPE_SITES_0_5_23.values()}}
     with connect("local", state_dir=tmp_path / "state", python=sys.executable) as box:
         cmap = code_path_map(_src(box, sglang_copy))
-        probes = [add_recipe(box, cmap, name) for name in RECIPES]
-        assert [(p.tag, p.line) for p in probes] == [("draft-input-width", 238), ("target-capture-layers", 487),
-                                                     ("draft-d2t", 757)]
-        patched = (sglang_copy / "srt/models/llama_eagle3.py").read_text().splitlines()
-        assert patched[237].strip() == "# >>> eagle-workbench probe draft-input-width >>>"
-        assert patched[237].startswith(" " * 8)
-        block_end = patched.index("        # <<< eagle-workbench probe draft-input-width <<<")
-        assert patched[block_end + 1].strip() == "if hidden_states.shape[-1] != embeds.shape[-1]:"
+        with pytest.raises(ValueError, match="use add_recipes|add it with add_recipes"):
+            add_recipe(box, cmap, "draft-params-at-init")  # several probes: refused before anything is added
+        assert list_probes(box) == []
+        probes = add_recipes(box, cmap, list(RECIPES), python=sys.executable)
+        assert [p.tag for p in probes] == list(RECIPE_SITES_0_5_23)
         for p in files:
             compile(p.read_text(), str(p), "exec")
-        assert {p.tag for p in list_probes(box)} == set(RECIPES)
-        assert len(revert_all(box)) == 3
+        # each block sits right before its statement: the statement follows the block's end marker
+        for rel, lines in originals.items():
+            patched = (sglang_copy / rel).read_text().splitlines()
+            for tag, (site_rel, line, text) in RECIPE_SITES_0_5_23.items():
+                if site_rel != rel:
+                    continue
+                end = patched.index(next(x for x in patched if x.strip() == f"# <<< eagle-workbench probe {tag} <<<"))
+                after = end + 1
+                while patched[after].strip().startswith("# >>> eagle-workbench probe"):  # another probe, same anchor
+                    after = patched.index(next(x for x in patched[after:] if x.strip().startswith("# <<<")), after) + 1
+                assert patched[after].strip() == text, tag
+                assert patched[after] == lines[line - 1], tag
+        assert add_recipes(box, code_path_map(_src(box, sglang_copy)), list(RECIPES), python=sys.executable) == probes
+        assert {p.tag for p in list_probes(box)} == set(RECIPE_SITES_0_5_23)
+        assert len(revert_all(box)) == len(RECIPE_SITES_0_5_23)
+        assert list_probes(box) == []
+    assert files == {p: hashlib.sha256(p.read_bytes()).hexdigest() for p in sglang_copy.rglob("*.py")}
+
+
+def test_add_recipes_is_all_or_none(sglang_copy, tmp_path, monkeypatch):
+    """A failing add reverts the probes the call added before it; the files are as before."""
+    from remote import connect
+    from remote import probes as remote_probes
+    from remote.errors import ProbeCompileError
+    from remote.probes import list_probes
+    from workbench.engine.recipes import add_recipes
+
+    files = {p: hashlib.sha256(p.read_bytes()).hexdigest() for p in sglang_copy.rglob("*.py")}
+    real_add = remote_probes.add_probe
+
+    def failing_third(box, path, **kw):
+        if kw["tag"] == "draft-weights-unmatched.ran":
+            raise ProbeCompileError("stand-in compile failure", output="", path=str(path))
+        return real_add(box, path, **kw)
+
+    monkeypatch.setattr(remote_probes, "add_probe", failing_third)
+    with connect("local", state_dir=tmp_path / "state", python=sys.executable) as box:
+        with pytest.raises(ProbeCompileError, match="stand-in"):
+            add_recipes(box, code_path_map(_src(box, sglang_copy)), ["draft-input-width", "draft-weights-unmatched"],
+                        python=sys.executable)
         assert list_probes(box) == []
     assert files == {p: hashlib.sha256(p.read_bytes()).hexdigest() for p in sglang_copy.rglob("*.py")}
 

@@ -18,6 +18,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -253,7 +254,7 @@ def test_read_parses_what_the_probe_printed(site, cli, tmp_path):
     assert proc.returncode == 0 and proc.stdout == "False None\n"  # the real function, unchanged by the probe
     code, out, err = cli("probe", "read", "--tag", "gate", "--log", str(log))
     assert code == 0, err
-    assert "line 2:" in out and "spec_algorithm.is_eagle3() = False" in out and "draft_path = '/models/draft'" in out
+    assert re.search(rf"line 2 \(pgid {os.getpgrp()}, pid \d+\):", out) and "spec_algorithm.is_eagle3() = False" in out and "draft_path = '/models/draft'" in out
     code, out, _ = cli("probe", "read", "--tag", "gate", "--log", str(log), "--json")
     [reading] = json.loads(out)["readings"]
     assert reading["values"] == {"spec_algorithm": "SpeculativeAlgorithm.EAGLE", "spec_algorithm.is_eagle3()": False,
@@ -485,3 +486,217 @@ def test_owner_is_kept_or_reported(cli, tmp_path, nobody):
         assert open(shared).read() == "def f(x):\n    y = x + 1\n    return y\n"
     finally:
         shutil.rmtree(work)
+
+
+# -- reading the lines of the server running now ----------------------------------------------------
+
+ENGINE_STEP = "def step(label):\n    width = len(label)\n    return width\n"
+
+#: ``python -m sglang.launch_server --model-path M --port N`` as find_servers sees it: a stand-in that
+#: runs the probed ``engine_step.step`` on each request (the real package cannot run here: no GPU).
+FAKE_LAUNCH_SERVER = '''\
+import argparse, http.server, sys
+import engine_step
+
+ap = argparse.ArgumentParser()
+ap.add_argument("--model-path")
+ap.add_argument("--port", type=int)
+args = ap.parse_args()
+
+
+class Handler(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        if self.path != "/health":
+            engine_step.step(self.path)
+        self.send_response(200)
+        self.send_header("Content-Length", "3")
+        self.end_headers()
+        self.wfile.write(b"ok\\n")
+
+    def log_message(self, *a):
+        pass
+
+
+print("fake sglang server listening", file=sys.stderr, flush=True)
+http.server.ThreadingHTTPServer(("127.0.0.1", args.port), Handler).serve_forever()
+'''
+
+
+def test_read_port_shows_only_the_server_running_now(cli, tmp_path, free_port, state_dir):
+    """A log appended by two launches of a (stand-in) SGLang server: ``read --port`` shows only the
+    lines of the server running now and, before its first request, says that the lines in the log
+    are from an earlier launch (exit 1); ``--log`` shows every line with its pgid, ``--pgid`` one
+    launch's; a probe added after the server started asks for a restart."""
+    import httpx
+
+    from remote import connect
+
+    fake = tmp_path / "fake"
+    (fake / "sglang").mkdir(parents=True)
+    (fake / "sglang" / "__init__.py").write_text("")
+    (fake / "sglang" / "launch_server.py").write_text(FAKE_LAUNCH_SERVER)
+    (fake / "engine_step.py").write_text(ENGINE_STEP)
+    code, _, err = cli("probe", "add", "--file", str(fake / "engine_step.py"), "--before", "return width", "--print",
+                       "label", "--print", "width", "--once-per", "label", "--tag", "step", "--python", sys.executable)
+    assert code == 0, err
+    log = tmp_path / "server.log"
+    argv = [sys.executable, "-m", "sglang.launch_server", "--model-path", "/models/target", "--port", str(free_port)]
+    port = str(free_port)
+    with connect("local", state_dir=state_dir) as box:
+        first = box.launch_server(argv, port=free_port, log_path=log, append_log=True, env={"PYTHONPATH": str(fake)})
+        try:
+            box.wait_healthy(first, timeout=60)
+            for path in ("/one", "/two"):
+                httpx.get(box.url(free_port) + path, timeout=10, trust_env=False)
+            code, out, err = cli("probe", "read", "--tag", "step", "--port", port)
+            assert code == 0, err
+            assert f"from the server running now (pid {first.pid}, started " in out and "2 line(s)" in out
+        finally:
+            box.stop_server(first)
+        second = box.launch_server(argv, port=free_port, log_path=log, append_log=True, env={"PYTHONPATH": str(fake)})
+        try:
+            box.wait_healthy(second, timeout=60)
+            code, out, err = cli("probe", "read", "--tag", "step", "--port", port)
+            assert code == 1 and "0 line(s) from the server running now" in out
+            assert re.search(rf"no \[probe:step\] line from the server running now \(pid {second.pid}, started [^)]+\) "
+                             rf"— 2 lines in the log are from an earlier launch \(pgid {first.pgid}\); send a request",
+                             err), err
+            httpx.get(box.url(free_port) + "/three", timeout=10, trust_env=False)
+            code, out, err = cli("probe", "read", "--tag", "step", "--port", port, "--json")
+            assert code == 0, err
+            got = json.loads(out)
+            assert [(r["values"]["label"], r["pgid"]) for r in got["readings"]] == [("/three", second.pgid)]
+            assert got["launch"]["pgid"] == second.pgid and got["other_launches"] == {str(first.pgid): 2}
+            code, out, _ = cli("probe", "read", "--tag", "step", "--port", port)
+            assert code == 0 and "(not shown: 2 lines in the log are from an earlier launch" in out
+            # a probe added after this server started: the message asks for a restart
+            time.sleep(0.6)  # the start time is compared with half a second of slack
+            code, _, err = cli("probe", "add", "--file", str(fake / "engine_step.py"), "--before", "width = ",
+                               "--print", "label", "--tag", "late", "--python", sys.executable)
+            assert code == 0, err
+            code, _, err = cli("probe", "read", "--tag", "late", "--port", port)
+            assert code == 1 and "no [probe:late] line at all in" in err
+            assert "it started before the probe was added: restart it" in err
+        finally:
+            box.stop_server(second)
+    code, out, err = cli("probe", "read", "--tag", "step", "--log", str(log))
+    assert code == 0, err
+    assert "3 line(s)" in out and out.count(f"(pgid {first.pgid}, pid {first.pid})") == 2
+    assert out.count(f"(pgid {second.pgid}, pid {second.pid})") == 1
+    code, out, _ = cli("probe", "read", "--tag", "step", "--log", str(log), "--pgid", str(first.pgid), "--json")
+    assert code == 0 and [r["values"]["label"] for r in json.loads(out)["readings"]] == ["/one", "/two"]
+    code, _, err = cli("probe", "read", "--tag", "step", "--log", str(log), "--pgid", "1")
+    assert code == 1 and "no [probe:step] line from launch pgid 1 — 3 lines in the log are from an earlier launch" in err
+    assert cli("probe", "revert", "--all")[0] == 0
+    assert (fake / "engine_step.py").read_text() == ENGINE_STEP
+
+
+#: Runs the real ``LlamaForCausalLMEagle3.load_weights`` of a (probed) 0.5.23 llama_eagle3.py, lifted
+#: out of its module, on a stand-in draft with four parameters and a checkpoint of five tensors: one
+#: q_proj name with a typo (dropped in the stacked loop), one fc name with a typo (dropped among the
+#: others), d2t. Prints the names of the parameters it wrote.
+RUN_LOAD_WEIGHTS = '''\
+import __future__, ast, sys
+import torch
+path = sys.argv[1]
+tree = ast.parse(open(path).read())
+cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "LlamaForCausalLMEagle3")
+fn = next(n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == "load_weights")
+code = compile(ast.Module(body=[fn], type_ignores=[]), path, "exec", flags=__future__.annotations.compiler_flag)
+written = []
+
+
+def default_weight_loader(param, w):
+    written.append(param.ewb_name)
+    param.data.copy_(w)
+
+
+def stacked_loader(param, w, shard_id):
+    written.append(param.ewb_name + ":" + str(shard_id))
+
+
+class Draft:
+    def __init__(self):
+        self.hot_token_id = None
+        self.params = {}
+        for name, shape in (("model.fc.weight", (2, 6)), ("model.layers.0.self_attn.qkv_proj.weight", (6, 4)),
+                            ("model.norm.weight", (2,)), ("lm_head.weight", (3, 2))):
+            p = torch.nn.Parameter(torch.ones(shape), requires_grad=False)
+            p.ewb_name = name
+            if "qkv" in name:
+                p.weight_loader = stacked_loader
+            self.params[name] = p
+
+    def named_parameters(self):
+        return iter(self.params.items())
+
+
+g = {"__name__": "draft", "torch": torch, "default_weight_loader": default_weight_loader, "Iterable": None,
+     "Tuple": None}
+exec(code, g)
+weights = [("midlayr.self_attn.q_proj.weight", torch.zeros(2, 4)), ("midlayer.self_attn.k_proj.weight", torch.zeros(2, 4)),
+           ("fc.weights", torch.zeros(2, 6)), ("norm.weight", torch.zeros(2)), ("d2t", torch.zeros(3, dtype=torch.long))]
+draft = Draft()
+g["load_weights"](draft, weights)
+print(" ".join(written), draft.hot_token_id.tolist())
+'''
+
+
+def test_weight_recipes_run_in_the_real_0_5_23_load_weights(site, sglang_source, cli, tmp_path):
+    """``probe add --recipe draft-weights-unmatched`` and ``draft-params-at-init`` on the real 0.5.23
+    files (all or none: refused while the worker file is missing); the real load_weights then runs
+    (lifted out, stand-ins for the draft): only the two dropped names print, each where SGLang drops
+    it, the norms before loading print once, the function's behaviour is unchanged, and ``probe read
+    --recipe`` gives the answer (or says the readings are incomplete)."""
+    draft = site / "sglang" / DRAFT_REL
+    code, out, err = cli("probe", "add", "--recipe", "draft-weights-unmatched", "--python", sys.executable)
+    assert code == 0, err
+    assert out.startswith("recipe draft-weights-unmatched: 3 probes on local")
+    for tag in ("draft-weights-unmatched", "draft-weights-unmatched.2", "draft-weights-unmatched.ran"):
+        assert f"probe {tag} added on local" in out and f"workbench probe revert --host local --tag {tag}" in out
+    assert "workbench probe read --host local --recipe draft-weights-unmatched" in out
+    code, out, err = cli("probe", "add", "--recipe", "draft-params-at-init", "--python", sys.executable, "--json")
+    assert code == 2 and "eagle_worker_v2.py" in err  # the worker file is not in this site: all or none
+    assert sorted(p.name for p in (tmp_path / "box-state" / "probes").iterdir()) == sorted(
+        f"{t}.{ext}" for t in ("draft-weights-unmatched", "draft-weights-unmatched.2", "draft-weights-unmatched.ran")
+        for ext in ("json", "orig"))
+    worker_rel = "srt/speculative/eagle_worker_v2.py"
+    (site / "sglang" / worker_rel).parent.mkdir(parents=True)
+    shutil.copy2(sglang_source / worker_rel, site / "sglang" / worker_rel)
+    code, out, err = cli("probe", "add", "--recipe", "draft-params-at-init", "--python", sys.executable, "--json")
+    assert code == 0, err
+    assert [(p["tag"], p["path"]) for p in json.loads(out)["recipe_probes"]] == [
+        ("draft-params-at-init", str(site / "sglang" / worker_rel)), ("draft-params-at-init.before", str(draft))]
+    log = tmp_path / "server.log"
+    with log.open("w") as f:
+        proc = subprocess.run([sys.executable, "-c", RUN_LOAD_WEIGHTS, str(draft)], stderr=f, stdout=subprocess.PIPE,
+                              text=True, timeout=120)
+    assert proc.returncode == 0, log.read_text()[-2000:]
+    # the real function, unchanged by the probes: k's shard and the norm written, q's and fc's dropped
+    assert proc.stdout == "model.layers.0.self_attn.qkv_proj.weight:k model.norm.weight [0, 1, 2]\n"
+    code, out, err = cli("probe", "read", "--recipe", "draft-weights-unmatched", "--log", str(log), "--json")
+    assert code == 0, err
+    got = json.loads(out)
+    assert got["missing"] == [] and got["result"] == {"unmatched": ["midlayr.self_attn.qkv_proj.weight", "fc.weights"]}
+    assert [(r["tag"], r["values"]) for r in got["readings"]] == [
+        ("draft-weights-unmatched.ran", {"type(self).__name__": "Draft"}),
+        ("draft-weights-unmatched", {"name": "midlayr.self_attn.qkv_proj.weight",
+                                     "param_name": "model.midlayr.self_attn.qkv_proj.weight", "shard_id": "q"}),
+        ("draft-weights-unmatched.2", {"name": "fc.weights", "param_name": "model.fc.weights"})]
+    code, out, err = cli("probe", "read", "--recipe", "draft-weights-unmatched", "--log", str(log))
+    assert code == 0 and "unmatched checkpoint names: midlayr.self_attn.qkv_proj.weight, fc.weights" in out
+    # the norms before loading (all ones: sqrt(numel)); the worker's half cannot run here: incomplete
+    code, out, err = cli("probe", "read", "--recipe", "draft-params-at-init", "--log", str(log), "--json")
+    assert code == 1 and f"no [probe:draft-params-at-init] line in {log} yet, so its readings are incomplete" in err
+    [before] = json.loads(out)["readings"]
+    norms = before["values"][next(k for k in before["values"] if k.startswith("{n: repr("))]
+    assert {k: float(v) for k, v in norms.items()} == pytest.approx(
+        {"model.fc.weight": 12 ** 0.5, "model.layers.0.self_attn.qkv_proj.weight": 24 ** 0.5,
+         "model.norm.weight": 2 ** 0.5, "lm_head.weight": 6 ** 0.5})
+    # a log where load_weights never ran with the probes: no unmatched line is no evidence
+    empty = tmp_path / "other.log"
+    empty.write_text("[2026-01-01 12:00:00] server started\n")
+    code, _, err = cli("probe", "read", "--recipe", "draft-weights-unmatched", "--log", str(empty))
+    assert code == 1 and "no [probe:draft-weights-unmatched.ran] line at all" in err
+    assert cli("probe", "revert", "--all")[0] == 0
+    assert sha(draft) == sha(sglang_source / DRAFT_REL)

@@ -1,24 +1,34 @@
 """``workbench probe``: one-shot debug prints in the engine's source on a box.
 
     workbench probe add --host H --file PATH (--before REGEX | --line N) [--function F] --print EXPR...
-                        [--once-per EXPR [--max-prints N]] [--tag TAG] [--python P] [--port N] [--package PKG]
-                        [--timeout S]                             inject a debug print, once per process or once
-                                                                  per distinct value of --once-per (relative PATH:
-                                                                  against the engine's package root)
+                        [--once-per EXPR [--max-prints N]] [--when EXPR] [--tag TAG] [--python P] [--port N]
+                        [--package PKG] [--timeout S]             inject a debug print, once per process or once
+                                                                  per distinct value of --once-per, only when
+                                                                  --when holds (relative PATH: against the
+                                                                  engine's package root)
     workbench probe add --host H --recipe NAME [--target-arch A] [--draft-arch A] [--tag TAG] [--once-per EXPR] [...]
-                                                                  a named probe on the EAGLE-3 code path
+                                                                  a named probe (or set of probes) on the EAGLE-3
+                                                                  code path
     workbench probe recipes [--json]                              the named probes and how to read them
     workbench probe list --host H [--json]                        the probes in the box's journal and their files
     workbench probe revert --host H (--tag TAG | --file PATH | --all)   restore the files byte for byte
-    workbench probe read --host H --tag TAG (--log FILE | --port N) [--json]   what a probe printed, parsed
+    workbench probe read --host H (--tag TAG | --recipe NAME) (--port N [--log FILE] | --log FILE [--pgid G]) [--json]
+                                                                  what a probe printed, parsed: with --port only
+                                                                  the lines of the server running on N
 
 A probe is a marker-delimited block (:mod:`remote.probes`) put before one line of a Python file of
 the engine, journalled on the box with the original's bytes; ``revert`` puts the file back byte
 for byte, unless someone else edited it since (then nothing is changed, and the message says how
 to go on). Every box call takes ``--timeout S`` (default 60).
 
+Every probe line names the process group that printed it (``[probe:TAG pgid=G pid=P]``): a
+launched server is its own group and its worker processes inherit it, so ``read --port N`` shows
+only what the server running now printed, and says so when the log holds the tag only from an
+earlier launch (exit 1).
+
 Exit codes: 0 done, 1 a failure (a revert refused because someone else edited the file, an
-unreadable journal entry, a probe that has not printed yet), 2 the command could not run (an
+unreadable journal entry, a probe that has not printed yet, or not from the server running now,
+a recipe whose required probes have not all printed), 2 the command could not run (an
 unreachable box, an unknown tag or recipe, no engine found, an anchor that matches no line or
 several, an expression that is not Python or would change state, a file that is not Python source).
 """
@@ -28,7 +38,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Any, Sequence
+from typing import Any, Optional, Sequence
 
 from workbench.cli.argtypes import positive_int
 from workbench.cli.common import (
@@ -68,8 +78,7 @@ def _probe_engine(box: Any, args: argparse.Namespace):
 def _probe_add(args: argparse.Namespace, box: Any) -> ExitCode:
     from remote import probes
     from remote.errors import ProbeError, RemoteFileNotFound
-    from workbench.engine.recipes import RECIPES, recipe_probe
-    from workbench.engine.codepath import code_path_map
+    from workbench.engine.recipes import RECIPES
     from workbench.engine import EngineNotFound
 
     file_opts = [name for name, value in (("--file", args.file), ("--before", args.before), ("--line", args.line),
@@ -94,12 +103,13 @@ def _probe_add(args: argparse.Namespace, box: Any) -> ExitCode:
                 probes.check_expression(expr, what="--print")
             except ProbeError as exc:
                 raise CliError(exc.message) from None
-    if args.once_per is not None:
-        try:
-            probes.check_expression(args.once_per, what="--once-per")
-        except ProbeError as exc:
-            raise CliError(exc.message) from None
-    elif args.max_prints is not None:
+    for flag, expr in (("--once-per", args.once_per), ("--when", args.when)):
+        if expr is not None:
+            try:
+                probes.check_expression(expr, what=flag)
+            except ProbeError as exc:
+                raise CliError(exc.message) from None
+    if args.once_per is None and args.max_prints is not None and not args.recipe:
         raise CliError("--max-prints N goes with --once-per EXPR (without it the probe prints once per process)")
     max_prints = args.max_prints if args.max_prints is not None else probes.MAX_PRINTS
     if args.tag is not None and not probes.TAG_RE.match(args.tag):
@@ -121,21 +131,13 @@ def _probe_add(args: argparse.Namespace, box: Any) -> ExitCode:
             engine_note = f" (engine not located: {one_line(exc)})"
     python = args.python or (engine.python if engine is not None else box.python)
 
-    reads = None
     if args.recipe:
-        recipe = RECIPES[args.recipe]
-        cmap = code_path_map(engine.source(box, timeout=args.timeout), target_arch=args.target_arch,
-                             draft_arch=args.draft_arch, keys=[recipe.entry])
-        spec = recipe_probe(cmap, args.recipe, tag=args.tag)
-        path, before, function, exprs, tag = spec.path, spec.line, spec.function, tuple(spec.exprs), spec.tag
-        once_per = args.once_per if args.once_per is not None else spec.once_per
-        reads = recipe.reads
-    else:
-        path = engine.source(box, timeout=args.timeout).path(args.file) if engine is not None and \
-            not _is_box_absolute(args.file) else box.expand_path(args.file)
-        before = args.before if args.before is not None else args.line
-        function, exprs, tag = args.function, tuple(args.print), args.tag
-        once_per = args.once_per
+        return _probe_add_recipe(args, box, engine, python, engine_note)
+    path = engine.source(box, timeout=args.timeout).path(args.file) if engine is not None and \
+        not _is_box_absolute(args.file) else box.expand_path(args.file)
+    before = args.before if args.before is not None else args.line
+    function, exprs, tag = args.function, tuple(args.print), args.tag
+    once_per, when = args.once_per, args.when
     try:
         real = box.realpath(path, timeout=args.timeout)
         if not box.exists(real, timeout=args.timeout):
@@ -149,7 +151,7 @@ def _probe_add(args: argparse.Namespace, box: Any) -> ExitCode:
     journal = {p.tag: p for p in entries}
     if tag is None:
         same = [p for p in journal.values() if p.path == real and p.anchor == before and p.function == function
-                and p.exprs == exprs and p.once_per == once_per
+                and p.exprs == exprs and p.once_per == once_per and p.when == when
                 and (once_per is None or p.max_prints == max_prints)]
         if same:
             tag = same[0].tag
@@ -158,47 +160,95 @@ def _probe_add(args: argparse.Namespace, box: Any) -> ExitCode:
                                         timeout=args.timeout)
             tag = _default_probe_tag(real, line, set(journal) | {q.tag for q in problems})
     existing = journal.get(tag)
-    if args.recipe and existing is not None and existing.path == real and existing.exprs == exprs \
-            and existing.function == function:
-        before = existing.anchor  # the map's line moved down by the block already there
     probe = probes.add_probe(box, real, before=before, exprs=exprs, tag=tag, function=function,
-                             once_per=once_per, max_prints=max_prints, python=python, timeout=args.timeout)
+                             once_per=once_per, max_prints=max_prints, when=when, python=python,
+                             timeout=args.timeout)
     again = existing is not None and existing.created_at == probe.created_at
-    anchor_text = box.read_lines(probe.path, probe.line + probe.block_lines, probe.line + probe.block_lines,
-                                 timeout=args.timeout)
+    return _report_added(args, box, [(probe, again)], engine, python, engine_note, None)
+
+
+def _probe_add_recipe(args: argparse.Namespace, box: Any, engine: Any, python: str, engine_note: str) -> ExitCode:
+    """``probe add --recipe NAME``: every probe of the recipe, all or none
+    (:func:`workbench.engine.recipes.add_recipes`), anchored on the code-path map of ``engine``."""
+    from remote import probes
+    from workbench.engine.codepath import code_path_map
+    from workbench.engine.recipes import RECIPES, add_recipes
+
+    recipe = RECIPES[args.recipe]
+    cmap = code_path_map(engine.source(box, timeout=args.timeout), target_arch=args.target_arch,
+                         draft_arch=args.draft_arch, keys=list(recipe.entries))
+    overrides = {k: v for k, v in (("once_per", args.once_per), ("when", args.when),
+                                   ("max_prints", args.max_prints)) if v is not None}
+    before = {p.tag: p for p in probes.list_probes(box, timeout=args.timeout)}
+    added = add_recipes(box, cmap, [args.recipe], python=python, timeout=args.timeout, tag=args.tag,
+                        overrides=overrides)
+    rows = [(p, p.tag in before and before[p.tag].created_at == p.created_at) for p in added]
+    return _report_added(args, box, rows, engine, python, engine_note, recipe)
+
+
+def _how_often(probe: Any) -> str:
+    how = (f"once per distinct value of {probe.once_per}, at most {probe.max_prints} lines per process"
+           if probe.once_per is not None else "once per process")
+    return how + (f", only when {probe.when}" if probe.when is not None else "")
+
+
+def _report_added(args: argparse.Namespace, box: Any, rows: Sequence[tuple[Any, bool]], engine: Any, python: str,
+                  engine_note: str, recipe: Any) -> ExitCode:
+    """Print what ``probe add`` did: one block per probe (``rows``: ``(probe, already in place)``),
+    then the next steps; with ``--json`` the main probe's record, its recipe's probes under
+    ``recipe_probes``."""
+    records = []
+    for probe, again in rows:
+        anchor = box.read_lines(probe.path, probe.line + probe.block_lines, probe.line + probe.block_lines,
+                                timeout=args.timeout)
+        records.append((probe, again, anchor[0][1] if anchor else None))
     port = args.port or (engine.port if engine is not None else None)
     if args.json:
-        out = {**probe.to_dict(), "already_added": again, "python": python,
-               "anchor_text": anchor_text[0][1] if anchor_text else None, "recipe": args.recipe,
-               "engine": engine.to_dict() if engine is not None else None}
+        def record(probe: Any, again: bool, anchor_text: Any) -> dict:
+            return {**probe.to_dict(), "already_added": again, "python": python, "anchor_text": anchor_text,
+                    "recipe": recipe.name if recipe is not None else None,
+                    "engine": engine.to_dict() if engine is not None else None}
+
+        out = record(*records[0])
+        if recipe is not None:
+            out["recipe_probes"] = [record(*r) for r in records]
         print(json.dumps(out, indent=2))
         return ExitCode.OK
-    print(f"probe {probe.tag} {'is already in place' if again else 'added'} on {box.name}")
-    print(f"  file:    {probe.path}:{probe.line}" + (f"  (in {probe.function})" if probe.function else ""))
-    if anchor_text:
-        print(f"  before:  {anchor_text[0][1].strip()}")
-    print(f"  prints:  {', '.join(probe.exprs)}")
-    how_often = (f"once per distinct value of {probe.once_per}, at most {probe.max_prints} lines per process"
-                 if probe.once_per is not None else "once per process")
-    print(f"           {how_often}, on its stderr: [probe:{probe.tag}] "
-          + " ".join(f"{e}=..." for e in probe.exprs))
-    if reads:
-        print(f"  reading: {reads}")
+    if recipe is not None and len(records) > 1:
+        print(f"recipe {recipe.name}: {len(records)} probes on {box.name}; {recipe.description}")
+    roles = {p.suffix: p.role for p in recipe.probes} if recipe is not None else {}
+    for probe, again, anchor_text in records:
+        print(f"probe {probe.tag} {'is already in place' if again else 'added'} on {box.name}")
+        role = next((r for s, r in roles.items() if s and probe.tag.endswith(s)), roles.get(""))
+        if role:
+            print(f"  shows:   {role}")
+        print(f"  file:    {probe.path}:{probe.line}" + (f"  (in {probe.function})" if probe.function else ""))
+        if anchor_text:
+            print(f"  before:  {anchor_text.strip()}")
+        print(f"  prints:  {', '.join(probe.exprs)}")
+        print(f"           {_how_often(probe)}, on its stderr: [probe:{probe.tag} pgid=G pid=P] "
+              + " ".join(f"{e}=..." for e in probe.exprs))
+        if probe.owner_note:
+            print(f"  {probe.owner_note}")
+        print(f"  journal: {probe.journal_path} (original kept at {probe.backup_path}, sha256 "
+              f"{probe.original_sha256[:16]}…)")
+    if recipe is not None:
+        print(f"  reading: {recipe.reads}")
+        if recipe.limits:
+            print(f"  limits:  {recipe.limits}")
     print(f"  checked: the original and the patched file compile with {python}{engine_note}")
-    if probe.owner_note:
-        print(f"  {probe.owner_note}")
     if engine is not None:
         print(f"  engine:  {engine.package} {engine.version or '(version unknown)'} at {engine.root}")
-    print(f"  journal: {probe.journal_path} (original kept at {probe.backup_path}, sha256 "
-          f"{probe.original_sha256[:16]}…)")
     host = f"--host {args.host}"
     where = f"--port {port}" if port else "--log <the server's log file>  (or --port N of the running server)"
+    what = f"--recipe {recipe.name}" if recipe is not None and len(records) > 1 else f"--tag {records[0][0].tag}"
     print("next steps:")
-    print(f"  1. restart the server so it loads the patched file (the probe prints {how_often})")
-    print("  2. send a request, then read what it printed:")
-    print(f"       workbench probe read {host} --tag {probe.tag} {where}")
+    print(f"  1. restart the server so it loads the patched file (the probe prints {_how_often(records[0][0])})")
+    print("  2. send a request, then read what it printed (only the lines of the server running then):")
+    print(f"       workbench probe read {host} {what} {where}")
     print("  3. revert it (restores the file byte for byte):")
-    print(f"       workbench probe revert {host} --tag {probe.tag}")
+    for probe, _, _ in reversed(records):
+        print(f"       workbench probe revert {host} --tag {probe.tag}")
     return ExitCode.OK
 
 
@@ -206,16 +256,24 @@ def _probe_recipes(args: argparse.Namespace) -> ExitCode:
     from workbench.engine.recipes import RECIPES
 
     if args.json:
-        print(json.dumps([{"name": r.name, "entry": r.entry, "exprs": list(r.exprs), "description": r.description,
-                           "reads": r.reads} for r in RECIPES.values()], indent=2))
+        print(json.dumps([r.to_dict() for r in RECIPES.values()], indent=2))
         return ExitCode.OK
     for r in RECIPES.values():
         print(f"{r.name}")
-        print(f"  where:   before the code-path entry {r.entry} (found in the box's own source)")
         print(f"  shows:   {r.description}")
-        print(f"  prints:  {', '.join(r.exprs)}")
+        for i, rp in enumerate(r.probes):
+            nth = "" if rp.occurrence == 0 else f" (its line no. {rp.occurrence + 1})"
+            head = "  where:   " if len(r.probes) == 1 else f"  probe {r.name + rp.suffix}: "
+            print(f"{head}before the code-path entry {rp.entry}{nth} (found in the box's own source)"
+                  + (f"; {rp.role}" if rp.role else ""))
+            how = (f"once per distinct {rp.once_per} (at most {rp.max_prints} lines)" if rp.once_per is not None
+                   else "once per process") + (f", only when {rp.when}" if rp.when is not None else "")
+            print(f"    prints {how}: {', '.join(rp.exprs)}")
         print(f"  reading: {r.reads}")
+        if r.limits:
+            print(f"  limits:  {r.limits}")
     print("add one with: workbench probe add --host H --recipe NAME [--python P | --port N] [--package PKG]")
+    print("read it:      workbench probe read --host H --recipe NAME --port N   (the lines of the server running now)")
     return ExitCode.OK
 
 
@@ -320,52 +378,177 @@ def _probe_revert(args: argparse.Namespace, box: Any) -> ExitCode:
     return ExitCode.FAILURE if failures else ExitCode.OK
 
 
+def _server_started(box: Any, pid: int, timeout: float) -> tuple[Optional[str], Optional[float]]:
+    """``(text, epoch seconds)`` of when process ``pid`` started, on the box's clock: its start in
+    clock ticks after boot (``/proc/PID/stat`` field 22) against ``/proc/uptime`` and ``date``
+    (10 ms resolution), and ``ps -o lstart=`` for the text. ``(None, None)`` when the box cannot
+    say (not Linux, the process gone); the text alone when only ``ps`` answers."""
+    pid = int(pid)
+    res = box.run(f"getconf CLK_TCK; cut -d' ' -f1 /proc/uptime; date +%s.%N; cat /proc/{pid}/stat; "
+                  f"echo; ps -o lstart= -p {pid}", timeout=timeout, check=False)
+    rows = res.stdout.splitlines()
+    text = " ".join(rows[-1].split()) if rows and rows[-1].strip() else None
+    try:
+        ticks, uptime, now = float(rows[0]), float(rows[1]), float(rows[2])
+        start_ticks = float(rows[3].rsplit(")", 1)[1].split()[19])  # field 22; comm (field 2) may hold spaces
+    except (IndexError, ValueError):
+        return text, None
+    return text, now - (uptime - start_ticks / ticks)
+
+
+def _launch_counts(readings: Sequence[Any], pgid: Optional[int]) -> tuple[dict, int]:
+    """``({other pgid: lines}, lines of unknown launch)`` among ``readings`` not printed by ``pgid``."""
+    others: dict = {}
+    unknown = 0
+    for r in readings:
+        if r.pgid is None:
+            unknown += 1
+        elif r.pgid != pgid:
+            others[r.pgid] = others.get(r.pgid, 0) + 1
+    return others, unknown
+
+
+def _print_readings(readings: Sequence[Any]) -> None:
+    for r in readings:
+        who = f"pgid {r.pgid}, pid {r.pid}" if r.pgid is not None else "launch unknown: an older probe block"
+        print(f"  line {r.line_number} ({who}):")
+        if r.error:
+            print(f"    the probe itself failed: {r.error}")
+            continue
+        for expr, value in r.values.items():
+            raw = r.raw[expr]
+            shown = raw if isinstance(value, str) and value == raw else repr(value)
+            print(f"    {expr} = {shown}" + ("   (raised)" if expr in r.errors else ""))
+
+
+def _elsewhere(others: dict, unknown: int) -> str:
+    """``"N lines in the log are from an earlier launch (pgid ...)"`` and/or the lines of unknown launch."""
+    parts = []
+    n = sum(others.values())
+    if n:
+        parts.append(f"{n} line{'s' if n != 1 else ''} in the log {'are' if n != 1 else 'is'} from an earlier launch"
+                     f" (pgid {', '.join(map(str, others))})")
+    if unknown:
+        parts.append(f"{unknown} line{'s' if unknown != 1 else ''} carr{'y' if unknown != 1 else 'ies'} no pgid "
+                     "(printed by an older probe block: of unknown launch)")
+    return " and ".join(parts)
+
+
 def _probe_read(args: argparse.Namespace, box: Any) -> ExitCode:
     from remote import probes
     from remote.errors import RemoteFileNotFound, RemoteIsADirectory, RemotePermissionError
     from workbench.engine import running_servers
+    from workbench.engine.recipes import RECIPES, missing_required, params_left_at_init, recipe_of, weights_unmatched
 
-    if not probes.TAG_RE.match(args.tag):
+    if (args.tag is None) == (args.recipe is None):
+        raise CliError("give exactly one of --tag TAG or --recipe NAME")
+    if args.tag is not None and not probes.TAG_RE.match(args.tag):
         raise CliError(f"--tag {args.tag!r} is not a probe tag (regex {probes.TAG_RE.pattern})")
-    if (args.log is None) == (args.port is None):
-        raise CliError("give exactly one of --log FILE or --port N (the running server's port)")
-    if args.log is not None:
-        log = box.expand_path(args.log)
-    else:
+    if args.recipe is not None and args.recipe not in RECIPES:
+        raise CliError(f"no probe recipe {args.recipe!r} (recipes: {', '.join(RECIPES)})")
+    if args.log is None and args.port is None:
+        raise CliError("give --port N (the running server's lines in its log) or --log FILE [--pgid G]")
+    if args.port is not None and args.pgid is not None:
+        raise CliError("--pgid G names a launch; --port N already does (the server running on it): give one")
+    server = None
+    started_text, started_at = None, None
+    if args.port is not None:
         servers = running_servers(box, port=args.port, timeout=args.timeout)
         if not servers:
-            raise CliError(f"no server runs on port {args.port} on {box.name}; pass --log FILE")
-        if not servers[0].log_path:
-            raise CliError(f"the server on port {args.port} (pid {servers[0].pid}) does not write its stderr "
+            raise CliError(f"no server runs on port {args.port} on {box.name}; pass --log FILE (and --pgid G "
+                           "for one launch's lines)")
+        server = servers[0]
+        if args.log is None and not server.log_path:
+            raise CliError(f"the server on port {args.port} (pid {server.pid}) does not write its stderr "
                            "to a file; pass --log FILE")
-        log = servers[0].log_path
-    known = {p.tag: p for p in probes.list_probes(box, timeout=args.timeout)}
-    probe = known.get(args.tag)
+        started_text, started_at = _server_started(box, server.pid, args.timeout)
+    log = box.expand_path(args.log) if args.log is not None else server.log_path
+    pgid = server.pgid if server is not None else args.pgid
+    launch = None
+    if server is not None:
+        launch = (f"the server running now (pid {server.pid}"
+                  + (f", started {started_text}" if started_text else "") + ")")
+    elif pgid is not None:
+        launch = f"launch pgid {pgid}"
+
+    journal = probes.list_probes(box, timeout=args.timeout)
+    if args.recipe:
+        mine = [p for p in journal if recipe_of(p) == args.recipe]
+        suffixes = {rp.exprs: rp.suffix for rp in RECIPES[args.recipe].probes}
+        bases = [p.tag[: len(p.tag) - len(suffixes[p.exprs])] for p in mine if p.tag.endswith(suffixes[p.exprs])]
+        base = bases[0] if bases else args.recipe
+        targets: list = mine or [args.recipe + rp.suffix for rp in RECIPES[args.recipe].probes]
+    else:
+        targets = [next((p for p in journal if p.tag == args.tag), args.tag)]
+        base = None
+    found: list = []
     try:
-        readings = probes.read_probe_log(box, log, probe or args.tag, timeout=args.timeout)
+        for target in targets:
+            found.extend(probes.read_probe_log(box, log, target, timeout=args.timeout))
     except (RemoteFileNotFound, RemoteIsADirectory, RemotePermissionError) as exc:
         raise CliError(f"cannot read the log: {one_line(exc)}") from None
+    found.sort(key=lambda r: r.line_number)
+    readings = [r for r in found if pgid is None or r.pgid == pgid]
+    others, unknown = _launch_counts(found, pgid) if pgid is not None else ({}, 0)
+    what = f"recipe {args.recipe}" if args.recipe else f"probe {args.tag}"
+    tags = [t.tag if isinstance(t, probes.Probe) else t for t in targets]
+    result = None
+    missing: list = []
+    if args.recipe:
+        missing = missing_required(args.recipe, readings, tag=base)
+        if args.recipe == "draft-weights-unmatched":
+            result = {"unmatched": weights_unmatched(readings)}
+        elif args.recipe == "draft-params-at-init":
+            result = params_left_at_init(readings).to_dict()
     if args.json:
-        print(json.dumps({"tag": args.tag, "log": log, "readings": [r.to_dict() for r in readings]}, indent=2))
+        out = {"tag": args.tag, "recipe": args.recipe, "tags": tags, "log": log,
+               "launch": None if pgid is None else {"pgid": pgid, "pid": server.pid if server else None,
+                                                    "started": started_text, "port": args.port},
+               "readings": [r.to_dict() for r in readings],
+               "other_launches": {str(k): v for k, v in others.items()}, "unknown_launch": unknown}
+        if args.recipe:
+            out.update({"missing": missing, "result": result})
+        print(json.dumps(out, indent=2))
     else:
-        print(f"probe {args.tag} in {log}: {len(readings)} line(s)")
-        for r in readings:
-            print(f"  line {r.line_number}:")
-            if r.error:
-                print(f"    the probe itself failed: {r.error}")
-                continue
-            for expr, value in r.values.items():
-                raw = r.raw[expr]
-                shown = raw if isinstance(value, str) and value == raw else repr(value)
-                print(f"    {expr} = {shown}" + ("   (raised)" if expr in r.errors else ""))
-    if not readings:
-        why = (f"probe {args.tag} is in the journal: restart the server so it loads the patched file, "
-               "then send a request" if probe is not None else
-               f"and no probe {args.tag!r} is in the journal on {box.name}: was it added?")
-        raise CliError(f"no [probe:{args.tag}] line in {log} yet; {why}", ExitCode.FAILURE)
-    return ExitCode.OK
-
-
+        print(f"{what} in {log}: {len(readings)} line(s)" + (f" from {launch}" if launch else ""))
+        _print_readings(readings)
+        if readings and (others or unknown):
+            print(f"  (not shown: {_elsewhere(others, unknown)})")
+        if result is not None and not missing:
+            if args.recipe == "draft-weights-unmatched":
+                names = result["unmatched"]
+                print("  unmatched checkpoint names: " + (", ".join(names) if names else
+                                                          "none (every name reached a parameter)"))
+            else:
+                faults, shared = result["faults"], result["shared_from_target"]
+                print("  left at their initial values: " + (", ".join(f"{k} (norm {v})" for k, v in faults.items())
+                                                             if faults else "none"))
+                if shared:
+                    print(f"  also unwritten, taken from the target right after: {', '.join(shared)}")
+    if readings and not missing:
+        return ExitCode.OK
+    known = [p for p in journal if p.tag in tags]
+    if server is not None and started_at is not None and known and max(p.created_at for p in known) > started_at + 0.5:
+        hint = "; it started before the probe was added: restart it so it loads the patched file"
+    elif server is not None:
+        hint = "; send a request (a probe prints when its code runs)"
+    else:
+        hint = ""
+    if readings:  # a recipe whose required probes did not all print
+        where = f"from {launch}" if launch else f"in {log}"
+        raise CliError(f"{what}: no {' or '.join(f'[probe:{t}]' for t in missing)} line {where} yet, so its "
+                       f"readings are incomplete{hint or '; send a request'}", ExitCode.FAILURE)
+    label = " or ".join(f"[probe:{t}]" for t in (missing or tags))
+    if others or unknown:
+        raise CliError(f"no {label} line from {launch} — {_elsewhere(others, unknown)}{hint}", ExitCode.FAILURE)
+    if not known:
+        why = f"no probe {tags[0]!r} is in the journal on {box.name}: was it added?"
+    elif server is not None:
+        why = f"{what} is in the journal{hint}"
+    else:
+        why = f"{what} is in the journal: restart the server so it loads the patched file, then send a request"
+    raise CliError(f"no {label} line at all in {log}" + (f" (looked for {launch}'s)" if launch else "")
+                   + f" yet; {why}", ExitCode.FAILURE)
 
 
 def _compile_error_message(exc: Any) -> str:
@@ -439,7 +622,11 @@ def add_parser(sub: Any) -> None:
                    help="print once per distinct value of EXPR in each process (e.g. hidden_states.shape[-1]) "
                         "instead of once per process")
     q.add_argument("--max-prints", type=positive_int, metavar="N",
-                   help="with --once-per: at most N lines per process (default 8)")
+                   help="with --once-per (or a recipe that prints once per key): at most N lines per process "
+                        "(default 8)")
+    q.add_argument("--when", metavar="EXPR",
+                   help="print only on a call where EXPR is true (e.g. 'param_name not in params_dict'); evaluated "
+                        "inside the probe's guard: a condition that raises prints one <probe failed:...> line")
     q.add_argument("--tag", help="the probe's name (default: the file stem and line, or the recipe name)")
     q.add_argument("--recipe", help="a named probe on the EAGLE-3 code path (see `workbench probe recipes`)")
     q.add_argument("--target-arch", default="LlamaForCausalLM", help="with --recipe: the target's architecture")
@@ -458,8 +645,16 @@ def add_parser(sub: Any) -> None:
     q.add_argument("--file", help="revert every probe on this file, newest first (absolute, or the end of the path)")
     q.add_argument("--all", action="store_true", help="revert every probe on the box, newest first")
 
-    q = on_box("read", _probe_read, help="what a probe printed into the server's log, parsed")
-    q.add_argument("--tag", required=True)
-    q.add_argument("--log", help="the server's log file on the box")
-    add_port_option(q, "the running server's port (its log is found from its stderr)")
+    q = on_box("read", _probe_read, help="what a probe printed into the server's log, parsed",
+               description="What a probe (or every probe of a recipe) printed into the server's log, parsed. "
+                           "With --port only the lines of the server running on that port count (its process "
+                           "group, pgid): the same tag printed by an earlier launch into an appended log is not "
+                           "new evidence.")
+    q.add_argument("--tag", help="the probe to read")
+    q.add_argument("--recipe", help="read every probe of this recipe (and its answer: the unmatched names, the "
+                                    "parameters left at init)")
+    q.add_argument("--log", help="the server's log file on the box (default with --port: where its stderr goes)")
+    add_port_option(q, "the running server's port: its log, and only the lines its launch printed")
+    q.add_argument("--pgid", type=positive_int, metavar="G",
+                   help="with --log: only the lines printed by the launch whose process group is G")
     add_json_option(q, "the readings")

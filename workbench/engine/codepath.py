@@ -21,10 +21,12 @@ The path, in the order a request meets it (SGLang 0.5.23 file in brackets):
 6. ``target-capture-point``: the target forward's ``i in self.layers_to_capture`` test.
 7. ``draft-fc-defined`` / 8. ``draft-fc-width-check``: the draft's ``self.fc = Linear(...)`` and
    ``if hidden_states.shape[-1] != embeds.shape[-1]:`` (``srt/models/llama_eagle3.py``).
-9. ``draft-weight-renames`` / 10. ``draft-weight-drop`` / 11. ``draft-d2t-read``: the draft's
-   ``load_weights`` legacy-name map, the ``if name in params_dict:`` without ``else`` (silent
-   drop), ``hot_token_id = d2t + arange``.
-12. ``token-map-init`` / 13. ``lm-head-shared`` / 14. ``d2t-use``: the draft worker's
+9. ``draft-params-dict`` / 10. ``draft-weight-renames`` / 11. ``draft-weight-drop`` /
+   12. ``draft-d2t-read``: the draft's ``load_weights``: ``params_dict =
+   dict(self.named_parameters())`` (its first statement: nothing is loaded yet), the legacy-name
+   map, the ``if param_name in params_dict:`` without ``else`` (silent drop), ``hot_token_id = d2t
+   + arange``.
+13. ``token-map-init`` / 14. ``lm-head-shared`` / 15. ``d2t-use``: the draft worker's
     ``init_token_map``, ``init_lm_head`` and ``self.hot_token_id[...]``
     (``srt/speculative/eagle_worker_v2.py``).
 
@@ -64,7 +66,8 @@ class PathEntry:
     line's text; ``function`` the enclosing function's qualified name; ``detail`` what this
     version does there (e.g. the evaluated offset rule); ``also`` other lines of the same kind;
     ``looked_in`` where it was searched; ``silent`` marks a silent fallback; ``note`` says when the
-    file holds workbench probes (its line numbers are then the patched file's)."""
+    file holds workbench probes (its line numbers are then the patched file's); ``also_code``: the
+    text of each ``also`` line."""
 
     key: str
     what: str
@@ -78,6 +81,7 @@ class PathEntry:
     looked_in: str = ""
     silent: bool = False
     note: Optional[str] = None
+    also_code: tuple[str, ...] = ()
 
     @property
     def location(self) -> str:
@@ -87,6 +91,7 @@ class PathEntry:
     def to_dict(self) -> dict:
         d = dict(self.__dict__)
         d["also"] = list(self.also)
+        d["also_code"] = list(self.also_code)
         d["location"] = self.location
         return d
 
@@ -379,6 +384,20 @@ def _d_weight_drop(stmt, parents, text, ctx):
     return f"`{_seg(text, stmt.test)}` has no else: a name that matches no parameter is skipped silently"
 
 
+def _m_params_dict(stmt, parents, text):
+    if not (isinstance(stmt, ast.Assign) and _in_load_weights(parents) and len(stmt.targets) == 1
+            and isinstance(stmt.targets[0], ast.Name) and stmt.targets[0].id == "params_dict"):
+        return False
+    value = stmt.value
+    return (isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and value.func.id == "dict"
+            and len(value.args) == 1 and _calls_attr(value.args[0], "named_parameters"))
+
+
+def _d_params_dict(stmt, parents, text, ctx):
+    return (f"`{_seg(text, stmt)}`: every checkpoint name is looked up in it; a parameter no name reaches keeps "
+            "the value it was created with (torch.empty, ones, a random init), with no warning")
+
+
 def _m_d2t_read(stmt, parents, text):
     return (isinstance(stmt, ast.Assign) and any(isinstance(t, ast.Attribute) and t.attr == "hot_token_id"
                                                  for t in stmt.targets)
@@ -456,6 +475,9 @@ LANDMARKS: tuple[Landmark, ...] = (
              "fc is applied only when the input is wider than the embedding; a 1×-wide input (EAGLE: no aux "
              "capture) skips fc without an error", "shape[-1]", lambda c: c.draft_files, _m_width_check,
              detail=_d_width_check, silent=True, grep_fallback=False),
+    Landmark("draft-params-dict",
+             "load_weights starts by collecting the draft's parameters by name (nothing is loaded yet)",
+             "params_dict", lambda c: c.draft_files, _m_params_dict, detail=_d_params_dict, grep_fallback=False),
     Landmark("draft-weight-renames",
              "load_weights renames legacy checkpoint names by substring before matching parameters",
              "midlayer", lambda c: c.draft_files, _m_renames, detail=_d_renames, grep_fallback=False),
@@ -513,13 +535,19 @@ def _find_in(ctx: _Ctx, lm: Landmark, rel: str) -> Optional[PathEntry]:
     hits = [(s, p) for s, p in _in_order(tree) if lm.match(s, p, text)]
     if not hits:
         return None
+    lines = text.splitlines()
+    in_probe = _probe_block_lines(lines)
+    hits = [(s, p) for s, p in hits if _first_line(s) - 1 not in in_probe]  # the workbench's own probes
+    if not hits:
+        return None
     stmt, parents = hits[0]
     line = _first_line(stmt)
-    lines = text.splitlines()
     detail = lm.detail(stmt, parents, text, ctx) if lm.detail else None
+    also = tuple(_first_line(s) for s, _ in hits[1:])
     return PathEntry(lm.key, lm.what, True, ctx.src.path(rel), line, lines[line - 1] if line <= len(lines) else None,
                      _function_of(parents + ((stmt,) if isinstance(stmt, ast.FunctionDef) else ())), detail,
-                     tuple(_first_line(s) for s, _ in hits[1:]), rel, lm.silent, _probe_note(lines, line))
+                     also, rel, lm.silent, _probe_note(lines, line),
+                     tuple(lines[n - 1] if n <= len(lines) else "" for n in also))
 
 
 def _probe_note(lines: Sequence[str], line: int) -> Optional[str]:
