@@ -65,7 +65,12 @@ CASES = [
     Case("weights-dropped", ("renamed-tensor",), ("weights-loaded",), ("weights-dropped", "weights-missing"),
          ("draft-copy",)),
     Case("token-map", ("d2t-minus-arange",), ("token-map",), ("token-map-invalid",), ("draft-copy",)),
-    Case("config-vs-target", ("vocab-mismatch",), ("config-vs-target",), ("vocab-size-mismatch",), ("draft-copy",)),
+    Case("config-vs-target", ("target-hidden-mismatch",), ("config-vs-target",), ("hidden-size-mismatch",),
+         ("draft-copy",), starts_as_found=False),
+    Case("draft-architecture-unknown", ("draft-unknown-architecture",), ("config-vs-target",),
+         ("unknown-draft-architecture",), ("draft-copy",), starts_as_found=False),
+    Case("config-fault-without-effect", ("vocab-mismatch",), ("config-vs-target",), ("vocab-size-mismatch",), (),
+         outcome="latent", fixable=False),
     Case("spec-params", ("spec-params-without-steps",), ("spec-params",), ("spec-params-invalid",), ("launch",),
          starts_as_found=False),
     Case("checkpoint-unreadable", ("truncated-checkpoint",), ("checkpoint-readable",), ("checkpoint-unreadable",), (),
@@ -186,6 +191,13 @@ def test_fault_matrix(case, healthy, tmp_path, state_dir_module, free_port):
         elif not case.starts_as_found:
             # no probe on a server that does not start: the fix relaunch only
             assert verdict["restarts"] == 1, [launch["label"] for launch in verdict["launches"]]
+    elif case.outcome == "latent":
+        # a real fault, acceptance not low: its fix proposed, nothing applied, no fix relaunch
+        assert verdict["acceptance"]["before"]["accept_length"] >= 0.9 * healthy_length
+        assert verdict["fix"]["applied"] is False and verdict["acceptance"]["after"]["accept_length"] is None
+        assert [f["kind"] for f in verdict["fixes"]] == ["draft-copy"], verdict["fixes"]
+        assert verdict["root_causes"][0]["fix"] and not verdict["root_causes"][0]["fix_applied"]
+        assert not [launch for launch in verdict["launches"] if launch["label"] == "fix"]
     else:
         # what is missing is said, and how to supply it
         missing = [f for f in verdict["fixes"] if f["kind"] == "none"]

@@ -45,6 +45,27 @@ def test_sglang7011_target_hidden_size_differs_from_draft_hidden(box, tmp_path, 
     assert (f.evidence["draft_target_hidden_size"]["value"], f.evidence["target_hidden_size"]["value"]) == (8192, 4096)
 
 
+def test_a_wrong_target_hidden_size_beside_an_fc_of_the_targets_width_blames_the_config(box, tmp_path, sglang_source):
+    """fc.weight is 3 × the target's 4096 but the config says target_hidden_size 5120: the draft
+    was trained on this target, its config is wrong (one finding; the aux count is right)."""
+    cfg = draft_cfg(hidden_size=4096, target_hidden_size=4096,
+                    eagle_config={"eagle_aux_hidden_state_layer_ids": [1, 15, 28]})
+    spec = specforge_spec(cfg)
+    assert spec["fc.weight"][1] == (4096, 3 * 4096)
+    target, draft = deploy(tmp_path, LLAMA31_8B, cfg | {"target_hidden_size": 5120}, spec)
+    rep = doctor(box, launch(target, draft), sglang_source)
+    assert [r for r, _ in serious(rep) if r.startswith(("hidden-size", "aux-count"))] == ["hidden-size-mismatch"]
+    f = by_rule(rep, "hidden-size-mismatch")
+    assert f.evidence["fc_in_features"]["value"] == 12288 and f.evidence["num_aux"]["value"] == 3
+    assert "config is wrong" in f.message and "3 × 5120 = 15360" in f.message
+    assert f.fix == "set target_hidden_size to 4096 in the draft's config"
+    # The same config with an fc of another width: the draft was trained for another target.
+    spec["fc.weight"] = ("BF16", (4096, 3 * 5120))
+    target, draft = deploy(tmp_path, LLAMA31_8B, cfg | {"target_hidden_size": 5120}, spec, name="other")
+    f = by_rule(doctor(box, launch(target, draft), sglang_source), "hidden-size-mismatch")
+    assert "trained for another target" in f.message and "fc_in_features" not in f.evidence
+
+
 def test_sglang9135_qwen3_architecture_on_a_midlayer_checkpoint(box, tmp_path, sglang_source):
     quoted = public_report("sglang-9135-draft-arch-qwen3-midlayer-keyerror")["inputs"]["draft_config"]
     cfg = draft_cfg(architectures=["Qwen3ForCausalLM"], hidden_size=quoted["hidden_size"], num_attention_heads=40,

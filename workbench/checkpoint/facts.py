@@ -78,6 +78,17 @@ class DraftFacts:
         """``target_hidden_size`` else ``hidden_size`` (SGLang 0.5.23 llama_eagle3.py)."""
         return self.target_hidden_size if self.target_hidden_size is not None else self.hidden_size
 
+    def aux_count(self) -> tuple[int, str]:
+        """``(number of aux states the engine concatenates into fc, where that number comes from)``:
+        ``num_aux_hidden_states``, else the length of the nested aux layer ids, else 3 (SGLang 0.5.23
+        ``srt/models/llama_eagle3.py``)."""
+        if self.num_aux_hidden_states is not None:
+            return self.num_aux_hidden_states, str(self.sources.get("num_aux_hidden_states"))
+        ids = self.aux_layer_ids
+        if isinstance(ids, list) and ids and all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
+            return len(ids), str(self.sources.get("aux_layer_ids"))
+        return 3, "llama_eagle3.py default 3"
+
     def eagle3_signals(self, target_hidden_size: int | None = None) -> dict[str, Any]:
         """Why this looks like an EAGLE-3 draft: ``{signal: value}``, empty if nothing does.
 

@@ -39,10 +39,11 @@ import httpx
 from remote import probes as remote_probes
 from remote.errors import RemoteError, ServerDied, ServerStartTimedOut
 from workbench.diagnosis.ledger import Evidence, Ledger
-from workbench.doctor import run_doctor
+from workbench.doctor import DoctorError, run_doctor
 from workbench.engine.codepath import CodePathMap, code_path_map
 from workbench.engine.launch import LaunchCommand
-from workbench.engine.recipes import RECIPES, recipe_probe
+from workbench.engine.recipes import (RECIPES, add_recipes, missing_required, read_recipes, recipe_probes,
+                                      weights_unmatched)
 from workbench.engine.source import EngineSource
 from workbench.errors import DiagnosisError, FigureInputError, SourceLookupError
 from workbench.logs import parse_log
@@ -61,7 +62,7 @@ from workbench.sandbox_box import sandbox_prompts_path
 from workbench.session import BoxSession, Inventory, Journal, open_box
 
 __all__ = ["DiagnosisError", "DiagnosisRun", "Measurement", "StepResult", "DRAFT_MODEL_FILE", "PROBE_RECIPE",
-           "PROBE_TAG", "LOW_ACCEPT_FRACTION", "SUFFICIENT_GAIN"]
+           "LOW_ACCEPT_FRACTION", "SUFFICIENT_GAIN"]
 
 #: The draft model file, relative to the engine package root: SGLang 0.5.23
 #: ``srt/models/llama_eagle3.py`` (the sandbox mirrors the path).
@@ -70,7 +71,6 @@ DRAFT_MODEL_FILE = "srt/models/llama_eagle3.py"
 #: recipe, anchored on the draft's fc width check as the code-path map finds it in the box's
 #: version (SGLang 0.5.23 ``srt/models/llama_eagle3.py`` ``LlamaModel.forward``).
 PROBE_RECIPE = "draft-input-width"
-PROBE_TAG = "draft-input-width"
 #: Without ``expected_accept_length``, acceptance counts as low below this fraction of its ceiling
 #: (the tokens one verify step can yield: ``--speculative-num-draft-tokens``, steps + 1 for chain
 #: drafting) or when it has collapsed (≤ 1.05). A heuristic: a working EAGLE-3 draft on chat or
@@ -245,6 +245,7 @@ class DiagnosisRun(BoxSession):
         self.draft_copies: list[dict] = []
         self.fix_result: dict[str, Any] = {}
         self.candidate_trials: list[dict] = []
+        self.fixed_doctor: dict[str, Any] = {}  # the doctor on the fixed command (see _doctor_on_fix)
         self.ladder: list[dict] = []
         self.notes: list[str] = []
         self.verdict: dict | None = None
@@ -575,17 +576,18 @@ class DiagnosisRun(BoxSession):
         added = []
         for name in self._recipes_for(suspects):
             try:
-                spec = recipe_probe(cmap, name)
+                recipe_probes(cmap, name)
             except SourceLookupError as exc:
                 self.notes.append(f"probe {name} not added: {exc}")
                 continue
-            probe = remote_probes.add_probe(self.box, spec.path, before=spec.line, function=spec.function,
-                                            exprs=spec.exprs, tag=spec.tag, once_per=spec.once_per,
-                                            python=self.inventory.python)
-            self.probes.append(probe)
             added.append(name)
         if not added:
             return None
+        try:
+            self.probes = add_recipes(self.box, cmap, added, python=self.inventory.python, timeout=60)
+        except (RemoteError, SourceLookupError) as exc:
+            self.notes.append(f"the probes were not added ({type(exc).__name__}: {exc}); none is in place")
+            return StepResult("probe", "inconclusive", f"the probes could not be added: {exc}")
         handle, failure = self._try_launch(self.inventory.launch, "probe")
         if failure is not None:
             self._revert_probes()
@@ -601,8 +603,9 @@ class DiagnosisRun(BoxSession):
                                                                                "d2t", "unmatched")})
 
     def _read_probes(self, handle, *, timeout: float = 60.0) -> dict[str, list]:
-        """Send one request to the launch ``handle`` and read each probe's lines from its own log
-        (a launch writes its own log file: earlier launches' lines are not in it)."""
+        """Send one request to the launch ``handle`` and read each recipe's lines printed by that
+        launch (its process group: an earlier launch's lines are no evidence about this one):
+        ``{recipe name: [ProbeReading, ...]}``."""
         with httpx.Client(timeout=timeout, trust_env=False) as client:
             try:
                 client.post(self.inventory.base_url + "/generate",
@@ -613,15 +616,18 @@ class DiagnosisRun(BoxSession):
         deadline = time.monotonic() + 10
         out: dict[str, list] = {}
         while True:
-            out = {p.tag: [r for r in remote_probes.read_probe_log(self.box, handle.log_path, p, timeout=30)]
-                   for p in self.probes}
-            if out.get(PROBE_TAG) or time.monotonic() > deadline:
+            try:
+                out = read_recipes(self.box, handle.log_path, self.probes, pgid=handle, timeout=30)
+            except RemoteError as exc:
+                self.notes.append(f"the probe lines could not be read: {exc}")
+                return out
+            if out.get(PROBE_RECIPE) or time.monotonic() > deadline:
                 return out
             time.sleep(0.2)
 
     def _probe_summary(self, readings: dict[str, list], *, before: bool) -> dict[str, Any]:
         widths: list[tuple[int, ...]] = []
-        for r in readings.get(PROBE_TAG, []):
+        for r in readings.get(PROBE_RECIPE, []):
             if "hidden_states.shape" in r.raw and not r.error:
                 try:
                     widths.append(remote_probes.parse_shape(r.raw["hidden_states.shape"]))
@@ -643,10 +649,11 @@ class DiagnosisRun(BoxSession):
         d2t = [r.raw for r in readings.get("draft-d2t", []) if not r.error]
         if d2t:
             out["d2t"] = d2t[0]
-        unmatched = sorted({v for r in readings.get("draft-weights-unmatched", []) if not r.error
-                            for v in r.raw.values()})
-        if readings.get("draft-weights-unmatched") is not None:
-            out["unmatched"] = unmatched
+        weights = readings.get("draft-weights-unmatched")
+        if weights is not None and not missing_required("draft-weights-unmatched", weights):
+            out["unmatched"] = weights_unmatched(weights)
+        elif weights is not None:
+            out["unmatched_unknown"] = "load_weights printed no .ran line: no unmatched name is no evidence"
         return out
 
     def _attach_probe_evidence(self, readings: dict[str, list]) -> None:
@@ -771,10 +778,19 @@ class DiagnosisRun(BoxSession):
         applicable = [f for f in fixes if f.kind in ("launch", "draft-copy")]
         candidates = [f for f in fixes if f.kind == "candidates"]
         result = None
+        if self.before is not None and self.acceptance_low(self.before.accept_length) is False:
+            # Nothing to prove: a relaunch with the fix could only show the same acceptance.
+            if applicable:
+                self.notes.append(f"accept length {_fmt(self.before.accept_length)} is not low: the fixes of the "
+                                  "confirmed causes are proposed, not applied (they have no measured effect here)")
+            self._revert_probes()
+            self._judge_fix()
+            return None
         if applicable:
             self.applied = list(applicable)
             try:
                 self.fix_launch, result = self._launch_with(applicable, "fix")
+                self._doctor_on_fix(self.fix_launch)
                 if isinstance(result, Measurement):
                     handle = self.current
                     if self.probes and handle is not None:
@@ -792,6 +808,47 @@ class DiagnosisRun(BoxSession):
         self._revert_probes()
         self._judge_fix()
         return self.after if self.after is not None else result
+
+    def _doctor_on_fix(self, launch: LaunchCommand) -> None:
+        """Every rule again on the fixed command, the repaired draft copy in place (static, no
+        restart): :attr:`fixed_doctor` gets the error rules the fix cleared and the findings that
+        remain. A confirmed cause without a fix of its own whose every error the fix cleared is a
+        consequence of the fixed causes (:meth:`consequences`), not a root cause."""
+        try:
+            report = run_doctor(self.box, launch, engine_root=self.inventory.engine_root,
+                                engine_version=self.inventory.engine_version, cwd=self.inventory.server_cwd)
+        except (DoctorError, RemoteError) as exc:
+            self.notes.append(f"the doctor on the fixed command did not run ({type(exc).__name__}: {exc})")
+            return
+        left = {f.rule for f in report.findings if f.severity == "error"}
+        self.fixed_doctor = {
+            "launch_command": launch.to_string(),
+            "cleared": sorted({f.rule for f in self.findings if f.severity == "error"} - left),
+            "remaining": [{"rule": f.rule, "severity": f.severity, "message": f.message}
+                          for f in report.findings if f.severity in ("error", "warning")],
+        }
+
+    def _cleared_by_fix(self, spec: HypothesisSpec) -> bool:
+        """Whether the fix cleared every error finding of ``spec`` while no applied fix is its own."""
+        if not self.fixed_doctor or spec.id in self._fixed_hypotheses():
+            return False
+        errors = {f.rule for f in self.findings if f.rule in spec.rules and f.severity == "error"}
+        return bool(errors) and errors <= set(self.fixed_doctor["cleared"])
+
+    def consequences(self) -> list[dict[str, Any]]:
+        """The confirmed hypotheses that are consequences of the root causes: no fix of their own
+        was applied and the doctor on the fixed command no longer reports any of their errors
+        (e.g. the draft's own embedding required only because the config's target_hidden_size is
+        wrong). Each: ``hypothesis``, ``rule``, ``message``, ``cleared_by`` (the fixed
+        hypotheses)."""
+        out = []
+        for spec, _fam in REGISTRY.hypotheses():
+            if self.ledger.get(spec.id).verdict != "confirmed" or not self._cleared_by_fix(spec):
+                continue
+            finding = next(f for f in self.findings if f.rule in spec.rules and f.severity == "error")
+            out.append({"hypothesis": spec.id, "rule": finding.rule, "message": finding.message,
+                        "cleared_by": self._fixed_hypotheses()})
+        return out
 
     def _try_candidate_fixes(self, candidates: list[Fix]) -> None:
         base = self.after.accept_length if self.after is not None else (
@@ -959,7 +1016,7 @@ class DiagnosisRun(BoxSession):
         out = []
         for spec, fam in REGISTRY.hypotheses():
             hyp = self.ledger.get(spec.id)
-            if hyp.verdict != "confirmed":
+            if hyp.verdict != "confirmed" or self._cleared_by_fix(spec):
                 continue
             errors = [f for f in self.findings if f.rule in spec.rules and f.severity == "error"]
             finding = errors[0] if errors else next((f for f in self.findings if f.rule in spec.rules), None)
@@ -1004,10 +1061,15 @@ class DiagnosisRun(BoxSession):
     def outcome(self) -> str:
         """``healthy`` (nothing confirmed, acceptance not low), ``fixed`` (every confirmed cause with
         an applied fix that brought acceptance back), ``partly-fixed`` (a fix applied, not
-        sufficient), ``cause-found`` (a cause named, its fix not applied or not derivable),
+        sufficient), ``latent`` (a cause confirmed while acceptance is not low: a fault with no
+        measured effect on acceptance here, its fix proposed and not applied), ``cause-found`` (a
+        cause named, acceptance low or not measured, its fix not applied or not derivable),
         ``server-does-not-start`` (as found, with no cause named), ``unexplained`` (acceptance low,
         nothing confirmed)."""
         causes = self.root_causes()
+        low = self.acceptance_low(self.before.accept_length if self.before is not None else None)
+        if causes and low is False and not self.fix_result.get("applied"):
+            return "latent"
         if self.fix_result.get("applied"):
             if self.fix_result.get("sufficient") and all(c["fix_applied"] for c in causes):
                 return "fixed"
@@ -1016,7 +1078,6 @@ class DiagnosisRun(BoxSession):
             return "cause-found"
         if self.start_failures and self.before is None:
             return "server-does-not-start"
-        low = self.acceptance_low(self.before.accept_length if self.before is not None else None)
         return "unexplained" if low else "healthy"
 
     def proposed_launch(self) -> LaunchCommand | None:
@@ -1082,6 +1143,8 @@ class DiagnosisRun(BoxSession):
             "outcome": self.outcome(),
             "root_cause": rc or {"rule": None},
             "root_causes": self.root_causes(),
+            "consequences": self.consequences(),
+            "fixed_doctor": self.fixed_doctor or None,
             "open": self.still_open(),
             "hypotheses": [
                 {**h, "family": self.families[h["id"]].name, "order": self.specs[h["id"]].order,
@@ -1133,7 +1196,8 @@ class DiagnosisRun(BoxSession):
         and what they did (measured), what is still open and how to decide it."""
         out = self.outcome()
         head = {"healthy": "Healthy: no cause found", "fixed": "Fixed", "partly-fixed": "Fix applied, not sufficient",
-                "cause-found": "Cause found", "server-does-not-start": "The server does not start",
+                "cause-found": "Cause found",
+                "latent": "A fault with no measured effect on acceptance", "server-does-not-start": "The server does not start",
                 "unexplained": "Acceptance is low and no cause is confirmed"}[out]
         parts = [f"<h3>Summary: {html.escape(head)}</h3>"]
         before = self.before.accept_length if self.before is not None else None
@@ -1156,6 +1220,13 @@ class DiagnosisRun(BoxSession):
                 (f"<br>missing: {html.escape(c['missing'])}" if c.get("missing") else "") + "</li>"
                 for c in causes)
             parts.append(f"<p><b>Root causes</b>, in the order they act:</p><ol>{items}</ol>")
+        cons = self.consequences()
+        if cons:
+            items = "".join(f"<li><b>{html.escape(c['hypothesis'])}</b> (<code>{html.escape(c['rule'])}</code>): "
+                            f"{html.escape(c['message'])}<br>cleared by the fix of "
+                            f"{html.escape(', '.join(c['cleared_by']))}</li>" for c in cons)
+            parts.append("<p><b>Consequences</b> of the root causes (the doctor on the fixed command no longer "
+                         f"reports them):</p><ul>{items}</ul>")
         if self.fix_result.get("applied"):
             ok = self.fix_result.get("sufficient")
             parts.append(f"<p><b>The fix {'brought acceptance back' if ok else 'is not enough'}</b>: "
@@ -1183,6 +1254,10 @@ class DiagnosisRun(BoxSession):
             items = "".join(f"<li><b>{html.escape(o['hypothesis'])}</b>: {html.escape(o['why'])}<br>to decide: "
                             f"{html.escape(str(o['decide']))}</li>" for o in still)
             parts.append(f"<p><b>Still open</b>:</p><ul>{items}</ul>")
+        if out == "latent":
+            parts.append("<p>Acceptance as found is not low, so no fix was applied: each cause above is a real fault "
+                         "(its evidence is in the table) that this engine does not feel on this draft. Apply its "
+                         "fix anyway before another engine or release reads the same field.</p>")
         if out == "healthy":
             parts.append("<p>No false alarm: every hypothesis was checked. To go further, sweep the speculative "
                          "settings with the <code>measure_acceptance</code> runbook.</p>")

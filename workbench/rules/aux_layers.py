@@ -182,13 +182,13 @@ def aux_count_mismatch(facts: Facts) -> list[Finding]:
     if not _eagle3_pair(facts):
         return out
     draft, target = facts.draft, facts.target
-    if draft.num_aux_hidden_states is not None:
-        n_aux, n_aux_src = draft.num_aux_hidden_states, draft.sources.get("num_aux_hidden_states")
-    elif ids_ok(draft.aux_layer_ids):
-        n_aux, n_aux_src = len(draft.aux_layer_ids), draft.sources.get("aux_layer_ids")
-    else:
-        n_aux, n_aux_src = 3, "llama_eagle3.py default 3"
+    n_aux, n_aux_src = draft.aux_count()
     th = draft.target_hidden_size if draft.target_hidden_size is not None else target.hidden_size
+    if th != target.hidden_size and draft.fc_in_features is not None and target.hidden_size is not None \
+            and draft.fc_in_features == n_aux * target.hidden_size:
+        # The count is right: fc.weight is n_aux × the target's width, the config's
+        # target_hidden_size is wrong (hidden-size-mismatch says so, with the loader's assert).
+        return [f for f in out if f.evidence.get("param") != "model.fc.weight"]
     if draft.fc_in_features is None or th is None or n_aux * th == draft.fc_in_features:
         return out
     return [Finding("aux-count-mismatch", "error",

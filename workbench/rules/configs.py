@@ -92,7 +92,9 @@ def unknown_draft_architecture(facts: Facts) -> list[Finding]:
 def hidden_size_mismatch(facts: Facts) -> list[Finding]:
     """The draft's ``fc`` takes aux hidden states of width ``target_hidden_size``, else
     ``hidden_size`` (SGLang 0.5.23 ``srt/models/llama_eagle3.py``); a target of another width feeds
-    it states it was not trained on (sglang#7011)."""
+    it states it was not trained on (sglang#7011). When the draft's own ``fc.weight`` is
+    ``n_aux`` × the target's width, the draft was trained on this target and only the config
+    is wrong (the engine builds ``fc`` from the config, and the loader's shape assert stops it)."""
     draft, target = facts.draft, facts.target
     if draft is None or target is None:
         return []
@@ -100,6 +102,19 @@ def hidden_size_mismatch(facts: Facts) -> list[Finding]:
     if th is None or target.hidden_size is None or th == target.hidden_size:
         return []
     key = "target_hidden_size" if draft.target_hidden_size is not None else "hidden_size"
+    n_aux, n_aux_src = draft.aux_count()
+    if draft.fc_in_features is not None and draft.fc_in_features == n_aux * target.hidden_size:
+        return [Finding("hidden-size-mismatch", "error",
+                        f"the draft's config says {key} {th}, but its own fc.weight takes {draft.fc_in_features} "
+                        f"= {n_aux} × {target.hidden_size} inputs: it was trained on this target's "
+                        f"{target.hidden_size}-wide states and the config is wrong; the engine builds fc for "
+                        f"{n_aux} × {th} = {n_aux * th} inputs and its weight loader asserts (the server does "
+                        "not start)",
+                        {"draft_" + key: ev(th, draft.sources.get(key)),
+                         "target_hidden_size": ev(target.hidden_size, target.sources.get("hidden_size")),
+                         "fc_in_features": ev(draft.fc_in_features, draft.sources.get("fc_in_features")),
+                         "num_aux": ev(n_aux, n_aux_src)},
+                        f"set {key} to {target.hidden_size} in the draft's config")]
     return [Finding("hidden-size-mismatch", "error",
                     f"the draft expects target hidden states {th} wide ({key}) but the target's are "
                     f"{target.hidden_size}: the draft was trained for another target",
