@@ -395,7 +395,7 @@ def render_block(
     shape, an int, a name): ``repr`` of a tensor's values would synchronise the GPU (and fail
     inside CUDA-graph capture).
     """
-    head = f"[probe:{tag}"
+    head = f"[probe:{tag}]"  # the tag as grep finds it in the source; printed as [probe:TAG pgid=G pid=P]
     cut = f"_ewb_cut = lambda s: s if len(s) <= {int(max_repr)} else s[:{int(max_repr)}] + '...'"
     who = [
         "try:",
@@ -440,7 +440,7 @@ def render_block(
             pad + f"    _ewb_parts.append({expr + '=<error:'!r} + repr(_ewb_exc) + '>')",
         ]
     body += [pad + line for line in who]
-    body.append(pad + f"print({head!r} + _ewb_who + '] ' + ' '.join(_ewb_parts).replace('\\n', '\\\\n'), "
+    body.append(pad + f"print({head!r}[:-1] + _ewb_who + '] ' + ' '.join(_ewb_parts).replace('\\n', '\\\\n'), "
                       "file=_ewb_sys.stderr, flush=True)")
     body += [
         "except Exception as _ewb_exc:  # a probe must never break the code it watches",
@@ -449,7 +449,7 @@ def render_block(
         f"        if {tag!r} not in _ewb_failed:",
         f"            _ewb_failed.add({tag!r})",
         *("            " + line for line in who),
-        f"            print({head!r} + _ewb_who + '] <probe failed:' + repr(_ewb_exc)[:{int(max_repr)}] + '>', "
+        f"            print({head!r}[:-1] + _ewb_who + '] <probe failed:' + repr(_ewb_exc)[:{int(max_repr)}] + '>', "
         "file=__import__('sys').stderr, flush=True)",
         "    except Exception as _ewb_lost:  # stderr cannot be written: nowhere left to say it but here",
         "        __import__('sys').__dict__.setdefault('_eagle_workbench_probes_lost', {})"

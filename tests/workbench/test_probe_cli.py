@@ -149,6 +149,10 @@ def test_recipe_draft_input_width_lands_on_the_width_check(site, sglang_source, 
     (["add", "--file", DRAFT_REL, "--line", "238", "--print", "x", "--once-per", "(n := x)"],
      "--once-per '(n := x)' is refused"),
     (["add", "--file", DRAFT_REL, "--line", "238", "--print", "x", "--max-prints", "3"], "goes with --once-per"),
+    (["add", "--file", DRAFT_REL, "--line", "238", "--print", "x", "--when", "(n := x)"], "--when '(n := x)' is refused"),
+    (["read", "--tag", "t", "--recipe", "draft-d2t", "--log", "/x"], "exactly one of --tag TAG or --recipe NAME"),
+    (["read", "--recipe", "nope", "--log", "/x"], "no probe recipe 'nope'"),
+    (["read", "--tag", "t", "--log", "/x", "--port", "30000", "--pgid", "5"], "--pgid G names a launch"),
     (["add", "--recipe", "fc-width"], "no probe recipe 'fc-width'"),
     (["add", "--file", DRAFT_REL, "--line", "238", "--print", "x", "--tag", "bad tag"], "--tag 'bad tag'"),
     (["add", "--file", "srt/models/missing.py", "--line", "3", "--print", "x"], "no file"),
@@ -698,5 +702,18 @@ def test_weight_recipes_run_in_the_real_0_5_23_load_weights(site, sglang_source,
     empty.write_text("[2026-01-01 12:00:00] server started\n")
     code, _, err = cli("probe", "read", "--recipe", "draft-weights-unmatched", "--log", str(empty))
     assert code == 1 and "no [probe:draft-weights-unmatched.ran] line at all" in err
+    assert cli("probe", "revert", "--all")[0] == 0
+    assert sha(draft) == sha(sglang_source / DRAFT_REL)
+    # the same by hand: --when on the plain-parameter test (the README's example)
+    code, out, err = cli("probe", "add", "--file", DRAFT_REL, "--line", "373", "--print", "name", "--once-per", "name",
+                         "--when", "param_name not in params_dict", "--tag", "dropped", "--python", sys.executable)
+    assert code == 0 and "only when param_name not in params_dict" in out, err
+    code, out, _ = cli("probe", "list")
+    assert code == 0 and "(only when param_name not in params_dict)" in out
+    with log.open("w") as f:
+        assert subprocess.run([sys.executable, "-c", RUN_LOAD_WEIGHTS, str(draft)], stderr=f, stdout=subprocess.DEVNULL,
+                              timeout=120).returncode == 0
+    code, out, _ = cli("probe", "read", "--tag", "dropped", "--log", str(log), "--json")
+    assert code == 0 and [r["values"] for r in json.loads(out)["readings"]] == [{"name": "fc.weights"}]
     assert cli("probe", "revert", "--all")[0] == 0
     assert sha(draft) == sha(sglang_source / DRAFT_REL)

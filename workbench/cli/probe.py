@@ -299,7 +299,8 @@ def _probe_list(args: argparse.Namespace, box: Any) -> ExitCode:
         for p, status, sha, created in rows:
             print(f"  {p.tag}  [{p.state}]  {p.path}:{p.line}" + (f"  (in {p.function})" if p.function else ""))
             print(f"      prints: {', '.join(p.exprs)}"
-                  + (f"  (once per {p.once_per}, at most {p.max_prints} lines)" if p.once_per is not None else ""))
+                  + (f"  (once per {p.once_per}, at most {p.max_prints} lines)" if p.once_per is not None else "")
+                  + (f"  (only when {p.when})" if p.when is not None else ""))
             note = ""
             if p.state == "pending":
                 note = f"; an add was interrupted: `workbench probe revert --tag {p.tag}` cleans it up"

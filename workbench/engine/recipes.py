@@ -336,8 +336,10 @@ def add_recipes(box, cmap: CodePathMap, names: Sequence[str], *, python: Optiona
     unknown = set(overrides) - {"once_per", "when", "max_prints", "max_repr"}
     if unknown:
         raise ValueError(f"unknown override(s) {sorted(unknown)}: once_per, when, max_prints, max_repr")
+    now = code_path_map(EngineSource(box, cmap.root, cmap.version, timeout=timeout), target_arch=cmap.target_arch,
+                        draft_arch=cmap.draft_arch, keys=recipe_entries(names))
     for name in names:  # every entry in this version, before anything is added
-        recipe_probes(cmap, name, tag=tag)
+        recipe_probes(now, name, tag=tag)
     added: list = []  # added by this call: reverted if a later one fails
     result: list = []  # added or already in place, in order
     try:
