@@ -301,7 +301,8 @@ revert_at_end = True  # the last cell reverts the probes this notebook added (ru
     code("""
 from remote import connect
 from remote import probes
-from workbench.engine import RECIPES, add_recipe, code_path_map, find_engine, map_for_launch
+from workbench.engine import RECIPES, code_path_map, find_engine, map_for_launch, running_servers
+from workbench.engine.recipes import add_recipes, read_recipes
 from workbench.rules import scan_swallowed
 
 box = connect(host)
@@ -338,14 +339,16 @@ probes are added and reverted and nothing is read.
     code("""
 for name, recipe in RECIPES.items():
     print(f"{name}: {recipe.description}\\n    reads: {recipe.reads}")
-added = [add_recipe(box, cmap, name, python=engine.python) for name in RECIPES] if add_probes else []
+added = add_recipes(box, cmap, list(RECIPES), python=engine.python) if add_probes else []  # all or none
 [(p.tag, f"{p.path}:{p.line}") for p in probes.list_probes(box)]
 """),
     code("""
 if engine.log_path is None:
     print("no log file for this server (its stderr is not a file): read the tags from wherever it logs")
-for p in added:
-    print(p.tag, [r.values for r in probes.read_probe_log(box, engine.log_path, p)] if engine.log_path else "")
+now = running_servers(box, port=engine.port) if engine.port else []  # after the restart: the server running now
+log, pgid = (now[0].log_path, now[0].pgid) if now else (engine.log_path, None)
+for name, readings in (read_recipes(box, log, added, pgid=pgid).items() if added and log else []):
+    print(name, [r.values for r in readings])  # only the lines of the launch running now
 """),
     md("## Revert the probes this notebook added (byte for byte, sha256 checked)\nProbes added from the command line stay; `workbench probe list` shows them."),
     code("""

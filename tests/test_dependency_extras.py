@@ -283,7 +283,8 @@ def test_source_locate_and_probe_recipes_without_the_extra_simulated_absence(no_
     proc = _workbench(no_sandbox_extra, "probe", "recipes")
     assert proc.returncode == 0, proc.stderr
     recipes = [ln for ln in proc.stdout.splitlines() if re.fullmatch(r"[a-z0-9-]+", ln)]
-    assert recipes == ["draft-input-width", "target-capture-layers", "draft-d2t"]
+    assert recipes == ["draft-weights-unmatched", "draft-params-at-init", "draft-input-width", "target-capture-layers",
+                       "draft-d2t"]
     assert no_sandbox_extra.attempts("import") == []
 
 

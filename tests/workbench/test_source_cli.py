@@ -24,7 +24,7 @@ def test_locate_and_map_on_the_sandbox_engine(cli):
     assert code == 0
     doc = json.loads(out)
     entries = {e["key"]: e for e in doc["entries"]}
-    assert all(e["found"] for e in entries.values()) and len(entries) == 14
+    assert all(e["found"] for e in entries.values()) and len(entries) == 15
     draft = SANDBOX / "srt/models/llama_eagle3.py"
     check = entries["draft-fc-width-check"]
     assert check["location"] == f"{draft}:{_line_of(draft, 'if hidden_states.shape[-1] != embeds.shape[-1]:')}"
