@@ -73,6 +73,7 @@ CASES = [
          outcome="latent", fixable=False),
     Case("spec-params", ("spec-params-without-steps",), ("spec-params",), ("spec-params-invalid",), ("launch",),
          starts_as_found=False),
+    Case("spec-steps-zero", ("spec-steps-zero",), ("spec-params",), ("spec-params-invalid",), ("launch",)),
     Case("checkpoint-unreadable", ("truncated-checkpoint",), ("checkpoint-readable",), ("checkpoint-unreadable",), (),
          outcome="cause-found", fixable=False, starts_as_found=False),
     Case("layered-flag-and-token-map", ("eagle-flag", "d2t-minus-arange"), ("algorithm-flag", "token-map"),

@@ -167,6 +167,7 @@ def test_finding_validates_severity():
     ("--speculative-num-steps 3 --speculative-eagle-topk 4 --speculative-num-draft-tokens 8 --page-size 16 "
      "--attention-backend flashmla", "error", "attention backend"),
     ("--speculative-num-steps x", "error", "not an integer"),
+    ("--speculative-num-steps -2 --speculative-eagle-topk 1", "error", "negative"),
 ])
 def test_spec_params_invalid(extra, severity, text):
     cmd = LaunchCommand.parse(f"python -m sglang.launch_server --model-path /m --speculative-algorithm EAGLE3 {extra}")
@@ -174,6 +175,26 @@ def test_spec_params_invalid(extra, severity, text):
     assert [(f.rule, f.severity) for f in found] == [("spec-params-invalid", severity)] and text in found[0].message
     if severity == "warning":
         assert LaunchCommand.parse(found[0].fix).get("--speculative-num-draft-tokens") == "4"
+
+
+@pytest.mark.parametrize("extra, steps, ndt, topk", [
+    ("--speculative-num-steps 0 --speculative-eagle-topk 1 --speculative-num-draft-tokens 4", "3", "4", "1"),
+    ("--speculative-num-steps 0 --speculative-eagle-topk 1 --speculative-num-draft-tokens 6", "5", "6", "1"),
+    ("--speculative-num-steps 0", "3", "4", None),
+    ("--speculative-num-steps 0 --speculative-eagle-topk 1 --speculative-num-draft-tokens 1", "3", "4", "1"),
+    ("--speculative-num-steps 0 --speculative-eagle-topk 4 --speculative-num-draft-tokens 8", "3", "8", "4"),
+])
+def test_spec_steps_zero_disables_drafting_and_the_fix_drafts_a_chain(extra, steps, ndt, topk):
+    """SGLang 0.5.23 accepts steps 0 and drafts nothing (accept length 1.00, no error): one error
+    finding whose fix drafts ``draft tokens - 1`` steps in a chain, else 3; a tree (topk > 1)
+    keeps its draft tokens."""
+    cmd = LaunchCommand.parse(f"python -m sglang.launch_server --model-path /m --speculative-algorithm EAGLE3 {extra}")
+    [f] = spec_params_invalid(Facts.of(cmd))
+    assert (f.rule, f.severity) == ("spec-params-invalid", "error") and "disables drafting" in f.message
+    fixed = LaunchCommand.parse(f.fix)
+    assert (fixed.get("--speculative-num-steps"), fixed.get("--speculative-num-draft-tokens"),
+            fixed.get("--speculative-eagle-topk")) == (steps, ndt, topk)
+    assert spec_params_invalid(Facts.of(fixed)) == []
 
 
 def test_unknown_algorithm_name_from_the_engine_source(box, tmp_path, sglang_source):

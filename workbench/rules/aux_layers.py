@@ -27,6 +27,11 @@ __all__ = ["FAMILY", "target_no_aux_capture", "aux_config_unread", "aux_layer_id
 
 _CAPTURE_PROBES = ("target-capture-layers", "draft-input-width")
 
+#: The remedy for a target class without capture: EAGLE is no way out (SGLang 0.5.23's
+#: GraniteForCausalLM has no get_embed_and_head either, pp_draft_embedding.py).
+NO_CAPTURE_FIX = ("use an engine version whose target class has set_eagle3_layers_to_capture (EAGLE instead "
+                  "needs an EAGLE-1/2 draft and the class's get_embed_and_head, which 0.5.23's Granite lacks too)")
+
 FAMILY = Family(
     "aux-layers", "Aux hidden-state capture: which target layers feed the draft", __doc__,
     module=__name__, probes=_CAPTURE_PROBES,
@@ -61,7 +66,7 @@ def _ids_evidence(facts: Facts) -> dict:
 @FAMILY.rule("target-no-aux-capture", severities=("error",),
              summary="EAGLE3, and the target architecture's model class in the engine source on the box has no "
                      "set_eagle3_layers_to_capture",
-             fix="use an engine version whose target class supports EAGLE-3, or EAGLE")
+             fix=NO_CAPTURE_FIX)
 def target_no_aux_capture(facts: Facts) -> list[Finding]:
     """Under EAGLE3 the model runner calls the target's ``set_eagle3_layers_to_capture`` (SGLang
     0.5.23 ``model_runner_components/attention_backend_setup.py``); a target class that lacks it
@@ -77,7 +82,7 @@ def target_no_aux_capture(facts: Facts) -> list[Finding]:
                     "set_eagle3_layers_to_capture: the engine raises when EAGLE3 sets up capture",
                     {"target_architecture": ev(tarch, target.sources.get("architectures")),
                      "class": ev(tarch, f"{engine.root}/{file}:{line}")},
-                    "use an engine version whose target class supports EAGLE-3, or EAGLE")]
+                    NO_CAPTURE_FIX)]
 
 
 @FAMILY.rule("aux-config-unread", severities=("warning", "info"),

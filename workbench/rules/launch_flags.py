@@ -23,7 +23,7 @@ from workbench.rules.finding import Finding, ev
 from workbench.rules.fix import Fix
 from workbench.rules.registry import Family, HypothesisSpec
 
-__all__ = ["FAMILY", "algorithm_mismatch", "check_algorithm_mismatch", "launch_flag_unknown", "spec_params_invalid",
+__all__ = ["FAMILY", "DEFAULT_CHAIN_STEPS", "algorithm_mismatch", "check_algorithm_mismatch", "launch_flag_unknown", "spec_params_invalid",
            "draft_path_missing", "int_flag", "RuleInputError"]
 
 FAMILY = Family(
@@ -212,6 +212,11 @@ def launch_flag_unknown(facts: Facts) -> list[Finding]:
                     fixed.to_string() if fixed is not launch else None)]
 
 
+#: Steps proposed when a command drafts nothing and says no chain length (steps 0 without draft
+#: tokens): 3 steps, 4 draft tokens, topk 1 (a short chain; the measure_acceptance sweep finds the best).
+DEFAULT_CHAIN_STEPS = 3
+
+
 @FAMILY.rule("spec-params-invalid", severities=("error", "warning"),
              summary="the engine's own rules on the algorithm name and on steps / topk / draft tokens would raise "
                      "or silently rewrite them",
@@ -225,8 +230,11 @@ def spec_params_invalid(facts: Facts) -> list[Finding]:
     ``--page-size`` > 1 and an ``--attention-backend`` outside flashinfer/fa3/triton → raises
     (error); ``trtllm_mha`` with topk > 1 → raises; ``--speculative-use-rejection-sampling``
     outside EAGLE/EAGLE3 or with topk ≠ 1 → raises, and (notes) the draft vocab must equal the
-    target vocab. Non-integer values → argparse rejects them (error). The fix is the launch
-    command with the values the engine would accept.
+    target vocab. Non-integer values → argparse rejects them (error). Steps 0 is accepted and
+    disables drafting (``eagle_worker_v2.py``: draft tokens forced to 1, a trivial verify input;
+    error: accept length exactly 1.00 with no word in the log); the fix drafts a chain of
+    ``draft tokens − 1`` steps (else :data:`DEFAULT_CHAIN_STEPS`). The fix is the launch command
+    with the values the engine would accept.
     """
     launch = facts.launch
     if launch is None:
@@ -267,9 +275,23 @@ def spec_params_invalid(facts: Facts) -> list[Finding]:
                            "--speculative-num-steps: the engine's bare assert stops the server at startup",
                            evidence, fixed.to_string()))
         return out
-    if steps is not None and steps < 1:
-        out.append(Finding("spec-params-invalid", "error", f"--speculative-num-steps {steps} must be ≥ 1", evidence,
-                           launch.with_flag("--speculative-num-steps", 1).to_string()))
+    if steps == 0:
+        # Accepted (fields/spec.py: Optional[int], no positivity check), draft tokens forced to 1,
+        # drafting disabled (eagle_worker_v2.py: speculative_num_steps == 0 → trivial verify input).
+        chain = ndt - 1 if topk in (None, 1) and ndt is not None and ndt >= 2 else DEFAULT_CHAIN_STEPS
+        fixed = launch.with_flag("--speculative-num-steps", chain)
+        if topk in (None, 1):
+            fixed = fixed.with_flag("--speculative-num-draft-tokens", chain + 1)
+        out.append(Finding("spec-params-invalid", "error",
+                           "--speculative-num-steps 0 disables drafting: the engine accepts it, forces the draft "
+                           "tokens to 1 and verifies one token per step (accept length exactly 1.00, no error; "
+                           "SGLang 0.5.23 eagle_worker_v2.py, the large-batch 'draft-0' mode)",
+                           evidence, fixed.to_string()))
+        return out
+    if steps is not None and steps < 0:
+        out.append(Finding("spec-params-invalid", "error", f"--speculative-num-steps {steps} is negative: it must be "
+                           "≥ 1 to draft", evidence, launch.with_flag("--speculative-num-steps", 1).to_string()))
+        return out
     if topk == 1 and steps is not None and ndt != steps + 1:
         out.append(Finding("spec-params-invalid", "warning",
                            f"with --speculative-eagle-topk 1 the engine rewrites --speculative-num-draft-tokens {ndt} "
