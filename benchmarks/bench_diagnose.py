@@ -25,24 +25,9 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
 from testkit.faults import build_deployment  # noqa: E402
+from testkit.matrix import CASES  # noqa: E402
 from workbench.diagnosis import DiagnosisRun  # noqa: E402
 
-#: (name, faults, runbook parameters, fixable)
-CASES = [
-    ("healthy", (), {}, False),
-    ("algorithm-flag", ("eagle-flag",), {}, True),
-    ("eagle-config-missing", ("no-eagle-config",), {"aux_layer_ids": [1, 3, 6]}, True),
-    ("aux-ids-out-of-range", ("aux-ids-out-of-range",), {"aux_layer_ids": [1, 3, 6]}, True),
-    ("aux-offset-convention", ("aux-ids-shifted",), {}, True),
-    ("target-without-capture", ("target-no-capture",), {}, False),
-    ("weights-dropped", ("renamed-tensor",), {}, True),
-    ("token-map", ("d2t-minus-arange",), {}, True),
-    ("config-vs-target", ("vocab-mismatch",), {}, True),
-    ("spec-params", ("spec-params-without-steps",), {}, True),
-    ("checkpoint-unreadable", ("truncated-checkpoint",), {}, False),
-    ("layered-flag-and-token-map", ("eagle-flag", "d2t-minus-arange"), {}, True),
-    ("layered-weights-and-eagle-config", ("renamed-tensor", "no-eagle-config"), {"aux_layer_ids": [1, 3, 6]}, True),
-]
 MAIN_JOB_GOAL_S = 45.0
 
 
@@ -94,11 +79,12 @@ def main() -> int:
         rows = {}
         healthy = run_case(Path(tmp) / "healthy", (), {})
         rows["healthy"] = healthy
-        for name, faults, params, fixable in CASES:
-            if name == "healthy" or (wanted and name not in wanted):
+        for case in CASES:
+            if wanted and case.name not in wanted:
                 continue
-            rows[name] = run_case(Path(tmp) / name, faults, params, expected=healthy["before"])
-            rows[name]["fixable"] = fixable
+            rows[case.name] = run_case(Path(tmp) / case.name, case.faults, case.params, expected=healthy["before"])
+            rows[case.name]["fixable"] = case.fixable
+            rows[case.name]["expected_outcome"] = case.outcome
     print(f"main job (wrong flag, runbook defaults): {main_s:.1f} s, {main_verdict['outcome']}, "
           f"{main_verdict['acceptance']['before']['accept_length']:.3f} → "
           f"{main_verdict['acceptance']['after']['accept_length']:.3f}, restarts {main_verdict['restarts']}"
@@ -108,9 +94,12 @@ def main() -> int:
     for name, r in rows.items():
         fmt = lambda v: "—" if v is None else f"{v:.3f}"  # noqa: E731
         ok = ""
+        if r.get("expected_outcome") not in (None, r["outcome"]):
+            ok = f"  MISSED (outcome, expected {r['expected_outcome']})"
+            missed = True
         if r.get("fixable"):
             good = r["after"] is not None and r["after"] >= 0.9 * healthy["before"]
-            ok = "" if good else "  MISSED (after < 90 % of healthy)"
+            ok += "" if good else "  MISSED (after < 90 % of healthy)"
             missed |= not good
         print(f"{name:36} {r['outcome']:22} {r['restarts']:>8} {r['wall_s']:>7} {fmt(r['before']):>7} "
               f"{fmt(r['after']):>7}  {', '.join(r['root_causes']) or '—'}{ok}")

@@ -15,7 +15,6 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -23,6 +22,7 @@ import pytest
 from remote import connect
 from remote import probes as remote_probes
 from testkit.faults import build_deployment
+from testkit.matrix import CASES
 from workbench.diagnosis import DiagnosisRun
 from workbench.session import Journal
 
@@ -31,59 +31,6 @@ pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]
 MODELS = ROOT / "workbench" / "sandbox" / "models"
 PROMPTS = dict(num_prompts=4, max_new_tokens=64)
-
-
-@dataclass(frozen=True)
-class Case:
-    """One row of the matrix: the faults injected, the runbook parameters, and what the verdict
-    must say: the hypotheses confirmed (in the order they act), rules among the findings, the fix
-    kinds applied, the outcome, whether the fix must bring acceptance back to the healthy level."""
-
-    name: str
-    faults: tuple[str, ...]
-    causes: tuple[str, ...]
-    rules: tuple[str, ...] = ()
-    kinds: tuple[str, ...] = ()
-    outcome: str = "fixed"
-    fixable: bool = True
-    params: dict = field(default_factory=dict)
-    starts_as_found: bool = True
-
-
-CASES = [
-    Case("algorithm-flag", ("eagle-flag",), ("algorithm-flag",), ("algorithm-mismatch",), ("launch",)),
-    Case("eagle-config-missing", ("no-eagle-config",), ("aux-eagle-config",), ("aux-config-unread",),
-         ("draft-copy",), params={"aux_layer_ids": [1, 3, 6]}),
-    Case("eagle-config-missing-ids-unknown", ("no-eagle-config",), (), ("aux-config-unread",), (),
-         outcome="unexplained", fixable=False),
-    Case("aux-ids-out-of-range", ("aux-ids-out-of-range",), ("aux-layer-ids",), ("aux-layer-ids-out-of-range",),
-         ("draft-copy",), params={"aux_layer_ids": [1, 3, 6]}, starts_as_found=False),
-    Case("aux-offset-convention", ("aux-ids-shifted",), ("aux-offset-convention",), ("aux-layer-offset-convention",),
-         ("draft-copy",)),
-    Case("target-without-capture", ("target-no-capture",), ("target-capture",), ("target-no-aux-capture",), (),
-         outcome="cause-found", fixable=False, starts_as_found=False),
-    Case("weights-dropped", ("renamed-tensor",), ("weights-loaded",), ("weights-dropped", "weights-missing"),
-         ("draft-copy",)),
-    Case("token-map", ("d2t-minus-arange",), ("token-map",), ("token-map-invalid",), ("draft-copy",)),
-    Case("config-vs-target", ("target-hidden-mismatch",), ("config-vs-target",), ("hidden-size-mismatch",),
-         ("draft-copy",), starts_as_found=False),
-    Case("draft-architecture-unknown", ("draft-unknown-architecture",), ("config-vs-target",),
-         ("unknown-draft-architecture",), ("draft-copy",), starts_as_found=False),
-    Case("config-fault-without-effect", ("vocab-mismatch",), ("config-vs-target",), ("vocab-size-mismatch",), (),
-         outcome="latent", fixable=False),
-    Case("spec-params", ("spec-params-without-steps",), ("spec-params",), ("spec-params-invalid",), ("launch",),
-         starts_as_found=False),
-    Case("spec-steps-zero", ("spec-steps-zero",), ("spec-params",), ("spec-params-invalid",), ("launch",)),
-    Case("checkpoint-unreadable", ("truncated-checkpoint",), ("checkpoint-readable",), ("checkpoint-unreadable",), (),
-         outcome="cause-found", fixable=False, starts_as_found=False),
-    Case("layered-flag-and-token-map", ("eagle-flag", "d2t-minus-arange"), ("algorithm-flag", "token-map"),
-         ("algorithm-mismatch", "token-map-invalid"), ("draft-copy", "launch")),
-    Case("layered-weights-and-eagle-config", ("renamed-tensor", "no-eagle-config"),
-         ("weights-loaded", "aux-eagle-config"), ("weights-dropped", "aux-config-unread"), ("draft-copy",),
-         params={"aux_layer_ids": [1, 3, 6]}),
-    Case("masked-eagle-config-behind-the-flag", ("eagle-flag", "no-eagle-config"), ("algorithm-flag", "aux-eagle-config"),
-         ("algorithm-mismatch", "aux-config-unread"), ("draft-copy", "launch"), params={"aux_layer_ids": [1, 3, 6]}),
-]
 
 
 def _digests(*roots: Path) -> dict[str, str]:

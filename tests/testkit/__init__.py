@@ -8,4 +8,8 @@ through ``tests/conftest.py``). Plain functions and classes; the fixtures built 
   session cache behind the ``sandbox_server`` fixture.
 - ``testkit.fast_guard``: what ``make test-fast`` refuses to start (servers, sshd, notebook
   kernels, browsers), so a test that starts one without being marked ``slow`` fails loudly.
+- ``testkit.faults``: ``build_deployment(dest, *faults)``, faulty copies of the sandbox deployment
+  (each fault by the engine's own mechanism, its public report named).
+- ``testkit.matrix``: the fault matrix's rows (``CASES``), shared by the matrix test and
+  ``benchmarks/bench_diagnose.py``.
 """

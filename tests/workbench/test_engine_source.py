@@ -198,19 +198,24 @@ def test_sandbox_engine_map_is_complete_and_recipes_resolve(box):
     for name in RECIPES:
         spec = recipe_probe(cmap, name)
         assert spec.line == cmap.entry(RECIPES[name].entry).line and spec.tag == name
-    sites = {s.tag: (src.rel(s.path), s.line, s.code.strip()) for name in RECIPES for s in recipe_probes(cmap, name)}
+    specs = [s for name in RECIPES for s in recipe_probes(cmap, name)]
+    for s in specs:  # each probe's line is the statement it names, in the sandbox file as it is now
+        assert (SANDBOX_ROOT / src.rel(s.path)).read_text().splitlines()[s.line - 1].strip() == s.code.strip()
+    sites = {s.tag: (src.rel(s.path), s.code.strip()) for s in specs}
     assert sites == {  # the sandbox's mirror of the 0.5.23 anchors
-        "draft-weights-unmatched": ("srt/models/llama_eagle3.py", 368, "if param_name in params_dict:"),
-        "draft-weights-unmatched.2": ("srt/models/llama_eagle3.py", 373, "if param_name in params_dict:"),
-        "draft-weights-unmatched.ran": ("srt/models/llama_eagle3.py", 335, "params_dict = dict(self.named_parameters())"),
-        "draft-params-at-init": ("srt/speculative/eagle_worker.py", 172, "if self.speculative_algorithm.is_eagle3():"),
-        "draft-params-at-init.before": ("srt/models/llama_eagle3.py", 335,
-                                        "params_dict = dict(self.named_parameters())"),
-        "draft-input-width": ("srt/models/llama_eagle3.py", 275, "if hidden_states.shape[-1] != embeds.shape[-1]:"),
-        "target-capture-layers": ("srt/models/llama.py", 56,
+        "draft-weights-unmatched": ("srt/models/llama_eagle3.py", "if param_name in params_dict:"),
+        "draft-weights-unmatched.2": ("srt/models/llama_eagle3.py", "if param_name in params_dict:"),
+        "draft-weights-unmatched.ran": ("srt/models/llama_eagle3.py", "params_dict = dict(self.named_parameters())"),
+        "draft-params-at-init": ("srt/speculative/eagle_worker.py", "if self.speculative_algorithm.is_eagle3():"),
+        "draft-params-at-init.before": ("srt/models/llama_eagle3.py", "params_dict = dict(self.named_parameters())"),
+        "draft-input-width": ("srt/models/llama_eagle3.py", "if hidden_states.shape[-1] != embeds.shape[-1]:"),
+        "target-capture-layers": ("srt/models/llama.py",
                                   "if self.capture_aux_hidden_states and layer_index in self.layers_to_capture:"),
-        "draft-d2t": ("srt/speculative/eagle_worker.py", 193, "if self.hot_token_id is not None:"),
+        "draft-d2t": ("srt/speculative/eagle_worker.py", "if self.hot_token_id is not None:"),
     }
+    by_tag = {s.tag: s for s in specs}
+    assert by_tag["draft-weights-unmatched"].line < by_tag["draft-weights-unmatched.2"].line
+    assert by_tag["draft-weights-unmatched.ran"].line < by_tag["draft-weights-unmatched"].line
     with pytest.raises(KeyError, match="no probe recipe 'nope'"):
         recipe_probe(cmap, "nope")
 
