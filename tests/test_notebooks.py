@@ -84,7 +84,7 @@ def test_engine_probes_notebook_on_the_sandbox_engine(tmp_path, monkeypatch, exe
     assert "spec_aux_hidden_state.py:54" in text and "neither logs nor re-raises" in text
     width_check = "        if hidden_states.shape[-1] != embeds.shape[-1]:"
     lines = (sandbox / "models" / "llama_eagle3.py").read_text().splitlines()
-    assert f"> {lines.index(width_check) + 1} |{width_check}" in text
+    assert f"> {lines.index(width_check) + 1} | {width_check}" in text
     assert ("reverted: ['draft-d2t', 'target-capture-layers', 'draft-input-width', 'draft-params-at-init.before', "
             "'draft-params-at-init', 'draft-weights-unmatched.ran', 'draft-weights-unmatched.2', "
             "'draft-weights-unmatched']  still recorded: []") in text
