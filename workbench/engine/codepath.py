@@ -145,14 +145,17 @@ class CodePathMap:
     def _repr_html_(self) -> str:
         head = (f"<h4>EAGLE-3 code path — {html.escape(self.root)} (version "
                 f"{html.escape(self.version or 'unknown')})</h4>")
+        cell = "text-align:left;vertical-align:top;white-space:normal;overflow-wrap:anywhere"
         body = "".join(
-            f"<tr><td>{html.escape(e.key)}</td><td><code>"
+            f"<tr><td style='{cell}'>{html.escape(e.key)}</td><td style='{cell}'><code>"
             f"{html.escape(posixpath.relpath(e.file, self.root) + ':' + str(e.line)) if e.found else 'not found'}"
-            f"</code></td><td>{html.escape(e.what)}"
+            f"</code></td><td style='{cell}'>{html.escape(e.what)}"
             f"{'<br><code>' + html.escape(e.code.strip()) + '</code>' if e.found and e.code else ''}"
             f"{'<br>' + html.escape(e.detail) if e.detail else ''}</td></tr>"
             for e in self.entries)
-        return head + f"<table><tr><th>entry</th><th>file:line</th><th>what happens</th></tr>{body}</table>"
+        return head + (f"<table style='table-layout:fixed;width:100%'><colgroup><col style='width:14%'>"
+                       f"<col style='width:26%'><col style='width:60%'></colgroup><tr><th style='{cell}'>entry</th>"
+                       f"<th style='{cell}'>file:line</th><th style='{cell}'>what happens</th></tr>{body}</table>")
 
 
 # ---------------------------------------------------------------------------------------------

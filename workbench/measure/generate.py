@@ -245,7 +245,8 @@ def measure_generate(
     request. ``client``: an ``httpx.Client`` to use (tests pass one with a mock transport).
     With ``fetch_server_info`` the server's speculative settings from ``GET /server_info`` are
     stored beside the numbers (an error there is recorded, not raised). ``progress``: a bar over the
-    requests (True: terminal or notebook widget; ``"text"``: plain text; False: none).
+    requests (True: terminal or notebook widget; ``"text"``: one stdout line when done, for papermill
+    runbooks; False: none).
     Raises :class:`AcceptanceError` on a connection failure, a non-200 answer or a body that
     is not a ``/generate`` response.
     """
@@ -259,11 +260,13 @@ def measure_generate(
         for i in range(warmup):
             _post_generate(client, url, texts[i % len(texts)], max_new_tokens)
         records = []
-        if progress == "text":  # papermill runbooks: plain text, readable in the exported report
-            from tqdm.std import tqdm
-        else:
-            from tqdm.auto import tqdm
-        bar = tqdm(texts, desc="requests", unit="req", disable=not progress, mininterval=1.0, leave=False)
+        from tqdm.auto import tqdm
+
+        started = time.monotonic()
+        # papermill runbooks ("text"): no bar (its redraws would fill the exported report), one
+        # stdout line when done
+        bar = tqdm(texts, desc="requests", unit="req", disable=progress in (False, "text"), mininterval=1.0,
+                   leave=False)
         for i, text in enumerate(bar):
             body, wall = _post_generate(client, url, text, max_new_tokens)
             rec = record_from_response(i, body, wall, url=url)
@@ -271,6 +274,8 @@ def measure_generate(
                 rec.text = None
             records.append(rec)
         info = _server_info(client, base_url) if fetch_server_info else None
+        if progress == "text":
+            print(f"requests: {len(records)} in {time.monotonic() - started:.1f} s", flush=True)
     finally:
         if own:
             client.close()
