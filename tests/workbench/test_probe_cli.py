@@ -526,6 +526,7 @@ http.server.ThreadingHTTPServer(("127.0.0.1", args.port), Handler).serve_forever
 '''
 
 
+@pytest.mark.slow
 def test_read_port_shows_only_the_server_running_now(cli, tmp_path, free_port, state_dir):
     """A log appended by two launches of a (stand-in) SGLang server: ``read --port`` shows only the
     lines of the server running now and, before its first request, says that the lines in the log
