@@ -151,12 +151,39 @@ def test_fault_matrix(case, healthy, tmp_path, state_dir_module, free_port):
         missing = [f for f in verdict["fixes"] if f["kind"] == "none"]
         assert missing or verdict["open"], (verdict["fixes"], verdict["open"])
     assert all(h["evidence"] for h in verdict["hypotheses"])
+    _probe_shows_the_mechanism(case, verdict)
     # the box as found
     _box_as_found(box, free_port, state_dir_module, before_deployment, (dep.root,))
     assert _digests(MODELS) == before_models
     print(f"\n{case.name}: outcome {verdict['outcome']}, restarts {verdict['restarts']}, "
           f"{_acc(verdict['acceptance']['before'])} → {_acc(verdict['acceptance']['after'])} "
           f"(healthy {healthy_length:.3f}), {wall:.1f} s")
+
+
+def _probe_shows_the_mechanism(case, verdict) -> None:
+    """What the probe launch showed on the engine's code path, per family (a server that does not
+    start as found has no probe launch: its log is the evidence)."""
+    probe = verdict["probe"]
+    if not case.starts_as_found or case.outcome in ("cause-found",):
+        assert "lines" not in probe or not any(probe["lines"].values()), probe
+        return
+    if "eagle-flag" in case.faults:
+        assert probe["observed_widths"] == [160] and probe["captured_layers"] == [], probe
+        assert probe["after_fix_widths"] and 480 in probe["after_fix_widths"], probe
+    elif "no-eagle-config" in case.faults:
+        assert probe["captured_layers"] == [2, 4, 5], probe  # the target's default layers, not [2, 4, 7]
+    elif "aux-ids-shifted" in case.faults:
+        assert probe["captured_layers"] == [1, 3, 6], probe
+    if "renamed-tensor" in case.faults:
+        # the name as load_weights holds it after its own midlayer -> layers.0 rewrite
+        assert [n.rsplit("layers.0.", 1)[-1] for n in probe["unmatched"]] == ["self_attn.qproj.weight"], probe
+    elif "unmatched" in probe:
+        assert probe["unmatched"] == [], probe
+    if "d2t-minus-arange" in case.faults and "eagle-flag" not in case.faults:
+        assert probe["d2t"], probe
+    for tag, lines in (probe.get("lines") or {}).items():  # the lines of the probe launch only
+        pgids = {line.split("pgid=")[1].split()[0] for line in lines if "pgid=" in line}
+        assert len(pgids) <= 1, (tag, lines)
 
 
 def _acc(m: dict) -> str:

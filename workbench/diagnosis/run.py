@@ -42,8 +42,8 @@ from workbench.diagnosis.ledger import Evidence, Ledger
 from workbench.doctor import DoctorError, run_doctor
 from workbench.engine.codepath import CodePathMap, code_path_map
 from workbench.engine.launch import LaunchCommand
-from workbench.engine.recipes import (RECIPES, add_recipes, missing_required, read_recipes, recipe_probes,
-                                      weights_unmatched)
+from workbench.engine.recipes import (RECIPES, add_recipes, missing_required, params_left_at_init, read_recipes,
+                                      recipe_probes, weights_unmatched)
 from workbench.engine.source import EngineSource
 from workbench.errors import DiagnosisError, FigureInputError, SourceLookupError
 from workbench.logs import parse_log
@@ -600,7 +600,7 @@ class DiagnosisRun(BoxSession):
             self._revert_probes()
         return StepResult("probe", "done", self._probe_text(), data={k: v for k, v in self.probe_result.items()
                                                                       if k in ("observed_widths", "captured_layers",
-                                                                               "d2t", "unmatched")})
+                                                                               "d2t", "unmatched", "left_at_init")})
 
     def _read_probes(self, handle, *, timeout: float = 60.0) -> dict[str, list]:
         """Send one request to the launch ``handle`` and read each recipe's lines printed by that
@@ -654,6 +654,12 @@ class DiagnosisRun(BoxSession):
             out["unmatched"] = weights_unmatched(weights)
         elif weights is not None:
             out["unmatched_unknown"] = "load_weights printed no .ran line: no unmatched name is no evidence"
+        at_init = readings.get("draft-params-at-init")
+        if at_init:
+            left = params_left_at_init(at_init)
+            if left.compared:
+                out["left_at_init"] = left.faults
+                out["shared_from_target"] = list(left.shared_from_target)
         return out
 
     def _attach_probe_evidence(self, readings: dict[str, list]) -> None:
@@ -673,6 +679,12 @@ class DiagnosisRun(BoxSession):
                                    {"captured_layers": pr["captured_layers"]})
         if "d2t" in pr:
             self._add_evidence("token-map", f"probe: the draft worker holds {pr['d2t']}", {"d2t": pr["d2t"]})
+        if "left_at_init" in pr:
+            left = sorted(pr["left_at_init"])
+            self._add_evidence("weights-loaded", f"probe: load_weights left {len(left)} parameter(s) at their initial "
+                               f"values{': ' + str(left[:5]) if left else ''} (besides those the target's embedding "
+                               "/ lm_head replace)", {"left_at_init": pr["left_at_init"],
+                                                      "shared_from_target": pr.get("shared_from_target")})
         if "unmatched" in pr:
             self._add_evidence("weights-loaded", f"probe: load_weights matched {len(pr['unmatched'])} checkpoint "
                                f"name(s) to nothing: {pr['unmatched'][:5]}", {"unmatched": pr["unmatched"]})
@@ -688,6 +700,8 @@ class DiagnosisRun(BoxSession):
             parts.append(f"token map: {pr['d2t']}")
         if "unmatched" in pr:
             parts.append(f"names load_weights dropped: {pr['unmatched'] or 'none'}")
+        if "left_at_init" in pr:
+            parts.append(f"parameters left at their initial values: {sorted(pr['left_at_init']) or 'none'}")
         return "; ".join(parts) or "the probes printed nothing"
 
     # -- fixes ------------------------------------------------------------------------------------

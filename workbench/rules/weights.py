@@ -39,12 +39,12 @@ __all__ = ["FAMILY", "LEGACY_NAME_MAP", "STACKED", "MODELLED_ENGINE", "expected_
 
 FAMILY = Family(
     "weights", "The draft's weights and token map against what the engine loads", __doc__,
-    module=__name__, probes=("draft-weights-unmatched", "draft-d2t"),
+    module=__name__, probes=("draft-weights-unmatched", "draft-params-at-init", "draft-d2t"),
     hypotheses=(
         HypothesisSpec("weights-loaded", "Draft tensors are dropped by load_weights (names it matches to nothing), "
                        "parameters get no tensor and keep their initial values, or a tensor has the wrong shape.",
                        rules=("weights-dropped", "weights-missing", "lm-head-shape-mismatch", "head-dim-mismatch"),
-                       probes=("draft-weights-unmatched",), order=10),
+                       probes=("draft-weights-unmatched", "draft-params-at-init"), order=10),
         HypothesisSpec("token-map", "The draft's token map (d2t) is missing or invalid: draft ids become the wrong "
                        "target ids and the proposals are other tokens.",
                        rules=("token-map-missing", "token-map-invalid"), probes=("draft-d2t",), order=40),
