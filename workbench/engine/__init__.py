@@ -29,7 +29,19 @@ from workbench.engine.locate import (
     running_servers,
     server_python,
 )
-from workbench.engine.recipes import RECIPES, ProbeSpec, Recipe, add_recipe, recipe_probe
+from workbench.engine.recipes import (
+    RECIPES,
+    ParamsAtInit,
+    ProbeSpec,
+    Recipe,
+    add_recipe,
+    add_recipes,
+    missing_required,
+    params_left_at_init,
+    read_recipes,
+    recipe_probe,
+    weights_unmatched,
+)
 from workbench.engine.source import CaptureRule, Definition, EngineSource, SourceExcerpt
 from workbench.errors import EngineNotFound, LaunchCommandError, SourceLookupError
 
@@ -38,5 +50,6 @@ __all__ = [
     "EngineInfo", "EngineNotFound", "find_engine", "engine_package", "is_launch_argv", "read_environ",
     "running_servers", "server_python", "LOCATE_ENGINE_SCRIPT", "EngineSource", "SourceLookupError", "CaptureRule", "Definition",
     "SourceExcerpt", "CodePathMap", "PathEntry", "code_path_map", "map_for_launch", "RECIPES", "Recipe",
-    "ProbeSpec", "recipe_probe", "add_recipe",
+    "ProbeSpec", "recipe_probe", "add_recipe", "add_recipes", "read_recipes", "missing_required",
+    "weights_unmatched", "ParamsAtInit", "params_left_at_init",
 ]
