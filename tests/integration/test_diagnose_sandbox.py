@@ -33,6 +33,10 @@ TARGET_CONFIG = ROOT / "workbench" / "sandbox" / "models" / "target" / "config.j
 pytestmark = pytest.mark.slow
 
 
+def _sigint_default() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _servers_on(box, port):
     return [s for s in box.find_servers() if s.port == port]
 
@@ -143,7 +147,10 @@ def test_interrupted_run_leaves_the_box_as_found(tmp_path, free_port, state_dir,
             [sys.executable, "-m", "workbench.cli", "runbook", "diagnose_acceptance", "--report-dir",
              str(tmp_path / "reports"), "-p", "port", str(free_port), "-p", "num_prompts", "2",
              "-p", "max_new_tokens", "32"],
-            env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            # Ctrl-C in a terminal: SIGINT at its default even when this test runs in a background
+            # job of a shell without job control (which starts it ignored, and the driver with it).
+            preexec_fn=_sigint_default)
         deadline = time.monotonic() + 600
         # the probe is journalled ("pending") before the file is patched: wait until it is active
         # and the probed server has been launched from the patched file

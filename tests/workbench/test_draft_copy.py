@@ -156,6 +156,21 @@ def test_rename_a_real_tensor(setup):
     setup.assert_source_unchanged()  # removing the links left their targets alone
 
 
+@pytest.mark.parametrize("mode", [0o600, 0o640, 0o444])
+def test_a_rewritten_file_keeps_the_source_permissions(setup, mode):
+    """A checkpoint kept private (0600) stays private in the copy, whatever the umask says."""
+    weights = setup.draft / "model.safetensors"
+    old = weights.stat().st_mode & 0o7777
+    weights.chmod(mode)
+    try:
+        copy = make_repaired_copy(setup.box, setup.journal, str(setup.draft),
+                                  DraftRepair(renames={"fc.weight": "fc.weight.renamed"}, reasons=["test"]))
+        assert (Path(copy.path) / "model.safetensors").stat().st_mode & 0o7777 == mode
+    finally:
+        weights.chmod(old)
+    restore_box(setup.box)
+
+
 def test_replace_d2t_with_one_rebuilt_from_t2d(setup, tmp_path):
     src = _source_tensors()
     broken = dict(src, d2t=np.zeros_like(src["d2t"]))  # a token map lost in conversion

@@ -105,8 +105,10 @@ def run_runbook(name: str, parameters: dict[str, Any], report_dir: str | Path, *
     notebook = out_dir / f"{name}.ipynb"
     params = dict(parameters)
     params.setdefault("report_dir", str(out_dir))
-    # SIGTERM (a kill) and SIGHUP (a closed terminal, a dropped SSH session) end the run like Ctrl-C.
-    previous = {sig: signal.signal(sig, _raise_interrupt) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    # SIGTERM (a kill) and SIGHUP (a closed terminal, a dropped SSH session) end the run like Ctrl-C;
+    # a signal the caller set to be ignored (``nohup`` ignores SIGHUP) stays ignored.
+    previous = {sig: signal.signal(sig, _raise_interrupt) for sig in (signal.SIGTERM, signal.SIGHUP)
+                if signal.getsignal(sig) is not signal.SIG_IGN}
     # A verdict from an earlier run must not sit beside the report of this one if this one fails.
     (out_dir / f"{name}.json").unlink(missing_ok=True)
     os.environ[DRIVER_ENV] = "1"

@@ -37,7 +37,7 @@ from typing import Any
 import httpx
 
 from remote import probes as remote_probes
-from remote.errors import RemoteError, ServerDied, ServerStartTimedOut
+from remote.errors import PortInUse, RemoteError, ServerDied, ServerStartTimedOut
 from workbench.diagnosis.ledger import Evidence, Ledger
 from workbench.doctor import DoctorError, run_doctor
 from workbench.engine.codepath import CodePathMap, code_path_map
@@ -60,6 +60,7 @@ from workbench.rules.registry import HypothesisSpec
 from workbench.rules.runtime import COLLAPSED_ACCEPT_LENGTH, acceptance_collapsed
 from workbench.sandbox_box import sandbox_prompts_path
 from workbench.session import BoxSession, Inventory, Journal, open_box
+from workbench.session.box_session import check_run_parameters
 
 __all__ = ["DiagnosisError", "DiagnosisRun", "Measurement", "StepResult", "DRAFT_MODEL_FILE", "PROBE_RECIPE",
            "LOW_ACCEPT_FRACTION", "SUFFICIENT_GAIN"]
@@ -247,6 +248,7 @@ class DiagnosisRun(BoxSession):
         self.candidate_trials: list[dict] = []
         self.fixed_doctor: dict[str, Any] = {}  # the doctor on the fixed command (see _doctor_on_fix)
         self.ladder: list[dict] = []
+        self.kept_server: dict | None = None  # the fixed server finish() left running (keep_fix)
         self.notes: list[str] = []
         self.verdict: dict | None = None
         self.draft_facts = None
@@ -269,6 +271,10 @@ class DiagnosisRun(BoxSession):
         launched with the wrong flag (when no server is running on ``port``). ``aux_layer_ids``:
         a list of ints, or their text (``"1,3,6"``, ``"[1, 3, 6]"``). Raises :class:`DiagnosisError`
         for parameters that are no such values (before anything changes on the box)."""
+        check_run_parameters(flags={"allow_restart": allow_restart, "apply_fix": apply_fix, "keep_fix": keep_fix,
+                                    "attribute_fixes": attribute_fixes, "try_candidates": try_candidates},
+                             counts={"max_new_tokens": max_new_tokens}, optional_counts={"num_prompts": num_prompts},
+                             seconds={"server_start_timeout": server_start_timeout})
         ids = _parse_ids(aux_layer_ids)
         if expected_accept_length is not None and (isinstance(expected_accept_length, bool) or
                                                    not isinstance(expected_accept_length, (int, float))
@@ -336,6 +342,14 @@ class DiagnosisRun(BoxSession):
         (returned, with ``None`` for the handle) instead of raised."""
         try:
             return self._launch(launch, label), None
+        except PortInUse as exc:
+            # Something that is no engine server of ours holds the port (found by the inventory's
+            # port check, never stopped): the launch is refused, nothing started.
+            failure = StartFailure(label, launch.to_string(), f"PortInUse: {exc}", [], str(exc))
+            self.start_failures.append(failure)
+            self.launches.append({"label": label, "launch_command": launch.to_string(), "pid": None,
+                                  "log_path": None, "healthy_after_s": None, "started": False, "error": str(exc)})
+            return None, failure
         except (ServerDied, ServerStartTimedOut) as exc:
             failure = StartFailure(label, launch.to_string(), f"{type(exc).__name__}: {str(exc).splitlines()[0]}",
                                    list(exc.log_tail), _last_exception(exc.log_tail))
@@ -385,6 +399,12 @@ class DiagnosisRun(BoxSession):
             self.draft_facts = self.doctor_report.draft_facts
             self.target_facts = self.doctor_report.target_facts
             self.findings = list(self.doctor_report.findings)
+            given = self.given.get("aux_layer_ids")
+            recorded = getattr(self.draft_facts, "aux_layer_ids", None)
+            if given is not None and isinstance(recorded, (list, tuple)) and list(recorded) != list(given):
+                self.notes.append(f"aux_layer_ids {given} was given but the draft's eagle_config records {recorded}: "
+                                  "the recorded ids are what the engine reads, the parameter is used only when the "
+                                  "config records none")
             self._unmask(resolved)
         return self.doctor_report
 
@@ -563,11 +583,11 @@ class DiagnosisRun(BoxSession):
             return None
         suspects = self.suspects()
         low = self.acceptance_low(self.before.accept_length if self.before is not None else None)
-        if not suspects and not low:
-            self.notes.append("no probe: no hypothesis is suspect and acceptance is not low")
-            return None
         if self.start_failures and self.before is None:
             self.notes.append("no probe: the server does not start as found (its log is the evidence)")
+            return None
+        if not suspects and not low:
+            self.notes.append("no probe: no hypothesis is suspect and acceptance is not low")
             return None
         if not self.inventory.engine_root:
             self.notes.append("no probe: the engine's source was not located on the box")
@@ -682,7 +702,7 @@ class DiagnosisRun(BoxSession):
         if "left_at_init" in pr:
             left = sorted(pr["left_at_init"])
             self._add_evidence("weights-loaded", f"probe: load_weights left {len(left)} parameter(s) at their initial "
-                               f"values{': ' + str(left[:5]) if left else ''} (besides those the target's embedding "
+                               f"values{': ' + str(left[:5]) + (' …' if len(left) > 5 else '') if left else ''} (besides those the target's embedding "
                                "/ lm_head replace)", {"left_at_init": pr["left_at_init"],
                                                       "shared_from_target": pr.get("shared_from_target")})
         if "unmatched" in pr:
@@ -817,10 +837,22 @@ class DiagnosisRun(BoxSession):
                     self.after = result
             except DiagnosisError as exc:
                 self.notes.append(f"the fix could not be applied: {exc}")
+        unfixed = [hid for hid in self.specs if self.ledger.get(hid).verdict == "confirmed"
+                   and not any(self._hypothesis_of(r) == hid for f in self.applied for r in f.rules)
+                   and not self._cleared_by_fix(self.specs[hid])]
         if candidates and self.try_candidates and self.allow_restart:
-            self._try_candidate_fixes(candidates)
+            if unfixed:
+                # A confirmed cause with no fix keeps acceptance low whatever the candidates do: a
+                # restart per candidate would measure nothing about them.
+                self.notes.append(f"candidates not tried: {', '.join(unfixed)} is confirmed and has no fix applied; "
+                                  "acceptance stays low until it is fixed")
+            else:
+                self._try_candidate_fixes(candidates)
         self._revert_probes()
         self._judge_fix()
+        # a candidate fix for a hypothesis the measurements refuted is no fix to propose
+        self.fixes = [f for f in self.fixes if not (f.kind == "candidates" and all(
+            self.ledger.get(h).verdict == "refuted" for h in {self._hypothesis_of(r) for r in f.rules} - {None}))]
         return self.after if self.after is not None else result
 
     def _doctor_on_fix(self, launch: LaunchCommand) -> None:
@@ -974,9 +1006,11 @@ class DiagnosisRun(BoxSession):
         if not self.finished:
             self.finished = True
             self._revert_probes()
-            if self.keep_fix and self.after is not None and self.current is not None \
-                    and self.fix_result.get("sufficient"):
+            if self._keeps_fix():
                 # Leave the fixed server in place of the original: forget both, and the copy, in the journal.
+                self.kept_server = {"pid": self.current.pid, "pgid": self.current.pgid, "port": self.inventory.port,
+                                    "log_path": self.current.log_path,
+                                    "launch_command": self.fix_launch.to_string() if self.fix_launch else None}
                 self.journal.remove_started(self.current.pid)
                 self.journal.mark_original_stopped(False)
                 for copy in self.draft_copies:
@@ -989,6 +1023,16 @@ class DiagnosisRun(BoxSession):
             self.verdict = self.build_verdict()
             write_verdict_json(self.report_dir / "diagnose_acceptance.json", self.verdict)
         return self.verdict
+
+    def _keeps_fix(self) -> bool:
+        """Whether :meth:`finish` leaves the fixed server (and its draft copy) running: ``keep_fix``
+        and a fix that was measured and sufficient, its server still up."""
+        return bool(self.keep_fix and self.after is not None and self.current is not None
+                    and self.fix_result.get("sufficient"))
+
+    def _copy_kept(self, copy: dict) -> bool:
+        return bool(copy.get("kept")) or (not self.finished and self._keeps_fix() and self.fix_launch is not None
+                                          and self.fix_launch.get("--speculative-draft-model-path") == copy.get("path"))
 
     def _revert_probes(self) -> None:
         for probe in reversed(self.probes):
@@ -1058,8 +1102,16 @@ class DiagnosisRun(BoxSession):
         """The hypotheses not decided, each with what would decide it; and, when a fix was applied
         but is not sufficient, the causes it did not cure."""
         out = []
+        never_served = self.before is None and self.after is None and bool(self.start_failures)
+        if never_served and not self.root_causes():
+            failure = self.start_failures[0]
+            out.append({"hypothesis": "server start", "why": failure.exception or failure.error,
+                        "decide": "the log tail above: fix what it names (a flag value, an interpreter, a file), "
+                                  "then run again", "parameter": None})
         for spec, _ in REGISTRY.hypotheses():
             hyp = self.ledger.get(spec.id)
+            if never_served and not spec.static:
+                continue  # a runtime-only cause needs a server that serves: not reached
             if hyp.verdict == "inconclusive":
                 fix = next((f for f in self.fixes if f.kind == "none" and any(self._hypothesis_of(r) == spec.id
                                                                                for r in f.rules)), None)
@@ -1084,7 +1136,7 @@ class DiagnosisRun(BoxSession):
         low = self.acceptance_low(self.before.accept_length if self.before is not None else None)
         if causes and low is False and not self.fix_result.get("applied"):
             return "latent"
-        if self.fix_result.get("applied"):
+        if self.fix_result.get("applied") and self.fix_result.get("after") is not None:
             if self.fix_result.get("sufficient") and all(c["fix_applied"] for c in causes):
                 return "fixed"
             return "partly-fixed"
@@ -1180,7 +1232,8 @@ class DiagnosisRun(BoxSession):
                 "sufficient": self.fix_result.get("sufficient"),
                 "why": self.fix_result.get("why"),
                 "kinds": sorted({f.kind for f in self.applied}),
-                "kept": bool(self.keep_fix and self.fix_result.get("sufficient") and self.after is not None),
+                "kept": self.kept_server is not None,
+                "kept_server": self.kept_server,
                 "draft_copies": self.draft_copies,
             },
             "fixes": [{**f.to_dict(), "applied": f in self.applied} for f in self.fixes],
@@ -1256,9 +1309,22 @@ class DiagnosisRun(BoxSession):
                          f"<code>{html.escape(self.proposed_launch().to_string())}</code></p>")
         for copy in self.draft_copies:
             actions = "".join(f"<li>{html.escape(a)}</li>" for a in copy.get("actions", []))
+            kept = self._copy_kept(copy)
             parts.append(f"<p><b>Repaired copy of the draft</b> ({html.escape(copy.get('label', ''))}): "
                          f"<code>{html.escape(str(copy.get('path')))}</code>"
-                         f"{' (kept)' if copy.get('kept') else ' (removed at the end)'}</p><ul>{actions}</ul>")
+                         f"{' (kept: the fixed server uses it)' if kept else ' (removed at the end)'}</p>"
+                         f"<ul>{actions}</ul>")
+            if kept:
+                parts.append("<p><small>The copy holds the changed files; the files no repair touched are "
+                             f"symlinks into <code>{html.escape(str(copy.get('source') or self._draft_dir()))}</code>"
+                             ": keep that directory, or copy the draft with <code>cp -rL</code> before removing it. "
+                             "Nothing journals the copy any more: remove it yourself when done.</small></p>")
+        if self._keeps_fix() or self.kept_server:
+            server = self.kept_server or {"pid": self.current.pid, "pgid": self.current.pgid, "port": self.inventory.port}
+            parts.append(f"<p><b>The fixed server is left running</b> (<code>keep_fix</code>): pid {server['pid']}, "
+                         f"port {server['port']}, in place of the original. <code>workbench restore</code> will not "
+                         f"stop it (nothing journals it); stop it on the box with <code>kill -TERM -- -{server['pgid']}"
+                         "</code> (its process group).</p>")
         if self.candidate_trials:
             rows = "".join(f"<tr><td style='text-align:left'>{html.escape(t['label'])}</td><td>{_fmt(t['accept_length'])}</td></tr>"
                            for t in self.candidate_trials)
@@ -1268,6 +1334,8 @@ class DiagnosisRun(BoxSession):
             items = "".join(f"<li><b>{html.escape(o['hypothesis'])}</b>: {html.escape(o['why'])}<br>to decide: "
                             f"{html.escape(str(o['decide']))}</li>" for o in still)
             parts.append(f"<p><b>Still open</b>:</p><ul>{items}</ul>")
+        else:
+            parts.append("<p><b>Still open</b>: nothing — every hypothesis was decided.</p>")
         if out == "latent":
             parts.append("<p>Acceptance as found is not low, so no fix was applied: each cause above is a real fault "
                          "(its evidence is in the table) that this engine does not feel on this draft. Apply its "
@@ -1295,11 +1363,23 @@ def _literal(text: Any) -> Any:
 
 
 def _last_exception(lines: list[str]) -> str | None:
-    """The last line of a log that names an exception (``SomeError: ...``), if any."""
+    """The last line of a log that says why the process ended: an exception (``SomeError: ...``,
+    ``module.SomeError: ...``), else an argparse refusal (``prog: error: argument --x: ...``, what
+    SGLang's ``launch_server`` prints for a bad flag value), else a shell's ``No such file or
+    directory`` / ``command not found`` / ``Permission denied`` for an interpreter that is not there.
+    ``None`` when no line says."""
     for line in reversed(lines):
         text = line.strip()
-        head = text.split(":", 1)[0]
-        if ":" in text and (head.endswith(("Error", "Exception", "Exit")) or head == "AssertionError"):
+        head = text.split(":", 1)[0].rsplit(".", 1)[-1]
+        if ":" in text and " " not in head and (head.endswith(("Error", "Exception", "Exit", "Interrupt"))):
+            return text
+    for line in reversed(lines):
+        text = line.strip()
+        if ": error: " in text or text.startswith("error: "):
+            return text
+    for line in reversed(lines):
+        text = line.strip()
+        if text.endswith(("No such file or directory", "command not found", "Permission denied")):
             return text
     return None
 

@@ -35,6 +35,7 @@ from workbench.measure.generate import measure_generate
 from workbench.measure.prompts import load_prompts
 from workbench.sandbox_box import sandbox_launch_command, sandbox_prompts_path
 from workbench.session import BoxSession, open_box, restore_box
+from workbench.session.box_session import check_run_parameters
 
 __all__ = ["SpecSetting", "SweepError", "parse_grid", "setting_launch", "SweepRow", "SweepResult", "SweepRun",
            "per_position", "compare_settings", "break_token_map"]
@@ -326,6 +327,9 @@ class SweepRun(BoxSession):
         built-in prompts; on the sandbox box its own code prompts). ``settings``: an explicit list
         instead of ``grid`` (:func:`compare_settings` builds one per draft). Raises
         :class:`SweepError`, ``DiagnosisError``, ``remote.errors.RemoteError``."""
+        check_run_parameters(flags={"include_baseline": include_baseline}, counts={"max_new_tokens": max_new_tokens},
+                             optional_counts={"num_prompts": num_prompts}, non_negative={"warmup": warmup},
+                             seconds={"server_start_timeout": server_start_timeout})
         settings = list(settings) if settings is not None else parse_grid(grid, include_baseline=include_baseline)
         # with no server running and no command given: the embedded sandbox box, working configuration
         box, inventory, journal = open_box(host, launch_command=launch_command, port=port,
@@ -355,6 +359,9 @@ class SweepRun(BoxSession):
         default a copy of ``draft_a`` with its token map broken (:func:`break_token_map`, written
         under the box's state dir and removed by :meth:`finish`), which shows what a wrong ``d2t``
         does to acceptance. Raises :class:`SweepError`, ``DiagnosisError``, ``RemoteError``."""
+        check_run_parameters(flags={"include_baseline": include_baseline}, counts={"max_new_tokens": max_new_tokens},
+                             optional_counts={"num_prompts": num_prompts}, non_negative={"warmup": warmup},
+                             seconds={"server_start_timeout": server_start_timeout})
         box, inventory, journal = open_box(host, launch_command=launch_command, port=port,
                                            server_start_timeout=server_start_timeout,
                                            default_launch=sandbox_launch_command(algorithm="EAGLE3",

@@ -12,7 +12,7 @@ import time
 from typing import Any
 
 from remote import connect
-from remote.errors import RemoteError
+from remote.errors import RemoteError, ServerDied, ServerStartTimedOut
 from workbench.engine.launch import DEFAULT_PORT, LaunchCommand
 from workbench.errors import DiagnosisError
 from workbench.sandbox_box import sandbox_launch_command
@@ -77,7 +77,14 @@ class BoxSession:
         if label != "as-found":
             self.restarts += 1  # launching what was not running is not a restart
         started = time.time()
-        waited = self.box.wait_healthy(handle, timeout=self.server_start_timeout)
+        try:
+            waited = self.box.wait_healthy(handle, timeout=self.server_start_timeout)
+        except (ServerDied, ServerStartTimedOut):
+            # Ours either way: a server that did not answer in time still runs (and holds the
+            # port), one that died may leave workers in its process group. Stop the whole group
+            # before the failure is reported, so nothing the run launched outlives it.
+            self._stop_current()
+            raise
         self.launches.append({"label": label, "launch_command": launch.to_string(), "pid": handle.pid,
                               "log_path": handle.log_path, "healthy_after_s": round(waited, 2),
                               "started_at": started})
@@ -119,6 +126,38 @@ class BoxSession:
         finally:
             self.box.close()  # an SSH box: close its connection and port forwards before exit
 
+
+
+def check_run_parameters(*, flags: dict[str, Any] | None = None, counts: dict[str, Any] | None = None,
+                         optional_counts: dict[str, Any] | None = None, non_negative: dict[str, Any] | None = None,
+                         seconds: dict[str, Any] | None = None) -> None:
+    """Check a runbook's parameters before anything touches the box, all at once. ``flags``: must
+    be ``True``/``False`` (a string such as ``"no"`` is refused, never taken as true); ``counts``:
+    ints ≥ 1; ``optional_counts``: ``None`` or ints ≥ 1 (``0`` is refused, never taken as "all");
+    ``non_negative``: ints ≥ 0; ``seconds``: numbers > 0. Raises :class:`DiagnosisError` naming
+    every bad parameter with its value and what it must be."""
+    problems = []
+
+    def is_int(v: Any) -> bool:
+        return isinstance(v, int) and not isinstance(v, bool)
+
+    for name, v in (flags or {}).items():
+        if not isinstance(v, bool):
+            problems.append(f"{name} must be True or False, got {v!r}")
+    for name, v in (counts or {}).items():
+        if not (is_int(v) and v >= 1):
+            problems.append(f"{name} must be a whole number ≥ 1, got {v!r}")
+    for name, v in (optional_counts or {}).items():
+        if v is not None and not (is_int(v) and v >= 1):
+            problems.append(f"{name} must be None (all) or a whole number ≥ 1, got {v!r}")
+    for name, v in (non_negative or {}).items():
+        if not (is_int(v) and v >= 0):
+            problems.append(f"{name} must be a whole number ≥ 0, got {v!r}")
+    for name, v in (seconds or {}).items():
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
+            problems.append(f"{name} must be a number of seconds > 0, got {v!r}")
+    if problems:
+        raise DiagnosisError("bad parameters: " + "; ".join(problems))
 
 
 def open_box(host: str, *, launch_command: str | None, port: int | None,

@@ -178,9 +178,10 @@ def write_file(f, dest, blobs):
         if len(head) != 8 or int.from_bytes(head, "little") != f["source_header_len"]:
             fail("%s: the header length changed since the copy was planned" % f["source"])
         tmp = os.path.join(dest, ".%s.ewb-tmp-%d" % (f["name"], os.getpid()))
-        out = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        out = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         how = "none"
         try:
+            os.fchmod(out, os.fstat(src).st_mode & 0o7777)  # the source's permission bits, not the umask's
             pos = pwrite_all(out, base64.b64decode(f["header"]), 0)
             for piece in f["pieces"]:
                 if "blob" in piece:

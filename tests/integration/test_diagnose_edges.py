@@ -1,0 +1,174 @@
+"""The diagnosis at its edges, on the sandbox box (real server processes, real HTTP): a server that
+is slow to start, a port held by something else, a launch the engine refuses, keeping the fix, and
+parameters refused before anything touches the box. Each ends with a verdict (or a typed error)
+and nothing the run launched left running.
+"""
+
+from __future__ import annotations
+
+import http.server
+import threading
+from pathlib import Path
+
+import pytest
+
+from remote import connect
+from remote import probes as remote_probes
+from testkit.faults import build_deployment
+from workbench.diagnosis import DiagnosisRun
+from workbench.errors import DiagnosisError
+from workbench.session import Journal
+
+pytestmark = pytest.mark.slow
+
+PROMPTS = dict(num_prompts=2, max_new_tokens=32)
+
+
+@pytest.fixture
+def state_dir(tmp_path, monkeypatch):
+    path = tmp_path / "box-state"
+    monkeypatch.setenv("EAGLE_WORKBENCH_STATE_DIR", str(path))
+    return path
+
+
+def _run(tmp_path: Path, launch_command: str, port: int, **params) -> tuple[dict, DiagnosisRun]:
+    run = DiagnosisRun.start(launch_command=launch_command, port=port, report_dir=tmp_path / "reports",
+                             **{**PROMPTS, **params})
+    run.progress = False
+    try:
+        run.measure_symptom()
+        run.check_hypotheses()
+        run.probe()
+        run.apply_fixes()
+        run.attribute()
+    finally:
+        verdict = run.finish()
+    return verdict, run
+
+
+def _nothing_left(port: int) -> None:
+    with connect("local") as box:
+        assert [s for s in box.find_servers() if s.port == port] == []
+        assert remote_probes.list_probes(box) == [] and not Journal(box).pending
+
+
+def test_a_server_slower_than_the_start_timeout_is_stopped_not_left(tmp_path, state_dir, free_port):
+    """server_start_timeout shorter than the sandbox's start-up: the launch times out, the run stops
+    the server it launched (it would hold the port and every later launch would fail), and the
+    verdict says the server does not start, never that a fix was applied and measured."""
+    dep = build_deployment(tmp_path / "deployment", "eagle-flag")
+    verdict, run = _run(tmp_path, dep.launch_command(free_port), free_port, server_start_timeout=0.3)
+    assert verdict["outcome"] in ("server-does-not-start", "cause-found"), verdict["outcome"]
+    assert verdict["start_failures"] and verdict["start_failures"][0]["error"].startswith("ServerStartTimedOut")
+    assert verdict["fix"]["sufficient"] is not True and verdict["acceptance"]["after"]["accept_length"] is None
+    for launch in verdict["launches"]:
+        assert launch.get("pid") is None or not _alive(launch["pid"]), launch
+    _nothing_left(free_port)
+
+
+def _alive(pid: int) -> bool:
+    """Running (a zombie the local box has not reaped yet is gone)."""
+    import psutil
+
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def test_a_port_held_by_another_program_is_a_symptom_with_a_verdict(tmp_path, state_dir, free_port):
+    """Something that is no engine server listens on the port: the launch is refused (PortInUse), the
+    verdict is written, and that program is left alone."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", free_port), http.server.SimpleHTTPRequestHandler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        dep = build_deployment(tmp_path / "deployment")
+        verdict, _run_ = _run(tmp_path, dep.launch_command(free_port), free_port)
+        assert verdict["outcome"] == "server-does-not-start"
+        failure = verdict["start_failures"][0]
+        assert "PortInUse" in failure["error"] and str(free_port) in failure["exception"]
+        assert verdict["restarts"] == 0
+        assert thread.is_alive()  # never stopped
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_a_flag_value_the_engine_refuses_is_named_from_the_log(tmp_path, state_dir, free_port):
+    """The engine's argparse refuses a value (nothing static explains it): the verdict names the
+    log's own error line, not the generic "exited before /health", and the open list asks for the
+    server to start instead of runtime-only causes that need a serving server to matter."""
+    dep = build_deployment(tmp_path / "deployment")
+    command = dep.launch_command(free_port) + " --decode-log-interval notanint"
+    verdict, _run_ = _run(tmp_path, command, free_port)
+    assert verdict["outcome"] == "server-does-not-start" and verdict["root_causes"] == []
+    exception = verdict["start_failures"][0]["exception"]
+    assert exception and "--decode-log-interval" in exception and "notanint" in exception, exception
+    opened = [o["hypothesis"] for o in verdict["open"]]
+    assert opened[0] == "server start" and "chat-template" not in opened and "quantised-target" not in opened
+    assert not any("acceptance is not low" in n for n in verdict["notes"]), verdict["notes"]
+    _nothing_left(free_port)
+
+
+def test_keep_fix_leaves_the_fixed_server_and_says_so(tmp_path, state_dir, free_port):
+    """keep_fix: the fixed server (on the repaired copy) stays in place of the original, the journal
+    forgets both, and the report says the copy is kept and how to stop the server."""
+    dep = build_deployment(tmp_path / "deployment", "renamed-tensor")
+    run = DiagnosisRun.start(launch_command=dep.launch_command(free_port), port=free_port,
+                             report_dir=tmp_path / "reports", keep_fix=True, num_prompts=4, max_new_tokens=64,
+                             expected_accept_length=2.0)
+    run.progress = False
+    kept = None
+    try:
+        run.measure_symptom()
+        run.check_hypotheses()
+        run.probe()
+        run.apply_fixes()
+        summary = run.summary_html()  # what the runbook shows before finish
+        verdict = run.finish()
+        assert verdict["outcome"] == "fixed" and verdict["fix"]["kept"] is True
+        kept = verdict["fix"]["kept_server"]
+        copy = verdict["fix"]["draft_copies"][0]
+        assert copy["kept"] is True and Path(copy["path"]).is_dir()
+        assert "(kept: the fixed server uses it)" in summary and "removed at the end" not in summary
+        assert f"pid {kept['pid']}" in summary and f"kill -TERM -- -{kept['pgid']}" in summary
+        assert "(kept: the fixed server uses it)" in run.summary_html()
+        with connect("local") as box:
+            servers = [s for s in box.find_servers() if s.port == free_port]
+            assert [s.pid for s in servers] == [kept["pid"]]
+            assert copy["path"] in " ".join(servers[0].argv)
+            assert not Journal(box).pending
+    finally:
+        with connect("local") as box:
+            for s in box.find_servers():
+                if s.port == free_port:
+                    box.stop_server(s)
+            if kept is not None:
+                box.run(["rm", "-rf", "--", verdict["fix"]["draft_copies"][0]["path"]], timeout=30)
+        if not run.finished:
+            run.finish()
+
+
+@pytest.mark.parametrize("params, problem", [
+    ({"allow_restart": "no"}, "allow_restart must be True or False, got 'no'"),
+    ({"attribute_fixes": "maybe"}, "attribute_fixes must be True or False"),
+    ({"keep_fix": 1}, "keep_fix must be True or False"),
+    ({"num_prompts": 0}, "num_prompts must be None (all) or a whole number ≥ 1, got 0"),
+    ({"num_prompts": "abc"}, "num_prompts must be None (all)"),
+    ({"max_new_tokens": -5}, "max_new_tokens must be a whole number ≥ 1, got -5"),
+    ({"server_start_timeout": 0}, "server_start_timeout must be a number of seconds > 0"),
+])
+def test_bad_parameters_are_refused_before_the_box_is_touched(tmp_path, state_dir, params, problem):
+    """Each bad value is named with what it must be, before anything connects or changes."""
+    with pytest.raises(DiagnosisError, match="bad parameters") as info:
+        DiagnosisRun.start(launch_command="python -m sglang.launch_server --model-path /nonexistent",
+                           report_dir=tmp_path / "reports", **params)
+    assert problem in str(info.value)
+    assert not state_dir.exists() or not (state_dir / "journal.json").exists()
+
+
+def test_every_bad_parameter_is_named_at_once(tmp_path, state_dir):
+    with pytest.raises(DiagnosisError) as info:
+        DiagnosisRun.start(allow_restart="no", num_prompts=0, report_dir=tmp_path / "reports")
+    assert "allow_restart" in str(info.value) and "num_prompts" in str(info.value)
