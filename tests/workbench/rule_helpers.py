@@ -223,3 +223,36 @@ def run(box, root: pathlib.Path):
 
 def rules(findings) -> list[str]:
     return sorted(f.rule for f in findings)
+
+
+def sandbox_deployment(root: pathlib.Path, algorithm: str = "EAGLE3", **config) -> str:
+    """The real sandbox target and draft copied to ``root`` with the draft's ``config.json`` keys
+    ``config`` replaced (``eagle_aux_hidden_state_layer_ids=...`` goes into ``eagle_config``);
+    returns the sandbox launch command pointing at the copies."""
+    import shutil
+
+    from workbench.engine.launch import LaunchCommand
+    from workbench.sandbox_box import sandbox_launch_command, sandbox_models_dir
+
+    for name in ("target", "draft"):
+        shutil.copytree(sandbox_models_dir() / name, root / name)
+    path = root / "draft" / "config.json"
+    cfg = json.loads(path.read_text())
+    for key, value in config.items():
+        if key == "eagle_aux_hidden_state_layer_ids":
+            cfg["eagle_config"][key] = value
+        else:
+            cfg[key] = value
+    path.write_text(json.dumps(cfg))
+    return (LaunchCommand.parse(sandbox_launch_command(algorithm=algorithm))
+            .with_flag("--model-path", str(root / "target"))
+            .with_flag("--speculative-draft-model-path", str(root / "draft")).to_string())
+
+
+def facts_of(box, cmd: str, engine=None):
+    """The :class:`Facts` the doctor gathers for ``cmd`` (for the families' fix derivers)."""
+    from workbench.doctor.run import gather_facts
+    from workbench.engine.launch import LaunchCommand
+
+    return gather_facts(box, LaunchCommand.parse(cmd), engine_root=str(engine) if engine else None,
+                        engine_version="0.5.23" if engine else None)

@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import json
+
+import pytest
+
 from rule_helpers import (
     GPT_OSS_120B,
+    KIMI,
     KIMI_K25,
     LLAMA31_8B,
     QWEN3,
@@ -11,13 +16,20 @@ from rule_helpers import (
     deploy,
     doctor,
     draft_cfg,
+    facts_of,
     launch,
     make_draft,
     rules,
     run,
+    sandbox_deployment,
     serious,
     specforge_spec,
 )
+from workbench.doctor import run_doctor
+from workbench.engine.codepath import code_path_map
+from workbench.engine.modelled import modelled_capture
+from workbench.engine.source import EngineSource
+from workbench.rules.aux_layers import aux_fixes
 from workbench_test_helpers import fixture_config, public_report
 
 
@@ -60,7 +72,8 @@ def test_pr25454_aux_offset_convention_depends_on_engine_version(box, tmp_path, 
 
 
 def test_aux_config_unread_lists_default_layers_and_target_no_aux_capture(box, tmp_path, sglang_source):
-    cfg = draft_cfg(eagle_config={"eagle_aux_hidden_state_layer_ids": "2,16,29"})
+    # Ids only at top level: the capture path reads only eagle_config's, so the defaults are captured.
+    cfg = draft_cfg(eagle_aux_hidden_state_layer_ids=[1, 15, 28])
     t, d = deploy(tmp_path, LLAMA31_8B, cfg)
     f = by_rule(doctor(box, launch(t, d), sglang_source), "aux-config-unread")
     assert f.severity == "warning" and f.evidence["captured_layers"]["value"] == [2, 16, 29]
@@ -78,3 +91,92 @@ def test_eagle1_width_fc_is_aux_count_mismatch(box, tmp_path):
     findings, _ = run(box, make_draft(tmp_path, cfg, shapes={"fc.weight": (2048, 4096)}))
     assert rules(findings) == ["aux-count-mismatch"]
     assert findings[0].evidence["expected"] == [2048, 3 * 2048]
+
+
+def test_aux_ids_written_as_strings_stop_the_server_and_the_int_ids_are_the_fix(box, tmp_path, sglang_source):
+    """A trial's ``["1","3","6"]``: SGLang 0.5.23 reads the value without complaint (the try covers
+    only the read) and llama.py's ``[val + 1 for val in layer_ids]`` raises TypeError at start-up —
+    not "the default layers"."""
+    cmd = sandbox_deployment(tmp_path, eagle_aux_hidden_state_layer_ids=["1", "3", "6"])
+    report = doctor(box, cmd, sglang_source)
+    assert report.rule_failures == [] and not report.notes
+    assert serious(report) == [("aux-layer-ids-invalid", "error")]
+    f = by_rule(report, "aux-layer-ids-invalid")
+    assert f.evidence["engine_error"]["value"] == 'TypeError: can only concatenate str (not "int") to str'
+    assert "srt/models/llama.py:929" in f.evidence["engine_error"]["source"]
+    assert f.evidence["as_ints"] == [1, 3, 6] and "the server does not start" in f.message
+    facts = facts_of(box, cmd, sglang_source)
+    assert facts.capture.rule.error.startswith("TypeError") and facts.capture.rule.captured is None
+    (fix,) = aux_fixes(facts, report.findings, {})
+    assert fix.kind == "draft-copy" and fix.rules == ("aux-layer-ids-invalid",)
+    ec = fix.repair.config["eagle_config"]
+    assert ec["eagle_aux_hidden_state_layer_ids"] == [1, 3, 6] and ec["use_aux_hidden_state"] is True
+    # given training ids win over the ones the strings spell
+    (given,) = aux_fixes(facts, report.findings, {"aux_layer_ids": [2, 4, 6]})
+    assert given.repair.config["eagle_config"]["eagle_aux_hidden_state_layer_ids"] == [2, 4, 6]
+    # every other consumer of the ids: the code-path map, the modelled rule
+    cmap = code_path_map(EngineSource(box, str(sglang_source), "0.5.23"), target_arch="LlamaForCausalLM",
+                         aux_ids=["1", "3", "6"], num_layers=8, keys=["target-offset-rule"])
+    entry = next(e for e in cmap.entries if e.key == "target-offset-rule")
+    assert "raises TypeError: can only concatenate str" in entry.detail
+    modelled = modelled_capture("LlamaForCausalLM", 8, ["1", "3", "6"])
+    assert modelled.captured is None and modelled.error.startswith("TypeError")
+
+
+@pytest.mark.parametrize("ids, severity, captured, fixed", [
+    ([1.5, 3, 6], "error", [4, 7], None),          # 2.5 equals no layer: never captured
+    ([1.0, 3, 6], "warning", [2, 4, 7], [1, 3, 6]),  # 2.0 == 2: captured by value
+    ([True, 3, 6], "warning", [2, 4, 7], None),      # True + 1 == 2, but a bool spells no id
+    ([[1], 3, 6], "error", None, None),              # [1] + 1: TypeError
+    ([1, None, 6], "error", None, None),             # None + 1: TypeError
+    ([], "error", [], None),                         # captures nothing, fc expects 3
+    ("1,3,6", "error", None, [1, 3, 6]),             # iterated by character: TypeError
+])
+def test_aux_ids_that_are_not_ints_are_one_typed_finding(box, tmp_path, sglang_source, ids, severity, captured, fixed):
+    cmd = sandbox_deployment(tmp_path, eagle_aux_hidden_state_layer_ids=ids)
+    report = doctor(box, cmd, sglang_source)
+    assert report.rule_failures == [] and not report.notes
+    f = by_rule(report, "aux-layer-ids-invalid")
+    assert f.severity == severity
+    assert f.evidence["captured_layers"]["value"] == captured
+    assert "aux-config-unread" not in report.rules
+    fixes = aux_fixes(facts_of(box, cmd, sglang_source), [f], {})
+    if fixed is None:
+        assert [(x.kind, x.parameter) for x in fixes] == [("none", "aux_layer_ids")]
+    else:
+        assert fixes[0].repair.config["eagle_config"]["eagle_aux_hidden_state_layer_ids"] == fixed
+
+
+def test_string_ids_on_a_deepseek_family_target_never_match_a_layer(box, tmp_path, sglang_source):
+    """deepseek_v2.py keeps ids whose first is not 1 as written (``"1" == 1`` is false): nothing
+    raises, the forward's ``i in self.layers_to_capture`` never matches a string."""
+    cfg = fixture_config(KIMI)
+    cfg["max_position_embeddings"] = 262144
+    t, d = deploy(tmp_path, KIMI_K25, cfg)
+    c = json.loads((d / "config.json").read_text())
+    c["eagle_config"]["eagle_aux_hidden_state_layer_ids"] = ["1", "29", "57"]
+    (d / "config.json").write_text(json.dumps(c))
+    f = by_rule(doctor(box, launch(t, d), sglang_source), "aux-layer-ids-invalid")
+    assert f.severity == "error" and f.evidence["captured_layers"]["value"] == []
+    assert f.evidence["never_captured"] == ['string "1"', 'string "29"', 'string "57"']
+    assert "deepseek_v2.py" in f.evidence["captured_layers"]["source"]
+
+
+def test_negative_aux_ids_are_not_counted_from_the_end(box, tmp_path, sglang_source):
+    """``[-1, 3, 6]`` on the Llama sandbox target: llama.py's +1 makes -1 index 0, which the loop
+    reaches — the embedding output replaces the state the draft was trained on (not an INFO note
+    about "outputs of layers [-1, 3, 6]")."""
+    cmd = sandbox_deployment(tmp_path / "llama", eagle_aux_hidden_state_layer_ids=[-1, 3, 6])
+    report = doctor(box, cmd, sglang_source)
+    assert serious(report) == [("aux-layer-ids-out-of-range", "error")]
+    assert "aux-layer-offset-convention" not in report.rules
+    f = by_rule(report, "aux-layer-ids-out-of-range")
+    assert f.evidence["captured_layers"]["value"] == [0, 4, 7] and f.evidence["negative_ids"] == [-1]
+    assert "embedding output" in f.message and "-1 is not the last layer" in f.message
+    # -2 → -1 after the offset: never fires, fewer aux states reach fc.
+    cmd2 = sandbox_deployment(tmp_path / "minus2", eagle_aux_hidden_state_layer_ids=[-2, 3, 6])
+    g = by_rule(doctor(box, cmd2, sglang_source), "aux-layer-ids-out-of-range")
+    assert g.evidence["captured_layers"]["value"] == [-1, 4, 7] and "[-1] never fire, so 2 aux states" in g.message
+    assert "not counted from the end" in g.message
+    (fix,) = aux_fixes(facts_of(box, cmd, sglang_source), [f], {})
+    assert fix.kind == "none" and fix.parameter == "aux_layer_ids"

@@ -12,17 +12,22 @@ from rule_helpers import (
     LLAMA3_8B,
     QWEN3_14B,
     QWEN3_8B,
+    QWEN3_30B,
     by_rule,
     deploy,
     doctor,
     draft_cfg,
+    facts_of,
     launch,
+    sandbox_deployment,
     serious,
     specforge_spec,
 )
+from workbench.rules.configs import config_fixes
+from workbench.rules.weights import weight_fixes
 from workbench.doctor import run_doctor
 from workbench.engine.launch import LaunchCommand
-from workbench_test_helpers import public_report
+from workbench_test_helpers import fixture_config, public_report
 
 
 def test_sglang7011_target_hidden_size_differs_from_draft_hidden(box, tmp_path, sglang_source):
@@ -136,3 +141,66 @@ def test_a_bogus_architectures_value_is_a_finding_never_a_failed_rule(box, tmp_p
     assert report.rule_failures == [] and not any("could not run" in n for n in report.notes)
     assert "unknown-draft-architecture" in report.rules and report.exit_code == 1
     assert ("algorithm-mismatch" in report.rules) == (algo == "EAGLE")
+
+
+WEIGHT_RULES = {"weights-dropped", "weights-missing", "weight-shape-mismatch", "lm-head-shape-mismatch",
+                "head-dim-mismatch"}
+
+
+def test_a_hidden_size_its_own_tensors_contradict_is_the_root_cause(box, tmp_path, sglang_source):
+    """A trial's draft with ``hidden_size`` 128 where every tensor is 160 wide: transformers refuses
+    the config (128 is no multiple of 5 heads) and the shapes the engine would build all differ.
+    The config finding is the cause; the 13 shape findings and the embed_tokens the wrong
+    hidden_size makes required are its consequences, each under a weight rule of its own."""
+    cmd = sandbox_deployment(tmp_path, hidden_size=128)
+    report = doctor(box, cmd, sglang_source)
+    assert report.rule_failures == []
+    f = by_rule(report, "draft-config-vs-tensors")
+    assert f.severity == "error"
+    assert f.evidence["fields"]["hidden_size"]["config"] == 128 and f.evidence["fields"]["hidden_size"]["tensors"] == 160
+    assert "The hidden size (128) is not a multiple of the number of attention heads (5)" in f.message
+    assert "hidden-size-mismatch" not in report.rules
+    weights = [g for g in report.findings if g.rule in WEIGHT_RULES]
+    assert sorted({g.rule for g in weights}) == ["lm-head-shape-mismatch", "weight-shape-mismatch", "weights-missing"]
+    assert len([g for g in weights if g.rule == "weight-shape-mismatch"]) == 12
+    assert by_rule(report, "weights-missing").evidence["missing"] == ["model.embed_tokens.weight"]
+    assert all(g.evidence["consequence_of"] == "draft-config-vs-tensors" for g in weights)
+    facts = facts_of(box, cmd, sglang_source)
+    (fix,) = config_fixes(facts, report.findings, {})
+    assert fix.kind == "draft-copy" and fix.repair.config == {"hidden_size": 160}
+    assert weight_fixes(facts, report.findings, {}) == []  # the config fix covers them
+
+
+def test_num_hidden_layers_beyond_the_checkpoints_layers_is_derivable(box, tmp_path, sglang_source):
+    """``num_hidden_layers: 2`` on a one-layer draft: the engine builds and runs a second layer no
+    tensor fills (its 7 parameters keep their initial values); the fix is the count the tensors have."""
+    cmd = sandbox_deployment(tmp_path, num_hidden_layers=2)
+    report = doctor(box, cmd, sglang_source)
+    assert serious(report) == [("draft-config-vs-tensors", "error"), ("weights-missing", "error")]
+    f = by_rule(report, "draft-config-vs-tensors")
+    assert f.evidence["fields"]["num_hidden_layers"] == {"config": 2, "tensors": 1, "key": "num_hidden_layers",
+                                                         "from": f.evidence["fields"]["num_hidden_layers"]["from"]}
+    assert "layers [1] get no tensor and keep their initial values" in f.message
+    missing = by_rule(report, "weights-missing")
+    assert len(missing.evidence["missing"]) == 7 and missing.evidence["consequence_of"] == "draft-config-vs-tensors"
+    (fix,) = config_fixes(facts_of(box, cmd, sglang_source), report.findings, {})
+    assert fix.repair.config == {"num_hidden_layers": 1}
+
+
+def test_intermediate_size_and_kv_heads_from_a_public_config_are_read_off_the_tensors(box, tmp_path, sglang_source):
+    """SpecForge's Qwen3-30B draft (head_dim 128 given): a config whose intermediate_size and
+    num_key_value_heads disagree with tensors exported from the real config."""
+    real = fixture_config("sgl-project__SpecForge__configs_qwen3-30B-eagle3.json")
+    wrong = {**real, "intermediate_size": 4096, "num_key_value_heads": 8}
+    t, d = deploy(tmp_path, QWEN3_30B, wrong, specforge_spec(real))
+    report = doctor(box, launch(t, d), sglang_source)
+    f = by_rule(report, "draft-config-vs-tensors")
+    assert {k: (v["config"], v["tensors"]) for k, v in f.evidence["fields"].items()} == {
+        "intermediate_size": (4096, 6144), "num_key_value_heads": (8, 4)}
+    assert all(g.evidence.get("consequence_of") == "draft-config-vs-tensors"
+               for g in report.findings if g.rule in WEIGHT_RULES)
+    (fix,) = config_fixes(facts_of(box, launch(t, d), sglang_source), report.findings, {})
+    assert fix.repair.config == {"intermediate_size": 6144, "num_key_value_heads": 4}
+    # the real config against the same tensors: nothing to say
+    t2, d2 = deploy(tmp_path, QWEN3_30B, real, name="ok")
+    assert "draft-config-vs-tensors" not in doctor(box, launch(t2, d2), sglang_source).rules

@@ -468,3 +468,21 @@ def test_token_map_variants(box, tmp_path, sglang_source, variant):
     assert f.severity == "error" and f.evidence["len"] == 32000
     assert {"absolute": "absolute target ids", "out-of-vocab": "outside the target vocab",
             "duplicates": "duplicates"}[variant] in f.message
+
+
+def test_a_tensor_of_another_shape_is_weight_shape_mismatch_not_weights_missing(box, tmp_path, sglang_source):
+    """One down_proj exported with other columns (the config and the other tensors agree on
+    intermediate_size 6144): the loader asserts; the finding is a shape rule's and stands on its
+    own (no consequence of a config fault)."""
+    from rule_helpers import QWEN3_30B, by_rule, deploy, doctor, launch
+
+    cfg = fixture_config(QWEN3)
+    spec = {**specforge_spec(cfg), "midlayer.mlp.down_proj.weight": ("BF16", (2048, 6000))}
+    findings, checked = run(box, make_draft(tmp_path / "alone", cfg, spec))
+    assert rules(findings) == ["weight-shape-mismatch"]
+    assert findings[0].evidence["expected"] == [2048, 6144] and findings[0].evidence["shape"] == [2048, 6000]
+    t, d = deploy(tmp_path, QWEN3_30B, cfg, spec)
+    report = doctor(box, launch(t, d), sglang_source)
+    f = by_rule(report, "weight-shape-mismatch")
+    assert "consequence_of" not in f.evidence and "draft-config-vs-tensors" not in report.rules
+    assert "weights-missing" not in report.rules

@@ -85,7 +85,7 @@ class DraftFacts:
         if self.num_aux_hidden_states is not None:
             return self.num_aux_hidden_states, str(self.sources.get("num_aux_hidden_states"))
         ids = self.aux_layer_ids
-        if isinstance(ids, list) and ids and all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
+        if isinstance(ids, list) and ids:  # llama_eagle3.py: len(layer_ids) if layer_ids else 3, whatever the entries
             return len(ids), str(self.sources.get("aux_layer_ids"))
         return 3, "llama_eagle3.py default 3"
 

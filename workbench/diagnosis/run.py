@@ -874,6 +874,22 @@ class DiagnosisRun(BoxSession):
                           for f in report.findings if f.severity in ("error", "warning")],
         }
 
+    def _explained_by(self, spec: HypothesisSpec) -> list[str]:
+        """The confirmed hypotheses that explain every error finding of ``spec`` statically: each
+        names the rule it is a consequence of (``evidence["consequence_of"]``, e.g. the weight
+        findings of a draft whose config disagrees with its own tensors), that rule's hypothesis
+        confirmed. Empty when any error of ``spec`` stands on its own."""
+        errors = [f for f in self.findings if f.rule in spec.rules and f.severity == "error"]
+        causes: list[str] = []
+        for f in errors:
+            rule = f.evidence.get("consequence_of")
+            hid = self._hypothesis_of(rule) if isinstance(rule, str) else None
+            if hid is None or hid == spec.id or self.ledger.get(hid).verdict != "confirmed":
+                return []
+            if hid not in causes:
+                causes.append(hid)
+        return causes
+
     def _cleared_by_fix(self, spec: HypothesisSpec) -> bool:
         """Whether the fix cleared every error finding of ``spec`` while no applied fix is its own."""
         if not self.fixed_doctor or spec.id in self._fixed_hypotheses():
@@ -885,15 +901,19 @@ class DiagnosisRun(BoxSession):
         """The confirmed hypotheses that are consequences of the root causes: no fix of their own
         was applied and the doctor on the fixed command no longer reports any of their errors
         (e.g. the draft's own embedding required only because the config's target_hidden_size is
-        wrong). Each: ``hypothesis``, ``rule``, ``message``, ``cleared_by`` (the fixed
-        hypotheses)."""
+        wrong), or whose every error finding names a confirmed cause it is a consequence of
+        (``evidence["consequence_of"]``: known before any relaunch). Each: ``hypothesis``, ``rule``,
+        ``message``, ``cleared_by`` (the fixed hypotheses, or the explaining ones)."""
         out = []
         for spec, _fam in REGISTRY.hypotheses():
-            if self.ledger.get(spec.id).verdict != "confirmed" or not self._cleared_by_fix(spec):
+            if self.ledger.get(spec.id).verdict != "confirmed":
+                continue
+            explained = self._explained_by(spec)
+            if not (self._cleared_by_fix(spec) or explained):
                 continue
             finding = next(f for f in self.findings if f.rule in spec.rules and f.severity == "error")
             out.append({"hypothesis": spec.id, "rule": finding.rule, "message": finding.message,
-                        "cleared_by": self._fixed_hypotheses()})
+                        "cleared_by": self._fixed_hypotheses() if self._cleared_by_fix(spec) else explained})
         return out
 
     def _try_candidate_fixes(self, candidates: list[Fix]) -> None:
@@ -1074,7 +1094,7 @@ class DiagnosisRun(BoxSession):
         out = []
         for spec, fam in REGISTRY.hypotheses():
             hyp = self.ledger.get(spec.id)
-            if hyp.verdict != "confirmed" or self._cleared_by_fix(spec):
+            if hyp.verdict != "confirmed" or self._cleared_by_fix(spec) or self._explained_by(spec):
                 continue
             errors = [f for f in self.findings if f.rule in spec.rules and f.severity == "error"]
             finding = errors[0] if errors else next((f for f in self.findings if f.rule in spec.rules), None)

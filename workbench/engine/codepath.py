@@ -580,11 +580,14 @@ def _target_offset_rule(ctx: _Ctx) -> PathEntry:
     detail = rules or None
     if ctx.num_layers:
         rule = ctx.src.capture_rule(ctx.target_arch, ctx.num_layers, ctx.aux_ids)
-        if rule is not None and rule.captured is not None:
+        if rule is not None and rule.error:
+            detail = (detail + "; " if detail else "") + (
+                f"for draft ids {ctx.aux_ids} it raises {rule.error} ({rule.source}): the engine fails at start-up")
+        elif rule is not None and rule.captured is not None:
             ids = ctx.aux_ids if ctx.aux_ids is not None else "none (defaults)"
             detail = (detail + "; " if detail else "") + (
                 f"for draft ids {ids} on {ctx.num_layers} layers it captures {rule.captured} ({rule.source})")
-            unreachable = [i for i in rule.captured if i > rule.reachable_max or i < 0]
+            unreachable = [i for i in rule.captured if i > rule.reachable_max or i < 0] + list(rule.unmatchable)
             if unreachable:
                 detail += (f"; layer(s) {unreachable} are never reached (the capture loop covers 0.."
                            f"{rule.reachable_max}): fewer aux states than the draft's fc expects")

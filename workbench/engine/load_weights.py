@@ -32,7 +32,7 @@ from workbench.checkpoint import DraftFacts
 from workbench.engine.modelled import LEGACY_NAME_MAP, MODELLED_ENGINE, STACKED
 
 __all__ = ["expected_parameters", "map_checkpoint_name", "analyse_weights", "WeightAnalysis", "LEGACY_NAME_MAP",
-           "STACKED", "MODELLED_ENGINE"]
+           "STACKED", "MODELLED_ENGINE", "tensor_dims", "config_vs_tensors"]
 
 
 def _int(v: Any) -> int | None:
@@ -186,7 +186,7 @@ def _rule_for_shape(param: str, shard: Any, got: tuple, want: tuple) -> str:
         return "head-dim-mismatch"
     if "o_proj.weight" in param and len(got) == 2 and got[0] == want[0]:
         return "head-dim-mismatch"
-    return "weights-missing"
+    return "weight-shape-mismatch"
 
 
 @dataclass(frozen=True)
@@ -246,3 +246,107 @@ def analyse_weights(draft: DraftFacts) -> WeightAnalysis:
             lacking = [str(k) for k in s["shards"] if k not in shards_seen.get(p, set())]
             missing.append(f"{p} (shard {', '.join(lacking)})")
     return WeightAnalysis(spec, loaded, dropped, missing, shape_problems, d2t_name, t2d_name)
+
+
+def _layer_name(name: str) -> str:
+    """A checkpoint name in the engine's module naming: ``model.`` dropped, the legacy
+    substrings renamed (``midlayer`` → ``layers.0``, SGLang 0.5.23 ``legacy_name_map``)."""
+    name = name[len("model."):] if name.startswith("model.") else name
+    for legacy, new in LEGACY_NAME_MAP.items():
+        name = name.replace(legacy, new)
+    return name
+
+
+def tensor_dims(draft: DraftFacts) -> dict[str, tuple[int, list[str]]]:
+    """What the draft checkpoint's own tensor shapes say its architecture is, from the
+    safetensors headers (nothing loaded): ``{"hidden_size" | "intermediate_size" |
+    "num_hidden_layers" | "q_rows" | "kv_rows": (value, [the tensors it was read from])}``.
+
+    ``hidden_size``: ``norm``, ``layers.i.{input_layernorm,post_attention_layernorm,hidden_norm}``
+    (``(hidden,)``), ``fc.weight`` rows, ``o_proj`` / ``down_proj`` rows, ``lm_head`` columns;
+    ``intermediate_size``: ``gate_proj`` / ``up_proj`` rows, ``down_proj`` columns (``gate_up_proj``
+    rows / 2); ``num_hidden_layers``: the decoder layers present (``layers.i.*``, ``midlayer.*`` is
+    layer 0), when they are ``0 .. n-1``; ``q_rows`` / ``kv_rows``: ``q_proj`` / ``k_proj`` rows
+    (heads × head_dim, kv heads × head_dim). A value is given only when every tensor that shows
+    it agrees; an unreadable checkpoint gives ``{}``."""
+    votes: dict[str, dict[int, list[str]]] = {}
+
+    def vote(key: str, value: int, name: str) -> None:
+        votes.setdefault(key, {}).setdefault(int(value), []).append(name)
+
+    layers: set[int] = set()
+    for raw, info in sorted((draft.tensors or {}).items()):
+        name, shape = _layer_name(raw), tuple(info.shape)
+        parts = name.split(".")
+        if len(parts) > 2 and parts[0] == "layers" and parts[1].isdigit():
+            layers.add(int(parts[1]))
+        if "d2t" in name or "t2d" in name or not shape:
+            continue
+        if len(shape) == 1 and name.endswith(("norm.weight",)) and not name.startswith(("fc_norm", "input_norm")):
+            vote("hidden_size", shape[0], raw)
+        elif len(shape) == 2:
+            if name == "fc.weight" or name.endswith(("o_proj.weight", "down_proj.weight")):
+                vote("hidden_size", shape[0], raw)
+            if name == "lm_head.weight":
+                vote("hidden_size", shape[1], raw)
+            if name.endswith(("gate_proj.weight", "up_proj.weight")) and "gate_up" not in name:
+                vote("intermediate_size", shape[0], raw)
+            if name.endswith("gate_up_proj.weight") and shape[0] % 2 == 0:
+                vote("intermediate_size", shape[0] // 2, raw)
+            if name.endswith("down_proj.weight"):
+                vote("intermediate_size", shape[1], raw)
+            if name.endswith("q_proj.weight"):
+                vote("q_rows", shape[0], raw)
+            if name.endswith("k_proj.weight"):
+                vote("kv_rows", shape[0], raw)
+    out = {key: next(iter(v.items())) for key, v in votes.items() if len(v) == 1}
+    if layers and layers == set(range(len(layers))):
+        out["num_hidden_layers"] = (len(layers), sorted(n for n in (draft.tensors or {})
+                                                        if _layer_name(n).startswith("layers."))[:3])
+    return out
+
+
+def config_vs_tensors(draft: DraftFacts) -> dict[str, dict[str, Any]]:
+    """The fields of the draft's ``config.json`` that disagree with its own tensors
+    (:func:`tensor_dims`): ``{field: {"config": value, "tensors": value, "from": [tensor names],
+    "key": where the config holds it ("hidden_size" or "transformer_layer_config.hidden_size")}}``.
+
+    SGLang 0.5.23 builds ``LlamaForCausalLMEagle3`` from the config alone (``llama_eagle3.py``:
+    ``hidden_size``, ``intermediate_size`` (``intermediate_size_mlp`` for ``llama4_text``),
+    ``num_hidden_layers`` decoder layers, ``llama.py`` ``LlamaAttention`` heads ×
+    ``head_dim``), so such a field makes parameters of other shapes (the weight loader asserts),
+    extra layers no tensor fills (they keep their initial values) or tensors no layer takes
+    (dropped). Heads are compared only where ``head_dim`` makes them unambiguous: the config
+    states ``head_dim`` (without it, q rows ≠ heads × hidden/heads may as well be a missing
+    ``head_dim``: ``head-dim-mismatch``)."""
+    cfg = draft.config
+    dims = tensor_dims(draft)
+    nested = cfg.get("transformer_layer_config") if isinstance(cfg.get("transformer_layer_config"), dict) else {}
+
+    def where(key: str) -> str:
+        return key if key in cfg or key not in nested else f"transformer_layer_config.{key}"
+
+    def value(key: str) -> Any:
+        return cfg[key] if key in cfg else nested.get(key)
+
+    out: dict[str, dict[str, Any]] = {}
+    inter_key = "intermediate_size_mlp" if cfg.get("model_type") == "llama4_text" else "intermediate_size"
+    for key, dim in (("hidden_size", "hidden_size"), (inter_key, "intermediate_size"),
+                     ("num_hidden_layers", "num_hidden_layers")):
+        if dim not in dims:
+            continue
+        have, (want, names) = value(key), dims[dim]
+        if have is not None and have != want:
+            out[key] = {"config": have, "tensors": want, "from": names, "key": where(key)}
+    heads, head_dim = _int(value("num_attention_heads")), _int(value("head_dim"))
+    for key, dim in (("num_attention_heads", "q_rows"), ("num_key_value_heads", "kv_rows")):
+        if head_dim is None or dim not in dims or dims[dim][0] % head_dim:
+            continue
+        want, names = dims[dim][0] // head_dim, dims[dim][1]
+        have = value(key)
+        if key == "num_key_value_heads" and have is None:
+            have = heads  # LlamaConfig: num_key_value_heads defaults to num_attention_heads
+        if have != want:
+            out[key] = {"config": value(key), "tensors": want, "from": names, "key": where(key),
+                        "head_dim": head_dim}
+    return out

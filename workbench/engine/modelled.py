@@ -7,7 +7,9 @@ says "modelled".
 from __future__ import annotations
 
 from workbench.engine.flags import SGLANG_VERSION
-from workbench.engine.source import CaptureRule
+from typing import Any
+
+from workbench.engine.source import CaptureRule, split_captured
 
 __all__ = [
     "SGLANG_VERSION", "MTP_TARGETS", "PAGE_TREE_BACKENDS", "MODELLED_EAGLE3_DRAFT_CLASSES",
@@ -31,18 +33,25 @@ MODELLED_EAGLE3_DRAFT_CLASSES = ("LlamaForCausalLMEagle3", "Eagle3DeepseekV2ForC
 MODELLED_FIRST_ID_1_TARGETS = frozenset({"DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM", "KimiK25ForConditionalGeneration"})
 
 
-def modelled_capture(target_arch: str, num_layers: int, ids: list[int] | None) -> CaptureRule:
+def modelled_capture(target_arch: str, num_layers: int, ids: Any) -> CaptureRule:
     """SGLang 0.5.23's offset rule without the source: ``[2, L//2, L-3]`` for no ids; +1 when
     ``ids[0] == 1`` for DeepSeek-family targets (``deepseek_v2.py``, Kimi-K2.5 delegating to it);
-    +1 always otherwise (``llama.py``)."""
-    if ids is None:
-        cap = [2, num_layers // 2, num_layers - 3]
-    elif target_arch in MODELLED_FIRST_ID_1_TARGETS:
-        cap = [i + 1 for i in ids] if ids and ids[0] == 1 else list(ids)
-    else:
-        cap = [i + 1 for i in ids]
-    return CaptureRule(cap, num_layers - 1, f"modelled: sglang {SGLANG_VERSION} (engine source not on the box)",
-                       "modelled")
+    +1 always otherwise (``llama.py``). ``ids`` as the engine passes them (the config's JSON value
+    unchanged): the same expressions run on them, so ids the engine fails on (``"1" + 1``) give a
+    rule with ``error`` set (``TypeError: ...``) and entries no layer index equals are
+    ``unmatchable`` (:func:`workbench.engine.source.split_captured`)."""
+    src = f"modelled: sglang {SGLANG_VERSION} (engine source not on the box)"
+    try:
+        if ids is None:
+            cap = [2, num_layers // 2, num_layers - 3]
+        elif target_arch in MODELLED_FIRST_ID_1_TARGETS:
+            cap = [i + 1 for i in ids] if ids and ids[0] == 1 else list(ids)
+        else:
+            cap = [i + 1 for i in ids]
+    except Exception as exc:  # noqa: BLE001 - what the engine's own expression raises on these ids
+        return CaptureRule(None, num_layers - 1, src, "modelled", error=f"{type(exc).__name__}: {exc}")
+    captured, unmatchable = split_captured(cap)
+    return CaptureRule(captured, num_layers - 1, src, "modelled", unmatchable)
 
 
 #: SGLang 0.5.23 srt/speculative/spec_info.py ``SpeculativeAlgorithm`` members and

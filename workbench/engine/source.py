@@ -14,13 +14,13 @@ from __future__ import annotations
 import ast
 import posixpath
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from remote.errors import RemoteFileNotFound
 from workbench.errors import SourceLookupError
 
-__all__ = ["SourceLookupError", "EngineSource", "Definition", "SourceExcerpt", "CaptureRule"]
+__all__ = ["SourceLookupError", "EngineSource", "Definition", "SourceExcerpt", "CaptureRule", "split_captured"]
 
 
 _SAFE_BUILTINS = {n: __builtins__[n] if isinstance(__builtins__, dict) else getattr(__builtins__, n)
@@ -48,19 +48,26 @@ class _Rec:
         return _Rec()
 
     def set_eagle3_layers_to_capture(self, ids: Any = None) -> None:
-        self.layers_to_capture = list(ids) if ids is not None else None
+        self.layers_to_capture = list(ids) if ids is not None else None  # raises as list() would
 
 
 @dataclass
 class CaptureRule:
     """What the target captures for the given ids: ``captured`` (layer indices the capture loop
-    tests), ``reachable_max`` (largest index the loop reaches), ``source`` (file:line of the
-    method), ``how`` (``evaluated`` from the box's source or ``modelled`` from 0.5.23)."""
+    tests, as ints: an entry the engine set that equals an int by value, ``2.0`` or ``True``, is
+    that int, since the loop tests ``i in self.layers_to_capture``), ``reachable_max`` (largest
+    index the loop reaches), ``source`` (file:line of the method), ``how`` (``evaluated`` from the
+    box's source or ``modelled`` from 0.5.23), ``unmatchable`` (entries the method set that equal
+    no layer index — ``"2"``, ``2.5``, ``None``, ``[1]`` — so they never fire) and ``error``
+    (``"TypeError: ..."``: the method raised for these ids, so the engine fails at start-up when
+    EAGLE3 sets capture up; ``captured`` is then ``None``)."""
 
     captured: list[int] | None
     reachable_max: int
     source: str
     how: str
+    unmatchable: list = field(default_factory=list)
+    error: str | None = None
 
 
 class EngineSource:
@@ -278,7 +285,7 @@ class EngineSource:
                 return cm.group(1)
         return None
 
-    def capture_rule(self, target_arch: str, num_layers: int, ids: list[int] | None) -> CaptureRule | None:
+    def capture_rule(self, target_arch: str, num_layers: int, ids: Any) -> CaptureRule | None:
         """Evaluate the target class's ``set_eagle3_layers_to_capture(ids)`` from the box's
         source (SGLang 0.5.23: ``srt/models/llama.py`` ``[id + 1]``, ``deepseek_v2.py`` +1 only
         when ``ids[0] == 1``, ``gpt_oss.py`` keeps ids whose max is ``num_layers``; Kimi-K2.5
@@ -286,7 +293,15 @@ class EngineSource:
         with a restricted set of builtins (it is list arithmetic). ``reachable_max`` is
         ``num_layers - 1`` (the capture loop ``for i in range(start, end)``), or ``num_layers``
         when the model file also tests ``end_layer in self.layers_to_capture`` after the loop.
-        ``None`` when the class or method is not in the source."""
+
+        ``ids`` is what the engine passes: the draft config's nested
+        ``eagle_config.eagle_aux_hidden_state_layer_ids`` exactly as written (SGLang 0.5.23
+        ``spec_aux_hidden_state.py`` hands the JSON value on unchecked: strings, floats, nested
+        lists stay what they are), or ``None`` for the default layers. When the method raises for
+        these ids (``"1" + 1``: ``TypeError``) the rule says so in ``error`` instead of raising;
+        entries no layer index equals are in ``unmatchable``. ``None`` when the class or method is
+        not in the source. Raises only when the method cannot be evaluated at all (it fails for
+        well-formed ids too)."""
         hit = self.find_method(target_arch, "set_eagle3_layers_to_capture")
         if hit is None:
             return None
@@ -298,10 +313,19 @@ class EngineSource:
             if delegate is not None:
                 delegate.source = f"{src} → {delegate.source}"
                 return delegate
-        captured = _evaluate_capture(fn, num_layers, ids)
         reach = num_layers if re.search(r"(end_layer|num_layers|len\(self\.layers\))\s+in\s+self\.layers_to_capture",
                                         text) else num_layers - 1
-        return CaptureRule(captured, reach, src, "evaluated from the box's engine source")
+        try:
+            got = _evaluate_capture(fn, num_layers, ids)
+        except Exception as exc:  # noqa: BLE001 - the engine's own method, run on the draft's ids
+            if _well_formed(ids):
+                raise
+            # The method runs for well-formed ids of the same length: it is these ids it fails on.
+            _evaluate_capture(fn, num_layers, list(range(1, 1 + max(1, _length(ids)))))
+            return CaptureRule(None, reach, src, "evaluated from the box's engine source",
+                               error=f"{type(exc).__name__}: {exc}")
+        captured, unmatchable = split_captured(got)
+        return CaptureRule(captured, reach, src, "evaluated from the box's engine source", unmatchable)
 
     def draft_classes(self, eagle3: bool) -> dict[str, str] | None:
         """``{class name: file}`` registered by ``EntryClass`` in ``srt/models/*eagle3*.py``
@@ -402,18 +426,54 @@ def _walk_definitions(tree: ast.AST, prefix: tuple[str, ...] = ()):
             yield from _walk_definitions(child, prefix)
 
 
-def _evaluate_capture(fn: ast.FunctionDef, num_layers: int, ids: list[int] | None) -> list[int] | None:
+def _well_formed(ids: Any) -> bool:
+    return ids is None or (isinstance(ids, list) and all(isinstance(i, int) and not isinstance(i, bool) for i in ids))
+
+
+def _length(ids: Any) -> int:
+    try:
+        return len(ids)
+    except TypeError:
+        return 1
+
+
+def split_captured(got: Any) -> tuple[list[int] | None, list]:
+    """``(layer indices, unmatchable entries)`` of what ``set_eagle3_layers_to_capture`` set:
+    the capture loop tests ``i in self.layers_to_capture`` (SGLang 0.5.23 ``srt/models/llama.py``),
+    so an entry equal to an int by value (``2``, ``2.0``, ``True``) captures that layer and any
+    other (``"2"``, ``2.5``, ``None``, ``[2]``) equals no ``i`` and never fires. ``(None, [])`` for
+    ``None``."""
+    if got is None:
+        return None, []
+    captured, unmatchable = [], []
+    for x in got:
+        if isinstance(x, int):
+            captured.append(int(x))
+        elif isinstance(x, float) and x.is_integer():
+            captured.append(int(x))
+        else:
+            unmatchable.append(x)
+    return captured, unmatchable
+
+
+def _evaluate_capture(fn: ast.FunctionDef, num_layers: int, ids: Any) -> list | None:
+    """Run the engine's ``set_eagle3_layers_to_capture`` (``fn``) on a stand-in target with
+    ``num_layers`` layers and the ids as the engine passes them (a deep copy: JSON values
+    unchanged); returns the list it set (entries as the method made them), ``None`` when it set
+    none. Raises what the method raises."""
+    import copy
+
     fn = ast.fix_missing_locations(_strip_annotations(fn))
     module = ast.Module(body=[fn], type_ignores=[])
     ns: dict[str, Any] = {"__builtins__": _SAFE_BUILTINS}
     exec(compile(module, "<set_eagle3_layers_to_capture>", "exec"), ns)  # noqa: S102 - list arithmetic, restricted builtins
     model = _Rec(layers_to_capture=None)
     self_obj = _Rec(model=model, config=_Rec(num_hidden_layers=num_layers), pp_group=_Rec(is_last_rank=True))
-    ns[fn.name](self_obj, list(ids) if ids is not None else None)
+    ns[fn.name](self_obj, copy.deepcopy(ids))
     got = model.layers_to_capture
     if got is None and isinstance(self_obj.__dict__.get("layers_to_capture"), list):
         got = self_obj.__dict__["layers_to_capture"]  # a target that keeps the list on itself
-    return [int(x) for x in got] if got is not None else None
+    return list(got) if got is not None else None
 
 
 def _strip_annotations(fn: ast.FunctionDef) -> ast.FunctionDef:

@@ -26,12 +26,14 @@ from workbench.rules import aux_layers, configs, engine_source, launch_flags, re
 from workbench.rules.aux_layers import (
     aux_config_unread,
     aux_count_mismatch,
+    aux_layer_ids_invalid,
     aux_layer_ids_out_of_range,
     aux_layer_offset_convention,
     target_no_aux_capture,
 )
 from workbench.rules.configs import (
     context_length_mismatch,
+    draft_config_vs_tensors,
     hidden_size_mismatch,
     rope_mismatch,
     unknown_draft_architecture,
@@ -50,7 +52,7 @@ from workbench.rules.launch_flags import (
 from workbench.rules.readability import checkpoint_unreadable, model_not_on_box
 from workbench.rules.registry import REGISTRY, Family, Rule, RuleFailure
 from workbench.rules.runtime import acceptance_collapsed
-from workbench.rules.weights import check_draft_weights, check_token_map
+from workbench.rules.weights import check_draft_weights, check_token_map, weight_shape_mismatch
 
 #: The family modules, in the order the doctor runs them and the catalogue lists them.
 FAMILY_MODULES = (launch_flags, readability, configs, aux_layers, weights, engine_source, runtime)
@@ -62,7 +64,7 @@ __all__ = [
     "REGISTRY", "RULE_IDS", "FAMILY_MODULES", "Rule", "Family", "RuleFailure", "Facts", "Finding", "SEVERITIES", "ev",
     "RuleInputError", "algorithm_mismatch", "check_algorithm_mismatch", "draft_path_missing", "launch_flag_unknown",
     "spec_params_invalid", "checkpoint_unreadable", "model_not_on_box", "unknown_draft_architecture",
-    "hidden_size_mismatch", "vocab_size_mismatch", "context_length_mismatch", "rope_mismatch", "target_no_aux_capture",
+    "draft_config_vs_tensors", "aux_layer_ids_invalid", "weight_shape_mismatch", "hidden_size_mismatch", "vocab_size_mismatch", "context_length_mismatch", "rope_mismatch", "target_no_aux_capture",
     "aux_config_unread", "aux_layer_ids_out_of_range", "aux_layer_offset_convention", "aux_count_mismatch",
     "check_draft_weights", "check_token_map", "norm_flags_unsupported", "swallowed_config_error", "scan_swallowed",
     "acceptance_collapsed",

@@ -1,9 +1,11 @@
 """Fault family: aux hidden-state capture (which target layers feed the EAGLE-3 draft).
 
 Rules: ``target-no-aux-capture`` (the target class cannot capture), ``aux-config-unread`` (the
-nested ``eagle_config.eagle_aux_hidden_state_layer_ids`` is missing, malformed or only at top
-level: the engine silently captures its default layers), ``aux-layer-ids-out-of-range`` (a captured
-layer the capture loop never reaches), ``aux-layer-offset-convention`` (the captured layers differ
+nested ``eagle_config.eagle_aux_hidden_state_layer_ids`` is missing, unreadable or only at top
+level: the engine silently captures its default layers), ``aux-layer-ids-invalid`` (ids that are
+not ints: the engine passes them on unchecked and its capture rule fails at start-up or never
+matches them), ``aux-layer-ids-out-of-range`` (a negative id, or a captured layer the capture loop
+never reaches), ``aux-layer-offset-convention`` (the captured layers differ
 from the ids written), ``aux-count-mismatch`` (``fc`` in_features ≠ number of aux states × target
 hidden). They apply to EAGLE3 launches with both configs read. The target's offset rule is
 *evaluated* from the box's own ``set_eagle3_layers_to_capture``
@@ -16,14 +18,18 @@ SGLang 0.5.23 ``model_runner_components/spec_aux_hidden_state.py`` (the ids read
 
 from __future__ import annotations
 
+import json
+import re
+from typing import Any
+
 from workbench.rules.facts import Facts, ids_ok
 from workbench.rules.finding import Finding, ev
 from workbench.rules.fix import DraftRepair, Fix
 from workbench.rules.registry import Family, HypothesisSpec
 from workbench.rules.weights import shape_findings
 
-__all__ = ["FAMILY", "target_no_aux_capture", "aux_config_unread", "aux_layer_ids_out_of_range",
-           "aux_layer_offset_convention", "aux_count_mismatch"]
+__all__ = ["FAMILY", "target_no_aux_capture", "aux_config_unread", "aux_layer_ids_invalid",
+           "aux_layer_ids_out_of_range", "aux_layer_offset_convention", "aux_count_mismatch", "int_layer_ids"]
 
 _CAPTURE_PROBES = ("target-capture-layers", "draft-input-width")
 
@@ -43,9 +49,12 @@ FAMILY = Family(
                        "unreadable, so the engine silently captures its default layers, not the ones the draft was "
                        "trained on.", rules=("aux-config-unread", "swallowed-config-error"),
                        probes=_CAPTURE_PROBES, order=36),
-        HypothesisSpec("aux-layer-ids", "The aux layer ids name layers the target's capture loop never reaches, or "
-                       "fewer states than the draft's fc expects: fewer aux states reach fc.",
-                       rules=("aux-layer-ids-out-of-range", "aux-count-mismatch"), probes=_CAPTURE_PROBES, order=37),
+        HypothesisSpec("aux-layer-ids", "The aux layer ids are not integer layer ids (the target's capture rule "
+                       "fails on them at start-up or never matches them), are negative, name layers the target's "
+                       "capture loop never reaches, or are fewer than the draft's fc expects: the server does not "
+                       "start, or other or fewer aux states reach fc.",
+                       rules=("aux-layer-ids-invalid", "aux-layer-ids-out-of-range", "aux-count-mismatch"),
+                       probes=_CAPTURE_PROBES, order=37),
         HypothesisSpec("aux-offset-convention", "The ids are written in the other offset convention (first id 1 = "
                        "'output of layer' vs 2 = 'input to layer'): this engine captures layers next to the ones "
                        "the draft was trained on.", rules=("aux-layer-offset-convention",), probes=_CAPTURE_PROBES,
@@ -86,28 +95,32 @@ def target_no_aux_capture(facts: Facts) -> list[Finding]:
 
 
 @FAMILY.rule("aux-config-unread", severities=("warning", "info"),
-             summary="EAGLE3, and the nested eagle_config.eagle_aux_hidden_state_layer_ids is missing, null or "
-                     "malformed (top-level only counts as missing): the engine silently uses its default layers",
+             summary="EAGLE3, and the nested eagle_config.eagle_aux_hidden_state_layer_ids is missing or null, or "
+                     "eagle_config is not an object (top-level only counts as missing): the engine silently uses its "
+                     "default layers",
              fix="write the ids into eagle_config; the finding lists the layers the engine will actually capture")
 def aux_config_unread(facts: Facts) -> list[Finding]:
     """SGLang 0.5.23 ``spec_aux_hidden_state.py`` (``_resolve_eagle_aux_hidden_state``) reads only
     the nested ``eagle_config.eagle_aux_hidden_state_layer_ids``, inside ``try/except Exception``:
-    missing or malformed → ``None`` → the target's default layers (``[2, L//2, L-3]`` on Llama, then
-    its offset rule). A warning when the ids are malformed or only at top level (the draft's width
-    code and the capture path then disagree); ``info`` when absent altogether (the engine's default
-    layers, which SpecForge also trains with when none are written: not a fault by itself)."""
+    no ``eagle_config``, one that is not an object (``.get`` raises) or no such key → ``None``, and
+    a null value is ``None`` too → the target's default layers (``[2, L//2, L-3]`` on Llama, then its
+    offset rule). The ``try`` covers only that read: a value that is there is handed on unchecked
+    (ids that are not ints are ``aux-layer-ids-invalid``). A warning when ``eagle_config`` is not an
+    object or the ids are only at top level (the draft's width code and the capture path then
+    disagree); ``info`` when absent altogether (the engine's default layers, which SpecForge also
+    trains with when none are written: not a fault by itself)."""
     if not _eagle3_pair(facts):
         return []
     draft, target = facts.draft, facts.target
     nested, top = draft.aux_layer_ids, draft.aux_layer_ids_top_level
-    if ids_ok(nested):
-        return []
+    if nested is not None:
+        return []  # handed on as written: aux-layer-ids-invalid / -out-of-range judge it
     cap = facts.capture.rule if facts.capture is not None else None
     captured = cap.captured if cap else None
-    malformed = nested is not None or (draft.eagle_config is None and "eagle_config" in draft.config)
+    malformed = draft.eagle_config is None and draft.config.get("eagle_config") is not None
     severity = "warning" if (malformed or top is not None) else "info"
-    why = ("malformed" if malformed else "only at top level, which the capture path never reads" if top is not None
-           else "absent")
+    why = ("unreadable (eagle_config is not an object)" if malformed
+           else "only at top level, which the capture path never reads" if top is not None else "absent")
     return [Finding("aux-config-unread", severity,
                     f"eagle_config.eagle_aux_hidden_state_layer_ids is {why}: the engine silently captures its "
                     f"default layers {str(captured) + ' ' if captured is not None else ''}(of "
@@ -119,34 +132,155 @@ def aux_config_unread(facts: Facts) -> list[Finding]:
                     + (f": \"eagle_config\": {{\"eagle_aux_hidden_state_layer_ids\": {top}}}" if ids_ok(top) else ""))]
 
 
+def _describe(value: Any) -> str:
+    """A JSON value as a reader of the config sees it: ``string "1"``, ``float 1.5``, ``bool true``."""
+    kind = ("null" if value is None else "bool" if isinstance(value, bool) else "int" if isinstance(value, int)
+            else "float" if isinstance(value, float) else "string" if isinstance(value, str)
+            else "list" if isinstance(value, list) else "object" if isinstance(value, dict) else type(value).__name__)
+    return kind if value is None else f"{kind} {json.dumps(value, default=str)}"
+
+
+def int_layer_ids(value: Any) -> list[int] | None:
+    """The int layer ids ``value`` unambiguously spells, else ``None``: a non-empty list whose
+    entries are ints, digit strings (``"3"``) or integral non-negative floats (``3.0``), or one
+    string of comma-separated digits (``"1,3,6"``, ``"[1, 3, 6]"``). Bools, null entries, nested
+    lists and fractional or negative numbers spell nothing (the ids the draft was trained with are
+    then unknown)."""
+    if isinstance(value, str):
+        m = re.fullmatch(r"\s*\[?\s*(\d+(?:\s*,\s*\d+)*)\s*\]?\s*", value)
+        return [int(x) for x in m.group(1).split(",")] if m else None
+    if not isinstance(value, list) or not value:
+        return None
+    out = []
+    for x in value:
+        if isinstance(x, bool):
+            return None
+        if isinstance(x, int):
+            out.append(x)
+        elif isinstance(x, str) and re.fullmatch(r"\s*\d+\s*", x):
+            out.append(int(x))
+        elif isinstance(x, float) and x.is_integer() and x >= 0:
+            out.append(int(x))
+        else:
+            return None
+    return out
+
+
+@FAMILY.rule("aux-layer-ids-invalid", severities=("error", "warning"),
+             summary="EAGLE3, and eagle_config.eagle_aux_hidden_state_layer_ids is not a non-empty list of ints "
+                     "(strings, floats, bools, nulls, nested lists, one string): the engine hands it unchecked to "
+                     "the target's capture rule, which raises at start-up or never matches such ids",
+             fix="the ids as ints in eagle_config (derived when the strings or floats spell them)")
+def aux_layer_ids_invalid(facts: Facts) -> list[Finding]:
+    """SGLang 0.5.23 ``spec_aux_hidden_state.py`` reads ``eagle_config["eagle_aux_hidden_state_layer_ids"]``
+    inside a ``try`` that covers only the read, and the model runner passes the JSON value as it
+    is to the target's ``set_eagle3_layers_to_capture`` (``attention_backend_setup.py``). There
+    ``srt/models/llama.py`` computes ``[val + 1 for val in layer_ids]``: a string, null or list
+    entry raises ``TypeError`` (``"1" + 1``) and the server dies at start-up; one string is
+    iterated character by character (the same ``TypeError``); an empty list captures nothing.
+    ``deepseek_v2.py`` keeps ids whose first is not ``1`` as written, and the forward tests ``i in
+    self.layers_to_capture``, so a string there never matches a layer. Floats and bools pass by
+    value (``2.0 == 2``, ``True + 1 == 2``): a warning, since the engine happens to read them as
+    ints. The mechanism is the target's own method, evaluated on the ids (``Facts.capture``:
+    ``CaptureRule.error`` / ``unmatchable``)."""
+    if not _eagle3_pair(facts):
+        return []
+    draft = facts.draft
+    ids = draft.aux_layer_ids
+    if ids is None or ids_ok(ids):
+        return []
+    cap = facts.capture.rule if facts.capture is not None else None
+    entries = ids if isinstance(ids, list) else None
+    bad = [x for x in entries if isinstance(x, bool) or not isinstance(x, int)] if entries is not None else [ids]
+    what = (f"{_describe(ids)} (not a list)" if entries is None else "an empty list" if not entries
+            else f"{json.dumps(ids, default=str)}, with {', '.join(_describe(x) for x in bad[:4])}")
+    ints = int_layer_ids(ids)
+    n_aux, n_aux_src = draft.aux_count()
+    evidence = {"eagle_config.eagle_aux_hidden_state_layer_ids": _ids_evidence(facts),
+                "not_ints": [_describe(x) for x in bad], "as_ints": ints}
+    tarch = facts.target_architecture or "the target"
+    if cap is not None:
+        evidence["captured_layers"] = ev(cap.captured, cap.source)
+        if cap.error:
+            evidence["engine_error"] = ev(cap.error, cap.source)
+        if cap.unmatchable:
+            evidence["never_captured"] = [_describe(x) for x in cap.unmatchable]
+    fix = (f"write \"eagle_config\": {{\"eagle_aux_hidden_state_layer_ids\": {ints}}} in {draft.config_path}"
+           if ints else "write the ids the draft was trained with, as ints, into eagle_config")
+    if cap is not None and cap.error:
+        return [Finding("aux-layer-ids-invalid", "error",
+                        f"eagle_config.eagle_aux_hidden_state_layer_ids is {what}: the engine hands it unchecked "
+                        f"to {tarch}.set_eagle3_layers_to_capture, which raises {cap.error} ({cap.source}): the "
+                        "server does not start (the try around the config read does not cover it)", evidence, fix)]
+    if cap is not None and cap.captured is not None:
+        reach = len(cap.captured)
+        if cap.unmatchable or not cap.captured:
+            return [Finding("aux-layer-ids-invalid", "error",
+                            f"eagle_config.eagle_aux_hidden_state_layer_ids is {what}: {tarch} captures layers "
+                            f"{cap.captured}"
+                            + (f" and {json.dumps(cap.unmatchable, default=str)}, which equal no layer index (the "
+                               "forward tests `i in self.layers_to_capture`) and never fire" if cap.unmatchable else "")
+                            + f": {reach} aux states reach an fc built for {n_aux}", evidence, fix)]
+        return [Finding("aux-layer-ids-invalid", "warning",
+                        f"eagle_config.eagle_aux_hidden_state_layer_ids is {what}: this engine reads them by value "
+                        f"(2.0 == 2, True + 1 == 2) and captures layers {cap.captured}, but they are not ints",
+                        evidence, fix)]
+    crash = entries is None or any(not isinstance(x, (int, float)) for x in entries) or not entries
+    return [Finding("aux-layer-ids-invalid", "error" if crash else "warning",
+                    f"eagle_config.eagle_aux_hidden_state_layer_ids is {what}: the engine hands it unchecked to the "
+                    "target's capture rule (SGLang 0.5.23 llama.py `val + 1`), which "
+                    + ("fails on it at start-up or captures no layer" if crash else "reads the numbers by value"),
+                    evidence, fix)]
+
+
 @FAMILY.rule("aux-layer-ids-out-of-range", severities=("error",),
-             summary="after the engine's offset rule for the target, a captured layer index is < 0 or beyond the "
-                     "layers the capture loop reaches",
+             summary="an id in the config is negative, or after the engine's offset rule for the target a captured "
+                     "layer index is < 0 or beyond the layers the capture loop reaches",
              fix="valid ids, or an engine version that captures the final boundary")
 def aux_layer_ids_out_of_range(facts: Facts) -> list[Finding]:
     """The target's forward tests ``i in self.layers_to_capture`` for ``i`` in ``range(start,
     end)`` of its layers (SGLang 0.5.23 ``srt/models/llama.py``), so a captured index outside
     ``0 .. reachable_max`` never fires and fewer aux states reach an ``fc`` built for more (the
-    final boundary ``L`` is only captured by engines with SGLang PR #32334)."""
+    final boundary ``L`` is only captured by engines with SGLang PR #32334). Ids are layer
+    numbers, never Python indices from the end: nothing in the engine reads ``-1`` as the last
+    layer. On Llama targets the ``+1`` offset makes ``-1`` index ``0``, which the loop does reach:
+    the input of layer 0, i.e. the embedding output, captured in place of the layer output the
+    draft was trained on; ``-2`` and below (and any negative id on DeepSeek-family targets, which
+    keep ids whose first is not 1 as written) never fire."""
     if not _eagle3_pair(facts) or facts.capture is None or facts.capture.rule is None:
         return []
-    cap, target = facts.capture.rule, facts.target
+    cap, target, draft = facts.capture.rule, facts.target, facts.draft
     captured, layers = cap.captured, target.num_hidden_layers
     if captured is None or layers is None:
         return []
+    written = draft.aux_layer_ids if isinstance(draft.aux_layer_ids, list) else []
+    negative = [i for i in written if isinstance(i, int) and not isinstance(i, bool) and i < 0]
     bad = [c for c in captured if c < 0 or c > cap.reachable_max]
-    if not bad:
+    if not bad and not negative:
         return []
     reach = [c for c in captured if 0 <= c <= cap.reachable_max]
+    n_aux = len(captured) + len(cap.unmatchable)
+    evidence = {"eagle_aux_hidden_state_layer_ids": _ids_evidence(facts), "captured_layers": ev(captured, cap.source),
+                "num_hidden_layers": ev(layers, target.sources.get("num_hidden_layers")),
+                "reachable_max": cap.reachable_max, "negative_ids": negative}
+    neg_note = (f"; the negative ids {negative} are not counted from the end (ids are layer numbers: the capture "
+                "loop tests `i in self.layers_to_capture`)" if negative else "")
+    if bad:
+        return [Finding("aux-layer-ids-out-of-range", "error",
+                        f"the target captures layers {captured} but its capture loop reaches only "
+                        f"0..{cap.reachable_max} (num_hidden_layers {layers}): {bad} never fire, so {len(reach)} aux "
+                        f"states reach an fc built for {n_aux}{neg_note}", evidence,
+                        "use ids the engine can capture, or an engine version that captures the final boundary "
+                        "(SGLang PR #32334)")]
+    pairs = list(zip(written, captured)) if len(written) == len(captured) else []
+    became = [c for i, c in pairs if i in negative]
+    what = (f"index {became}" if became else f"layers {captured}")
+    embed = " — the input of layer 0, i.e. the embedding output, which no layer produces —" if 0 in became else ""
     return [Finding("aux-layer-ids-out-of-range", "error",
-                    f"the target captures layers {captured} but its capture loop reaches only 0..{cap.reachable_max} "
-                    f"(num_hidden_layers {layers}): {bad} never fire, so {len(reach)} aux states reach an fc built "
-                    f"for {len(captured)}",
-                    {"eagle_aux_hidden_state_layer_ids": _ids_evidence(facts), "captured_layers": ev(captured, cap.source),
-                     "num_hidden_layers": ev(layers, target.sources.get("num_hidden_layers")),
-                     "reachable_max": cap.reachable_max},
-                    "use ids the engine can capture, or an engine version that captures the final boundary "
-                    "(SGLang PR #32334)")]
+                    f"the config writes negative aux layer ids {negative} (in {written}); this engine does not read "
+                    f"them from the end (-1 is not the last layer) but captures {what}{embed} in their place "
+                    f"(captured layers {captured}): the draft's fc gets a state other than the one it was trained on",
+                    evidence, "write the non-negative layer ids the draft was trained with")]
 
 
 @FAMILY.rule("aux-layer-offset-convention", severities=("info",),
@@ -163,8 +297,9 @@ def aux_layer_offset_convention(facts: Facts) -> list[Finding]:
         return []
     cap, draft = facts.capture.rule, facts.draft
     captured, ids = cap.captured, draft.aux_layer_ids
-    if captured is None or facts.target.num_hidden_layers is None or not ids_ok(ids) or list(captured) == list(ids):
-        return []
+    if captured is None or facts.target.num_hidden_layers is None or not ids_ok(ids) or list(captured) == list(ids) \
+            or min(ids) < 0:
+        return []  # negative ids: aux-layer-ids-out-of-range
     return [Finding("aux-layer-offset-convention", "info",
                     f"the config writes ids {ids}; this engine captures layers {captured} for this "
                     f"target ({'+1' if captured and captured[0] == ids[0] + 1 else 'as written'}), i.e. "
@@ -220,10 +355,11 @@ def aux_fixes(facts: Facts, findings: list[Finding], given: dict) -> list[Fix]:
     """``eagle_config`` written in a copy of the draft with the ids the draft was trained on: the
     top-level ``eagle_aux_hidden_state_layer_ids`` when only that is set (an export that put them
     in the wrong place), else the ids the user gives (``given["aux_layer_ids"]``, the runbook's
-    ``aux_layer_ids``) — the training ids are recorded nowhere else. Out-of-range ids: the same,
-    with the given ids. The offset convention: candidates, the ids shifted by ±1 (the other
-    convention; those the capture loop can reach), each to be measured. A target class that
-    cannot capture: nothing to repair in the draft."""
+    ``aux_layer_ids``) — the training ids are recorded nowhere else. Ids that are not ints: the
+    given ids, else the ints they spell (digit strings, integral floats: :func:`int_layer_ids`).
+    Out-of-range or negative ids: the same, with the given ids. The offset convention: candidates,
+    the ids shifted by ±1 (the other convention; those the capture loop can reach), each to be
+    measured. A target class that cannot capture: nothing to repair in the draft."""
     draft = facts.draft
     out: list[Fix] = []
     given_ids = _given_ids(given)
@@ -252,6 +388,23 @@ def aux_fixes(facts: Facts, findings: list[Finding], given: dict) -> list[Fix]:
                                missing="the aux layer ids the draft was trained with (the training config's "
                                        "eagle_aux_hidden_state_layer_ids): pass -p aux_layer_ids '[1, 3, 6]'",
                                parameter="aux_layer_ids"))
+        elif f.rule == "aux-layer-ids-invalid":
+            raw, ints = draft.aux_layer_ids, int_layer_ids(draft.aux_layer_ids)
+            if given_ids is not None:
+                out.append(Fix("draft-copy", (f.rule,), f"eagle_config.eagle_aux_hidden_state_layer_ids → {given_ids} "
+                               "(given) in a copy of the draft",
+                               repair=_eagle_config_repair(facts, given_ids, f"aux-layer-ids-invalid: eagle_config with "
+                                                                             f"the given training ids {given_ids}")))
+            elif ints is not None:
+                out.append(Fix("draft-copy", (f.rule,), f"eagle_config.eagle_aux_hidden_state_layer_ids → {ints} (the "
+                               f"ids written as ints) in a copy of the draft",
+                               repair=_eagle_config_repair(facts, ints, f"aux-layer-ids-invalid: the ids "
+                                                                        f"{json.dumps(raw, default=str)} written as the "
+                                                                        f"ints {ints}")))
+            else:
+                out.append(Fix("none", (f.rule,), "the ids written spell no integer layer ids",
+                               missing="the aux layer ids the draft was trained with, as ints: pass -p aux_layer_ids "
+                                       "'[1, 3, 6]'", parameter="aux_layer_ids"))
         elif f.rule in ("aux-layer-ids-out-of-range", "aux-count-mismatch"):
             if given_ids is not None and given_ids != draft.aux_layer_ids:
                 out.append(Fix("draft-copy", (f.rule,), f"eagle_config.eagle_aux_hidden_state_layer_ids → {given_ids} "

@@ -1,7 +1,9 @@
 """Fault family: the draft's config against the target's (and against the engine's draft classes).
 
 Rules: ``unknown-draft-architecture`` (the draft declares a class the engine does not register as
-an EAGLE draft: the engine builds the wrong model), ``hidden-size-mismatch``,
+an EAGLE draft: the engine builds the wrong model), ``draft-config-vs-tensors`` (the draft's config
+disagrees with its own tensors: hidden size, intermediate size, layer count, heads),
+``hidden-size-mismatch``,
 ``vocab-size-mismatch`` (errors: the draft was trained for another target),
 ``context-length-mismatch`` (warning), ``rope-mismatch`` (info). They read the two ``config.json``
 files (:class:`workbench.checkpoint.DraftFacts` / ``TargetFacts``; the target's ``text_config``
@@ -20,15 +22,15 @@ from workbench.rules.fix import DraftRepair, Fix
 from workbench.rules.launch_flags import int_flag
 from workbench.rules.registry import Family, HypothesisSpec
 
-__all__ = ["FAMILY", "LLAMA_ROPE_THETA", "unknown_draft_architecture", "hidden_size_mismatch", "vocab_size_mismatch",
-           "context_length_mismatch", "rope_mismatch"]
+__all__ = ["FAMILY", "LLAMA_ROPE_THETA", "unknown_draft_architecture", "draft_config_vs_tensors",
+           "hidden_size_mismatch", "vocab_size_mismatch", "context_length_mismatch", "rope_mismatch"]
 
 FAMILY = Family("configs", "The draft's config against the target's and the engine's draft classes", __doc__,
                 module=__name__, hypotheses=(HypothesisSpec(
                     "config-vs-target", "The draft's config disagrees with the target (hidden size, vocab), with "
                     "its own tensors, or names a class the engine does not build as an EAGLE draft.",
-                    rules=("unknown-draft-architecture", "hidden-size-mismatch", "vocab-size-mismatch",
-                           "context-length-mismatch", "rope-mismatch"), order=5),))
+                    rules=("unknown-draft-architecture", "draft-config-vs-tensors", "hidden-size-mismatch",
+                           "vocab-size-mismatch", "context-length-mismatch", "rope-mismatch"), order=5),))
 
 #: ``rope_theta`` when a config has none: the Llama default (transformers ``LlamaConfig``).
 LLAMA_ROPE_THETA = 10000.0
@@ -85,6 +87,55 @@ def unknown_draft_architecture(facts: Facts) -> list[Finding]:
                     f"set \"architectures\": [\"{best}\"] in {draft.config_path}")]
 
 
+@FAMILY.rule("draft-config-vs-tensors", severities=("error",),
+             summary="the draft's hidden_size, intermediate_size, num_hidden_layers or heads (where head_dim makes "
+                     "them unambiguous) disagree with what its own tensors' shapes say",
+             fix="the fields as the tensors say, in a copy of the draft")
+def draft_config_vs_tensors(facts: Facts) -> list[Finding]:
+    """SGLang 0.5.23 builds the draft (``srt/models/llama_eagle3.py`` ``LlamaForCausalLMEagle3``,
+    its layers from ``llama.py``) from ``config.json`` alone and then loads the checkpoint into
+    it, so a config field that disagrees with the tensors' shapes
+    (:func:`workbench.engine.load_weights.config_vs_tensors`, read from the safetensors headers)
+    stops or corrupts the draft: a ``hidden_size`` not divisible by ``num_attention_heads`` is
+    refused when the config is read (transformers 5.24 ``LlamaConfig.validate_architecture``:
+    ``ValueError: The hidden size (128) is not a multiple of the number of attention heads (5)``),
+    other sizes make parameters of other shapes (the weight loader asserts at start-up), more
+    ``num_hidden_layers`` than the checkpoint holds builds layers no tensor fills (they keep their
+    initial values and the draft runs them), fewer drops the extra layers' tensors. The weight
+    rules' findings for such a draft are its consequences (``evidence["consequence_of"]``)."""
+    draft = facts.draft
+    bad = facts.config_vs_tensors
+    if draft is None or not bad:
+        return []
+    parts, effects = [], []
+    for key, d in bad.items():
+        parts.append(f"{d['key']} {d['config']} (its tensors say {d['tensors']}: {', '.join(d['from'][:3])})")
+    heads = draft.config.get("num_attention_heads")
+    h = bad.get("hidden_size", {}).get("config")
+    layers = bad.get("num_hidden_layers")
+    if isinstance(h, int) and isinstance(heads, int) and heads > 0 and h % heads:
+        effects.append(f"transformers refuses the config when the engine reads it (ValueError: The hidden size ({h}) "
+                       f"is not a multiple of the number of attention heads ({heads})): the server does not start")
+    elif set(bad) - {"num_hidden_layers"}:
+        effects.append("the engine builds parameters of the config's sizes and its weight loader asserts on the "
+                       "checkpoint's shapes (the server does not start)")
+    if layers and isinstance(layers["config"], int) and layers["config"] > layers["tensors"]:
+        effects.append(f"the engine builds {layers['config']} decoder layers and runs them all: layers "
+                       f"{list(range(layers['tensors'], layers['config']))} get no tensor and keep their initial values")
+    elif layers and isinstance(layers["config"], int):
+        effects.append(f"the engine builds {layers['config']} decoder layer(s): the tensors of layers "
+                       f"{list(range(layers['config'], layers['tensors']))} match no parameter and are dropped")
+    evidence = {f"draft_{key}": ev(d["config"], f"{draft.config_path}: {d['key']}") for key, d in bad.items()}
+    evidence.update({f"tensors_{key}": ev(d["tensors"], f"{draft.path}: {', '.join(d['from'][:3])} (shapes)")
+                     for key, d in bad.items()})
+    evidence["fields"] = {key: {"config": d["config"], "tensors": d["tensors"], "key": d["key"], "from": d["from"][:3]}
+                          for key, d in bad.items()}
+    return [Finding("draft-config-vs-tensors", "error",
+                    "the draft's config disagrees with its own tensors: " + "; ".join(parts) + ": " + "; ".join(effects),
+                    evidence, "set " + ", ".join(f"{d['key']} to {d['tensors']}" for d in bad.values())
+                    + f" in {draft.config_path}")]
+
+
 @FAMILY.rule("hidden-size-mismatch", severities=("error",),
              summary="draft target_hidden_size (else hidden_size) ≠ the target's hidden size (text config for "
                      "multimodal targets)",
@@ -102,6 +153,9 @@ def hidden_size_mismatch(facts: Facts) -> list[Finding]:
     if th is None or target.hidden_size is None or th == target.hidden_size:
         return []
     key = "target_hidden_size" if draft.target_hidden_size is not None else "hidden_size"
+    own = facts.config_vs_tensors.get("hidden_size") if key == "hidden_size" else None
+    if own is not None and own["tensors"] == target.hidden_size:
+        return []  # the tensors are this target's width, the config alone is wrong: draft-config-vs-tensors
     n_aux, n_aux_src = draft.aux_count()
     if draft.fc_in_features is not None and draft.fc_in_features == n_aux * target.hidden_size:
         return [Finding("hidden-size-mismatch", "error",
@@ -199,7 +253,9 @@ def rope_mismatch(facts: Facts) -> list[Finding]:
 @FAMILY.fixes_with
 def config_fixes(facts: Facts, findings: list[Finding], given: dict) -> list[Fix]:
     """Config fields aligned in a copy of the draft where the draft's own tensors (or the engine)
-    say what the field must be: ``architectures`` → the class the engine registers; a
+    say what the field must be: ``hidden_size``, ``intermediate_size``, ``num_hidden_layers`` and
+    the heads (where ``head_dim`` makes them unambiguous) → what the tensors' shapes say;
+    ``architectures`` → the class the engine registers; a
     ``target_hidden_size`` that disagrees with the target while ``fc``'s width is num_aux × the
     target's hidden size; a ``vocab_size`` that disagrees with the target while ``t2d`` (a mask
     over the target vocab) has the target's length. A draft whose tensors were trained for another
@@ -209,7 +265,21 @@ def config_fixes(facts: Facts, findings: list[Finding], given: dict) -> list[Fix
     for f in findings:
         if f.severity != "error" or draft is None:
             continue
-        if f.rule == "unknown-draft-architecture":
+        if f.rule == "draft-config-vs-tensors":
+            fields = f.evidence.get("fields") or {}
+            config: dict[str, Any] = {}
+            for key, d in fields.items():
+                if d["key"].startswith("transformer_layer_config."):
+                    nested = config.setdefault("transformer_layer_config", dict(draft.config["transformer_layer_config"]))
+                    nested[key] = d["tensors"]
+                else:
+                    config[key] = d["tensors"]
+            out.append(Fix("draft-copy", (f.rule,), ", ".join(f"{k} → {d['tensors']}" for k, d in fields.items())
+                           + " in a copy of the draft (what its tensors say)",
+                           repair=DraftRepair(config=config, reasons=[
+                               f"draft-config-vs-tensors: {d['key']} {d['config']} → {d['tensors']} (the shapes of "
+                               f"{', '.join(d['from'][:3])})" for d in fields.values()])))
+        elif f.rule == "unknown-draft-architecture":
             best = f.evidence.get("proposed_architecture")
             out.append(Fix("draft-copy", (f.rule,), f"architectures → [{best}] in a copy of the draft",
                            repair=DraftRepair(config={"architectures": [best]},

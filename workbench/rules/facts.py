@@ -21,7 +21,7 @@ import numpy as np
 
 from workbench.checkpoint import DraftFacts, TargetFacts, read_tensor_data
 from workbench.engine.launch import LaunchCommand
-from workbench.engine.load_weights import WeightAnalysis, analyse_weights
+from workbench.engine.load_weights import WeightAnalysis, analyse_weights, config_vs_tensors
 from workbench.engine.modelled import (
     DRAFT_CLASS_FILES,
     MODELLED_EAGLE3_DRAFT_CLASSES,
@@ -198,12 +198,15 @@ class Facts:
         the target's layer count known; else ``None``): the target class's
         ``set_eagle3_layers_to_capture`` evaluated from the box's source, else SGLang 0.5.23's rule
         (:func:`workbench.engine.modelled.modelled_capture`; a note says so when the source could
-        not be evaluated)."""
+        not be evaluated). Ids the engine's method fails on (strings: ``"1" + 1``) give a rule with
+        ``error`` set, never an exception."""
         if self.algorithm != "EAGLE3" or self.draft is None or self.target is None or not self.target.num_hidden_layers:
             return None
         tarch = self.target_architecture or ""
         layers = self.target.num_hidden_layers
-        ids = self.draft.aux_layer_ids if ids_ok(self.draft.aux_layer_ids) else None
+        # What the engine passes (SGLang 0.5.23 spec_aux_hidden_state.py): the nested JSON value as
+        # written, None only when eagle_config or the key is missing (or null).
+        ids = self.draft.aux_layer_ids
         if self.engine is None:
             return Capture(modelled_capture(tarch, layers, ids))
         try:
@@ -238,6 +241,15 @@ class Facts:
         if not self.weights_checkable:
             return None
         return analyse_weights(self.draft)
+
+    @cached_property
+    def config_vs_tensors(self) -> dict[str, dict[str, Any]]:
+        """The draft config's fields that disagree with its own tensor shapes (hidden size,
+        intermediate size, layer count, heads where ``head_dim`` makes them unambiguous):
+        :func:`workbench.engine.load_weights.config_vs_tensors`, when :attr:`weights_checkable`;
+        else ``{}``. The weight rules' findings are consequences of such a field
+        (``evidence["consequence_of"]``)."""
+        return config_vs_tensors(self.draft) if self.weights_checkable else {}
 
     @cached_property
     def token_map(self) -> TokenMap | None:

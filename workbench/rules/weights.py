@@ -2,14 +2,17 @@
 
 Rules: ``weights-dropped`` (checkpoint tensors ``load_weights`` matches to no parameter: skipped
 without a word), ``weights-missing`` (parameters no tensor fills: they keep their initial values),
-``lm-head-shape-mismatch``, ``head-dim-mismatch`` (a matched tensor of the wrong shape: the weight
-loader asserts at start-up), ``token-map-missing`` (a reduced draft vocab without ``d2t``),
+``weight-shape-mismatch``, ``lm-head-shape-mismatch``, ``head-dim-mismatch`` (a matched tensor of
+the wrong shape: the weight loader asserts at start-up), ``token-map-missing`` (a reduced draft vocab without ``d2t``),
 ``token-map-invalid`` (a ``d2t`` that is not an offset table the engine can use). They apply to a
 readable checkpoint of the class they model (``LlamaForCausalLMEagle3``); the checkpoint's names
 are followed through SGLang 0.5.23's ``load_weights`` (:mod:`workbench.engine.load_weights`, whose
 docstring gives the engine facts), shapes come from the safetensors headers and ``d2t``/``t2d``
 are read by byte range — no model is loaded. The fc's width (``aux-count-mismatch``) is the aux
-layers' family; an unreadable ``d2t`` is ``checkpoint-unreadable`` (readability).
+layers' family; an unreadable ``d2t`` is ``checkpoint-unreadable`` (readability). When the draft's
+config disagrees with its own tensors (``draft-config-vs-tensors``, configs family), the parameters
+modelled from that config are wrong too: every finding here then carries
+``evidence["consequence_of"] = "draft-config-vs-tensors"`` and is no root cause of its own.
 """
 
 from __future__ import annotations
@@ -43,7 +46,8 @@ FAMILY = Family(
     hypotheses=(
         HypothesisSpec("weights-loaded", "Draft tensors are dropped by load_weights (names it matches to nothing), "
                        "parameters get no tensor and keep their initial values, or a tensor has the wrong shape.",
-                       rules=("weights-dropped", "weights-missing", "lm-head-shape-mismatch", "head-dim-mismatch"),
+                       rules=("weights-dropped", "weights-missing", "weight-shape-mismatch", "lm-head-shape-mismatch",
+                              "head-dim-mismatch"),
                        probes=("draft-weights-unmatched", "draft-params-at-init"), order=10),
         HypothesisSpec("token-map", "The draft's token map (d2t) is missing or invalid: draft ids become the wrong "
                        "target ids and the proposals are other tokens.",
@@ -185,6 +189,20 @@ def token_map_invalid_findings(tm: TokenMap) -> list[Finding]:
     return [Finding("token-map-invalid", "error", "; ".join(summary["problems"]), summary, None)]
 
 
+def consequences_of_config(facts: Facts, findings: list[Finding]) -> list[Finding]:
+    """``findings`` marked as consequences of ``draft-config-vs-tensors`` when the draft's config
+    disagrees with its own tensors (:attr:`Facts.config_vs_tensors`): ``evidence["consequence_of"]``
+    names that rule and the message says so. Returned unchanged otherwise."""
+    bad = facts.config_vs_tensors
+    if not bad or not findings:
+        return findings
+    fields = ", ".join(f"{d['key']} {d['config']} vs {d['tensors']}" for d in bad.values())
+    for f in findings:
+        f.evidence["consequence_of"] = "draft-config-vs-tensors"
+        f.message += f" (a consequence of the config disagreeing with its own tensors: {fields})"
+    return findings
+
+
 @FAMILY.rule("weights-dropped", severities=("error",),
              summary="a checkpoint tensor name matches no parameter after the engine's renames (it is silently "
                      "skipped)",
@@ -197,7 +215,7 @@ def weights_dropped(facts: Facts) -> list[Finding]:
     checkpoint name is followed the same way (:func:`workbench.engine.load_weights.map_checkpoint_name`);
     the names that land nowhere are listed."""
     w = facts.weights
-    return dropped_findings(facts.draft, w) if w is not None else []
+    return consequences_of_config(facts, dropped_findings(facts.draft, w)) if w is not None else []
 
 
 @FAMILY.rule("weights-missing", severities=("error",),
@@ -209,10 +227,24 @@ def weights_missing(facts: Facts) -> list[Finding]:
     (:func:`workbench.engine.load_weights.expected_parameters`: ``fc`` over num_aux × target hidden,
     layer 0's ``qkv_proj`` over 2 × hidden, the norms, ``lm_head`` of ``draft_vocab_size`` rows unless
     tied or taken from the target) that no checkpoint tensor fills keep their random initial
-    values; a stacked parameter missing a shard counts. A matched tensor of an unexpected shape
-    that no more specific rule explains is reported here too (the loader asserts on it)."""
+    values; a stacked parameter missing a shard counts."""
     w = facts.weights
-    return missing_findings(facts.draft, w) + shape_findings(w, "weights-missing") if w is not None else []
+    return consequences_of_config(facts, missing_findings(facts.draft, w)) if w is not None else []
+
+
+@FAMILY.rule("weight-shape-mismatch", severities=("error",),
+             summary="a checkpoint tensor matched to a parameter has another shape than the engine builds for this "
+                     "config (other than lm_head, head_dim and the fc width)",
+             fix="the draft's config and checkpoint from the same training run")
+def weight_shape_mismatch(facts: Facts) -> list[Finding]:
+    """A tensor ``load_weights`` maps onto a parameter (SGLang 0.5.23 ``llama_eagle3.py``) whose
+    shape differs from the parameter the engine built from the config: ``default_weight_loader``
+    (``srt/model_loader/weight_utils.py``) and the parallel layers' loaders ``assert`` on it, so
+    the server fails to start. The mismatches a more specific rule explains are its own
+    (``lm-head-shape-mismatch``, ``head-dim-mismatch``, ``aux-count-mismatch``); a config that
+    disagrees with its tensors makes these consequences of ``draft-config-vs-tensors``."""
+    w = facts.weights
+    return consequences_of_config(facts, shape_findings(w, "weight-shape-mismatch")) if w is not None else []
 
 
 @FAMILY.rule("lm-head-shape-mismatch", severities=("error",),
@@ -223,7 +255,7 @@ def lm_head_shape_mismatch(facts: Facts) -> list[Finding]:
     ``lm_head.weight`` of another shape (e.g. the target's vocab rows, speculators PR #74) makes the
     weight loader assert at start-up."""
     w = facts.weights
-    return shape_findings(w, "lm-head-shape-mismatch") if w is not None else []
+    return consequences_of_config(facts, shape_findings(w, "lm-head-shape-mismatch")) if w is not None else []
 
 
 @FAMILY.rule("head-dim-mismatch", severities=("error",),
@@ -234,7 +266,7 @@ def head_dim_mismatch(facts: Facts) -> list[Finding]:
     with ``head_dim`` from the config, else ``hidden_size // num_attention_heads``; a checkpoint
     trained with another head_dim has projections of another width and the loader asserts."""
     w = facts.weights
-    return shape_findings(w, "head-dim-mismatch") if w is not None else []
+    return consequences_of_config(facts, shape_findings(w, "head-dim-mismatch")) if w is not None else []
 
 
 @FAMILY.rule("token-map-missing", severities=("error",),
@@ -368,12 +400,19 @@ def weight_fixes(facts: Facts, findings: list[Finding], given: dict) -> list[Fix
     """A copy of the draft with dropped tensors renamed back when a dropped tensor and a missing
     parameter match by shape (:func:`rename_repair`), and ``d2t`` rebuilt from ``t2d`` when the map
     is missing or invalid (:func:`d2t_from_t2d`). What cannot be derived (a missing tensor no
-    dropped one fits, a wrong shape, no ``t2d``) is a ``none`` fix saying what to re-export."""
+    dropped one fits, a wrong shape, no ``t2d``) is a ``none`` fix saying what to re-export. Nothing
+    for the weight rules when the draft's config disagrees with its own tensors: their findings
+    are that fault's consequences, and the configs family's fix aligns the config."""
     draft, w, tm = facts.draft, facts.weights, facts.token_map
     rules = {f.rule for f in findings if f.severity == "error"}
     out: list[Fix] = []
     if w is None or draft is None:
         return out
+    if facts.config_vs_tensors:
+        # the config is wrong, not the tensors: draft-config-vs-tensors' fix aligns it; what is left
+        # after that is judged by the doctor on the fixed draft
+        rules -= {"weights-dropped", "weights-missing", "weight-shape-mismatch", "lm-head-shape-mismatch",
+                  "head-dim-mismatch"}
     if rules & {"weights-dropped", "weights-missing"}:
         renames, reasons = rename_repair(draft, w)
         left = [n for n in w.dropped if n not in renames]
@@ -386,7 +425,7 @@ def weight_fixes(facts: Facts, findings: list[Finding], given: dict) -> list[Fix
             out.append(Fix("none", ("weights-missing",), "tensors no rename can supply",
                            missing=f"re-export the draft with every parameter of its class: {unpaired_missing} "
                                    f"parameter(s) without a tensor, {len(left)} tensor(s) the engine drops ({left[:3]})"))
-    for rule in ("lm-head-shape-mismatch", "head-dim-mismatch"):
+    for rule in ("weight-shape-mismatch", "lm-head-shape-mismatch", "head-dim-mismatch"):
         if rule in rules:
             out.append(Fix("none", (rule,), "a tensor of the wrong shape",
                            missing="the draft's config and checkpoint from the same training run (a re-export)"))
