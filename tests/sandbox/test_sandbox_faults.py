@@ -331,6 +331,7 @@ DOCTOR_RULE = {
     "vocab-mismatch": "vocab-size-mismatch",
     "target-hidden-mismatch": "hidden-size-mismatch",
     "draft-unknown-architecture": "unknown-draft-architecture",
+    "draft-hidden-size": "draft-config-vs-tensors",
     "truncated-checkpoint": "checkpoint-unreadable",
     "eagle-flag": "algorithm-mismatch",
     "spec-params-without-steps": "spec-params-invalid",
@@ -394,6 +395,8 @@ DEATHS = {
     "draft-unknown-architecture": (re.escape("ValueError: Cannot find model module. 'Eagle3LlamaForCausalLM' is not a "
                                              "registered model in the Transformers library"), LOADING),
     "truncated-checkpoint": (r"SafetensorError: Error while deserializing header", LOADING),
+    "draft-hidden-size": (re.escape("ValueError: The hidden size (128) is not a multiple of the number of attention "
+                                    "heads (5)."), LOADING),
 }
 
 

@@ -29,6 +29,7 @@ Fault names (``FILE_FAULTS`` change files, ``LAUNCH_FAULTS`` the launch command)
 ``d2t-float``                  ``d2t`` stored as float32
 ``vocab-mismatch``             draft config ``vocab_size`` 512 (the tensors stay right)
 ``target-hidden-mismatch``     draft config ``target_hidden_size`` 192 (the target's is 160)
+``draft-hidden-size``          draft config ``hidden_size`` 128 (its own tensors say 160)
 ``draft-unknown-architecture`` draft architectures ``Eagle3LlamaForCausalLM`` (vLLM's name)
 ``truncated-checkpoint``       the draft ``model.safetensors`` cut to half its size
 ``eagle-flag``                 launch: ``--speculative-algorithm EAGLE``
@@ -327,6 +328,17 @@ def _target_hidden_mismatch(b: _Build) -> None:
     b.draft_config["target_hidden_size"] = 192
 
 
+def _draft_hidden_size(b: _Build) -> None:
+    """The draft config's ``hidden_size`` (128) disagrees with its own tensors (160: ``fc.weight``
+    [160, 480], the layer's projections) — a config exported for another size
+    (deepseek-ai/DeepSpec issue #44: eagle3_qwen3_4b_ttt7, config 2560 against weights 5120).
+    SGLang 0.5.23 builds the draft's config through transformers (``srt/configs/model_config.py``,
+    ``get_config``), whose ``LlamaConfig`` refuses it (``ValueError: The hidden size (128) is not a
+    multiple of the number of attention heads (5)``): the scheduler dies while loading. With a
+    size that divides, the weight loader asserts on the first shape instead."""
+    b.draft_config["hidden_size"] = 128
+
+
 def _draft_unknown_architecture(b: _Build) -> None:
     """The draft declares vLLM's class name ``Eagle3LlamaForCausalLM`` (vllm-project/vllm PR
     #25961; cf. sgl-project/sglang issue #9135, a draft declaring its target's class). SGLang
@@ -359,6 +371,7 @@ FAULTS: dict[str, Fault] = {f.name: f for f in (
     Fault("d2t-float", "files", _d2t_float.__doc__, _d2t_float, group="d2t"),
     Fault("vocab-mismatch", "files", _vocab_mismatch.__doc__, _vocab_mismatch),
     Fault("target-hidden-mismatch", "files", _target_hidden_mismatch.__doc__, _target_hidden_mismatch),
+    Fault("draft-hidden-size", "files", _draft_hidden_size.__doc__, _draft_hidden_size),
     Fault("draft-unknown-architecture", "files", _draft_unknown_architecture.__doc__, _draft_unknown_architecture),
     Fault("truncated-checkpoint", "files", _truncated_checkpoint.__doc__, _truncated_checkpoint, group="weights"),
     Fault("eagle-flag", "launch",

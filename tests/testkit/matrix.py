@@ -43,6 +43,8 @@ CASES = [
     Case("token-map", ("d2t-minus-arange",), ("token-map",), ("token-map-invalid",), ("draft-copy",)),
     Case("config-vs-target", ("target-hidden-mismatch",), ("config-vs-target",), ("hidden-size-mismatch",),
          ("draft-copy",), starts_as_found=False),
+    Case("draft-config-vs-tensors", ("draft-hidden-size",), ("config-vs-target",), ("draft-config-vs-tensors",),
+         ("draft-copy",), starts_as_found=False),
     Case("draft-architecture-unknown", ("draft-unknown-architecture",), ("config-vs-target",),
          ("unknown-draft-architecture",), ("draft-copy",), starts_as_found=False),
     Case("config-fault-without-effect", ("vocab-mismatch",), ("config-vs-target",), ("vocab-size-mismatch",), (),

@@ -839,7 +839,7 @@ class DiagnosisRun(BoxSession):
                 self.notes.append(f"the fix could not be applied: {exc}")
         unfixed = [hid for hid in self.specs if self.ledger.get(hid).verdict == "confirmed"
                    and not any(self._hypothesis_of(r) == hid for f in self.applied for r in f.rules)
-                   and not self._cleared_by_fix(self.specs[hid])]
+                   and not self._cleared_by_fix(self.specs[hid]) and not self._explained_by(self.specs[hid])]
         if candidates and self.try_candidates and self.allow_restart:
             if unfixed:
                 # A confirmed cause with no fix keeps acceptance low whatever the candidates do: a
