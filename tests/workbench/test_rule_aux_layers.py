@@ -180,3 +180,33 @@ def test_negative_aux_ids_are_not_counted_from_the_end(box, tmp_path, sglang_sou
     assert "not counted from the end" in g.message
     (fix,) = aux_fixes(facts_of(box, cmd, sglang_source), [f], {})
     assert fix.kind == "none" and fix.parameter == "aux_layer_ids"
+
+
+@pytest.mark.parametrize("value, severity", [
+    ([1, 3, 6], "error"),                                   # the ids written as eagle_config itself
+    ("eagle_aux_hidden_state_layer_ids=1,3,6", "error"),     # a string
+    ([], "warning"),                                        # falsy: `or {}` lets it through, defaults
+])
+def test_an_eagle_config_that_is_not_an_object(box, tmp_path, sglang_source, value, severity):
+    """SGLang 0.5.23 swallows a non-object eagle_config while reading the ids (default layers), but the
+    draft's constructor calls ``.get`` on it unguarded (``llama_eagle3.py:169-174``): a truthy list or
+    string kills the server at load. The fix is the same eagle_config written as an object."""
+    cmd = sandbox_deployment(tmp_path, eagle_config=value)
+    report = doctor(box, cmd, sglang_source)
+    f = by_rule(report, "aux-config-unread")
+    assert f.severity == severity, f.message
+    if severity == "error":
+        assert f"AttributeError: '{type(value).__name__}' object has no attribute 'get'" in f.message
+    else:
+        assert "silently captures its default layers" in f.message
+    facts = facts_of(box, cmd, sglang_source)
+    (fix,) = aux_fixes(facts, [f], {"aux_layer_ids": [1, 3, 6]})
+    assert fix.kind == "draft-copy"
+    assert fix.repair.config["eagle_config"]["eagle_aux_hidden_state_layer_ids"] == [1, 3, 6]
+
+
+def test_an_eagle_config_that_is_the_id_list_is_fixed_with_those_ids(box, tmp_path, sglang_source):
+    cmd = sandbox_deployment(tmp_path, eagle_config=[1, 3, 6])
+    report = doctor(box, cmd, sglang_source)
+    (fix,) = aux_fixes(facts_of(box, cmd, sglang_source), [by_rule(report, "aux-config-unread")], {})
+    assert fix.kind == "draft-copy" and fix.repair.config["eagle_config"]["eagle_aux_hidden_state_layer_ids"] == [1, 3, 6]

@@ -94,7 +94,7 @@ def target_no_aux_capture(facts: Facts) -> list[Finding]:
                     NO_CAPTURE_FIX)]
 
 
-@FAMILY.rule("aux-config-unread", severities=("warning", "info"),
+@FAMILY.rule("aux-config-unread", severities=("error", "warning", "info"),
              summary="EAGLE3, and the nested eagle_config.eagle_aux_hidden_state_layer_ids is missing or null, or "
                      "eagle_config is not an object (top-level only counts as missing): the engine silently uses its "
                      "default layers",
@@ -108,7 +108,10 @@ def aux_config_unread(facts: Facts) -> list[Finding]:
     (ids that are not ints are ``aux-layer-ids-invalid``). A warning when ``eagle_config`` is not an
     object or the ids are only at top level (the draft's width code and the capture path then
     disagree); ``info`` when absent altogether (the engine's default layers, which SpecForge also
-    trains with when none are written: not a fault by itself)."""
+    trains with when none are written: not a fault by itself). An error when ``eagle_config`` is a
+    non-empty value that is not an object (a list, a string): the draft's own constructor reads it
+    unguarded (SGLang 0.5.23 ``llama_eagle3.py:169-174``: ``(getattr(config, "eagle_config", None)
+    or {}).get("norm_before_fc", ...)``) and raises ``AttributeError`` while the server loads."""
     if not _eagle3_pair(facts):
         return []
     draft, target = facts.draft, facts.target
@@ -117,14 +120,19 @@ def aux_config_unread(facts: Facts) -> list[Finding]:
         return []  # handed on as written: aux-layer-ids-invalid / -out-of-range judge it
     cap = facts.capture.rule if facts.capture is not None else None
     captured = cap.captured if cap else None
-    malformed = draft.eagle_config is None and draft.config.get("eagle_config") is not None
-    severity = "warning" if (malformed or top is not None) else "info"
+    raw = draft.config.get("eagle_config")
+    malformed = draft.eagle_config is None and raw is not None
+    dies = malformed and bool(raw)  # `or {}` lets a falsy value through; a truthy non-dict has no .get
+    severity = "error" if dies else "warning" if (malformed or top is not None) else "info"
     why = ("unreadable (eagle_config is not an object)" if malformed
            else "only at top level, which the capture path never reads" if top is not None else "absent")
-    return [Finding("aux-config-unread", severity,
-                    f"eagle_config.eagle_aux_hidden_state_layer_ids is {why}: the engine silently captures its "
-                    f"default layers {str(captured) + ' ' if captured is not None else ''}(of "
-                    f"{target.num_hidden_layers} target layers)",
+    message = (f"eagle_config is a {type(raw).__name__}, not an object: the draft's constructor calls "
+               f"eagle_config.get(...) on it (SGLang 0.5.23 llama_eagle3.py:169-174) and the server dies while "
+               f"loading with AttributeError: '{type(raw).__name__}' object has no attribute 'get'" if dies else
+               f"eagle_config.eagle_aux_hidden_state_layer_ids is {why}: the engine silently captures its "
+               f"default layers {str(captured) + ' ' if captured is not None else ''}(of "
+               f"{target.num_hidden_layers} target layers)")
+    return [Finding("aux-config-unread", severity, message,
                     {"eagle_config.eagle_aux_hidden_state_layer_ids": _ids_evidence(facts),
                      "eagle_aux_hidden_state_layer_ids (top level)": ev(top, draft.sources.get("aux_layer_ids_top_level")),
                      "captured_layers": ev(captured, cap.source if cap else None)},
@@ -372,7 +380,14 @@ def aux_fixes(facts: Facts, findings: list[Finding], given: dict) -> list[Fix]:
                                    "set_eagle3_layers_to_capture (or EAGLE with an EAGLE-1/2 draft)"))
         elif f.rule == "aux-config-unread":
             top = draft.aux_layer_ids_top_level
-            if ids_ok(top):
+            raw = draft.config.get("eagle_config")
+            if given_ids is None and draft.eagle_config is None and isinstance(raw, list) and ids_ok(raw):
+                out.append(Fix("draft-copy", (f.rule,), f"eagle_config → {{\"eagle_aux_hidden_state_layer_ids\": {raw}}} "
+                               "(the ids written as eagle_config itself) in a copy of the draft",
+                               repair=_eagle_config_repair(facts, raw, f"aux-config-unread: eagle_config was the id "
+                                                                       f"list {raw}; written as the object the engine "
+                                                                       "reads")))
+            elif ids_ok(top):
                 out.append(Fix("draft-copy", (f.rule,), f"eagle_config.eagle_aux_hidden_state_layer_ids → {top} (the "
                                "top-level ids) in a copy of the draft",
                                repair=_eagle_config_repair(facts, top, f"aux-config-unread: the top-level ids {top} "
