@@ -172,3 +172,19 @@ def test_every_bad_parameter_is_named_at_once(tmp_path, state_dir):
     with pytest.raises(DiagnosisError) as info:
         DiagnosisRun.start(allow_restart="no", num_prompts=0, report_dir=tmp_path / "reports")
     assert "allow_restart" in str(info.value) and "num_prompts" in str(info.value)
+
+
+def test_a_server_without_speculation_is_never_healthy(tmp_path, state_dir, free_port):
+    """The launch command names no speculative algorithm (the flag dropped on the way): the server
+    serves, no response carries a verify step, and the verdict says there is no speedup at all."""
+    from workbench.engine.launch import LaunchCommand
+
+    dep = build_deployment(tmp_path / "deployment")
+    command = LaunchCommand.parse(dep.launch_command(free_port))
+    for flag in [f for f in command.flags() if f.startswith("--speculative-")]:
+        command = command.without_flag(flag)
+    verdict, run = _run(tmp_path, command.to_string(), free_port)
+    assert verdict["acceptance"]["before"]["speculative"] is False, verdict["acceptance"]
+    assert verdict["outcome"] != "healthy" and verdict["healthy"] is None
+    assert any("WITHOUT speculative decoding" in n for n in verdict["notes"]), verdict["notes"]
+    _nothing_left(free_port)

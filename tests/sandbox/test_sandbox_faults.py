@@ -325,6 +325,7 @@ DOCTOR_RULE = {
     "target-no-capture": "target-no-aux-capture",
     "renamed-tensor": "weights-dropped",
     "d2t-minus-arange": "token-map-invalid",
+    "d2t-shuffled": "token-map-unordered",
     "d2t-missing": "token-map-missing",
     "d2t-short": "token-map-invalid",
     "d2t-float": "token-map-invalid",

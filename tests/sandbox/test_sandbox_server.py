@@ -204,3 +204,18 @@ def test_topk1_forces_num_draft_tokens(tmp_path):
     assert args.speculative_algorithm == "EAGLE"
     assert args.speculative_num_draft_tokens == 3
     assert args.ignored_args == ["--tp 8"]
+
+
+@pytest.mark.parametrize("extra, refused", [
+    (["--speculative-algoritm", "EAGLE3"], "--speculative-algoritm EAGLE3"),  # a typo: SGLang refuses it
+    (["--enable-foo-bar"], "--enable-foo-bar"),
+])
+def test_a_flag_sglang_does_not_define_is_refused_like_sglang(extra, refused):
+    """SGLang's argparse stops at a flag it does not define; the sandbox too (it ignores only the
+    SGLang flags it does not implement, prefixes included)."""
+    from workbench.sandbox.srt.server_args import ServerArgsError, prepare_server_args
+
+    with pytest.raises(ServerArgsError, match="unrecognized arguments: " + re.escape(refused)):
+        prepare_server_args(["--model-path", str(TARGET), *extra])
+    args = prepare_server_args(["--model-path", str(TARGET), "--tp", "8", "--mem-fraction", "0.8"])
+    assert args.ignored_args == ["--tp 8", "--mem-fraction 0.8"]

@@ -24,6 +24,7 @@ Fault names (``FILE_FAULTS`` change files, ``LAUNCH_FAULTS`` the launch command)
 ``target-no-capture``          target architectures ``GraniteForCausalLM`` (no capture method)
 ``renamed-tensor``             ``midlayer.self_attn.q_proj.weight`` → ``...qproj.weight``
 ``d2t-minus-arange``           ``d2t' = d2t - arange(len)`` (offsets "fixed" into ids)
+``d2t-shuffled``               ``d2t`` with the same target ids in another order
 ``d2t-missing``                no ``d2t`` (nor ``t2d``) in the checkpoint
 ``d2t-short``                  ``d2t[:32]``: fewer entries than the draft vocabulary
 ``d2t-float``                  ``d2t`` stored as float32
@@ -277,6 +278,19 @@ def _d2t_minus_arange(b: _Build) -> None:
     b.tensors["d2t"] = (d2t - np.arange(d2t.shape[0], dtype=d2t.dtype)).astype(d2t.dtype)
 
 
+def _d2t_shuffled(b: _Build) -> None:
+    """``d2t`` with the same target ids in another order (a fixed permutation): the map no longer
+    the one the lm_head was trained with, its slots pointing at other tokens (sgl-project/SpecForge
+    PR #534: a regenerated mapping silently misaligns every lm_head slot, a "catastrophic drop in
+    draft acceptance"). Every id is valid and t2d still marks the same set, so SGLang 0.5.23 loads
+    it without a word (``llama_eagle3.py:350-353``: ``hot_token_id = d2t + arange``) and the
+    drafts are other tokens: acceptance collapses to ~1."""
+    d2t = b.tensors["d2t"]
+    ids = d2t.astype(np.int64) + np.arange(d2t.shape[0], dtype=np.int64)
+    shuffled = np.random.default_rng(12).permutation(ids)
+    b.tensors["d2t"] = (shuffled - np.arange(d2t.shape[0], dtype=np.int64)).astype(d2t.dtype)
+
+
 def _d2t_missing(b: _Build) -> None:
     """No ``d2t``/``t2d`` in the checkpoint although ``draft_vocab_size`` < ``vocab_size``
     (NVIDIA-NeMo/Automodel PR #2447; vllm-project/vllm PR #18909: acceptance 1.12 instead of
@@ -366,6 +380,7 @@ FAULTS: dict[str, Fault] = {f.name: f for f in (
     Fault("target-no-capture", "files", _target_no_capture.__doc__, _target_no_capture),
     Fault("renamed-tensor", "files", _renamed_tensor.__doc__, _renamed_tensor),
     Fault("d2t-minus-arange", "files", _d2t_minus_arange.__doc__, _d2t_minus_arange, group="d2t"),
+    Fault("d2t-shuffled", "files", _d2t_shuffled.__doc__, _d2t_shuffled, group="d2t"),
     Fault("d2t-missing", "files", _d2t_missing.__doc__, _d2t_missing, group="d2t"),
     Fault("d2t-short", "files", _d2t_short.__doc__, _d2t_short, group="d2t"),
     Fault("d2t-float", "files", _d2t_float.__doc__, _d2t_float, group="d2t"),

@@ -56,6 +56,8 @@ CASES = [
          outcome="cause-found", fixable=False, starts_as_found=False),
     Case("layered-flag-and-token-map", ("eagle-flag", "d2t-minus-arange"), ("algorithm-flag", "token-map"),
          ("algorithm-mismatch", "token-map-invalid"), ("draft-copy", "launch")),
+    Case("layered-flag-and-shuffled-token-map", ("eagle-flag", "d2t-shuffled"), ("algorithm-flag", "token-map"),
+         ("algorithm-mismatch", "token-map-unordered"), ("draft-copy", "launch")),
     Case("layered-weights-and-eagle-config", ("renamed-tensor", "no-eagle-config"),
          ("weights-loaded", "aux-eagle-config"), ("weights-dropped", "aux-config-unread"), ("draft-copy",),
          params={"aux_layer_ids": [1, 3, 6]}),

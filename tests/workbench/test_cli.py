@@ -297,6 +297,15 @@ def test_runbook_refuses_an_unknown_parameter_and_conflicting_hosts(tmp_path, cl
     assert not (tmp_path / "diagnose_acceptance.ipynb").exists()
 
 
+def test_runbook_report_dir_is_one_place(tmp_path, cli):
+    """``-p report_dir`` and ``--report-dir`` name the same thing (the notebook, the HTML and the
+    verdict go together): two different ones are refused before anything runs."""
+    code, _, err = cli("runbook", "diagnose_acceptance", "--report-dir", str(tmp_path / "a"),
+                       "-p", "report_dir", str(tmp_path / "b"))
+    assert code == 2 and "--report-dir" in err and "-p report_dir" in err and "disagree" in err
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+
+
 def test_report_of_a_file_that_is_not_a_notebook_is_a_clear_error(tmp_path, cli):
     verdict = tmp_path / "diagnose_acceptance.json"
     verdict.write_text('{"root_cause": null}')

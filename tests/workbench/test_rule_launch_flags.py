@@ -224,6 +224,12 @@ def test_launch_flag_unknown_names_the_typo_and_the_flag_meant():
     ok = LaunchCommand.parse("python -m sglang.launch_server --model /m --speculative-algorithm EAGLE3 --tp 8 "
                              "--speculative-draft-model /d --context-length 4096")
     assert launch_flag_unknown(Facts.of(ok, engine_version="0.5.23")) == []
+    # the sandbox launcher takes SGLang's flags and refuses the others like SGLang: an error whatever
+    # version the box reports
+    sandbox = LaunchCommand.parse("python -m workbench.sandbox.launch_server --model-path /m "
+                                  "--speculative-algoritm EAGLE3")
+    [g] = launch_flag_unknown(Facts.of(sandbox, engine_version=None))
+    assert (g.rule, g.severity) == ("launch-flag-unknown", "error") and "--speculative-algorithm EAGLE3" in g.fix
 
 
 def test_unknown_algorithm_name_is_an_error(tmp_path):

@@ -442,7 +442,8 @@ def test_head_dim_from_config_else_hidden_over_heads(box, tmp_path, sglang_sourc
 def test_token_map_variants(box, tmp_path, sglang_source, variant):
     """d2t read by byte range from the checkpoint. SGLang 0.5.23 ``llama_eagle3.py`` computes
     ``hot_token_id = d2t + arange`` and indexes the target vocab with it: order is free (an
-    unsorted map is valid), absolute ids, ids outside the vocab and duplicates are not."""
+    unsorted map is valid for the engine, only warned about), absolute ids, ids outside the vocab and
+    duplicates are not."""
     cfg = draft_cfg(eagle_config={"eagle_aux_hidden_state_layer_ids": [1, 15, 28]})
     spec = specforge_spec(cfg)
     d2t, t2d = token_map(cfg["vocab_size"], cfg["draft_vocab_size"])
@@ -462,7 +463,8 @@ def test_token_map_variants(box, tmp_path, sglang_source, variant):
     write_sparse_safetensors(d / "model.safetensors", spec, data={"d2t": d2t.astype(np.int64), "t2d": t2d})
     rep = doctor(box, launch(t, d), sglang_source)
     if variant == "unsorted":
-        assert serious(rep) == []
+        # the engine takes it; the trainers never write it (token-map-unordered): a warning, never an error
+        assert serious(rep) == [("token-map-unordered", "warning")]
         return
     f = by_rule(rep, "token-map-invalid")
     assert f.severity == "error" and f.evidence["len"] == 32000
@@ -486,3 +488,41 @@ def test_a_tensor_of_another_shape_is_weight_shape_mismatch_not_weights_missing(
     f = by_rule(report, "weight-shape-mismatch")
     assert "consequence_of" not in f.evidence and "draft-config-vs-tensors" not in report.rules
     assert "weights-missing" not in report.rules
+
+
+def test_an_extra_tensor_when_every_parameter_is_filled_is_a_warning(box, tmp_path):
+    """A tensor no parameter takes, while every parameter still gets one (an export's leftover):
+    skipped silently by load_weights, but nothing is left at its initial value — a warning, not a
+    root cause."""
+    cfg = fixture_config(QWEN3)
+    spec = {**specforge_spec(cfg), "midlayer.extra_thing.weight": ("BF16", (8, 8))}
+    findings, _ = run(box, make_draft(tmp_path, cfg, spec))
+    assert [(f.rule, f.severity) for f in findings] == [("weights-dropped", "warning")]
+    assert findings[0].evidence["dropped"] == ["midlayer.extra_thing.weight"]
+
+
+def test_a_shuffled_d2t_is_flagged_and_sorting_it_back_is_the_candidate(box, tmp_path):
+    """A permutation of a valid d2t (the same target ids, other draft ids): every id valid, the set
+    t2d marks, so token-map-invalid is silent; but the trainers write the ids ascending, so the
+    order is a warning and the candidate fix puts them back, same ids."""
+    from workbench.rules.weights import weight_fixes
+
+    cfg = fixture_config(QWEN3)
+    d2t, t2d = token_map(151936, 32000)
+    ids = d2t + np.arange(len(d2t))
+    shuffled_ids = np.random.default_rng(0).permutation(ids)
+    shuffled = shuffled_ids - np.arange(len(d2t))
+    root = make_draft(tmp_path, cfg, data={"d2t": shuffled, "t2d": t2d})
+    findings, _ = run(box, root)
+    assert [(f.rule, f.severity) for f in findings] == [("token-map-unordered", "warning")]
+    assert findings[0].evidence["sorted"] is False and findings[0].evidence["problems"] == []
+    from workbench.checkpoint import read_draft_facts
+    from workbench.rules.facts import Facts
+
+    facts = Facts.of(None, draft=read_draft_facts(box, str(root / "draft")), box=box)
+    (fix,) = [f for f in weight_fixes(facts, findings, {}) if f.kind == "candidates"]
+    (cand,) = fix.candidates
+    got = np.array(cand["repair"].tensors["d2t"].values)
+    np.testing.assert_array_equal(got, d2t)  # the trainers' map back, exactly
+    # the sorted map itself is not a finding
+    assert run(box, make_draft(tmp_path / "ok", cfg, data={"d2t": d2t, "t2d": t2d}))[0] == []

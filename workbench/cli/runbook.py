@@ -208,6 +208,12 @@ def _run(args: argparse.Namespace) -> ExitCode:
         if "host" in params and params["host"] != args.host:
             raise CliError(f"--host {args.host} and -p host {params['host']} disagree; give one")
         params["host"] = args.host
+    # One place for the notebook, the HTML and the verdict: -p report_dir is the same thing as --report-dir.
+    given = params.get("report_dir")
+    if given is not None and args.report_dir is not None and Path(str(given)).resolve() != Path(args.report_dir).resolve():
+        raise CliError(f"--report-dir {args.report_dir} and -p report_dir {given} disagree; give one")
+    args.report_dir = args.report_dir or (str(given) if given is not None else "reports")
+    params["report_dir"] = str(Path(args.report_dir).resolve())
     unknown = sorted(set(params) - set(_runbook_parameters(args.name)))
     if unknown:
         raise CliError(f"{args.name} has no parameter {', '.join(map(repr, unknown))} "
@@ -244,5 +250,6 @@ def add_parser(sub: Any) -> None:
                    help="a runbook parameter (values parsed as JSON when they parse)")
     add_box_options(p, timeout=30.0, host_default=None, host_help=HOST_HELP + "; the same as -p host SPEC",
                     timeout_help="each call to the box when it is restored after a failed or interrupted run")
-    p.add_argument("--report-dir", default="reports", help="where NAME.ipynb/.html/.json go (default: reports)")
+    p.add_argument("--report-dir", default=None,
+                   help="where NAME.ipynb/.html/.json go (default: -p report_dir when given, else reports)")
     set_command(p, _run)

@@ -27,6 +27,7 @@ convention) one each; ``attribute_fixes`` one per fix; putting the original serv
 from __future__ import annotations
 
 import ast
+import dataclasses
 import html
 import os
 import time
@@ -383,6 +384,12 @@ class DiagnosisRun(BoxSession):
             if failure is not None:
                 return failure
         self.before = self.measure("as found: " + str(self.inventory.launch.get("--speculative-algorithm")))
+        if self._speculation_off():
+            info = getattr(self.before.generate, "server_info", None) or {}
+            self.notes.append("the server serves WITHOUT speculative decoding: no response carried spec_verify_ct "
+                              f"(/server_info speculative_algorithm: {info.get('speculative_algorithm')!r}); check that "
+                              "the launch command's --speculative-algorithm reaches the engine (a mistyped or "
+                              "dropped flag), so there is no speedup at all")
         return self.before
 
     # -- static -----------------------------------------------------------------------------------
@@ -402,9 +409,9 @@ class DiagnosisRun(BoxSession):
             given = self.given.get("aux_layer_ids")
             recorded = getattr(self.draft_facts, "aux_layer_ids", None)
             if given is not None and isinstance(recorded, (list, tuple)) and list(recorded) != list(given):
-                self.notes.append(f"aux_layer_ids {given} was given but the draft's eagle_config records {recorded}: "
-                                  "the recorded ids are what the engine reads, the parameter is used only when the "
-                                  "config records none")
+                self.notes.append(f"aux_layer_ids {given} was given and the draft's eagle_config records {recorded}: "
+                                  "the engine reads the recorded ids; the given ones are used only by a fix that "
+                                  "rewrites eagle_config (when the recorded ids are missing or wrong)")
             self._unmask(resolved)
         return self.doctor_report
 
@@ -583,6 +590,7 @@ class DiagnosisRun(BoxSession):
             return None
         suspects = self.suspects()
         low = self.acceptance_low(self.before.accept_length if self.before is not None else None)
+        low = True if self._speculation_off() else low
         if self.start_failures and self.before is None:
             self.notes.append("no probe: the server does not start as found (its log is the evidence)")
             return None
@@ -754,7 +762,15 @@ class DiagnosisRun(BoxSession):
                     continue
                 order = min(self.specs[h].order for h in hids)
                 out.append((order, fix))
-        self.fixes = [f for _, f in sorted(out, key=lambda of: of[0])]
+        fixes: list[Fix] = []
+        for _, fix in sorted(out, key=lambda of: of[0]):
+            same = next((i for i, f in enumerate(fixes) if f.kind == fix.kind and f.summary == fix.summary
+                         and f.missing == fix.missing and f.launch == fix.launch and f.repair is fix.repair), None)
+            if same is None:
+                fixes.append(fix)
+            else:  # two rules proposing the same fix: listed once, answering both
+                fixes[same] = dataclasses.replace(fixes[same], rules=tuple(dict.fromkeys(fixes[same].rules + fix.rules)))
+        self.fixes = fixes
         return self.fixes
 
     def _fixed_launch(self, fixes: list[Fix], draft_path: str | None) -> LaunchCommand:
@@ -1044,6 +1060,12 @@ class DiagnosisRun(BoxSession):
             write_verdict_json(self.report_dir / "diagnose_acceptance.json", self.verdict)
         return self.verdict
 
+    def _speculation_off(self) -> bool:
+        """The server as found answered, but with no speculative step at all (no response carried
+        ``spec_verify_ct``): speculative decoding is off there, so there is no speedup to lose — the
+        symptom, never "healthy"."""
+        return self.before is not None and not getattr(self.before.generate, "speculative", True)
+
     def _keeps_fix(self) -> bool:
         """Whether :meth:`finish` leaves the fixed server (and its draft copy) running: ``keep_fix``
         and a fix that was measured and sufficient, its server still up."""
@@ -1154,6 +1176,8 @@ class DiagnosisRun(BoxSession):
         nothing confirmed)."""
         causes = self.root_causes()
         low = self.acceptance_low(self.before.accept_length if self.before is not None else None)
+        if self._speculation_off():
+            low = True  # no verify step at all: no speedup, whatever else holds
         if causes and low is False and not self.fix_result.get("applied"):
             return "latent"
         if self.fix_result.get("applied") and self.fix_result.get("after") is not None:
@@ -1256,7 +1280,8 @@ class DiagnosisRun(BoxSession):
                 "kept_server": self.kept_server,
                 "draft_copies": self.draft_copies,
             },
-            "fixes": [{**f.to_dict(), "applied": f in self.applied} for f in self.fixes],
+            "fixes": [{**f.to_dict(), "applied": f in self.applied or (f.kind == "candidates" and any(
+                set(a.rules) == set(f.rules) for a in self.applied))} for f in self.fixes],
             "candidate_trials": self.candidate_trials,
             "ladder": self.ladder,
             "start_failures": [f.to_dict() for f in self.start_failures],
@@ -1327,6 +1352,12 @@ class DiagnosisRun(BoxSession):
             parts.append(f"<p><b>Launch-command diff</b>:</p><table>{rows}</table>")
             parts.append(f"<p>fixed command{'' if self.fix_launch is not None else ' (proposed, not applied)'}: "
                          f"<code>{html.escape(self.proposed_launch().to_string())}</code></p>")
+            pending = [f for f in self.fixes if f.kind == "draft-copy" and f not in self.applied]
+            if self.fix_launch is None and pending:
+                items = "".join(f"<li>{html.escape(f.summary)}</li>" for f in pending)
+                parts.append("<p>That command still points at the draft as found: it needs the draft repairs too "
+                             "(a run with <code>allow_restart</code> and <code>apply_fix</code> makes them as a "
+                             f"copy, measured; or make them in a copy of your own):</p><ul>{items}</ul>")
         for copy in self.draft_copies:
             actions = "".join(f"<li>{html.escape(a)}</li>" for a in copy.get("actions", []))
             kept = self._copy_kept(copy)

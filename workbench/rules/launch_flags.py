@@ -187,15 +187,16 @@ def launch_flag_unknown(facts: Facts) -> list[Finding]:
     not define — unless it is a prefix of exactly one flag, which ``LaunchCommand`` already
     resolves. Flag table: :mod:`workbench.engine.flags` (generated from the SGLang 0.5.23 source,
     ``srt/arg_groups/fields/*.py`` and ``srt/server_args.py``). Error when the box runs 0.5.23; a
-    warning when its version differs or is unknown (a newer engine may define it). Not applied to
-    non-SGLang launchers; the closest known flag is proposed."""
+    warning when its version differs or is unknown (a newer engine may define it). The sandbox
+    box's launcher takes SGLang 0.5.23's flags and refuses the others the same way: an error
+    there. Not applied to other launchers; the closest known flag is proposed."""
     launch, engine_version = facts.launch, facts.engine_version
-    if launch is None or launch.engine != "sglang":
+    if launch is None or launch.engine not in ("sglang", "sandbox"):
         return []
     unknown = [f for f in launch.flags() if f.startswith("--") and f not in FLAGS]
     if not unknown:
         return []
-    severity = "error" if engine_version == SGLANG_VERSION else "warning"
+    severity = "error" if engine_version == SGLANG_VERSION or launch.engine == "sandbox" else "warning"
     close = {f: difflib.get_close_matches(f, list(FLAGS), n=1) for f in unknown}
     fixed = launch
     for f, match in close.items():

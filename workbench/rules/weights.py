@@ -51,7 +51,8 @@ FAMILY = Family(
                        probes=("draft-weights-unmatched", "draft-params-at-init"), order=10),
         HypothesisSpec("token-map", "The draft's token map (d2t) is missing or invalid: draft ids become the wrong "
                        "target ids and the proposals are other tokens.",
-                       rules=("token-map-missing", "token-map-invalid"), probes=("draft-d2t",), order=40),
+                       rules=("token-map-missing", "token-map-invalid", "token-map-unordered"), probes=("draft-d2t",),
+                       order=40),
     ))
 
 
@@ -125,10 +126,25 @@ def shape_findings(w: WeightAnalysis, rule_id: str) -> list[Finding]:
     return [_shape_finding(prob) for prob in w.shape_problems if prob["rule"] == rule_id]
 
 
+#: Dropped names that are a fault even when every parameter gets a tensor: a trained lm_head the
+#: engine replaces (tied embeddings), a token map under a name the loader does not read.
+_DROPPED_MEANS_A_FAULT = ("lm_head", "d2t", "t2d", "draft_id_to_target_id", "target_id_to_draft_id", "hot_token")
+
+
 def dropped_findings(draft: DraftFacts, w: WeightAnalysis) -> list[Finding]:
     """``weights-dropped`` for an analysis (see :func:`weights_dropped`)."""
     if not w.dropped:
         return []
+    meaningful = [n for n in w.dropped if any(k in n for k in _DROPPED_MEANS_A_FAULT)]
+    if not w.missing and not meaningful:
+        # every parameter still gets a tensor and nothing skipped is a head or a token map: what is
+        # skipped is extra (a training-only buffer, an export's leftover) — worth knowing, no fault
+        return [Finding("weights-dropped", "warning",
+                        f"{len(w.dropped)} checkpoint tensor(s) match no parameter of LlamaForCausalLMEagle3 and are "
+                        f"silently skipped: {w.dropped[:5]}; every parameter still gets a tensor, so nothing is left "
+                        "at its initial value",
+                        {"dropped": w.dropped, "checkpoint": draft.path, "modelled_engine": MODELLED_ENGINE},
+                        "nothing to do unless the engine should load them under another name")]
     return [Finding("weights-dropped", "error",
                     f"{len(w.dropped)} checkpoint tensors match no parameter of LlamaForCausalLMEagle3 after "
                     f"the engine's renames and are silently skipped: {w.dropped[:5]}",
@@ -203,7 +219,7 @@ def consequences_of_config(facts: Facts, findings: list[Finding]) -> list[Findin
     return findings
 
 
-@FAMILY.rule("weights-dropped", severities=("error",),
+@FAMILY.rule("weights-dropped", severities=("error", "warning"),
              summary="a checkpoint tensor name matches no parameter after the engine's renames (it is silently "
                      "skipped)",
              fix="rename the tensors to the engine's names (a rename map)")
@@ -294,6 +310,40 @@ def token_map_invalid(facts: Facts) -> list[Finding]:
     return token_map_invalid_findings(tm) if tm is not None else []
 
 
+@FAMILY.rule("token-map-unordered", severities=("warning",),
+             summary="a valid d2t whose target ids (d2t + arange) are not ascending: every known trainer writes them "
+                     "sorted, so a permutation maps draft ids to the wrong target tokens, silently",
+             fix="d2t in ascending target-id order (measured as a candidate)")
+def token_map_unordered(facts: Facts) -> list[Finding]:
+    """The engine takes any order (SGLang 0.5.23 ``llama_eagle3.py``: ``hot_token_id = d2t +
+    arange``), but the draft's lm_head row i was trained for the i-th smallest target id of its
+    vocabulary: EAGLE (``eagle/traineagle3/cnets.py``) and SpecForge
+    (``specforge/data/preprocessing.py``, ``generate_vocab_mapping``) both ``used_tokens.sort()``
+    before ``d2t = used_tokens[i] - i``. A d2t that passes :func:`check_token_map` but is not
+    ascending was reordered after training (a shuffle, a merge of two maps): a warning, since no
+    static check can prove which order the lm_head learned; the candidate fix is measured."""
+    tm = facts.token_map
+    summary = token_map_summary(tm) if tm is not None else None
+    if summary is None or summary["problems"] or summary.get("sorted") is not False:
+        return []
+    return [Finding("token-map-unordered", "warning",
+                    f"{summary['name']}'s target ids (d2t + arange) are not in ascending order; EAGLE and SpecForge "
+                    "write them sorted, so the map was reordered after training and draft ids would become the wrong "
+                    "target tokens (the engine takes any order, silently)", summary,
+                    "d2t in ascending target-id order, in a copy of the draft (measured)")]
+
+
+def d2t_sorted(tm: TokenMap) -> TensorData | None:
+    """The same target ids as ``tm.d2t``, as offsets in ascending target-id order (the trainers'
+    layout, see :func:`token_map_unordered`); ``None`` without an integer 1-D d2t."""
+    d2t = tm.d2t
+    if d2t is None or d2t.ndim != 1 or not np.issubdtype(d2t.dtype, np.integer):
+        return None
+    ids = np.sort(d2t.astype(np.int64) + np.arange(len(d2t), dtype=np.int64))
+    offsets = ids - np.arange(len(ids), dtype=np.int64)
+    return TensorData("I64", (len(ids),), tuple(int(v) for v in offsets))
+
+
 def check_draft_weights(box: Any, draft: DraftFacts, target: TargetFacts | None = None,
                         *, timeout: float = 60) -> tuple[list[Finding], dict[str, Any]]:
     """H3's weight and token-map checks on ``draft`` (facts already read from ``box``), whatever its
@@ -323,6 +373,7 @@ def check_draft_weights(box: Any, draft: DraftFacts, target: TargetFacts | None 
     if summary is not None:
         checked["d2t"] = summary
     findings += token_map_invalid_findings(tm)
+    findings += token_map_unordered(facts)
     return findings, checked
 
 
@@ -443,4 +494,13 @@ def weight_fixes(facts: Facts, findings: list[Finding], given: dict) -> list[Fix
             out.append(Fix("none", tuple(sorted(rules & {"token-map-missing", "token-map-invalid"})),
                            "no t2d to rebuild the token map from",
                            missing="the draft's d2t/t2d as its training exported them (SpecForge writes both)"))
+    if tm is not None and any(f.rule == "token-map-unordered" for f in findings):
+        ordered = d2t_sorted(tm)
+        if ordered is not None:
+            name = tm.d2t_name or "d2t"
+            out.append(Fix("candidates", ("token-map-unordered",), f"{name} in ascending target-id order, measured",
+                           candidates=[{"label": f"{name} sorted (the trainers' order)", "launch": {},
+                                        "repair": DraftRepair(tensors={name: ordered},
+                                                              reasons=[f"token map: {name} put back in ascending "
+                                                                       "target-id order (same ids), tried"])}]))
     return out

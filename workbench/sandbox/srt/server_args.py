@@ -124,6 +124,38 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+#: SGLang 0.5.23's own flag table (generated from the published wheel), read as data: the flags a
+#: real ``launch_server`` accepts. The sandbox ignores those it does not implement and refuses the
+#: rest the way SGLang's argparse does ("unrecognized arguments").
+_SGLANG_FLAGS_JSON = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+                                  "engine", "data", "sglang-0.5.23-flags.json")
+
+
+def _sglang_option_strings() -> set:
+    with open(_SGLANG_FLAGS_JSON, encoding="utf-8") as f:
+        table = json.load(f)["flags"]
+    names = set(table)
+    for spec in table.values():
+        names.update(spec.get("aliases") or [])
+    return names
+
+
+def unrecognized(groups: List[str], known: Optional[set] = None) -> List[str]:
+    """The flags among ``groups`` (:func:`split_ignored`'s) that SGLang's argparse would refuse:
+    neither an option string of its table nor an unambiguous prefix of one (argparse's
+    ``allow_abbrev``); a bare value token that belongs to no flag is refused too."""
+    known = _sglang_option_strings() if known is None else known
+    bad = []
+    for group in groups:
+        tok = group.split(" ", 1)[0]
+        name = tok.split("=", 1)[0]
+        if not name.startswith("-"):
+            bad.append(group)
+        elif name not in known and len([k for k in known if k.startswith(name)]) != 1:
+            bad.append(group)
+    return bad
+
+
 def split_ignored(extra: List[str]) -> List[str]:
     """Group unknown argv tokens into flags: `--flag`, `--flag value`, `--flag=value`."""
     groups: List[str] = []
@@ -173,6 +205,10 @@ def prepare_server_args(argv: List[str]) -> ServerArgs:
     ns, extra = parser.parse_known_args(argv)
     args = ServerArgs(**vars(ns))
     args.ignored_args = split_ignored(extra)
+    refused = unrecognized(args.ignored_args)
+    if refused:
+        # what SGLang 0.5.23's argparse prints before exiting 2 (launch_server.py: parse_args)
+        raise ServerArgsError(f"unrecognized arguments: {' '.join(refused)}")
     args.launch_command = process_launch_command()
     if args.tokenizer_path is None:
         args.tokenizer_path = args.model_path
