@@ -1,12 +1,15 @@
 """The diagnosis at its edges, on the sandbox box (real server processes, real HTTP): a server that
-is slow to start, a port held by something else, a launch the engine refuses, keeping the fix, and
-parameters refused before anything touches the box. Each ends with a verdict (or a typed error)
+is slow to start, a port held by something else, a launch the engine refuses, keeping the fix, a
+launch command with relative model paths or an environment prefix, and parameters refused before
+anything touches the box. Each ends with a verdict (or a typed error)
 and nothing the run launched left running.
 """
 
 from __future__ import annotations
 
 import http.server
+import os
+import shlex
 import threading
 from pathlib import Path
 
@@ -148,6 +151,64 @@ def test_keep_fix_leaves_the_fixed_server_and_says_so(tmp_path, state_dir, free_
                 box.run(["rm", "-rf", "--", verdict["fix"]["draft_copies"][0]["path"]], timeout=30)
         if not run.finished:
             run.finish()
+
+
+def test_relative_model_paths_resolve_where_the_launched_server_starts(tmp_path, state_dir, free_port,
+                                                                       monkeypatch):
+    """No server runs and the given command names its models relative to the driver's cwd (the
+    user's `--model-path ../cases/rel/target` from /tmp/trial2): the doctor reads them where the
+    launched server starts, so the real cause (the algorithm flag) is named, never
+    checkpoint-unreadable, and the relaunch that fixes it starts there too."""
+    dep = build_deployment(tmp_path / "cases" / "rel", "eagle-flag")
+    trial = tmp_path / "trial2"
+    trial.mkdir()
+    monkeypatch.chdir(trial)
+    argv = dep.argv(free_port)
+    rel = {str(dep.target_dir): os.path.relpath(dep.target_dir, trial),
+           str(dep.draft_dir): os.path.relpath(dep.draft_dir, trial)}
+    argv = [rel.get(a, a) for a in argv]
+    assert "../cases/rel/target" in argv and "../cases/rel/draft" in argv
+    verdict, run = _run(tmp_path, shlex.join(argv), free_port, num_prompts=4, max_new_tokens=64,
+                        expected_accept_length=2.0)  # as keep_fix's test: enough tokens to judge the fix
+    rules = {f["rule"] for f in verdict["findings"]}
+    assert "checkpoint-unreadable" not in rules, [f["message"] for f in verdict["findings"]]
+    assert run.inventory.server_cwd == str(trial.resolve()) == verdict["inventory"]["server_cwd"]
+    assert run.inventory.resolved.get("--model-path") == str(dep.target_dir.resolve())
+    assert [c["hypothesis"] for c in verdict["root_causes"]] == ["algorithm-flag"], verdict["root_causes"]
+    assert verdict["outcome"] == "fixed" and verdict["fix"]["sufficient"] is True, (verdict["outcome"], verdict["fix"])
+    assert "../cases/rel/target" in verdict["fix"]["launch_command"]  # the command as given, fixed
+    assert verdict["start_failures"] == []
+    _nothing_left(free_port)
+
+
+def _environ(pid: int) -> dict[str, str]:
+    raw = Path(f"/proc/{pid}/environ").read_bytes()
+    return dict(item.split("=", 1) for item in raw.decode("utf-8", "replace").split("\0") if "=" in item)
+
+
+def test_an_environment_prefix_is_the_servers_environment_not_its_program(tmp_path, state_dir, free_port):
+    """`FOO=1 python -m ...`: the server starts (the prefix is no program to exec), FOO=1 is really
+    in its environment, its command line is the program without the prefix, and the verdict's
+    launches show the command as given, prefix included."""
+    dep = build_deployment(tmp_path / "deployment")
+    command = "FOO=1 EWB_EDGE='a b' " + dep.launch_command(free_port)
+    run = DiagnosisRun.start(launch_command=command, port=free_port, report_dir=tmp_path / "reports", **PROMPTS)
+    run.progress = False
+    try:
+        symptom = run.measure_symptom()
+        assert run.start_failures == [], [f.to_dict() for f in run.start_failures]
+        assert symptom is not None and symptom.generate.accept_length, symptom
+        pid = run.current.pid
+        env = _environ(pid)
+        assert env.get("FOO") == "1" and env.get("EWB_EDGE") == "a b"
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")[:-1]
+        assert cmdline == dep.argv(free_port)
+    finally:
+        verdict = run.finish()
+    assert verdict["launches"] and all(launch["launch_command"].startswith("FOO=1 EWB_EDGE='a b' ")
+                                       for launch in verdict["launches"]), verdict["launches"]
+    assert verdict["inventory"]["launch_command"].startswith("FOO=1 ")
+    _nothing_left(free_port)
 
 
 @pytest.mark.parametrize("params, problem", [

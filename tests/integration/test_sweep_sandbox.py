@@ -106,3 +106,33 @@ def test_compare_drafts_killed_mid_run_leaves_nothing_after_restore(tmp_path, fr
     again = subprocess.run([sys.executable, "-m", "workbench.cli", "restore"], cwd=ROOT, env=env,
                            capture_output=True, text=True, timeout=120)
     assert again.stdout.strip() == "nothing to restore"
+
+
+def test_a_sweep_launches_an_environment_prefixed_command_with_the_prefix_in_its_environment(tmp_path, free_port,
+                                                                                             monkeypatch):
+    """`FOO=1 python -m ...` as the launch command: each setting's server starts (the prefix is no
+    program to exec) with FOO=1 in its environment; the rows show the command with its prefix."""
+    from workbench.measure.sweep import SweepRun
+    from workbench.sandbox_box import sandbox_launch_command
+
+    monkeypatch.setenv("EAGLE_WORKBENCH_STATE_DIR", str(tmp_path / "state"))
+    command = "FOO=1 " + sandbox_launch_command(algorithm="EAGLE3", port=free_port)
+    run = SweepRun.start(launch_command=command, port=free_port, grid="steps:1", include_baseline=False,
+                         num_prompts=1, max_new_tokens=16, report_dir=tmp_path / "out", progress=False)
+    seen = {}
+    original = run._launch
+
+    def launch_and_look(launch, label):
+        handle = original(launch, label)
+        raw = Path(f"/proc/{handle.pid}/environ").read_bytes().split(b"\0")
+        seen[label] = b"FOO=1" in raw
+        return handle
+
+    run._launch = launch_and_look
+    try:
+        result = run.run()
+    finally:
+        result = run.finish()
+    assert [r.ok for r in result.rows] == [True], [(r.label, r.error) for r in result.rows]
+    assert seen == {result.rows[0].label: True}
+    assert result.rows[0].launch_command.startswith("FOO=1 ")

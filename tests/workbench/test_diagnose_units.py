@@ -178,3 +178,16 @@ def test_inventory_without_a_port_looks_only_at_the_default_port_fake_sglang_pro
         assert inv.server_pid == handle.pid
     finally:
         box.stop_server(handle)
+
+
+@pytest.mark.parametrize("line", [
+    "/state/servers/server-31000-x.log.pid: line 1: exec: FOO=1: not found",  # bash's exec of a missing program
+    "sh: 1: pythonx: not found",  # dash
+    "bash: line 1: pythonx: command not found",
+    "bash: /nowhere/python: No such file or directory",
+])
+def test_a_shell_line_naming_a_missing_program_is_the_start_failures_exception(line):
+    from workbench.diagnosis.run import _last_exception
+
+    assert _last_exception(["some output", line, ""]) == line
+    assert _last_exception(["model weights not found anywhere"]) is None  # no shell's form

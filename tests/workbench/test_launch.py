@@ -204,3 +204,21 @@ def test_flag_table_matches_sglang_source(sglang_source):
     assert out == table.read_text()
     assert load_flag_table(table) == (SGLANG_VERSION, FLAGS) == ("0.5.23", json.loads(out)["flags"])
     assert FLAGS["--speculative-algorithm"]["kind"] == "value" and len(FLAGS) > 500
+
+
+def test_env_prefix_split_for_launching():
+    """What a launch hands the box: the program without the prefix (what the server's cmdline
+    shows) and the prefix's variables merged over the server's own environment, the prefix winning
+    and a repeated name's last value kept; the command as given keeps its prefix."""
+    c = LaunchCommand.parse("FOO=1 B='x y' FOO=2 /venv/bin/python -m sglang.launch_server --model-path /m --port 1")
+    assert c.exec_argv == ["/venv/bin/python", "-m", "sglang.launch_server", "--model-path", "/m", "--port", "1"]
+    assert c.argv[:3] == ["FOO=1", "B=x y", "FOO=2"] and c.argv[3:] == c.exec_argv
+    assert c.launch_env() == {"FOO": "2", "B": "x y"}
+    assert c.launch_env({"PATH": "/usr/bin", "FOO": "0"}) == {"PATH": "/usr/bin", "FOO": "2", "B": "x y"}
+    assert c.to_string().startswith("FOO=1 B='x y' FOO=2 /venv/bin/python")
+    # derived commands keep the prefix
+    assert c.with_flag("--port", 2).launch_env() == {"FOO": "2", "B": "x y"}
+    plain = LaunchCommand.parse("python -m sglang.launch_server --model-path /m")
+    assert plain.exec_argv == plain.argv
+    assert plain.launch_env() is None and plain.launch_env({}) is None
+    assert plain.launch_env({"A": "1"}) == {"A": "1"}

@@ -1417,7 +1417,8 @@ def _last_exception(lines: list[str]) -> str | None:
     """The last line of a log that says why the process ended: an exception (``SomeError: ...``,
     ``module.SomeError: ...``), else an argparse refusal (``prog: error: argument --x: ...``, what
     SGLang's ``launch_server`` prints for a bad flag value), else a shell's ``No such file or
-    directory`` / ``command not found`` / ``Permission denied`` for an interpreter that is not there.
+    directory`` / ``command not found`` / ``...: not found`` (``exec: NAME: not found``, dash's
+    ``sh: 1: NAME: not found``) / ``Permission denied`` for a program that is not there.
     ``None`` when no line says."""
     for line in reversed(lines):
         text = line.strip()
@@ -1430,7 +1431,7 @@ def _last_exception(lines: list[str]) -> str | None:
             return text
     for line in reversed(lines):
         text = line.strip()
-        if text.endswith(("No such file or directory", "command not found", "Permission denied")):
+        if text.endswith(("No such file or directory", "command not found", ": not found", "Permission denied")):
             return text
     return None
 

@@ -30,7 +30,7 @@ from __future__ import annotations
 import re
 import shlex
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 from workbench.engine.flags import FLAGS, SGLANG_VERSION
 from workbench.errors import LaunchCommandError
@@ -275,6 +275,22 @@ class LaunchCommand:
         """All tokens: env assignments, launcher, arguments (what ``execve`` would see, with
         the env assignments in front as the shell would show them)."""
         return [f"{k}={v}" for k, v in self.env] + list(self.launcher) + self.arg_tokens
+
+    @property
+    def exec_argv(self) -> list[str]:
+        """The program and its arguments without the environment prefix (the launcher and the
+        arguments): what the shell ``exec``s after putting the prefix's variables into the
+        environment, and what ``/proc/PID/cmdline`` of the server shows."""
+        return list(self.launcher) + self.arg_tokens
+
+    def launch_env(self, base: Mapping[str, str] | None = None) -> dict[str, str] | None:
+        """The environment to launch :attr:`exec_argv` with: ``base`` (e.g. the running server's
+        own environment, ``None``: nothing beyond the box's) with the prefix's assignments merged
+        over it, in order (a repeated name: the last wins, as in the shell). ``None`` when both are
+        empty."""
+        env = dict(base or {})
+        env.update(self.env)
+        return env or None
 
     @property
     def arg_tokens(self) -> list[str]:

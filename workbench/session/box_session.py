@@ -61,11 +61,19 @@ class BoxSession:
 
     def _launch(self, launch: LaunchCommand, label: str):
         """Stop whatever serves the port (the original, or the run's previous server), launch
-        ``launch`` with the original's cwd and environment, wait until healthy."""
+        ``launch`` with the original's cwd and environment, wait until healthy.
+
+        The cwd is ``inventory.server_cwd``: the original's, or, when the run launches the given
+        command itself, the directory a server launched on that box starts in (what the doctor
+        resolved relative model paths against). An environment prefix (``FOO=1 python -m ...``)
+        is no program: its variables are merged over the original's environment and the program
+        is launched without it (:meth:`LaunchCommand.exec_argv`, what the server's
+        ``/proc/PID/cmdline`` shows, so the journal finds it by that argv); what is recorded as
+        the launch command keeps the prefix, as given."""
         self._stop_current()
         self._stop_original()
-        env = self.inventory.server_env
-        argv = list(launch.argv)
+        env = launch.launch_env(self.inventory.server_env)
+        argv = launch.exec_argv
         self.journal.begin_launch(port=self.inventory.port, argv=argv, label=label)
         try:
             handle = self.box.launch_server(argv, port=self.inventory.port, cwd=self.inventory.server_cwd, env=env)

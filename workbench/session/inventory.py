@@ -9,13 +9,14 @@ from typing import Any
 
 import httpx
 
+from remote.errors import CommandError, RemoteError
 from workbench.engine.launch import DEFAULT_PORT, LaunchCommand
 from workbench.engine.locate import engine_package, find_engine, is_launch_argv, read_environ, server_python
 from workbench.errors import DiagnosisError, EngineNotFound
 from workbench.report.tables import html_table
 from workbench.sandbox_box import SANDBOX_SERVER_MODULE, missing_sandbox_modules, sandbox_extra_message
 
-__all__ = ["Inventory", "take_inventory", "absolutize"]
+__all__ = ["Inventory", "take_inventory", "absolutize", "launch_cwd"]
 
 
 def absolutize(box, launch: LaunchCommand, cwd: str | None) -> LaunchCommand:
@@ -33,6 +34,20 @@ def absolutize(box, launch: LaunchCommand, cwd: str | None) -> LaunchCommand:
     return launch
 
 
+def launch_cwd(box, *, timeout: float = 30) -> str:
+    """The directory a server launched on ``box`` without a ``cwd`` starts in (what
+    ``box.launch_server(..., cwd=None)`` uses: on the local box this process's cwd, over SSH the
+    login directory), asked of the box itself: ``pwd -P`` run through it the way a launch runs
+    (physical, as ``/proc/PID/cwd`` reads and as the server resolves ``../x``). Raises a
+    :class:`remote.errors.RemoteError` when the box cannot say."""
+    result = box.run("pwd -P", timeout=timeout)
+    lines = result.stdout.strip().splitlines()
+    cwd = lines[-1].strip() if lines else ""
+    if not cwd.startswith("/"):
+        raise CommandError(f"`pwd -P` printed no absolute directory: {result.stdout!r}", result)
+    return cwd
+
+
 @dataclass
 class Inventory:
     """What is on the box: the engine, its version and location, the server and its command line.
@@ -41,7 +56,10 @@ class Inventory:
     package directory on the box; ``launch``: the command as found (the server's own argv),
     ``resolved``: the same with relative model paths made absolute against the server's cwd (used
     to read files); ``server_pid`` is ``None`` when no server was running (the run then launches
-    ``launch`` itself and stops it at the end).
+    ``launch`` itself and stops it at the end). ``server_cwd``: the running server's working
+    directory, or, when none runs, the directory the run's launch will start in on that box
+    (:func:`launch_cwd`); the doctor resolves relative paths against it and every launch of the
+    run is given it. ``server_env``: the running server's environment (``None`` when none runs).
     """
 
     host: str
@@ -71,6 +89,8 @@ class Inventory:
             ("server", f"pid {self.server_pid}" if self.server_pid else "not running (the run launches it)"),
             ("server log", self.server_log or ("(the run's own server logs)" if not self.server_pid else "(not a file)")),
             ("launch command", self.launch.to_string()),
+            ("working directory", (self.server_cwd or "(unknown)") + ("" if self.server_pid else
+                                                                      " (where the run's launches start)")),
             ("speculative algorithm (resolved)", info.get("speculative_algorithm", self.launch.get("--speculative-algorithm"))),
             ("num steps / topk / draft tokens", tuple(
                 info.get(key, self.launch.get(flag)) for key, flag in (
@@ -163,7 +183,20 @@ def take_inventory(box, *, launch_command: str | None, port: int | None, default
             "nothing to diagnose"
         )
     final_port = int(launch.get("--port") or want_port or DEFAULT_PORT)
-    resolved = absolutize(box, launch, server.cwd if server else None)
+    if server is not None:
+        cwd = server.cwd
+    else:
+        # The run launches the command itself, with no cwd of its own: the server starts where a
+        # launch on this box starts, and its relative model paths resolve there. The doctor
+        # resolves them against this directory and every launch of the run is given it
+        # explicitly, so both agree even if this process changes directory later.
+        try:
+            cwd = launch_cwd(box, timeout=timeout)
+        except RemoteError as exc:
+            cwd = None
+            notes.append(f"the directory a launched server starts in is unknown ({type(exc).__name__}: "
+                         f"{str(exc).splitlines()[0] if str(exc) else ''}); relative model paths are not resolved")
+    resolved = absolutize(box, launch, cwd)
     package = engine_package(launch)
     engine_root = engine_version = None
     try:
@@ -179,7 +212,7 @@ def take_inventory(box, *, launch_command: str | None, port: int | None, default
         host=box.name, engine="sandbox" if package.startswith("workbench") else "sglang",
         engine_package=package, engine_version=engine_version, engine_root=engine_root, python=python,
         launch=launch, port=final_port, base_url=base_url, resolved=resolved,
-        server_pid=server.pid if server else None, server_cwd=server.cwd if server else None,
+        server_pid=server.pid if server else None, server_cwd=cwd,
         server_env=read_environ(box, server.pid) if server else None,
         server_log=server.log_path if server else None, server_info=server_info, notes=notes,
     )
