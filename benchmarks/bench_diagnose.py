@@ -45,13 +45,7 @@ def run_case(work: Path, faults, params, *, expected=None, num_prompts=4, max_ne
                              num_prompts=num_prompts, max_new_tokens=max_new_tokens, expected_accept_length=expected,
                              **params)
     run.progress = False
-    try:
-        run.measure_symptom()
-        run.check_hypotheses()
-        run.probe()
-        run.apply_fixes()
-    finally:
-        verdict = run.finish()
+    verdict = run.run_all()
     return {"wall_s": round(time.monotonic() - t0, 1), "outcome": verdict["outcome"], "restarts": verdict["restarts"],
             "root_causes": [c["hypothesis"] for c in verdict["root_causes"]], "fix_kinds": verdict["fix"]["kinds"],
             "before": verdict["acceptance"]["before"]["accept_length"],

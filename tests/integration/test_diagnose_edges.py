@@ -38,15 +38,7 @@ def _run(tmp_path: Path, launch_command: str, port: int, **params) -> tuple[dict
     run = DiagnosisRun.start(launch_command=launch_command, port=port, report_dir=tmp_path / "reports",
                              **{**PROMPTS, **params})
     run.progress = False
-    try:
-        run.measure_symptom()
-        run.check_hypotheses()
-        run.probe()
-        run.apply_fixes()
-        run.attribute()
-    finally:
-        verdict = run.finish()
-    return verdict, run
+    return run.run_all(), run
 
 
 def _nothing_left(port: int) -> None:

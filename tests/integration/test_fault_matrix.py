@@ -50,15 +50,7 @@ def diagnose(tmp_path: Path, port: int, faults: tuple[str, ...], *, host: str = 
     run = DiagnosisRun.start(host=host, launch_command=dep.launch_command(port), port=port,
                              report_dir=tmp_path / "reports", expected_accept_length=expected, **PROMPTS, **params)
     run.progress = False
-    try:
-        run.measure_symptom()
-        run.check_hypotheses()
-        run.probe()
-        run.apply_fixes()
-        run.attribute()
-    finally:
-        verdict = run.finish()
-    return verdict, dep, run
+    return run.run_all(), dep, run
 
 
 @pytest.fixture(scope="module")

@@ -1034,6 +1034,22 @@ class DiagnosisRun(BoxSession):
 
     # -- the end ----------------------------------------------------------------------------------
 
+    def run_all(self) -> dict:
+        """Every step in the runbook's order — :meth:`measure_symptom`, :meth:`check_hypotheses`,
+        :meth:`probe`, :meth:`apply_fixes`, :meth:`attribute` — then :meth:`finish`, also when a
+        step raises (the box is put back, the error propagates). Returns the verdict (see
+        :meth:`build_verdict`). For scripts, tests and benchmarks; the runbook calls the steps one
+        cell each."""
+        try:
+            self.measure_symptom()
+            self.check_hypotheses()
+            self.probe()
+            self.apply_fixes()
+            self.attribute()
+        finally:
+            verdict = self.finish()
+        return verdict
+
     def finish(self) -> dict:
         """Put the box back as found (stop the run's servers, revert probes, remove its draft
         copies, relaunch the original server), then write ``report_dir/diagnose_acceptance.json``.
