@@ -353,6 +353,14 @@ def _eagle_config_repair(facts: Facts, ids: list[int], why: str) -> DraftRepair:
     return DraftRepair(config={"eagle_config": ec}, reasons=[why])
 
 
+def _given_ids_fix(facts: Facts, rule: str, ids: list[int]) -> Fix:
+    """The ``draft-copy`` fix writing the training ids the user gave (``-p aux_layer_ids``) into
+    the copy's ``eagle_config``, answering ``rule``."""
+    return Fix("draft-copy", (rule,), f"eagle_config.eagle_aux_hidden_state_layer_ids → {ids} (given) in a copy of "
+               "the draft", repair=_eagle_config_repair(facts, ids, f"{rule}: eagle_config with the given training "
+                                                                   f"ids {ids}"))
+
+
 def _given_ids(given: dict) -> list[int] | None:
     ids = given.get("aux_layer_ids")
     return list(ids) if ids_ok(list(ids) if isinstance(ids, (list, tuple)) else ids) else None
@@ -394,10 +402,7 @@ def aux_fixes(facts: Facts, findings: list[Finding], given: dict) -> list[Fix]:
                                                                        "written into eagle_config, where the engine "
                                                                        "reads them")))
             elif given_ids is not None:
-                out.append(Fix("draft-copy", (f.rule,), f"eagle_config.eagle_aux_hidden_state_layer_ids → {given_ids} "
-                               "(given) in a copy of the draft",
-                               repair=_eagle_config_repair(facts, given_ids, f"aux-config-unread: eagle_config with "
-                                                                             f"the given training ids {given_ids}")))
+                out.append(_given_ids_fix(facts, f.rule, given_ids))
             else:
                 out.append(Fix("none", (f.rule,), "the aux layer ids the draft was trained on are recorded nowhere",
                                missing="the aux layer ids the draft was trained with (the training config's "
@@ -406,10 +411,7 @@ def aux_fixes(facts: Facts, findings: list[Finding], given: dict) -> list[Fix]:
         elif f.rule == "aux-layer-ids-invalid":
             raw, ints = draft.aux_layer_ids, int_layer_ids(draft.aux_layer_ids)
             if given_ids is not None:
-                out.append(Fix("draft-copy", (f.rule,), f"eagle_config.eagle_aux_hidden_state_layer_ids → {given_ids} "
-                               "(given) in a copy of the draft",
-                               repair=_eagle_config_repair(facts, given_ids, f"aux-layer-ids-invalid: eagle_config with "
-                                                                             f"the given training ids {given_ids}")))
+                out.append(_given_ids_fix(facts, f.rule, given_ids))
             elif ints is not None:
                 out.append(Fix("draft-copy", (f.rule,), f"eagle_config.eagle_aux_hidden_state_layer_ids → {ints} (the "
                                f"ids written as ints) in a copy of the draft",
@@ -422,10 +424,7 @@ def aux_fixes(facts: Facts, findings: list[Finding], given: dict) -> list[Fix]:
                                        "'[1, 3, 6]'", parameter="aux_layer_ids"))
         elif f.rule in ("aux-layer-ids-out-of-range", "aux-count-mismatch"):
             if given_ids is not None and given_ids != draft.aux_layer_ids:
-                out.append(Fix("draft-copy", (f.rule,), f"eagle_config.eagle_aux_hidden_state_layer_ids → {given_ids} "
-                               "(given) in a copy of the draft",
-                               repair=_eagle_config_repair(facts, given_ids, f"{f.rule}: eagle_config with the given "
-                                                                             f"training ids {given_ids}")))
+                out.append(_given_ids_fix(facts, f.rule, given_ids))
             else:
                 out.append(Fix("none", (f.rule,), "the ids the engine can capture are not known",
                                missing="the aux layer ids the draft was trained with: pass -p aux_layer_ids "
