@@ -29,6 +29,7 @@ from .errors import (
     ServerDied,
     ServerError,
     ServerLaunchFailed,
+    ServerStartStuck,
     ServerStartTimedOut,
     ServerStopFailed,
 )
@@ -507,27 +508,42 @@ class Box:
         handle: ServerHandle,
         *,
         timeout: float,
-        path: str = "/health",
+        path: Optional[str] = None,
         poll_interval: float = 0.25,
         on_log: Optional[Callable[[str], None]] = None,
         tail_lines: int = 40,
+        request_timeout: Optional[float] = None,
     ) -> float:
-        """Poll ``GET url(port) + path`` until it answers 200; return the seconds waited.
+        """Poll the server launched as ``handle`` until it is ready to generate; return the seconds
+        waited.
 
-        Each poll uses short HTTP time-outs (1 s connect, 2 s read). Between polls the process is
-        checked and, when ``on_log`` is given, new log text is passed to it as it appears.
+        The check is generation-level (``remote.readiness.check_generation``): ``GET
+        /health_generate`` (SGLang 0.5.23: 503 at once while starting, 200 once a 1-token
+        generation got an answer from the scheduler), a 1-token ``POST /generate`` on an engine
+        without it, ``GET /health`` on one without either. ``path`` given: only ``GET path`` must
+        answer 200 (liveness only, the old behaviour). Each poll's read time-out is
+        ``request_timeout`` (default ``min(30, timeout)``; connect at most 5 s). Between polls the
+        process is checked and, when ``on_log`` is given, new log text is passed to it as it appears.
 
         Raises ``ServerDied`` (with the log's last ``tail_lines`` lines) as soon as the process
-        has exited, ``ServerStartTimedOut`` (with the tail) after ``timeout`` seconds.
+        has exited, ``ServerStartStuck`` (a ``ServerStartTimedOut`` and a ``GenerationStuck``) as
+        soon as HTTP answers but the 1-token generation does not return within ``request_timeout``
+        (or the server's own health check gave up on its scheduler: a 503 after >= 1 s),
+        ``ServerStartTimedOut`` (with the tail and what it last answered) when it never became
+        ready within ``timeout`` seconds.
         """
+        from . import readiness
+
         start = time.monotonic()
         deadline = start + timeout
         if handle.port is None:
             raise ValueError("wait_healthy needs a server launched with a port (handle.port is None)")
-        url = self.url(handle.port) + path
+        per_request = request_timeout if request_timeout is not None else max(min(30.0, timeout), 1.0)
+        base = self.url(handle.port)
+        url = base + (path or readiness.HEALTH_PATH)
         log_offset = 0
         last = "no answer yet"
-        with httpx.Client(timeout=httpx.Timeout(2.0, connect=1.0), trust_env=False) as client:
+        with httpx.Client(timeout=httpx.Timeout(per_request, connect=min(5.0, per_request)), trust_env=False) as client:
             while True:
                 if on_log is not None:
                     chunk, log_offset = self.follow(handle.log_path, log_offset)
@@ -541,18 +557,35 @@ class Box:
                         log_tail=self._tail_or_empty(handle.log_path, tail_lines),
                         box=self.name,
                     )
-                try:
-                    response = client.get(url)
-                except httpx.HTTPError as exc:
-                    last = f"{type(exc).__name__}: {exc}"
+                if path is not None:
+                    try:
+                        response = client.get(url)
+                    except httpx.HTTPError as exc:
+                        last = f"{type(exc).__name__}: {exc}"
+                    else:
+                        if response.status_code == 200:
+                            return time.monotonic() - start
+                        last = f"HTTP {response.status_code}"
                 else:
-                    if response.status_code == 200:
+                    r = readiness.check_generation(client, base, timeout=per_request)
+                    if r.ready:
                         return time.monotonic() - start
-                    last = f"HTTP {response.status_code}"
+                    last = r.detail
+                    if r.state == readiness.STUCK and self.is_alive(handle.pid):
+                        raise ServerStartStuck(
+                            f"server at {base} answers HTTP but generation is stuck ({r.detail})",
+                            pid=handle.pid,
+                            log_path=handle.log_path,
+                            log_tail=self._tail_or_empty(handle.log_path, tail_lines),
+                            timeout=per_request,
+                            url=base,
+                            last=r.detail,
+                            box=self.name,
+                        )
                 now = time.monotonic()
                 if now >= deadline:
                     raise ServerStartTimedOut(
-                        f"server not healthy at {url} after {timeout:g}s (last: {last})",
+                        f"server at {base} never became ready in {timeout:g}s (last: {last})",
                         pid=handle.pid,
                         log_path=handle.log_path,
                         log_tail=self._tail_or_empty(handle.log_path, tail_lines),

@@ -32,6 +32,9 @@ The hierarchy::
     │   ├── ServerLaunchFailed        the detached launch itself failed (no pid file)
     │   ├── ServerDied                the process exited while waiting; carries .log_tail
     │   ├── ServerStartTimedOut       not healthy in time; carries .log_tail
+    │   │   └── ServerStartStuck      launched, HTTP up, generation stuck (also a GenerationStuck)
+    │   ├── ServerNotReady            not ready to generate (still 503 / refused past the time-out); .url, .last
+    │   ├── GenerationStuck           HTTP up, a 1-token generation does not return in time; .url, .last
     │   └── ServerStopFailed          still alive after TERM and KILL
     └── ProbeError                    about a debug probe (remote.probes)
         ├── AnchorNotFound            the anchor regex / line / function matched nothing usable
@@ -354,6 +357,44 @@ class ServerStartTimedOut(ServerError):
         self.log_tail = list(log_tail)
         self.timeout = timeout
         super().__init__(_with_tail(f"{message} (pid {pid}, log {log_path})", self.log_tail), box=box)
+
+
+class ServerNotReady(ServerError):
+    """The server at ``.url`` did not become ready to generate: still starting (503, connection
+    refused) after ``.timeout`` seconds, its process gone, nothing listening, or an error answer
+    from its health check. ``.last`` is what it last answered (``remote.readiness``)."""
+
+    def __init__(self, message: str, *, url: str, timeout: float, last: str, box: str | None = None) -> None:
+        self.url = url
+        self.timeout = timeout
+        self.last = last
+        super().__init__(message, box=box)
+
+
+class GenerationStuck(ServerError):
+    """HTTP is up at ``.url`` but generation is stuck: a 1-token generation (``/health_generate``,
+    else ``/generate``) did not return within ``.timeout`` seconds, or the server's own health check
+    gave up on its scheduler (SGLang: a 503 after its ``SGLANG_HEALTH_CHECK_TIMEOUT`` wait).
+    ``.last``: what the check saw (``remote.readiness``)."""
+
+    def __init__(self, message: str, *, url: str, timeout: float, last: str, box: str | None = None) -> None:
+        self.url = url
+        self.timeout = timeout
+        self.last = last
+        super().__init__(message, box=box)
+
+
+class ServerStartStuck(ServerStartTimedOut, GenerationStuck):
+    """A server just launched answers HTTP but its generation is stuck (``Box.wait_healthy``): a
+    ``ServerStartTimedOut`` (callers that stop a server that did not start catch it) and a
+    ``GenerationStuck`` (``.url``, ``.last``)."""
+
+    def __init__(self, message: str, *, pid: int, log_path: str, log_tail: Sequence[str], timeout: float, url: str,
+                 last: str, box: str | None = None):
+        self.pid, self.log_path, self.log_tail = pid, log_path, list(log_tail)
+        self.timeout, self.url, self.last = timeout, url, last
+        # not the cooperative chain: the two parents take different keywords
+        RemoteError.__init__(self, _with_tail(f"{message} (pid {pid}, log {log_path})", self.log_tail), box=box)
 
 
 class ServerStopFailed(ServerError):

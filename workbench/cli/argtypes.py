@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import argparse
 
-__all__ = ["positive_int", "non_negative_int", "positive_seconds", "tcp_port", "layer_ids", "MAX_SECONDS"]
+__all__ = ["positive_int", "non_negative_int", "positive_seconds", "non_negative_seconds", "tcp_port", "layer_ids", "MAX_SECONDS"]
 
 #: The longest time-out taken, in seconds (11.6 days): the waits underneath (``select``/``poll``,
 #: Paramiko's channel time-outs) take milliseconds in a C int and overflow above about 2.1e6 s.
@@ -46,6 +46,20 @@ def positive_seconds(text: str) -> float:
     if not value <= MAX_SECONDS:
         raise argparse.ArgumentTypeError(f"must be at most {MAX_SECONDS:g} seconds, got {text}")
     return value
+
+
+def non_negative_seconds(text: str) -> float:
+    """A number of seconds >= 0 (0: do not wait) and at most :data:`MAX_SECONDS` (``nan``, ``inf``
+    and negative values refused)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    if value == 0:
+        return 0.0
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or a positive number of seconds, got {text}")
+    return positive_seconds(text)
 
 
 def tcp_port(text: str) -> int:

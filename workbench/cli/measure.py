@@ -2,13 +2,19 @@
 
     workbench measure [--host SPEC] [--port N] [--prompts chat|code|math|default|FILE] [--num-prompts N]
                       [--max-new-tokens N] [--warmup K] [--sources generate,openai,server_info,metrics]
-                      [--openai-endpoint completions|chat] [--flush-cache] [--timeout S] [--no-progress] [--json]
+                      [--openai-endpoint completions|chat] [--flush-cache] [--timeout S] [--start-timeout S]
+                      [--no-progress] [--json]
 
 Prints one row per source (accept length as SGLang defines it, accepted drafts per verify step,
 the EAGLE papers' τ, accept rate, tokens/s), the per-position acceptance and histogram, and why
 a source was unavailable (``workbench.measure`` has the definitions and their SGLang sources).
 Over SSH (``--host``) the HTTP goes through a port forward on the box's connection. ``--timeout S``:
-seconds for each request and for opening the port forward (default 300).
+seconds for each request (status reads and the readiness check included) and for opening the port
+forward (default 300). Before measuring, the server must generate (a 1-token check:
+``/health_generate``, else ``/generate``): one still starting (503, or refusing connections while a
+server process for the port runs) is waited for up to ``--start-timeout S`` (default 600), with one
+line on stderr; one whose HTTP answers but whose generation does not return within ``--timeout`` is
+reported as stuck (exit 2).
 Exit codes: 0 measured, 1 ``acceptance-collapsed`` fired on a source (accept length ≤ 1.05 over
 ≥ 20 verify steps), 2 the measurement could not run (bad input, unreachable box or server, or
 interrupted before it was done).
@@ -20,7 +26,7 @@ import argparse
 import json
 from typing import Any
 
-from workbench.cli.argtypes import non_negative_int, positive_int
+from workbench.cli.argtypes import non_negative_int, non_negative_seconds, positive_int
 from workbench.cli.common import (
     CliError, ExitCode, add_box_options, add_json_option, add_port_option, open_box, set_command,
 )
@@ -51,7 +57,8 @@ def _run(args: argparse.Namespace) -> ExitCode:
             m = measure(url, prompts, sources=sources, num_prompts=args.num_prompts,
                         max_new_tokens=args.max_new_tokens, warmup=args.warmup, openai_endpoint=args.openai_endpoint,
                         flush_cache_after_warmup=args.flush_cache, timeout=args.timeout,
-                        progress=False if args.no_progress else None)
+                        progress=False if args.no_progress else None, start_timeout=args.start_timeout,
+                        alive=_server_alive(box, args.port, timeout=args.timeout))
         except (MeasureError, RemoteError, ValueError) as exc:
             raise CliError(str(exc)) from exc
         except KeyboardInterrupt as exc:
@@ -63,6 +70,25 @@ def _run(args: argparse.Namespace) -> ExitCode:
     findings = m.findings()
     print(json.dumps(m.to_dict(), indent=2, default=str) if args.json else format_table(m))
     return ExitCode.FAILURE if findings else ExitCode.OK
+
+
+def _server_alive(box: Any, port: int, *, timeout: float):
+    """A callable saying whether a server process for ``port`` (SGLang or the sandbox, by its
+    command line; no ``--port`` means SGLang's default 30000) still runs on ``box``, or ``None``
+    when none runs now (then a refused connection is not waited for). Processes that cannot be
+    listed leave it ``None`` too."""
+    from remote.errors import RemoteError
+    from workbench.engine.launch import DEFAULT_PORT
+    from workbench.engine.locate import running_servers
+
+    try:
+        pids = [s.pid for s in running_servers(box, timeout=timeout)
+                if s.port == port or (s.port is None and port == DEFAULT_PORT)]
+    except RemoteError:
+        return None
+    if not pids:
+        return None
+    return lambda: any(box.is_alive(pid, timeout=timeout) for pid in pids)
 
 
 def add_parser(sub: Any) -> None:
@@ -88,6 +114,9 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--flush-cache", action="store_true",
                    help="POST /flush_cache after the warm-up so /server_info's average covers only the measured "
                         "requests (also empties the server's prefix cache)")
+    p.add_argument("--start-timeout", type=non_negative_seconds, default=600.0, metavar="S",
+                   help="seconds to wait for a server that is still starting (503, or refusing connections while "
+                        "its process runs) before measuring (default 600; 0: do not wait)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     add_json_option(p, "the whole measurement")
     set_command(p, _run)

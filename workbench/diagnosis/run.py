@@ -299,11 +299,17 @@ class DiagnosisRun(BoxSession):
 
     def measure(self, label: str) -> Measurement:
         """Accept length over the prompt set through ``/generate`` (SGLang's definition:
-        Σ completion_tokens / Σ spec_verify_ct), with the decode log lines written meanwhile."""
+        Σ completion_tokens / Σ spec_verify_ct), with the decode log lines written meanwhile.
+        A server still starting (the one found running, typically) is waited for up to
+        ``server_start_timeout`` while its process lives; raises ``remote.errors.ServerNotReady``
+        when it never gets ready, ``remote.errors.GenerationStuck`` when its HTTP answers and a
+        1-token generation does not return."""
         base_url, log_path, launch = self._serving()
         offset = self.box.file_size(log_path) if log_path and self.box.exists(log_path) else 0
+        pid = self.current.pid if self.current is not None else self.inventory.server_pid
         result = measure_generate(base_url, self.prompts, max_new_tokens=self.max_new_tokens, warmup=1,
-                                  progress=self.progress)
+                                  progress=self.progress, start_timeout=self.server_start_timeout,
+                                  alive=(lambda: self.box.is_alive(pid)) if pid else None)
         records: list[dict] = []
         if log_path:
             chunk, _ = self.box.follow(log_path, offset)

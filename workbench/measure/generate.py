@@ -23,9 +23,10 @@ the server log (:mod:`workbench.logs`).
 from __future__ import annotations
 
 import statistics
+import sys
 import time
 from dataclasses import asdict, dataclass
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import httpx
 
@@ -196,13 +197,23 @@ def summarize_responses(records: Sequence[RequestRecord], **extra: Any) -> Accep
     )
 
 
-def _post_generate(client: httpx.Client, url: str, prompt: str, max_new_tokens: int) -> tuple[Any, float]:
+def timeout_message(method: str, url: str, exc: httpx.HTTPError, timeout: float) -> str:
+    """The message of a failed request: a read time-out says that nothing came back within the
+    per-request ``timeout`` (a stalled generation, or a server slower than the time-out)."""
+    if isinstance(exc, httpx.ReadTimeout):
+        return (f"{method} {url}: no answer within the per-request time-out of {timeout:g} s (ReadTimeout): "
+                "generation stalled, or the request needs a longer --timeout")
+    return f"{method} {url} failed: {type(exc).__name__}: {exc}"
+
+
+def _post_generate(client: httpx.Client, url: str, prompt: str, max_new_tokens: int,
+                   timeout: float) -> tuple[Any, float]:
     payload = {"text": prompt, "sampling_params": {"temperature": 0, "max_new_tokens": max_new_tokens}}
     t0 = time.perf_counter()
     try:
-        resp = client.post(url, json=payload)
+        resp = client.post(url, json=payload, timeout=timeout)
     except httpx.HTTPError as exc:
-        raise AcceptanceError(f"POST {url} failed: {type(exc).__name__}: {exc}") from exc
+        raise AcceptanceError(timeout_message("POST", url, exc, timeout)) from exc
     wall = time.perf_counter() - t0
     if resp.status_code != 200:
         raise AcceptanceError(f"POST {url} answered {resp.status_code}: {resp.text[:500]}")
@@ -212,13 +223,15 @@ def _post_generate(client: httpx.Client, url: str, prompt: str, max_new_tokens: 
         raise AcceptanceError(f"POST {url} answered a body that is not JSON: {resp.text[:300]!r}") from exc
 
 
-def _server_info(client: httpx.Client, base_url: str) -> dict:
+def _server_info(client: httpx.Client, base_url: str, timeout: float) -> dict:
     url = base_url.rstrip("/") + "/server_info"
     try:
-        resp = client.get(url)
+        resp = client.get(url, timeout=timeout)
         resp.raise_for_status()
         info = resp.json()
-    except (httpx.HTTPError, ValueError) as exc:
+    except httpx.HTTPError as exc:
+        return {"error": timeout_message("GET", url, exc, timeout)}
+    except ValueError as exc:
         return {"error": f"GET {url}: {type(exc).__name__}: {exc}"}
     if not isinstance(info, dict):
         return {"error": f"GET {url}: not a JSON object"}
@@ -236,29 +249,44 @@ def measure_generate(
     fetch_server_info: bool = True,
     keep_text: bool = False,
     progress: bool | str = False,
+    start_timeout: float | None = None,
+    alive: Callable[[], bool] | None = None,
 ) -> AcceptanceMeasurement:
     """Measure accept length on a running server with greedy ``POST /generate`` requests.
 
     ``prompts``: texts (default :func:`load_prompts`), sent one at a time with
     ``temperature=0`` and ``max_new_tokens``. The first ``warmup`` requests (prompts taken
     in order, cycling) are sent first and excluded from every number. ``timeout``: seconds per
-    request. ``client``: an ``httpx.Client`` to use (tests pass one with a mock transport).
+    request (every request, ``/server_info`` and the readiness checks included). ``client``: an ``httpx.Client`` to use (tests pass one with a mock transport).
     With ``fetch_server_info`` the server's speculative settings from ``GET /server_info`` are
     stored beside the numbers (an error there is recorded, not raised). ``progress``: a bar over the
     requests (True: terminal or notebook widget; ``"text"``: one stdout line when done, for papermill
     runbooks; False: none).
-    Raises :class:`AcceptanceError` on a connection failure, a non-200 answer or a body that
-    is not a ``/generate`` response.
+    ``start_timeout`` (seconds; ``None``: no readiness check): first wait until the server
+    generates (``remote.readiness.wait_ready``: ``/health_generate``, else a 1-token ``/generate``),
+    while it answers 503 or, when ``alive`` (is the server's process still there?) says so, refuses
+    connections, with one progress line on stderr; a server already ready costs one check.
+    Raises :class:`AcceptanceError` on a connection failure, a non-200 answer, a request with no
+    answer within ``timeout`` or a body that is not a ``/generate`` response;
+    ``remote.errors.ServerNotReady`` when the server never became ready within ``start_timeout``
+    (or its process exited, or nothing listens and no process is starting), and
+    ``remote.errors.GenerationStuck`` when HTTP is up but the 1-token check does not return within
+    ``timeout``.
     """
     texts = [p["text"] if isinstance(p, dict) else p for p in (prompts if prompts is not None else load_prompts())]
     if not texts:
         raise AcceptanceError("no prompts to send")
     url = base_url.rstrip("/") + "/generate"
     own = client is None
-    client = client or httpx.Client(timeout=timeout)
+    client = client or httpx.Client(timeout=timeout, trust_env=False)
     try:
+        if start_timeout is not None:
+            from remote.readiness import wait_ready
+
+            wait_ready(base_url, start_timeout=start_timeout, request_timeout=timeout, alive=alive, client=client,
+                       progress=lambda line: print(line, file=sys.stderr, flush=True))
         for i in range(warmup):
-            _post_generate(client, url, texts[i % len(texts)], max_new_tokens)
+            _post_generate(client, url, texts[i % len(texts)], max_new_tokens, timeout)
         records = []
         from tqdm.auto import tqdm
 
@@ -268,12 +296,12 @@ def measure_generate(
         bar = tqdm(texts, desc="requests", unit="req", disable=progress in (False, "text"), mininterval=1.0,
                    leave=False)
         for i, text in enumerate(bar):
-            body, wall = _post_generate(client, url, text, max_new_tokens)
+            body, wall = _post_generate(client, url, text, max_new_tokens, timeout)
             rec = record_from_response(i, body, wall, url=url)
             if not keep_text:
                 rec.text = None
             records.append(rec)
-        info = _server_info(client, base_url) if fetch_server_info else None
+        info = _server_info(client, base_url, timeout) if fetch_server_info else None
         if progress == "text":
             print(f"requests: {len(records)} in {time.monotonic() - started:.1f} s", flush=True)
     finally:

@@ -83,12 +83,14 @@ import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 import httpx
 
 from workbench.errors import AcceptanceError, MeasureError, PromptSetError
-from workbench.measure.generate import RequestRecord, _opt_float, _opt_int, record_from_response, sum_histograms
+from workbench.measure.generate import (
+    RequestRecord, _opt_float, _opt_int, record_from_response, sum_histograms, timeout_message,
+)
 from workbench.measure.prompts import BUILTIN_PROMPT_SETS, load_prompts
 from workbench.rules.runtime import acceptance_collapsed
 
@@ -118,8 +120,6 @@ G_NUM_STEPS = "sglang:spec_num_steps"
 G_NUM_DRAFT_TOKENS = "sglang:spec_num_draft_tokens"
 COUNTERS = (M_VERIFY, M_GEN_TOKENS, M_REQUESTS, M_PROMPT_TOKENS)
 GAUGES = (G_ACCEPT_LENGTH, G_ACCEPT_RATE, G_NUM_STEPS, G_NUM_DRAFT_TOKENS)
-
-SNAPSHOT_TIMEOUT = 30.0
 
 
 # ---------------------------------------------------------------------------------------------
@@ -427,7 +427,8 @@ class Measurement:
 
 
 class _Client:
-    """The HTTP side of :func:`measure`: one ``httpx.Client``, a time-out on every call."""
+    """The HTTP side of :func:`measure`: one ``httpx.Client``, the user's ``timeout`` (seconds) on
+    every call, status reads included."""
 
     def __init__(self, base_url: str, timeout: float, client: httpx.Client | None) -> None:
         self.base = base_url.rstrip("/")
@@ -441,16 +442,16 @@ class _Client:
 
     def get(self, path: str) -> httpx.Response:
         try:
-            return self.http.get(self.base + path, timeout=SNAPSHOT_TIMEOUT)
+            return self.http.get(self.base + path, timeout=self.timeout)
         except httpx.HTTPError as exc:
-            raise MeasureError(f"GET {self.base}{path} failed: {type(exc).__name__}: {exc}") from exc
+            raise MeasureError(timeout_message("GET", self.base + path, exc, self.timeout)) from exc
 
     def post(self, path: str, payload: dict) -> tuple[httpx.Response, float]:
         t0 = time.perf_counter()
         try:
             resp = self.http.post(self.base + path, json=payload, timeout=self.timeout)
         except httpx.HTTPError as exc:
-            raise MeasureError(f"POST {self.base}{path} failed: {type(exc).__name__}: {exc}") from exc
+            raise MeasureError(timeout_message("POST", self.base + path, exc, self.timeout)) from exc
         return resp, time.perf_counter() - t0
 
 
@@ -557,6 +558,8 @@ def measure(
     timeout: float = 300.0,
     progress: bool | None = None,
     client: httpx.Client | None = None,
+    start_timeout: float | None = None,
+    alive: Callable[[], bool] | None = None,
 ) -> Measurement:
     """Measure acceptance on a running server from every selected source (module docstring).
 
@@ -570,14 +573,18 @@ def measure(
     ``openai_endpoint``: ``completions`` (the same text as ``/generate``, so the same tokens) or
     ``chat`` (one user message; a real server applies its chat template). ``flush_cache_after_warmup``:
     ``POST /flush_cache`` after the warm-up so ``/server_info``'s lifetime average restarts (it
-    also empties the server's prefix cache; off by default). ``timeout``: seconds per request
-    (status reads: 30 s). ``progress``: a ``tqdm.auto`` bar on stderr, a widget in a notebook
+    also empties the server's prefix cache; off by default). ``timeout``: seconds per request, status
+    reads (``/server_info``, ``/metrics``, ``/flush_cache``) and readiness checks included. ``progress``: a ``tqdm.auto`` bar on stderr, a widget in a notebook
     (``None``: only when stderr is a terminal or an IPython kernel runs this; pass ``False`` in
     papermill runbooks, where a widget bar would only clutter the executed notebook and its report).
+    ``start_timeout`` (seconds; ``None``: no readiness check) and ``alive``: first wait for a server
+    that is still starting, as :func:`workbench.measure.generate.measure_generate` does.
 
     Raises ``ValueError`` for bad arguments, :class:`PromptSetError` for a bad prompt set and
     :class:`MeasureError` when the server is unreachable or a request fails (non-200 other than
-    404, not JSON, no token counts).
+    404, not JSON, no token counts, no answer within ``timeout``); with ``start_timeout``,
+    ``remote.errors.ServerNotReady`` (never ready within it) and ``remote.errors.GenerationStuck``
+    (HTTP up, a 1-token generation does not return within ``timeout``).
     """
     started = time.perf_counter()
     wanted = list(dict.fromkeys(sources))
@@ -610,8 +617,15 @@ def measure(
     drivers = request_sources or ["generate"]
     if not request_sources:
         notes.append("no request source selected: /generate drove the traffic (not reported as a row)")
+    if start_timeout is not None and not start_timeout >= 0:
+        raise ValueError(f"start_timeout must be >= 0 seconds, got {start_timeout!r}")
     c = _Client(base_url, timeout, client)
     try:
+        if start_timeout is not None:
+            from remote.readiness import wait_ready
+
+            wait_ready(base_url, start_timeout=start_timeout, request_timeout=timeout, alive=alive, client=c.http,
+                       progress=lambda line: print(line, file=sys.stderr, flush=True))
         info, info_error = _server_info(c)
         server = {k: info.get(k) for k in SERVER_KEYS if k in info} if info else None
         draft_tokens = _opt_int((server or {}).get("speculative_num_draft_tokens"))
@@ -644,7 +658,7 @@ def measure(
                 warm[src] = w
             flush_note = None
             if flush_cache_after_warmup:
-                resp = c.http.post(c.base + "/flush_cache", timeout=SNAPSHOT_TIMEOUT)
+                resp = c.http.post(c.base + "/flush_cache", timeout=c.timeout)
                 flush_note = (f"POST /flush_cache answered {resp.status_code}: "
                               f"{resp.text.strip().splitlines()[0] if resp.text.strip() else ''}")
                 flushed = resp.status_code == 200

@@ -1,7 +1,11 @@
 """HTTP endpoints of the sandbox server (FastAPI + uvicorn).
 
-Mirrors SGLang 0.5.23, srt/entrypoints/http_server.py: `/health`, `/health_generate` (503
-while starting; a 1-token generation once up), `/model_info` and `/server_info` (plus the
+Mirrors SGLang 0.5.23, srt/entrypoints/http_server.py: `/health` and `/health_generate` (one
+handler, as SGLang's `health_generate`: 503 at once while starting; once up a 1-token generation
+whose scheduler progress it polls for up to `SGLANG_HEALTH_CHECK_TIMEOUT` seconds (default 20):
+200 as soon as the scheduler produced anything since the check began, else the "Health check
+failed." error line and 503; `/health` answers 200 without generating only with
+`SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION=0`), `/model_info` and `/server_info` (plus the
 deprecated `/get_model_info`, `/get_server_info` that log a warning), `POST /generate`
 (`text` str|list or `input_ids`, `sampling_params`; `meta_info` with the spec fields only when
 `spec_verify_ct > 0`). Tokenizer: UTF-8 bytes (token id = byte value).
@@ -84,21 +88,65 @@ def _not_ready() -> Optional[Response]:
     return None
 
 
-@app.get("/health")
-def health() -> Response:
-    """200 once the models are loaded and warmed up, 503 before (SGLang: `/health`)."""
-    return _not_ready() or Response(status_code=200)
+#: SGLang 0.5.23 http_server.py: ``HEALTH_CHECK_TIMEOUT = int(os.getenv("SGLANG_HEALTH_CHECK_TIMEOUT", 20))``
+#: (read at import there; per check here, so a test can set it in the server's environment).
+DEFAULT_HEALTH_CHECK_TIMEOUT = 20
+#: How often the check looks for scheduler progress. SGLang sleeps 1 s between looks (so it never
+#: answers 200 in under 1 s); the sandbox looks more often, and answers 503 only after the full wait.
+HEALTH_POLL_S = 0.05
 
 
-@app.get("/health_generate")
-def health_generate() -> Response:
-    """503 while starting; else runs a 1-token generation (SGLang: `/health_generate`)."""
-    if (r := _not_ready()) is not None:
-        return r
+def _health_check_timeout() -> float:
+    raw = os.environ.get("SGLANG_HEALTH_CHECK_TIMEOUT", "").strip()
+    try:
+        return float(int(raw)) if raw else float(DEFAULT_HEALTH_CHECK_TIMEOUT)
+    except ValueError:
+        return float(DEFAULT_HEALTH_CHECK_TIMEOUT)
+
+
+def _health_generation_enabled() -> bool:
+    raw = os.environ.get("SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION", "").strip().lower()
+    return raw not in ("0", "false", "no", "off")  # srt/environ.py: EnvBool(True)
+
+
+def _health_generate_once(scheduler) -> None:
+    """The health check's 1-token request (SGLang: ``input_ids=[0]``, greedy, ``log_metrics=False``:
+    not counted in the metrics). In a thread of its own: a stalled scheduler blocks it, not the
+    event loop."""
     from workbench.sandbox.srt.managers.scheduler import SamplingParams
 
-    _global_state.scheduler.generate(encode("\n"), SamplingParams(max_new_tokens=1, temperature=0), decode)
-    return Response(status_code=200)
+    try:
+        scheduler.generate([0], SamplingParams(max_new_tokens=1, temperature=0), decode)
+    except Exception as exc:  # the scheduler's failure path (exception_hook) has already run
+        logger.error(f"health check request failed: {type(exc).__name__}: {exc}")
+
+
+@app.get("/health")
+@app.get("/health_generate")
+async def health_generate(request: Request) -> Response:
+    """SGLang 0.5.23 ``health_generate`` (module docstring): 503 while starting; 200 for ``/health``
+    when ``SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION`` is off; else a 1-token generation, 200 once
+    the scheduler produced output after the check began, 503 (and SGLang's error line) when it did
+    not within ``SGLANG_HEALTH_CHECK_TIMEOUT`` seconds."""
+    import asyncio
+
+    if (r := _not_ready()) is not None:
+        return r
+    if request.url.path == "/health" and not _health_generation_enabled():
+        return Response(status_code=200)
+    scheduler = _global_state.scheduler
+    tic = time.time()
+    threading.Thread(target=_health_generate_once, args=(scheduler,), daemon=True, name="health-check").start()
+    wait = _health_check_timeout()
+    while time.time() < tic + wait:
+        await asyncio.sleep(HEALTH_POLL_S)
+        if scheduler.last_receive_tstamp > tic:
+            return Response(status_code=200)
+    tic_time = time.strftime("%H:%M:%S", time.localtime(tic))
+    last = time.strftime("%H:%M:%S", time.localtime(scheduler.last_receive_tstamp))
+    logger.error(f"Health check failed. Server couldn't get a response from detokenizer for last {wait:g} seconds. "
+                 f"tic start time: {tic_time}. last_heartbeat time: {last}")
+    return Response(status_code=503)
 
 
 @app.get("/get_model_info")

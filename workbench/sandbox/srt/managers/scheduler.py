@@ -14,11 +14,22 @@ sets them: at each prefill report (speculative gauges keep their last value, 0.0
 decode tick) and at each decode log tick (`spec_accept_length` = the line's `accept len`,
 `spec_accept_rate` = its `accept rate`). `flush_cache()` (`/flush_cache`) resets every counter as
 SGLang's `Scheduler.flush_cache` -> `SchedulerMetricsReporter.reset_metrics` does, when idle.
+
+`last_receive_tstamp` (wall-clock seconds) is when the scheduler last produced output (a prefill or
+a decode step), as SGLang's `TokenizerManager.last_receive_tstamp` is when it last heard from the
+scheduler/detokenizer; `/health_generate` compares it with its own start.
+
+Fault for the tests, a real stall: with `SANDBOX_FAULT_STALL_FILE=PATH` in the server's
+environment, every forward (prefill, decode step) first blocks while PATH exists, holding the
+scheduler lock, as a scheduler stuck in a collective or a kernel does: HTTP stays up, generation
+does not return. Remove the file and it resumes. Present at start-up it stalls the warm-up, so the
+server stays 503 (SGLang's `Starting`).
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 import uuid
@@ -51,6 +62,9 @@ class Scheduler:
         self.server_args = server_args
         self.spec_algorithm = SpeculativeAlgorithm.from_string(server_args.speculative_algorithm)
         self.lock = threading.Lock()
+        self.last_receive_tstamp = time.time()
+        self.stall_file = os.environ.get("SANDBOX_FAULT_STALL_FILE") or None
+        self._stall_logged = False
         logger.info("Load weight begin. avail mem=0.00 GB")
         self.target_worker = TargetWorker(server_args.model_path)
         n_params = sum(p.numel() for p in self.target_worker.model.parameters())
@@ -178,6 +192,18 @@ class Scheduler:
             self.metrics_collector.log_stats(self.stats)
 
     # -- request handling ----------------------------------------------------------------------
+    def _stall_if_asked(self) -> None:
+        """The stall fault (module docstring): block while ``SANDBOX_FAULT_STALL_FILE`` exists."""
+        if self.stall_file is None:
+            return
+        while os.path.exists(self.stall_file):
+            if not self._stall_logged:
+                logger.warning(f"SANDBOX_FAULT_STALL_FILE {self.stall_file} exists: generation stalls until it is "
+                               "removed")
+                self._stall_logged = True
+            time.sleep(0.05)
+        self._stall_logged = False
+
     def generate(self, input_ids: List[int], params: SamplingParams, decode) -> Dict:
         """Run one request to completion. `decode(ids) -> str` is the tokenizer's decode.
 
@@ -234,11 +260,15 @@ class Scheduler:
             finish_reason = {"type": "length", "length": 0}
         else:
             t0 = time.perf_counter()
+            self._stall_if_asked()
             state, first = worker.prefill(list(input_ids))
+            self.last_receive_tstamp = time.time()
             self._report_prefill_stats(len(input_ids), time.perf_counter() - t0)
             finish_reason = add_tokens([first])
             while finish_reason is None:
+                self._stall_if_asked()
                 step = worker.decode(state)
+                self.last_receive_tstamp = time.time()
                 self.forward_ct_decode += 1
                 n_before = len(output)
                 finish_reason = add_tokens(step.tokens)
