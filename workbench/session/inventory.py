@@ -60,6 +60,9 @@ class Inventory:
     directory, or, when none runs, the directory the run's launch will start in on that box
     (:func:`launch_cwd`); the doctor resolves relative paths against it and every launch of the
     run is given it. ``server_env``: the running server's environment (``None`` when none runs).
+    ``server_health``: a running server's generation-level readiness when the inventory was taken
+    (``remote.readiness.check_generation``: ``{"state": "ready"|"starting"|"stuck"|"error",
+    "detail": ...}``; ``None`` when none runs); anything but ready is also a note.
     """
 
     host: str
@@ -77,6 +80,7 @@ class Inventory:
     server_env: dict[str, str] | None = None
     server_log: str | None = None
     server_info: dict | None = None
+    server_health: dict | None = None
     notes: list[str] = field(default_factory=list)
 
     def rows(self) -> list[tuple[str, Any]]:
@@ -98,7 +102,8 @@ class Inventory:
                     ("speculative_eagle_topk", "--speculative-eagle-topk"),
                     ("speculative_num_draft_tokens", "--speculative-num-draft-tokens")))),
             ("url", self.base_url),
-        ] + [("note", n) for n in self.notes]
+        ] + ([("server health", f"{self.server_health['state']}: {self.server_health['detail']}")]
+             if self.server_health else []) + [("note", n) for n in self.notes]
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -106,7 +111,7 @@ class Inventory:
             "engine_version": self.engine_version, "engine_root": self.engine_root, "python": self.python,
             "launch_command": self.launch.to_string(), "port": self.port, "base_url": self.base_url,
             "server_pid": self.server_pid, "server_cwd": self.server_cwd, "server_log": self.server_log,
-            "server_info": self.server_info, "notes": list(self.notes),
+            "server_info": self.server_info, "server_health": self.server_health, "notes": list(self.notes),
         }
 
     def _repr_html_(self) -> str:
@@ -205,20 +210,35 @@ def take_inventory(box, *, launch_command: str | None, port: int | None, default
     except EngineNotFound as exc:
         notes.append(f"engine not located: {exc}")
     base_url = box.url(final_port)
-    server_info = None
+    server_info = server_health = None
     if server is not None:
-        server_info = _get_json(base_url, "/server_info", "/get_server_info", notes=notes)
+        server_info = _get_json(base_url, "/server_info", "/get_server_info", notes=notes, timeout=timeout)
+        server_health = _health(base_url, timeout=timeout)
+        if server_health["state"] != "ready":
+            notes.append(f"the running server is not ready to generate ({server_health['state']}): "
+                         f"{server_health['detail']}")
     return Inventory(
         host=box.name, engine="sandbox" if package.startswith("workbench") else "sglang",
         engine_package=package, engine_version=engine_version, engine_root=engine_root, python=python,
         launch=launch, port=final_port, base_url=base_url, resolved=resolved,
         server_pid=server.pid if server else None, server_cwd=cwd,
         server_env=read_environ(box, server.pid) if server else None,
-        server_log=server.log_path if server else None, server_info=server_info, notes=notes,
+        server_log=server.log_path if server else None, server_info=server_info, server_health=server_health,
+        notes=notes,
     )
 
 
-def _get_json(base_url: str, *paths: str, notes: list[str], timeout: float = 10) -> dict | None:
+def _health(base_url: str, *, timeout: float) -> dict:
+    """One generation-level readiness check (``remote.readiness.check_generation``), bounded by
+    ``timeout`` seconds: ``{"state", "detail"}``."""
+    from remote.readiness import check_generation
+
+    with httpx.Client(trust_env=False) as client:
+        r = check_generation(client, base_url, timeout=timeout)
+    return {"state": r.state, "detail": r.detail}
+
+
+def _get_json(base_url: str, *paths: str, notes: list[str], timeout: float) -> dict | None:
     with httpx.Client(timeout=timeout, trust_env=False) as client:
         for path in paths:
             try:

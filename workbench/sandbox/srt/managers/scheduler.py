@@ -22,8 +22,9 @@ scheduler/detokenizer; `/health_generate` compares it with its own start.
 Fault for the tests, a real stall: with `SANDBOX_FAULT_STALL_FILE=PATH` in the server's
 environment, every forward (prefill, decode step) first blocks while PATH exists, holding the
 scheduler lock, as a scheduler stuck in a collective or a kernel does: HTTP stays up, generation
-does not return. Remove the file and it resumes. Present at start-up it stalls the warm-up, so the
-server stays 503 (SGLang's `Starting`).
+does not return, and neither does `/server_info` (its internal state comes from the scheduler).
+Remove the file and it resumes. Present at start-up it stalls the warm-up, so the server stays 503
+(SGLang's `Starting`).
 """
 
 from __future__ import annotations
@@ -128,7 +129,10 @@ class Scheduler:
     # -- statistics ----------------------------------------------------------------------------
     def get_internal_state(self) -> List[Dict]:
         """One dict per DP rank (the sandbox has one). `avg_spec_accept_length` only after the
-        first decode log tick (SGLang: scheduler_components/internal_state.py)."""
+        first decode log tick (SGLang: scheduler_components/internal_state.py). Stalls while the
+        stall fault is on: SGLang's `/server_info` asks the scheduler for it
+        (`tokenizer_manager.get_internal_state()`), so a stuck scheduler leaves it unanswered."""
+        self._stall_if_asked()
         state: Dict = {"last_gen_throughput": self.last_gen_throughput, "decode_log_interval": self.decode_log_interval}
         if not self.spec_algorithm.is_none() and self.spec_total_num_forward_ct > 0:
             state["avg_spec_accept_length"] = self.spec_total_num_accept_tokens / self.spec_total_num_forward_ct
