@@ -213,9 +213,10 @@ class DiagnosisRun(BoxSession):
     def __init__(self, box, inventory: Inventory, journal: Journal, *, allow_restart: bool, apply_fix: bool,
                  keep_fix: bool, prompts: list[dict], max_new_tokens: int, server_start_timeout: float,
                  report_dir: str | Path, attribute_fixes: bool = False, try_candidates: bool = True,
-                 aux_layer_ids: list[int] | None = None, expected_accept_length: float | None = None):
+                 aux_layer_ids: list[int] | None = None, expected_accept_length: float | None = None,
+                 request_timeout: float = 300.0):
         super().__init__(box, inventory, journal, server_start_timeout=server_start_timeout,
-                         allow_restart=allow_restart)
+                         allow_restart=allow_restart, request_timeout=request_timeout)
         self.apply_fix_enabled = apply_fix
         self.keep_fix = keep_fix
         self.attribute_enabled = attribute_fixes
@@ -266,16 +267,18 @@ class DiagnosisRun(BoxSession):
               attribute_fixes: bool = False, try_candidates: bool = True, aux_layer_ids: Any = None,
               expected_accept_length: float | None = None, prompts: str | None = None,
               num_prompts: int | None = None, max_new_tokens: int = 96, server_start_timeout: float = 300.0,
-              report_dir: str | Path = "reports") -> "DiagnosisRun":
+              report_dir: str | Path = "reports", request_timeout: float = 300.0) -> "DiagnosisRun":
         """Connect to ``host``, restore anything an interrupted earlier run left, take the
         inventory and open the journal. ``launch_command=None`` means the embedded sandbox box
         launched with the wrong flag (when no server is running on ``port``). ``aux_layer_ids``:
-        a list of ints, or their text (``"1,3,6"``, ``"[1, 3, 6]"``). Raises :class:`DiagnosisError`
+        a list of ints, or their text (``"1,3,6"``, ``"[1, 3, 6]"``). ``request_timeout``: seconds
+        each request to the server may take (a stalled one fails after it). Raises :class:`DiagnosisError`
         for parameters that are no such values (before anything changes on the box)."""
         check_run_parameters(flags={"allow_restart": allow_restart, "apply_fix": apply_fix, "keep_fix": keep_fix,
                                     "attribute_fixes": attribute_fixes, "try_candidates": try_candidates},
                              counts={"max_new_tokens": max_new_tokens}, optional_counts={"num_prompts": num_prompts},
-                             seconds={"server_start_timeout": server_start_timeout})
+                             seconds={"server_start_timeout": server_start_timeout,
+                                      "request_timeout": request_timeout})
         ids = _parse_ids(aux_layer_ids)
         if expected_accept_length is not None and (isinstance(expected_accept_length, bool) or
                                                    not isinstance(expected_accept_length, (int, float))
@@ -293,7 +296,8 @@ class DiagnosisRun(BoxSession):
         return cls(box, inventory, journal, allow_restart=allow_restart, apply_fix=apply_fix, keep_fix=keep_fix,
                    prompts=prompt_set, max_new_tokens=max_new_tokens, server_start_timeout=server_start_timeout,
                    report_dir=report_dir, attribute_fixes=attribute_fixes, try_candidates=try_candidates,
-                   aux_layer_ids=ids, expected_accept_length=expected_accept_length)
+                   aux_layer_ids=ids, expected_accept_length=expected_accept_length,
+                   request_timeout=request_timeout)
 
     # -- acceptance -----------------------------------------------------------------------------
 
@@ -308,7 +312,8 @@ class DiagnosisRun(BoxSession):
         offset = self.box.file_size(log_path) if log_path and self.box.exists(log_path) else 0
         pid = self.current.pid if self.current is not None else self.inventory.server_pid
         result = measure_generate(base_url, self.prompts, max_new_tokens=self.max_new_tokens, warmup=1,
-                                  progress=self.progress, start_timeout=self.server_start_timeout,
+                                  progress=self.progress, timeout=self.request_timeout,
+                                  start_timeout=self.server_start_timeout,
                                   alive=(lambda: self.box.is_alive(pid)) if pid else None)
         records: list[dict] = []
         if log_path:
@@ -636,11 +641,11 @@ class DiagnosisRun(BoxSession):
                                                                       if k in ("observed_widths", "captured_layers",
                                                                                "d2t", "unmatched", "left_at_init")})
 
-    def _read_probes(self, handle, *, timeout: float = 60.0) -> dict[str, list]:
-        """Send one request to the launch ``handle`` and read each recipe's lines printed by that
-        launch (its process group: an earlier launch's lines are no evidence about this one):
-        ``{recipe name: [ProbeReading, ...]}``."""
-        with httpx.Client(timeout=timeout, trust_env=False) as client:
+    def _read_probes(self, handle) -> dict[str, list]:
+        """Send one request to the launch ``handle`` (bounded by ``request_timeout``) and read each
+        recipe's lines printed by that launch (its process group: an earlier launch's lines are no
+        evidence about this one): ``{recipe name: [ProbeReading, ...]}``."""
+        with httpx.Client(timeout=self.request_timeout, trust_env=False) as client:
             try:
                 client.post(self.inventory.base_url + "/generate",
                             json={"text": self.prompts[0]["text"],

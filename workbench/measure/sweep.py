@@ -301,8 +301,9 @@ class SweepRun(BoxSession):
 
     def __init__(self, box, inventory, journal, *, settings: Sequence[SpecSetting], prompts: list[dict],
                  max_new_tokens: int, warmup: int, server_start_timeout: float, report_dir: str | Path,
-                 progress: bool | str = True):
-        super().__init__(box, inventory, journal, server_start_timeout=server_start_timeout)
+                 progress: bool | str = True, request_timeout: float = 300.0):
+        super().__init__(box, inventory, journal, server_start_timeout=server_start_timeout,
+                         request_timeout=request_timeout)
         self.settings = list(settings)
         self.prompts = prompts
         self.max_new_tokens = max_new_tokens
@@ -320,16 +321,19 @@ class SweepRun(BoxSession):
               grid: str | dict = "steps:1,2,3,4", include_baseline: bool = True, prompts: str | None = None,
               num_prompts: int | None = 8, max_new_tokens: int = 64, warmup: int = 1,
               server_start_timeout: float = 300.0, report_dir: str | Path = "reports",
-              progress: bool | str = True, settings: Sequence[SpecSetting] | None = None) -> "SweepRun":
+              progress: bool | str = True, settings: Sequence[SpecSetting] | None = None,
+              request_timeout: float = 300.0) -> "SweepRun":
         """Connect, restore what an interrupted run left, find the server (``launch_command=None``:
         the one running on ``port``; with none, the embedded sandbox box with EAGLE3) and open the
         journal. ``grid``: see :func:`parse_grid`. ``prompts``: a JSONL path (default: the
         built-in prompts; on the sandbox box its own code prompts). ``settings``: an explicit list
-        instead of ``grid`` (:func:`compare_settings` builds one per draft). Raises
+        instead of ``grid`` (:func:`compare_settings` builds one per draft). ``request_timeout``:
+        seconds each measured request may take. Raises
         :class:`SweepError`, ``DiagnosisError``, ``remote.errors.RemoteError``."""
         check_run_parameters(flags={"include_baseline": include_baseline}, counts={"max_new_tokens": max_new_tokens},
                              optional_counts={"num_prompts": num_prompts}, non_negative={"warmup": warmup},
-                             seconds={"server_start_timeout": server_start_timeout})
+                             seconds={"server_start_timeout": server_start_timeout,
+                                      "request_timeout": request_timeout})
         settings = list(settings) if settings is not None else parse_grid(grid, include_baseline=include_baseline)
         # with no server running and no command given: the embedded sandbox box, working configuration
         box, inventory, journal = open_box(host, launch_command=launch_command, port=port,
@@ -346,22 +350,24 @@ class SweepRun(BoxSession):
             raise
         return cls(box, inventory, journal, settings=settings, prompts=prompt_set, max_new_tokens=max_new_tokens,
                    warmup=warmup, server_start_timeout=server_start_timeout, report_dir=report_dir,
-                   progress=progress)
+                   progress=progress, request_timeout=request_timeout)
 
     @classmethod
     def compare(cls, *, host: str = "local", launch_command: str | None = None, port: int | None = None,
                 draft_a: str | None = None, draft_b: str | None = None, include_baseline: bool = False,
                 prompts: str | None = None, num_prompts: int | None = 8, max_new_tokens: int = 64, warmup: int = 1,
                 server_start_timeout: float = 300.0, report_dir: str | Path = "reports",
-                progress: bool | str = True) -> "SweepRun":
+                progress: bool | str = True, request_timeout: float = 300.0) -> "SweepRun":
         """Two drafts on the same target and settings (everything but ``--speculative-draft-model-path``
         as the launch command has it). ``draft_a``: default the launch command's draft; ``draft_b``:
         default a copy of ``draft_a`` with its token map broken (:func:`break_token_map`, written
         under the box's state dir and removed by :meth:`finish`), which shows what a wrong ``d2t``
-        does to acceptance. Raises :class:`SweepError`, ``DiagnosisError``, ``RemoteError``."""
+        does to acceptance. ``request_timeout``: seconds each measured request may take. Raises
+        :class:`SweepError`, ``DiagnosisError``, ``RemoteError``."""
         check_run_parameters(flags={"include_baseline": include_baseline}, counts={"max_new_tokens": max_new_tokens},
                              optional_counts={"num_prompts": num_prompts}, non_negative={"warmup": warmup},
-                             seconds={"server_start_timeout": server_start_timeout})
+                             seconds={"server_start_timeout": server_start_timeout,
+                                      "request_timeout": request_timeout})
         box, inventory, journal = open_box(host, launch_command=launch_command, port=port,
                                            server_start_timeout=server_start_timeout,
                                            default_launch=sandbox_launch_command(algorithm="EAGLE3",
@@ -397,7 +403,8 @@ class SweepRun(BoxSession):
             box.close()
             raise
         run = cls(box, inventory, journal, settings=settings, prompts=prompt_set, max_new_tokens=max_new_tokens,
-                  warmup=warmup, server_start_timeout=server_start_timeout, report_dir=report_dir, progress=progress)
+                  warmup=warmup, server_start_timeout=server_start_timeout, report_dir=report_dir, progress=progress,
+                  request_timeout=request_timeout)
         run.cleanup_dirs, run.notes = cleanup, notes
         return run
 
@@ -440,7 +447,8 @@ class SweepRun(BoxSession):
         row.healthy_after_s = self.launches[-1]["healthy_after_s"]
         try:
             m = measure_generate(self.inventory.base_url, self.prompts, max_new_tokens=self.max_new_tokens,
-                                     warmup=self.warmup, fetch_server_info=False, progress=self.progress)
+                                     warmup=self.warmup, fetch_server_info=False, progress=self.progress,
+                                     timeout=self.request_timeout)
         except AcceptanceError as exc:
             row.error = f"measurement failed: {exc}"
             row.log_tail = self.box.tail(handle.log_path, 20)

@@ -26,15 +26,19 @@ class BoxSession:
     """A journalled session on one box that may stop the server it found, launch servers of its
     own on the same port, and must leave the box as found (:meth:`restore`, also at interpreter
     exit). Shared by :class:`DiagnosisRun` and :class:`workbench.sweep.SweepRun`; open the box with
-    :func:`open_box`. ``restarts`` counts launches of something other than what was running."""
+    :func:`open_box`. ``restarts`` counts launches of something other than what was running.
+    ``server_start_timeout``: seconds a launch (or a server found still starting) may take to get
+    ready; ``request_timeout``: seconds each HTTP request to the server may take (the measurements'
+    requests, the probe request)."""
 
     def __init__(self, box, inventory: Inventory, journal: Journal, *, server_start_timeout: float = 300.0,
-                 allow_restart: bool = True):
+                 allow_restart: bool = True, request_timeout: float = 300.0):
         self.box = box
         self.inventory = inventory
         self.journal = journal
         self.allow_restart = allow_restart
         self.server_start_timeout = server_start_timeout
+        self.request_timeout = request_timeout
         self.restarts = 0
         self.launches: list[dict] = []
         self.current = None  # ServerHandle of the server the session launched and left running, if any
