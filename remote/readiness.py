@@ -86,6 +86,10 @@ def classify(path: str, *, status: Optional[int] = None, error: Optional[BaseExc
     - 200 → ``ready``; 503 answered in < :data:`SGLANG_HEALTH_MIN_WAIT_S` → ``starting``; 503
       after longer → ``stuck`` (SGLang's health check waited for the scheduler and gave up);
     - ``httpx.ConnectError`` / ``ConnectTimeout`` (nothing accepts on the port yet) → ``starting``;
+      so are ``RemoteProtocolError`` / ``ReadError`` / ``WriteError`` (the connection closed with
+      no answer): through an SSH port forward (``remote.ssh.forward``) the local end accepts and
+      then closes the connection when the box refuses it, which is how "nothing listens yet" looks
+      there;
     - ``httpx.ReadTimeout`` (the connection was accepted, nothing came back) → ``stuck``;
     - anything else → ``error``.
 
@@ -99,6 +103,10 @@ def classify(path: str, *, status: Optional[int] = None, error: Optional[BaseExc
         if isinstance(error, (httpx.ConnectError, httpx.ConnectTimeout)):
             return Readiness(STARTING, f"{path}: connection failed ({name}): nothing accepts connections yet", path,
                              None, elapsed_s)
+        if isinstance(error, (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError)):
+            return Readiness(STARTING, f"{path}: the connection closed with no answer ({name}: {error}): nothing "
+                                       "accepts connections yet (through an SSH port forward a refusal looks so)",
+                             path, None, elapsed_s)
         if isinstance(error, httpx.ReadTimeout):
             limit = f"{timeout:g} s" if timeout is not None else "the read time-out"
             return Readiness(STUCK, f"{path}: the connection was accepted but no answer came within {limit} "

@@ -57,9 +57,17 @@ def test_other_statuses_are_errors_not_starting(status):
     assert r.state == "error" and f"HTTP {status}" in r.detail
 
 
+@pytest.mark.parametrize("exc", [httpx.RemoteProtocolError("Server disconnected without sending a response."),
+                                 httpx.ReadError("[Errno 104] Connection reset by peer")])
+def test_a_connection_closed_without_an_answer_is_starting(exc):
+    # how a refused connection looks through an SSH port forward: accepted locally, then closed
+    r = classify(PATH, error=exc)
+    assert r.state == "starting" and r.status is None and type(exc).__name__ in r.detail
+
+
 def test_other_transport_failures_are_errors():
-    r = classify(PATH, error=httpx.RemoteProtocolError("Server disconnected without sending a response."))
-    assert r.state == "error" and "RemoteProtocolError" in r.detail
+    r = classify(PATH, error=httpx.UnsupportedProtocol("Request URL has an unsupported protocol 'ftp://'."))
+    assert r.state == "error" and "UnsupportedProtocol" in r.detail
 
 
 @pytest.mark.parametrize("kw", [{}, {"status": 200, "error": httpx.ReadTimeout("x")}])
