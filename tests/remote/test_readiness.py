@@ -129,7 +129,8 @@ def test_a_process_that_exits_while_waited_for_fails_saying_so():
     assert len(calls) == 3
 
 
-@pytest.mark.parametrize("kw", [{"start_timeout": -1, "request_timeout": 1}, {"start_timeout": 1, "request_timeout": 0}])
+@pytest.mark.parametrize("kw", [{"start_timeout": -1, "request_timeout": 1},
+                                {"start_timeout": 1, "request_timeout": 0}])
 def test_wait_ready_refuses_bad_time_outs(kw):
     with pytest.raises(ValueError, match="timeout must be"):
         wait_ready("http://127.0.0.1:9", progress=None, **kw)

@@ -5,7 +5,8 @@
 
 ``/health`` answers 200 once listening. ``/health_generate`` is 404 unless ``--starting S``
 (503 at once for S seconds after listening, then 200, as SGLang 0.5.23 while it warms up) or
-``--stuck`` (the request is accepted and never answered: a stuck generation, HTTP up). ``--delay`` waits before listening, ``--die-after``
+``--stuck`` (the request is accepted and never answered: a stuck generation, HTTP up).
+``--delay`` waits before listening, ``--die-after``
 prints a fatal line and exits 3 before listening, ``--ignore-term`` ignores SIGTERM,
 ``--child`` starts a child process (same process group) that sleeps.
 """

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import argparse
 
-__all__ = ["positive_int", "non_negative_int", "positive_seconds", "non_negative_seconds", "tcp_port", "layer_ids", "MAX_SECONDS"]
+__all__ = ["positive_int", "non_negative_int", "positive_seconds", "non_negative_seconds", "tcp_port", "layer_ids",
+           "MAX_SECONDS"]
 
 #: The longest time-out taken, in seconds (11.6 days): the waits underneath (``select``/``poll``,
 #: Paramiko's channel time-outs) take milliseconds in a C int and overflow above about 2.1e6 s.

@@ -257,7 +257,8 @@ def measure_generate(
     ``prompts``: texts (default :func:`load_prompts`), sent one at a time with
     ``temperature=0`` and ``max_new_tokens``. The first ``warmup`` requests (prompts taken
     in order, cycling) are sent first and excluded from every number. ``timeout``: seconds per
-    request (every request, ``/server_info`` and the readiness checks included). ``client``: an ``httpx.Client`` to use (tests pass one with a mock transport).
+    request (every request, ``/server_info`` and the readiness checks included). ``client``: an
+    ``httpx.Client`` to use (tests pass one with a mock transport).
     With ``fetch_server_info`` the server's speculative settings from ``GET /server_info`` are
     stored beside the numbers (an error there is recorded, not raised). ``progress``: a bar over the
     requests (True: terminal or notebook widget; ``"text"``: one stdout line when done, for papermill

@@ -574,8 +574,8 @@ def measure(
     ``chat`` (one user message; a real server applies its chat template). ``flush_cache_after_warmup``:
     ``POST /flush_cache`` after the warm-up so ``/server_info``'s lifetime average restarts (it
     also empties the server's prefix cache; off by default). ``timeout``: seconds per request, status
-    reads (``/server_info``, ``/metrics``, ``/flush_cache``) and readiness checks included. ``progress``: a ``tqdm.auto`` bar on stderr, a widget in a notebook
-    (``None``: only when stderr is a terminal or an IPython kernel runs this; pass ``False`` in
+    reads (``/server_info``, ``/metrics``, ``/flush_cache``) and readiness checks included.
+    ``progress``: a ``tqdm.auto`` bar on stderr, a widget in a notebook (``None``: only when stderr is a terminal or an IPython kernel runs this; pass ``False`` in
     papermill runbooks, where a widget bar would only clutter the executed notebook and its report).
     ``start_timeout`` (seconds; ``None``: no readiness check) and ``alive``: first wait for a server
     that is still starting, as :func:`workbench.measure.generate.measure_generate` does.
