@@ -61,6 +61,7 @@ server_start_timeout = 600
 from workbench.runbook_params import check_runbook_parameters
 
 check_runbook_parameters("diagnose_acceptance", globals())  # every parameter, before anything touches the box
+
 from IPython.display import HTML, display
 from workbench.diagnosis import DiagnosisRun
 
@@ -143,6 +144,7 @@ report_dir = "reports"
 from workbench.runbook_params import check_runbook_parameters
 
 check_runbook_parameters("preflight", globals())  # every parameter, before anything touches the box
+
 from IPython.display import HTML, display
 from workbench.doctor import preflight
 
@@ -202,6 +204,7 @@ report_dir = "reports"
 from workbench.runbook_params import check_runbook_parameters
 
 check_runbook_parameters("measure_acceptance", globals())  # every parameter, before anything touches the box
+
 from workbench.measure.sweep import SweepRun
 
 run = SweepRun.start(host=host, launch_command=launch_command, port=port, grid=grid,
@@ -262,6 +265,7 @@ report_dir = "reports"
 from workbench.runbook_params import check_runbook_parameters
 
 check_runbook_parameters("compare_drafts", globals())  # every parameter, before anything touches the box
+
 from workbench.measure.sweep import SweepRun
 
 run = SweepRun.compare(host=host, launch_command=launch_command, port=port, draft_a=draft_a, draft_b=draft_b,
