@@ -456,3 +456,22 @@ def test_papermill_without_the_cli_fails_in_the_first_cell_with_the_same_message
     assert error["ename"] == "RunbookParameterError" and error["evalue"] == str(info.value)
     assert not state.exists()  # the box was never touched: no journal, no state dir
     assert not (tmp_path / "reports").exists()
+
+
+@pytest.mark.parametrize("params, message", [
+    ({"expected_accept_length": 0.5}, "bad parameters: expected_accept_length must be None or an accept length ≥ 1 "
+                                      "(tokens per verify step, bonus token included), got 0.5"),
+    ({"aux_layer_ids": "1,-3"}, "aux_layer_ids must be non-negative layer ids such as [1, 3, 6], got '1,-3'"),
+    ({"aux_layer_ids": 3}, "aux_layer_ids must be non-negative layer ids such as [1, 3, 6], got 3"),
+])
+def test_diagnosis_started_without_the_runbook_refuses_what_the_schema_refuses(tmp_path, state_dir, params, message):
+    """``DiagnosisRun.start`` (scripts, the control panel) reads ``aux_layer_ids`` and
+    ``expected_accept_length`` as the schema does, before anything connects."""
+    from workbench.diagnosis import DiagnosisRun
+    from workbench.errors import DiagnosisError
+
+    with pytest.raises(DiagnosisError) as info:
+        DiagnosisRun.start(launch_command="python -m sglang.launch_server --model-path /nonexistent",
+                           report_dir=tmp_path / "reports", **params)
+    assert str(info.value).startswith(message)
+    assert not state_dir.exists()
