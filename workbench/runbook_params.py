@@ -167,7 +167,7 @@ def _report_dir(v: Any) -> Optional[str]:
 #: Every kind of runbook parameter value, by name.
 KINDS: dict[str, Kind] = {
     **{kind: _plain(kind) for kind in RUN_PARAMETER_KINDS},
-    "port": Kind("None (the launch command's --port, else 30000) or a TCP port number 1-65535", _port),
+    "port": Kind("None or a TCP port number 1-65535", _port),
     "host": Kind("a box: 'local', an ~/.ssh/config alias, user@host[:port] or ssh://user@host[:port]", _host),
     "launch_command": Kind("None or an SGLang launch command (python -m sglang.launch_server ..., sglang serve ...)",
                            _launch_command),

@@ -141,7 +141,7 @@ def test_port_accepts_none_and_1_to_65535(value):
 @pytest.mark.parametrize("value", [0, 65536, -1, True, "abc", "30000", 30000.0])
 def test_port_refuses_0_out_of_range_bool_and_text(value):
     assert problems("preflight", port=value) == [
-        f"port must be None (the launch command's --port, else 30000) or a TCP port number 1-65535, got {value!r}"]
+        f"port must be None or a TCP port number 1-65535, got {value!r}"]
 
 
 @pytest.mark.parametrize("value, ids", [(None, None), ("1,3,6", [1, 3, 6]), ("[1, 3, 6]", [1, 3, 6]),
@@ -324,7 +324,7 @@ def test_a_check_that_breaks_is_that_parameters_problem_and_hides_no_other(monke
 
     monkeypatch.setitem(runbook_params.KINDS, "prompts", runbook_params.Kind("a prompt set", broken))
     assert problems("measure_acceptance", prompts="chat", port=0) == [
-        "port must be None (the launch command's --port, else 30000) or a TCP port number 1-65535, got 0",
+        "port must be None or a TCP port number 1-65535, got 0",
         "prompts must be a prompt set, got 'chat': could not be checked: OSError: disk gone"]
 
 
@@ -361,9 +361,9 @@ def _children() -> set[int]:
     ("compare_drafts", "server_start_timeout", "-5",
      "server_start_timeout must be a number of seconds > 0 (at most 1000000), got -5"),
     ("preflight", "port", "abc",
-     "port must be None (the launch command's --port, else 30000) or a TCP port number 1-65535, got 'abc'"),
+     "port must be None or a TCP port number 1-65535, got 'abc'"),
     ("diagnose_acceptance", "port", "0",
-     "port must be None (the launch command's --port, else 30000) or a TCP port number 1-65535, got 0"),
+     "port must be None or a TCP port number 1-65535, got 0"),
     ("diagnose_acceptance", "allow_restart", "no", "allow_restart must be True or False, got 'no'"),
     ("diagnose_acceptance", "max_new_tokens", "true", "max_new_tokens must be a whole number ≥ 1, got True"),
     ("measure_acceptance", "grid", "steps:0", "got 'steps:0': grid steps=0 must be >= 1"),
