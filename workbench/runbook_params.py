@@ -183,7 +183,7 @@ KINDS: dict[str, Kind] = {
 
 _BOX = {"host": "host", "launch_command": "launch_command", "port": "port"}
 _RUN = {"prompts": "prompts", "num_prompts": "optional_count", "max_new_tokens": "count",
-        "server_start_timeout": "seconds", "report_dir": "report_dir"}
+        "server_start_timeout": "seconds", "request_timeout": "seconds", "report_dir": "report_dir"}
 
 #: Each runbook's parameters and their kinds (a key of :data:`KINDS`), in the order of its
 #: ``parameters`` cell. ``force_launch`` (diagnose_acceptance, measure_acceptance, compare_drafts)
