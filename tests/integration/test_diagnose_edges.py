@@ -211,7 +211,7 @@ def test_an_environment_prefix_is_the_servers_environment_not_its_program(tmp_pa
     ({"num_prompts": "abc"}, "num_prompts must be None (all)"),
     ({"max_new_tokens": -5}, "max_new_tokens must be a whole number ≥ 1, got -5"),
     ({"server_start_timeout": 0}, "server_start_timeout must be a number of seconds > 0"),
-    ({"request_timeout": -1}, "request_timeout must be a number of seconds > 0, got -1"),
+    ({"request_timeout": -1}, "request_timeout must be a number of seconds > 0 (at most 1000000), got -1"),
 ])
 def test_bad_parameters_are_refused_before_the_box_is_touched(tmp_path, state_dir, params, problem):
     """Each bad value is named with what it must be, before anything connects or changes."""
