@@ -80,7 +80,7 @@ class _HostKeyPolicy(paramiko.MissingHostKeyPolicy):
 
     def missing_host_key(self, client, hostname, key):
         name = self.target.host_key_name
-        status, line = self.hosts.check(name, key)
+        status, line = self.hosts.check_host(self.target.hostname, self.target.port, key)
         if status == "ok":
             return
         if status == "revoked":
@@ -443,7 +443,8 @@ def _handshake(target: SSHTarget, channel, sock: Optional[socket.socket], jumps:
         # to what is left of ConnectTimeout; the watchdog below bounds the sum.
         transport.banner_timeout = transport.handshake_timeout = transport.auth_timeout = remaining()
         opts = transport.get_security_options()
-        opts.key_types = _host_key_algorithms(opts.key_types, hosts.key_types(target.host_key_name))
+        opts.key_types = _host_key_algorithms(opts.key_types, hosts.key_types(
+            target.host_key_name, None if target.port == 22 else target.hostname))
         return transport
 
     expired = threading.Event()

@@ -173,12 +173,13 @@ class KnownHosts:
         """The lines whose host field matches ``name`` (``host`` or ``[host]:port``)."""
         return [line for line in self.lines if line.matches(name)]
 
-    def key_types(self, name: str) -> list[str]:
+    def key_types(self, name: str, bare: Optional[str] = None) -> list[str]:
         """Key type names (``ssh-ed25519``, ``ssh-rsa``, ...) of the plain keys known for ``name``,
         in file order without repeats: the host key algorithms to prefer in the key exchange (as
-        OpenSSH orders ``HostKeyAlgorithms`` by the known keys)."""
+        OpenSSH orders ``HostKeyAlgorithms`` by the known keys). ``bare``: the host name without
+        the port, whose keys :meth:`check_host` also accepts for another port, come after."""
         out: list[str] = []
-        for line in self.for_host(name):
+        for line in self.for_host(name) + (self.for_host(bare) if bare else []):
             if line.marker is None and line.key.get_name() not in out:
                 out.append(line.key.get_name())
         return out
@@ -210,3 +211,18 @@ class KnownHosts:
             if line.key.get_name() == key.get_name():
                 return "changed", line
         return "unknown", None
+
+    def check_host(self, hostname: str, port: int, key: paramiko.PKey) -> tuple[str, Optional[KnownHostLine]]:
+        """:meth:`check` for ``hostname`` on ``port`` the way OpenSSH's client does it: under
+        ``[hostname]:port`` (just ``hostname`` on port 22); when that finds nothing for a port
+        other than 22, the key is looked up once more under the bare ``hostname`` and accepted if a
+        plain line there holds it (sshconnect.c ``check_host_key``: "checking without port
+        identifier"; a revoked key there is refused too). Same return values as :meth:`check`."""
+        name = hostname if port == 22 else f"[{hostname}]:{port}"
+        status, line = self.check(name, key)
+        if status != "unknown" or port == 22:
+            return status, line
+        bare_status, bare_line = self.check(hostname, key)
+        if bare_status in ("ok", "revoked"):
+            return bare_status, bare_line
+        return status, line
