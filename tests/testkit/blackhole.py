@@ -5,11 +5,14 @@ looks like to an SSH client (the connection stays "up", nothing arrives, nothing
 each accepted connection and ``127.0.0.1:upstream_port`` (a real sshd). ``freeze()`` stops every
 copy at once (bytes already in flight stay in the kernel buffers, nothing is read or written any
 more) and makes new connections black holes too (accepted, never answered); ``thaw()`` resumes.
-``close()`` ends everything. Threads are daemons; no process is started.
+``drop()`` is the other fault: every relayed connection is cut (both ends closed) and new ones
+are closed as soon as they are accepted (a box whose sshd or network dropped us); ``thaw()`` ends
+either. ``close()`` ends everything. Threads are daemons; no process is started.
 """
 
 from __future__ import annotations
 
+import contextlib
 import select
 import socket
 import threading
@@ -28,6 +31,7 @@ class Relay:
         self.flowing = threading.Event()
         self.flowing.set()
         self.closed = False
+        self.dropping = False
         self._socks: list[socket.socket] = []
         self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._accept, name=f"relay-{self.port}", daemon=True)
@@ -38,8 +42,17 @@ class Relay:
         self.flowing.clear()
 
     def thaw(self) -> None:
-        """Relay again."""
+        """Relay again (after :meth:`freeze` or :meth:`drop`)."""
+        self.dropping = False
         self.flowing.set()
+
+    def drop(self) -> None:
+        """Cut every relayed connection now and every new one on arrival."""
+        self.dropping = True
+        with self._lock:
+            socks, self._socks = self._socks, []
+        for s in socks:
+            _cut(s)
 
     def _accept(self) -> None:
         while not self.closed:
@@ -49,6 +62,9 @@ class Relay:
                 continue
             except OSError:
                 return
+            if self.dropping:
+                _cut(down)
+                continue
             with self._lock:
                 self._socks.append(down)
             threading.Thread(target=self._serve, args=(down,), daemon=True).start()
@@ -83,10 +99,7 @@ class Relay:
             return
         finally:
             for s in (down, up):
-                try:
-                    s.close()
-                except OSError:
-                    pass  # closing an already closed socket: nothing to report
+                s.close()
 
     def close(self) -> None:
         """Stop accepting and close every connection."""
@@ -96,9 +109,12 @@ class Relay:
         with self._lock:
             socks, self._socks = self._socks, []
         for s in socks:
-            try:
-                s.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass  # not connected any more: nothing to shut down
-            s.close()
+            _cut(s)
         self._thread.join(timeout=2)
+
+
+def _cut(s: socket.socket) -> None:
+    """Shut ``s`` down both ways (wakes a thread blocked on it) and close it."""
+    with contextlib.suppress(OSError):  # not connected any more: nothing to shut down
+        s.shutdown(socket.SHUT_RDWR)
+    s.close()
