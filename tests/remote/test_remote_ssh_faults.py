@@ -11,6 +11,7 @@ what it refuses. Stalls are real: the sshd processes serving the connection are 
 from __future__ import annotations
 
 import logging
+import os
 import shutil
 import socket
 import subprocess
@@ -446,3 +447,63 @@ def test_a_handshake_that_stalls_fails_within_the_connect_timeout(sshd, tmp_path
         if server is not None:
             _kill_descendants(server.proc.pid)
             server.stop()
+
+
+@pytest.mark.slow
+def test_the_cli_timeout_bounds_a_handshake_that_stalls(sshd, tmp_path):
+    """``workbench restore --host ... --timeout 2`` (an explicit --timeout bounds connecting too)
+    against a box that sends its banner and then nothing (the config says ConnectTimeout 30):
+    exit 2 within the 2 s, one line saying so."""
+    fake = _FakeServer("banner")
+    try:
+        config = tmp_path / "ssh_config"
+        config.write_text(sshd.host_block("stalls", fake.port, ConnectTimeout="30"))
+        env = dict(os.environ, EAGLE_WORKBENCH_SSH_CONFIG=str(config),
+                   EAGLE_WORKBENCH_STATE_DIR=str(tmp_path / "state"))
+        start = time.monotonic()
+        proc = subprocess.run([sys.executable, "-m", "workbench.cli", "restore", "--host", "stalls",
+                               "--timeout", "2"], env=env, capture_output=True, text=True, timeout=120)
+        took = time.monotonic() - start
+    finally:
+        fake.close()
+    assert proc.returncode == 2, proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("workbench restore: "), proc.stderr
+    assert f"127.0.0.1:{fake.port}" in lines[0] and "within ConnectTimeout 2s" in lines[0], proc.stderr
+    assert took < 2 + 10, took  # 2 s for the handshake, the rest is starting Python and importing
+
+
+# -- config values (no server) ------------------------------------------------------------------
+
+
+def test_server_alive_count_and_connect_timeout_are_read_and_checked(tmp_path):
+    from remote.errors import SSHConfigError
+    from remote.ssh import DEFAULT_KEEPALIVE, DEFAULT_KEEPALIVE_COUNT, load_ssh_config, resolve_target
+
+    config = tmp_path / "ssh_config"
+    config.write_text("Host a\n  HostName 127.0.0.1\n  ServerAliveInterval 2.5\n  ServerAliveCountMax 5\n"
+                      "  ConnectTimeout 4\n\nHost d\n  HostName 127.0.0.1\n\n"
+                      "Host bad-count\n  HostName 127.0.0.1\n  ServerAliveCountMax 0\n\n"
+                      "Host bad-timeout\n  HostName 127.0.0.1\n  ConnectTimeout 0\n")
+    configs = load_ssh_config(str(config))
+    a = resolve_target("a", configs)
+    assert (a.keepalive, a.keepalive_count, a.connect_timeout) == (2.5, 5, 4)
+    d = resolve_target("d", configs)
+    assert (d.keepalive, d.keepalive_count) == (DEFAULT_KEEPALIVE, DEFAULT_KEEPALIVE_COUNT) == (30, 3)
+    with pytest.raises(SSHConfigError) as info:
+        resolve_target("bad-count", configs)
+    assert info.value.option == "ServerAliveCountMax"
+    with pytest.raises(SSHConfigError) as info:
+        resolve_target("bad-timeout", configs)
+    assert info.value.option == "ConnectTimeout" and "positive" in str(info.value)
+
+
+def test_known_key_types_are_preferred_in_the_key_exchange():
+    from remote.ssh.auth import _host_key_algorithms
+
+    offered = ("ssh-ed25519", "ecdsa-sha2-nistp256", "rsa-sha2-512", "rsa-sha2-256")
+    assert _host_key_algorithms(offered, []) == list(offered)
+    assert _host_key_algorithms(offered, ["ssh-rsa"]) == ["rsa-sha2-512", "rsa-sha2-256", "ssh-ed25519",
+                                                          "ecdsa-sha2-nistp256"]
+    assert _host_key_algorithms(offered, ["ecdsa-sha2-nistp256", "ssh-dss"]) == [
+        "ecdsa-sha2-nistp256", "ssh-ed25519", "rsa-sha2-512", "rsa-sha2-256"]
