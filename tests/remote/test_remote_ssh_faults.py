@@ -263,7 +263,10 @@ def stoppable_sshd(sshd, tmp_path):
         server.stop()
 
 
-INTERVAL, COUNT, SLACK = 1.0, 2, 1.5
+#: The stall tests' ServerAliveInterval and ServerAliveCountMax, and the seconds allowed past a
+#: deadline on a loaded machine (the checks run every 0.25 s here; the time-outs fixed before
+#: were 15 s, 30 s and 300 s).
+INTERVAL, COUNT, SLACK = 1.0, 2, 2.5
 
 
 @pytest.mark.slow
@@ -313,7 +316,8 @@ def test_a_stopped_sshd_fails_the_call_within_interval_times_count(stoppable_ssh
                                for r in caplog.records), [r.getMessage() for r in caplog.records]
             took = time.monotonic() - frozen_at[0]
             assert stopped, "no sshd process served the connection"
-            assert INTERVAL * COUNT - 0.6 <= took <= INTERVAL * COUNT + SLACK, took
+            # the last byte from the box came at most half an interval before the freeze
+            assert INTERVAL * COUNT - 1.0 <= took <= INTERVAL * COUNT + SLACK, took
             # the listener still answers: the next call opens a new connection and works
             assert box.run("echo again", timeout=30).stdout == "again\n"
             assert box.transport.reconnects == 1
