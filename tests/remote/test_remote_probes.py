@@ -21,6 +21,7 @@ from remote.errors import (
     ProbeConflict,
     ProbeError,
     ProbeExists,
+    ProbeExpressionRefused,
     ProbeNotFound,
     RemoteFileNotFound,
     RemoteIsADirectory,
@@ -218,9 +219,9 @@ def test_anchor_errors_are_clear(box, src):
 
 
 def test_compile_failure_on_the_box_leaves_everything_untouched(box, src):
-    with pytest.raises(ProbeCompileError) as info:  # parses as an expression, fails to compile (symtable)
-        add_probe(box, src, before=16, exprs=["(lambda a, a: 0)"], tag="bad")
-    assert "duplicate argument" in info.value.output and not info.value.of_original
+    with pytest.raises(ProbeCompileError) as info:  # parses as an expression, passes the whitelist, fails to compile
+        add_probe(box, src, before=16, exprs=["round(embeds, ndigits=1, ndigits=2)"], tag="bad")
+    assert "keyword argument repeated" in info.value.output and not info.value.of_original
     assert src.read_text() == DRAFT_SOURCE
     assert list_probes(box) == [] and os.listdir(src.parent) == ["draft_model.py"]
 
@@ -602,16 +603,52 @@ def test_expressions_that_would_change_state_are_refused(src, tmp_path, expr, wh
     with connect("local", state_dir=tmp_path / "box-state", python=sys.executable) as box:
         with pytest.raises(ProbeError, match="must only read") as info:
             add_probe(box, src, before=16, exprs=["embeds", expr], tag="t")
-        assert why in str(info.value) and "guard, not a sandbox" in str(info.value)
+        assert why in str(info.value) and isinstance(info.value, ProbeExpressionRefused)
         with pytest.raises(ProbeError, match="once_per .* must only read"):
             add_probe(box, src, before=16, exprs=["embeds"], once_per=expr, tag="t")
     assert src.read_text() == DRAFT_SOURCE and not (tmp_path / "box-state").exists()
 
 
-@pytest.mark.parametrize("expr", ["hidden_states.__len__()", "hidden_states.shape.__getitem__(-1)", "embeds.add(1)",
-                                  "hidden_states.zero_", "getattr(hidden_states, 'shape')", "a_ == b_", "f_(x)"])
+@pytest.mark.parametrize("expr", ["hidden_states.shape[-1]", "hidden_states.zero_", "a_ == b_", "type(x).__name__",
+                                  "hidden_states.float().mean().item()", "len(embeds) if embeds else None",
+                                  "{n: p.norm().item() for n, p in m.named_parameters()}", "hasattr(x, 'fc')",
+                                  "torch.linalg.vector_norm(p.detach(), dtype=torch.float32)", "f'{x.shape!r}'",
+                                  "x.is_contiguous()", "sorted(d.items(), reverse=True)[:3]"])
 def test_reading_expressions_are_allowed(expr):
-    check_expression(expr)  # dunders, non-in-place calls, an in-place method not called, names ending in _
+    check_expression(expr)  # an in-place method not called, names ending in _, the recipes' kinds of reads
+
+
+@pytest.mark.parametrize("expr, column, why", [
+    ("__import__('os').system('touch /tmp/x')", 1, "__import__"),
+    ("open('/tmp/x', 'w')", 1, "open (I/O)"),
+    ("getattr(h, 'zero_')()", 1, "getattr"),
+    ("getattr(hidden_states, 'shape')", 1, "getattr"),
+    ("h.__class__.__mro__", 1, ".__class__"),
+    ("x.__globals__", 1, ".__globals__"),
+    ("hidden_states.__len__()", 1, ".__len__"),
+    ("embeds.add(1)", 1, ".add()"),
+    ("os.system('id')", 1, ".system()"),
+    ("eval('1')", 1, "eval"),
+    ("(lambda: 0)()", 2, "a lambda"),
+    ("sorted(x, key=os.system)", 1, "keyword key="),
+    ("max(*xs)", 5, "unpacking (*x)"),
+    ("{**d}", 1, "unpacking (**x)"),
+    ("type('X', (), {})", 1, "type() with other than one argument"),
+    ("hasattr(x, name)", 1, "hasattr() without a constant"),
+    ("hasattr(x, '__class__')", 12, ".__class__"),
+    ("'{0.__class__}'.format(x)", 1, ".format()"),
+    ("f'{x.__dict__}'", 4, ".__dict__"),
+    ("x.shape if _ewb_sys else 0", 12, "_ewb_sys"),
+    ("__builtins__", 1, "the dunder name"),
+    ("f(x)", 1, "a call of f()"),
+    ("x.is_ready(1)", 1, ".is_ready() with arguments"),
+    ("[y for y.attr in xs]", 8, "a comprehension target other than names"),
+])
+def test_expressions_outside_the_whitelist_are_refused_naming_the_node(expr, column, why):
+    with pytest.raises(ProbeExpressionRefused) as info:
+        check_expression(expr, what="--print")
+    assert why in str(info.value) and f"at column {column} " in str(info.value), str(info.value)
+    assert info.value.column == column and str(info.value).startswith(f"--print {expr!r} is refused")
 
 
 # -- once per distinct key -------------------------------------------------------------------------
