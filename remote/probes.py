@@ -67,6 +67,7 @@ import json
 import logging
 import math
 import os
+import posixpath
 import re
 import shlex
 import signal
@@ -83,6 +84,7 @@ from .errors import (
     ProbeError,
     ProbeExists,
     ProbeExpressionRefused,
+    ProbePathOutside,
     ProbeNotFound,
     RemoteFileDecodeError,
     RemoteFileError,
@@ -400,7 +402,7 @@ def render_block(
     once_code = guarded_source(once_per, what="once_per") if once_per is not None else None
     when_code = guarded_source(when, what="when") if when is not None else None
     head = f"[probe:{tag}]"  # the tag as grep finds it in the source; printed as [probe:TAG pgid=G pid=P]
-    cut = f"_ewb_cut = lambda s: s if len(s) <= {int(max_repr)} else s[:{int(max_repr)}] + '...'"
+    cut = f"_ewb_cut = lambda s: s if _ewb_b.len(s) <= {int(max_repr)} else s[:{int(max_repr)}] + '...'"
     who = [
         "try:",
         "    import os as _ewb_os",
@@ -408,10 +410,11 @@ def render_block(
         "except Exception:  # not POSIX: the line is still printed, its launch unknown",
         "    _ewb_who = ' pgid=? pid=?'",
     ]
-    body = [BEGIN_MARKER.format(tag=tag), "try:", "    import sys as _ewb_sys"]
+    # The block's own builtins come from the builtins module: the probed frame may shadow any name.
+    body = [BEGIN_MARKER.format(tag=tag), "try:", "    import sys as _ewb_sys, builtins as _ewb_b"]
     if once_per is None:
         body += [
-            "    _ewb_fired = _ewb_sys.__dict__.setdefault('_eagle_workbench_probes_fired', set())",
+            "    _ewb_fired = _ewb_sys.__dict__.setdefault('_eagle_workbench_probes_fired', _ewb_b.set())",
             f"    if {tag!r} not in _ewb_fired:",
         ]
         pad = "        "
@@ -423,8 +426,8 @@ def render_block(
     else:
         body += [
             "    _ewb_seen = _ewb_sys.__dict__.setdefault('_eagle_workbench_probes_seen', {})"
-            + f".setdefault({tag!r}, set())",
-            f"    if len(_ewb_seen) < {int(max_prints)}:",
+            + f".setdefault({tag!r}, _ewb_b.set())",
+            f"    if _ewb_b.len(_ewb_seen) < {int(max_prints)}:",
         ]
         pad = "        "
         body += [pad + line for line in _GATE_LINES]
@@ -432,7 +435,7 @@ def render_block(
             body.append(pad + f"if {when_code}:")
             pad += "    "
         body += [
-            pad + f"_ewb_key = repr({once_code})",
+            pad + f"_ewb_key = _ewb_b.repr({once_code})",
             pad + "if _ewb_key not in _ewb_seen:",
             pad + "    _ewb_seen.add(_ewb_key)",
         ]
@@ -441,25 +444,26 @@ def render_block(
     for expr, code in zip(exprs, exprs_code):
         body += [
             pad + "try:",
-            pad + f"    _ewb_parts.append({expr + '='!r} + _ewb_cut(repr({code})))",
+            pad + f"    _ewb_parts.append({expr + '='!r} + _ewb_cut(_ewb_b.repr({code})))",
             pad + "except Exception as _ewb_exc:",
-            pad + f"    _ewb_parts.append({expr + '=<error:'!r} + repr(_ewb_exc) + '>')",
+            pad + f"    _ewb_parts.append({expr + '=<error:'!r} + _ewb_b.repr(_ewb_exc) + '>')",
         ]
     body += [pad + line for line in who]
-    body.append(pad + f"print({head!r}[:-1] + _ewb_who + '] ' + ' '.join(_ewb_parts).replace('\\n', '\\\\n'), "
+    body.append(pad + f"_ewb_b.print({head!r}[:-1] + _ewb_who + '] ' + ' '.join(_ewb_parts).replace('\\n', '\\\\n'), "
                       "file=_ewb_sys.stderr, flush=True)")
     body += [
         "except Exception as _ewb_exc:  # a probe must never break the code it watches",
         "    try:",
-        "        _ewb_failed = __import__('sys').__dict__.setdefault('_eagle_workbench_probes_failed', set())",
+        "        import sys as _ewb_sys, builtins as _ewb_b",
+        "        _ewb_failed = _ewb_sys.__dict__.setdefault('_eagle_workbench_probes_failed', _ewb_b.set())",
         f"        if {tag!r} not in _ewb_failed:",
         f"            _ewb_failed.add({tag!r})",
         *("            " + line for line in who),
-        f"            print({head!r}[:-1] + _ewb_who + '] <probe failed:' + repr(_ewb_exc)[:{int(max_repr)}] + '>', "
-        "file=__import__('sys').stderr, flush=True)",
+        f"            _ewb_b.print({head!r}[:-1] + _ewb_who + '] <probe failed:' + _ewb_b.repr(_ewb_exc)[:{int(max_repr)}]"
+        " + '>', file=_ewb_sys.stderr, flush=True)",
         "    except Exception as _ewb_lost:  # stderr cannot be written: nowhere left to say it but here",
         "        __import__('sys').__dict__.setdefault('_eagle_workbench_probes_lost', {})"
-        f"[{tag!r}] = repr(_ewb_lost)",
+        f"[{tag!r}] = __import__('builtins').repr(_ewb_lost)",
         END_MARKER.format(tag=tag),
     ]
     return "".join(indent + line + newline for line in body)
@@ -794,25 +798,25 @@ GATE_NAME = "_eagle_workbench_probe_gate_1"
 _GATE_LINES = [
     f"_ewb_g = _ewb_sys.__dict__.get({GATE_NAME!r})",
     "if _ewb_g is None:",
-    "    import builtins as _ewb_b, types as _ewb_t",
+    "    import types as _ewb_t",
     "    def _ewb_gf(fn, name, _b=_ewb_b, _s=_ewb_sys):",
     "        if name.startswith('torch.'):",
     "            want = _s.modules.get('torch')",
     "            for part in name.split('.')[1:]:",
-    "                want = getattr(want, part, None)",
+    "                want = _b.getattr(want, part, None)",
     "        else:",
-    "            want = getattr(_b, name, None)",
+    "            want = _b.getattr(_b, name, None)",
     "        if want is None or fn is not want:",
-    "            raise TypeError('probe: %s here is %r, not the function of that name; not called' % (name, fn))",
+    "            raise _b.TypeError('probe: %s here is %r, not the function of that name; not called' % (name, fn))",
     "        return fn",
-    "    def _ewb_gm(obj, name, _s=_ewb_sys, _ok=" + repr(tuple(sorted(MODULE_METHODS))) + "):",
+    "    def _ewb_gm(obj, name, _b=_ewb_b, _s=_ewb_sys, _ok=" + repr(tuple(sorted(MODULE_METHODS))) + "):",
     "        _t = _s.modules.get('torch')",
-    "        if _t is not None and isinstance(obj, _t.nn.Module) and name not in _ok:",
-    "            raise TypeError('probe: .%s() would change the module in place; not called' % name)",
-    "        return getattr(obj, name)",
-    "    def _ewb_git(value):",
-    "        if hasattr(type(value), '__next__'):",
-    "            raise TypeError('probe: %s is an iterator; iterating it would consume it' % type(value).__name__)",
+    "        if _t is not None and _b.isinstance(obj, _t.nn.Module) and name not in _ok:",
+    "            raise _b.TypeError('probe: .%s() would change the module in place; not called' % name)",
+    "        return _b.getattr(obj, name)",
+    "    def _ewb_git(value, _b=_ewb_b):",
+    "        if _b.hasattr(_b.type(value), '__next__'):",
+    "            raise _b.TypeError('probe: %s is an iterator; iterating it would consume it' % _b.type(value).__name__)",
     "        return value",
     "    _ewb_g = _ewb_t.SimpleNamespace(f=_ewb_gf, m=_ewb_gm, it=_ewb_git)",
     f"    _ewb_sys.__dict__[{GATE_NAME!r}] = _ewb_g",
@@ -966,6 +970,46 @@ def _find_anchor(
     return idx
 
 
+# -- where a probe may write -------------------------------------------------------------------
+
+
+def _inside(path: str, root: str) -> bool:
+    root = root.rstrip("/") or "/"
+    return path == root or path.startswith(root if root == "/" else root + "/")
+
+
+def resolve_probe_path(box: Box, path: PathLike, root: Optional[PathLike] = None, *, timeout: float = 30) -> str:
+    """The real file a probe on ``path`` patches: ``path`` with every symlink resolved on the box
+    (``realpath``, each component). With ``root`` (the engine package directory) that file must
+    lie inside the resolved ``root``: a symlink inside the package that leads out of it is refused.
+
+    Returns the resolved absolute path. Raises :class:`ProbePathOutside` (``.link``: the first
+    component of ``path``, as given, that is a symlink out of the root; ``.target``: where it
+    resolves; ``.root``), and the box's file errors. ``timeout``: seconds for each box call
+    (one ``realpath``, and one per component of ``path`` when it is refused)."""
+    given = box.expand_path(path)
+    real = box.realpath(given, timeout=timeout)
+    if root is None:
+        return real
+    real_root = box.realpath(box.expand_path(root), timeout=timeout)
+    if _inside(real, real_root):
+        return real
+    parts = [c for c in posixpath.normpath(given).split("/") if c]
+    spelled, resolved = "", "/" if given.startswith("/") else ""
+    for i, name in enumerate(parts):
+        spelled = posixpath.join(spelled or ("/" if given.startswith("/") else ""), name)
+        lexical = posixpath.join(resolved, name) if resolved else name
+        target = box.realpath(spelled, timeout=timeout)
+        if target != lexical and _inside(lexical, real_root) and not _inside(target, real_root):
+            raise ProbePathOutside(
+                f"{spelled} is a symlink to {target}, outside the engine package {real_root}; a probe only "
+                "patches files inside the engine (remove the link or probe the file it points at explicitly)",
+                link=spelled, target=target, root=real_root, path=given, box=box.name)
+        resolved = target
+    raise ProbePathOutside(f"{given} resolves to {real}, outside the engine package {real_root}",
+                           target=real, root=real_root, path=given, box=box.name)
+
+
 # -- add / revert ------------------------------------------------------------------------------
 
 
@@ -982,6 +1026,7 @@ def add_probe(
     when: Optional[str] = None,
     max_repr: int = MAX_REPR,
     python: Optional[str] = None,
+    root: Optional[PathLike] = None,
     timeout: float = 60,
 ) -> Probe:
     """Insert a debug print before an anchor line of the Python file ``path`` on the box.
@@ -1014,7 +1059,10 @@ def add_probe(
     Adding the same tag again with the same file, anchor, expressions and ``once_per`` (and
     ``max_prints`` when ``once_per`` is given) returns the existing probe without touching the
     file (also when newer probes were added on top of it). A symlinked ``path`` is resolved: the
-    real file is patched (``Probe.path``) and the link stays a link.
+    real file is patched (``Probe.path``) and the link stays a link. With ``root`` (the engine
+    package directory on the box) the resolved file must lie inside the resolved root
+    (:func:`resolve_probe_path`): a symlink in the package pointing out of it raises
+    ``ProbePathOutside`` naming the link and its target, before anything is read or written.
 
     Raises ``AnchorNotFound`` / ``AnchorAmbiguous``; ``ProbeCompileError`` when the original or
     the patched file does not compile on the box (nothing is written); ``ProbeConflict`` when the
@@ -1037,7 +1085,7 @@ def add_probe(
     for name, value in (("max_prints", max_prints), ("max_repr", max_repr)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ProbeError(f"probe {tag!r}: {name} must be a positive int, got {value!r}")
-    p = box.realpath(path, timeout=timeout)  # patch the real file, never replace a symlink
+    p = resolve_probe_path(box, path, root, timeout=timeout)  # patch the real file, never replace a symlink
     if not p.endswith(".py"):
         raise ProbeError("not a Python source file (a probe goes only into a file ending in .py)", path=p,
                          box=box.name)
@@ -1268,6 +1316,15 @@ def revert_probe(box: Box, probe: Union[Probe, str], *, timeout: float = 60) -> 
         raise ProbeNotFound(f"no probe {tag!r} in the journal at {journal_dir(box)}", box=box.name)
     if entry.temp_path:
         box.remove(entry.temp_path, missing_ok=True)
+    try:
+        now = box.realpath(entry.path, timeout=timeout)
+    except RemoteFileNotFound:
+        now = entry.path
+    if now != entry.path:  # a component became a symlink since the add: never write through it
+        raise ProbeConflict(
+            f"probe {tag!r}: {entry.path} (the resolved file the probe patched) now resolves to {now}; not "
+            f"writing through the link; the original is kept at {entry.backup_path}",
+            path=entry.path, backup_path=entry.backup_path, box=box.name)
     try:
         current = box.sha256(entry.path, timeout=timeout)
     except RemoteFileNotFound:

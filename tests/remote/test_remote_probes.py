@@ -22,6 +22,7 @@ from remote.errors import (
     ProbeError,
     ProbeExists,
     ProbeExpressionRefused,
+    ProbePathOutside,
     ProbeNotFound,
     RemoteFileNotFound,
     RemoteIsADirectory,
@@ -1019,3 +1020,77 @@ def test_the_block_never_raises_even_when_stderr_cannot_be_written():
     finally:
         sys.stderr = saved
     assert sys._eagle_workbench_probes_lost["lost-t"] == "OSError('stderr is closed')"
+
+
+# -- containment: what the inserted block may do, and where it may be written -----------------------
+
+GATED_SOURCE = textwrap.dedent(
+    """\
+    import sys
+    import torch
+
+
+    def work(m, it, x):
+        len = print  # a frame variable shadowing the builtin
+        y = 1
+        return next(it), str(m.weight.dtype), y
+    """
+)
+
+
+def test_the_block_gates_every_call_when_the_probe_runs(box, tmp_path):
+    """The static whitelist passes these; when the probe runs, the gate still refuses a shadowed
+    builtin, a module cast in place and an iterator of the frame: each prints ``<error:...>`` and
+    the engine's state is as before (the module still half, the iterator not advanced)."""
+    path = tmp_path / "gated.py"
+    path.write_text(GATED_SOURCE)
+    exprs = ["len(x)", "m.float()", "list(it)", "x.float().sum().item()", "m.weight.dtype", "tuple(x.shape)"]
+    probe = add_probe(box, path, before=r"^\s+y = 1$", exprs=exprs, tag="gate")
+    caller = ("import sys, torch; sys.path.insert(0, sys.argv[1]); import gated; "
+              "print(gated.work(torch.nn.Linear(2, 2).half(), iter(range(5)), torch.ones(2, 3)))")
+    out = subprocess.run([sys.executable, "-c", caller, str(tmp_path)], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "(0, 'torch.float16', 1)"  # the iterator not consumed, the module not cast
+    [values] = read_probe_output(out.stderr, probe)
+    assert values["len(x)"].startswith("<error:TypeError('probe: len here is <built-in function print>")
+    assert values["m.float()"] == "<error:TypeError('probe: .float() would change the module in place; not called')>"
+    assert values["list(it)"].startswith("<error:TypeError('probe: range_iterator is an iterator")
+    assert values["x.float().sum().item()"] == "6.0"
+    assert values["m.weight.dtype"] == "torch.float16" and values["tuple(x.shape)"] == "(2, 3)"
+    revert_probe(box, probe)
+    assert path.read_text() == GATED_SOURCE
+
+
+def test_a_symlink_out_of_the_engine_is_refused_naming_link_and_target(box, tmp_path):
+    engine, outside = tmp_path / "pkg", tmp_path / "elsewhere"
+    (engine / "models").mkdir(parents=True)
+    outside.mkdir()
+    (outside / "victim.py").write_text(DRAFT_SOURCE)
+    (engine / "models" / "inside.py").write_text(DRAFT_SOURCE)
+    os.symlink(outside, engine / "linked")                        # a directory link leading out
+    os.symlink(outside / "victim.py", engine / "models" / "file_link.py")  # a file link leading out
+    os.symlink(engine / "models" / "inside.py", engine / "alias.py")       # a link that stays inside
+    for given, link in ((engine / "linked" / "victim.py", engine / "linked"),
+                        (engine / "models" / "file_link.py", engine / "models" / "file_link.py")):
+        with pytest.raises(ProbePathOutside) as info:
+            add_probe(box, given, before=16, exprs=["embeds"], tag="t", root=engine)
+        err = info.value
+        assert (err.link, err.target, err.root) == (str(link), str(os.path.realpath(link)), str(engine))
+        assert f"{link} is a symlink to {os.path.realpath(link)}, outside the engine package {engine}" in str(err)
+    with pytest.raises(ProbePathOutside, match="resolves to .*victim.py, outside the engine package"):
+        add_probe(box, outside / "victim.py", before=16, exprs=["embeds"], tag="t", root=engine)
+    assert (outside / "victim.py").read_text() == DRAFT_SOURCE and not (tmp_path / "box-state").exists()
+
+    probe = add_probe(box, engine / "alias.py", before=16, exprs=["embeds"], tag="t", root=engine)
+    assert probe.path == str(engine / "models" / "inside.py") and os.path.islink(engine / "alias.py")
+    # the probed directory swapped for a link before the revert: never written through
+    os.rename(engine / "models", engine / "models.real")
+    os.symlink(outside, engine / "models")
+    (outside / "inside.py").write_bytes((engine / "models.real" / "inside.py").read_bytes())
+    with pytest.raises(ProbeConflict, match="now resolves to .*elsewhere/inside.py; not writing through the link"):
+        revert_probe(box, probe)
+    assert (outside / "inside.py").read_bytes() == (engine / "models.real" / "inside.py").read_bytes()
+    os.remove(engine / "models")
+    os.rename(engine / "models.real", engine / "models")
+    revert_probe(box, probe)
+    assert (engine / "models" / "inside.py").read_text() == DRAFT_SOURCE

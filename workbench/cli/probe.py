@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import posixpath
 import sys
 from typing import Any, Optional, Sequence
 
@@ -138,8 +139,12 @@ def _probe_add(args: argparse.Namespace, box: Any) -> ExitCode:
     before = args.before if args.before is not None else args.line
     function, exprs, tag = args.function, tuple(args.print), args.tag
     once_per, when = args.once_per, args.when
+    # Inside the engine (a relative --file, or an absolute one under its package): the resolved file
+    # must stay inside it (a symlink in the package pointing out is refused, ProbePathOutside).
+    root = engine.root if engine is not None and (
+        not _is_box_absolute(args.file) or probes._inside(posixpath.normpath(path), engine.root)) else None
     try:
-        real = box.realpath(path, timeout=args.timeout)
+        real = probes.resolve_probe_path(box, path, root, timeout=args.timeout)
         if not box.exists(real, timeout=args.timeout):
             raise RemoteFileNotFound("no such file", path=path, box=box.name)
     except RemoteFileNotFound:
@@ -162,7 +167,7 @@ def _probe_add(args: argparse.Namespace, box: Any) -> ExitCode:
     existing = journal.get(tag)
     probe = probes.add_probe(box, real, before=before, exprs=exprs, tag=tag, function=function,
                              once_per=once_per, max_prints=max_prints, when=when, python=python,
-                             timeout=args.timeout)
+                             root=root, timeout=args.timeout)
     again = existing is not None and existing.created_at == probe.created_at
     return _report_added(args, box, [(probe, again)], engine, python, engine_note, None)
 

@@ -358,7 +358,7 @@ def add_recipes(box, cmap: CodePathMap, names: Sequence[str], *, python: Optiona
                     before = existing.anchor  # in place already: the map's line moved down by its block
                 probe = add_probe(box, spec.path, before=before, function=spec.function, exprs=list(spec.exprs),
                                   tag=spec.tag, once_per=spec.once_per, when=spec.when, max_prints=spec.max_prints,
-                                  max_repr=spec.max_repr, python=python, timeout=timeout)
+                                  max_repr=spec.max_repr, python=python, root=cmap.root, timeout=timeout)
                 if existing is None:
                     added.append(probe)
                 result.append(probe)
