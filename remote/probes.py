@@ -1131,7 +1131,7 @@ def add_probe(
         text = original.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise ProbeError(f"cannot probe a file that is not UTF-8 (byte {exc.start})", path=p, box=box.name) from None
-    check = box.run([python, "-c", _COMPILE_SNIPPET, p, p], timeout=timeout, check=False)
+    check = box.run([python, "-B", "-c", _COMPILE_SNIPPET, p, p], timeout=timeout, check=False)
     if not check.ok:
         raise ProbeCompileError(
             f"the original file does not compile with {python}; probe {tag!r} not added, nothing was written",
@@ -1184,7 +1184,7 @@ def add_probe(
     _crash_point("after-backup")
     try:
         box.transport.write_new(probe.temp_path, patched, mode=mode, timeout=timeout)
-        check = box.run([python, "-c", _COMPILE_SNIPPET, probe.temp_path, p], timeout=timeout, check=False)
+        check = box.run([python, "-B", "-c", _COMPILE_SNIPPET, probe.temp_path, p], timeout=timeout, check=False)
         if not check.ok:
             raise ProbeCompileError(
                 f"probe {tag!r} before line {idx + 1} makes the file fail to compile with {python}",

@@ -722,7 +722,7 @@ def test_once_per_prints_each_distinct_key_once_up_to_max_prints(box, src, tmp_p
 
 def test_render_block_once_per_default_and_key_failure():
     block = render_block("w", ["x.shape"], "    ", once_per="x.shape[-1]")
-    assert "if len(_ewb_seen) < 8:" in block and "repr((x.shape[-1]))" in block
+    assert "if _ewb_b.len(_ewb_seen) < 8:" in block and "_ewb_b.repr((x.shape[-1]))" in block
     ns = {"x": type("T", (), {"shape": (1, 2)})()}
     code = compile("def f(x):\n" + block + "    return 1\n", "<probe>", "exec")
     exec(code, ns)

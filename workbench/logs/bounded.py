@@ -1,0 +1,102 @@
+"""Bounded log lines: no reader of the workbench holds more than :data:`MAX_LINE` bytes of one line.
+
+A line longer than ``MAX_LINE`` (64 KiB) is kept as its first ``MAX_LINE`` bytes followed by
+``" [eagle-workbench: line cut at 65536 of N bytes]"`` (:func:`remote.box.cut_mark`; ``N`` its real
+length, read back by :func:`cut_length`), wherever it is read: the last N lines
+(:func:`remote.box.tail_lines`, ``Box.tail``, :func:`workbench.logs.tail_bytes`), a whole log
+(:class:`workbench.logs.LogScanner`), a followed one (:class:`workbench.logs.LogFollower`) and the
+decode records a measurement reads (:func:`workbench.logs.read_decode_records`). One 500 MB line
+(a printed tensor, a dump) then costs 64 KiB, and the other lines around it are still read.
+
+:class:`LineCapper` splits a stream of byte blocks into complete, capped lines, holding at most
+``MAX_LINE + 1`` bytes of the unfinished one; :func:`cap_lines` caps the lines of one block.
+"""
+
+from __future__ import annotations
+
+from typing import Union
+
+import numpy as np
+
+from remote.box import MAX_LINE, cut_length, cut_line, cut_mark, tail_lines
+
+__all__ = ["MAX_LINE", "cut_mark", "cut_length", "cut_line", "tail_lines", "cap_lines", "LineCapper"]
+
+Buffer = Union[bytes, bytearray, memoryview]
+
+
+def cap_lines(block: Buffer, max_line: int = MAX_LINE) -> bytes:
+    """``block`` (complete lines, each ending in ``\\n``) with every line longer than ``max_line``
+    bytes cut to its head and :func:`cut_mark`. A block no longer than ``max_line`` is returned as
+    it is (no line in it can be too long)."""
+    data = bytes(block)
+    if len(data) <= max_line:
+        return data
+    arr = np.frombuffer(data, np.uint8)
+    ends = np.flatnonzero(arr == 10)
+    if len(ends) == 0 or ends[-1] != len(data) - 1:
+        ends = np.append(ends, len(data))
+    starts = np.empty_like(ends)
+    starts[0] = 0
+    starts[1:] = ends[:-1] + 1
+    long = np.flatnonzero(ends - starts > max_line)
+    if len(long) == 0:
+        return data
+    out, pos = [], 0
+    for i in long:
+        a, b = int(starts[i]), int(ends[i])
+        out += [data[pos:a], data[a:a + max_line], cut_mark(max_line, b - a)]
+        pos = b
+    out.append(data[pos:])
+    return b"".join(out)
+
+
+class LineCapper:
+    """Complete lines out of a stream of blocks, each line at most ``max_line`` bytes plus its
+    :func:`cut_mark`. :meth:`feed` returns the complete lines (bytes, each ending in ``\\n``) the
+    block finished; the unfinished last line is held, at most ``max_line + 1`` bytes of it
+    (``held``) with its real length so far (``held_length``); :meth:`flush` returns it (capped,
+    without a newline) and forgets it."""
+
+    def __init__(self, max_line: int = MAX_LINE) -> None:
+        if max_line < 1:
+            raise ValueError(f"max_line must be >= 1, got {max_line}")
+        self.max_line = max_line
+        self.held = b""
+        self.held_length = 0
+
+    def _hold(self, data: Buffer) -> None:
+        room = self.max_line + 1 - len(self.held)
+        if room > 0:
+            self.held += bytes(data[:room])
+        self.held_length += len(data)
+
+    def _finish_held(self, rest: Buffer) -> bytes:
+        self._hold(rest)
+        line, length = self.held, self.held_length
+        self.held, self.held_length = b"", 0
+        if length <= self.max_line:
+            return line
+        return line[: self.max_line] + cut_mark(self.max_line, length)
+
+    def feed(self, data: Buffer) -> bytes:
+        """The complete lines ``data`` finishes (with the held line's end first), capped."""
+        mv = memoryview(data) if not isinstance(data, memoryview) else data
+        if not len(mv):
+            return b""
+        raw = mv.obj if isinstance(mv.obj, bytes) and len(mv) == len(mv.obj) else mv.tobytes()
+        first = raw.find(b"\n")
+        if first < 0:
+            self._hold(raw)
+            return b""
+        head = self._finish_held(raw[:first]) + b"\n"
+        last = raw.rfind(b"\n")
+        body = cap_lines(raw[first + 1 : last + 1], self.max_line) if last > first else b""
+        self._hold(raw[last + 1 :])
+        return head + body
+
+    def flush(self) -> bytes:
+        """The held unfinished line, capped (no newline); ``b""`` when none. Forgets it."""
+        if not self.held_length:
+            return b""
+        return self._finish_held(b"")
