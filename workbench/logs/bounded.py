@@ -9,7 +9,7 @@ decode records a measurement reads (:func:`workbench.logs.read_decode_records`).
 (a printed tensor, a dump) then costs 64 KiB, and the other lines around it are still read.
 
 :class:`LineCapper` splits a stream of byte blocks into complete, capped lines, holding at most
-``MAX_LINE + 1`` bytes of the unfinished one; :func:`cap_lines` caps the lines of one block.
+``MAX_LINE + 97`` bytes of the unfinished one; :func:`cap_lines` caps the lines of one block.
 """
 
 from __future__ import annotations
@@ -23,12 +23,20 @@ from remote.box import MAX_LINE, cut_length, cut_line, cut_mark, tail_lines
 __all__ = ["MAX_LINE", "cut_mark", "cut_length", "cut_line", "tail_lines", "cap_lines", "LineCapper"]
 
 Buffer = Union[bytes, bytearray, memoryview]
+#: Room for a cut mark after ``max_line`` bytes: a line cut once (by a tail, a follower) passes
+#: through again unchanged, its mark (and real length) kept.
+MARK_ROOM = 96
+
+
+def _already_cut(line: bytes, max_line: int) -> bool:
+    return len(line) <= max_line + MARK_ROOM and cut_length(line) is not None
 
 
 def cap_lines(block: Buffer, max_line: int = MAX_LINE) -> bytes:
     """``block`` (complete lines, each ending in ``\\n``) with every line longer than ``max_line``
-    bytes cut to its head and :func:`cut_mark`. A block no longer than ``max_line`` is returned as
-    it is (no line in it can be too long)."""
+    bytes cut to its head and :func:`cut_mark` (a line that is already a head and its mark is kept
+    as it is). A block no longer than ``max_line`` is returned as it is (no line in it can be too
+    long)."""
     data = bytes(block)
     if len(data) <= max_line:
         return data
@@ -45,6 +53,8 @@ def cap_lines(block: Buffer, max_line: int = MAX_LINE) -> bytes:
     out, pos = [], 0
     for i in long:
         a, b = int(starts[i]), int(ends[i])
+        if _already_cut(data[a:b], max_line):
+            continue
         out += [data[pos:a], data[a:a + max_line], cut_mark(max_line, b - a)]
         pos = b
     out.append(data[pos:])
@@ -54,8 +64,8 @@ def cap_lines(block: Buffer, max_line: int = MAX_LINE) -> bytes:
 class LineCapper:
     """Complete lines out of a stream of blocks, each line at most ``max_line`` bytes plus its
     :func:`cut_mark`. :meth:`feed` returns the complete lines (bytes, each ending in ``\\n``) the
-    block finished; the unfinished last line is held, at most ``max_line + 1`` bytes of it
-    (``held``) with its real length so far (``held_length``); :meth:`flush` returns it (capped,
+    block finished; the unfinished last line is held, at most ``max_line + 1 + MARK_ROOM`` bytes
+    of it (``held``) with its real length so far (``held_length``); :meth:`flush` returns it (capped,
     without a newline) and forgets it."""
 
     def __init__(self, max_line: int = MAX_LINE) -> None:
@@ -66,7 +76,7 @@ class LineCapper:
         self.held_length = 0
 
     def _hold(self, data: Buffer) -> None:
-        room = self.max_line + 1 - len(self.held)
+        room = self.max_line + 1 + MARK_ROOM - len(self.held)
         if room > 0:
             self.held += bytes(data[:room])
         self.held_length += len(data)
@@ -75,7 +85,7 @@ class LineCapper:
         self._hold(rest)
         line, length = self.held, self.held_length
         self.held, self.held_length = b"", 0
-        if length <= self.max_line:
+        if length <= self.max_line or _already_cut(line[:length], self.max_line):
             return line
         return line[: self.max_line] + cut_mark(self.max_line, length)
 
