@@ -29,10 +29,17 @@ CUDA graphs at startup, running the draft's forward on a 1x-wide zeros buffer be
 a once-per-process probe shows only that call, while ``once_per="hidden_states.shape[-1]"`` shows
 each width (the aux-wide draft-extend call under EAGLE3 too).
 
-Expressions (and ``once_per``, ``when``) only read: ``check_expression`` refuses ``:=``,
-``await``/``yield`` and calls of in-place methods (a name ending in one ``_``: PyTorch's ``zero_``,
-``mul_``, ``copy_``...). It is a guard against slips, not a sandbox: ``getattr(x, "zero_")()`` or a
-call with side effects still runs.
+Expressions (and ``once_per``, ``when``) only read: ``check_expression`` accepts only a whitelist
+of their syntax tree (names, attribute reads without dunders, subscripts, constants, containers,
+operators, comprehensions, calls of :data:`PURE_FUNCTIONS`, :data:`TORCH_FUNCTIONS` and
+:data:`PURE_METHODS`) and refuses anything else (``__import__``, ``open``, ``getattr``, ``eval``,
+lambdas, ``:=``, in-place methods such as ``zero_``), naming the node and its column
+(:class:`ProbeExpressionRefused`). The inserted block evaluates exactly the checked tree
+(:func:`guarded_source`): each call goes through a gate that checks, when the probe runs, that the
+callee is still the builtin or torch function of that name, that no ``nn.Module`` is cast or moved
+in place, and that no iterator of the frame is consumed. The file is resolved on the box (every
+symlink) and, given the engine's root, must stay inside it (:func:`resolve_probe_path`,
+:class:`ProbePathOutside`).
 
 Safety, in order: only a ``.py`` file is probed, and only when the original compiles with the
 box's python; the original bytes are backed up next to the journal with their sha256; a journal
@@ -1034,7 +1041,7 @@ def add_probe(
     ``before`` is a regex searched in each line (must match exactly one line, outside other
     probes' blocks, within ``function`` when given; ``function`` may be ``Class.method``) or a
     1-based line number. ``exprs`` are Python expressions evaluated at that point (they must only
-    read: see :func:`check_expression`, a guard, not a sandbox); ``tag`` names the probe (letters,
+    read: the whitelist of :func:`check_expression`); ``tag`` names the probe (letters,
     digits, ``_.-``). ``python`` is the box interpreter for the compile checks (default
     ``box.python``); ``timeout`` in seconds for each box call.
 
