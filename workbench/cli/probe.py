@@ -622,8 +622,10 @@ def add_parser(sub: Any) -> None:
     q.add_argument("--line", type=int, help="1-based line number the probe goes before")
     q.add_argument("--function", help="restrict the anchor to this function (func or Class.method)")
     q.add_argument("--print", action="append", metavar="EXPR",
-                   help="a Python expression to print (repeatable); it must only read: no :=, await, yield or "
-                        "in-place method call such as x.zero_()")
+                   help="a Python expression to print (repeatable); it must only read: names, attributes, "
+                        "subscripts, constants, operators, comprehensions and calls of pure functions/methods "
+                        "(len, repr, .shape is an attribute, .size(), .float(), .sum(), .item(), .tolist(), ...); "
+                        "anything else (getattr, __import__, open, lambdas, x.zero_()) is refused, exit 2")
     q.add_argument("--once-per", metavar="EXPR",
                    help="print once per distinct value of EXPR in each process (e.g. hidden_states.shape[-1]) "
                         "instead of once per process")
