@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from remote import connect
+from remote.errors import RemoteFileNotFound
 from workbench.logs.bounded import MARK_ROOM
 from workbench.logs import (
     MAX_LINE,
@@ -97,6 +98,10 @@ def test_tail_and_follow_and_decode_records_cut_a_long_line(tmp_path):
         assert (s.lines, s.decode_lines, s.cut_lines) == (3, 2, [(2, len(big))])
         assert [r.accept_len for r in read_decode_records(box, str(p), 0, block=4096)] == [2.5, 3.5]
         assert [r.accept_len for r in read_decode_records(box, str(p), len(decode_line(1)) + 1)] == [3.5]
+        assert [r.accept_len for r in read_decode_records(box, str(p), 10**9)] == [2.5, 3.5]  # shorter: from 0
+        assert read_decode_records(box, str(tmp_path / "gone.log"), 0, missing_ok=True) == []
+        with pytest.raises(RemoteFileNotFound):
+            read_decode_records(box, str(tmp_path / "gone.log"), 0)
 
         follower = LogFollower(box, str(p), offset=0, max_bytes=50_000)
         got = b""

@@ -132,18 +132,29 @@ def tail_box(box: Any, path: str, n: int, *, timeout: float = 30.0, **kw: Any) -
 
 
 def read_decode_records(box: Any, path: str, start: int = 0, *, end: int | None = None, timeout: float = 30.0,
-                        block: int = BLOCK) -> list[LogRecord]:
+                        block: int = BLOCK, missing_ok: bool = False) -> list[LogRecord]:
     """The decode batch lines (:class:`~workbench.logs.lines.LogRecord`, ``kind == "decode"``) of
     ``path`` on ``box`` between byte ``start`` and ``end`` (default: its size now), in file order:
     what a measurement reads from the log its requests wrote. Read in ``block``-byte ranges and
     split by a :class:`~workbench.logs.bounded.LineCapper`: memory stays bounded whatever the
     lines' length (a line longer than 64 KiB is parsed as its first 64 KiB, where SGLang's batch
     fields are). Each call of the box has ``timeout`` seconds. A line cut by ``start`` is parsed
-    from there (no decode line starts mid-line). Raises the box's file errors (``RemoteFileNotFound``,
-    ``RemoteIsADirectory``, ``RemotePermissionError``); ``ValueError`` for a negative ``start``."""
+    from there (no decode line starts mid-line). A file now shorter than ``start`` (truncated or
+    rotated) is read from byte 0, as ``Box.follow`` does; with ``missing_ok`` a file that does not
+    exist gives ``[]``. Raises the box's file errors (``RemoteFileNotFound``, ``RemoteIsADirectory``,
+    ``RemotePermissionError``); ``ValueError`` for a negative ``start``."""
+    from remote.errors import RemoteFileNotFound
+
     if start < 0:
         raise ValueError(f"start must be >= 0, got {start}")
-    size = _check_file(box, path, timeout) if end is None else end
+    try:
+        size = _check_file(box, path, timeout) if end is None else end
+    except RemoteFileNotFound:
+        if missing_ok:
+            return []
+        raise
+    if start > size:
+        start = 0
     capper = LineCapper()
     out: list[LogRecord] = []
 
