@@ -27,6 +27,7 @@ from workbench.logs import (
     LogScanner,
     cap_lines,
     cut_length,
+    parse_log,
     read_decode_records,
     scan_file,
     tail_box,
@@ -194,3 +195,33 @@ def test_last_10_of_a_500_mb_line_log_stays_bounded_over_ssh(huge_log, ssh_env):
     print(f"ssh --last 10: peak RSS {big['rss_kib'] / 1024:.1f} MiB, +{grew / 2**20:.1f} MiB over a small log")
     assert grew < 100 * 2**20
     assert f"line 4 ({length:,} bytes)" in big["out"]
+
+
+def test_scanner_fed_in_any_blocks_matches_the_line_parser_on_the_cut_lines():
+    rnd = random.Random(3)
+    for trial in range(25):
+        lines = []
+        for i in range(rnd.randint(1, 30)):
+            kind = rnd.random()
+            if kind < 0.6:
+                lines.append(decode_line(i % 60, rnd.choice([1.0, 2.5, 3.25])))
+            elif kind < 0.8:
+                lines.append(b"[2026-07-01 12:00:00] blob " + b"b" * rnd.choice([10, MAX_LINE - 27, MAX_LINE, 3 * MAX_LINE]))
+            else:
+                lines.append(decode_line(i % 60, 4.0) + b" " + b"p" * rnd.choice([MAX_LINE, 2 * MAX_LINE]))
+        data = b"\n".join(lines) + rnd.choice([b"", b"\n"])
+        sc, pos = LogScanner(), 0
+        while pos < len(data):
+            step = rnd.choice([1, 7, 4096, MAX_LINE - 1, MAX_LINE + 3, 1 << 20])
+            sc.feed(data[pos:pos + step])
+            pos += step
+        sc.finish()
+        s = sc.summary()
+        kept = [cut(x) for x in lines]
+        want = [r.accept_len for r in parse_log(kept).decode]
+        assert (s.lines, s.decode_lines, s.bytes) == (len(lines), len(want), len(data)), trial
+        if want:
+            assert s.accept_len.count == len(want) and s.accept_len.mean == pytest.approx(sum(want) / len(want))
+        else:
+            assert s.accept_len is None
+        assert s.cut_lines == [(i + 1, len(x)) for i, x in enumerate(lines) if len(x) > MAX_LINE][:20]

@@ -32,33 +32,48 @@ def _already_cut(line: bytes, max_line: int) -> bool:
     return len(line) <= max_line + MARK_ROOM and cut_length(line) is not None
 
 
-def cap_lines(block: Buffer, max_line: int = MAX_LINE) -> bytes:
-    """``block`` (complete lines, each ending in ``\\n``) with every line longer than ``max_line``
-    bytes cut to its head and :func:`cut_mark` (a line that is already a head and its mark is kept
-    as it is). A block no longer than ``max_line`` is returned as it is (no line in it can be too
-    long)."""
-    data = bytes(block)
-    if len(data) <= max_line:
-        return data
-    arr = np.frombuffer(data, np.uint8)
+def _may_hold_long_line(data: bytes, max_line: int, start: int = 0, end: int | None = None) -> bool:
+    """False when every aligned piece of ``max_line // 2`` bytes of ``data[start:end]`` holds a
+    newline: then no two newlines are ``max_line`` or more apart (one ``find`` per piece, each
+    stopping at the piece's first newline: cheap next to a scan)."""
+    end = len(data) if end is None else end
+    h = max(1, max_line // 2)
+    return any(data.find(b"\n", i, min(i + h, end)) < 0 for i in range(start, end, h))
+
+
+def _cap_range(data: bytes, start: int, end: int, max_line: int) -> list[tuple[bytes, int, int]]:
+    """The pieces ``(buffer, start, end)``, in order, of ``data[start:end]`` (complete lines) with
+    every line longer than ``max_line`` cut to its head and :func:`cut_mark`; nothing is copied
+    when no line needs it."""
+    if end - start <= max_line or not _may_hold_long_line(data, max_line, start, end):
+        return [(data, start, end)]
+    arr = np.frombuffer(data, np.uint8, count=end - start, offset=start)
     ends = np.flatnonzero(arr == 10)
-    if len(ends) == 0 or ends[-1] != len(data) - 1:
-        ends = np.append(ends, len(data))
+    if len(ends) == 0 or ends[-1] != len(arr) - 1:
+        ends = np.append(ends, len(arr))
     starts = np.empty_like(ends)
     starts[0] = 0
     starts[1:] = ends[:-1] + 1
     long = np.flatnonzero(ends - starts > max_line)
-    if len(long) == 0:
-        return data
-    out, pos = [], 0
+    out: list[tuple[bytes, int, int]] = []
+    pos = start
     for i in long:
-        a, b = int(starts[i]), int(ends[i])
+        a, b = start + int(starts[i]), start + int(ends[i])
         if _already_cut(data[a:b], max_line):
             continue
-        out += [data[pos:a], data[a:a + max_line], cut_mark(max_line, b - a)]
-        pos = b
-    out.append(data[pos:])
-    return b"".join(out)
+        line = data[a:a + max_line] + cut_mark(max_line, b - a) + data[b:b + 1]  # one piece, its newline too
+        out += [(data, pos, a), (line, 0, len(line))]
+        pos = b + 1
+    out.append((data, pos, end))
+    return [p for p in out if p[2] > p[1]]
+
+
+def cap_lines(block: Buffer, max_line: int = MAX_LINE) -> bytes:
+    """``block`` (complete lines, each ending in ``\\n``) with every line longer than ``max_line``
+    bytes cut to its head and :func:`cut_mark` (a line that is already a head and its mark is kept
+    as it is). A block with no line that long is returned as it is."""
+    data = bytes(block)
+    return b"".join(buf[a:b] for buf, a, b in _cap_range(data, 0, len(data), max_line))
 
 
 class LineCapper:
@@ -77,7 +92,7 @@ class LineCapper:
 
     def _hold(self, data: Buffer) -> None:
         room = self.max_line + 1 + MARK_ROOM - len(self.held)
-        if room > 0:
+        if room > 0 and len(data):
             self.held += bytes(data[:room])
         self.held_length += len(data)
 
@@ -91,19 +106,24 @@ class LineCapper:
 
     def feed(self, data: Buffer) -> bytes:
         """The complete lines ``data`` finishes (with the held line's end first), capped."""
-        mv = memoryview(data) if not isinstance(data, memoryview) else data
-        if not len(mv):
-            return b""
-        raw = mv.obj if isinstance(mv.obj, bytes) and len(mv) == len(mv.obj) else mv.tobytes()
+        return b"".join(buf[a:b] for buf, a, b in self.feed_parts(data))
+
+    def feed_parts(self, data: Buffer) -> list[tuple[bytes, int, int]]:
+        """:meth:`feed` as pieces ``(buffer, start, end)`` (``buffer`` is ``data`` itself when it is
+        ``bytes``, or a cut line's head and mark); ``buffer[start:end]`` joined is what :meth:`feed`
+        returns. A block whose lines need no cut is not copied."""
+        raw = data if isinstance(data, bytes) else bytes(data)
+        if not raw:
+            return []
         first = raw.find(b"\n")
         if first < 0:
             self._hold(raw)
-            return b""
+            return []
         head = self._finish_held(raw[:first]) + b"\n"
         last = raw.rfind(b"\n")
-        body = cap_lines(raw[first + 1 : last + 1], self.max_line) if last > first else b""
-        self._hold(raw[last + 1 :])
-        return head + body
+        parts = [(head, 0, len(head))] + (_cap_range(raw, first + 1, last + 1, self.max_line) if last > first else [])
+        self._hold(memoryview(raw)[last + 1 :])
+        return parts
 
     def flush(self) -> bytes:
         """The held unfinished line, capped (no newline); ``b""`` when none. Forgets it."""

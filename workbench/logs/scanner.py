@@ -391,15 +391,16 @@ class LogScanner:
         if not data:
             return
         self.bytes += len(data)
-        complete = self._capper.feed(data)
-        if complete:
-            self._scan_lines(complete)
+        for buf, start, end in self._capper.feed_parts(data):
+            if end > start:
+                self._scan_lines(buf, start, end)
 
-    def _scan_lines(self, data: bytes) -> None:
-        """Scan ``data`` (complete lines, already capped) in pieces of about ``_SCAN_BLOCK`` bytes."""
-        self._note_cuts(data)
+    def _scan_lines(self, data: bytes, start: int, end: int) -> None:
+        """Scan ``data[start:end]`` (complete lines, already capped) in pieces of about
+        ``_SCAN_BLOCK`` bytes (no copy)."""
+        self._note_cuts(data, start, end)
         mv = memoryview(data)
-        start, cut = 0, len(data) - 1
+        cut = end - 1
         while start <= cut:
             stop = cut + 1
             if stop - start > _SCAN_BLOCK:
@@ -408,20 +409,21 @@ class LogScanner:
             self._scan(mv[start:stop])
             start = stop
 
-    def _note_cuts(self, data: bytes) -> None:
-        """Record the lines of ``data`` (about to be scanned) that end in a cut mark: 1-based line
-        number and real length."""
-        i = data.find(_CUT_PREFIX)
+    def _note_cuts(self, data: bytes, start: int = 0, end: Optional[int] = None) -> None:
+        """Record the lines of ``data[start:end]`` (about to be scanned) that end in a cut mark:
+        1-based line number and real length."""
+        end = len(data) if end is None else end
+        i = data.find(_CUT_PREFIX, start, end)
         while i >= 0:
-            end = data.find(b"\n", i)
-            end = len(data) if end < 0 else end
-            begin = data.rfind(b"\n", 0, i) + 1
-            length = cut_length(data[begin:end])
+            stop = data.find(b"\n", i, end)
+            stop = end if stop < 0 else stop
+            begin = max(start, data.rfind(b"\n", start, i) + 1)
+            length = cut_length(data[begin:stop])
             if length is not None:
                 self.cut_count += 1
                 if len(self.cut_lines) < MAX_CUT_LINES:
-                    self.cut_lines.append((self.lines + data.count(b"\n", 0, begin) + 1, length))
-            i = data.find(_CUT_PREFIX, end)
+                    self.cut_lines.append((self.lines + data.count(b"\n", start, begin) + 1, length))
+            i = data.find(_CUT_PREFIX, stop, end)
 
     def finish(self) -> None:
         """Scan the held bytes as the last line (no newline after it)."""
