@@ -141,8 +141,14 @@ def _probe_add(args: argparse.Namespace, box: Any) -> ExitCode:
     once_per, when = args.once_per, args.when
     # Inside the engine (a relative --file, or an absolute one under its package): the resolved file
     # must stay inside it (a symlink in the package pointing out is refused, ProbePathOutside).
-    root = engine.root if engine is not None and (
-        not _is_box_absolute(args.file) or probes._inside(posixpath.normpath(path), engine.root)) else None
+    around = engine
+    if around is None:  # an absolute --file with --python: locate the engine for this check only
+        try:
+            around = _probe_engine(box, args)
+        except EngineNotFound:
+            around = None
+    root = around.root if around is not None and (
+        not _is_box_absolute(args.file) or probes._inside(posixpath.normpath(path), around.root)) else None
     try:
         real = probes.resolve_probe_path(box, path, root, timeout=args.timeout)
         if not box.exists(real, timeout=args.timeout):
