@@ -242,7 +242,8 @@ class Box:
     ) -> list[tuple[int, str]]:
         """Lines ``start``..``end`` (1-based, inclusive; ``end=None``: to the end of the file) as
         ``(line_number, text)`` with the line ending removed. Reads the file in blocks and stops
-        after line ``end``. Undecodable bytes are replaced.
+        after line ``end``. Undecodable bytes are replaced. A line longer than :data:`MAX_LINE`
+        bytes comes back as its first 64 KiB and :func:`cut_mark` (no more of it is held).
 
         Raises the file errors of ``read_bytes``; ``ValueError`` for ``start < 1`` or ``end < start``.
         """

@@ -55,7 +55,7 @@ class LogFollower:
 
     ``offset``: where to start (default: the file's current end, or 0 when it does not exist);
     a line is returned only once its newline has arrived (the unfinished end is held: ``held``,
-    at most ``max_line`` + 1 bytes of it; a longer line is returned as its first ``max_line``
+    at most ``max_line`` + 97 bytes of it; a longer line is returned as its first ``max_line``
     bytes and ``" [eagle-workbench: line cut at M of N bytes]"``, :mod:`workbench.logs.bounded`);
     ``max_bytes``: at most this many new bytes per poll (the rest next time; default 8 MiB, so a
     poll holds a bounded number of bytes whatever the log). No inode is used
@@ -90,7 +90,7 @@ class LogFollower:
 
     @property
     def held(self) -> bytes:
-        """The unfinished last line (bytes after the last newline; its first ``max_line`` + 1 at
+        """The unfinished last line (bytes after the last newline; its first ``max_line`` + 97 at
         most), not returned yet."""
         return self._capper.held
 

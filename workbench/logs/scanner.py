@@ -383,7 +383,7 @@ class LogScanner:
 
     def feed(self, data: Union[bytes, bytearray, memoryview]) -> None:
         """Scan the complete lines of ``held + data``; keep the unfinished last line for later (at
-        most :data:`~workbench.logs.bounded.MAX_LINE` + 1 bytes of it). A line longer than
+        most :data:`~workbench.logs.bounded.MAX_LINE` + 97 bytes of it). A line longer than
         ``MAX_LINE`` is scanned as its first 64 KiB and recorded in ``cut_lines``. ``data`` is only
         read during the call (a buffer may be reused for the next one)."""
         if isinstance(data, memoryview):
@@ -434,7 +434,7 @@ class LogScanner:
 
     @property
     def held(self) -> bytes:
-        """The bytes of the unfinished last line, not scanned yet (its first ``MAX_LINE`` + 1 at most)."""
+        """The bytes of the unfinished last line, not scanned yet (its first ``MAX_LINE`` + 97 at most)."""
         return self._capper.held
 
     @property
