@@ -36,6 +36,8 @@ The hierarchy::
     │   ├── ServerStartTimedOut       not healthy in time; carries .log_tail
     │   └── ServerStopFailed          still alive after TERM and KILL
     └── ProbeError                    about a debug probe (remote.probes)
+        ├── ProbeExpressionRefused    an expression outside the probe whitelist (.node, .column)
+        ├── ProbePathOutside          the file resolves outside the engine package (.link, .target)
         ├── AnchorNotFound            the anchor regex / line / function matched nothing usable
         ├── AnchorAmbiguous           the anchor matched more than one line
         ├── ProbeCompileError         the patched file does not compile with the box's python
@@ -392,6 +394,31 @@ class ProbeError(RemoteError):
     def __init__(self, message: str, *, path: str | None = None, box: str | None = None) -> None:
         self.path = path
         super().__init__(f"{message}{(': ' + path) if path else ''}", box=box)
+
+
+class ProbeExpressionRefused(ProbeError):
+    """A probe expression (or ``once_per``, ``when``) uses something outside the whitelist of
+    ``remote.probes.check_expression``; ``.node`` is the refused syntax node's type (``"Call"``,
+    ``"Attribute"``, ...), ``.column`` its 1-based column in the expression (``None`` if unknown)."""
+
+    def __init__(self, message: str, *, node: str | None = None, column: int | None = None,
+                 path: str | None = None, box: str | None = None) -> None:
+        self.node = node
+        self.column = column
+        super().__init__(message, path=path, box=box)
+
+
+class ProbePathOutside(ProbeError):
+    """A probe's file resolves (symlinks followed, every component) outside the engine package
+    root: ``.link`` is the path component that is a symlink leading out (``None`` when the path
+    itself lies outside), ``.target`` where it resolves, ``.root`` the resolved root."""
+
+    def __init__(self, message: str, *, link: str | None = None, target: str | None = None,
+                 root: str | None = None, path: str | None = None, box: str | None = None) -> None:
+        self.link = link
+        self.target = target
+        self.root = root
+        super().__init__(message, path=path, box=box)
 
 
 class AnchorNotFound(ProbeError):
