@@ -46,6 +46,92 @@ DEFAULT_STATE_DIR = "~/.cache/eagle-workbench"
 _TAIL_BLOCK = 64 * 1024
 _TCP_LISTEN = "0A"
 
+#: The longest line (bytes) any log reader of the workbench holds: a longer one is cut to its first
+#: ``MAX_LINE`` bytes followed by :func:`cut_mark` (its real length). One pathological line (a
+#: printed tensor, a 500 MB dump) then costs 64 KiB, not its size.
+MAX_LINE = 64 * 1024
+#: The largest block a backward scan reads at once (it starts at 64 KiB and doubles).
+_TAIL_MAX_BLOCK = 8 << 20
+_CUT_RE = re.compile(rb" \[eagle-workbench: line cut at (\d+) of (\d+) bytes\]\r?$")
+
+
+def cut_mark(kept: int, length: int) -> bytes:
+    """What follows the kept head of a line cut to ``kept`` bytes out of ``length``:
+    ``b" [eagle-workbench: line cut at 65536 of 524288000 bytes]"``."""
+    return b" [eagle-workbench: line cut at %d of %d bytes]" % (kept, length)
+
+
+def cut_length(line: bytes) -> Optional[int]:
+    """The real length (bytes) of a line that ends with :func:`cut_mark`, else ``None``."""
+    m = _CUT_RE.search(line[-96:])
+    return int(m.group(2)) if m else None
+
+
+def cut_line(line: bytes, max_line: int = MAX_LINE) -> bytes:
+    """``line`` (without its newline) as a log reader keeps it: whole up to ``max_line`` bytes, else
+    its first ``max_line`` bytes and :func:`cut_mark`."""
+    return line if len(line) <= max_line else bytes(line[:max_line]) + cut_mark(max_line, len(line))
+
+
+def tail_lines(read: "Callable[[int, int], bytes]", end: int, n: int, *, max_line: int = MAX_LINE) -> list[bytes]:
+    """The last ``n`` lines before byte ``end`` of a file read with ``read(offset, length)``,
+    without their newlines, each at most ``max_line`` bytes plus :func:`cut_mark` (a longer one
+    is cut there, the mark giving its real length); an unfinished last line counts as a line.
+
+    Reads backwards in blocks of 64 KiB doubling to 8 MiB, keeping at most 8 MiB plus the lines'
+    heads: the memory does not depend on the lines' length, the time on the bytes between ``end``
+    and the start of the n-th line from the end. Raises what ``read`` raises; ``ValueError`` for
+    ``n < 0``."""
+    if n < 0:
+        raise ValueError(f"n must be >= 0, got {n}")
+    if n == 0 or end <= 0:
+        return []
+    newlines: list[int] = []  # offsets of newline bytes, from the end backwards
+    kept: list[bytes] = []    # the blocks read, while they stay under _TAIL_MAX_BLOCK in all
+    kept_bytes, kept_ok = 0, True
+    pos, step = end, _TAIL_BLOCK
+    last_byte_newline: Optional[bool] = None
+    while pos > 0:
+        size = min(step, pos)
+        block = read(pos - size, size)
+        if len(block) != size:  # the file shrank under us: read what there is from here on
+            block = block[:size]
+        if last_byte_newline is None:
+            last_byte_newline = block.endswith(b"\n")
+        cut = len(block)
+        while True:
+            cut = block.rfind(b"\n", 0, cut)
+            if cut < 0:
+                break
+            newlines.append(pos - size + cut)
+            if cut == 0:
+                break
+        pos -= size
+        if kept_ok:
+            kept.append(block)
+            kept_bytes += size
+            if kept_bytes > _TAIL_MAX_BLOCK:
+                kept, kept_ok = [], False
+        if len(newlines) - (1 if last_byte_newline else 0) >= n:
+            break
+        step = min(step * 2, _TAIL_MAX_BLOCK)
+    stops = newlines[::-1]  # ascending
+    if last_byte_newline:
+        stops = stops[:-1]  # the final newline ends the last line, it starts none
+    last_end = end - 1 if last_byte_newline else end
+    starts = ([0] if pos == 0 else []) + [s + 1 for s in stops]
+    ends = (stops if pos == 0 else stops[1:]) + [last_end]
+    ranges = list(zip(starts, ends))[-n:]
+    if kept_ok:
+        buf, base = b"".join(reversed(kept)), pos
+        return [cut_line(buf[a - base:b - base], max_line) for a, b in ranges]
+    out = []
+    for a, b in ranges:
+        head = read(a, min(b - a, max_line + 1)) if b > a else b""
+        out.append(head if b - a <= max_line else head[:max_line] + cut_mark(max_line, b - a))
+    return out
+
+
 
 class Box:
     """A machine the workbench works on, reached through ``transport``.
@@ -157,7 +243,8 @@ class Box:
     ) -> list[tuple[int, str]]:
         """Lines ``start``..``end`` (1-based, inclusive; ``end=None``: to the end of the file) as
         ``(line_number, text)`` with the line ending removed. Reads the file in blocks and stops
-        after line ``end``. Undecodable bytes are replaced.
+        after line ``end``. Undecodable bytes are replaced. A line longer than :data:`MAX_LINE`
+        bytes comes back as its first 64 KiB and :func:`cut_mark` (no more of it is held).
 
         Raises the file errors of ``read_bytes``; ``ValueError`` for ``start < 1`` or ``end < start``.
         """
@@ -169,25 +256,36 @@ class Box:
         offset = 0
         pending = b""
 
-        def keep(raw: bytes) -> bool:  # True when done
+        pending_len = 0  # the real length of the unfinished line (pending holds at most MAX_LINE of it)
+
+        def keep(raw: bytes, length: int) -> bool:  # True when done
             nonlocal lineno
             lineno += 1
             if lineno >= start:
+                raw = raw if length <= MAX_LINE else raw[:MAX_LINE] + cut_mark(MAX_LINE, length)
                 out.append((lineno, raw.rstrip(b"\r").decode(encoding, "replace")))
             return end is not None and lineno >= end
 
         while True:
             block = self.transport.read_range(p, offset, CHUNK, timeout=timeout)
             if not block:
-                if pending:
-                    keep(pending)
+                if pending_len:
+                    keep(pending, pending_len)
                 return out
             offset += len(block)
-            parts = (pending + block).split(b"\n")
-            pending = parts.pop()
+            first = block.find(b"\n")
+            if first < 0:  # the line goes on: keep its head only
+                pending += block[: max(0, MAX_LINE + 1 - len(pending))]
+                pending_len += len(block)
+                continue
+            if keep(pending + block[: min(first, max(0, MAX_LINE + 1 - len(pending)))], pending_len + first):
+                return out
+            parts = block[first + 1:].split(b"\n")
+            last = parts.pop()
             for raw in parts:
-                if keep(raw):
+                if keep(raw[: MAX_LINE + 1], len(raw)):
                     return out
+            pending, pending_len = last[: MAX_LINE + 1], len(last)
 
     def sha256(self, path: PathLike, *, timeout: float = 60) -> str:
         """Hex sha256 of the file's bytes. Raises the file errors of ``read_bytes``."""
@@ -286,25 +384,19 @@ class Box:
 
     def tail(self, path: PathLike, n: int = 50, *, encoding: str = "utf-8", timeout: float = 30) -> list[str]:
         """The last ``n`` lines of the file (line endings removed), read backwards from the end in
-        64 KiB blocks: a multi-gigabyte log costs only the blocks holding those lines.
+        blocks of 64 KiB doubling to 8 MiB (:func:`tail_lines`): a multi-gigabyte log costs only the
+        bytes back to those lines, and a line longer than :data:`MAX_LINE` bytes comes back as its
+        first 64 KiB and ``" [eagle-workbench: line cut at 65536 of N bytes]"`` (memory stays
+        bounded whatever one line's length). Undecodable bytes are replaced.
 
         Raises the file errors of ``read_bytes``.
         """
         if n <= 0:
             return []
         p = self._p(path)
-        pos = self.transport.stat(p, timeout=timeout).size
-        data = b""
-        while pos > 0 and data.count(b"\n") <= n:
-            step = min(_TAIL_BLOCK, pos)
-            pos -= step
-            data = self.transport.read_range(p, pos, step, timeout=timeout) + data
-        lines = data.split(b"\n")
-        if lines and lines[-1] == b"":
-            lines.pop()
-        if pos > 0 and lines:
-            lines.pop(0)  # starts mid-line
-        return [ln.rstrip(b"\r").decode(encoding, "replace") for ln in lines[-n:]]
+        size = self.transport.stat(p, timeout=timeout).size
+        lines = tail_lines(lambda off, length: self.transport.read_range(p, off, length, timeout=timeout), size, n)
+        return [ln.rstrip(b"\r").decode(encoding, "replace") for ln in lines]
 
     def follow(
         self, path: PathLike, offset: int, *, max_bytes: Optional[int] = None, timeout: float = 30
@@ -442,7 +534,9 @@ class Box:
         server gets its own session and process group (``setsid``), stdin from /dev/null, stdout
         and stderr written to ``log_path`` (default ``STATE_DIR/servers/server-PORT-TIME.log``;
         truncated first unless ``append_log``), and its pid in ``log_path + ".pid"``. ``env`` is
-        added to the box's environment. It keeps running when this Python process exits.
+        added to the box's environment, with ``PYTHONDONTWRITEBYTECODE=1`` unless ``env`` sets it
+        (or the command does, ``env PYTHONDONTWRITEBYTECODE=0 python ...``, which wins): a server
+        the workbench starts writes no ``__pycache__`` into the engine's tree. It keeps running when this Python process exits.
         ``port`` (the port the server will listen on; ``None`` if unknown) is checked before
         launching; this call does not wait for the server to be healthy (see ``wait_healthy``).
 
@@ -465,8 +559,10 @@ class Box:
         run_cwd = None if cwd is None else self._p(cwd)
         argv_t = (argv,) if isinstance(argv, str) else tuple(os.fspath(a) for a in argv)
         program = ["bash", "-c", argv] if isinstance(argv, str) else list(argv_t)
-        if env:
-            program = ["env", *[f"{k}={v}" for k, v in env.items()], *program]
+        # No bytecode into the engine's tree (new files on the box): unless the launch sets it itself.
+        env = {**({} if env is None else dict(env))}
+        env.setdefault("PYTHONDONTWRITEBYTECODE", "1")
+        program = ["env", *[f"{k}={v}" for k, v in env.items()], *program]
         # The inner shell writes its own pid (atomically) and execs the server, so the pid file
         # holds the server's pid, which is also its process group and session id.
         inner = 'echo $$ > "$0.tmp" && mv -f "$0.tmp" "$0" && exec "$@"'

@@ -14,9 +14,11 @@ The hierarchy::
     │   ├── SSHConnectFailed          TCP connect refused / timed out / name not resolved / handshake failed
     │   ├── HostKeyError              the host key is not trusted; .fingerprint (SHA256:...), .key_type
     │   │   ├── HostKeyUnknown        no known_hosts entry (trust on first use is an explicit opt-in)
-    │   │   └── HostKeyChanged        the key differs from known_hosts (.expected_fingerprint)
+    │   │   ├── HostKeyChanged        the key differs from known_hosts (.expected_fingerprint)
+    │   │   └── HostKeyRevoked        an @revoked known_hosts line names the key (.revoked_at file:line)
     │   ├── AuthenticationFailed      no key / agent key was accepted (.user, .keys_tried); never a password
-    │   ├── SSHConnectionLost         the connection dropped during a call that is not safe to repeat
+    │   ├── SSHConnectionLost         the connection dropped (or the box stopped answering keepalives)
+    │   │                             during a call that is not safe to repeat
     │   └── SSHTimedOut               a file operation over SFTP took longer than its time-out
     ├── CommandError                  carries .result (a Result)
     │   ├── CommandFailed             non-zero exit status with check=True
@@ -37,6 +39,8 @@ The hierarchy::
     │   ├── GenerationStuck           HTTP up, a 1-token generation does not return in time; .url, .last
     │   └── ServerStopFailed          still alive after TERM and KILL
     └── ProbeError                    about a debug probe (remote.probes)
+        ├── ProbeExpressionRefused    an expression outside the probe whitelist (.node, .column)
+        ├── ProbePathOutside          the file resolves outside the engine package (.link, .target)
         ├── AnchorNotFound            the anchor regex / line / function matched nothing usable
         ├── AnchorAmbiguous           the anchor matched more than one line
         ├── ProbeCompileError         the patched file does not compile with the box's python
@@ -173,6 +177,22 @@ class HostKeyChanged(HostKeyError):
             f"HOST KEY CHANGED for {host_port}: it presented {key_type} {fingerprint}, known_hosts "
             f"({', '.join(known_hosts)}) records {expected_fingerprint}; refusing to connect. If the box was "
             f"reinstalled, remove the old entry (ssh-keygen -R '{host_port}') after checking the new fingerprint",
+            where=where, host_port=host_port, key_type=key_type, fingerprint=fingerprint,
+            known_hosts=known_hosts, box=box,
+        )
+
+
+class HostKeyRevoked(HostKeyError):
+    """The host presented a key that an ``@revoked`` line of known_hosts marks as revoked for it
+    (sshd(8), "SSH_KNOWN_HOSTS FILE FORMAT"): refused even when another line accepts the key, as
+    OpenSSH refuses it. ``.revoked_at`` is the ``file:line`` of the ``@revoked`` line."""
+
+    def __init__(self, *, where: str, host_port: str, key_type: str, fingerprint: str, revoked_at: str,
+                 known_hosts: Sequence[str], box: str | None = None) -> None:
+        self.revoked_at = revoked_at
+        super().__init__(
+            f"host key of {host_port} ({key_type} {fingerprint}) is REVOKED by {revoked_at}; refusing to connect. "
+            "Ask the box's administrator for its current host key",
             where=where, host_port=host_port, key_type=key_type, fingerprint=fingerprint,
             known_hosts=known_hosts, box=box,
         )
@@ -415,6 +435,31 @@ class ProbeError(RemoteError):
     def __init__(self, message: str, *, path: str | None = None, box: str | None = None) -> None:
         self.path = path
         super().__init__(f"{message}{(': ' + path) if path else ''}", box=box)
+
+
+class ProbeExpressionRefused(ProbeError):
+    """A probe expression (or ``once_per``, ``when``) uses something outside the whitelist of
+    ``remote.probes.check_expression``; ``.node`` is the refused syntax node's type (``"Call"``,
+    ``"Attribute"``, ...), ``.column`` its 1-based column in the expression (``None`` if unknown)."""
+
+    def __init__(self, message: str, *, node: str | None = None, column: int | None = None,
+                 path: str | None = None, box: str | None = None) -> None:
+        self.node = node
+        self.column = column
+        super().__init__(message, path=path, box=box)
+
+
+class ProbePathOutside(ProbeError):
+    """A probe's file resolves (symlinks followed, every component) outside the engine package
+    root: ``.link`` is the path component that is a symlink leading out (``None`` when the path
+    itself lies outside), ``.target`` where it resolves, ``.root`` the resolved root."""
+
+    def __init__(self, message: str, *, link: str | None = None, target: str | None = None,
+                 root: str | None = None, path: str | None = None, box: str | None = None) -> None:
+        self.link = link
+        self.target = target
+        self.root = root
+        super().__init__(message, path=path, box=box)
 
 
 class AnchorNotFound(ProbeError):

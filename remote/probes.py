@@ -29,10 +29,17 @@ CUDA graphs at startup, running the draft's forward on a 1x-wide zeros buffer be
 a once-per-process probe shows only that call, while ``once_per="hidden_states.shape[-1]"`` shows
 each width (the aux-wide draft-extend call under EAGLE3 too).
 
-Expressions (and ``once_per``, ``when``) only read: ``check_expression`` refuses ``:=``,
-``await``/``yield`` and calls of in-place methods (a name ending in one ``_``: PyTorch's ``zero_``,
-``mul_``, ``copy_``...). It is a guard against slips, not a sandbox: ``getattr(x, "zero_")()`` or a
-call with side effects still runs.
+Expressions (and ``once_per``, ``when``) only read: ``check_expression`` accepts only a whitelist
+of their syntax tree (names, attribute reads without dunders, subscripts, constants, containers,
+operators, comprehensions, calls of :data:`PURE_FUNCTIONS`, :data:`TORCH_FUNCTIONS` and
+:data:`PURE_METHODS`) and refuses anything else (``__import__``, ``open``, ``getattr``, ``eval``,
+lambdas, ``:=``, in-place methods such as ``zero_``), naming the node and its column
+(:class:`ProbeExpressionRefused`). The inserted block evaluates exactly the checked tree
+(:func:`guarded_source`): each call goes through a gate that checks, when the probe runs, that the
+callee is still the builtin or torch function of that name, that no ``nn.Module`` is cast or moved
+in place, and that no iterator of the frame is consumed. The file is resolved on the box (every
+symlink) and, given the engine's root, must stay inside it (:func:`resolve_probe_path`,
+:class:`ProbePathOutside`).
 
 Safety, in order: only a ``.py`` file is probed, and only when the original compiles with the
 box's python; the original bytes are backed up next to the journal with their sha256; a journal
@@ -67,6 +74,7 @@ import json
 import logging
 import math
 import os
+import posixpath
 import re
 import shlex
 import signal
@@ -82,6 +90,8 @@ from .errors import (
     ProbeConflict,
     ProbeError,
     ProbeExists,
+    ProbeExpressionRefused,
+    ProbePathOutside,
     ProbeNotFound,
     RemoteFileDecodeError,
     RemoteFileError,
@@ -395,8 +405,11 @@ def render_block(
     shape, an int, a name): ``repr`` of a tensor's values would synchronise the GPU (and fail
     inside CUDA-graph capture).
     """
+    exprs_code = [guarded_source(e) for e in exprs]
+    once_code = guarded_source(once_per, what="once_per") if once_per is not None else None
+    when_code = guarded_source(when, what="when") if when is not None else None
     head = f"[probe:{tag}]"  # the tag as grep finds it in the source; printed as [probe:TAG pgid=G pid=P]
-    cut = f"_ewb_cut = lambda s: s if len(s) <= {int(max_repr)} else s[:{int(max_repr)}] + '...'"
+    cut = f"_ewb_cut = lambda s: s if _ewb_b.len(s) <= {int(max_repr)} else s[:{int(max_repr)}] + '...'"
     who = [
         "try:",
         "    import os as _ewb_os",
@@ -404,56 +417,60 @@ def render_block(
         "except Exception:  # not POSIX: the line is still printed, its launch unknown",
         "    _ewb_who = ' pgid=? pid=?'",
     ]
-    body = [BEGIN_MARKER.format(tag=tag), "try:", "    import sys as _ewb_sys"]
+    # The block's own builtins come from the builtins module: the probed frame may shadow any name.
+    body = [BEGIN_MARKER.format(tag=tag), "try:", "    import sys as _ewb_sys, builtins as _ewb_b"]
     if once_per is None:
         body += [
-            "    _ewb_fired = _ewb_sys.__dict__.setdefault('_eagle_workbench_probes_fired', set())",
+            "    _ewb_fired = _ewb_sys.__dict__.setdefault('_eagle_workbench_probes_fired', _ewb_b.set())",
             f"    if {tag!r} not in _ewb_fired:",
         ]
         pad = "        "
+        body += [pad + line for line in _GATE_LINES]
         if when is not None:
-            body.append(pad + f"if ({when}):")
+            body.append(pad + f"if {when_code}:")
             pad += "    "
         body.append(pad + f"_ewb_fired.add({tag!r})")
     else:
         body += [
             "    _ewb_seen = _ewb_sys.__dict__.setdefault('_eagle_workbench_probes_seen', {})"
-            + f".setdefault({tag!r}, set())",
-            f"    if len(_ewb_seen) < {int(max_prints)}:",
+            + f".setdefault({tag!r}, _ewb_b.set())",
+            f"    if _ewb_b.len(_ewb_seen) < {int(max_prints)}:",
         ]
         pad = "        "
+        body += [pad + line for line in _GATE_LINES]
         if when is not None:
-            body.append(pad + f"if ({when}):")
+            body.append(pad + f"if {when_code}:")
             pad += "    "
         body += [
-            pad + f"_ewb_key = repr(({once_per}))",
+            pad + f"_ewb_key = _ewb_b.repr({once_code})",
             pad + "if _ewb_key not in _ewb_seen:",
             pad + "    _ewb_seen.add(_ewb_key)",
         ]
         pad += "    "
     body += [pad + "_ewb_parts = []", pad + cut]
-    for expr in exprs:
+    for expr, code in zip(exprs, exprs_code):
         body += [
             pad + "try:",
-            pad + f"    _ewb_parts.append({expr + '='!r} + _ewb_cut(repr({expr})))",
+            pad + f"    _ewb_parts.append({expr + '='!r} + _ewb_cut(_ewb_b.repr({code})))",
             pad + "except Exception as _ewb_exc:",
-            pad + f"    _ewb_parts.append({expr + '=<error:'!r} + repr(_ewb_exc) + '>')",
+            pad + f"    _ewb_parts.append({expr + '=<error:'!r} + _ewb_b.repr(_ewb_exc) + '>')",
         ]
     body += [pad + line for line in who]
-    body.append(pad + f"print({head!r}[:-1] + _ewb_who + '] ' + ' '.join(_ewb_parts).replace('\\n', '\\\\n'), "
+    body.append(pad + f"_ewb_b.print({head!r}[:-1] + _ewb_who + '] ' + ' '.join(_ewb_parts).replace('\\n', '\\\\n'), "
                       "file=_ewb_sys.stderr, flush=True)")
     body += [
         "except Exception as _ewb_exc:  # a probe must never break the code it watches",
         "    try:",
-        "        _ewb_failed = __import__('sys').__dict__.setdefault('_eagle_workbench_probes_failed', set())",
+        "        import sys as _ewb_sys, builtins as _ewb_b",
+        "        _ewb_failed = _ewb_sys.__dict__.setdefault('_eagle_workbench_probes_failed', _ewb_b.set())",
         f"        if {tag!r} not in _ewb_failed:",
         f"            _ewb_failed.add({tag!r})",
         *("            " + line for line in who),
-        f"            print({head!r}[:-1] + _ewb_who + '] <probe failed:' + repr(_ewb_exc)[:{int(max_repr)}] + '>', "
-        "file=__import__('sys').stderr, flush=True)",
+        f"            _ewb_b.print({head!r}[:-1] + _ewb_who + '] <probe failed:' + _ewb_b.repr(_ewb_exc)[:{int(max_repr)}]"
+        " + '>', file=_ewb_sys.stderr, flush=True)",
         "    except Exception as _ewb_lost:  # stderr cannot be written: nowhere left to say it but here",
         "        __import__('sys').__dict__.setdefault('_eagle_workbench_probes_lost', {})"
-        f"[{tag!r}] = repr(_ewb_lost)",
+        f"[{tag!r}] = __import__('builtins').repr(_ewb_lost)",
         END_MARKER.format(tag=tag),
     ]
     return "".join(indent + line + newline for line in body)
@@ -463,35 +480,354 @@ def render_block(
 _INPLACE_RE = re.compile(r"^(?!__.*__$).*[^_]_$|^_$")
 
 
-def check_expression(expr: Any, *, what: str = "expression") -> None:
-    """Refuse an expression a probe must not evaluate: not one line of text, not a Python
-    expression, or one that would change state: an assignment expression (``:=``), ``await``,
-    ``yield``, or a call of a method whose name ends in a single ``_`` (PyTorch's in-place ops:
-    ``x.zero_()``, ``x.mul_(2)``, ``x.copy_(y)``, ``x.fill_(0)``, ``x.add_(1)``; dunder names such as
-    ``x.__len__()`` are fine). ``what`` names the expression in the message.
+# -- what a probe expression may do (a whitelist over its syntax tree) --------------------------
 
-    This is a guard against slips, not a sandbox: ``getattr(x, 'zero_')()``, ``list.append`` or
-    any function with side effects still runs. Raises ``ProbeError``.
-    """
+#: Functions a probe expression may call, by name; at run time the callee must still be that
+#: builtin (``len is builtins.len``), so a frame variable called ``len`` is not called. Each is
+#: pure (no I/O, changes nothing it is given): ``len``, ``repr``, ``str``, ``int``, ``float``,
+#: ``bool``, ``abs``, ``round``, ``min``, ``max``, ``sum``, ``any``, ``all``, ``sorted`` (a new
+#: list), ``tuple``, ``list``, ``dict``, ``set``, ``frozenset``, ``range``, ``enumerate``, ``zip``,
+#: ``isinstance``, ``type`` (one argument: the class; three would create one), ``hasattr`` (a
+#: constant attribute name, checked like ``x.name``). Left out: ``getattr`` / ``vars`` /
+#: ``globals`` / ``locals`` (attributes by computed name), ``map`` / ``filter`` (they call what
+#: they are given), ``open``, ``eval``, ``exec``, ``compile``, ``__import__``, ``print``, ``input``.
+PURE_FUNCTIONS = frozenset({
+    "len", "repr", "str", "int", "float", "bool", "abs", "round", "min", "max", "sum", "any", "all", "sorted",
+    "tuple", "list", "dict", "set", "frozenset", "range", "enumerate", "zip", "isinstance", "type", "hasattr",
+})
+#: Keyword arguments those functions may be given (``key=`` is left out: it would be called).
+_FUNCTION_KEYWORDS = {"sorted": {"reverse"}, "min": {"default"}, "max": {"default"}, "sum": {"start"},
+                      "round": {"ndigits"}, "enumerate": {"start"}}
+#: The builtins that iterate their positional arguments (an iterator read from the frame is refused
+#: at run time: iterating it would consume it).
+_ITERATING = frozenset({"tuple", "list", "dict", "set", "frozenset", "sorted", "sum", "min", "max", "any", "all",
+                        "enumerate", "zip"})
+#: Torch functions a probe may call, by dotted name from the module ``torch`` (at run time the callee
+#: must be that function of the loaded torch): each returns a new tensor or a bool and writes nothing.
+TORCH_FUNCTIONS = frozenset({
+    "torch.linalg.vector_norm", "torch.linalg.norm", "torch.isfinite", "torch.isnan", "torch.isinf",
+    "torch.equal", "torch.allclose", "torch.count_nonzero", "torch.is_tensor",
+})
+#: Methods a probe may call. On a tensor (``torch.Tensor``) each returns a new value, a view that
+#: the probe cannot write through (in-place methods are refused), or a number: sizes (``size``,
+#: ``dim``, ``numel``, ``nelement``, ``stride``, ``element_size``), reductions (``sum``, ``mean``,
+#: ``std``, ``var``, ``norm``, ``abs``, ``max``, ``min``, ``amax``, ``amin``, ``argmax``,
+#: ``argmin``, ``all``, ``any``, ``count_nonzero``, ``isfinite``, ``isnan``, ``isinf``,
+#: ``unique``), comparisons (``eq``, ``ne``, ``lt``, ``le``, ``gt``, ``ge``, ``equal``,
+#: ``allclose``), copies and views (``float``, ``double``, ``half``, ``bfloat16``, ``cpu``,
+#: ``to``, ``detach``, ``clone``, ``contiguous``, ``flatten``, ``reshape``, ``view``, ``t``,
+#: ``transpose``, ``permute``, ``squeeze``, ``unsqueeze``), values (``item``, ``tolist``); on a
+#: module: ``named_parameters``, ``parameters``, ``named_buffers``, ``buffers``,
+#: ``named_modules``, ``modules``, ``named_children``, ``children`` (fresh iterators); on dicts
+#: ``keys``, ``values``, ``items``, ``get``; on strings ``startswith``, ``endswith``. Also any
+#: predicate ``is_NAME()`` without arguments (``is_contiguous``, ``is_floating_point``, SGLang's
+#: ``SpeculativeAlgorithm.is_eagle3``): by convention they only answer. ``float``, ``double``,
+#: ``half``, ``bfloat16``, ``cpu``, ``to`` change an ``nn.Module`` in place: on a module they are
+#: refused when the probe runs (``<error:...>``). Left out: ``cuda`` (allocates on the GPU),
+#: ``numpy`` (shares memory), ``format`` (reads attributes by name), every method ending in ``_``.
+PURE_METHODS = frozenset({
+    "size", "dim", "numel", "nelement", "stride", "element_size",
+    "sum", "mean", "std", "var", "norm", "abs", "max", "min", "amax", "amin", "argmax", "argmin", "all", "any",
+    "count_nonzero", "isfinite", "isnan", "isinf", "unique",
+    "eq", "ne", "lt", "le", "gt", "ge", "equal", "allclose",
+    "float", "double", "half", "bfloat16", "cpu", "to", "detach", "clone", "contiguous", "flatten", "reshape", "view",
+    "t", "transpose", "permute", "squeeze", "unsqueeze", "item", "tolist",
+    "named_parameters", "parameters", "named_buffers", "buffers", "named_modules", "modules", "named_children",
+    "children", "keys", "values", "items", "get", "startswith", "endswith",
+})
+#: Of those, the ones allowed on a ``torch.nn.Module`` when the probe runs (the others change it).
+MODULE_METHODS = frozenset({
+    "named_parameters", "parameters", "named_buffers", "buffers", "named_modules", "modules", "named_children",
+    "children",
+})
+#: Methods whose result is a fresh iterator: iterating it consumes nothing of the engine's.
+_FRESH_ITERATORS = MODULE_METHODS | {"keys", "values", "items"}
+_PREDICATE_RE = re.compile(r"^is_[a-z0-9_]*[a-z0-9]$")
+#: Dunder attributes a probe may read: plain strings naming a class or function.
+SAFE_DUNDERS = frozenset({"__name__", "__qualname__"})
+#: Names refused outright, with why (a clearer message than "not a function a probe may call").
+_REFUSED_NAMES = {
+    "getattr": "getattr (an attribute by computed name; write x.name)", "setattr": "setattr (it writes)",
+    "delattr": "delattr (it writes)", "eval": "eval", "exec": "exec", "compile": "compile", "open": "open (I/O)",
+    "__import__": "__import__", "globals": "globals()", "locals": "locals()", "vars": "vars()",
+    "breakpoint": "breakpoint()", "input": "input()", "print": "print (the probe prints)", "exit": "exit",
+    "quit": "quit",
+}
+#: Prefix of the probe block's own variables; a probe expression may not name them.
+_BLOCK_PREFIX = "_ewb"
+_EXPR_NODES = (ast.Constant, ast.Name, ast.Attribute, ast.Subscript, ast.Slice, ast.Tuple, ast.List, ast.Set,
+               ast.Dict, ast.BinOp, ast.UnaryOp, ast.BoolOp, ast.Compare, ast.IfExp, ast.Call, ast.ListComp,
+               ast.SetComp, ast.DictComp, ast.GeneratorExp, ast.JoinedStr, ast.FormattedValue)
+
+
+def _dotted(node: ast.AST) -> Optional[str]:
+    """``"torch.linalg.vector_norm"`` for that chain of attribute reads on a name, else ``None``."""
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if not isinstance(node, ast.Name):
+        return None
+    return ".".join([node.id] + parts[::-1])
+
+
+def _refuse_name(name: str) -> Optional[str]:
+    if name in _REFUSED_NAMES:
+        return _REFUSED_NAMES[name]
+    if name.startswith("__") and name.endswith("__"):
+        return f"the dunder name {name}"
+    if name.startswith(_BLOCK_PREFIX):
+        return f"the name {name} (the probe block's own variables start with {_BLOCK_PREFIX})"
+    return None
+
+
+def _refuse_attr(attr: str) -> Optional[str]:
+    if attr.startswith("__") and attr not in SAFE_DUNDERS:
+        return f"the attribute .{attr} (dunder and name-mangled attributes reach the interpreter's internals)"
+    return None
+
+
+def _whitelist_refusal(tree: ast.Expression) -> Optional[tuple[ast.AST, str]]:
+    """``(node, why)`` for the first node of ``tree`` outside the whitelist, ``None`` when it all is."""
+
+    def check(node: ast.AST) -> Optional[tuple[ast.AST, str]]:
+        if not isinstance(node, _EXPR_NODES):
+            kinds = {ast.Lambda: "a lambda", ast.Starred: "unpacking (*x)", ast.NamedExpr: "an assignment (:=)",
+                     ast.Await: "await", ast.Yield: "yield", ast.YieldFrom: "yield from"}
+            return node, kinds.get(type(node), f"a {type(node).__name__} expression")
+        if isinstance(node, ast.Name):
+            why = _refuse_name(node.id)
+            return (node, why) if why else None
+        if isinstance(node, ast.Attribute):
+            why = _refuse_attr(node.attr)
+            return (node, why) if why else check(node.value)
+        if isinstance(node, ast.Call):  # what it is called on and with first: the inner fault is the clearer one
+            children: list[ast.AST] = list(node.args) + [k.value for k in node.keywords]
+            if isinstance(node.func, ast.Attribute) and _dotted(node.func) not in TORCH_FUNCTIONS:
+                children.insert(0, node.func.value)
+            elif not isinstance(node.func, (ast.Name, ast.Attribute)):
+                children.insert(0, node.func)
+            for child in children:
+                bad = check(child)
+                if bad:
+                    return bad
+            return call(node)
+        elif isinstance(node, (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)):
+            children = []
+            for gen in node.generators:
+                if gen.is_async:
+                    return gen, "an async comprehension"
+                for target in ast.walk(gen.target):
+                    if not isinstance(target, (ast.Name, ast.Tuple, ast.List, ast.Store)):
+                        return target, "a comprehension target other than names"
+                    if isinstance(target, ast.Name) and _refuse_name(target.id):
+                        return target, _refuse_name(target.id)
+                children += [gen.iter, *gen.ifs]
+            children += [node.key, node.value] if isinstance(node, ast.DictComp) else [node.elt]
+        elif isinstance(node, ast.Dict):
+            if any(k is None for k in node.keys):
+                return node, "unpacking (**x)"
+            children = [*node.keys, *node.values]
+        else:
+            children = [c for c in ast.iter_child_nodes(node)
+                        if not isinstance(c, (ast.expr_context, ast.operator, ast.unaryop, ast.boolop, ast.cmpop))]
+        for child in children:
+            bad = check(child)
+            if bad:
+                return bad
+        return None
+
+    def call(node: ast.Call) -> Optional[tuple[ast.AST, str]]:
+        if any(isinstance(a, ast.Starred) for a in node.args) or any(k.arg is None for k in node.keywords):
+            return node, "a call with *args / **kwargs"
+        func = node.func
+        if isinstance(func, ast.Name):
+            name = func.id
+            if name in _REFUSED_NAMES:
+                return func, _REFUSED_NAMES[name]
+            if name not in PURE_FUNCTIONS:
+                return func, (f"a call of {name}(): only these functions may be called: "
+                              f"{', '.join(sorted(PURE_FUNCTIONS))}")
+            extra = [k.arg for k in node.keywords if k.arg not in _FUNCTION_KEYWORDS.get(name, ())]
+            if extra:
+                return node, f"{name}() with the keyword {extra[0]}= (a probe passes no callables)"
+            if name == "type" and len(node.args) != 1:
+                return node, "type() with other than one argument (three would create a class)"
+            if name == "hasattr":
+                if len(node.args) != 2 or not (isinstance(node.args[1], ast.Constant)
+                                               and isinstance(node.args[1].value, str)):
+                    return node, "hasattr() without a constant attribute name"
+                why = _refuse_attr(node.args[1].value)
+                if why:
+                    return node.args[1], why
+            return None
+        dotted = _dotted(func) if isinstance(func, ast.Attribute) else None
+        if dotted in TORCH_FUNCTIONS:
+            return None
+        if isinstance(func, ast.Attribute):
+            attr = func.attr
+            if _INPLACE_RE.match(attr):
+                return func, f"a call of .{attr}(), an in-place method (a name ending in one '_')"
+            if _PREDICATE_RE.match(attr):
+                return None if not node.args and not node.keywords else (node, f".{attr}() with arguments")
+            if attr not in PURE_METHODS:
+                return func, (f"a call of .{attr}(), not one of the pure methods a probe may call "
+                              "(remote.probes.PURE_METHODS: sizes, reductions, comparisons, copies, .item(), "
+                              f".tolist(), ...; is_NAME() predicates; the functions {', '.join(sorted(TORCH_FUNCTIONS))})")
+            return None
+        return func, "a call of a computed value (only named functions and methods may be called)"
+
+    return check(tree.body)
+
+
+def _where(expr: str, node: ast.AST) -> str:
+    col = getattr(node, "col_offset", None)
+    text = ast.unparse(node) if isinstance(node, ast.AST) and hasattr(node, "lineno") else ""
+    text = text if len(text) <= 60 else text[:57] + "..."
+    return (f" at column {col + 1}" if col is not None else "") + (f" (`{text}`)" if text else "")
+
+
+def parse_expression(expr: Any, *, what: str = "expression") -> ast.Expression:
+    """The syntax tree of a probe expression, once it passes the whitelist (see
+    :func:`check_expression`). Raises :class:`ProbeExpressionRefused` (a ``ProbeError``) naming the
+    refused node, its column (1-based) and why; ``ProbeError`` for text that is not one line of
+    Python."""
     if not isinstance(expr, str) or "\n" in expr or "\r" in expr or not expr.strip():
         raise ProbeError(f"{what} must be one line of text, got {expr!r}")
     try:
-        tree = ast.parse(expr, mode="eval")
+        tree = ast.parse(expr.strip(), mode="eval")
     except SyntaxError as exc:
         raise ProbeError(f"{what} {expr!r} is not a Python expression ({exc.msg})") from None
-    for node in ast.walk(tree):
-        why = None
+    bad: Optional[tuple[ast.AST, str]] = None
+    for node in ast.walk(tree):  # the changes of state first: they are the likeliest slip
         if isinstance(node, ast.NamedExpr):
-            why = "an assignment expression (:=)"
+            bad = node, "an assignment expression (:=)"
         elif isinstance(node, ast.Await):
-            why = "await"
+            bad = node, "await"
         elif isinstance(node, (ast.Yield, ast.YieldFrom)):
-            why = "yield"
+            bad = node, "yield"
         elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and _INPLACE_RE.match(node.func.attr):
-            why = f"a call of .{node.func.attr}(), an in-place method (a name ending in one '_')"
-        if why:
-            raise ProbeError(f"{what} {expr!r} is refused: it contains {why}; a probe's expressions must only "
-                             "read (this is a guard, not a sandbox)")
+            bad = node.func, f"a call of .{node.func.attr}(), an in-place method (a name ending in one '_')"
+        if bad:
+            break
+    bad = bad or _whitelist_refusal(tree)
+    if bad:
+        node, why = bad
+        raise ProbeExpressionRefused(
+            f"{what} {expr!r} is refused: it contains {why}{_where(expr, node)}; a probe's expressions must only "
+            "read (names, attributes, subscripts, constants, operators, comprehensions, and calls of pure "
+            "functions and methods)", node=type(node).__name__, column=(getattr(node, "col_offset", -1) + 1) or None)
+    return tree
+
+
+def check_expression(expr: Any, *, what: str = "expression") -> None:
+    """Refuse an expression a probe must not evaluate. Allowed, and nothing else: names (the
+    probed frame's locals and globals; not dunders, not the block's own ``_ewb*``), attribute
+    reads (not dunders other than :data:`SAFE_DUNDERS`), subscripts and slices, constants,
+    tuples / lists / sets / dicts of those, f-strings, comparisons, arithmetic and boolean
+    operators, ``x if c else y``, comprehensions and generator expressions (their targets plain
+    names), and calls of :data:`PURE_FUNCTIONS`, :data:`TORCH_FUNCTIONS`, :data:`PURE_METHODS` and
+    ``.is_NAME()`` predicates. Refused (among all else): ``:=``, ``await``, ``yield``, lambdas,
+    ``*x`` / ``**x``, ``getattr``, ``__import__``, ``open``, ``eval``, in-place methods (a name
+    ending in one ``_``: ``x.zero_()``, ``x.add_(1)``), ``x.__class__``.
+
+    The probe block evaluates exactly the checked tree, with each call going through a gate that
+    checks, when the probe runs, that the callee is still the builtin / torch function of that
+    name, that a module is not cast or moved in place, and that an iterator read from the frame is
+    not consumed (see :func:`render_block`). ``what`` names the expression in the message.
+
+    Raises :class:`ProbeExpressionRefused` (a ``ProbeError``: the refused node's type in
+    ``.node``, its 1-based ``.column``) or ``ProbeError`` for text that is not one line of Python.
+    """
+    parse_expression(expr, what=what)
+
+
+class _Guard(ast.NodeTransformer):
+    """Rewrites a checked tree for the probe block: ``f(a)`` -> ``_ewb_g.f(f, 'f')(a)``,
+    ``x.m(a)`` -> ``_ewb_g.m(x, 'm')(a)``, and each value iterated that the expression did not
+    create -> ``_ewb_g.it(v)``."""
+
+    @staticmethod
+    def _gate(kind: str, *args: ast.expr) -> ast.expr:
+        return ast.Call(ast.Attribute(ast.Name("_ewb_g", ast.Load()), kind, ast.Load()), list(args), [])
+
+    def _iterated(self, node: ast.expr) -> ast.expr:
+        fresh = isinstance(node, ast.Call) and (
+            (isinstance(node.func, ast.Attribute) and node.func.attr in _FRESH_ITERATORS)
+            or (isinstance(node.func, ast.Name) and node.func.id in ("range", "enumerate", "zip")))
+        node = self.visit(node)
+        return node if fresh else self._gate("it", node)
+
+    def visit_Call(self, node: ast.Call) -> ast.expr:
+        func = node.func
+        dotted = _dotted(func) if isinstance(func, ast.Attribute) else None
+        if isinstance(func, ast.Name):
+            iterating = func.id in _ITERATING
+            args = [self._iterated(a) if iterating else self.visit(a) for a in node.args]
+            new_func = self._gate("f", func, ast.Constant(func.id))
+        elif dotted in TORCH_FUNCTIONS:
+            args = [self.visit(a) for a in node.args]
+            new_func = self._gate("f", func, ast.Constant(dotted))
+        else:
+            args = [self.visit(a) for a in node.args]
+            new_func = self._gate("m", self.visit(func.value), ast.Constant(func.attr))
+        keywords = [ast.keyword(k.arg, self.visit(k.value)) for k in node.keywords]
+        return ast.Call(new_func, args, keywords)
+
+    def _comp(self, node):
+        for gen in node.generators:
+            gen.iter = self._iterated(gen.iter)
+            gen.ifs = [self.visit(i) for i in gen.ifs]
+        for name in ("elt", "key", "value"):
+            if hasattr(node, name):
+                setattr(node, name, self.visit(getattr(node, name)))
+        return node
+
+    visit_ListComp = visit_SetComp = visit_DictComp = visit_GeneratorExp = _comp
+
+
+def guarded_source(expr: str, *, what: str = "expression") -> str:
+    """The Python source the probe block evaluates for the probe expression ``expr``: its checked
+    tree (:func:`parse_expression`) with every call through the block's gate ``_ewb_g`` (see
+    :func:`render_block`), in parentheses. Comments and layout of ``expr`` are not kept. Raises as
+    :func:`parse_expression`."""
+    tree = _Guard().visit(parse_expression(expr, what=what))
+    return "(" + ast.unparse(ast.fix_missing_locations(tree)) + ")"
+
+
+#: The gate the probe block defines once per process (kept in ``sys`` under this name) and calls
+#: for every call a probe expression makes: ``f(fn, name)`` returns ``fn`` only when it is the
+#: builtin (or ``torch.`` function) of that name; ``m(obj, name)`` returns ``obj.name`` unless
+#: ``obj`` is a ``torch.nn.Module`` and ``name`` is not in :data:`MODULE_METHODS`; ``it(v)``
+#: returns ``v`` unless it is an iterator (iterating it would consume the engine's). A refusal
+#: raises ``TypeError``: that expression prints ``<error:TypeError(...)>``.
+GATE_NAME = "_eagle_workbench_probe_gate_1"
+_GATE_LINES = [
+    f"_ewb_g = _ewb_sys.__dict__.get({GATE_NAME!r})",
+    "if _ewb_g is None:",
+    "    import types as _ewb_t",
+    "    def _ewb_gf(fn, name, _b=_ewb_b, _s=_ewb_sys):",
+    "        if name.startswith('torch.'):",
+    "            want = _s.modules.get('torch')",
+    "            for part in name.split('.')[1:]:",
+    "                want = _b.getattr(want, part, None)",
+    "        else:",
+    "            want = _b.getattr(_b, name, None)",
+    "        if want is None or fn is not want:",
+    "            raise _b.TypeError('probe: %s here is %r, not the function of that name; not called' % (name, fn))",
+    "        return fn",
+    "    def _ewb_gm(obj, name, _b=_ewb_b, _s=_ewb_sys, _ok=" + repr(tuple(sorted(MODULE_METHODS))) + "):",
+    "        _t = _s.modules.get('torch')",
+    "        if _t is not None and _b.isinstance(obj, _t.nn.Module) and name not in _ok:",
+    "            raise _b.TypeError('probe: .%s() would change the module in place; not called' % name)",
+    "        return _b.getattr(obj, name)",
+    "    def _ewb_git(value, _b=_ewb_b):",
+    "        if _b.hasattr(_b.type(value), '__next__'):",
+    "            raise _b.TypeError('probe: %s is an iterator; iterating it would consume it' % _b.type(value).__name__)",
+    "        return value",
+    "    _ewb_g = _ewb_t.SimpleNamespace(f=_ewb_gf, m=_ewb_gm, it=_ewb_git)",
+    f"    _ewb_sys.__dict__[{GATE_NAME!r}] = _ewb_g",
+]
 
 
 def _split_lines(text: str) -> list[str]:
@@ -641,6 +977,46 @@ def _find_anchor(
     return idx
 
 
+# -- where a probe may write -------------------------------------------------------------------
+
+
+def _inside(path: str, root: str) -> bool:
+    root = root.rstrip("/") or "/"
+    return path == root or path.startswith(root if root == "/" else root + "/")
+
+
+def resolve_probe_path(box: Box, path: PathLike, root: Optional[PathLike] = None, *, timeout: float = 30) -> str:
+    """The real file a probe on ``path`` patches: ``path`` with every symlink resolved on the box
+    (``realpath``, each component). With ``root`` (the engine package directory) that file must
+    lie inside the resolved ``root``: a symlink inside the package that leads out of it is refused.
+
+    Returns the resolved absolute path. Raises :class:`ProbePathOutside` (``.link``: the first
+    component of ``path``, as given, that is a symlink out of the root; ``.target``: where it
+    resolves; ``.root``), and the box's file errors. ``timeout``: seconds for each box call
+    (one ``realpath``, and one per component of ``path`` when it is refused)."""
+    given = box.expand_path(path)
+    real = box.realpath(given, timeout=timeout)
+    if root is None:
+        return real
+    real_root = box.realpath(box.expand_path(root), timeout=timeout)
+    if _inside(real, real_root):
+        return real
+    parts = [c for c in posixpath.normpath(given).split("/") if c]
+    spelled, resolved = "", "/" if given.startswith("/") else ""
+    for i, name in enumerate(parts):
+        spelled = posixpath.join(spelled or ("/" if given.startswith("/") else ""), name)
+        lexical = posixpath.join(resolved, name) if resolved else name
+        target = box.realpath(spelled, timeout=timeout)
+        if target != lexical and _inside(lexical, real_root) and not _inside(target, real_root):
+            raise ProbePathOutside(
+                f"{spelled} is a symlink to {target}, outside the engine package {real_root}; a probe only "
+                "patches files inside the engine (remove the link or probe the file it points at explicitly)",
+                link=spelled, target=target, root=real_root, path=given, box=box.name)
+        resolved = target
+    raise ProbePathOutside(f"{given} resolves to {real}, outside the engine package {real_root}",
+                           target=real, root=real_root, path=given, box=box.name)
+
+
 # -- add / revert ------------------------------------------------------------------------------
 
 
@@ -657,6 +1033,7 @@ def add_probe(
     when: Optional[str] = None,
     max_repr: int = MAX_REPR,
     python: Optional[str] = None,
+    root: Optional[PathLike] = None,
     timeout: float = 60,
 ) -> Probe:
     """Insert a debug print before an anchor line of the Python file ``path`` on the box.
@@ -664,7 +1041,7 @@ def add_probe(
     ``before`` is a regex searched in each line (must match exactly one line, outside other
     probes' blocks, within ``function`` when given; ``function`` may be ``Class.method``) or a
     1-based line number. ``exprs`` are Python expressions evaluated at that point (they must only
-    read: see :func:`check_expression`, a guard, not a sandbox); ``tag`` names the probe (letters,
+    read: the whitelist of :func:`check_expression`); ``tag`` names the probe (letters,
     digits, ``_.-``). ``python`` is the box interpreter for the compile checks (default
     ``box.python``); ``timeout`` in seconds for each box call.
 
@@ -689,7 +1066,10 @@ def add_probe(
     Adding the same tag again with the same file, anchor, expressions and ``once_per`` (and
     ``max_prints`` when ``once_per`` is given) returns the existing probe without touching the
     file (also when newer probes were added on top of it). A symlinked ``path`` is resolved: the
-    real file is patched (``Probe.path``) and the link stays a link.
+    real file is patched (``Probe.path``) and the link stays a link. With ``root`` (the engine
+    package directory on the box) the resolved file must lie inside the resolved root
+    (:func:`resolve_probe_path`): a symlink in the package pointing out of it raises
+    ``ProbePathOutside`` naming the link and its target, before anything is read or written.
 
     Raises ``AnchorNotFound`` / ``AnchorAmbiguous``; ``ProbeCompileError`` when the original or
     the patched file does not compile on the box (nothing is written); ``ProbeConflict`` when the
@@ -712,7 +1092,7 @@ def add_probe(
     for name, value in (("max_prints", max_prints), ("max_repr", max_repr)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ProbeError(f"probe {tag!r}: {name} must be a positive int, got {value!r}")
-    p = box.realpath(path, timeout=timeout)  # patch the real file, never replace a symlink
+    p = resolve_probe_path(box, path, root, timeout=timeout)  # patch the real file, never replace a symlink
     if not p.endswith(".py"):
         raise ProbeError("not a Python source file (a probe goes only into a file ending in .py)", path=p,
                          box=box.name)
@@ -758,7 +1138,7 @@ def add_probe(
         text = original.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise ProbeError(f"cannot probe a file that is not UTF-8 (byte {exc.start})", path=p, box=box.name) from None
-    check = box.run([python, "-c", _COMPILE_SNIPPET, p, p], timeout=timeout, check=False)
+    check = box.run([python, "-B", "-c", _COMPILE_SNIPPET, p, p], timeout=timeout, check=False)
     if not check.ok:
         raise ProbeCompileError(
             f"the original file does not compile with {python}; probe {tag!r} not added, nothing was written",
@@ -811,7 +1191,7 @@ def add_probe(
     _crash_point("after-backup")
     try:
         box.transport.write_new(probe.temp_path, patched, mode=mode, timeout=timeout)
-        check = box.run([python, "-c", _COMPILE_SNIPPET, probe.temp_path, p], timeout=timeout, check=False)
+        check = box.run([python, "-B", "-c", _COMPILE_SNIPPET, probe.temp_path, p], timeout=timeout, check=False)
         if not check.ok:
             raise ProbeCompileError(
                 f"probe {tag!r} before line {idx + 1} makes the file fail to compile with {python}",
@@ -943,6 +1323,15 @@ def revert_probe(box: Box, probe: Union[Probe, str], *, timeout: float = 60) -> 
         raise ProbeNotFound(f"no probe {tag!r} in the journal at {journal_dir(box)}", box=box.name)
     if entry.temp_path:
         box.remove(entry.temp_path, missing_ok=True)
+    try:
+        now = box.realpath(entry.path, timeout=timeout)
+    except RemoteFileNotFound:
+        now = entry.path
+    if now != entry.path:  # a component became a symlink since the add: never write through it
+        raise ProbeConflict(
+            f"probe {tag!r}: {entry.path} (the resolved file the probe patched) now resolves to {now}; not "
+            f"writing through the link; the original is kept at {entry.backup_path}",
+            path=entry.path, backup_path=entry.backup_path, box=box.name)
     try:
         current = box.sha256(entry.path, timeout=timeout)
     except RemoteFileNotFound:

@@ -90,7 +90,7 @@ def missing_sandbox_modules(box: Any, python: str, *, timeout: float = 30) -> li
     imported). ``box``: a ``remote`` box (``run``). Raises :class:`DiagnosisError` when the
     interpreter does not run the script or its answer is not the expected JSON (the message
     names the interpreter, the box and the last line of its stderr)."""
-    res = box.run([python, "-c", SANDBOX_EXTRA_CHECK_SCRIPT, *SANDBOX_EXTRA_MODULES], timeout=timeout, check=False)
+    res = box.run([python, "-B", "-c", SANDBOX_EXTRA_CHECK_SCRIPT, *SANDBOX_EXTRA_MODULES], timeout=timeout, check=False)
     where = f"{python} on {getattr(box, 'name', 'the box')}"
     if res.exit_code != 0:
         last = next((ln for ln in reversed(res.stderr.strip().splitlines()) if ln.strip()), "no error output")

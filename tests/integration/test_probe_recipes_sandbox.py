@@ -30,6 +30,7 @@ from remote import connect
 from remote.probes import list_probes, read_probe_log
 from workbench.cli import main
 from workbench.engine import running_servers
+from workbench.engine.recipes import TARGET_CAPTURES_AUX
 from workbench.sandbox_box import sandbox_launch_command
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -125,9 +126,9 @@ def test_recipes_on_the_sandbox_under_eagle3_and_eagle(tmp_path, free_port, monk
 
     layers3, layers1 = eagle3["target-capture-layers"].values, eagle["target-capture-layers"].values
     assert layers3["self.layers_to_capture"] == [i + 1 for i in aux_ids] == [2, 4, 7]
-    assert layers3["getattr(self, 'capture_aux_hidden_states', None)"] is True
+    assert layers3[TARGET_CAPTURES_AUX] is True
     assert layers1["self.layers_to_capture"] == []
-    assert layers1["getattr(self, 'capture_aux_hidden_states', None)"] is False
+    assert layers1[TARGET_CAPTURES_AUX] is False
 
     d2t3, d2t1 = eagle3["draft-d2t"], eagle["draft-d2t"]
     assert d2t3.values["self.hot_token_id is None"] is False

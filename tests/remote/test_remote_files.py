@@ -7,6 +7,7 @@ import stat
 
 import pytest
 
+from remote.box import MAX_LINE
 from remote.errors import (
     RemoteFileDecodeError,
     RemoteFileNotFound,
@@ -119,9 +120,14 @@ def test_tail_edge_cases(box, tmp_path):
     assert box.tail(p, 2) == ["b", "c"]
     assert box.tail(p, 10) == ["a", "b", "c"]
     assert box.tail(p, 0) == []
-    long_lines = [("x" * 100_000) + str(i) for i in range(3)]
+    long_lines = [str(i) + ("x" * 100_000) for i in range(3)] + ["y" * MAX_LINE]
     p.write_text("\n".join(long_lines) + "\n")
-    assert box.tail(p, 2) == long_lines[1:]
+    # a line over MAX_LINE comes back as its head and the cut mark with its real length; one of
+    # exactly MAX_LINE bytes whole
+    cut = " [eagle-workbench: line cut at 65536 of 100001 bytes]"
+    assert box.tail(p, 3) == ["1" + "x" * (MAX_LINE - 1) + cut, "2" + "x" * (MAX_LINE - 1) + cut, "y" * MAX_LINE]
+    assert box.read_lines(p, 2, 4) == [(2, "1" + "x" * (MAX_LINE - 1) + cut), (3, "2" + "x" * (MAX_LINE - 1) + cut),
+                                      (4, "y" * MAX_LINE)]
 
 
 def test_follow_new_bytes_and_truncation(box, tmp_path):

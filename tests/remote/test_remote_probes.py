@@ -21,6 +21,8 @@ from remote.errors import (
     ProbeConflict,
     ProbeError,
     ProbeExists,
+    ProbeExpressionRefused,
+    ProbePathOutside,
     ProbeNotFound,
     RemoteFileNotFound,
     RemoteIsADirectory,
@@ -218,9 +220,9 @@ def test_anchor_errors_are_clear(box, src):
 
 
 def test_compile_failure_on_the_box_leaves_everything_untouched(box, src):
-    with pytest.raises(ProbeCompileError) as info:  # parses as an expression, fails to compile (symtable)
-        add_probe(box, src, before=16, exprs=["(lambda a, a: 0)"], tag="bad")
-    assert "duplicate argument" in info.value.output and not info.value.of_original
+    with pytest.raises(ProbeCompileError) as info:  # parses as an expression, passes the whitelist, fails to compile
+        add_probe(box, src, before=16, exprs=["round(embeds, ndigits=1, ndigits=2)"], tag="bad")
+    assert "keyword argument repeated" in info.value.output and not info.value.of_original
     assert src.read_text() == DRAFT_SOURCE
     assert list_probes(box) == [] and os.listdir(src.parent) == ["draft_model.py"]
 
@@ -602,16 +604,52 @@ def test_expressions_that_would_change_state_are_refused(src, tmp_path, expr, wh
     with connect("local", state_dir=tmp_path / "box-state", python=sys.executable) as box:
         with pytest.raises(ProbeError, match="must only read") as info:
             add_probe(box, src, before=16, exprs=["embeds", expr], tag="t")
-        assert why in str(info.value) and "guard, not a sandbox" in str(info.value)
+        assert why in str(info.value) and isinstance(info.value, ProbeExpressionRefused)
         with pytest.raises(ProbeError, match="once_per .* must only read"):
             add_probe(box, src, before=16, exprs=["embeds"], once_per=expr, tag="t")
     assert src.read_text() == DRAFT_SOURCE and not (tmp_path / "box-state").exists()
 
 
-@pytest.mark.parametrize("expr", ["hidden_states.__len__()", "hidden_states.shape.__getitem__(-1)", "embeds.add(1)",
-                                  "hidden_states.zero_", "getattr(hidden_states, 'shape')", "a_ == b_", "f_(x)"])
+@pytest.mark.parametrize("expr", ["hidden_states.shape[-1]", "hidden_states.zero_", "a_ == b_", "type(x).__name__",
+                                  "hidden_states.float().mean().item()", "len(embeds) if embeds else None",
+                                  "{n: p.norm().item() for n, p in m.named_parameters()}", "hasattr(x, 'fc')",
+                                  "torch.linalg.vector_norm(p.detach(), dtype=torch.float32)", "f'{x.shape!r}'",
+                                  "x.is_contiguous()", "sorted(d.items(), reverse=True)[:3]"])
 def test_reading_expressions_are_allowed(expr):
-    check_expression(expr)  # dunders, non-in-place calls, an in-place method not called, names ending in _
+    check_expression(expr)  # an in-place method not called, names ending in _, the recipes' kinds of reads
+
+
+@pytest.mark.parametrize("expr, column, why", [
+    ("__import__('os').system('touch /tmp/x')", 1, "__import__"),
+    ("open('/tmp/x', 'w')", 1, "open (I/O)"),
+    ("getattr(h, 'zero_')()", 1, "getattr"),
+    ("getattr(hidden_states, 'shape')", 1, "getattr"),
+    ("h.__class__.__mro__", 1, ".__class__"),
+    ("x.__globals__", 1, ".__globals__"),
+    ("hidden_states.__len__()", 1, ".__len__"),
+    ("embeds.add(1)", 1, ".add()"),
+    ("os.system('id')", 1, ".system()"),
+    ("eval('1')", 1, "eval"),
+    ("(lambda: 0)()", 2, "a lambda"),
+    ("sorted(x, key=os.system)", 1, "keyword key="),
+    ("max(*xs)", 5, "unpacking (*x)"),
+    ("{**d}", 1, "unpacking (**x)"),
+    ("type('X', (), {})", 1, "type() with other than one argument"),
+    ("hasattr(x, name)", 1, "hasattr() without a constant"),
+    ("hasattr(x, '__class__')", 12, ".__class__"),
+    ("'{0.__class__}'.format(x)", 1, ".format()"),
+    ("f'{x.__dict__}'", 4, ".__dict__"),
+    ("x.shape if _ewb_sys else 0", 12, "_ewb_sys"),
+    ("__builtins__", 1, "the dunder name"),
+    ("f(x)", 1, "a call of f()"),
+    ("x.is_ready(1)", 1, ".is_ready() with arguments"),
+    ("[y for y.attr in xs]", 8, "a comprehension target other than names"),
+])
+def test_expressions_outside_the_whitelist_are_refused_naming_the_node(expr, column, why):
+    with pytest.raises(ProbeExpressionRefused) as info:
+        check_expression(expr, what="--print")
+    assert why in str(info.value) and f"at column {column} " in str(info.value), str(info.value)
+    assert info.value.column == column and str(info.value).startswith(f"--print {expr!r} is refused")
 
 
 # -- once per distinct key -------------------------------------------------------------------------
@@ -684,7 +722,7 @@ def test_once_per_prints_each_distinct_key_once_up_to_max_prints(box, src, tmp_p
 
 def test_render_block_once_per_default_and_key_failure():
     block = render_block("w", ["x.shape"], "    ", once_per="x.shape[-1]")
-    assert "if len(_ewb_seen) < 8:" in block and "repr((x.shape[-1]))" in block
+    assert "if _ewb_b.len(_ewb_seen) < 8:" in block and "_ewb_b.repr((x.shape[-1]))" in block
     ns = {"x": type("T", (), {"shape": (1, 2)})()}
     code = compile("def f(x):\n" + block + "    return 1\n", "<probe>", "exec")
     exec(code, ns)
@@ -982,3 +1020,77 @@ def test_the_block_never_raises_even_when_stderr_cannot_be_written():
     finally:
         sys.stderr = saved
     assert sys._eagle_workbench_probes_lost["lost-t"] == "OSError('stderr is closed')"
+
+
+# -- containment: what the inserted block may do, and where it may be written -----------------------
+
+GATED_SOURCE = textwrap.dedent(
+    """\
+    import sys
+    import torch
+
+
+    def work(m, it, x):
+        len = print  # a frame variable shadowing the builtin
+        y = 1
+        return next(it), str(m.weight.dtype), y
+    """
+)
+
+
+def test_the_block_gates_every_call_when_the_probe_runs(box, tmp_path):
+    """The static whitelist passes these; when the probe runs, the gate still refuses a shadowed
+    builtin, a module cast in place and an iterator of the frame: each prints ``<error:...>`` and
+    the engine's state is as before (the module still half, the iterator not advanced)."""
+    path = tmp_path / "gated.py"
+    path.write_text(GATED_SOURCE)
+    exprs = ["len(x)", "m.float()", "list(it)", "x.float().sum().item()", "m.weight.dtype", "tuple(x.shape)"]
+    probe = add_probe(box, path, before=r"^\s+y = 1$", exprs=exprs, tag="gate")
+    caller = ("import sys, torch; sys.path.insert(0, sys.argv[1]); import gated; "
+              "print(gated.work(torch.nn.Linear(2, 2).half(), iter(range(5)), torch.ones(2, 3)))")
+    out = subprocess.run([sys.executable, "-c", caller, str(tmp_path)], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "(0, 'torch.float16', 1)"  # the iterator not consumed, the module not cast
+    [values] = read_probe_output(out.stderr, probe)
+    assert values["len(x)"].startswith("<error:TypeError('probe: len here is <built-in function print>")
+    assert values["m.float()"] == "<error:TypeError('probe: .float() would change the module in place; not called')>"
+    assert values["list(it)"].startswith("<error:TypeError('probe: range_iterator is an iterator")
+    assert values["x.float().sum().item()"] == "6.0"
+    assert values["m.weight.dtype"] == "torch.float16" and values["tuple(x.shape)"] == "(2, 3)"
+    revert_probe(box, probe)
+    assert path.read_text() == GATED_SOURCE
+
+
+def test_a_symlink_out_of_the_engine_is_refused_naming_link_and_target(box, tmp_path):
+    engine, outside = tmp_path / "pkg", tmp_path / "elsewhere"
+    (engine / "models").mkdir(parents=True)
+    outside.mkdir()
+    (outside / "victim.py").write_text(DRAFT_SOURCE)
+    (engine / "models" / "inside.py").write_text(DRAFT_SOURCE)
+    os.symlink(outside, engine / "linked")                        # a directory link leading out
+    os.symlink(outside / "victim.py", engine / "models" / "file_link.py")  # a file link leading out
+    os.symlink(engine / "models" / "inside.py", engine / "alias.py")       # a link that stays inside
+    for given, link in ((engine / "linked" / "victim.py", engine / "linked"),
+                        (engine / "models" / "file_link.py", engine / "models" / "file_link.py")):
+        with pytest.raises(ProbePathOutside) as info:
+            add_probe(box, given, before=16, exprs=["embeds"], tag="t", root=engine)
+        err = info.value
+        assert (err.link, err.target, err.root) == (str(link), str(os.path.realpath(link)), str(engine))
+        assert f"{link} is a symlink to {os.path.realpath(link)}, outside the engine package {engine}" in str(err)
+    with pytest.raises(ProbePathOutside, match="resolves to .*victim.py, outside the engine package"):
+        add_probe(box, outside / "victim.py", before=16, exprs=["embeds"], tag="t", root=engine)
+    assert (outside / "victim.py").read_text() == DRAFT_SOURCE and not (tmp_path / "box-state").exists()
+
+    probe = add_probe(box, engine / "alias.py", before=16, exprs=["embeds"], tag="t", root=engine)
+    assert probe.path == str(engine / "models" / "inside.py") and os.path.islink(engine / "alias.py")
+    # the probed directory swapped for a link before the revert: never written through
+    os.rename(engine / "models", engine / "models.real")
+    os.symlink(outside, engine / "models")
+    (outside / "inside.py").write_bytes((engine / "models.real" / "inside.py").read_bytes())
+    with pytest.raises(ProbeConflict, match="now resolves to .*elsewhere/inside.py; not writing through the link"):
+        revert_probe(box, probe)
+    assert (outside / "inside.py").read_bytes() == (engine / "models.real" / "inside.py").read_bytes()
+    os.remove(engine / "models")
+    os.rename(engine / "models.real", engine / "models")
+    revert_probe(box, probe)
+    assert (engine / "models" / "inside.py").read_text() == DRAFT_SOURCE

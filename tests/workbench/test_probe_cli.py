@@ -143,8 +143,12 @@ def test_recipe_draft_input_width_lands_on_the_width_check(site, sglang_source, 
     (["add", "--file", DRAFT_REL, "--before", "hidden_states", "--function", "LlamaModel.forward", "--print", "x"],
      "matches"),
     (["add", "--file", DRAFT_REL, "--line", "238", "--print", "1 +"], "is not a Python expression"),
-    (["add", "--file", DRAFT_REL, "--line", "238", "--print", "(lambda a, a: 0)"], "fail to compile"),
-    (["add", "--file", DRAFT_REL, "--line", "238", "--print", "await x"], "contains await; a probe's expressions must"),
+    (["add", "--file", DRAFT_REL, "--line", "238", "--print", "round(x, ndigits=1, ndigits=2)"], "fail to compile"),
+    (["add", "--file", DRAFT_REL, "--line", "238", "--print", "await x"], "contains await at column 1"),
+    (["add", "--file", DRAFT_REL, "--line", "238", "--print", "__import__('os').system('id')"],
+     "contains __import__ at column 1"),
+    (["add", "--file", DRAFT_REL, "--line", "238", "--print", "x", "--when", "getattr(x, 'zero_')()"],
+     "--when \"getattr(x, 'zero_')()\" is refused: it contains getattr"),
     (["add", "--file", DRAFT_REL, "--line", "238", "--print", "hidden_states.zero_()"], "in-place method"),
     (["add", "--file", DRAFT_REL, "--line", "238", "--print", "x", "--once-per", "(n := x)"],
      "--once-per '(n := x)' is refused"),
@@ -169,6 +173,29 @@ def test_bad_input_exits_2_with_one_clear_line(site, sglang_source, cli, argv, m
     assert message in err
     assert sha(site / "sglang" / DRAFT_REL) == sha(sglang_source / DRAFT_REL)
     assert not (state_dir / "probes").exists() or os.listdir(state_dir / "probes") == []
+
+
+def test_a_symlink_in_the_engine_pointing_out_is_refused_exit_2(site, sglang_source, cli, state_dir, tmp_path):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    victim = outside / "victim.py"
+    shutil.copy2(sglang_source / DRAFT_REL, victim)
+    link = site / "sglang" / "srt" / "models" / "evil.py"
+    os.symlink(victim, link)
+    for file in ("srt/models/evil.py", str(link)):  # relative to the engine, and absolute inside it
+        code, out, err = cli("probe", "add", "--file", file, "--line", "238", "--print", "hidden_states.shape",
+                             "--python", sys.executable)
+        assert code == 2, (out, err)
+        assert_one_clear_line(err)
+        assert f"{link} is a symlink to {victim}, outside the engine package {site / 'sglang'}" in err
+    assert sha(victim) == sha(sglang_source / DRAFT_REL) and os.path.islink(link)
+    assert not (state_dir / "probes").exists() or os.listdir(state_dir / "probes") == []
+    # a file outside the engine named by its own absolute path is the user's explicit choice: probed
+    code, out, err = cli("probe", "add", "--file", str(victim), "--line", "238", "--print", "hidden_states.shape",
+                         "--python", sys.executable, "--tag", "outside")
+    assert code == 0, err
+    code, out, err = cli("probe", "revert", "--tag", "outside")
+    assert code == 0, err and sha(victim) == sha(sglang_source / DRAFT_REL)
 
 
 def test_no_engine_without_the_package_on_the_path(site, cli, monkeypatch):

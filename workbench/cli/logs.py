@@ -98,8 +98,9 @@ def _run(args: argparse.Namespace) -> ExitCode:
             end = read_box(box, path, scanner, timeout=args.timeout, end=st.size)
             source = where
         if args.follow:
-            held = scanner.drop_held()                     # the follower reads it whole
-            follower = LogFollower(box, path, offset=end - len(held), timeout=args.timeout)
+            held = scanner.held_length                     # the follower reads it whole (capped)
+            scanner.drop_held()
+            follower = LogFollower(box, path, offset=end - held, timeout=args.timeout)
             started = time.monotonic()
             _follow(follower, scanner, args, parse_log_line)
             source += f", followed {time.monotonic() - started:.0f} s of {args.follow:g} s"

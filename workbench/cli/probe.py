@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import posixpath
 import sys
 from typing import Any, Optional, Sequence
 
@@ -138,8 +139,18 @@ def _probe_add(args: argparse.Namespace, box: Any) -> ExitCode:
     before = args.before if args.before is not None else args.line
     function, exprs, tag = args.function, tuple(args.print), args.tag
     once_per, when = args.once_per, args.when
+    # Inside the engine (a relative --file, or an absolute one under its package): the resolved file
+    # must stay inside it (a symlink in the package pointing out is refused, ProbePathOutside).
+    around = engine
+    if around is None:  # an absolute --file with --python: locate the engine for this check only
+        try:
+            around = _probe_engine(box, args)
+        except EngineNotFound:
+            around = None
+    root = around.root if around is not None and (
+        not _is_box_absolute(args.file) or probes._inside(posixpath.normpath(path), around.root)) else None
     try:
-        real = box.realpath(path, timeout=args.timeout)
+        real = probes.resolve_probe_path(box, path, root, timeout=args.timeout)
         if not box.exists(real, timeout=args.timeout):
             raise RemoteFileNotFound("no such file", path=path, box=box.name)
     except RemoteFileNotFound:
@@ -162,7 +173,7 @@ def _probe_add(args: argparse.Namespace, box: Any) -> ExitCode:
     existing = journal.get(tag)
     probe = probes.add_probe(box, real, before=before, exprs=exprs, tag=tag, function=function,
                              once_per=once_per, max_prints=max_prints, when=when, python=python,
-                             timeout=args.timeout)
+                             root=root, timeout=args.timeout)
     again = existing is not None and existing.created_at == probe.created_at
     return _report_added(args, box, [(probe, again)], engine, python, engine_note, None)
 
@@ -617,8 +628,10 @@ def add_parser(sub: Any) -> None:
     q.add_argument("--line", type=int, help="1-based line number the probe goes before")
     q.add_argument("--function", help="restrict the anchor to this function (func or Class.method)")
     q.add_argument("--print", action="append", metavar="EXPR",
-                   help="a Python expression to print (repeatable); it must only read: no :=, await, yield or "
-                        "in-place method call such as x.zero_()")
+                   help="a Python expression to print (repeatable); it must only read: names, attributes, "
+                        "subscripts, constants, operators, comprehensions and calls of pure functions/methods "
+                        "(len, repr, .shape is an attribute, .size(), .float(), .sum(), .item(), .tolist(), ...); "
+                        "anything else (getattr, __import__, open, lambdas, x.zero_()) is refused, exit 2")
     q.add_argument("--once-per", metavar="EXPR",
                    help="print once per distinct value of EXPR in each process (e.g. hidden_states.shape[-1]) "
                         "instead of once per process")

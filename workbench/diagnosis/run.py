@@ -47,7 +47,7 @@ from workbench.engine.recipes import (RECIPES, add_recipes, missing_required, pa
                                       recipe_probes, weights_unmatched)
 from workbench.engine.source import EngineSource
 from workbench.errors import DiagnosisError, FigureInputError, SourceLookupError
-from workbench.logs import parse_log
+from workbench.logs import read_decode_records
 from workbench.measure.generate import measure_generate
 from workbench.measure.prompts import load_prompts
 from workbench.report import figures
@@ -318,9 +318,8 @@ class DiagnosisRun(BoxSession):
                                   alive=(lambda: self.box.is_alive(pid)) if pid else None)
         records: list[dict] = []
         if log_path:
-            chunk, _ = self.box.follow(log_path, offset)
-            parsed = parse_log(chunk.decode("utf-8", "replace").splitlines())
-            records = [r.to_dict() for r in parsed.decode]
+            # bounded whatever the log holds (a 500 MB line costs 64 KiB): workbench.logs.bounded
+            records = [r.to_dict() for r in read_decode_records(self.box, log_path, offset, missing_ok=True)]
         return Measurement(label=label, launch_command=launch.to_string(), generate=result,
                            log_records=records, log_path=log_path)
 

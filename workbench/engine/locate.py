@@ -218,10 +218,10 @@ def find_engine(box: Any, *, python: str | None = None, port: int | None = None,
             how = "python3 on the box's PATH (no server running; pass --python or --port to choose)"
     package = package or (engine_package(launch) if launch is not None else "sglang")
     try:
-        res = box.run([python, "-c", LOCATE_ENGINE_SCRIPT, package], timeout=timeout, check=False, env=env,
+        res = box.run([python, "-B", "-c", LOCATE_ENGINE_SCRIPT, package], timeout=timeout, check=False, env=env,
                       cwd=cwd)
     except RemoteFileNotFound:  # the server's cwd vanished: locate from the login directory
-        res = box.run([python, "-c", LOCATE_ENGINE_SCRIPT, package], timeout=timeout, check=False, env=env)
+        res = box.run([python, "-B", "-c", LOCATE_ENGINE_SCRIPT, package], timeout=timeout, check=False, env=env)
     where = f"{box.name}, {python}"
     if res.exit_code != 0:
         raise EngineNotFound(f"{python} could not run the locate script: {res.stderr.strip()[-300:]}", where=where)

@@ -150,7 +150,11 @@ _NORMS = ("{{n: repr(torch.linalg.vector_norm(p.detach(), dtype=torch.float32).i
 PARAM_NORMS_BEFORE = _NORMS.format(model="self")
 PARAM_NORMS_AFTER = _NORMS.format(model=_WORKER_DRAFT)
 DRAFT_IS_EAGLE3 = "self.speculative_algorithm.is_eagle3()"
-DRAFT_HEAD_FROM_TARGET = f"getattr({_WORKER_DRAFT}, 'load_lm_head_from_target', None)"
+#: ``hasattr`` and a plain attribute read rather than ``getattr(..., None)``: probe expressions
+#: may not call ``getattr`` (:func:`remote.probes.check_expression`).
+DRAFT_HEAD_FROM_TARGET = (f"({_WORKER_DRAFT}.load_lm_head_from_target if hasattr({_WORKER_DRAFT}, "
+                          "'load_lm_head_from_target') else None)")
+TARGET_CAPTURES_AUX = "(self.capture_aux_hidden_states if hasattr(self, 'capture_aux_hidden_states') else None)"
 _UNMATCHED = "param_name not in params_dict"
 
 RECIPES: dict[str, Recipe] = {r.name: r for r in (
@@ -207,7 +211,7 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in (
         "instead of EAGLE3)"),
     Recipe("target-capture-layers", (
         RecipeProbe("target-capture-point",
-                    ("self.layers_to_capture", "getattr(self, 'capture_aux_hidden_states', None)")),
+                    ("self.layers_to_capture", TARGET_CAPTURES_AUX)),
     ),
         "the layers the target captures, at the capture test in its forward",
         "an empty list means no aux capture (the EAGLE3 gate was not passed); else the layer inputs "
@@ -354,7 +358,7 @@ def add_recipes(box, cmap: CodePathMap, names: Sequence[str], *, python: Optiona
                     before = existing.anchor  # in place already: the map's line moved down by its block
                 probe = add_probe(box, spec.path, before=before, function=spec.function, exprs=list(spec.exprs),
                                   tag=spec.tag, once_per=spec.once_per, when=spec.when, max_prints=spec.max_prints,
-                                  max_repr=spec.max_repr, python=python, timeout=timeout)
+                                  max_repr=spec.max_repr, python=python, root=cmap.root, timeout=timeout)
                 if existing is None:
                     added.append(probe)
                 result.append(probe)

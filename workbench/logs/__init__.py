@@ -67,6 +67,9 @@ module                what it holds
                       :func:`parse_log`, :class:`LogAcceptance`, :func:`acceptance_from_log`,
                       :func:`epoch_seconds`, ``_iso``, :data:`DEFAULT_DECODE_LOG_INTERVAL`.
                       Standard library only.
+:mod:`.bounded`       :data:`MAX_LINE` (64 KiB: the longest line any reader holds), the cut mark
+                      (:func:`cut_length`), :func:`cap_lines`, :class:`LineCapper`, re-exported
+                      from :mod:`remote.box` (``tail_lines``). numpy and ``remote.box`` only.
 :mod:`.summary`       :class:`Stat`, :class:`LogSummary` (built from anything with a scanner's
                       ``arrays()`` and counts, :class:`~.summary.ScannedLog`), the timeline and
                       the fast median. Imports ``lines`` and
@@ -76,6 +79,7 @@ module                what it holds
                       ``summary``.
 :mod:`.read`          whole inputs and box access: :func:`summarize_bytes`, :func:`scan_file`,
                       :func:`read_box`, :func:`scan_box`, :func:`tail_bytes`, :func:`tail_box`,
+                      :func:`read_decode_records` (a measurement's decode lines, bounded),
                       ``_check_file``, ``BLOCK``, ``TAIL_BLOCK``. Imports ``scanner`` and
                       ``summary`` (and :mod:`remote.errors` lazily).
 :mod:`.follow`        :class:`FollowEvent`, :class:`LogFollower`. Imports ``read``.
@@ -98,12 +102,14 @@ from workbench.logs.lines import (
     parse_log,
     parse_log_line,
 )
+from workbench.logs.bounded import MAX_LINE, LineCapper, cap_lines, cut_length
 from workbench.logs.summary import LogSummary, Stat
 from workbench.logs.scanner import LogScanner
 from workbench.logs.read import (
     BLOCK,
     TAIL_BLOCK,
     read_box,
+    read_decode_records,
     scan_box,
     scan_file,
     summarize_bytes,
@@ -116,5 +122,6 @@ __all__ = [
     "LogRecord", "ParsedLog", "LogAcceptance", "parse_log_line", "parse_log", "acceptance_from_log",
     "LogScanner", "LogSummary", "Stat", "FollowEvent", "LogFollower", "LogInputError",
     "summarize_bytes", "scan_file", "scan_box", "read_box", "tail_bytes", "tail_box", "epoch_seconds",
-    "DEFAULT_DECODE_LOG_INTERVAL", "BLOCK", "TAIL_BLOCK",
+    "DEFAULT_DECODE_LOG_INTERVAL", "BLOCK", "TAIL_BLOCK", "read_decode_records", "MAX_LINE", "LineCapper",
+    "cap_lines", "cut_length",
 ]

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any, Sequence
 
+from workbench.logs.bounded import MAX_LINE, LineCapper
 from workbench.logs.read import _check_file
 
 
@@ -53,22 +54,26 @@ class LogFollower:
     still on the box; a :class:`FollowEvent` records each boundary (and what could not be read).
 
     ``offset``: where to start (default: the file's current end, or 0 when it does not exist);
-    a line is returned only once its newline has arrived (the unfinished end is held: ``held``);
-    ``max_bytes``: at most this many new bytes per poll (the rest next time). No inode is used
+    a line is returned only once its newline has arrived (the unfinished end is held: ``held``,
+    at most ``max_line`` + 97 bytes of it; a longer line is returned as its first ``max_line``
+    bytes and ``" [eagle-workbench: line cut at M of N bytes]"``, :mod:`workbench.logs.bounded`);
+    ``max_bytes``: at most this many new bytes per poll (the rest next time; default 8 MiB, so a
+    poll holds a bounded number of bytes whatever the log). No inode is used
     (SFTP has none), so a replacement file whose bytes before the offset are identical to the old
     ones is not told apart; with ``fingerprint`` = 256 bytes of timestamped log lines that does
     not happen.
     """
 
     def __init__(self, box: Any, path: str, *, offset: int | None = None, timeout: float = 30.0,
-                 max_bytes: int = 64 << 20, fingerprint: int = 256, rotated_suffixes: Sequence[str] = (".1",)):
+                 max_bytes: int = 8 << 20, fingerprint: int = 256, rotated_suffixes: Sequence[str] = (".1",),
+                 max_line: int = MAX_LINE):
         from remote.errors import RemoteFileNotFound
 
         self.box, self.path, self.timeout = box, path, timeout
         self.max_bytes, self.fp_len = max_bytes, fingerprint
         self.rotated_suffixes = tuple(rotated_suffixes)
         self.events: list[FollowEvent] = []
-        self._held = b""
+        self._capper = LineCapper(max_line)
         self._fp = b""
         self._missing = False
         if offset is None:
@@ -85,8 +90,9 @@ class LogFollower:
 
     @property
     def held(self) -> bytes:
-        """The unfinished last line (bytes after the last newline), not returned yet."""
-        return self._held
+        """The unfinished last line (bytes after the last newline; its first ``max_line`` + 97 at
+        most), not returned yet."""
+        return self._capper.held
 
     def _read(self, path: str, start: int, limit: int) -> tuple[bytes, int]:
         return self.box.follow(path, start, max_bytes=limit, timeout=self.timeout)
@@ -124,13 +130,13 @@ class LogFollower:
         return self.box.exists(self.path, timeout=self.timeout)
 
     def _take(self, new: bytes) -> bytes:
-        buf = self._held + new
-        cut = buf.rfind(b"\n")
-        if cut < 0:
-            self._held = buf
-            return b""
-        self._held = buf[cut + 1:]
-        return buf[: cut + 1]
+        return self._capper.feed(new)
+
+    def _drop_held(self) -> int:
+        """Forget the unfinished line; its real length."""
+        length = self._capper.held_length
+        self._capper.held, self._capper.held_length = b"", 0
+        return length
 
     def _boundary(self) -> bytes:
         from remote.errors import RemoteFileNotFound
@@ -145,23 +151,28 @@ class LogFollower:
         for suffix in self.rotated_suffixes if fp else ():
             cand = self.path + suffix
             try:
-                data, nxt = self._read(cand, start, 1 << 62)
+                data, nxt = self._read(cand, start, self.max_bytes + len(fp))
             except RemoteFileNotFound:
                 continue
             if nxt - len(data) != start or len(data) < len(fp) or data[: len(fp)] != fp:
                 continue
-            rest = data[len(fp):]
-            out = self._take(rest)
+            out, got = [self._take(data[len(fp):])], len(data) - len(fp)
+            while True:  # the rest of the old file's end, in max_bytes pieces (never held whole)
+                data, nxt = self._read(cand, nxt, self.max_bytes)
+                if not data:
+                    break
+                out.append(self._take(data))
+                got += len(data)
             lost = None
-            if self._held:
-                lost = f"an unfinished last line of {len(self._held)} bytes in {cand}"
-                self._held = b""
-            self.events.append(FollowEvent("rotated", self.path, self.offset, size, cand, len(rest), lost))
-            return out
+            held = self._drop_held()
+            if held:
+                lost = f"an unfinished last line of {held} bytes in {cand}"
+            self.events.append(FollowEvent("rotated", self.path, self.offset, size, cand, got, lost))
+            return b"".join(out)
         lost_parts = []
-        if self._held:
-            lost_parts.append(f"an unfinished line of {len(self._held)} bytes")
-            self._held = b""
+        held = self._drop_held()
+        if held:
+            lost_parts.append(f"an unfinished line of {held} bytes")
         lost_parts.append("whatever the old file gained after byte "
                           f"{self.offset} (no rotated copy at {', '.join(self.path + s for s in self.rotated_suffixes)})")
         self.events.append(FollowEvent("truncated", self.path, self.offset, size, None, 0, "; ".join(lost_parts)))

@@ -22,6 +22,8 @@ from __future__ import annotations
 
 from typing import Any, Union
 
+from workbench.logs.bounded import LineCapper, tail_lines
+from workbench.logs.lines import LogRecord, parse_log_line
 from workbench.logs.scanner import LogScanner
 from workbench.logs.summary import LogSummary
 
@@ -101,35 +103,21 @@ TAIL_BLOCK = 64 * 1024
 
 def tail_bytes(box: Any, path: str, n: int, *, timeout: float = 30.0, end: int | None = None) -> tuple[bytes, int]:
     """The last ``n`` lines of ``path`` on ``box`` before byte ``end`` (default: its size now),
-    as bytes, and ``end``. Read backwards in 64 KiB ranges with ``box.read_bytes`` (as
-    ``Box.tail`` does, but anchored at ``end`` and without decoding): the time depends on ``n``
-    and the lines' length, not on the file's size. An unfinished last line (no newline) counts
-    as a line. Raises the box's file errors; ``ValueError`` for ``n < 1``."""
+    as bytes, and ``end``. Read backwards with ``box.read_bytes`` (:func:`remote.box.tail_lines`:
+    blocks of 64 KiB doubling to 8 MiB): the time depends on ``n`` and the lines' length, not on
+    the file's size, and the memory on neither: a line longer than
+    :data:`~workbench.logs.bounded.MAX_LINE` comes back as its first 64 KiB and
+    ``" [eagle-workbench: line cut at 65536 of N bytes]"`` (the scanner records it with ``N``). An
+    unfinished last line (no newline) counts as a line; the lines end in ``\n`` as in the file.
+    Raises the box's file errors; ``ValueError`` for ``n < 1``."""
     if n < 1:
         raise ValueError(f"n must be >= 1, got {n}")
     size = _check_file(box, path, timeout) if end is None else end
-    pos, chunks, newlines = size, [], 0
-    tail_newline = False
-    first = True
-    while pos > 0 and newlines <= n:
-        step = min(TAIL_BLOCK, pos)
-        pos -= step
-        data = box.read_bytes(path, pos, step, timeout=timeout)
-        if first:
-            tail_newline, first = data.endswith(b"\n"), False
-        chunks.append(data)
-        newlines += data.count(b"\n")
-    buf = b"".join(reversed(chunks))
-    # from the end: the last newline ends the last line (or an unfinished line is the last line)
-    cut = len(buf) - 1 if tail_newline else len(buf)
-    for _ in range(n):
-        cut = buf.rfind(b"\n", 0, cut)
-        if cut < 0:
-            break
-    start = cut + 1
-    if pos > 0 and cut < 0:
-        start = buf.find(b"\n") + 1           # the first block began mid-line
-    return buf[start:], size
+    lines = tail_lines(lambda off, length: box.read_bytes(path, off, length, timeout=timeout), size, n)
+    if not lines:
+        return b"", size
+    ends_newline = box.read_bytes(path, size - 1, 1, timeout=timeout) == b"\n"
+    return b"\n".join(lines) + (b"\n" if ends_newline else b""), size
 
 
 def tail_box(box: Any, path: str, n: int, *, timeout: float = 30.0, **kw: Any) -> LogSummary:
@@ -141,3 +129,47 @@ def tail_box(box: Any, path: str, n: int, *, timeout: float = 30.0, **kw: Any) -
     sc.finish()
     kw.setdefault("source", f"last {n} lines of {path} on {box.name}")
     return sc.summary(**kw)
+
+
+def read_decode_records(box: Any, path: str, start: int = 0, *, end: int | None = None, timeout: float = 30.0,
+                        block: int = BLOCK, missing_ok: bool = False) -> list[LogRecord]:
+    """The decode batch lines (:class:`~workbench.logs.lines.LogRecord`, ``kind == "decode"``) of
+    ``path`` on ``box`` between byte ``start`` and ``end`` (default: its size now), in file order:
+    what a measurement reads from the log its requests wrote. Read in ``block``-byte ranges and
+    split by a :class:`~workbench.logs.bounded.LineCapper`: memory stays bounded whatever the
+    lines' length (a line longer than 64 KiB is parsed as its first 64 KiB, where SGLang's batch
+    fields are). Each call of the box has ``timeout`` seconds. A line cut by ``start`` is parsed
+    from there (no decode line starts mid-line). A file now shorter than ``start`` (truncated or
+    rotated) is read from byte 0, as ``Box.follow`` does; with ``missing_ok`` a file that does not
+    exist gives ``[]``. Raises the box's file errors (``RemoteFileNotFound``, ``RemoteIsADirectory``,
+    ``RemotePermissionError``); ``ValueError`` for a negative ``start``."""
+    from remote.errors import RemoteFileNotFound
+
+    if start < 0:
+        raise ValueError(f"start must be >= 0, got {start}")
+    try:
+        size = _check_file(box, path, timeout) if end is None else end
+    except RemoteFileNotFound:
+        if missing_ok:
+            return []
+        raise
+    if start > size:
+        start = 0
+    capper = LineCapper()
+    out: list[LogRecord] = []
+
+    def take(lines: bytes) -> None:
+        for raw in lines.split(b"\n"):
+            rec = parse_log_line(raw.rstrip(b"\r")) if raw else None
+            if rec is not None and rec.kind == "decode":
+                out.append(rec)
+
+    offset = start
+    while offset < size:
+        data = box.read_bytes(path, offset, min(block, size - offset), timeout=timeout)
+        if not data:
+            break
+        offset += len(data)
+        take(capper.feed(data))
+    take(capper.flush())
+    return out

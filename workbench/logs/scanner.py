@@ -20,6 +20,7 @@ from typing import Any, Optional, Union
 
 import numpy as np
 
+from workbench.logs.bounded import LineCapper, cut_length
 from workbench.logs.lines import _TAGS_OK, LogRecord, epoch_seconds, parse_log_line
 from workbench.logs.summary import LogSummary
 
@@ -39,6 +40,8 @@ _COLUMNS = ("t",) + tuple(name for name, _ in _KEYS)
 _PAD = 96                       # zero bytes after a block: every fixed-width read stays inside
 _LEAD = 32                      # and before it
 _SCAN_BLOCK = 2 << 20           # the scanner works on pieces of about this size
+_CUT_PREFIX = b" [eagle-workbench: line cut at "
+MAX_CUT_LINES = 20              # cut lines recorded by line number (all are counted)
 _COLON_CHUNK = 65536            # colons (keys, numbers) are read this many at a time
 _TEMPLATE_MIN = 8               # lines of one shape in a block before a template is learned for them
 _TAG_WIDTH = 48                 # rank tags longer than this go to the complete parser
@@ -357,7 +360,11 @@ class LogScanner:
     """
 
     def __init__(self) -> None:
-        self._held = b""
+        self._capper = LineCapper()
+        #: ``(line number, real length)`` of the first ``MAX_CUT_LINES`` lines cut at ``MAX_LINE``
+        #: bytes; ``cut_count`` counts them all.
+        self.cut_lines: list[tuple[int, int]] = []
+        self.cut_count = 0
         self._parts: list[dict[str, np.ndarray]] = []
         self._slow: list[tuple[int, LogRecord]] = []
         self.bytes = 0
@@ -375,23 +382,25 @@ class LogScanner:
     # -- feeding -------------------------------------------------------------------------------
 
     def feed(self, data: Union[bytes, bytearray, memoryview]) -> None:
-        """Scan the complete lines of ``held + data``; keep the unfinished last line for later.
-        ``data`` is only read during the call (a buffer may be reused for the next one)."""
+        """Scan the complete lines of ``held + data``; keep the unfinished last line for later (at
+        most :data:`~workbench.logs.bounded.MAX_LINE` + 97 bytes of it). A line longer than
+        ``MAX_LINE`` is scanned as its first 64 KiB and recorded in ``cut_lines``. ``data`` is only
+        read during the call (a buffer may be reused for the next one)."""
         if isinstance(data, memoryview):
             data = data.tobytes()
         if not data:
             return
         self.bytes += len(data)
-        cut = data.rfind(b"\n")
-        if cut < 0:
-            self._held += bytes(data)
-            return
+        for buf, start, end in self._capper.feed_parts(data):
+            if end > start:
+                self._scan_lines(buf, start, end)
+
+    def _scan_lines(self, data: bytes, start: int, end: int) -> None:
+        """Scan ``data[start:end]`` (complete lines, already capped) in pieces of about
+        ``_SCAN_BLOCK`` bytes (no copy)."""
+        self._note_cuts(data, start, end)
         mv = memoryview(data)
-        start = 0
-        if self._held:
-            start = data.find(b"\n") + 1
-            self._scan(self._held + bytes(mv[:start]))
-        self._held = bytes(mv[cut + 1:])
+        cut = end - 1
         while start <= cut:
             stop = cut + 1
             if stop - start > _SCAN_BLOCK:
@@ -400,21 +409,45 @@ class LogScanner:
             self._scan(mv[start:stop])
             start = stop
 
+    def _note_cuts(self, data: bytes, start: int = 0, end: Optional[int] = None) -> None:
+        """Record the lines of ``data[start:end]`` (about to be scanned) that end in a cut mark:
+        1-based line number and real length."""
+        end = len(data) if end is None else end
+        i = data.find(_CUT_PREFIX, start, end)
+        while i >= 0:
+            stop = data.find(b"\n", i, end)
+            stop = end if stop < 0 else stop
+            begin = max(start, data.rfind(b"\n", start, i) + 1)
+            length = cut_length(data[begin:stop])
+            if length is not None:
+                self.cut_count += 1
+                if len(self.cut_lines) < MAX_CUT_LINES:
+                    self.cut_lines.append((self.lines + data.count(b"\n", start, begin) + 1, length))
+            i = data.find(_CUT_PREFIX, stop, end)
+
     def finish(self) -> None:
         """Scan the held bytes as the last line (no newline after it)."""
-        if self._held:
-            block, self._held = self._held, b""
-            self._scan(block)
+        last = self._capper.flush()
+        if last:
+            self._note_cuts(last)
+            self._scan(last)
 
     @property
     def held(self) -> bytes:
-        """The bytes of the unfinished last line, not scanned yet."""
-        return self._held
+        """The bytes of the unfinished last line, not scanned yet (its first ``MAX_LINE`` + 97 at most)."""
+        return self._capper.held
+
+    @property
+    def held_length(self) -> int:
+        """The real length (bytes) of the unfinished last line."""
+        return self._capper.held_length
 
     def drop_held(self) -> bytes:
-        """Forget the unfinished last line (a follower will read it whole) and return it."""
-        held, self._held = self._held, b""
-        self.bytes -= len(held)
+        """Forget the unfinished last line (a follower will read it whole) and return what was held
+        of it (``held_length`` says how long it really is)."""
+        held, length = self._capper.held, self._capper.held_length
+        self._capper.held, self._capper.held_length = b"", 0
+        self.bytes -= length
         return held
 
     # -- one block of complete lines -----------------------------------------------------------

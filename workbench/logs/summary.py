@@ -20,6 +20,7 @@ from typing import Any, Optional, Protocol, Sequence
 
 import numpy as np
 
+from workbench.logs.bounded import MAX_LINE
 from workbench.logs.lines import DEFAULT_DECODE_LOG_INTERVAL, LogAcceptance, _iso, _not_speculative_note
 from workbench.rules.runtime import acceptance_collapsed
 
@@ -82,7 +83,9 @@ class LogSummary:
     ``findings``: the ``acceptance-collapsed`` finding when it fires (see :meth:`build`);
     ``events``: truncation / rotation seen while following; ``notes``: why something is missing;
     ``saw_prefix``: some line opens with SGLang's timestamp prefix; ``fast_lines`` /
-    ``slow_lines``: lines taken by each parser.
+    ``slow_lines``: lines taken by each parser; ``cut_lines``: ``(line number, real length in
+    bytes)`` of the first lines longer than :data:`~workbench.logs.bounded.MAX_LINE` (read as
+    their first 64 KiB), ``cut_count`` how many there were (a note says so too).
     """
 
     source: str
@@ -110,6 +113,8 @@ class LogSummary:
     fast_lines: int = 0
     slow_lines: int = 0
     decode_log_interval: int = DEFAULT_DECODE_LOG_INTERVAL
+    cut_lines: list = field(default_factory=list)
+    cut_count: int = 0
 
     @property
     def collapsed(self) -> bool:
@@ -125,7 +130,8 @@ class LogSummary:
         d = {k: getattr(self, k) for k in (
             "source", "bytes", "lines", "decode_lines", "prefill_lines", "spec_lines", "speculative", "first",
             "last", "span_s", "ranks", "timeline", "notes", "saw_prefix", "fast_lines", "slow_lines",
-            "decode_log_interval")}
+            "decode_log_interval", "cut_count")}
+        d["cut_lines"] = [{"line": n, "bytes": b} for n, b in self.cut_lines]
         for k in ("accept_len", "accept_rate", "gen_throughput", "running_req", "input_throughput"):
             v = getattr(self, k)
             d[k] = v.to_dict() if v is not None else None
@@ -172,6 +178,13 @@ class LogSummary:
         if n_dec and len(known_t) < len(t):
             notes.append(f"{len(t) - len(known_t)} batch lines have no SGLang timestamp prefix (custom logging "
                          "config): the timeline follows line order")
+        cut = list(getattr(scanner, "cut_lines", ()))
+        cut_count = int(getattr(scanner, "cut_count", len(cut)))
+        if cut_count:
+            shown = ", ".join(f"line {n} ({b:,} bytes)" for n, b in cut[:5])
+            more = f" and {cut_count - len(cut[:5])} more" if cut_count > len(cut[:5]) else ""
+            notes.append(f"{cut_count} line(s) longer than {MAX_LINE // 1024} KiB were read as their first "
+                         f"{MAX_LINE // 1024} KiB (memory stays bounded): {shown}{more}")
         summary = cls(
             source=source, bytes=scanner.bytes, lines=scanner.lines, decode_lines=n_dec,
             prefill_lines=int((~dec).sum()), spec_lines=n_spec, speculative=bool(n_spec),
@@ -182,7 +195,7 @@ class LogSummary:
             ranks=dict(sorted(scanner.ranks.items())), timeline=_timeline(a, dec, max(1, int(buckets))),
             acceptance=acceptance, events=list(events), notes=notes, saw_prefix=scanner.saw_prefix,
             fast_lines=scanner.fast_lines, slow_lines=scanner.slow_lines,
-            decode_log_interval=int(decode_log_interval))
+            decode_log_interval=int(decode_log_interval), cut_lines=cut, cut_count=cut_count)
         if evaluate_rules and n_spec:
             summary.findings = acceptance_collapsed(
                 {"accept_length": acceptance.accept_length, "verify_steps": n_spec * int(decode_log_interval)},

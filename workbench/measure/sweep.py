@@ -570,7 +570,7 @@ def break_token_map(box, draft_dir: str, dest_dir: str, *, python: str, seed: in
     "moved"}]}``. Raises :class:`SweepError` when the draft has no ``d2t`` or the script fails."""
     import json as _json
 
-    res = box.run([python, "-c", BREAK_TOKEN_MAP_SCRIPT, draft_dir, dest_dir, str(seed)], timeout=timeout, check=False)
+    res = box.run([python, "-B", "-c", BREAK_TOKEN_MAP_SCRIPT, draft_dir, dest_dir, str(seed)], timeout=timeout, check=False)
     if res.exit_code != 0:
         last = next((ln for ln in reversed(res.stderr.strip().splitlines()) if ln.strip()), "no error output")
         raise SweepError(f"could not copy {draft_dir} with a broken token map: {last.strip()}")

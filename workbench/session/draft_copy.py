@@ -782,7 +782,7 @@ def _write_copy(box, plan: DraftCopyPlan, dest: str, python: str, timeout: float
     """Run :data:`COPY_SCRIPT`, then write config.json and the index. Returns the script's answer."""
     payload = script_payload(plan, dest)
     try:
-        res = box.run([python, "-c", COPY_SCRIPT], stdin=json.dumps(payload), timeout=timeout, check=False)
+        res = box.run([python, "-B", "-c", COPY_SCRIPT], stdin=json.dumps(payload), timeout=timeout, check=False)
     except CommandTimedOut as exc:
         raise DraftCopyError(f"writing the copy took longer than {timeout:g} s ({python} on {box.name}); "
                              "pass a larger timeout", path=dest) from exc
