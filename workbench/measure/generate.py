@@ -196,6 +196,13 @@ def summarize_responses(records: Sequence[RequestRecord], **extra: Any) -> Accep
     )
 
 
+def auth_headers(api_key: str | None) -> dict[str, str] | None:
+    """The headers a request to an SGLang server started with ``--api-key KEY`` needs:
+    ``{"Authorization": "Bearer KEY"}`` (SGLang 0.5.23 ``add_api_key_middleware``: every path but
+    ``/health*`` and ``/metrics`` answers 401 without it); ``None`` for no key."""
+    return {"Authorization": f"Bearer {api_key}"} if isinstance(api_key, str) and api_key else None
+
+
 def _post_generate(client: httpx.Client, url: str, prompt: str, max_new_tokens: int) -> tuple[Any, float]:
     payload = {"text": prompt, "sampling_params": {"temperature": 0, "max_new_tokens": max_new_tokens}}
     t0 = time.perf_counter()
@@ -236,6 +243,7 @@ def measure_generate(
     fetch_server_info: bool = True,
     keep_text: bool = False,
     progress: bool | str = False,
+    api_key: str | None = None,
 ) -> AcceptanceMeasurement:
     """Measure accept length on a running server with greedy ``POST /generate`` requests.
 
@@ -246,7 +254,8 @@ def measure_generate(
     With ``fetch_server_info`` the server's speculative settings from ``GET /server_info`` are
     stored beside the numbers (an error there is recorded, not raised). ``progress``: a bar over the
     requests (True: terminal or notebook widget; ``"text"``: one stdout line when done, for papermill
-    runbooks; False: none).
+    runbooks; False: none). ``api_key``: the server's ``--api-key``, sent as ``Authorization: Bearer``
+    (:func:`auth_headers`; ignored when ``client`` is given).
     Raises :class:`AcceptanceError` on a connection failure, a non-200 answer or a body that
     is not a ``/generate`` response.
     """
@@ -255,7 +264,7 @@ def measure_generate(
         raise AcceptanceError("no prompts to send")
     url = base_url.rstrip("/") + "/generate"
     own = client is None
-    client = client or httpx.Client(timeout=timeout)
+    client = client or httpx.Client(timeout=timeout, headers=auth_headers(api_key))
     try:
         for i in range(warmup):
             _post_generate(client, url, texts[i % len(texts)], max_new_tokens)

@@ -88,7 +88,8 @@ from typing import Any, Iterable, Sequence
 import httpx
 
 from workbench.errors import AcceptanceError, MeasureError, PromptSetError
-from workbench.measure.generate import RequestRecord, _opt_float, _opt_int, record_from_response, sum_histograms
+from workbench.measure.generate import (RequestRecord, _opt_float, _opt_int, auth_headers, record_from_response,
+                                       sum_histograms)
 from workbench.measure.prompts import BUILTIN_PROMPT_SETS, load_prompts
 from workbench.rules.runtime import acceptance_collapsed
 
@@ -429,11 +430,11 @@ class Measurement:
 class _Client:
     """The HTTP side of :func:`measure`: one ``httpx.Client``, a time-out on every call."""
 
-    def __init__(self, base_url: str, timeout: float, client: httpx.Client | None) -> None:
+    def __init__(self, base_url: str, timeout: float, client: httpx.Client | None, api_key: str | None = None) -> None:
         self.base = base_url.rstrip("/")
         self.timeout = timeout
         self.own = client is None
-        self.http = client or httpx.Client(timeout=timeout, trust_env=False)
+        self.http = client or httpx.Client(timeout=timeout, trust_env=False, headers=auth_headers(api_key))
 
     def close(self) -> None:
         if self.own:
@@ -557,6 +558,7 @@ def measure(
     timeout: float = 300.0,
     progress: bool | None = None,
     client: httpx.Client | None = None,
+    api_key: str | None = None,
 ) -> Measurement:
     """Measure acceptance on a running server from every selected source (module docstring).
 
@@ -574,6 +576,8 @@ def measure(
     (status reads: 30 s). ``progress``: a ``tqdm.auto`` bar on stderr, a widget in a notebook
     (``None``: only when stderr is a terminal or an IPython kernel runs this; pass ``False`` in
     papermill runbooks, where a widget bar would only clutter the executed notebook and its report).
+    ``api_key``: the server's ``--api-key`` (sent as ``Authorization: Bearer KEY``, as SGLang requires
+    when it is set); ``None``: no header.
 
     Raises ``ValueError`` for bad arguments, :class:`PromptSetError` for a bad prompt set and
     :class:`MeasureError` when the server is unreachable or a request fails (non-200 other than
@@ -610,7 +614,7 @@ def measure(
     drivers = request_sources or ["generate"]
     if not request_sources:
         notes.append("no request source selected: /generate drove the traffic (not reported as a row)")
-    c = _Client(base_url, timeout, client)
+    c = _Client(base_url, timeout, client, api_key)
     try:
         info, info_error = _server_info(c)
         server = {k: info.get(k) for k in SERVER_KEYS if k in info} if info else None
