@@ -283,6 +283,16 @@ class Redactor:
             text = pattern.sub(PLACEHOLDER, text)
         return _rules_text(text)
 
+    def values_text(self, text: Any) -> Any:
+        """Only the learned values and the token shapes replaced (no flag / variable / header rule):
+        for code such as a report's scripts, where ``credentials=e.credentials`` is no secret."""
+        if not isinstance(text, str) or not text:
+            return text
+        pattern = self._pattern
+        if pattern is not None:
+            text = pattern.sub(PLACEHOLDER, text)
+        return _SHAPES.sub(PLACEHOLDER, text)
+
     def argv(self, argv: Sequence[str]) -> list[str]:
         """A copy of ``argv`` with the values of secret flags (both forms) and secret env
         prefixes replaced, then every token redacted as text. ``len`` is kept."""

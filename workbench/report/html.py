@@ -214,14 +214,26 @@ def export_html(
     return atomic_write_text(Path(html_path), _redact_html(html, resources.get("workbench_plotlyjs"), redactor))
 
 
+_CODE_BLOCK = re.compile(r"(<script\b[^>]*>.*?</script\s*>|<style\b[^>]*>.*?</style\s*>)", re.S | re.I)
+
+
 def _redact_html(html: str, plotlyjs: str | None, redactor: Redactor | None) -> str:
-    """``html`` with every secret redacted (:mod:`workbench.redact`), the inlined plotly.js left
-    byte for byte as shipped (it is library code, not the run's text)."""
+    """``html`` with every secret redacted (:mod:`workbench.redact`): the text with every rule; the
+    ``<script>`` and ``<style>`` bodies (figure data, the template's code) with the learned values
+    and token shapes only (a rule such as ``NAME=value`` would rewrite code); the inlined plotly.js
+    byte for byte as shipped (library code, not the run's text)."""
     r = redactor or REDACTOR
-    if plotlyjs and plotlyjs in html:
-        head, _, tail = html.partition(plotlyjs)
-        return r.text(head) + plotlyjs + r.text(tail)
-    return r.text(html)
+    parts = _CODE_BLOCK.split(html)
+    out = []
+    for i, part in enumerate(parts):
+        if i % 2 == 0:
+            out.append(r.text(part))
+        elif plotlyjs and plotlyjs in part:
+            head, _, tail = part.partition(plotlyjs)
+            out.append(r.values_text(head) + plotlyjs + r.values_text(tail))
+        else:
+            out.append(r.values_text(part))
+    return "".join(out)
 
 
 def redact_notebook(notebook_path: str | os.PathLike[str], *, redactor: Redactor | None = None) -> bool:
