@@ -181,7 +181,7 @@ class StepResult:
                 parts.append(f"<p>fix: <code>{html.escape(f.fix)}</code></p>")
         if self.data:
             parts.append(html_table(list(self.data.items())))
-        return "".join(parts)
+        return REDACTOR.text("".join(parts))  # a finding's fix is a launch command, key included
 
 
 @dataclass

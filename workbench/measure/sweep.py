@@ -175,7 +175,8 @@ class SweepRow:
     draft_path: Optional[str] = None
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        """The row as plain JSON, secrets redacted (its launch command, its log tail)."""
+        return REDACTOR.obj(asdict(self))
 
 
 CSV_COLUMNS = ("label", "baseline", "steps", "topk", "draft_tokens", "draft_path", "ok", "accept_length",
@@ -295,7 +296,7 @@ class SweepResult:
                 "speedup", "error")
         head = "".join(f"<th>{c}</th>" for c in cols)
         body = "".join("<tr>" + "".join(f"<td>{cell(getattr(r, c))}</td>" for c in cols) + "</tr>" for r in self.rows)
-        return f"<table><tr>{head}</tr>{body}</table>"
+        return REDACTOR.text(f"<table><tr>{head}</tr>{body}</table>")
 
 
 class SweepRun(BoxSession):
@@ -469,7 +470,9 @@ class SweepRun(BoxSession):
         return SweepResult(self.rows, self.box.name, self.inventory.port, len(self.prompts), self.max_new_tokens,
                            self.warmup, self.inventory.launch.to_display(),
                            round(time.monotonic() - self.started_at, 2),
-                           self.restore_report.to_dict() if self.restore_report else None, list(self.notes))
+                           # the restore's actions name the original command line, key included
+                           REDACTOR.obj(self.restore_report.to_dict()) if self.restore_report else None,
+                           REDACTOR.obj(list(self.notes)))
 
     def finish(self, name: str = "measure_acceptance") -> SweepResult:
         """Put the box back as found, then write ``report_dir/NAME.json`` and ``NAME.csv``."""

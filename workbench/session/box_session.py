@@ -15,6 +15,7 @@ from remote import connect
 from remote.errors import RemoteError, ServerDied, ServerStartTimedOut
 from workbench.engine.launch import DEFAULT_PORT, LaunchCommand
 from workbench.errors import DiagnosisError
+from workbench.redact import REDACTOR
 from workbench.sandbox_box import sandbox_launch_command
 from workbench.session.inventory import Inventory, take_inventory
 from workbench.session.journal import Journal, RestoreReport, restore_box
@@ -130,7 +131,7 @@ class BoxSession:
                 self.finished = True
                 report = restore_box(self.box, server_start_timeout=self.server_start_timeout)
                 for line in report.actions + report.problems:
-                    print(f"[eagle-workbench restore] {line}", file=sys.stderr)
+                    print(f"[eagle-workbench restore] {REDACTOR.text(line)}", file=sys.stderr)
         finally:
             self.box.close()  # an SSH box: close its connection and port forwards before exit
 

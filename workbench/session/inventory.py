@@ -134,7 +134,7 @@ class Inventory:
         return value if isinstance(value, str) and value else None
 
     def _repr_html_(self) -> str:
-        return "<h4>Box inventory</h4>" + html_table(self.rows())
+        return REDACTOR.text("<h4>Box inventory</h4>" + html_table(self.rows()))
 
 
 def _check_default_launch_on_box(box, launch: LaunchCommand, python: str, *, port: int | None,
