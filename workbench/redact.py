@@ -135,25 +135,41 @@ def is_secret_key(key: str) -> bool:
         return False
     if len(words) == 1:
         return words[0] in _SINGLE_KEY_WORDS
-    return is_secret_flag(key) or is_secret_env(key)
+    return is_secret_flag(key) or (key.isupper() and is_secret_env(key))
 
 
 # -- text rules ----------------------------------------------------------------------------------
 
-_FLAG_NAME = r"--?[A-Za-z][A-Za-z0-9_-]*"
+_FLAG_NAME = r"--[A-Za-z][A-Za-z0-9_-]*"
 # --flag=value / --flag value (value: quoted or one shell word; not another option)
 _FLAG_VALUE = re.compile(
-    r"(?<![\w-])(?P<flag>" + _FLAG_NAME + r")(?P<sep>=|[ \t]+)(?P<value>\"[^\"]*\"|'[^']*'|(?!-)[^\s'\",;)\]}]+)"
+    r"(?<![\w-])(?P<flag>" + _FLAG_NAME + r")(?P<sep>=|[ \t]+)(?P<value>\"[^\"]*\"|'[^']*'|(?!-)[^\s'\"`,;)\]}]+)"
 )
 # the argv-list form: '--api-key', 'VALUE'  (a repr'd list in an exception message)
 _FLAG_LIST = re.compile(r"(?P<q>['\"])(?P<flag>" + _FLAG_NAME + r")(?P=q)(?P<sep>\s*,\s*)(?P<q2>['\"])(?P<value>[^'\"]*)(?P=q2)")
 # NAME=value (shell env prefix, env dumps)
-_ENV_ASSIGN = re.compile(r"(?<![\w-])(?P<name>[A-Za-z_][A-Za-z0-9_]*)=(?P<value>\"[^\"]*\"|'[^']*'|[^\s'\",;)\]}]+)")
+_ENV_ASSIGN = re.compile(r"(?<![\w-])(?P<name>[A-Za-z_][A-Za-z0-9_]*)=(?P<value>\"[^\"]*\"|'[^']*'|[^\s'\"`,;)\]}]+)")
 # 'NAME': 'value' / "NAME": "value" (a repr'd or JSON dict in text)
 _KEY_VALUE = re.compile(r"(?P<q>['\"])(?P<name>[A-Za-z_][A-Za-z0-9_-]*)(?P=q)(?P<sep>\s*:\s*)(?P<q2>['\"])(?P<value>[^'\"]*)(?P=q2)")
 _URL_CREDS = re.compile(r"(?P<head>\b[A-Za-z][A-Za-z0-9+.-]*://[^/\s:@'\"]+):(?P<value>[^/\s@'\"]+)@")
-_AUTH_HEADER = re.compile(r"(?i)(?P<head>\bauthorization\b['\"]?\s*[:=]\s*['\"]?(?:(?:bearer|basic|token)\s+)?)(?P<value>[^\s'\",]+)")
+_AUTH_HEADER = re.compile(r"(?i)(?P<head>\bauthorization\b['\"]?\s*[:=]\s*['\"]?(?:(?:bearer|basic|token)\s+)?)"
+                          r"(?![a-z]{1,2}['\"])(?P<value>[^\s'\"`,]+)")  # not a string prefix: f"Bearer {key}" is code
 _BEARER = re.compile(r"(?i)(?P<head>\bbearer\s+)(?P<value>[A-Za-z0-9._~+/=-]{8,})")
+
+
+_CODE_VALUE = re.compile(r"^(?:[A-Za-z_][A-Za-z0-9_]*\.)+[A-Za-z_][A-Za-z0-9_]*\(?$|^[A-Za-z_][A-Za-z0-9_]*\($")
+
+
+def _looks_like_code(name: str, value: str) -> bool:
+    """``name=value`` in source code rather than a setting: a keyword argument passing an
+    attribute or a call (``api_key=server_args.api_key``, ``api_key=get_key()``), a variable of
+    letters only (``api_key=key``; ``password=hunter2`` is a secret), a number (``new_token=512``,
+    a count in a log summary), or a constant (``None``, ``True``, ``self``). Only for lower-case names: ``HF_TOKEN=x`` is always a setting."""
+    if name.upper() == name:
+        return False
+    return (value == name or value in ("None", "True", "False", "self", "cls") or bool(_CODE_VALUE.match(value))
+            or bool(re.fullmatch(r"[A-Za-z_]+", value))  # a variable (a real secret has a digit or a symbol)
+            or bool(re.fullmatch(r"-?\d+(\.\d+)?", value)))  # a count: new_token=512
 
 
 def _quoted_placeholder(value: str) -> str:
@@ -175,12 +191,14 @@ def _rules_text(text: str) -> str:
         return f"{m['q']}{m['flag']}{m['q']}{m['sep']}{m['q2']}{PLACEHOLDER}{m['q2']}"
 
     def env_sub(m: re.Match) -> str:
-        if not (is_secret_env(m["name"]) or is_secret_key(m["name"])) or m["value"] == PLACEHOLDER:
+        name = m["name"]
+        if not ((name.isupper() and is_secret_env(name)) or is_secret_key(name)) or m["value"] == PLACEHOLDER \
+                or _looks_like_code(m["name"], m["value"]):
             return m.group(0)
         return f"{m['name']}={_quoted_placeholder(m['value'])}"
 
     def kv_sub(m: re.Match) -> str:
-        if not (is_secret_key(m["name"]) or is_secret_env(m["name"])):
+        if not (is_secret_key(m["name"]) or (m["name"].isupper() and is_secret_env(m["name"]))):
             return m.group(0)
         return f"{m['q']}{m['name']}{m['q']}{m['sep']}{m['q2']}{PLACEHOLDER}{m['q2']}"
 
