@@ -218,3 +218,24 @@ def test_verdict_writer_redacts(tmp_path):
     doc = json.loads(text)
     assert doc["fix"]["launch_command"] == "python -m sglang.launch_server --api-key ***"
     assert doc["restore"]["actions"] == ["relaunched: python -m x --api-key=***"]
+
+
+def test_cli_output_is_redacted_doctor_corrected_launch_command(cli, tmp_path):
+    """``workbench doctor --launch`` with a key (the wrong algorithm, so a corrected launch
+    command is printed): the key never appears, in text or JSON, and the flag does."""
+    from workbench.sandbox_box import sandbox_launch_command
+
+    command = sandbox_launch_command(port=31999) + f" --api-key {KEY} --ssl-keyfile-password=pw-{MINE}"
+    code, out, err = cli("doctor", "--launch", command)
+    assert code == 1, err  # algorithm-mismatch is an error finding
+    assert "corrected launch command:" in out and "--api-key ***" in out and "--ssl-keyfile-password=***" in out
+    assert KEY not in out + err and MINE not in out + err
+    # the report's JSON (what --json prints) is redacted; what would be launched keeps the real key
+    from remote import connect
+    from workbench.doctor.run import run_doctor
+
+    with connect("local") as box:
+        report = run_doctor(box, LaunchCommand.parse(command))
+    as_json = json.dumps(report.to_dict())
+    assert "--api-key ***" in report.to_dict()["corrected_launch_command"] and KEY not in as_json
+    assert KEY in report.corrected_launch()
