@@ -14,9 +14,11 @@ The hierarchy::
     │   ├── SSHConnectFailed          TCP connect refused / timed out / name not resolved / handshake failed
     │   ├── HostKeyError              the host key is not trusted; .fingerprint (SHA256:...), .key_type
     │   │   ├── HostKeyUnknown        no known_hosts entry (trust on first use is an explicit opt-in)
-    │   │   └── HostKeyChanged        the key differs from known_hosts (.expected_fingerprint)
+    │   │   ├── HostKeyChanged        the key differs from known_hosts (.expected_fingerprint)
+    │   │   └── HostKeyRevoked        an @revoked known_hosts line names the key (.revoked_at file:line)
     │   ├── AuthenticationFailed      no key / agent key was accepted (.user, .keys_tried); never a password
-    │   ├── SSHConnectionLost         the connection dropped during a call that is not safe to repeat
+    │   ├── SSHConnectionLost         the connection dropped (or the box stopped answering keepalives)
+    │   │                             during a call that is not safe to repeat
     │   └── SSHTimedOut               a file operation over SFTP took longer than its time-out
     ├── CommandError                  carries .result (a Result)
     │   ├── CommandFailed             non-zero exit status with check=True
@@ -170,6 +172,22 @@ class HostKeyChanged(HostKeyError):
             f"HOST KEY CHANGED for {host_port}: it presented {key_type} {fingerprint}, known_hosts "
             f"({', '.join(known_hosts)}) records {expected_fingerprint}; refusing to connect. If the box was "
             f"reinstalled, remove the old entry (ssh-keygen -R '{host_port}') after checking the new fingerprint",
+            where=where, host_port=host_port, key_type=key_type, fingerprint=fingerprint,
+            known_hosts=known_hosts, box=box,
+        )
+
+
+class HostKeyRevoked(HostKeyError):
+    """The host presented a key that an ``@revoked`` line of known_hosts marks as revoked for it
+    (sshd(8), "SSH_KNOWN_HOSTS FILE FORMAT"): refused even when another line accepts the key, as
+    OpenSSH refuses it. ``.revoked_at`` is the ``file:line`` of the ``@revoked`` line."""
+
+    def __init__(self, *, where: str, host_port: str, key_type: str, fingerprint: str, revoked_at: str,
+                 known_hosts: Sequence[str], box: str | None = None) -> None:
+        self.revoked_at = revoked_at
+        super().__init__(
+            f"host key of {host_port} ({key_type} {fingerprint}) is REVOKED by {revoked_at}; refusing to connect. "
+            "Ask the box's administrator for its current host key",
             where=where, host_port=host_port, key_type=key_type, fingerprint=fingerprint,
             known_hosts=known_hosts, box=box,
         )

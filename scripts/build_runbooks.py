@@ -58,6 +58,10 @@ server_start_timeout = 600
 """, tags=["parameters"]),
     md("## 1. Inventory the box\nThe engine, its version and source, the running server and its command line."),
     code("""
+from workbench.runbook_params import check_runbook_parameters
+
+check_runbook_parameters("diagnose_acceptance", globals())  # every parameter, before anything touches the box
+
 from IPython.display import HTML, display
 from workbench.diagnosis import DiagnosisRun
 
@@ -137,6 +141,10 @@ report_dir = "reports"
 """, tags=["parameters"]),
     md("## Findings\nEach finding with its evidence: the values compared and the file (and line) they came from."),
     code("""
+from workbench.runbook_params import check_runbook_parameters
+
+check_runbook_parameters("preflight", globals())  # every parameter, before anything touches the box
+
 from IPython.display import HTML, display
 from workbench.doctor import preflight
 
@@ -193,6 +201,10 @@ server_start_timeout = 300.0
 report_dir = "reports"
 """, tags=("parameters",)),
     code("""
+from workbench.runbook_params import check_runbook_parameters
+
+check_runbook_parameters("measure_acceptance", globals())  # every parameter, before anything touches the box
+
 from workbench.measure.sweep import SweepRun
 
 run = SweepRun.start(host=host, launch_command=launch_command, port=port, grid=grid,
@@ -250,6 +262,10 @@ server_start_timeout = 300.0
 report_dir = "reports"
 """, tags=("parameters",)),
     code("""
+from workbench.runbook_params import check_runbook_parameters
+
+check_runbook_parameters("compare_drafts", globals())  # every parameter, before anything touches the box
+
 from workbench.measure.sweep import SweepRun
 
 run = SweepRun.compare(host=host, launch_command=launch_command, port=port, draft_a=draft_a, draft_b=draft_b,

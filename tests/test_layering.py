@@ -29,6 +29,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("workbench.doctor", "workbench.logs"),
     ("workbench.session",),
     ("workbench.measure",),
+    ("workbench.runbook_params",),
     ("workbench.diagnosis",),
     ("workbench.cli",),
 ]

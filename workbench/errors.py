@@ -8,6 +8,7 @@
     │   ├── RuleInputError                  a rule lacks what it needs (e.g. no draft path)
     │   ├── PromptSetError                  a prompt set that cannot be used (.path, .line)
     │   ├── SweepError                      a sweep grid or launch command the sweep cannot use
+    │   ├── RunbookParameterError           runbook parameters of the wrong kind (.runbook, .problems)
     │   ├── LogInputError                   not an SGLang server log, or empty
     │   ├── FigureInputError                a figure input missing, mistyped or not finite
     │   ├── VerdictSchemaError              a verdict document missing a key or mistyped (.path, .problems)
@@ -41,7 +42,8 @@ from typing import Sequence
 
 __all__ = [
     "WorkbenchError", "WorkbenchInputError", "LaunchCommandError", "RuleInputError", "PromptSetError", "SweepError",
-    "LogInputError", "FigureInputError", "VerdictSchemaError", "LedgerError", "CheckpointError", "ConfigUnreadable",
+    "RunbookParameterError", "LogInputError", "FigureInputError", "VerdictSchemaError", "LedgerError",
+    "CheckpointError", "ConfigUnreadable",
     "CheckpointUnreadable", "TensorNotFound", "EngineNotFound", "SourceLookupError", "DoctorError",
     "AcceptanceError", "MeasureError", "JournalError", "DraftCopyError", "DiagnosisError", "ReportError",
     "BrowserNotFound", "BrowserError",
@@ -87,6 +89,19 @@ class PromptSetError(WorkbenchInputError):
 
 class SweepError(WorkbenchInputError):
     """A grid or launch command the sweep cannot use; the message names the part that is wrong."""
+
+
+class RunbookParameterError(WorkbenchInputError):
+    """Runbook parameters that are not what the runbook takes, every one at once (checked before
+    anything touches the box: :func:`workbench.runbook_params.check_runbook_parameters`).
+    ``runbook``: its name; ``problems``: one phrase per bad parameter, each naming it, the value
+    given and what it must be (``"port must be None ... or a TCP port number 1-65535, got 'abc'"``).
+    ``str()`` is ``bad parameters for RUNBOOK: PROBLEM; PROBLEM ...`` (one line)."""
+
+    def __init__(self, runbook: str, problems: Sequence[str]):
+        self.runbook = runbook
+        self.problems = list(problems)
+        super().__init__(f"bad parameters for {runbook}: " + "; ".join(self.problems))
 
 
 class LogInputError(WorkbenchInputError):

@@ -5,18 +5,22 @@
 named by ``$EAGLE_WORKBENCH_SSH_CONFIG`` or ``connect(..., ssh_config=PATH)``), read with
 ``paramiko.SSHConfig``. Honoured options: ``HostName``, ``User``, ``Port``, ``IdentityFile``,
 ``IdentitiesOnly``, ``ProxyJump`` (hops chained through ``direct-tcpip`` channels),
-``ConnectTimeout``, ``ServerAliveInterval``, ``UserKnownHostsFile``, ``GlobalKnownHostsFile``,
+``ConnectTimeout`` (TCP connect, banner, key exchange and authentication together),
+``ServerAliveInterval`` and ``ServerAliveCountMax`` (a box that answers nothing for interval x count
+seconds is declared dead: every call on it fails with ``SSHConnectionLost``), ``UserKnownHostsFile``, ``GlobalKnownHostsFile``,
 ``StrictHostKeyChecking``, ``HashKnownHosts`` and ``Include``. ``ProxyCommand`` is refused with a clear error.
 
-Security: host keys are checked against known_hosts and an unknown or changed key is refused
-(``HostKeyUnknown`` / ``HostKeyChanged``, naming ``host:port`` and the key's SHA256 fingerprint).
+Security: host keys are checked against known_hosts (read as OpenSSH reads it, see
+:mod:`remote.ssh.known_hosts`) and an unknown, changed or revoked key is refused (``HostKeyUnknown`` /
+``HostKeyChanged`` / ``HostKeyRevoked``, naming ``host:port`` and the key's SHA256 fingerprint).
 Trust on first use is an explicit opt-in (``trust_unknown_hosts=True`` or ``StrictHostKeyChecking
 accept-new``; ``no`` is treated as ``accept-new``) that appends the new key to the first user
 known_hosts file; a changed key is never accepted. Authentication is by key files and the SSH agent
 only: no password is ever sent or prompted for (``AuthenticationFailed`` lists the keys tried).
 
 Mechanics: one ``paramiko.SSHClient`` per box with ``TCP_NODELAY`` on its socket (without it every
-command costs ~40 ms of delayed ACKs), keepalive from ``ServerAliveInterval`` (default 30 s). File
+command costs ~40 ms of delayed ACKs), keepalive from ``ServerAliveInterval`` (default 30 s) and
+``ServerAliveCountMax`` (default 3). File
 primitives use one SFTP session (byte ranges with pipelined reads, exclusive create + fsync,
 ``posix-rename``, directory fsync), so they cost round trips, not commands. Each command is one exec
 channel: the command runs in the login shell (``eval`` when it is bash, else ``bash --norc -c``) in
@@ -38,17 +42,21 @@ Units: bytes, seconds.
 
 Modules, each importing only those before it (no cycles; none imports ``workbench``)::
 
-    config  <-  auth  <-  forward  <-  transport  <-  remote.ssh (this file: re-exports, logging set-up)
+    config, known_hosts  <-  auth  <-  forward  <-  transport  <-  remote.ssh (this file: re-exports, logging set-up)
 
 - :mod:`remote.ssh.config`: box specs (:func:`parse_spec`), which config file applies
   (:func:`config_path`, :data:`SSH_CONFIG_ENV`), reading it (:func:`load_ssh_config`,
   :class:`SSHConfigFiles`: ``Include`` inlined, known-hosts path lists split the OpenSSH way) and
   resolving a spec against it (:func:`resolve_target`, :class:`SSHTarget`, ``/etc/hosts`` and IP
   checks, :data:`DEFAULT_CONNECT_TIMEOUT`, :data:`DEFAULT_KEEPALIVE`). No network access.
+- :mod:`remote.ssh.known_hosts`: known_hosts read the OpenSSH way (:class:`KnownHosts`: markers
+  ``@revoked`` / ``@cert-authority``, hashed names, ``[host]:port``, wildcards, negation; lines it
+  cannot use skipped with a warning naming ``file:line``). No network access.
 - :mod:`remote.ssh.auth`: opening a connection: TCP or a ProxyJump hop's channel, the handshake,
   the host-key policy (known_hosts, trust on first use), public-key authentication and the
-  typed errors for their failures (:data:`AUTH_TIMEOUT`, :data:`CHANNEL_TIMEOUT`), plus the
-  channel helpers used on an open connection.
+  typed errors for their failures, ``ConnectTimeout`` over the whole opening, the dead-peer
+  detection (``_Liveness``: :data:`KEEPALIVE_REQUEST` with want-reply, ``ServerAliveInterval`` x
+  ``ServerAliveCountMax``), plus the channel helpers used on an open connection.
 - :mod:`remote.ssh.forward`: the local port forward behind ``SSHTransport.forward`` (a listener
   whose connections are bridged to ``direct-tcpip`` channels) and the log filter for the box's
   refusals while a server starts.
@@ -65,10 +73,11 @@ from __future__ import annotations
 
 import logging
 
-from .auth import AUTH_TIMEOUT, CHANNEL_TIMEOUT
+from .auth import KEEPALIVE_REQUEST
 from .config import (
     DEFAULT_CONNECT_TIMEOUT,
     DEFAULT_KEEPALIVE,
+    DEFAULT_KEEPALIVE_COUNT,
     SSH_CONFIG_ENV,
     SSHConfigFiles,
     SSHTarget,
@@ -78,6 +87,7 @@ from .config import (
     resolve_target,
 )
 from .forward import _RefusedForwardToDebug
+from .known_hosts import KnownHosts
 from .transport import SSHTransport, wrap_command
 
 #: The package's logger, ``remote.ssh`` (every module of the package logs to it).
@@ -93,10 +103,11 @@ logging.getLogger("paramiko.transport").addFilter(_RefusedForwardToDebug())
 logging.getLogger("paramiko").addHandler(logging.NullHandler())
 
 __all__ = [
-    "AUTH_TIMEOUT",
-    "CHANNEL_TIMEOUT",
     "DEFAULT_CONNECT_TIMEOUT",
     "DEFAULT_KEEPALIVE",
+    "DEFAULT_KEEPALIVE_COUNT",
+    "KEEPALIVE_REQUEST",
+    "KnownHosts",
     "SSH_CONFIG_ENV",
     "SSHConfigFiles",
     "SSHTarget",

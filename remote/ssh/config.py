@@ -37,8 +37,12 @@ SSH_CONFIG_ENV = "EAGLE_WORKBENCH_SSH_CONFIG"
 #: Seconds allowed to set up the TCP connection and the SSH handshake when the config sets no
 #: ``ConnectTimeout`` (OpenSSH would wait for the system's TCP time-out, minutes).
 DEFAULT_CONNECT_TIMEOUT = 15.0
-#: Keepalive interval (seconds) when the config sets no ``ServerAliveInterval``.
+#: Keepalive interval (seconds) when the config sets no ``ServerAliveInterval`` (OpenSSH's default
+#: is 0, off; a debugging run needs a dead box noticed, so 30 here).
 DEFAULT_KEEPALIVE = 30
+#: Keepalive probes left unanswered before the box is declared dead, when the config sets no
+#: ``ServerAliveCountMax`` (OpenSSH's default, ssh_config(5)).
+DEFAULT_KEEPALIVE_COUNT = 3
 
 
 _SPEC = re.compile(r"^(?:(?P<user>[^@\s/]+)@)?(?P<host>\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]+)(?::(?P<port>\d+))?$")
@@ -164,7 +168,9 @@ class SSHTarget:
     ``spec`` as given, ``alias`` the host part looked up in the config, ``hostname`` / ``port`` /
     ``user`` the destination, ``identity_files`` (expanded paths), ``identities_only`` (no agent
     keys, no default keys), ``proxy_jump`` (hop specs, first hop first), ``connect_timeout`` and
-    ``keepalive`` in seconds, ``known_hosts`` (user files; the first receives trust-on-first-use
+    ``keepalive`` in seconds (``ServerAliveInterval``; 0: off), ``keepalive_count``
+    (``ServerAliveCountMax``: the box is declared dead after ``keepalive * keepalive_count``
+    seconds without a byte from it, as ssh_config(5) defines), ``known_hosts`` (user files; the first receives trust-on-first-use
     entries) and ``global_known_hosts``, ``accept_new`` (trust on first use allowed by the config),
     ``hash_known_hosts`` (``HashKnownHosts``: write trusted names hashed).
     """
@@ -178,7 +184,8 @@ class SSHTarget:
     identities_only: bool = False
     proxy_jump: tuple[str, ...] = ()
     connect_timeout: float = DEFAULT_CONNECT_TIMEOUT
-    keepalive: int = DEFAULT_KEEPALIVE
+    keepalive: float = DEFAULT_KEEPALIVE
+    keepalive_count: int = DEFAULT_KEEPALIVE_COUNT
     known_hosts: tuple[str, ...] = ()
     global_known_hosts: tuple[str, ...] = ()
     accept_new: bool = False
@@ -272,7 +279,15 @@ def resolve_target(spec: str, configs: SSHConfigFiles, *, jump_override: Optiona
         os.path.expanduser("~/.ssh/known_hosts"), os.path.expanduser("~/.ssh/known_hosts2"))
     global_known = _paths(opts["globalknownhostsfile"]) if "globalknownhostsfile" in opts else (
         "/etc/ssh/ssh_known_hosts", "/etc/ssh/ssh_known_hosts2")
-    keepalive = int(number("serveraliveinterval", DEFAULT_KEEPALIVE))
+    keepalive = number("serveraliveinterval", DEFAULT_KEEPALIVE)
+    keepalive_count = int(number("serveralivecountmax", DEFAULT_KEEPALIVE_COUNT))
+    if keepalive < 0 or keepalive_count < 1:
+        raise SSHConfigError("ServerAliveInterval must be >= 0 and ServerAliveCountMax >= 1", spec=spec,
+                             option="ServerAliveInterval" if keepalive < 0 else "ServerAliveCountMax")
+    connect_timeout = number("connecttimeout", DEFAULT_CONNECT_TIMEOUT)
+    if connect_timeout <= 0:
+        raise SSHConfigError(f"ConnectTimeout must be a positive number of seconds, got {connect_timeout:g}",
+                             spec=spec, option="ConnectTimeout")
     return SSHTarget(
         spec=spec,
         alias=host,
@@ -282,8 +297,9 @@ def resolve_target(spec: str, configs: SSHConfigFiles, *, jump_override: Optiona
         identity_files=_paths(opts.get("identityfile", [])),
         identities_only=_yes(opts.get("identitiesonly")),
         proxy_jump=jumps,
-        connect_timeout=number("connecttimeout", DEFAULT_CONNECT_TIMEOUT),
+        connect_timeout=connect_timeout,
         keepalive=keepalive,
+        keepalive_count=keepalive_count,
         known_hosts=known,
         global_known_hosts=global_known,
         accept_new=strict in ("accept-new", "no", "off"),

@@ -23,7 +23,7 @@ from typing import Callable
 import paramiko
 
 from ..errors import RemoteError
-from .auth import CHANNEL_TIMEOUT, _close_channel, _Connection, _dies_soon
+from .auth import _close_channel, _Connection, _dies_soon, dead_reason
 
 log = logging.getLogger(__package__)  # "remote.ssh": one logger for the package, as before the split
 
@@ -41,22 +41,23 @@ class _RefusedForwardToDebug(logging.Filter):
 
 
 def _open_direct(connection: Callable[[], _Connection], host: str, port: int,
-                 origin: tuple[str, int]) -> paramiko.Channel:
+                 origin: tuple[str, int], timeout: float) -> paramiko.Channel:
     """A ``direct-tcpip`` channel to the box's ``host:port`` (``origin``: the ``(ip, port)`` of the
-    local client it carries) on ``connection()``, the live connection. When opening it fails because
+    local client it carries) on ``connection()``, the live connection, opened within ``timeout``
+    seconds. When opening it fails because
     the connection just died, it is tried once more on the re-opened one. Raises
     ``paramiko.ChannelException`` when the box refuses (nothing listens there), the
     ``paramiko.SSHException`` / ``EOFError`` / ``OSError`` when opening fails on a connection that
     stays up, ``SSHError`` (or its family) when the connection cannot be re-opened."""
     conn = connection()
     try:
-        return conn.transport.open_channel("direct-tcpip", (host, port), origin, timeout=CHANNEL_TIMEOUT)
+        return conn.transport.open_channel("direct-tcpip", (host, port), origin, timeout=timeout)
     except paramiko.ChannelException:
         raise
     except (paramiko.SSHException, EOFError, OSError):
         if not _dies_soon(conn):
             raise
-    return connection().transport.open_channel("direct-tcpip", (host, port), origin, timeout=CHANNEL_TIMEOUT)
+    return connection().transport.open_channel("direct-tcpip", (host, port), origin, timeout=timeout)
 
 
 class _PortForward:
@@ -65,8 +66,10 @@ class _PortForward:
     ``connection()`` (the transport's live connection). Threads are daemons; ``close()`` stops
     accepting and closes every bridge. ``local_address`` is ``("127.0.0.1", port)``."""
 
-    def __init__(self, connection: Callable[[], _Connection], remote_host: str, remote_port: int):
+    def __init__(self, connection: Callable[[], _Connection], remote_host: str, remote_port: int, *,
+                 timeout: float):
         self.connection = connection
+        self.timeout = timeout
         self.remote = (remote_host, remote_port)
         self.listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self.listener.bind(("127.0.0.1", 0))
@@ -95,7 +98,7 @@ class _PortForward:
 
     def _bridge(self, conn: socket.socket, origin: tuple[str, int]) -> None:
         try:
-            chan = _open_direct(self.connection, self.remote[0], self.remote[1], origin[:2])
+            chan = _open_direct(self.connection, self.remote[0], self.remote[1], origin[:2], self.timeout)
         except paramiko.ChannelException as exc:
             # The box refused (nothing listens there yet): the client sees the connection closed.
             log.debug("port forward to box %s:%s refused: %s", *self.remote, exc)
@@ -114,8 +117,14 @@ class _PortForward:
             self._bridges.add(pair)
         try:
             conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            transport = chan.get_transport()
             while not self.closed:
                 readable, _, _ = select.select([conn, chan], [], [], 1.0)
+                if not transport.is_active():
+                    why = dead_reason(transport)
+                    if why:
+                        log.warning("port forward connection to box %s:%s closed: %s", *self.remote, why)
+                    break
                 if conn in readable:
                     data = conn.recv(1 << 16)
                     if not data:

@@ -48,7 +48,7 @@ from ..errors import (
 )
 from ..result import FileStat, ProcessInfo, Result
 from ..transport import Transport, parse_proc_stat, timed_out
-from .auth import CHANNEL_TIMEOUT, _close_channel, _Connection, _dies_soon, _open_connection
+from .auth import _close_channel, _Connection, _dies_soon, _open_connection, dead_reason
 from .config import SSHConfigFiles, SSHTarget, _replace, config_path, load_ssh_config, resolve_target
 from .forward import _PortForward
 
@@ -179,7 +179,9 @@ class SSHTransport(Transport):
             if self._conn is not None and self._conn.alive():
                 return self._conn
             if self._conn is not None:
-                log.warning("[%s] SSH connection to %s dropped; reconnecting", self.name, self.target.where)
+                why = self._conn.dead_reason
+                log.warning("[%s] SSH connection to %s %s; reconnecting", self.name, self.target.where,
+                            f"closed ({why})" if why else "dropped")
                 self._discard_connection()
                 self.reconnects += 1
             conn = _open_connection(self.target, self.configs, trust=self.trust_unknown_hosts,
@@ -320,7 +322,7 @@ class SSHTransport(Transport):
                     break
                 if not transport.is_active():
                     raise SSHConnectionLost(f"command {display!r}", where=self.target.where, box=self.name,
-                                            detail=f"after {time.monotonic() - start:.1f}s")
+                                            detail=_lost_detail(transport, f"after {time.monotonic() - start:.1f}s"))
                 now = time.monotonic()
                 if now >= deadline:
                     killed, detail = self._end_timed_out(chan, read_available, group=group,
@@ -345,7 +347,8 @@ class SSHTransport(Transport):
         _close_channel(chan)
         if code == -1 and _dies_soon(chan.get_transport(), 0.5):
             raise SSHConnectionLost(f"command {display!r}", where=self.target.where, box=self.name,
-                                    detail=f"after {time.monotonic() - start:.1f}s, before it reported an exit status")
+                                    detail=_lost_detail(transport, f"after {time.monotonic() - start:.1f}s, before "
+                                                                   "it reported an exit status"))
         if code == -1:
             code = None  # ended by a signal: sshd sends exit-signal, which paramiko does not parse
         return code, bytes(out), bytes(err), time.monotonic() - start
@@ -397,16 +400,17 @@ class SSHTransport(Transport):
             except (paramiko.SSHException, EOFError, OSError) as exc:
                 failure = exc
             if not _dies_soon(conn):
-                raise SSHError(f"cannot open a channel for {what}: {failure}", where=self.target.where,
-                               box=self.name) from None
+                raise SSHError(f"cannot open a channel for {what} within {timeout:g}s: {failure or 'no answer'}",
+                               where=self.target.where, box=self.name) from None
         raise SSHConnectionLost(what, where=self.target.where, box=self.name,
-                                detail=f"could not open a channel after reconnecting: {failure}")
+                                detail=_lost_detail(conn.transport,
+                                                    f"could not open a channel after reconnecting: {failure}"))
 
     def _open_exec(self, remote: str, deadline: float, display: str) -> paramiko.Channel:
         """A new session channel running ``remote`` (re-connecting first if the connection died)."""
         remaining = max(0.1, deadline - time.monotonic())
         chan = self._open_channel(
-            f"command {display!r}", min(CHANNEL_TIMEOUT, remaining),
+            f"command {display!r}", remaining,
             lambda t, to: t.open_session(window_size=_WINDOW, max_packet_size=_MAX_PACKET, timeout=to))
         # exec_command waits for the server's reply without a time-out of its own: bound it.
         watchdog = threading.Timer(remaining, functools.partial(_close_channel, chan))
@@ -419,7 +423,7 @@ class SSHTransport(Transport):
             if not watchdog.is_alive():  # it fired: no answer to the exec request in time
                 raise timed_out(display, b"", b"", None, remaining, remaining, self.name) from None
             raise SSHConnectionLost(f"command {display!r}", where=self.target.where, box=self.name,
-                                    detail=f"exec request failed: {exc}") from None
+                                    detail=_lost_detail(chan.get_transport(), f"exec request failed: {exc}")) from None
         finally:
             watchdog.cancel()
         return chan
@@ -439,7 +443,7 @@ class SSHTransport(Transport):
                     and self._conn.alive():
                 return self._sftp
             self._sftp = None
-            chan = self._open_channel("SFTP", min(CHANNEL_TIMEOUT, timeout),
+            chan = self._open_channel("SFTP", timeout,
                                       lambda t, to: t.open_session(window_size=_WINDOW, timeout=to))
             conn = self._conn
             watchdog = threading.Timer(timeout, functools.partial(_close_channel, chan))
@@ -455,7 +459,7 @@ class SSHTransport(Transport):
                 _close_channel(chan)
                 if _dies_soon(conn):
                     raise SSHConnectionLost("starting SFTP", where=self.target.where, box=self.name,
-                                            detail=str(exc)) from None
+                                            detail=_lost_detail(conn.transport, str(exc))) from None
                 raise SSHError(f"cannot start the SFTP subsystem (is it enabled in sshd_config?): {exc}",
                                where=self.target.where, box=self.name) from None
             finally:
@@ -498,7 +502,8 @@ class SSHTransport(Transport):
                                 path, failure)
                     continue
                 raise SSHConnectionLost(f"{operation} of {path}", where=self.target.where, box=self.name,
-                                        detail=f"{type(failure).__name__}: {failure}") from None
+                                        detail=_lost_detail(chan.get_transport(),
+                                                            f"{type(failure).__name__}: {failure}")) from None
         raise AssertionError("unreachable")
 
     def _drop_sftp(self) -> None:
@@ -794,9 +799,11 @@ class SSHTransport(Transport):
     def forward(self, host: str, port: int, *, timeout: float = 10) -> tuple[str, int]:
         """``("127.0.0.1", local_port)``: a listening socket on this machine whose connections are
         bridged to the box's ``host:port`` through this SSH connection (``direct-tcpip``). Opened on
-        first use for that ``(host, port)``, kept until ``close()``. ``timeout`` is not used: the
-        listener is local, and re-opening a dropped connection has its own ``ConnectTimeout``.
-        Raises ``SSHError`` after :meth:`close`."""
+        first use for that ``(host, port)``, kept until ``close()``. ``timeout`` (seconds) bounds
+        opening each forwarded connection's channel (the latest value given for that forward
+        applies); re-opening a dropped connection has its own ``ConnectTimeout``, and a box that
+        stops answering ends every forwarded connection after ``ServerAliveInterval`` x
+        ``ServerAliveCountMax``. Raises ``SSHError`` after :meth:`close`."""
         key = (host, int(port))
         with self._conn_lock:
             if self._closed:
@@ -804,9 +811,17 @@ class SSHTransport(Transport):
             fwd = self._forwards.get(key)
             if fwd is None or fwd.closed:
                 self._connection()
-                fwd = _PortForward(self._connection, host, int(port))
+                fwd = _PortForward(self._connection, host, int(port), timeout=float(timeout))
                 self._forwards[key] = fwd
+            else:
+                fwd.timeout = float(timeout)
             return fwd.local_address
+
+
+def _lost_detail(transport: Optional[paramiko.Transport], detail: str) -> str:
+    """``detail``, preceded by why the dead-peer detection closed ``transport`` when it did."""
+    why = dead_reason(transport)
+    return f"{why}; {detail}" if why else detail
 
 
 def _read_file(f: paramiko.SFTPFile, offset: int, length: Optional[int]) -> bytes:

@@ -24,6 +24,7 @@ def _started_in(box) -> str:
         box.stop_server(handle, grace=2)
 
 
+@pytest.mark.slow  # launches a process on the local box
 def test_launch_cwd_is_where_a_local_launch_starts(tmp_path, monkeypatch):
     here = tmp_path / "driver cwd"
     here.mkdir()

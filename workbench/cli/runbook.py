@@ -11,9 +11,12 @@ SPEC``. When a cell fails or the run is interrupted (Ctrl-C, SIGTERM, SIGHUP) th
 killed and the box restored from its journal (``--timeout``: seconds for each box call of that
 restore), and the executed notebook is still written and exported.
 
+Every ``-p`` value is checked against the runbook's schema (:mod:`workbench.runbook_params`)
+before any kernel starts: every bad one is named at once with what it must be (exit 2).
+
 Exit codes: 0 the runbook ran, 1 a cell failed (the box restored), 2 the command could not run (no
-such runbook or parameter, ``--host`` and ``-p host`` disagree), 130 interrupted (the box restored,
-or the ``workbench restore`` to run).
+such runbook or parameter, a parameter value the runbook does not take, ``--host`` and ``-p host``
+disagree), 130 interrupted (the box restored, or the ``workbench restore`` to run).
 """
 
 from __future__ import annotations
@@ -242,6 +245,27 @@ def _journal_pending(host: str, *, timeout: float, connect_timeout: float | None
         return f"could not read the journal: {type(exc).__name__}: {exc}"
 
 
+def _check_parameters(name: str, params: dict[str, Any]) -> None:
+    """Refuse, before any kernel starts, every ``-p`` name the runbook's ``parameters`` cell does
+    not have and every value its schema (:mod:`workbench.runbook_params`) refuses, all in one
+    :class:`CliError` (exit 2): each bad value named with what it must be, the same message the
+    runbook's own first cell gives."""
+    from workbench.errors import RunbookParameterError
+    from workbench.runbook_params import check_runbook_parameters
+
+    known = _runbook_parameters(name)
+    problems = []
+    unknown = sorted(set(params) - set(known))
+    if unknown:
+        problems.append(f"{name} has no parameter {', '.join(map(repr, unknown))} (its parameters: {', '.join(known)})")
+    try:
+        check_runbook_parameters(name, params)
+    except RunbookParameterError as exc:
+        problems.append(str(exc))
+    if problems:
+        raise CliError("; ".join(problems))
+
+
 def _run(args: argparse.Namespace) -> ExitCode:
     """``workbench runbook``: see the module docstring. Raises :class:`CliError`."""
     from papermill.exceptions import PapermillExecutionError
@@ -260,10 +284,7 @@ def _run(args: argparse.Namespace) -> ExitCode:
         raise CliError(f"--report-dir {args.report_dir} and -p report_dir {given} disagree; give one")
     args.report_dir = args.report_dir or (str(given) if given is not None else "reports")
     params["report_dir"] = str(Path(args.report_dir).resolve())
-    unknown = sorted(set(params) - set(_runbook_parameters(args.name)))
-    if unknown:
-        raise CliError(f"{args.name} has no parameter {', '.join(map(repr, unknown))} "
-                       f"(its parameters: {', '.join(_runbook_parameters(args.name))})")
+    _check_parameters(args.name, params)
     try:
         paths = run_runbook(args.name, params, args.report_dir, timeout=args.timeout,
                             connect_timeout=args.connect_timeout)

@@ -60,6 +60,7 @@ from workbench.rules.finding import Finding
 from workbench.rules.fix import DraftRepair, Fix
 from workbench.rules.registry import HypothesisSpec
 from workbench.rules.runtime import COLLAPSED_ACCEPT_LENGTH, acceptance_collapsed
+from workbench.runbook_params import parse_layer_ids, runbook_parameter_problems
 from workbench.sandbox_box import sandbox_prompts_path
 from workbench.session import BoxSession, Inventory, Journal, open_box
 from workbench.session.box_session import check_run_parameters
@@ -286,10 +287,10 @@ class DiagnosisRun(BoxSession):
                              counts={"max_new_tokens": max_new_tokens}, optional_counts={"num_prompts": num_prompts},
                              seconds={"server_start_timeout": server_start_timeout})
         ids = _parse_ids(aux_layer_ids)
-        if expected_accept_length is not None and (isinstance(expected_accept_length, bool) or
-                                                   not isinstance(expected_accept_length, (int, float))
-                                                   or not expected_accept_length > 0):
-            raise DiagnosisError(f"expected_accept_length must be a positive number, got {expected_accept_length!r}")
+        # the runbook schema's check (accept length counts the bonus token: never below 1)
+        bad = runbook_parameter_problems("diagnose_acceptance", {"expected_accept_length": expected_accept_length})
+        if bad:
+            raise DiagnosisError("bad parameters: " + "; ".join(bad))
         box, inventory, journal = open_box(host, launch_command=launch_command, port=port,
                                            server_start_timeout=server_start_timeout)
         if prompts is None and inventory.engine == "sandbox":
@@ -1468,16 +1469,10 @@ def _last_exception(lines: list[str]) -> str | None:
 
 def _parse_ids(value: Any) -> list[int] | None:
     """The ``aux_layer_ids`` parameter: ``None``, a list of ints, or their text (``"1,3,6"``,
-    ``"[1, 3, 6]"``). Raises :class:`DiagnosisError` naming the value otherwise."""
-    if value is None:
-        return None
-    if isinstance(value, str):
-        text = value.strip()
-        try:
-            value = ast.literal_eval(text if text.startswith("[") else f"[{text}]")
-        except (ValueError, SyntaxError):
-            raise DiagnosisError(f"aux_layer_ids must be layer ids such as [1, 3, 6], got {text!r}") from None
-    if not isinstance(value, (list, tuple)) or not value or \
-            not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in value):
-        raise DiagnosisError(f"aux_layer_ids must be non-negative layer ids such as [1, 3, 6], got {value!r}")
-    return list(value)
+    ``"[1, 3, 6]"``), read as the runbook's schema reads it
+    (:func:`workbench.runbook_params.parse_layer_ids`). Raises :class:`DiagnosisError` naming the
+    value otherwise."""
+    try:
+        return parse_layer_ids(value)
+    except ValueError:
+        raise DiagnosisError(f"aux_layer_ids must be non-negative layer ids such as [1, 3, 6], got {value!r}") from None

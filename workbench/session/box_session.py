@@ -9,7 +9,7 @@ import atexit
 import os
 import sys
 import time
-from typing import Any
+from typing import Any, Callable
 
 from remote import connect
 from remote.errors import RemoteError, ServerDied, ServerStartTimedOut
@@ -20,7 +20,8 @@ from workbench.sandbox_box import sandbox_launch_command
 from workbench.session.inventory import Inventory, take_inventory
 from workbench.session.journal import Journal, RestoreReport, restore_box
 
-__all__ = ["BoxSession", "open_box", "launch_env_delta"]
+__all__ = ["BoxSession", "open_box", "launch_env_delta", "check_run_parameters", "run_parameter_problem",
+           "RUN_PARAMETER_KINDS", "MAX_RUN_SECONDS"]
 
 
 class BoxSession:
@@ -137,34 +138,57 @@ class BoxSession:
 
 
 
+#: The longest time-out a run parameter takes, in seconds (11.6 days): the waits underneath
+#: (``select``/``poll``, Paramiko's channel time-outs) take milliseconds in a C int and overflow
+#: above about 2.1e6 s (the same bound as ``workbench.cli.argtypes.MAX_SECONDS``).
+MAX_RUN_SECONDS = 1_000_000.0
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_seconds(v: Any) -> bool:
+    return not isinstance(v, bool) and isinstance(v, (int, float)) and 0 < v <= MAX_RUN_SECONDS
+
+
+#: The plain kinds of run parameter: kind -> (what a value must be, the test of a value). A bool is
+#: never a number here (``True`` is no count of 1) and a string never a flag (``"no"`` is no False).
+#: Used by :func:`check_run_parameters` and by the runbooks' schemas (:mod:`workbench.runbook_params`).
+RUN_PARAMETER_KINDS: dict[str, tuple[str, Callable[[Any], bool]]] = {
+    "flag": ("True or False", lambda v: isinstance(v, bool)),
+    "count": ("a whole number ≥ 1", lambda v: _is_int(v) and v >= 1),
+    "optional_count": ("None (all) or a whole number ≥ 1", lambda v: v is None or (_is_int(v) and v >= 1)),
+    "non_negative": ("a whole number ≥ 0", lambda v: _is_int(v) and v >= 0),
+    "seconds": (f"a number of seconds > 0 (at most {MAX_RUN_SECONDS:.0f})", _is_seconds),
+}
+
+
+def run_parameter_problem(name: str, kind: str, value: Any) -> str | None:
+    """``None`` when ``value`` is of ``kind`` (a key of :data:`RUN_PARAMETER_KINDS`), else the
+    problem as one phrase: ``"NAME must be WHAT, got VALUE"``. Raises ``KeyError`` for an unknown kind."""
+    expected, ok = RUN_PARAMETER_KINDS[kind]
+    return None if ok(value) else f"{name} must be {expected}, got {value!r}"
+
+
 def check_run_parameters(*, flags: dict[str, Any] | None = None, counts: dict[str, Any] | None = None,
                          optional_counts: dict[str, Any] | None = None, non_negative: dict[str, Any] | None = None,
                          seconds: dict[str, Any] | None = None) -> None:
     """Check a runbook's parameters before anything touches the box, all at once. ``flags``: must
     be ``True``/``False`` (a string such as ``"no"`` is refused, never taken as true); ``counts``:
     ints ≥ 1; ``optional_counts``: ``None`` or ints ≥ 1 (``0`` is refused, never taken as "all");
-    ``non_negative``: ints ≥ 0; ``seconds``: numbers > 0. Raises :class:`DiagnosisError` naming
-    every bad parameter with its value and what it must be."""
+    ``non_negative``: ints ≥ 0; ``seconds``: numbers > 0 and at most :data:`MAX_RUN_SECONDS`
+    (``inf``, ``nan`` refused). Raises :class:`DiagnosisError` naming every bad parameter with its
+    value and what it must be (:func:`run_parameter_problem`). The runbooks check every one of
+    their parameters with :func:`workbench.runbook_params.check_runbook_parameters`, which uses
+    the same kinds."""
     problems = []
-
-    def is_int(v: Any) -> bool:
-        return isinstance(v, int) and not isinstance(v, bool)
-
-    for name, v in (flags or {}).items():
-        if not isinstance(v, bool):
-            problems.append(f"{name} must be True or False, got {v!r}")
-    for name, v in (counts or {}).items():
-        if not (is_int(v) and v >= 1):
-            problems.append(f"{name} must be a whole number ≥ 1, got {v!r}")
-    for name, v in (optional_counts or {}).items():
-        if v is not None and not (is_int(v) and v >= 1):
-            problems.append(f"{name} must be None (all) or a whole number ≥ 1, got {v!r}")
-    for name, v in (non_negative or {}).items():
-        if not (is_int(v) and v >= 0):
-            problems.append(f"{name} must be a whole number ≥ 0, got {v!r}")
-    for name, v in (seconds or {}).items():
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
-            problems.append(f"{name} must be a number of seconds > 0, got {v!r}")
+    for kind, values in (("flag", flags), ("count", counts), ("optional_count", optional_counts),
+                         ("non_negative", non_negative), ("seconds", seconds)):
+        for name, v in (values or {}).items():
+            problem = run_parameter_problem(name, kind, v)
+            if problem:
+                problems.append(problem)
     if problems:
         raise DiagnosisError("bad parameters: " + "; ".join(problems))
 
