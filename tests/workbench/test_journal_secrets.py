@@ -8,13 +8,22 @@ import os
 import stat
 import sys
 
+import pytest
+
 from remote import connect
 from workbench.session.box_session import launch_env_delta
 from workbench.session.journal import Journal
 
 
-def test_journal_is_private_and_its_directory_too(tmp_path):
-    with connect("local", state_dir=tmp_path / "state", python=sys.executable) as box:
+@pytest.fixture(params=["local", pytest.param("ssh", marks=pytest.mark.slow)])
+def spec(request):
+    """The box: this machine, or this machine over SSH (the loopback sshd: the state dir is a local
+    path either way, so the test can stat it)."""
+    return "local" if request.param == "local" else request.getfixturevalue("ssh_env").alias
+
+
+def test_journal_is_private_and_its_directory_too(tmp_path, spec):
+    with connect(spec, state_dir=tmp_path / "state", python=sys.executable) as box:
         journal = Journal(box)
         journal.begin()
         journal.record_original(argv=["python", "-m", "sglang.launch_server", "--api-key", "sk-x"], cwd="/",
@@ -27,8 +36,8 @@ def test_journal_is_private_and_its_directory_too(tmp_path):
         assert original["argv"][-1] == "sk-x" and original["env"] == {"HF_TOKEN": "hf_x"}
 
 
-def test_an_existing_world_readable_journal_becomes_private(tmp_path):
-    with connect("local", state_dir=tmp_path / "state", python=sys.executable) as box:
+def test_an_existing_world_readable_journal_becomes_private(tmp_path, spec):
+    with connect(spec, state_dir=tmp_path / "state", python=sys.executable) as box:
         journal = Journal(box)
         os.makedirs(os.path.dirname(journal.path))
         with open(journal.path, "w") as f:
@@ -38,17 +47,15 @@ def test_an_existing_world_readable_journal_becomes_private(tmp_path):
         assert stat.S_IMODE(os.stat(journal.path).st_mode) == 0o600
 
 
-def test_only_the_variables_a_launch_would_not_have_are_kept(tmp_path):
-    """The box's own environment (what a launch gets anyway) is left out; changed, added and
-    secret variables stay, with their real values."""
-    with connect("local", state_dir=tmp_path / "state", python=sys.executable) as box:
-        server_env = dict(os.environ)
+def test_only_the_variables_a_launch_would_not_have_are_kept(tmp_path, spec):
+    """The box's own environment (what a launch gets anyway: over SSH the exec channel's, not this
+    process's) is left out; changed, added and secret variables stay, with their real values."""
+    with connect(spec, state_dir=tmp_path / "state", python=sys.executable) as box:
+        base = dict(item.split("=", 1) for item in box.run(["env", "-0"]).stdout.split("\0") if "=" in item)
+        server_env = dict(base)
         server_env["HF_TOKEN"] = "hf_planted"
         server_env["HOME"] = "/somewhere/else"
         delta = launch_env_delta(box, server_env)
-        assert delta["HF_TOKEN"] == "hf_planted" and delta["HOME"] == "/somewhere/else"
-        unchanged = [k for k, v in os.environ.items() if k in delta and delta[k] == v]
-        # bash's own `_` (the last command) differs per process; nothing else of this environment is kept
-        assert [k for k in unchanged if k != "_"] == []
-        assert "PATH" not in delta
+        # bash's own `_` (the last command it ran) differs from one command to the next
+        assert {k: v for k, v in delta.items() if k != "_"} == {"HF_TOKEN": "hf_planted", "HOME": "/somewhere/else"}
         assert launch_env_delta(box, None) is None
