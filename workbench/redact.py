@@ -8,8 +8,8 @@ header that carried it is kept, so a reader knows it was there (``--api-key ***`
 What is recognised, BY KIND (not by a list of known names):
 
 - **flags** (:func:`is_secret_flag`): a flag whose LAST word (split on ``-``/``_``) is ``key``,
-  ``keys``, ``token``, ``secret``, ``secrets``, ``password``, ``passwd``, ``pass``, ``passphrase``,
-  ``credential(s)`` or ends in one (``--apikey``, ``--hftoken``): ``--api-key``,
+  ``keys``, ``token``, ``secret(s)``, ``password(s)``, ``passwd``, ``passphrase``,
+  ``credential(s)``, ``apikey``, or a compound ending in one (``--hftoken``): ``--api-key``,
   ``--admin-api-key``, ``--hf-token``, ``--ssl-keyfile-password``. The last-word rule keeps the
   flags that merely mention tokens or keys out (SGLang 0.5.23 has 30 such flags:
   ``--max-total-tokens``, ``--speculative-token-map`` (a path), ``--ssl-keyfile`` (a path),
@@ -17,10 +17,12 @@ What is recognised, BY KIND (not by a list of known names):
   word that makes it a count or a time before it (``per``, ``max``, ``first``, …:
   ``--kt-max-deferred-experts-per-token``, ``--bucket-time-to-first-token``).
   Both ``--flag VALUE`` and ``--flag=VALUE``.
-- **environment variables** (:func:`is_secret_env`): ``*_TOKEN``, ``*_KEY``, ``*_KEYS``, names
-  holding ``SECRET``, ``PASSWORD``, ``PASSWD`` or ``CREDENTIAL`` (``HF_TOKEN``,
+- **environment variables** (:func:`is_secret_env`): ``*_TOKEN``, ``*_KEY``, ``*_KEYS``, ``*_PAT``,
+  names holding ``SECRET``, ``PASSWORD``, ``PASSWD`` or ``CREDENTIAL`` (``HF_TOKEN``,
   ``HUGGING_FACE_HUB_TOKEN``, ``AWS_SECRET_ACCESS_KEY``, ``OPENAI_API_KEY``, ``MY_SECRET``), in an
-  environment mapping, as a ``NAME=value`` prefix of a launch command, and in free text.
+  environment mapping, as a ``NAME=value`` prefix of a launch command, and in free text (there a
+  lower-case ``name=value`` that is code is left alone: ``api_key=server_args.api_key``,
+  ``api_key=key``, ``new_token=512``; ``password=hunter2`` is redacted).
 - **URLs with credentials**: ``scheme://user:pass@host`` -> ``scheme://user:***@host``.
 - **Authorization headers**: ``Authorization: Bearer|Basic|Token …`` and ``Bearer …``.
 - **well-known token shapes** anywhere in text (:data:`TOKEN_SHAPES`): Hugging Face ``hf_…``,
@@ -42,6 +44,10 @@ upper-case key gets the variable rule (an environment mapping).
 
 The process-wide :data:`REDACTOR` is what the sinks use by default: the inventory, the doctor and
 the runbook driver teach it the values of the box they look at.
+
+HTML reports (:func:`workbench.report.html.export_html`): the text gets every rule, ``<script>`` and
+``<style>`` bodies only the learned values and token shapes (:meth:`Redactor.values_text`: a rule
+such as ``NAME=value`` would rewrite code), the inlined plotly.js none.
 """
 
 from __future__ import annotations
@@ -57,7 +63,7 @@ __all__ = [
     "redact_obj", "redact_shell",
 ]
 
-#: What a secret value is replaced with (documented in README.md, "Secrets").
+#: What a secret value is replaced with (documented in README.md, "Secrets stay on the box").
 PLACEHOLDER = "***"
 
 #: Learned values shorter than this are not searched for in free text (too likely to be ordinary
