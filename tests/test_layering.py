@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parent.parent
 #: The parts of ``workbench``, lowest first. A part may import its own modules and any part of a
 #: lower layer; parts in the same layer do not import each other.
 LAYERS: list[tuple[str, ...]] = [
-    ("workbench.errors",),
+    ("workbench.errors", "workbench.redact"),
     ("workbench.report", "workbench.checkpoint"),
     ("workbench.engine",),
     ("workbench.rules", "workbench.sandbox_box"),

@@ -22,6 +22,7 @@ from typing import Any, Callable, Optional
 
 from workbench.cli.argtypes import positive_seconds, tcp_port
 from workbench.errors import WorkbenchError
+from workbench.redact import RedactingStream
 
 __all__ = [
     "ExitCode", "CliError", "exit_code_for", "reworded", "run_command", "set_command", "add_box_options",
@@ -100,8 +101,27 @@ def run_command(args: argparse.Namespace) -> int:
 
     The one place where errors become exit codes: an error :func:`exit_code_for` knows is printed
     as ``<args.prog>: <message>`` on stderr and its code returned; anything else propagates. A
-    stdout that is a closed pipe (``| head``) ends the command with ``FAILURE``, quietly.
+    stdout that is a closed pipe (``| head``) ends the command with ``FAILURE``, quietly. While the
+    subcommand runs, ``sys.stdout`` and ``sys.stderr`` redact every line
+    (:class:`workbench.redact.RedactingStream`).
     """
+    # Secrets never leave the box: everything a subcommand prints goes through the redactor
+    # (workbench.redact: secret flags and variables, URL credentials, token shapes, and the values
+    # the subcommand learned from the box's launch commands and environments).
+    streams = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = RedactingStream(streams[0]), RedactingStream(streams[1])
+    try:
+        return _run_command(args)
+    finally:
+        for wrapped in (sys.stdout, sys.stderr):
+            try:
+                wrapped.flush()
+            except (BrokenPipeError, ValueError):  # a closed pipe or stream: nothing more can be shown
+                continue
+        sys.stdout, sys.stderr = streams
+
+
+def _run_command(args: argparse.Namespace) -> int:
     try:
         return ExitCode(args.func(args))
     except BrokenPipeError:  # the output went to a pipe that closed (`| head`): what was done is done

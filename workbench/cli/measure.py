@@ -54,7 +54,8 @@ def _run(args: argparse.Namespace) -> ExitCode:
     with open_box(args) as box:
         try:
             url = box.url(args.port, timeout=args.timeout)
-            m = measure(url, prompts, sources=sources, num_prompts=args.num_prompts,
+            api_key = _server_api_key(box, args.port, timeout=args.timeout)
+            m = measure(url, prompts, api_key=api_key, sources=sources, num_prompts=args.num_prompts,
                         max_new_tokens=args.max_new_tokens, warmup=args.warmup, openai_endpoint=args.openai_endpoint,
                         flush_cache_after_warmup=args.flush_cache, timeout=args.timeout,
                         progress=False if args.no_progress else None, start_timeout=args.start_timeout,
@@ -89,6 +90,26 @@ def _server_alive(box: Any, port: int, *, timeout: float):
     if not pids:
         return None
     return lambda: any(box.is_alive(pid, timeout=timeout) for pid in pids)
+def _server_api_key(box: Any, port: int, *, timeout: float) -> str | None:
+    """The ``--api-key`` of the SGLang server listening on ``port`` of ``box`` (its command line,
+    from the process table), learned by the redactor so it is never printed; ``None`` when the
+    server has none or is not found there (an SGLang behind a proxy: then no header is sent)."""
+    from workbench.engine.launch import LaunchCommand
+    from workbench.engine.locate import is_launch_argv
+    from workbench.errors import LaunchCommandError
+    from workbench.redact import REDACTOR
+
+    for server in box.find_servers(timeout=timeout):
+        if server.port != port or not is_launch_argv(server.argv):
+            continue
+        try:
+            launch = LaunchCommand.parse(list(server.argv))
+        except LaunchCommandError:
+            continue
+        REDACTOR.learn_launch(launch)
+        key = launch.get("--api-key")
+        return key if isinstance(key, str) and key else None
+    return None
 
 
 def add_parser(sub: Any) -> None:

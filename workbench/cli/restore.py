@@ -26,9 +26,17 @@ __all__ = ["add_parser"]
 def _run(args: argparse.Namespace) -> ExitCode:
     """``workbench restore``: see the module docstring. Raises what connecting and
     ``restore_box`` raise (``RemoteError``, ``JournalError``)."""
-    from workbench.session.journal import restore_box
+    from workbench.redact import REDACTOR
+    from workbench.session.journal import Journal, JournalError, restore_box
 
     with open_box(args) as box:
+        try:
+            # What it prints names the original server's command line: learn its secrets first.
+            original = Journal(box, timeout=args.timeout).data.get("original_server") or {}
+        except JournalError:
+            original = {}  # restore_box raises the same error, with the journal's path, just below
+        REDACTOR.learn_argv([str(a) for a in original.get("argv") or []])
+        REDACTOR.learn_env(original.get("env") if isinstance(original.get("env"), dict) else None)
         report = restore_box(box, timeout=args.timeout)
     if not report.actions and not report.problems:
         print("nothing to restore")

@@ -114,6 +114,7 @@ def run_runbook(name: str, parameters: dict[str, Any], report_dir: str | Path, *
                 if signal.getsignal(sig) is not signal.SIG_IGN}
     # A verdict from an earlier run must not sit beside the report of this one if this one fails.
     (out_dir / f"{name}.json").unlink(missing_ok=True)
+    _learn_secrets(params, timeout=timeout, connect_timeout=connect_timeout)
     os.environ[DRIVER_ENV] = "1"
     try:
         papermill.execute_notebook(str(source), str(notebook), parameters=params, kernel_name=kernel_name,
@@ -137,6 +138,7 @@ def run_runbook(name: str, parameters: dict[str, Any], report_dir: str | Path, *
         finally:
             for sig, handler in held.items():
                 signal.signal(sig, handler)
+        _redact_outputs(notebook, out_dir / f"{name}.json")
         if export and notebook.exists():
             try:
                 export_html(notebook, out_dir / f"{name}.html", require_executed=False)
@@ -148,9 +150,53 @@ def run_runbook(name: str, parameters: dict[str, Any], report_dir: str | Path, *
             signal.signal(sig, handler)
         os.environ.pop(DRIVER_ENV, None)
     paths = {"notebook": notebook, "json": out_dir / f"{name}.json"}
+    _redact_outputs(notebook, paths["json"])
     if export:
         paths["html"] = export_html(notebook, out_dir / f"{name}.html")
     return paths
+
+
+def _learn_secrets(params: dict[str, Any], *, timeout: float, connect_timeout: float | None) -> None:
+    """Teach this process's redactor the secrets of the run: the ``launch_command`` parameter's and
+    those of the servers running on the box (argv and environment), so that the executed notebook,
+    the verdict and the HTML this driver writes hold none of them even where the kernel printed one
+    (:func:`workbench.session.inventory.learn_box_secrets`). A box that cannot be read is reported
+    on stderr; the kind rules (flags, variables, token shapes) still apply then."""
+    from remote import connect
+    from remote.errors import RemoteError
+    from workbench.redact import REDACTOR
+    from workbench.session.inventory import learn_box_secrets
+
+    if isinstance(params.get("launch_command"), str):
+        REDACTOR.learn_launch(params["launch_command"])
+    try:
+        with connect(params.get("host") or "local", connect_timeout=connect_timeout) as box:
+            learn_box_secrets(box, timeout=timeout)
+    except (RemoteError, OSError, ValueError) as exc:
+        print(f"workbench runbook: could not read the box's servers to learn their secrets ({type(exc).__name__}: "
+              f"{exc}); only secrets recognised by their kind are redacted in the report", file=sys.stderr)
+
+
+def _redact_outputs(notebook: Path, verdict: Path) -> None:
+    """Redact the executed notebook and the verdict JSON in place (:mod:`workbench.redact`), before
+    the HTML is exported from the notebook. A file that cannot be redacted is reported on stderr."""
+    from workbench.redact import REDACTOR
+    from workbench.report import ReportError, redact_notebook
+    from workbench.report.files import atomic_write_text
+
+    if notebook.exists():
+        try:
+            redact_notebook(notebook)
+        except (ReportError, OSError, ValueError) as exc:
+            print(f"workbench runbook: could not redact {notebook}: {exc}", file=sys.stderr)
+    if verdict.exists():
+        try:
+            doc = json.loads(verdict.read_text(encoding="utf-8"))
+            clean = REDACTOR.obj(doc)
+            if clean != doc:
+                atomic_write_text(verdict, json.dumps(clean, indent=2, ensure_ascii=False) + "\n")
+        except (OSError, ValueError) as exc:
+            print(f"workbench runbook: could not redact {verdict}: {exc}", file=sys.stderr)
 
 
 def _restore_after_failure(host: str, *, server_start_timeout: float = 600.0, timeout: float = 30.0,

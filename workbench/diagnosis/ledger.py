@@ -13,7 +13,9 @@ import html
 import json
 from dataclasses import dataclass, field
 from typing import Any, Iterator
+
 from workbench.errors import LedgerError
+from workbench.redact import REDACTOR
 
 __all__ = ["Evidence", "Hypothesis", "Ledger", "VERDICTS", "LedgerError"]
 
@@ -152,7 +154,7 @@ class Ledger:
                 f"{esc(h.verdict)}</span></td><td><ul style='margin:0;padding-left:1.2em'>{ev}</ul></td></tr>"
             )
         body = "".join(rows) or "<tr><td colspan='4'><i>no hypotheses</i></td></tr>"
-        return (
+        return REDACTOR.text(  # evidence quotes launch commands and log lines: no secret in the report
             "<table class='eagle-workbench-ledger' style='border-collapse:collapse;text-align:left'>"
             "<thead><tr><th>id</th><th>hypothesis</th><th>verdict</th><th>evidence</th></tr></thead>"
             f"<tbody>{body}</tbody></table>"

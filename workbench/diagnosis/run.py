@@ -48,10 +48,11 @@ from workbench.engine.recipes import (RECIPES, add_recipes, missing_required, pa
 from workbench.engine.source import EngineSource
 from workbench.errors import DiagnosisError, FigureInputError, SourceLookupError
 from workbench.logs import read_decode_records
-from workbench.measure.generate import measure_generate
+from workbench.measure.generate import auth_headers, measure_generate
 from workbench.measure.prompts import load_prompts
 from workbench.report import figures
 from workbench.report.tables import html_table
+from workbench.redact import REDACTOR
 from workbench.report.verdict import write_verdict_json
 from workbench.rules import REGISTRY
 from workbench.rules.facts import Facts
@@ -137,6 +138,14 @@ class StartFailure:
     log_tail: list[str]
     exception: str | None
 
+    def __post_init__(self) -> None:
+        # The log and the exception are the server's text: a key or token it printed (its own
+        # argv in a traceback, a URL with a password) must not reach the report.
+        self.launch_command = REDACTOR.text(self.launch_command)
+        self.error = REDACTOR.text(self.error)
+        self.exception = REDACTOR.text(self.exception)
+        self.log_tail = [REDACTOR.text(line) for line in self.log_tail]
+
     def to_dict(self) -> dict[str, Any]:
         return {"label": self.label, "launch_command": self.launch_command, "error": self.error,
                 "exception": self.exception, "log_tail": list(self.log_tail)}
@@ -173,7 +182,7 @@ class StepResult:
                 parts.append(f"<p>fix: <code>{html.escape(f.fix)}</code></p>")
         if self.data:
             parts.append(html_table(list(self.data.items())))
-        return "".join(parts)
+        return REDACTOR.text("".join(parts))  # a finding's fix is a launch command, key included
 
 
 @dataclass
@@ -312,15 +321,17 @@ class DiagnosisRun(BoxSession):
         base_url, log_path, launch = self._serving()
         offset = self.box.file_size(log_path) if log_path and self.box.exists(log_path) else 0
         pid = self.current.pid if self.current is not None else self.inventory.server_pid
+        key = launch.get("--api-key")
         result = measure_generate(base_url, self.prompts, max_new_tokens=self.max_new_tokens, warmup=1,
                                   progress=self.progress, timeout=self.request_timeout,
                                   start_timeout=self.server_start_timeout,
-                                  alive=(lambda: self.box.is_alive(pid)) if pid else None)
+                                  alive=(lambda: self.box.is_alive(pid)) if pid else None,
+                                  api_key=key if isinstance(key, str) else None)
         records: list[dict] = []
         if log_path:
             # bounded whatever the log holds (a 500 MB line costs 64 KiB): workbench.logs.bounded
             records = [r.to_dict() for r in read_decode_records(self.box, log_path, offset, missing_ok=True)]
-        return Measurement(label=label, launch_command=launch.to_string(), generate=result,
+        return Measurement(label=label, launch_command=launch.to_display(), generate=result,
                            log_records=records, log_path=log_path)
 
     def ceiling(self, launch: LaunchCommand | None = None) -> float | None:
@@ -357,18 +368,18 @@ class DiagnosisRun(BoxSession):
         except PortInUse as exc:
             # Something that is no engine server of ours holds the port (found by the inventory's
             # port check, never stopped): the launch is refused, nothing started.
-            failure = StartFailure(label, launch.to_string(), f"PortInUse: {exc}", [], str(exc))
+            failure = StartFailure(label, launch.to_display(), f"PortInUse: {exc}", [], str(exc))
             self.start_failures.append(failure)
-            self.launches.append({"label": label, "launch_command": launch.to_string(), "pid": None,
+            self.launches.append({"label": label, "launch_command": launch.to_display(), "pid": None,
                                   "log_path": None, "healthy_after_s": None, "started": False, "error": str(exc)})
             return None, failure
         except (ServerDied, ServerStartTimedOut) as exc:
-            failure = StartFailure(label, launch.to_string(), f"{type(exc).__name__}: {str(exc).splitlines()[0]}",
+            failure = StartFailure(label, launch.to_display(), f"{type(exc).__name__}: {str(exc).splitlines()[0]}",
                                    list(exc.log_tail), _last_exception(exc.log_tail))
             self.start_failures.append(failure)
             if self.launches and self.launches[-1].get("pid") is None:
                 self.launches.pop()
-            self.launches.append({"label": label, "launch_command": launch.to_string(), "pid": exc.pid,
+            self.launches.append({"label": label, "launch_command": launch.to_display(), "pid": exc.pid,
                                   "log_path": exc.log_path, "healthy_after_s": None, "started": False,
                                   "error": failure.exception or failure.error})
             self._forget_dead(exc.pid)
@@ -645,7 +656,9 @@ class DiagnosisRun(BoxSession):
         """Send one request to the launch ``handle`` (bounded by ``request_timeout``) and read each
         recipe's lines printed by that launch (its process group: an earlier launch's lines are no
         evidence about this one): ``{recipe name: [ProbeReading, ...]}``."""
-        with httpx.Client(timeout=self.request_timeout, trust_env=False) as client:
+        key = (self.current_launch or self.inventory.launch).get("--api-key")
+        with httpx.Client(timeout=self.request_timeout, trust_env=False,
+                          headers=auth_headers(key if isinstance(key, str) else None)) as client:
             try:
                 client.post(self.inventory.base_url + "/generate",
                             json={"text": self.prompts[0]["text"],
@@ -895,7 +908,7 @@ class DiagnosisRun(BoxSession):
             return
         left = {f.rule for f in report.findings if f.severity == "error"}
         self.fixed_doctor = {
-            "launch_command": launch.to_string(),
+            "launch_command": launch.to_display(),
             "cleared": sorted({f.rule for f in self.findings if f.severity == "error"} - left),
             "remaining": [{"rule": f.rule, "severity": f.severity, "message": f.message}
                           for f in report.findings if f.severity in ("error", "warning")],
@@ -958,7 +971,7 @@ class DiagnosisRun(BoxSession):
                 accept = m.accept_length if isinstance(m, Measurement) else None
                 self.candidate_trials.append({"hypothesis": hid, "label": cand["label"], "accept_length": accept,
                                               "started": isinstance(m, Measurement),
-                                              "launch_command": launch.to_string()})
+                                              "launch_command": launch.to_display()})
                 if accept is not None and (best is None or accept > best[0]):
                     best = (accept, trial, launch, m)
             if best is None or hid is None:
@@ -1073,7 +1086,7 @@ class DiagnosisRun(BoxSession):
                 # Leave the fixed server in place of the original: forget both, and the copy, in the journal.
                 self.kept_server = {"pid": self.current.pid, "pgid": self.current.pgid, "port": self.inventory.port,
                                     "log_path": self.current.log_path,
-                                    "launch_command": self.fix_launch.to_string() if self.fix_launch else None}
+                                    "launch_command": self.fix_launch.to_display() if self.fix_launch else None}
                 self.journal.remove_started(self.current.pid)
                 self.journal.mark_original_stopped(False)
                 for copy in self.draft_copies:
@@ -1083,7 +1096,9 @@ class DiagnosisRun(BoxSession):
                         copy["kept"] = True
                 self.current = None
             self.restore()
-            self.verdict = self.build_verdict()
+            # Redacted here, not only when written: the runbook prints parts of it (the restore's
+            # actions name the original server's command line, key included).
+            self.verdict = REDACTOR.obj(self.build_verdict())
             write_verdict_json(self.report_dir / "diagnose_acceptance.json", self.verdict)
         return self.verdict
 
@@ -1297,7 +1312,7 @@ class DiagnosisRun(BoxSession):
                 **{k: v for k, v in self.probe_result.items() if k not in ("observed_hidden_size", "expected_hidden_size")},
             },
             "fix": {
-                "launch_command": self.proposed_launch().to_string() if self.proposed_launch() is not None else None,
+                "launch_command": self.proposed_launch().to_display() if self.proposed_launch() is not None else None,
                 "diff": [{"flag": f, "before": a, "after": b} for f, a, b in self.launch_diff()],
                 "applied": bool(self.fix_result.get("applied")),
                 "sufficient": self.fix_result.get("sufficient"),
@@ -1378,7 +1393,7 @@ class DiagnosisRun(BoxSession):
                            for f, a, b in diff)
             parts.append(f"<p><b>Launch-command diff</b>:</p><table>{rows}</table>")
             parts.append(f"<p>fixed command{'' if self.fix_launch is not None else ' (proposed, not applied)'}: "
-                         f"<code>{html.escape(self.proposed_launch().to_string())}</code></p>")
+                         f"<code>{html.escape(self.proposed_launch().to_display())}</code></p>")
             pending = [f for f in self.fixes if f.kind == "draft-copy" and f not in self.applied]
             if self.fix_launch is None and pending:
                 items = "".join(f"<li>{html.escape(f.summary)}</li>" for f in pending)
@@ -1423,7 +1438,7 @@ class DiagnosisRun(BoxSession):
                          "settings with the <code>measure_acceptance</code> runbook.</p>")
         for note in self.notes:
             parts.append(f"<p><small>note: {html.escape(note)}</small></p>")
-        return "".join(parts)
+        return REDACTOR.text("".join(parts))
 
 
 def pr_subset(pr: dict) -> dict:

@@ -9,6 +9,7 @@ from typing import Any
 
 from workbench.checkpoint import DraftFacts, TargetFacts
 from workbench.engine.launch import LaunchCommand
+from workbench.redact import REDACTOR
 from workbench.rules.finding import Finding
 
 __all__ = ["DoctorReport"]
@@ -68,11 +69,14 @@ class DoctorReport:
         return current.to_string() if changed else None
 
     def to_dict(self) -> dict:
-        return {"findings": [f.to_dict() for f in self.findings], "inputs": self.inputs,
+        """The report as plain JSON (``doctor --json``, the verdict's ``preflight``), secrets
+        redacted (:mod:`workbench.redact`); :meth:`corrected_launch` keeps the real values (it is
+        launched)."""
+        return REDACTOR.obj({"findings": [f.to_dict() for f in self.findings], "inputs": self.inputs,
                 "bytes_read": self.bytes_read, "wire_bytes": self.wire_bytes, "engine_version": self.engine_version,
                 "engine_root": self.engine_root, "launch_command": self.launch,
                 "corrected_launch_command": self.corrected_launch(), "duration_s": self.duration_s,
-                "notes": self.notes, "exit_code": self.exit_code}
+                "notes": self.notes, "exit_code": self.exit_code})
 
     def to_text(self) -> str:
         """Terminal output: one block per finding, evidence indented, then a summary line."""
@@ -95,7 +99,7 @@ class DoctorReport:
         fixed = self.corrected_launch()
         if fixed:
             lines.append(f"corrected launch command: {fixed}")
-        return "\n".join(lines)
+        return REDACTOR.text("\n".join(lines))
 
     def fix_html(self) -> str:
         """The corrected launch command and its diff against the checked one, as HTML."""
@@ -106,8 +110,8 @@ class DoctorReport:
         rows = "".join(f"<tr><td><code>{html.escape(f)}</code></td><td style='color:#b00020'><code>- {html.escape(str(a))}"
                        f"</code></td><td style='color:#1b7a1b'><code>+ {html.escape(str(b))}</code></td></tr>"
                        for f, a, b in diff)
-        return (f"<p><b>Corrected launch command</b>:</p><pre style='white-space:pre-wrap'>{html.escape(fixed)}</pre>"
-                f"<table>{rows}</table>")
+        return REDACTOR.text(f"<p><b>Corrected launch command</b>:</p><pre style='white-space:pre-wrap'>"
+                             f"{html.escape(fixed)}</pre><table>{rows}</table>")
 
     def write_json(self, path: Any) -> Any:
         """Write :meth:`to_dict` as JSON to ``path`` (a local path; parents created); returns it."""
@@ -133,7 +137,7 @@ class DoctorReport:
         head = "<tr><th>severity</th><th>rule</th><th>message</th><th>evidence</th><th>fix</th></tr>"
         summary = (f"<p>engine {html.escape(str(self.engine_version))} at {html.escape(str(self.engine_root))}; "
                    f"{len(self.inputs)} inputs, {self.bytes_read} bytes read, {self.duration_s:.2f} s</p>")
-        return f"<h4>Preflight findings</h4>{summary}<table>{head}{''.join(rows) or '<tr><td colspan=5>no findings</td></tr>'}</table>"
+        return REDACTOR.text(f"<h4>Preflight findings</h4>{summary}<table>{head}{''.join(rows) or '<tr><td colspan=5>no findings</td></tr>'}</table>")
 
 
 def _dedupe(findings: list[Finding]) -> list[Finding]:

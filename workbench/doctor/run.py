@@ -37,6 +37,7 @@ from workbench.errors import ConfigUnreadable, DoctorError, EngineNotFound
 from workbench.rules import REGISTRY, RULE_IDS
 from workbench.rules.facts import Facts, UnreadableInput
 from workbench.rules.registry import RuleFailure
+from workbench.redact import REDACTOR
 from workbench.sandbox_box import DEFAULT_PORT, sandbox_launch_command
 
 __all__ = ["DoctorError", "DoctorReport", "run_doctor", "gather_facts", "RULE_IDS", "preflight", "running_launch"]
@@ -97,7 +98,7 @@ def gather_facts(box: Any, launch: LaunchCommand, *, timeout: float = 30, engine
     unreadable: list[UnreadableInput] = []
     model_value = launch.get("--model-path")
     if not isinstance(model_value, str) or not model_value:
-        raise DoctorError("the launch command has no --model-path", where=launch.to_string()[:200])
+        raise DoctorError("the launch command has no --model-path", where=launch.to_display()[:200])
     env = box_env(box, timeout)
     env.update(dict(launch.env))
 
@@ -167,6 +168,7 @@ def run_doctor(box: Any, launch: LaunchCommand | str, *, timeout: float = 30, en
     t0 = time.monotonic()
     if isinstance(launch, str):
         launch = LaunchCommand.parse(launch)
+    REDACTOR.learn_launch(launch)  # its secret values are redacted in whatever shows the report
     cbox = _CountingBox(box)
     wire0 = _wire(box)
     inputs: list[dict] = []

@@ -34,6 +34,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from workbench.engine.flags import FLAGS, SGLANG_VERSION
 from workbench.errors import LaunchCommandError
+from workbench.redact import PLACEHOLDER, REDACTOR, Redactor
 
 __all__ = ["LaunchCommand", "LaunchCommandError", "Arg", "canonical_flag", "SGLANG_VERSION"]
 
@@ -309,6 +310,22 @@ class LaunchCommand:
 
     def __str__(self) -> str:
         return self.to_string()
+
+    def to_display(self, redactor: Redactor | None = None) -> str:
+        """Shell text to SHOW (reports, verdicts, terminal): :meth:`to_string` with the values of
+        secret flags (``--api-key``, ``--hf-token``, ``--ssl-keyfile-password``, …, both ``--flag V``
+        and ``--flag=V``) and of secret env prefixes (``HF_TOKEN=…``) replaced by ``***``, and any
+        secret the redactor knows replaced wherever it appears (:mod:`workbench.redact`).
+        ``redactor``: default the process-wide :data:`workbench.redact.REDACTOR`. What is launched
+        is always :attr:`exec_argv` / :meth:`to_string`, with the real values."""
+        r = redactor or REDACTOR
+
+        def quote(text: str) -> str:  # the placeholder unquoted: `--api-key ***`, not `'***'`
+            return text if text == PLACEHOLDER else shlex.quote(text)
+
+        env = [f"{k}={quote(r.env({k: v})[k])}" for k, v in self.env]
+        tokens = r.argv(list(self.launcher) + self.arg_tokens)
+        return " ".join(env + [t if t.endswith("=" + PLACEHOLDER) and t.startswith("-") else quote(t) for t in tokens])
 
     def _occurrences(self, flag: str) -> list[Arg]:
         canon = canonical_flag(flag)

@@ -206,6 +206,13 @@ def timeout_message(method: str, url: str, exc: httpx.HTTPError, timeout: float)
     return f"{method} {url} failed: {type(exc).__name__}: {exc}"
 
 
+def auth_headers(api_key: str | None) -> dict[str, str] | None:
+    """The headers a request to an SGLang server started with ``--api-key KEY`` needs:
+    ``{"Authorization": "Bearer KEY"}`` (SGLang 0.5.23 ``add_api_key_middleware``: every path but
+    ``/health*`` and ``/metrics`` answers 401 without it); ``None`` for no key."""
+    return {"Authorization": f"Bearer {api_key}"} if isinstance(api_key, str) and api_key else None
+
+
 def _post_generate(client: httpx.Client, url: str, prompt: str, max_new_tokens: int,
                    timeout: float) -> tuple[Any, float]:
     payload = {"text": prompt, "sampling_params": {"temperature": 0, "max_new_tokens": max_new_tokens}}
@@ -251,6 +258,7 @@ def measure_generate(
     progress: bool | str = False,
     start_timeout: float | None = None,
     alive: Callable[[], bool] | None = None,
+    api_key: str | None = None,
 ) -> AcceptanceMeasurement:
     """Measure accept length on a running server with greedy ``POST /generate`` requests.
 
@@ -262,7 +270,8 @@ def measure_generate(
     With ``fetch_server_info`` the server's speculative settings from ``GET /server_info`` are
     stored beside the numbers (an error there is recorded, not raised). ``progress``: a bar over the
     requests (True: terminal or notebook widget; ``"text"``: one stdout line when done, for papermill
-    runbooks; False: none).
+    runbooks; False: none). ``api_key``: the server's ``--api-key``, sent as ``Authorization: Bearer``
+    (:func:`auth_headers`; ignored when ``client`` is given).
     ``start_timeout`` (seconds; ``None``: no readiness check): first wait until the server
     generates (``remote.readiness.wait_ready``: ``/health_generate``, else a 1-token ``/generate``),
     while it answers 503 or, when ``alive`` (is the server's process still there?) says so, refuses
@@ -279,7 +288,7 @@ def measure_generate(
         raise AcceptanceError("no prompts to send")
     url = base_url.rstrip("/") + "/generate"
     own = client is None
-    client = client or httpx.Client(timeout=timeout, trust_env=False)
+    client = client or httpx.Client(timeout=timeout, trust_env=False, headers=auth_headers(api_key))
     try:
         if start_timeout is not None:
             from remote.readiness import wait_ready

@@ -89,7 +89,7 @@ import httpx
 
 from workbench.errors import AcceptanceError, MeasureError, PromptSetError
 from workbench.measure.generate import (
-    RequestRecord, _opt_float, _opt_int, record_from_response, sum_histograms, timeout_message,
+    RequestRecord, _opt_float, _opt_int, auth_headers, record_from_response, sum_histograms, timeout_message,
 )
 from workbench.measure.prompts import BUILTIN_PROMPT_SETS, load_prompts
 from workbench.rules.runtime import acceptance_collapsed
@@ -430,11 +430,11 @@ class _Client:
     """The HTTP side of :func:`measure`: one ``httpx.Client``, the user's ``timeout`` (seconds) on
     every call, status reads included."""
 
-    def __init__(self, base_url: str, timeout: float, client: httpx.Client | None) -> None:
+    def __init__(self, base_url: str, timeout: float, client: httpx.Client | None, api_key: str | None = None) -> None:
         self.base = base_url.rstrip("/")
         self.timeout = timeout
         self.own = client is None
-        self.http = client or httpx.Client(timeout=timeout, trust_env=False)
+        self.http = client or httpx.Client(timeout=timeout, trust_env=False, headers=auth_headers(api_key))
 
     def close(self) -> None:
         if self.own:
@@ -560,6 +560,7 @@ def measure(
     client: httpx.Client | None = None,
     start_timeout: float | None = None,
     alive: Callable[[], bool] | None = None,
+    api_key: str | None = None,
 ) -> Measurement:
     """Measure acceptance on a running server from every selected source (module docstring).
 
@@ -579,6 +580,8 @@ def measure(
     papermill runbooks, where a widget bar would only clutter the executed notebook and its report).
     ``start_timeout`` (seconds; ``None``: no readiness check) and ``alive``: first wait for a server
     that is still starting, as :func:`workbench.measure.generate.measure_generate` does.
+    ``api_key``: the server's ``--api-key`` (sent as ``Authorization: Bearer KEY``, as SGLang requires
+    when it is set); ``None``: no header.
 
     Raises ``ValueError`` for bad arguments, :class:`PromptSetError` for a bad prompt set and
     :class:`MeasureError` when the server is unreachable or a request fails (non-200 other than
@@ -619,7 +622,7 @@ def measure(
         notes.append("no request source selected: /generate drove the traffic (not reported as a row)")
     if start_timeout is not None and not start_timeout >= 0:
         raise ValueError(f"start_timeout must be >= 0 seconds, got {start_timeout!r}")
-    c = _Client(base_url, timeout, client)
+    c = _Client(base_url, timeout, client, api_key)
     try:
         if start_timeout is not None:
             from remote.readiness import wait_ready

@@ -33,6 +33,7 @@ from workbench.engine.launch import DEFAULT_PORT, LaunchCommand
 from workbench.errors import AcceptanceError, DiagnosisError, SweepError
 from workbench.measure.generate import measure_generate
 from workbench.measure.prompts import load_prompts
+from workbench.redact import REDACTOR
 from workbench.sandbox_box import sandbox_launch_command, sandbox_prompts_path
 from workbench.session import BoxSession, open_box, restore_box
 from workbench.session.box_session import check_run_parameters
@@ -174,7 +175,8 @@ class SweepRow:
     draft_path: Optional[str] = None
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        """The row as plain JSON, secrets redacted (its launch command, its log tail)."""
+        return REDACTOR.obj(asdict(self))
 
 
 CSV_COLUMNS = ("label", "baseline", "steps", "topk", "draft_tokens", "draft_path", "ok", "accept_length",
@@ -215,10 +217,12 @@ class SweepResult:
             raise SweepError("no setting could be measured: " + "; ".join(f"{r.label}: {r.error}" for r in spec))
 
     def to_dict(self) -> dict:
-        return {"rows": [r.to_dict() for r in self.rows], "host": self.host, "port": self.port,
+        """The result as plain JSON, secrets redacted (:mod:`workbench.redact`: launch commands,
+        log tails, the restore's actions)."""
+        return REDACTOR.obj({"rows": [r.to_dict() for r in self.rows], "host": self.host, "port": self.port,
                 "prompts": self.prompts, "max_new_tokens": self.max_new_tokens, "warmup": self.warmup,
                 "base_launch": self.base_launch, "duration_s": self.duration_s, "restore": self.restore,
-                "best": self.best.label if self.best else None, "notes": list(self.notes)}
+                "best": self.best.label if self.best else None, "notes": list(self.notes)})
 
     def to_csv(self) -> str:
         """The table as CSV (one row per setting, :data:`CSV_COLUMNS`)."""
@@ -226,7 +230,7 @@ class SweepResult:
         writer = csv.DictWriter(buf, fieldnames=CSV_COLUMNS, extrasaction="ignore", lineterminator="\n")
         writer.writeheader()
         for r in self.rows:
-            d = r.to_dict()
+            d = REDACTOR.obj(r.to_dict())
             for key in ("per_position", "histogram"):  # lists as JSON text in one cell
                 d[key] = json.dumps(d[key]) if d[key] is not None else None
             writer.writerow(d)
@@ -292,7 +296,7 @@ class SweepResult:
                 "speedup", "error")
         head = "".join(f"<th>{c}</th>" for c in cols)
         body = "".join("<tr>" + "".join(f"<td>{cell(getattr(r, c))}</td>" for c in cols) + "</tr>" for r in self.rows)
-        return f"<table><tr>{head}</tr>{body}</table>"
+        return REDACTOR.text(f"<table><tr>{head}</tr>{body}</table>")
 
 
 class SweepRun(BoxSession):
@@ -432,7 +436,7 @@ class SweepRun(BoxSession):
     def _run_one(self, setting: SpecSetting) -> SweepRow:
         launch = setting_launch(self.inventory.launch, setting)
         row = SweepRow(setting.label, setting.baseline, setting.steps, setting.topk, setting.draft_tokens, ok=False,
-                       launch_command=launch.to_string(), draft_path=setting.draft_path)
+                       launch_command=launch.to_display(), draft_path=setting.draft_path)
         try:
             handle = self._launch(launch, setting.label)
         except (RemoteError, DiagnosisError) as exc:
@@ -446,9 +450,10 @@ class SweepRun(BoxSession):
             return row
         row.healthy_after_s = self.launches[-1]["healthy_after_s"]
         try:
+            key = launch.get("--api-key")
             m = measure_generate(self.inventory.base_url, self.prompts, max_new_tokens=self.max_new_tokens,
-                                     warmup=self.warmup, fetch_server_info=False, progress=self.progress,
-                                     timeout=self.request_timeout)
+                                 warmup=self.warmup, fetch_server_info=False, progress=self.progress,
+                                 timeout=self.request_timeout, api_key=key if isinstance(key, str) else None)
         except AcceptanceError as exc:
             row.error = f"measurement failed: {exc}"
             row.log_tail = self.box.tail(handle.log_path, 20)
@@ -470,9 +475,11 @@ class SweepRun(BoxSession):
 
     def _result(self) -> SweepResult:
         return SweepResult(self.rows, self.box.name, self.inventory.port, len(self.prompts), self.max_new_tokens,
-                           self.warmup, self.inventory.launch.to_string(),
+                           self.warmup, self.inventory.launch.to_display(),
                            round(time.monotonic() - self.started_at, 2),
-                           self.restore_report.to_dict() if self.restore_report else None, list(self.notes))
+                           # the restore's actions name the original command line, key included
+                           REDACTOR.obj(self.restore_report.to_dict()) if self.restore_report else None,
+                           REDACTOR.obj(list(self.notes)))
 
     def finish(self, name: str = "measure_acceptance") -> SweepResult:
         """Put the box back as found, then write ``report_dir/NAME.json`` and ``NAME.csv``."""

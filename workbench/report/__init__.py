@@ -14,11 +14,12 @@ Layering: imports :mod:`workbench.errors` only (and plotly, nbconvert).
 
 from workbench.errors import BrowserError, BrowserNotFound, FigureInputError, ReportError, VerdictSchemaError
 from workbench.report.browser import find_chromium, render_dom, screenshot
-from workbench.report.html import PLOTLY_MIMETYPE, check_self_contained, count_plotly_figures, count_plotlyjs, export_html
+from workbench.report.html import (PLOTLY_MIMETYPE, check_self_contained, count_plotly_figures, count_plotlyjs, export_html,
+                                   redact_notebook)
 from workbench.report.verdict import HYPOTHESIS_VERDICTS, validate_verdict, write_verdict_json
 
 __all__ = [
-    "ReportError", "VerdictSchemaError", "BrowserNotFound", "BrowserError", "FigureInputError", "export_html",
+    "ReportError", "VerdictSchemaError", "BrowserNotFound", "BrowserError", "FigureInputError", "export_html", "redact_notebook",
     "check_self_contained", "count_plotlyjs", "count_plotly_figures", "validate_verdict", "write_verdict_json",
     "find_chromium", "render_dom", "screenshot", "PLOTLY_MIMETYPE", "HYPOTHESIS_VERDICTS",
 ]

@@ -15,6 +15,7 @@ drew the figures is :mod:`workbench.report.browser`.
 from __future__ import annotations
 
 import copy
+import json
 import os
 import re
 from html.parser import HTMLParser
@@ -22,9 +23,10 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from workbench.errors import ReportError
+from workbench.redact import REDACTOR, Redactor
 from workbench.report.files import atomic_write_text
 
-__all__ = ["ReportError", "export_html", "check_self_contained", "count_plotlyjs", "count_plotly_figures",
+__all__ = ["ReportError", "export_html", "redact_notebook", "check_self_contained", "count_plotlyjs", "count_plotly_figures",
            "PLOTLY_MIMETYPE"]
 
 PLOTLY_MIMETYPE = "application/vnd.plotly.v1+json"
@@ -137,6 +139,7 @@ def export_html(
     remove_cell_tags: Sequence[str] = ("remove-cell",),
     summarize_parameters: bool = True,
     require_executed: bool = True,
+    redactor: Redactor | None = None,
 ) -> Path:
     """Export an executed notebook (e.g. a papermill output) to one self-contained HTML file.
 
@@ -151,6 +154,8 @@ def export_html(
         html_path: where to write the HTML (parent directories are created).
         title: the HTML ``<title>``; default: the notebook's ``metadata.title`` or file stem.
         require_executed: refuse a notebook none of whose code cells has run.
+        redactor: redacts every secret in the HTML (:mod:`workbench.redact`; default the
+            process-wide one); the inlined plotly.js is left as shipped.
 
     Returns:
         ``html_path`` as a ``Path``.
@@ -206,7 +211,50 @@ def export_html(
     problems = check_self_contained(html)
     if problems:
         raise ReportError(f"the HTML export of {notebook_path} is not self-contained: " + "; ".join(problems))
-    return atomic_write_text(Path(html_path), html)
+    return atomic_write_text(Path(html_path), _redact_html(html, resources.get("workbench_plotlyjs"), redactor))
+
+
+_CODE_BLOCK = re.compile(r"(<script\b[^>]*>.*?</script\s*>|<style\b[^>]*>.*?</style\s*>)", re.S | re.I)
+
+
+def _redact_html(html: str, plotlyjs: str | None, redactor: Redactor | None) -> str:
+    """``html`` with every secret redacted (:mod:`workbench.redact`): the text with every rule; the
+    ``<script>`` and ``<style>`` bodies (figure data, the template's code) with the learned values
+    and token shapes only (a rule such as ``NAME=value`` would rewrite code); the inlined plotly.js
+    byte for byte as shipped (library code, not the run's text)."""
+    r = redactor or REDACTOR
+    parts = _CODE_BLOCK.split(html)
+    out = []
+    for i, part in enumerate(parts):
+        if i % 2 == 0:
+            out.append(r.text(part))
+        elif plotlyjs and plotlyjs in part:
+            head, _, tail = part.partition(plotlyjs)
+            out.append(r.values_text(head) + plotlyjs + r.values_text(tail))
+        else:
+            out.append(r.values_text(part))
+    return "".join(out)
+
+
+def redact_notebook(notebook_path: str | os.PathLike[str], *, redactor: Redactor | None = None) -> bool:
+    """Rewrite an (executed) notebook in place, atomically, with every secret redacted in its cell
+    sources and outputs (stream text, ``text/*`` and JSON display data, error names, values and
+    tracebacks, papermill's injected parameters) and its metadata (:mod:`workbench.redact`:
+    ``redactor`` default the process-wide one). Returns whether anything changed (if not, the file
+    is left untouched). Raises :class:`ReportError` when it cannot be read."""
+    import nbformat
+
+    path = Path(notebook_path)
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ReportError(f"cannot read notebook {path}: {exc}") from exc
+    cleaned = (redactor or REDACTOR).obj(raw)
+    if cleaned == raw:
+        return False
+    nbformat.validate(nbformat.from_dict(cleaned))  # still a notebook
+    atomic_write_text(path, json.dumps(cleaned, indent=1, ensure_ascii=False) + "\n")
+    return True
 
 
 class _HTMLScan(HTMLParser):

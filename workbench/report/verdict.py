@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from workbench.errors import VerdictSchemaError
+from workbench.redact import REDACTOR, Redactor
 from workbench.report.files import atomic_write_text
 
 __all__ = ["HYPOTHESIS_VERDICTS", "validate_verdict", "write_verdict_json", "VerdictSchemaError"]
@@ -143,8 +144,12 @@ def validate_verdict(verdict: Mapping[str, Any]) -> None:
         raise VerdictSchemaError(problems)
 
 
-def write_verdict_json(path: str | os.PathLike[str], verdict: Mapping[str, Any]) -> Path:
-    """Validate ``verdict`` (see :func:`validate_verdict`) and write it as indented UTF-8 JSON, atomically.
+def write_verdict_json(path: str | os.PathLike[str], verdict: Mapping[str, Any], *,
+                       redactor: Redactor | None = None) -> Path:
+    """Validate ``verdict`` (see :func:`validate_verdict`) and write it as indented UTF-8 JSON, atomically,
+    with every secret redacted (:meth:`workbench.redact.Redactor.obj` with ``redactor``, default the
+    process-wide one: secret flags, variables, URL credentials, token shapes and every value it learned
+    become ``***``).
 
     Datetimes become ISO 8601 strings, timedeltas seconds, numpy scalars / arrays plain numbers / lists,
     dataclasses and objects with ``to_dict()`` objects. Parent directories are created.
@@ -157,7 +162,7 @@ def write_verdict_json(path: str | os.PathLike[str], verdict: Mapping[str, Any])
             (including NaN / inf); nothing is written then.
         OSError: the file cannot be written.
     """
-    plain = _to_plain(verdict)
+    plain = (redactor or REDACTOR).obj(_to_plain(verdict))
     validate_verdict(plain)
     text = json.dumps(plain, indent=2, ensure_ascii=False, allow_nan=False) + "\n"
     return atomic_write_text(Path(path), text)

@@ -15,12 +15,13 @@ from remote import connect
 from remote.errors import RemoteError, ServerDied, ServerStartTimedOut
 from workbench.engine.launch import DEFAULT_PORT, LaunchCommand
 from workbench.errors import DiagnosisError
+from workbench.redact import REDACTOR
 from workbench.sandbox_box import sandbox_launch_command
 from workbench.session.inventory import Inventory, take_inventory
 from workbench.session.journal import Journal, RestoreReport, restore_box
 
-__all__ = ["BoxSession", "open_box", "check_run_parameters", "run_parameter_problem", "RUN_PARAMETER_KINDS",
-           "MAX_RUN_SECONDS"]
+__all__ = ["BoxSession", "open_box", "launch_env_delta", "check_run_parameters", "run_parameter_problem",
+           "RUN_PARAMETER_KINDS", "MAX_RUN_SECONDS"]
 
 
 class BoxSession:
@@ -98,7 +99,7 @@ class BoxSession:
             # before the failure is reported, so nothing the run launched outlives it.
             self._stop_current()
             raise
-        self.launches.append({"label": label, "launch_command": launch.to_string(), "pid": handle.pid,
+        self.launches.append({"label": label, "launch_command": launch.to_display(), "pid": handle.pid,
                               "log_path": handle.log_path, "healthy_after_s": round(waited, 2),
                               "started_at": started})
         return handle
@@ -135,7 +136,7 @@ class BoxSession:
                 self.finished = True
                 report = restore_box(self.box, server_start_timeout=self.server_start_timeout)
                 for line in report.actions + report.problems:
-                    print(f"[eagle-workbench restore] {line}", file=sys.stderr)
+                    print(f"[eagle-workbench restore] {REDACTOR.text(line)}", file=sys.stderr)
         finally:
             self.box.close()  # an SSH box: close its connection and port forwards before exit
 
@@ -196,6 +197,27 @@ def check_run_parameters(*, flags: dict[str, Any] | None = None, counts: dict[st
         raise DiagnosisError("bad parameters: " + "; ".join(problems))
 
 
+def launch_env_delta(box, env: dict[str, str] | None, *, timeout: float = 30) -> dict[str, str] | None:
+    """The part of a server's environment ``env`` that a relaunch on ``box`` must pass explicitly:
+    the variables whose value differs from (or is missing in) the environment a launch on that box
+    gets anyway, read with ``env -0`` run through the box the way ``Box.launch_server`` runs its
+    command (``launch_server`` adds ``env`` to exactly that environment, so the relaunch sees the
+    same values). ``None`` when ``env`` is ``None``. When the box's environment cannot be read the
+    whole ``env`` is returned (a relaunch must never lose a variable), with a note on stderr.
+    Limit: a variable the original server did not have but the box's environment has is not removed
+    by the relaunch (``launch_server`` only adds)."""
+    if env is None:
+        return None
+    try:
+        result = box.run(["env", "-0"], timeout=timeout)
+    except RemoteError as exc:
+        print(f"[eagle-workbench] the box's environment could not be read ({exc}); the journal keeps the "
+              "original server's whole environment", file=sys.stderr)
+        return dict(env)
+    base = dict(item.split("=", 1) for item in result.stdout.split("\0") if "=" in item)
+    return {k: v for k, v in env.items() if base.get(k) != v}
+
+
 def open_box(host: str, *, launch_command: str | None, port: int | None,
              server_start_timeout: float = 300.0, default_launch: str | None = None) -> tuple[Any, Inventory, Journal]:
     """Connect to ``host``, restore anything an interrupted earlier run left (refusing while
@@ -221,6 +243,6 @@ def open_box(host: str, *, launch_command: str | None, port: int | None,
     journal.begin()
     if inventory.server_pid is not None:
         journal.record_original(argv=list(inventory.launch.argv), cwd=inventory.server_cwd,
-                                env=inventory.server_env, port=inventory.port,
+                                env=launch_env_delta(box, inventory.server_env), port=inventory.port,
                                 log_path=inventory.server_log, pid=inventory.server_pid)
     return box, inventory, journal

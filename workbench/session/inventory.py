@@ -13,10 +13,25 @@ from remote.errors import CommandError, RemoteError
 from workbench.engine.launch import DEFAULT_PORT, LaunchCommand
 from workbench.engine.locate import engine_package, find_engine, is_launch_argv, read_environ, server_python
 from workbench.errors import DiagnosisError, EngineNotFound
+from workbench.redact import REDACTOR
 from workbench.report.tables import html_table
 from workbench.sandbox_box import SANDBOX_SERVER_MODULE, missing_sandbox_modules, sandbox_extra_message
 
-__all__ = ["Inventory", "take_inventory", "absolutize", "launch_cwd"]
+__all__ = ["Inventory", "take_inventory", "absolutize", "launch_cwd", "learn_box_secrets"]
+
+
+def learn_box_secrets(box, *, timeout: float = 30) -> int:
+    """Teach the process-wide redactor (:data:`workbench.redact.REDACTOR`) the secret values of
+    every SGLang (or sandbox) server running on ``box``: its argv's secret flags and its
+    environment's secret variables (``/proc/PID/environ``), so whatever this process shows or
+    writes afterwards has them redacted. Returns how many servers were read. Raises what
+    ``Box.find_servers`` raises; a server whose environment cannot be read is still learned from
+    its argv."""
+    servers = [s for s in box.find_servers(timeout=timeout) if is_launch_argv(s.argv)]
+    for server in servers:
+        REDACTOR.learn_argv(list(server.argv))
+        REDACTOR.learn_env(read_environ(box, server.pid, timeout=timeout))
+    return len(servers)
 
 
 def absolutize(box, launch: LaunchCommand, cwd: str | None) -> LaunchCommand:
@@ -92,7 +107,7 @@ class Inventory:
             ("python", self.python),
             ("server", f"pid {self.server_pid}" if self.server_pid else "not running (the run launches it)"),
             ("server log", self.server_log or ("(the run's own server logs)" if not self.server_pid else "(not a file)")),
-            ("launch command", self.launch.to_string()),
+            ("launch command", self.launch.to_display()),
             ("working directory", (self.server_cwd or "(unknown)") + ("" if self.server_pid else
                                                                       " (where the run's launches start)")),
             ("speculative algorithm (resolved)", info.get("speculative_algorithm", self.launch.get("--speculative-algorithm"))),
@@ -106,16 +121,25 @@ class Inventory:
              if self.server_health else []) + [("note", n) for n in self.notes]
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        """The inventory as plain JSON for the verdict, secrets redacted (:mod:`workbench.redact`:
+        the launch command's display form, ``server_info``'s ``api_key`` and any known value);
+        the server's environment is never included."""
+        return REDACTOR.obj({
             "host": self.host, "engine": self.engine, "engine_package": self.engine_package,
             "engine_version": self.engine_version, "engine_root": self.engine_root, "python": self.python,
-            "launch_command": self.launch.to_string(), "port": self.port, "base_url": self.base_url,
+            "launch_command": self.launch.to_display(), "port": self.port, "base_url": self.base_url,
             "server_pid": self.server_pid, "server_cwd": self.server_cwd, "server_log": self.server_log,
             "server_info": self.server_info, "server_health": self.server_health, "notes": list(self.notes),
-        }
+        })
+
+    def api_key(self) -> str | None:
+        """The server's ``--api-key`` (SGLang requires ``Authorization: Bearer KEY`` on every
+        request but ``/health*`` and ``/metrics`` when it is set), or ``None``."""
+        value = self.launch.get("--api-key")
+        return value if isinstance(value, str) and value else None
 
     def _repr_html_(self) -> str:
-        return "<h4>Box inventory</h4>" + html_table(self.rows())
+        return REDACTOR.text("<h4>Box inventory</h4>" + html_table(self.rows()))
 
 
 def _check_default_launch_on_box(box, launch: LaunchCommand, python: str, *, port: int | None,
@@ -158,6 +182,8 @@ def take_inventory(box, *, launch_command: str | None, port: int | None, default
     :class:`DiagnosisError` when there is neither.
     """
     given = LaunchCommand.parse(launch_command) if launch_command else None
+    if given is not None:
+        REDACTOR.learn_launch(given)
     want_port = port or (int(given.get("--port")) if given is not None and given.get("--port") else DEFAULT_PORT)
     servers = [s for s in box.find_servers(timeout=timeout) if is_launch_argv(s.argv)]
     candidates = [s for s in servers if s.port == want_port or (s.port is None and want_port == DEFAULT_PORT)]
@@ -210,9 +236,16 @@ def take_inventory(box, *, launch_command: str | None, port: int | None, default
     except EngineNotFound as exc:
         notes.append(f"engine not located: {exc}")
     base_url = box.url(final_port)
+    # Secrets never leave the box: whatever shows or writes this inventory (and the run built on
+    # it) redacts the values of the server's secret flags and variables wherever they appear.
+    REDACTOR.learn_launch(launch)
+    server_env = read_environ(box, server.pid) if server else None
+    REDACTOR.learn_env(server_env)
     server_info = server_health = None
     if server is not None:
-        server_info = _get_json(base_url, "/server_info", "/get_server_info", notes=notes, timeout=timeout)
+        key = launch.get("--api-key")
+        server_info = _get_json(base_url, "/server_info", "/get_server_info", notes=notes, timeout=timeout,
+                                api_key=key if isinstance(key, str) else None)
         server_health = _health(base_url, timeout=timeout)
         if server_health["state"] != "ready":
             notes.append(f"the running server is not ready to generate ({server_health['state']}): "
@@ -222,7 +255,7 @@ def take_inventory(box, *, launch_command: str | None, port: int | None, default
         engine_package=package, engine_version=engine_version, engine_root=engine_root, python=python,
         launch=launch, port=final_port, base_url=base_url, resolved=resolved,
         server_pid=server.pid if server else None, server_cwd=cwd,
-        server_env=read_environ(box, server.pid) if server else None,
+        server_env=server_env,
         server_log=server.log_path if server else None, server_info=server_info, server_health=server_health,
         notes=notes,
     )
@@ -238,8 +271,10 @@ def _health(base_url: str, *, timeout: float) -> dict:
     return {"state": r.state, "detail": r.detail}
 
 
-def _get_json(base_url: str, *paths: str, notes: list[str], timeout: float) -> dict | None:
-    with httpx.Client(timeout=timeout, trust_env=False) as client:
+def _get_json(base_url: str, *paths: str, notes: list[str], timeout: float,
+              api_key: str | None = None) -> dict | None:
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else None
+    with httpx.Client(timeout=timeout, trust_env=False, headers=headers) as client:
         for path in paths:
             try:
                 response = client.get(base_url + path)

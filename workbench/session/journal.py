@@ -36,6 +36,10 @@ from remote.result import ServerHandle, ServerProcess
 from workbench.errors import JournalError
 
 JOURNAL_NAME = "journal.json"
+#: The journal's permission bits: it holds the original server's secrets (needed to relaunch it).
+JOURNAL_MODE = 0o600
+#: The journal directory's permission bits when the workbench creates it.
+JOURNAL_DIR_MODE = 0o700
 
 
 @dataclass
@@ -128,7 +132,13 @@ class Journal:
 
     def record_original(self, *, argv: list[str], cwd: str | None, env: dict[str, str] | None,
                         port: int | None, log_path: str | None, pid: int | None) -> None:
-        """Remember the server that was running when the run began (before it is stopped)."""
+        """Remember the server that was running when the run began (before it is stopped).
+
+        ``env``: only what the relaunch must add to the environment a launch on the box gets anyway
+        (the caller passes the variables that differ from it:
+        :func:`workbench.session.box_session.launch_env_delta`), real values included: restore
+        relaunches the server exactly, ``--api-key`` and ``HF_TOKEN`` too. The journal file is
+        private (mode 0600, in a 0700 directory when the workbench creates it: :meth:`_write`)."""
         self.data["original_server"] = {
             "argv": list(argv), "cwd": cwd, "env": env, "port": port, "log_path": log_path,
             "pid": pid, "stopped": False,
@@ -195,8 +205,12 @@ class Journal:
         self._write()
 
     def _write(self) -> None:
-        self.box.makedirs(self.path.rsplit("/", 1)[0], timeout=self.timeout)
-        self.box.write_file(self.path, json.dumps(self.data, indent=2, sort_keys=True) + "\n", timeout=self.timeout)
+        """Write the journal atomically, mode 0600 (it holds the original server's argv and the
+        environment it needs, secrets included: only its owner may read it), its directory created
+        0700."""
+        self.box.makedirs(self.path.rsplit("/", 1)[0], mode=JOURNAL_DIR_MODE, timeout=self.timeout)
+        self.box.write_file(self.path, json.dumps(self.data, indent=2, sort_keys=True) + "\n", mode=JOURNAL_MODE,
+                            timeout=self.timeout)
 
 
 def _shape_problem(data: Any) -> str | None:

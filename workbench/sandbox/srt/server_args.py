@@ -63,6 +63,8 @@ class ServerArgs:
     speculative_eagle_topk: Optional[int] = None
     speculative_num_draft_tokens: Optional[int] = None
     speculative_token_map: Optional[str] = None
+    api_key: Optional[str] = None
+    admin_api_key: Optional[str] = None
     launch_command: str = ""
     ignored_args: List[str] = field(default_factory=list)
 
@@ -121,6 +123,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--speculative-eagle-topk", dest="speculative_eagle_topk", type=_positive_int)
     p.add_argument("--speculative-num-draft-tokens", dest="speculative_num_draft_tokens", type=_positive_int)
     p.add_argument("--speculative-token-map", dest="speculative_token_map")
+    # SGLang 0.5.23 server_args.py: with --api-key every request but /health* and /metrics needs
+    # `Authorization: Bearer KEY` (utils/common.py add_api_key_middleware); 401 otherwise.
+    p.add_argument("--api-key", dest="api_key")
+    p.add_argument("--admin-api-key", dest="admin_api_key")
     return p
 
 

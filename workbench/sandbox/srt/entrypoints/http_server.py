@@ -72,6 +72,23 @@ _global_state = _GlobalState()
 app = FastAPI()
 
 
+@app.middleware("http")
+async def authentication(request: Request, call_next):
+    """SGLang 0.5.23 ``add_api_key_middleware`` (srt/utils/common.py), installed when the server
+    has an ``--api-key``: OPTIONS, ``/health*`` and ``/metrics`` pass; every other request needs
+    ``Authorization: Bearer <api key>`` (the admin key is accepted too), else 401
+    ``{"error": "Unauthorized"}``."""
+    args = _global_state.server_args
+    key = getattr(args, "api_key", None)
+    if not key or request.method == "OPTIONS" or request.url.path.startswith(("/health", "/metrics")):
+        return await call_next(request)
+    given = request.headers.get("Authorization")
+    admin = getattr(args, "admin_api_key", None)
+    if given != "Bearer " + key and not (admin and given == "Bearer " + admin):
+        return JSONResponse(content={"error": "Unauthorized"}, status_code=401)
+    return await call_next(request)
+
+
 def encode(text: str) -> List[int]:
     """Byte-level tokenizer: UTF-8 bytes -> ids 0..255."""
     return list(text.encode("utf-8"))
