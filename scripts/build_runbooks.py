@@ -56,6 +56,7 @@ num_prompts = 8
 max_new_tokens = 96
 server_start_timeout = 600
 request_timeout = 300.0   # seconds each request to the server may take (a stalled one fails after it)
+force_launch = False      # True: launch even what the doctor says will not start (the verdict records the findings overridden)
 """, tags=["parameters"]),
     md("## 1. Inventory the box\nThe engine, its version and source, the running server and its command line."),
     code("""
@@ -71,7 +72,7 @@ run = DiagnosisRun.start(host=host, launch_command=launch_command, port=port, al
                          try_candidates=try_candidates, aux_layer_ids=aux_layer_ids,
                          expected_accept_length=expected_accept_length, prompts=prompts, num_prompts=num_prompts,
                          max_new_tokens=max_new_tokens, server_start_timeout=server_start_timeout,
-                         report_dir=report_dir, request_timeout=request_timeout)
+                         report_dir=report_dir, request_timeout=request_timeout, force_launch=force_launch)
 run.inventory
 """),
     md("## 2. The symptom\nAccept length over the prompt set, as SGLang defines it: Σ completion tokens / Σ verify steps (bonus token included). A server that does not start is the symptom too: its exception and log tail are evidence."),
@@ -201,6 +202,7 @@ warmup = 1                  # requests sent first and not counted, per setting
 server_start_timeout = 300.0
 request_timeout = 300.0     # seconds each request to the server may take (a stalled one fails after it)
 report_dir = "reports"
+force_launch = False        # True: launch a setting even when the doctor says it will not start (else: a refused row, no launch)
 """, tags=("parameters",)),
     code("""
 from workbench.runbook_params import check_runbook_parameters
@@ -212,7 +214,8 @@ from workbench.measure.sweep import SweepRun
 run = SweepRun.start(host=host, launch_command=launch_command, port=port, grid=grid,
                      include_baseline=include_baseline, prompts=prompts, num_prompts=num_prompts,
                      max_new_tokens=max_new_tokens, warmup=warmup, server_start_timeout=server_start_timeout,
-                     report_dir=report_dir, progress="text", request_timeout=request_timeout)
+                     report_dir=report_dir, progress="text", request_timeout=request_timeout,
+                     force_launch=force_launch)
 print("settings:", [s.label for s in run.settings])
 run.inventory
 """),
@@ -263,6 +266,7 @@ warmup = 1
 server_start_timeout = 300.0
 request_timeout = 300.0     # seconds each request to the server may take (a stalled one fails after it)
 report_dir = "reports"
+force_launch = False        # True: launch a draft even when the doctor says it will not start (else: a refused row, no launch)
 """, tags=("parameters",)),
     code("""
 from workbench.runbook_params import check_runbook_parameters
@@ -274,7 +278,8 @@ from workbench.measure.sweep import SweepRun
 run = SweepRun.compare(host=host, launch_command=launch_command, port=port, draft_a=draft_a, draft_b=draft_b,
                        include_baseline=include_baseline, prompts=prompts, num_prompts=num_prompts,
                        max_new_tokens=max_new_tokens, warmup=warmup, server_start_timeout=server_start_timeout,
-                       report_dir=report_dir, progress="text", request_timeout=request_timeout)
+                       report_dir=report_dir, progress="text", request_timeout=request_timeout,
+                       force_launch=force_launch)
 for note in run.notes:
     print("note:", note)
 [(s.label, s.draft_path) for s in run.settings]

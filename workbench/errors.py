@@ -25,6 +25,7 @@
     ├── JournalError (RuntimeError)     the box's journal is unreadable or another run's is open
     ├── DraftCopyError (RuntimeError)   a repaired draft copy could not be made or proved (.path, .problems)
     ├── DiagnosisError (RuntimeError)   a session or diagnosis step cannot run
+    │   └── LaunchRefused                   a launch the doctor says will not start, refused (.findings, .label)
     └── ReportError (RuntimeError)      a report could not be exported, or would not be self-contained
         ├── BrowserNotFound                 no Chromium binary on this machine
         └── BrowserError                    Chromium ran but failed or timed out (.stderr)
@@ -45,7 +46,7 @@ __all__ = [
     "RunbookParameterError", "LogInputError", "FigureInputError", "VerdictSchemaError", "LedgerError",
     "CheckpointError", "ConfigUnreadable",
     "CheckpointUnreadable", "TensorNotFound", "EngineNotFound", "SourceLookupError", "DoctorError",
-    "AcceptanceError", "MeasureError", "JournalError", "DraftCopyError", "DiagnosisError", "ReportError",
+    "AcceptanceError", "MeasureError", "JournalError", "DraftCopyError", "DiagnosisError", "LaunchRefused", "ReportError",
     "BrowserNotFound", "BrowserError",
 ]
 
@@ -217,6 +218,24 @@ class DraftCopyError(WorkbenchError, RuntimeError):
 class DiagnosisError(WorkbenchError, RuntimeError):
     """A session or diagnosis step cannot run: no server and no launch command, a port that is no
     TCP port, an earlier run that left the box changed and could not be restored, ..."""
+
+
+class LaunchRefused(DiagnosisError):
+    """A launch refused before anything on the box changed: the doctor, run on the exact command
+    about to be launched, has error findings whose fault stops the server from starting
+    (``Finding.prevents_start``), so the launch would only be spent (on a large target, many
+    minutes) to fail. ``launch_command``: the command (text, as given); ``label``: the step that
+    wanted it (``as-found``, ``probe``, ``fix``, a candidate, a sweep setting); ``findings``: those
+    findings (:class:`workbench.rules.finding.Finding`). ``str()`` names each rule and message.
+    The runbooks' ``force_launch`` parameter launches anyway."""
+
+    def __init__(self, launch_command: str, label: str, findings: Sequence):
+        self.launch_command = launch_command
+        self.label = label
+        self.findings = list(findings)
+        reasons = "; ".join(f"{f.rule}: {f.message}" for f in self.findings)
+        super().__init__(f"launch refused ({label}): the doctor's findings say the server would not start — "
+                         f"{reasons} (force_launch=True launches anyway)")
 
 
 class ReportError(WorkbenchError, RuntimeError):

@@ -1,13 +1,14 @@
 """``workbench runbook``: run a papermill runbook, export its HTML report, restore the box when the
 run fails or is interrupted.
 
-    workbench runbook NAME [-p KEY VALUE]... [--host SPEC] [--report-dir DIR] [--timeout S]
+    workbench runbook NAME [-p KEY VALUE]... [--host SPEC] [--force-launch] [--report-dir DIR] [--timeout S]
 
 Runs ``runbooks/NAME.ipynb`` into ``DIR/NAME.ipynb`` (default ``reports/``) and exports
 ``DIR/NAME.html`` beside the ``NAME.json`` the runbook writes. ``-p`` values are read as papermill's
 CLI reads them (``True``/``False``/``None``, JSON when it parses, else the text); a key the
 runbook's ``parameters`` cell does not have is refused; ``--host SPEC`` is short for ``-p host
-SPEC``. When a cell fails or the run is interrupted (Ctrl-C, SIGTERM, SIGHUP) the kernel is
+SPEC``, ``--force-launch`` for ``-p force_launch True`` (the runbooks that launch servers: launch
+even what the doctor's findings say will not start). When a cell fails or the run is interrupted (Ctrl-C, SIGTERM, SIGHUP) the kernel is
 killed and the box restored from its journal (``--timeout``: seconds for each box call of that
 restore), and the executed notebook is still written and exported.
 
@@ -278,6 +279,10 @@ def _run(args: argparse.Namespace) -> ExitCode:
         if "host" in params and params["host"] != args.host:
             raise CliError(f"--host {args.host} and -p host {params['host']} disagree; give one")
         params["host"] = args.host
+    if args.force_launch:
+        if params.get("force_launch", True) is not True:
+            raise CliError(f"--force-launch and -p force_launch {params['force_launch']} disagree; give one")
+        params["force_launch"] = True
     # One place for the notebook, the HTML and the verdict: -p report_dir is the same thing as --report-dir.
     given = params.get("report_dir")
     if given is not None and args.report_dir is not None and Path(str(given)).resolve() != Path(args.report_dir).resolve():
@@ -319,4 +324,7 @@ def add_parser(sub: Any) -> None:
                     timeout_help="each call to the box when it is restored after a failed or interrupted run")
     p.add_argument("--report-dir", default=None,
                    help="where NAME.ipynb/.html/.json go (default: -p report_dir when given, else reports)")
+    p.add_argument("--force-launch", action="store_true",
+                   help="launch even what the doctor's findings say will not start (the same as -p force_launch True; "
+                        "diagnose_acceptance, measure_acceptance, compare_drafts)")
     set_command(p, _run)

@@ -46,7 +46,7 @@ from workbench.engine.launch import LaunchCommand
 from workbench.engine.recipes import (RECIPES, add_recipes, missing_required, params_left_at_init, read_recipes,
                                       recipe_probes, weights_unmatched)
 from workbench.engine.source import EngineSource
-from workbench.errors import DiagnosisError, FigureInputError, SourceLookupError
+from workbench.errors import DiagnosisError, FigureInputError, LaunchRefused, SourceLookupError
 from workbench.logs import read_decode_records
 from workbench.measure.generate import auth_headers, measure_generate
 from workbench.measure.prompts import load_prompts
@@ -130,13 +130,16 @@ class Measurement:
 @dataclass
 class StartFailure:
     """A launch whose server did not start: ``label``, ``launch_command``, ``error`` (one line),
-    ``log_tail`` (its last log lines), ``exception`` (the last exception line of the log, if any)."""
+    ``log_tail`` (its last log lines), ``exception`` (the last exception line of the log, if any).
+    ``refused``: for a launch the guard refused (never made: no process, no log), the doctor's
+    findings that say it would not start (dicts); ``None`` for a launch that was made."""
 
     label: str
     launch_command: str
     error: str
     log_tail: list[str]
     exception: str | None
+    refused: list[dict] | None = None
 
     def __post_init__(self) -> None:
         # The log and the exception are the server's text: a key or token it printed (its own
@@ -148,9 +151,15 @@ class StartFailure:
 
     def to_dict(self) -> dict[str, Any]:
         return {"label": self.label, "launch_command": self.launch_command, "error": self.error,
-                "exception": self.exception, "log_tail": list(self.log_tail)}
+                "exception": self.exception, "log_tail": list(self.log_tail), "refused": self.refused}
 
     def _repr_html_(self) -> str:
+        if self.refused is not None:
+            items = "".join(f"<li><code>{html.escape(f['rule'])}</code>: {html.escape(f['message'])}</li>"
+                            for f in self.refused)
+            return (f"<h4>Launch refused ({html.escape(self.label)}): the doctor's findings say the server would "
+                    f"not start</h4><p>No launch was made (nothing on the box changed for it):</p><ul>{items}</ul>"
+                    "<p><small>force_launch=True launches anyway.</small></p>")
         tail = html.escape("\n".join(self.log_tail[-15:]))
         return (f"<h4>The server did not start ({html.escape(self.label)})</h4>"
                 f"<p>{html.escape(self.exception or self.error)}</p>"
@@ -224,9 +233,9 @@ class DiagnosisRun(BoxSession):
                  keep_fix: bool, prompts: list[dict], max_new_tokens: int, server_start_timeout: float,
                  report_dir: str | Path, attribute_fixes: bool = False, try_candidates: bool = True,
                  aux_layer_ids: list[int] | None = None, expected_accept_length: float | None = None,
-                 request_timeout: float = 300.0):
+                 request_timeout: float = 300.0, force_launch: bool = False):
         super().__init__(box, inventory, journal, server_start_timeout=server_start_timeout,
-                         allow_restart=allow_restart, request_timeout=request_timeout)
+                         allow_restart=allow_restart, request_timeout=request_timeout, force_launch=force_launch)
         self.apply_fix_enabled = apply_fix
         self.keep_fix = keep_fix
         self.attribute_enabled = attribute_fixes
@@ -254,6 +263,8 @@ class DiagnosisRun(BoxSession):
         self.probe_result: dict[str, Any] = {}
         self.fixes: list[Fix] = []
         self.applied: list[Fix] = []
+        self.blocked: list[Fix] = []  # fixes whose launch the guard refused: not tried
+        self.fix_refused: StartFailure | None = None
         self.fix_launch: LaunchCommand | None = None
         self.draft_copies: list[dict] = []
         self.fix_result: dict[str, Any] = {}
@@ -277,13 +288,16 @@ class DiagnosisRun(BoxSession):
               attribute_fixes: bool = False, try_candidates: bool = True, aux_layer_ids: Any = None,
               expected_accept_length: float | None = None, prompts: str | None = None,
               num_prompts: int | None = None, max_new_tokens: int = 96, server_start_timeout: float = 300.0,
-              report_dir: str | Path = "reports", request_timeout: float = 300.0) -> "DiagnosisRun":
+              report_dir: str | Path = "reports", request_timeout: float = 300.0,
+              force_launch: bool = False) -> "DiagnosisRun":
         """Connect to ``host``, restore anything an interrupted earlier run left, take the
         inventory and open the journal. ``launch_command=None`` means the embedded sandbox box
         launched with the wrong flag (when no server is running on ``port``). ``aux_layer_ids``:
         a list of ints, or their text (``"1,3,6"``, ``"[1, 3, 6]"``). ``request_timeout``: seconds
-        each request to the server may take (a stalled one fails after it). Raises :class:`DiagnosisError`
-        for parameters that are no such values (before anything changes on the box)."""
+        each request to the server may take (a stalled one fails after it). ``force_launch``: launch
+        even what the launch guard refuses (the doctor's findings say it will not start); the
+        verdict's ``launch_guard`` records what was overridden. Raises :class:`DiagnosisError` for
+        parameters that are no such values (before anything changes on the box)."""
         check_run_parameters(flags={"allow_restart": allow_restart, "apply_fix": apply_fix, "keep_fix": keep_fix,
                                     "attribute_fixes": attribute_fixes, "try_candidates": try_candidates},
                              counts={"max_new_tokens": max_new_tokens}, optional_counts={"num_prompts": num_prompts},
@@ -307,7 +321,7 @@ class DiagnosisRun(BoxSession):
                    prompts=prompt_set, max_new_tokens=max_new_tokens, server_start_timeout=server_start_timeout,
                    report_dir=report_dir, attribute_fixes=attribute_fixes, try_candidates=try_candidates,
                    aux_layer_ids=ids, expected_accept_length=expected_accept_length,
-                   request_timeout=request_timeout)
+                   request_timeout=request_timeout, force_launch=force_launch)
 
     # -- acceptance -----------------------------------------------------------------------------
 
@@ -362,9 +376,15 @@ class DiagnosisRun(BoxSession):
 
     def _try_launch(self, launch: LaunchCommand, label: str):
         """:meth:`_launch`, a server that does not start recorded as a :class:`StartFailure`
-        (returned, with ``None`` for the handle) instead of raised."""
+        (returned, with ``None`` for the handle) instead of raised; a launch the guard refused
+        (:class:`LaunchRefused`: never made) too, with the findings that refused it."""
         try:
             return self._launch(launch, label), None
+        except LaunchRefused as exc:
+            failure = StartFailure(label, launch.to_string(), str(exc), [], None,
+                                   refused=[f.to_dict() for f in exc.findings])
+            self.start_failures.append(failure)
+            return None, failure
         except PortInUse as exc:
             # Something that is no engine server of ours holds the port (found by the inventory's
             # port check, never stopped): the launch is refused, nothing started.
@@ -865,6 +885,9 @@ class DiagnosisRun(BoxSession):
             try:
                 self.fix_launch, result = self._launch_with(applicable, "fix")
                 self._doctor_on_fix(self.fix_launch)
+                if isinstance(result, StartFailure) and result.refused is not None:
+                    # Not tried: what the fix leaves still stops start-up. The causes stay open.
+                    self.fix_refused, self.blocked, self.applied, self.fix_launch = result, self.applied, [], None
                 if isinstance(result, Measurement):
                     handle = self.current
                     if self.probes and handle is not None:
@@ -901,8 +924,7 @@ class DiagnosisRun(BoxSession):
         remain. A confirmed cause without a fix of its own whose every error the fix cleared is a
         consequence of the fixed causes (:meth:`consequences`), not a root cause."""
         try:
-            report = run_doctor(self.box, launch, engine_root=self.inventory.engine_root,
-                                engine_version=self.inventory.engine_version, cwd=self.inventory.server_cwd)
+            report, _cached = self.guard.report(launch)  # the launch guard ran it on this command already
         except (DoctorError, RemoteError) as exc:
             self.notes.append(f"the doctor on the fixed command did not run ({type(exc).__name__}: {exc})")
             return
@@ -971,6 +993,7 @@ class DiagnosisRun(BoxSession):
                 accept = m.accept_length if isinstance(m, Measurement) else None
                 self.candidate_trials.append({"hypothesis": hid, "label": cand["label"], "accept_length": accept,
                                               "started": isinstance(m, Measurement),
+                                              "refused": isinstance(m, StartFailure) and m.refused is not None,
                                               "launch_command": launch.to_display()})
                 if accept is not None and (best is None or accept > best[0]):
                     best = (accept, trial, launch, m)
@@ -1002,6 +1025,12 @@ class DiagnosisRun(BoxSession):
         launch = self.fix_launch
         if not self.applied:
             self.fix_result = {"applied": False, "sufficient": None}
+            if self.fix_refused is not None:
+                blocking = self.fix_refused.refused or []
+                self.fix_result.update({
+                    "tried": False, "refused": True, "blocked_by": blocking,
+                    "why": "the fix was not tried: the doctor on the command with it applied still finds what stops "
+                           "the server from starting — " + "; ".join(f"{f['rule']}: {f['message']}" for f in blocking)})
             return
         failed = next((f for f in reversed(self.start_failures) if f.label == "fix"), None)
         if after is None:
@@ -1202,6 +1231,18 @@ class DiagnosisRun(BoxSession):
                 out.append({"hypothesis": spec.id, "why": hyp.evidence[-1].summary if hyp.evidence else "",
                             "decide": spec.decide or (fix.missing if fix else "the probes of " + spec.id),
                             "parameter": fix.parameter if fix else None})
+        if self.blocked and self.fix_refused is not None:
+            blocking = "; ".join(f"{f['rule']}: {f['message']}" for f in self.fix_refused.refused or [])
+            seen = set()
+            for fix in self.blocked:
+                for rule in fix.rules:
+                    hid = self._hypothesis_of(rule)
+                    if hid and hid not in seen:
+                        seen.add(hid)
+                        out.append({"hypothesis": hid, "why": f"its fix ({fix.summary}) was not tried: the launch "
+                                    f"with it was refused, still blocked by {blocking}",
+                                    "decide": "fix what the blocking findings name, then run again (force_launch=True "
+                                              "launches anyway)", "parameter": "force_launch"})
         if self.fix_result.get("applied") and not self.fix_result.get("sufficient"):
             for hid in self._fixed_hypotheses():
                 out.append({"hypothesis": hid, "why": "its fix was applied and measured: " + self.fix_result["why"],
@@ -1338,6 +1379,7 @@ class DiagnosisRun(BoxSession):
             "inventory": self.inventory.to_dict(),
             "code_path": self._code_path.to_dict() if self._code_path is not None else None,
             "launches": self.launches,
+            "launch_guard": self.guard.summary(),
             "restarts": self.restarts,
             "restore": self.restore_report.to_dict() if self.restore_report else None,
             "notes": self.notes,
@@ -1362,8 +1404,28 @@ class DiagnosisRun(BoxSession):
                          (f" of at most {ceiling:g} per verify step" if ceiling else "") +
                          (f"; with the fix: <b>{_fmt(after)}</b>" if after is not None else "") + "</p>")
         for failure in self.start_failures:
+            if failure.refused is not None:
+                why = "; ".join(f"{f['rule']}: {f['message']}" for f in failure.refused)
+                parts.append(f"<p>{html.escape(failure.label)}: <b>launch refused</b> — the doctor's findings on that "
+                             f"command say the server would not start, so no launch was spent on it "
+                             f"({len(failure.refused)} finding(s); {self.restarts} restart(s) in this run): "
+                             f"<code>{html.escape(why)}</code>. <code>force_launch=True</code> launches anyway.</p>")
+                continue
             parts.append(f"<p>{html.escape(failure.label)}: the server did not start — "
                          f"<code>{html.escape(failure.exception or failure.error)}</code></p>")
+        for check in self.guard.checks:
+            if check.decision == "overridden":
+                parts.append(f"<p>{html.escape(check.label)}: <b>launch guard overridden</b> (force_launch): launched "
+                             "although the doctor's findings say the server would not start — "
+                             f"<code>{html.escape('; '.join(f['rule'] + ': ' + f['message'] for f in check.findings))}"
+                             "</code></p>")
+            elif check.decision == "contradicted":
+                parts.append(f"<p><small>{html.escape(check.label)}: the doctor's findings say this command would not "
+                             "start, yet the server as found runs it: launched; the findings "
+                             f"({html.escape(', '.join(f['rule'] for f in check.findings))}) are contradicted by the "
+                             "box.</small></p>")
+        if self.fix_refused is not None:
+            parts.append(f"<p><b>The fix was not tried</b>: {html.escape(str(self.fix_result.get('why')))}</p>")
         causes = self.root_causes()
         if causes:
             items = "".join(

@@ -91,14 +91,14 @@ def gather_facts(box: Any, launch: LaunchCommand, *, timeout: float = 30, engine
     is recorded in ``Facts.unreadable``), and the engine source (``engine_root``/``engine_version``
     when given, else located with the launch command's interpreter). ``inputs`` (when given)
     receives ``{what, path, how}`` for every input read. ``timeout``: seconds for every box call.
-    Raises :class:`DoctorError` when the command names no ``--model-path``, and
-    ``remote.errors.RemoteError`` for a box that fails."""
+    A command with no ``--model-path`` has no target facts (``model-path-missing`` says so);
+    raises ``remote.errors.RemoteError`` for a box that fails."""
     inputs = inputs if inputs is not None else []
     notes: list[str] = []
     unreadable: list[UnreadableInput] = []
     model_value = launch.get("--model-path")
     if not isinstance(model_value, str) or not model_value:
-        raise DoctorError("the launch command has no --model-path", where=launch.to_display()[:200])
+        model_value = None  # model-path-missing: the rules that read the target are not run
     env = box_env(box, timeout)
     env.update(dict(launch.env))
 
@@ -111,7 +111,7 @@ def gather_facts(box: Any, launch: LaunchCommand, *, timeout: float = 30, engine
         return path
 
     target = draft = None
-    target_path = resolve(model_value, "target model")
+    target_path = resolve(model_value, "target model") if model_value is not None else None
     if target_path:
         try:
             target = read_target_facts(box, target_path, timeout=timeout)
@@ -161,9 +161,9 @@ def run_doctor(box: Any, launch: LaunchCommand | str, *, timeout: float = 30, en
     when ``None`` (:func:`workbench.engine.locate.find_engine`). ``cwd``: the server's working
     directory for relative paths. ``timeout``: seconds for every box call. Returns a
     :class:`DoctorReport` (findings deduplicated, errors first); bad inputs (unreadable configs or
-    checkpoints, repo ids not in the cache) are findings, a rule that fails is a note. Raises
-    :class:`DoctorError` when the doctor cannot run (no ``--model-path``), and
-    ``remote.errors.RemoteError`` subclasses for a box that fails (connection lost, time-out).
+    checkpoints, repo ids not in the cache, no ``--model-path``) are findings, a rule that fails
+    is a note. Raises ``remote.errors.RemoteError`` subclasses for a box that fails (connection
+    lost, time-out).
     """
     t0 = time.monotonic()
     if isinstance(launch, str):

@@ -30,7 +30,7 @@ from typing import Any, Iterable, Optional, Sequence
 
 from remote.errors import RemoteError
 from workbench.engine.launch import DEFAULT_PORT, LaunchCommand
-from workbench.errors import AcceptanceError, DiagnosisError, SweepError
+from workbench.errors import AcceptanceError, DiagnosisError, LaunchRefused, SweepError
 from workbench.measure.generate import measure_generate
 from workbench.measure.prompts import load_prompts
 from workbench.redact import REDACTOR
@@ -149,7 +149,9 @@ class SweepRow:
     excluded); ``speedup`` = tokens_per_s / the baseline's. ``histogram``: summed
     ``spec_correct_drafts_histogram`` (index k = verify steps that accepted exactly k drafts);
     ``per_position[k-1]`` = P(at least k drafts accepted in a verify step), k = 1 … draft tokens − 1.
-    ``ok`` False with ``error`` (and ``log_tail``) when the server did not start or a request failed."""
+    ``ok`` False with ``error`` (and ``log_tail``) when the server did not start or a request failed;
+    ``refused``: the doctor's findings (dicts) when the launch guard refused the setting's launch
+    (never made: the doctor says it would not start), else ``None``."""
 
     label: str
     baseline: bool
@@ -173,6 +175,7 @@ class SweepRow:
     histogram: Optional[list[int]] = None
     per_position: Optional[list[float]] = None
     draft_path: Optional[str] = None
+    refused: Optional[list[dict]] = None
 
     def to_dict(self) -> dict:
         """The row as plain JSON, secrets redacted (its launch command, its log tail)."""
@@ -198,6 +201,7 @@ class SweepResult:
     duration_s: float = 0.0
     restore: Optional[dict] = None
     notes: list[str] = field(default_factory=list)
+    launch_guard: Optional[dict] = None
 
     @property
     def baseline(self) -> Optional[SweepRow]:
@@ -222,7 +226,8 @@ class SweepResult:
         return REDACTOR.obj({"rows": [r.to_dict() for r in self.rows], "host": self.host, "port": self.port,
                 "prompts": self.prompts, "max_new_tokens": self.max_new_tokens, "warmup": self.warmup,
                 "base_launch": self.base_launch, "duration_s": self.duration_s, "restore": self.restore,
-                "best": self.best.label if self.best else None, "notes": list(self.notes)})
+                "best": self.best.label if self.best else None, "notes": list(self.notes),
+                "launch_guard": self.launch_guard})
 
     def to_csv(self) -> str:
         """The table as CSV (one row per setting, :data:`CSV_COLUMNS`)."""
@@ -305,9 +310,9 @@ class SweepRun(BoxSession):
 
     def __init__(self, box, inventory, journal, *, settings: Sequence[SpecSetting], prompts: list[dict],
                  max_new_tokens: int, warmup: int, server_start_timeout: float, report_dir: str | Path,
-                 progress: bool | str = True, request_timeout: float = 300.0):
+                 progress: bool | str = True, request_timeout: float = 300.0, force_launch: bool = False):
         super().__init__(box, inventory, journal, server_start_timeout=server_start_timeout,
-                         request_timeout=request_timeout)
+                         request_timeout=request_timeout, force_launch=force_launch)
         self.settings = list(settings)
         self.prompts = prompts
         self.max_new_tokens = max_new_tokens
@@ -326,13 +331,15 @@ class SweepRun(BoxSession):
               num_prompts: int | None = 8, max_new_tokens: int = 64, warmup: int = 1,
               server_start_timeout: float = 300.0, report_dir: str | Path = "reports",
               progress: bool | str = True, settings: Sequence[SpecSetting] | None = None,
-              request_timeout: float = 300.0) -> "SweepRun":
+              request_timeout: float = 300.0, force_launch: bool = False) -> "SweepRun":
         """Connect, restore what an interrupted run left, find the server (``launch_command=None``:
         the one running on ``port``; with none, the embedded sandbox box with EAGLE3) and open the
         journal. ``grid``: see :func:`parse_grid`. ``prompts``: a JSONL path (default: the
         built-in prompts; on the sandbox box its own code prompts). ``settings``: an explicit list
         instead of ``grid`` (:func:`compare_settings` builds one per draft). ``request_timeout``:
-        seconds each measured request may take. Raises
+        seconds each measured request may take. ``force_launch``: launch a setting even when the
+        launch guard's doctor says it will not start (recorded in ``launch_guard``); otherwise such
+        a setting is a row with ``refused`` and no launch. Raises
         :class:`SweepError`, ``DiagnosisError``, ``remote.errors.RemoteError``."""
         check_run_parameters(flags={"include_baseline": include_baseline}, counts={"max_new_tokens": max_new_tokens},
                              optional_counts={"num_prompts": num_prompts}, non_negative={"warmup": warmup},
@@ -354,20 +361,22 @@ class SweepRun(BoxSession):
             raise
         return cls(box, inventory, journal, settings=settings, prompts=prompt_set, max_new_tokens=max_new_tokens,
                    warmup=warmup, server_start_timeout=server_start_timeout, report_dir=report_dir,
-                   progress=progress, request_timeout=request_timeout)
+                   progress=progress, request_timeout=request_timeout, force_launch=force_launch)
 
     @classmethod
     def compare(cls, *, host: str = "local", launch_command: str | None = None, port: int | None = None,
                 draft_a: str | None = None, draft_b: str | None = None, include_baseline: bool = False,
                 prompts: str | None = None, num_prompts: int | None = 8, max_new_tokens: int = 64, warmup: int = 1,
                 server_start_timeout: float = 300.0, report_dir: str | Path = "reports",
-                progress: bool | str = True, request_timeout: float = 300.0) -> "SweepRun":
+                progress: bool | str = True, request_timeout: float = 300.0,
+                force_launch: bool = False) -> "SweepRun":
         """Two drafts on the same target and settings (everything but ``--speculative-draft-model-path``
         as the launch command has it). ``draft_a``: default the launch command's draft; ``draft_b``:
         default a copy of ``draft_a`` with its token map broken (:func:`break_token_map`, written
         under the box's state dir and removed by :meth:`finish`), which shows what a wrong ``d2t``
-        does to acceptance. ``request_timeout``: seconds each measured request may take. Raises
-        :class:`SweepError`, ``DiagnosisError``, ``RemoteError``."""
+        does to acceptance. ``request_timeout``: seconds each measured request may take.
+        ``force_launch``: as for :meth:`start`. Raises :class:`SweepError`, ``DiagnosisError``,
+        ``RemoteError``."""
         check_run_parameters(flags={"include_baseline": include_baseline}, counts={"max_new_tokens": max_new_tokens},
                              optional_counts={"num_prompts": num_prompts}, non_negative={"warmup": warmup},
                              seconds={"server_start_timeout": server_start_timeout,
@@ -408,7 +417,7 @@ class SweepRun(BoxSession):
             raise
         run = cls(box, inventory, journal, settings=settings, prompts=prompt_set, max_new_tokens=max_new_tokens,
                   warmup=warmup, server_start_timeout=server_start_timeout, report_dir=report_dir, progress=progress,
-                  request_timeout=request_timeout)
+                  request_timeout=request_timeout, force_launch=force_launch)
         run.cleanup_dirs, run.notes = cleanup, notes
         return run
 
@@ -439,6 +448,12 @@ class SweepRun(BoxSession):
                        launch_command=launch.to_display(), draft_path=setting.draft_path)
         try:
             handle = self._launch(launch, setting.label)
+        except LaunchRefused as exc:
+            # never launched: the server found on the port (or the previous setting's) is untouched
+            row.refused = [f.to_dict() for f in exc.findings]
+            row.error = ("launch refused: the doctor's findings say the server would not start — "
+                         + "; ".join(f"{f.rule}: {f.message}" for f in exc.findings))
+            return row
         except (RemoteError, DiagnosisError) as exc:
             row.log_tail = list(getattr(exc, "log_tail", None) or [])
             if self.current is not None:
@@ -479,7 +494,7 @@ class SweepRun(BoxSession):
                            round(time.monotonic() - self.started_at, 2),
                            # the restore's actions name the original command line, key included
                            REDACTOR.obj(self.restore_report.to_dict()) if self.restore_report else None,
-                           REDACTOR.obj(list(self.notes)))
+                           REDACTOR.obj(list(self.notes)), REDACTOR.obj(self.guard.summary()))
 
     def finish(self, name: str = "measure_acceptance") -> SweepResult:
         """Put the box back as found, then write ``report_dir/NAME.json`` and ``NAME.csv``."""

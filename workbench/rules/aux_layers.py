@@ -72,7 +72,7 @@ def _ids_evidence(facts: Facts) -> dict:
     return ev(draft.aux_layer_ids, draft.sources.get("aux_layer_ids") or f"{draft.config_path}: eagle_config (absent)")
 
 
-@FAMILY.rule("target-no-aux-capture", severities=("error",),
+@FAMILY.rule("target-no-aux-capture", severities=("error",), prevents_start="always",
              summary="EAGLE3, and the target architecture's model class in the engine source on the box has no "
                      "set_eagle3_layers_to_capture",
              fix=NO_CAPTURE_FIX)
@@ -94,7 +94,7 @@ def target_no_aux_capture(facts: Facts) -> list[Finding]:
                     NO_CAPTURE_FIX)]
 
 
-@FAMILY.rule("aux-config-unread", severities=("error", "warning", "info"),
+@FAMILY.rule("aux-config-unread", severities=("error", "warning", "info"), prevents_start="always",
              summary="EAGLE3, and the nested eagle_config.eagle_aux_hidden_state_layer_ids is missing or null, or "
                      "eagle_config is not an object (top-level only counts as missing): the engine silently uses its "
                      "default layers",
@@ -174,7 +174,7 @@ def int_layer_ids(value: Any) -> list[int] | None:
     return out
 
 
-@FAMILY.rule("aux-layer-ids-invalid", severities=("error", "warning"),
+@FAMILY.rule("aux-layer-ids-invalid", severities=("error", "warning"), prevents_start="depends",
              summary="EAGLE3, and eagle_config.eagle_aux_hidden_state_layer_ids is not a non-empty list of ints "
                      "(strings, floats, bools, nulls, nested lists, one string): the engine hands it unchecked to "
                      "the target's capture rule, which raises at start-up or never matches such ids",
@@ -190,7 +190,9 @@ def aux_layer_ids_invalid(facts: Facts) -> list[Finding]:
     self.layers_to_capture``, so a string there never matches a layer. Floats and bools pass by
     value (``2.0 == 2``, ``True + 1 == 2``): a warning, since the engine happens to read them as
     ints. The mechanism is the target's own method, evaluated on the ids (``Facts.capture``:
-    ``CaptureRule.error`` / ``unmatchable``)."""
+    ``CaptureRule.error`` / ``unmatchable``). Start-up: the capture rule raising, or fewer
+    captured states than ``fc`` takes (as for ``aux-layer-ids-out-of-range``), prevent it; ids
+    the engine happens to read by value do not."""
     if not _eagle3_pair(facts):
         return []
     draft = facts.draft
@@ -219,7 +221,8 @@ def aux_layer_ids_invalid(facts: Facts) -> list[Finding]:
         return [Finding("aux-layer-ids-invalid", "error",
                         f"eagle_config.eagle_aux_hidden_state_layer_ids is {what}: the engine hands it unchecked "
                         f"to {tarch}.set_eagle3_layers_to_capture, which raises {cap.error} ({cap.source}): the "
-                        "server does not start (the try around the config read does not cover it)", evidence, fix)]
+                        "server does not start (the try around the config read does not cover it)", evidence, fix,
+                        prevents_start=True)]
     if cap is not None and cap.captured is not None:
         reach = len(cap.captured)
         if cap.unmatchable or not cap.captured:
@@ -228,7 +231,8 @@ def aux_layer_ids_invalid(facts: Facts) -> list[Finding]:
                             f"{cap.captured}"
                             + (f" and {json.dumps(cap.unmatchable, default=str)}, which equal no layer index (the "
                                "forward tests `i in self.layers_to_capture`) and never fire" if cap.unmatchable else "")
-                            + f": {reach} aux states reach an fc built for {n_aux}", evidence, fix)]
+                            + f": {reach} aux states reach an fc built for {n_aux}", evidence, fix,
+                            prevents_start=reach < n_aux)]
         return [Finding("aux-layer-ids-invalid", "warning",
                         f"eagle_config.eagle_aux_hidden_state_layer_ids is {what}: this engine reads them by value "
                         f"(2.0 == 2, True + 1 == 2) and captures layers {cap.captured}, but they are not ints",
@@ -241,7 +245,7 @@ def aux_layer_ids_invalid(facts: Facts) -> list[Finding]:
                     evidence, fix)]
 
 
-@FAMILY.rule("aux-layer-ids-out-of-range", severities=("error",),
+@FAMILY.rule("aux-layer-ids-out-of-range", severities=("error",), prevents_start="depends",
              summary="an id in the config is negative, or after the engine's offset rule for the target a captured "
                      "layer index is < 0 or beyond the layers the capture loop reaches",
              fix="valid ids, or an engine version that captures the final boundary")
@@ -254,7 +258,11 @@ def aux_layer_ids_out_of_range(facts: Facts) -> list[Finding]:
     layer. On Llama targets the ``+1`` offset makes ``-1`` index ``0``, which the loop does reach:
     the input of layer 0, i.e. the embedding output, captured in place of the layer output the
     draft was trained on; ``-2`` and below (and any negative id on DeepSeek-family targets, which
-    keep ids whose first is not 1 as written) never fire."""
+    keep ids whose first is not 1 as written) never fire. Start-up: fewer aux states than ``fc``
+    takes make a narrower concatenation, which the width check (``hidden_states.shape[-1] !=
+    embeds.shape[-1]``) hands to ``fc`` anyway, and the matmul raises in the first forward the
+    engine runs while it starts up (its warm-up): those findings prevent start; a negative id the
+    loop reaches (``-1`` on Llama) starts and feeds the wrong state."""
     if not _eagle3_pair(facts) or facts.capture is None or facts.capture.rule is None:
         return []
     cap, target, draft = facts.capture.rule, facts.target, facts.draft
@@ -279,7 +287,7 @@ def aux_layer_ids_out_of_range(facts: Facts) -> list[Finding]:
                         f"0..{cap.reachable_max} (num_hidden_layers {layers}): {bad} never fire, so {len(reach)} aux "
                         f"states reach an fc built for {n_aux}{neg_note}", evidence,
                         "use ids the engine can capture, or an engine version that captures the final boundary "
-                        "(SGLang PR #32334)")]
+                        "(SGLang PR #32334)", prevents_start=len(reach) < n_aux)]
     pairs = list(zip(written, captured)) if len(written) == len(captured) else []
     became = [c for i, c in pairs if i in negative]
     what = (f"index {became}" if became else f"layers {captured}")
@@ -316,7 +324,7 @@ def aux_layer_offset_convention(facts: Facts) -> list[Finding]:
                     {"config_ids": _ids_evidence(facts), "captured_layers": ev(captured, cap.source)}, None)]
 
 
-@FAMILY.rule("aux-count-mismatch", severities=("error",),
+@FAMILY.rule("aux-count-mismatch", severities=("error",), prevents_start="always",
              summary="number of aux layers (num_aux_hidden_states, else len(ids), else 3) × target hidden (the "
                      "draft's target_hidden_size if set, else the target's) ≠ fc.weight in_features",
              fix="—")

@@ -23,6 +23,12 @@ from workbench.rules.registry import Registry
 
 __all__ = ["catalogue_markdown", "default_path", "main"]
 
+#: The catalogue's start-up column and line, per :data:`workbench.rules.registry.START_EFFECTS`.
+_START = {"never": "—", "always": "fails", "depends": "some"}
+_START_TEXT = {"never": "the server starts (the launch is not refused)",
+               "always": "an error finding means the server does not start: the launch is refused",
+               "depends": "the findings whose mechanism stops start-up (see below) refuse the launch; the others do not"}
+
 _ROLE = re.compile(r":(?:mod|func|class|meth|attr|data|exc|obj):`~?\.?([^`]+)`")
 _LITERAL = re.compile(r"``([^`]+)``")
 
@@ -80,12 +86,17 @@ def catalogue_markdown(registry: Registry = REGISTRY) -> str:
         "",
         f"{len(rules)} rules in {len(registry.families)} families.",
         "",
-        "| id | family | severity | fires when | proposed fix |",
-        "|---|---|---|---|---|",
+        "The start-up column says what a rule's error findings mean for a launch: `fails` (the engine raises or "
+        "exits while it starts up), `some` (the findings that say so; the others start), `—` (the server starts). "
+        "A launch the doctor's findings say will fail to start is refused by the runbooks (no launch is spent on "
+        "it) unless `force_launch` is given.",
+        "",
+        "| id | family | severity | start-up | fires when | proposed fix |",
+        "|---|---|---|---|---|---|",
     ]
     for r in rules:
         lines.append(f"| [`{r.id}`](#{r.id}) | {r.family} | {r.severity}{' (runtime)' if r.kind == 'runtime' else ''} "
-                     f"| {_cell(r.summary)} | {_cell(r.fix)} |")
+                     f"| {_START[r.prevents_start]} | {_cell(r.summary)} | {_cell(r.fix)} |")
     for fam in registry.families:
         lines += ["", f"## {fam.name}: {fam.title}", "", f"Module: `{fam.module}`.", "", _paragraphs(fam.description)]
         if fam.hypotheses:
@@ -106,6 +117,7 @@ def catalogue_markdown(registry: Registry = REGISTRY) -> str:
                       f"- **Severity:** {r.severity}" + (" — a runtime rule, run on a measurement" if r.kind == "runtime"
                                                           else ""),
                       f"- **Fires when:** {_cell(r.summary)}",
+                      f"- **Start-up:** {_START_TEXT[r.prevents_start]}",
                       f"- **Proposed fix:** {_cell(r.fix)}",
                       f"- **Defined in:** `{where}`",
                       "", _paragraphs(r.explanation)]

@@ -58,7 +58,7 @@ def _rope(cfg: dict, path: str) -> tuple[float, str, str | None, str]:
     return theta, tsrc, kind, f"{path}: rope_scaling" if cfg.get("rope_scaling") else f"{path}: rope_parameters"
 
 
-@FAMILY.rule("unknown-draft-architecture", severities=("error",),
+@FAMILY.rule("unknown-draft-architecture", severities=("error",), prevents_start="always",
              summary="the draft's architectures is not an EAGLE draft class of the engine on the box (e.g. "
                      "Qwen3ForCausalLM on a checkpoint with midlayer.* / fc.* tensors)",
              fix="the architecture name the engine registers")
@@ -87,7 +87,7 @@ def unknown_draft_architecture(facts: Facts) -> list[Finding]:
                     f"set \"architectures\": [\"{best}\"] in {draft.config_path}")]
 
 
-@FAMILY.rule("draft-config-vs-tensors", severities=("error",),
+@FAMILY.rule("draft-config-vs-tensors", severities=("error",), prevents_start="depends",
              summary="the draft's hidden_size, intermediate_size, num_hidden_layers or heads (where head_dim makes "
                      "them unambiguous) disagree with what its own tensors' shapes say",
              fix="the fields as the tensors say, in a copy of the draft")
@@ -102,12 +102,15 @@ def draft_config_vs_tensors(facts: Facts) -> list[Finding]:
     other sizes make parameters of other shapes (the weight loader asserts at start-up), more
     ``num_hidden_layers`` than the checkpoint holds builds layers no tensor fills (they keep their
     initial values and the draft runs them), fewer drops the extra layers' tensors. The weight
-    rules' findings for such a draft are its consequences (``evidence["consequence_of"]``)."""
+    rules' findings for such a draft are its consequences (``evidence["consequence_of"]``).
+    Start-up: prevented by the first two (the config refused, the loader's assert); a draft whose
+    only disagreement is its layer count starts."""
     draft = facts.draft
     bad = facts.config_vs_tensors
     if draft is None or not bad:
         return []
     parts, effects = [], []
+    stops = False  # a start-up failure: transformers refuses the config, or the weight loader asserts
     for key, d in bad.items():
         parts.append(f"{d['key']} {d['config']} (its tensors say {d['tensors']}: {', '.join(d['from'][:3])})")
     heads = draft.config.get("num_attention_heads")
@@ -116,7 +119,9 @@ def draft_config_vs_tensors(facts: Facts) -> list[Finding]:
     if isinstance(h, int) and isinstance(heads, int) and heads > 0 and h % heads:
         effects.append(f"transformers refuses the config when the engine reads it (ValueError: The hidden size ({h}) "
                        f"is not a multiple of the number of attention heads ({heads})): the server does not start")
+        stops = True
     elif set(bad) - {"num_hidden_layers"}:
+        stops = True
         effects.append("the engine builds parameters of the config's sizes and its weight loader asserts on the "
                        "checkpoint's shapes (the server does not start)")
     if layers and isinstance(layers["config"], int) and layers["config"] > layers["tensors"]:
@@ -133,10 +138,10 @@ def draft_config_vs_tensors(facts: Facts) -> list[Finding]:
     return [Finding("draft-config-vs-tensors", "error",
                     "the draft's config disagrees with its own tensors: " + "; ".join(parts) + ": " + "; ".join(effects),
                     evidence, "set " + ", ".join(f"{d['key']} to {d['tensors']}" for d in bad.values())
-                    + f" in {draft.config_path}")]
+                    + f" in {draft.config_path}", prevents_start=stops)]
 
 
-@FAMILY.rule("hidden-size-mismatch", severities=("error",),
+@FAMILY.rule("hidden-size-mismatch", severities=("error",), prevents_start="depends",
              summary="draft target_hidden_size (else hidden_size) ≠ the target's hidden size (text config for "
                      "multimodal targets)",
              fix="use the draft trained for this target")
@@ -145,7 +150,9 @@ def hidden_size_mismatch(facts: Facts) -> list[Finding]:
     ``hidden_size`` (SGLang 0.5.23 ``srt/models/llama_eagle3.py``); a target of another width feeds
     it states it was not trained on (sglang#7011). When the draft's own ``fc.weight`` is
     ``n_aux`` × the target's width, the draft was trained on this target and only the config
-    is wrong (the engine builds ``fc`` from the config, and the loader's shape assert stops it)."""
+    is wrong (the engine builds ``fc`` from the config, and the loader's shape assert stops it:
+    that finding prevents start). A draft trained for another target loads, and only its
+    proposals are wrong."""
     draft, target = facts.draft, facts.target
     if draft is None or target is None:
         return []
@@ -168,7 +175,7 @@ def hidden_size_mismatch(facts: Facts) -> list[Finding]:
                          "target_hidden_size": ev(target.hidden_size, target.sources.get("hidden_size")),
                          "fc_in_features": ev(draft.fc_in_features, draft.sources.get("fc_in_features")),
                          "num_aux": ev(n_aux, n_aux_src)},
-                        f"set {key} to {target.hidden_size} in the draft's config")]
+                        f"set {key} to {target.hidden_size} in the draft's config", prevents_start=True)]
     return [Finding("hidden-size-mismatch", "error",
                     f"the draft expects target hidden states {th} wide ({key}) but the target's are "
                     f"{target.hidden_size}: the draft was trained for another target",

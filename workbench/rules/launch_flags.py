@@ -3,7 +3,8 @@
 Rules: ``algorithm-mismatch`` (an EAGLE-3 draft launched with ``EAGLE``/``NEXTN``, or the reverse:
 the case this tool exists for), ``draft-path-missing``, ``spec-params-invalid`` (the engine's own
 checks on steps / topk / draft tokens, and an algorithm name it does not know),
-``launch-flag-unknown`` (a flag SGLang's argparse does not define). They read the launch command
+``launch-flag-unknown`` (a flag SGLang's argparse does not define), ``model-path-missing`` (no
+``--model-path``: argparse's required argument). They read the launch command
 and the draft's facts; engine facts from SGLang 0.5.23 ``srt/arg_groups/speculative_hook.py``,
 ``srt/speculative/spec_info.py`` and the flag table (:mod:`workbench.engine.flags`).
 """
@@ -24,7 +25,7 @@ from workbench.rules.fix import Fix
 from workbench.rules.registry import Family, HypothesisSpec
 
 __all__ = ["FAMILY", "DEFAULT_CHAIN_STEPS", "algorithm_mismatch", "check_algorithm_mismatch", "launch_flag_unknown", "spec_params_invalid",
-           "draft_path_missing", "int_flag", "RuleInputError"]
+           "draft_path_missing", "model_path_missing", "int_flag", "RuleInputError"]
 
 FAMILY = Family(
     "launch-flags", "The launch command: the speculative algorithm, its parameters, the flags", __doc__,
@@ -32,7 +33,8 @@ FAMILY = Family(
     hypotheses=(
         HypothesisSpec("spec-params", "The speculative parameters, the algorithm name or a flag are ones the engine "
                        "refuses or rewrites, or the draft path is missing.",
-                       rules=("spec-params-invalid", "launch-flag-unknown", "draft-path-missing"), order=20),
+                       rules=("spec-params-invalid", "launch-flag-unknown", "draft-path-missing", "model-path-missing"),
+                       order=20),
         HypothesisSpec("algorithm-flag", "The --speculative-algorithm flag does not match the draft's architecture "
                        "(an EAGLE-3 draft launched as EAGLE, or the reverse): the target captures no aux hidden "
                        "states, the draft receives a 1×-wide state and its fc is skipped.",
@@ -178,7 +180,7 @@ def int_flag(launch: LaunchCommand, flag: str) -> tuple[int | None, str | None]:
         return None, f"{flag} {v!r} is not an integer"
 
 
-@FAMILY.rule("launch-flag-unknown", severities=("error", "warning"),
+@FAMILY.rule("launch-flag-unknown", severities=("error", "warning"), prevents_start="always",
              summary="a --flag of an SGLang launch that the engine's argparse does not define (a typo such as "
                      "--speculative-algoritm)",
              fix="the launch command with the flag meant")
@@ -218,7 +220,7 @@ def launch_flag_unknown(facts: Facts) -> list[Finding]:
 DEFAULT_CHAIN_STEPS = 3
 
 
-@FAMILY.rule("spec-params-invalid", severities=("error", "warning"),
+@FAMILY.rule("spec-params-invalid", severities=("error", "warning"), prevents_start="depends",
              summary="the engine's own rules on the algorithm name and on steps / topk / draft tokens would raise "
                      "or silently rewrite them",
              fix="the values the engine would accept")
@@ -235,7 +237,9 @@ def spec_params_invalid(facts: Facts) -> list[Finding]:
     disables drafting (``eagle_worker_v2.py``: draft tokens forced to 1, a trivial verify input;
     error: accept length exactly 1.00 with no word in the log); the fix drafts a chain of
     ``draft tokens − 1`` steps (else :data:`DEFAULT_CHAIN_STEPS`). The fix is the launch command
-    with the values the engine would accept.
+    with the values the engine would accept. Start-up: prevented by every finding that says the
+    engine raises, asserts or refuses (argparse); steps 0, negative steps, the draft-token
+    rewrite and the rejection-sampling vocab note start.
     """
     launch = facts.launch
     if launch is None:
@@ -249,7 +253,7 @@ def spec_params_invalid(facts: Facts) -> list[Finding]:
                            "unless a plugin registers it",
                            {"speculative_algorithm": ev(raw_algo, "launch command"),
                             "engine_algorithms": ev(sorted(known), known_source)},
-                           "use EAGLE3 for an EAGLE-3 draft, EAGLE for an EAGLE-1/2 draft"))
+                           "use EAGLE3 for an EAGLE-3 draft, EAGLE for an EAGLE-1/2 draft", prevents_start=True))
     if facts.algorithm not in ("EAGLE", "EAGLE3", "STANDALONE"):
         return out
     draft_vocab = facts.draft.draft_vocab_size if facts.draft is not None else None
@@ -264,7 +268,7 @@ def spec_params_invalid(facts: Facts) -> list[Finding]:
     bad = [e for e in (e1, e2, e3) if e]
     if bad:
         return out + [Finding("spec-params-invalid", "error", "; ".join(bad) + ": the server refuses to start",
-                              evidence, None)]
+                              evidence, None, prevents_start=True)]
     if steps is None and (topk is not None or ndt is not None):
         if topk in (None, 1) and ndt is not None and ndt >= 2:
             # chain drafting: num_draft_tokens = steps + 1, so the steps the command meant are known
@@ -274,7 +278,7 @@ def spec_params_invalid(facts: Facts) -> list[Finding]:
         out.append(Finding("spec-params-invalid", "error",
                            "--speculative-eagle-topk / --speculative-num-draft-tokens are set without "
                            "--speculative-num-steps: the engine's bare assert stops the server at startup",
-                           evidence, fixed.to_string()))
+                           evidence, fixed.to_string(), prevents_start=True))
         return out
     if steps == 0:
         # Accepted (fields/spec.py: Optional[int], no positivity check), draft tokens forced to 1,
@@ -307,15 +311,16 @@ def spec_params_invalid(facts: Facts) -> list[Finding]:
                            f"{PAGE_TREE_BACKENDS}, got {backend}: the engine raises at startup",
                            {**evidence, "--page-size": ev(page, "launch command"),
                             "--attention-backend": ev(backend, "launch command")},
-                           launch.with_flag("--page-size", 1).to_string()))
+                           launch.with_flag("--page-size", 1).to_string(), prevents_start=True))
     if topk is not None and topk > 1 and backend == "trtllm_mha":
         out.append(Finding("spec-params-invalid", "error", "trtllm_mha supports only topk = 1 for speculative "
-                           "decoding: the engine raises", evidence, launch.with_flag("--speculative-eagle-topk", 1).to_string()))
+                           "decoding: the engine raises", evidence, launch.with_flag("--speculative-eagle-topk", 1).to_string(),
+                           prevents_start=True))
     if launch.get("--speculative-use-rejection-sampling") is True:
         if topk is not None and topk != 1:
             out.append(Finding("spec-params-invalid", "error", "--speculative-use-rejection-sampling requires "
                                "--speculative-eagle-topk 1: the engine raises", evidence,
-                               launch.with_flag("--speculative-eagle-topk", 1).to_string()))
+                               launch.with_flag("--speculative-eagle-topk", 1).to_string(), prevents_start=True))
         if draft_vocab is not None and target_vocab is not None and draft_vocab != target_vocab:
             out.append(Finding("spec-params-invalid", "error",
                                f"rejection sampling needs the draft vocab ({draft_vocab}) to equal the target vocab "
@@ -324,7 +329,7 @@ def spec_params_invalid(facts: Facts) -> list[Finding]:
     return out
 
 
-@FAMILY.rule("draft-path-missing", severities=("error",),
+@FAMILY.rule("draft-path-missing", severities=("error",), prevents_start="always",
              summary="EAGLE/EAGLE3 without a draft path for a target that does not supply its own MTP head",
              fix="add --speculative-draft-model-path")
 def draft_path_missing(facts: Facts) -> list[Finding]:
@@ -347,6 +352,28 @@ def draft_path_missing(facts: Facts) -> list[Finding]:
                     "add --speculative-draft-model-path <the EAGLE draft trained for this target>")]
 
 
+@FAMILY.rule("model-path-missing", severities=("error",), prevents_start="always",
+             summary="the launch command has no --model-path (or the flag without a value): there is no target to serve",
+             fix="add --model-path <the target model's directory or Hugging Face repo id>")
+def model_path_missing(facts: Facts) -> list[Finding]:
+    """An addition to the catalogue. SGLang 0.5.23 ``srt/server_args.py`` declares ``--model-path``
+    (alias ``--model``) with ``required=True``: argparse exits 2 with "the following arguments are
+    required: --model-path/--model" before anything loads (the sandbox box's launcher declares it
+    the same way). Every rule that reads the target is then not run."""
+    launch = facts.launch
+    if launch is None or launch.engine not in ("sglang", "sandbox"):
+        return []
+    value = launch.get("--model-path")
+    if isinstance(value, str) and value:
+        return []
+    return [Finding("model-path-missing", "error",
+                    "the launch command has no --model-path" + (" value" if value is not None else "")
+                    + ": argparse stops the server with 'the following arguments are required: --model-path/--model'",
+                    {"--model-path": ev(value, "launch command"),
+                     "required_by": f"sglang {SGLANG_VERSION} srt/server_args.py (required=True)"},
+                    "add --model-path <the target model's directory or Hugging Face repo id>")]
+
+
 @FAMILY.fixes_with
 def launch_fixes(facts: Facts, findings: list[Finding], given: dict) -> list[Fix]:
     """The launch-command changes this family's error findings propose (the flags their ``fix``
@@ -356,6 +383,11 @@ def launch_fixes(facts: Facts, findings: list[Finding], given: dict) -> list[Fix
     mine = {r.id for r in FAMILY.rules}
     for f in findings:
         if f.rule not in mine or f.severity != "error":
+            continue
+        if f.rule == "model-path-missing":
+            out.append(Fix("none", (f.rule,), "no target model to serve",
+                           missing="the target model: give launch_command with --model-path <its directory or repo id>",
+                           parameter="launch_command"))
             continue
         if f.rule == "draft-path-missing":
             out.append(Fix("none", (f.rule,), "no draft to load",

@@ -56,7 +56,7 @@ def token_map_unreadable_findings(draft: DraftFacts, tm: TokenMap | None) -> lis
     return [Finding("checkpoint-unreadable", "error", f"d2t/t2d unreadable: {tm.error}", {"path": draft.path}, None)]
 
 
-@FAMILY.rule("checkpoint-unreadable", severities=("error",),
+@FAMILY.rule("checkpoint-unreadable", severities=("error",), prevents_start="always",
              summary="a model path missing on the box, a config.json missing or not JSON, or a safetensors header "
                      "truncated, over 100 MB, not JSON, with an unknown dtype or data offsets past the end of the file",
              fix="fix the path, or re-export / re-download the checkpoint")

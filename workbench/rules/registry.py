@@ -35,12 +35,18 @@ from typing import Any, Callable, Iterator, Sequence
 from remote.errors import RemoteError
 from workbench.rules.finding import SEVERITIES, Finding
 
-__all__ = ["Rule", "Family", "Registry", "REGISTRY", "RuleFailure", "KINDS", "HypothesisSpec"]
+__all__ = ["Rule", "Family", "Registry", "REGISTRY", "RuleFailure", "KINDS", "START_EFFECTS", "HypothesisSpec"]
 
 log = logging.getLogger(__name__)
 
 #: ``static``: run by the doctor on the box's files; ``runtime``: run on a measurement.
 KINDS = ("static", "runtime")
+
+#: What a rule's error findings mean for start-up (:attr:`Rule.prevents_start`): ``never`` (the
+#: server starts: the fault lowers acceptance or is only worth knowing), ``always`` (every error
+#: finding of the rule names a fault the engine raises or exits on while it starts up; the registry
+#: marks them), ``depends`` (the check marks each finding by the mechanism it found).
+START_EFFECTS = ("never", "always", "depends")
 
 #: A static rule's check: ``(facts: workbench.rules.facts.Facts) -> list[Finding]`` (the facts
 #: type is not imported here: the facts import the engine, the registry imports nothing but findings).
@@ -57,7 +63,8 @@ class Rule:
     facts it encodes and their source (the check's docstring); ``fix``: the fix it proposes;
     ``check``: the function (``Facts -> list[Finding]``) for static rules, ``None`` for runtime
     rules (run on a measurement by their own function, named in ``runtime_entry``); ``module``:
-    where it is defined.
+    where it is defined; ``prevents_start``: one of :data:`START_EFFECTS`, what the rule's error
+    findings mean for start-up (the launch guard refuses a launch on the ones that prevent it).
     """
 
     id: str
@@ -70,6 +77,7 @@ class Rule:
     kind: str = "static"
     module: str = ""
     runtime_entry: str | None = None
+    prevents_start: str = "never"
 
     @property
     def severity(self) -> str:
@@ -131,11 +139,13 @@ class Family:
         return fixer
 
     def rule(self, rule_id: str, *, severities: Sequence[str], summary: str, fix: str = "—",
-             kind: str = "static") -> Callable[[Check], Check]:
+             kind: str = "static", prevents_start: str = "never") -> Callable[[Check], Check]:
         """Decorator registering the decorated check as rule ``rule_id`` of this family (the
-        function is returned unchanged, so it stays callable with a :class:`Facts`). Raises
-        ``ValueError`` for an unknown severity or kind, a duplicate id or a check without a
-        docstring (the docstring is the rule's explanation)."""
+        function is returned unchanged, so it stays callable with a :class:`Facts`).
+        ``prevents_start``: one of :data:`START_EFFECTS` (what its error findings mean for
+        start-up; ``always`` needs an ``error`` severity). Raises ``ValueError`` for an unknown
+        severity, kind or start effect, a duplicate id or a check without a docstring (the
+        docstring is the rule's explanation)."""
 
         def register(check: Check) -> Check:
             explanation = inspect.getdoc(check) or ""
@@ -143,7 +153,8 @@ class Family:
                 raise ValueError(f"rule {rule_id}: its check {check.__qualname__} needs a docstring (the explanation)")
             self._add(Rule(rule_id, self.name, tuple(severities), summary, explanation, fix,
                            check if kind == "static" else None, kind, check.__module__,
-                           f"{check.__module__}.{check.__qualname__}" if kind == "runtime" else None))
+                           f"{check.__module__}.{check.__qualname__}" if kind == "runtime" else None,
+                           prevents_start))
             return check
 
         return register
@@ -154,6 +165,10 @@ class Family:
             raise ValueError(f"rule {r.id}: severities must be some of {SEVERITIES}, got {r.severities}")
         if r.kind not in KINDS:
             raise ValueError(f"rule {r.id}: kind must be one of {KINDS}, got {r.kind!r}")
+        if r.prevents_start not in START_EFFECTS:
+            raise ValueError(f"rule {r.id}: prevents_start must be one of {START_EFFECTS}, got {r.prevents_start!r}")
+        if r.prevents_start != "never" and "error" not in r.severities:
+            raise ValueError(f"rule {r.id}: prevents_start {r.prevents_start!r} needs the error severity")
         self.registry.add_rule(r)
         self.rules.append(r)
 
@@ -246,7 +261,9 @@ class Registry:
         rule order. A check that raises a box error (``remote.errors.RemoteError``) propagates:
         the box failed, the doctor cannot run. Any other exception is logged and appended to
         ``failures`` (when given, else re-raised), and the other rules still run. A finding whose
-        id or severity its rule does not declare raises ``ValueError`` (a bug in the rule)."""
+        id or severity its rule does not declare raises ``ValueError`` (a bug in the rule), and so
+        does a finding marked ``prevents_start`` by a rule declared ``never``; a rule declared
+        ``always`` has its error findings marked here."""
         out: list[Finding] = []
         for r in self.static(family):
             try:
@@ -263,6 +280,11 @@ class Registry:
                 if f.rule != r.id or f.severity not in r.severities:
                     raise ValueError(f"rule {r.id} ({r.module}) emitted a finding {f.rule!r} with severity "
                                      f"{f.severity!r}; it declares {r.id!r} with {r.severities}")
+                if r.prevents_start == "always" and f.severity == "error":
+                    f.prevents_start = True
+                elif r.prevents_start == "never" and f.prevents_start:
+                    raise ValueError(f"rule {r.id} ({r.module}) marked a finding prevents_start; it declares "
+                                     "prevents_start 'never'")
             out.extend(found)
         return out
 

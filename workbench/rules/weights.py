@@ -248,7 +248,7 @@ def weights_missing(facts: Facts) -> list[Finding]:
     return consequences_of_config(facts, missing_findings(facts.draft, w)) if w is not None else []
 
 
-@FAMILY.rule("weight-shape-mismatch", severities=("error",),
+@FAMILY.rule("weight-shape-mismatch", severities=("error",), prevents_start="always",
              summary="a checkpoint tensor matched to a parameter has another shape than the engine builds for this "
                      "config (other than lm_head, head_dim and the fc width)",
              fix="the draft's config and checkpoint from the same training run")
@@ -263,7 +263,7 @@ def weight_shape_mismatch(facts: Facts) -> list[Finding]:
     return consequences_of_config(facts, shape_findings(w, "weight-shape-mismatch")) if w is not None else []
 
 
-@FAMILY.rule("lm-head-shape-mismatch", severities=("error",),
+@FAMILY.rule("lm-head-shape-mismatch", severities=("error",), prevents_start="always",
              summary="lm_head.weight rows ≠ draft_vocab_size (or cols ≠ hidden)",
              fix="—")
 def lm_head_shape_mismatch(facts: Facts) -> list[Finding]:
@@ -274,7 +274,7 @@ def lm_head_shape_mismatch(facts: Facts) -> list[Finding]:
     return consequences_of_config(facts, shape_findings(w, "lm-head-shape-mismatch")) if w is not None else []
 
 
-@FAMILY.rule("head-dim-mismatch", severities=("error",),
+@FAMILY.rule("head-dim-mismatch", severities=("error",), prevents_start="always",
              summary="a q/k/v or o projection's shape ≠ heads × head_dim (head_dim from config, else hidden/heads)",
              fix="set head_dim in the draft's config")
 def head_dim_mismatch(facts: Facts) -> list[Finding]:

@@ -17,6 +17,7 @@ from workbench.engine.launch import DEFAULT_PORT, LaunchCommand
 from workbench.errors import DiagnosisError
 from workbench.redact import REDACTOR
 from workbench.sandbox_box import sandbox_launch_command
+from workbench.session.guard import LaunchGuard
 from workbench.session.inventory import Inventory, take_inventory
 from workbench.session.journal import Journal, RestoreReport, restore_box
 
@@ -31,10 +32,15 @@ class BoxSession:
     :func:`open_box`. ``restarts`` counts launches of something other than what was running.
     ``server_start_timeout``: seconds a launch (or a server found still starting) may take to get
     ready; ``request_timeout``: seconds each HTTP request to the server may take (the measurements'
-    requests, the probe request)."""
+    requests, the probe request).
+
+    Every launch passes the launch guard first (:attr:`guard`, :class:`workbench.session.guard.LaunchGuard`):
+    the doctor on the exact command, and a launch its findings say will not start is refused with
+    :class:`workbench.errors.LaunchRefused` before anything is stopped or started; ``force_launch``
+    launches it anyway (recorded as overridden)."""
 
     def __init__(self, box, inventory: Inventory, journal: Journal, *, server_start_timeout: float = 300.0,
-                 allow_restart: bool = True, request_timeout: float = 300.0):
+                 allow_restart: bool = True, request_timeout: float = 300.0, force_launch: bool = False):
         self.box = box
         self.inventory = inventory
         self.journal = journal
@@ -47,6 +53,10 @@ class BoxSession:
         self.current_launch: LaunchCommand | None = None
         self.restore_report: RestoreReport | None = None
         self.finished = False
+        self.force_launch = force_launch
+        running = list(inventory.launch.exec_argv) if inventory.server_pid is not None else None
+        self.guard = LaunchGuard(box, engine_root=inventory.engine_root, engine_version=inventory.engine_version,
+                                 cwd=inventory.server_cwd, force=force_launch is True, running_argv=running)
         atexit.register(self._atexit)
 
     # -- server management ----------------------------------------------------------------------
@@ -75,7 +85,11 @@ class BoxSession:
         is no program: its variables are merged over the original's environment and the program
         is launched without it (:meth:`LaunchCommand.exec_argv`, what the server's
         ``/proc/PID/cmdline`` shows, so the journal finds it by that argv); what is recorded as
-        the launch command keeps the prefix, as given."""
+        the launch command keeps the prefix, as given.
+
+        First the launch guard (:meth:`LaunchGuard.check`): raises :class:`LaunchRefused` when the
+        doctor's findings on ``launch`` say it will not start, before anything is stopped."""
+        self.guard.check(launch, label)
         self._stop_current()
         self._stop_original()
         env = launch.launch_env(self.inventory.server_env)
