@@ -134,9 +134,9 @@ def test_doctor_missing_draft_dir_is_a_finding(models, tmp_path, cli):
 
 def test_doctor_without_draft_flag_and_unreachable_host_exit_2(models, cli, free_port, tmp_path, monkeypatch):
     target, draft = models
-    code, _, err = cli("doctor", "--launch", "python -m sglang.launch_server --speculative-algorithm EAGLE3")
-    assert code == 2
-    assert "no --model-path" in err
+    code, out, err = cli("doctor", "--launch", "python -m sglang.launch_server --speculative-algorithm EAGLE3", "--json")
+    assert code == 1 and "Traceback" not in err  # a finding now: the launch would not start
+    assert "model-path-missing" in [f["rule"] for f in json.loads(out)["findings"]]
     # DeepseekV3 supplies its own MTP head (the engine uses the target path): no draft needed.
     code, out, _ = cli("doctor", "--launch", f"python -m sglang.launch_server --model-path {target} "
                                              "--speculative-algorithm EAGLE", "--json")

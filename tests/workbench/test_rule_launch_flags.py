@@ -158,7 +158,8 @@ def test_unreadable_target_and_missing_draft(box, tmp_path):
 def test_finding_validates_severity():
     with pytest.raises(ValueError, match="severity"):
         Finding("x", "fatal", "m")
-    assert Finding("x", "info", "m").to_dict() == {"rule": "x", "severity": "info", "message": "m", "evidence": {}, "fix": None}
+    assert Finding("x", "info", "m").to_dict() == {"rule": "x", "severity": "info", "message": "m", "evidence": {},
+                                                  "fix": None, "prevents_start": False}
 
 
 @pytest.mark.parametrize("extra, severity, text", [
@@ -268,3 +269,13 @@ def test_draft_path_missing():
     # NEXTN is EAGLE: same rule; the target unread says "architecture unknown"
     [g] = draft_path_missing(Facts.of(cmd.replace("EAGLE3", "NEXTN")))
     assert "architecture unknown" in g.message
+
+
+def test_model_path_missing():
+    """argparse's required --model-path: a finding (no longer an error the doctor stops on)."""
+    from workbench.rules.launch_flags import model_path_missing
+
+    [f] = model_path_missing(Facts.of("python -m sglang.launch_server --speculative-algorithm EAGLE3"))
+    assert f.rule == "model-path-missing" and f.severity == "error" and "required" in f.message
+    assert f.fix.startswith("add --model-path")
+    assert model_path_missing(Facts.of("python -m sglang.launch_server --model /t")) == []  # the alias
