@@ -3,7 +3,8 @@ before and after (``make bench``), and the main job (``make demo``'s diagnosis) 
 
 Each case is a faulty copy of the sandbox deployment (``tests/testkit/faults.py``) diagnosed in
 full (``DiagnosisRun``: symptom, static hypotheses, probe, every derived fix in one relaunch,
-verdict), on this machine. Goals: the main job (the wrong flag, the runbook's defaults) under 45 s
+verdict), on this machine; the refused column counts the launches the launch guard refused (the
+doctor's findings said they would not start: no launch spent). Goals: the main job (the wrong flag, the runbook's defaults) under 45 s
 after set-up on a quiet machine; every fixable case's fix within 10 % of the healthy draft.
 
     python benchmarks/bench_diagnose.py [--out reports/bench_diagnose.json] [--cases NAME,...]
@@ -49,7 +50,9 @@ def run_case(work: Path, faults, params, *, expected=None, num_prompts=4, max_ne
     return {"wall_s": round(time.monotonic() - t0, 1), "outcome": verdict["outcome"], "restarts": verdict["restarts"],
             "root_causes": [c["hypothesis"] for c in verdict["root_causes"]], "fix_kinds": verdict["fix"]["kinds"],
             "before": verdict["acceptance"]["before"]["accept_length"],
-            "after": verdict["acceptance"]["after"]["accept_length"]}
+            "after": verdict["acceptance"]["after"]["accept_length"],
+            "refused": verdict["launch_guard"]["refused"],
+            "refused_as_found": any(s["label"] == "as-found" and s["refused"] for s in verdict["start_failures"])}
 
 
 def main() -> int:
@@ -79,11 +82,12 @@ def main() -> int:
             rows[case.name] = run_case(Path(tmp) / case.name, case.faults, case.params, expected=healthy["before"])
             rows[case.name]["fixable"] = case.fixable
             rows[case.name]["expected_outcome"] = case.outcome
+            rows[case.name]["expected_refused_as_found"] = case.refused_as_found
     print(f"main job (wrong flag, runbook defaults): {main_s:.1f} s, {main_verdict['outcome']}, "
           f"{main_verdict['acceptance']['before']['accept_length']:.3f} → "
           f"{main_verdict['acceptance']['after']['accept_length']:.3f}, restarts {main_verdict['restarts']}"
           f"  [{'met' if main_s <= MAIN_JOB_GOAL_S else 'MISSED'} goal <= {MAIN_JOB_GOAL_S:g} s]")
-    print(f"{'case':36} {'outcome':22} {'restarts':>8} {'wall s':>7} {'before':>7} {'after':>7}  causes")
+    print(f"{'case':36} {'outcome':22} {'restarts':>8} {'refused':>7} {'wall s':>7} {'before':>7} {'after':>7}  causes")
     missed = main_s > MAIN_JOB_GOAL_S
     for name, r in rows.items():
         fmt = lambda v: "—" if v is None else f"{v:.3f}"  # noqa: E731
@@ -91,11 +95,14 @@ def main() -> int:
         if r.get("expected_outcome") not in (None, r["outcome"]):
             ok = f"  MISSED (outcome, expected {r['expected_outcome']})"
             missed = True
+        if r.get("expected_refused_as_found") not in (None, r["refused_as_found"]):
+            ok += f"  MISSED (as-found launch {'not ' if r['expected_refused_as_found'] else ''}refused by the guard)"
+            missed = True
         if r.get("fixable"):
             good = r["after"] is not None and r["after"] >= 0.9 * healthy["before"]
             ok += "" if good else "  MISSED (after < 90 % of healthy)"
             missed |= not good
-        print(f"{name:36} {r['outcome']:22} {r['restarts']:>8} {r['wall_s']:>7} {fmt(r['before']):>7} "
+        print(f"{name:36} {r['outcome']:22} {r['restarts']:>8} {r['refused']:>7} {r['wall_s']:>7} {fmt(r['before']):>7} "
               f"{fmt(r['after']):>7}  {', '.join(r['root_causes']) or '—'}{ok}")
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -118,8 +118,20 @@ def test_fault_matrix(case, healthy, tmp_path, state_dir_module, free_port):
     started = [launch for launch in verdict["launches"] if launch["label"] == "as-found"]
     assert bool(started and started[0].get("started", True)) == case.starts_as_found, verdict["launches"]
     if not case.starts_as_found:
-        assert verdict["start_failures"] and verdict["start_failures"][0]["log_tail"]
+        first = verdict["start_failures"][0]
+        if case.refused_as_found:
+            # the launch guard: the doctor's findings say it will not start; no launch is spent on it
+            assert first["label"] == "as-found" and first["refused"] and not started, (first, verdict["launches"])
+            assert {f["rule"] for f in first["refused"]} <= set(case.rules) | rules and \
+                all(f["prevents_start"] and f["severity"] == "error" for f in first["refused"])
+            assert verdict["launch_guard"]["checks"][0]["decision"] == "refused"
+            assert verdict["launch_guard"]["overridden"] == 0
+        else:
+            assert first["log_tail"] and first["refused"] is None
         assert verdict["acceptance"]["before"]["accept_length"] is None
+    else:
+        assert not [c for c in verdict["launch_guard"]["checks"] if c["decision"] != "allowed"], \
+            verdict["launch_guard"]  # a launch that lowers acceptance is never refused: it measures the symptom
     healthy_length = healthy["acceptance"]["before"]["accept_length"]
     if case.fixable:
         after = verdict["acceptance"]["after"]["accept_length"]

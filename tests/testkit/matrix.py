@@ -13,7 +13,9 @@ __all__ = ["Case", "CASES", "case"]
 class Case:
     """One row of the matrix: the faults injected, the runbook parameters, and what the verdict
     must say: the hypotheses confirmed (in the order they act), rules among the findings, the fix
-    kinds applied, the outcome, whether the fix must bring acceptance back to the healthy level."""
+    kinds applied, the outcome, whether the fix must bring acceptance back to the healthy level,
+    whether the server starts as found, and whether the launch guard refuses the as-found launch
+    (the doctor's findings say it will not start: no launch is spent on it, issue 13)."""
 
     name: str
     faults: tuple[str, ...]
@@ -24,6 +26,7 @@ class Case:
     fixable: bool = True
     params: dict = field(default_factory=dict)
     starts_as_found: bool = True
+    refused_as_found: bool = False
 
 
 CASES = [
@@ -33,27 +36,27 @@ CASES = [
     Case("eagle-config-missing-ids-unknown", ("no-eagle-config",), (), ("aux-config-unread",), (),
          outcome="unexplained", fixable=False),
     Case("aux-ids-out-of-range", ("aux-ids-out-of-range",), ("aux-layer-ids",), ("aux-layer-ids-out-of-range",),
-         ("draft-copy",), params={"aux_layer_ids": [1, 3, 6]}, starts_as_found=False),
+         ("draft-copy",), params={"aux_layer_ids": [1, 3, 6]}, starts_as_found=False, refused_as_found=True),
     Case("aux-offset-convention", ("aux-ids-shifted",), ("aux-offset-convention",), ("aux-layer-offset-convention",),
          ("draft-copy",)),
     Case("target-without-capture", ("target-no-capture",), ("target-capture",), ("target-no-aux-capture",), (),
-         outcome="cause-found", fixable=False, starts_as_found=False),
+         outcome="cause-found", fixable=False, starts_as_found=False, refused_as_found=True),
     Case("weights-dropped", ("renamed-tensor",), ("weights-loaded",), ("weights-dropped", "weights-missing"),
          ("draft-copy",)),
     Case("token-map", ("d2t-minus-arange",), ("token-map",), ("token-map-invalid",), ("draft-copy",)),
     Case("config-vs-target", ("target-hidden-mismatch",), ("config-vs-target",), ("hidden-size-mismatch",),
-         ("draft-copy",), starts_as_found=False),
+         ("draft-copy",), starts_as_found=False, refused_as_found=True),
     Case("draft-config-vs-tensors", ("draft-hidden-size",), ("config-vs-target",), ("draft-config-vs-tensors",),
-         ("draft-copy",), starts_as_found=False),
+         ("draft-copy",), starts_as_found=False, refused_as_found=True),
     Case("draft-architecture-unknown", ("draft-unknown-architecture",), ("config-vs-target",),
-         ("unknown-draft-architecture",), ("draft-copy",), starts_as_found=False),
+         ("unknown-draft-architecture",), ("draft-copy",), starts_as_found=False, refused_as_found=True),
     Case("config-fault-without-effect", ("vocab-mismatch",), ("config-vs-target",), ("vocab-size-mismatch",), (),
          outcome="latent", fixable=False),
     Case("spec-params", ("spec-params-without-steps",), ("spec-params",), ("spec-params-invalid",), ("launch",),
-         starts_as_found=False),
+         starts_as_found=False, refused_as_found=True),
     Case("spec-steps-zero", ("spec-steps-zero",), ("spec-params",), ("spec-params-invalid",), ("launch",)),
     Case("checkpoint-unreadable", ("truncated-checkpoint",), ("checkpoint-readable",), ("checkpoint-unreadable",), (),
-         outcome="cause-found", fixable=False, starts_as_found=False),
+         outcome="cause-found", fixable=False, starts_as_found=False, refused_as_found=True),
     Case("layered-flag-and-token-map", ("eagle-flag", "d2t-minus-arange"), ("algorithm-flag", "token-map"),
          ("algorithm-mismatch", "token-map-invalid"), ("draft-copy", "launch")),
     Case("layered-flag-and-shuffled-token-map", ("eagle-flag", "d2t-shuffled"), ("algorithm-flag", "token-map"),
