@@ -19,7 +19,7 @@
     │   └── TensorNotFound                  no tensor of that name
     ├── EngineNotFound (RuntimeError)   the engine package could not be located on the box (.where)
     ├── SourceLookupError (LookupError) a file, line or definition not in the engine's source (.where)
-    ├── DoctorError (RuntimeError)      the doctor could not run: no --model-path, no running server (.where)
+    ├── DoctorError (RuntimeError)      the doctor could not run: no running server (.where)
     ├── AcceptanceError (RuntimeError)  a /generate measurement could not be made
     ├── MeasureError (RuntimeError)     no source of a measurement answered
     ├── JournalError (RuntimeError)     the box's journal is unreadable or another run's is open
@@ -178,8 +178,9 @@ class SourceLookupError(WorkbenchError, LookupError):
 
 
 class DoctorError(WorkbenchError, RuntimeError):
-    """The doctor itself could not run (exit code 2): an unreachable box, a launch command that
-    names no model. ``.where`` names the box or input."""
+    """The doctor itself could not run (exit code 2): an unreachable box, no server running when
+    one was asked for. ``.where`` names the box or input. (A command with no ``--model-path`` is a
+    finding, ``model-path-missing``.)"""
 
     def __init__(self, message: str, *, where: str = ""):
         self.where = where

@@ -82,7 +82,7 @@ def catalogue_markdown(registry: Registry = REGISTRY) -> str:
         "with the file (and line, for source) they came from.",
         "",
         "`workbench doctor` exits 0 when no finding is an error, 1 when at least one is, 2 when the doctor itself "
-        "could not run (an unreachable box, an unreadable launch command, no `--model-path`).",
+        "could not run (an unreachable box, an unreadable launch command).",
         "",
         f"{len(rules)} rules in {len(registry.families)} families.",
         "",
