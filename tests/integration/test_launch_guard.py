@@ -21,6 +21,7 @@ import pytest
 from remote import connect
 from remote import probes as remote_probes
 from testkit.faults import build_deployment
+from testkit.matrix import GUARD_REFUSES
 from workbench.diagnosis import DiagnosisRun
 from workbench.measure.sweep import SweepRun, compare_settings
 from workbench.session import Journal
@@ -184,4 +185,48 @@ def test_a_sweep_refuses_the_setting_that_will_not_start_and_measures_the_others
     assert [launch["label"] for launch in run.launches] == ["good"]
     assert (tmp_path / "reports" / "compare_drafts.json").is_file()
     assert _digests(dep.root) | _digests(broken.parent) == before
+    _box_as_found(free_port, state_dir)
+
+
+@pytest.mark.parametrize("fault", sorted(GUARD_REFUSES))
+def test_the_guard_refuses_exactly_what_the_engine_dies_on(fault, tmp_path, free_port, state_dir):
+    """The guard's table against the real engine: each fault's deployment launched as is (the box
+    layer's launch_server, no guard): it dies while starting up exactly when the guard refuses it.
+    The decision is the mechanism's, not a list of examples."""
+    from remote.errors import ServerDied
+
+    dep = build_deployment(tmp_path / "deployment", *(() if fault == "healthy" else (fault,)))
+    with connect("local") as box:
+        handle = box.launch_server(dep.argv(free_port), port=free_port, cwd=str(tmp_path))
+        try:
+            box.wait_healthy(handle, timeout=240)
+            started = True
+        except ServerDied:
+            started = False
+        finally:
+            box.stop_server(handle, grace=5.0)
+    assert started == (not GUARD_REFUSES[fault]), (fault, started, GUARD_REFUSES[fault])
+
+
+def test_a_fix_launch_that_would_not_start_is_not_tried_and_its_causes_stay_open(tmp_path, free_port, state_dir):
+    """The wrong flag masks aux ids out of range (EAGLE never reads them): as found the server
+    serves, the symptom is measured; the fix (EAGLE3) without the training ids would start with
+    ids the capture loop never reaches, which stops start-up — so that relaunch is not spent. The
+    verdict says the fix was not tried and what blocks it; both causes stay open."""
+    dep = build_deployment(tmp_path / "deployment", "eagle-flag", "aux-ids-out-of-range")
+    verdict, run = _diagnose(dep.launch_command(free_port), free_port, tmp_path)
+    assert verdict["acceptance"]["before"]["accept_length"] is not None  # the symptom was measured
+    causes = [c["hypothesis"] for c in verdict["root_causes"]]
+    assert causes == ["algorithm-flag", "aux-layer-ids"], causes
+    assert verdict["outcome"] == "cause-found"
+    fix = [s for s in verdict["start_failures"] if s["label"] == "fix"]
+    assert len(fix) == 1 and [f["rule"] for f in fix[0]["refused"]] == ["aux-layer-ids-out-of-range"]
+    assert verdict["fix"]["applied"] is False and verdict["acceptance"]["after"]["accept_length"] is None
+    assert "not tried" in verdict["fix"]["why"] and "aux-layer-ids-out-of-range" in verdict["fix"]["why"]
+    assert [launch["label"] for launch in verdict["launches"]] == ["as-found", "probe"]
+    assert verdict["restarts"] == 1  # the probe only: no relaunch spent on a fix that cannot start
+    blocked = {o["hypothesis"] for o in verdict["open"] if "was not tried" in o["why"]}
+    assert blocked == {"algorithm-flag"}, verdict["open"]
+    assert not all(c["fix_applied"] for c in verdict["root_causes"])
+    assert "The fix was not tried" in run.summary_html()
     _box_as_found(free_port, state_dir)

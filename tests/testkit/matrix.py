@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-__all__ = ["Case", "CASES", "case"]
+__all__ = ["Case", "CASES", "case", "GUARD_REFUSES"]
 
 
 @dataclass(frozen=True)
@@ -75,3 +75,23 @@ def case(name: str) -> Case:
         if c.name == name:
             return c
     raise KeyError(f"no fault-matrix case {name!r} (cases: {', '.join(c.name for c in CASES)})")
+
+
+#: Every fault of ``testkit.faults`` and the rules whose findings make the launch guard refuse its
+#: launch: exactly the faults the sandbox engine dies on while it starts (``starts_as_found=False``
+#: above; tests/integration/test_launch_guard.py launches each to show it), none of those it serves
+#: with (they lower acceptance, and the diagnosis needs that launch to measure it).
+GUARD_REFUSES = {
+    "healthy": set(), "no-eagle-config": set(), "aux-ids-top-level": set(),
+    "aux-ids-out-of-range": {"aux-layer-ids-out-of-range"}, "aux-ids-shifted": set(),
+    "target-no-capture": {"target-no-aux-capture"}, "renamed-tensor": set(), "d2t-minus-arange": set(),
+    "d2t-shuffled": set(), "d2t-missing": set(),
+    # the draft's first forward (the engine's warm-up): indexed past d2t's end, or with float ids
+    "d2t-short": {"token-map-invalid"}, "d2t-float": {"token-map-invalid"},
+    "vocab-mismatch": set(), "target-hidden-mismatch": {"hidden-size-mismatch"},
+    # the weight loader's asserts: consequences of the config, each one a start-up failure too
+    "draft-hidden-size": {"draft-config-vs-tensors", "weight-shape-mismatch", "lm-head-shape-mismatch"},
+    "draft-unknown-architecture": {"unknown-draft-architecture"},
+    "truncated-checkpoint": {"checkpoint-unreadable"}, "eagle-flag": set(),
+    "spec-params-without-steps": {"spec-params-invalid"}, "spec-steps-zero": set(),
+}

@@ -13,6 +13,7 @@ import pytest
 
 from remote import connect
 from testkit.faults import FAULTS, build_deployment
+from testkit.matrix import GUARD_REFUSES as REFUSED_BY
 from workbench.engine.launch import LaunchCommand
 from workbench.errors import DiagnosisError, LaunchRefused
 from workbench.rules import REGISTRY, Facts, Finding
@@ -22,21 +23,6 @@ from workbench.session.guard import LaunchGuard, refusing_findings
 
 SANDBOX = f"{shlex.quote(sys.executable)} -m workbench.sandbox.launch_server"
 
-#: Every fault of the matrix's deployments and the rules whose findings refuse its launch: exactly
-#: the faults the sandbox engine dies on while it starts (tests/testkit/matrix.py
-#: ``starts_as_found=False``), none of those it serves with (they lower acceptance, and the
-#: diagnosis needs that launch to measure it).
-REFUSED_BY = {
-    "healthy": set(), "no-eagle-config": set(), "aux-ids-top-level": set(),
-    "aux-ids-out-of-range": {"aux-layer-ids-out-of-range"}, "aux-ids-shifted": set(),
-    "target-no-capture": {"target-no-aux-capture"}, "renamed-tensor": set(), "d2t-minus-arange": set(),
-    "d2t-shuffled": set(), "d2t-missing": set(), "d2t-short": set(), "d2t-float": set(),
-    "vocab-mismatch": set(), "target-hidden-mismatch": {"hidden-size-mismatch"},
-    # the weight loader's asserts: consequences of the config, each one a start-up failure too
-    "draft-hidden-size": {"draft-config-vs-tensors", "weight-shape-mismatch", "lm-head-shape-mismatch"}, "draft-unknown-architecture": {"unknown-draft-architecture"},
-    "truncated-checkpoint": {"checkpoint-unreadable"}, "eagle-flag": set(),
-    "spec-params-without-steps": {"spec-params-invalid"}, "spec-steps-zero": set(),
-}
 
 
 def _guard(box, **kw) -> LaunchGuard:
@@ -84,13 +70,14 @@ def test_the_registry_marks_a_rule_that_always_stops_start_and_refuses_a_mark_fr
 def test_every_rule_declares_what_its_errors_mean_for_start_up():
     declared = {r.id: r.prevents_start for r in REGISTRY}
     # the faults that only lower acceptance never refuse a launch
-    for rid in ("algorithm-mismatch", "weights-dropped", "weights-missing", "token-map-invalid", "token-map-missing",
+    for rid in ("algorithm-mismatch", "weights-dropped", "weights-missing", "token-map-missing",
                 "vocab-size-mismatch", "acceptance-collapsed", "model-not-on-box"):
         assert declared[rid] == "never", rid
     for rid in ("checkpoint-unreadable", "model-path-missing", "launch-flag-unknown", "target-no-aux-capture",
                 "weight-shape-mismatch", "unknown-draft-architecture"):
         assert declared[rid] == "always", rid
-    for rid in ("spec-params-invalid", "aux-layer-ids-out-of-range", "hidden-size-mismatch", "draft-config-vs-tensors"):
+    for rid in ("spec-params-invalid", "aux-layer-ids-out-of-range", "hidden-size-mismatch", "draft-config-vs-tensors",
+                "token-map-invalid"):
         assert declared[rid] == "depends", rid
 
 

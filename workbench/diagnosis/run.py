@@ -953,8 +953,9 @@ class DiagnosisRun(BoxSession):
         return causes
 
     def _cleared_by_fix(self, spec: HypothesisSpec) -> bool:
-        """Whether the fix cleared every error finding of ``spec`` while no applied fix is its own."""
-        if not self.fixed_doctor or spec.id in self._fixed_hypotheses():
+        """Whether the fix cleared every error finding of ``spec`` while no applied fix is its own
+        (never when the fix's launch was refused: nothing was fixed, every cause stays a cause)."""
+        if not self.fixed_doctor or self.fix_refused is not None or spec.id in self._fixed_hypotheses():
             return False
         errors = {f.rule for f in self.findings if f.rule in spec.rules and f.severity == "error"}
         return bool(errors) and errors <= set(self.fixed_doctor["cleared"])

@@ -202,7 +202,12 @@ def token_map_invalid_findings(tm: TokenMap) -> list[Finding]:
     summary = token_map_summary(tm)
     if summary is None or not summary["problems"]:
         return []
-    return [Finding("token-map-invalid", "error", "; ".join(summary["problems"]), summary, None)]
+    d2t = tm.d2t
+    lm_rows = tm.draft_vocab if tm.draft_vocab is not None else tm.vocab
+    # start-up: a d2t the draft's first forward cannot index with (see token_map_invalid)
+    stops = d2t.ndim != 1 or not np.issubdtype(d2t.dtype, np.integer) or (lm_rows is not None and d2t.size < lm_rows)
+    return [Finding("token-map-invalid", "error", "; ".join(summary["problems"]), summary, None,
+                    prevents_start=bool(stops))]
 
 
 def consequences_of_config(facts: Facts, findings: list[Finding]) -> list[Finding]:
@@ -296,7 +301,7 @@ def token_map_missing(facts: Facts) -> list[Finding]:
     return token_map_missing_findings(facts.draft, tm) if tm is not None else []
 
 
-@FAMILY.rule("token-map-invalid", severities=("error",),
+@FAMILY.rule("token-map-invalid", severities=("error",), prevents_start="depends",
              summary="d2t is not an integer offset table: draft_id + d2t[draft_id] outside [0, vocab), duplicates, "
                      "absolute ids, or t2d disagreeing with it",
              fix="—")
@@ -305,7 +310,12 @@ def token_map_invalid(facts: Facts) -> list[Finding]:
     draft id + d2t[draft id]) and ``eagle_worker_v2.py`` indexes the target vocab with it, so every
     target id must lie in ``[0, vocab)``, no two draft ids may share one and ``len(d2t)`` must equal
     the draft lm_head's rows. A ``d2t`` of absolute ids is recognised; order alone is not a problem
-    (:func:`check_token_map`)."""
+    (:func:`check_token_map`). Start-up: a ``d2t`` that is not integer (or not one-dimensional)
+    makes ``hot_token_id`` float, and the next draft step's embedding refuses float indices; one
+    with fewer entries than the draft's lm_head rows is indexed past its end by the draft's top-k
+    (``hot_token_id[topk_index]``, IndexError) — both in the draft's first forward, which the
+    engine runs while it starts up (the sandbox box dies the same way); other invalid maps start
+    and only propose wrong tokens (the symptom the diagnosis measures)."""
     tm = facts.token_map
     return token_map_invalid_findings(tm) if tm is not None else []
 
