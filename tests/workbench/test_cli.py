@@ -297,6 +297,24 @@ def test_runbook_refuses_an_unknown_parameter_and_conflicting_hosts(tmp_path, cl
     assert not (tmp_path / "diagnose_acceptance.ipynb").exists()
 
 
+def test_runbook_force_launch_is_short_for_the_parameter_kernel_run_faked(tmp_path, cli, monkeypatch):
+    """``--force-launch`` is ``-p force_launch True`` for the runbooks that launch; a runbook that
+    launches nothing has no such parameter, and ``-p force_launch False`` with it disagrees —
+    both refused before any kernel starts. The kernel run itself is faked (a fast test starts no
+    kernel): what it is handed is the parameters."""
+    import workbench.cli.runbook as rb
+
+    seen = {}
+    monkeypatch.setattr(rb, "run_runbook", lambda name, params, report_dir, **kw: seen.update(params) or {})
+    code, _, _ = cli("runbook", "measure_acceptance", "--report-dir", str(tmp_path), "--force-launch")
+    assert code == 0 and seen["force_launch"] is True
+    code, _, err = cli("runbook", "preflight", "--report-dir", str(tmp_path), "--force-launch")
+    assert code == 2 and "no parameter 'force_launch'" in err
+    code, _, err = cli("runbook", "diagnose_acceptance", "--report-dir", str(tmp_path), "--force-launch",
+                       "-p", "force_launch", "False")
+    assert code == 2 and "disagree" in err
+
+
 def test_runbook_report_dir_is_one_place(tmp_path, cli):
     """``-p report_dir`` and ``--report-dir`` name the same thing (the notebook, the HTML and the
     verdict go together): two different ones are refused before anything runs."""
