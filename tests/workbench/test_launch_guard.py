@@ -112,6 +112,8 @@ def test_the_doctor_without_model_path_reports_it_and_every_other_rule_still_run
     rules = [f.rule for f in report.findings]
     assert "model-path-missing" in rules
     assert report.draft_facts is not None and report.target_facts is None  # the draft was still read
+    text = report.to_text()
+    assert "model-path-missing" in text and "start: the server does not start" in text
 
 
 @pytest.mark.parametrize("fault", sorted(REFUSED_BY))

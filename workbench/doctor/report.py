@@ -79,7 +79,8 @@ class DoctorReport:
                 "notes": self.notes, "exit_code": self.exit_code})
 
     def to_text(self) -> str:
-        """Terminal output: one block per finding, evidence indented, then a summary line."""
+        """Terminal output: one block per finding, evidence indented (a finding whose fault stops
+        start-up says so), then a summary line."""
         lines = []
         for f in self.findings:
             lines.append(f"{f.severity.upper():7} {f.rule}: {f.message}")
@@ -90,6 +91,9 @@ class DoctorReport:
                     lines.append(f"          {k} = {json.dumps(v, default=str)[:300]}")
             if f.fix:
                 lines.append(f"   fix:   {f.fix}")
+            if f.prevents_start:
+                lines.append("   start: the server does not start with this (a runbook refuses the launch; force_launch "
+                             "overrides)")
             lines.append("")
         counts = {s: sum(f.severity == s for f in self.findings) for s in ("error", "warning", "info")}
         lines.append(f"{counts['error']} error(s), {counts['warning']} warning(s), {counts['info']} info; "
