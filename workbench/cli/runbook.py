@@ -93,6 +93,22 @@ def _interrupt_reason(exc: BaseException, signals: list[str]) -> str | None:
     return None
 
 
+def _kernel_manager_class(stderr: Any) -> type:
+    """A jupyter kernel manager whose kernel writes its own stderr (fd 2: ipykernel's log, the
+    ZMQ errors of a kernel torn down mid-message) to the open file ``stderr``, not to the
+    terminal; cell output still goes to the notebook. Given to papermill as
+    ``kernel_manager_class`` (nbclient's trait; ``_async_launch_kernel`` is jupyter_client's
+    documented override point)."""
+    from jupyter_client.manager import AsyncKernelManager
+
+    class _KernelManager(AsyncKernelManager):
+        async def _async_launch_kernel(self, kernel_cmd: list[str], **kw: Any) -> None:
+            kw["stderr"] = stderr
+            await super()._async_launch_kernel(kernel_cmd, **kw)
+
+    return _KernelManager
+
+
 def _kill_kernels() -> list[int]:
     """SIGKILL the kernels this process started (papermill leaves them when interrupted), so that
     none of them goes on changing the box while it is restored. Returns their pids."""
@@ -126,6 +142,10 @@ def run_runbook(name: str, parameters: dict[str, Any], report_dir: str | Path, *
     :class:`RunbookInterrupted` (a ``KeyboardInterrupt``) when interrupted: a signal to the driver,
     the kernel interrupted (a cell ending in ``KeyboardInterrupt``) or dead (``DeadKernelError``),
     or any error papermill/ZMQ raised while a signal was being handled.
+
+    The kernel's own stderr (not the cells' output, which is in the notebook) goes to
+    ``report_dir/NAME.kernel.log``: a kernel torn down by an interrupt logs ZMQ tracebacks there,
+    not on the terminal.
 
     Before the run, one line on stderr when a run left the box changed or another run is using
     it (:func:`workbench.cli.common.pending_notice`). The kernel gets ``EAGLE_WORKBENCH_RUNBOOK``
@@ -162,9 +182,12 @@ def run_runbook(name: str, parameters: dict[str, Any], report_dir: str | Path, *
     (out_dir / f"{name}.json").unlink(missing_ok=True)
     os.environ[DRIVER_ENV] = "1"
     os.environ[RUNBOOK_ENV] = name
+    kernel_log = out_dir / f"{name}.kernel.log"
+    kernel_stderr = open(kernel_log, "w")
     try:
         papermill.execute_notebook(str(source), str(notebook), parameters=params, kernel_name=kernel_name,
-                                   cwd=str(Path.cwd()), progress_bar=False)
+                                   cwd=str(Path.cwd()), progress_bar=False,
+                                   kernel_manager_class=_kernel_manager_class(kernel_stderr))
     except BaseException as exc:
         # Clean up, then re-raise the run's own error: a failure while cleaning up is printed,
         # never allowed to replace it. More signals (an impatient Ctrl-C) must not cut the clean-up
@@ -199,6 +222,7 @@ def run_runbook(name: str, parameters: dict[str, Any], report_dir: str | Path, *
             raise RunbookInterrupted(reason, restored) from exc
         raise
     finally:
+        kernel_stderr.close()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         os.environ.pop(DRIVER_ENV, None)

@@ -31,7 +31,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from remote.errors import RemoteError, RemoteFileDecodeError
+from remote.errors import RemoteError, RemoteFileDecodeError, RemoteFileNotFound
 from remote.result import ServerHandle, ServerProcess
 from workbench.errors import JournalError
 from workbench.session import runlock
@@ -324,6 +324,11 @@ def restore_box(box, *, server_start_timeout: float = 600.0, timeout: float = 30
             report.actions.append(f"the journal belongs to a diagnosis still running (pid "
                                   f"{journal.data['owner']['pid']}); left alone")
             return report
+    try:
+        probed_files = sorted({p.path for p in remote_probes.list_probes(box, timeout=timeout)})
+    except RemoteError as exc:
+        probed_files = []
+        report.actions.append(f"could not list the probes before reverting them ({exc})")
     for server in list(journal.data.get("started_servers") or []):
         _stop_started(box, journal, server, report, timeout)
     if journal.data.get("launching"):
@@ -345,6 +350,7 @@ def restore_box(box, *, server_start_timeout: float = 600.0, timeout: float = 30
             report.actions.append(f"removed {path} (created by the run)")
         else:
             report.problems.append(f"could not remove {path}: {res.stderr.strip()[-200:]}")
+    _remove_write_leftovers(box, probed_files, report, timeout)
     original = journal.data.get("original_server") or {}
     if original.get("stopped"):
         _bring_back_original(box, journal, original, report, server_start_timeout, timeout)
@@ -361,6 +367,40 @@ def restore_box(box, *, server_start_timeout: float = 600.0, timeout: float = 30
         except (RemoteError, JournalError) as exc:
             report.problems.append(f"the box is restored but its run lock could not be released: {exc}")
     return report
+
+
+#: the temporary file of an atomic write on the box (``remote.box.Box.temp_path_for``): ``.NAME.ewb-tmp-HEX``
+_WRITE_TEMP = re.compile(r"^\.(?P<name>.+)\.ewb-tmp-[0-9a-f]{8}$")
+
+
+def _remove_write_leftovers(box, probed_files: list[str], report: RestoreReport, timeout: float) -> None:
+    """Remove the temporary files of atomic writes a killed run left half-done: any in the state
+    dir's ``diagnosis/`` and ``probes/`` (the journals), and ``.NAME.ewb-tmp-*`` beside each file
+    a probe patched (only for that NAME: nothing else in the engine's directories is touched)."""
+    import posixpath
+
+    wanted: dict[str, set[str] | None] = {f"{box.state_dir}/diagnosis": None, f"{box.state_dir}/probes": None}
+    for path in probed_files:
+        wanted.setdefault(posixpath.dirname(path), set())
+        if wanted[posixpath.dirname(path)] is not None:
+            wanted[posixpath.dirname(path)].add(posixpath.basename(path))
+    for directory, names in wanted.items():
+        try:
+            entries = box.listdir(directory, timeout=timeout)
+        except RemoteFileNotFound:
+            continue  # no such directory: nothing was written there
+        except RemoteError as exc:
+            report.actions.append(f"could not look for interrupted writes in {directory}: {exc}")
+            continue
+        for entry in entries:
+            m = _WRITE_TEMP.match(entry)
+            if not m or (names is not None and m.group("name") not in names):
+                continue
+            try:
+                box.remove(f"{directory}/{entry}", missing_ok=True, timeout=timeout)
+                report.actions.append(f"removed {directory}/{entry} (an interrupted write's temporary file)")
+            except RemoteError as exc:
+                report.problems.append(f"could not remove {directory}/{entry}: {exc}")
 
 
 def _stop_started(box, journal: Journal, server: dict, report: RestoreReport, timeout: float) -> None:
