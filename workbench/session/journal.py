@@ -126,12 +126,15 @@ class Journal:
             return False
         except PermissionError:
             return True
+        try:
+            with open(f"/proc/{owner['pid']}/stat") as f:
+                fields = f.read().rsplit(") ", 1)[1].split()
+        except (OSError, IndexError):
+            return True  # no /proc here (not Linux): the signal-0 answer stands
+        if fields[0] in ("Z", "X"):
+            return False  # a zombie: it has exited
         if owner.get("pid_start") is not None:
-            try:
-                with open(f"/proc/{owner['pid']}/stat") as f:
-                    return int(f.read().rsplit(") ", 1)[1].split()[19]) == owner["pid_start"]
-            except (OSError, ValueError, IndexError):
-                return False
+            return fields[19] == str(owner["pid_start"])
         return True
 
     def record_original(self, *, argv: list[str], cwd: str | None, env: dict[str, str] | None,

@@ -10,7 +10,7 @@ its holder still lives and write the new holder (write to a temporary file, then
 Whether the holder lives is decided ON THE BOX, so the driver may run on another machine:
 
 * a holder on the box's own kernel (its recorded ``boot_id``, ``/proc/sys/kernel/random/boot_id``,
-  is the box's): alive while ``/proc/<pid>/stat`` exists and its start time (field 22, clock ticks
+  is the box's): alive while ``/proc/<pid>/stat`` exists, is no zombie, and its start time (field 22, clock ticks
   since boot) is the one recorded; a pid reused by another process has another start time, so it
   never aliases; a reboot changes the boot id;
 * a holder on another machine: it touches the lock file every :data:`HEARTBEAT_S` seconds (from a
@@ -61,9 +61,11 @@ def boot_id():
         return None
 BOOT = boot_id()
 def start_of(pid):
+    # None for no such process, and for a zombie (it has exited; its parent has not reaped it)
     try:
         with open("/proc/%d/stat" % int(pid)) as f:
-            return int(f.read().rsplit(") ", 1)[1].split()[19])
+            fields = f.read().rsplit(") ", 1)[1].split()
+        return None if fields[0] in ("Z", "X") else int(fields[19])
     except (OSError, ValueError, IndexError):
         return None
 def read():
