@@ -46,7 +46,8 @@ STALE_AFTER_S = 60.0
 #: set by ``workbench runbook`` in the kernel's environment: the runbook's name, shown to a loser
 RUNBOOK_ENV = "EAGLE_WORKBENCH_RUNBOOK"
 
-# Run on the box: python3 - OP STATE_DIR [ARG]. Prints one JSON object. Standard library only.
+# Run on the box: python3 -I -S - OP STATE_DIR ARG STALE_AFTER (OP: acquire, release, heartbeat). Prints one
+# JSON object. Standard library only. Must decide ``alive`` as :func:`_alive_from` does.
 _SCRIPT = r'''
 import fcntl, json, os, sys, time
 op, d = sys.argv[1], sys.argv[2]
@@ -88,19 +89,7 @@ def alive(h):
     if BOOT is not None and h.get("boot_id") == BOOT:
         return start_of(h.get("pid", -1)) == h.get("pid_start")
     return time.time() - h["_mtime"] < stale_after
-def journal():
-    try:
-        with open(os.path.join(d, "journal.json"), errors="replace") as f:
-            return f.read(1 << 20)
-    except FileNotFoundError:
-        return None
-    except OSError as e:
-        return "\0unreadable: " + str(e)
 out = {"box_boot_id": BOOT}
-if op == "status":
-    h = read()
-    out.update(holder=h, alive=alive(h), journal=journal())
-    print(json.dumps(out)); sys.exit(0)
 os.makedirs(d, exist_ok=True)
 g = os.open(d, os.O_RDONLY)  # flock on the directory itself: no guard file is left behind
 try:
@@ -190,7 +179,7 @@ def lock_path(box) -> str:
 
 
 def _run_script(box, op: str, arg: Optional[str] = None, *, timeout: float) -> dict:
-    argv = [box.python, "-", op, f"{box.state_dir}/diagnosis"]
+    argv = [box.python, "-I", "-S", "-", op, f"{box.state_dir}/diagnosis"]
     if arg is not None:
         argv += [arg, str(STALE_AFTER_S)]
     res = box.run(argv, stdin=_SCRIPT, timeout=timeout, check=False)
@@ -203,11 +192,67 @@ def _run_script(box, op: str, arg: Optional[str] = None, *, timeout: float) -> d
         raise JournalError(f"the run lock script on {box} printed no answer: {res.stdout[-300:]!r}") from exc
 
 
+#: ``box_status``'s one read, in the shell (no interpreter start: it runs before every command):
+#: the box's boot id and clock, the lock file with its mtime and its holder's /proc stat line, the journal.
+_STATUS_SH = r"""d=$1
+printf 'BOOT %s\n' "$(cat /proc/sys/kernel/random/boot_id 2>/dev/null)"
+printf 'NOW %s\n' "$(date +%s)"
+if [ -f "$d/run.lock" ]; then
+  printf 'MTIME %s\n' "$(stat -c %Y "$d/run.lock")"
+  pid=$(sed -n 's/.*"pid": *\([0-9][0-9]*\).*/\1/p' "$d/run.lock" | head -n 1)
+  if [ -n "$pid" ] && [ -r "/proc/$pid/stat" ]; then printf 'STAT %s\n' "$(cat "/proc/$pid/stat" 2>/dev/null)"; fi
+  printf 'LOCK %s\n' "$(tr '\n' ' ' < "$d/run.lock")"
+fi
+if [ -f "$d/journal.json" ]; then echo JOURNAL; head -c 1048576 "$d/journal.json"; fi
+"""
+
+
+def _alive_from(holder: dict, box_boot: Optional[str], stat_line: Optional[str], mtime: float, now: float) -> bool:
+    """The lock script's ``alive`` (see the module docstring), from what ``_STATUS_SH`` read."""
+    if "_unreadable" in holder:
+        return now - mtime < STALE_AFTER_S
+    if box_boot and holder.get("boot_id") == box_boot:
+        if not stat_line:
+            return False
+        try:
+            fields = stat_line.rsplit(") ", 1)[1].split()
+        except IndexError:
+            return False
+        if fields[0] in ("Z", "X") or len(fields) < 20:
+            return False
+        return fields[19] == str(holder.get("pid_start")) and stat_line.split(" ", 1)[0] == str(holder.get("pid"))
+    return now - mtime < STALE_AFTER_S
+
+
 def box_status(box, *, timeout: float = 10.0) -> BoxStatus:
-    """The lock's holder, whether it lives, and the journal's text, in one box call. Raises
-    :class:`JournalError` when the script cannot run, ``RemoteError`` for the box."""
-    out = _run_script(box, "status", timeout=timeout)
-    return BoxStatus(Holder.from_box(out.get("holder"), out.get("alive")), out.get("journal"), out.get("box_boot_id"))
+    """The lock's holder, whether it lives (decided from what the box reports: its boot id, the
+    holder's ``/proc`` start time, the lock's mtime by the box's clock) and the journal's text, in
+    one shell call on the box (no interpreter started). Raises :class:`JournalError` when the box's
+    answer cannot be read, ``RemoteError`` for the box."""
+    res = box.run(["bash", "-c", _STATUS_SH, "status", f"{box.state_dir}/diagnosis"], timeout=timeout, check=False)
+    if res.exit_code != 0:
+        raise JournalError(f"could not read the run state on {box} (exit {res.exit_code}): {res.stderr.strip()[-300:]}")
+    head, _, journal = res.stdout.partition("JOURNAL\n")
+    info: dict[str, str] = {}
+    for line in head.splitlines():
+        key, _, value = line.partition(" ")
+        info[key] = value
+    holder = None
+    alive = None
+    if "LOCK" in info:
+        try:
+            holder = json.loads(info["LOCK"])
+            if not isinstance(holder, dict):
+                raise ValueError("not a JSON object")
+        except ValueError as exc:
+            holder = {"_unreadable": str(exc)}
+        try:
+            mtime, now = float(info.get("MTIME", "0")), float(info.get("NOW", "0"))
+        except ValueError as exc:
+            raise JournalError(f"could not read the run lock's age on {box}: {info}") from exc
+        alive = _alive_from(holder, info.get("BOOT") or None, info.get("STAT"), mtime, now)
+    return BoxStatus(Holder.from_box(holder, alive), journal if "JOURNAL\n" in res.stdout else None,
+                     info.get("BOOT") or None)
 
 
 def self_identity() -> dict:
