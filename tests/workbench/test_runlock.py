@@ -182,6 +182,36 @@ def test_a_holder_on_another_machine_lives_by_its_heartbeat(lbox):
     assert runlock.acquire(lbox, "local", "mine01").run_id == "mine01"
 
 
+def test_the_heartbeat_keeps_a_remote_holders_lock_fresh(lbox, monkeypatch):
+    """The heartbeat thread (what a driver on another machine than the box runs) touches the lock
+    over its own connection, and stops once the lock is released."""
+    monkeypatch.setattr(runlock, "HEARTBEAT_S", 0.2)
+    taken = runlock.acquire(lbox, "local", "beat01")
+    lock = runlock.RunLock(lbox, "local", taken.holder, heartbeat=True)
+    path = Path(runlock.lock_path(lbox))
+    old = time.time() - 3600
+    os.utime(path, (old, old))
+    deadline = time.monotonic() + 30
+    while path.stat().st_mtime < time.time() - 600:
+        assert time.monotonic() < deadline, "no heartbeat"
+        time.sleep(0.1)
+    lock.release()
+    lock._thread.join(timeout=30)
+    assert not lock._thread.is_alive() and not path.exists()
+
+
+def test_a_holder_that_ran_here_is_checked_here():
+    """A box on another machine sees only the heartbeat of a holder that ran here; whoever asks
+    from here knows better: its pid and start time (a kernel the driver just killed is dead)."""
+    me = runlock.self_identity()
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    gone = {"run_id": "k1", "pid": child.pid, "pid_start": 1, "boot_id": me["boot_id"]}
+    assert runlock._alive_here(gone, True) is False
+    assert runlock._alive_here({**gone, "pid": me["pid"], "pid_start": me["pid_start"]}, True) is True
+    assert runlock._alive_here({**gone, "boot_id": "another-machine"}, True) is True  # the box's word
+
+
 def test_restore_box_leaves_a_live_run_alone_and_releases_a_dead_ones_lock(lbox, state_dir):
     created = str(state_dir / "repairs" / "run-copy")
     holder = _holder(state_dir, "live01", created)

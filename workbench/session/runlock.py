@@ -17,8 +17,9 @@ Whether the holder lives is decided ON THE BOX, so the driver may run on another
   thread with its own connection, :class:`RunLock`); alive while the file's mtime, by the box's
   clock, is younger than :data:`STALE_AFTER_S`.
 
-A stale lock (holder dead) is taken over under the same ``flock``: two contenders can never both
-take it. The lock file is ``{"run_id", "pid", "pid_start", "boot_id", "host", "runbook",
+A holder that ran on the machine asking is checked there too (pid and start time): the driver
+that just killed its kernel knows it is dead before the heartbeat goes stale. A stale lock
+(holder dead) is taken over under the same ``flock``: two contenders can never both take it. The lock file is ``{"run_id", "pid", "pid_start", "boot_id", "host", "runbook",
 "started_at", "heartbeat"}``.
 """
 
@@ -97,8 +98,10 @@ try:
     h = read()
     a = alive(h)
     if op == "acquire":
-        new = json.loads(arg)
-        if h is not None and a:
+        req = json.loads(arg)
+        new = req["holder"]
+        # the caller runs where the holder ran and saw it dead: its heartbeat may still look fresh
+        if h is not None and a and not (req.get("dead") and h.get("run_id") == req["dead"]):
             out.update(status="held", holder=h, alive=True)
         else:
             tmp = lock + ".%d.tmp" % os.getpid()
@@ -224,6 +227,22 @@ def _alive_from(holder: dict, box_boot: Optional[str], stat_line: Optional[str],
     return now - mtime < STALE_AFTER_S
 
 
+def _alive_here(holder: dict, box_says: bool) -> bool:
+    """A holder that ran on THIS machine (its boot id is this machine's) is checked here, by pid
+    and ``/proc`` start time: a remote box only sees its heartbeat, which stays fresh for up to
+    :data:`STALE_AFTER_S` after the holder died (the driver that just killed its kernel must not
+    wait that long to restore). Any other holder: what the box says."""
+    me = self_identity()
+    if me["boot_id"] is None or holder.get("boot_id") != me["boot_id"] or not isinstance(holder.get("pid"), int):
+        return box_says
+    try:
+        with open(f"/proc/{holder['pid']}/stat") as f:
+            fields = f.read().rsplit(") ", 1)[1].split()
+    except (OSError, IndexError):
+        return False
+    return fields[0] not in ("Z", "X") and fields[19] == str(holder.get("pid_start"))
+
+
 def box_status(box, *, timeout: float = 10.0) -> BoxStatus:
     """The lock's holder, whether it lives (decided from what the box reports: its boot id, the
     holder's ``/proc`` start time, the lock's mtime by the box's clock) and the journal's text, in
@@ -251,6 +270,8 @@ def box_status(box, *, timeout: float = 10.0) -> BoxStatus:
         except ValueError as exc:
             raise JournalError(f"could not read the run lock's age on {box}: {info}") from exc
         alive = _alive_from(holder, info.get("BOOT") or None, info.get("STAT"), mtime, now)
+        if alive:
+            alive = _alive_here(holder, alive)
     return BoxStatus(Holder.from_box(holder, alive), journal if "JOURNAL\n" in res.stdout else None,
                      info.get("BOOT") or None)
 
@@ -306,7 +327,7 @@ class RunLock:
         try:
             while not self._stop.wait(HEARTBEAT_S):
                 try:
-                    out = _run_script(box, "heartbeat", self.run_id, timeout=HEARTBEAT_S)
+                    out = _run_script(box, "heartbeat", self.run_id, timeout=max(HEARTBEAT_S, 30.0))
                 except (RemoteError, JournalError) as exc:
                     print(f"[eagle-workbench] run lock heartbeat failed: {exc}", file=sys.stderr)
                     continue
@@ -340,9 +361,10 @@ def acquire(box, host: str, run_id: str, *, timeout: float = 10.0) -> RunLock:
     me = self_identity()
     holder = {"run_id": run_id, **me, "host": socket.gethostname(), "runbook": os.environ.get(RUNBOOK_ENV)
               or os.path.basename(sys.argv[0] or "python"), "started_at": time.time()}
-    box_boot = box_status(box, timeout=timeout).box_boot_id
-    holder["heartbeat"] = me["boot_id"] is None or me["boot_id"] != box_boot
-    out = _run_script(box, "acquire", json.dumps(holder), timeout=timeout)
+    status = box_status(box, timeout=timeout)
+    holder["heartbeat"] = me["boot_id"] is None or me["boot_id"] != status.box_boot_id
+    dead = status.holder.run_id if status.holder is not None and status.holder.alive is False else None
+    out = _run_script(box, "acquire", json.dumps({"holder": holder, "dead": dead}), timeout=timeout)
     if out.get("status") != "acquired":
         other = Holder.from_box(out.get("holder"), True)
         raise RunLocked(f"another run is using {box.name}: {other.describe()}; wait for it to finish "
