@@ -36,7 +36,7 @@ from remote import connect
 from remote import probes as remote_probes
 from testkit.faults import build_deployment
 from testkit.ports import free_port
-from workbench.session.journal import Journal
+from workbench.session.journal import Journal, restore_box
 
 pytestmark = pytest.mark.slow
 
@@ -266,12 +266,25 @@ def test_killed_at_each_step_leaves_the_box_as_found(tmp_path, step, target):
         _TALLY.append({"step": step, "target": target, "clean": clean,
                        "seconds": round(time.monotonic() - started, 1)})
     finally:
-        if driver.poll() is None:
-            driver.kill()
-            driver.communicate()
-        for s in box.find_servers():
-            if s.port == port:
-                box.stop_server(s)
+        _clean_up(box, port, driver)
+
+
+def _clean_up(box, port: int, driver: subprocess.Popen) -> None:
+    """After a test, passed or failed: the driver (and its kernel) gone, the run's servers stopped,
+    and whatever it left undone (a probe in the sandbox source of this checkout) restored."""
+    if driver.poll() is None:
+        try:
+            for child in psutil.Process(driver.pid).children(recursive=True):
+                child.kill()
+        except psutil.NoSuchProcess:
+            pass  # the driver just ended: it killed its kernel itself
+        driver.kill()
+        driver.communicate()
+    report = restore_box(box)  # a failed test's run must not leave a probe in the checkout's sandbox
+    assert report.clean, report.problems
+    for s in box.find_servers():
+        if s.port == port:
+            box.stop_server(s)
 
 
 def _wait_gone(state_dir: Path, dep_root: Path, kinds: tuple[str, ...], timeout: float = 30.0) -> None:
@@ -316,12 +329,7 @@ def test_server_killed_mid_measurement(tmp_path):
         _TALLY.append({"step": "measurement", "target": "server-SIGKILL", "clean": "without help",
                        "seconds": round(time.monotonic() - started, 1)})
     finally:
-        if driver.poll() is None:
-            driver.kill()
-            driver.communicate()
-        for s in box.find_servers():
-            if s.port == port:
-                box.stop_server(s)
+        _clean_up(box, port, driver)
 
 
 def test_two_runs_at_once_one_waits(tmp_path):
@@ -346,9 +354,4 @@ def test_two_runs_at_once_one_waits(tmp_path):
         _assert_as_found(box, state_dir, dep, before, loser_err)
     finally:
         for r in runs:
-            if r.poll() is None:
-                r.kill()
-                r.communicate()
-        for s in box.find_servers():
-            if s.port == port:
-                box.stop_server(s)
+            _clean_up(box, port, r)

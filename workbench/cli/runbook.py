@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import signal
 import sys
@@ -109,6 +110,30 @@ def _kernel_manager_class(stderr: Any) -> type:
     return _KernelManager
 
 
+#: loggers of the driver's side of a papermill run (nbclient logs through papermill's logger)
+_RUN_LOGGERS = ("papermill", "nbclient", "jupyter_client", "traitlets")
+#: what a kernel torn down by an interrupt leaves behind in nbclient's asyncio tasks
+_TEARDOWN_ERRORS = {"DeadKernelError", "ZMQError", "KeyboardInterrupt", "CancelledError", "CellTimeoutError"}
+
+
+class _InterruptedTaskFilter(logging.Filter):
+    """Drops asyncio's "Task exception was never retrieved" for an nbclient task that died of the
+    interrupt (its kernel gone: ``DeadKernelError``, a closed ZMQ socket, ...). It is printed when
+    the task is garbage-collected, at exit, after the run's own last line. Anything else passes."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        return not (str(record.msg).startswith("Task exception was never retrieved") and exc is not None
+                    and type(exc).__name__ in _TEARDOWN_ERRORS)
+
+
+def _quiet_interrupted_tasks() -> None:
+    """Install :class:`_InterruptedTaskFilter` on the ``asyncio`` logger (once)."""
+    log = logging.getLogger("asyncio")
+    if not any(isinstance(f, _InterruptedTaskFilter) for f in log.filters):
+        log.addFilter(_InterruptedTaskFilter())
+
+
 def _kill_kernels() -> list[int]:
     """SIGKILL the kernels this process started (papermill leaves them when interrupted), so that
     none of them goes on changing the box while it is restored. Returns their pids."""
@@ -143,9 +168,10 @@ def run_runbook(name: str, parameters: dict[str, Any], report_dir: str | Path, *
     the kernel interrupted (a cell ending in ``KeyboardInterrupt``) or dead (``DeadKernelError``),
     or any error papermill/ZMQ raised while a signal was being handled.
 
-    The kernel's own stderr (not the cells' output, which is in the notebook) goes to
-    ``report_dir/NAME.kernel.log``: a kernel torn down by an interrupt logs ZMQ tracebacks there,
-    not on the terminal.
+    The kernel's own stderr (not the cells' output, which is in the notebook) and the log lines of
+    papermill/nbclient go to ``report_dir/NAME.kernel.log``: a kernel torn down by an interrupt
+    logs ZMQ tracebacks there, not on the terminal; asyncio's "Task exception was never
+    retrieved" for a task that died of the interrupt is dropped.
 
     Before the run, one line on stderr when a run left the box changed or another run is using
     it (:func:`workbench.cli.common.pending_notice`). The kernel gets ``EAGLE_WORKBENCH_RUNBOOK``
@@ -184,6 +210,16 @@ def run_runbook(name: str, parameters: dict[str, Any], report_dir: str | Path, *
     os.environ[RUNBOOK_ENV] = name
     kernel_log = out_dir / f"{name}.kernel.log"
     kernel_stderr = open(kernel_log, "w")
+    # papermill's and nbclient's own log lines ("Kernel died while waiting for execute reply") go
+    # there too: the terminal gets the run's outcome in one line, the log file the details.
+    log_handler = logging.StreamHandler(kernel_stderr)
+    log_handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(levelname)s %(message)s"))
+    saved_loggers = {}
+    for logger_name in _RUN_LOGGERS:
+        log = logging.getLogger(logger_name)
+        saved_loggers[logger_name] = log.propagate
+        log.addHandler(log_handler)
+        log.propagate = False
     try:
         papermill.execute_notebook(str(source), str(notebook), parameters=params, kernel_name=kernel_name,
                                    cwd=str(Path.cwd()), progress_bar=False,
@@ -196,6 +232,7 @@ def run_runbook(name: str, parameters: dict[str, Any], report_dir: str | Path, *
         try:
             reason = _interrupt_reason(exc, received)
             if reason is not None:
+                _quiet_interrupted_tasks()
                 print(f"workbench runbook: interrupted: {reason}; killing the kernel and restoring the box",
                       file=sys.stderr)
             try:
@@ -222,6 +259,9 @@ def run_runbook(name: str, parameters: dict[str, Any], report_dir: str | Path, *
             raise RunbookInterrupted(reason, restored) from exc
         raise
     finally:
+        for logger_name, propagate in saved_loggers.items():
+            logging.getLogger(logger_name).removeHandler(log_handler)
+            logging.getLogger(logger_name).propagate = propagate
         kernel_stderr.close()
         for sig, handler in previous.items():
             signal.signal(sig, handler)

@@ -53,42 +53,6 @@ class LlamaForCausalLM(nn.Module):
     # -- capture -------------------------------------------------------------------------------
     def _make_capture_hook(self, layer_index: int):
         def hook(module, args, kwargs):
-            # >>> eagle-workbench probe target-capture-layers >>>
-            try:
-                import sys as _ewb_sys
-                _ewb_fired = _ewb_sys.__dict__.setdefault('_eagle_workbench_probes_fired', set())
-                if 'target-capture-layers' not in _ewb_fired:
-                    _ewb_fired.add('target-capture-layers')
-                    _ewb_parts = []
-                    _ewb_cut = lambda s: s if len(s) <= 2000 else s[:2000] + '...'
-                    try:
-                        _ewb_parts.append('self.layers_to_capture=' + _ewb_cut(repr(self.layers_to_capture)))
-                    except Exception as _ewb_exc:
-                        _ewb_parts.append('self.layers_to_capture=<error:' + repr(_ewb_exc) + '>')
-                    try:
-                        _ewb_parts.append("getattr(self, 'capture_aux_hidden_states', None)=" + _ewb_cut(repr(getattr(self, 'capture_aux_hidden_states', None))))
-                    except Exception as _ewb_exc:
-                        _ewb_parts.append("getattr(self, 'capture_aux_hidden_states', None)=<error:" + repr(_ewb_exc) + '>')
-                    try:
-                        import os as _ewb_os
-                        _ewb_who = ' pgid=%d pid=%d' % (_ewb_os.getpgrp(), _ewb_os.getpid())
-                    except Exception:  # not POSIX: the line is still printed, its launch unknown
-                        _ewb_who = ' pgid=? pid=?'
-                    print('[probe:target-capture-layers]'[:-1] + _ewb_who + '] ' + ' '.join(_ewb_parts).replace('\n', '\\n'), file=_ewb_sys.stderr, flush=True)
-            except Exception as _ewb_exc:  # a probe must never break the code it watches
-                try:
-                    _ewb_failed = __import__('sys').__dict__.setdefault('_eagle_workbench_probes_failed', set())
-                    if 'target-capture-layers' not in _ewb_failed:
-                        _ewb_failed.add('target-capture-layers')
-                        try:
-                            import os as _ewb_os
-                            _ewb_who = ' pgid=%d pid=%d' % (_ewb_os.getpgrp(), _ewb_os.getpid())
-                        except Exception:  # not POSIX: the line is still printed, its launch unknown
-                            _ewb_who = ' pgid=? pid=?'
-                        print('[probe:target-capture-layers]'[:-1] + _ewb_who + '] <probe failed:' + repr(_ewb_exc)[:2000] + '>', file=__import__('sys').stderr, flush=True)
-                except Exception as _ewb_lost:  # stderr cannot be written: nowhere left to say it but here
-                    __import__('sys').__dict__.setdefault('_eagle_workbench_probes_lost', {})['target-capture-layers'] = repr(_ewb_lost)
-            # <<< eagle-workbench probe target-capture-layers <<<
             if self.capture_aux_hidden_states and layer_index in self.layers_to_capture:
                 hidden = args[0] if args else kwargs["hidden_states"]
                 self._captured[layer_index] = hidden

@@ -272,60 +272,6 @@ class LlamaModel(nn.Module):
             embeds = input_embeds
 
         hidden_states = forward_batch.spec_info.hidden_states
-        # >>> eagle-workbench probe draft-input-width >>>
-        try:
-            import sys as _ewb_sys
-            _ewb_seen = _ewb_sys.__dict__.setdefault('_eagle_workbench_probes_seen', {}).setdefault('draft-input-width', set())
-            if len(_ewb_seen) < 8:
-                _ewb_key = repr((hidden_states.shape[-1]))
-                if _ewb_key not in _ewb_seen:
-                    _ewb_seen.add(_ewb_key)
-                    _ewb_parts = []
-                    _ewb_cut = lambda s: s if len(s) <= 2000 else s[:2000] + '...'
-                    try:
-                        _ewb_parts.append('hidden_states.shape=' + _ewb_cut(repr(hidden_states.shape)))
-                    except Exception as _ewb_exc:
-                        _ewb_parts.append('hidden_states.shape=<error:' + repr(_ewb_exc) + '>')
-                    try:
-                        _ewb_parts.append('embeds.shape=' + _ewb_cut(repr(embeds.shape)))
-                    except Exception as _ewb_exc:
-                        _ewb_parts.append('embeds.shape=<error:' + repr(_ewb_exc) + '>')
-                    try:
-                        _ewb_parts.append('hidden_states.dtype=' + _ewb_cut(repr(hidden_states.dtype)))
-                    except Exception as _ewb_exc:
-                        _ewb_parts.append('hidden_states.dtype=<error:' + repr(_ewb_exc) + '>')
-                    try:
-                        _ewb_parts.append('self.fc.in_features=' + _ewb_cut(repr(self.fc.in_features)))
-                    except Exception as _ewb_exc:
-                        _ewb_parts.append('self.fc.in_features=<error:' + repr(_ewb_exc) + '>')
-                    try:
-                        _ewb_parts.append('hidden_states.float().mean().item()=' + _ewb_cut(repr(hidden_states.float().mean().item())))
-                    except Exception as _ewb_exc:
-                        _ewb_parts.append('hidden_states.float().mean().item()=<error:' + repr(_ewb_exc) + '>')
-                    try:
-                        _ewb_parts.append('hidden_states.float().std().item()=' + _ewb_cut(repr(hidden_states.float().std().item())))
-                    except Exception as _ewb_exc:
-                        _ewb_parts.append('hidden_states.float().std().item()=<error:' + repr(_ewb_exc) + '>')
-                    try:
-                        import os as _ewb_os
-                        _ewb_who = ' pgid=%d pid=%d' % (_ewb_os.getpgrp(), _ewb_os.getpid())
-                    except Exception:  # not POSIX: the line is still printed, its launch unknown
-                        _ewb_who = ' pgid=? pid=?'
-                    print('[probe:draft-input-width]'[:-1] + _ewb_who + '] ' + ' '.join(_ewb_parts).replace('\n', '\\n'), file=_ewb_sys.stderr, flush=True)
-        except Exception as _ewb_exc:  # a probe must never break the code it watches
-            try:
-                _ewb_failed = __import__('sys').__dict__.setdefault('_eagle_workbench_probes_failed', set())
-                if 'draft-input-width' not in _ewb_failed:
-                    _ewb_failed.add('draft-input-width')
-                    try:
-                        import os as _ewb_os
-                        _ewb_who = ' pgid=%d pid=%d' % (_ewb_os.getpgrp(), _ewb_os.getpid())
-                    except Exception:  # not POSIX: the line is still printed, its launch unknown
-                        _ewb_who = ' pgid=? pid=?'
-                    print('[probe:draft-input-width]'[:-1] + _ewb_who + '] <probe failed:' + repr(_ewb_exc)[:2000] + '>', file=__import__('sys').stderr, flush=True)
-            except Exception as _ewb_lost:  # stderr cannot be written: nowhere left to say it but here
-                __import__('sys').__dict__.setdefault('_eagle_workbench_probes_lost', {})['draft-input-width'] = repr(_ewb_lost)
-        # <<< eagle-workbench probe draft-input-width <<<
         if hidden_states.shape[-1] != embeds.shape[-1]:
             if self.input_norm is not None:
                 hidden_states = self.input_norm(hidden_states)

@@ -229,50 +229,6 @@ class EAGLEWorker:
         batch = ForwardBatch(spec_info=SpecInput(hidden_states=hidden[None]), kv_cache=cache)
         logits, aux = self.draft_model(input_ids, positions, batch)
         topk_index = logits[0, -1].argmax()
-        # >>> eagle-workbench probe draft-d2t >>>
-        try:
-            import sys as _ewb_sys
-            _ewb_fired = _ewb_sys.__dict__.setdefault('_eagle_workbench_probes_fired', set())
-            if 'draft-d2t' not in _ewb_fired:
-                _ewb_fired.add('draft-d2t')
-                _ewb_parts = []
-                _ewb_cut = lambda s: s if len(s) <= 2000 else s[:2000] + '...'
-                try:
-                    _ewb_parts.append('self.hot_token_id is None=' + _ewb_cut(repr(self.hot_token_id is None)))
-                except Exception as _ewb_exc:
-                    _ewb_parts.append('self.hot_token_id is None=<error:' + repr(_ewb_exc) + '>')
-                try:
-                    _ewb_parts.append('None if self.hot_token_id is None else tuple(self.hot_token_id.shape)=' + _ewb_cut(repr(None if self.hot_token_id is None else tuple(self.hot_token_id.shape))))
-                except Exception as _ewb_exc:
-                    _ewb_parts.append('None if self.hot_token_id is None else tuple(self.hot_token_id.shape)=<error:' + repr(_ewb_exc) + '>')
-                try:
-                    _ewb_parts.append('None if self.hot_token_id is None else self.hot_token_id[:8].tolist()=' + _ewb_cut(repr(None if self.hot_token_id is None else self.hot_token_id[:8].tolist())))
-                except Exception as _ewb_exc:
-                    _ewb_parts.append('None if self.hot_token_id is None else self.hot_token_id[:8].tolist()=<error:' + repr(_ewb_exc) + '>')
-                try:
-                    _ewb_parts.append('None if self.hot_token_id is None else self.hot_token_id[-4:].tolist()=' + _ewb_cut(repr(None if self.hot_token_id is None else self.hot_token_id[-4:].tolist())))
-                except Exception as _ewb_exc:
-                    _ewb_parts.append('None if self.hot_token_id is None else self.hot_token_id[-4:].tolist()=<error:' + repr(_ewb_exc) + '>')
-                try:
-                    import os as _ewb_os
-                    _ewb_who = ' pgid=%d pid=%d' % (_ewb_os.getpgrp(), _ewb_os.getpid())
-                except Exception:  # not POSIX: the line is still printed, its launch unknown
-                    _ewb_who = ' pgid=? pid=?'
-                print('[probe:draft-d2t]'[:-1] + _ewb_who + '] ' + ' '.join(_ewb_parts).replace('\n', '\\n'), file=_ewb_sys.stderr, flush=True)
-        except Exception as _ewb_exc:  # a probe must never break the code it watches
-            try:
-                _ewb_failed = __import__('sys').__dict__.setdefault('_eagle_workbench_probes_failed', set())
-                if 'draft-d2t' not in _ewb_failed:
-                    _ewb_failed.add('draft-d2t')
-                    try:
-                        import os as _ewb_os
-                        _ewb_who = ' pgid=%d pid=%d' % (_ewb_os.getpgrp(), _ewb_os.getpid())
-                    except Exception:  # not POSIX: the line is still printed, its launch unknown
-                        _ewb_who = ' pgid=? pid=?'
-                    print('[probe:draft-d2t]'[:-1] + _ewb_who + '] <probe failed:' + repr(_ewb_exc)[:2000] + '>', file=__import__('sys').stderr, flush=True)
-            except Exception as _ewb_lost:  # stderr cannot be written: nowhere left to say it but here
-                __import__('sys').__dict__.setdefault('_eagle_workbench_probes_lost', {})['draft-d2t'] = repr(_ewb_lost)
-        # <<< eagle-workbench probe draft-d2t <<<
         if self.hot_token_id is not None:
             topk_index = self.hot_token_id[topk_index]
         return topk_index, aux[:, -1:]
