@@ -304,3 +304,22 @@ def test_interrupt_reasons(exc, signals, reason):
             "cell-interrupt": lambda: PapermillExecutionError(5, 1, "", "KeyboardInterrupt", "", []),
             "cell-error": lambda: PapermillExecutionError(5, 1, "", "ValueError", "bad", [])}[exc]()
     assert _interrupt_reason(made, list(signals)) == reason
+
+
+def test_only_a_killed_kernels_orphaned_task_is_dropped():
+    """asyncio's "Task exception was never retrieved" is dropped for an nbclient task that died of
+    the interrupt, kept for anything else."""
+    import logging
+
+    from nbclient.exceptions import DeadKernelError
+
+    from workbench.cli.runbook import _InterruptedTaskFilter
+
+    def record(msg, exc):
+        return logging.LogRecord("asyncio", logging.ERROR, __file__, 1, msg, None,
+                                 (type(exc), exc, None) if exc is not None else None)
+
+    f = _InterruptedTaskFilter()
+    assert f.filter(record("Task exception was never retrieved", DeadKernelError("Kernel died"))) is False
+    assert f.filter(record("Task exception was never retrieved", ValueError("a bug"))) is True
+    assert f.filter(record("Unclosed client session", None)) is True
