@@ -323,3 +323,22 @@ def test_only_a_killed_kernels_orphaned_task_is_dropped():
     assert f.filter(record("Task exception was never retrieved", DeadKernelError("Kernel died"))) is False
     assert f.filter(record("Task exception was never retrieved", ValueError("a bug"))) is True
     assert f.filter(record("Unclosed client session", None)) is True
+
+
+def test_a_run_that_finds_the_box_taken_changes_nothing(lbox, state_dir):
+    """``open_box`` (every diagnosis and sweep) refuses before its inventory or journal: the live
+    run's journal stays byte for byte, and the refusal says to wait, not to restore."""
+    from workbench.session import open_box
+
+    created = str(state_dir / "repairs" / "live-copy")
+    holder = _holder(state_dir, "live04", created)
+    try:
+        before = Path(journal_path(lbox)).read_bytes()
+        with pytest.raises(runlock.RunLocked) as err:
+            open_box("local", launch_command="python3 -m sglang.launch_server --model-path /m --port 1", port=1)
+        assert "run live04" in str(err.value) and "wait for it" in str(err.value)
+        assert "workbench restore" not in str(err.value)
+        assert Path(journal_path(lbox)).read_bytes() == before and Path(created).is_dir()
+        assert runlock.box_status(lbox).holder.run_id == "live04"
+    finally:
+        _end(holder)
