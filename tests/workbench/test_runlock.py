@@ -342,3 +342,24 @@ def test_a_run_that_finds_the_box_taken_changes_nothing(lbox, state_dir):
         assert runlock.box_status(lbox).holder.run_id == "live04"
     finally:
         _end(holder)
+
+
+def test_a_run_restores_what_a_dead_run_left_and_keeps_its_own_lock(lbox, state_dir, capfd):
+    from testkit.ports import free_port
+    from workbench.sandbox_box import sandbox_launch_command
+    from workbench.session import open_box
+
+    created = str(state_dir / "repairs" / "dead-copy")
+    holder = _holder(state_dir, "dead05", created)
+    _end(holder)
+    port = free_port()
+    box, _inventory, journal = open_box("local", launch_command=sandbox_launch_command(port=port), port=port)
+    try:
+        assert "run dead05 left local changed; restoring it first" in capfd.readouterr().err
+        assert not Path(created).exists()
+        status = runlock.box_status(lbox)
+        assert runlock.is_mine(status.holder) and status.holder.run_id == journal.data["run_id"] != "dead05"
+    finally:
+        report = restore_box(box)
+        box.close()
+    assert report.clean and runlock.box_status(lbox).holder is None

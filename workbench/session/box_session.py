@@ -209,7 +209,7 @@ def open_box(host: str, *, launch_command: str | None, port: int | None,
                     f"is running on {box.name}; wait for it to finish (its journal: {leftover.path})")
             print(f"[eagle-workbench] run {leftover.data.get('run_id')} left {box.name} changed; restoring it first",
                   file=sys.stderr)
-            report = restore_box(box, server_start_timeout=server_start_timeout)
+            report = restore_box(box, server_start_timeout=server_start_timeout, release_lock=False)  # ours now
             for line in report.actions:
                 print(f"[eagle-workbench restore] {line}", file=sys.stderr)
             if not report.clean:

@@ -288,7 +288,7 @@ def _is_pid(value: Any) -> bool:
 
 
 def restore_box(box, *, server_start_timeout: float = 600.0, timeout: float = 30.0,
-                unless_owner_alive: bool = False) -> RestoreReport:
+                unless_owner_alive: bool = False, release_lock: bool = True) -> RestoreReport:
     """Undo everything the journal on ``box`` records: stop servers the diagnosis started, revert
     every probe, relaunch the original server (same argv, cwd, environment, log file, appended
     to) if it was stopped. Idempotent; safe to call from several places.
@@ -304,7 +304,8 @@ def restore_box(box, *, server_start_timeout: float = 600.0, timeout: float = 30
     lock (decided on the box: :mod:`workbench.session.runlock`), or, for a journal without a lock,
     when the process that began it still runs on this machine: a second run, or the driver of a
     run whose kernel lives, must not undo a live run's changes. When everything was undone the
-    run lock is released if this process holds it or its holder is dead.
+    run lock is released if this process holds it or its holder is dead (``release_lock=False``:
+    kept, for a run that restores what a dead run left before it starts).
 
     Returns a :class:`RestoreReport`; never raises for an individual action that failed (the
     failure is in ``problems``, and the journal is kept so a later call can retry), raises
@@ -362,7 +363,7 @@ def restore_box(box, *, server_start_timeout: float = 600.0, timeout: float = 30
             journal.close()
         except RemoteError as exc:
             report.problems.append(f"everything was undone but the journal {journal.path} could not be emptied: {exc}")
-    if not report.problems and holder is not None and (runlock.is_mine(holder) or not holder.alive):
+    if release_lock and not report.problems and holder is not None and (runlock.is_mine(holder) or not holder.alive):
         try:
             if runlock.release(box, holder.run_id if runlock.is_mine(holder) else "*dead*", timeout=min(timeout, 30.0)) \
                     and not runlock.is_mine(holder):
