@@ -383,6 +383,9 @@ def _run(args: argparse.Namespace) -> ExitCode:
         finally:
             for sig, handler in held.items():
                 signal.signal(sig, handler)
+        restored = getattr(exc, "restored", True)
+        if pending is False and restored is not True:
+            pending = restored  # the journal is empty, but the restore did not finish (it says why)
         if pending is False:
             message = f"interrupted: {reason}; the box was restored (see above)"
         else:
