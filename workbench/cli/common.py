@@ -184,14 +184,15 @@ def open_box(args: argparse.Namespace, host: Optional[str] = None, *, notice: bo
 
 
 def pending_notice(box: Any, spec: str, *, timeout: float = 10.0) -> Optional[str]:
-    """One line when a diagnosis or sweep left ``box`` changed (its journal pending), naming the
-    run (id, when it started) and offering ``workbench restore --host SPEC``; when that run is
-    still alive, says so instead (and to wait). ``None`` when nothing is pending. A box whose
+    """One line when a diagnosis or sweep that is no longer alive left ``box`` changed (its
+    journal pending), naming the run (id, when it started) and offering ``workbench restore
+    --host SPEC``. ``None`` when nothing is pending, or when the run is still alive (it holds the
+    run lock, or, without one, the journal's owner still runs here): it restores the box itself. A box whose
     state cannot be read gets a line saying so (never an exception: the command goes on)."""
     from remote.errors import RemoteError
     from workbench.errors import JournalError
     from workbench.session import runlock
-    from workbench.session.journal import pending_journal_from_text, pending_summary
+    from workbench.session.journal import journal_owner_alive, pending_journal_from_text, pending_summary
 
     try:
         status = runlock.box_status(box, timeout=timeout)
@@ -200,11 +201,11 @@ def pending_notice(box: Any, spec: str, *, timeout: float = 10.0) -> Optional[st
     journal = pending_journal_from_text(status.journal_text)
     holder = status.holder
     if holder is not None and holder.alive:
-        if runlock.is_mine(holder):
-            return None
-        return f"note: another run is using this box: {holder.describe()}"
+        return None  # a run in progress: its journal is its own business (it restores the box itself)
     if journal is None:
         return None
+    if holder is None and "unreadable" not in journal and journal_owner_alive(journal):
+        return None  # a journal without a run lock (an older workbench's run) whose owner still runs here
     if "unreadable" in journal:
         return (f"the box's diagnosis journal is unreadable ({journal['unreadable']}); "
                 f"see `workbench restore --host {spec}`")

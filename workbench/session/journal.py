@@ -112,30 +112,10 @@ class Journal:
         return self.data["run_id"]
 
     def owner_alive(self) -> bool | None:
-        """Whether the process that began this journal still runs: True/False when it ran on this
-        machine (host name and pid recorded by :meth:`begin`; with its start time, a reused pid is
-        not taken for it), None when that cannot be told (another machine, or a journal without an
-        owner). The run lock (:mod:`workbench.session.runlock`) decides this on the box; this is the
+        """Whether the process that began this journal still runs (:func:`journal_owner_alive`).
+        The run lock (:mod:`workbench.session.runlock`) decides this on the box; this is the
         fallback for a journal without one."""
-        owner = self.data.get("owner") or {}
-        if owner.get("host") != socket.gethostname() or not isinstance(owner.get("pid"), int):
-            return None
-        try:
-            os.kill(owner["pid"], 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            return True
-        try:
-            with open(f"/proc/{owner['pid']}/stat") as f:
-                fields = f.read().rsplit(") ", 1)[1].split()
-        except (OSError, IndexError):
-            return True  # no /proc here (not Linux): the signal-0 answer stands
-        if fields[0] in ("Z", "X"):
-            return False  # a zombie: it has exited
-        if owner.get("pid_start") is not None:
-            return fields[19] == str(owner["pid_start"])
-        return True
+        return journal_owner_alive(self.data)
 
     def record_original(self, *, argv: list[str], cwd: str | None, env: dict[str, str] | None,
                         port: int | None, log_path: str | None, pid: int | None) -> None:
@@ -208,6 +188,32 @@ class Journal:
     def _write(self) -> None:
         self.box.makedirs(self.path.rsplit("/", 1)[0], timeout=self.timeout)
         self.box.write_file(self.path, json.dumps(self.data, indent=2, sort_keys=True) + "\n", timeout=self.timeout)
+
+
+def journal_owner_alive(data: dict) -> bool | None:
+    """Whether the process that began the journal ``data`` still runs: True/False when it ran on
+    this machine (host name and pid recorded by :meth:`Journal.begin`; with its start time, a
+    reused pid is not taken for it; a zombie has exited), None when that cannot be told (another
+    machine, or a journal without an owner)."""
+    owner = data.get("owner") or {}
+    if owner.get("host") != socket.gethostname() or not isinstance(owner.get("pid"), int):
+        return None
+    try:
+        os.kill(owner["pid"], 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        with open(f"/proc/{owner['pid']}/stat") as f:
+            fields = f.read().rsplit(") ", 1)[1].split()
+    except (OSError, IndexError):
+        return True  # no /proc here (not Linux): the signal-0 answer stands
+    if fields[0] in ("Z", "X"):
+        return False  # a zombie: it has exited
+    if owner.get("pid_start") is not None:
+        return fields[19] == str(owner["pid_start"])
+    return True
 
 
 def journal_data_pending(data: dict) -> bool:
@@ -509,4 +515,4 @@ def _same_server(box, argv: list[str], journal: Journal, timeout: float):
 
 
 __all__ = ["Journal", "JournalError", "RestoreReport", "journal_path", "journal_data_pending",
-           "pending_journal_from_text", "pending_summary", "restore_box"]
+           "journal_owner_alive", "pending_journal_from_text", "pending_summary", "restore_box"]
