@@ -202,7 +202,7 @@ def test_restore_passes_its_timeout_to_the_box(cli, connects, monkeypatch):
 
 
 @pytest.mark.parametrize("failure, code, said", [
-    (KeyboardInterrupt, 130, "workbench runbook: interrupted; the box was restored (see above)"),
+    (KeyboardInterrupt, 130, "workbench runbook: interrupted: Ctrl-C (SIGINT); the box was restored (see above)"),
     (RuntimeError("the kernel died"), None, None),
 ])
 def test_runbook_restores_with_its_timeout_when_the_run_fails(cli, connects, monkeypatch, tmp_path, failure, code,
@@ -231,8 +231,8 @@ def test_runbook_restores_with_its_timeout_when_the_run_fails(cli, connects, mon
     else:
         got, out, err = cli(*argv)
         assert (got, out) == (code, "") and err.splitlines()[-1] == said
-    # 1: the box's servers read first, so their secrets are redacted in the report (bounded by
-    # --timeout too); then the restore; 3: the journal checked after
+    # connected: the box's servers read first (their secrets are redacted in the report), to look for
+    # a pending run before, to restore, and (interrupted) to check the journal after
     assert seen == [9.0] and connects == [("local", 9.0)] * (3 if code else 2)
 
 

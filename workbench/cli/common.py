@@ -18,6 +18,7 @@ import argparse
 import enum
 import os
 import sys
+import time
 from typing import Any, Callable, Optional
 
 from workbench.cli.argtypes import positive_seconds, tcp_port
@@ -26,7 +27,7 @@ from workbench.redact import RedactingStream
 
 __all__ = [
     "ExitCode", "CliError", "exit_code_for", "reworded", "run_command", "set_command", "add_box_options",
-    "add_port_option", "add_json_option", "open_box", "one_line", "HOST_HELP",
+    "add_port_option", "add_json_option", "open_box", "one_line", "pending_notice", "HOST_HELP",
 ]
 
 
@@ -101,8 +102,9 @@ def run_command(args: argparse.Namespace) -> int:
 
     The one place where errors become exit codes: an error :func:`exit_code_for` knows is printed
     as ``<args.prog>: <message>`` on stderr and its code returned; anything else propagates. A
-    stdout that is a closed pipe (``| head``) ends the command with ``FAILURE``, quietly. While the
-    subcommand runs, ``sys.stdout`` and ``sys.stderr`` redact every line
+    stdout that is a closed pipe (``| head``) ends the command with ``FAILURE``, quietly; a
+    ``KeyboardInterrupt`` (Ctrl-C) with ``INTERRUPTED`` (130) and ``<args.prog>: interrupted``.
+    While the subcommand runs, ``sys.stdout`` and ``sys.stderr`` redact every line
     (:class:`workbench.redact.RedactingStream`).
     """
     # Secrets never leave the box: everything a subcommand prints goes through the redactor
@@ -124,6 +126,9 @@ def run_command(args: argparse.Namespace) -> int:
 def _run_command(args: argparse.Namespace) -> int:
     try:
         return ExitCode(args.func(args))
+    except KeyboardInterrupt:  # Ctrl-C where the command did not catch it itself: no traceback
+        print(f"{args.prog}: interrupted", file=sys.stderr)
+        return ExitCode.INTERRUPTED
     except BrokenPipeError:  # the output went to a pipe that closed (`| head`): what was done is done
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
@@ -180,10 +185,52 @@ def add_json_option(parser: argparse.ArgumentParser, what: str = "the result") -
     parser.add_argument("--json", action="store_true", help=f"print {what} as JSON")
 
 
-def open_box(args: argparse.Namespace, host: Optional[str] = None) -> Any:
+def open_box(args: argparse.Namespace, host: Optional[str] = None, *, notice: bool = True) -> Any:
     """``remote.connect(host or args.host, connect_timeout=args.connect_timeout)``: the box of a
     subcommand with :func:`add_box_options`. Raises what ``connect`` raises (``BoxSpecError``,
-    the ``SSHError`` family)."""
+    the ``SSHError`` family).
+
+    ``notice``: say on stderr, in one line, when a run left the box changed
+    (:func:`pending_notice`: one small read of the box's run lock and journal)."""
     from remote import connect
 
-    return connect(host if host is not None else args.host, connect_timeout=args.connect_timeout)
+    spec = host if host is not None else args.host
+    box = connect(spec, connect_timeout=args.connect_timeout)
+    if notice:
+        line = pending_notice(box, spec, timeout=min(float(getattr(args, "timeout", None) or 10.0), 10.0))
+        if line:
+            print(f"{args.prog}: {line}", file=sys.stderr)
+    return box
+
+
+def pending_notice(box: Any, spec: str, *, timeout: float = 10.0) -> Optional[str]:
+    """One line when a diagnosis or sweep that is no longer alive left ``box`` changed (its
+    journal pending), naming the run (id, when it started) and offering ``workbench restore
+    --host SPEC``. ``None`` when nothing is pending, or when the run is still alive (it holds the
+    run lock, or, without one, the journal's owner still runs here): it restores the box itself. A box whose
+    state cannot be read gets a line saying so (never an exception: the command goes on)."""
+    from remote.errors import RemoteError
+    from workbench.errors import JournalError
+    from workbench.session import runlock
+    from workbench.session.journal import journal_owner_alive, pending_journal_from_text, pending_summary
+
+    try:
+        status = runlock.box_status(box, timeout=timeout)
+    except (RemoteError, JournalError) as exc:
+        return f"could not check the box for a run left pending: {one_line(exc)}"
+    journal = pending_journal_from_text(status.journal_text)
+    holder = status.holder
+    if holder is not None and holder.alive:
+        return None  # a run in progress: its journal is its own business (it restores the box itself)
+    if journal is None:
+        return None
+    if holder is None and "unreadable" not in journal and journal_owner_alive(journal):
+        return None  # a journal without a run lock (an older workbench's run) whose owner still runs here
+    if "unreadable" in journal:
+        return (f"the box's diagnosis journal is unreadable ({journal['unreadable']}); "
+                f"see `workbench restore --host {spec}`")
+    started = journal.get("started_at")
+    when = (time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(started))
+            if isinstance(started, (int, float)) else "at an unknown time")
+    return (f"run {journal.get('run_id')} (started {when}) left the box changed ({pending_summary(journal)}); "
+            f"undo it with `workbench restore --host {spec}`")

@@ -16,8 +16,8 @@ server process for the port runs) is waited for up to ``--start-timeout S`` (def
 line on stderr; one whose HTTP answers but whose generation does not return within ``--timeout`` is
 reported as stuck (exit 2).
 Exit codes: 0 measured, 1 ``acceptance-collapsed`` fired on a source (accept length ≤ 1.05 over
-≥ 20 verify steps), 2 the measurement could not run (bad input, unreachable box or server, or
-interrupted before it was done).
+≥ 20 verify steps), 2 the measurement could not run (bad input, unreachable box or server), 130
+interrupted (Ctrl-C) before it was done.
 """
 
 from __future__ import annotations
@@ -63,8 +63,9 @@ def _run(args: argparse.Namespace) -> ExitCode:
         except (MeasureError, RemoteError, ValueError) as exc:
             raise CliError(str(exc)) from exc
         except KeyboardInterrupt as exc:
-            # exit 2 as it always was for this command: the measurement could not be made
-            raise CliError("interrupted", ExitCode.CANNOT_RUN) from exc
+            # Ctrl-C (and SIGTERM/SIGHUP: workbench.cli main) is an interrupt: exit 130 like every command
+            raise CliError("interrupted; nothing was measured (measure changes nothing on the box)",
+                           ExitCode.INTERRUPTED) from exc
     m.prompt_set = args.prompts
     if box.name != "local":
         m.notes.append(f"box {box.name}: port {args.port} reached through an SSH port forward ({url})")

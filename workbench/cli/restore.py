@@ -1,15 +1,19 @@
 """``workbench restore``: undo what an interrupted diagnosis left on the box.
 
-    workbench restore [--host SPEC] [--timeout S]
+    workbench restore [--host SPEC] [--timeout S] [--force]
 
 Reads the box's diagnosis journal (:func:`workbench.session.journal.restore_box`): stops the servers
 the run started, reverts its probes, removes what it created under the state dir, relaunches the
 server it stopped; prints each action (``nothing to restore`` when the journal is empty) and each
 problem on stderr. Idempotent: run it again after fixing what a problem names.
 
+A run that is still alive (it holds the box's run lock, :mod:`workbench.session.runlock`: decided on
+the box) is never undone: the command names it and refuses; it restores the box itself at its end.
+``--force`` undoes it anyway, after saying what it is about to undo (the live run then fails).
+
 Exit codes: 0 the box is restored (or nothing was pending), 1 something could not be undone (the
-journal is kept for another try), 2 the command could not run (an unreachable box, an unreadable
-journal).
+journal is kept for another try) or a live run holds the box (refused, nothing changed), 2 the
+command could not run (an unreachable box, an unreadable journal).
 """
 
 from __future__ import annotations
@@ -18,18 +22,20 @@ import argparse
 import sys
 from typing import Any
 
-from workbench.cli.common import ExitCode, add_box_options, open_box, set_command
+from workbench.cli.common import CliError, ExitCode, add_box_options, open_box, set_command
 
 __all__ = ["add_parser"]
 
 
 def _run(args: argparse.Namespace) -> ExitCode:
-    """``workbench restore``: see the module docstring. Raises what connecting and
-    ``restore_box`` raise (``RemoteError``, ``JournalError``)."""
+    """``workbench restore``: see the module docstring. Raises :class:`CliError` (a live run holds
+    the box and no ``--force``) and what connecting and ``restore_box`` raise (``RemoteError``,
+    ``JournalError``)."""
     from workbench.redact import REDACTOR
-    from workbench.session.journal import Journal, JournalError, restore_box
+    from workbench.session import runlock
+    from workbench.session.journal import Journal, JournalError, pending_summary, restore_box
 
-    with open_box(args) as box:
+    with open_box(args, notice=False) as box:
         try:
             # What it prints names the original server's command line: learn its secrets first.
             original = Journal(box, timeout=args.timeout).data.get("original_server") or {}
@@ -37,6 +43,17 @@ def _run(args: argparse.Namespace) -> ExitCode:
             original = {}  # restore_box raises the same error, with the journal's path, just below
         REDACTOR.learn_argv([str(a) for a in original.get("argv") or []])
         REDACTOR.learn_env(original.get("env") if isinstance(original.get("env"), dict) else None)
+        holder = runlock.box_status(box, timeout=min(args.timeout, 30.0)).holder
+        if holder is not None and holder.alive and not runlock.is_mine(holder):
+            journal = Journal(box, timeout=args.timeout)
+            changed = pending_summary(journal.data) if journal.pending else "nothing journalled yet"
+            if not args.force:
+                raise CliError(f"{holder.describe()} is still running on {box.name} and restores the box itself "
+                               f"at its end; wait for it (its changes: {changed}). "
+                               f"`workbench restore --force` undoes them anyway and makes that run fail",
+                               ExitCode.FAILURE)
+            print(f"--force: undoing the changes of {holder.describe()}, which is still running: {changed}",
+                  file=sys.stderr)
         report = restore_box(box, timeout=args.timeout)
     if not report.actions and not report.problems:
         print("nothing to restore")
@@ -52,4 +69,6 @@ def add_parser(sub: Any) -> None:
     p = sub.add_parser("restore", help="undo what an interrupted diagnosis left on the box",
                        description=__doc__.split("\n\n")[0])
     add_box_options(p, timeout=30.0)
+    p.add_argument("--force", action="store_true",
+                   help="undo the changes of a run that is still alive (it then fails); says what it undoes first")
     set_command(p, _run)

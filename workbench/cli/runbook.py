@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import signal
 import sys
@@ -32,7 +33,8 @@ from typing import Any
 
 from workbench.cli.common import CliError, ExitCode, HOST_HELP, add_box_options, set_command
 
-__all__ = ["DRIVER_ENV", "add_parser", "coerce_parameter", "run_runbook", "runbooks_dir"]
+__all__ = ["DRIVER_ENV", "RunbookInterrupted", "add_parser", "coerce_parameter", "run_runbook",
+           "runbooks_dir"]
 
 #: Set in the environment of a runbook run by ``workbench runbook``: the driver restores the
 #: box itself when the run fails or is interrupted, so the kernel must not race it at exit.
@@ -60,8 +62,80 @@ def coerce_parameter(value: str) -> Any:
         return value
 
 
-def _raise_interrupt(signum: int, frame: Any) -> None:
-    raise KeyboardInterrupt(f"signal {signum}")
+class RunbookInterrupted(KeyboardInterrupt):
+    """A runbook run ended by an interrupt: a signal to the driver (SIGINT, SIGTERM, SIGHUP), the
+    kernel interrupted or dead, or whatever papermill/ZMQ raised while the run was being
+    interrupted. ``reason``: one line (``SIGTERM to the driver``, ``the kernel died``);
+    ``restored``: True when the box was restored (or nothing was left changed), else why not.
+    Raised by :func:`run_runbook` after the kernel was killed and the box restored."""
+
+    def __init__(self, reason: str, restored: "bool | str" = True):
+        super().__init__(reason)
+        self.reason = reason
+        self.restored = restored
+
+
+_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+def _interrupt_reason(exc: BaseException, signals: list[str]) -> str | None:
+    """Why the run stopped, when it was an interrupt (one line), else None (a failing cell, or a
+    bug that keeps its traceback). A signal the driver received wins over what papermill, nbclient
+    or ZMQ raised while it was being interrupted (a ``ZMQError``, a ``RuntimeError`` from a closed
+    loop, a ``DeadKernelError``: how the interrupt surfaced, never a bug)."""
+    from nbclient.exceptions import DeadKernelError
+    from papermill.exceptions import PapermillExecutionError
+
+    if signals:
+        first = signals[0]
+        return "Ctrl-C (SIGINT)" if first == "SIGINT" else f"{first} to the driver"
+    if isinstance(exc, KeyboardInterrupt):
+        return "Ctrl-C (SIGINT)"
+    if isinstance(exc, PapermillExecutionError) and exc.ename == "KeyboardInterrupt":
+        return "the kernel was interrupted (SIGINT to the kernel)"
+    if isinstance(exc, DeadKernelError):
+        return "the kernel died (killed by a signal, or out of memory)"
+    return None
+
+
+def _kernel_manager_class(stderr: Any) -> type:
+    """A jupyter kernel manager whose kernel writes its own stderr (fd 2: ipykernel's log, the
+    ZMQ errors of a kernel torn down mid-message) to the open file ``stderr``, not to the
+    terminal; cell output still goes to the notebook. Given to papermill as
+    ``kernel_manager_class`` (nbclient's trait; ``_async_launch_kernel`` is jupyter_client's
+    documented override point)."""
+    from jupyter_client.manager import AsyncKernelManager
+
+    class _KernelManager(AsyncKernelManager):
+        async def _async_launch_kernel(self, kernel_cmd: list[str], **kw: Any) -> None:
+            kw["stderr"] = stderr
+            await super()._async_launch_kernel(kernel_cmd, **kw)
+
+    return _KernelManager
+
+
+#: loggers of the driver's side of a papermill run (nbclient logs through papermill's logger)
+_RUN_LOGGERS = ("papermill", "nbclient", "jupyter_client", "traitlets")
+#: what a kernel torn down by an interrupt leaves behind in nbclient's asyncio tasks
+_TEARDOWN_ERRORS = {"DeadKernelError", "ZMQError", "KeyboardInterrupt", "CancelledError", "CellTimeoutError"}
+
+
+class _InterruptedTaskFilter(logging.Filter):
+    """Drops asyncio's "Task exception was never retrieved" for an nbclient task that died of the
+    interrupt (its kernel gone: ``DeadKernelError``, a closed ZMQ socket, ...). It is printed when
+    the task is garbage-collected, at exit, after the run's own last line. Anything else passes."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        return not (str(record.msg).startswith("Task exception was never retrieved") and exc is not None
+                    and type(exc).__name__ in _TEARDOWN_ERRORS)
+
+
+def _quiet_interrupted_tasks() -> None:
+    """Install :class:`_InterruptedTaskFilter` on the ``asyncio`` logger (once)."""
+    log = logging.getLogger("asyncio")
+    if not any(isinstance(f, _InterruptedTaskFilter) for f in log.filters):
+        log.addFilter(_InterruptedTaskFilter())
 
 
 def _kill_kernels() -> list[int]:
@@ -94,11 +168,23 @@ def run_runbook(name: str, parameters: dict[str, Any], report_dir: str | Path, *
     Returns ``{"notebook": ..., "json": ..., "html": ...}`` (paths; ``json`` is written by the
     runbook itself; no ``html`` when ``export`` is false). Raises ``FileNotFoundError`` for an
     unknown runbook, papermill's ``PapermillExecutionError`` for a failing cell,
-    ``KeyboardInterrupt`` when interrupted.
+    :class:`RunbookInterrupted` (a ``KeyboardInterrupt``) when interrupted: a signal to the driver,
+    the kernel interrupted (a cell ending in ``KeyboardInterrupt``) or dead (``DeadKernelError``),
+    or any error papermill/ZMQ raised while a signal was being handled.
+
+    The kernel's own stderr (not the cells' output, which is in the notebook) and the log lines of
+    papermill/nbclient go to ``report_dir/NAME.kernel.log``: a kernel torn down by an interrupt
+    logs ZMQ tracebacks there, not on the terminal; asyncio's "Task exception was never
+    retrieved" for a task that died of the interrupt is dropped.
+
+    Before the run, one line on stderr when a run left the box changed or another run is using
+    it (:func:`workbench.cli.common.pending_notice`). The kernel gets ``EAGLE_WORKBENCH_RUNBOOK``
+    (the runbook's name, shown to a run that finds the box taken) and ``EAGLE_WORKBENCH_DRIVER``.
     """
     import papermill
 
     from workbench.report import export_html
+    from workbench.session.runlock import RUNBOOK_ENV
 
     source = runbooks_dir() / f"{name}.ipynb"
     if not source.exists():
@@ -109,47 +195,84 @@ def run_runbook(name: str, parameters: dict[str, Any], report_dir: str | Path, *
     notebook = out_dir / f"{name}.ipynb"
     params = dict(parameters)
     params.setdefault("report_dir", str(out_dir))
-    # SIGTERM (a kill) and SIGHUP (a closed terminal, a dropped SSH session) end the run like Ctrl-C;
-    # a signal the caller set to be ignored (``nohup`` ignores SIGHUP) stays ignored.
-    previous = {sig: signal.signal(sig, _raise_interrupt) for sig in (signal.SIGTERM, signal.SIGHUP)
-                if signal.getsignal(sig) is not signal.SIG_IGN}
+    host = params.get("host") or "local"
+    _notice_pending(host, timeout=timeout, connect_timeout=connect_timeout)
+    # SIGINT (Ctrl-C), SIGTERM (a kill) and SIGHUP (a closed terminal, a dropped SSH session) end the
+    # run alike, and are remembered: whatever papermill or ZMQ raises while the run is being
+    # interrupted is the interrupt, not a bug. A signal the caller set to be ignored (``nohup``
+    # ignores SIGHUP) stays ignored.
+    received: list[str] = []
+
+    def on_signal(signum: int, frame: Any) -> None:
+        received.append(signal.Signals(signum).name)
+        raise KeyboardInterrupt(signal.Signals(signum).name)
+
+    previous = {sig: signal.signal(sig, on_signal) for sig in _SIGNALS if signal.getsignal(sig) is not signal.SIG_IGN}
     # A verdict from an earlier run must not sit beside the report of this one if this one fails.
     (out_dir / f"{name}.json").unlink(missing_ok=True)
     _learn_secrets(params, timeout=timeout, connect_timeout=connect_timeout)
     os.environ[DRIVER_ENV] = "1"
+    os.environ[RUNBOOK_ENV] = name
+    kernel_log = out_dir / f"{name}.kernel.log"
+    kernel_stderr = open(kernel_log, "w")
+    # papermill's and nbclient's own log lines ("Kernel died while waiting for execute reply") go
+    # there too: the terminal gets the run's outcome in one line, the log file the details.
+    log_handler = logging.StreamHandler(kernel_stderr)
+    log_handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(levelname)s %(message)s"))
+    saved_loggers = {}
+    for logger_name in _RUN_LOGGERS:
+        log = logging.getLogger(logger_name)
+        saved_loggers[logger_name] = log.propagate
+        log.addHandler(log_handler)
+        log.propagate = False
     try:
         papermill.execute_notebook(str(source), str(notebook), parameters=params, kernel_name=kernel_name,
-                                   cwd=str(Path.cwd()), progress_bar=False)
-    except BaseException:
+                                   cwd=str(Path.cwd()), progress_bar=False,
+                                   kernel_manager_class=_kernel_manager_class(kernel_stderr))
+    except BaseException as exc:
         # Clean up, then re-raise the run's own error: a failure while cleaning up is printed,
-        # never allowed to replace it.
+        # never allowed to replace it. More signals (an impatient Ctrl-C) must not cut the clean-up
+        # short: they wait until it is done.
+        held = {sig: signal.signal(sig, signal.SIG_IGN) for sig in _SIGNALS}
         try:
-            _kill_kernels()
-        except Exception as exc:  # noqa: BLE001 - reported, the run's error follows
-            print(f"workbench runbook: could not kill the kernel: {exc!r}", file=sys.stderr)
-        # A second Ctrl-C must not cut the restore short: the signals wait until it is done.
-        held = {sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
-        host = params.get("host") or "local"
-        try:
-            _restore_after_failure(host, server_start_timeout=float(params.get("server_start_timeout") or 600),
-                                   timeout=timeout, connect_timeout=connect_timeout)
-        except Exception as exc:  # noqa: BLE001 - reported, the run's error follows
-            print(f"restore FAILED: {type(exc).__name__}: {exc}\n"
-                  f"run `workbench restore --host {host}` once the cause is fixed", file=sys.stderr)
+            reason = _interrupt_reason(exc, received)
+            if reason is not None:
+                _quiet_interrupted_tasks()
+                print(f"workbench runbook: interrupted: {reason}; killing the kernel and restoring the box",
+                      file=sys.stderr)
+            try:
+                _kill_kernels()
+            except Exception as kill_exc:  # noqa: BLE001 - reported, the run's error follows
+                print(f"workbench runbook: could not kill the kernel: {kill_exc!r}", file=sys.stderr)
+            try:
+                restored = _restore_after_failure(host, server_start_timeout=float(params.get("server_start_timeout")
+                                                                                   or 600),
+                                                  timeout=timeout, connect_timeout=connect_timeout)
+            except Exception as restore_exc:  # noqa: BLE001 - reported, the run's error follows
+                restored = f"restore failed: {type(restore_exc).__name__}: {restore_exc}"
+                print(f"restore FAILED: {type(restore_exc).__name__}: {restore_exc}\n"
+                      f"run `workbench restore --host {host}` once the cause is fixed", file=sys.stderr)
+            _redact_outputs(notebook, out_dir / f"{name}.json")
+            if export and notebook.exists():
+                try:
+                    export_html(notebook, out_dir / f"{name}.html", require_executed=False)
+                except Exception as export_exc:  # noqa: BLE001 - reported, the run's error follows
+                    print(f"workbench runbook: could not export {notebook}: {export_exc}", file=sys.stderr)
         finally:
             for sig, handler in held.items():
                 signal.signal(sig, handler)
-        _redact_outputs(notebook, out_dir / f"{name}.json")
-        if export and notebook.exists():
-            try:
-                export_html(notebook, out_dir / f"{name}.html", require_executed=False)
-            except Exception as exc:  # noqa: BLE001 - reported, the run's error follows
-                print(f"workbench runbook: could not export {notebook}: {exc}", file=sys.stderr)
+        if reason is not None:
+            raise RunbookInterrupted(reason, restored) from exc
         raise
     finally:
+        for logger_name, propagate in saved_loggers.items():
+            logging.getLogger(logger_name).removeHandler(log_handler)
+            logging.getLogger(logger_name).propagate = propagate
+        kernel_stderr.close()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         os.environ.pop(DRIVER_ENV, None)
+        os.environ.pop(RUNBOOK_ENV, None)
     paths = {"notebook": notebook, "json": out_dir / f"{name}.json"}
     _redact_outputs(notebook, paths["json"])
     if export:
@@ -201,9 +324,10 @@ def _redact_outputs(notebook: Path, verdict: Path) -> None:
 
 
 def _restore_after_failure(host: str, *, server_start_timeout: float = 600.0, timeout: float = 30.0,
-                           connect_timeout: float | None = None) -> None:
+                           connect_timeout: float | None = None) -> "bool | str":
     """Restore ``host`` from its journal after a failed run, saying what was done on stderr.
-    Raises what connecting (other than a spec that names no box) or the restore raises."""
+    Returns True when nothing is left changed, else what is (one line). Raises what connecting
+    (other than a spec that names no box) or the restore raises."""
     from remote import connect
     from remote.errors import BoxSpecError
     from workbench.session.journal import restore_box
@@ -212,7 +336,7 @@ def _restore_after_failure(host: str, *, server_start_timeout: float = 600.0, ti
         box = connect(host, connect_timeout=connect_timeout)
     except BoxSpecError as exc:
         print(f"restore: nothing to restore, the box was never reached ({exc})", file=sys.stderr)
-        return
+        return True
     try:
         # The kernel was killed above, so its journal's owner is gone; a journal owned by another
         # diagnosis that still runs is left alone.
@@ -223,6 +347,26 @@ def _restore_after_failure(host: str, *, server_start_timeout: float = 600.0, ti
         print(f"restore: {line}", file=sys.stderr)
     for line in report.problems:
         print(f"restore FAILED: {line}", file=sys.stderr)
+    return True if report.clean else "; ".join(report.problems)
+
+
+def _notice_pending(host: str, *, timeout: float, connect_timeout: float | None) -> None:
+    """Say on stderr, in one line, when a run left ``host`` changed (this run restores it first,
+    in :func:`workbench.session.open_box`) or another run is using it
+    (:func:`workbench.cli.common.pending_notice`). A box that cannot be reached is left to the
+    run to report."""
+    from remote import connect
+    from remote.errors import RemoteError
+
+    from workbench.cli.common import pending_notice
+
+    try:
+        with connect(host, connect_timeout=connect_timeout) as box:
+            line = pending_notice(box, host, timeout=min(timeout, 10.0))
+    except (RemoteError, OSError, ValueError):
+        return  # the run connects itself and says why it cannot
+    if line:
+        print(f"workbench runbook: {line}", file=sys.stderr)
 
 
 def _runbook_parameters(name: str) -> list[str]:
@@ -300,12 +444,24 @@ def _run(args: argparse.Namespace) -> ExitCode:
                        f"the executed notebook (with the failing cell) is in {args.report_dir}",
                        ExitCode.FAILURE) from exc
     except KeyboardInterrupt as exc:
+        # RunbookInterrupted (a signal, the kernel interrupted or dead): the kernel is killed and the
+        # box restored already. The journal is read once more for the last word; more signals
+        # wait until that line is printed.
         host = params.get("host") or "local"
-        pending = _journal_pending(host, timeout=args.timeout, connect_timeout=args.connect_timeout)
+        reason = getattr(exc, "reason", None) or "Ctrl-C (SIGINT)"
+        held = {sig: signal.signal(sig, signal.SIG_IGN) for sig in _SIGNALS}
+        try:
+            pending = _journal_pending(host, timeout=args.timeout, connect_timeout=args.connect_timeout)
+        finally:
+            for sig, handler in held.items():
+                signal.signal(sig, handler)
+        restored = getattr(exc, "restored", True)
+        if pending is False and restored is not True:
+            pending = restored  # the journal is empty, but the restore did not finish (it says why)
         if pending is False:
-            message = "interrupted; the box was restored (see above)"
+            message = f"interrupted: {reason}; the box was restored (see above)"
         else:
-            message = (f"interrupted; the box may still be changed ({pending or 'journal pending'}): "
+            message = (f"interrupted: {reason}; the box may still be changed ({pending or 'journal pending'}): "
                        f"run `workbench restore --host {host}`")
         raise CliError(message, ExitCode.INTERRUPTED) from exc
     for kind, path in paths.items():

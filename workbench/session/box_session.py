@@ -9,6 +9,7 @@ import atexit
 import os
 import sys
 import time
+import uuid
 from typing import Any, Callable
 
 from remote import connect
@@ -135,6 +136,10 @@ class BoxSession:
         """Put the box back as found: stop the session's servers, revert probes, relaunch the
         original server (:func:`workbench.journal.restore_box`). Counts a relaunch as a restart."""
         self.restore_report = restore_box(self.box, server_start_timeout=self.server_start_timeout)
+        lock = getattr(self.journal, "run_lock", None)
+        if lock is not None and self.restore_report.clean:
+            lock.released = True  # restore_box released it (this process holds it)
+            lock.stop_heartbeat()
         if any(a.startswith("relaunched") for a in self.restore_report.actions):
             self.restarts += 1
         self.current = None
@@ -234,29 +239,64 @@ def launch_env_delta(box, env: dict[str, str] | None, *, timeout: float = 30) ->
 
 def open_box(host: str, *, launch_command: str | None, port: int | None,
              server_start_timeout: float = 300.0, default_launch: str | None = None) -> tuple[Any, Inventory, Journal]:
-    """Connect to ``host``, restore anything an interrupted earlier run left (refusing while
-    another run is alive), take the inventory (``launch_command=None``: the server running on
-    ``port``, else ``default_launch``, by default the embedded sandbox box with the wrong flag) and
-    open the journal with the original server recorded. Raises :class:`DiagnosisError`."""
+    """Connect to ``host``, take the box's run lock (one run per box, decided atomically on the
+    box before anything changes: :mod:`workbench.session.runlock`), restore anything a dead
+    earlier run left, take the inventory (``launch_command=None``: the server running on ``port``,
+    else ``default_launch``, by default the embedded sandbox box with the wrong flag) and open the
+    journal with the original server recorded. The lock is ``journal.run_lock`` (released by the
+    session's restore, :func:`restore_box`, once everything is undone).
+
+    Raises :class:`~workbench.session.runlock.RunLocked` (a :class:`DiagnosisError`) naming the
+    live run (run id, pid, host, runbook, since when) when another run holds the box — nothing
+    on the box is touched then; :class:`DiagnosisError` when what a dead run left cannot be
+    restored; what connecting and the inventory raise (the lock is released again)."""
+    from workbench.session import runlock
+
     if port is not None and (isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535):
         raise DiagnosisError(f"port must be a TCP port number 1-65535, got {port!r}")
     box = connect(host)
-    leftover = Journal(box)
-    if leftover.pending:
-        if leftover.owner_alive():
-            raise DiagnosisError(
-                f"another diagnosis (pid {leftover.data['owner']['pid']}, run {leftover.data.get('run_id')}) is "
-                f"running on {box.name}; wait for it to finish (its journal: {leftover.path})")
-        report = restore_box(box, server_start_timeout=server_start_timeout)
-        if not report.clean:
-            raise DiagnosisError("an earlier run left the box changed and it could not be restored: "
-                                 + "; ".join(report.problems))
-    inventory = take_inventory(box, launch_command=launch_command, port=port,
-                               default_launch=default_launch or sandbox_launch_command(port=port or DEFAULT_PORT))
-    journal = Journal(box)
-    journal.begin()
-    if inventory.server_pid is not None:
-        journal.record_original(argv=list(inventory.launch.argv), cwd=inventory.server_cwd,
-                                env=launch_env_delta(box, inventory.server_env), port=inventory.port,
-                                log_path=inventory.server_log, pid=inventory.server_pid)
+    run_id = uuid.uuid4().hex[:12]
+    try:
+        lock = runlock.acquire(box, host, run_id)
+    except BaseException:
+        box.close()
+        raise
+    journal = None
+    try:
+        leftover = Journal(box)
+        if leftover.pending:
+            # The lock is ours: whoever left this journal is dead (or ran before run locks existed:
+            # then its owner's pid is checked too).
+            if leftover.owner_alive():
+                raise DiagnosisError(
+                    f"another diagnosis (pid {leftover.data['owner']['pid']}, run {leftover.data.get('run_id')}) "
+                    f"is running on {box.name}; wait for it to finish (its journal: {leftover.path})")
+            print(f"[eagle-workbench] run {leftover.data.get('run_id')} left {box.name} changed; restoring it first",
+                  file=sys.stderr)
+            report = restore_box(box, server_start_timeout=server_start_timeout, release_lock=False)  # ours now
+            for line in report.actions:
+                print(f"[eagle-workbench restore] {line}", file=sys.stderr)
+            if not report.clean:
+                raise DiagnosisError("an earlier run left the box changed and it could not be restored: "
+                                     + "; ".join(report.problems))
+        inventory = take_inventory(box, launch_command=launch_command, port=port,
+                                   default_launch=default_launch or sandbox_launch_command(port=port or DEFAULT_PORT))
+        journal = Journal(box)
+        journal.begin(run_id)
+        journal.run_lock = lock
+        if inventory.server_pid is not None:
+            journal.record_original(argv=list(inventory.launch.argv), cwd=inventory.server_cwd,
+                                    env=launch_env_delta(box, inventory.server_env), port=inventory.port,
+                                    log_path=inventory.server_log, pid=inventory.server_pid)
+    except BaseException:
+        # Nothing was changed yet (the journal, if begun, records nothing pending): empty it and
+        # give the box back to the next run.
+        try:
+            if journal is not None and not journal.pending:
+                journal.close()
+            lock.release()
+        except Exception as exc:  # noqa: BLE001 - reported; the error that stopped open_box follows
+            print(f"[eagle-workbench] could not release the run lock on {box.name}: {exc}", file=sys.stderr)
+        box.close()
+        raise
     return box, inventory, journal

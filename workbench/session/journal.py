@@ -31,9 +31,10 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from remote.errors import RemoteError, RemoteFileDecodeError
+from remote.errors import RemoteError, RemoteFileDecodeError, RemoteFileNotFound
 from remote.result import ServerHandle, ServerProcess
 from workbench.errors import JournalError
+from workbench.session import runlock
 
 JOURNAL_NAME = "journal.json"
 #: The journal's permission bits: it holds the original server's secrets (needed to relaunch it).
@@ -74,6 +75,8 @@ class Journal:
         self.box = box
         self.timeout = timeout
         self.path = path or journal_path(box)
+        #: the run lock taken for this run (:func:`workbench.session.open_box`), or None
+        self.run_lock = None
         self.data: dict[str, Any] = self._load()
 
     def _load(self) -> dict[str, Any]:
@@ -96,39 +99,27 @@ class Journal:
 
     @property
     def pending(self) -> bool:
-        """True when an earlier run left changes that were never undone (servers it started, a
-        launch in flight, the original server stopped, files it created: a repaired draft copy
-        interrupted by a kill is one, and :meth:`begin` must not forget it)."""
-        return bool(self.data.get("started_servers")) or bool(self.data.get("launching")) or bool(
-            (self.data.get("original_server") or {}).get("stopped")
-        ) or bool(self.data.get("created_paths"))
+        """True when an earlier run left changes that were never undone (:func:`journal_data_pending`)."""
+        return journal_data_pending(self.data)
 
-    def begin(self) -> str:
-        """Start a new run's journal. Raises JournalError if an earlier run left changes pending."""
+    def begin(self, run_id: str | None = None) -> str:
+        """Start a new run's journal (``run_id``: the id of the run lock taken for it, else a new
+        one). Raises JournalError if an earlier run left changes pending."""
         if self.pending:
             raise JournalError(
                 f"{self.path} on {self.box}: an earlier diagnosis run ({self.data.get('run_id')}) left the box "
                 "changed; run `workbench restore --host ...` (or restore_box) first"
             )
-        self.data = {"run_id": uuid.uuid4().hex[:12], "started_at": time.time(), "started_servers": [],
-                     "owner": {"host": socket.gethostname(), "pid": os.getpid()}}
+        self.data = {"run_id": run_id or uuid.uuid4().hex[:12], "started_at": time.time(), "started_servers": [],
+                     "owner": {"host": socket.gethostname(), **runlock.self_identity()}}
         self._write()
         return self.data["run_id"]
 
     def owner_alive(self) -> bool | None:
-        """Whether the process that began this journal still runs: True/False when it ran on this
-        machine (host name and pid recorded by :meth:`begin`), None when that cannot be told (another
-        machine, or a journal without an owner)."""
-        owner = self.data.get("owner") or {}
-        if owner.get("host") != socket.gethostname() or not isinstance(owner.get("pid"), int):
-            return None
-        try:
-            os.kill(owner["pid"], 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            return True
-        return True
+        """Whether the process that began this journal still runs (:func:`journal_owner_alive`).
+        The run lock (:mod:`workbench.session.runlock`) decides this on the box; this is the
+        fallback for a journal without one."""
+        return journal_owner_alive(self.data)
 
     def record_original(self, *, argv: list[str], cwd: str | None, env: dict[str, str] | None,
                         port: int | None, log_path: str | None, pid: int | None) -> None:
@@ -213,6 +204,74 @@ class Journal:
                             timeout=self.timeout)
 
 
+def journal_owner_alive(data: dict) -> bool | None:
+    """Whether the process that began the journal ``data`` still runs: True/False when it ran on
+    this machine (host name and pid recorded by :meth:`Journal.begin`; with its start time, a
+    reused pid is not taken for it; a zombie has exited), None when that cannot be told (another
+    machine, or a journal without an owner)."""
+    owner = data.get("owner") or {}
+    if owner.get("host") != socket.gethostname() or not isinstance(owner.get("pid"), int):
+        return None
+    try:
+        os.kill(owner["pid"], 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        with open(f"/proc/{owner['pid']}/stat") as f:
+            fields = f.read().rsplit(") ", 1)[1].split()
+    except (OSError, IndexError):
+        return True  # no /proc here (not Linux): the signal-0 answer stands
+    if fields[0] in ("Z", "X"):
+        return False  # a zombie: it has exited
+    if owner.get("pid_start") is not None:
+        return fields[19] == str(owner["pid_start"])
+    return True
+
+
+def journal_data_pending(data: dict) -> bool:
+    """True when the journal ``data`` records changes never undone: servers it started, a launch
+    in flight, the original server stopped, files it created (a repaired draft copy interrupted by
+    a kill is one, and :meth:`Journal.begin` must not forget it)."""
+    return bool(data.get("started_servers")) or bool(data.get("launching")) or bool(
+        (data.get("original_server") or {}).get("stopped")
+    ) or bool(data.get("created_paths"))
+
+
+def pending_journal_from_text(text: str | None) -> dict | None:
+    """The journal in ``text`` (as :func:`workbench.session.runlock.box_status` read it) when it
+    records changes not yet undone, else None; an unreadable journal is ``{"unreadable": why}``."""
+    if text is None or not text.strip():
+        return None
+    if text.startswith("\0"):
+        return {"unreadable": text[1:]}
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        return {"unreadable": f"not JSON ({exc})"}
+    if not isinstance(data, dict):
+        return {"unreadable": "not a JSON object"}
+    return data if journal_data_pending(data) else None
+
+
+def pending_summary(data: dict) -> str:
+    """What a pending journal ``data`` says is left changed, one line: ``2 servers it started, the
+    original server stopped, 1 path it created``."""
+    parts = []
+    if data.get("started_servers"):
+        n = len(data["started_servers"])
+        parts.append(f"{n} server{'s' if n != 1 else ''} it started (pid "
+                     + ", ".join(str(s.get("pid")) for s in data["started_servers"]) + ")")
+    if data.get("launching"):
+        parts.append("a server launch in flight")
+    if (data.get("original_server") or {}).get("stopped"):
+        parts.append("the original server stopped")
+    if data.get("created_paths"):
+        parts.append("created " + ", ".join(data["created_paths"]))
+    return "; ".join(parts) or "nothing"
+
+
 def _shape_problem(data: Any) -> str | None:
     """What makes ``data`` not a journal restore_box can act on, or None."""
     if not isinstance(data, dict):
@@ -249,7 +308,7 @@ def _is_pid(value: Any) -> bool:
 
 
 def restore_box(box, *, server_start_timeout: float = 600.0, timeout: float = 30.0,
-                unless_owner_alive: bool = False) -> RestoreReport:
+                unless_owner_alive: bool = False, release_lock: bool = True) -> RestoreReport:
     """Undo everything the journal on ``box`` records: stop servers the diagnosis started, revert
     every probe, relaunch the original server (same argv, cwd, environment, log file, appended
     to) if it was stopped. Idempotent; safe to call from several places.
@@ -261,8 +320,12 @@ def restore_box(box, *, server_start_timeout: float = 600.0, timeout: float = 30
     for it, or someone else): that one is waited for instead, so two copies never compete for
     the port and the GPUs.
 
-    ``unless_owner_alive``: do nothing when the run that began the journal still runs on this
-    machine (a second, concurrent run must not undo a live one's changes).
+    ``unless_owner_alive``: do nothing when another run that is still alive holds the box's run
+    lock (decided on the box: :mod:`workbench.session.runlock`), or, for a journal without a lock,
+    when the process that began it still runs on this machine: a second run, or the driver of a
+    run whose kernel lives, must not undo a live run's changes. When everything was undone the
+    run lock is released if this process holds it or its holder is dead (``release_lock=False``:
+    kept, for a run that restores what a dead run left before it starts).
 
     Returns a :class:`RestoreReport`; never raises for an individual action that failed (the
     failure is in ``problems``, and the journal is kept so a later call can retry), raises
@@ -272,10 +335,24 @@ def restore_box(box, *, server_start_timeout: float = 600.0, timeout: float = 30
 
     report = RestoreReport()
     journal = Journal(box, timeout=timeout)
-    if unless_owner_alive and journal.pending and journal.owner_alive():
-        report.actions.append(f"the journal belongs to a diagnosis still running (pid "
-                              f"{journal.data['owner']['pid']}); left alone")
-        return report
+    try:
+        holder = runlock.box_status(box, timeout=min(timeout, 30.0)).holder
+    except (RemoteError, JournalError) as exc:
+        holder = None
+        report.actions.append(f"could not read the run lock ({exc}); deciding by the journal's owner")
+    if unless_owner_alive:
+        if holder is not None and holder.alive and not runlock.is_mine(holder):
+            report.actions.append(f"the box is held by a run still alive, {holder.describe()}; left alone")
+            return report
+        if holder is None and journal.pending and journal.owner_alive():
+            report.actions.append(f"the journal belongs to a diagnosis still running (pid "
+                                  f"{journal.data['owner']['pid']}); left alone")
+            return report
+    try:
+        probed_files = sorted({p.path for p in remote_probes.list_probes(box, timeout=timeout)})
+    except RemoteError as exc:
+        probed_files = []
+        report.actions.append(f"could not list the probes before reverting them ({exc})")
     for server in list(journal.data.get("started_servers") or []):
         _stop_started(box, journal, server, report, timeout)
     if journal.data.get("launching"):
@@ -297,6 +374,7 @@ def restore_box(box, *, server_start_timeout: float = 600.0, timeout: float = 30
             report.actions.append(f"removed {path} (created by the run)")
         else:
             report.problems.append(f"could not remove {path}: {res.stderr.strip()[-200:]}")
+    _remove_write_leftovers(box, probed_files, report, timeout)
     original = journal.data.get("original_server") or {}
     if original.get("stopped"):
         _bring_back_original(box, journal, original, report, server_start_timeout, timeout)
@@ -305,7 +383,48 @@ def restore_box(box, *, server_start_timeout: float = 600.0, timeout: float = 30
             journal.close()
         except RemoteError as exc:
             report.problems.append(f"everything was undone but the journal {journal.path} could not be emptied: {exc}")
+    if release_lock and not report.problems and holder is not None and (runlock.is_mine(holder) or not holder.alive):
+        try:
+            if runlock.release(box, holder.run_id if runlock.is_mine(holder) else "*dead*", timeout=min(timeout, 30.0)) \
+                    and not runlock.is_mine(holder):
+                report.actions.append(f"released the run lock left by {holder.describe()}")
+        except (RemoteError, JournalError) as exc:
+            report.problems.append(f"the box is restored but its run lock could not be released: {exc}")
     return report
+
+
+#: the temporary file of an atomic write on the box (``remote.box.Box.temp_path_for``): ``.NAME.ewb-tmp-HEX``
+_WRITE_TEMP = re.compile(r"^\.(?P<name>.+)\.ewb-tmp-[0-9a-f]{8}$")
+
+
+def _remove_write_leftovers(box, probed_files: list[str], report: RestoreReport, timeout: float) -> None:
+    """Remove the temporary files of atomic writes a killed run left half-done: any in the state
+    dir's ``diagnosis/`` and ``probes/`` (the journals), and ``.NAME.ewb-tmp-*`` beside each file
+    a probe patched (only for that NAME: nothing else in the engine's directories is touched)."""
+    import posixpath
+
+    wanted: dict[str, set[str] | None] = {f"{box.state_dir}/diagnosis": None, f"{box.state_dir}/probes": None}
+    for path in probed_files:
+        wanted.setdefault(posixpath.dirname(path), set())
+        if wanted[posixpath.dirname(path)] is not None:
+            wanted[posixpath.dirname(path)].add(posixpath.basename(path))
+    for directory, names in wanted.items():
+        try:
+            entries = box.listdir(directory, timeout=timeout)
+        except RemoteFileNotFound:
+            continue  # no such directory: nothing was written there
+        except RemoteError as exc:
+            report.actions.append(f"could not look for interrupted writes in {directory}: {exc}")
+            continue
+        for entry in entries:
+            m = _WRITE_TEMP.match(entry)
+            if not m or (names is not None and m.group("name") not in names):
+                continue
+            try:
+                box.remove(f"{directory}/{entry}", missing_ok=True, timeout=timeout)
+                report.actions.append(f"removed {directory}/{entry} (an interrupted write's temporary file)")
+            except RemoteError as exc:
+                report.problems.append(f"could not remove {directory}/{entry}: {exc}")
 
 
 def _stop_started(box, journal: Journal, server: dict, report: RestoreReport, timeout: float) -> None:
@@ -409,4 +528,5 @@ def _same_server(box, argv: list[str], journal: Journal, timeout: float):
     return None
 
 
-__all__ = ["Journal", "JournalError", "RestoreReport", "journal_path", "restore_box"]
+__all__ = ["Journal", "JournalError", "RestoreReport", "journal_path", "journal_data_pending",
+           "journal_owner_alive", "pending_journal_from_text", "pending_summary", "restore_box"]

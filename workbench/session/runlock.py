@@ -1,0 +1,383 @@
+"""One run per box: a lock ON the box, taken before a run changes anything, released at its end.
+
+Two diagnoses (or sweeps) started on the same box at the same moment must not both pass the
+"another run is pending" check: the decision is made atomically on the box, by one small Python
+script run there (:data:`_SCRIPT`, through ``box.run``, so it works on the local box and over SSH
+alike) that holds ``flock`` on the directory ``<state_dir>/diagnosis`` for the few milliseconds it
+takes to read the lock file ``<state_dir>/diagnosis/run.lock`` (JSON, the holder), decide whether
+its holder still lives and write the new holder (write to a temporary file, then ``rename``).
+
+Whether the holder lives is decided ON THE BOX, so the driver may run on another machine:
+
+* a holder on the box's own kernel (its recorded ``boot_id``, ``/proc/sys/kernel/random/boot_id``,
+  is the box's): alive while ``/proc/<pid>/stat`` exists, is no zombie, and its start time (field 22, clock ticks
+  since boot) is the one recorded; a pid reused by another process has another start time, so it
+  never aliases; a reboot changes the boot id;
+* a holder on another machine: it touches the lock file every :data:`HEARTBEAT_S` seconds (from a
+  thread with its own connection, :class:`RunLock`); alive while the file's mtime, by the box's
+  clock, is younger than :data:`STALE_AFTER_S`.
+
+A holder that ran on the machine asking is checked there too (pid and start time): the driver
+that just killed its kernel knows it is dead before the heartbeat goes stale. A stale lock
+(holder dead) is taken over under the same ``flock``: two contenders can never both take it. The lock file is ``{"run_id", "pid", "pid_start", "boot_id", "host", "runbook",
+"started_at", "heartbeat"}``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from remote.errors import RemoteError
+from workbench.errors import DiagnosisError, JournalError
+
+__all__ = ["HEARTBEAT_S", "STALE_AFTER_S", "RUNBOOK_ENV", "Holder", "BoxStatus", "RunLock", "RunLocked",
+           "acquire", "box_status", "release", "lock_path", "describe_holder", "is_mine", "self_identity"]
+
+#: seconds between two heartbeats of a holder that runs on another machine than the box
+HEARTBEAT_S = 10.0
+#: a remote holder whose heartbeat is older than this (box clock) is dead
+STALE_AFTER_S = 60.0
+#: set by ``workbench runbook`` in the kernel's environment: the runbook's name, shown to a loser
+RUNBOOK_ENV = "EAGLE_WORKBENCH_RUNBOOK"
+
+# Run on the box: python3 -I -S - OP STATE_DIR ARG STALE_AFTER (OP: acquire, release, heartbeat). Prints one
+# JSON object. Standard library only. Must decide ``alive`` as :func:`_alive_from` does.
+_SCRIPT = r'''
+import fcntl, json, os, sys, time
+op, d = sys.argv[1], sys.argv[2]
+arg = sys.argv[3] if len(sys.argv) > 3 else None
+stale_after = float(sys.argv[4]) if len(sys.argv) > 4 else 60.0
+lock = os.path.join(d, "run.lock")
+def boot_id():
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            return f.read().strip()
+    except OSError:
+        return None
+BOOT = boot_id()
+def start_of(pid):
+    # None for no such process, and for a zombie (it has exited; its parent has not reaped it)
+    try:
+        with open("/proc/%d/stat" % int(pid)) as f:
+            fields = f.read().rsplit(") ", 1)[1].split()
+        return None if fields[0] in ("Z", "X") else int(fields[19])
+    except (OSError, ValueError, IndexError):
+        return None
+def read():
+    try:
+        with open(lock) as f:
+            h = json.load(f)
+        if not isinstance(h, dict):
+            raise ValueError("not an object")
+        h["_mtime"] = os.stat(lock).st_mtime
+        return h
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as e:
+        return {"_unreadable": str(e), "_mtime": os.stat(lock).st_mtime}
+def alive(h):
+    if h is None:
+        return None
+    if "_unreadable" in h:
+        return time.time() - h["_mtime"] < stale_after
+    if BOOT is not None and h.get("boot_id") == BOOT:
+        return start_of(h.get("pid", -1)) == h.get("pid_start")
+    return time.time() - h["_mtime"] < stale_after
+out = {"box_boot_id": BOOT}
+os.makedirs(d, mode=0o700, exist_ok=True)  # private, as the journal it guards (workbench.session.journal)
+g = os.open(d, os.O_RDONLY)  # flock on the directory itself: no guard file is left behind
+try:
+    fcntl.flock(g, fcntl.LOCK_EX)
+    h = read()
+    a = alive(h)
+    if op == "acquire":
+        req = json.loads(arg)
+        new = req["holder"]
+        # the caller runs where the holder ran and saw it dead: its heartbeat may still look fresh
+        if h is not None and a and not (req.get("dead") and h.get("run_id") == req["dead"]):
+            out.update(status="held", holder=h, alive=True)
+        else:
+            tmp = lock + ".%d.tmp" % os.getpid()
+            with open(tmp, "w") as f:
+                json.dump(new, f)
+            os.rename(tmp, lock)
+            out.update(status="acquired", previous=h)
+    elif op == "release":
+        if h is not None and (h.get("run_id") == arg or (arg == "*dead*" and not a)):
+            os.unlink(lock)
+            out.update(status="released", holder=h)
+        else:
+            out.update(status="not-held", holder=h, alive=a)
+    elif op == "heartbeat":
+        if h is not None and h.get("run_id") == arg:
+            os.utime(lock)
+            out.update(status="ours")
+        else:
+            out.update(status="lost", holder=h)
+finally:
+    os.close(g)
+print(json.dumps(out))
+'''
+
+
+class RunLocked(DiagnosisError):
+    """Another run, still alive, holds the box: ``holder`` (:class:`Holder`) names it. Exit 2."""
+
+    def __init__(self, message: str, holder: "Holder"):
+        super().__init__(message)
+        self.holder = holder
+
+
+@dataclass
+class Holder:
+    """Who holds (or held) a box's run lock, and whether it lives (decided on the box: see the
+    module docstring). ``started_at``: epoch seconds; ``alive``: ``None`` when there is no lock."""
+
+    run_id: Optional[str]
+    pid: Optional[int]
+    host: Optional[str]
+    runbook: Optional[str]
+    started_at: Optional[float]
+    alive: Optional[bool]
+    raw: dict
+
+    @classmethod
+    def from_box(cls, h: Optional[dict], alive: Optional[bool]) -> Optional["Holder"]:
+        if h is None:
+            return None
+        return cls(run_id=h.get("run_id"), pid=h.get("pid"), host=h.get("host"), runbook=h.get("runbook"),
+                   started_at=h.get("started_at"), alive=alive, raw=dict(h))
+
+    def describe(self) -> str:
+        """``run 1a2b3c (pid 123 on laptop, runbook diagnose_acceptance, since 15:02:11 UTC, 40 s ago)``."""
+        if "_unreadable" in self.raw:
+            return f"a run whose lock file is unreadable ({self.raw['_unreadable']})"
+        since = ""
+        if isinstance(self.started_at, (int, float)):
+            stamp = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(self.started_at))
+            since = f", since {stamp} ({max(0, int(time.time() - self.started_at))} s ago)"
+        return (f"run {self.run_id} (pid {self.pid} on {self.host}, runbook {self.runbook or 'unknown'}{since})")
+
+
+@dataclass
+class BoxStatus:
+    """One small read of a box's run state (:func:`box_status`): the lock's holder (or None), the
+    journal's text (or None: no journal), the box's boot id."""
+
+    holder: Optional[Holder]
+    journal_text: Optional[str]
+    box_boot_id: Optional[str]
+
+
+def lock_path(box) -> str:
+    """``<box.state_dir>/diagnosis/run.lock``."""
+    return f"{box.state_dir}/diagnosis/run.lock"
+
+
+def _run_script(box, op: str, arg: Optional[str] = None, *, timeout: float) -> dict:
+    argv = [box.python, "-I", "-S", "-", op, f"{box.state_dir}/diagnosis"]
+    if arg is not None:
+        argv += [arg, str(STALE_AFTER_S)]
+    res = box.run(argv, stdin=_SCRIPT, timeout=timeout, check=False)
+    if res.exit_code != 0:
+        raise JournalError(f"the run lock script failed on {box} (exit {res.exit_code}): "
+                           f"{res.stderr.strip()[-300:]}")
+    try:
+        return json.loads(res.stdout.strip().splitlines()[-1])
+    except (json.JSONDecodeError, IndexError) as exc:
+        raise JournalError(f"the run lock script on {box} printed no answer: {res.stdout[-300:]!r}") from exc
+
+
+#: ``box_status``'s one read, in the shell (no interpreter start: it runs before every command):
+#: the box's boot id and clock, the lock file with its mtime and its holder's /proc stat line, the journal.
+_STATUS_SH = r"""d=$1
+printf 'BOOT %s\n' "$(cat /proc/sys/kernel/random/boot_id 2>/dev/null)"
+printf 'NOW %s\n' "$(date +%s)"
+if [ -f "$d/run.lock" ]; then
+  printf 'MTIME %s\n' "$(stat -c %Y "$d/run.lock")"
+  pid=$(sed -n 's/.*"pid": *\([0-9][0-9]*\).*/\1/p' "$d/run.lock" | head -n 1)
+  if [ -n "$pid" ] && [ -r "/proc/$pid/stat" ]; then printf 'STAT %s\n' "$(cat "/proc/$pid/stat" 2>/dev/null)"; fi
+  printf 'LOCK %s\n' "$(tr '\n' ' ' < "$d/run.lock")"
+fi
+if [ -f "$d/journal.json" ]; then echo JOURNAL; head -c 1048576 "$d/journal.json"; fi
+"""
+
+
+def _alive_from(holder: dict, box_boot: Optional[str], stat_line: Optional[str], mtime: float, now: float) -> bool:
+    """The lock script's ``alive`` (see the module docstring), from what ``_STATUS_SH`` read."""
+    if "_unreadable" in holder:
+        return now - mtime < STALE_AFTER_S
+    if box_boot and holder.get("boot_id") == box_boot:
+        if not stat_line:
+            return False
+        try:
+            fields = stat_line.rsplit(") ", 1)[1].split()
+        except IndexError:
+            return False
+        if fields[0] in ("Z", "X") or len(fields) < 20:
+            return False
+        return fields[19] == str(holder.get("pid_start")) and stat_line.split(" ", 1)[0] == str(holder.get("pid"))
+    return now - mtime < STALE_AFTER_S
+
+
+def _alive_here(holder: dict, box_says: bool) -> bool:
+    """A holder that ran on THIS machine (its boot id is this machine's) is checked here, by pid
+    and ``/proc`` start time: a remote box only sees its heartbeat, which stays fresh for up to
+    :data:`STALE_AFTER_S` after the holder died (the driver that just killed its kernel must not
+    wait that long to restore). Any other holder: what the box says."""
+    me = self_identity()
+    if me["boot_id"] is None or holder.get("boot_id") != me["boot_id"] or not isinstance(holder.get("pid"), int):
+        return box_says
+    try:
+        with open(f"/proc/{holder['pid']}/stat") as f:
+            fields = f.read().rsplit(") ", 1)[1].split()
+    except (OSError, IndexError):
+        return False
+    return fields[0] not in ("Z", "X") and fields[19] == str(holder.get("pid_start"))
+
+
+def box_status(box, *, timeout: float = 10.0) -> BoxStatus:
+    """The lock's holder, whether it lives (decided from what the box reports: its boot id, the
+    holder's ``/proc`` start time, the lock's mtime by the box's clock) and the journal's text, in
+    one shell call on the box (no interpreter started). Raises :class:`JournalError` when the box's
+    answer cannot be read, ``RemoteError`` for the box."""
+    res = box.run(["bash", "-c", _STATUS_SH, "status", f"{box.state_dir}/diagnosis"], timeout=timeout, check=False)
+    if res.exit_code != 0:
+        raise JournalError(f"could not read the run state on {box} (exit {res.exit_code}): {res.stderr.strip()[-300:]}")
+    head, _, journal = res.stdout.partition("JOURNAL\n")
+    info: dict[str, str] = {}
+    for line in head.splitlines():
+        key, _, value = line.partition(" ")
+        info[key] = value
+    holder = None
+    alive = None
+    if "LOCK" in info:
+        try:
+            holder = json.loads(info["LOCK"])
+            if not isinstance(holder, dict):
+                raise ValueError("not a JSON object")
+        except ValueError as exc:
+            holder = {"_unreadable": str(exc)}
+        try:
+            mtime, now = float(info.get("MTIME", "0")), float(info.get("NOW", "0"))
+        except ValueError as exc:
+            raise JournalError(f"could not read the run lock's age on {box}: {info}") from exc
+        alive = _alive_from(holder, info.get("BOOT") or None, info.get("STAT"), mtime, now)
+        if alive:
+            alive = _alive_here(holder, alive)
+    return BoxStatus(Holder.from_box(holder, alive), journal if "JOURNAL\n" in res.stdout else None,
+                     info.get("BOOT") or None)
+
+
+def self_identity() -> dict:
+    """This process's pid, its start time in clock ticks (``/proc/self/stat`` field 22) and this
+    machine's boot id; ``None`` for what this machine has no ``/proc`` for."""
+    pid_start = boot = None
+    try:
+        with open("/proc/self/stat") as f:
+            pid_start = int(f.read().rsplit(") ", 1)[1].split()[19])
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            boot = f.read().strip()
+    except (OSError, ValueError, IndexError):
+        pid_start = boot = None
+    return {"pid": os.getpid(), "pid_start": pid_start, "boot_id": boot}
+
+
+def is_mine(holder: Optional[Holder]) -> bool:
+    """True when ``holder`` is this very process (pid, start time and boot id all match)."""
+    if holder is None:
+        return False
+    me = self_identity()
+    return all(holder.raw.get(k) == me[k] for k in ("pid", "pid_start", "boot_id")) and me["boot_id"] is not None
+
+
+class RunLock:
+    """The run lock this process holds on ``box`` (from :func:`acquire`). ``heartbeat`` is True
+    when this process runs on another machine than the box: a daemon thread then touches the lock
+    every :data:`HEARTBEAT_S` s over its own connection (``remote.connect(host)``).
+    :meth:`release` is idempotent."""
+
+    def __init__(self, box, host: str, holder: dict, heartbeat: bool):
+        self.box = box
+        self.host = host
+        self.holder = holder
+        self.run_id = holder["run_id"]
+        self.released = False
+        self._stop = threading.Event()
+        self._thread = None
+        if heartbeat:
+            self._thread = threading.Thread(target=self._beat, name=f"run-lock-heartbeat-{self.run_id}", daemon=True)
+            self._thread.start()
+
+    def _beat(self) -> None:
+        from remote import connect
+
+        try:
+            box = connect(self.host, state_dir=self.box.state_dir)
+        except (RemoteError, OSError) as exc:
+            print(f"[eagle-workbench] run lock heartbeat: cannot connect to {self.host}: {exc}", file=sys.stderr)
+            return
+        try:
+            while not self._stop.wait(HEARTBEAT_S):
+                try:
+                    out = _run_script(box, "heartbeat", self.run_id, timeout=max(HEARTBEAT_S, 30.0))
+                except (RemoteError, JournalError) as exc:
+                    print(f"[eagle-workbench] run lock heartbeat failed: {exc}", file=sys.stderr)
+                    continue
+                if out.get("status") != "ours":
+                    if out.get("holder") is None:
+                        return  # released (the run restored the box): nothing to say
+                    print(f"[eagle-workbench] the run lock on {self.box} is no longer run {self.run_id}'s "
+                          f"(now: {out.get('holder')}); heartbeat stopped", file=sys.stderr)
+                    return
+        finally:
+            box.close()
+
+    def stop_heartbeat(self) -> None:
+        """Stop the heartbeat thread (the lock was released by someone else: :func:`restore_box`)."""
+        self._stop.set()
+
+    def release(self, *, timeout: float = 10.0) -> None:
+        """Remove the lock if it is still this run's. Raises ``RemoteError``/``JournalError``."""
+        self._stop.set()
+        if not self.released:
+            release(self.box, self.run_id, timeout=timeout)
+            self.released = True
+
+
+def acquire(box, host: str, run_id: str, *, timeout: float = 10.0) -> RunLock:
+    """Take the run lock on ``box`` for ``run_id`` (this process), taking over a stale one.
+
+    Raises :class:`RunLocked` naming the live holder (run id, pid, host it was started from, since
+    when, which runbook) when another run holds it; :class:`JournalError` when the lock script
+    cannot run on the box."""
+    me = self_identity()
+    holder = {"run_id": run_id, **me, "host": socket.gethostname(), "runbook": os.environ.get(RUNBOOK_ENV)
+              or os.path.basename(sys.argv[0] or "python"), "started_at": time.time()}
+    status = box_status(box, timeout=timeout)
+    holder["heartbeat"] = me["boot_id"] is None or me["boot_id"] != status.box_boot_id
+    dead = status.holder.run_id if status.holder is not None and status.holder.alive is False else None
+    out = _run_script(box, "acquire", json.dumps({"holder": holder, "dead": dead}), timeout=timeout)
+    if out.get("status") != "acquired":
+        other = Holder.from_box(out.get("holder"), True)
+        raise RunLocked(f"another run is using {box.name}: {other.describe()}; wait for it to finish "
+                        f"(it restores the box itself at its end)", other)
+    return RunLock(box, host, holder, heartbeat=holder["heartbeat"])
+
+
+def release(box, run_id: str, *, timeout: float = 10.0) -> bool:
+    """Remove the lock when ``run_id`` holds it (``"*dead*"``: when its holder is dead). Returns
+    whether it was removed."""
+    return _run_script(box, "release", run_id, timeout=timeout).get("status") == "released"
+
+
+def describe_holder(holder: Optional[Holder]) -> str:
+    """:meth:`Holder.describe`, or ``no run`` for None."""
+    return holder.describe() if holder is not None else "no run"
