@@ -380,6 +380,17 @@ class Box:
         """Create a directory and its parents (no error if it exists)."""
         self.transport.makedirs(self._p(path), mode=mode, timeout=timeout)
 
+    def private_dir(self, path: PathLike, *, timeout: float = 30) -> None:
+        """Create the directory ``path`` (and its parents) and make it private to the box user:
+        mode 0700 whether it was just created or already existed with looser bits (for the
+        workbench's own state directories, which hold server logs and journals with the servers'
+        command lines and environments, secrets included). Raises the errors of :meth:`makedirs`
+        and :meth:`run` (``RemoteCommandFailed`` when ``chmod`` fails, e.g. a directory owned by
+        another user)."""
+        p = self._p(path)
+        self.transport.makedirs(p, mode=0o700, timeout=timeout)
+        self.run(["chmod", "0700", p], timeout=timeout, check=True)
+
     # -- logs -----------------------------------------------------------------------------------
 
     def tail(self, path: PathLike, n: int = 50, *, encoding: str = "utf-8", timeout: float = 30) -> list[str]:
@@ -550,11 +561,14 @@ class Box:
         if log_path is None:
             stamp = time.strftime("%Y%m%d-%H%M%S")
             log = f"{self.state_dir}/servers/server-{port}-{stamp}-{secrets.token_hex(2)}.log"
+            # The log holds the server's arguments (SGLang prints server_args, --api-key included):
+            # the workbench's own log directory is private.
+            self.private_dir(f"{self.state_dir}/servers", timeout=timeout)
         else:
             log = self._p(log_path)
             if not log.startswith("/") and cwd is not None:
                 log = f"{self._p(cwd).rstrip('/')}/{log}"  # the shell opens it inside cwd
-        self.transport.makedirs(os.path.dirname(log) or ".", timeout=timeout)
+            self.transport.makedirs(os.path.dirname(log) or ".", timeout=timeout)
         pid_path = log + ".pid"
         run_cwd = None if cwd is None else self._p(cwd)
         argv_t = (argv,) if isinstance(argv, str) else tuple(os.fspath(a) for a in argv)
@@ -566,8 +580,10 @@ class Box:
         # The inner shell writes its own pid (atomically) and execs the server, so the pid file
         # holds the server's pid, which is also its process group and session id.
         inner = 'echo $$ > "$0.tmp" && mv -f "$0.tmp" "$0" && exec "$@"'
+        # A log file the launch creates is created 0600 (a subshell's umask: the server itself keeps
+        # the box's umask for whatever it writes); an existing log keeps its mode.
         launch = (
-            f"rm -f {shlex.quote(pid_path)}; "
+            f"(umask 077 && : >> {shlex.quote(log)}); rm -f {shlex.quote(pid_path)}; "
             f"setsid bash -c {shlex.quote(inner)} {shlex.quote(pid_path)} {shlex.join(program)} "
             f"{'>>' if append_log else '>'} {shlex.quote(log)} 2>&1 < /dev/null &"
         )

@@ -62,7 +62,7 @@ force_launch = False      # True: launch even what the doctor says will not star
     code("""
 from workbench.runbook_params import check_runbook_parameters
 
-check_runbook_parameters("diagnose_acceptance", globals())  # every parameter, before anything touches the box
+check_runbook_parameters("diagnose_acceptance", globals(), kernel_namespace=True)  # every parameter, before anything touches the box
 
 from IPython.display import HTML, display
 from workbench.diagnosis import DiagnosisRun
@@ -145,7 +145,7 @@ report_dir = "reports"
     code("""
 from workbench.runbook_params import check_runbook_parameters
 
-check_runbook_parameters("preflight", globals())  # every parameter, before anything touches the box
+check_runbook_parameters("preflight", globals(), kernel_namespace=True)  # every parameter, before anything touches the box
 
 from IPython.display import HTML, display
 from workbench.doctor import preflight
@@ -207,7 +207,7 @@ force_launch = False        # True: launch a setting even when the doctor says i
     code("""
 from workbench.runbook_params import check_runbook_parameters
 
-check_runbook_parameters("measure_acceptance", globals())  # every parameter, before anything touches the box
+check_runbook_parameters("measure_acceptance", globals(), kernel_namespace=True)  # every parameter, before anything touches the box
 
 from workbench.measure.sweep import SweepRun
 
@@ -271,7 +271,7 @@ force_launch = False        # True: launch a draft even when the doctor says it 
     code("""
 from workbench.runbook_params import check_runbook_parameters
 
-check_runbook_parameters("compare_drafts", globals())  # every parameter, before anything touches the box
+check_runbook_parameters("compare_drafts", globals(), kernel_namespace=True)  # every parameter, before anything touches the box
 
 from workbench.measure.sweep import SweepRun
 

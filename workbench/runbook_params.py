@@ -234,12 +234,40 @@ def runbook_parameter_problems(runbook: str, values: Mapping[str, Any]) -> list[
     return problems
 
 
-def check_runbook_parameters(runbook: str, values: Mapping[str, Any]) -> None:
+#: Names IPython itself puts in a kernel's user namespace (besides ``_``-names): never parameters.
+KERNEL_NAMES = frozenset({"In", "Out", "exit", "quit", "get_ipython", "open"})
+
+_LITERAL_TYPES = (type(None), bool, int, float, str, list, dict, tuple)
+
+
+def injected_unknown(runbook: str, namespace: Mapping[str, Any]) -> list[str]:
+    """Names in a runbook kernel's ``namespace`` (its ``globals()`` in the first cell after the
+    parameters) that papermill injected but the runbook does not have: every name bound to a plain
+    value (None, bool, number, str, list, dict, tuple: what ``papermill -p``/``-y`` can inject)
+    that is neither in the runbook's schema, nor IPython's own (:data:`KERNEL_NAMES`), nor
+    ``_``-prefixed. Papermill only warns about such a name (``Passed unknown parameter``) and runs
+    on with the default, so a typo such as ``-p num_promts 2`` would restart a server with the
+    defaults. Sorted. Raises :class:`RunbookParameterError` for a runbook with no schema."""
+    schema = _schema(runbook)
+    return sorted(k for k, v in namespace.items()
+                  if not k.startswith("_") and k not in schema and k not in KERNEL_NAMES
+                  and isinstance(v, _LITERAL_TYPES))
+
+
+def check_runbook_parameters(runbook: str, values: Mapping[str, Any], *, kernel_namespace: bool = False) -> None:
     """Check ``values`` against the schema of ``runbook`` (a key of :data:`SCHEMAS`); a runbook's
-    cell passes ``globals()``, the CLI the ``-p`` values. Raises :class:`RunbookParameterError`
-    (exit code 2) naming every bad parameter with its value and what it must be
-    (:func:`runbook_parameter_problems`), or for a runbook with no schema. Reads nothing on the
-    box; reads the prompt file and the ssh config on this machine."""
-    problems = runbook_parameter_problems(runbook, values)
+    cell passes ``globals()`` with ``kernel_namespace=True`` (then names papermill injected that the
+    runbook does not have are refused too: :func:`injected_unknown`), the CLI the ``-p`` values
+    (it refuses unknown names itself). Raises :class:`RunbookParameterError` (exit code 2) naming
+    every bad parameter with its value and what it must be (:func:`runbook_parameter_problems`),
+    or for a runbook with no schema. Reads nothing on the box; reads the prompt file and the ssh
+    config on this machine."""
+    problems = []
+    if kernel_namespace:
+        unknown = injected_unknown(runbook, values)
+        if unknown:
+            problems.append(f"{runbook} has no parameter {', '.join(map(repr, unknown))} "
+                            f"(its parameters: {', '.join(_schema(runbook))})")
+    problems += runbook_parameter_problems(runbook, values)
     if problems:
         raise RunbookParameterError(runbook, problems)

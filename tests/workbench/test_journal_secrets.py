@@ -7,6 +7,7 @@ import json
 import os
 import stat
 import sys
+import time
 
 import pytest
 
@@ -59,3 +60,45 @@ def test_only_the_variables_a_launch_would_not_have_are_kept(tmp_path, spec):
         # bash's own `_` (the last command it ran) differs from one command to the next
         assert {k: v for k, v in delta.items() if k != "_"} == {"HF_TOKEN": "hf_planted", "HOME": "/somewhere/else"}
         assert launch_env_delta(box, None) is None
+
+
+def test_a_loose_state_directory_an_older_run_left_becomes_private(tmp_path, spec):
+    """A ``diagnosis/`` directory created 0755 (by an older release, or by hand) is tightened to
+    0700 by the first journal write; the journal inside is 0600."""
+    with connect(spec, state_dir=tmp_path / "state", python=sys.executable) as box:
+        journal = Journal(box)
+        directory = os.path.dirname(journal.path)
+        os.makedirs(directory)
+        os.chmod(directory, 0o755)
+        journal.begin()
+        assert stat.S_IMODE(os.stat(directory).st_mode) == 0o700
+        assert stat.S_IMODE(os.stat(journal.path).st_mode) == 0o600
+
+
+@pytest.mark.slow
+def test_a_launched_servers_log_is_private_in_a_private_directory(tmp_path, spec):
+    """The log of a server the workbench launches holds its arguments (SGLang prints server_args,
+    --api-key included): created 0600 in a 0700 ``servers/`` directory, even when that directory
+    existed 0755; the server process itself keeps the box's umask (a file it creates is not
+    tightened)."""
+    state = tmp_path / "state"
+    os.makedirs(state / "servers")
+    os.chmod(state / "servers", 0o755)
+    made = tmp_path / "made-by-the-server"
+    with connect(spec, state_dir=state, python=sys.executable) as box:
+        handle = box.launch_server(["bash", "-c", f"echo api_key=sk-secret; touch {made}; sleep 30"], port=None)
+        try:
+            deadline = time.monotonic() + 10
+            while not made.exists() and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert stat.S_IMODE(os.stat(handle.log_path).st_mode) == 0o600
+            assert stat.S_IMODE(os.stat(state / "servers").st_mode) == 0o700
+            assert stat.S_IMODE(os.stat(made).st_mode) == 0o666 & ~_umask()
+        finally:
+            box.stop_server(handle, grace=2)
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask

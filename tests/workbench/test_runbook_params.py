@@ -19,7 +19,7 @@ import pytest
 
 from workbench.cli.runbook import coerce_parameter, runbooks_dir
 from workbench.errors import RunbookParameterError
-from workbench.runbook_params import (KINDS, SCHEMAS, check_runbook_parameters, parse_layer_ids,
+from workbench.runbook_params import (KINDS, SCHEMAS, check_runbook_parameters, injected_unknown, parse_layer_ids,
                                       runbook_parameter_problems)
 from workbench.sandbox_box import sandbox_launch_command
 from workbench.session.box_session import check_run_parameters
@@ -61,8 +61,27 @@ def test_each_runbooks_first_cell_checks_its_parameters_before_anything_else(run
     assert "parameters" in code[0].metadata.get("tags", [])
     first = [line for line in code[1].source.splitlines() if line.strip()]
     assert first[:2] == ["from workbench.runbook_params import check_runbook_parameters",
-                         f'check_runbook_parameters("{runbook}", globals())  # every parameter, before anything '
+                         f'check_runbook_parameters("{runbook}", globals(), kernel_namespace=True)  # every parameter, before anything '
                          "touches the box"]
+
+
+@pytest.mark.parametrize("runbook", RUNBOOKS)
+def test_a_name_papermill_injected_that_the_runbook_lacks_is_refused_in_the_kernel(runbook):
+    """Papermill only warns about an unknown ``-p`` name and runs on with the defaults: in the
+    kernel, a plain value bound to a name the schema lacks is refused; functions, modules and
+    IPython's own names are not parameters."""
+    namespace = {name: None for name in SCHEMAS[runbook]}
+    namespace.update({"In": [""], "Out": {}, "_": None, "__name__": "__main__", "math": math,
+                      "check_runbook_parameters": check_runbook_parameters, "get_ipython": object()})
+    # None is valid for some parameters only: compare with the problems the values alone have
+    alone = runbook_parameter_problems(runbook, namespace)
+    with pytest.raises(RunbookParameterError) as caught:
+        check_runbook_parameters(runbook, {**namespace, "num_promts": 2}, kernel_namespace=True)
+    assert caught.value.problems[0].startswith(f"{runbook} has no parameter 'num_promts' (its parameters: ")
+    assert caught.value.problems[1:] == alone
+    assert injected_unknown(runbook, namespace) == []
+    # without kernel_namespace (the CLI's call: it refuses unknown names itself) the name is ignored
+    assert runbook_parameter_problems(runbook, {**namespace, "num_promts": 2}) == alone
 
 
 def test_force_launch_is_a_flag_of_the_three_runbooks_that_launch():

@@ -75,6 +75,7 @@ class Journal:
         self.box = box
         self.timeout = timeout
         self.path = path or journal_path(box)
+        self._dir_private = False  # set once _write has made its directory 0700
         #: the run lock taken for this run (:func:`workbench.session.open_box`), or None
         self.run_lock = None
         self.data: dict[str, Any] = self._load()
@@ -197,9 +198,15 @@ class Journal:
 
     def _write(self) -> None:
         """Write the journal atomically, mode 0600 (it holds the original server's argv and the
-        environment it needs, secrets included: only its owner may read it), its directory created
-        0700."""
-        self.box.makedirs(self.path.rsplit("/", 1)[0], mode=JOURNAL_DIR_MODE, timeout=self.timeout)
+        environment it needs, secrets included: only its owner may read it), its directory made
+        0700 (created so, or tightened once when it already existed with looser bits)."""
+        directory = self.path.rsplit("/", 1)[0]
+        if not self._dir_private:
+            # once per journal: a state directory an older release created 0755 becomes 0700 too
+            self.box.private_dir(directory, timeout=self.timeout)
+            self._dir_private = True
+        else:
+            self.box.makedirs(directory, mode=JOURNAL_DIR_MODE, timeout=self.timeout)
         self.box.write_file(self.path, json.dumps(self.data, indent=2, sort_keys=True) + "\n", mode=JOURNAL_MODE,
                             timeout=self.timeout)
 
