@@ -19,6 +19,7 @@ from workbench.engine.flags import FLAGS, SGLANG_VERSION
 from workbench.engine.launch import LaunchCommand
 from workbench.engine.modelled import MTP_TARGETS, PAGE_TREE_BACKENDS
 from workbench.errors import ConfigUnreadable, RuleInputError
+from workbench.redact import is_secret_flag
 from workbench.rules.facts import Facts
 from workbench.rules.finding import Finding, ev
 from workbench.rules.fix import Fix
@@ -199,7 +200,11 @@ def launch_flag_unknown(facts: Facts) -> list[Finding]:
     if not unknown:
         return []
     severity = "error" if engine_version == SGLANG_VERSION or launch.engine == "sandbox" else "warning"
-    close = {f: difflib.get_close_matches(f, list(FLAGS), n=1) for f in unknown}
+    # a secret flag's value (--hf-token=...) is never moved into a flag of another kind: only another
+    # secret flag is proposed for it, or none (the fix would print the secret as a --max-prefill-tokens)
+    secret_flags = [f for f in FLAGS if is_secret_flag(f)]
+    close = {f: difflib.get_close_matches(f, secret_flags if is_secret_flag(f) else list(FLAGS), n=1)
+             for f in unknown}
     fixed = launch
     for f, match in close.items():
         if match:
