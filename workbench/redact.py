@@ -173,13 +173,14 @@ def is_secret_key(key: str) -> bool:
     ``ssl_keyfile_password``, ``HF_TOKEN``). A single-word key counts only when it is one of
     ``password``, ``passwd``, ``secret``, ``authorization``, ``apikey``, ``passphrase``,
     ``credentials`` (a ``"key"`` or ``"token"`` field is usually a tensor name or a vocabulary
-    entry)."""
+    entry). A key of several words also gets the variable rule (``db_pass``, ``mysql_pwd``,
+    ``session_cookie``)."""
     words = _words(key)
     if not words:
         return False
     if len(words) == 1:
         return words[0] in _SINGLE_KEY_WORDS
-    return is_secret_flag(key) or (key.isupper() and is_secret_env(key))
+    return is_secret_flag(key) or is_secret_env(key)
 
 
 # -- text rules ----------------------------------------------------------------------------------
@@ -230,6 +231,8 @@ def _looks_like_code(name: str, value: str) -> bool:
 def _quoted_placeholder(value: str) -> str:
     if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
         return value[0] + PLACEHOLDER + value[0]
+    if value[:1] in ("'", '"'):  # an unbalanced opening quote is kept: the text still reads as written
+        return value[0] + PLACEHOLDER
     return PLACEHOLDER
 
 
@@ -287,7 +290,7 @@ def _rules_text(text: str) -> str:
         return f"{m['name']}={_quoted_placeholder(m['value'])}"
 
     def kv_sub(m: re.Match) -> str:
-        if not _is_secret_text_name(m["name"]):
+        if not _is_secret_text_name(m["name"]) or not m["value"]:  # "password": "" is no secret
             return m.group(0)
         return f"{m['q']}{m['name']}{m['q']}{m['sep']}{m['q2']}{PLACEHOLDER}{m['q2']}"
 
