@@ -17,14 +17,27 @@ What is recognised, BY KIND (not by a list of known names):
   word that makes it a count or a time before it (``per``, ``max``, ``first``, …:
   ``--kt-max-deferred-experts-per-token``, ``--bucket-time-to-first-token``).
   Both ``--flag VALUE`` and ``--flag=VALUE``.
+  A quoted value that swallows a later flag (``--model-path '/m --api-key X``, an unbalanced quote
+  in an error message) does not hide it.
 - **environment variables** (:func:`is_secret_env`): ``*_TOKEN``, ``*_KEY``, ``*_KEYS``, ``*_PAT``,
-  names holding ``SECRET``, ``PASSWORD``, ``PASSWD`` or ``CREDENTIAL`` (``HF_TOKEN``,
+  ``*_PASS``, ``*_PWD`` (not ``PWD``/``OLDPWD``), ``*_DSN``, ``*_AUTH``/``AUTH_*`` (not
+  ``SSH_AUTH_SOCK``), names holding ``SECRET``, ``PASSWORD``, ``PASSWD``, ``CREDENTIAL``, ``COOKIE``
+  or ``PRIVATE_KEY`` (``HF_TOKEN``,
   ``HUGGING_FACE_HUB_TOKEN``, ``AWS_SECRET_ACCESS_KEY``, ``OPENAI_API_KEY``, ``MY_SECRET``), in an
   environment mapping, as a ``NAME=value`` prefix of a launch command, and in free text (there a
   lower-case ``name=value`` that is code is left alone: ``api_key=server_args.api_key``,
   ``api_key=key``, ``new_token=512``; ``password=hunter2`` is redacted).
-- **URLs with credentials**: ``scheme://user:pass@host`` -> ``scheme://user:***@host``.
-- **Authorization headers**: ``Authorization: Bearer|Basic|Token …`` and ``Bearer …``.
+- **key-value pairs** in a line for every such name (and ``token``/``auth``): ``password: v``
+  (YAML), ``"token": "v"`` (JSON), ``'secret': 'v'`` (a repr), ``X-Api-Key: v`` (headers); code and
+  type annotations (``api_key: Optional[str] = None``), counts (``#token: 4096``) and empty strings
+  are left alone.
+- **URLs with credentials**: ``scheme://user:pass@host`` -> ``scheme://user:***@host``,
+  ``redis://:pass@host`` -> ``redis://:***@host``, and a userinfo with no password (a Sentry DSN's
+  key) -> ``https://***@host`` (the login name of ``ssh://``/``sftp://``/``git+ssh://`` … is kept).
+- **Authorization headers**: ``Authorization: Bearer|Basic|Token …`` and ``Bearer …``; ``Cookie:``
+  / ``Set-Cookie:`` to the end of the line.
+- **PEM private-key blocks** (``-----BEGIN … PRIVATE KEY-----`` to ``-----END … PRIVATE KEY-----``,
+  multi-line; an unterminated one to the end of the text) and **JWTs** (a token shape).
 - **well-known token shapes** anywhere in text (:data:`TOKEN_SHAPES`): Hugging Face ``hf_…``,
   OpenAI-style ``sk-…``, GitHub ``ghp_``/``gho_``/``ghu_``/``ghs_``/``ghr_``/``github_pat_…``,
   AWS access key ids ``AKIA…``/``ASIA…``, Slack ``xox?-…``, GitLab ``glpat-…``.
