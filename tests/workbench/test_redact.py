@@ -342,4 +342,5 @@ def test_cli_doctor_never_moves_a_secret_flags_value_into_another_flag(cli):
                          "--hf-token=t13hfTOKEN777 --speculative-algoritm EAGLE3")
     assert "launch-flag-unknown" in out, out + err
     assert "did you mean --speculative-algorithm?" in out
+    assert "--hf-token, --speculative-algoritm: not flags of sglang" in out  # the message reads as written
     assert "--max-prefill-tokens" not in out + err and "t13hfTOKEN777" not in out + err

@@ -211,8 +211,10 @@ def launch_flag_unknown(facts: Facts) -> list[Finding]:
             values = fixed.get_all(f)
             fixed = fixed.without_flag(f).with_flag(match[0], values[-1] if values else True)
     return [Finding("launch-flag-unknown", severity,
-                    f"{', '.join(unknown)} {'is' if len(unknown) == 1 else 'are'} not a flag of sglang "
-                    f"{SGLANG_VERSION}'s launch_server: argparse stops the server with 'unrecognized arguments'"
+                    # "--hf-token: not a flag", not "--hf-token is not a flag": a word after a secret flag
+                    # reads as its value to the redactor ("--hf-token *** not a flag")
+                    f"{', '.join(unknown)}: not {'a flag' if len(unknown) == 1 else 'flags'} of sglang "
+                    f"{SGLANG_VERSION}'s launch_server; argparse stops the server with 'unrecognized arguments'"
                     + "".join(f"; did you mean {m[0]}?" for m in close.values() if m),
                     {"unknown_flags": ev(unknown, "launch command"),
                      "engine_version": ev(engine_version, "box" if engine_version else None),
