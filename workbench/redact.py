@@ -17,14 +17,27 @@ What is recognised, BY KIND (not by a list of known names):
   word that makes it a count or a time before it (``per``, ``max``, ``first``, …:
   ``--kt-max-deferred-experts-per-token``, ``--bucket-time-to-first-token``).
   Both ``--flag VALUE`` and ``--flag=VALUE``.
+  A quoted value that swallows a later flag (``--model-path '/m --api-key X``, an unbalanced quote
+  in an error message) does not hide it.
 - **environment variables** (:func:`is_secret_env`): ``*_TOKEN``, ``*_KEY``, ``*_KEYS``, ``*_PAT``,
-  names holding ``SECRET``, ``PASSWORD``, ``PASSWD`` or ``CREDENTIAL`` (``HF_TOKEN``,
+  ``*_PASS``, ``*_PWD`` (not ``PWD``/``OLDPWD``), ``*_DSN``, ``*_AUTH``/``AUTH_*`` (not
+  ``SSH_AUTH_SOCK``), names holding ``SECRET``, ``PASSWORD``, ``PASSWD``, ``CREDENTIAL``, ``COOKIE``
+  or ``PRIVATE_KEY`` (``HF_TOKEN``,
   ``HUGGING_FACE_HUB_TOKEN``, ``AWS_SECRET_ACCESS_KEY``, ``OPENAI_API_KEY``, ``MY_SECRET``), in an
   environment mapping, as a ``NAME=value`` prefix of a launch command, and in free text (there a
   lower-case ``name=value`` that is code is left alone: ``api_key=server_args.api_key``,
   ``api_key=key``, ``new_token=512``; ``password=hunter2`` is redacted).
-- **URLs with credentials**: ``scheme://user:pass@host`` -> ``scheme://user:***@host``.
-- **Authorization headers**: ``Authorization: Bearer|Basic|Token …`` and ``Bearer …``.
+- **key-value pairs** in a line for every such name (and ``token``/``auth``): ``password: v``
+  (YAML), ``"token": "v"`` (JSON), ``'secret': 'v'`` (a repr), ``X-Api-Key: v`` (headers); code and
+  type annotations (``api_key: Optional[str] = None``), counts (``#token: 4096``) and empty strings
+  are left alone.
+- **URLs with credentials**: ``scheme://user:pass@host`` -> ``scheme://user:***@host``,
+  ``redis://:pass@host`` -> ``redis://:***@host``, and a userinfo with no password (a Sentry DSN's
+  key) -> ``https://***@host`` (the login name of ``ssh://``/``sftp://``/``git+ssh://`` … is kept).
+- **Authorization headers**: ``Authorization: Bearer|Basic|Token …`` and ``Bearer …``; ``Cookie:``
+  / ``Set-Cookie:`` to the end of the line.
+- **PEM private-key blocks** (``-----BEGIN … PRIVATE KEY-----`` to ``-----END … PRIVATE KEY-----``,
+  multi-line; an unterminated one to the end of the text) and **JWTs** (a token shape).
 - **well-known token shapes** anywhere in text (:data:`TOKEN_SHAPES`): Hugging Face ``hf_…``,
   OpenAI-style ``sk-…``, GitHub ``ghp_``/``gho_``/``ghu_``/``ghs_``/``ghr_``/``github_pat_…``,
   AWS access key ids ``AKIA…``/``ASIA…``, Slack ``xox?-…``, GitLab ``glpat-…``.
@@ -91,10 +104,20 @@ TOKEN_SHAPES: tuple[tuple[str, str], ...] = (
     ("aws-access-key-id", r"(?:AKIA|ASIA)[0-9A-Z]{16}"),
     ("slack", r"xox[abposr]-[A-Za-z0-9-]{10,}"),
     ("gitlab", r"glpat-[A-Za-z0-9_-]{20,}"),
+    # RFC 7519 JWT: base64url header and payload of JSON objects (``{"`` encodes as ``eyJ``), a signature
+    ("jwt", r"eyJ[A-Za-z0-9_-]{4,}\.eyJ[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]*"),
 )
 _SHAPES = re.compile(r"(?<![A-Za-z0-9_])(?:" + "|".join(f"(?:{rx})" for _, rx in TOKEN_SHAPES) + r")(?![A-Za-z0-9_])")
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+#: A PEM private-key block (RFC 7468: ``-----BEGIN PRIVATE KEY-----``, ``RSA``/``EC``/``OPENSSH``/
+#: ``ENCRYPTED`` … ``PRIVATE KEY``), multi-line; an unterminated one is redacted to the end of the text.
+_PEM_BEGIN = r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY-----"
+_PEM_END = r"-----END (?:[A-Z0-9]+ )*PRIVATE KEY-----"
+_PEM = re.compile(rf"(?P<begin>{_PEM_BEGIN})(?P<body>.*?)(?P<end>{_PEM_END}|\Z)", re.S)
+_PEM_OPEN = re.compile(_PEM_BEGIN)
+_PEM_CLOSE = re.compile(_PEM_END)
 
 
 def _words(name: str) -> list[str]:
@@ -117,17 +140,45 @@ def is_secret_flag(flag: str) -> bool:
     return last in _SECRET_WORDS or (last.endswith(_SUFFIXES) and len(last) > 6)
 
 
+#: English words ending in ``PASS`` that are no password (``SKIP_BYPASS``, ``USE_COMPASS``).
+_PASS_WORDS = {"BYPASS", "COMPASS", "OVERPASS", "UNDERPASS", "SURPASS", "TRESPASS", "ENCOMPASS"}
+#: Words after ``AUTH`` that make a variable a location or a mode, not a credential
+#: (``SSH_AUTH_SOCK`` is the ssh-agent's socket path: kept, it is what one debugs agent forwarding with).
+_AUTH_NOT_SECRET = {"SOCK", "SOCKET", "URL", "URI", "HOST", "PORT", "TYPE", "METHOD", "MODE", "DOMAIN", "ENDPOINT",
+                    "ENABLED", "DISABLED", "ENABLE", "DISABLE", "USER", "USERNAME", "FILE", "PATH", "DIR", "PROVIDER",
+                    "SERVER", "TIMEOUT", "SCHEME", "REALM"}
+
+
 def is_secret_env(name: str) -> bool:
-    """Whether an environment variable holds a secret: ``*_TOKEN``, ``*_KEY``, ``*_KEYS``, or a name
-    holding ``SECRET``, ``PASSWORD``, ``PASSWD``, ``CREDENTIAL`` (any case); also ``TOKEN``,
-    ``API_KEY``-style bare names. ``TOKENIZERS_PARALLELISM``, ``SSH_AUTH_SOCK``, ``HF_HOME``,
-    ``PYTHONHASHSEED`` are not."""
+    """Whether an environment variable holds a secret (any case), by kind of name: ``*_TOKEN``,
+    ``*_KEY``, ``*_KEYS``, ``*_APIKEY``, ``*_PAT``, ``*_PASS`` (and a last word ending in ``PASS``:
+    libpq's ``PGPASS``; not ``BYPASS``/``COMPASS``), ``*_PWD`` (MySQL's ``MYSQL_PWD``; not the
+    shell's ``PWD``/``OLDPWD``, which are directories), ``*_DSN`` (``SENTRY_DSN``: the key is in its
+    userinfo), ``*_AUTH`` / ``AUTH_*`` (not ``SSH_AUTH_SOCK``, ``*_AUTH_URL``, ``*_AUTH_TYPE``, …:
+    :data:`_AUTH_NOT_SECRET`), names holding ``SECRET``, ``PASSWORD``, ``PASSWD``, ``CREDENTIAL``,
+    ``COOKIE`` or ``PRIVATE_KEY``; also the bare ``TOKEN``, ``APIKEY``, ``API_KEY``, ``PASSWORD``.
+    ``TOKENIZERS_PARALLELISM``, ``SSH_AUTH_SOCK``, ``HF_HOME``, ``PYTHONHASHSEED``, ``PATH``,
+    ``XDG_RUNTIME_DIR`` are not. A ``DATABASE_URL`` is no secret by name: the URL rule redacts the
+    password in its value (:meth:`Redactor.env` redacts every other value as text)."""
     n = name.upper()
     if not _ENV_NAME.match(n):
         return False
-    if any(w in n for w in ("SECRET", "PASSWORD", "PASSWD", "CREDENTIAL")):
+    if any(w in n for w in ("SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "COOKIE", "PRIVATE_KEY", "PRIVATEKEY")):
         return True
-    return n in ("TOKEN", "APIKEY", "API_KEY") or n.endswith(("_TOKEN", "_KEY", "_KEYS", "_APIKEY", "_PAT"))
+    if n in ("TOKEN", "APIKEY", "API_KEY") or n.endswith(("_TOKEN", "_KEY", "_KEYS", "_APIKEY", "_PAT")):
+        return True
+    words = [w for w in n.split("_") if w]
+    if not words:
+        return False
+    last = words[-1]
+    if len(words) > 1 and last in ("PASS", "PWD", "DSN"):
+        return True
+    if last.endswith("PASS") and last not in _PASS_WORDS and (len(words) > 1 or len(last) > 4):
+        return True  # PGPASS, DB_PASS, REDIS_PASS
+    for i, w in enumerate(words):
+        if w == "AUTH" and (i + 1 == len(words) or words[i + 1] not in _AUTH_NOT_SECRET) and len(words) > 1:
+            return True  # BASIC_AUTH, PROXY_AUTH, AUTH_HEADER; not SSH_AUTH_SOCK, AUTH_URL
+    return False
 
 
 def is_secret_key(key: str) -> bool:
@@ -135,13 +186,14 @@ def is_secret_key(key: str) -> bool:
     ``ssl_keyfile_password``, ``HF_TOKEN``). A single-word key counts only when it is one of
     ``password``, ``passwd``, ``secret``, ``authorization``, ``apikey``, ``passphrase``,
     ``credentials`` (a ``"key"`` or ``"token"`` field is usually a tensor name or a vocabulary
-    entry)."""
+    entry). A key of several words also gets the variable rule (``db_pass``, ``mysql_pwd``,
+    ``session_cookie``)."""
     words = _words(key)
     if not words:
         return False
     if len(words) == 1:
         return words[0] in _SINGLE_KEY_WORDS
-    return is_secret_flag(key) or (key.isupper() and is_secret_env(key))
+    return is_secret_flag(key) or is_secret_env(key)
 
 
 # -- text rules ----------------------------------------------------------------------------------
@@ -149,7 +201,7 @@ def is_secret_key(key: str) -> bool:
 _FLAG_NAME = r"--[A-Za-z][A-Za-z0-9_-]*"
 # --flag=value / --flag value (value: quoted or one shell word; not another option)
 _FLAG_VALUE = re.compile(
-    r"(?<![\w-])(?P<flag>" + _FLAG_NAME + r")(?P<sep>=|[ \t]+)(?P<value>\"[^\"]*\"|'[^']*'|(?!-)[^\s'\"`,;)\]}]+)"
+    r"(?<![\w-])(?P<flag>" + _FLAG_NAME + r")(?P<sep>=|[ \t]+)(?P<value>\"[^\"]*\"|'[^']*'|['\"]?(?!-)[^\s'\"`,;)\]}]+)"
 )
 # the argv-list form: '--api-key', 'VALUE'  (a repr'd list in an exception message)
 _FLAG_LIST = re.compile(r"(?P<q>['\"])(?P<flag>" + _FLAG_NAME + r")(?P=q)(?P<sep>\s*,\s*)(?P<q2>['\"])(?P<value>[^'\"]*)(?P=q2)")
@@ -157,7 +209,16 @@ _FLAG_LIST = re.compile(r"(?P<q>['\"])(?P<flag>" + _FLAG_NAME + r")(?P=q)(?P<sep
 _ENV_ASSIGN = re.compile(r"(?<![\w-])(?P<name>[A-Za-z_][A-Za-z0-9_]*)=(?P<value>\"[^\"]*\"|'[^']*'|[^\s'\"`,;)\]}]+)")
 # 'NAME': 'value' / "NAME": "value" (a repr'd or JSON dict in text)
 _KEY_VALUE = re.compile(r"(?P<q>['\"])(?P<name>[A-Za-z_][A-Za-z0-9_-]*)(?P=q)(?P<sep>\s*:\s*)(?P<q2>['\"])(?P<value>[^'\"]*)(?P=q2)")
-_URL_CREDS = re.compile(r"(?P<head>\b[A-Za-z][A-Za-z0-9+.-]*://[^/\s:@'\"]+):(?P<value>[^/\s@'\"]+)@")
+# name: value / "name": value / name = value (YAML, HTTP headers such as X-Api-Key, log lines)
+_COLON_VALUE = re.compile(r"(?<![\w-])(?P<q>['\"]?)(?P<name>[A-Za-z_][A-Za-z0-9_-]*)(?P=q)(?P<sep>[ \t]*:[ \t]*)"
+                          r"(?P<scheme>(?i:bearer|basic|token|digest)[ \t]+)?(?P<value>\"[^\"]*\"|'[^']*'|(?![-'\"])[^\s'\"`,;)\]}]+)")
+# Cookie / Set-Cookie header: the whole rest of the line
+_COOKIE_HEADER = re.compile(r"(?im)(?P<head>\b(?:set-)?cookie[ \t]*:[ \t]*)(?P<value>[^\r\n]+)")
+# scheme://user:pass@host, scheme://:pass@host (an empty user: redis), scheme://key@host (no password:
+# a Sentry DSN's key); the user of an ssh-family URL is a login name, kept
+_URL_CREDS = re.compile(r"(?P<head>\b[A-Za-z][A-Za-z0-9+.-]*://[^/\s:@'\"]*):(?P<value>[^/\s@'\"]+)@")
+_URL_USER = re.compile(r"(?P<scheme>\b(?P<name>[A-Za-z][A-Za-z0-9+.-]*)://)(?P<value>[^/\s:@'\"]+)@")
+_LOGIN_SCHEMES = {"ssh", "sftp", "scp", "rsync", "git+ssh", "ssh+git", "telnet"}
 _AUTH_HEADER = re.compile(r"(?i)(?P<head>\bauthorization\b['\"]?\s*[:=]\s*['\"]?(?:(?:bearer|basic|token)\s+)?)"
                           r"(?![a-z]{1,2}['\"])(?P<value>[^\s'\"`,]+)")  # not a string prefix: f"Bearer {key}" is code
 _BEARER = re.compile(r"(?i)(?P<head>\bbearer\s+)(?P<value>[A-Za-z0-9._~+/=-]{8,})")
@@ -171,8 +232,10 @@ def _looks_like_code(name: str, value: str) -> bool:
     attribute or a call (``api_key=server_args.api_key``, ``api_key=get_key()``), a variable of
     letters only (``api_key=key``; ``password=hunter2`` is a secret), a number (``new_token=512``,
     a count in a log summary), or a constant (``None``, ``True``, ``self``). Only for lower-case names: ``HF_TOKEN=x`` is always a setting."""
-    if name.upper() == name:
+    if name.upper() == name or "-" in name:  # HF_TOKEN=x, X-Api-Key: x are settings
         return False
+    if re.fullmatch(r"[A-Za-z_][\w.]*\[.*|[A-Za-z_][\w.]*\s*\|.*", value):
+        return True  # a type annotation: api_key: Optional[str] = None
     return (value == name or value in ("None", "True", "False", "self", "cls") or bool(_CODE_VALUE.match(value))
             or bool(re.fullmatch(r"[A-Za-z_]+", value))  # a variable (a real secret has a digit or a symbol)
             or bool(re.fullmatch(r"-?\d+(\.\d+)?", value)))  # a count: new_token=512
@@ -181,13 +244,48 @@ def _looks_like_code(name: str, value: str) -> bool:
 def _quoted_placeholder(value: str) -> str:
     if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
         return value[0] + PLACEHOLDER + value[0]
+    if value[:1] in ("'", '"'):  # an unbalanced opening quote is kept: the text still reads as written
+        return value[0] + PLACEHOLDER
     return PLACEHOLDER
 
 
+def _sub_secrets(pattern: re.Pattern, text: str, replace, anchor: str) -> str:
+    """``pattern.sub`` that does not let a match it leaves alone swallow a secret: after a match
+    ``replace`` returns ``None`` for (not a secret), the scan resumes right after its group
+    ``anchor`` (the name), so ``--model-path '/m --api-key X`` (an unbalanced quote taking the rest
+    of the line as the path's value) still has its ``--api-key X`` found."""
+    out, pos = [], 0
+    while True:
+        m = pattern.search(text, pos)
+        if m is None:
+            out.append(text[pos:])
+            return "".join(out)
+        new = replace(m)
+        if new is None:
+            stop = max(m.end(anchor), pos + 1)
+            out.append(text[pos:stop])
+            pos = stop
+        else:
+            out.append(text[pos:m.start()] + new)
+            pos = max(m.end(), pos + 1)
+
+
+def _is_secret_text_name(name: str) -> bool:
+    """A name whose value is a secret in a ``name=value`` / ``name: value`` text: the key rule, the
+    variable rule for upper-case names, and the single words ``token``/``tokens`` (a ``"token"``
+    field is a vocabulary entry in JSON data; in a setting it is a credential; a count or code
+    value is left alone by :func:`_looks_like_code`)."""
+    return (is_secret_key(name) or (name.isupper() and is_secret_env(name))
+            or _words(name) in (["token"], ["tokens"], ["auth"]))
+
+
 def _rules_text(text: str) -> str:
-    """The rules that need no learned value (flags, env assignments, URLs, headers, shapes)."""
-    def flag_sub(m: re.Match) -> str:
-        if not is_secret_flag(m["flag"]) or m["value"] == PLACEHOLDER:
+    """The rules that need no learned value (PEM blocks, flags, env assignments, key-value pairs,
+    URLs, headers, shapes)."""
+    def flag_sub(m: re.Match) -> str | None:
+        if not is_secret_flag(m["flag"]):
+            return None
+        if m["value"] == PLACEHOLDER:
             return m.group(0)
         return f"{m['flag']}{m['sep']}{_quoted_placeholder(m['value'])}"
 
@@ -196,23 +294,42 @@ def _rules_text(text: str) -> str:
             return m.group(0)
         return f"{m['q']}{m['flag']}{m['q']}{m['sep']}{m['q2']}{PLACEHOLDER}{m['q2']}"
 
-    def env_sub(m: re.Match) -> str:
+    def env_sub(m: re.Match) -> str | None:
         name = m["name"]
-        if not ((name.isupper() and is_secret_env(name)) or is_secret_key(name)) or m["value"] == PLACEHOLDER \
-                or _looks_like_code(m["name"], m["value"]):
+        if not _is_secret_text_name(name) or _looks_like_code(name, m["value"]):
+            return None
+        if m["value"] == PLACEHOLDER:
             return m.group(0)
         return f"{m['name']}={_quoted_placeholder(m['value'])}"
 
     def kv_sub(m: re.Match) -> str:
-        if not (is_secret_key(m["name"]) or (m["name"].isupper() and is_secret_env(m["name"]))):
+        if not _is_secret_text_name(m["name"]) or not m["value"]:  # "password": "" is no secret
             return m.group(0)
         return f"{m['q']}{m['name']}{m['q']}{m['sep']}{m['q2']}{PLACEHOLDER}{m['q2']}"
 
-    text = _FLAG_VALUE.sub(flag_sub, text)
+    def colon_sub(m: re.Match) -> str | None:
+        name, value = m["name"], m["value"]
+        if not _is_secret_text_name(name) or value in (PLACEHOLDER, '""', "''") or _quoted_placeholder(value) == value:
+            return None
+        if value[:1] not in "'\"" and not m["scheme"] and _looks_like_code(name, value):
+            return None
+        return f"{m['q']}{name}{m['q']}{m['sep']}{m['scheme'] or ''}{_quoted_placeholder(value)}"
+
+    def url_user_sub(m: re.Match) -> str:
+        if m["name"].lower() in _LOGIN_SCHEMES or m["value"] == PLACEHOLDER:
+            return m.group(0)
+        return f"{m['scheme']}{PLACEHOLDER}@"
+
+    text = _PEM.sub(lambda m: m["begin"] + ("\n" if "\n" in m["body"] else "") + PLACEHOLDER
+                    + ("\n" if "\n" in m["body"] and m["end"] else "") + m["end"], text)
+    text = _sub_secrets(_FLAG_VALUE, text, flag_sub, "flag")
     text = _FLAG_LIST.sub(list_sub, text)
-    text = _ENV_ASSIGN.sub(env_sub, text)
+    text = _sub_secrets(_ENV_ASSIGN, text, env_sub, "name")
     text = _KEY_VALUE.sub(kv_sub, text)
+    text = _COOKIE_HEADER.sub(lambda m: m["head"] + PLACEHOLDER, text)
+    text = _sub_secrets(_COLON_VALUE, text, colon_sub, "name")
     text = _URL_CREDS.sub(lambda m: f"{m['head']}:{PLACEHOLDER}@", text)
+    text = _URL_USER.sub(url_user_sub, text)
     text = _AUTH_HEADER.sub(lambda m: m["head"] + (m["value"] if m["value"] == PLACEHOLDER else PLACEHOLDER), text)
     text = _BEARER.sub(lambda m: m["head"] + PLACEHOLDER, text)
     text = _SHAPES.sub(PLACEHOLDER, text)
@@ -405,10 +522,21 @@ def redact_shell(argv: Sequence[str], redactor: Redactor | None = None) -> str:
     return (redactor or REDACTOR).shell(argv)
 
 
+def _pem_open(text: str) -> bool:
+    """Whether ``text`` has a ``BEGIN … PRIVATE KEY`` line after its last ``END`` line."""
+    begins = [m.end() for m in _PEM_OPEN.finditer(text)]
+    if not begins:
+        return False
+    ends = [m.end() for m in _PEM_CLOSE.finditer(text)]
+    return not ends or begins[-1] > ends[-1]
+
+
 class RedactingStream(io.TextIOBase):
     """A text stream that redacts each complete line before passing it to ``stream`` (the CLI
     wraps ``sys.stdout``/``sys.stderr`` in it). A partial line is held until its newline, a
-    :meth:`flush`, or 64 KiB, so a secret split across two ``write`` calls is still caught.
+    :meth:`flush`, or 64 KiB, so a secret split across two ``write`` calls is still caught; so are
+    the lines of a PEM private-key block until its ``END`` line (its base64 lines alone are not
+    recognisable).
     ``fileno``, ``isatty`` and ``encoding`` are the wrapped stream's."""
 
     def __init__(self, stream: Any, redactor: Redactor | None = None):
@@ -423,6 +551,8 @@ class RedactingStream(io.TextIOBase):
             head, sep, tail = self._buf.rpartition("\n")
             if not sep:
                 head, tail = self._buf, ""
+            if len(self._buf) <= 65536 and _pem_open(head):
+                return len(s)  # a private-key block is being printed line by line: hold it to its END line
             self._stream.write((self._redactor or REDACTOR).text(head + sep))
             self._buf = tail
         return len(s)

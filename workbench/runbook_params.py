@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, NamedTuple, Optional
 
 from workbench.errors import RunbookParameterError, WorkbenchInputError
+from workbench.redact import redact_text
 from workbench.session.box_session import RUN_PARAMETER_KINDS
 
 __all__ = ["Kind", "KINDS", "SCHEMAS", "check_runbook_parameters", "runbook_parameter_problems",
@@ -230,7 +231,9 @@ def runbook_parameter_problems(runbook: str, values: Mapping[str, Any]) -> list[
         except Exception as exc:  # noqa: BLE001 - reported as this parameter's problem; the others still checked
             detail = f"could not be checked: {type(exc).__name__}: {exc}"
         if detail is not None:
-            problems.append(f"{name} must be {kind.expected}, got {value!r}" + (f": {detail}" if detail else ""))
+            # the value is shown redacted (a launch command that does not parse still carries its --api-key)
+            problems.append(f"{name} must be {kind.expected}, got {redact_text(repr(value))}"
+                            + (f": {redact_text(detail)}" if detail else ""))
     return problems
 
 

@@ -45,13 +45,20 @@ def test_of_sglang_0_5_23s_flag_table_exactly_the_three_credentials_are_secret()
 
 @pytest.mark.parametrize("name", ["HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "AWS_SECRET_ACCESS_KEY", "OPENAI_API_KEY",
                                   "MY_SECRET", "DB_PASSWORD", "PGPASSWORD", "GITHUB_TOKEN", "AWS_SESSION_TOKEN",
-                                  "SECRET", "ANTHROPIC_API_KEY", "hf_token", "GOOGLE_APPLICATION_CREDENTIALS"])
+                                  "SECRET", "ANTHROPIC_API_KEY", "hf_token", "GOOGLE_APPLICATION_CREDENTIALS",
+                                  # issue 13's trial: the kinds it missed
+                                  "DB_PASS", "REDIS_PASS", "MYSQL_PWD", "DB_PWD", "PGPASS", "SENTRY_DSN", "APP_DSN",
+                                  "SESSION_COOKIE", "COOKIE_JAR", "PRIVATE_KEY_PEM", "SSH_PRIVATE_KEY", "AWS_CREDENTIAL",
+                                  "BASIC_AUTH", "PROXY_AUTH", "AUTH_HEADER", "mysql_pwd"])
 def test_secret_variables_by_kind(name):
     assert is_secret_env(name) is True
 
 
 @pytest.mark.parametrize("name", ["TOKENIZERS_PARALLELISM", "SSH_AUTH_SOCK", "HF_HOME", "PYTHONHASHSEED", "PATH",
-                                  "CUDA_VISIBLE_DEVICES", "SGLANG_LOG_MS", "KEYBOARD", "HF_TOKEN_PATH", "MONKEY"])
+                                  "CUDA_VISIBLE_DEVICES", "SGLANG_LOG_MS", "KEYBOARD", "HF_TOKEN_PATH", "MONKEY",
+                                  # the shell's directories, XDG locations, paths and modes beside the kinds above
+                                  "PWD", "OLDPWD", "HOME", "XDG_RUNTIME_DIR", "XDG_SESSION_TYPE", "PGPASSFILE",
+                                  "SKIP_BYPASS", "AUTH_URL", "OS_AUTH_TYPE", "AUTH", "DATABASE_URL", "PASS"])
 def test_ordinary_variables_are_not_secrets(name):
     assert is_secret_env(name) is False
 
@@ -89,6 +96,32 @@ def test_json_keys(key, secret):
     ("openai sk-proj-AbCdEfGhIjKlMnOpQrSt, github ghp_0123456789abcdefghijABCDEFGHIJ012345",
      "openai ***, github ***"),
     ("aws AKIAIOSFODNN7EXAMPLE done", "aws *** done"),
+    # issue 13's trial: the forms it missed
+    ("DB_PASS=t13pw MYSQL_PWD=t13pwd SENTRY_DSN=https://k@s.io/1 python -m sglang.launch_server",
+     "DB_PASS=*** MYSQL_PWD=*** SENTRY_DSN=*** python -m sglang.launch_server"),
+    ("redis://:t13pw@cache:6379/0 and postgres://u:t13pw@db/x", "redis://:***@cache:6379/0 and postgres://u:***@db/x"),
+    ("dsn https://t13dsnkey0123@o1.ingest.sentry.io/42", "dsn https://***@o1.ingest.sentry.io/42"),
+    ("curl -H 'X-Api-Key: t13hdr' -H 'X-Auth-Token: t13tok' -H 'x-goog-api-key: t13g'",
+     "curl -H 'X-Api-Key: ***' -H 'X-Auth-Token: ***' -H 'x-goog-api-key: ***'"),
+    ("X-Auth: Bearer t13bearer0123", "X-Auth: Bearer ***"),
+    ("Cookie: session=t13c; csrftoken=t13d", "Cookie: ***"),
+    ("password: t13yaml\n  hf_token: hf-t13x", "password: ***\n  hf_token: ***"),
+    ("password=t13kw, secret: 't13 q'", "password=***, secret: '***'"),
+    ('{"token": "t13json", "secret": "t13s", "password": "t13p", "n": 1}',
+     '{"token": "***", "secret": "***", "password": "***", "n": 1}'),
+    ("{'secret': 't13repr', 'db_pass': 't13r2'}", "{'secret': '***', 'db_pass': '***'}"),
+    ("f(token=t13abc1, auth=t13abc2)", "f(token=***, auth=***)"),
+    ("jwt eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJ0MTMifQ.c2lnbmF0dXJl_-x ok", "jwt *** ok"),
+    ("key:\n-----BEGIN RSA PRIVATE KEY-----\nMIIEt13\nt13b64==\n-----END RSA PRIVATE KEY-----\nafter",
+     "key:\n-----BEGIN RSA PRIVATE KEY-----\n***\n-----END RSA PRIVATE KEY-----\nafter"),
+    ('"pem": "-----BEGIN PRIVATE KEY-----\\nMIIEt13\\n-----END PRIVATE KEY-----"',
+     '"pem": "-----BEGIN PRIVATE KEY-----***-----END PRIVATE KEY-----"'),
+    ("cut: -----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAABG5vbmU", "cut: -----BEGIN OPENSSH PRIVATE KEY-----\n***"),
+    # a secret flag after an unbalanced quote (an error message quoting a command that does not parse)
+    ("got \"python -m x --model-path '/m --api-key t13quoteERR999\": unbalanced quote",
+     "got \"python -m x --model-path '/m --api-key ***\": unbalanced quote"),
+    ("...\"server --api-key=t13quoteERR888' --model-path\"", "...\"server --api-key=***' --model-path\""),
+    ("--api-key 't13open --port 1", "--api-key '*** --port 1"),
 ])
 def test_text_forms_without_learning(text, want):
     assert Redactor().text(text) == want
@@ -110,6 +143,14 @@ def test_text_forms_without_learning(text, want):
     "dict(kind='prefill', new_token=512, cached_token=0, token_usage=0.01)",
     'f"the draft is below the {ctx}-token context the server"',
     "raise LaunchCommandError(msg, token=i); DecodeState(last_token=tok)",
+    # issue 13: the look-alikes of the new kinds and forms
+    "PWD=/root OLDPWD=/tmp PATH=/usr/bin:/bin HOME=/root SSH_AUTH_SOCK=/tmp/ssh-x/agent.1 XDG_RUNTIME_DIR=/run/user/0",
+    "sampling_params max_new_tokens=8, new_token=512",
+    "    api_key: Optional[str] = None\n    hf_token: str | None = None\n    def f(password: str, token: int):",
+    '{"token": 12, "password": "", "secret": null}',
+    "ssh://root@gpu-box:22 and git+ssh://git@github.com/org/repo",
+    "Decode batch. #token: 4096, token usage: 0.01",
+    "python -m sglang.launch_server --speculative-eagle-topk 1 --model-path '/m --port 1",
 ])
 def test_look_alikes_are_left_alone(text):
     assert Redactor().text(text) == text
@@ -152,6 +193,34 @@ def test_argv_env_and_nested_json():
                    "launches": [{"launch_command": "python -m x --api-key ***"}],
                    "env": {"HF_TOKEN": PLACEHOLDER, "HOME": "/root"}, "tuple": ("a", PLACEHOLDER)}
     assert doc["server_info"]["api_key"] == KEY
+
+
+def test_env_prefix_and_environment_with_the_new_kinds():
+    """A server started with ``DB_PASS=…`` (issue 13's trial): the launch command's display and
+    the environment the executed notebooks show (``Redactor.env``) never carry the value."""
+    c = LaunchCommand.parse("DB_PASS=t13envPW1 SENTRY_DSN=https://t13dsn99@s.io/1 python -m sglang.launch_server "
+                            "--model-path /m")
+    assert c.to_display(Redactor()) == "DB_PASS=*** SENTRY_DSN=*** python -m sglang.launch_server --model-path /m"
+    env = {"MYSQL_PWD": "t13envPW2", "PGPASS": "t13envPW3", "SESSION_COOKIE": "t13c=1", "PWD": "/root",
+           "OLDPWD": "/tmp", "DATABASE_URL": "postgres://app:t13envPW4@db/x", "SSH_AUTH_SOCK": "/tmp/agent.1"}
+    assert Redactor().env(env) == {"MYSQL_PWD": PLACEHOLDER, "PGPASS": PLACEHOLDER, "SESSION_COOKIE": PLACEHOLDER,
+                                   "PWD": "/root", "OLDPWD": "/tmp", "DATABASE_URL": "postgres://app:***@db/x",
+                                   "SSH_AUTH_SOCK": "/tmp/agent.1"}
+    r = Redactor()
+    r.learn_launch(c)
+    assert r.text("DB said: bad password t13envPW1") == "DB said: bad password ***"
+
+
+def test_redacting_stream_holds_a_private_key_block_printed_line_by_line():
+    sink = io.StringIO()
+    stream = RedactingStream(sink, Redactor())
+    for line in ("before", "-----BEGIN EC PRIVATE KEY-----", "MHcCAQEEIt13body", "t13body2==",
+                 "-----END EC PRIVATE KEY-----", "after"):
+        print(line, file=stream)
+    stream.flush()
+    out = sink.getvalue()
+    assert "t13body" not in out
+    assert out == "before\n-----BEGIN EC PRIVATE KEY-----\n***\n-----END EC PRIVATE KEY-----\nafter\n"
 
 
 def test_launch_display_keeps_the_real_command_for_launching():
@@ -239,3 +308,39 @@ def test_cli_output_is_redacted_doctor_corrected_launch_command(cli, tmp_path):
     as_json = json.dumps(report.to_dict())
     assert "--api-key ***" in report.to_dict()["corrected_launch_command"] and KEY not in as_json
     assert KEY in report.corrected_launch()
+
+
+def test_cli_unparseable_launch_commands_never_echo_the_key(cli):
+    """Issue 13 item 3: a launch command with an unbalanced quote makes an error message that
+    quotes the command (``runbook preflight -p launch_command``: the parameter check;
+    ``doctor --launch``: the quote excerpt, cut from the redacted text). The planted keys never
+    reach stdout or stderr; the errors still say what is wrong."""
+    code, out, err = cli("runbook", "preflight", "-p", "launch_command",
+                         "python -m sglang.launch_server --model-path '/m --api-key t13quoteERR999")
+    assert code == 2, err
+    assert "unbalanced quote" in err and "--api-key ***" in err
+    assert "t13quoteERR999" not in out + err and "ERR999" not in out + err
+    code, out, err = cli("doctor", "--launch", "python -m sglang.launch_server --api-key=t13quoteERR888 --model-path '/m")
+    assert code == 2, err
+    assert "unbalanced quote" in err and "--model-path '/m" in err
+    assert "t13quoteERR888" not in out + err and "ERR888" not in out + err
+
+
+def test_launch_error_excerpt_is_cut_from_the_redacted_command():
+    from workbench.engine.launch import LaunchCommandError
+
+    with pytest.raises(LaunchCommandError) as exc:
+        LaunchCommand.parse("python -m sglang.launch_server --api-key=t13quoteERR777 --model-path '/m")
+    assert "ERR777" not in str(exc.value) and "=*** --model-path '/m" in str(exc.value)
+
+
+def test_cli_doctor_never_moves_a_secret_flags_value_into_another_flag(cli):
+    """Issue 13 item 4: ``--hf-token`` (not an SGLang 0.5.23 flag) once got "did you mean
+    --max-prefill-tokens?" with a fix carrying its value there. A secret flag gets only a secret
+    flag as its replacement, or none; an ordinary typo still gets its suggestion."""
+    code, out, err = cli("doctor", "--launch", "python -m sglang.launch_server --model-path /m "
+                         "--hf-token=t13hfTOKEN777 --speculative-algoritm EAGLE3")
+    assert "launch-flag-unknown" in out, out + err
+    assert "did you mean --speculative-algorithm?" in out
+    assert "--hf-token, --speculative-algoritm: not flags of sglang" in out  # the message reads as written
+    assert "--max-prefill-tokens" not in out + err and "t13hfTOKEN777" not in out + err

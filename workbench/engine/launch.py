@@ -135,9 +135,12 @@ def _check_quotes(text: str) -> None:
     if state is not None:
         line = text.count("\n", 0, opened) + 1
         col = opened - (text.rfind("\n", 0, opened) + 1) + 1
+        # the excerpt is cut from the REDACTED text on each side of the quote: a cut through
+        # "--api-key=VALUE" must not leave a tail of VALUE no rule can recognise any more
+        before, after = REDACTOR.text(text[:opened])[-20:], REDACTOR.text(text[opened:])[:20]
         raise LaunchCommandError(
             f"unbalanced quote: the {state} at line {line}, column {col} (character {opened}) "
-            f"is never closed: ...{text[max(0, opened - 20):opened + 20]!r}",
+            f"is never closed: ...{before + after!r}",
             position=opened,
         )
 
@@ -148,7 +151,7 @@ def _split(text: str) -> list[str]:
     try:
         return shlex.split(text, comments=True)
     except ValueError as exc:  # pragma: no cover - _check_quotes catches the known cases
-        raise LaunchCommandError(f"cannot split the launch command: {exc}") from exc
+        raise LaunchCommandError(f"cannot split the launch command: {REDACTOR.text(str(exc))}") from exc
 
 
 # ---------------------------------------------------------------------------------------------

@@ -19,6 +19,7 @@ from workbench.engine.flags import FLAGS, SGLANG_VERSION
 from workbench.engine.launch import LaunchCommand
 from workbench.engine.modelled import MTP_TARGETS, PAGE_TREE_BACKENDS
 from workbench.errors import ConfigUnreadable, RuleInputError
+from workbench.redact import is_secret_flag
 from workbench.rules.facts import Facts
 from workbench.rules.finding import Finding, ev
 from workbench.rules.fix import Fix
@@ -199,15 +200,21 @@ def launch_flag_unknown(facts: Facts) -> list[Finding]:
     if not unknown:
         return []
     severity = "error" if engine_version == SGLANG_VERSION or launch.engine == "sandbox" else "warning"
-    close = {f: difflib.get_close_matches(f, list(FLAGS), n=1) for f in unknown}
+    # a secret flag's value (--hf-token=...) is never moved into a flag of another kind: only another
+    # secret flag is proposed for it, or none (the fix would print the secret as a --max-prefill-tokens)
+    secret_flags = [f for f in FLAGS if is_secret_flag(f)]
+    close = {f: difflib.get_close_matches(f, secret_flags if is_secret_flag(f) else list(FLAGS), n=1)
+             for f in unknown}
     fixed = launch
     for f, match in close.items():
         if match:
             values = fixed.get_all(f)
             fixed = fixed.without_flag(f).with_flag(match[0], values[-1] if values else True)
     return [Finding("launch-flag-unknown", severity,
-                    f"{', '.join(unknown)} {'is' if len(unknown) == 1 else 'are'} not a flag of sglang "
-                    f"{SGLANG_VERSION}'s launch_server: argparse stops the server with 'unrecognized arguments'"
+                    # "--hf-token: not a flag", not "--hf-token is not a flag": a word after a secret flag
+                    # reads as its value to the redactor ("--hf-token *** not a flag")
+                    f"{', '.join(unknown)}: not {'a flag' if len(unknown) == 1 else 'flags'} of sglang "
+                    f"{SGLANG_VERSION}'s launch_server; argparse stops the server with 'unrecognized arguments'"
                     + "".join(f"; did you mean {m[0]}?" for m in close.values() if m),
                     {"unknown_flags": ev(unknown, "launch command"),
                      "engine_version": ev(engine_version, "box" if engine_version else None),
