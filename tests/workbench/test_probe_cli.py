@@ -577,7 +577,7 @@ def test_read_port_shows_only_the_server_running_now(cli, tmp_path, free_port, s
     with connect("local", state_dir=state_dir) as box:
         first = box.launch_server(argv, port=free_port, log_path=log, append_log=True, env={"PYTHONPATH": str(fake)})
         try:
-            box.wait_healthy(first, timeout=60)
+            box.wait_healthy(first, timeout=60, path="/health")  # liveness only: a generation check would print a line
             for path in ("/one", "/two"):
                 httpx.get(box.url(free_port) + path, timeout=10, trust_env=False)
             code, out, err = cli("probe", "read", "--tag", "step", "--port", port)
@@ -587,7 +587,7 @@ def test_read_port_shows_only_the_server_running_now(cli, tmp_path, free_port, s
             box.stop_server(first)
         second = box.launch_server(argv, port=free_port, log_path=log, append_log=True, env={"PYTHONPATH": str(fake)})
         try:
-            box.wait_healthy(second, timeout=60)
+            box.wait_healthy(second, timeout=60, path="/health")
             code, out, err = cli("probe", "read", "--tag", "step", "--port", port)
             assert code == 1 and "0 line(s) from the server running now" in out
             assert re.search(rf"no \[probe:step\] line from the server running now \(pid {second.pid}, started [^)]+\) "

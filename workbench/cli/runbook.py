@@ -23,13 +23,14 @@ disagree), 130 interrupted (the box restored, or the ``workbench restore`` to ru
 from __future__ import annotations
 
 import argparse
+import ctypes
 import json
 import logging
 import os
 import signal
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from workbench.cli.common import CliError, ExitCode, HOST_HELP, add_box_options, set_command
 
@@ -98,10 +99,34 @@ def _interrupt_reason(exc: BaseException, signals: list[str]) -> str | None:
     return None
 
 
+#: prctl(2) option: the signal a process gets when its parent dies (linux/prctl.h)
+PR_SET_PDEATHSIG = 1
+
+
+def _dies_with(driver_pid: int) -> Callable[[], None]:
+    """The kernel's ``preexec_fn``: on Linux, ``prctl(PR_SET_PDEATHSIG, SIGKILL)``, so that a
+    driver killed with SIGKILL (which runs no clean-up) takes its kernel with it. jupyter_client
+    starts kernels in a session of their own, so a kill of the driver's process group misses
+    the kernel; left alive, it would hold the box's run lock (``workbench restore`` then refuses:
+    the run looks alive) with nobody to run its remaining cells or restore the box. A driver that
+    died before the call (the child's parent is no longer ``driver_pid``) ends the child at once.
+    Elsewhere nothing: ipykernel's parent poller ends an orphaned kernel within about a second."""
+    def preexec() -> None:
+        if not sys.platform.startswith("linux"):
+            return
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() != driver_pid:
+            os._exit(1)
+
+    return preexec
+
+
 def _kernel_manager_class(stderr: Any) -> type:
     """A jupyter kernel manager whose kernel writes its own stderr (fd 2: ipykernel's log, the
     ZMQ errors of a kernel torn down mid-message) to the open file ``stderr``, not to the
-    terminal; cell output still goes to the notebook. Given to papermill as
+    terminal (cell output still goes to the notebook), and that dies with the driver
+    (:func:`_dies_with`). Given to papermill as
     ``kernel_manager_class`` (nbclient's trait; ``_async_launch_kernel`` is jupyter_client's
     documented override point)."""
     from jupyter_client.manager import AsyncKernelManager
@@ -109,6 +134,7 @@ def _kernel_manager_class(stderr: Any) -> type:
     class _KernelManager(AsyncKernelManager):
         async def _async_launch_kernel(self, kernel_cmd: list[str], **kw: Any) -> None:
             kw["stderr"] = stderr
+            kw["preexec_fn"] = _dies_with(os.getpid())
             await super()._async_launch_kernel(kernel_cmd, **kw)
 
     return _KernelManager
