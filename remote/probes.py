@@ -884,7 +884,10 @@ def check_expression(expr: Any, *, what: str = "expression") -> None:
     The probe block evaluates exactly the checked tree, with each call going through a gate that
     checks, when the probe runs, that the callee is still the builtin / torch function of that
     name, that a module is not cast or moved in place, and that an iterator read from the frame is
-    not consumed (see :func:`render_block`). ``what`` names the expression in the message.
+    not consumed (see :func:`render_block`), and that no ``**`` / ``<<`` / sequence ``*`` / ``%``
+    format / ``range`` / comprehension grows past the bounds of :data:`MAX_INT_BITS` and its
+    neighbours; those bounds are also checked here where the operands are constants
+    (``10**10**10``, ``'a'*10**9``). ``what`` names the expression in the message.
 
     Raises :class:`ProbeExpressionRefused` (a ``ProbeError``: the refused node's type in
     ``.node``, its 1-based ``.column``) or ``ProbeError`` for text that is not one line of Python.
