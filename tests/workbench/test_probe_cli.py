@@ -346,9 +346,14 @@ def test_probe_cli_over_ssh(site, sglang_source, ssh_env, tmp_path, cli):
     """add / list / read / revert with --host = the loopback sshd's alias; the CLI runs as a subprocess."""
     host = ssh_env.alias
     aux = site / "sglang" / AUX_REL
+    # the box's interpreter with the engine on its path (an ssh session does not get this PYTHONPATH):
+    # the CLI locates the engine with it, to check that --file lies inside it
+    python = tmp_path / "engine-python"
+    python.write_text(f"#!/bin/sh\nPYTHONPATH={site} exec {sys.executable} \"$@\"\n")
+    python.chmod(0o755)
     proc = cli.subprocess("probe", "add", "--host", host, "--file", str(aux), "--before", GATE_RX, "--function",
                           "_resolve_eagle_aux_hidden_state", "--print", "spec_algorithm.is_eagle3()", "--print",
-                          "draft_path", "--python", sys.executable)
+                          "draft_path", "--python", str(python))
     assert proc.code == 0, proc.err
     tag = f"spec_aux_hidden_state-L{line_of(sglang_source / AUX_REL, GATE)}"
     assert proc.out.startswith(f"probe {tag} added on {host}")
@@ -602,7 +607,7 @@ args = ap.parse_args()
 
 class Handler(http.server.BaseHTTPRequestHandler):
     def do_GET(self):
-        if self.path != "/health":
+        if self.path not in ("/health", "/health_generate"):  # the health checks (wait_healthy) print nothing
             engine_step.step(self.path)
         self.send_response(200)
         self.send_header("Content-Length", "3")
