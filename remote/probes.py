@@ -1031,11 +1031,14 @@ _GATE_LINES = [
     "                    raise _b.ValueError('probe: %s is refused' % why)",
     "            return a % b",
     "        for s, n in ((a, b), (b, a)):  # n: an int or what repetition takes for one (__index__)",
-    "            if _b.isinstance(s, (_b.str, _b.bytes, _b.bytearray, _b.list, _b.tuple)) \\",
-    "                    and _b.hasattr(_b.type(n), '__index__') and _b.len(s) * _op.index(n) > "
-    f"{MAX_SEQUENCE_LEN}:",
-    "                raise _b.ValueError('probe: a %s of length %d * %d is refused (result length at most "
-    f"{MAX_SEQUENCE_LEN})' % (_b.type(s).__name__, _b.len(s), _op.index(n)))",
+    "            if _b.isinstance(s, (_b.str, _b.bytes, _b.bytearray, _b.list, _b.tuple)):",
+    "                try:",
+    "                    k = _op.index(n)",
+    "                except _b.TypeError:  # not a count (a float, a tensor of many values): not a repetition",
+    "                    continue",
+    f"                if _b.len(s) * k > {MAX_SEQUENCE_LEN}:",
+    "                    raise _b.ValueError('probe: a %s of length %d * %d is refused (result length at most "
+    f"{MAX_SEQUENCE_LEN})' % (_b.type(s).__name__, _b.len(s), k))",
     "        return a * b",
     "    def _ewb_gr(*args, _b=_ewb_b):",
     "        r = _b.range(*args)",

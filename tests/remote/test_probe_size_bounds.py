@@ -137,9 +137,18 @@ def test_runtime_gate_bounds_repetition_by_an_index_like_count():
         def __index__(self):
             return 10 ** 9
 
-    values, _ = _run_block(["s * c", "len(s * small)"], s="ab", c=Count(), small=3)
+    class Scaled:  # no count: what it does with a list is its own (here: it scales, as a tensor would)
+        def __index__(self):
+            raise TypeError("only one element tensors can be converted to Python scalars")
+
+        def __rmul__(self, other):
+            return ("scaled", len(other))
+
+    values, _ = _run_block(["s * c", "len(s * small)", "lst * t"], s="ab", c=Count(), small=3, lst=[1, 2],
+                           t=Scaled())
     assert values["s * c"].startswith("<error:ValueError('probe: a str of length 2 * 1000000000 is refused")
     assert values["len(s * small)"] == "6"
+    assert values["lst * t"] == repr(("scaled", 2))
 
 
 def test_loop_budget_is_per_expression_not_per_process():
