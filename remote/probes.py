@@ -427,7 +427,7 @@ def render_block(
         pad = "        "
         body += [pad + line for line in _GATE_LINES]
         if when is not None:
-            body.append(pad + f"if {when_code}:")
+            body += [pad + "_ewb_g.z()", pad + f"if {when_code}:"]
             pad += "    "
         body.append(pad + f"_ewb_fired.add({tag!r})")
     else:
@@ -439,9 +439,10 @@ def render_block(
         pad = "        "
         body += [pad + line for line in _GATE_LINES]
         if when is not None:
-            body.append(pad + f"if {when_code}:")
+            body += [pad + "_ewb_g.z()", pad + f"if {when_code}:"]
             pad += "    "
         body += [
+            pad + "_ewb_g.z()",
             pad + f"_ewb_key = _ewb_b.repr({once_code})",
             pad + "if _ewb_key not in _ewb_seen:",
             pad + "    _ewb_seen.add(_ewb_key)",
@@ -451,6 +452,7 @@ def render_block(
     for expr, code in zip(exprs, exprs_code):
         body += [
             pad + "try:",
+            pad + "    _ewb_g.z()",
             pad + f"    _ewb_parts.append({expr + '='!r} + _ewb_cut(_ewb_b.repr({code})))",
             pad + "except Exception as _ewb_exc:",
             pad + f"    _ewb_parts.append({expr + '=<error:'!r} + _ewb_b.repr(_ewb_exc) + '>')",
@@ -558,6 +560,147 @@ _BLOCK_PREFIX = "_ewb"
 _EXPR_NODES = (ast.Constant, ast.Name, ast.Attribute, ast.Subscript, ast.Slice, ast.Tuple, ast.List, ast.Set,
                ast.Dict, ast.BinOp, ast.UnaryOp, ast.BoolOp, ast.Compare, ast.IfExp, ast.Call, ast.ListComp,
                ast.SetComp, ast.DictComp, ast.GeneratorExp, ast.JoinedStr, ast.FormattedValue)
+
+
+#: Bounds on what one probe expression may build, enforced when the probe runs (``<error:...>``)
+#: and, where the operands are constants, when it is added: an ``int ** int`` only with an
+#: exponent of at most ``MAX_POW_EXPONENT`` in absolute value and ``base.bit_length() * exponent``
+#: at most ``MAX_INT_BITS``; an ``int << n`` only with ``n`` at most ``MAX_SHIFT``; a str / bytes /
+#: bytearray / list / tuple times an int only up to ``MAX_SEQUENCE_LEN`` items; ``range(...)``
+#: only up to ``MAX_RANGE_LEN`` items; all comprehensions of one evaluation together at most
+#: ``MAX_LOOP_STEPS`` steps. (Without them ``10**10**10`` hangs the engine in one bytecode that no
+#: signal interrupts, and ``'a'*10**9`` allocates 1 GB in it.)
+MAX_POW_EXPONENT = 256
+MAX_INT_BITS = 4096
+MAX_SHIFT = 4096
+MAX_SEQUENCE_LEN = 10_000
+MAX_RANGE_LEN = 10_000
+MAX_LOOP_STEPS = 100_000
+_SIZED_OPS = {ast.Pow: "pow", ast.LShift: "lshift", ast.Mult: "mul", ast.Mod: "mod"}
+#: A width or precision in a ``%`` format or a format spec: more than ``MAX_SEQUENCE_LEN`` is
+#: refused (``'%0999999999d' % 1`` builds a 1 GB string), and so is ``*`` (a width from the values).
+#: The ``%`` conversions as ``str %`` reads them (Python's printf-style formatting): ``%``, an
+#: optional ``(key)``, flags, width, ``.precision``; in a format spec every number is a width or
+#: a precision.
+_PERCENT_RE = re.compile(r"%%|%(?:\([^)]*\))?[-#0 +]*(\*|\d+)?(?:\.(\*|\d*))?")
+_SPEC_NUMBER_RE = re.compile(r"(\d+)")
+
+
+def _format_refusal(fmt: Any, percent: bool) -> Optional[str]:
+    """Why the format string ``fmt`` (``%``-style when ``percent``, else a format spec) could build
+    an unbounded string, else ``None`` (also for what is not a str / bytes)."""
+    if isinstance(fmt, bytes):
+        fmt = fmt.decode("latin-1")
+    if not isinstance(fmt, str):
+        return None
+    for m in (_PERCENT_RE if percent else _SPEC_NUMBER_RE).finditer(fmt):
+        for g in m.groups():
+            if g == "*":
+                return "a % format with a * width or precision (taken from the values: unbounded)"
+            if g and int(g) > MAX_SEQUENCE_LEN:
+                return f"a format width or precision of {g} (at most {MAX_SEQUENCE_LEN})"
+    return None
+    for m in _BIG_WIDTH_RE.finditer(fmt):
+        if int(m.group()) > MAX_SEQUENCE_LEN:
+            return f"a format width or precision of {m.group()} (at most {MAX_SEQUENCE_LEN})"
+    if percent and _FORMAT_STAR_RE.search(fmt):
+        return "a % format with a * width or precision (taken from the values: unbounded)"
+    return None
+
+
+class _Seq:
+    """A value known at add time only by its length (a constant str / list / tuple)."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+
+def _size_refusal(tree: ast.Expression) -> Optional[tuple[ast.AST, str]]:
+    """``(node, why)`` for the first ``**`` / ``<<`` / ``*`` / ``range()`` whose operands are
+    constants (ints, or str / bytes / list / tuple literals by their length) and whose result would
+    exceed the bounds above; ``None`` when none does (the rest is checked when the probe runs)."""
+    bad: list[tuple[ast.AST, str]] = []
+
+    def value(node: ast.AST) -> Any:  # an int, a _Seq, or None (not known at add time)
+        if bad:
+            return None
+        if isinstance(node, ast.Constant):
+            v = node.value
+            if isinstance(v, (str, bytes)):
+                return _Seq(len(v))
+            return v if isinstance(v, int) else None
+        if isinstance(node, (ast.List, ast.Tuple)) and not any(isinstance(e, ast.Starred) for e in node.elts):
+            return _Seq(len(node.elts))
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd, ast.Invert)):
+            v = value(node.operand)
+            if isinstance(v, int):
+                return -v if isinstance(node.op, ast.USub) else (~v if isinstance(node.op, ast.Invert) else v)
+            return None
+        if isinstance(node, ast.BinOp):
+            a, b = value(node.left), value(node.right)
+            ints = isinstance(a, int) and isinstance(b, int)
+            if isinstance(node.op, ast.Pow) and ints:
+                if abs(b) > MAX_POW_EXPONENT or a.bit_length() * abs(b) > MAX_INT_BITS:
+                    bad.append((node, f"a power too large to compute (a {a.bit_length()}-bit int ** "
+                                      f"{b if b.bit_length() <= 64 else 'a ' + str(b.bit_length()) + '-bit int'}; "
+                                      f"exponent at most {MAX_POW_EXPONENT}, result at most {MAX_INT_BITS} bits)"))
+                    return None
+                return a ** b if b >= 0 else None
+            if isinstance(node.op, ast.LShift) and ints:
+                if b > MAX_SHIFT:
+                    bad.append((node, f"a shift too large to compute (<< {b}; at most {MAX_SHIFT})"))
+                    return None
+                return a << b if b >= 0 else None
+            if isinstance(node.op, ast.Mult):
+                if ints:
+                    return a * b
+                for s, n in ((a, b), (b, a)):
+                    if isinstance(s, _Seq) and isinstance(n, int):
+                        if s.n * n > MAX_SEQUENCE_LEN:
+                            bad.append((node, f"a repetition too large to build (length {s.n} * {n}; "
+                                              f"at most {MAX_SEQUENCE_LEN})"))
+                            return None
+                        return _Seq(max(0, s.n * n))
+                return None
+            if isinstance(node.op, ast.Mod) and isinstance(node.left, ast.Constant):
+                why = _format_refusal(node.left.value, True)
+                if why:
+                    bad.append((node, why))
+                return None
+            if isinstance(node.op, (ast.Add, ast.Sub)) and ints:
+                return a + b if isinstance(node.op, ast.Add) else a - b
+            if isinstance(node.op, ast.Add) and isinstance(a, _Seq) and isinstance(b, _Seq):
+                return _Seq(a.n + b.n)
+            return None
+        return None
+
+    for node in ast.walk(tree):
+        if isinstance(node, ast.BinOp):
+            value(node)
+        elif isinstance(node, ast.FormattedValue) and node.format_spec is not None:
+            spec = node.format_spec
+            parts = spec.values if isinstance(spec, ast.JoinedStr) else [spec]
+            if any(not isinstance(p, ast.Constant) for p in parts):
+                bad.append((spec, "a computed format spec (f'{x:{w}}': its width is unbounded; write it as a constant)"))
+            else:
+                why = _format_refusal("".join(str(p.value) for p in parts), False)
+                if why:
+                    bad.append((node, why))
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "range" \
+                and not node.keywords and 1 <= len(node.args) <= 3:
+            args = [value(a) for a in node.args]
+            if not bad and all(isinstance(v, int) for v in args):
+                try:
+                    n = len(range(*args))
+                except OverflowError:
+                    n = MAX_RANGE_LEN + 1
+                except ValueError:  # range() arg 3 must not be zero: fails when it runs
+                    n = 0
+                if n > MAX_RANGE_LEN:
+                    bad.append((node, f"a range of more than {MAX_RANGE_LEN} items (at most {MAX_RANGE_LEN})"))
+        if bad:
+            return bad[0]
+    return None
 
 
 def _dotted(node: ast.AST) -> Optional[str]:
@@ -711,6 +854,13 @@ def parse_expression(expr: Any, *, what: str = "expression") -> ast.Expression:
         if bad:
             break
     bad = bad or _whitelist_refusal(tree)
+    sized = None if bad else _size_refusal(tree)
+    if sized:
+        node, why = sized
+        raise ProbeExpressionRefused(
+            f"{what} {expr!r} is refused: it contains {why}{_where(expr, node)}; a probe's expressions run inside "
+            "the engine and must stay small (the same bounds are checked when the probe runs)",
+            node=type(node).__name__, column=(getattr(node, "col_offset", -1) + 1) or None)
     if bad:
         node, why = bad
         raise ProbeExpressionRefused(
@@ -734,7 +884,10 @@ def check_expression(expr: Any, *, what: str = "expression") -> None:
     The probe block evaluates exactly the checked tree, with each call going through a gate that
     checks, when the probe runs, that the callee is still the builtin / torch function of that
     name, that a module is not cast or moved in place, and that an iterator read from the frame is
-    not consumed (see :func:`render_block`). ``what`` names the expression in the message.
+    not consumed (see :func:`render_block`), and that no ``**`` / ``<<`` / sequence ``*`` / ``%``
+    format / ``range`` / comprehension grows past the bounds of :data:`MAX_INT_BITS` and its
+    neighbours; those bounds are also checked here where the operands are constants
+    (``10**10**10``, ``'a'*10**9``). ``what`` names the expression in the message.
 
     Raises :class:`ProbeExpressionRefused` (a ``ProbeError``: the refused node's type in
     ``.node``, its 1-based ``.column``) or ``ProbeError`` for text that is not one line of Python.
@@ -744,15 +897,17 @@ def check_expression(expr: Any, *, what: str = "expression") -> None:
 
 class _Guard(ast.NodeTransformer):
     """Rewrites a checked tree for the probe block: ``f(a)`` -> ``_ewb_g.f(f, 'f')(a)``,
-    ``x.m(a)`` -> ``_ewb_g.m(x, 'm')(a)``, and each value iterated that the expression did not
-    create -> ``_ewb_g.it(v)``."""
+    ``x.m(a)`` -> ``_ewb_g.m(x, 'm')(a)``, each value iterated that the expression did not
+    create -> ``_ewb_g.it(v)``, ``a ** b`` / ``a << b`` / ``a * b`` -> ``_ewb_g.b('pow'|'lshift'|'mul',
+    a, b)`` (size-checked), and each comprehension's iterable -> ``_ewb_g.lp(...)`` (step-counted)."""
 
     @staticmethod
     def _gate(kind: str, *args: ast.expr) -> ast.expr:
         return ast.Call(ast.Attribute(ast.Name("_ewb_g", ast.Load()), kind, ast.Load()), list(args), [])
 
     def _iterated(self, node: ast.expr) -> ast.expr:
-        fresh = isinstance(node, ast.Call) and (
+        # a generator expression of the probe's own is fresh too (its loops are counted by lp)
+        fresh = isinstance(node, ast.GeneratorExp) or isinstance(node, ast.Call) and (
             (isinstance(node.func, ast.Attribute) and node.func.attr in _FRESH_ITERATORS)
             or (isinstance(node.func, ast.Name) and node.func.id in ("range", "enumerate", "zip")))
         node = self.visit(node)
@@ -774,9 +929,16 @@ class _Guard(ast.NodeTransformer):
         keywords = [ast.keyword(k.arg, self.visit(k.value)) for k in node.keywords]
         return ast.Call(new_func, args, keywords)
 
+    def visit_BinOp(self, node: ast.BinOp) -> ast.expr:
+        kind = _SIZED_OPS.get(type(node.op))
+        left, right = self.visit(node.left), self.visit(node.right)
+        if kind is None:
+            return ast.BinOp(left, node.op, right)
+        return self._gate("b", ast.Constant(kind), left, right)
+
     def _comp(self, node):
         for gen in node.generators:
-            gen.iter = self._iterated(gen.iter)
+            gen.iter = self._gate("lp", self._iterated(gen.iter))
             gen.ifs = [self.visit(i) for i in gen.ifs]
         for name in ("elt", "key", "value"):
             if hasattr(node, name):
@@ -799,9 +961,15 @@ def guarded_source(expr: str, *, what: str = "expression") -> str:
 #: for every call a probe expression makes: ``f(fn, name)`` returns ``fn`` only when it is the
 #: builtin (or ``torch.`` function) of that name; ``m(obj, name)`` returns ``obj.name`` unless
 #: ``obj`` is a ``torch.nn.Module`` and ``name`` is not in :data:`MODULE_METHODS`; ``it(v)``
-#: returns ``v`` unless it is an iterator (iterating it would consume the engine's). A refusal
-#: raises ``TypeError``: that expression prints ``<error:TypeError(...)>``.
-GATE_NAME = "_eagle_workbench_probe_gate_1"
+#: returns ``v`` unless it is an iterator (iterating it would consume the engine's); ``f(range,
+#: 'range')`` returns a ``range`` refusing more than :data:`MAX_RANGE_LEN` items; ``b(op, a, b)``
+#: computes ``a ** b`` / ``a << b`` / ``a * b`` unless its result would be unbounded (see
+#: :data:`MAX_INT_BITS`); ``lp(it)`` yields ``it``'s items, at most :data:`MAX_LOOP_STEPS` over all
+#: comprehensions of one evaluation (``z()`` starts the count, per thread). A refusal raises
+#: ``TypeError`` or ``ValueError``: that expression prints ``<error:...(...)>``. The ``_2`` in the
+#: name: a process whose blocks came from an older version (its gate lacks ``b``/``lp``/``z``)
+#: keeps that gate under the old name.
+GATE_NAME = "_eagle_workbench_probe_gate_2"
 _GATE_LINES = [
     f"_ewb_g = _ewb_sys.__dict__.get({GATE_NAME!r})",
     "if _ewb_g is None:",
@@ -815,7 +983,7 @@ _GATE_LINES = [
     "            want = _b.getattr(_b, name, None)",
     "        if want is None or fn is not want:",
     "            raise _b.TypeError('probe: %s here is %r, not the function of that name; not called' % (name, fn))",
-    "        return fn",
+    "        return _ewb_gr if name == 'range' else fn",
     "    def _ewb_gm(obj, name, _b=_ewb_b, _s=_ewb_sys, _ok=" + repr(tuple(sorted(MODULE_METHODS))) + "):",
     "        _t = _s.modules.get('torch')",
     "        if _t is not None and _b.isinstance(obj, _t.nn.Module) and name not in _ok:",
@@ -825,7 +993,63 @@ _GATE_LINES = [
     "        if _b.hasattr(_b.type(value), '__next__'):",
     "            raise _b.TypeError('probe: %s is an iterator; iterating it would consume it' % _b.type(value).__name__)",
     "        return value",
-    "    _ewb_g = _ewb_t.SimpleNamespace(f=_ewb_gf, m=_ewb_gm, it=_ewb_git)",
+    "    import threading as _ewb_th, re as _ewb_re, operator as _ewb_op",
+    f"    _ewb_pc, _ewb_sp = _ewb_re.compile({_PERCENT_RE.pattern!r}), _ewb_re.compile({_SPEC_NUMBER_RE.pattern!r})",
+    "    def _ewb_fr(fmt, percent, _b=_ewb_b, _pc=_ewb_pc, _sp=_ewb_sp):",
+    "        fmt = fmt.decode('latin-1') if _b.isinstance(fmt, _b.bytes) else fmt",
+    "        for m in (_pc if percent else _sp).finditer(fmt):",
+    "            for g in m.groups():",
+    "                if g == '*':",
+    "                    return 'a % format with a * width or precision'",
+    f"                if g and _b.int(g) > {MAX_SEQUENCE_LEN}:",
+    f"                    return 'a format width or precision of %s (at most {MAX_SEQUENCE_LEN})' % g",
+    "        return None",
+    "    _ewb_tl = _ewb_th.local()",
+    "    def _ewb_gz(_tl=_ewb_tl):",
+    "        _tl.n = 0",
+    "    def _ewb_glp(it, _b=_ewb_b, _tl=_ewb_tl):",
+    "        for v in it:",
+    "            _tl.n = _b.getattr(_tl, 'n', 0) + 1",
+    f"            if _tl.n > {MAX_LOOP_STEPS}:",
+    f"                raise _b.ValueError('probe: comprehensions of one expression ran over {MAX_LOOP_STEPS} steps; stopped')",
+    "            yield v",
+    "    def _ewb_gb(op, a, b, _b=_ewb_b, _fr=_ewb_fr, _op=_ewb_op):",
+    "        _int = _b.isinstance(a, _b.int) and _b.isinstance(b, _b.int)",
+    "        if op == 'pow':",
+    f"            if _int and (_b.abs(b) > {MAX_POW_EXPONENT} or a.bit_length() * _b.abs(b) > {MAX_INT_BITS}):",
+    "                raise _b.ValueError('probe: a %d-bit int ** %d is refused (exponent at most "
+    f"{MAX_POW_EXPONENT}, result at most {MAX_INT_BITS} bits)' % (a.bit_length(), b))",
+    "            return a ** b",
+    "        if op == 'lshift':",
+    f"            if _int and b > {MAX_SHIFT}:",
+    f"                raise _b.ValueError('probe: an int << %d is refused (shift at most {MAX_SHIFT})' % b)",
+    "            return a << b",
+    "        if op == 'mod':",
+    "            if _b.isinstance(a, (_b.str, _b.bytes)):",
+    "                why = _fr(a, True)",
+    "                if why:",
+    "                    raise _b.ValueError('probe: %s is refused' % why)",
+    "            return a % b",
+    "        for s, n in ((a, b), (b, a)):  # n: an int or what repetition takes for one (__index__)",
+    "            if _b.isinstance(s, (_b.str, _b.bytes, _b.bytearray, _b.list, _b.tuple)):",
+    "                try:",
+    "                    k = _op.index(n)",
+    "                except _b.TypeError:  # not a count (a float, a tensor of many values): not a repetition",
+    "                    continue",
+    f"                if _b.len(s) * k > {MAX_SEQUENCE_LEN}:",
+    "                    raise _b.ValueError('probe: a %s of length %d * %d is refused (result length at most "
+    f"{MAX_SEQUENCE_LEN})' % (_b.type(s).__name__, _b.len(s), k))",
+    "        return a * b",
+    "    def _ewb_gr(*args, _b=_ewb_b):",
+    "        r = _b.range(*args)",
+    "        try:",
+    "            n = _b.len(r)",
+    "        except _b.OverflowError:",
+    "            n = None",
+    f"        if n is None or n > {MAX_RANGE_LEN}:",
+    f"            raise _b.ValueError('probe: %r is refused (a range of at most {MAX_RANGE_LEN} items)' % (r,))",
+    "        return r",
+    "    _ewb_g = _ewb_t.SimpleNamespace(f=_ewb_gf, m=_ewb_gm, it=_ewb_git, b=_ewb_gb, lp=_ewb_glp, z=_ewb_gz)",
     f"    _ewb_sys.__dict__[{GATE_NAME!r}] = _ewb_g",
 ]
 
@@ -1013,7 +1237,8 @@ def resolve_probe_path(box: Box, path: PathLike, root: Optional[PathLike] = None
                 "patches files inside the engine (remove the link or probe the file it points at explicitly)",
                 link=spelled, target=target, root=real_root, path=given, box=box.name)
         resolved = target
-    raise ProbePathOutside(f"{given} resolves to {real}, outside the engine package {real_root}",
+    raise ProbePathOutside(f"{given} resolves to {real}, outside the engine package {real_root}; a probe only "
+                           "patches files inside the engine",
                            target=real, root=real_root, path=given, box=box.name)
 
 

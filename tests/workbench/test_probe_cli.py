@@ -150,6 +150,14 @@ def test_recipe_draft_input_width_lands_on_the_width_check(site, sglang_source, 
     (["add", "--file", DRAFT_REL, "--line", "238", "--print", "x", "--when", "getattr(x, 'zero_')()"],
      "--when \"getattr(x, 'zero_')()\" is refused: it contains getattr"),
     (["add", "--file", DRAFT_REL, "--line", "238", "--print", "hidden_states.zero_()"], "in-place method"),
+    (["add", "--file", DRAFT_REL, "--line", "238", "--print", "10**10**10 > 0"],
+     "--print '10**10**10 > 0' is refused: it contains a power too large to compute"),
+    (["add", "--file", DRAFT_REL, "--line", "238", "--print", "len('a'*10**9)"],
+     "a repetition too large to build (length 1 * 1000000000; at most 10000) at column 5"),
+    (["add", "--file", DRAFT_REL, "--line", "238", "--print", "x", "--when", "[0]*(10**10)"],
+     "--when '[0]*(10**10)' is refused: it contains a repetition too large to build"),
+    (["add", "--file", DRAFT_REL, "--line", "238", "--print", "x", "--once-per", "1 << 10**10"],
+     "a shift too large to compute"),
     (["add", "--file", DRAFT_REL, "--line", "238", "--print", "x", "--once-per", "(n := x)"],
      "--once-per '(n := x)' is refused"),
     (["add", "--file", DRAFT_REL, "--line", "238", "--print", "x", "--max-prints", "3"], "goes with --once-per"),
@@ -190,12 +198,52 @@ def test_a_symlink_in_the_engine_pointing_out_is_refused_exit_2(site, sglang_sou
         assert f"{link} is a symlink to {victim}, outside the engine package {site / 'sglang'}" in err
     assert sha(victim) == sha(sglang_source / DRAFT_REL) and os.path.islink(link)
     assert not (state_dir / "probes").exists() or os.listdir(state_dir / "probes") == []
-    # a file outside the engine named by its own absolute path is the user's explicit choice: probed
+    # the file it points at, named by its own absolute path, is outside the engine too: refused
     code, out, err = cli("probe", "add", "--file", str(victim), "--line", "238", "--print", "hidden_states.shape",
                          "--python", sys.executable, "--tag", "outside")
+    assert code == 2, (out, err)
+    assert f"{victim} resolves to {victim}, outside the engine package {site / 'sglang'}" in err
+    assert sha(victim) == sha(sglang_source / DRAFT_REL)
+
+
+@pytest.mark.parametrize("locate", [["--python", sys.executable], ["--package", "sglang"]])
+def test_an_absolute_file_outside_the_engine_is_refused_exit_2(site, sglang_source, cli, state_dir, tmp_path, locate):
+    """A real file outside the package, named by its absolute path (no symlink anywhere), the
+    engine located by --python or by --package (not by a running server: other servers may run
+    here): exit 2 naming the file and the engine root, the file byte for byte as it was, nothing
+    journalled; a file inside the engine, named the same way, is probed."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    evil = outside / "evil.py"
+    shutil.copy2(sglang_source / DRAFT_REL, evil)
+    before = sha(evil)
+    python = locate
+    code, out, err = cli("probe", "add", "--file", str(evil), "--line", "238", "--print", "hidden_states.shape",
+                         *python)
+    assert code == 2, (out, err)
+    assert_one_clear_line(err)
+    assert f"{evil} resolves to {evil}, outside the engine package {site / 'sglang'}" in err
+    assert sha(evil) == before and sorted(os.listdir(outside)) == ["evil.py"]
+    assert not (state_dir / "probes").exists() or os.listdir(state_dir / "probes") == []
+    inside = site / "sglang" / DRAFT_REL  # the control: absolute and inside, probed and reverted
+    code, out, err = cli("probe", "add", "--file", str(inside), "--line", "238", "--print", "hidden_states.shape",
+                         "--tag", "inside", *python)
     assert code == 0, err
-    code, out, err = cli("probe", "revert", "--tag", "outside")
-    assert code == 0, err and sha(victim) == sha(sglang_source / DRAFT_REL)
+    assert sha(inside) != sha(sglang_source / DRAFT_REL)
+    code, out, err = cli("probe", "revert", "--tag", "inside")
+    assert code == 0, err
+    assert sha(inside) == sha(sglang_source / DRAFT_REL)
+
+
+def test_an_absolute_file_without_a_located_engine_is_refused_exit_2(site, sglang_source, cli, tmp_path, monkeypatch):
+    evil = tmp_path / "evil.py"
+    shutil.copy2(sglang_source / DRAFT_REL, evil)
+    monkeypatch.delenv("PYTHONPATH")
+    code, _, err = cli("probe", "add", "--file", str(evil), "--line", "238", "--print", "x", "--python", sys.executable)
+    assert code == 2
+    assert_one_clear_line(err)
+    assert f"no engine found to check that --file {evil} lies inside it" in err
+    assert sha(evil) == sha(sglang_source / DRAFT_REL)
 
 
 def test_no_engine_without_the_package_on_the_path(site, cli, monkeypatch):
@@ -298,9 +346,14 @@ def test_probe_cli_over_ssh(site, sglang_source, ssh_env, tmp_path, cli):
     """add / list / read / revert with --host = the loopback sshd's alias; the CLI runs as a subprocess."""
     host = ssh_env.alias
     aux = site / "sglang" / AUX_REL
+    # the box's interpreter with the engine on its path (an ssh session does not get this PYTHONPATH):
+    # the CLI locates the engine with it, to check that --file lies inside it
+    python = tmp_path / "engine-python"
+    python.write_text(f"#!/bin/sh\nPYTHONPATH={site} exec {sys.executable} \"$@\"\n")
+    python.chmod(0o755)
     proc = cli.subprocess("probe", "add", "--host", host, "--file", str(aux), "--before", GATE_RX, "--function",
                           "_resolve_eagle_aux_hidden_state", "--print", "spec_algorithm.is_eagle3()", "--print",
-                          "draft_path", "--python", sys.executable)
+                          "draft_path", "--python", str(python))
     assert proc.code == 0, proc.err
     tag = f"spec_aux_hidden_state-L{line_of(sglang_source / AUX_REL, GATE)}"
     assert proc.out.startswith(f"probe {tag} added on {host}")
@@ -325,10 +378,11 @@ def test_probe_cli_over_ssh(site, sglang_source, ssh_env, tmp_path, cli):
 # -- what a probe may go into ------------------------------------------------------------------------
 
 
-def test_add_refuses_files_that_are_not_python_or_do_not_compile(cli, tmp_path, state_dir):
-    hostname = tmp_path / "hostname"
+def test_add_refuses_files_that_are_not_python_or_do_not_compile(site, cli, tmp_path, state_dir):
+    engine = site / "sglang"  # files of the engine package (a probe patches nothing else)
+    hostname = engine / "hostname"
     hostname.write_text("vm\n")  # compiles as Python: refused for its name
-    notes = tmp_path / "notes.txt"
+    notes = engine / "notes.txt"
     notes.write_text("x = 1\n")
     for path in (hostname, notes):
         code, out, err = cli("probe", "add", "--file", str(path), "--line", "1", "--print", "1", "--python",
@@ -336,7 +390,7 @@ def test_add_refuses_files_that_are_not_python_or_do_not_compile(cli, tmp_path, 
         assert code == 2, (out, err)
         assert_one_clear_line(err)
         assert "not a Python source file" in err and str(path) in err
-    legacy = tmp_path / "legacy.py"
+    legacy = engine / "legacy.py"
     legacy.write_text("def f(x):\n    print 'x is', x\n    return x\n")
     code, out, err = cli("probe", "add", "--file", str(legacy), "--before", "return x", "--print", "x", "--python",
                          sys.executable)
@@ -470,19 +524,32 @@ def test_probe_help_has_a_description(cli):
 
 
 @pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("setpriv"), reason="needs root and setpriv")
-def test_owner_is_kept_or_reported(cli, tmp_path, nobody):
+def _engine_package(parent) -> Path:
+    """``parent/ownerpkg``: a package (``__init__.py``) the CLI locates with ``--package ownerpkg``
+    when ``parent`` is on ``PYTHONPATH``; the probed files go inside it."""
+    pkg = Path(parent) / "ownerpkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    os.chmod(pkg, 0o777)  # nobody's probe writes its temporary file beside the one it patches
+    os.chmod(pkg / "__init__.py", 0o644)
+    return pkg
+
+
+def test_owner_is_kept_or_reported(cli, tmp_path, nobody, monkeypatch):
     """As root, a file of nobody's stays nobody's after add and revert (mode too); as nobody, a file
     of root's (writable by all) cannot be given back to root: the CLI says so and goes on."""
     import sysconfig
     import tempfile
 
     uid, gid = nobody
-    src = tmp_path / "model.py"
+    pkg = _engine_package(tmp_path)
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    src = pkg / "model.py"
     src.write_text("def f(x):\n    y = x + 1\n    return y\n")
     os.chmod(src, 0o640)
     os.chown(src, uid, gid)
     code, out, err = cli("probe", "add", "--file", str(src), "--before", "return y", "--print", "y", "--python",
-                         sys.executable)
+                         sys.executable, "--package", "ownerpkg")
     assert code == 0, err
     st = src.stat()
     assert (st.st_uid, st.st_gid, st.st_mode & 0o7777) == (uid, gid, 0o640) and "owner could not be kept" not in out
@@ -491,23 +558,26 @@ def test_owner_is_kept_or_reported(cli, tmp_path, nobody):
     st = src.stat()
     assert (st.st_uid, st.st_gid, st.st_mode & 0o7777) == (uid, gid, 0o640) and "owner could not be kept" not in out
 
+    work = tempfile.mkdtemp(prefix="ewb-owner-cli-")
     env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1",
-           "PYTHONPATH": os.pathsep.join([str(REPO), sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]])}
+           "PYTHONPATH": os.pathsep.join([str(REPO), sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"],
+                                          work])}
     check = "import subprocess, sys; subprocess.run([sys.executable, '-c', 'import workbench.cli'], check=True)"
     python = next((c for c in (sys.executable, "/usr/bin/python3") if subprocess.run(
         ["setpriv", f"--reuid={uid}", f"--regid={gid}", "--clear-groups", c, "-c", check], env=env, cwd="/",
         capture_output=True).returncode == 0), None)
     if python is None:
+        shutil.rmtree(work)
         pytest.skip("no Python nobody may run")
-    work = tempfile.mkdtemp(prefix="ewb-owner-cli-")
     try:
         os.chmod(work, 0o777)
-        shared = os.path.join(work, "model.py")
+        shared = os.path.join(_engine_package(work), "model.py")
         with open(shared, "w") as f:
             f.write("def f(x):\n    y = x + 1\n    return y\n")
         os.chmod(shared, 0o666)
         env = {**env, "HOME": work, "EAGLE_WORKBENCH_STATE_DIR": os.path.join(work, "state")}
-        for argv in (["add", "--file", shared, "--before", "return y", "--print", "y", "--python", python],
+        for argv in (["add", "--file", shared, "--before", "return y", "--print", "y", "--python", python,
+                      "--package", "ownerpkg"],
                      ["revert", "--all"]):
             proc = subprocess.run(["setpriv", f"--reuid={uid}", f"--regid={gid}", "--clear-groups", python, "-m",
                                    "workbench.cli", "probe", *argv], env=env, cwd=work, capture_output=True, text=True,
@@ -527,7 +597,7 @@ ENGINE_STEP = "def step(label):\n    width = len(label)\n    return width\n"
 #: runs the probed ``engine_step.step`` on each request (the real package cannot run here: no GPU).
 FAKE_LAUNCH_SERVER = '''\
 import argparse, http.server, sys
-import engine_step
+from sglang import engine_step
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--model-path")
@@ -537,7 +607,7 @@ args = ap.parse_args()
 
 class Handler(http.server.BaseHTTPRequestHandler):
     def do_GET(self):
-        if self.path != "/health":
+        if self.path not in ("/health", "/health_generate"):  # the health checks (wait_healthy) print nothing
             engine_step.step(self.path)
         self.send_response(200)
         self.send_header("Content-Length", "3")
@@ -554,7 +624,7 @@ http.server.ThreadingHTTPServer(("127.0.0.1", args.port), Handler).serve_forever
 
 
 @pytest.mark.slow
-def test_read_port_shows_only_the_server_running_now(cli, tmp_path, free_port, state_dir):
+def test_read_port_shows_only_the_server_running_now(cli, tmp_path, free_port, state_dir, monkeypatch):
     """A log appended by two launches of a (stand-in) SGLang server: ``read --port`` shows only the
     lines of the server running now and, before its first request, says that the lines in the log
     are from an earlier launch (exit 1); ``--log`` shows every line with its pgid, ``--pgid`` one
@@ -567,8 +637,10 @@ def test_read_port_shows_only_the_server_running_now(cli, tmp_path, free_port, s
     (fake / "sglang").mkdir(parents=True)
     (fake / "sglang" / "__init__.py").write_text("")
     (fake / "sglang" / "launch_server.py").write_text(FAKE_LAUNCH_SERVER)
-    (fake / "engine_step.py").write_text(ENGINE_STEP)
-    code, _, err = cli("probe", "add", "--file", str(fake / "engine_step.py"), "--before", "return width", "--print",
+    (fake / "sglang" / "engine_step.py").write_text(ENGINE_STEP)  # a file of the engine: a probe goes nowhere else
+    monkeypatch.setenv("PYTHONPATH", str(fake))
+    code, _, err = cli("probe", "add", "--file", str(fake / "sglang" / "engine_step.py"), "--before", "return width",
+                       "--print",
                        "label", "--print", "width", "--once-per", "label", "--tag", "step", "--python", sys.executable)
     assert code == 0, err
     log = tmp_path / "server.log"
@@ -603,7 +675,8 @@ def test_read_port_shows_only_the_server_running_now(cli, tmp_path, free_port, s
             assert code == 0 and "(not shown: 2 lines in the log are from an earlier launch" in out
             # a probe added after this server started: the message asks for a restart
             time.sleep(0.6)  # the start time is compared with half a second of slack
-            code, _, err = cli("probe", "add", "--file", str(fake / "engine_step.py"), "--before", "width = ",
+            code, _, err = cli("probe", "add", "--file", str(fake / "sglang" / "engine_step.py"),
+                               "--before", "width = ",
                                "--print", "label", "--tag", "late", "--python", sys.executable)
             assert code == 0, err
             code, _, err = cli("probe", "read", "--tag", "late", "--port", port)
@@ -620,7 +693,7 @@ def test_read_port_shows_only_the_server_running_now(cli, tmp_path, free_port, s
     code, _, err = cli("probe", "read", "--tag", "step", "--log", str(log), "--pgid", "1")
     assert code == 1 and "no [probe:step] line from launch pgid 1 — 3 lines in the log are from an earlier launch" in err
     assert cli("probe", "revert", "--all")[0] == 0
-    assert (fake / "engine_step.py").read_text() == ENGINE_STEP
+    assert (fake / "sglang" / "engine_step.py").read_text() == ENGINE_STEP
 
 
 #: Runs the real ``LlamaForCausalLMEagle3.load_weights`` of a (probed) 0.5.23 llama_eagle3.py, lifted

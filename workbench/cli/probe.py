@@ -139,16 +139,16 @@ def _probe_add(args: argparse.Namespace, box: Any) -> ExitCode:
     before = args.before if args.before is not None else args.line
     function, exprs, tag = args.function, tuple(args.print), args.tag
     once_per, when = args.once_per, args.when
-    # Inside the engine (a relative --file, or an absolute one under its package): the resolved file
-    # must stay inside it (a symlink in the package pointing out is refused, ProbePathOutside).
+    # Relative or absolute, the resolved file (every symlink followed, on the box) must lie inside the
+    # engine package: anything else is refused (ProbePathOutside, exit 2), so the engine is needed.
     around = engine
-    if around is None:  # an absolute --file with --python: locate the engine for this check only
+    if around is None:  # an absolute --file: locate the engine for this check
         try:
             around = _probe_engine(box, args)
-        except EngineNotFound:
-            around = None
-    root = around.root if around is not None and (
-        not _is_box_absolute(args.file) or probes._inside(posixpath.normpath(path), around.root)) else None
+        except EngineNotFound as exc:
+            raise CliError(f"no engine found to check that --file {path} lies inside it: {one_line(exc)}; a probe "
+                           "only patches files of the engine package") from None
+    root = around.root
     try:
         real = probes.resolve_probe_path(box, path, root, timeout=args.timeout)
         if not box.exists(real, timeout=args.timeout):
@@ -623,7 +623,7 @@ def add_parser(sub: Any) -> None:
     add_port_option(q, "the running server's port (its interpreter finds the engine)")
     q.add_argument("--package", help="the engine package (default: sglang, or the running server's)")
     q.add_argument("--file", help="the Python file on the box: absolute, or relative to the engine package root "
-                                  "(srt/models/llama_eagle3.py)")
+                                  "(srt/models/llama_eagle3.py); either way it must resolve inside that root")
     q.add_argument("--before", help="regex matching the one line the probe goes before")
     q.add_argument("--line", type=int, help="1-based line number the probe goes before")
     q.add_argument("--function", help="restrict the anchor to this function (func or Class.method)")
