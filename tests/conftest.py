@@ -167,28 +167,38 @@ def ssh_env(sshd, monkeypatch):
 
 
 @pytest.fixture(scope="session")
-def sglang_source(tmp_path_factory):
+def sglang_source():
     """The unpacked SGLang 0.5.23 package directory (``.../sglang``): ``$SGLANG_SRC``, else
-    ``/tmp/sglang_src/sglang``, else the published wheel fetched with ``pip download --no-deps
-    sglang==0.5.23`` and its ``sglang/`` tree unzipped. Skips, saying why, when none can be had."""
+    ``/tmp/sglang_src/sglang``, else the published wheel (:func:`workbench.engine.releases.release_source`:
+    ``pip download --no-deps sglang==0.5.23``, cached, unpacked, never installed). Fails, saying
+    why, when none can be had (the package registry is reachable wherever the tests run)."""
     import os
     import pathlib
-    import subprocess
-    import sys
-    import zipfile
 
     for cand in (os.environ.get("SGLANG_SRC"), "/tmp/sglang_src/sglang"):
         if cand and (pathlib.Path(cand) / "srt/models/llama_eagle3.py").exists():
             return pathlib.Path(cand)
-    dest = tmp_path_factory.mktemp("sglang_src")
-    proc = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "sglang==0.5.23",
-                           "-d", str(dest)], capture_output=True, text=True, timeout=300)
-    wheels = list(dest.glob("sglang-0.5.23-*.whl"))
-    if proc.returncode != 0 or not wheels:
-        pytest.skip(f"SGLang 0.5.23 source unavailable (pip download failed: {proc.stderr.strip()[-200:]})")
-    with zipfile.ZipFile(wheels[0]) as zf:
-        zf.extractall(dest, [n for n in zf.namelist() if n.startswith("sglang/")])
-    return dest / "sglang"
+    return sglang_release_path("0.5.23")
+
+
+def sglang_release_path(version):
+    """The unpacked ``sglang/`` of the published release ``version`` (cached; see
+    :mod:`workbench.engine.releases`); the test fails with pip's error when it cannot be had."""
+    from workbench.engine.releases import ReleaseUnavailable, release_source
+
+    try:
+        return release_source(version)
+    except ReleaseUnavailable as exc:
+        pytest.fail(f"SGLang {version} source unavailable: {exc}")
+
+
+@pytest.fixture(scope="session")
+def sglang_release():
+    """``sglang_release("0.5.9")`` → the unpacked ``sglang/`` package of that published release
+    (``pathlib.Path``; downloaded once, cached under ``$EAGLE_WORKBENCH_SGLANG_CACHE`` or
+    ``~/.cache/eagle-workbench/sglang-releases``). The releases the tests cover:
+    :data:`workbench.engine.releases.COVERED_RELEASES`."""
+    return sglang_release_path
 
 
 @pytest.fixture
