@@ -186,8 +186,17 @@ class EngineSource:
         ``LlamaForCausalLMEagle3``; a dotted name matches the end of the qualified name), found by
         walking each candidate file's :mod:`ast`. Candidates: ``file`` when given, else the files
         under ``srt/`` whose text holds ``def <last part>`` / ``class <last part>`` (or, for a
-        dotted name, ``class <first part>``). Raises :class:`SourceLookupError` when nothing is
-        found, or when more than ``limit`` files are candidates (qualify the name or give ``file``)."""
+        dotted name, ``class <first part>``).
+
+        ``Class.method`` that the class does not define itself is looked up in its base classes in
+        method resolution order (C3, as Python computes it, over the bases :mod:`ast` can resolve:
+        a class of the same file defined before it, the module a ``from ... import`` in that file
+        names, else the one file under ``srt/`` that defines ``class <base>``); the first base that
+        defines it gives the :class:`Definition`, with ``inherited_by`` (the class asked for) and
+        ``inherited_from`` (the defining class) set. Bases outside the engine package (``nn.Module``)
+        end the search. Raises :class:`SourceLookupError` when nothing is found (the message names
+        the classes searched and the bases that could not be resolved), or when more than ``limit``
+        files are candidates (qualify the name or give ``file``)."""
         parts = [p for p in (name or "").split(".") if p]
         if not parts or not all(re.fullmatch(r"[A-Za-z_]\w*", p) for p in parts):
             raise SourceLookupError(f"{name!r} is not a Python name (use func, Class or Class.method)",
@@ -210,15 +219,138 @@ class EngineSource:
                 continue
             for qual, node in _walk_definitions(tree):
                 if qual == name or qual.endswith("." + name):
-                    first = min([node.lineno] + [d.lineno for d in node.decorator_list])
-                    kind = "class" if isinstance(node, ast.ClassDef) else ("method" if "." in qual else "function")
-                    found.append(Definition(self.path(rel), qual, kind, node.lineno, node.end_lineno or node.lineno,
-                                            first, node.body[0].lineno))
+                    found.append(self._definition(rel, qual, node))
+        searched: list[str] = []
+        unresolved: list[str] = []
+        if not found and len(parts) > 1:
+            owner = ".".join(parts[:-1])
+            for rel in files:
+                tree = self.tree(rel)
+                if tree is None:
+                    continue
+                for qual, node in _walk_definitions(tree):
+                    if isinstance(node, ast.ClassDef) and (qual == owner or qual.endswith("." + owner)):
+                        hit = self._inherited(rel, qual, node, parts[-1], searched, unresolved)
+                        if hit is not None:
+                            found.append(hit)
         if not found:
-            raise SourceLookupError(f"no definition of {name!r} in the engine source",
+            extra = ""
+            if searched:
+                extra = f": {', '.join(searched)} do not define {parts[-1]!r}"
+                if unresolved:
+                    extra += f"; base(s) not found in the engine source: {', '.join(sorted(set(unresolved)))}"
+            raise SourceLookupError(f"no definition of {name!r} in the engine source{extra}",
                                     where=self.path(file) if file else self.root)
         return found
 
+    def _definition(self, rel: str, qual: str, node: ast.AST, **inherited: str) -> "Definition":
+        first = min([node.lineno] + [d.lineno for d in node.decorator_list])
+        kind = "class" if isinstance(node, ast.ClassDef) else ("method" if "." in qual else "function")
+        return Definition(self.path(rel), qual, kind, node.lineno, node.end_lineno or node.lineno, first,
+                          node.body[0].lineno, **inherited)
+
+    def _inherited(self, rel: str, qual: str, node: ast.ClassDef, method: str, searched: list[str],
+                   unresolved: list[str]) -> "Definition | None":
+        """The ``method`` of the first base of class ``qual`` (``node`` in ``rel``) that defines it,
+        in method resolution order (see :meth:`find_definition`); ``searched`` / ``unresolved``
+        collect the classes looked at (``Name (file)``) and the base names no file resolved."""
+        mro = self._mro((rel, node.lineno, node.name), node, unresolved, set())
+        searched.append(f"{qual} ({rel})")
+        for brel, bnode in mro[1:]:
+            searched.append(f"{bnode.name} ({brel})")
+            for item in bnode.body:
+                if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)) and item.name == method:
+                    return self._definition(brel, f"{bnode.name}.{method}", item, inherited_by=qual,
+                                            inherited_from=f"{bnode.name} ({brel})")
+        return None
+
+    def _mro(self, key: tuple, node: ast.ClassDef, unresolved: list[str], active: set,
+             depth: int = 0) -> list[tuple[str, ast.ClassDef]]:
+        """C3 linearization of a class (``key`` = (file, line, name)) over its resolvable bases:
+        ``[(file, node), ...]`` starting with the class itself. A cycle, more than 16 levels, or
+        bases C3 cannot merge fall back to depth-first order without repeats."""
+        me = (key[0], node)
+        if key in active or depth > 16:
+            return [me]
+        active = active | {key}
+        bases: list[tuple[tuple, ast.ClassDef]] = []
+        for b in node.bases:
+            bname = _base_name(b)
+            if bname is None or bname in ("object", "Module", "Generic", "Protocol", "ABC"):
+                continue
+            hit = self._resolve_class(key[0], bname, node.lineno)
+            if hit is None:
+                if not _external_base(self, key[0], bname):
+                    unresolved.append(bname)
+                continue
+            brel, bnode = hit
+            bases.append(((brel, bnode.lineno, bnode.name), bnode))
+        seqs = [[(k, n) for k, n in self._keyed(self._mro(k, n, unresolved, active, depth + 1))] for k, n in bases]
+        seqs.append(list(bases))
+        merged = _c3_merge([list(s) for s in seqs])
+        if merged is None:
+            merged, seen = [], set()
+            for s in seqs:
+                for k, n in s:
+                    if k not in seen:
+                        seen.add(k)
+                        merged.append((k, n))
+        return [me] + [(k[0], n) for k, n in merged]
+
+    @staticmethod
+    def _keyed(mro: list[tuple[str, ast.ClassDef]]) -> list[tuple[tuple, ast.ClassDef]]:
+        return [((rel, n.lineno, n.name), n) for rel, n in mro]
+
+    def _resolve_class(self, rel: str, name: str, before: int, depth: int = 0) -> tuple[str, ast.ClassDef] | None:
+        """The class a base called ``name`` means in file ``rel`` for a class statement at line
+        ``before``: a top-level class of that file defined earlier, else what a ``from M import name
+        [as name]`` of that file brings in (followed through re-exports, 4 levels), else the first
+        file under ``srt/`` (sorted) with a top-level ``class name``. ``None`` when none is found."""
+        tree = self.tree(rel)
+        if tree is not None:
+            earlier = [n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == name and n.lineno < before]
+            if earlier:
+                return rel, earlier[-1]
+            for imp in tree.body:
+                if not isinstance(imp, ast.ImportFrom):
+                    continue
+                for alias in imp.names:
+                    if (alias.asname or alias.name) != name:
+                        continue
+                    target = self._module_file(rel, imp.module, imp.level)
+                    if target is None or depth > 4:
+                        return None
+                    return self._resolve_class(target, alias.name, 10 ** 9, depth + 1)
+        if depth:
+            return None
+        hits = self.grep([f"class {name}"])
+        for crel in sorted({r for r, _ in hits[f"class {name}"]}):
+            ctree = self.tree(crel)
+            if ctree is None:
+                continue
+            for n in ctree.body:
+                if isinstance(n, ast.ClassDef) and n.name == name:
+                    return crel, n
+        return None
+
+    def _module_file(self, rel: str, module: str | None, level: int) -> str | None:
+        """The file (relative to the root) of module ``module`` imported from file ``rel``
+        (``level`` leading dots); ``None`` when it lies outside the engine package."""
+        pkg = posixpath.basename(self.root)
+        if level:
+            base = posixpath.dirname(rel)
+            for _ in range(level - 1):
+                base = posixpath.dirname(base)
+            parts = ([base] if base else []) + (module.split(".") if module else [])
+            stem = posixpath.join(*parts) if parts else ""
+        else:
+            if not module or not (module == pkg or module.startswith(pkg + ".")):
+                return None
+            stem = "/".join(module.split(".")[1:])
+        for cand in (stem + ".py", posixpath.join(stem, "__init__.py")):
+            if cand and not cand.startswith("/") and self.read(cand) is not None:
+                return cand
+        return None
 
     def find_class(self, name: str) -> tuple[str, ast.ClassDef, str] | None:
         """``(relative file, class node, file text)`` of ``class name(`` under ``srt/models``."""
@@ -375,7 +507,9 @@ class EngineSource:
 class Definition:
     """A function, method or class in the engine source. ``file`` is the absolute path on the
     box; ``line`` the ``def``/``class`` line, ``first_line`` the first decorator's line,
-    ``body_line`` the first statement of the body, ``end_line`` the last line (all 1-based)."""
+    ``body_line`` the first statement of the body, ``end_line`` the last line (all 1-based).
+    A method found in a base class (:meth:`EngineSource.find_definition` of ``Class.method``) has
+    ``inherited_by`` (the class asked for) and ``inherited_from`` (``Base (file)``); else ``None``."""
 
     file: str
     qualname: str
@@ -384,12 +518,17 @@ class Definition:
     end_line: int
     first_line: int
     body_line: int
+    inherited_by: str | None = None
+    inherited_from: str | None = None
 
     def to_dict(self) -> dict:
         return dict(self.__dict__)
 
     def __str__(self) -> str:
-        return f"{self.file}:{self.line}  {self.kind} {self.qualname} (lines {self.first_line}-{self.end_line})"
+        text = f"{self.file}:{self.line}  {self.kind} {self.qualname} (lines {self.first_line}-{self.end_line})"
+        if self.inherited_by:
+            text += f", inherited by {self.inherited_by} from {self.inherited_from}"
+        return text
 
 
 @dataclass(frozen=True)
@@ -424,6 +563,49 @@ def _walk_definitions(tree: ast.AST, prefix: tuple[str, ...] = ()):
             yield from _walk_definitions(child, qual)
         else:
             yield from _walk_definitions(child, prefix)
+
+
+def _base_name(expr: ast.expr) -> str | None:
+    """The class name a base-class expression names: ``A`` -> A, ``m.A`` -> A, ``A[T]`` -> A."""
+    if isinstance(expr, ast.Subscript):
+        expr = expr.value
+    if isinstance(expr, ast.Name):
+        return expr.id
+    if isinstance(expr, ast.Attribute):
+        return expr.attr
+    return None
+
+
+def _external_base(src: "EngineSource", rel: str, name: str) -> bool:
+    """Whether file ``rel`` imports ``name`` from outside the engine package (``torch``,
+    ``transformers``): such a base ends the search without being reported as unresolved."""
+    tree = src.tree(rel)
+    if tree is None:
+        return False
+    for imp in tree.body:
+        if isinstance(imp, ast.ImportFrom) and any((a.asname or a.name) == name for a in imp.names):
+            return src._module_file(rel, imp.module, imp.level) is None
+        if isinstance(imp, ast.Import) and any((a.asname or a.name).split(".")[0] == name for a in imp.names):
+            return True
+    return False
+
+
+def _c3_merge(seqs: list[list[tuple]]) -> list[tuple] | None:
+    """C3 merge of linearizations (lists of ``(key, node)``), as Python's MRO; ``None`` when no
+    consistent order exists."""
+    out: list[tuple] = []
+    seqs = [s for s in seqs if s]
+    while seqs:
+        for s in seqs:
+            head = s[0][0]
+            if not any(head in [k for k, _ in t[1:]] for t in seqs):
+                break
+        else:
+            return None
+        out.append(s[0])
+        seqs = [[x for x in t if x[0] != head] for t in seqs]
+        seqs = [t for t in seqs if t]
+    return out
 
 
 def _well_formed(ids: Any) -> bool:
