@@ -221,7 +221,7 @@ def test_0_5_4_counts_need_the_step_count():
     assert rec.spec_num_correct_drafts is None and rec.spec_accept_rate is None
     rec = record_from_response(0, {"meta_info": META_INFO["0.5.4"]}, 0.1, num_steps=3)
     assert rec.spec_num_correct_drafts == 72 and rec.spec_num_proposed_drafts is None and rec.spec_accept_rate is None
-    assert rec.spec_keys["correct_drafts"].startswith("spec_accept_rate")
+    assert rec.read_from["correct_drafts"].startswith("spec_accept_rate")
 
 
 def test_0_5_4_to_0_5_6_zero_placeholders_are_not_values():

@@ -68,7 +68,8 @@ class RequestRecord:
     ``spec_num_correct_drafts`` / ``spec_num_proposed_drafts`` / ``spec_accept_rate`` in the
     0.5.12+ sense whatever names the release used (:func:`record_from_response`);
     ``e2e_latency``: the server's seconds; ``wall_s``: seconds measured by this client;
-    ``spec_keys``: field → the ``meta_info`` key (or formula) it was read from.
+    ``read_from``: field → the ``meta_info`` key (or formula) it was read from (not named ``*keys``:
+    the redaction of command output masks such names).
     """
 
     prompt_index: int
@@ -84,7 +85,7 @@ class RequestRecord:
     wall_s: float
     finish_reason: Any = None
     text: str | None = None
-    spec_keys: dict = field(default_factory=dict)
+    read_from: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -167,7 +168,7 @@ def record_from_response(prompt_index: int, body: Any, wall_s: float, *, url: st
     ``spec_accept_rate`` = correct / (verify × ``speculative_num_steps``): with ``num_steps`` (the
     server's ``speculative_num_steps``) the correct drafts are recovered from it (rounded to the
     nearest count), and with ``num_draft_tokens`` (D) the proposed drafts = verify × (D − 1) and the
-    rate restated as correct / proposed. ``spec_keys`` of the record names the key each value came
+    rate restated as correct / proposed. ``read_from`` of the record names the key each value came
     from. Raises :class:`AcceptanceError` when ``meta_info.completion_tokens`` is missing.
     """
     if isinstance(body, list) and len(body) == 1:
@@ -218,7 +219,7 @@ def record_from_response(prompt_index: int, body: Any, wall_s: float, *, url: st
         wall_s=wall_s,
         finish_reason=meta.get("finish_reason"),
         text=body.get("text") if isinstance(body.get("text"), str) else None,
-        spec_keys=keys,
+        read_from=keys,
     )
 
 
