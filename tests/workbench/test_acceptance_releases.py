@@ -289,3 +289,79 @@ def test_decode_formats_are_ordered_and_fill_the_range():
     assert decode_line_format("0.5.11").accept_rate == "tau/D"          # not read: its older neighbour's
     assert decode_line_format("0.5.23+sandbox").first == "0.5.15"
     assert decode_line_format("0.6.0").first == "0.5.15"
+
+
+# --------------------------------------------------------------------------------------------
+# measure() end to end against in-memory stand-ins of old releases (no GPU, no such wheel can
+# serve here): what a 0.4.6 and a 0.5.9 server answer, per their http_server.py /
+# tokenizer_manager.py / metrics collector (the keys above; routes and metric names as in
+# workbench.measure.fields, checked against the wheels by test_the_tables_match_every_release_source).
+# --------------------------------------------------------------------------------------------
+
+
+def _old_server(version: str):
+    import httpx
+
+    state = {"verify": 0, "tokens": 0, "requests": 0}
+    lab = 'model_name="m"'
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        path = request.url.path
+        # /server_info from 0.5.6 (http_server.py); 0.4.6 - 0.5.5 only /get_server_info
+        if path == "/get_server_info" or (path == "/server_info" and version not in ("0.4.6", "0.5.4")):
+            info = {"model_path": "/m", "speculative_algorithm": "EAGLE3", "speculative_num_steps": 3,
+                    "speculative_eagle_topk": 4, "speculative_num_draft_tokens": 6, "decode_log_interval": 1,
+                    "version": version}
+            if version == "0.4.6":
+                info["avg_spec_accept_length"] = 2.8                       # **internal_states
+            else:
+                info["internal_states"] = [{"avg_spec_accept_length": 2.8}]
+            return httpx.Response(200, json=info)
+        if path == "/generate":
+            state["verify"] += 40
+            state["tokens"] += 113
+            state["requests"] += 1
+            return httpx.Response(200, json={"text": "t", "meta_info": dict(META_INFO[version])})
+        if path == "/metrics":
+            text = ("# TYPE sglang:generation_tokens_total counter\n"
+                    f"sglang:generation_tokens_total{{{lab}}} {float(state['tokens'])}\n"
+                    "# TYPE sglang:num_requests_total counter\n"
+                    f"sglang:num_requests_total{{{lab}}} {float(state['requests'])}\n"
+                    "# TYPE sglang:spec_accept_length gauge\n"
+                    f'sglang:spec_accept_length{{{lab},tp_rank="0"}} 2.8\n')
+            if version == "0.5.9":
+                text += ("# TYPE sglang:spec_accept_rate gauge\n"
+                         f'sglang:spec_accept_rate{{{lab},tp_rank="0"}} {2.8 / 6}\n')
+            return httpx.Response(200, text=text)
+        return httpx.Response(404, json={"detail": "Not Found"})
+
+    return httpx.Client(transport=httpx.MockTransport(handler))
+
+
+@pytest.mark.parametrize("version", ["0.4.6", "0.5.9"])
+def test_measure_on_an_old_release_stand_in(version):
+    from workbench.measure.sources import measure
+
+    m = measure("http://box", ["a", "b"], warmup=1, sources=["generate", "server_info", "metrics"],
+                client=_old_server(version), progress=False)
+    gen, si, mc, mg = (m.row(s) for s in ("generate", "server_info", "metrics", "metrics_gauges"))
+    assert m.server["version"] == version and m.server["speculative_num_draft_tokens"] == 6
+    assert gen.accept_length == pytest.approx(113 / 40)
+    assert gen.tau == (None if version == "0.4.6" else pytest.approx(2.8))
+    assert si.available and si.tau == pytest.approx(2.8) and si.accept_rate == pytest.approx(0.36)
+    assert not mc.available and "from 0.5.15" in mc.reason and f"this server: {version}" in mc.reason
+    assert mg.tau == pytest.approx(2.8) and mg.accept_rate == pytest.approx(0.36)
+    if version == "0.5.9":
+        assert any("accepted tokens (bonus included) / (verify steps × speculative_num_draft_tokens)" in n
+                   for n in mg.notes)
+
+
+def test_measure_generate_on_a_0_5_4_stand_in_recovers_the_counts():
+    """0.5.4 gives only spec_accept_rate over verify × speculative_num_steps: measure_generate reads
+    the server's settings (/get_server_info: 0.5.4 has no /server_info) and recovers the counts."""
+    from workbench.measure.generate import measure_generate
+
+    m = measure_generate("http://box", ["a", "b"], warmup=0, client=_old_server("0.5.4"))
+    assert m.server_info["version"] == "0.5.4" and m.server_info["speculative_num_steps"] == 3
+    assert m.accept_length == pytest.approx(113 / 40) and m.accept_rate == pytest.approx(0.36)
+    assert [r.spec_num_correct_drafts for r in m.records] == [72, 72]
