@@ -356,6 +356,29 @@ class EngineSource:
                     out[cls.strip()] = f"srt/models/{n}"
         return out
 
+    def spec_algorithm_choices(self) -> tuple[list[str], str] | None:
+        """``(choices, "file:line")`` when the release's argparse restricts ``--speculative-algorithm``
+        to a ``choices=[...]`` list (case-sensitive: argparse checks the string as written, before
+        the engine upper-cases it). SGLang 0.4.6 ``srt/server_args.py:862`` ``["EAGLE", "EAGLE3",
+        "NEXTN"]`` … 0.5.9 ``:3925`` (plus ``STANDALONE``, ``NGRAM``); 0.5.12 on have no choices
+        (any name, upper-cased, ``from_string``/plugins decide): ``None`` then, or when the file
+        is absent."""
+        text = self.read("srt/server_args.py")
+        tree = self.tree("srt/server_args.py") if text is not None else None
+        if tree is None:
+            return None
+        for node in ast.walk(tree):
+            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                    and node.func.attr == "add_argument" and node.args
+                    and isinstance(node.args[0], ast.Constant) and node.args[0].value == "--speculative-algorithm"):
+                continue
+            for kw in node.keywords:
+                if kw.arg == "choices" and isinstance(kw.value, (ast.List, ast.Tuple)) and all(
+                        isinstance(e, ast.Constant) and isinstance(e.value, str) for e in kw.value.elts):
+                    return [e.value for e in kw.value.elts], f"{self.root}/srt/server_args.py:{node.args[0].lineno}"
+            return None
+        return None
+
     def spec_algorithms(self) -> tuple[set[str], str] | None:
         """The algorithm names the engine accepts without a plugin: the members of
         ``SpeculativeAlgorithm`` (an ``Enum`` in ``srt/speculative/spec_info.py``) and the names in a
