@@ -60,7 +60,11 @@ class CaptureRule:
     box's source or ``modelled`` from 0.5.23), ``unmatchable`` (entries the method set that equal
     no layer index — ``"2"``, ``2.5``, ``None``, ``[1]`` — so they never fire) and ``error``
     (``"TypeError: ..."``: the method raised for these ids, so the engine fails at start-up when
-    EAGLE3 sets capture up; ``captured`` is then ``None``)."""
+    EAGLE3 sets capture up; ``captured`` is then ``None``) and ``ignores_ids`` (the method takes no
+    layer ids at all, so the draft's ids are never read and ``captured`` is the release's default
+    layers whatever the config says: SGLang 0.4.6–0.4.8 ``srt/models/llama.py``
+    ``set_eagle3_layers_to_capture(self)``, called as ``set_eagle3_layers_to_capture()`` by
+    ``model_runner.py``; 0.4.9 on pass the ids)."""
 
     captured: list[int] | None
     reachable_max: int
@@ -68,6 +72,7 @@ class CaptureRule:
     how: str
     unmatchable: list = field(default_factory=list)
     error: str | None = None
+    ignores_ids: bool = False
 
 
 class EngineSource:
@@ -447,6 +452,12 @@ class EngineSource:
                 return delegate
         reach = num_layers if re.search(r"(end_layer|num_layers|len\(self\.layers\))\s+in\s+self\.layers_to_capture",
                                         text) else num_layers - 1
+        if not _takes_ids(fn):
+            # SGLang 0.4.6-0.4.8: set_eagle3_layers_to_capture(self), called without ids; the draft's
+            # ids are never read and the method's defaults are captured
+            captured, unmatchable = split_captured(_evaluate_capture(fn, num_layers, None, pass_ids=False))
+            return CaptureRule(captured, reach, src, "evaluated from the box's engine source", unmatchable,
+                               ignores_ids=True)
         try:
             got = _evaluate_capture(fn, num_layers, ids)
         except Exception as exc:  # noqa: BLE001 - the engine's own method, run on the draft's ids
@@ -476,6 +487,29 @@ class EngineSource:
                 if cls.strip():
                     out[cls.strip()] = f"srt/models/{n}"
         return out
+
+    def spec_algorithm_choices(self) -> tuple[list[str], str] | None:
+        """``(choices, "file:line")`` when the release's argparse restricts ``--speculative-algorithm``
+        to a ``choices=[...]`` list (case-sensitive: argparse checks the string as written, before
+        the engine upper-cases it). SGLang 0.4.6 ``srt/server_args.py:862`` ``["EAGLE", "EAGLE3",
+        "NEXTN"]`` … 0.5.9 ``:3925`` (plus ``STANDALONE``, ``NGRAM``); 0.5.12 on have no choices
+        (any name, upper-cased, ``from_string``/plugins decide): ``None`` then, or when the file
+        is absent."""
+        text = self.read("srt/server_args.py")
+        tree = self.tree("srt/server_args.py") if text is not None else None
+        if tree is None:
+            return None
+        for node in ast.walk(tree):
+            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                    and node.func.attr == "add_argument" and node.args
+                    and isinstance(node.args[0], ast.Constant) and node.args[0].value == "--speculative-algorithm"):
+                continue
+            for kw in node.keywords:
+                if kw.arg == "choices" and isinstance(kw.value, (ast.List, ast.Tuple)) and all(
+                        isinstance(e, ast.Constant) and isinstance(e.value, str) for e in kw.value.elts):
+                    return [e.value for e in kw.value.elts], f"{self.root}/srt/server_args.py:{node.args[0].lineno}"
+            return None
+        return None
 
     def spec_algorithms(self) -> tuple[set[str], str] | None:
         """The algorithm names the engine accepts without a plugin: the members of
@@ -638,11 +672,18 @@ def split_captured(got: Any) -> tuple[list[int] | None, list]:
     return captured, unmatchable
 
 
-def _evaluate_capture(fn: ast.FunctionDef, num_layers: int, ids: Any) -> list | None:
+def _takes_ids(fn: ast.FunctionDef) -> bool:
+    """The method has a parameter after ``self`` (or ``*args``) for the layer ids: false for SGLang
+    0.4.6–0.4.8's ``set_eagle3_layers_to_capture(self)``."""
+    return len(fn.args.posonlyargs) + len(fn.args.args) > 1 or fn.args.vararg is not None
+
+
+def _evaluate_capture(fn: ast.FunctionDef, num_layers: int, ids: Any, *, pass_ids: bool = True) -> list | None:
     """Run the engine's ``set_eagle3_layers_to_capture`` (``fn``) on a stand-in target with
     ``num_layers`` layers and the ids as the engine passes them (a deep copy: JSON values
-    unchanged); returns the list it set (entries as the method made them), ``None`` when it set
-    none. Raises what the method raises."""
+    unchanged; no argument at all when ``pass_ids`` is false, as SGLang 0.4.6–0.4.8 call it);
+    returns the list it set (entries as the method made them), ``None`` when it set none. Raises
+    what the method raises."""
     import copy
 
     fn = ast.fix_missing_locations(_strip_annotations(fn))
@@ -651,7 +692,10 @@ def _evaluate_capture(fn: ast.FunctionDef, num_layers: int, ids: Any) -> list | 
     exec(compile(module, "<set_eagle3_layers_to_capture>", "exec"), ns)  # noqa: S102 - list arithmetic, restricted builtins
     model = _Rec(layers_to_capture=None)
     self_obj = _Rec(model=model, config=_Rec(num_hidden_layers=num_layers), pp_group=_Rec(is_last_rank=True))
-    ns[fn.name](self_obj, copy.deepcopy(ids))
+    if pass_ids:
+        ns[fn.name](self_obj, copy.deepcopy(ids))
+    else:
+        ns[fn.name](self_obj)
     got = model.layers_to_capture
     if got is None and isinstance(self_obj.__dict__.get("layers_to_capture"), list):
         got = self_obj.__dict__["layers_to_capture"]  # a target that keeps the list on itself
