@@ -52,6 +52,7 @@ from workbench.engine.modelled import DRAFT_CLASS_FILES
 from workbench.engine.source import EngineSource, _walk_definitions
 
 __all__ = ["PathEntry", "CodePathMap", "LANDMARKS", "code_path_map", "DRAFT_CLASS_FILES", "map_for_launch",
+           "WorkerChoice", "eagle_worker",
            "Swallowed", "swallowed_on_path"]
 
 SPEC_AUX_FILE = "srt/model_executor/model_runner_components/spec_aux_hidden_state.py"
@@ -69,7 +70,8 @@ class PathEntry:
     file holds workbench probes (its line numbers are then the patched file's); ``also_code``: the
     text of each ``also`` line; ``anchor`` / ``also_anchor``: the first line of the statement
     holding ``line`` / each ``also`` line, where a probe goes (``None`` / empty: the lines
-    themselves)."""
+    themselves); ``anchor_code``: the text of the anchor line and of each ``also_anchor`` line
+    (empty when the anchors are the lines themselves)."""
 
     key: str
     what: str
@@ -86,6 +88,7 @@ class PathEntry:
     also_code: tuple[str, ...] = ()
     anchor: Optional[int] = None
     also_anchor: tuple[int, ...] = ()
+    anchor_code: tuple[str, ...] = ()
 
     @property
     def probe_line(self) -> Optional[int]:
@@ -105,6 +108,7 @@ class PathEntry:
         d["also"] = list(self.also)
         d["also_code"] = list(self.also_code)
         d["also_anchor"] = list(self.also_anchor)
+        d["anchor_code"] = list(self.anchor_code)
         d["location"] = self.location
         return d
 
@@ -844,12 +848,13 @@ def _find_in(ctx: _Ctx, lm: Landmark, rel: str) -> Optional[PathEntry]:
     if lm.key.startswith("draft-") and rel in ctx.inherited:
         detail = (detail + "; " if detail else "") + ctx.inherited[rel]
     also = tuple(named(s) for s, _ in hits[1:])
+    anchors = tuple(_first_line(s) for s, _ in hits)
     return PathEntry(lm.key, lm.what, True, ctx.src.path(rel), line, lines[line - 1] if line <= len(lines) else None,
                      _function_of(parents + ((stmt,) if isinstance(stmt, ast.FunctionDef) else ())), detail,
                      also, rel, lm.silent, _probe_note(lines, anchor),
                      tuple(lines[n - 1] if n <= len(lines) else "" for n in also),
-                     anchor if anchor != line else None,
-                     tuple(_first_line(s) for s, _ in hits[1:]) if lm.line_of else ())
+                     anchor if anchor != line else None, anchors[1:] if lm.line_of else (),
+                     tuple(lines[n - 1] if n <= len(lines) else "" for n in anchors) if lm.line_of else ())
 
 
 def _probe_note(lines: Sequence[str], line: int) -> Optional[str]:
@@ -977,7 +982,8 @@ def code_path_map(src: EngineSource, *, target_arch: str = "LlamaForCausalLM",
                   draft_arch: str = "LlamaForCausalLMEagle3", aux_ids: Optional[Sequence[int]] = None,
                   num_layers: Optional[int] = None, keys: Optional[Iterable[str]] = None,
                   env: Optional[Mapping[str, str]] = None,
-                  launch_args: Optional[Sequence[str]] = None) -> CodePathMap:
+                  launch_args: Optional[Sequence[str]] = None,
+                  worker: Optional[WorkerChoice] = None) -> CodePathMap:
     """The EAGLE-3 code-path map of the engine ``src`` (:class:`workbench.engine.EngineSource`).
 
     ``target_arch`` / ``draft_arch``: the classes whose files hold the model-specific entries
@@ -986,7 +992,8 @@ def code_path_map(src: EngineSource, *, target_arch: str = "LlamaForCausalLM",
     evaluate the target's offset rule for them (optional). ``keys``: only these entries (the
     doctor asks for one); default all. ``env`` / ``launch_args``: the server's environment and
     its launch command's argument tokens, which decide the EAGLE worker the draft-worker entries
-    are read in (:func:`eagle_worker`; default: the release's own default). Files are read
+    are read in (:func:`eagle_worker`; default: the release's own default); ``worker``: that
+    choice made already (another map's :attr:`CodePathMap.worker`), used as it is. Files are read
     through the box, once each; box errors propagate. Entries not in this version come back with
     ``found=False`` and no line.
 
@@ -1024,7 +1031,8 @@ def code_path_map(src: EngineSource, *, target_arch: str = "LlamaForCausalLM",
                     draft_load.append(rel)
                     inherited[rel] = how
     needs_worker = want is None or bool(want & {lm.key for lm in LANDMARKS if lm.worker})
-    worker = eagle_worker(src, env=env, launch_args=launch_args) if needs_worker else None
+    if worker is None and needs_worker:
+        worker = eagle_worker(src, env=env, launch_args=launch_args)
     ctx = _Ctx(src, target_arch, draft_arch, list(aux_ids) if aux_ids is not None else None, num_layers,
                tuple(dict.fromkeys(target_files)), tuple(draft_files), tuple(dict.fromkeys(forward_files)),
                tuple(draft_load), worker, inherited)
@@ -1047,13 +1055,16 @@ def code_path_map(src: EngineSource, *, target_arch: str = "LlamaForCausalLM",
 
 
 def map_for_launch(box, src: EngineSource, launch, *, cwd: Optional[str] = None, timeout: float = 30,
-                   notes: Optional[list[str]] = None) -> CodePathMap:
+                   notes: Optional[list[str]] = None, environ: Optional[Mapping[str, str]] = None) -> CodePathMap:
     """:func:`code_path_map` for a deployment: the target architecture and layer count from the
     ``--model-path`` config, the draft architecture and aux layer ids from the
     ``--speculative-draft-model-path`` config (read on the box; Hugging Face repo ids through the
     box's cache, relative paths against ``cwd``). A config that cannot be read leaves the default
     (Llama target, SGLang's EAGLE-3 draft) and appends why to ``notes``. ``launch``: a
-    :class:`workbench.engine.launch.LaunchCommand` or its text."""
+    :class:`workbench.engine.launch.LaunchCommand` or its text. The EAGLE worker
+    (:func:`eagle_worker`) follows ``environ`` (the running server's own environment,
+    :func:`workbench.engine.locate.read_environ`; ``None``: none known) with the command's
+    ``VAR=value`` prefix over it, and the command's flags."""
     notes = notes if notes is not None else []
     launch = LaunchCommand.parse(launch) if isinstance(launch, str) else launch
     env = {**box_env(box, timeout), **dict(launch.env)}
@@ -1081,7 +1092,8 @@ def map_for_launch(box, src: EngineSource, launch, *, cwd: Optional[str] = None,
                     kw["aux_ids"] = draft.aux_layer_ids
         except CheckpointError as exc:
             notes.append(f"{role} config not read ({exc}): default {role} class used")
-    return code_path_map(src, **kw)
+    server_env = {**dict(environ or {}), **dict(launch.env)}
+    return code_path_map(src, env=server_env, launch_args=launch.arg_tokens, **kw)
 
 
 

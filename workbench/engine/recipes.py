@@ -246,7 +246,7 @@ def _site(cmap: CodePathMap, name: str, rp: RecipeProbe) -> tuple[PathEntry, int
     if not entry.found:
         raise SourceLookupError(f"recipe {name}: the code-path entry {rp.entry} is not in this engine "
                                 f"version ({entry.looked_in})", where=cmap.root)
-    lines = (entry.line,) + tuple(entry.also)
+    lines = (entry.probe_line,) + tuple(entry.also_anchor or entry.also)  # a probe goes before a statement
     if rp.occurrence >= len(lines):
         raise SourceLookupError(f"recipe {name}: the code-path entry {rp.entry} has {len(lines)} line(s) in this "
                                 f"engine version ({', '.join(map(str, lines))}), the recipe needs "
@@ -264,7 +264,7 @@ def _site(cmap: CodePathMap, name: str, rp: RecipeProbe) -> tuple[PathEntry, int
 
 def _spec(cmap: CodePathMap, name: str, rp: RecipeProbe, base: str, code: Optional[str] = None) -> ProbeSpec:
     entry, line = _site(cmap, name, rp)
-    codes = (entry.code,) + tuple(entry.also_code)
+    codes = tuple(entry.anchor_code) or (entry.code,) + tuple(entry.also_code)  # the anchor lines' text
     text = codes[rp.occurrence] if rp.occurrence < len(codes) else None
     return ProbeSpec(base + rp.suffix, entry.file, line, entry.function, rp.exprs, rp.entry, rp.once_per, rp.when,
                      rp.max_prints, rp.max_repr, code if code is not None else text, name, rp.role)
@@ -303,7 +303,8 @@ def _fresh_spec(box, cmap: CodePathMap, name: str, rp: RecipeProbe, base: str, t
     """The spec of ``rp`` from the file as it is now (a new map of that entry: probes added since
     ``cmap`` was made moved the lines down; statements inside probe blocks are never entries)."""
     src = EngineSource(box, cmap.root, cmap.version, timeout=timeout)
-    fresh = code_path_map(src, target_arch=cmap.target_arch, draft_arch=cmap.draft_arch, keys=[rp.entry])
+    fresh = code_path_map(src, target_arch=cmap.target_arch, draft_arch=cmap.draft_arch, keys=[rp.entry],
+                          worker=cmap.worker)
     return _spec(fresh, name, rp, base)
 
 
@@ -341,7 +342,7 @@ def add_recipes(box, cmap: CodePathMap, names: Sequence[str], *, python: Optiona
     if unknown:
         raise ValueError(f"unknown override(s) {sorted(unknown)}: once_per, when, max_prints, max_repr")
     now = code_path_map(EngineSource(box, cmap.root, cmap.version, timeout=timeout), target_arch=cmap.target_arch,
-                        draft_arch=cmap.draft_arch, keys=recipe_entries(names))
+                        draft_arch=cmap.draft_arch, keys=recipe_entries(names), worker=cmap.worker)
     for name in names:  # every entry in this version, before anything is added
         recipe_probes(now, name, tag=tag)
     added: list = []  # added by this call: reverted if a later one fails
