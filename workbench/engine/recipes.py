@@ -139,9 +139,11 @@ class Recipe:
 
 
 #: The draft model, in the worker: SGLang's ``EagleDraftWorker`` holds it as
-#: ``self.draft_runner.model`` (``srt/speculative/eagle_worker_v2.py``), the sandbox's
-#: ``EAGLEWorker`` as ``self.draft_model``.
-_WORKER_DRAFT = "(self.draft_runner.model if hasattr(self, 'draft_runner') else self.draft_model)"
+#: ``self.draft_runner.model`` (``srt/speculative/eagle_worker_v2.py``), SGLang's V1
+#: ``EAGLEWorker`` as ``self.draft_model_runner.model`` (a property, ``eagle_worker.py`` 0.4.6 …
+#: 0.5.12), the sandbox's ``EAGLEWorker`` as ``self.draft_model``.
+_WORKER_DRAFT = ("(self.draft_runner.model if hasattr(self, 'draft_runner') else self.draft_model_runner.model "
+                 "if hasattr(self, 'draft_model_runner') else self.draft_model)")
 #: Every parameter's L2 norm, as text (``'nan'`` stays parseable), computed in float32 without a
 #: float32 copy of the tensor (``torch.linalg.vector_norm(..., dtype=)``); ``.item()`` synchronises,
 #: which is why these probes sit at load time, never in a forward (CUDA-graph capture).
@@ -266,7 +268,14 @@ def _spec(cmap: CodePathMap, name: str, rp: RecipeProbe, base: str, code: Option
     entry, line = _site(cmap, name, rp)
     codes = tuple(entry.anchor_code) or (entry.code,) + tuple(entry.also_code)  # the anchor lines' text
     text = codes[rp.occurrence] if rp.occurrence < len(codes) else None
-    return ProbeSpec(base + rp.suffix, entry.file, line, entry.function, rp.exprs, rp.entry, rp.once_per, rp.when,
+    when = rp.when
+    owner = (entry.function or "").split(".")[0]
+    if rp.entry.startswith("draft-") and owner and owner != cmap.draft_arch:
+        # a base class's method the draft reaches through super() (0.4.6 … 0.4.9: the draft's tensors go
+        # to LlamaForCausalLM.load_weights, which loads the target too): print for the draft only
+        only = f"type(self).__name__ == {cmap.draft_arch!r}"
+        when = f"({when}) and {only}" if when else only
+    return ProbeSpec(base + rp.suffix, entry.file, line, entry.function, rp.exprs, rp.entry, rp.once_per, when,
                      rp.max_prints, rp.max_repr, code if code is not None else text, name, rp.role)
 
 
