@@ -3,8 +3,18 @@ a scan of that path for swallowed errors and silent fallbacks, and named probe r
 
 Every entry is *found* in the box's own source with :mod:`ast` (a statement of a given shape, in
 the files where SGLang 0.5.23 keeps it, else in the files a ``grep -F`` for a token names); its
-line is the line of that statement in that version. An entry that is not found says where it
-was looked for and is never given a line.
+line is the line it names in that version (the statement's first line, or the line of the test
+inside it: :attr:`PathEntry.probe_line` is where a probe goes). An entry that is not found says
+where it was looked for and is never given a line. Tested on the published wheels of 0.4.6,
+0.4.8, 0.4.10, 0.5.2, 0.5.4, 0.5.9, 0.5.12, 0.5.18 and 0.5.23 (``tests/workbench/test_codepath_releases.py``).
+
+The landmarks follow the kinds of change those releases made: code moved to another file (the aux
+capture from ``model_runner.py`` to ``model_runner_components/``), a function inlined (the token
+map and lm_head tests in ``EAGLEWorker.__init__`` before ``init_token_map`` / ``init_lm_head``
+existed), a wrapper model (the capture test followed through the target's forward into the
+classes it delegates to), a base class doing the work (the draft's ``super().load_weights``), and
+two workers (the entries of the draft worker are read in the one the server runs:
+:func:`eagle_worker`).
 
 The path, in the order a request meets it (SGLang 0.5.23 file in brackets):
 
@@ -27,8 +37,9 @@ The path, in the order a request meets it (SGLang 0.5.23 file in brackets):
    map, the ``if param_name in params_dict:`` without ``else`` (silent drop), ``hot_token_id = d2t
    + arange``.
 13. ``token-map-init`` / 14. ``lm-head-shared`` / 15. ``d2t-use``: the draft worker's
-    ``init_token_map``, ``init_lm_head`` and ``self.hot_token_id[...]``
-    (``srt/speculative/eagle_worker_v2.py``).
+    ``if ...is_eagle3():`` on ``--speculative-token-map`` (in ``init_token_map``), the
+    ``is_eagle3()`` test in ``init_lm_head`` and ``self.hot_token_id[...]``
+    (``srt/speculative/eagle_worker_v2.py``; ``eagle_worker.py`` where the server runs ``EAGLEWorker``).
 
 The sandbox box's engine (``workbench/sandbox/srt``) mirrors those names, so the same map and
 recipes work on it.

@@ -25,8 +25,16 @@ in ``workbench/sandbox/srt`` has the same statements at its own lines):
   (``srt/speculative/eagle_worker_v2.py:353``, ``lm-head-shared``); a norm that did not change
   belongs to a parameter no checkpoint tensor reached.
 - ``draft-input-width`` (``llama_eagle3.py:238``): the width reaching ``fc``.
-- ``target-capture-layers`` (``srt/models/llama.py:487``): the layers the target really captures.
+- ``target-capture-layers`` (``srt/models/llama.py:487``, the layer call holding the capture test
+  at ``:492``): the layers the target really captures.
 - ``draft-d2t`` (``eagle_worker_v2.py:757``): the token map the draft worker holds.
+
+On other releases the probes follow the map (its entries there, the worker the server runs:
+``eagle_worker.py`` lines on 0.4.6 … 0.5.9 by default); a recipe whose entry a release lacks
+(``draft-weights-unmatched`` on 0.4.6 / 0.4.8, which log their misses) raises
+:class:`SourceLookupError` before anything is added. A probe in a base-class method the draft
+reaches through ``super()`` (0.4.6 … 0.4.9 ``LlamaForCausalLM.load_weights``, which loads the
+target too) prints only when ``type(self).__name__`` is the draft class.
 """
 
 from __future__ import annotations
