@@ -427,3 +427,34 @@ def test_recipes_resolve_patch_and_revert_on_a_copy_of_the_release(sglang_releas
         assert len(revert_all(box)) == len(probes)
         assert list_probes(box) == []
     assert hashes == {p: hashlib.sha256(p.read_bytes()).hexdigest() for p in root.rglob("*.py")}
+
+
+@pytest.mark.slow
+def test_server_worker_inputs_read_the_running_process_environment(box, sglang_release):
+    """A real process started with ``SGLANG_ENABLE_SPEC_V2=1`` in its environment (the way a
+    server inherits it): its ``/proc/PID/environ`` decides the worker on 0.5.9."""
+    import os
+    import subprocess
+
+    from workbench.engine.codepath import server_worker_inputs
+    from workbench.engine.locate import EngineInfo
+
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
+                            env={**os.environ, "SGLANG_ENABLE_SPEC_V2": "1"})
+    try:
+        root = sglang_release("0.5.9")
+        engine = EngineInfo("sglang", str(root), "0.5.9", sys.executable, "test", server_pid=proc.pid,
+                            launch="python -m sglang.launch_server --model-path /m --speculative-eagle-topk 1")
+        env, args = server_worker_inputs(box, engine)
+        assert env["SGLANG_ENABLE_SPEC_V2"] == "1"
+        assert args[-2:] == ["--speculative-eagle-topk", "1"]
+        src = EngineSource(box, str(root), "0.5.9")
+        assert eagle_worker(src, env=env, launch_args=args).cls == "EAGLEWorkerV2"
+        cmap = code_path_map(src, keys=["d2t-use"], env=env, launch_args=args)
+        assert (_rel(root, cmap.entry("d2t-use").file), cmap.entry("d2t-use").line) == (V2, 390)
+        # without a server: the release's default
+        assert server_worker_inputs(box, EngineInfo("sglang", str(root), "0.5.9", sys.executable, "test")) == \
+            (None, None)
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)

@@ -52,6 +52,7 @@ import functools
 import html
 import posixpath
 import re
+import shlex
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Iterator, Mapping, Optional, Sequence
 
@@ -59,11 +60,12 @@ from remote.probes import _probe_block_lines
 from workbench.checkpoint import CheckpointError, read_draft_facts, read_target_facts
 from workbench.checkpoint.paths import box_env, resolve_model_path
 from workbench.engine.launch import LaunchCommand
+from workbench.engine.locate import read_environ
 from workbench.engine.modelled import DRAFT_CLASS_FILES
 from workbench.engine.source import EngineSource, _walk_definitions
 
 __all__ = ["PathEntry", "CodePathMap", "LANDMARKS", "code_path_map", "DRAFT_CLASS_FILES", "map_for_launch",
-           "WorkerChoice", "eagle_worker",
+           "WorkerChoice", "eagle_worker", "server_worker_inputs",
            "Swallowed", "swallowed_on_path"]
 
 SPEC_AUX_FILE = "srt/model_executor/model_runner_components/spec_aux_hidden_state.py"
@@ -500,6 +502,31 @@ def eagle_worker(src: EngineSource, *, env: Optional[Mapping[str, str]] = None,
     why = "; ".join(reasons + [pick]) + f": this server runs {cls}"
     return WorkerChoice(cls, file, why, tuple(dict.fromkeys(evidence)), (WORKER_V2 if on_default else WORKER_V1)[0],
                         other)
+
+
+def server_worker_inputs(box, engine, *, launch: Optional[LaunchCommand] = None,
+                         timeout: float = 30) -> tuple[Optional[dict], Optional[list[str]]]:
+    """``(env, launch_args)`` for :func:`eagle_worker` / :func:`code_path_map` from a located
+    engine (:class:`workbench.engine.locate.EngineInfo`): the running server's own environment
+    (``/proc/PID/environ`` on the box, :func:`workbench.engine.locate.read_environ`) with
+    ``launch``'s ``VAR=value`` prefix over it, and the argument tokens of ``launch``, else of the
+    server's command line (``engine.launch``). ``(None, None)`` when neither is known (the
+    release's default worker is then used). An environment that cannot be read (another user's
+    process) counts as unknown; box errors other than that propagate."""
+    env: Optional[dict] = None
+    pid = getattr(engine, "server_pid", None)
+    if pid:
+        env = read_environ(box, pid, timeout=timeout)
+    args: Optional[list[str]] = None
+    if launch is not None:
+        env = {**(env or {}), **dict(launch.env)}
+        args = list(launch.arg_tokens)
+    elif getattr(engine, "launch", None):
+        try:
+            args = shlex.split(engine.launch)
+        except ValueError:  # an unbalanced quote in the recorded command: its flags are not read
+            args = None
+    return env, args
 
 
 # ---------------------------------------------------------------------------------------------
