@@ -48,6 +48,7 @@ PARAMS = "params_dict = dict(self.named_parameters())"
 DROP = "if param_name in params_dict:"
 D2T = "self.hot_token_id = loaded_weight + torch.arange(loaded_weight.shape[0])"
 HOT = "if self.hot_token_id is not None:"
+MAP = "topk_index = self.hot_token_id[topk_index]"
 CAPTURE = "if i in self.layers_to_capture:"
 RULE = "def set_eagle3_layers_to_capture(self, layer_ids: Optional[List[int]] = None):"
 CALL = "self.model.set_eagle3_layers_to_capture(eagle_aux_hidden_state_layer_ids)"
@@ -69,7 +70,7 @@ EXPECTED = {
         "draft-d2t-read": (DRAFT, 184, D2T),
         "token-map-init": (V1, 92, IS3),
         "lm-head-shared": (V1, 121, IS3),
-        "d2t-use": (V1, 430, HOT),
+        "d2t-use": (V1, 431, MAP),
     },
     "0.4.8": {
         "spec-algorithm-is-eagle3": (SPEC, 15, "def is_eagle3(self):"),
@@ -86,7 +87,7 @@ EXPECTED = {
         "draft-d2t-read": (DRAFT, 187, D2T),
         "token-map-init": (V1, 108, IS3),
         "lm-head-shared": (V1, 138, IS3),
-        "d2t-use": (V1, 585, HOT),
+        "d2t-use": (V1, 586, MAP),
     },
     "0.4.10": {
         "spec-algorithm-is-eagle3": (SPEC, 15, "def is_eagle3(self):"),
@@ -103,7 +104,7 @@ EXPECTED = {
         "draft-d2t-read": (DRAFT, 217, D2T),
         "token-map-init": (V1, 109, IS3),
         "lm-head-shared": (V1, 140, IS3),
-        "d2t-use": (V1, 594, HOT),
+        "d2t-use": (V1, 595, MAP),
     },
     "0.5.2": {
         "spec-algorithm-is-eagle3": (SPEC, 16, "def is_eagle3(self):"),
@@ -120,7 +121,7 @@ EXPECTED = {
         "draft-d2t-read": (DRAFT, 234, D2T),
         "token-map-init": (V1, 111, IS3),
         "lm-head-shared": (V1, 142, IS3),
-        "d2t-use": (V1, 708, HOT),
+        "d2t-use": (V1, 709, MAP),
     },
     "0.5.4": {
         "spec-algorithm-is-eagle3": (SPEC, 22, "def is_eagle3(self):"),
@@ -137,7 +138,7 @@ EXPECTED = {
         "draft-d2t-read": (DRAFT, 234, D2T),
         "token-map-init": (V1, 105, IS3),
         "lm-head-shared": (V1, 136, IS3),
-        "d2t-use": (V1, 553, HOT),
+        "d2t-use": (V1, 554, MAP),
     },
     "0.5.9": {
         "spec-algorithm-is-eagle3": (SPEC, 40, "def is_eagle3(self) -> bool:"),
@@ -154,7 +155,7 @@ EXPECTED = {
         "draft-d2t-read": (DRAFT, 244, D2T),
         "token-map-init": (V1, 120, IS3),
         "lm-head-shared": (V1, 159, IS3),
-        "d2t-use": (V1, 625, HOT),
+        "d2t-use": (V1, 626, MAP),
     },
     "0.5.12": {
         "spec-algorithm-is-eagle3": (SPEC, 97, "def is_eagle3(self) -> bool:"),
@@ -171,7 +172,7 @@ EXPECTED = {
         "draft-d2t-read": (DRAFT, 320, D2T),
         "token-map-init": (V2, 198, IS3),
         "lm-head-shared": (V2, 214, IS3),
-        "d2t-use": (V2, 430, HOT),
+        "d2t-use": (V2, 431, MAP),
     },
     "0.5.18": {
         "spec-algorithm-is-eagle3": (SPEC, 107, "def is_eagle3(self) -> bool:"),
@@ -188,7 +189,7 @@ EXPECTED = {
         "draft-d2t-read": (DRAFT, 341, D2T),
         "token-map-init": (V2, 269, IS3),
         "lm-head-shared": (V2, 293, IS3),
-        "d2t-use": (V2, 572, HOT),
+        "d2t-use": (V2, 573, MAP),
     },
     "0.5.23": {
         "spec-algorithm-is-eagle3": (SPEC, 111, "def is_eagle3(self) -> bool:"),
@@ -205,7 +206,7 @@ EXPECTED = {
         "draft-d2t-read": (DRAFT, 352, D2T),
         "token-map-init": (V2, 325, IS3),
         "lm-head-shared": (V2, 353, IS3),
-        "d2t-use": (V2, 757, HOT),
+        "d2t-use": (V2, 758, MAP),
     },
 }
 
@@ -219,6 +220,9 @@ LOOKED_IN = {
 #: The statement a probe goes before, where the entry names a line inside it (by hand: the
 #: first line of the statement holding the capture test).
 ANCHORS = {("0.5.23", "target-capture-point"): (487, "hidden_states = self.layers[i]("),
+           **{(v, "d2t-use"): (n, "if self.hot_token_id is not None:") for v, n in (
+               ("0.4.6", 430), ("0.4.8", 585), ("0.4.10", 594), ("0.5.2", 708), ("0.5.4", 553), ("0.5.9", 625),
+               ("0.5.12", 430), ("0.5.18", 572), ("0.5.23", 757))},
            ("0.5.18", "kimi"): (2846, "hidden_states, residual, topk_indices = layer("),
            ("0.5.23", "kimi"): (3185, "(hidden_states, topk_indices) = layer(")}
 
@@ -340,13 +344,13 @@ def test_the_worker_follows_the_release_environment_and_flags(box, sglang_releas
 
 def test_spec_v2_from_the_launch_prefix_moves_the_worker_entries_on_0_5_9(box, sglang_release, tmp_path):
     """``SGLANG_ENABLE_SPEC_V2=1 python -m sglang.launch_server ...`` on 0.5.9 runs EAGLEWorkerV2:
-    the worker entries are in eagle_worker_v2.py (by hand: 179 / 195 / 390), never in the V1 file."""
+    the worker entries are in eagle_worker_v2.py (by hand: 179 / 195 / 391), never in the V1 file."""
     root = sglang_release("0.5.9")
     src = EngineSource(box, str(root), "0.5.9")
     cmap = map_for_launch(box, src, "SGLANG_ENABLE_SPEC_V2=1 python -m sglang.launch_server --model-path "
                           f"{tmp_path}/none --speculative-algorithm EAGLE3", notes=[])
     assert cmap.worker.cls == "EAGLEWorkerV2" and "SGLANG_ENABLE_SPEC_V2=1" in cmap.worker.why
-    want = {"token-map-init": (V2, 179, IS3), "lm-head-shared": (V2, 195, IS3), "d2t-use": (V2, 390, HOT)}
+    want = {"token-map-init": (V2, 179, IS3), "lm-head-shared": (V2, 195, IS3), "d2t-use": (V2, 391, MAP)}
     for key, w in want.items():
         _check(root, cmap.entry(key), w, "0.5.9")
     # the server's own environment, when the prefix does not say
@@ -378,7 +382,7 @@ def _recipe_sites(version):
         "draft-params-at-init.before": at("draft-params-dict"),
         "draft-input-width": at("draft-fc-width-check"),
         "target-capture-layers": at("target-capture-point", *ANCHORS.get((version, "target-capture-point"), ())),
-        "draft-d2t": at("d2t-use"),
+        "draft-d2t": at("d2t-use", *ANCHORS[(version, "d2t-use")]),
     }
     return sites
 
@@ -451,7 +455,7 @@ def test_server_worker_inputs_read_the_running_process_environment(box, sglang_r
         src = EngineSource(box, str(root), "0.5.9")
         assert eagle_worker(src, env=env, launch_args=args).cls == "EAGLEWorkerV2"
         cmap = code_path_map(src, keys=["d2t-use"], env=env, launch_args=args)
-        assert (_rel(root, cmap.entry("d2t-use").file), cmap.entry("d2t-use").line) == (V2, 390)
+        assert (_rel(root, cmap.entry("d2t-use").file), cmap.entry("d2t-use").line) == (V2, 391)
         # without a server: the release's default
         assert server_worker_inputs(box, EngineInfo("sglang", str(root), "0.5.9", sys.executable, "test")) == \
             (None, None)

@@ -39,7 +39,7 @@ EXPECTED_0_5_23 = {
                        "self.hot_token_id = loaded_weight + torch.arange(loaded_weight.shape[0])"),
     "token-map-init": ("srt/speculative/eagle_worker_v2.py", 325, "if self.speculative_algorithm.is_eagle3():"),
     "lm-head-shared": ("srt/speculative/eagle_worker_v2.py", 353, "if self.speculative_algorithm.is_eagle3():"),
-    "d2t-use": ("srt/speculative/eagle_worker_v2.py", 757, "if self.hot_token_id is not None:"),
+    "d2t-use": ("srt/speculative/eagle_worker_v2.py", 758, "topk_index = self.hot_token_id[topk_index]"),
 }
 
 PATH_FILES = sorted({f for f, _, _ in EXPECTED_0_5_23.values()} | {"__init__.py", "version.py", "_version.py"})
@@ -197,7 +197,7 @@ def test_sandbox_engine_map_is_complete_and_recipes_resolve(box):
     assert "captures [2, 4, 7]" in cmap.entry("target-offset-rule").detail
     for name in RECIPES:
         spec = recipe_probe(cmap, name)
-        assert spec.line == cmap.entry(RECIPES[name].entry).line and spec.tag == name
+        assert spec.line == cmap.entry(RECIPES[name].entry).probe_line and spec.tag == name
     specs = [s for name in RECIPES for s in recipe_probes(cmap, name)]
     for s in specs:  # each probe's line is the statement it names, in the sandbox file as it is now
         assert (SANDBOX_ROOT / src.rel(s.path)).read_text().splitlines()[s.line - 1].strip() == s.code.strip()

@@ -738,6 +738,15 @@ def _m_d2t_use(stmt, parents, text):
     return uses(stmt) and not (isinstance(parent, ast.If) and "hot_token_id" in _seg(text, parent.test))
 
 
+def _l_d2t_use(stmt, text):
+    """The line of the mapping ``x = self.hot_token_id[x]`` itself (inside its ``if self.hot_token_id
+    is not None:``, which stays the probe anchor: a probe there sees ``None`` too)."""
+    if isinstance(stmt, ast.If):
+        return next((s.lineno for s in stmt.body if isinstance(s, ast.Assign)
+                     and "self.hot_token_id[" in _seg(text, s.value).replace(" ", "")), stmt.lineno)
+    return _first_line(stmt)
+
+
 def _d_d2t_use(stmt, parents, text, ctx):
     if isinstance(stmt, ast.If):
         inner = next(s for s in stmt.body if isinstance(s, ast.Assign))
@@ -809,7 +818,7 @@ LANDMARKS: tuple[Landmark, ...] = (
     Landmark("d2t-use",
              "the draft worker maps each proposed draft id to a target id through hot_token_id",
              "hot_token_id[", _worker_files, _m_d2t_use, detail=_d_d2t_use,
-             where=lambda rel: rel.startswith("srt/speculative/"), worker=True),
+             where=lambda rel: rel.startswith("srt/speculative/"), worker=True, line_of=_l_d2t_use),
 )
 
 _TARGET_RULE_WHAT = ("the target turns the draft's aux layer ids into the layers it captures (its offset "
