@@ -283,6 +283,28 @@ def test_every_entry_at_its_line_on_the_release(box, sglang_release, version):
     assert cmap.worker.cls == worker
     for key in ("token-map-init", "lm-head-shared", "d2t-use"):
         assert f"in {worker} (" in cmap.entry(key).detail, (version, key)
+    assert f"draft worker: {worker} (" in cmap.to_text() and f"<code>{worker}</code>" in cmap._repr_html_()
+
+
+def test_a_worker_entry_missing_from_the_running_worker_is_never_taken_from_the_other(box, sglang_release,
+                                                                                       tmp_path):
+    """0.5.9 runs EAGLEWorker by default; with its token-map test edited away (a release that moved
+    it), the entry is not found in the worker the server runs, though eagle_worker_v2.py has one."""
+    root = tmp_path / "sglang"
+    src_root = sglang_release("0.5.9")
+    for rel in ("srt/speculative", ):
+        shutil.copytree(src_root / rel, root / rel, ignore=shutil.ignore_patterns("__pycache__"))
+    for rel in ("srt/server_args.py", "srt/environ.py"):
+        shutil.copy(src_root / rel, root / rel)
+    v1 = root / V1
+    text = v1.read_text()
+    assert text.count("speculative_token_map") == 3  # lines 121, 126, 127 (by hand)
+    v1.write_text(text.replace("speculative_token_map", "speculative_vocab_map"))
+    cmap = code_path_map(EngineSource(box, str(root), "0.5.9"), keys=["token-map-init"])
+    entry = cmap.entry("token-map-init")
+    assert cmap.worker.cls == "EAGLEWorker" and not entry.found
+    assert entry.looked_in.startswith(V1) and V2 not in entry.looked_in
+    assert "the worker this server runs: EAGLEWorker" in entry.looked_in
 
 
 @pytest.mark.parametrize("version", sorted(KIMI_EXPECTED))

@@ -180,6 +180,9 @@ class CodePathMap:
     def _repr_html_(self) -> str:
         head = (f"<h4>EAGLE-3 code path — {html.escape(self.root)} (version "
                 f"{html.escape(self.version or 'unknown')})</h4>")
+        if self.worker is not None:
+            head += (f"<p>draft worker: <code>{html.escape(self.worker.cls)}</code> "
+                     f"(<code>{html.escape(self.worker.file)}</code>): {html.escape(self.worker.why)}</p>")
         cell = "text-align:left;vertical-align:top;white-space:normal;overflow-wrap:anywhere"
         body = "".join(
             f"<tr><td style='{cell}'>{html.escape(e.key)}</td><td style='{cell}'><code>"
