@@ -367,8 +367,8 @@ def _overlap_switches(src: EngineSource) -> list[tuple[str, str, int, bool]]:
             if not isinstance(node, ast.If):
                 continue
             test = _seg(text, node.test)
-            kind = ("env" if SPEC_V2_ENV in test else "flag" if "enable_beta_spec" in test and "speculative_algorithm"
-                    not in test else "topk" if "speculative_eagle_topk" in test and ">" in test else None)
+            kind = ("env" if SPEC_V2_ENV in test else "flag" if "enable_beta_spec" in test
+                    else "topk" if "speculative_eagle_topk" in test and ">" in test else None)
             if kind is None:
                 continue
             token = {"env": SPEC_V2_ENV, "flag": "enable_beta_spec", "topk": "speculative_eagle_topk"}[kind]
