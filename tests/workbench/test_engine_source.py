@@ -29,7 +29,7 @@ EXPECTED_0_5_23 = {
                            "model.set_eagle3_layers_to_capture(eagle_aux_hidden_state_layer_ids)"),
     "target-offset-rule": ("srt/models/llama.py", 929,
                            "def set_eagle3_layers_to_capture(self, layer_ids: Optional[List[int]] = None):"),
-    "target-capture-point": ("srt/models/llama.py", 487, "hidden_states = self.layers[i]("),
+    "target-capture-point": ("srt/models/llama.py", 492, "if i in self.layers_to_capture"),
     "draft-fc-defined": ("srt/models/llama_eagle3.py", 163, "self.fc = torch.nn.Linear("),
     "draft-fc-width-check": ("srt/models/llama_eagle3.py", 238, "if hidden_states.shape[-1] != embeds.shape[-1]:"),
     "draft-params-dict": ("srt/models/llama_eagle3.py", 326, "params_dict = dict(self.named_parameters())"),
@@ -37,9 +37,9 @@ EXPECTED_0_5_23 = {
     "draft-weight-drop": ("srt/models/llama_eagle3.py", 363, "if param_name in params_dict:"),
     "draft-d2t-read": ("srt/models/llama_eagle3.py", 352,
                        "self.hot_token_id = loaded_weight + torch.arange(loaded_weight.shape[0])"),
-    "token-map-init": ("srt/speculative/eagle_worker_v2.py", 323, "def init_token_map(self):"),
+    "token-map-init": ("srt/speculative/eagle_worker_v2.py", 325, "if self.speculative_algorithm.is_eagle3():"),
     "lm-head-shared": ("srt/speculative/eagle_worker_v2.py", 353, "if self.speculative_algorithm.is_eagle3():"),
-    "d2t-use": ("srt/speculative/eagle_worker_v2.py", 757, "if self.hot_token_id is not None:"),
+    "d2t-use": ("srt/speculative/eagle_worker_v2.py", 758, "topk_index = self.hot_token_id[topk_index]"),
 }
 
 PATH_FILES = sorted({f for f, _, _ in EXPECTED_0_5_23.values()} | {"__init__.py", "version.py", "_version.py"})
@@ -188,9 +188,9 @@ def test_deepseek_target_entries_come_from_its_own_file(box, sglang_source):
     assert "captures [2, 30, 58]" in rule.detail
     point = cmap.entry("target-capture-point")
     assert point.found and point.file.endswith("srt/models/deepseek_v2.py")
-    # the statement (a layer call spanning ~20 lines) holds the capture test
-    assert "if i in self.layers_to_capture" in "\n".join(lines[point.line - 1:point.line + 30])
-    assert point.line < 3194 < point.line + 30
+    # the entry names the capture test (3194); probes go before the layer call that holds it (3185)
+    assert (point.line, point.code.strip()) == (3194, "if i in self.layers_to_capture")
+    assert (point.probe_line, lines[3185 - 1].strip()) == (3185, "(hidden_states, topk_indices) = layer(")
 
 
 def test_sandbox_engine_map_is_complete_and_recipes_resolve(box):
@@ -203,7 +203,7 @@ def test_sandbox_engine_map_is_complete_and_recipes_resolve(box):
     assert "captures [2, 4, 7]" in cmap.entry("target-offset-rule").detail
     for name in RECIPES:
         spec = recipe_probe(cmap, name)
-        assert spec.line == cmap.entry(RECIPES[name].entry).line and spec.tag == name
+        assert spec.line == cmap.entry(RECIPES[name].entry).probe_line and spec.tag == name
     specs = [s for name in RECIPES for s in recipe_probes(cmap, name)]
     for s in specs:  # each probe's line is the statement it names, in the sandbox file as it is now
         assert (SANDBOX_ROOT / src.rel(s.path)).read_text().splitlines()[s.line - 1].strip() == s.code.strip()

@@ -182,12 +182,13 @@ def _probe_add_recipe(args: argparse.Namespace, box: Any, engine: Any, python: s
     """``probe add --recipe NAME``: every probe of the recipe, all or none
     (:func:`workbench.engine.recipes.add_recipes`), anchored on the code-path map of ``engine``."""
     from remote import probes
-    from workbench.engine.codepath import code_path_map
+    from workbench.engine.codepath import code_path_map, server_worker_inputs
     from workbench.engine.recipes import RECIPES, add_recipes
 
     recipe = RECIPES[args.recipe]
+    env, launch_args = server_worker_inputs(box, engine, timeout=args.timeout)  # which EAGLE worker runs
     cmap = code_path_map(engine.source(box, timeout=args.timeout), target_arch=args.target_arch,
-                         draft_arch=args.draft_arch, keys=list(recipe.entries))
+                         draft_arch=args.draft_arch, keys=list(recipe.entries), env=env, launch_args=launch_args)
     overrides = {k: v for k, v in (("once_per", args.once_per), ("when", args.when),
                                    ("max_prints", args.max_prints)) if v is not None}
     before = {p.tag: p for p in probes.list_probes(box, timeout=args.timeout)}

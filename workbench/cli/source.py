@@ -90,7 +90,13 @@ def _run(args: argparse.Namespace) -> ExitCode:
                 # directory on the local box, the login directory over SSH), as `workbench doctor` does
                 cwd = engine.cwd if launch is None else (
                     args.cwd or (os.getcwd() if box.name == "local" else box.expand_path("~")))
-                cmap = map_for_launch(box, src, deployment, cwd=cwd, timeout=args.timeout, notes=notes)
+                from workbench.engine.locate import read_environ
+
+                # the running server's own environment decides the EAGLE worker (SGLANG_ENABLE_SPEC_V2)
+                environ = read_environ(box, engine.server_pid, timeout=args.timeout) \
+                    if launch is None and engine.server_pid else None
+                cmap = map_for_launch(box, src, deployment, cwd=cwd, timeout=args.timeout, notes=notes,
+                                      environ=environ)
             else:
                 kw = {k: v for k, v in (("target_arch", args.target_arch), ("draft_arch", args.draft_arch),
                                         ("aux_ids", args.aux_ids), ("num_layers", args.num_layers)) if v is not None}

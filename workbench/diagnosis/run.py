@@ -609,6 +609,11 @@ class DiagnosisRun(BoxSession):
                 if isinstance(self.draft_facts.aux_layer_ids, list):
                     kw["aux_ids"] = self.draft_facts.aux_layer_ids
             src = EngineSource(self.box, self.inventory.engine_root, self.inventory.engine_version, timeout=30)
+            launch = self.inventory.launch
+            # the EAGLE worker the server runs follows its environment and flags (SGLANG_ENABLE_SPEC_V2, ...)
+            kw["env"] = {**(self.inventory.server_env or {}), **dict(launch.env)} if launch is not None else \
+                self.inventory.server_env
+            kw["launch_args"] = list(launch.arg_tokens) if launch is not None else None
             self._code_path = code_path_map(src, **kw)
         return self._code_path
 

@@ -3,8 +3,18 @@ a scan of that path for swallowed errors and silent fallbacks, and named probe r
 
 Every entry is *found* in the box's own source with :mod:`ast` (a statement of a given shape, in
 the files where SGLang 0.5.23 keeps it, else in the files a ``grep -F`` for a token names); its
-line is the line of that statement in that version. An entry that is not found says where it
-was looked for and is never given a line.
+line is the line it names in that version (the statement's first line, or the line of the test
+inside it: :attr:`PathEntry.probe_line` is where a probe goes). An entry that is not found says
+where it was looked for and is never given a line. Tested on the published wheels of 0.4.6,
+0.4.8, 0.4.10, 0.5.2, 0.5.4, 0.5.9, 0.5.12, 0.5.18 and 0.5.23 (``tests/workbench/test_codepath_releases.py``).
+
+The landmarks follow the kinds of change those releases made: code moved to another file (the aux
+capture from ``model_runner.py`` to ``model_runner_components/``), a function inlined (the token
+map and lm_head tests in ``EAGLEWorker.__init__`` before ``init_token_map`` / ``init_lm_head``
+existed), a wrapper model (the capture test followed through the target's forward into the
+classes it delegates to), a base class doing the work (the draft's ``super().load_weights``), and
+two workers (the entries of the draft worker are read in the one the server runs:
+:func:`eagle_worker`).
 
 The path, in the order a request meets it (SGLang 0.5.23 file in brackets):
 
@@ -27,8 +37,9 @@ The path, in the order a request meets it (SGLang 0.5.23 file in brackets):
    map, the ``if param_name in params_dict:`` without ``else`` (silent drop), ``hot_token_id = d2t
    + arange``.
 13. ``token-map-init`` / 14. ``lm-head-shared`` / 15. ``d2t-use``: the draft worker's
-    ``init_token_map``, ``init_lm_head`` and ``self.hot_token_id[...]``
-    (``srt/speculative/eagle_worker_v2.py``).
+    ``if ...is_eagle3():`` on ``--speculative-token-map`` (in ``init_token_map``), the
+    ``is_eagle3()`` test in ``init_lm_head`` and ``self.hot_token_id[...]``
+    (``srt/speculative/eagle_worker_v2.py``; ``eagle_worker.py`` where the server runs ``EAGLEWorker``).
 
 The sandbox box's engine (``workbench/sandbox/srt``) mirrors those names, so the same map and
 recipes work on it.
@@ -41,17 +52,20 @@ import functools
 import html
 import posixpath
 import re
+import shlex
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Iterator, Optional, Sequence
+from typing import Callable, Iterable, Iterator, Mapping, Optional, Sequence
 
 from remote.probes import _probe_block_lines
 from workbench.checkpoint import CheckpointError, read_draft_facts, read_target_facts
 from workbench.checkpoint.paths import box_env, resolve_model_path
 from workbench.engine.launch import LaunchCommand
+from workbench.engine.locate import read_environ
 from workbench.engine.modelled import DRAFT_CLASS_FILES
 from workbench.engine.source import EngineSource, _walk_definitions
 
 __all__ = ["PathEntry", "CodePathMap", "LANDMARKS", "code_path_map", "DRAFT_CLASS_FILES", "map_for_launch",
+           "WorkerChoice", "eagle_worker", "server_worker_inputs",
            "Swallowed", "swallowed_on_path"]
 
 SPEC_AUX_FILE = "srt/model_executor/model_runner_components/spec_aux_hidden_state.py"
@@ -67,7 +81,10 @@ class PathEntry:
     version does there (e.g. the evaluated offset rule); ``also`` other lines of the same kind;
     ``looked_in`` where it was searched; ``silent`` marks a silent fallback; ``note`` says when the
     file holds workbench probes (its line numbers are then the patched file's); ``also_code``: the
-    text of each ``also`` line."""
+    text of each ``also`` line; ``anchor`` / ``also_anchor``: the first line of the statement
+    holding ``line`` / each ``also`` line, where a probe goes (``None`` / empty: the lines
+    themselves); ``anchor_code``: the text of the anchor line and of each ``also_anchor`` line
+    (empty when the anchors are the lines themselves)."""
 
     key: str
     what: str
@@ -82,6 +99,17 @@ class PathEntry:
     silent: bool = False
     note: Optional[str] = None
     also_code: tuple[str, ...] = ()
+    anchor: Optional[int] = None
+    also_anchor: tuple[int, ...] = ()
+    anchor_code: tuple[str, ...] = ()
+
+    @property
+    def probe_line(self) -> Optional[int]:
+        """The line a probe for this entry goes before: the first line of the statement that holds
+        the entry's line (``anchor``), which is ``line`` itself unless the entry names a line inside
+        a longer statement (SGLang 0.5.23's capture test is an argument of the layer call at
+        ``llama.py:487``, its line 492)."""
+        return self.anchor if self.anchor is not None else self.line
 
     @property
     def location(self) -> str:
@@ -92,6 +120,8 @@ class PathEntry:
         d = dict(self.__dict__)
         d["also"] = list(self.also)
         d["also_code"] = list(self.also_code)
+        d["also_anchor"] = list(self.also_anchor)
+        d["anchor_code"] = list(self.anchor_code)
         d["location"] = self.location
         return d
 
@@ -99,13 +129,15 @@ class PathEntry:
 @dataclass
 class CodePathMap:
     """The map for one engine: ``root``/``version`` of the package, ``entries`` in path order,
-    the ``target_arch``/``draft_arch`` the model-specific entries were read for."""
+    the ``target_arch``/``draft_arch`` the model-specific entries were read for; ``worker``: the
+    EAGLE worker the draft-worker entries were read in (:func:`eagle_worker`)."""
 
     root: str
     version: Optional[str]
     target_arch: str
     draft_arch: str
     entries: list[PathEntry] = field(default_factory=list)
+    worker: Optional["WorkerChoice"] = None
 
     def entry(self, key: str) -> PathEntry:
         """The entry ``key``; raises ``KeyError`` naming the known keys."""
@@ -120,11 +152,14 @@ class CodePathMap:
 
     def to_dict(self) -> dict:
         return {"root": self.root, "version": self.version, "target_arch": self.target_arch,
-                "draft_arch": self.draft_arch, "entries": [e.to_dict() for e in self.entries]}
+                "draft_arch": self.draft_arch, "worker": self.worker.to_dict() if self.worker else None,
+                "entries": [e.to_dict() for e in self.entries]}
 
     def to_text(self) -> str:
         rows = [f"EAGLE-3 code path: {self.root} (version {self.version or 'unknown'}; "
                 f"target {self.target_arch}, draft {self.draft_arch})"]
+        if self.worker is not None:
+            rows.append(f"draft worker: {self.worker.cls} ({self.worker.file}): {self.worker.why}")
         for i, e in enumerate(self.entries, 1):
             rel = posixpath.relpath(e.file, self.root) if e.file else None
             where = f"{rel}:{e.line}" if e.found else "NOT FOUND in this version"
@@ -145,6 +180,9 @@ class CodePathMap:
     def _repr_html_(self) -> str:
         head = (f"<h4>EAGLE-3 code path — {html.escape(self.root)} (version "
                 f"{html.escape(self.version or 'unknown')})</h4>")
+        if self.worker is not None:
+            head += (f"<p>draft worker: <code>{html.escape(self.worker.cls)}</code> "
+                     f"(<code>{html.escape(self.worker.file)}</code>): {html.escape(self.worker.why)}</p>")
         cell = "text-align:left;vertical-align:top;white-space:normal;overflow-wrap:anywhere"
         body = "".join(
             f"<tr><td style='{cell}'>{html.escape(e.key)}</td><td style='{cell}'><code>"
@@ -259,6 +297,242 @@ def _seg(text: str, node: ast.AST) -> str:
 
 
 # ---------------------------------------------------------------------------------------------
+# Which EAGLE worker the release runs
+# ---------------------------------------------------------------------------------------------
+
+WORKER_V1 = ("EAGLEWorker", "srt/speculative/eagle_worker.py")
+WORKER_V2 = ("EAGLEWorkerV2", "srt/speculative/eagle_worker_v2.py")
+SPEC_V2_ENV = "SGLANG_ENABLE_SPEC_V2"
+#: Where releases pick the worker class and turn the overlap schedule off under speculative
+#: decoding (SGLang 0.5.4 ``managers/scheduler.py`` ``launch_draft_worker``; 0.5.9 … 0.5.12
+#: ``speculative/spec_info.py`` ``create_worker``; the overlap switch in ``server_args.py``).
+_SELECTOR_FILES = ("srt/speculative/spec_info.py", "srt/managers/scheduler.py")
+_SERVER_ARGS_FILES = ("srt/server_args.py", "srt/arg_groups/speculative_hook.py")
+
+
+@dataclass(frozen=True)
+class WorkerChoice:
+    """The EAGLE worker class a server of this release runs for EAGLE/EAGLE3, read from the
+    release's source: ``cls`` (``EAGLEWorker`` / ``EAGLEWorkerV2``), ``file`` (relative to the
+    package root), ``why`` (the reasons, in words, with file:line), ``evidence`` (the file:line
+    of each statement the choice rests on), ``default``: the class with no environment and no
+    flag (what the release runs out of the box), ``other``: the other worker's file when the
+    release has both (its entries are never taken for this one's)."""
+
+    cls: str
+    file: str
+    why: str
+    evidence: tuple[str, ...] = ()
+    default: Optional[str] = None
+    other: Optional[str] = None
+
+    def to_dict(self) -> dict:
+        return {"cls": self.cls, "file": self.file, "why": self.why, "evidence": list(self.evidence),
+                "default": self.default, "other": self.other}
+
+
+def _env_bool(value: str) -> Optional[bool]:
+    """SGLang's ``EnvBool.parse`` (0.5.5 … 0.5.12 ``srt/environ.py``): ``true/1/yes/y`` and
+    ``false/0/no/n`` in any case; ``None`` for anything else (the server raises ``ValueError``)."""
+    v = value.strip().lower()
+    if v in ("true", "1", "yes", "y"):
+        return True
+    if v in ("false", "0", "no", "n"):
+        return False
+    return None
+
+
+def _assigns_overlap_off(stmts: Sequence[ast.stmt]) -> Optional[ast.Assign]:
+    for st in stmts:
+        for n in ast.walk(st):
+            if isinstance(n, ast.Assign) and isinstance(n.value, ast.Constant) and n.value.value is True and any(
+                    isinstance(t, ast.Attribute) and t.attr == "disable_overlap_schedule" for t in n.targets):
+                return n
+    return None
+
+
+def _overlap_switches(src: EngineSource) -> list[tuple[str, str, int, bool]]:
+    """``(kind, rel, line, off_when_true)`` of each ``if`` in the server-args files that sets
+    ``disable_overlap_schedule = True`` on a test of the spec-v2 environment variable
+    (``kind="env"``), of ``enable_beta_spec`` (``"flag"``) or of ``speculative_eagle_topk``
+    (``"topk"``); ``off_when_true``: the assignment is in the branch taken when the tested value
+    is true (else when it is false). ``line``: the assignment's."""
+    out = []
+    for rel in _SERVER_ARGS_FILES:
+        tree = src.tree(rel)
+        if tree is None:
+            continue
+        text = src.read(rel) or ""
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.If):
+                continue
+            test = _seg(text, node.test)
+            kind = ("env" if SPEC_V2_ENV in test else "flag" if "enable_beta_spec" in test
+                    else "topk" if "speculative_eagle_topk" in test and ">" in test else None)
+            if kind is None:
+                continue
+            token = {"env": SPEC_V2_ENV, "flag": "enable_beta_spec", "topk": "speculative_eagle_topk"}[kind]
+            negated = any(isinstance(n, ast.UnaryOp) and isinstance(n.op, ast.Not) and token in _seg(text, n.operand)
+                          for n in ast.walk(node.test))
+            for branch, taken_when_true in ((node.body, True), (node.orelse, False)):
+                direct = [s for s in branch if not isinstance(s, ast.If)]  # not a nested test's branch
+                hit = _assigns_overlap_off(direct)
+                if hit is not None:
+                    out.append((kind, rel, hit.lineno, taken_when_true != negated))
+    return out
+
+
+def _selector(src: EngineSource) -> Optional[str]:
+    """``rel:line`` of the statement that picks ``EAGLEWorkerV2`` on the overlap schedule (an
+    ``if`` / conditional expression testing an ``*overlap*`` name), if the release has one."""
+    for rel in _SELECTOR_FILES:
+        tree = src.tree(rel)
+        if tree is None:
+            continue
+        text = src.read(rel) or ""
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.If, ast.IfExp)) and "overlap" in _seg(text, node.test):
+                body = node.body if isinstance(node, ast.If) else [node.body]
+                if any("EAGLEWorkerV2" in _seg(text, b) for b in body):
+                    return f"{rel}:{node.lineno}"
+    return None
+
+
+def _env_default(src: EngineSource) -> Optional[tuple[bool, str]]:
+    """The spec-v2 variable's default (``SGLANG_ENABLE_SPEC_V2 = EnvBool(X)`` in
+    ``srt/environ.py``) and its ``rel:line``; ``None`` when the release declares no such variable."""
+    tree = src.tree("srt/environ.py")
+    if tree is None:
+        return None
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == SPEC_V2_ENV for t in node.targets) \
+                and isinstance(node.value, ast.Call) and node.value.args \
+                and isinstance(node.value.args[0], ast.Constant) and isinstance(node.value.args[0].value, bool):
+            return node.value.args[0].value, f"srt/environ.py:{node.lineno}"
+    return None
+
+
+def _flag_value(args: Sequence[str], flag: str) -> Optional[str]:
+    """The value written for ``flag`` (``--flag V`` / ``--flag=V``; ``""`` for a bare flag), last wins."""
+    value = None
+    for i, tok in enumerate(args):
+        if tok == flag:
+            nxt = args[i + 1] if i + 1 < len(args) else ""
+            value = "" if nxt.startswith("--") else nxt
+        elif tok.startswith(flag + "="):
+            value = tok.split("=", 1)[1]
+    return value
+
+
+def eagle_worker(src: EngineSource, *, env: Optional[Mapping[str, str]] = None,
+                 launch_args: Optional[Sequence[str]] = None) -> Optional[WorkerChoice]:
+    """The EAGLE worker a server of the engine ``src`` runs for EAGLE/EAGLE3, read from its source.
+
+    ``env``: the server's environment (``/proc/PID/environ``, :func:`workbench.engine.locate.read_environ`,
+    with the launch command's ``VAR=value`` prefix over it); ``None`` or a mapping without the
+    variable: the release's default. ``launch_args``: the launch command's argument tokens
+    (``--disable-overlap-schedule``, ``--enable-beta-spec``, ``--speculative-eagle-topk N`` are read).
+
+    How releases choose, as their source says: a release with only ``eagle_worker.py`` (≤ 0.5.3)
+    or only ``eagle_worker_v2.py`` (0.5.15 …) runs that one. With both (0.5.4 … 0.5.12) the V2
+    worker runs when the overlap schedule is on (``EAGLEWorkerV2 if self.enable_overlap`` /
+    ``create_worker``), and ``server_args.py`` turns it off under speculative decoding: without
+    ``--enable-beta-spec`` (0.5.4), when ``SGLANG_ENABLE_SPEC_V2`` is false (0.5.5 … 0.5.12; its
+    default ``EnvBool(False)`` until 0.5.10, ``EnvBool(True)`` in 0.5.12), for
+    ``--speculative-eagle-topk`` > 1 where an ``if`` says so (0.5.12), or with
+    ``--disable-overlap-schedule``. ``None`` when the release has neither file. Box errors propagate."""
+    has1, has2 = src.read(WORKER_V1[1]) is not None, src.read(WORKER_V2[1]) is not None
+    if not has1 and not has2:
+        return None
+    if not has2:
+        return WorkerChoice(*WORKER_V1, f"the release has no {WORKER_V2[1]}: every EAGLE/EAGLE3 server runs "
+                                        f"{WORKER_V1[0]}", (), WORKER_V1[0])
+    if not has1:
+        return WorkerChoice(*WORKER_V2, f"the release has no {WORKER_V1[1]}: every EAGLE/EAGLE3 server runs "
+                                        f"{WORKER_V2[0]} (with or without the overlap schedule)", (), WORKER_V2[0])
+    args = list(launch_args or ())
+    env = dict(env or {})
+    evidence: list[str] = []
+    sel = _selector(src)
+    if sel:
+        evidence.append(sel)
+    reasons: list[str] = []
+    on = on_default = True
+    switches = _overlap_switches(src)
+    env_sw = [s for s in switches if s[0] == "env"]
+    flag_sw = [s for s in switches if s[0] == "flag"]
+    topk_sw = [s for s in switches if s[0] == "topk"]
+    if env_sw:
+        default = _env_default(src)
+        dflt = default[0] if default else False
+        evidence += ([default[1]] if default else []) + [f"{r}:{n}" for _, r, n, _ in env_sw]
+        raw = env.get(SPEC_V2_ENV)
+        parsed = _env_bool(raw) if raw is not None else None
+        value = parsed if parsed is not None else dflt
+        where = f"{env_sw[0][1]}:{env_sw[0][2]}"
+        off_when_true = env_sw[0][3]
+        on_default = dflt != off_when_true
+        on = value != off_when_true
+        if raw is None:
+            said = f"{SPEC_V2_ENV} is not set (default {dflt} at {default[1] if default else 'srt/environ.py'})"
+        elif parsed is None:
+            said = f"{SPEC_V2_ENV}={raw!r} is no boolean (the server refuses it; default {dflt} used here)"
+        else:
+            said = f"{SPEC_V2_ENV}={raw} in the server's environment"
+        reasons.append(f"{said}: {where} turns the overlap schedule {'on' if on else 'off'}")
+    elif flag_sw:
+        evidence += [f"{r}:{n}" for _, r, n, _ in flag_sw]
+        given = _flag_value(args, "--enable-beta-spec") is not None
+        where = f"{flag_sw[0][1]}:{flag_sw[0][2]}"
+        on_default = False
+        on = given
+        reasons.append(("--enable-beta-spec given" if given else "no --enable-beta-spec") +
+                       f": {where} {'keeps' if on else 'turns'} the overlap schedule {'on' if on else 'off'}")
+    if on and topk_sw:
+        topk = _flag_value(args, "--speculative-eagle-topk")
+        if topk and topk.isdigit() and int(topk) > 1:
+            on = False
+            evidence += [f"{r}:{n}" for _, r, n, _ in topk_sw]
+            reasons.append(f"--speculative-eagle-topk {topk} > 1: {topk_sw[0][1]}:{topk_sw[0][2]} turns the overlap "
+                           "schedule off")
+    if _flag_value(args, "--disable-overlap-schedule") is not None:
+        on = False
+        reasons.append("--disable-overlap-schedule given")
+    cls, file = WORKER_V2 if on else WORKER_V1
+    other = WORKER_V1[1] if on else WORKER_V2[1]
+    pick = f"{sel} runs {WORKER_V2[0]} only with the overlap schedule" if sel else \
+        f"{WORKER_V2[0]} runs only with the overlap schedule"
+    why = "; ".join(reasons + [pick]) + f": this server runs {cls}"
+    return WorkerChoice(cls, file, why, tuple(dict.fromkeys(evidence)), (WORKER_V2 if on_default else WORKER_V1)[0],
+                        other)
+
+
+def server_worker_inputs(box, engine, *, launch: Optional[LaunchCommand] = None,
+                         timeout: float = 30) -> tuple[Optional[dict], Optional[list[str]]]:
+    """``(env, launch_args)`` for :func:`eagle_worker` / :func:`code_path_map` from a located
+    engine (:class:`workbench.engine.locate.EngineInfo`): the running server's own environment
+    (``/proc/PID/environ`` on the box, :func:`workbench.engine.locate.read_environ`) with
+    ``launch``'s ``VAR=value`` prefix over it, and the argument tokens of ``launch``, else of the
+    server's command line (``engine.launch``). ``(None, None)`` when neither is known (the
+    release's default worker is then used). An environment that cannot be read (another user's
+    process) counts as unknown; box errors other than that propagate."""
+    env: Optional[dict] = None
+    pid = getattr(engine, "server_pid", None)
+    if pid:
+        env = read_environ(box, pid, timeout=timeout)
+    args: Optional[list[str]] = None
+    if launch is not None:
+        env = {**(env or {}), **dict(launch.env)}
+        args = list(launch.arg_tokens)
+    elif getattr(engine, "launch", None):
+        try:
+            args = shlex.split(engine.launch)
+        except ValueError:  # an unbalanced quote in the recorded command: its flags are not read
+            args = None
+    return env, args
+
+
+# ---------------------------------------------------------------------------------------------
 # Landmarks
 # ---------------------------------------------------------------------------------------------
 
@@ -272,6 +546,10 @@ class _Ctx:
     num_layers: Optional[int]
     target_files: tuple[str, ...] = ()
     draft_files: tuple[str, ...] = ()
+    forward_files: tuple[str, ...] = ()
+    draft_load_files: tuple[str, ...] = ()
+    worker: Optional[WorkerChoice] = None
+    inherited: dict = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -279,7 +557,10 @@ class Landmark:
     """How to find one entry: statements in ``files(ctx)`` (else in the files holding ``token``,
     restricted by ``where``) for which ``match(stmt, parents, text)`` is true; the first in file
     order is the entry, the others go to ``also``. ``detail(stmt, parents, text, ctx)`` adds what
-    this version does there."""
+    this version does there. ``line_of(stmt, text)``: the line the entry names when it is not the
+    statement's first (the probe anchor stays the statement's first line). ``worker``: an entry of
+    the draft worker, looked for in the worker this server runs (:func:`eagle_worker`), never in
+    the other worker's file."""
 
     key: str
     what: str
@@ -290,6 +571,8 @@ class Landmark:
     detail: Optional[Callable[[ast.stmt, tuple, str, _Ctx], Optional[str]]] = None
     silent: bool = False
     grep_fallback: bool = True
+    line_of: Optional[Callable[[ast.stmt, str], int]] = None
+    worker: bool = False
 
 
 def _m_is_eagle3_def(stmt, parents, text):
@@ -302,8 +585,11 @@ def _d_is_eagle3_def(stmt, parents, text, ctx):
 
 
 def _m_gate(stmt, parents, text):
+    """An ``if ...is_eagle3():`` whose body sets the aux capture up: it names aux hidden states
+    (0.4.10 …) or calls ``set_eagle3_layers_to_capture`` itself (0.4.6 … 0.4.9 ``model_runner.py``)."""
     return (isinstance(stmt, ast.If) and any(_calls_attr(n, "is_eagle3") for n in ast.walk(stmt.test))
-            and "aux_hidden_state" in "".join(_seg(text, s) for s in stmt.body))
+            and ("aux_hidden_state" in "".join(_seg(text, s) for s in stmt.body)
+                 or any(_calls_attr(n, "set_eagle3_layers_to_capture") for s in stmt.body for n in ast.walk(s))))
 
 
 def _m_eagle_config_try(stmt, parents, text):
@@ -325,12 +611,22 @@ def _m_capture_call(stmt, parents, text):
     return any(_calls_attr(n, "set_eagle3_layers_to_capture") for n in _own_exprs(stmt))
 
 
-def _m_capture_point(stmt, parents, text):
+def _capture_compare(stmt) -> Optional[ast.Compare]:
     for n in _own_exprs(stmt):
         if isinstance(n, ast.Compare) and any(isinstance(op, ast.In) for op in n.ops) and any(
                 isinstance(c, ast.Attribute) and c.attr == "layers_to_capture" for c in n.comparators):
-            return True
-    return False
+            return n
+    return None
+
+
+def _m_capture_point(stmt, parents, text):
+    return _capture_compare(stmt) is not None
+
+
+def _l_capture_point(stmt, text):
+    """The line of the ``i in self.layers_to_capture`` test itself (0.5.23: an argument of the
+    layer call, five lines below the statement's first)."""
+    return _capture_compare(stmt).lineno
 
 
 def _m_fc_defined(stmt, parents, text):
@@ -411,13 +707,21 @@ def _d_d2t_read(stmt, parents, text, ctx):
     return f"`{_seg(text, stmt)}`: d2t holds offsets, target id = draft id + d2t[draft id]"
 
 
-def _m_def(name):
-    return lambda stmt, parents, text: isinstance(stmt, ast.FunctionDef) and stmt.name == name
+def _m_token_map(stmt, parents, text):
+    """The ``if ...is_eagle3():`` whose branches decide on ``--speculative-token-map``: in
+    ``init_token_map`` (0.5.4 … ``eagle_worker_v2.py``) or inline in ``EAGLEWorker.__init__``
+    (``eagle_worker.py``, every release that has it)."""
+    return (isinstance(stmt, ast.If) and any(_calls_attr(n, "is_eagle3") for n in ast.walk(stmt.test))
+            and "speculative_token_map" in "".join(_seg(text, s) for s in stmt.body + stmt.orelse))
 
 
 def _m_lm_head(stmt, parents, text):
+    """The ``if ...is_eagle3():`` that decides whether the draft keeps its own lm_head: in
+    ``init_lm_head``, or any such test whose other branch calls ``set_embed_and_head`` (inline in
+    ``EAGLEWorker.__init__`` in ``eagle_worker.py``)."""
     return (isinstance(stmt, ast.If) and any(_calls_attr(n, "is_eagle3") for n in ast.walk(stmt.test))
-            and any(isinstance(p, ast.FunctionDef) and p.name == "init_lm_head" for p in parents))
+            and (any(isinstance(p, ast.FunctionDef) and p.name == "init_lm_head" for p in parents)
+                 or any(_calls_attr(n, "set_embed_and_head") for s in stmt.orelse for n in ast.walk(s))))
 
 
 def _d_lm_head(stmt, parents, text, ctx):
@@ -437,6 +741,15 @@ def _m_d2t_use(stmt, parents, text):
     return uses(stmt) and not (isinstance(parent, ast.If) and "hot_token_id" in _seg(text, parent.test))
 
 
+def _l_d2t_use(stmt, text):
+    """The line of the mapping ``x = self.hot_token_id[x]`` itself (inside its ``if self.hot_token_id
+    is not None:``, which stays the probe anchor: a probe there sees ``None`` too)."""
+    if isinstance(stmt, ast.If):
+        return next((s.lineno for s in stmt.body if isinstance(s, ast.Assign)
+                     and "self.hot_token_id[" in _seg(text, s.value).replace(" ", "")), stmt.lineno)
+    return _first_line(stmt)
+
+
 def _d_d2t_use(stmt, parents, text, ctx):
     if isinstance(stmt, ast.If):
         inner = next(s for s in stmt.body if isinstance(s, ast.Assign))
@@ -446,6 +759,10 @@ def _d_d2t_use(stmt, parents, text, ctx):
 
 def _spec_aux_files(ctx):
     return (SPEC_AUX_FILE, MODEL_RUNNER_FILE)
+
+
+def _worker_files(ctx):
+    return (ctx.worker.file,) if ctx.worker is not None else WORKER_FILES
 
 
 LANDMARKS: tuple[Landmark, ...] = (
@@ -469,7 +786,8 @@ LANDMARKS: tuple[Landmark, ...] = (
     Landmark("target-capture-point",
              "in the target's forward the hidden state entering layer i is captured when i is in "
              "layers_to_capture (empty unless set_eagle3_layers_to_capture ran)",
-             "layers_to_capture", lambda c: c.target_files, _m_capture_point, grep_fallback=False),
+             "layers_to_capture", lambda c: c.forward_files, _m_capture_point, grep_fallback=False,
+             line_of=_l_capture_point),
     Landmark("draft-fc-defined",
              "the draft's fc projects the concatenated aux states (target hidden × number of aux states) "
              "to its hidden size", "self.fc", lambda c: c.draft_files, _m_fc_defined, detail=_d_fc_defined,
@@ -480,30 +798,30 @@ LANDMARKS: tuple[Landmark, ...] = (
              detail=_d_width_check, silent=True, grep_fallback=False),
     Landmark("draft-params-dict",
              "load_weights starts by collecting the draft's parameters by name (nothing is loaded yet)",
-             "params_dict", lambda c: c.draft_files, _m_params_dict, detail=_d_params_dict, grep_fallback=False),
+             "params_dict", lambda c: c.draft_load_files, _m_params_dict, detail=_d_params_dict, grep_fallback=False),
     Landmark("draft-weight-renames",
              "load_weights renames legacy checkpoint names by substring before matching parameters",
-             "midlayer", lambda c: c.draft_files, _m_renames, detail=_d_renames, grep_fallback=False),
+             "midlayer", lambda c: c.draft_load_files, _m_renames, detail=_d_renames, grep_fallback=False),
     Landmark("draft-weight-drop",
              "load_weights skips a checkpoint tensor whose name matches no parameter, with no warning",
-             "params_dict", lambda c: c.draft_files, _m_weight_drop, detail=_d_weight_drop, silent=True,
+             "params_dict", lambda c: c.draft_load_files, _m_weight_drop, detail=_d_weight_drop, silent=True,
              grep_fallback=False),
     Landmark("draft-d2t-read",
              "load_weights turns the checkpoint's d2t offsets into target ids (hot_token_id); t2d is skipped",
-             "hot_token_id", lambda c: c.draft_files, _m_d2t_read, detail=_d_d2t_read, grep_fallback=False),
+             "hot_token_id", lambda c: c.draft_load_files, _m_d2t_read, detail=_d_d2t_read, grep_fallback=False),
     Landmark("token-map-init",
              "EAGLE3 takes the token map from the draft checkpoint (d2t) and ignores --speculative-token-map; "
-             "other algorithms read --speculative-token-map", "def init_token_map", lambda c: WORKER_FILES,
-             _m_def("init_token_map"), where=lambda rel: rel.startswith("srt/speculative/")),
+             "other algorithms read --speculative-token-map", "speculative_token_map", _worker_files,
+             _m_token_map, where=lambda rel: rel.startswith("srt/speculative/"), worker=True),
     Landmark("lm-head-shared",
              "EAGLE3 keeps the draft's own lm_head over the draft vocab; any other algorithm gives the draft the "
-             "target's embedding and lm_head, so the draft's d2t is never used", "def init_lm_head",
-             lambda c: WORKER_FILES, _m_lm_head, detail=_d_lm_head,
-             where=lambda rel: rel.startswith("srt/speculative/")),
+             "target's embedding and lm_head, so the draft's d2t is never used", "set_embed_and_head",
+             _worker_files, _m_lm_head, detail=_d_lm_head,
+             where=lambda rel: rel.startswith("srt/speculative/"), worker=True),
     Landmark("d2t-use",
              "the draft worker maps each proposed draft id to a target id through hot_token_id",
-             "hot_token_id[", lambda c: WORKER_FILES, _m_d2t_use, detail=_d_d2t_use,
-             where=lambda rel: rel.startswith("srt/speculative/")),
+             "hot_token_id[", _worker_files, _m_d2t_use, detail=_d_d2t_use,
+             where=lambda rel: rel.startswith("srt/speculative/"), worker=True, line_of=_l_d2t_use),
 )
 
 _TARGET_RULE_WHAT = ("the target turns the draft's aux layer ids into the layers it captures (its offset "
@@ -518,7 +836,16 @@ def _find(ctx: _Ctx, lm: Landmark) -> PathEntry:
         entry = _find_in(ctx, lm, rel)
         if entry is not None:
             return entry
-    if lm.grep_fallback:
+    if lm.worker and ctx.worker is not None:
+        # the worker's own modules (what it imports from srt/speculative), never the other worker
+        for rel in _speculative_imports(ctx.src, ctx.worker.file):
+            if rel in candidates or rel == ctx.worker.other:
+                continue
+            tried.append(rel)
+            entry = _find_in(ctx, lm, rel)
+            if entry is not None:
+                return entry
+    elif lm.grep_fallback:
         hits = ctx.src.grep([lm.token])[lm.token]
         for rel in sorted({r for r, _ in hits if r not in candidates and lm.where(r)}):
             tried.append(rel)
@@ -527,7 +854,23 @@ def _find(ctx: _Ctx, lm: Landmark) -> PathEntry:
                 return entry
         if not hits:
             tried.append(f"no file under srt/ holds {lm.token!r}")
-    return PathEntry(lm.key, lm.what, False, looked_in=", ".join(tried) or "no candidate file", silent=lm.silent)
+    looked = ", ".join(tried) or "no candidate file"
+    if lm.worker and ctx.worker is not None:
+        looked += f" (the worker this server runs: {ctx.worker.cls})"
+    return PathEntry(lm.key, lm.what, False, looked_in=looked, silent=lm.silent)
+
+
+def _speculative_imports(src: EngineSource, rel: str) -> list[str]:
+    """The ``srt/speculative`` modules ``rel`` imports (``from sglang.srt.speculative.X import``),
+    in file order, those that exist."""
+    tree = src.tree(rel)
+    out: list[str] = []
+    for node in ast.walk(tree) if tree is not None else ():
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("sglang.srt.speculative."):
+            cand = node.module[len("sglang."):].replace(".", "/") + ".py"
+            if cand != rel and cand not in out and src.read(cand) is not None:
+                out.append(cand)
+    return out
 
 
 def _find_in(ctx: _Ctx, lm: Landmark, rel: str) -> Optional[PathEntry]:
@@ -544,13 +887,24 @@ def _find_in(ctx: _Ctx, lm: Landmark, rel: str) -> Optional[PathEntry]:
     if not hits:
         return None
     stmt, parents = hits[0]
-    line = _first_line(stmt)
+
+    def named(s):
+        return lm.line_of(s, text) if lm.line_of else _first_line(s)
+
+    line, anchor = named(stmt), _first_line(stmt)
     detail = lm.detail(stmt, parents, text, ctx) if lm.detail else None
-    also = tuple(_first_line(s) for s, _ in hits[1:])
+    if lm.worker and ctx.worker is not None:
+        detail = (detail + "; " if detail else "") + f"in {ctx.worker.cls} ({ctx.worker.why})"
+    if lm.key.startswith("draft-") and rel in ctx.inherited:
+        detail = (detail + "; " if detail else "") + ctx.inherited[rel]
+    also = tuple(named(s) for s, _ in hits[1:])
+    anchors = tuple(_first_line(s) for s, _ in hits)
     return PathEntry(lm.key, lm.what, True, ctx.src.path(rel), line, lines[line - 1] if line <= len(lines) else None,
                      _function_of(parents + ((stmt,) if isinstance(stmt, ast.FunctionDef) else ())), detail,
-                     also, rel, lm.silent, _probe_note(lines, line),
-                     tuple(lines[n - 1] if n <= len(lines) else "" for n in also))
+                     also, rel, lm.silent, _probe_note(lines, anchor),
+                     tuple(lines[n - 1] if n <= len(lines) else "" for n in also),
+                     anchor if anchor != line else None, anchors[1:] if lm.line_of else (),
+                     tuple(lines[n - 1] if n <= len(lines) else "" for n in anchors) if lm.line_of else ())
 
 
 def _probe_note(lines: Sequence[str], line: int) -> Optional[str]:
@@ -598,17 +952,104 @@ def _target_offset_rule(ctx: _Ctx) -> PathEntry:
                      f"{owner}.set_eagle3_layers_to_capture", detail, (), rel, note=_probe_note(lines, fn.lineno))
 
 
+def _class_name(node: ast.expr) -> Optional[str]:
+    name = node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute) else None
+    return name if name and name[:1].isupper() and name not in ("Module", "object") else None
+
+
+def _forward_classes(src: EngineSource, arch: str, limit: int = 12) -> list[tuple[str, str]]:
+    """``(class, file)`` of the target class and every class its forward runs through, breadth
+    first: its bases, and the classes of the attributes its ``forward`` reads that ``__init__``
+    assigns as ``self.X = Cls(...)`` (Kimi-K2.5's ``language_model = DeepseekV3ForCausalLM(...)``,
+    a causal LM's ``model = LlamaModel(...)``). Classes are looked up under ``srt/models``; at most
+    ``limit`` classes."""
+    out: list[tuple[str, str]] = []
+    queue, seen = [arch], set()
+    while queue and len(seen) < limit:
+        cls = queue.pop(0)
+        if cls in seen:
+            continue
+        seen.add(cls)
+        found = src.find_class(cls)
+        if found is None:
+            continue
+        rel, node, _ = found
+        out.append((cls, rel))
+        queue += [b for b in (_class_name(b) for b in node.bases) if b]
+        methods = {m.name: m for m in node.body if isinstance(m, ast.FunctionDef)}
+        fwd, init = methods.get("forward"), methods.get("__init__")
+        if fwd is None or init is None:
+            continue
+        used = {n.attr for n in ast.walk(fwd) if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name)
+                and n.value.id == "self"}
+        for n in ast.walk(init):
+            if isinstance(n, ast.Assign) and isinstance(n.value, ast.Call) and any(
+                    isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self"
+                    and t.attr in used for t in n.targets):
+                name = _class_name(n.value.func)
+                if name:
+                    queue.append(name)
+    return out
+
+
+def _draft_file(src: EngineSource, draft_arch: str) -> Optional[str]:
+    """The file that defines the draft class: the known file (:data:`DRAFT_CLASS_FILES`) when
+    the box has it, else the file under ``srt/models`` that defines the class; ``None`` when
+    none does."""
+    if draft_arch in DRAFT_CLASS_FILES and src.read(DRAFT_CLASS_FILES[draft_arch]) is not None:
+        return DRAFT_CLASS_FILES[draft_arch]
+    hit = src.find_class(draft_arch) if draft_arch else None
+    return hit[0] if hit is not None else None
+
+
+def _load_weights_bases(src: EngineSource, draft_arch: str, depth: int = 3) -> list[tuple[str, str]]:
+    """``(file, how)`` of the base classes whose ``load_weights`` the draft's ``load_weights``
+    hands its tensors to through ``super().load_weights(...)`` (SGLang 0.4.6 … 0.4.9
+    ``llama_eagle3.py``: ``super().load_weights([(f"model.{name}", loaded_weight)])`` into
+    ``LlamaForCausalLM.load_weights`` in ``llama.py``), followed ``depth`` levels."""
+    out: list[tuple[str, str]] = []
+    cls = draft_arch
+    for _ in range(depth):
+        found = src.find_class(cls)
+        if found is None:
+            break
+        rel, node, _ = found
+        fn = next((m for m in node.body if isinstance(m, ast.FunctionDef) and m.name == "load_weights"), None)
+        if fn is None or not any(_calls_attr(n, "load_weights") and isinstance(n.func.value, ast.Call)
+                                 and isinstance(n.func.value.func, ast.Name) and n.func.value.func.id == "super"
+                                 for n in ast.walk(fn)):
+            break
+        base = next((b for b in (_class_name(b) for b in node.bases) if b), None)
+        hit = src.find_method(base, "load_weights") if base else None
+        if hit is None:
+            break
+        out.append((hit[0], f"reached through super().load_weights from {cls}.load_weights ({rel}:{fn.lineno})"))
+        cls = hit[3]
+    return out
+
+
 def code_path_map(src: EngineSource, *, target_arch: str = "LlamaForCausalLM",
                   draft_arch: str = "LlamaForCausalLMEagle3", aux_ids: Optional[Sequence[int]] = None,
-                  num_layers: Optional[int] = None, keys: Optional[Iterable[str]] = None) -> CodePathMap:
+                  num_layers: Optional[int] = None, keys: Optional[Iterable[str]] = None,
+                  env: Optional[Mapping[str, str]] = None,
+                  launch_args: Optional[Sequence[str]] = None,
+                  worker: Optional[WorkerChoice] = None) -> CodePathMap:
     """The EAGLE-3 code-path map of the engine ``src`` (:class:`workbench.engine.EngineSource`).
 
     ``target_arch`` / ``draft_arch``: the classes whose files hold the model-specific entries
     (SGLang's ``architectures[0]`` of each config; defaults: Llama target, SGLang's EAGLE-3 draft).
     ``aux_ids`` / ``num_layers``: the draft's aux layer ids and the target's layer count, to
     evaluate the target's offset rule for them (optional). ``keys``: only these entries (the
-    doctor asks for one); default all. Files are read through the box, once each; box errors
-    propagate. Entries not in this version come back with ``found=False`` and no line.
+    doctor asks for one); default all. ``env`` / ``launch_args``: the server's environment and
+    its launch command's argument tokens, which decide the EAGLE worker the draft-worker entries
+    are read in (:func:`eagle_worker`; default: the release's own default); ``worker``: that
+    choice made already (another map's :attr:`CodePathMap.worker`), used as it is. Files are read
+    through the box, once each; box errors propagate. Entries not in this version come back with
+    ``found=False`` and no line.
+
+    The target's capture test is looked for in the classes its forward runs through
+    (:func:`_forward_classes`); the draft's ``load_weights`` entries also in the base class's
+    ``load_weights`` it hands tensors to (:func:`_load_weights_bases`).
     """
     want = set(keys) if keys is not None else None
     target_files: list[str] = []
@@ -624,17 +1065,27 @@ def code_path_map(src: EngineSource, *, target_arch: str = "LlamaForCausalLM",
         if owner is not None:
             target_files.append(owner[0])
         arch = src.capture_delegate(arch)
+    forward_files: list[str] = []
+    if want is None or "target-capture-point" in want:
+        forward_files = [rel for _, rel in _forward_classes(src, target_arch)]
     draft_files: list[str] = []
-    if not needs_draft:
-        pass
-    elif draft_arch in DRAFT_CLASS_FILES and src.read(DRAFT_CLASS_FILES[draft_arch]) is not None:
-        draft_files.append(DRAFT_CLASS_FILES[draft_arch])
-    else:
-        hit = src.find_class(draft_arch) if draft_arch else None
-        if hit is not None:
-            draft_files.append(hit[0])
+    draft_load: list[str] = []
+    inherited: dict[str, str] = {}
+    if needs_draft:
+        own = _draft_file(src, draft_arch)
+        if own is not None:
+            draft_files.append(own)
+            draft_load.append(own)
+            for rel, how in _load_weights_bases(src, draft_arch):
+                if rel not in draft_load:
+                    draft_load.append(rel)
+                    inherited[rel] = how
+    needs_worker = want is None or bool(want & {lm.key for lm in LANDMARKS if lm.worker})
+    if worker is None and needs_worker:
+        worker = eagle_worker(src, env=env, launch_args=launch_args)
     ctx = _Ctx(src, target_arch, draft_arch, list(aux_ids) if aux_ids is not None else None, num_layers,
-               tuple(dict.fromkeys(target_files)), tuple(draft_files))
+               tuple(dict.fromkeys(target_files)), tuple(draft_files), tuple(dict.fromkeys(forward_files)),
+               tuple(draft_load), worker, inherited)
     entries: list[PathEntry] = []
     for lm in LANDMARKS:
         if lm.key == "target-capture-point" and (want is None or "target-offset-rule" in want):
@@ -645,22 +1096,25 @@ def code_path_map(src: EngineSource, *, target_arch: str = "LlamaForCausalLM",
         if not entry.found and not lm.grep_fallback:
             missing = "target" if lm.key == "target-capture-point" else "draft"
             arch = target_arch if missing == "target" else draft_arch
-            files = ctx.target_files if missing == "target" else ctx.draft_files
+            files = ctx.forward_files if missing == "target" else ctx.draft_files
             if not files:
                 entry = PathEntry(lm.key, lm.what, False, looked_in=f"no {missing} class {arch} under srt/models",
                                   silent=lm.silent)
         entries.append(entry)
-    return CodePathMap(src.root, src.version, target_arch, draft_arch, entries)
+    return CodePathMap(src.root, src.version, target_arch, draft_arch, entries, worker)
 
 
 def map_for_launch(box, src: EngineSource, launch, *, cwd: Optional[str] = None, timeout: float = 30,
-                   notes: Optional[list[str]] = None) -> CodePathMap:
+                   notes: Optional[list[str]] = None, environ: Optional[Mapping[str, str]] = None) -> CodePathMap:
     """:func:`code_path_map` for a deployment: the target architecture and layer count from the
     ``--model-path`` config, the draft architecture and aux layer ids from the
     ``--speculative-draft-model-path`` config (read on the box; Hugging Face repo ids through the
     box's cache, relative paths against ``cwd``). A config that cannot be read leaves the default
     (Llama target, SGLang's EAGLE-3 draft) and appends why to ``notes``. ``launch``: a
-    :class:`workbench.engine.launch.LaunchCommand` or its text."""
+    :class:`workbench.engine.launch.LaunchCommand` or its text. The EAGLE worker
+    (:func:`eagle_worker`) follows ``environ`` (the running server's own environment,
+    :func:`workbench.engine.locate.read_environ`; ``None``: none known) with the command's
+    ``VAR=value`` prefix over it, and the command's flags."""
     notes = notes if notes is not None else []
     launch = LaunchCommand.parse(launch) if isinstance(launch, str) else launch
     env = {**box_env(box, timeout), **dict(launch.env)}
@@ -688,7 +1142,8 @@ def map_for_launch(box, src: EngineSource, launch, *, cwd: Optional[str] = None,
                     kw["aux_ids"] = draft.aux_layer_ids
         except CheckpointError as exc:
             notes.append(f"{role} config not read ({exc}): default {role} class used")
-    return code_path_map(src, **kw)
+    server_env = {**dict(environ or {}), **dict(launch.env)}
+    return code_path_map(src, env=server_env, launch_args=launch.arg_tokens, **kw)
 
 
 

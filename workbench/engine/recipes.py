@@ -25,8 +25,16 @@ in ``workbench/sandbox/srt`` has the same statements at its own lines):
   (``srt/speculative/eagle_worker_v2.py:353``, ``lm-head-shared``); a norm that did not change
   belongs to a parameter no checkpoint tensor reached.
 - ``draft-input-width`` (``llama_eagle3.py:238``): the width reaching ``fc``.
-- ``target-capture-layers`` (``srt/models/llama.py:487``): the layers the target really captures.
+- ``target-capture-layers`` (``srt/models/llama.py:487``, the layer call holding the capture test
+  at ``:492``): the layers the target really captures.
 - ``draft-d2t`` (``eagle_worker_v2.py:757``): the token map the draft worker holds.
+
+On other releases the probes follow the map (its entries there, the worker the server runs:
+``eagle_worker.py`` lines on 0.4.6 … 0.5.9 by default); a recipe whose entry a release lacks
+(``draft-weights-unmatched`` on 0.4.6 / 0.4.8, which log their misses) raises
+:class:`SourceLookupError` before anything is added. A probe in a base-class method the draft
+reaches through ``super()`` (0.4.6 … 0.4.9 ``LlamaForCausalLM.load_weights``, which loads the
+target too) prints only when ``type(self).__name__`` is the draft class.
 """
 
 from __future__ import annotations
@@ -139,9 +147,11 @@ class Recipe:
 
 
 #: The draft model, in the worker: SGLang's ``EagleDraftWorker`` holds it as
-#: ``self.draft_runner.model`` (``srt/speculative/eagle_worker_v2.py``), the sandbox's
-#: ``EAGLEWorker`` as ``self.draft_model``.
-_WORKER_DRAFT = "(self.draft_runner.model if hasattr(self, 'draft_runner') else self.draft_model)"
+#: ``self.draft_runner.model`` (``srt/speculative/eagle_worker_v2.py``), SGLang's V1
+#: ``EAGLEWorker`` as ``self.draft_model_runner.model`` (a property, ``eagle_worker.py`` 0.4.6 …
+#: 0.5.12), the sandbox's ``EAGLEWorker`` as ``self.draft_model``.
+_WORKER_DRAFT = ("(self.draft_runner.model if hasattr(self, 'draft_runner') else self.draft_model_runner.model "
+                 "if hasattr(self, 'draft_model_runner') else self.draft_model)")
 #: Every parameter's L2 norm, as text (``'nan'`` stays parseable), computed in float32 without a
 #: float32 copy of the tensor (``torch.linalg.vector_norm(..., dtype=)``); ``.item()`` synchronises,
 #: which is why these probes sit at load time, never in a forward (CUDA-graph capture).
@@ -246,7 +256,7 @@ def _site(cmap: CodePathMap, name: str, rp: RecipeProbe) -> tuple[PathEntry, int
     if not entry.found:
         raise SourceLookupError(f"recipe {name}: the code-path entry {rp.entry} is not in this engine "
                                 f"version ({entry.looked_in})", where=cmap.root)
-    lines = (entry.line,) + tuple(entry.also)
+    lines = (entry.probe_line,) + tuple(entry.also_anchor or entry.also)  # a probe goes before a statement
     if rp.occurrence >= len(lines):
         raise SourceLookupError(f"recipe {name}: the code-path entry {rp.entry} has {len(lines)} line(s) in this "
                                 f"engine version ({', '.join(map(str, lines))}), the recipe needs "
@@ -264,9 +274,16 @@ def _site(cmap: CodePathMap, name: str, rp: RecipeProbe) -> tuple[PathEntry, int
 
 def _spec(cmap: CodePathMap, name: str, rp: RecipeProbe, base: str, code: Optional[str] = None) -> ProbeSpec:
     entry, line = _site(cmap, name, rp)
-    codes = (entry.code,) + tuple(entry.also_code)
+    codes = tuple(entry.anchor_code) or (entry.code,) + tuple(entry.also_code)  # the anchor lines' text
     text = codes[rp.occurrence] if rp.occurrence < len(codes) else None
-    return ProbeSpec(base + rp.suffix, entry.file, line, entry.function, rp.exprs, rp.entry, rp.once_per, rp.when,
+    when = rp.when
+    owner = (entry.function or "").split(".")[0]
+    if rp.entry.startswith("draft-") and owner and owner != cmap.draft_arch:
+        # a base class's method the draft reaches through super() (0.4.6 … 0.4.9: the draft's tensors go
+        # to LlamaForCausalLM.load_weights, which loads the target too): print for the draft only
+        only = f"type(self).__name__ == {cmap.draft_arch!r}"
+        when = f"({when}) and {only}" if when else only
+    return ProbeSpec(base + rp.suffix, entry.file, line, entry.function, rp.exprs, rp.entry, rp.once_per, when,
                      rp.max_prints, rp.max_repr, code if code is not None else text, name, rp.role)
 
 
@@ -303,7 +320,8 @@ def _fresh_spec(box, cmap: CodePathMap, name: str, rp: RecipeProbe, base: str, t
     """The spec of ``rp`` from the file as it is now (a new map of that entry: probes added since
     ``cmap`` was made moved the lines down; statements inside probe blocks are never entries)."""
     src = EngineSource(box, cmap.root, cmap.version, timeout=timeout)
-    fresh = code_path_map(src, target_arch=cmap.target_arch, draft_arch=cmap.draft_arch, keys=[rp.entry])
+    fresh = code_path_map(src, target_arch=cmap.target_arch, draft_arch=cmap.draft_arch, keys=[rp.entry],
+                          worker=cmap.worker)
     return _spec(fresh, name, rp, base)
 
 
@@ -341,7 +359,7 @@ def add_recipes(box, cmap: CodePathMap, names: Sequence[str], *, python: Optiona
     if unknown:
         raise ValueError(f"unknown override(s) {sorted(unknown)}: once_per, when, max_prints, max_repr")
     now = code_path_map(EngineSource(box, cmap.root, cmap.version, timeout=timeout), target_arch=cmap.target_arch,
-                        draft_arch=cmap.draft_arch, keys=recipe_entries(names))
+                        draft_arch=cmap.draft_arch, keys=recipe_entries(names), worker=cmap.worker)
     for name in names:  # every entry in this version, before anything is added
         recipe_probes(now, name, tag=tag)
     added: list = []  # added by this call: reverted if a later one fails
