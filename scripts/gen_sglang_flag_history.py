@@ -41,7 +41,8 @@ def history(versions: list[str]) -> dict:
                 row["fields"].append(spec["field"])
             row["releases"].append(v)
             if spec.get("deprecated"):
-                note = spec["deprecated"] + (f": use {spec['new_flag']}" if spec.get("new_flag") else "")
+                note = spec["deprecated"] + (f": use {spec['new_flag']}" if spec.get("new_flag")
+                                             else f": {spec['note']}" if spec.get("note") else "")
                 row["deprecated"][v] = note
     for row in flags.values():
         ranges: list[list[str]] = []

@@ -27,8 +27,9 @@ A table is ``{flag: spec}`` in the format of the shipped table (:mod:`workbench.
 ``field``, ``aliases``, ``kind`` (``value`` / ``store_true`` / ``bool_optional``), ``nargs``,
 ``source``; plus ``choices`` (a list, or ``None`` when unrestricted or computed at run time),
 ``deprecated`` (``None``, ``"alias"`` — accepted with a warning, ``new_flag`` says for what —,
-``"warn"`` — accepted, ignored or mapped —, ``"refused"`` — argparse raises on it) and
-``new_flag``.
+``"warn"`` — accepted, ignored or mapped —, ``"refused"`` — argparse raises on it), ``new_flag``
+and ``note`` (a deprecated flag's help text, e.g. 0.4.6 ``--enable-flashinfer-mla``: "… Please use
+'--attention-backend flashinfer' instead.").
 
 Resolution (:meth:`FlagTable.resolve`) is argparse's with its default ``allow_abbrev=True`` (no
 release sets it): an exact option string wins; else the option strings it is a prefix of — one
@@ -53,7 +54,7 @@ from workbench.errors import WorkbenchInputError
 
 __all__ = ["FlagTable", "FlagTableError", "Resolution", "parse_flag_sources", "read_flag_table",
            "read_flag_table_dir", "shipped_flag_table", "flag_table_for_engine", "SHIPPED_TABLE",
-           "load_flag_history", "FLAG_HISTORY", "version_key"]
+           "load_flag_history", "FLAG_HISTORY", "version_key", "flag_history", "lifetime", "replacements"]
 
 #: The shipped table (generated from SGLang 0.5.23 by ``scripts/gen_sglang_flags.py``).
 SHIPPED_TABLE = "sglang-0.5.23-flags.json"
@@ -271,7 +272,9 @@ def _manual_flags(tree: ast.Module, rel: str, names: Mapping[str, Any]) -> list[
                 help_text = _literal(kw["help"], names)
                 if isinstance(help_text, str) and help_text.lower().lstrip("[").startswith("deprecated"):
                     deprecated = "warn"
+            note = _literal(kw.get("help"), names) if deprecated else None
             out.append({"flag": long[0], "aliases": [o for o in opts if o != long[0]], "field": dest,
+                        "note": note if isinstance(note, str) else None,
                         "kind": kind, "nargs": nargs, "choices": _choices(_literal(kw.get("choices"), names)),
                         "required": _literal(kw.get("required"), names) is True,
                         "deprecated": deprecated, "new_flag": new_flag if isinstance(new_flag, str) else None,
@@ -352,7 +355,7 @@ def _field_flags(tree: ast.Module, rel: str, names: Mapping[str, Any], classes: 
             out.append({"flag": cli, "aliases": aliases, "field": fname, "kind": kind, "nargs": nargs,
                         "choices": choices, "required": bool(required is True or (required is None and st.value is None
                                                                                  and kind == "value")),
-                        "deprecated": deprecated, "new_flag": None, "source": rel, "line": st.lineno})
+                        "deprecated": deprecated, "new_flag": None, "note": None, "source": rel, "line": st.lineno})
     return out
 
 
@@ -481,8 +484,9 @@ def flag_table_for_engine(engine: Any, *, notes: list[str] | None = None) -> Fla
 
 def load_flag_history(path: str | Path | None = None) -> dict:
     """The shipped flag history (``workbench/engine/data/sglang-flag-history.json``): ``releases``
-    (the releases read, in order), ``flags`` (``{flag: {field, ranges: [[first, last], ...],
-    releases: [...], deprecated: {release: note}}}``) and ``renames`` (``{old flag: [{new, field,
+    (the releases read, in order), ``flags`` (``{flag: {field, fields, ranges: [[first, last], ...],
+    releases: [...], deprecated: {release: note}}}``; ``field`` as first seen, ``fields`` every
+    field it stored when that changed) and ``renames`` (``{old flag: [{new, field,
     since, how}]}``). Raises ``ValueError`` for a file not of this format."""
     if path is None:
         text = resources.files("workbench.engine").joinpath("data", FLAG_HISTORY).read_text(encoding="utf-8")
@@ -497,3 +501,69 @@ def load_flag_history(path: str | Path | None = None) -> dict:
         raise ValueError(f"{where}: not a flag history (expected releases, flags, renames)")
     doc.setdefault("renames", {})
     return doc
+
+
+# ---------------------------------------------------------------------------------------------
+# What a flag means across releases (the shipped history).
+# ---------------------------------------------------------------------------------------------
+
+_HISTORY: dict | None = None
+
+
+def flag_history() -> dict:
+    """The shipped history (:func:`load_flag_history`), loaded once."""
+    global _HISTORY
+    if _HISTORY is None:
+        _HISTORY = load_flag_history()
+    return _HISTORY
+
+
+def lifetime(flag: str, history: Mapping | None = None) -> str | None:
+    """Where ``flag`` exists among the releases of the history, as text: ``"0.4.6–0.5.18"``,
+    ``"0.4.6–0.5.9, 0.5.12"``; ``None`` when no release read has it."""
+    row = (history or flag_history())["flags"].get(flag)
+    if not row:
+        return None
+    return ", ".join(a if a == b else f"{a}–{b}" for a, b in row["ranges"])
+
+
+_PLAIN_FLAG = re.compile(r"^(--[A-Za-z0-9][\w-]*)(?:=(\S+))?$")
+
+
+def replacements(flag: str, table: FlagTable, history: Mapping | None = None) -> list[dict]:
+    """What ``table``'s release calls ``flag``: ``[{flag, value, how, note}]`` — ``flag``: a flag
+    of ``table``; ``value``: the fixed value the rename names (``--cuda-graph-backend-prefill=disabled``)
+    or ``None``; ``how``: ``new_flag`` / ``field`` / ``prefix`` (the history's rename) or
+    ``same-field`` (the table has a flag storing the field the flag stored). Renames are followed
+    through up to four releases' worth of hops (``--nsa-decode`` → ``--nsa-decode-backend`` →
+    ``--dsa-decode-backend``). A rename whose target is not one flag (``--cuda-graph-backend-{decode,prefill}=disabled``,
+    ``--attn-dp-size <dp-size>``) comes back with ``flag`` ``None`` and the text in ``note``."""
+    hist = history or flag_history()
+    out: list[dict] = []
+    seen = {flag}
+    frontier = [flag]
+    for _ in range(4):
+        nxt: list[str] = []
+        for f in frontier:
+            for r in hist["renames"].get(f, []):
+                m = _PLAIN_FLAG.match(r["new"])
+                if not m:
+                    out.append({"flag": None, "value": None, "how": r["how"], "note": r["new"]})
+                    continue
+                new, value = m.group(1), m.group(2)
+                if new in seen:
+                    continue
+                seen.add(new)
+                res = table.resolve(new)
+                if res.status == "known" and new in table.aliases:
+                    out.append({"flag": table.aliases[new], "value": value, "how": r["how"], "note": r["new"]})
+                else:
+                    nxt.append(new)
+        frontier = nxt
+    if not any(o["flag"] for o in out):
+        row = hist["flags"].get(flag) or {}
+        for fld in row.get("fields") or ([row["field"]] if row.get("field") else []):
+            for new in table.by_field.get(fld, []):
+                if new != flag and not table.flags[new].get("deprecated") and all(o["flag"] != new for o in out):
+                    out.append({"flag": new, "value": None, "how": "same-field", "note": f"stores {fld}"})
+    return out

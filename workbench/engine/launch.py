@@ -445,6 +445,23 @@ class LaunchCommand:
                                 table=self.table))
         return LaunchCommand(self.env, self.launcher, self.engine, self.module, tuple(new_args), table=self.table)
 
+    def replace_flag(self, old: str, new: str, value: Any = True) -> "LaunchCommand":
+        """A new command with every occurrence of ``old`` (a flag, or an unknown / ambiguous one as
+        written) removed and ``new`` set to ``value`` where ``old`` first stood (as
+        :meth:`with_flag` would set it; appended when ``old`` is absent). Raises
+        :class:`LaunchCommandError` as :meth:`with_flag`."""
+        canon_old = self._canon(old)
+        at = next((k for k, a in enumerate(self.args) if a.flag == canon_old), None)
+        rest = self.without_flag(old)
+        if at is None:
+            return rest.with_flag(new, value)
+        canon_new = canonical_flag(new, self.table)
+        single = LaunchCommand(self.env, self.launcher, self.engine, self.module, (), table=self.table).with_flag(new, value)
+        before = [a for a in self.args[:at] if a.flag != canon_old and a.flag != canon_new]
+        after = [a for a in self.args[at:] if a.flag != canon_old and a.flag != canon_new]
+        return LaunchCommand(self.env, self.launcher, self.engine, self.module, tuple(before + list(single.args) + after),
+                             table=self.table)
+
     def without_flag(self, flag: str) -> "LaunchCommand":
         """A new command with every occurrence of ``flag`` removed."""
         canon = self._canon(flag)
