@@ -268,10 +268,13 @@ class LaunchCommand:
             i += 2
         if engine is None:
             shown = " ".join(tokens[start:start + 4])
+            other = _other_launcher(tokens[start:])
+            expected = ("`python -m sglang.launch_server ...`, `sglang serve ...` or "
+                        "`python -m workbench.sandbox.launch_server ...`")
             raise LaunchCommandError(
-                "not an SGLang launch command: expected `python -m sglang.launch_server ...`, "
-                "`sglang serve ...` or `python -m workbench.sandbox.launch_server ...`, got "
-                f"`{shown}` at token {start}",
+                f"not an SGLang launch command: `{shown}` (token {start}) is {other}; the workbench checks "
+                f"SGLang launches: {expected}" if other else
+                f"not an SGLang launch command: expected {expected}, got `{shown}` at token {start}",
                 token=start,
             )
         launcher = tuple(tokens[start:i])
@@ -497,6 +500,38 @@ class LaunchCommand:
         if self.positionals != other.positionals:
             out.append(("positionals", self.positionals, other.positionals))
         return out
+
+
+#: Launchers of other tools that public EAGLE reports use (``../shared/fixtures/public-reports``):
+#: first token (or ``python -m`` module prefix) → what it is.
+_OTHER_LAUNCHERS = {"vllm": "a vLLM launch", "vllm.entrypoints": "a vLLM launch", "speculators": "a speculators command",
+                    "eagle.": "an EAGLE reference-code run (eagle.evaluation / eagle.train)",
+                    "specforge": "a SpecForge (training) command", "trtllm-serve": "a TensorRT-LLM launch",
+                    "torchrun": "a torchrun job", "accelerate": "an accelerate job"}
+
+
+def _other_launcher(tokens: Sequence[str]) -> str | None:
+    """What a non-SGLang command is (``"a vLLM launch"``), ``None`` when not recognised."""
+    if not tokens:
+        return None
+    exe = tokens[0].rsplit("/", 1)[-1]
+    if exe in _OTHER_LAUNCHERS:
+        return _OTHER_LAUNCHERS[exe]
+    if _PYTHON.match(exe):
+        rest = list(tokens[1:])
+        if "-m" in rest and rest.index("-m") + 1 < len(rest):
+            mod = rest[rest.index("-m") + 1]
+            for prefix, what in _OTHER_LAUNCHERS.items():
+                if mod == prefix or mod.startswith(prefix.rstrip(".") + "."):
+                    return what
+            if mod.startswith("sglang."):
+                return f"the SGLang module {mod}, not its server launcher (sglang.launch_server)"
+            return f"the Python module {mod}"
+        script = next((t for t in rest if not t.startswith("-")), None)
+        if script and script.endswith(".py"):
+            return f"the Python script {script}" + (" (vLLM's examples)" if "vllm" in script or
+                                                   script.startswith("examples/") else "")
+    return None
 
 
 def _parse_args(tokens: list[str], i: int, module: str, table: FlagTable | None = None) -> list[Arg]:
