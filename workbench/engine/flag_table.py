@@ -422,13 +422,18 @@ def read_flag_table(box: Any, root: str, version: str | None = None, *, timeout:
         except RemoteFileNotFound:
             return None
 
+    return _read(text, lambda rel: box.listdir(posixpath.join(root, rel), timeout=timeout), root, version)
+
+
+def _read(text: Callable[[str], str | None], listdir: Callable[[str], list[str]], root: str,
+          version: str | None) -> FlagTable:
     files: dict[str, str] = {}
     server_args = text(_SERVER_ARGS)
     if server_args is None:
         raise FlagTableError(f"no {_SERVER_ARGS} under {root}: not an SGLang package")
     files[_SERVER_ARGS] = server_args
     try:
-        names = box.listdir(posixpath.join(root, _FIELDS_DIR), timeout=timeout)
+        names = listdir(_FIELDS_DIR)
     except RemoteFileNotFound:
         names = []
     for name in sorted(names):
@@ -465,15 +470,18 @@ _ENGINE_TABLES: dict[tuple[str, str, str | None], FlagTable] = {}
 
 def flag_table_for_engine(engine: Any, *, notes: list[str] | None = None) -> FlagTable:
     """The flag table for an :class:`workbench.engine.source.EngineSource` (``None``: the shipped
-    table): read from the box's source once per (box, root, version) in this process, the shipped
+    table): read from the box's source (through ``engine.read``, one ``read_text`` per file, and one
+    ``listdir``, each with the engine's timeout) once per (box, root, version) in this process, the shipped
     table when it cannot be read (the reason appended to ``notes``). Box errors other than a
     missing file propagate."""
     if engine is None:
         return shipped_flag_table()
     key = (str(getattr(engine.box, "name", id(engine.box))), engine.root, engine.version)
     if key not in _ENGINE_TABLES:
-        try:
-            _ENGINE_TABLES[key] = read_flag_table(engine.box, engine.root, engine.version, timeout=engine.timeout)
+        try:  # through the EngineSource: its file cache is shared with the other source-reading rules
+            _ENGINE_TABLES[key] = _read(engine.read, lambda rel: engine.box.listdir(engine.path(rel),
+                                                                                   timeout=engine.timeout),
+                                        engine.root, engine.version)
         except FlagTableError as exc:
             if notes is not None:
                 notes.append(f"launch flags: the box's engine source could not be read ({exc}); "
