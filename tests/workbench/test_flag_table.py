@@ -220,3 +220,13 @@ def test_shipped_history_is_the_scripts_output():
     out = subprocess.run([sys.executable, str(ROOT / "scripts/gen_sglang_flag_history.py"), *hist["releases"]],
                          capture_output=True, text=True, check=True, timeout=1800).stdout
     assert json.loads(out) == json.loads((ROOT / "workbench/engine/data/sglang-flag-history.json").read_text())
+
+
+def test_flag_table_over_ssh_is_the_local_one(ssh_env, sglang_release):
+    """Through a real OpenSSH server on loopback (auto-marked slow: it starts sshd): the same table."""
+    from remote import connect
+
+    root = str(sglang_release("0.5.9"))
+    with connect("local") as local, connect(ssh_env.alias) as there:
+        a, b = read_flag_table(local, root), read_flag_table(there, root)
+    assert (a.version, a.flags) == (b.version, b.flags) and len(b.flags) == 331

@@ -424,3 +424,16 @@ def test_doctor_runs_every_rule_on_every_public_launch_command(box, sglang_relea
         assert flag_findings == []
     # the other findings are there too: the placeholder / repo-id paths cannot be read on this box
     assert "checkpoint-unreadable" in rep.rules or "model-not-on-box" in rep.rules
+
+
+def test_cli_doctor_never_exits_2_on_an_ambiguous_flag(cli, sglang_release, tmp_path):
+    """`workbench doctor --launch` on a command with --cuda-graph-max-bs: the findings (exit 0 or 1),
+    not exit 2 without them; a vLLM command: exit 2 with an error naming what it is, no traceback."""
+    code, out, err = cli("doctor", "--launch", "python3 -m sglang.launch_server --model /nowhere/m "
+                         "--speculative-algorithm EAGLE3 --cuda-graph-max-bs 32 --tp 8", "--json")
+    assert code == 1, out + err  # the model path cannot be read: an error finding, the doctor ran
+    report = json.loads(out)
+    rules = {f["rule"] for f in report["findings"]}
+    assert {"launch-flag-unknown", "checkpoint-unreadable"} <= rules
+    code, out, err = cli("doctor", "--launch", "vllm serve <TARGET> --speculative-config '{\"method\": \"eagle3\"}'")
+    assert code == 2 and "is a vLLM launch" in err and "Traceback" not in err + out
