@@ -177,6 +177,13 @@ def test_a_tree_without_server_args_is_a_typed_error(box, tmp_path):
     (tmp_path / "srt" / "server_args.py").write_text("x = 1\n")
     with pytest.raises(FlagTableError, match="no launch flag declared"):
         read_flag_table(box, str(tmp_path))
+    (tmp_path / "srt" / "server_args.py").write_bytes(b"x = '\xff\xfe'\n")
+    with pytest.raises(FlagTableError, match="srt/server_args.py: "):
+        read_flag_table(box, str(tmp_path))
+    (tmp_path / "srt" / "server_args.py").unlink()
+    (tmp_path / "srt" / "server_args.py").mkdir()
+    with pytest.raises(FlagTableError, match="srt/server_args.py: "):
+        read_flag_table(box, str(tmp_path))
 
 
 def test_shipped_table_is_the_readers_output_for_0_5_23(sglang_release):

@@ -35,7 +35,7 @@ from remote.errors import RemoteError
 from workbench.checkpoint import read_draft_facts, read_target_facts
 from workbench.checkpoint.paths import box_env, resolve_model_path
 from workbench.doctor.report import DoctorReport, _dedupe
-from workbench.engine.flag_table import flag_table_for_engine
+from workbench.engine.flag_table import flag_table_for_engine, shipped_flag_table
 from workbench.engine.launch import LaunchCommand, LaunchCommandError
 from workbench.engine.locate import find_engine, is_launch_argv
 from workbench.engine.modelled import SGLANG_VERSION
@@ -150,7 +150,8 @@ def gather_facts(box: Any, launch: LaunchCommand, *, timeout: float = 30, engine
     if engine_version and launch.engine == "sglang" and engine_version != SGLANG_VERSION:
         notes.append(f"the box runs sglang {engine_version}; rules were modelled on {SGLANG_VERSION} and read the "
                      "box's source where they depend on it")
-    table = flag_table_for_engine(engine, notes=notes)
+    # the sandbox's launcher takes SGLang 0.5.23's flags (workbench/sandbox/srt/server_args.py reads the shipped table)
+    table = shipped_flag_table() if launch.engine == "sandbox" else flag_table_for_engine(engine, notes=notes)
     inputs.append({"what": "launch flags", "path": table.source, "how": f"sglang {table.version} ({table.origin})"})
     if table.origin == "box":
         try:  # the flags as the box's own argparse reads them (unknown / ambiguous ones kept, never raised)

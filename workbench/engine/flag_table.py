@@ -49,7 +49,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from remote.errors import RemoteFileNotFound
+from remote.errors import RemoteError, RemoteFileError, RemoteFileNotFound
 from workbench.errors import WorkbenchInputError
 
 __all__ = ["FlagTable", "FlagTableError", "Resolution", "parse_flag_sources", "read_flag_table",
@@ -412,21 +412,23 @@ def read_flag_table(box: Any, root: str, version: str | None = None, *, timeout:
     ``listdir``; each call ``timeout`` seconds at most. ``version``: the release (read from
     ``_version.py`` / ``version.py`` when ``None``).
 
-    Raises :class:`FlagTableError` when the files are missing or unreadable as Python, and the
-    box's ``remote.errors.RemoteError`` subclasses for a box that fails."""
+    Raises :class:`FlagTableError` (naming the file) when ``srt/server_args.py`` is missing, a file
+    cannot be read (permission, a directory, not UTF-8) or parsed, or no flag is declared; the
+    box's other ``remote.errors.RemoteError`` subclasses (connection lost, time-out) propagate."""
     root = root.rstrip("/")
+    return _read(lambda rel: box.read_text(posixpath.join(root, rel), timeout=timeout), lambda rel: box.listdir(posixpath.join(root, rel), timeout=timeout), root, version)
 
+
+def _read(read: Callable[[str], str | None], listdir: Callable[[str], list[str]], root: str,
+          version: str | None) -> FlagTable:
     def text(rel: str) -> str | None:
         try:
-            return box.read_text(posixpath.join(root, rel), timeout=timeout)
+            return read(rel)
         except RemoteFileNotFound:
             return None
+        except RemoteFileError as exc:  # permission, a directory, not UTF-8: this file cannot be read
+            raise FlagTableError(f"{posixpath.join(root, rel)}: {exc}") from exc
 
-    return _read(text, lambda rel: box.listdir(posixpath.join(root, rel), timeout=timeout), root, version)
-
-
-def _read(text: Callable[[str], str | None], listdir: Callable[[str], list[str]], root: str,
-          version: str | None) -> FlagTable:
     files: dict[str, str] = {}
     server_args = text(_SERVER_ARGS)
     if server_args is None:
@@ -436,6 +438,8 @@ def _read(text: Callable[[str], str | None], listdir: Callable[[str], list[str]]
         names = listdir(_FIELDS_DIR)
     except RemoteFileNotFound:
         names = []
+    except RemoteFileError as exc:
+        raise FlagTableError(f"{posixpath.join(root, _FIELDS_DIR)}: {exc}") from exc
     for name in sorted(names):
         if name.endswith(".py") and name != "__init__.py":
             body = text(f"{_FIELDS_DIR}/{name}")
@@ -472,8 +476,8 @@ def flag_table_for_engine(engine: Any, *, notes: list[str] | None = None) -> Fla
     """The flag table for an :class:`workbench.engine.source.EngineSource` (``None``: the shipped
     table): read from the box's source (through ``engine.read``, one ``read_text`` per file, and one
     ``listdir``, each with the engine's timeout) once per (box, root, version) in this process, the shipped
-    table when it cannot be read (the reason appended to ``notes``). Box errors other than a
-    missing file propagate."""
+    table when it cannot be read or the reader fails on it (the reason appended to ``notes``).
+    Box errors (connection, time-out) propagate; a file that cannot be read is a fallback."""
     if engine is None:
         return shipped_flag_table()
     key = (str(getattr(engine.box, "name", id(engine.box))), engine.root, engine.version)
@@ -486,6 +490,13 @@ def flag_table_for_engine(engine: Any, *, notes: list[str] | None = None) -> Fla
             if notes is not None:
                 notes.append(f"launch flags: the box's engine source could not be read ({exc}); "
                              "the shipped table (sglang 0.5.23) stands in")
+            return shipped_flag_table()
+        except RemoteError:
+            raise
+        except Exception as exc:  # a release whose declarations this reader does not understand: reported, not hidden
+            if notes is not None:
+                notes.append(f"launch flags: the reader failed on the box's engine source ({type(exc).__name__}: "
+                             f"{exc}); the shipped table (sglang 0.5.23) stands in")
             return shipped_flag_table()
     return _ENGINE_TABLES[key]
 

@@ -146,7 +146,9 @@ class Facts:
         """The launch flags of the box's engine: read from its own source (``srt/server_args.py``,
         ``srt/arg_groups/fields/*.py``; :func:`workbench.engine.flag_table.read_flag_table`, cached
         per engine for the process), else the shipped SGLang 0.5.23 table (``origin == "shipped"``;
-        why is added to :attr:`notes`)."""
+        why is added to :attr:`notes`). The sandbox's launcher takes SGLang 0.5.23's flags: the shipped table."""
+        if self.launch is not None and self.launch.engine == "sandbox":
+            return flag_table_for_engine(None)
         return flag_table_for_engine(self.engine, notes=self.notes)
 
     @cached_property
