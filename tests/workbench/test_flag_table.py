@@ -130,6 +130,9 @@ def test_old_release_quirks_found_by_hand(sglang_release, box):
     t023 = read_flag_table(box, str(sglang_release("0.5.23")))
     mono = t023.flags["--monokernel-backend"]
     assert (mono["kind"], mono["choices"], mono["new_flag"]) == ("value", ["amd"], "--enable-amd-monokernel")
+    # fields/model.py l.95 `choices=LOAD_FORMAT_CHOICES`, a list of srt/arg_groups/choices.py (l.3: "auto", "pt",
+    # "safetensors", "instanttensor", "npcache", ...)
+    assert t023.flags["--load-format"]["choices"][:5] == ["auto", "pt", "safetensors", "instanttensor", "npcache"]
     cmd = LaunchCommand.parse("python -m sglang.launch_server --model-path /m --monokernel-backend amd --tp 2", t023)
     assert cmd.get("--monokernel-backend") == "amd" and cmd.get("--tp-size") == "2" and not cmd.unresolved()
 

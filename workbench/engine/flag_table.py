@@ -63,6 +63,7 @@ FLAG_HISTORY = "sglang-flag-history.json"
 
 _SERVER_ARGS = "srt/server_args.py"
 _FIELDS_DIR = "srt/arg_groups/fields"
+_CHOICES = "srt/arg_groups/choices.py"  # 0.5.20+: the choice lists the fields import (LOAD_FORMAT_CHOICES, ...)
 
 
 class FlagTableError(WorkbenchInputError):
@@ -361,7 +362,8 @@ def _field_flags(tree: ast.Module, rel: str, names: Mapping[str, Any], classes: 
 
 def parse_flag_sources(files: Mapping[str, str], version: str, *, origin: str = "box", where: str = "") -> FlagTable:
     """The :class:`FlagTable` of a release from the text of its files: ``{relative path: text}``
-    with ``srt/server_args.py`` and any ``srt/arg_groups/fields/*.py``. ``where``: the package root
+    with ``srt/server_args.py``, any ``srt/arg_groups/fields/*.py`` and (0.5.20+)
+    ``srt/arg_groups/choices.py``, whose module-level lists give the choices the fields name. ``where``: the package root
     the files were read from (for :attr:`FlagTable.source`).
 
     Raises :class:`FlagTableError` (naming the file) when ``srt/server_args.py`` is missing, a file
@@ -370,14 +372,19 @@ def parse_flag_sources(files: Mapping[str, str], version: str, *, origin: str = 
         raise FlagTableError(f"no {_SERVER_ARGS} in the engine package{' at ' + where if where else ''}")
     rows: list[dict] = []
     read: list[str] = []
-    order = sorted(k for k in files if k.startswith(_FIELDS_DIR + "/")) + [_SERVER_ARGS]
-    for rel in order:
+
+    def parse(rel: str) -> ast.Module:
         try:
-            tree = ast.parse(files[rel])
+            return ast.parse(files[rel])
         except SyntaxError as exc:
             raise FlagTableError(f"{posixpath.join(where, rel) if where else rel}: this Python cannot parse it "
                                  f"(line {exc.lineno}: {exc.msg})") from exc
-        names = _module_constants(tree)
+
+    shared = _module_constants(parse(_CHOICES)) if _CHOICES in files else {}
+    order = sorted(k for k in files if k.startswith(_FIELDS_DIR + "/")) + [_SERVER_ARGS]
+    for rel in order:
+        tree = parse(rel)
+        names = {**shared, **_module_constants(tree)}
         if rel == _SERVER_ARGS:
             rows += _field_flags(tree, rel, names, {"ServerArgs"})
             rows += _manual_flags(tree, rel, names)
@@ -408,7 +415,8 @@ def _version_of(texts: Callable[[str], str | None]) -> str:
 
 def read_flag_table(box: Any, root: str, version: str | None = None, *, timeout: float = 30) -> FlagTable:
     """The flag table of the engine at ``root`` (the ``sglang`` package directory) on ``box``: one
-    ``read_text`` per file (``srt/server_args.py``, each ``srt/arg_groups/fields/*.py``), one
+    ``read_text`` per file (``srt/server_args.py``, each ``srt/arg_groups/fields/*.py`` and
+    ``srt/arg_groups/choices.py`` when there are fields), one
     ``listdir``; each call ``timeout`` seconds at most. ``version``: the release (read from
     ``_version.py`` / ``version.py`` when ``None``).
 
@@ -445,6 +453,10 @@ def _read(read: Callable[[str], str | None], listdir: Callable[[str], list[str]]
             body = text(f"{_FIELDS_DIR}/{name}")
             if body is not None:
                 files[f"{_FIELDS_DIR}/{name}"] = body
+    if names:
+        body = text(_CHOICES)
+        if body is not None:
+            files[_CHOICES] = body
     return parse_flag_sources(files, version or _version_of(text), origin="box", where=root)
 
 
