@@ -202,8 +202,10 @@ def launch_flag_unknown(facts: Facts) -> list[Finding]:
     shipped SGLang 0.5.23 table when the source cannot be read. Each flag argparse refuses is
     explained from the shipped flag history (``workbench/engine/data/sglang-flag-history.json``,
     generated from 20 published wheels): the releases that have it, its field, and what the box's
-    release calls it (a rename the history records, a flag storing the same field), else the
-    closest flag of that release. Error when the flags are the box's own (or the box runs the
+    release calls it (a rename the history records, a flag storing the same field); a flag of
+    other releases with no successor there is dropped from the fixed command (the server does not
+    start with it); a flag no release read has gets the closest flag of the box's release (a secret
+    flag only another secret flag). Error when the flags are the box's own (or the box runs the
     shipped table's release, or the sandbox's launcher, which takes 0.5.23's flags); a warning when
     the box's source was not read and its release differs or is unknown. A flag the box's release
     still accepts as a deprecated alias of a renamed one is a warning (the server starts). One
