@@ -220,6 +220,9 @@ def test_replacements_follow_renames_into_the_box_release(sglang_release, box):
     assert [x["flag"] for x in replacements("--nsa-decode", t023) if x["flag"]][:1] == ["--dsa-decode-backend"]
     t09 = read_flag_table(box, str(sglang_release("0.5.9")))
     assert replacements("--speculative-algorithm", t09) == []
+    # the newer name on an older release: the flag 0.5.18 (l.8774, new_flag=) says it became
+    [r] = replacements("--cuda-graph-max-bs-decode", t09)
+    assert (r["flag"], r["how"]) == ("--cuda-graph-max-bs", "older-name")
 
 
 @pytest.mark.slow

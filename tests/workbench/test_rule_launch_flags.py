@@ -366,6 +366,18 @@ def test_a_flag_of_another_release_and_a_typo_on_0_5_9(box, tmp_path, sglang_rel
     assert not fixed.has("--enable-flashinfer-mla") and fixed.get("--speculative-num-steps") == "3"
 
 
+def test_a_newer_flag_on_an_older_release(box, tmp_path, sglang_release):
+    """--cuda-graph-max-bs-decode (0.5.15+) on 0.5.9: unrecognized there; 0.5.9 calls it
+    --cuda-graph-max-bs (0.5.9 server_args.py l.4478)."""
+    t, d = deploy(tmp_path, LLAMA31_8B, draft_cfg(eagle_config={"eagle_aux_hidden_state_layer_ids": [1, 15, 28]}))
+    rep = doctor(box, launch(t, d, "EAGLE3", "--cuda-graph-max-bs-decode 16"), sglang_release("0.5.9"), "0.5.9")
+    f = by_rule(rep, "launch-flag-unknown")
+    assert f.severity == "error" and f.prevents_start
+    assert f.evidence["flags"]["--cuda-graph-max-bs-decode"]["releases_with_it"]["value"] == "0.5.15–0.5.23"
+    assert "replace it with --cuda-graph-max-bs." in f.message
+    assert f.fix == launch(t, d, "EAGLE3", "--cuda-graph-max-bs 16")
+
+
 def test_engine_source_unreadable_falls_back_to_the_shipped_table(box, tmp_path):
     """An engine root with no srt/server_args.py: the shipped 0.5.23 table, said in the inputs and
     the notes; a 0.5.9 box then gets a warning (its own release might define the flag)."""

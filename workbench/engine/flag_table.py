@@ -565,7 +565,9 @@ def replacements(flag: str, table: FlagTable, history: Mapping | None = None) ->
     """What ``table``'s release calls ``flag``: ``[{flag, value, how, note}]`` — ``flag``: a flag
     of ``table``; ``value``: the fixed value the rename names (``--cuda-graph-backend-prefill=disabled``)
     or ``None``; ``how``: ``new_flag`` / ``field`` / ``prefix`` (the history's rename) or
-    ``same-field`` (the table has a flag storing the field the flag stored). Renames are followed
+    ``older-name`` (a newer flag on an older release: the flag a later release renamed to it,
+    ``--cuda-graph-max-bs-decode`` on 0.5.9 → ``--cuda-graph-max-bs``) or ``same-field`` (the table
+    has a flag storing the field the flag stored). Renames are followed
     through up to four releases' worth of hops (``--nsa-decode`` → ``--nsa-decode-backend`` →
     ``--dsa-decode-backend``). A rename whose target is not one flag (``--cuda-graph-backend-{decode,prefill}=disabled``,
     ``--attn-dp-size <dp-size>``) comes back with ``flag`` ``None`` and the text in ``note``."""
@@ -591,6 +593,20 @@ def replacements(flag: str, table: FlagTable, history: Mapping | None = None) ->
                 else:
                     nxt.append(new)
         frontier = nxt
+    if not any(o["flag"] for o in out):  # a newer name on an older release: the older name it replaced
+        back, older = [flag], {flag}
+        for _ in range(4):
+            nxt = []
+            for f in back:
+                for old, rows in hist["renames"].items():
+                    if old in older or not any((_PLAIN_FLAG.match(r["new"]) or [None, None])[1] == f for r in rows):
+                        continue
+                    older.add(old)
+                    if old in table.flags and not table.flags[old].get("deprecated"):
+                        out.append({"flag": old, "value": None, "how": "older-name", "note": f"renamed {flag} later"})
+                    else:
+                        nxt.append(old)
+            back = nxt
     if not any(o["flag"] for o in out):
         row = hist["flags"].get(flag) or {}
         for fld in row.get("fields") or ([row["field"]] if row.get("field") else []):
