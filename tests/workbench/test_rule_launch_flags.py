@@ -449,3 +449,20 @@ def test_cli_doctor_never_exits_2_on_an_ambiguous_flag(cli, sglang_release, tmp_
     assert {"launch-flag-unknown", "checkpoint-unreadable"} <= rules
     code, out, err = cli("doctor", "--launch", "vllm serve <TARGET> --speculative-config '{\"method\": \"eagle3\"}'")
     assert code == 2 and "is a vLLM launch" in err and "Traceback" not in err + out
+
+
+def test_launch_guard_refuses_the_ambiguous_flag_on_0_5_23_and_lets_0_5_9_start(box, tmp_path, sglang_release):
+    """The guard (what every runbook launch goes through) parses and checks such a command: on 0.5.23
+    it refuses it with the finding (argparse would exit 2), on 0.5.9 — where it is a flag — it lets it go;
+    neither raises a parse error."""
+    from workbench.errors import LaunchRefused
+    from workbench.session.guard import LaunchGuard
+
+    t, d = deploy(tmp_path, LLAMA31_8B, draft_cfg(eagle_config={"eagle_aux_hidden_state_layer_ids": [1, 15, 28]}))
+    cmd = LaunchCommand.parse(launch(t, d, "EAGLE3", "--cuda-graph-max-bs 32"))
+    guard = LaunchGuard(box, engine_root=str(sglang_release("0.5.23")), engine_version="0.5.23", cwd=str(tmp_path))
+    with pytest.raises(LaunchRefused) as exc:
+        guard.check(cmd, "as found")
+    assert [f.rule for f in exc.value.findings] == ["launch-flag-unknown"]
+    ok = LaunchGuard(box, engine_root=str(sglang_release("0.5.9")), engine_version="0.5.9", cwd=str(tmp_path))
+    assert ok.check(cmd, "as found").decision == "allowed"
