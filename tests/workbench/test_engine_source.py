@@ -85,12 +85,17 @@ def test_scan_finds_the_broad_except_and_the_silent_fallbacks(box, sglang_source
     findings = scan_swallowed(src, code_path_map(src))
     where = {f.evidence["source"]["value"]: f for f in findings}
     aux = str(sglang_source / "srt/model_executor/model_runner_components/spec_aux_hidden_state.py")
-    assert set(where) == {f"{aux}:188", f"{sglang_source}/srt/models/llama_eagle3.py:238",
+    # the handler's own line (spec_aux_hidden_state.py:195 `except Exception:`), the guarded
+    # eagle_config read (:188) as context
+    assert set(where) == {f"{aux}:195", f"{sglang_source}/srt/models/llama_eagle3.py:238",
                           f"{sglang_source}/srt/models/llama_eagle3.py:363",
                           f"{sglang_source}/srt/models/llama_eagle3.py:373"}
     assert where[f"{sglang_source}/srt/models/llama_eagle3.py:373"].evidence["code"] == "if param_name in params_dict:"
-    broad = where[f"{aux}:188"]
+    broad = where[f"{aux}:195"]
     assert broad.rule == "swallowed-config-error" and broad.evidence["handler"] == "except Exception: (line 195)"
+    assert broad.evidence["guarded"]["value"] == f"{aux}:188"
+    assert broad.evidence["guarded_code"] == 'eagle_config = getattr(draft_model_config.hf_config, "eagle_config", None)'
+    assert broad.message.startswith("srt/model_executor/model_runner_components/spec_aux_hidden_state.py:195 ")
     assert broad.evidence["fallback"] == "config.eagle_aux_hidden_state_layer_ids = None"
     assert broad.evidence["function"] == "_resolve_eagle_aux_hidden_state"
 
@@ -144,8 +149,9 @@ def test_older_layout_gate_in_model_runner_with_bare_except(box, sglang_copy):
     assert (cmap.entry("capture-configured").file, cmap.entry("capture-configured").line) == (rel, 14)
     assert cmap.entry("capture-configured").function == "ModelRunner.load_model"
     finding = [f for f in scan_swallowed(src, cmap) if "model_runner.py" in f.message]
-    assert len(finding) == 1 and finding[0].evidence["source"]["value"] == f"{rel}:7"
+    assert len(finding) == 1 and finding[0].evidence["source"]["value"] == f"{rel}:9"
     assert finding[0].evidence["handler"] == "except: (line 9)"
+    assert finding[0].evidence["guarded"]["value"] == f"{rel}:7"
 
 
 def test_a_piece_missing_in_this_version_is_said_and_never_given_a_line(box, sglang_copy):

@@ -210,3 +210,46 @@ def test_an_eagle_config_that_is_the_id_list_is_fixed_with_those_ids(box, tmp_pa
     report = doctor(box, cmd, sglang_source)
     (fix,) = aux_fixes(facts_of(box, cmd, sglang_source), [by_rule(report, "aux-config-unread")], {})
     assert fix.kind == "draft-copy" and fix.repair.config["eagle_config"]["eagle_aux_hidden_state_layer_ids"] == [1, 3, 6]
+
+
+# --- aux-ids-ignored: the releases whose target takes no ids (SGLang 0.4.6-0.4.8 llama.py) ---
+
+LLAMA_LINE = {"0.4.6": 639, "0.4.8": 700}  # grep -n 'def set_eagle3_layers_to_capture' srt/models/llama.py
+NO_IDS = set(LLAMA_LINE)
+
+
+@pytest.mark.parametrize("version", ["0.4.6", "0.4.8", "0.4.10", "0.5.23"])
+def test_doctor_says_when_the_release_ignores_the_drafts_ids(box, sglang_release, tmp_path, version):
+    # an EAGLE-3 draft trained on layers 0, 10, 20 of a 32-layer Llama (ids written in SGLang's
+    # convention), on each release
+    target_cfg = {"architectures": ["LlamaForCausalLM"], "hidden_size": 4096, "num_hidden_layers": 32,
+                  "vocab_size": 128256, "max_position_embeddings": 131072, "rope_theta": 500000.0,
+                  "rope_scaling": {"rope_type": "llama3", "factor": 8.0}}
+    draft = draft_cfg(eagle_config={"eagle_aux_hidden_state_layer_ids": [0, 10, 20], "use_aux_hidden_state": True})
+    target, draft_dir = deploy(tmp_path, target_cfg, draft)
+    report = doctor(box, launch(target, draft_dir), sglang_release(version), version)
+    assert report.rule_failures == []
+    got = {f.rule for f in report.findings}
+    if version in NO_IDS:
+        f = by_rule(report, "aux-ids-ignored")
+        assert f.severity == "warning"
+        assert "captures its default layers [2, 16, 29]" in f.message and "layers [1, 11, 21]" in f.message
+        assert f.evidence["captured_layers"]["source"].endswith(f"llama.py:{LLAMA_LINE[version]} "
+                                                                "(LlamaForCausalLM.set_eagle3_layers_to_capture)")
+        assert "aux-layer-offset-convention" not in got
+    else:
+        assert "aux-ids-ignored" not in got
+        conv = by_rule(report, "aux-layer-offset-convention")
+        assert conv.evidence["captured_layers"]["value"] == [1, 11, 21]
+
+
+def test_doctor_is_silent_when_the_ignored_ids_are_the_defaults(box, sglang_release, tmp_path):
+    # SpecForge's usual ids for a 32-layer target, [1, 15, 28], are what 0.4.8's defaults capture
+    target_cfg = {"architectures": ["LlamaForCausalLM"], "hidden_size": 4096, "num_hidden_layers": 32,
+                  "vocab_size": 128256, "max_position_embeddings": 131072, "rope_theta": 500000.0,
+                  "rope_scaling": {"rope_type": "llama3", "factor": 8.0}}
+    draft = draft_cfg(eagle_config={"eagle_aux_hidden_state_layer_ids": [1, 15, 28]})
+    target, draft_dir = deploy(tmp_path, target_cfg, draft)
+    report = doctor(box, launch(target, draft_dir), sglang_release("0.4.8"), "0.4.8")
+    assert "aux-ids-ignored" not in {f.rule for f in report.findings}
+    assert report.rule_failures == []

@@ -14,8 +14,9 @@ def test_swallowed_config_error_points_at_the_real_line(box, tmp_path, sglang_so
     f = by_rule(doctor(box, launch(t, d), sglang_source), "swallowed-config-error")
     path, line = f.evidence["source"]["value"].rsplit(":", 1)
     text = pathlib.Path(path).read_text().splitlines()
-    assert "eagle_config" in text[int(line) - 1]
-    assert any(ln.strip() == "except Exception:" for ln in text[int(line):int(line) + 12])
+    assert text[int(line) - 1].strip() == "except Exception:"
+    gpath, gline = f.evidence["guarded"]["value"].rsplit(":", 1)
+    assert gpath == path and int(gline) < int(line) and "eagle_config" in text[int(gline) - 1]
 
 
 def test_norm_flags_unsupported_only_where_the_engine_never_reads_the_key(box, tmp_path, sglang_source,

@@ -466,3 +466,32 @@ def test_launch_guard_refuses_the_ambiguous_flag_on_0_5_23_and_lets_0_5_9_start(
     assert [f.rule for f in exc.value.findings] == ["launch-flag-unknown"]
     ok = LaunchGuard(box, engine_root=str(sglang_release("0.5.9")), engine_version="0.5.9", cwd=str(tmp_path))
     assert ok.check(cmd, "as found").decision == "allowed"
+
+
+# --speculative-algorithm choices, by hand (grep -n -A4 '"--speculative-algorithm"' srt/server_args.py):
+# 0.4.6:862, 0.4.8:1108, 0.4.10:1279 choices=["EAGLE", "EAGLE3", "NEXTN"]; 0.5.2:1536 adds STANDALONE;
+# 0.5.4:2413 and 0.5.9:3925 add NGRAM; 0.5.12 on: no choices (type=str, upper-cased, from_string decides).
+ALGO_CHOICES = {"0.4.6": 862, "0.4.8": 1108, "0.4.10": 1279, "0.5.2": 1536, "0.5.4": 2413, "0.5.9": 3925}
+
+
+@pytest.mark.parametrize("version, algo, refused", [
+    ("0.4.6", "eagle3", True), ("0.4.6", "NEXTN", False), ("0.4.6", "STANDALONE", True),
+    ("0.4.8", "Eagle3", True), ("0.4.10", "EAGLE3", False), ("0.5.2", "STANDALONE", False),
+    ("0.5.2", "NGRAM", True), ("0.5.9", "eagle3", True), ("0.5.9", "NGRAM", False),
+    ("0.5.12", "eagle3", False), ("0.5.23", "eagle3", False), ("0.5.23", "nextn", False),
+])
+def test_algorithm_names_as_each_releases_argparse_takes_them(box, tmp_path, sglang_release, version, algo, refused):
+    cfg = draft_cfg(eagle_config={"eagle_aux_hidden_state_layer_ids": [1, 15, 28]})
+    t, d = deploy(tmp_path, LLAMA31_8B, cfg)
+    report = doctor(box, launch(t, d, algo=algo), sglang_release(version), version)
+    assert report.rule_failures == []
+    hits = [f for f in report.findings if f.rule == "spec-params-invalid"]
+    if not refused:
+        assert hits == [], [f.message for f in hits]
+        return
+    (f,) = hits
+    assert f.severity == "error" and f.prevents_start
+    assert "invalid choice" in f.message and f"--speculative-algorithm {algo}:" in f.message
+    assert f.evidence["argparse_choices"]["source"].endswith(f"srt/server_args.py:{ALGO_CHOICES[version]}")
+    if algo.upper() in f.evidence["argparse_choices"]["value"]:
+        assert LaunchCommand.parse(f.fix).get("--speculative-algorithm") == algo.upper()

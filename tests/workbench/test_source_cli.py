@@ -55,7 +55,7 @@ def test_scan_on_real_source_through_a_launch_command(cli, sglang_source):
     doc = json.loads(out)
     where = sorted(f["evidence"]["source"]["value"] for f in doc["findings"])
     assert where == sorted([
-        f"{sglang_source}/srt/model_executor/model_runner_components/spec_aux_hidden_state.py:188",
+        f"{sglang_source}/srt/model_executor/model_runner_components/spec_aux_hidden_state.py:195",
         f"{sglang_source}/srt/models/llama_eagle3.py:238", f"{sglang_source}/srt/models/llama_eagle3.py:363",
         f"{sglang_source}/srt/models/llama_eagle3.py:373"])
     assert doc["engine"]["version"] == "0.5.23"

@@ -706,8 +706,10 @@ class Swallowed:
     ``kind``: ``"handler"`` (a ``try`` whose broad handler neither logs nor re-raises) or
     ``"fallback"`` (a map entry marked silent: the fc width check, a ``params_dict`` test without
     ``else``). ``path``/``line``: the file on the box and the line reported (for a handler, the
-    guarded statement that reads ``eagle_config``, else the ``try`` body's first); ``function``:
-    the enclosing function's qualified name. Handlers: ``try_line``, ``handler`` (``"except
+    ``except`` line itself, SGLang 0.5.23 ``spec_aux_hidden_state.py:195``); ``function``: the
+    enclosing function's qualified name. Handlers: ``try_line``, ``guarded_line`` (the guarded
+    statement, as context: the one that reads ``eagle_config``, else the ``try`` body's first;
+    0.5.23 ``:188``), ``guarded`` (its source text, first line), ``handler`` (``"except
     Exception: (line N)"``), ``fallback`` (what the handler does instead), ``about`` (what the
     ``try`` guards). Fallbacks: ``code`` (the line's text), ``what`` and ``detail`` of the entry."""
 
@@ -717,6 +719,8 @@ class Swallowed:
     function: Optional[str]
     rel: str
     try_line: Optional[int] = None
+    guarded_line: Optional[int] = None
+    guarded: Optional[str] = None
     handler: Optional[str] = None
     handler_kind: Optional[str] = None
     fallback: Optional[str] = None
@@ -767,14 +771,15 @@ def swallowed_on_path(src: EngineSource, cmap: CodePathMap) -> list[Swallowed]:
                 if not _is_broad(h) or _logs_or_raises(h.body):
                     continue
                 path = src.path(rel)
-                if (path, node.lineno) in seen:
+                if (path, h.lineno) in seen:
                     continue
-                seen.add((path, node.lineno))
+                seen.add((path, h.lineno))
                 guarded = next((s for s in node.body if "eagle_config" in _seg(text, s)), node.body[0])
                 kind = f"except {_seg(text, h.type)}" if h.type is not None else "except"
                 reads = " ".join(_seg(text, s) for s in node.body)
                 out.append(Swallowed(
-                    "handler", path, guarded.lineno, qual, posixpath.relpath(path, src.root), try_line=node.lineno,
+                    "handler", path, h.lineno, qual, posixpath.relpath(path, src.root), try_line=node.lineno,
+                    guarded_line=guarded.lineno, guarded=_seg(text, guarded).splitlines()[0].strip(),
                     handler=f"{kind}: (line {h.lineno})", handler_kind=kind,
                     fallback="; ".join(_seg(text, s) for s in h.body),
                     about="the draft's eagle_config" if "eagle_config" in reads else "its try block"))

@@ -60,7 +60,11 @@ class CaptureRule:
     box's source or ``modelled`` from 0.5.23), ``unmatchable`` (entries the method set that equal
     no layer index — ``"2"``, ``2.5``, ``None``, ``[1]`` — so they never fire) and ``error``
     (``"TypeError: ..."``: the method raised for these ids, so the engine fails at start-up when
-    EAGLE3 sets capture up; ``captured`` is then ``None``)."""
+    EAGLE3 sets capture up; ``captured`` is then ``None``) and ``ignores_ids`` (the method takes no
+    layer ids at all, so the draft's ids are never read and ``captured`` is the release's default
+    layers whatever the config says: SGLang 0.4.6–0.4.8 ``srt/models/llama.py``
+    ``set_eagle3_layers_to_capture(self)``, called as ``set_eagle3_layers_to_capture()`` by
+    ``model_runner.py``; 0.4.9 on pass the ids)."""
 
     captured: list[int] | None
     reachable_max: int
@@ -68,6 +72,7 @@ class CaptureRule:
     how: str
     unmatchable: list = field(default_factory=list)
     error: str | None = None
+    ignores_ids: bool = False
 
 
 class EngineSource:
@@ -186,8 +191,17 @@ class EngineSource:
         ``LlamaForCausalLMEagle3``; a dotted name matches the end of the qualified name), found by
         walking each candidate file's :mod:`ast`. Candidates: ``file`` when given, else the files
         under ``srt/`` whose text holds ``def <last part>`` / ``class <last part>`` (or, for a
-        dotted name, ``class <first part>``). Raises :class:`SourceLookupError` when nothing is
-        found, or when more than ``limit`` files are candidates (qualify the name or give ``file``)."""
+        dotted name, ``class <first part>``).
+
+        ``Class.method`` that the class does not define itself is looked up in its base classes in
+        method resolution order (C3, as Python computes it, over the bases :mod:`ast` can resolve:
+        a class of the same file defined before it, the module a ``from ... import`` in that file
+        names, else the one file under ``srt/`` that defines ``class <base>``); the first base that
+        defines it gives the :class:`Definition`, with ``inherited_by`` (the class asked for) and
+        ``inherited_from`` (the defining class) set. Bases outside the engine package (``nn.Module``)
+        end the search. Raises :class:`SourceLookupError` when nothing is found (the message names
+        the classes searched and the bases that could not be resolved), or when more than ``limit``
+        files are candidates (qualify the name or give ``file``)."""
         parts = [p for p in (name or "").split(".") if p]
         if not parts or not all(re.fullmatch(r"[A-Za-z_]\w*", p) for p in parts):
             raise SourceLookupError(f"{name!r} is not a Python name (use func, Class or Class.method)",
@@ -210,15 +224,138 @@ class EngineSource:
                 continue
             for qual, node in _walk_definitions(tree):
                 if qual == name or qual.endswith("." + name):
-                    first = min([node.lineno] + [d.lineno for d in node.decorator_list])
-                    kind = "class" if isinstance(node, ast.ClassDef) else ("method" if "." in qual else "function")
-                    found.append(Definition(self.path(rel), qual, kind, node.lineno, node.end_lineno or node.lineno,
-                                            first, node.body[0].lineno))
+                    found.append(self._definition(rel, qual, node))
+        searched: list[str] = []
+        unresolved: list[str] = []
+        if not found and len(parts) > 1:
+            owner = ".".join(parts[:-1])
+            for rel in files:
+                tree = self.tree(rel)
+                if tree is None:
+                    continue
+                for qual, node in _walk_definitions(tree):
+                    if isinstance(node, ast.ClassDef) and (qual == owner or qual.endswith("." + owner)):
+                        hit = self._inherited(rel, qual, node, parts[-1], searched, unresolved)
+                        if hit is not None:
+                            found.append(hit)
         if not found:
-            raise SourceLookupError(f"no definition of {name!r} in the engine source",
+            extra = ""
+            if searched:
+                extra = f": {', '.join(searched)} do not define {parts[-1]!r}"
+                if unresolved:
+                    extra += f"; base(s) not found in the engine source: {', '.join(sorted(set(unresolved)))}"
+            raise SourceLookupError(f"no definition of {name!r} in the engine source{extra}",
                                     where=self.path(file) if file else self.root)
         return found
 
+    def _definition(self, rel: str, qual: str, node: ast.AST, **inherited: str) -> "Definition":
+        first = min([node.lineno] + [d.lineno for d in node.decorator_list])
+        kind = "class" if isinstance(node, ast.ClassDef) else ("method" if "." in qual else "function")
+        return Definition(self.path(rel), qual, kind, node.lineno, node.end_lineno or node.lineno, first,
+                          node.body[0].lineno, **inherited)
+
+    def _inherited(self, rel: str, qual: str, node: ast.ClassDef, method: str, searched: list[str],
+                   unresolved: list[str]) -> "Definition | None":
+        """The ``method`` of the first base of class ``qual`` (``node`` in ``rel``) that defines it,
+        in method resolution order (see :meth:`find_definition`); ``searched`` / ``unresolved``
+        collect the classes looked at (``Name (file)``) and the base names no file resolved."""
+        mro = self._mro((rel, node.lineno, node.name), node, unresolved, set())
+        searched.append(f"{qual} ({rel})")
+        for brel, bnode in mro[1:]:
+            searched.append(f"{bnode.name} ({brel})")
+            for item in bnode.body:
+                if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)) and item.name == method:
+                    return self._definition(brel, f"{bnode.name}.{method}", item, inherited_by=qual,
+                                            inherited_from=f"{bnode.name} ({brel})")
+        return None
+
+    def _mro(self, key: tuple, node: ast.ClassDef, unresolved: list[str], active: set,
+             depth: int = 0) -> list[tuple[str, ast.ClassDef]]:
+        """C3 linearization of a class (``key`` = (file, line, name)) over its resolvable bases:
+        ``[(file, node), ...]`` starting with the class itself. A cycle, more than 16 levels, or
+        bases C3 cannot merge fall back to depth-first order without repeats."""
+        me = (key[0], node)
+        if key in active or depth > 16:
+            return [me]
+        active = active | {key}
+        bases: list[tuple[tuple, ast.ClassDef]] = []
+        for b in node.bases:
+            bname = _base_name(b)
+            if bname is None or bname in ("object", "Module", "Generic", "Protocol", "ABC"):
+                continue
+            hit = self._resolve_class(key[0], bname, node.lineno)
+            if hit is None:
+                if not _external_base(self, key[0], bname):
+                    unresolved.append(bname)
+                continue
+            brel, bnode = hit
+            bases.append(((brel, bnode.lineno, bnode.name), bnode))
+        seqs = [[(k, n) for k, n in self._keyed(self._mro(k, n, unresolved, active, depth + 1))] for k, n in bases]
+        seqs.append(list(bases))
+        merged = _c3_merge([list(s) for s in seqs])
+        if merged is None:
+            merged, seen = [], set()
+            for s in seqs:
+                for k, n in s:
+                    if k not in seen:
+                        seen.add(k)
+                        merged.append((k, n))
+        return [me] + [(k[0], n) for k, n in merged]
+
+    @staticmethod
+    def _keyed(mro: list[tuple[str, ast.ClassDef]]) -> list[tuple[tuple, ast.ClassDef]]:
+        return [((rel, n.lineno, n.name), n) for rel, n in mro]
+
+    def _resolve_class(self, rel: str, name: str, before: int, depth: int = 0) -> tuple[str, ast.ClassDef] | None:
+        """The class a base called ``name`` means in file ``rel`` for a class statement at line
+        ``before``: a top-level class of that file defined earlier, else what a ``from M import name
+        [as name]`` of that file brings in (followed through re-exports, 4 levels), else the first
+        file under ``srt/`` (sorted) with a top-level ``class name``. ``None`` when none is found."""
+        tree = self.tree(rel)
+        if tree is not None:
+            earlier = [n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == name and n.lineno < before]
+            if earlier:
+                return rel, earlier[-1]
+            for imp in tree.body:
+                if not isinstance(imp, ast.ImportFrom):
+                    continue
+                for alias in imp.names:
+                    if (alias.asname or alias.name) != name:
+                        continue
+                    target = self._module_file(rel, imp.module, imp.level)
+                    if target is None or depth > 4:
+                        return None
+                    return self._resolve_class(target, alias.name, 10 ** 9, depth + 1)
+        if depth:
+            return None
+        hits = self.grep([f"class {name}"])
+        for crel in sorted({r for r, _ in hits[f"class {name}"]}):
+            ctree = self.tree(crel)
+            if ctree is None:
+                continue
+            for n in ctree.body:
+                if isinstance(n, ast.ClassDef) and n.name == name:
+                    return crel, n
+        return None
+
+    def _module_file(self, rel: str, module: str | None, level: int) -> str | None:
+        """The file (relative to the root) of module ``module`` imported from file ``rel``
+        (``level`` leading dots); ``None`` when it lies outside the engine package."""
+        pkg = posixpath.basename(self.root)
+        if level:
+            base = posixpath.dirname(rel)
+            for _ in range(level - 1):
+                base = posixpath.dirname(base)
+            parts = ([base] if base else []) + (module.split(".") if module else [])
+            stem = posixpath.join(*parts) if parts else ""
+        else:
+            if not module or not (module == pkg or module.startswith(pkg + ".")):
+                return None
+            stem = "/".join(module.split(".")[1:])
+        for cand in (stem + ".py", posixpath.join(stem, "__init__.py")):
+            if cand and not cand.startswith("/") and self.read(cand) is not None:
+                return cand
+        return None
 
     def find_class(self, name: str) -> tuple[str, ast.ClassDef, str] | None:
         """``(relative file, class node, file text)`` of ``class name(`` under ``srt/models``."""
@@ -315,6 +452,12 @@ class EngineSource:
                 return delegate
         reach = num_layers if re.search(r"(end_layer|num_layers|len\(self\.layers\))\s+in\s+self\.layers_to_capture",
                                         text) else num_layers - 1
+        if not _takes_ids(fn):
+            # SGLang 0.4.6-0.4.8: set_eagle3_layers_to_capture(self), called without ids; the draft's
+            # ids are never read and the method's defaults are captured
+            captured, unmatchable = split_captured(_evaluate_capture(fn, num_layers, None, pass_ids=False))
+            return CaptureRule(captured, reach, src, "evaluated from the box's engine source", unmatchable,
+                               ignores_ids=True)
         try:
             got = _evaluate_capture(fn, num_layers, ids)
         except Exception as exc:  # noqa: BLE001 - the engine's own method, run on the draft's ids
@@ -344,6 +487,29 @@ class EngineSource:
                 if cls.strip():
                     out[cls.strip()] = f"srt/models/{n}"
         return out
+
+    def spec_algorithm_choices(self) -> tuple[list[str], str] | None:
+        """``(choices, "file:line")`` when the release's argparse restricts ``--speculative-algorithm``
+        to a ``choices=[...]`` list (case-sensitive: argparse checks the string as written, before
+        the engine upper-cases it). SGLang 0.4.6 ``srt/server_args.py:862`` ``["EAGLE", "EAGLE3",
+        "NEXTN"]`` … 0.5.9 ``:3925`` (plus ``STANDALONE``, ``NGRAM``); 0.5.12 on have no choices
+        (any name, upper-cased, ``from_string``/plugins decide): ``None`` then, or when the file
+        is absent."""
+        text = self.read("srt/server_args.py")
+        tree = self.tree("srt/server_args.py") if text is not None else None
+        if tree is None:
+            return None
+        for node in ast.walk(tree):
+            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                    and node.func.attr == "add_argument" and node.args
+                    and isinstance(node.args[0], ast.Constant) and node.args[0].value == "--speculative-algorithm"):
+                continue
+            for kw in node.keywords:
+                if kw.arg == "choices" and isinstance(kw.value, (ast.List, ast.Tuple)) and all(
+                        isinstance(e, ast.Constant) and isinstance(e.value, str) for e in kw.value.elts):
+                    return [e.value for e in kw.value.elts], f"{self.root}/srt/server_args.py:{node.args[0].lineno}"
+            return None
+        return None
 
     def spec_algorithms(self) -> tuple[set[str], str] | None:
         """The algorithm names the engine accepts without a plugin: the members of
@@ -375,7 +541,9 @@ class EngineSource:
 class Definition:
     """A function, method or class in the engine source. ``file`` is the absolute path on the
     box; ``line`` the ``def``/``class`` line, ``first_line`` the first decorator's line,
-    ``body_line`` the first statement of the body, ``end_line`` the last line (all 1-based)."""
+    ``body_line`` the first statement of the body, ``end_line`` the last line (all 1-based).
+    A method found in a base class (:meth:`EngineSource.find_definition` of ``Class.method``) has
+    ``inherited_by`` (the class asked for) and ``inherited_from`` (``Base (file)``); else ``None``."""
 
     file: str
     qualname: str
@@ -384,12 +552,17 @@ class Definition:
     end_line: int
     first_line: int
     body_line: int
+    inherited_by: str | None = None
+    inherited_from: str | None = None
 
     def to_dict(self) -> dict:
         return dict(self.__dict__)
 
     def __str__(self) -> str:
-        return f"{self.file}:{self.line}  {self.kind} {self.qualname} (lines {self.first_line}-{self.end_line})"
+        text = f"{self.file}:{self.line}  {self.kind} {self.qualname} (lines {self.first_line}-{self.end_line})"
+        if self.inherited_by:
+            text += f", inherited by {self.inherited_by} from {self.inherited_from}"
+        return text
 
 
 @dataclass(frozen=True)
@@ -426,6 +599,49 @@ def _walk_definitions(tree: ast.AST, prefix: tuple[str, ...] = ()):
             yield from _walk_definitions(child, prefix)
 
 
+def _base_name(expr: ast.expr) -> str | None:
+    """The class name a base-class expression names: ``A`` -> A, ``m.A`` -> A, ``A[T]`` -> A."""
+    if isinstance(expr, ast.Subscript):
+        expr = expr.value
+    if isinstance(expr, ast.Name):
+        return expr.id
+    if isinstance(expr, ast.Attribute):
+        return expr.attr
+    return None
+
+
+def _external_base(src: "EngineSource", rel: str, name: str) -> bool:
+    """Whether file ``rel`` imports ``name`` from outside the engine package (``torch``,
+    ``transformers``): such a base ends the search without being reported as unresolved."""
+    tree = src.tree(rel)
+    if tree is None:
+        return False
+    for imp in tree.body:
+        if isinstance(imp, ast.ImportFrom) and any((a.asname or a.name) == name for a in imp.names):
+            return src._module_file(rel, imp.module, imp.level) is None
+        if isinstance(imp, ast.Import) and any((a.asname or a.name).split(".")[0] == name for a in imp.names):
+            return True
+    return False
+
+
+def _c3_merge(seqs: list[list[tuple]]) -> list[tuple] | None:
+    """C3 merge of linearizations (lists of ``(key, node)``), as Python's MRO; ``None`` when no
+    consistent order exists."""
+    out: list[tuple] = []
+    seqs = [s for s in seqs if s]
+    while seqs:
+        for s in seqs:
+            head = s[0][0]
+            if not any(head in [k for k, _ in t[1:]] for t in seqs):
+                break
+        else:
+            return None
+        out.append(s[0])
+        seqs = [[x for x in t if x[0] != head] for t in seqs]
+        seqs = [t for t in seqs if t]
+    return out
+
+
 def _well_formed(ids: Any) -> bool:
     return ids is None or (isinstance(ids, list) and all(isinstance(i, int) and not isinstance(i, bool) for i in ids))
 
@@ -456,11 +672,18 @@ def split_captured(got: Any) -> tuple[list[int] | None, list]:
     return captured, unmatchable
 
 
-def _evaluate_capture(fn: ast.FunctionDef, num_layers: int, ids: Any) -> list | None:
+def _takes_ids(fn: ast.FunctionDef) -> bool:
+    """The method has a parameter after ``self`` (or ``*args``) for the layer ids: false for SGLang
+    0.4.6–0.4.8's ``set_eagle3_layers_to_capture(self)``."""
+    return len(fn.args.posonlyargs) + len(fn.args.args) > 1 or fn.args.vararg is not None
+
+
+def _evaluate_capture(fn: ast.FunctionDef, num_layers: int, ids: Any, *, pass_ids: bool = True) -> list | None:
     """Run the engine's ``set_eagle3_layers_to_capture`` (``fn``) on a stand-in target with
     ``num_layers`` layers and the ids as the engine passes them (a deep copy: JSON values
-    unchanged); returns the list it set (entries as the method made them), ``None`` when it set
-    none. Raises what the method raises."""
+    unchanged; no argument at all when ``pass_ids`` is false, as SGLang 0.4.6–0.4.8 call it);
+    returns the list it set (entries as the method made them), ``None`` when it set none. Raises
+    what the method raises."""
     import copy
 
     fn = ast.fix_missing_locations(_strip_annotations(fn))
@@ -469,7 +692,10 @@ def _evaluate_capture(fn: ast.FunctionDef, num_layers: int, ids: Any) -> list | 
     exec(compile(module, "<set_eagle3_layers_to_capture>", "exec"), ns)  # noqa: S102 - list arithmetic, restricted builtins
     model = _Rec(layers_to_capture=None)
     self_obj = _Rec(model=model, config=_Rec(num_hidden_layers=num_layers), pp_group=_Rec(is_last_rank=True))
-    ns[fn.name](self_obj, copy.deepcopy(ids))
+    if pass_ids:
+        ns[fn.name](self_obj, copy.deepcopy(ids))
+    else:
+        ns[fn.name](self_obj)
     got = model.layers_to_capture
     if got is None and isinstance(self_obj.__dict__.get("layers_to_capture"), list):
         got = self_obj.__dict__["layers_to_capture"]  # a target that keeps the list on itself

@@ -22,7 +22,9 @@ release               what changes in the line (``srt/managers/...``)
                       the throughput; PD ``#retracted-req``; lines end with ``", "``.
 0.5.3                 ``cuda graph``/``cpu graph``; PD decode ``#prealloc-req``, ``#transfer-req``;
                       PD prefill ``#prealloc-req``, ``#inflight-req``; still ``batch.`` and ``", "``.
-0.5.4 (public log)    ``Decode batch.`` with ``accept rate`` (sgl-project/sglang#11948).
+0.5.4                 ``Decode batch [N],`` (the iteration always; the wheel's
+                      ``scheduler_metrics_mixin.py``) and ``accept rate``; a public 0.5.4 log
+                      (sgl-project/sglang#11948) shows ``Decode batch.`` with ``accept rate``.
 0.5.5 - 0.5.7         ``Decode batch,`` / ``Prefill batch,`` and the optional iteration
                       ``batch [N],`` (``SGLANG_LOG_FORWARD_ITERS``); ``accept rate``; hybrid GDN
                       ``mamba num``/``mamba usage``; 0.5.7: ``.mmm`` with ``SGLANG_LOG_MS``, tags
@@ -38,8 +40,12 @@ release               what changes in the line (``srt/managers/...``)
                       ``#host-receive-req``; HiSparse ``#gpu token``/``#cpu token``.
 ====================  =========================================================================
 
-No release from 0.4.0 to 0.5.23 names the accept length anything but ``accept len``, nor writes a
-``largest-len`` field; unknown ``key: value`` items are kept in :attr:`LogRecord.fields` whatever
+No release from 0.4.0 to 0.5.23 names the accept length anything but ``accept len`` (always τ:
+accepted tokens, bonus included, per verify step), nor writes a ``largest-len`` field. The printed
+``accept rate`` changed its definition (0.5.4 - 0.5.5 τ/(S+1), 0.5.6 - 0.5.10 τ/D, 0.5.12 on
+correct/proposed drafts): :mod:`workbench.logs.formats` holds the formats per release and turns
+any of them into correct/proposed (:func:`~workbench.logs.formats.engine_accept_rate`,
+:func:`acceptance_from_log` with ``version=``); unknown ``key: value`` items are kept in :attr:`LogRecord.fields` whatever
 their name. SGLang's own ``srt/debug_utils/log_parser.py`` does not match most of these lines.
 
 Two parsers, the same answers:
@@ -62,6 +68,9 @@ Modules, in dependency order (each imports only modules above it; no cycle):
 ====================  =========================================================================
 module                what it holds
 ====================  =========================================================================
+:mod:`.formats`       the acceptance part of the decode line per release
+                      (:data:`~.formats.DECODE_LINE_FORMATS`), the accept-rate conversions.
+                      Standard library only.
 :mod:`.lines`         the complete parser: SGLang's prefix / batch regexes, ``_number``,
                       :class:`LogRecord`, :func:`parse_log_line`, :class:`ParsedLog`,
                       :func:`parse_log`, :class:`LogAcceptance`, :func:`acceptance_from_log`,
@@ -102,6 +111,7 @@ from workbench.logs.lines import (
     parse_log,
     parse_log_line,
 )
+from workbench.logs.formats import DECODE_LINE_FORMATS, correct_draft_rate, decode_line_format, engine_accept_rate
 from workbench.logs.bounded import MAX_LINE, LineCapper, cap_lines, cut_length
 from workbench.logs.summary import LogSummary, Stat
 from workbench.logs.scanner import LogScanner
@@ -123,5 +133,6 @@ __all__ = [
     "LogScanner", "LogSummary", "Stat", "FollowEvent", "LogFollower", "LogInputError",
     "summarize_bytes", "scan_file", "scan_box", "read_box", "tail_bytes", "tail_box", "epoch_seconds",
     "DEFAULT_DECODE_LOG_INTERVAL", "BLOCK", "TAIL_BLOCK", "read_decode_records", "MAX_LINE", "LineCapper",
-    "cap_lines", "cut_length",
+    "cap_lines", "cut_length", "DECODE_LINE_FORMATS", "decode_line_format", "correct_draft_rate",
+    "engine_accept_rate",
 ]

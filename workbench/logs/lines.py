@@ -7,7 +7,8 @@ turns decode records into a :class:`LogAcceptance`. Also here, because every oth
 the package uses them: SGLang's prefix / batch regexes, :func:`epoch_seconds` and ``_iso`` (the
 log's clock as seconds since 1970 and back) and :data:`DEFAULT_DECODE_LOG_INTERVAL`.
 
-The bottom of the package: imports nothing from :mod:`workbench` (the standard library only).
+The bottom of the package with :mod:`.formats` (the per-release acceptance formats, imported
+lazily by :func:`acceptance_from_log`): the standard library only, nothing else from :mod:`workbench`.
 """
 
 from __future__ import annotations
@@ -266,6 +267,12 @@ class LogAcceptance:
     ``accept_length`` is the unweighted mean over lines (``median``, ``last``, ``min``,
     ``max`` beside it). ``speculative`` is False and the values ``None`` when no decode line
     carries ``accept len``; ``note`` says why.
+
+    ``accept_rate``: the mean printed ``accept rate`` — whose definition depends on the release
+    (:mod:`workbench.logs.formats`) — unless :func:`acceptance_from_log` was told the release and
+    the server's settings: then correct drafts / proposed drafts for every release, the printed
+    mean kept in ``accept_rate_engine`` and its definition in ``accept_rate_definition``
+    (a :data:`~workbench.logs.formats.ACCEPT_RATE_DEFINITIONS` name).
     """
 
     accept_length: float | None
@@ -278,6 +285,8 @@ class LogAcceptance:
     speculative: bool
     note: str | None = None
     source: str = "log"
+    accept_rate_engine: float | None = None
+    accept_rate_definition: str | None = None
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -289,15 +298,41 @@ def _not_speculative_note(decode_lines: int) -> str:
     return f"{decode_lines} decode lines, none with 'accept len': speculative decoding is off on this server"
 
 
-def acceptance_from_log(records: Union[Iterable[LogRecord], ParsedLog]) -> LogAcceptance:
-    """Accept length / rate from decode-log records (see :class:`LogAcceptance`)."""
+def acceptance_from_log(records: Union[Iterable[LogRecord], ParsedLog], *, version: str | None = None,
+                        num_steps: int | None = None, num_draft_tokens: int | None = None) -> LogAcceptance:
+    """Accept length / rate from decode-log records (see :class:`LogAcceptance`).
+
+    ``version`` (the server's SGLang release, e.g. ``/server_info`` ``version``), ``num_steps``
+    and ``num_draft_tokens`` (its ``speculative_num_steps`` / ``speculative_num_draft_tokens``):
+    with ``version`` and ``num_draft_tokens`` the rate is reported as correct drafts / proposed
+    drafts = ``(accept len − 1) / (D − 1)`` per line (:func:`workbench.logs.formats.correct_draft_rate`;
+    the same on every release, also on 0.4.6 - 0.5.3, which print no rate), the printed rate kept
+    in ``accept_rate_engine`` with its definition. Raises ``ValueError`` for a ``version`` that is
+    no version text."""
+    from workbench.logs.formats import correct_draft_rate, decode_line_format
+
     recs = records.decode if isinstance(records, ParsedLog) else [r for r in records if r.kind == "decode"]
     lens = [r.accept_len for r in recs if r.accept_len is not None]
     rates = [r.accept_rate for r in recs if r.accept_rate is not None]
+    fmt = decode_line_format(version) if version is not None else None
     if not lens:
         return LogAcceptance(None, None, None, None, None, None, len(recs), False, note=_not_speculative_note(len(recs)))
-    return LogAcceptance(
-        accept_length=statistics.fmean(lens), accept_rate=statistics.fmean(rates) if rates else None,
+    printed = statistics.fmean(rates) if rates else None
+    out = LogAcceptance(
+        accept_length=statistics.fmean(lens), accept_rate=printed,
         median=statistics.median(lens), last=lens[-1], min=min(lens), max=max(lens), lines=len(lens),
         speculative=True,
     )
+    if version is not None:
+        out.accept_rate_engine = printed
+        out.accept_rate_definition = fmt.accept_rate if fmt is not None else None
+        converted = [correct_draft_rate(a, num_draft_tokens) for a in lens]
+        if num_draft_tokens and num_draft_tokens >= 2:
+            out.accept_rate = statistics.fmean(converted)
+        else:
+            out.accept_rate = printed if fmt is not None and fmt.accept_rate == "correct/proposed" else None
+            out.note = (f"accept rate as correct/proposed drafts needs the server's speculative_num_draft_tokens"
+                        + ("" if out.accept_rate is not None else
+                           f"; SGLang {version} prints "
+                           + (f"'{fmt.accept_rate}'" if fmt is not None and fmt.accept_rate else "no accept rate")))
+    return out

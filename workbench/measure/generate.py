@@ -11,9 +11,14 @@ Definitions (SGLang 0.5.23, ``srt/managers/tokenizer_manager.py`` for ``/generat
   Σ spec_num_proposed_drafts``; the plain mean of the per-request ``spec_accept_rate`` is kept
   beside it.
 
-SGLang adds the ``spec_*`` keys to ``meta_info`` only when ``spec_verify_ct > 0``. A response
-without them means speculative decoding is off or the engine did not report it; this module
-says so (``speculative=False``, ``accept_length=None``) and never substitutes 1.0.
+The ``meta_info`` names changed across releases (0.4.6 - 0.5.3: ``spec_verify_ct`` only; 0.5.4 -
+0.5.5: ``spec_accept_rate`` over ``speculative_num_steps``; 0.5.6 - 0.5.10: ``spec_accept_token_num``
+/ ``spec_draft_token_num``; 0.5.12 on: ``spec_num_correct_drafts`` / ``spec_num_proposed_drafts``;
+every name with its releases in :mod:`workbench.measure.fields`); :func:`record_from_response`
+reads each release's names into the same fields and definitions. A response without
+``spec_verify_ct > 0`` means speculative decoding is off or the engine did not report it (0.5.4 -
+0.5.6 write ``spec_verify_ct`` 0 with ``spec_accept_length`` 0 then); this module says so
+(``speculative=False``, ``accept_length=None``) and never substitutes 1.0 or 0.
 
 This module: :func:`measure_generate` (greedy requests to ``POST /generate``). The other sources
 are :mod:`workbench.measure.sources` (the OpenAI endpoints, ``/metrics``, ``/server_info``) and
@@ -25,7 +30,7 @@ from __future__ import annotations
 import statistics
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Sequence
 
 import httpx
@@ -37,8 +42,8 @@ __all__ = ["AcceptanceError", "RequestRecord", "AcceptanceMeasurement", "measure
 
 NOT_SPECULATIVE_NOTE = (
     "no response carried spec_verify_ct: speculative decoding is off on this server, or the engine did not "
-    "report it (SGLang 0.5.23 adds the spec_* meta_info keys only when spec_verify_ct > 0); accept length is "
-    "unknown, not 1.0"
+    "report it (SGLang 0.4.6 - 0.5.3 add only spec_verify_ct, 0.5.4 - 0.5.6 write it as 0 when nothing was "
+    "verified, 0.5.7+ add the spec_* meta_info keys only when spec_verify_ct > 0); accept length is unknown, not 1.0"
 )
 
 SERVER_INFO_KEYS = (
@@ -59,8 +64,12 @@ class RequestRecord:
     ``prompt_index``: index into the prompt list; token counts from ``meta_info``;
     ``spec_verify_ct`` and the other ``spec_*`` values are ``None`` when the response did not
     carry them; ``histogram``: ``spec_correct_drafts_histogram`` (index k = verify steps that
-    accepted k drafts; the pre-0.5.23 key ``spec_accept_histogram`` is read too);
-    ``e2e_latency``: the server's seconds; ``wall_s``: seconds measured by this client.
+    accepted k drafts; the 0.5.9 - 0.5.20 key ``spec_accept_histogram`` is read too);
+    ``spec_num_correct_drafts`` / ``spec_num_proposed_drafts`` / ``spec_accept_rate`` in the
+    0.5.12+ sense whatever names the release used (:func:`record_from_response`);
+    ``e2e_latency``: the server's seconds; ``wall_s``: seconds measured by this client;
+    ``read_from``: field → the ``meta_info`` key (or formula) it was read from (not named ``*keys``:
+    the redaction of command output masks such names).
     """
 
     prompt_index: int
@@ -76,6 +85,7 @@ class RequestRecord:
     wall_s: float
     finish_reason: Any = None
     text: str | None = None
+    read_from: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -127,31 +137,89 @@ def _opt_float(v: Any) -> float | None:
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
 
-def record_from_response(prompt_index: int, body: Any, wall_s: float, *, url: str = "/generate") -> RequestRecord:
-    """Turn one ``/generate`` JSON response into a :class:`RequestRecord`.
+def _first_key(meta: dict, keys: Sequence[str], conv: Callable[[Any], Any]) -> tuple[Any, str | None]:
+    """The first of ``keys`` present in ``meta`` with a usable value (after ``conv``) and its name."""
+    for k in keys:
+        v = conv(meta.get(k))
+        if v is not None:
+            return v, k
+    return None, None
 
-    Raises :class:`AcceptanceError` when ``meta_info.completion_tokens`` is missing.
+
+#: meta_info keys per field, newest name first (:data:`workbench.measure.fields.META_INFO_KEYS`
+#: gives each key's releases).
+CORRECT_DRAFT_KEYS = ("spec_num_correct_drafts", "spec_accepted_drafts", "spec_accept_token_num")
+PROPOSED_DRAFT_KEYS = ("spec_num_proposed_drafts", "spec_proposed_drafts", "spec_draft_token_num")
+HISTOGRAM_KEYS = ("spec_correct_drafts_histogram", "spec_accept_histogram")
+
+
+def record_from_response(prompt_index: int, body: Any, wall_s: float, *, url: str = "/generate",
+                         num_steps: int | None = None, num_draft_tokens: int | None = None) -> RequestRecord:
+    """Turn one ``/generate`` JSON response into a :class:`RequestRecord`, whatever the release's
+    ``meta_info`` names (:mod:`workbench.measure.fields`): correct drafts from
+    ``spec_num_correct_drafts`` (0.5.12+), ``spec_accepted_drafts`` (its 0.5.12 - 0.5.20 alias) or
+    ``spec_accept_token_num`` (0.5.6 - 0.5.10); proposed drafts from ``spec_num_proposed_drafts`` /
+    ``spec_proposed_drafts`` / ``spec_draft_token_num``; the histogram from
+    ``spec_correct_drafts_histogram`` or ``spec_accept_histogram`` (0.5.9 - 0.5.20).
+
+    A ``spec_verify_ct`` of 0 (0.5.4 - 0.5.6 write it, with ``spec_accept_length`` 0 and
+    ``spec_accept_rate`` 0.0, for every finished request) leaves every spec field ``None``: not
+    measured, never an accept length of 0 or 1. 0.5.4 - 0.5.5 give no counts, only
+    ``spec_accept_rate`` = correct / (verify × ``speculative_num_steps``): with ``num_steps`` (the
+    server's ``speculative_num_steps``) the correct drafts are recovered from it (rounded to the
+    nearest count), and with ``num_draft_tokens`` (D) the proposed drafts = verify × (D − 1) and the
+    rate restated as correct / proposed. ``read_from`` of the record names the key each value came
+    from. Raises :class:`AcceptanceError` when ``meta_info.completion_tokens`` is missing.
     """
     if isinstance(body, list) and len(body) == 1:
         body = body[0]
     meta = body.get("meta_info") if isinstance(body, dict) else None
     if not isinstance(meta, dict) or not isinstance(meta.get("completion_tokens"), int):
         raise AcceptanceError(f"{url}: response has no meta_info.completion_tokens: {str(body)[:300]}")
-    hist = meta.get("spec_correct_drafts_histogram", meta.get("spec_accept_histogram"))
+    verify = _opt_int(meta.get("spec_verify_ct"))
+    keys: dict[str, str] = {}
+    correct = proposed = hist = length = rate = None
+    if verify:
+        keys["verify_steps"] = "spec_verify_ct"
+        correct, k = _first_key(meta, CORRECT_DRAFT_KEYS, _opt_int)
+        if k:
+            keys["correct_drafts"] = k
+        proposed, k = _first_key(meta, PROPOSED_DRAFT_KEYS, _opt_int)
+        if k:
+            keys["proposed_drafts"] = k
+        hist, k = _first_key(meta, HISTOGRAM_KEYS, lambda v: [int(x) for x in v] if isinstance(v, list) else None)
+        if k:
+            keys["histogram"] = k
+        length = _opt_float(meta.get("spec_accept_length")) or None      # 0: not measured (0.5.4 - 0.5.6)
+        rate = _opt_float(meta.get("spec_accept_rate"))
+        if rate is not None and correct is None and proposed is None:
+            # 0.5.4 - 0.5.5: the rate is the only count, over verify × speculative_num_steps
+            if num_steps:
+                correct = round(rate * verify * num_steps)
+                keys["correct_drafts"] = "spec_accept_rate × spec_verify_ct × speculative_num_steps"
+                if num_draft_tokens and num_draft_tokens > 1:
+                    proposed = verify * (num_draft_tokens - 1)
+                    keys["proposed_drafts"] = "spec_verify_ct × (speculative_num_draft_tokens − 1)"
+                    rate = correct / proposed
+                else:
+                    rate = None
+            else:
+                rate = None     # its denominator (speculative_num_steps) unknown: no comparable rate
     return RequestRecord(
         prompt_index=prompt_index,
         completion_tokens=meta["completion_tokens"],
         prompt_tokens=_opt_int(meta.get("prompt_tokens")),
-        spec_verify_ct=_opt_int(meta.get("spec_verify_ct")),
-        spec_accept_length=_opt_float(meta.get("spec_accept_length")),
-        spec_accept_rate=_opt_float(meta.get("spec_accept_rate")),
-        spec_num_correct_drafts=_opt_int(meta.get("spec_num_correct_drafts")),
-        spec_num_proposed_drafts=_opt_int(meta.get("spec_num_proposed_drafts")),
-        histogram=[int(x) for x in hist] if isinstance(hist, list) else None,
+        spec_verify_ct=verify or None,
+        spec_accept_length=length,
+        spec_accept_rate=rate,
+        spec_num_correct_drafts=correct,
+        spec_num_proposed_drafts=proposed,
+        histogram=hist,
         e2e_latency=_opt_float(meta.get("e2e_latency")),
         wall_s=wall_s,
         finish_reason=meta.get("finish_reason"),
         text=body.get("text") if isinstance(body.get("text"), str) else None,
+        read_from=keys,
     )
 
 
@@ -231,15 +299,22 @@ def _post_generate(client: httpx.Client, url: str, prompt: str, max_new_tokens: 
 
 
 def _server_info(client: httpx.Client, base_url: str, timeout: float) -> dict:
-    url = base_url.rstrip("/") + "/server_info"
-    try:
-        resp = client.get(url, timeout=timeout)
-        resp.raise_for_status()
-        info = resp.json()
-    except httpx.HTTPError as exc:
-        return {"error": timeout_message("GET", url, exc, timeout)}
-    except ValueError as exc:
-        return {"error": f"GET {url}: {type(exc).__name__}: {exc}"}
+    """The server's speculative settings (``SERVER_INFO_KEYS``) from ``GET /server_info``, or
+    ``GET /get_server_info`` where the first answers 404 (SGLang 0.4.6 - 0.5.5 have only the old
+    route); ``{"error": why}`` when neither answers."""
+    for path in ("/server_info", "/get_server_info"):
+        url = base_url.rstrip("/") + path
+        try:
+            resp = client.get(url, timeout=timeout)
+            if resp.status_code == 404 and path == "/server_info":
+                continue
+            resp.raise_for_status()
+            info = resp.json()
+        except httpx.HTTPError as exc:
+            return {"error": timeout_message("GET", url, exc, timeout)}
+        except ValueError as exc:
+            return {"error": f"GET {url}: {type(exc).__name__}: {exc}"}
+        break
     if not isinstance(info, dict):
         return {"error": f"GET {url}: not a JSON object"}
     return {k: info.get(k) for k in SERVER_INFO_KEYS if k in info}
@@ -305,9 +380,11 @@ def measure_generate(
         # stdout line when done
         bar = tqdm(texts, desc="requests", unit="req", disable=progress in (False, "text"), mininterval=1.0,
                    leave=False)
+        pre = _server_info(client, base_url, timeout) if fetch_server_info else {}
+        steps, draft_tokens = _opt_int(pre.get("speculative_num_steps")), _opt_int(pre.get("speculative_num_draft_tokens"))
         for i, text in enumerate(bar):
             body, wall = _post_generate(client, url, text, max_new_tokens, timeout)
-            rec = record_from_response(i, body, wall, url=url)
+            rec = record_from_response(i, body, wall, url=url, num_steps=steps, num_draft_tokens=draft_tokens)
             if not keep_text:
                 rec.text = None
             records.append(rec)

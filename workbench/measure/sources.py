@@ -54,6 +54,14 @@ Sources (each probed; one that the box does not offer is reported unavailable, w
     cumulative, so no before/after delta exists: it excludes warm-up only when the window is at
     least two log intervals long (flagged per measurement).
 
+Releases: every name above is SGLang 0.5.23's; older releases name and place them differently
+(``meta_info`` keys renamed at 0.5.6 and 0.5.12, ``/server_info`` only from 0.5.6 and
+``avg_spec_accept_length`` at the top level in 0.4.6, ``sglang:spec_verify_calls_total`` only from
+0.5.15, ``sglang:spec_accept_rate`` with the decode line's definition of that release): each with
+its releases in :mod:`workbench.measure.fields` and :mod:`workbench.logs.formats`. Every reader
+here accepts every release's names and reports the definitions below; a source a release lacks is
+"unavailable", with the release that added it.
+
 Definitions (over the counted requests; sums first, then divide; never 1.0 for a missing value):
 
 - **accept length (SGLang)** ``L = Σ completion_tokens / Σ spec_verify_ct``: tokens per verify step,
@@ -91,13 +99,15 @@ from workbench.errors import AcceptanceError, MeasureError, PromptSetError
 from workbench.measure.generate import (
     RequestRecord, _opt_float, _opt_int, auth_headers, record_from_response, sum_histograms, timeout_message,
 )
+from workbench.logs.formats import ACCEPT_RATE_DEFINITIONS, correct_draft_rate, decode_line_format
+from workbench.measure.fields import METRIC_NAMES, has_name
 from workbench.measure.prompts import BUILTIN_PROMPT_SETS, load_prompts
 from workbench.rules.runtime import acceptance_collapsed
 
 __all__ = [
     "SOURCES", "BUILTIN_PROMPT_SETS", "MeasureError", "PromptSetError", "SourceAcceptance", "Measurement",
     "load_prompts", "measure", "acceptance_from_counts", "position_acceptance", "record_from_openai",
-    "parse_metrics", "MetricsSnapshot", "format_table",
+    "parse_metrics", "MetricsSnapshot", "format_table", "summarize_records", "avg_accept_lengths",
 ]
 
 SOURCES = ("generate", "openai", "server_info", "metrics")
@@ -218,9 +228,12 @@ class SourceAcceptance:
         return asdict(self)
 
 
-def _summarize_records(source: str, endpoint: str, records: Sequence[RequestRecord],
-                       draft_positions: int | None) -> SourceAcceptance:
-    """A :class:`SourceAcceptance` from counted requests (module docstring definitions)."""
+def summarize_records(source: str, endpoint: str, records: Sequence[RequestRecord],
+                      draft_positions: int | None) -> SourceAcceptance:
+    """A :class:`SourceAcceptance` (scope ``measured window``) from counted requests
+    (:class:`RequestRecord` s of any release, :func:`record_from_response`) with the module
+    docstring's definitions; ``draft_positions``: num_draft_tokens − 1 when known (else taken from
+    proposed / verify)."""
     row = SourceAcceptance(source, endpoint, "measured window", True, requests=len(records))
     spec = [r for r in records if r.spec_verify_ct]
     row.completion_tokens = sum(r.completion_tokens for r in records)
@@ -496,12 +509,22 @@ def _metrics(c: _Client) -> tuple[MetricsSnapshot | None, str | None]:
         return None, f"GET /metrics: not Prometheus text ({exc})"
 
 
-def _avg_accept_lengths(info: dict | None) -> list[float] | None:
-    states = info.get("internal_states") if isinstance(info, dict) else None
-    if not isinstance(states, list):
+def avg_accept_lengths(info: dict | None) -> list[float] | None:
+    """The ``avg_spec_accept_length`` values of a ``/server_info`` (``/get_server_info``) answer,
+    one per DP rank: ``internal_states[i].avg_spec_accept_length`` (SGLang 0.4.7+), else the
+    top-level ``avg_spec_accept_length`` (0.4.6 merges the one internal state into the answer;
+    :data:`workbench.measure.fields.SERVER_INFO_NAMES`). ``[]`` when the server has none yet (set
+    only after the first decode-log tick), ``None`` when ``info`` is not such an answer."""
+    if not isinstance(info, dict):
         return None
-    return [float(s["avg_spec_accept_length"]) for s in states
-            if isinstance(s, dict) and _opt_float(s.get("avg_spec_accept_length")) is not None]
+    states = info.get("internal_states")
+    if isinstance(states, list):
+        return [float(s["avg_spec_accept_length"]) for s in states
+                if isinstance(s, dict) and _opt_float(s.get("avg_spec_accept_length")) is not None]
+    top = _opt_float(info.get("avg_spec_accept_length"))
+    if top is not None:
+        return [top]
+    return [] if "speculative_algorithm" in info or "model_path" in info else None
 
 
 def _payload(source: str, endpoint: str, text: str, max_new_tokens: int) -> tuple[str, dict]:
@@ -515,7 +538,8 @@ def _payload(source: str, endpoint: str, text: str, max_new_tokens: int) -> tupl
                                "return_spec_tokens_details": True}
 
 
-def _send(c: _Client, source: str, endpoint: str, index: int, text: str, max_new_tokens: int) -> RequestRecord:
+def _send(c: _Client, source: str, endpoint: str, index: int, text: str, max_new_tokens: int,
+          server: dict | None = None) -> RequestRecord:
     path, payload = _payload(source, endpoint, text, max_new_tokens)
     resp, wall = c.post(path, payload)
     if resp.status_code in (404, 405):
@@ -525,7 +549,9 @@ def _send(c: _Client, source: str, endpoint: str, index: int, text: str, max_new
     body = _json(resp, f"POST {c.base}{path}")
     try:
         if source == "generate":
-            return record_from_response(index, body, wall, url=path)
+            return record_from_response(index, body, wall, url=path,
+                                        num_steps=_opt_int((server or {}).get("speculative_num_steps")),
+                                        num_draft_tokens=_opt_int((server or {}).get("speculative_num_draft_tokens")))
         return record_from_openai(index, body, wall, url=path)
     except AcceptanceError as exc:
         raise MeasureError(str(exc)) from exc
@@ -650,7 +676,7 @@ def measure(
                     for i in range(warmup):
                         if bar is not None:
                             bar.set_description(f"{src} warm-up")
-                        rec = _send(c, src, openai_endpoint, i % len(texts), texts[i % len(texts)], max_new_tokens)
+                        rec = _send(c, src, openai_endpoint, i % len(texts), texts[i % len(texts)], max_new_tokens, server)
                         w["requests"] += 1
                         w["completion_tokens"] += rec.completion_tokens
                         w["verify_steps"] += rec.spec_verify_ct or 0
@@ -677,7 +703,7 @@ def measure(
                     for i, text in enumerate(texts):
                         if bar is not None:
                             bar.set_description(src)
-                        rec = _send(c, src, openai_endpoint, i, text, max_new_tokens)
+                        rec = _send(c, src, openai_endpoint, i, text, max_new_tokens, server)
                         records[src].append(rec)
                         if bar is not None:
                             bar.update(1)
@@ -706,11 +732,12 @@ def measure(
             rows.append(SourceAcceptance(src, endpoints[src], "measured window", None, available=False,
                                          reason=unavailable[src]))
             continue
-        row = _summarize_records(src, endpoints[src], records[src], positions)
+        row = summarize_records(src, endpoints[src], records[src], positions)
         if src == "openai" and row.verify_steps is None and records[src]:
             row.notes.append("no response carried sglext.spec_tokens_details with spec_verify_ct > 0 although "
                              "return_spec_tokens_details was sent: speculative decoding is off, or this server "
-                             "ignores return_spec_tokens_details")
+                             "ignores return_spec_tokens_details (SGLang adds sglext.spec_tokens_details from 0.5.20; "
+                             "0.4.6 - 0.5.18 have no such field: use the generate source)")
         rows.append(row)
     counted = [r for s in drivers for r in records[s]]
     sent_tokens = sum(r.completion_tokens for r in counted)
@@ -740,8 +767,8 @@ def _server_info_row(info, info_error, before, after, after_error, server, flush
         return row
     if flush_note:
         row.notes.append(flush_note)
-    values = _avg_accept_lengths(after)
-    row.raw = {"before": _avg_accept_lengths(before), "after": values}
+    values = avg_accept_lengths(after)
+    row.raw = {"before": avg_accept_lengths(before), "after": values}
     if not values:
         algo = (server or {}).get("speculative_algorithm")
         row.reason = ("speculative decoding is off (speculative_algorithm is None)" if not algo else
@@ -783,9 +810,15 @@ def _metrics_rows(before, before_error, after, after_error, server, window_s, n_
         delta[name] = None if a is None or b is None else a - b
     counters.raw = {"before": {n: before.total(n) for n in COUNTERS}, "after": {n: after.total(n) for n in COUNTERS}}
     missing = [n for n in (M_VERIFY, M_GEN_TOKENS) if delta[n] is None]
+    version = (server or {}).get("version")
     if missing:
         counters.available = False
-        counters.reason = f"/metrics has no {', '.join(missing)} (not SGLang's metric names?)"
+        if missing == [M_VERIFY] and has_name(METRIC_NAMES, M_VERIFY, version) is not True:
+            counters.reason = (f"/metrics has no {M_VERIFY}: SGLang exports it from 0.5.15 (this server: "
+                               f"{version or 'version unknown'}); without it the counters give no accept length "
+                               "(the gauges and the request sources do)")
+        else:
+            counters.reason = f"/metrics has no {', '.join(missing)} (not SGLang's metric names?)"
     else:
         verify, tokens = int(delta[M_VERIFY]), int(delta[M_GEN_TOKENS])
         counters.requests = int(delta[M_REQUESTS]) if delta[M_REQUESTS] is not None else None
@@ -815,8 +848,24 @@ def _metrics_rows(before, before_error, after, after_error, server, window_s, n_
                          "non-speculative servers")
         return [counters, gauges]
     gauges.tau, gauges.drafts_per_step = tau, tau - 1.0
-    gauges.accept_rate = rate if rate else None
     gauges.draft_positions = int(d) - 1 if d and d > 1 else positions
+    draft_tokens = gauges.draft_positions + 1 if gauges.draft_positions else None
+    # the gauge holds the decode line's accept rate, whose definition changed (workbench.logs.formats):
+    # restated as correct / proposed drafts = (τ − 1) / (D − 1) on every release
+    gauges.accept_rate = correct_draft_rate(tau, draft_tokens)
+    fmt = None
+    if version:
+        try:
+            fmt = decode_line_format(version)
+        except ValueError:
+            fmt = None
+    if gauges.accept_rate is None and rate and fmt is not None and fmt.accept_rate == "correct/proposed":
+        gauges.accept_rate = rate
+    if rate:
+        gauges.notes.append(f"{G_ACCEPT_RATE} = {rate:.4f} as exported"
+                            + (f" (SGLang {version}: {ACCEPT_RATE_DEFINITIONS[fmt.accept_rate]})"
+                               if fmt is not None and fmt.accept_rate else "")
+                            + "; accept rate shown = (tau − 1) / (num_draft_tokens − 1), correct/proposed drafts")
     interval = _opt_int((server or {}).get("decode_log_interval"))
     window_verify = int(delta.get(M_VERIFY) or 0)
     if interval:

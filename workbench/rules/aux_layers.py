@@ -29,7 +29,7 @@ from workbench.rules.registry import Family, HypothesisSpec
 from workbench.rules.weights import shape_findings
 
 __all__ = ["FAMILY", "target_no_aux_capture", "aux_config_unread", "aux_layer_ids_invalid",
-           "aux_layer_ids_out_of_range", "aux_layer_offset_convention", "aux_count_mismatch", "int_layer_ids"]
+           "aux_layer_ids_out_of_range", "aux_layer_offset_convention", "aux_ids_ignored", "aux_count_mismatch", "int_layer_ids"]
 
 _CAPTURE_PROBES = ("target-capture-layers", "draft-input-width")
 
@@ -47,7 +47,8 @@ FAMILY = Family(
                        rules=("target-no-aux-capture",), probes=_CAPTURE_PROBES, order=35),
         HypothesisSpec("aux-eagle-config", "The draft's eagle_config.eagle_aux_hidden_state_layer_ids is missing or "
                        "unreadable, so the engine silently captures its default layers, not the ones the draft was "
-                       "trained on.", rules=("aux-config-unread", "swallowed-config-error"),
+                       "trained on (or this release never reads them).",
+                       rules=("aux-config-unread", "swallowed-config-error", "aux-ids-ignored"),
                        probes=_CAPTURE_PROBES, order=36),
         HypothesisSpec("aux-layer-ids", "The aux layer ids are not integer layer ids (the target's capture rule "
                        "fails on them at start-up or never matches them), are negative, name layers the target's "
@@ -119,6 +120,8 @@ def aux_config_unread(facts: Facts) -> list[Finding]:
     if nested is not None:
         return []  # handed on as written: aux-layer-ids-invalid / -out-of-range judge it
     cap = facts.capture.rule if facts.capture is not None else None
+    if cap is not None and cap.ignores_ids:
+        return []  # this release reads no ids at all: aux-ids-ignored
     captured = cap.captured if cap else None
     raw = draft.config.get("eagle_config")
     malformed = draft.eagle_config is None and raw is not None
@@ -309,8 +312,9 @@ def aux_layer_offset_convention(facts: Facts) -> list[Finding]:
     first id is 1 (``srt/models/deepseek_v2.py``); other engines and releases read the ids as
     written (sglang PR #25454). Which convention the draft was trained with is not recorded: the
     finding states both lists so training can be checked."""
-    if not _eagle3_pair(facts) or facts.capture is None or facts.capture.rule is None:
-        return []
+    if not _eagle3_pair(facts) or facts.capture is None or facts.capture.rule is None \
+            or facts.capture.rule.ignores_ids:
+        return []  # a release that reads no ids: aux-ids-ignored
     cap, draft = facts.capture.rule, facts.draft
     captured, ids = cap.captured, draft.aux_layer_ids
     if captured is None or facts.target.num_hidden_layers is None or not ids_ok(ids) or list(captured) == list(ids) \
@@ -322,6 +326,44 @@ def aux_layer_offset_convention(facts: Facts) -> list[Finding]:
                     f"the outputs of layers {[c - 1 for c in captured]}: check the draft's training used the "
                     "same convention (first id 1 = 'output of layer', 2 = 'input to layer')",
                     {"config_ids": _ids_evidence(facts), "captured_layers": ev(captured, cap.source)}, None)]
+
+
+@FAMILY.rule("aux-ids-ignored", severities=("warning",),
+             summary="EAGLE3 on a release whose target class takes no aux layer ids (set_eagle3_layers_to_capture() "
+                     "without arguments), while the draft's eagle_config names layers other than the defaults it "
+                     "captures",
+             fix="a release that passes the draft's ids (SGLang 0.4.9 or later), or a draft trained on the default "
+                 "layers")
+def aux_ids_ignored(facts: Facts) -> list[Finding]:
+    """SGLang 0.4.6–0.4.8: ``srt/models/llama.py`` defines ``set_eagle3_layers_to_capture(self)``
+    (``layers_to_capture = [2, num_layers // 2, num_layers - 3]``) and ``model_runner.py`` calls it
+    without arguments; the draft's ``eagle_config`` is never read. From 0.4.9 the runner reads
+    ``eagle_config.eagle_aux_hidden_state_layer_ids`` and passes it (``[val + 1 for val in
+    layer_ids]`` on Llama). Fires when the box's target method takes no ids (evaluated from its
+    source: :attr:`workbench.engine.source.CaptureRule.ignores_ids`) and the draft's ids, read as a
+    release that passes them reads them (+1 on Llama; the rule of the engine's own later code is
+    not on the box, so this convention is stated, not evaluated), name other layers than the
+    defaults captured. A warning: which layers the draft was trained on is not recorded."""
+    if not _eagle3_pair(facts) or facts.capture is None or facts.capture.rule is None \
+            or not facts.capture.rule.ignores_ids:
+        return []
+    cap, draft = facts.capture.rule, facts.draft
+    ids = int_layer_ids(draft.aux_layer_ids)
+    if ids is None or cap.captured is None:
+        return []
+    meant = [i + 1 for i in ids]
+    if list(cap.captured) in (meant, list(ids)):
+        return []
+    version = facts.engine_version or "on the box"
+    return [Finding("aux-ids-ignored", "warning",
+                    f"this engine (sglang {version}) calls set_eagle3_layers_to_capture() without the draft's ids: "
+                    f"it captures its default layers {cap.captured} whatever eagle_config says; the draft's ids "
+                    f"{draft.aux_layer_ids} mean layers {meant} on releases that pass them (0.4.9 on, +1 on Llama): "
+                    "the draft's fc gets states from other layers than it was trained on",
+                    {"config_ids": _ids_evidence(facts), "captured_layers": ev(cap.captured, cap.source),
+                     "engine_version": ev(facts.engine_version, "box" if facts.engine_version else None)},
+                    "serve it on SGLang 0.4.9 or later (its runner passes eagle_config's ids), or use a draft "
+                    f"trained on layers {cap.captured}")]
 
 
 @FAMILY.rule("aux-count-mismatch", severities=("error",), prevents_start="always",

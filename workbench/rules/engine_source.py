@@ -4,7 +4,7 @@ Rules: ``swallowed-config-error`` (info: a broad ``except`` on the EAGLE-3 path 
 re-raises, and each silent fallback on it, with file:line — the facts come from
 :func:`workbench.engine.codepath.swallowed_on_path`), ``norm-flags-unsupported`` (warning: the draft
 sets a norm flag the engine's draft class never reads). On SGLang 0.5.23:
-``spec_aux_hidden_state.py:188`` (the ``eagle_config`` read under ``except Exception:``),
+``spec_aux_hidden_state.py:195`` (the ``except Exception:`` around the ``eagle_config`` read of ``:188``),
 ``llama_eagle3.py:238`` (the fc width check), ``:363`` and ``:373`` (silent weight drops).
 """
 
@@ -35,17 +35,22 @@ NORM_FLAGS = ("norm_before_fc", "fc_norm", "use_aux_norm", "norm_output")
 def scan_swallowed(src: EngineSource, cmap: CodePathMap) -> list[Finding]:
     """``swallowed-config-error`` findings (severity ``info``) on the path of ``cmap``, one per
     place :func:`workbench.engine.codepath.swallowed_on_path` reports: each broad ``except`` that
-    neither logs nor re-raises, and each silent fallback. Evidence: ``source`` = ``file:line``,
-    the handler, the enclosing function and what the handler does instead (or the fallback's code)."""
+    neither logs nor re-raises, and each silent fallback. Evidence: ``source`` = ``file:line`` (for
+    a handler, the ``except`` line), ``guarded`` = ``file:line`` of the guarded statement (the
+    ``eagle_config`` read) and ``guarded_code``, the handler, the enclosing function and what the
+    handler does instead (or the fallback's code)."""
     findings: list[Finding] = []
     for s in swallowed_on_path(src, cmap):
         where = f"{s.path}:{s.line}"
         if s.kind == "handler":
+            guarded = f"{s.path}:{s.guarded_line}"
             findings.append(Finding(
                 "swallowed-config-error", "info",
-                f"{s.rel}:{s.line} ({s.function}): a broad `{s.handler_kind}:` around {s.about} neither logs nor "
-                f"re-raises; on any error it silently does `{s.fallback}`",
-                {"source": {"value": where, "source": where}, "try_line": s.try_line, "handler": s.handler,
+                f"{s.rel}:{s.line} ({s.function}): a broad `{s.handler_kind}:` around {s.about} (line "
+                f"{s.guarded_line}: `{s.guarded}`) neither logs nor re-raises; on any error it silently does "
+                f"`{s.fallback}`",
+                {"source": {"value": where, "source": where}, "guarded": {"value": guarded, "source": guarded},
+                 "guarded_code": s.guarded, "try_line": s.try_line, "handler": s.handler,
                  "function": s.function, "fallback": s.fallback}, None))
         else:
             findings.append(Finding(
@@ -62,8 +67,8 @@ def scan_swallowed(src: EngineSource, cmap: CodePathMap) -> list[Finding]:
 def swallowed_config_error(facts: Facts) -> list[Finding]:
     """The doctor scans the function that reads the draft's ``eagle_config`` (the code-path map's
     ``eagle-config-read`` entry, found in the box's own source) for a broad ``except`` that neither
-    logs nor re-raises: on SGLang 0.5.23 ``spec_aux_hidden_state.py:188``, where any error in the
-    ids silently becomes "the default layers". Only for EAGLE3 launches with the engine source
+    logs nor re-raises: on SGLang 0.5.23 ``spec_aux_hidden_state.py:195`` (around the read at
+    ``:188``), where any error in the ids silently becomes "the default layers". Only for EAGLE3 launches with the engine source
     located. ``workbench source scan`` runs the same scan over the whole path (:func:`scan_swallowed`)."""
     if facts.engine is None or facts.algorithm != "EAGLE3":
         return []

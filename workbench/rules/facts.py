@@ -162,6 +162,14 @@ class Facts:
         return frozenset(known[0]), known[1]
 
     @cached_property
+    def algorithm_choices(self) -> tuple[list[str], str] | None:
+        """``(choices, source)`` when the box's argparse restricts ``--speculative-algorithm`` to a
+        case-sensitive list (SGLang ≤ 0.5.9 ``srt/server_args.py``:
+        :meth:`workbench.engine.source.EngineSource.spec_algorithm_choices`); ``None`` when it does
+        not (0.5.12 on) or the source is not on the box."""
+        return self.engine.spec_algorithm_choices() if self.engine is not None else None
+
+    @cached_property
     def draft_classes(self) -> tuple[dict | None, str]:
         """``(registered, source)``: the draft classes the engine registers for this algorithm
         (``EntryClass`` of ``srt/models/*eagle3*.py``, plus the EAGLE ones when the algorithm is

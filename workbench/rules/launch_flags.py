@@ -396,9 +396,13 @@ DEFAULT_CHAIN_STEPS = 3
                      "or silently rewrite them",
              fix="the values the engine would accept")
 def spec_params_invalid(facts: Facts) -> list[Finding]:
-    """An algorithm name the engine does not know: ``SpeculativeAlgorithm.from_string`` raises at
-    start-up (the names read from the box's ``srt/speculative/spec_info.py`` /
-    ``spec_registry.py``, else SGLang 0.5.23's). Then SGLang 0.5.23 ``srt/arg_groups/speculative_hook.py`` ``_handle_eagle_family``:
+    """An algorithm name the engine does not know: on releases whose argparse lists
+    ``choices`` for ``--speculative-algorithm`` (SGLang 0.4.6 … 0.5.9 ``srt/server_args.py``, read
+    from the box) a name not in the list exactly as written (``eagle3`` is refused there: argparse
+    compares before upper-casing) stops the server with "invalid choice"; on later releases
+    ``SpeculativeAlgorithm.from_string`` raises at start-up for a name it does not know (the names
+    read from the box's ``srt/speculative/spec_info.py`` / ``spec_registry.py``, else SGLang
+    0.5.23's). Then SGLang 0.5.23 ``srt/arg_groups/speculative_hook.py`` ``_handle_eagle_family``:
     steps unset with topk or draft tokens set → bare ``assert`` at startup (error); topk == 1
     and draft tokens ≠ steps + 1 → warned and rewritten to steps + 1 (warning); topk > 1 with
     ``--page-size`` > 1 and an ``--attention-backend`` outside flashinfer/fa3/triton → raises
@@ -417,7 +421,19 @@ def spec_params_invalid(facts: Facts) -> list[Finding]:
         return []
     out: list[Finding] = []
     raw_algo, (known, known_source) = facts.raw_algorithm, facts.algorithms
-    if raw_algo is not None and raw_algo.upper() not in known:
+    choices = facts.algorithm_choices
+    if raw_algo is not None and choices is not None and raw_algo not in choices[0]:
+        meant = next((c for c in choices[0] if c == raw_algo.upper()), None)
+        out.append(Finding("spec-params-invalid", "error",
+                           f"--speculative-algorithm {raw_algo}: this release's argparse accepts only "
+                           f"{', '.join(choices[0])} (compared as written, case-sensitive): the server exits with "
+                           "'invalid choice' before it starts",
+                           {"speculative_algorithm": ev(raw_algo, "launch command"),
+                            "argparse_choices": ev(choices[0], choices[1])},
+                           launch.with_flag("--speculative-algorithm", meant).to_string() if meant else
+                           f"one of {', '.join(choices[0])}", prevents_start=True))
+        return out
+    if raw_algo is not None and choices is None and raw_algo.upper() not in known:
         out.append(Finding("spec-params-invalid", "error",
                            f"--speculative-algorithm {raw_algo} is not an algorithm this engine knows "
                            f"({', '.join(sorted(known - {'NONE'}))}): from_string raises at startup "
