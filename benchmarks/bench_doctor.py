@@ -6,7 +6,8 @@ Builds, in a temporary directory on this machine, what a Kimi-K2.5 box holds: th
 ``config.json`` (KimiK25ForConditionalGeneration, text config 7168 wide, 61 layers, vocab 163840)
 with a 64-shard ``model.safetensors.index.json``, and an EAGLE-3 draft (the public SpecForge Kimi-K2
 config) whose two sparse safetensors shards carry the real names and shapes (several GB, no disk
-used) with a real d2t/t2d; the SGLang 0.5.23 source (``$SGLANG_SRC``, else ``/tmp/sglang_src/sglang``)
+used) with a real d2t/t2d; the SGLang 0.5.23 source (``$SGLANG_SRC``, else the published wheel from the release cache,
+:func:`workbench.engine.releases.release_source`)
 is the engine, found by the box's ``python3`` through ``PYTHONPATH`` in the launch command. A real
 OpenSSH server on 127.0.0.1 (``tests/sshd.py``, quiet login shell) serves it; the doctor runs over
 one connection (``--speculative-algorithm EAGLE``: the fault), ``--repeat`` times.
@@ -105,6 +106,25 @@ def bench_map(box, launch: str, repeat: int) -> list[dict]:
     return out
 
 
+def _sglang_source() -> tuple[Path | None, str | None]:
+    """``(the SGLang 0.5.23 package directory, None)``, or ``(None, why not)``: ``$SGLANG_SRC`` when
+    set (it must hold ``srt/models/llama_eagle3.py``), else the published wheel from the release cache
+    (:func:`workbench.engine.releases.release_source`: ``pip download --no-deps``, cached, unpacked,
+    never installed), as the tests get it."""
+    from workbench.engine.releases import ReleaseUnavailable, release_source
+
+    given = os.environ.get("SGLANG_SRC")
+    if given:
+        src = Path(given)
+        if (src / "srt/models/llama_eagle3.py").exists():
+            return src, None
+        return None, f"$SGLANG_SRC={given} holds no SGLang source (no srt/models/llama_eagle3.py)"
+    try:
+        return release_source("0.5.23"), None
+    except ReleaseUnavailable as exc:
+        return None, f"no SGLang 0.5.23 source: {exc} (set $SGLANG_SRC to an unpacked sglang/ package)"
+
+
 def main(argv=None) -> int:
     """Run the benchmark, print the numbers, write JSON; exit 1 on a missed goal."""
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -113,9 +133,8 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     from sshd import LoopbackSSHD, keygen, make_client, sshd_missing_reason
 
-    src = Path(os.environ.get("SGLANG_SRC", "/tmp/sglang_src/sglang"))
-    reason = sshd_missing_reason() or (None if (src / "srt/models/llama_eagle3.py").exists() else
-                                       f"no SGLang 0.5.23 source at {src} (set $SGLANG_SRC)")
+    src, reason = _sglang_source()
+    reason = sshd_missing_reason() or reason
     if reason:
         print(f"bench_doctor: cannot run: {reason}", file=sys.stderr)
         return 2

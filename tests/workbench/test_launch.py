@@ -38,12 +38,30 @@ def test_aliases_and_field_names():
     assert c.get("speculative_draft_model_path") == "d"
 
 
-def test_ambiguous_prefix_is_an_error():
-    with pytest.raises(LaunchCommandError, match="ambiguous flag --spec"):
-        LaunchCommand.parse("python -m sglang.launch_server --spec EAGLE")
-    # 0.5.23 split --cuda-graph-bs into -decode / -prefill: the old spelling is ambiguous there
-    with pytest.raises(LaunchCommandError, match="--cuda-graph-bs-decode, --cuda-graph-bs-prefill"):
-        LaunchCommand.parse("python -m sglang.launch_server --cuda-graph-bs 1 2")
+def test_ambiguous_prefix_is_kept_not_raised():
+    c = LaunchCommand.parse("python -m sglang.launch_server --model-path m --spec EAGLE")
+    (arg,) = c.unresolved()
+    assert (arg.flag, arg.status, arg.values) == ("--spec", "ambiguous", ("EAGLE",))
+    assert "--speculative-algorithm" in arg.candidates and "--speculative-draft-model-path" in arg.candidates
+    assert c.get("--model-path") == "m"
+    # 0.5.23 split --cuda-graph-bs into -decode / -prefill: the old spelling is ambiguous there; both
+    # candidates take lists, so the values stay with it
+    c = LaunchCommand.parse("python -m sglang.launch_server --cuda-graph-bs 1 2 --tp 2")
+    (arg,) = c.unresolved()
+    assert arg.candidates == ("--cuda-graph-bs-decode", "--cuda-graph-bs-prefill")
+    assert arg.values == ("1", "2") and c.get("--tp-size") == "2"
+    assert c.get("--cuda-graph-bs") == ["1", "2"] and c.without_flag("--cuda-graph-bs").unresolved() == []
+    with pytest.raises(LaunchCommandError, match="ambiguous flag --cuda-graph-bs"):
+        canonical_flag("--cuda-graph-bs")
+    with pytest.raises(LaunchCommandError, match="ambiguous flag --cuda-graph-bs"):
+        c.with_flag("--cuda-graph-bs", [4])
+
+
+def test_unknown_flag_is_kept_with_its_value():
+    c = LaunchCommand.parse("python -m sglang.launch_server --model-path m --speculative-algoritm EAGLE3 --tp 2")
+    (arg,) = c.unresolved()
+    assert (arg.flag, arg.status, arg.values) == ("--speculative-algoritm", "unknown", ("EAGLE3",))
+    assert c.get("--tp-size") == "2"
 
 
 @pytest.mark.parametrize(

@@ -5,6 +5,7 @@ hidden size, layer count, vocab.
 """
 
 import json
+import pathlib
 
 import pytest
 
@@ -279,6 +280,192 @@ def test_model_path_missing():
     assert f.rule == "model-path-missing" and f.severity == "error" and "required" in f.message
     assert f.fix.startswith("add --model-path")
     assert model_path_missing(Facts.of("python -m sglang.launch_server --model /t")) == []  # the alias
+
+
+# ---------------------------------------------------------------------------------------------
+# launch-flag-unknown against the box's own engine (issue 14): the published wheels, read by hand.
+# ---------------------------------------------------------------------------------------------
+#
+# Found by hand in the wheels (see tests/workbench/test_flag_table.py for the lines):
+# "--cuda-graph-max-bs" is a flag of 0.4.6 … 0.5.12, a DeprecatedAliasStoreAction of
+# --cuda-graph-max-bs-decode in 0.5.18 (server_args.py l.8774), absent from 0.5.23, where it is a
+# prefix of --cuda-graph-max-bs-decode and --cuda-graph-max-bs-prefill (fields/exec_.py l.629, 632).
+CGMB_ON = {"0.4.6": None, "0.4.8": None, "0.4.10": None, "0.5.2": None, "0.5.4": None, "0.5.9": None,
+           "0.5.12": None, "0.5.18": "warning", "0.5.23": "error"}
+
+
+def test_cgmb_table_covers_every_covered_release():
+    from workbench.engine.releases import COVERED_RELEASES
+
+    assert tuple(CGMB_ON) == COVERED_RELEASES
+
+
+def test_doctor_on_0_5_23_reports_the_ambiguous_flag_and_still_runs_every_rule(box, tmp_path, sglang_release):
+    """The issue's case: `--cuda-graph-max-bs 32` (most public EAGLE-3 launch commands) made the doctor
+    exit 2 with no finding. Now: launch-flag-unknown (error: argparse refuses it, the server does not
+    start) AND algorithm-mismatch (EAGLE with an EAGLE-3 draft), the fix naming 0.5.23's flag."""
+    cfg = draft_cfg(eagle_config={"eagle_aux_hidden_state_layer_ids": [1, 15, 28]})
+    t, d = deploy(tmp_path, LLAMA31_8B, cfg)
+    root = sglang_release("0.5.23")
+    rep = doctor(box, launch(t, d, "EAGLE", "--cuda-graph-max-bs 32"), root, "0.5.23")
+    assert rep.rule_failures == []
+    mismatch = by_rule(rep, "algorithm-mismatch")
+    assert mismatch.severity == "error" and "--speculative-algorithm EAGLE3" in mismatch.fix
+    f = by_rule(rep, "launch-flag-unknown")
+    assert (f.severity, f.prevents_start) == ("error", True)
+    assert f.evidence["flag_table"] == (f"sglang 0.5.23 (read from {root}/srt/server_args.py and "
+                                        "srt/arg_groups/fields/*.py)")
+    per = f.evidence["flags"]["--cuda-graph-max-bs"]
+    assert per["status"] == "ambiguous" and per["written"] == ["--cuda-graph-max-bs", "32"]
+    assert per["candidates"] == ["--cuda-graph-max-bs-decode", "--cuda-graph-max-bs-prefill"]
+    assert per["releases_with_it"]["value"] == "0.4.6–0.5.18" and per["field"] == "cuda_graph_max_bs"
+    assert per["box_release_calls_it"] == ["--cuda-graph-max-bs-decode"]
+    assert ("--cuda-graph-max-bs: a flag of SGLang 0.4.6–0.5.18 (field cuda_graph_max_bs); on 0.5.23, the box's "
+            "release, it is an ambiguous prefix of --cuda-graph-max-bs-decode, --cuda-graph-max-bs-prefill; argparse "
+            "refuses it") in f.message and "replace it with --cuda-graph-max-bs-decode" in f.message
+    fixed = LaunchCommand.parse(f.fix)
+    assert fixed.get("--cuda-graph-max-bs-decode") == "32" and not fixed.unresolved()
+    # the fix replaces the flag where it stood: the rest of the command is unchanged
+    assert f.fix == launch(t, d, "EAGLE", "--cuda-graph-max-bs-decode 32")
+    assert any(i["what"] == "launch flags" and i["how"] == "sglang 0.5.23 (box)" for i in rep.inputs)
+
+
+@pytest.mark.parametrize("version", list(CGMB_ON))
+def test_cuda_graph_max_bs_on_every_covered_release(box, tmp_path, sglang_release, version):
+    cfg = draft_cfg(eagle_config={"eagle_aux_hidden_state_layer_ids": [1, 15, 28]})
+    t, d = deploy(tmp_path, LLAMA31_8B, cfg)
+    rep = doctor(box, launch(t, d, "EAGLE3", "--cuda-graph-max-bs 32"), sglang_release(version), version)
+    assert rep.rule_failures == []
+    found = [f for f in rep.findings if f.rule == "launch-flag-unknown"]
+    expected = CGMB_ON[version]
+    assert [f.severity for f in found] == ([expected] if expected else [])
+    if expected == "warning":  # 0.5.18: a deprecated alias, accepted: the server starts
+        [f] = found
+        assert not f.prevents_start and f.evidence["deprecated_flags"]["value"] == ["--cuda-graph-max-bs"]
+        assert "a deprecated alias, accepted with a warning, of --cuda-graph-max-bs-decode" in f.message
+        assert "releases after 0.5.18 refuse it" in f.message
+        assert LaunchCommand.parse(f.fix).get("--cuda-graph-max-bs-decode") == "32"
+
+
+def test_a_flag_of_another_release_and_a_typo_on_0_5_9(box, tmp_path, sglang_release):
+    """0.4.6's --enable-flashinfer-mla (removed after 0.4.7, hand grep) on 0.5.9: unrecognized there,
+    no successor: the fix drops it; a typo gets the closest flag of 0.5.9; --tp is 0.5.9's
+    --tensor-parallel-size by prefix, not a finding."""
+    t, d = deploy(tmp_path, LLAMA31_8B, draft_cfg(eagle_config={"eagle_aux_hidden_state_layer_ids": [1, 15, 28]}))
+    rep = doctor(box, launch(t, d, "EAGLE3", "--enable-flashinfer-mla --speculative-num-stpes 3"),
+                 sglang_release("0.5.9"), "0.5.9")
+    f = by_rule(rep, "launch-flag-unknown")
+    assert f.severity == "error" and f.evidence["unknown_flags"]["value"] == ["--enable-flashinfer-mla",
+                                                                              "--speculative-num-stpes"]
+    mla = f.evidence["flags"]["--enable-flashinfer-mla"]
+    assert mla["releases_with_it"]["value"] == "0.4.6–0.4.7" and mla["status"] == "unknown"
+    assert "Please use '--attention-backend flashinfer' instead." in mla["sglang_note"]["value"]
+    assert "sglang 0.5.9 has no flag for it: drop it" in f.message
+    assert "did you mean --speculative-num-steps?" in f.message
+    fixed = LaunchCommand.parse(f.fix)
+    assert not fixed.has("--enable-flashinfer-mla") and fixed.get("--speculative-num-steps") == "3"
+
+
+def test_a_newer_flag_on_an_older_release(box, tmp_path, sglang_release):
+    """--cuda-graph-max-bs-decode (0.5.15+) on 0.5.9: unrecognized there; 0.5.9 calls it
+    --cuda-graph-max-bs (0.5.9 server_args.py l.4478)."""
+    t, d = deploy(tmp_path, LLAMA31_8B, draft_cfg(eagle_config={"eagle_aux_hidden_state_layer_ids": [1, 15, 28]}))
+    rep = doctor(box, launch(t, d, "EAGLE3", "--cuda-graph-max-bs-decode 16"), sglang_release("0.5.9"), "0.5.9")
+    f = by_rule(rep, "launch-flag-unknown")
+    assert f.severity == "error" and f.prevents_start
+    assert f.evidence["flags"]["--cuda-graph-max-bs-decode"]["releases_with_it"]["value"] == "0.5.15–0.5.23"
+    assert "replace it with --cuda-graph-max-bs." in f.message
+    assert f.fix == launch(t, d, "EAGLE3", "--cuda-graph-max-bs 16")
+
+
+def test_engine_source_unreadable_falls_back_to_the_shipped_table(box, tmp_path):
+    """An engine root with no srt/server_args.py: the shipped 0.5.23 table, said in the inputs and
+    the notes; a 0.5.9 box then gets a warning (its own release might define the flag)."""
+    t, d = deploy(tmp_path, LLAMA31_8B, draft_cfg(eagle_config={"eagle_aux_hidden_state_layer_ids": [1, 15, 28]}))
+    fake = tmp_path / "sglang"
+    (fake / "srt").mkdir(parents=True)
+    rep = doctor(box, launch(t, d, "EAGLE3", "--speculative-algoritm-x 1"), fake, "0.5.9")
+    f = by_rule(rep, "launch-flag-unknown")
+    assert f.severity == "warning"
+    assert f.evidence["flag_table"] == "sglang 0.5.23 (shipped table workbench/engine/data/sglang-0.5.23-flags.json)"
+    assert any("launch flags: the box's engine source could not be read" in n for n in rep.notes)
+
+
+PUBLIC_REPORTS = sorted(p.stem for p in (pathlib.Path(__file__).resolve().parents[1] / "fixtures" / "public-reports").glob("*.json"))
+# not SGLang launches (found by reading each file's inputs.launch_command): what the error names
+NOT_SGLANG = {"automodel-pr2447-d2t-t2d-missing-from-checkpoint": "is a vLLM launch",
+              "eagle-214-eagle1-config-used-for-eagle3": "is an EAGLE reference-code run",
+              "speculators-pr74-lm-head-tied-to-embeddings": "is a speculators command",
+              "vllm-pr18909-d2t-mapping-dropped": "is the Python script examples/offline_inference/eagle.py"}
+# the SGLang ones carrying --cuda-graph-max-bs (read by hand): specforge-pr271 (`--cuda-graph-max-bs 32`)
+WITH_CGMB = {"specforge-pr271-draft-max-position-embeddings-2048"}
+
+
+def test_public_reports_in_sync_with_the_shared_fixtures():
+    shared = pathlib.Path("/work/shared/fixtures/public-reports")
+    if not shared.is_dir():
+        pytest.skip("no shared fixtures beside this checkout")
+    mine = pathlib.Path(__file__).resolve().parents[1] / "fixtures" / "public-reports"
+    assert {p.name: p.read_bytes() for p in shared.glob("*.json")} == {p.name: p.read_bytes() for p in mine.glob("*.json")}
+
+
+@pytest.mark.parametrize("version", ["0.5.23", "0.5.9"])
+@pytest.mark.parametrize("slug", PUBLIC_REPORTS)
+def test_doctor_runs_every_rule_on_every_public_launch_command(box, sglang_release, slug, version):
+    """Each public report's launch command (with its `...`, `# comments`, `<PLACEHOLDERS>`, `--model`
+    abbreviations) → the doctor runs all its rules on a 0.5.23 and a 0.5.9 engine tree; a command that
+    is no SGLang launch is a typed error naming what it is."""
+    from workbench.doctor import run_doctor
+    from workbench.engine.launch import LaunchCommandError
+
+    text = public_report(slug)["inputs"]["launch_command"]
+    root = sglang_release(version)
+    if slug in NOT_SGLANG:
+        with pytest.raises(LaunchCommandError, match="not an SGLang launch command") as exc:
+            run_doctor(box, text, engine_root=str(root), engine_version=version)
+        assert NOT_SGLANG[slug] in str(exc.value)
+        return
+    rep = run_doctor(box, text, engine_root=str(root), engine_version=version)
+    assert rep.rule_failures == []
+    flag_findings = [f for f in rep.findings if f.rule == "launch-flag-unknown"]
+    if slug in WITH_CGMB and version == "0.5.23":
+        [f] = flag_findings
+        assert f.severity == "error" and f.evidence["unknown_flags"]["value"] == ["--cuda-graph-max-bs"]
+        assert LaunchCommand.parse(f.fix).get("--cuda-graph-max-bs-decode") == "32"
+    else:
+        assert flag_findings == []
+    # the other findings are there too: the placeholder / repo-id paths cannot be read on this box
+    assert "checkpoint-unreadable" in rep.rules or "model-not-on-box" in rep.rules
+
+
+def test_cli_doctor_never_exits_2_on_an_ambiguous_flag(cli, sglang_release, tmp_path):
+    """`workbench doctor --launch` on a command with --cuda-graph-max-bs: the findings (exit 0 or 1),
+    not exit 2 without them; a vLLM command: exit 2 with an error naming what it is, no traceback."""
+    code, out, err = cli("doctor", "--launch", "python3 -m sglang.launch_server --model /nowhere/m "
+                         "--speculative-algorithm EAGLE3 --cuda-graph-max-bs 32 --tp 8", "--json")
+    assert code == 1, out + err  # the model path cannot be read: an error finding, the doctor ran
+    report = json.loads(out)
+    rules = {f["rule"] for f in report["findings"]}
+    assert {"launch-flag-unknown", "checkpoint-unreadable"} <= rules
+    code, out, err = cli("doctor", "--launch", "vllm serve <TARGET> --speculative-config '{\"method\": \"eagle3\"}'")
+    assert code == 2 and "is a vLLM launch" in err and "Traceback" not in err + out
+
+
+def test_launch_guard_refuses_the_ambiguous_flag_on_0_5_23_and_lets_0_5_9_start(box, tmp_path, sglang_release):
+    """The guard (what every runbook launch goes through) parses and checks such a command: on 0.5.23
+    it refuses it with the finding (argparse would exit 2), on 0.5.9 — where it is a flag — it lets it go;
+    neither raises a parse error."""
+    from workbench.errors import LaunchRefused
+    from workbench.session.guard import LaunchGuard
+
+    t, d = deploy(tmp_path, LLAMA31_8B, draft_cfg(eagle_config={"eagle_aux_hidden_state_layer_ids": [1, 15, 28]}))
+    cmd = LaunchCommand.parse(launch(t, d, "EAGLE3", "--cuda-graph-max-bs 32"))
+    guard = LaunchGuard(box, engine_root=str(sglang_release("0.5.23")), engine_version="0.5.23", cwd=str(tmp_path))
+    with pytest.raises(LaunchRefused) as exc:
+        guard.check(cmd, "as found")
+    assert [f.rule for f in exc.value.findings] == ["launch-flag-unknown"]
+    ok = LaunchGuard(box, engine_root=str(sglang_release("0.5.9")), engine_version="0.5.9", cwd=str(tmp_path))
+    assert ok.check(cmd, "as found").decision == "allowed"
 
 
 # --speculative-algorithm choices, by hand (grep -n -A4 '"--speculative-algorithm"' srt/server_args.py):

@@ -13,6 +13,12 @@ engine's locate script and one ``grep`` per class over its model sources):
 * the engine's version and source root (located with the launch command's interpreter, as the
   diagnosis inventory does), read by the rules that depend on it (the target's aux-layer offset
   rule is *evaluated* from the box's own source, so it follows the engine version).
+* the engine's launch flags, read from its own ``srt/server_args.py`` (and
+  ``srt/arg_groups/fields/*.py``) once per engine root and version in the process
+  (:func:`workbench.engine.flag_table.flag_table_for_engine`; the shipped SGLang 0.5.23 table when
+  the source cannot be read, and the inputs say which); the launch command's flags are resolved
+  again against them, so an unknown or ambiguous flag is a ``launch-flag-unknown`` finding and
+  never stops the other rules.
 
 then runs the registry (:data:`workbench.rules.REGISTRY`): each rule's check on the same
 :class:`workbench.rules.facts.Facts`. When the engine source cannot be located, the
@@ -29,7 +35,8 @@ from remote.errors import RemoteError
 from workbench.checkpoint import read_draft_facts, read_target_facts
 from workbench.checkpoint.paths import box_env, resolve_model_path
 from workbench.doctor.report import DoctorReport, _dedupe
-from workbench.engine.launch import LaunchCommand
+from workbench.engine.flag_table import flag_table_for_engine, shipped_flag_table
+from workbench.engine.launch import LaunchCommand, LaunchCommandError
 from workbench.engine.locate import find_engine, is_launch_argv
 from workbench.engine.modelled import SGLANG_VERSION
 from workbench.engine.source import EngineSource
@@ -143,8 +150,19 @@ def gather_facts(box: Any, launch: LaunchCommand, *, timeout: float = 30, engine
     if engine_version and launch.engine == "sglang" and engine_version != SGLANG_VERSION:
         notes.append(f"the box runs sglang {engine_version}; rules were modelled on {SGLANG_VERSION} and read the "
                      "box's source where they depend on it")
-    return Facts(launch, target=target, draft=draft, engine=engine, engine_version=engine_version,
-                 unreadable=unreadable, box=box, timeout=timeout, notes=notes)
+    # the sandbox's launcher takes SGLang 0.5.23's flags (workbench/sandbox/srt/server_args.py reads the shipped table)
+    table = shipped_flag_table() if launch.engine == "sandbox" else flag_table_for_engine(engine, notes=notes)
+    inputs.append({"what": "launch flags", "path": table.source, "how": f"sglang {table.version} ({table.origin})"})
+    if table.origin == "box":
+        try:  # the flags as the box's own argparse reads them (unknown / ambiguous ones kept, never raised)
+            launch = launch.with_table(table)
+        except LaunchCommandError as exc:
+            notes.append(f"the launch command does not parse against {table.describe()} ({exc}); its flags are read "
+                         "as the shipped table reads them")
+    facts = Facts(launch, target=target, draft=draft, engine=engine, engine_version=engine_version,
+                  unreadable=unreadable, box=box, timeout=timeout, notes=notes)
+    facts.flag_table = table
+    return facts
 
 
 # ---------------------------------------------------------------------------------------------

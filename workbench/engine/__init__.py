@@ -3,6 +3,9 @@
 - :mod:`.launch` — launch-command parsing (``python -m sglang.launch_server …``, ``sglang serve``,
   the sandbox's launcher): flags, aliases, prefixes, env prefixes, round-trip rewriting;
 - :mod:`.flags` — SGLang's flag table, as data (``data/sglang-<version>-flags.json``);
+- :mod:`.flag_table` — the flags of any release 0.4.6 … 0.5.23 read from the box's own source
+  (``ast``), argparse's prefix rules, and the shipped flag history of 20 releases
+  (``data/sglang-flag-history.json``): what a flag means in which release, what it was renamed to;
 - :mod:`.modelled` — SGLang 0.5.23's facts as shipped tables, the fallback when the box's source
   cannot be read;
 - :mod:`.locate` — where the engine package is on the box and which processes are its servers;
@@ -13,7 +16,7 @@
 - :mod:`.recipes` — named probe recipes anchored on the map.
 
 Layering: imports :mod:`remote`, :mod:`workbench.checkpoint` and :mod:`workbench.errors` only.
-Order inside: flags ← launch ← source ← (modelled, locate) ← codepath ← recipes.
+Order inside: flags, flag_table ← launch ← source ← (modelled, locate) ← codepath ← recipes.
 """
 
 from workbench.engine.codepath import CodePathMap, PathEntry, code_path_map, map_for_launch

@@ -17,10 +17,15 @@ start SGLang, split the way ``bash`` and SGLang's ``argparse`` parser would spli
   prefixes (``argparse``'s ``allow_abbrev``: ``--tp`` = ``--tp-size``) resolve to one canonical
   flag; when a flag is repeated the last one wins, as in ``argparse``.
 
-Which flag takes a value comes from :mod:`workbench.engine.flags`, generated from the SGLang
-0.5.23 source (``srt/arg_groups/fields/*.py``, ``srt/server_args.py``). A flag unknown to that
-table (a newer engine) is kept; it is taken to carry a value when the next token is not an
-option.
+Which flag takes a value comes from a flag table (:class:`workbench.engine.flag_table.FlagTable`):
+the one given to :meth:`LaunchCommand.parse` (the box's engine, read from its own source by
+:func:`workbench.engine.flag_table.read_flag_table`), else the shipped table generated from the
+SGLang 0.5.23 source (:mod:`workbench.engine.flags`). Parsing never refuses a flag the table does
+not define: an unknown flag (a typo, a newer or older engine's flag) and an ambiguous prefix
+(``--cuda-graph-max-bs`` on 0.5.23, a prefix of ``--cuda-graph-max-bs-decode`` and
+``--cuda-graph-max-bs-prefill``, which argparse refuses) are kept as written, with
+:attr:`Arg.status` ``"unknown"`` / ``"ambiguous"`` (:meth:`LaunchCommand.unresolved`); each takes
+a value when the next token is not an option. The ``launch-flag-unknown`` rule reports them.
 
 Line continuations (backslash-newline) and ``# comments`` are handled as in the shell.
 """
@@ -29,14 +34,15 @@ from __future__ import annotations
 
 import re
 import shlex
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Iterable, Mapping, Sequence
 
-from workbench.engine.flags import FLAGS, SGLANG_VERSION
+from workbench.engine.flag_table import FlagTable, Resolution
+from workbench.engine.flags import FLAG_TABLE, FLAGS, SGLANG_VERSION
 from workbench.errors import LaunchCommandError
 from workbench.redact import PLACEHOLDER, REDACTOR, Redactor
 
-__all__ = ["LaunchCommand", "LaunchCommandError", "Arg", "canonical_flag", "SGLANG_VERSION"]
+__all__ = ["LaunchCommand", "LaunchCommandError", "Arg", "canonical_flag", "SGLANG_VERSION", "DEFAULT_TABLE"]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -46,15 +52,8 @@ __all__ = ["LaunchCommand", "LaunchCommandError", "Arg", "canonical_flag", "SGLA
 #: SGLang's default ``--port`` (0.5.23 ``srt/server_args.py`` ``ServerArgs.port``).
 DEFAULT_PORT = 30000
 
-_ALIASES: dict[str, str] = {}
-for _canon, _spec in FLAGS.items():
-    _ALIASES[_canon] = _canon
-    for _alias in _spec["aliases"]:
-        _ALIASES[_alias] = _canon
-_NEGATIONS: dict[str, str] = {
-    "--no-" + canon[2:]: canon for canon, spec in FLAGS.items() if spec["kind"] == "bool_optional"
-}
-_ALL_OPTION_STRINGS = sorted(set(_ALIASES) | set(_NEGATIONS))
+#: The shipped table (SGLang 0.5.23), used when no table is given.
+DEFAULT_TABLE = FlagTable(SGLANG_VERSION, FLAGS, "shipped", f"shipped table workbench/engine/data/{FLAG_TABLE}")
 _NEGATIVE_NUMBER = re.compile(r"^-\d+$|^-\d*\.\d+$")
 _ENV_ASSIGN = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=(.*)$", re.S)
 _PYTHON = re.compile(r"^python(\d+(\.\d+)*)?$")
@@ -62,39 +61,35 @@ _PY_OPTS_WITH_ARG = {"-X", "-W", "-Q"}
 _MODULES = {"sglang.launch_server": "sglang", "workbench.sandbox.launch_server": "sandbox"}
 
 
-def _resolve(name: str) -> tuple[str, bool]:
+def _resolve(name: str, table: FlagTable | None = None) -> tuple[str, bool]:
     """(canonical flag, negated) for an option string as argparse would match it.
 
     Raises LaunchCommandError for an ambiguous prefix. Unknown flags resolve to themselves.
     """
-    if name in _ALIASES:
-        return _ALIASES[name], False
-    if name in _NEGATIONS:
-        return _NEGATIONS[name], True
-    matches = [s for s in _ALL_OPTION_STRINGS if s.startswith(name)]
-    targets = {(_ALIASES.get(s) or _NEGATIONS[s], s in _NEGATIONS) for s in matches}
-    if len(targets) == 1:
-        return targets.pop()
-    if len(targets) > 1:
-        shown = ", ".join(sorted(matches)[:6])
+    r = (table or DEFAULT_TABLE).resolve(name)
+    if r.status == "ambiguous":
+        shown = ", ".join(r.candidates[:6])
         raise LaunchCommandError(f"ambiguous flag {name}: it is a prefix of {shown}")
-    return name, False
+    return r.canon, r.negated
 
 
-def canonical_flag(flag: str) -> str:
-    """The canonical SGLang flag for ``flag``: an alias, a unique prefix or a field name.
+def _as_option(flag: str) -> str:
+    return flag if flag.startswith("-") else "--" + flag.replace("_", "-")
+
+
+def canonical_flag(flag: str, table: FlagTable | None = None) -> str:
+    """The canonical SGLang flag for ``flag``: an alias, a unique prefix or a field name, in
+    ``table`` (default: the shipped SGLang 0.5.23 table).
 
     ``canonical_flag("--tp") == "--tp-size"``, ``canonical_flag("speculative_algorithm") ==
     "--speculative-algorithm"``. Unknown flags are returned as given (with ``--``).
     Raises :class:`LaunchCommandError` on an ambiguous prefix.
     """
-    if not flag.startswith("-"):
-        flag = "--" + flag.replace("_", "-")
-    return _resolve(flag)[0]
+    return _resolve(_as_option(flag), table)[0]
 
 
-def _spec(canon: str) -> dict | None:
-    return FLAGS.get(canon)
+def _spec(canon: str, table: FlagTable | None = None) -> dict | None:
+    return (table or DEFAULT_TABLE).flags.get(canon)
 
 
 def _is_option(token: str) -> bool:
@@ -166,7 +161,11 @@ class Arg:
     ``flag``: canonical flag (``None`` for a positional); ``spelled``: the option as written
     (``--tp``); ``values``: the value tokens (empty for a boolean); ``equals``: written as
     ``--flag=value``; ``negated``: ``--no-x`` of a BooleanOptionalAction flag;
-    ``positional``: the flag's value was given as a positional (``sglang serve <model>``).
+    ``positional``: the flag's value was given as a positional (``sglang serve <model>``);
+    ``status``: ``None`` (a flag of the table, or a positional), ``"unknown"`` (the table has no
+    such flag: ``flag`` is the option as written) or ``"ambiguous"`` (a prefix of several flags:
+    ``flag`` is as written, ``candidates`` the option strings it could match); ``table``: the flag
+    table it was read against (``None``: the shipped one).
     """
 
     flag: str | None
@@ -175,6 +174,9 @@ class Arg:
     equals: bool = False
     negated: bool = False
     positional: bool = False
+    status: str | None = None
+    candidates: tuple[str, ...] = ()
+    table: FlagTable | None = field(default=None, compare=False, repr=False)
 
     def tokens(self) -> list[str]:
         if self.flag is None or self.positional:
@@ -185,7 +187,7 @@ class Arg:
 
     def value(self) -> Any:
         """The value argparse would store: bool, str, or list[str] for list flags."""
-        spec = _spec(self.flag) if self.flag else None
+        spec = _spec(self.flag, self.table) if self.flag else None
         kind = spec["kind"] if spec else None
         if kind == "store_true":
             return True
@@ -208,7 +210,8 @@ class LaunchCommand:
     the server, e.g. ``("python3", "-m", "sglang.launch_server")``), ``engine`` (``"sglang"``
     or ``"sandbox"``), ``module`` (``"sglang.launch_server"``,
     ``"workbench.sandbox.launch_server"`` or ``"sglang serve"``), ``args`` (:class:`Arg`
-    items in order), ``text`` (the text parsed, ``""`` for derived commands).
+    items in order), ``text`` (the text parsed, ``""`` for derived commands), ``table`` (the flag
+    table the flags were resolved against; ``None``: the shipped SGLang 0.5.23 table).
     """
 
     env: tuple[tuple[str, str], ...]
@@ -217,16 +220,19 @@ class LaunchCommand:
     module: str
     args: tuple[Arg, ...]
     text: str = field(default="", compare=False)
+    table: FlagTable | None = field(default=None, compare=False, repr=False)
 
     # -- parsing --------------------------------------------------------------------------
 
     @classmethod
-    def parse(cls, text: str | Sequence[str]) -> "LaunchCommand":
-        """Parse shell text (or an argv list, e.g. from ``/proc/PID/cmdline``).
+    def parse(cls, text: str | Sequence[str], table: FlagTable | None = None) -> "LaunchCommand":
+        """Parse shell text (or an argv list, e.g. from ``/proc/PID/cmdline``) against the flag
+        table ``table`` (the box's engine's; default the shipped SGLang 0.5.23 table).
 
-        Raises :class:`LaunchCommandError`: empty text, unbalanced quote (with its column),
-        not an SGLang / sandbox launch command, flag missing its value, ambiguous prefix,
-        value given to a boolean flag.
+        An unknown flag or an ambiguous prefix is kept as written (:meth:`unresolved`), never an
+        error. Raises :class:`LaunchCommandError`: empty text, unbalanced quote (with its column),
+        not an SGLang / sandbox launch command, flag missing its value, value given to a boolean
+        flag.
         """
         if isinstance(text, str):
             tokens = _split(text)
@@ -262,15 +268,31 @@ class LaunchCommand:
             i += 2
         if engine is None:
             shown = " ".join(tokens[start:start + 4])
+            other = _other_launcher(tokens[start:])
+            expected = ("`python -m sglang.launch_server ...`, `sglang serve ...` or "
+                        "`python -m workbench.sandbox.launch_server ...`")
             raise LaunchCommandError(
-                "not an SGLang launch command: expected `python -m sglang.launch_server ...`, "
-                "`sglang serve ...` or `python -m workbench.sandbox.launch_server ...`, got "
-                f"`{shown}` at token {start}",
+                f"not an SGLang launch command: `{shown}` (token {start}) is {other}; the workbench checks "
+                f"SGLang launches: {expected}" if other else
+                f"not an SGLang launch command: expected {expected}, got `{shown}` at token {start}",
                 token=start,
             )
         launcher = tuple(tokens[start:i])
-        args = _parse_args(tokens, i, module)
-        return cls(tuple(env), launcher, engine, module, tuple(args), text=source)
+        args = _parse_args(tokens, i, module, table)
+        return cls(tuple(env), launcher, engine, module, tuple(args), text=source, table=table)
+
+    def with_table(self, table: FlagTable | None) -> "LaunchCommand":
+        """The same command read again against ``table`` (e.g. the box's engine's flags): the
+        flags re-resolved, unknown / ambiguous ones marked anew. Raises
+        :class:`LaunchCommandError` when the command does not parse against it (a flag that
+        takes a value there missing it, a value given to a flag that is boolean there)."""
+        again = LaunchCommand.parse(self.argv, table)
+        return replace(again, text=self.text)
+
+    def unresolved(self) -> list[Arg]:
+        """The arguments argparse would refuse by name: unknown flags and ambiguous prefixes
+        (:attr:`Arg.status`), in order."""
+        return [a for a in self.args if a.status in ("unknown", "ambiguous")]
 
     # -- queries --------------------------------------------------------------------------
 
@@ -330,8 +352,14 @@ class LaunchCommand:
         tokens = r.argv(list(self.launcher) + self.arg_tokens)
         return " ".join(env + [t if t.endswith("=" + PLACEHOLDER) and t.startswith("-") else quote(t) for t in tokens])
 
+    def _canon(self, flag: str) -> str:
+        """The canonical flag in this command's table; an ambiguous prefix as written (it then
+        matches the arguments written so, which kept it)."""
+        r = (self.table or DEFAULT_TABLE).resolve(_as_option(flag))
+        return r.canon
+
     def _occurrences(self, flag: str) -> list[Arg]:
-        canon = canonical_flag(flag)
+        canon = self._canon(flag)
         return [a for a in self.args if a.flag == canon]
 
     def has(self, flag: str) -> bool:
@@ -370,10 +398,11 @@ class LaunchCommand:
         is appended (canonical spelling). ``value``: ``True`` for a boolean flag (``False``
         removes a store_true flag, writes ``--no-x`` for a BooleanOptionalAction flag), a
         scalar (converted with ``str``) or a list for list flags.
-        Raises :class:`LaunchCommandError` when the value does not fit the flag.
+        Raises :class:`LaunchCommandError` when the value does not fit the flag, or ``flag`` is an
+        ambiguous prefix in this command's table.
         """
-        canon = canonical_flag(flag)
-        spec = _spec(canon)
+        canon = canonical_flag(flag, self.table)
+        spec = _spec(canon, self.table)
         kind = spec["kind"] if spec else "value"
         negated = False
         if kind == "store_true":
@@ -409,19 +438,38 @@ class LaunchCommand:
                 spelled = ("--no-" + canon[2:]) if negated else canon
             equals = a.equals and len(values) == 1
             new_args.append(
-                Arg(canon, spelled, values, equals=equals, negated=negated, positional=a.positional and len(values) == 1)
+                Arg(canon, spelled, values, equals=equals, negated=negated, positional=a.positional and len(values) == 1,
+                    status=None if spec else "unknown", table=self.table)
             )
             replaced = True
         if not replaced:
             spelled = ("--no-" + canon[2:]) if negated else canon
-            new_args.append(Arg(canon, spelled, values, negated=negated))
-        return LaunchCommand(self.env, self.launcher, self.engine, self.module, tuple(new_args))
+            new_args.append(Arg(canon, spelled, values, negated=negated, status=None if spec else "unknown",
+                                table=self.table))
+        return LaunchCommand(self.env, self.launcher, self.engine, self.module, tuple(new_args), table=self.table)
+
+    def replace_flag(self, old: str, new: str, value: Any = True) -> "LaunchCommand":
+        """A new command with every occurrence of ``old`` (a flag, or an unknown / ambiguous one as
+        written) removed and ``new`` set to ``value`` where ``old`` first stood (as
+        :meth:`with_flag` would set it; appended when ``old`` is absent). Raises
+        :class:`LaunchCommandError` as :meth:`with_flag`."""
+        canon_old = self._canon(old)
+        at = next((k for k, a in enumerate(self.args) if a.flag == canon_old), None)
+        rest = self.without_flag(old)
+        if at is None:
+            return rest.with_flag(new, value)
+        canon_new = canonical_flag(new, self.table)
+        single = LaunchCommand(self.env, self.launcher, self.engine, self.module, (), table=self.table).with_flag(new, value)
+        before = [a for a in self.args[:at] if a.flag != canon_old and a.flag != canon_new]
+        after = [a for a in self.args[at:] if a.flag != canon_old and a.flag != canon_new]
+        return LaunchCommand(self.env, self.launcher, self.engine, self.module, tuple(before + list(single.args) + after),
+                             table=self.table)
 
     def without_flag(self, flag: str) -> "LaunchCommand":
         """A new command with every occurrence of ``flag`` removed."""
-        canon = canonical_flag(flag)
+        canon = self._canon(flag)
         args = tuple(a for a in self.args if a.flag != canon)
-        return LaunchCommand(self.env, self.launcher, self.engine, self.module, args)
+        return LaunchCommand(self.env, self.launcher, self.engine, self.module, args, table=self.table)
 
     def with_env(self, name: str, value: str | None) -> "LaunchCommand":
         """A new command with environment variable ``name`` set (``None`` removes it)."""
@@ -429,7 +477,7 @@ class LaunchCommand:
         if value is not None:
             replaced = [(k, (str(value) if k == name else v)) for k, v in self.env]
             env = replaced if any(k == name for k, _ in self.env) else env + [(name, str(value))]
-        return LaunchCommand(tuple(env), self.launcher, self.engine, self.module, self.args)
+        return LaunchCommand(tuple(env), self.launcher, self.engine, self.module, self.args, table=self.table)
 
     def diff(self, other: "LaunchCommand") -> list[tuple[str, Any, Any]]:
         """What changes from ``self`` to ``other``: ``[(flag, old, new), ...]``.
@@ -454,11 +502,44 @@ class LaunchCommand:
         return out
 
 
-def _parse_args(tokens: list[str], i: int, module: str) -> list[Arg]:
+#: Launchers of other tools that public EAGLE reports use (``../shared/fixtures/public-reports``):
+#: first token (or ``python -m`` module prefix) → what it is.
+_OTHER_LAUNCHERS = {"vllm": "a vLLM launch", "vllm.entrypoints": "a vLLM launch", "speculators": "a speculators command",
+                    "eagle.": "an EAGLE reference-code run (eagle.evaluation / eagle.train)",
+                    "specforge": "a SpecForge (training) command", "trtllm-serve": "a TensorRT-LLM launch",
+                    "torchrun": "a torchrun job", "accelerate": "an accelerate job"}
+
+
+def _other_launcher(tokens: Sequence[str]) -> str | None:
+    """What a non-SGLang command is (``"a vLLM launch"``), ``None`` when not recognised."""
+    if not tokens:
+        return None
+    exe = tokens[0].rsplit("/", 1)[-1]
+    if exe in _OTHER_LAUNCHERS:
+        return _OTHER_LAUNCHERS[exe]
+    if _PYTHON.match(exe):
+        rest = list(tokens[1:])
+        if "-m" in rest and rest.index("-m") + 1 < len(rest):
+            mod = rest[rest.index("-m") + 1]
+            for prefix, what in _OTHER_LAUNCHERS.items():
+                if mod == prefix or mod.startswith(prefix.rstrip(".") + "."):
+                    return what
+            if mod.startswith("sglang."):
+                return f"the SGLang module {mod}, not its server launcher (sglang.launch_server)"
+            return f"the Python module {mod}"
+        script = next((t for t in rest if not t.startswith("-")), None)
+        if script and script.endswith(".py"):
+            return f"the Python script {script}" + (" (vLLM's examples)" if "vllm" in script or
+                                                   script.startswith("examples/") else "")
+    return None
+
+
+def _parse_args(tokens: list[str], i: int, module: str, table: FlagTable | None = None) -> list[Arg]:
     args: list[Arg] = []
+    tab = table or DEFAULT_TABLE
     if module == "sglang serve" and i < len(tokens) and not _is_option(tokens[i]):
         # cli/serve.py: `sglang serve <model>` == `sglang serve --model-path <model>`
-        args.append(Arg("--model-path", "", (tokens[i],), positional=True))
+        args.append(Arg("--model-path", "", (tokens[i],), positional=True, table=table))
         i += 1
     while i < len(tokens):
         tok = tokens[i]
@@ -470,11 +551,16 @@ def _parse_args(tokens: list[str], i: int, module: str) -> list[Arg]:
             i += 1
             continue
         name, eq, inline = tok.partition("=")
-        try:
-            canon, negated = _resolve(name)
-        except LaunchCommandError as exc:
-            raise LaunchCommandError(f"{exc} (token {i})", token=i) from None
-        spec = _spec(canon)
+        res: Resolution = tab.resolve(name)
+        canon, negated = res.canon, res.negated
+        status = None if res.status == "known" else res.status
+        extra = {"status": status, "candidates": res.candidates, "table": table}
+        spec = tab.flags.get(canon) if status is None else None
+        if status == "ambiguous":  # argparse refuses it; its values are read as every candidate would read them
+            arities = {(s["kind"], s.get("nargs")) for s in (tab.flags.get(tab.aliases.get(c, c)) for c in res.candidates)
+                       if s is not None}
+            if len(arities) == 1:
+                spec = tab.flags.get(tab.aliases.get(res.candidates[0], res.candidates[0]))
         kind = spec["kind"] if spec else None
         nargs = spec["nargs"] if spec else None
         if kind in ("store_true", "bool_optional"):
@@ -482,7 +568,7 @@ def _parse_args(tokens: list[str], i: int, module: str) -> list[Arg]:
                 raise LaunchCommandError(
                     f"flag {name} (token {i}) is a boolean flag and takes no value, got {tok!r}", token=i
                 )
-            args.append(Arg(canon, name, (), negated=negated))
+            args.append(Arg(canon, name, (), negated=negated, **extra))
             i += 1
             continue
         if eq:
@@ -492,7 +578,7 @@ def _parse_args(tokens: list[str], i: int, module: str) -> list[Arg]:
                 while i < len(tokens) and not _is_option(tokens[i]) and tokens[i] != "--":
                     values.append(tokens[i])
                     i += 1
-            args.append(Arg(canon, name, tuple(values), equals=True))
+            args.append(Arg(canon, name, tuple(values), equals=True, **extra))
             continue
         j = i + 1
         values = []
@@ -512,11 +598,11 @@ def _parse_args(tokens: list[str], i: int, module: str) -> list[Arg]:
                 raise LaunchCommandError(f"flag {name} (token {i}) is missing its value ({after})", token=i)
             values.append(tokens[j])
             j += 1
-        args.append(Arg(canon, name, tuple(values)))
+        args.append(Arg(canon, name, tuple(values), **extra))
         i = j
     return args
 
 
-def parse_launch_command(text: str | Iterable[str]) -> LaunchCommand:
+def parse_launch_command(text: str | Iterable[str], table: FlagTable | None = None) -> LaunchCommand:
     """Alias of :meth:`LaunchCommand.parse`."""
-    return LaunchCommand.parse(text if isinstance(text, str) else list(text))
+    return LaunchCommand.parse(text if isinstance(text, str) else list(text), table)

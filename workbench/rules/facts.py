@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from workbench.checkpoint import DraftFacts, TargetFacts, read_tensor_data
+from workbench.engine.flag_table import FlagTable, flag_table_for_engine
 from workbench.engine.launch import LaunchCommand
 from workbench.engine.load_weights import WeightAnalysis, analyse_weights, config_vs_tensors
 from workbench.engine.modelled import (
@@ -112,7 +113,7 @@ class Facts:
         ``draft_classes``) given directly instead of worked out."""
         launch = LaunchCommand.parse(launch) if isinstance(launch, str) else launch
         derived = {k: given.pop(k) for k in list(given) if k in ("capture", "weights", "token_map", "algorithms",
-                                                                  "draft_classes")}
+                                                                  "draft_classes", "flag_table")}
         facts = cls(launch, target=target, draft=draft, **given)
         for k, v in derived.items():
             if k == "capture" and (v is None or isinstance(v, CaptureRule)):
@@ -139,6 +140,16 @@ class Facts:
         return "EAGLE" if up == "NEXTN" else up
 
     # -- what the engine knows ----------------------------------------------------------------------
+
+    @cached_property
+    def flag_table(self) -> FlagTable:
+        """The launch flags of the box's engine: read from its own source (``srt/server_args.py``,
+        ``srt/arg_groups/fields/*.py``; :func:`workbench.engine.flag_table.read_flag_table`, cached
+        per engine for the process), else the shipped SGLang 0.5.23 table (``origin == "shipped"``;
+        why is added to :attr:`notes`). The sandbox's launcher takes SGLang 0.5.23's flags: the shipped table."""
+        if self.launch is not None and self.launch.engine == "sandbox":
+            return flag_table_for_engine(None)
+        return flag_table_for_engine(self.engine, notes=self.notes)
 
     @cached_property
     def algorithms(self) -> tuple[frozenset, str]:

@@ -3,10 +3,13 @@
 Rules: ``algorithm-mismatch`` (an EAGLE-3 draft launched with ``EAGLE``/``NEXTN``, or the reverse:
 the case this tool exists for), ``draft-path-missing``, ``spec-params-invalid`` (the engine's own
 checks on steps / topk / draft tokens, and an algorithm name it does not know),
-``launch-flag-unknown`` (a flag SGLang's argparse does not define), ``model-path-missing`` (no
+``launch-flag-unknown`` (a flag the box's SGLang argparse refuses: unknown, ambiguous prefix,
+deprecated-to-refuse; a renamed flag still accepted), ``model-path-missing`` (no
 ``--model-path``: argparse's required argument). They read the launch command
 and the draft's facts; engine facts from SGLang 0.5.23 ``srt/arg_groups/speculative_hook.py``,
-``srt/speculative/spec_info.py`` and the flag table (:mod:`workbench.engine.flags`).
+``srt/speculative/spec_info.py``, and the flags of the box's own release
+(:mod:`workbench.engine.flag_table`; the shipped 0.5.23 table, :mod:`workbench.engine.flags`, as
+fallback) explained by the shipped flag history of 20 releases.
 """
 
 from __future__ import annotations
@@ -15,10 +18,10 @@ import difflib
 from typing import Any
 
 from workbench.checkpoint import read_draft_facts, read_target_facts
-from workbench.engine.flags import FLAGS, SGLANG_VERSION
+from workbench.engine.flags import SGLANG_VERSION
 from workbench.engine.launch import LaunchCommand
 from workbench.engine.modelled import MTP_TARGETS, PAGE_TREE_BACKENDS
-from workbench.errors import ConfigUnreadable, RuleInputError
+from workbench.errors import ConfigUnreadable, LaunchCommandError, RuleInputError
 from workbench.redact import is_secret_flag
 from workbench.rules.facts import Facts
 from workbench.rules.finding import Finding, ev
@@ -182,44 +185,205 @@ def int_flag(launch: LaunchCommand, flag: str) -> tuple[int | None, str | None]:
 
 
 @FAMILY.rule("launch-flag-unknown", severities=("error", "warning"), prevents_start="always",
-             summary="a --flag of an SGLang launch that the engine's argparse does not define (a typo such as "
-                     "--speculative-algoritm)",
-             fix="the launch command with the flag meant")
+             summary="a --flag of an SGLang launch that the box's engine's argparse refuses: unknown there (a typo "
+                     "such as --speculative-algoritm, or another release's flag), an ambiguous prefix "
+                     "(--cuda-graph-max-bs on 0.5.20+), or a flag that release defines only to refuse it; "
+                     "a warning for a renamed flag still accepted as a deprecated alias",
+             fix="the launch command with each flag as the box's release calls it")
 def launch_flag_unknown(facts: Facts) -> list[Finding]:
-    """An addition to the catalogue. argparse exits with "unrecognized arguments" on a flag it does
-    not define — unless it is a prefix of exactly one flag, which ``LaunchCommand`` already
-    resolves. Flag table: :mod:`workbench.engine.flags` (generated from the SGLang 0.5.23 source,
-    ``srt/arg_groups/fields/*.py`` and ``srt/server_args.py``). Error when the box runs 0.5.23; a
-    warning when its version differs or is unknown (a newer engine may define it). The sandbox
-    box's launcher takes SGLang 0.5.23's flags and refuses the others the same way: an error
-    there. Not applied to other launchers; the closest known flag is proposed."""
-    launch, engine_version = facts.launch, facts.engine_version
+    """argparse (``allow_abbrev=True``, no SGLang release changes it) exits 2 on a flag it does
+    not define ("unrecognized arguments") and on a prefix of several flags ("ambiguous option:
+    --cuda-graph-max-bs could match --cuda-graph-max-bs-decode, --cuda-graph-max-bs-prefill"); a
+    prefix of exactly one flag is that flag. ``DeprecatedAction`` flags (0.4.6 …: ``__call__``
+    raises ``ValueError``) are defined only to refuse them.
+
+    The flags are those of the box's engine (:attr:`Facts.flag_table`: read from its own
+    ``srt/server_args.py`` / ``srt/arg_groups/fields/*.py``, any release 0.4.6 … 0.5.23), the
+    shipped SGLang 0.5.23 table when the source cannot be read. Each flag argparse refuses is
+    explained from the shipped flag history (``workbench/engine/data/sglang-flag-history.json``,
+    generated from 20 published wheels): the releases that have it, its field, and what the box's
+    release calls it (a rename the history records, a flag storing the same field); a flag of
+    other releases with no successor there is dropped from the fixed command (the server does not
+    start with it); a flag no release read has gets the closest flag of the box's release (a secret
+    flag only another secret flag). Error when the flags are the box's own (or the box runs the
+    shipped table's release, or the sandbox's launcher, which takes 0.5.23's flags); a warning when
+    the box's source was not read and its release differs or is unknown. A flag the box's release
+    still accepts as a deprecated alias of a renamed one is a warning (the server starts). One
+    finding lists every such flag, with evidence per flag and one fixed command. Not applied to
+    other launchers."""
+    from workbench.engine.flag_table import lifetime, replacements
+
+    launch = facts.launch
     if launch is None or launch.engine not in ("sglang", "sandbox"):
         return []
-    unknown = [f for f in launch.flags() if f.startswith("--") and f not in FLAGS]
-    if not unknown:
+    table = facts.flag_table
+    engine_version = facts.engine_version
+    if table.origin == "box" and launch.table is not table:
+        try:
+            launch = launch.with_table(table)
+        except LaunchCommandError as exc:  # a flag of another kind there: reported, the rest still read
+            facts.notes.append(f"launch-flag-unknown: the command does not parse against {table.describe()}: {exc}")
+    refused: list = []
+    deprecated: list = []
+    for a in launch.args:
+        if a.flag is None or not a.flag.startswith("--") or any(a.flag == b.flag for b in refused + deprecated):
+            continue
+        spec = table.spec(a.flag) if a.status is None else None
+        if a.status in ("unknown", "ambiguous") or (spec and spec.get("deprecated") == "refused"):
+            refused.append(a)
+        elif spec and spec.get("deprecated") in ("alias", "warn") and spec.get("new_flag"):
+            deprecated.append(a)
+    if not refused and not deprecated:
         return []
-    severity = "error" if engine_version == SGLANG_VERSION or launch.engine == "sandbox" else "warning"
-    # a secret flag's value (--hf-token=...) is never moved into a flag of another kind: only another
-    # secret flag is proposed for it, or none (the fix would print the secret as a --max-prefill-tokens)
-    secret_flags = [f for f in FLAGS if is_secret_flag(f)]
-    close = {f: difflib.get_close_matches(f, secret_flags if is_secret_flag(f) else list(FLAGS), n=1)
-             for f in unknown}
+    box_release = table.version if table.origin == "box" else None
+    release = box_release or table.version
+    if refused:
+        severity = ("error" if table.origin == "box" or engine_version == table.version or launch.engine == "sandbox"
+                    else "warning")
+    else:
+        severity = "warning"
+    secret_flags = [f for f in table.flags if is_secret_flag(f)]
+    where = (f"on {release}, the box's release" if box_release
+             else f"in sglang {release}'s shipped table (the box's engine source was not read"
+                  + (f"; the box reports {engine_version})" if engine_version else ")"))
+    per_flag: dict[str, dict] = {}
+    sentences: list[str] = []
     fixed = launch
-    for f, match in close.items():
-        if match:
-            values = fixed.get_all(f)
-            fixed = fixed.without_flag(f).with_flag(match[0], values[-1] if values else True)
-    return [Finding("launch-flag-unknown", severity,
-                    # "--hf-token: not a flag", not "--hf-token is not a flag": a word after a secret flag
-                    # reads as its value to the redactor ("--hf-token *** not a flag")
-                    f"{', '.join(unknown)}: not {'a flag' if len(unknown) == 1 else 'flags'} of sglang "
-                    f"{SGLANG_VERSION}'s launch_server; argparse stops the server with 'unrecognized arguments'"
-                    + "".join(f"; did you mean {m[0]}?" for m in close.values() if m),
-                    {"unknown_flags": ev(unknown, "launch command"),
-                     "engine_version": ev(engine_version, "box" if engine_version else None),
-                     "flag_table": f"sglang {SGLANG_VERSION} (workbench/engine/data/sglang-{SGLANG_VERSION}-flags.json)"},
+    for a in refused + deprecated:
+        flag = a.flag
+        seen_in = lifetime(flag)
+        spec = table.spec(flag) if a.status is None else None
+        found = replacements(flag, table)
+        reps = [r for r in found if r["flag"]]
+        notes = [r["note"] for r in found if not r["flag"]]
+        said = (release, spec["note"]) if spec and spec.get("note") else _deprecation_note(flag)
+        drop = False
+        if not reps and not notes and spec and spec.get("deprecated") == "refused":
+            drop = True
+        if not reps and not notes and a.status is not None:
+            if seen_in:  # a flag of other releases, with no successor here: the server starts without it
+                drop = True
+            else:
+                pool = secret_flags if is_secret_flag(flag) else list(table.flags)
+                close = difflib.get_close_matches(flag, pool, n=1)
+                if close:
+                    reps = [{"flag": close[0], "value": None, "how": "closest", "note": None}]
+        hist = (f"a flag of SGLang {seen_in}" if seen_in
+                else f"not a flag of any SGLang release the workbench read ({_history_span()})")
+        field = _history_field(flag)
+        if field and seen_in:
+            hist += f" (field {field})"
+        if a.status == "ambiguous":
+            what = (f"an ambiguous prefix of {', '.join(a.candidates)}; argparse refuses it ('ambiguous option') "
+                    "and the server will not start")
+        elif a.status == "unknown":
+            what = "not a flag; argparse stops the server with 'unrecognized arguments'"
+        elif spec and spec.get("deprecated") == "refused":
+            what = "defined only to refuse it (DeprecatedAction raises at parse time): the server will not start"
+        else:
+            gone = _last_seen(flag)
+            what = (f"a deprecated alias, accepted with a warning, of {spec.get('new_flag')}"
+                    + (f"; releases after {gone} refuse it" if gone else ""))
+        if said and (a.status is not None or spec.get("deprecated") == "refused"):
+            what += f" (SGLang {said[0]} marks it deprecated: {said[1]!r})"
+        if reps:
+            r = reps[0]
+            target = r["flag"] + (f"={r['value']}" if r["value"] else "")
+            if r["how"] == "closest":
+                advice = f"; did you mean {r['flag']}?"
+            else:
+                advice = f"; replace it with {target}"
+        elif notes:
+            advice = f"; replace it with {notes[0]}"
+        elif drop:
+            advice = f"; sglang {release} has no flag for it: drop it"
+        else:
+            advice = ""
+        sentences.append(f"{flag}: {hist}; {where}, it is {what}{advice}")
+        per_flag[flag] = {
+            "status": a.status or (spec.get("deprecated") if spec else None),
+            "written": a.tokens(),
+            "candidates": list(a.candidates),
+            "releases_with_it": ev(seen_in, "workbench/engine/data/sglang-flag-history.json"),
+            "field": field,
+            "box_release_calls_it": [r["flag"] + (f"={r['value']}" if r["value"] else "") for r in reps] + notes,
+            "how": [r["how"] for r in reps],
+        }
+        if said:
+            per_flag[flag]["sglang_note"] = ev(said[1], f"sglang {said[0]} srt/server_args.py")
+        try:
+            if reps:
+                r = reps[0]
+                values = list(a.values)
+                rspec = table.spec(r["flag"]) or {}
+                if r["value"] is not None:
+                    new_value: Any = r["value"]
+                elif rspec.get("kind") in ("store_true", "bool_optional"):
+                    new_value = True
+                elif rspec.get("nargs") in ("+", "*"):
+                    new_value = values or True
+                else:
+                    new_value = values[-1] if values else True
+                fixed = fixed.replace_flag(flag, r["flag"], new_value)
+            elif drop:
+                fixed = fixed.without_flag(flag)
+        except LaunchCommandError as exc:
+            per_flag[flag]["fix_error"] = str(exc)
+    shown = [a.flag for a in refused + deprecated]
+    names = [a.flag for a in refused]
+    lead = (f"{', '.join(names)}: not {'a flag' if len(names) == 1 else 'flags'} of sglang {release}'s launch_server "
+            "as written" if refused else "")
+    if deprecated:
+        lead += ("; " if lead else "") + (f"{', '.join(a.flag for a in deprecated)}: renamed, still accepted by "
+                                          f"sglang {release} as deprecated " + ("aliases" if len(deprecated) > 1 else "alias"))
+    message = " ".join(x if x.endswith(("?", ".")) else x + "." for x in [lead] + sentences)
+    evidence = {"unknown_flags": ev([a.flag for a in refused], "launch command"),
+                "flags": per_flag,
+                "engine_version": ev(engine_version, "box" if engine_version else None),
+                "flag_table": table.describe()}
+    if deprecated:
+        evidence["deprecated_flags"] = ev([a.flag for a in deprecated], "launch command")
+    return [Finding("launch-flag-unknown", severity, message, evidence,
                     fixed.to_string() if fixed is not launch else None)]
+
+
+def _history_row(flag: str) -> dict:
+    from workbench.engine.flag_table import flag_history
+
+    return flag_history()["flags"].get(flag) or {}
+
+
+def _history_field(flag: str) -> str | None:
+    row = _history_row(flag)
+    return row.get("field")
+
+
+def _last_seen(flag: str) -> str | None:
+    """The last release of the history that has ``flag``; ``None`` when absent or when it is the
+    history's newest release (nothing says it is gone)."""
+    from workbench.engine.flag_table import flag_history
+
+    rel = _history_row(flag).get("releases") or []
+    return rel[-1] if rel and rel[-1] != flag_history()["releases"][-1] else None
+
+
+def _history_span() -> str:
+    from workbench.engine.flag_table import flag_history
+
+    rel = flag_history()["releases"]
+    return f"{len(rel)} releases, {rel[0]} … {rel[-1]}"
+
+
+def _deprecation_note(flag: str) -> tuple[str, str] | None:
+    """``(release, note)``: the last deprecation note the history records for ``flag`` (``("0.4.7",
+    "refused: … Please use '--attention-backend flashinfer' instead.")``), ``None`` when none."""
+    notes = _history_row(flag).get("deprecated") or {}
+    if not notes:
+        return None
+    from workbench.engine.flag_table import version_key
+
+    last = max(notes, key=version_key)
+    return last, notes[last]
 
 
 #: Steps proposed when a command drafts nothing and says no chain length (steps 0 without draft
