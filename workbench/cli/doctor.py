@@ -1,6 +1,6 @@
 """``workbench doctor``: every preflight rule on a launch command or the server running on the box.
 
-    workbench doctor --launch "CMD" [--cwd DIR] | --running [--port N]  [--host SPEC] [--json] [--timeout S]
+    workbench doctor --launch "CMD" [--cwd DIR] | --running [--port N]  [--engine-root DIR] [--host SPEC] [--json] [--timeout S]
 
 Runs every static rule of the catalogue (:func:`workbench.doctor.run_doctor`,
 ``notes/doctor-rules.md``) on ``--launch`` (relative paths against ``--cwd``: default this directory
@@ -36,6 +36,7 @@ def _run(args: argparse.Namespace) -> ExitCode:
     from workbench.checkpoint import CheckpointError
     from workbench.doctor import DoctorError, run_doctor
     from workbench.engine.launch import LaunchCommand, LaunchCommandError
+    from workbench.errors import EngineNotFound
 
     if (args.launch is not None) == bool(args.running):
         raise CliError("give exactly one of --launch \"<command>\" or --running")
@@ -58,8 +59,15 @@ def _run(args: argparse.Namespace) -> ExitCode:
                     raise CliError(f"{len(servers)} servers run on {box.name} (ports "
                                    f"{', '.join(str(s.port) for s in servers)}); pick one with --port")
                 launch, cwd = LaunchCommand.parse(list(servers[0].argv)), servers[0].cwd
-            report = run_doctor(box, launch, timeout=args.timeout, cwd=cwd)
-        except (DoctorError, CheckpointError, RemoteError, LaunchCommandError) as exc:
+            engine_root = engine_version = None
+            if args.engine_root:
+                from workbench.engine.locate import engine_at
+
+                found = engine_at(box, args.engine_root, timeout=args.timeout)
+                engine_root, engine_version = found.root, found.version
+            report = run_doctor(box, launch, timeout=args.timeout, cwd=cwd, engine_root=engine_root,
+                                engine_version=engine_version)
+        except (DoctorError, CheckpointError, RemoteError, LaunchCommandError, EngineNotFound) as exc:
             raise reworded(exc, f"{type(exc).__name__}: {exc}") from exc
     if args.json:
         print(json.dumps(report.to_dict(), indent=2, default=str))
@@ -77,6 +85,8 @@ def add_parser(sub: Any) -> None:
     add_port_option(p, "with --running: the server's port when several run")
     p.add_argument("--cwd", help="with --launch: the directory the server starts in, for relative paths in the "
                                  "command (default: this directory on the local box, the login directory over SSH)")
+    p.add_argument("--engine-root", metavar="DIR", help="the sglang package directory on the box whose rules and flags "
+                   "apply (default: located with the launch command's interpreter); e.g. another release's tree")
     add_box_options(p, timeout=30.0)
     add_json_option(p, "the report")
     set_command(p, _run)

@@ -8,8 +8,9 @@
     workbench source scan [same as map]                          swallowed errors / silent fallbacks on that path
 
 BOX is ``--host SPEC`` (default local) with ``--python P`` (the interpreter that runs the
-server), ``--port N`` (take the server running on that port) or ``--package PKG``
-(``workbench.sandbox`` for the sandbox box's engine); ``--timeout S`` for each box call (default 30).
+server), ``--port N`` (take the server running on that port), ``--package PKG``
+(``workbench.sandbox`` for the sandbox box's engine) or ``--engine-root DIR`` (that sglang package
+directory, e.g. another release's unpacked wheel); ``--timeout S`` for each box call (default 30).
 Exit codes: 0 done, 2 the command could not run (bad arguments, no engine, unreachable box).
 """
 
@@ -34,6 +35,8 @@ def _box_args(p: argparse.ArgumentParser) -> None:
     add_port_option(p, "take the engine of the server running on this port")
     p.add_argument("--package", help="the engine package (default: what the server runs, else sglang; "
                                      "workbench.sandbox for the sandbox box)")
+    p.add_argument("--engine-root", metavar="DIR", help="read the sglang package directory DIR on the box instead of "
+                   "locating one (another release's tree, a checkout's python/sglang)")
     add_json_option(p, "the result")
 
 
@@ -55,8 +58,13 @@ def _run(args: argparse.Namespace) -> ExitCode:
 
     launch = LaunchCommand.parse(args.launch) if getattr(args, "launch", None) else None
     with open_box(args) as box:
-        engine = find_engine(box, python=args.python, port=args.port, launch=launch, package=args.package,
-                             timeout=args.timeout)
+        if args.engine_root:
+            from workbench.engine.locate import engine_at
+
+            engine = engine_at(box, args.engine_root, timeout=args.timeout)
+        else:
+            engine = find_engine(box, python=args.python, port=args.port, launch=launch, package=args.package,
+                                 timeout=args.timeout)
         src = engine.source(box, timeout=args.timeout)
         out: Any
         if args.action == "locate":

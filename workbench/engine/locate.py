@@ -22,7 +22,7 @@ from workbench.errors import EngineNotFound, LaunchCommandError
 
 __all__ = [
     "EngineInfo", "EngineNotFound", "find_engine", "engine_package", "is_launch_argv", "server_python",
-    "read_environ", "running_servers", "LOCATE_ENGINE_SCRIPT",
+    "read_environ", "running_servers", "LOCATE_ENGINE_SCRIPT", "engine_at",
 ]
 
 
@@ -238,3 +238,40 @@ def find_engine(box: Any, *, python: str | None = None, port: int | None = None,
                       server.pid if server else None, server.port if server else None,
                       server.log_path if server else None, launch.to_string() if launch is not None else None,
                       server.cwd if server else None)
+
+
+_VERSION_LINE = r'^_{0,2}version_{0,2}\s*=\s*(?:\w+\s*=\s*)*[\'"]([^\'"]+)[\'"]'
+
+
+def engine_at(box: Any, root: str, *, timeout: float = 30) -> EngineInfo:
+    """The engine package at ``root`` on ``box`` (``--engine-root``: an installed
+    ``site-packages/sglang``, a checkout's ``python/sglang``, or a published release unpacked with
+    :func:`workbench.engine.releases.release_source`), read instead of locating one with an
+    interpreter. ``root`` may be relative (to the box's login directory) or start with ``~``. The
+    version is read as :data:`LOCATE_ENGINE_SCRIPT` reads it (``version.py``, ``_version.py``,
+    ``__init__.py``; ``None`` when none says).
+
+    Raises :class:`EngineNotFound` when ``root`` does not exist on the box or is not an SGLang
+    package directory (no ``srt/`` under it; the message says what to give instead)."""
+    import re
+
+    path = box.expand_path(root).rstrip("/") or "/"
+    if not box.exists(path, timeout=timeout):
+        raise EngineNotFound(f"--engine-root {root}: no such directory", where=box.name)
+    if not box.exists(posixpath.join(path, "srt"), timeout=timeout):
+        hint = (f"; did you mean {posixpath.join(path, 'sglang')}?"
+                if box.exists(posixpath.join(path, "sglang", "srt"), timeout=timeout) else
+                " (give the sglang/ package directory, e.g. .../site-packages/sglang)")
+        raise EngineNotFound(f"--engine-root {root}: {path} is not an SGLang package directory (no srt/ in it)"
+                             + hint, where=box.name)
+    version = None
+    for name in ("version.py", "_version.py", "__init__.py"):
+        try:
+            text = box.read_text(posixpath.join(path, name), timeout=timeout)
+        except RemoteFileNotFound:
+            continue
+        m = re.search(_VERSION_LINE, text, re.M)
+        if m:
+            version = m.group(1)
+            break
+    return EngineInfo("sglang", path, version, "-", f"--engine-root {root}")
