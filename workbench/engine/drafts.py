@@ -124,6 +124,7 @@ class LoadWeights:
     drop: str = "unknown"
     drop_stacked: str = "unknown"
     drop_where: str | None = None
+    drop_stacked_where: str | None = None
     delegate: "LoadWeights | None" = None
     modules: list | None = None
     lm_head: LmHead = field(default_factory=LmHead)
@@ -233,31 +234,49 @@ def _captures_aux(node: ast.ClassDef) -> int | None:
     return None
 
 
-def registered_draft_classes(src: Any) -> dict[str, DraftClass] | None:
+#: Cheap structural markers a draft file has beyond ``spec_info.hidden_states``: the EAGLE-3 aux
+#: capture and the EAGLE-1/2 ``fc`` call (MTP heads have neither).
+_EAGLE_MARKERS = ("capture_aux_hidden_states = True", "self.fc(")
+
+
+def registered_draft_classes(src: Any, *, scope: str = "all", also: tuple[str, ...] = ()) -> dict[str, DraftClass] | None:
     """``{class name: DraftClass}``: the draft classes the engine at ``src`` (an
     :class:`~workbench.engine.source.EngineSource`) registers, read as the module docstring says.
     One ``grep`` over ``srt/models`` picks the files with an ``EntryClass`` and a
-    ``spec_info.hidden_states`` read; only those are read. ``None`` when the engine has no
-    ``srt/models`` directory. A file this Python cannot parse is skipped and named in the
-    ``__skipped__`` entry's ``why`` (never a silent gap)."""
+    ``spec_info.hidden_states`` read; only those are read. ``scope`` bounds what is read (over SSH
+    every file costs its size): ``all`` (every draft), ``eagle`` (files that also set
+    ``capture_aux_hidden_states = True`` or call ``self.fc(``: the EAGLE-3 and EAGLE-1/2 drafts,
+    about 60 KB on 0.5.23 against 400 KB for all), ``eagle3`` (only the first marker); ``also``:
+    class names whose files are read whatever the scope (the draft's declared class). ``None``
+    when the engine has no ``srt/models`` directory. A file this Python cannot parse is skipped
+    and named in the ``__skipped__`` entry's ``why`` (never a silent gap)."""
+    if scope not in ("all", "eagle", "eagle3"):
+        raise ValueError(f"scope must be all, eagle or eagle3, got {scope!r}")
+    markers = {"all": (), "eagle": _EAGLE_MARKERS, "eagle3": _EAGLE_MARKERS[:1]}[scope]
+    also = tuple(a for a in also if a and re.fullmatch(r"\w+", a))
+    tokens = ["EntryClass", "spec_info.hidden_states", *markers, *(f"class {a}(" for a in also)]
     try:
-        hits = src.grep(["EntryClass", "spec_info.hidden_states"], under="srt/models")
+        hits = src.grep(tokens, under="srt/models")
     except RemoteFileNotFound:
         return None
     with_entry = {rel for rel, _ in hits["EntryClass"]}
-    files = sorted(with_entry & {rel for rel, _ in hits["spec_info.hidden_states"]})
+    files = with_entry & {rel for rel, _ in hits["spec_info.hidden_states"]}
+    if markers:
+        wanted = {rel for m in markers for rel, _ in hits[m]}
+        wanted |= {rel for a in also for rel, _ in hits[f"class {a}("]}
+        files &= wanted
     if not with_entry:
         try:
             src.box.listdir(posixpath.join(src.root, "srt", "models"), timeout=src.timeout)
         except RemoteFileNotFound:
             return None
     out: dict[str, DraftClass] = {}
-    for rel in files:
+    for rel in sorted(files):
         tree = src.tree(rel)
         if tree is None:
-            out.setdefault("__skipped__", DraftClass("__skipped__", rel, 0, "unknown", ""))
+            prev = out.get("__skipped__")
             out["__skipped__"] = DraftClass("__skipped__", rel, 0, "unknown",
-                                            (out["__skipped__"].why + f" {rel}: not parseable").strip())
+                                            ((prev.why + ";") if prev else "") + f" {rel}: not parseable")
             continue
         classes = _classes(tree)
         for name in entry_classes(tree):
@@ -265,7 +284,7 @@ def registered_draft_classes(src: Any) -> dict[str, DraftClass] | None:
             if node is None:
                 continue
             got = _draft_kind(name, node, classes, rel)
-            if got is not None:
+            if got is not None and (scope != "eagle3" or got[0] == "eagle3" or name in also):
                 out[name] = DraftClass(name, rel, node.lineno, got[0], got[1])
     return out
 
@@ -473,9 +492,11 @@ def _subscripts_params(node: ast.AST) -> int | None:
     return None
 
 
-def _guarded(stmts: list) -> tuple[str, int | None]:
+def _guarded(stmts: list, inner_loop: bool = False) -> tuple[str, int | None]:
     """How a branch treats a name with no parameter: walk its statements for the
-    ``params_dict`` lookup and what guards it."""
+    ``params_dict`` lookup and what guards it. ``inner_loop``: the statements are the body of the
+    ``for ... in stacked_params_mapping`` loop, where ``if x not in params_dict: continue`` goes on
+    to the next mapping (``next``; SGLang 0.5.23 ``kimi_k25_eagle3.py``), not to the next name."""
     for st in stmts:
         if isinstance(st, ast.If) and _mentions(st.test, "params_dict"):
             test = st.test
@@ -485,9 +506,8 @@ def _guarded(stmts: list) -> tuple[str, int | None]:
                 warn = any(isinstance(n, ast.Attribute) and n.attr in ("warning", "warn", "warning_once")
                            for n in ast.walk(ast.Module(body=st.body, type_ignores=[])))
                 if _ends_in_skip(st.body):
-                    if any(isinstance(n, ast.Name) and n.id == "params_dict" for n in ast.walk(test)) and \
-                            isinstance(test, ast.Compare) and isinstance(test.left, ast.Attribute):
-                        continue
+                    if inner_loop:
+                        return "next", st.lineno
                     return ("warning" if warn else "silent"), st.lineno
                 continue
             if isinstance(test, ast.Compare) and any(isinstance(o, ast.In) for o in test.ops):
@@ -634,7 +654,18 @@ def load_weights_facts(src: Any, cls: str, rel: str | None = None, _depth: int =
     # names skipped on purpose, the d2t read, a body wrapped in `if "lm_head" not in name:`, and
     # names a branch of their own handles (fused projections)
     for st in ast.walk(ast.Module(body=body, type_ignores=[])):
-        if not isinstance(st, ast.If) or (isinstance(st.test, ast.BoolOp) and isinstance(st.test.op, ast.And)):
+        if not isinstance(st, ast.If):
+            continue
+        if isinstance(st.test, ast.BoolOp) and isinstance(st.test.op, ast.And):
+            parts = [_name_tests(v) for v in st.test.values]
+            if st in body and all(len(p) == 1 and not p[0][1] for p in parts):
+                # `if "d2t" not in name and "t2d" not in name and "lm_head" not in name: load ...
+                # elif "lm_head" in name: ...` (SGLang 0.4.6 llama_eagle3.py): a name holding one of
+                # them is skipped unless the else branch takes it
+                taken = {sub for o in st.orelse if isinstance(o, ast.If) for sub, pos in _name_tests(o.test) if pos}
+                for (sub, _), in parts:
+                    if sub not in taken and sub not in [s_ for s_, _ in facts.skips]:
+                        facts.skips.append((sub, f"{frel}:{st.lineno}"))
             continue  # an `a and b` test skips only sometimes (tied lm_head, an extra bias): not recorded
         tests = _name_tests(st.test)
         hot = any(isinstance(n, ast.Attribute) and n.attr == "hot_token_id" for n in ast.walk(
@@ -654,7 +685,8 @@ def load_weights_facts(src: Any, cls: str, rel: str | None = None, _depth: int =
     stacked_for = next((n for n in ast.walk(ast.Module(body=body, type_ignores=[])) if isinstance(n, ast.For)
                         and isinstance(n.iter, ast.Name) and n.iter.id.startswith("stacked_params_mapping")), None)
     if stacked_for is not None:
-        facts.drop_stacked, _ = _guarded(stacked_for.body)
+        facts.drop_stacked, sline = _guarded(stacked_for.body, inner_loop=True)
+        facts.drop_stacked_where = f"{frel}:{sline}" if sline else None
         regular = stacked_for.orelse or body[body.index(stacked_for) + 1:] if stacked_for in body else stacked_for.orelse
         facts.drop, line = _guarded(regular or [])
     else:
@@ -682,3 +714,72 @@ def worker_lm_head_source(src: Any) -> str | None:
     rows = sorted(hits["load_lm_head_from_target"])
     return f"{rows[0][0]}:{rows[0][1]}" if rows else None
 
+
+
+def _param_of(name: str, params: Any) -> str | None:
+    """``name`` if ``params`` has it: a set of full parameter names is matched exactly; a list of
+    :class:`Module` by module (``name`` is the module's path or lies under it: the inner names are
+    not read from the source, so a name under a module counts as that module's)."""
+    if isinstance(params, (set, dict, frozenset)):
+        return name if name in params else None
+    for m in params:
+        if name == m.path or name.startswith(m.path + "."):
+            return m.path
+    return None
+
+
+def follow(name: str, lw: LoadWeights, params: Any) -> tuple[str, str | None, Any, str | None]:
+    """Where ``lw``'s ``load_weights`` puts checkpoint tensor ``name``, step by step as its source
+    does: ``(how, param, shard id, file:line)``. ``how``: ``d2t`` (read into ``hot_token_id``),
+    ``skipped`` (skipped on purpose: ``t2d``, an EAGLE-1 ``lm_head``), ``loaded``, or for a name no
+    parameter has: ``dropped`` (skipped without a word), ``dropped-warned`` (skipped with a
+    ``logger.warning``), ``raises`` (``params_dict[name]`` unguarded: ``KeyError``, the server does
+    not start), ``unknown`` (the source's branch could not be read). ``params``: the full
+    parameter names (a set) or the class's :attr:`LoadWeights.modules`. Renames, the ``model.``
+    prefix and a hand-off to the base class's ``load_weights`` are applied in the source's order
+    (renames, then the prefix, then the base's own steps)."""
+    n, cur = name, lw
+    while True:
+        if cur.d2t_where and "d2t" in n:
+            return "d2t", None, None, cur.d2t_where
+        for sub, where in cur.skips:
+            if sub in n:
+                return "skipped", None, None, where
+        for kind, old, new, _ in cur.renames:
+            n = n.replace(old, new) if kind == "replace" else re.sub(old, new, n)
+        if cur.prefix and (cur.prefix_mode == "always"
+                           or (cur.prefix_mode == "unless-lm_head" and not n.startswith("lm_head"))):
+            n = cur.prefix + n
+        if cur.delegate is not None:
+            cur = cur.delegate
+            continue
+        break
+
+    def resolve(cand: str) -> str | None:
+        got = _param_of(cand, params)
+        if got is None and cur.prefix_mode == "if-not-param" and cur.prefix:
+            got = _param_of(cur.prefix + cand, params)
+        return got
+
+    for sub, where in cur.handled:
+        if sub in n:
+            got = resolve(n)
+            return ("loaded", got, None, where) if got else ("dropped", None, None, where)
+    for param_piece, ckpt_piece, shard in cur.stacked:
+        if ckpt_piece not in n:
+            continue
+        got = resolve(n.replace(ckpt_piece, param_piece))
+        if got is not None:
+            return "loaded", got, shard, cur.stacked_where
+        if cur.drop_stacked == "next":
+            continue
+        # the first matching shard decides (a stacked name is not tried as a plain one)
+        return _dropped(cur.drop_stacked), None, None, cur.drop_stacked_where or cur.stacked_where
+    got = resolve(n)
+    if got is not None:
+        return "loaded", got, None, cur.where
+    return _dropped(cur.drop), None, None, cur.drop_where
+
+
+def _dropped(mode: str) -> str:
+    return {"silent": "dropped", "warning": "dropped-warned", "raises": "raises"}.get(mode, "unknown")
