@@ -286,7 +286,50 @@ def registered_draft_classes(src: Any, *, scope: str = "all", also: tuple[str, .
             got = _draft_kind(name, node, classes, rel)
             if got is not None and (scope != "eagle3" or got[0] == "eagle3" or name in also):
                 out[name] = DraftClass(name, rel, node.lineno, got[0], got[1])
+    if scope == "all":
+        _registered_elsewhere(src, out, {rel for rel, _ in hits["spec_info.hidden_states"]})
     return out
+
+
+def _registered_elsewhere(src: Any, out: dict[str, DraftClass], readers: set[str]) -> None:
+    """Add the drafts an ``EntryClass`` registers but another file defines or whose draft
+    structure is inherited: SGLang 0.5.23 ``dots3_nextn.py`` registers a class of
+    ``dots3_common/nextn.py``; ``glm5_next_nextn.py`` subclasses ``DeepseekV3ForCausalLMNextN``.
+    One ``grep`` for the ``EntryClass`` lines (single-line ones: a list spread over lines is
+    not read here) and one for the ``class Name(`` lines of the names not yet known."""
+    res = src.box.run(["grep", "-rnE", "--include=*.py", r"^EntryClass\s*=", posixpath.join(src.root, "srt", "models")],
+                      timeout=src.timeout, check=False)
+    names: dict[str, str] = {}
+    for row in res.stdout.splitlines():
+        path, _, rest = row.partition(":")
+        _, _, text = rest.partition(":")
+        for n in re.findall(r"\b([A-Z]\w*)\b", text.split("=", 1)[-1]):
+            names.setdefault(n, posixpath.relpath(path, src.root))
+    todo = sorted(n for n in names if n not in out and n != "EntryClass")
+    if not todo:
+        return
+    hits = src.grep([f"class {n}(" for n in todo], under="srt/models")
+    for n in todo:
+        rows = hits.get(f"class {n}(") or []
+        if not rows:
+            continue
+        rel, line = rows[0]
+        text = (src.read(rel) if rel in readers else None)
+        tree = src.tree(rel) if text is not None else None
+        if tree is not None:
+            classes = _classes(tree)
+            if n in classes:
+                got = _draft_kind(n, classes[n], classes, rel)
+                if got is not None:
+                    out[n] = DraftClass(n, rel, line, got[0], got[1] + f" (registered in {names[n]})")
+                    continue
+        # a subclass of a known draft defined elsewhere: read only its class line's bases
+        res = src.box.run(["sed", "-n", f"{line}p", posixpath.join(src.root, rel)], timeout=src.timeout, check=False)
+        bases = re.findall(r"\w+", res.stdout.partition("(")[2].partition(")")[0])
+        base = next((b for b in bases if b in out), None)
+        if base is not None:
+            out[n] = DraftClass(n, rel, line, out[base].kind,
+                                f"{rel}:{line} subclasses {base} ({out[base].why.split(';')[0]})")
 
 
 def _related(node: ast.ClassDef, classes: dict[str, ast.ClassDef], depth: int = 3) -> list[ast.ClassDef]:
@@ -302,7 +345,8 @@ def _related(node: ast.ClassDef, classes: dict[str, ast.ClassDef], depth: int = 
         init = _method(cur, "__init__")
         if init is not None:
             names += [c for c in (_ctor(v) for _, v, _, _ in _self_assigns(init)) if c]
-            names += [n.func.id for n in ast.walk(init) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)]
+            # a class built or named there (SGLang 0.5.9 mistral_large_3_eagle.py: self.model_cls = Model)
+            names += [n.id for n in ast.walk(init) if isinstance(n, ast.Name)]
         for n in names:
             if n in classes and n not in seen:
                 seen[n] = classes[n]
@@ -426,7 +470,8 @@ def _modules(src: Any, cls: str, rel: str, prefix: str = "", depth: int = 2) -> 
         if path in seen:
             # assigned on several branches (tied / own head): one module, conditional
             prev = next(m for m in out if m.path == path)
-            out[out.index(prev)] = Module(path, f"{prev.ctor} | {mod.ctor}", prev.where, True,
+            ctors = sorted({*prev.ctor.split(" | "), mod.ctor}, key=lambda c: c.startswith("alias of"))
+            out[out.index(prev)] = Module(path, " | ".join(ctors), prev.where, True,
                                           " / ".join(c for c in (prev.condition, mod.condition) if c) or None)
             continue
         seen.add(path)

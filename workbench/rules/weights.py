@@ -131,38 +131,74 @@ def shape_findings(w: WeightAnalysis, rule_id: str) -> list[Finding]:
 _DROPPED_MEANS_A_FAULT = ("lm_head", "d2t", "t2d", "draft_id_to_target_id", "target_id_to_draft_id", "hot_token")
 
 
+def _engine_evidence(w: WeightAnalysis) -> dict:
+    """Where the load_weights facts come from: ``engine`` (``read from <file>:<line>`` or
+    ``modelled: ...``), ``modelled_engine`` (kept for readers of the modelled case) and, when read,
+    the facts themselves."""
+    out = {"engine": w.engine, "draft_class": w.cls}
+    if w.load_facts is None:
+        out["modelled_engine"] = MODELLED_ENGINE
+    else:
+        out["load_weights"] = w.load_facts
+    if w.module_level:
+        out["checked"] = "module level: the class's top-level modules read from its source; inner names and shapes not"
+    return out
+
+
 def dropped_findings(draft: DraftFacts, w: WeightAnalysis) -> list[Finding]:
-    """``weights-dropped`` for an analysis (see :func:`weights_dropped`)."""
+    """``weights-dropped`` for an analysis (see :func:`weights_dropped`): names ``load_weights``
+    matches to no parameter — skipped silently, skipped with a warning in the server's log, or (a
+    release whose loader indexes ``params_dict[name]`` unguarded) a ``KeyError`` that stops the
+    server (``prevents_start``)."""
+    out: list[Finding] = []
+    where = f"{w.cls}.load_weights ({w.engine})"
+    if w.raises:
+        out.append(Finding("weights-dropped", "error",
+                           f"{len(w.raises)} checkpoint tensors match no parameter of {w.cls} and its load_weights "
+                           f"raises KeyError on them (params_dict[name] unguarded): the server does not start: "
+                           f"{w.raises[:5]}",
+                           {"raises": w.raises, "dropped": w.dropped, "checkpoint": draft.path, **_engine_evidence(w)},
+                           "rename them to the names this release's draft class has", prevents_start=True))
     if not w.dropped:
-        return []
+        return out
+    how = ("skipped with a warning in the server's log" if set(w.dropped) <= set(w.warned) else
+           "silently skipped" if not w.warned else f"skipped ({len(w.warned)} with a warning in the server's log)")
     meaningful = [n for n in w.dropped if any(k in n for k in _DROPPED_MEANS_A_FAULT)]
+    evidence = {"dropped": w.dropped, "warned": w.warned, "checkpoint": draft.path, **_engine_evidence(w)}
     if not w.missing and not meaningful:
         # every parameter still gets a tensor and nothing skipped is a head or a token map: what is
         # skipped is extra (a training-only buffer, an export's leftover) — worth knowing, no fault
-        return [Finding("weights-dropped", "warning",
-                        f"{len(w.dropped)} checkpoint tensor(s) match no parameter of LlamaForCausalLMEagle3 and are "
-                        f"silently skipped: {w.dropped[:5]}; every parameter still gets a tensor, so nothing is left "
-                        "at its initial value",
-                        {"dropped": w.dropped, "checkpoint": draft.path, "modelled_engine": MODELLED_ENGINE},
-                        "nothing to do unless the engine should load them under another name")]
-    return [Finding("weights-dropped", "error",
-                    f"{len(w.dropped)} checkpoint tensors match no parameter of LlamaForCausalLMEagle3 after "
-                    f"the engine's renames and are silently skipped: {w.dropped[:5]}",
-                    {"dropped": w.dropped, "checkpoint": draft.path, "modelled_engine": MODELLED_ENGINE},
-                    "rename them to the engine's names (fc.*, layers.0.* or midlayer.*, norm.*, lm_head.*, "
-                    "optionally under model.)")]
+        return out + [Finding("weights-dropped", "warning",
+                              f"{len(w.dropped)} checkpoint tensor(s) match no parameter of {w.cls} and are "
+                              f"{how}: {w.dropped[:5]}; every parameter still gets a tensor, so nothing is left "
+                              "at its initial value", evidence,
+                              "nothing to do unless the engine should load them under another name")]
+    return out + [Finding("weights-dropped", "error",
+                          f"{len(w.dropped)} checkpoint tensors match no parameter of {w.cls} after "
+                          f"the engine's renames and are {how}: {w.dropped[:5]} ({where})", evidence,
+                          "rename them to the engine's names (fc.*, layers.0.* or midlayer.*, norm.*, lm_head.*, "
+                          "optionally under model.)" if w.load_facts is None else
+                          f"rename them to the names {w.cls}.load_weights of this release maps (see evidence "
+                          "load_weights: renames, prefix)")]
 
 
 def missing_findings(draft: DraftFacts, w: WeightAnalysis) -> list[Finding]:
     """``weights-missing`` for an analysis (see :func:`weights_missing`): the required parameters
-    no tensor fills."""
+    no tensor fills. The draft's own ``lm_head`` among them is named with its consequence (the
+    class keeps it, so it stays at its initial values: every draft token is noise)."""
     if not w.missing:
         return []
-    return [Finding("weights-missing", "error",
-                    f"{len(w.missing)} parameters of the draft class get no tensor and keep their "
-                    f"initial values: {w.missing}",
-                    {"missing": w.missing, "checkpoint": draft.path,
-                     "why": {m.split(" ")[0]: w.spec[m.split(" ")[0]]["why"] for m in w.missing}}, None)]
+    why = {m.split(" ")[0]: w.spec[m.split(" ")[0]]["why"] for m in w.missing}
+    head = [m for m in w.missing if m.split(" ")[0] in ("lm_head", "lm_head.weight")]
+    msg = (f"{len(w.missing)} parameters of the draft class get no tensor and keep their "
+           f"initial values: {w.missing}")
+    if head and w.spec[head[0]].get("lm_head"):
+        msg += (f"; the draft's lm_head is its own ({w.cls} does not take the target's for this config), so it "
+                "stays at its initial values and every draft token is noise (accept length about 1.00)")
+    return [Finding("weights-missing", "error", msg,
+                    {"missing": w.missing, "checkpoint": draft.path, "why": why, **_engine_evidence(w)},
+                    "re-export the draft with its lm_head, or drop draft_vocab_size so the target's head is used"
+                    if head and w.spec[head[0]].get("lm_head") and not w.module_level is False else None)]
 
 
 def token_map_missing_findings(draft: DraftFacts, tm: TokenMap) -> list[Finding]:
@@ -224,7 +260,7 @@ def consequences_of_config(facts: Facts, findings: list[Finding]) -> list[Findin
     return findings
 
 
-@FAMILY.rule("weights-dropped", severities=("error", "warning"),
+@FAMILY.rule("weights-dropped", severities=("error", "warning"), prevents_start="depends",
              summary="a checkpoint tensor name matches no parameter after the engine's renames (it is silently "
                      "skipped)",
              fix="rename the tensors to the engine's names (a rename map)")
