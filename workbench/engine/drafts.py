@@ -492,7 +492,7 @@ def _lm_head(src: Any, cls: str, rel: str) -> LmHead:
         if attr == "lm_head":
             if isinstance(value, ast.Attribute) and value.attr == "embed_tokens":
                 tied = f"{frel}:{line}"
-            elif _ctor(value) and _ctor(value).endswith("LMHead"):
+            elif _ctor(value) and _ctor(value).endswith(("LMHead", "Linear")):
                 own = f"{frel}:{line}"
                 rows = _src_of(text, value.args[0]) if value.args else None
         if attr == "load_lm_head_from_target" and isinstance(value, ast.Constant) and value.value is True:

@@ -5,10 +5,20 @@ without a word), ``weights-missing`` (parameters no tensor fills: they keep thei
 ``weight-shape-mismatch``, ``lm-head-shape-mismatch``, ``head-dim-mismatch`` (a matched tensor of
 the wrong shape: the weight loader asserts at start-up), ``token-map-missing`` (a reduced draft vocab without ``d2t``),
 ``token-map-invalid`` (a ``d2t`` that is not an offset table the engine can use). They apply to a
-readable checkpoint of the class they model (``LlamaForCausalLMEagle3``); the checkpoint's names
-are followed through SGLang 0.5.23's ``load_weights`` (:mod:`workbench.engine.load_weights`, whose
-docstring gives the engine facts), shapes come from the safetensors headers and ``d2t``/``t2d``
-are read by byte range — no model is loaded. The fc's width (``aux-count-mismatch``) is the aux
+readable checkpoint of every draft class the box's engine registers (EAGLE-3, EAGLE-1/2 and MTP
+drafts: :func:`workbench.engine.drafts.registered_draft_classes`), each with its own
+``load_weights`` read from that engine's source (:func:`workbench.engine.drafts.load_weights_facts`:
+its renames, ``model.`` prefix, stacked shards, skipped names, ``d2t`` read, what it does with a
+name no parameter has — skip silently, skip with a warning, or raise ``KeyError`` — and its
+modules and ``lm_head`` handling), so the same checkpoint is judged differently where releases
+differ (before 0.5.12 layer 0 is ``midlayer`` and ``layers.0.*`` names are dropped; on 0.4.6–0.4.8 a
+stacked name no parameter has raises at start-up; ``Eagle3DeepseekV2ForCausalLM`` keeps its own
+``lm_head`` whenever ``draft_vocab_size`` is set). ``LlamaForCausalLMEagle3`` is checked parameter by
+parameter with shapes (:func:`workbench.engine.load_weights.expected_parameters`, laid out as the
+release builds it); any other class module by module (its top-level modules; inner names and
+shapes are not read, and the evidence says so). Without the engine's source the rules use SGLang
+0.5.23's ``LlamaForCausalLMEagle3`` as shipped tables (evidence ``modelled_engine``). Shapes come
+from the safetensors headers and ``d2t``/``t2d`` are read by byte range — no model is loaded. The fc's width (``aux-count-mismatch``) is the aux
 layers' family; an unreadable ``d2t`` is ``checkpoint-unreadable`` (readability). When the draft's
 config disagrees with its own tensors (``draft-config-vs-tensors``, configs family), the parameters
 modelled from that config are wrong too: every finding here then carries
@@ -197,8 +207,9 @@ def missing_findings(draft: DraftFacts, w: WeightAnalysis) -> list[Finding]:
                 "stays at its initial values and every draft token is noise (accept length about 1.00)")
     return [Finding("weights-missing", "error", msg,
                     {"missing": w.missing, "checkpoint": draft.path, "why": why, **_engine_evidence(w)},
-                    "re-export the draft with its lm_head, or drop draft_vocab_size so the target's head is used"
-                    if head and w.spec[head[0]].get("lm_head") and not w.module_level is False else None)]
+                    "re-export the draft with its trained lm_head (or, for a full-vocabulary draft, remove "
+                    "draft_vocab_size so the engine takes the target's head)"
+                    if head and w.spec[head[0]].get("lm_head") else None)]
 
 
 def token_map_missing_findings(draft: DraftFacts, tm: TokenMap) -> list[Finding]:
@@ -265,12 +276,16 @@ def consequences_of_config(facts: Facts, findings: list[Finding]) -> list[Findin
                      "skipped)",
              fix="rename the tensors to the engine's names (a rename map)")
 def weights_dropped(facts: Facts) -> list[Finding]:
-    """SGLang 0.5.23 ``LlamaForCausalLMEagle3.load_weights`` (``srt/models/llama_eagle3.py``) renames
-    legacy substrings (``midlayer`` → ``layers.0``, ``aux_norm_*`` → ``fc_norm.*``), maps the stacked
-    q/k/v and gate/up shards, tries the name as-is and with a ``model.`` prefix, and skips a name
-    that matches no parameter with no warning (``if name in params_dict:`` without ``else``). Every
-    checkpoint name is followed the same way (:func:`workbench.engine.load_weights.map_checkpoint_name`);
-    the names that land nowhere are listed."""
+    """The draft class's own ``load_weights`` as the box's engine has it (read from its source;
+    SGLang 0.5.23 ``LlamaForCausalLMEagle3.load_weights`` without the source) is followed for every
+    checkpoint name (:func:`workbench.engine.drafts.follow`): its renames (0.5.23 ``llama_eagle3.py``
+    ``midlayer`` → ``layers.0``, ``aux_norm_*`` → ``fc_norm.*``; ``kimi_k25_eagle3.py`` ``^layers.0.`` →
+    ``midlayer.``), the stacked q/k/v and gate/up shards, the ``model.`` prefix, a hand-off to the
+    base class's ``load_weights`` (0.4.6–0.4.8). A name that matches no parameter is skipped with no
+    warning (``if name in params_dict:`` without ``else``), skipped with a warning in the log
+    (``kimi_k25_eagle3.py``: ``Eagle3 MLA: skipping unexpected weight``), or makes the loader raise
+    ``KeyError`` (0.4.6 ``llama.py``: ``param = params_dict[name]`` in the stacked branch, the failure
+    of sglang#9135): that finding prevents start-up. The names that land nowhere are listed."""
     w = facts.weights
     return consequences_of_config(facts, dropped_findings(facts.draft, w)) if w is not None else []
 
@@ -280,11 +295,19 @@ def weights_dropped(facts: Facts) -> list[Finding]:
                      "lm_head unless tied or taken from the target)",
              fix="—")
 def weights_missing(facts: Facts) -> list[Finding]:
-    """The parameters SGLang 0.5.23 ``LlamaForCausalLMEagle3`` builds for this config
-    (:func:`workbench.engine.load_weights.expected_parameters`: ``fc`` over num_aux × target hidden,
-    layer 0's ``qkv_proj`` over 2 × hidden, the norms, ``lm_head`` of ``draft_vocab_size`` rows unless
-    tied or taken from the target) that no checkpoint tensor fills keep their random initial
-    values; a stacked parameter missing a shard counts."""
+    """The parameters the draft class builds for this config that no checkpoint tensor fills keep
+    their random initial values; a stacked parameter missing a shard counts. For
+    ``LlamaForCausalLMEagle3``: :func:`workbench.engine.load_weights.expected_parameters` (``fc`` over
+    num_aux × target hidden, layer 0's ``qkv_proj`` over 2 × hidden, the norms, ``lm_head`` of
+    ``draft_vocab_size`` rows unless tied or taken from the target), laid out as the release builds
+    it (``model.midlayer`` before 0.5.12). For another class: its unconditional top-level modules
+    read from its ``__init__``, less those the worker replaces (``embed_tokens`` when the class has
+    ``set_embed``; ``lm_head`` when tied, for EAGLE-1/2 and MTP drafts, or when the class sets
+    ``load_lm_head_from_target`` for this config and the release's draft worker reads it). The
+    public Kimi-K2.6 case: ``Eagle3DeepseekV2ForCausalLM`` (``kimi_k25_eagle3.py``, 0.5.12+) sets
+    ``load_lm_head_from_target`` only when ``draft_vocab_size`` is missing, so with it set and no
+    ``lm_head`` tensor the head stays at its initial values (accept length 1.00); the finding names
+    the lines."""
     w = facts.weights
     return consequences_of_config(facts, missing_findings(facts.draft, w)) if w is not None else []
 
