@@ -286,3 +286,37 @@ def test_layers0_checkpoint_per_release(box, tmp_path, sglang_release, version, 
         assert f.prevents_start is prevents
         missing = by_rule(rep, "weights-missing").evidence["missing"]
         assert "model.midlayer.self_attn.qkv_proj.weight" in missing and "model.midlayer.hidden_norm.weight" in missing
+
+
+def test_unparseable_draft_file_is_a_note_and_every_other_rule_runs(box, tmp_path, sglang_release):
+    """An engine tree with a draft file this Python cannot parse (and a regex rename that is no
+    valid pattern in another): the file is named in a note, the other drafts are still read, and
+    the doctor runs every rule."""
+    import shutil
+
+    root = tmp_path / "engine" / "sglang"
+    (root / "srt/models").mkdir(parents=True)
+    src = sglang_release("0.5.23")
+    for rel in ("srt/models/llama.py", "srt/models/llama_eagle3.py", "srt/models/kimi_k25_eagle3.py",
+                "srt/speculative/eagle_worker_v2.py", "srt/speculative/spec_info.py"):
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(src / rel, root / rel)
+    (root / "srt/models/broken_eagle3.py").write_text(
+        "class X(nn.Module:\n    def forward(self, forward_batch):\n"
+        "        self.capture_aux_hidden_states = True\n        return forward_batch.spec_info.hidden_states\n"
+        "EntryClass = [X]\n")
+    mla = (root / "srt/models/kimi_k25_eagle3.py").read_text()
+    assert 're.sub(r"^layers\\.0\\.", "midlayer.", name)' in mla
+    (root / "srt/models/kimi_k25_eagle3.py").write_text(
+        mla.replace('re.sub(r"^layers\\.0\\.", "midlayer.", name)', 're.sub(r"^layers\\.0\\.(", "midlayer.", name)'))
+    reg = registered_draft_classes(EngineSource(box, str(root), "0.5.23"))
+    assert set(reg) == {"LlamaForCausalLMEagle3", "Eagle3DeepseekV2ForCausalLM", "__skipped__"}
+    assert "srt/models/broken_eagle3.py: not parseable" in reg["__skipped__"].why
+    cfg = mla_draft_cfg()
+    target, draft = deploy(tmp_path, KIMI_K25, cfg, mla_spec(cfg, lm_head=False))
+    rep = doctor(box, launch(target, draft, extra="--context-length 1000000"), root, "0.5.23")
+    assert any("broken_eagle3.py: not parseable" in n for n in rep.notes), rep.notes
+    assert any("could not follow the checkpoint through Eagle3DeepseekV2ForCausalLM.load_weights" in n
+               for n in rep.notes), rep.notes
+    assert "context-length-mismatch" in rep.rules  # the other rules ran
+    assert "weights-missing" not in rep.rules and "unknown-draft-architecture" not in rep.rules
