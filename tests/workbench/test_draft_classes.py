@@ -248,6 +248,15 @@ def test_kimi_mla_draft_with_model_prefixed_names_is_dropped_with_a_warning(box,
     assert f.evidence["warned"] == [n for n in layer0 if "q_a_proj" not in n and "kv_a_proj_with_mqa" not in n]
     assert "warning" in f.message and f.severity == "error"
     assert by_rule(rep, "weights-missing").evidence["missing"] == ["model.midlayer"]
+    # the fix puts them back in the layout the class reads (layers.0.*, which it maps to midlayer.*)
+    from workbench.checkpoint import read_draft_facts
+    from workbench.rules.facts import Facts
+    from workbench.rules.weights import weight_fixes
+
+    facts = Facts.of(launch(target, draft), draft=read_draft_facts(box, str(draft)), box=box,
+                     engine=EngineSource(box, str(sglang_release("0.5.23")), "0.5.23"))
+    [fix] = [x for x in weight_fixes(facts, rep.findings, {}) if x.kind == "draft-copy"]
+    assert fix.repair.renames == {n: n[len("model."):] for n in layer0}
 
 
 def test_mla_draft_is_unknown_to_0_5_9(box, tmp_path, sglang_release):
@@ -320,3 +329,24 @@ def test_unparseable_draft_file_is_a_note_and_every_other_rule_runs(box, tmp_pat
                for n in rep.notes), rep.notes
     assert "context-length-mismatch" in rep.rules  # the other rules ran
     assert "weights-missing" not in rep.rules and "unknown-draft-architecture" not in rep.rules
+
+
+def test_layers0_checkpoint_on_0_5_9_is_repaired_into_the_midlayer_layout(box, tmp_path, sglang_release):
+    """0.5.9 reads layer 0 as midlayer.*: the fix renames every layers.0.* tensor into that layout
+    (each rename followed through 0.5.9's own load_weights), and the repaired names load."""
+    from workbench.checkpoint import read_draft_facts
+    from workbench.rules.facts import Facts
+    from workbench.rules.weights import weight_fixes
+
+    cfg = draft_cfg(eagle_config={"eagle_aux_hidden_state_layer_ids": [1, 15, 28]})
+    spec = {n.replace("midlayer.", "layers.0."): v for n, v in specforge_spec(cfg).items()}
+    target, draft = deploy(tmp_path, {"architectures": ["LlamaForCausalLM"], "hidden_size": 4096,
+                                      "num_hidden_layers": 32, "vocab_size": 128256,
+                                      "max_position_embeddings": 131072, "rope_theta": 500000.0}, cfg, spec)
+    rep = doctor(box, launch(target, draft), sglang_release("0.5.9"), "0.5.9")
+    facts = Facts.of(launch(target, draft), draft=read_draft_facts(box, str(draft)), box=box,
+                     engine=EngineSource(box, str(sglang_release("0.5.9")), "0.5.9"))
+    [fix] = [f for f in weight_fixes(facts, rep.findings, {}) if f.kind == "draft-copy"]
+    layer0 = sorted(n for n in spec if n.startswith("layers.0."))
+    assert fix.repair.renames == {n: n.replace("layers.0.", "midlayer.") for n in layer0}
+    assert not [f for f in weight_fixes(facts, rep.findings, {}) if f.kind == "none"]  # nothing left over

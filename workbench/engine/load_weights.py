@@ -202,7 +202,8 @@ class WeightAnalysis:
     on: the server does not start), ``cls`` (the draft class), ``engine`` (where the facts come
     from: ``read from <file>:<line>`` or ``modelled: ...``), ``module_level`` (only the class's
     top-level modules are known: inner names and shapes are not checked), ``load_facts`` (the
-    :meth:`~workbench.engine.drafts.LoadWeights.to_dict` read, ``None`` when modelled)."""
+    :meth:`~workbench.engine.drafts.LoadWeights.to_dict` read, ``None`` when modelled), ``source``
+    (the :class:`~workbench.engine.drafts.LoadWeights` itself, for following other names)."""
 
     spec: dict
     loaded: dict
@@ -217,6 +218,7 @@ class WeightAnalysis:
     engine: str = MODELLED_ENGINE
     module_level: bool = False
     load_facts: dict | None = None
+    source: Any = field(default=None, repr=False, compare=False)
 
 
 def analyse_weights(draft: DraftFacts) -> WeightAnalysis:
@@ -391,7 +393,7 @@ def analyse_with_source(draft: DraftFacts, lw: Any, kind: str = "eagle3", worker
             missing.append(f"{p} (shard {', '.join(lacking)})")
     return WeightAnalysis(spec, loaded, dropped, missing, shape_problems, d2t_name, t2d_name, warned, raises,
                           lw.cls, f"read from {lw.where}" if lw.where else "read from the source (no load_weights)",
-                          module_level, lw.to_dict())
+                          module_level, lw.to_dict(), lw)
 
 
 def _layer_name(name: str) -> str:

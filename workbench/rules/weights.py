@@ -32,6 +32,8 @@ from typing import Any
 import numpy as np
 
 from workbench.checkpoint import DraftFacts, TargetFacts
+from workbench.engine.drafts import follow
+from workbench.engine.load_weights import _map as _map_modelled
 from workbench.engine.load_weights import (
     LEGACY_NAME_MAP,
     MODELLED_ENGINE,
@@ -455,18 +457,72 @@ def _checkpoint_name_for(param: str, shard: Any, dropped: str) -> str:
             if stacked in name and sid == shard:
                 name = name.replace(stacked, piece)
                 break
-    if "midlayer" in dropped:
+    if "midlayer" in dropped or name.startswith("midlayer."):
         name = name.replace("layers.0.", "midlayer.")
     if dropped.startswith("model.") and not name.startswith("model."):
         name = "model." + name
     return name
 
 
+def _follow_any(w: WeightAnalysis, name: str) -> tuple[str, str | None, Any]:
+    """``(how, param, shard)`` of checkpoint ``name`` through the analysed class's load_weights
+    (read from the source when it was, else SGLang 0.5.23's modelled one)."""
+    if w.source is not None:
+        params = ([m for m in (w.source.modules or []) if m.path in w.spec] if w.module_level else set(w.spec))
+        how, param, shard, _ = follow(name, w.source, params)
+        return how, param, shard
+    param, how, shard = _map_modelled(name, w.spec)
+    return how, param, shard
+
+
+def _layout_variants(name: str) -> list[str]:
+    """``name`` in the other checkpoint layouts: ``midlayer.`` ↔ ``layers.0.``, with and without
+    ``model.`` (the ways EAGLE-3 exports name layer 0)."""
+    base = name[len("model."):] if name.startswith("model.") else name
+    swapped = (base.replace("midlayer.", "layers.0.", 1) if base.startswith("midlayer.") else
+               base.replace("layers.0.", "midlayer.", 1) if base.startswith("layers.0.") else base)
+    out = [base, "model." + base, swapped, "model." + swapped]
+    return [v for v in dict.fromkeys(out) if v != name]
+
+
+def layout_repair(draft: DraftFacts, w: WeightAnalysis) -> tuple[dict[str, str], list[str]]:
+    """Renames of dropped tensors into the layer-0 layout this release's ``load_weights`` reads
+    (:func:`_layout_variants`: ``layers.0.*`` → ``midlayer.*`` before SGLang 0.5.12, a ``model.``
+    prefix the MLA class doubles removed), each checked by following the new name through the
+    class's own ``load_weights``: kept only when it lands on a parameter (and shard) no tensor fills
+    yet, one dropped tensor per parameter shard, and the shapes agree where the spec has them."""
+    missing = {m.partition(" (shard ")[0] for m in w.missing}
+    taken: set[tuple] = set()
+    renames, reasons = {}, []
+    for name in w.dropped:
+        for new in _layout_variants(name):
+            if new in draft.tensors:
+                continue
+            how, param, shard = _follow_any(w, new)
+            if how != "loaded" or param not in missing or (param, shard) in taken:
+                continue
+            spec = w.spec.get(param) or {}
+            want = spec.get("shape") if shard is None else (spec.get("shards") or {}).get(shard)
+            if want is not None and tuple(draft.tensors[name].shape) != tuple(want):
+                continue
+            if not w.module_level:  # module level: many tensors fill one module
+                taken.add((param, shard))
+            renames[name] = new
+            reasons.append(f"weights-dropped: {name} → {new} (the layout {w.cls}.load_weights reads: it lands on "
+                           f"{param}{'' if shard is None else ' shard ' + str(shard)}, which got no tensor)")
+            break
+    return renames, reasons
+
+
 def rename_repair(draft: DraftFacts, w: WeightAnalysis) -> tuple[dict[str, str], list[str]]:
-    """Renames that put dropped tensors back where they belong: a dropped tensor whose shape is the
+    """Renames that put dropped tensors back where they belong: first the layer-0 layout this
+    release reads (:func:`layout_repair`), then, for what is left, a dropped tensor whose shape is the
     expected shape of exactly one missing parameter (or stacked shard), that parameter wanting no
-    other dropped tensor, renamed to a name ``load_weights`` maps onto it (checked with
-    :func:`map_checkpoint_name`). Returns ``(renames, reasons)``; what cannot be paired stays out."""
+    other dropped tensor, renamed to a name ``load_weights`` maps onto it (checked by following it
+    through the class's load_weights). Returns ``(renames, reasons)``; what cannot be paired stays out."""
+    renames, reasons = layout_repair(draft, w)
+    if renames:
+        return renames, reasons
     shapes = {name: tuple(draft.tensors[name].shape) for name in w.dropped}
     wants: list[tuple[str, Any, tuple]] = []
     for m in w.missing:
@@ -482,7 +538,6 @@ def rename_repair(draft: DraftFacts, w: WeightAnalysis) -> tuple[dict[str, str],
             wants += [(param, sid, tuple(s)) for sid, s in spec["shards"].items() if s is not None]
         elif spec.get("shape") is not None:
             wants.append((param, None, tuple(spec["shape"])))
-    renames, reasons = {}, []
     for name, shape in shapes.items():
         fits = [(p, s) for p, s, want in wants if want == shape]
         if len(fits) != 1:
@@ -491,7 +546,9 @@ def rename_repair(draft: DraftFacts, w: WeightAnalysis) -> tuple[dict[str, str],
         if sum(1 for other in shapes.values() if other == shape) != 1:
             continue
         new = _checkpoint_name_for(param, shard, name)
-        target, how = map_checkpoint_name(new, w.spec)
+        how, target, got_shard = _follow_any(w, new)  # the release's own load_weights when read
+        if got_shard != shard:
+            continue
         if how != "loaded" or target != param or new in draft.tensors:
             continue
         renames[name] = new
