@@ -11,7 +11,6 @@ under test.
 
 from __future__ import annotations
 
-import json
 
 import pytest
 

@@ -732,7 +732,9 @@ def load_weights_facts(src: Any, cls: str, rel: str | None = None, _depth: int =
     if stacked_for is not None:
         facts.drop_stacked, sline = _guarded(stacked_for.body, inner_loop=True)
         facts.drop_stacked_where = f"{frel}:{sline}" if sline else None
-        regular = stacked_for.orelse or body[body.index(stacked_for) + 1:] if stacked_for in body else stacked_for.orelse
+        # the regular branch: the for's else, or what follows the loop in the body
+        regular = ((stacked_for.orelse or body[body.index(stacked_for) + 1:]) if stacked_for in body
+                   else stacked_for.orelse)
         facts.drop, line = _guarded(regular or [])
     else:
         facts.drop, line = _guarded(body)

@@ -346,7 +346,8 @@ def source_spec(draft: DraftFacts, lw: Any, kind: str, worker: str | None) -> tu
 def analyse_with_source(draft: DraftFacts, lw: Any, kind: str = "eagle3", worker: str | None = None) -> WeightAnalysis:
     """Follow every tensor of ``draft.tensors`` through the ``load_weights`` read from the box's
     source (``lw``: :func:`workbench.engine.drafts.load_weights_facts`; ``kind``: the class's
-    :attr:`~workbench.engine.drafts.DraftClass.kind`; ``worker``: where the draft worker reads
+    :attr:`~workbench.engine.drafts.DraftClass.kind` under EAGLE3, ``eagle`` under another algorithm
+    (the worker then shares the target's embedding and head with any draft); ``worker``: where the draft worker reads
     ``load_lm_head_from_target``, :func:`workbench.engine.drafts.worker_lm_head_source`) against
     :func:`source_spec`. Shapes are checked only where the spec has them (``LlamaForCausalLMEagle3``)."""
     from workbench.engine.drafts import follow

@@ -289,7 +289,9 @@ class Facts:
         lw = self.draft_load_weights
         if lw is None:
             return analyse_weights(self.draft)
-        kind = self.draft_registry[self.draft_architecture].kind
+        # the worker's head and embedding sharing follows the algorithm: under anything but EAGLE3 it
+        # takes both from the target (SGLang eagle_worker*.py init_lm_head, its else branch)
+        kind = self.draft_registry[self.draft_architecture].kind if self.algorithm == "EAGLE3" else "eagle"
         try:
             worker = worker_lm_head_source(self.engine)
         except Exception as exc:  # noqa: BLE001 - reported; the head is then judged without the worker
