@@ -292,6 +292,8 @@ def test_layers0_checkpoint_per_release(box, tmp_path, sglang_release, version, 
         assert sorted(f.evidence.get("dropped", []) + f.evidence.get("raises", [])) == sorted(
             n for n in spec if n.startswith("layers.0."))
         assert f.prevents_start is prevents
+        assert f.evidence["engine"] == {"0.4.6": "read from srt/models/llama_eagle3.py:180",
+                                        "0.5.9": "read from srt/models/llama_eagle3.py:229"}[version]
         missing = by_rule(rep, "weights-missing").evidence["missing"]
         assert "model.midlayer.self_attn.qkv_proj.weight" in missing and "model.midlayer.hidden_norm.weight" in missing
 
@@ -349,3 +351,22 @@ def test_layers0_checkpoint_on_0_5_9_is_repaired_into_the_midlayer_layout(box, t
     layer0 = sorted(n for n in spec if n.startswith("layers.0."))
     assert fix.repair.renames == {n: n.replace("layers.0.", "midlayer.") for n in layer0}
     assert not [f for f in weight_fixes(facts, rep.findings, {}) if f.kind == "none"]  # nothing left over
+
+
+def test_without_engine_source_the_shipped_0_5_23_tables_are_used(box, tmp_path):
+    """No engine source: LlamaForCausalLMEagle3's load_weights as modelled from 0.5.23 (layers.0.*
+    loads there), and the evidence says modelled."""
+    from workbench.checkpoint import read_draft_facts
+    from workbench.rules.facts import Facts
+    from workbench.rules.weights import weights_dropped
+
+    cfg = draft_cfg(eagle_config={"eagle_aux_hidden_state_layer_ids": [1, 15, 28]})
+    spec = {n.replace("midlayer.", "layers.0."): v for n, v in specforge_spec(cfg).items()}
+    spec["fc.weights"] = spec.pop("fc.weight")
+    _, draft = deploy(tmp_path, {"architectures": ["LlamaForCausalLM"], "vocab_size": 128256}, cfg, spec)
+    facts = Facts.of(f"python -m sglang.launch_server --model-path /t --speculative-algorithm EAGLE3 "
+                     f"--speculative-draft-model-path {draft}", draft=read_draft_facts(box, str(draft)), box=box)
+    [f] = weights_dropped(facts)
+    assert f.evidence["dropped"] == ["fc.weights"]
+    assert f.evidence["engine"].startswith("modelled") and "modelled_engine" in f.evidence
+    assert "load_weights" not in f.evidence

@@ -147,7 +147,8 @@ def _engine_evidence(w: WeightAnalysis) -> dict:
     """Where the load_weights facts come from: ``engine`` (``read from <file>:<line>`` or
     ``modelled: ...``), ``modelled_engine`` (kept for readers of the modelled case) and, when read,
     the facts themselves."""
-    out = {"engine": w.engine, "draft_class": w.cls}
+    out = {"engine": w.engine if w.load_facts is not None else f"modelled: {w.engine} (engine source not read)",
+           "draft_class": w.cls}
     if w.load_facts is None:
         out["modelled_engine"] = MODELLED_ENGINE
     else:
