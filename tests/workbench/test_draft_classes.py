@@ -370,3 +370,21 @@ def test_without_engine_source_the_shipped_0_5_23_tables_are_used(box, tmp_path)
     assert f.evidence["dropped"] == ["fc.weights"]
     assert f.evidence["engine"].startswith("modelled") and "modelled_engine" in f.evidence
     assert "load_weights" not in f.evidence
+
+
+def test_a_draft_whose_loader_cannot_be_followed_gets_a_note_not_a_guess(box, tmp_path, sglang_release):
+    """DeepseekV3ForCausalLMNextN (an MTP draft, 0.5.23 deepseek_nextn.py) hands its names to
+    DeepseekV3ForCausalLM.load_weights, whose treatment of an unmatched name this reader cannot
+    follow: the doctor says so in a note and raises no weight finding it would have to guess."""
+    cfg = {"architectures": ["DeepseekV3ForCausalLMNextN"], "model_type": "deepseek_v3", "hidden_size": 7168,
+           "num_hidden_layers": 61, "num_nextn_predict_layers": 1, "vocab_size": 129280,
+           "max_position_embeddings": 163840, "rope_theta": 10000}
+    spec = {"model.layers.61.eh_proj.weight": ("BF16", (7168, 14336)), "model.layers.61.enorm.weight": ("BF16", (7168,)),
+            "model.layers.61.hnorm.weight": ("BF16", (7168,))}
+    target, draft = deploy(tmp_path, {"architectures": ["DeepseekV3ForCausalLM"], "hidden_size": 7168,
+                                      "num_hidden_layers": 61, "vocab_size": 129280,
+                                      "max_position_embeddings": 163840, "rope_theta": 10000}, cfg, spec)
+    rep = doctor(box, launch(target, draft, "EAGLE"), sglang_release("0.5.23"), "0.5.23")
+    assert "unknown-draft-architecture" not in rep.rules  # an MTP draft of this release
+    assert not [r for r in rep.rules if r.startswith(("weights-", "weight-", "token-map"))], rep.rules
+    assert any(n.startswith("the weight rules do not run for DeepseekV3ForCausalLMNextN") for n in rep.notes), rep.notes

@@ -132,6 +132,29 @@ class LoadWeights:
     notes: list = field(default_factory=list)
 
     @property
+    def final(self) -> "LoadWeights":
+        """The ``load_weights`` that finally loads the names (the last of the hand-offs)."""
+        cur = self
+        while cur.delegate is not None:
+            cur = cur.delegate
+        return cur
+
+    @property
+    def followable(self) -> str | None:
+        """``None`` when the names can be followed to a verdict (the final loader's treatment of a
+        name no parameter has was read); else why not (the weight rules then do not run: they do
+        not guess)."""
+        fin = self.final
+        if fin.where is None:
+            return f"no load_weights found for {fin.cls}"
+        if fin.drop == "unknown":
+            return (f"what {fin.cls}.load_weights ({fin.where}) does with a name no parameter has could not be read "
+                    "from its source")
+        if self.modules is None or not self.modules:
+            return f"the modules {self.cls} builds could not be read from its source"
+        return None
+
+    @property
     def layer_module(self) -> str | None:
         """``midlayer`` or ``layers`` (the decoder layer's module under ``model.``), ``None`` when unknown."""
         for m in self.modules or []:

@@ -366,7 +366,7 @@ def analyse_with_source(draft: DraftFacts, lw: Any, kind: str = "eagle3", worker
             if "t2d" in name:
                 t2d_name = name
             continue
-        if how in ("dropped", "dropped-warned", "unknown"):
+        if how in ("dropped", "dropped-warned"):
             dropped.append(name)
             if how == "dropped-warned":
                 warned.append(name)
@@ -374,6 +374,8 @@ def analyse_with_source(draft: DraftFacts, lw: Any, kind: str = "eagle3", worker
         if how == "raises":
             raises.append(name)
             continue
+        if how == "unknown":
+            continue  # a branch whose handling was not read: neither loaded nor dropped (not guessed)
         loaded.setdefault(param, []).append(name)
         stacked = spec.get(param, {}).get("shards")
         if stacked is not None:

@@ -274,8 +274,14 @@ class Facts:
         the source, of the class they model (``LlamaForCausalLMEagle3``)."""
         if self.draft is None or self.draft.tensors is None or self.draft_class_unknown:
             return False
-        if self.draft_load_weights is not None:
-            return True
+        lw = self.draft_load_weights
+        if lw is not None:
+            why = lw.followable
+            if why is not None:
+                note = f"the weight rules do not run for {lw.cls}: {why}"
+                if note not in self.notes:
+                    self.notes.append(note)
+            return why is None
         return self.draft_registry is None and self.draft_architecture == "LlamaForCausalLMEagle3"
 
     @cached_property
