@@ -388,3 +388,20 @@ def test_a_draft_whose_loader_cannot_be_followed_gets_a_note_not_a_guess(box, tm
     assert "unknown-draft-architecture" not in rep.rules  # an MTP draft of this release
     assert not [r for r in rep.rules if r.startswith(("weights-", "weight-", "token-map"))], rep.rules
     assert any(n.startswith("the weight rules do not run for DeepseekV3ForCausalLMNextN") for n in rep.notes), rep.notes
+
+
+def test_check_draft_weights_with_the_engine_uses_the_release(box, tmp_path, sglang_release):
+    """H3's check on a layers.0.* export: clean against the modelled 0.5.23 loader, dropped against
+    0.5.9's own (layer 0 is midlayer there)."""
+    from workbench.checkpoint import read_draft_facts
+    from workbench.rules.weights import check_draft_weights
+
+    cfg = draft_cfg(eagle_config={"eagle_aux_hidden_state_layer_ids": [1, 15, 28]})
+    spec = {n.replace("midlayer.", "layers.0."): v for n, v in specforge_spec(cfg).items()}
+    _, draft = deploy(tmp_path, {"architectures": ["LlamaForCausalLM"], "vocab_size": 128256}, cfg, spec)
+    facts = read_draft_facts(box, str(draft))
+    modelled, _ = check_draft_weights(box, facts)
+    assert modelled == []
+    found, checked = check_draft_weights(box, facts, engine=EngineSource(box, str(sglang_release("0.5.9")), "0.5.9"))
+    assert {f.rule for f in found} == {"weights-dropped", "weights-missing"}
+    assert checked["engine"] == "read from srt/models/llama_eagle3.py:229"

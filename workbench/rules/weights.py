@@ -417,7 +417,7 @@ def d2t_sorted(tm: TokenMap) -> TensorData | None:
 
 
 def check_draft_weights(box: Any, draft: DraftFacts, target: TargetFacts | None = None,
-                        *, timeout: float = 60) -> tuple[list[Finding], dict[str, Any]]:
+                        *, timeout: float = 60, engine: Any = None) -> tuple[list[Finding], dict[str, Any]]:
     """H3's weight and token-map checks on ``draft`` (facts already read from ``box``), whatever its
     declared class: the findings of this family's rules (plus ``checkpoint-unreadable`` for a
     checkpoint or ``d2t`` that cannot be read), in the order the engine meets them.
@@ -426,11 +426,21 @@ def check_draft_weights(box: Any, draft: DraftFacts, target: TargetFacts | None 
     parameter counts, dropped/missing names, shape problems, the d2t summary) for the evidence.
     Raises nothing for a bad checkpoint: an unreadable one is a ``checkpoint-unreadable`` finding.
     The target vocab (``target.vocab_size``, else the draft's ``vocab_size``) bounds d2t.
+    ``engine``: the box's :class:`~workbench.engine.source.EngineSource`; when given and it registers
+    the declared class with a ``load_weights`` that can be followed, that class's own facts are used
+    (:attr:`workbench.rules.facts.Facts.weights`), else SGLang 0.5.23's modelled
+    ``LlamaForCausalLMEagle3``.
     """
     checked: dict[str, Any] = {"draft": draft.path, "modelled_engine": MODELLED_ENGINE}
     if draft.tensors is None:
         return draft_checkpoint_findings(draft), checked
-    w = analyse_weights(draft)
+    w = None
+    if engine is not None:
+        w = Facts.of(None, draft=draft, target=target, box=box, timeout=timeout, engine=engine).weights
+    if w is None:
+        w = analyse_weights(draft)
+    else:
+        checked = {"draft": draft.path, **_engine_evidence(w)}
     facts = Facts.of(None, draft=draft, target=target, box=box, timeout=timeout, weights=w)
     tm = facts.token_map
     checked.update({"tensors": len(draft.tensors), "parameters": len(w.spec), "loaded_params": len(w.loaded),
