@@ -405,3 +405,26 @@ def test_check_draft_weights_with_the_engine_uses_the_release(box, tmp_path, sgl
     found, checked = check_draft_weights(box, facts, engine=EngineSource(box, str(sglang_release("0.5.9")), "0.5.9"))
     assert {f.rule for f in found} == {"weights-dropped", "weights-missing"}
     assert checked["engine"] == "read from srt/models/llama_eagle3.py:229"
+
+
+@pytest.mark.parametrize("version, expect", [
+    # llama_eagle3.py 0.5.9:135: self.fc = torch.nn.Linear(self.hidden_size_in * 3, ...); from 0.5.12 its
+    # width is hidden_size_in * self.num_aux_hidden_states (from the config's ids)
+    ("0.5.9", {"aux-count-mismatch"}),
+    ("0.5.23", set()),
+])
+def test_four_aux_fc_against_a_release_with_three_fixed(box, tmp_path, sglang_release, version, expect):
+    cfg = draft_cfg(eagle_config={"eagle_aux_hidden_state_layer_ids": [1, 10, 20, 28]})
+    spec = specforge_spec(cfg)
+    assert spec["fc.weight"] == ("BF16", (4096, 4 * 4096))
+    target, draft = deploy(tmp_path, {"architectures": ["LlamaForCausalLM"], "hidden_size": 4096,
+                                      "num_hidden_layers": 32, "vocab_size": 128256,
+                                      "max_position_embeddings": 131072, "rope_theta": 500000.0,
+                                      "rope_scaling": {"rope_type": "llama3", "factor": 8.0}}, cfg, spec)
+    rep = doctor(box, launch(target, draft), sglang_release(version), version)
+    got = {f.rule for f in rep.findings if f.rule == "aux-count-mismatch" and f.evidence.get("param") == "model.fc.weight"}
+    assert got == expect, rep.to_text()
+    if expect:
+        f = next(f for f in rep.findings if f.rule == "aux-count-mismatch" and f.evidence.get("param") == "model.fc.weight")
+        assert f.evidence["expected"] == [4096, 3 * 4096] and f.evidence["shape"] == [4096, 4 * 4096]
+        assert f.prevents_start  # the loader's shape assert

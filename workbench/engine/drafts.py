@@ -69,13 +69,15 @@ class Module:
     """A top-level module a draft class builds: ``path`` (``lm_head``, ``model.fc``,
     ``model.midlayer``), ``ctor`` (the constructor's name, or ``alias of <path>``), ``where``
     (``file:line``), ``conditional`` (assigned under an ``if`` of ``__init__``: whether it exists
-    depends on the config; the test's text in ``condition``)."""
+    depends on the config; the test's text in ``condition``), ``arg0`` (the constructor's first
+    argument as written: ``self.hidden_size_in * 3`` is the fc's input width before SGLang 0.5.12)."""
 
     path: str
     ctor: str
     where: str
     conditional: bool = False
     condition: str | None = None
+    arg0: str | None = None
 
 
 @dataclass(frozen=True)
@@ -461,7 +463,12 @@ def _find_method(src: Any, cls: str, method: str, rel: str, depth: int = 4):
 
 def _modules(src: Any, cls: str, rel: str, prefix: str = "", depth: int = 2) -> tuple[list[Module], list[str]]:
     """The top-level modules ``cls.__init__`` (or a base's) builds, with the model class's own
-    (``self.model = Model(...)``) one level down; notes for what could not be read."""
+    (``self.model = Model(...)``) one level down; notes for what could not be read. A module is a
+    ``self.X = Cls(...)`` whose constructor name ends like a layer with parameters (``Linear``,
+    ``Embedding``, ``LMHead``, ``Norm``, ``ModuleList``, ``Layer``, ``MLP``, ``Attention``, ``Model``,
+    ...: :data:`_PARAM_SUFFIXES`), or an alias of another module (``self.lm_head =
+    self.model.embed_tokens``); private attributes and parameter-free helpers
+    (``LogitsProcessor``, ...) are left out."""
     notes: list[str] = []
     hit = _find_method(src, cls, "__init__", rel)
     if hit is None:
@@ -482,7 +489,8 @@ def _modules(src: Any, cls: str, rel: str, prefix: str = "", depth: int = 2) -> 
             ctor = _ctor(value)
             if ctor is None or ctor in _PARAMLESS or not ctor.endswith(_PARAM_SUFFIXES):
                 continue
-            mod = Module(path, ctor, where, bool(tests), cond)
+            first = value.args[0] if isinstance(value, ast.Call) and value.args else None
+            mod = Module(path, ctor, where, bool(tests), cond, _src_of(text, first) if first is not None else None)
             if attr == "model" and depth > 0 and not prefix:
                 sub, sub_notes = _modules(src, ctor, frel, "model.", depth - 1)
                 notes += sub_notes
@@ -495,7 +503,8 @@ def _modules(src: Any, cls: str, rel: str, prefix: str = "", depth: int = 2) -> 
             prev = next(m for m in out if m.path == path)
             ctors = sorted({*prev.ctor.split(" | "), mod.ctor}, key=lambda c: c.startswith("alias of"))
             out[out.index(prev)] = Module(path, " | ".join(ctors), prev.where, True,
-                                          " / ".join(c for c in (prev.condition, mod.condition) if c) or None)
+                                          " / ".join(c for c in (prev.condition, mod.condition) if c) or None,
+                                          prev.arg0 if prev.arg0 == mod.arg0 else None)
             continue
         seen.add(path)
         out.append(mod)

@@ -25,6 +25,7 @@ the result are :mod:`workbench.rules.weights`.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -317,6 +318,15 @@ def source_spec(draft: DraftFacts, lw: Any, kind: str, worker: str | None) -> tu
         if lw.layer_module == "midlayer":
             spec = {k.replace("model.layers.0.", "model.midlayer.", 1): v for k, v in spec.items()
                     if not (k.startswith("model.layers.") and not k.startswith("model.layers.0."))}
+        fc = next((m for m in mods if m.path == "model.fc"), None)
+        fixed = re.search(r"\*\s*(\d+)\s*$", fc.arg0 or "") if fc is not None else None
+        th = _int(draft.effective_target_hidden_size)
+        if fixed and "model.fc.weight" in spec and th:
+            # before SGLang 0.5.12 the fc's width is a literal (hidden_size_in * 3), whatever the config says
+            n = int(fixed.group(1))
+            spec["model.fc.weight"] = {**spec["model.fc.weight"], "shape": _shape(_int(draft.hidden_size), th * n),
+                                       "why": f"{lw.cls}: model.fc = {fc.ctor}({fc.arg0}, hidden) at {fc.where}: "
+                                              f"{n} aux states whatever the config says"}
         for opt in ("model.fc_norm", "model.input_norm"):
             if opt not in paths:
                 spec = {k: v for k, v in spec.items() if not k.startswith(opt + ".")}
