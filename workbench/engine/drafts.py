@@ -21,6 +21,11 @@ read from that engine's own source with :mod:`ast` (any release; nothing is impo
   modules its ``__init__`` and its model's ``__init__`` build (``self.X = Cls(...)``) and how it
   gets its ``lm_head`` (tied, its own, ``load_lm_head_from_target`` and when it is set). What the
   source does not say is ``None`` / ``"unknown"``, never guessed.
+* :func:`follow`: one checkpoint name through those facts, step by step, to where it lands (a
+  parameter, ``hot_token_id``, skipped, dropped, or the ``KeyError`` that stops the server).
+
+Facts were read from the published wheels of SGLang 0.4.6 … 0.5.23 (``pip download --no-deps``);
+``tests/workbench/test_draft_classes.py`` checks them on each covered release.
 """
 
 from __future__ import annotations
@@ -34,7 +39,7 @@ from typing import Any
 from remote.errors import RemoteFileNotFound
 
 __all__ = ["DraftClass", "Module", "LmHead", "LoadWeights", "registered_draft_classes", "load_weights_facts",
-           "entry_classes", "worker_lm_head_source"]
+           "entry_classes", "worker_lm_head_source", "follow"]
 
 #: Constructor names that build no parameters (skipped from a class's module list).
 _PARAMLESS = ("LogitsProcessor", "Pooler", "MultimemAllGatherer", "BumpAllocator", "DraftParallelSpec",
