@@ -25,13 +25,15 @@ the result are :mod:`workbench.rules.weights`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, field
 from typing import Any
 
 from workbench.checkpoint import DraftFacts
 from workbench.engine.modelled import LEGACY_NAME_MAP, MODELLED_ENGINE, STACKED
 
 __all__ = ["expected_parameters", "map_checkpoint_name", "analyse_weights", "WeightAnalysis", "LEGACY_NAME_MAP",
+           "source_spec", "analyse_with_source",
            "STACKED", "MODELLED_ENGINE", "tensor_dims", "config_vs_tensors"]
 
 
@@ -192,11 +194,17 @@ def _rule_for_shape(param: str, shard: Any, got: tuple, want: tuple) -> str:
 @dataclass(frozen=True)
 class WeightAnalysis:
     """A draft checkpoint's tensors through ``load_weights``: ``spec`` (the draft class's parameters,
-    :func:`expected_parameters`), ``loaded`` (param → tensor names), ``dropped`` (names matched to
-    no parameter: skipped silently), ``missing`` (required parameters no tensor fills, a stacked
-    one with the shards it lacks), ``shape_problems`` (``{tensor, shape, expected, param, shard,
-    file, rule}``: the rule id the mismatch belongs to), ``d2t_name`` / ``t2d_name`` (``None``
-    when absent)."""
+    :func:`expected_parameters`; for a class only read from the source, its top-level modules),
+    ``loaded`` (param → tensor names), ``dropped`` (names matched to no parameter and skipped:
+    silently, or with a warning for those also in ``warned``), ``missing`` (required parameters no
+    tensor fills, a stacked one with the shards it lacks), ``shape_problems`` (``{tensor, shape,
+    expected, param, shard, file, rule}``: the rule id the mismatch belongs to), ``d2t_name`` /
+    ``t2d_name`` (``None`` when absent), ``raises`` (names ``load_weights`` raises ``KeyError``
+    on: the server does not start), ``cls`` (the draft class), ``engine`` (where the facts come
+    from: ``read from <file>:<line>`` or ``modelled: ...``), ``module_level`` (only the class's
+    top-level modules are known: inner names and shapes are not checked), ``load_facts`` (the
+    :meth:`~workbench.engine.drafts.LoadWeights.to_dict` read, ``None`` when modelled), ``source``
+    (the :class:`~workbench.engine.drafts.LoadWeights` itself, for following other names)."""
 
     spec: dict
     loaded: dict
@@ -205,6 +213,13 @@ class WeightAnalysis:
     shape_problems: list
     d2t_name: str | None
     t2d_name: str | None
+    warned: list = field(default_factory=list)
+    raises: list = field(default_factory=list)
+    cls: str = "LlamaForCausalLMEagle3"
+    engine: str = MODELLED_ENGINE
+    module_level: bool = False
+    load_facts: dict | None = None
+    source: Any = field(default=None, repr=False, compare=False)
 
 
 def analyse_weights(draft: DraftFacts) -> WeightAnalysis:
@@ -246,6 +261,152 @@ def analyse_weights(draft: DraftFacts) -> WeightAnalysis:
             lacking = [str(k) for k in s["shards"] if k not in shards_seen.get(p, set())]
             missing.append(f"{p} (shard {', '.join(lacking)})")
     return WeightAnalysis(spec, loaded, dropped, missing, shape_problems, d2t_name, t2d_name)
+
+
+def _lm_head_spec(draft: DraftFacts, lw: Any, kind: str, worker: str | None) -> dict[str, Any] | None:
+    """``lm_head``'s entry for a class read from the source: ``None`` when the head is not the
+    draft's own (tied to ``embed_tokens``, or the worker shares the target's)."""
+    cfg, head = draft.config, lw.lm_head
+    if kind != "eagle3":
+        return None  # EAGLE-1/2 and MTP drafts: the worker's non-EAGLE3 branch set_embed_and_head(target's)
+    if bool(cfg.get("tie_word_embeddings")) and head.tied_where:
+        return None
+    if head.own_where is None:
+        return None
+    dv = cfg.get("draft_vocab_size")
+    rows = f"ParallelLMHead({head.rows}, hidden) at {head.own_where}"
+    when = head.from_target_when or ""
+    if head.from_target_where and worker:
+        if "draft_vocab_size is None" in when:
+            if dv is None:
+                return {"shape": None, "required": False,
+                        "why": f"{lw.cls}: draft_vocab_size is missing, so {head.from_target_where} sets "
+                               f"load_lm_head_from_target and the worker ({worker}) gives it the target's head"}
+            reason = (f"load_lm_head_from_target is set only when draft_vocab_size is missing ({head.from_target_where}); "
+                      f"this config has draft_vocab_size={dv}, so the worker ({worker}) keeps the draft's own head")
+        else:
+            return {"shape": None, "required": False,
+                    "why": f"{lw.cls} sets load_lm_head_from_target when {when} ({head.from_target_where}); whether it "
+                           "applies to this config is not read: not required"}
+    elif head.from_target_where:
+        reason = (f"{lw.cls} sets load_lm_head_from_target ({head.from_target_where}) but no draft worker of this "
+                  "release reads it, so the draft's own head is used")
+    else:
+        reason = f"{lw.cls} has no load_lm_head_from_target in this release: the draft's own head is always used"
+    return {"shape": None, "required": True, "lm_head": True,
+            "why": f"{lw.cls} builds its own lm_head ({rows}); {reason}: with no checkpoint tensor it stays at "
+                   "its initial values and every draft token is noise (accept length about 1.00)"}
+
+
+def source_spec(draft: DraftFacts, lw: Any, kind: str, worker: str | None) -> tuple[dict, Any, bool]:
+    """The parameters of the draft class ``lw`` (:class:`~workbench.engine.drafts.LoadWeights`,
+    read from the box's source) for this config: ``(spec, params, module_level)``.
+
+    ``LlamaForCausalLMEagle3``: :func:`expected_parameters` (shapes modelled from 0.5.23) with the
+    release's own layout: ``model.midlayer.*`` where the source builds ``self.midlayer``
+    (SGLang before 0.5.12), no ``fc_norm`` / ``input_norm`` where the source has none, and the
+    source's ``lm_head`` handling. Any other class: its top-level modules (:attr:`LoadWeights.modules`)
+    without shapes; required are the unconditional ones the checkpoint must fill: not
+    ``embed_tokens`` when the class has a ``set_embed`` (the worker shares the target's
+    embedding), not ``lm_head`` when tied, shared by the worker or taken from the target
+    (:func:`_lm_head_spec`); a module built under an ``if`` of ``__init__`` is not required (whether the
+    config builds it is not evaluated)."""
+    mods = lw.modules or []
+    paths = {m.path for m in mods}
+    if lw.cls == "LlamaForCausalLMEagle3" and mods:
+        spec = expected_parameters(draft)
+        if lw.layer_module == "midlayer":
+            spec = {k.replace("model.layers.0.", "model.midlayer.", 1): v for k, v in spec.items()
+                    if not (k.startswith("model.layers.") and not k.startswith("model.layers.0."))}
+        fc = next((m for m in mods if m.path == "model.fc"), None)
+        fixed = re.search(r"\*\s*(\d+)\s*$", fc.arg0 or "") if fc is not None else None
+        th = _int(draft.effective_target_hidden_size)
+        if fixed and "model.fc.weight" in spec and th:
+            # before SGLang 0.5.12 the fc's width is a literal (hidden_size_in * 3), whatever the config says
+            n = int(fixed.group(1))
+            spec["model.fc.weight"] = {**spec["model.fc.weight"], "shape": _shape(_int(draft.hidden_size), th * n),
+                                       "why": f"{lw.cls}: model.fc = {fc.ctor}({fc.arg0}, hidden) at {fc.where}: "
+                                              f"{n} aux states whatever the config says"}
+        for opt in ("model.fc_norm", "model.input_norm"):
+            if opt not in paths:
+                spec = {k: v for k, v in spec.items() if not k.startswith(opt + ".")}
+        if "lm_head.weight" in spec:
+            head = _lm_head_spec(draft, lw, kind, worker)
+            if head is not None and head["required"] and not spec["lm_head.weight"]["required"]:
+                spec["lm_head.weight"] = {**spec["lm_head.weight"], **head, "shape": spec["lm_head.weight"]["shape"]}
+        return spec, set(spec), False
+    spec: dict[str, dict[str, Any]] = {}
+    for m in mods:
+        if m.ctor.startswith("alias of"):
+            continue
+        entry = {"shape": None, "required": not m.conditional,
+                 "why": f"{lw.cls}: {m.path} = {m.ctor}(...) at {m.where}"
+                        + (f", built only when {m.condition}" if m.conditional else "")}
+        if m.path.endswith("embed_tokens") and lw.set_embed_where:
+            entry.update(required=False, why=f"{entry['why']}; the worker shares the target's embedding "
+                                             f"(set_embed, {lw.set_embed_where})")
+        if m.path == "lm_head":
+            head = _lm_head_spec(draft, lw, kind, worker)
+            entry = ({**entry, "required": False, "why": f"{entry['why']}; tied or the target's head is used"}
+                     if head is None else {**entry, **head})
+        spec[m.path] = entry
+    return spec, [m for m in mods if not m.ctor.startswith("alias of")], True
+
+
+def analyse_with_source(draft: DraftFacts, lw: Any, kind: str = "eagle3", worker: str | None = None) -> WeightAnalysis:
+    """Follow every tensor of ``draft.tensors`` through the ``load_weights`` read from the box's
+    source (``lw``: :func:`workbench.engine.drafts.load_weights_facts`; ``kind``: the class's
+    :attr:`~workbench.engine.drafts.DraftClass.kind` under EAGLE3, ``eagle`` under another algorithm
+    (the worker then shares the target's embedding and head with any draft); ``worker``: where the draft worker reads
+    ``load_lm_head_from_target``, :func:`workbench.engine.drafts.worker_lm_head_source`) against
+    :func:`source_spec`. Shapes are checked only where the spec has them (``LlamaForCausalLMEagle3``)."""
+    from workbench.engine.drafts import follow
+
+    spec, params, module_level = source_spec(draft, lw, kind, worker)
+    loaded: dict[str, list[str]] = {}
+    shards_seen: dict[str, set] = {}
+    dropped, warned, raises, shape_problems = [], [], [], []
+    d2t_name = t2d_name = None
+    for name, info in sorted(draft.tensors.items()):
+        how, param, shard, _ = follow(name, lw, params)
+        if how == "d2t":
+            d2t_name = name
+            continue
+        if how == "skipped":
+            if "t2d" in name:
+                t2d_name = name
+            continue
+        if how in ("dropped", "dropped-warned"):
+            dropped.append(name)
+            if how == "dropped-warned":
+                warned.append(name)
+            continue
+        if how == "raises":
+            raises.append(name)
+            continue
+        if how == "unknown":
+            continue  # a branch whose handling was not read: neither loaded nor dropped (not guessed)
+        loaded.setdefault(param, []).append(name)
+        stacked = spec.get(param, {}).get("shards")
+        if stacked is not None:
+            shards_seen.setdefault(param, set()).update(stacked if shard is None else {shard})
+        want = spec.get(param, {}).get("shape") if shard is None else (stacked or {}).get(shard)
+        if want is not None and tuple(info.shape) != want:
+            shape_problems.append({"tensor": name, "shape": list(info.shape), "expected": list(want),
+                                   "param": param, "shard": shard, "file": info.file,
+                                   "rule": _rule_for_shape(param, shard, tuple(info.shape), want)})
+    missing: list[str] = []
+    for p, s_ in spec.items():
+        if not s_["required"]:
+            continue
+        if p not in loaded:
+            missing.append(p)
+        elif s_.get("shards") is not None and shards_seen.get(p, set()) != set(s_["shards"]):
+            lacking = [str(k) for k in s_["shards"] if k not in shards_seen.get(p, set())]
+            missing.append(f"{p} (shard {', '.join(lacking)})")
+    return WeightAnalysis(spec, loaded, dropped, missing, shape_problems, d2t_name, t2d_name, warned, raises,
+                          lw.cls, f"read from {lw.where}" if lw.where else "read from the source (no load_weights)",
+                          module_level, lw.to_dict(), lw)
 
 
 def _layer_name(name: str) -> str:

@@ -471,22 +471,16 @@ class EngineSource:
         return CaptureRule(captured, reach, src, "evaluated from the box's engine source", unmatchable)
 
     def draft_classes(self, eagle3: bool) -> dict[str, str] | None:
-        """``{class name: file}`` registered by ``EntryClass`` in ``srt/models/*eagle3*.py``
-        (``eagle3``) or ``srt/models/*eagle*.py`` without ``eagle3`` (EAGLE-1/2 drafts)."""
-        try:
-            names = self.box.listdir(posixpath.join(self.root, "srt", "models"), timeout=self.timeout)
-        except RemoteFileNotFound:
+        """``{class name: file}`` of the draft classes this engine registers
+        (:func:`workbench.engine.drafts.registered_draft_classes`: an ``EntryClass`` in any
+        ``srt/models`` file that reads ``spec_info.hidden_states``): the EAGLE-3 ones (``eagle3``)
+        or the others (EAGLE-1/2 and MTP drafts). ``None`` without ``srt/models``."""
+        from workbench.engine.drafts import registered_draft_classes
+
+        reg = registered_draft_classes(self)
+        if reg is None:
             return None
-        out: dict[str, str] = {}
-        for n in names:
-            if not n.endswith(".py") or "eagle" not in n or (("eagle3" in n) != eagle3):
-                continue
-            text = self.read(f"srt/models/{n}") or ""
-            m = re.search(r"^EntryClass\s*=\s*\[?([\w\s,]+)\]?", text, re.M)
-            for cls in (m.group(1).replace("\n", " ").split(",") if m else []):
-                if cls.strip():
-                    out[cls.strip()] = f"srt/models/{n}"
-        return out
+        return {n: d.file for n, d in reg.items() if n != "__skipped__" and d.eagle3 == eagle3}
 
     def spec_algorithm_choices(self) -> tuple[list[str], str] | None:
         """``(choices, "file:line")`` when the release's argparse restricts ``--speculative-algorithm``

@@ -63,12 +63,16 @@ def _rope(cfg: dict, path: str) -> tuple[float, str, str | None, str]:
                      "Qwen3ForCausalLM on a checkpoint with midlayer.* / fc.* tensors)",
              fix="the architecture name the engine registers")
 def unknown_draft_architecture(facts: Facts) -> list[Finding]:
-    """SGLang builds the class named by the draft's ``architectures[0]``. The EAGLE-3 draft classes
-    are the ``EntryClass`` of ``srt/models/*eagle3*.py`` in the box's engine (SGLang 0.5.23:
-    ``LlamaForCausalLMEagle3``, ``Eagle3DeepseekV2ForCausalLM``; EAGLE adds ``*eagle*.py``'s). A
-    draft launched with EAGLE3, or whose checkpoint holds EAGLE tensors (``midlayer.*``, ``fc.*``),
-    under any other class name is built as that class: its weights do not fit (sglang#9135). The
-    weight rules do not run then (they model ``LlamaForCausalLMEagle3``)."""
+    """SGLang builds the class named by the draft's ``architectures[0]``. The draft classes are read
+    from the box's engine (:func:`workbench.engine.drafts.registered_draft_classes`): an
+    ``EntryClass`` of ``srt/models`` whose class reads ``spec_info.hidden_states``; EAGLE-3 ones set
+    ``capture_aux_hidden_states = True`` in ``__init__`` (SGLang 0.5.23: ``LlamaForCausalLMEagle3``,
+    ``Eagle3DeepseekV2ForCausalLM``, the latter only from 0.5.12; 0.4.6–0.5.10 register
+    ``LlamaForCausalLMEagle3`` alone); under EAGLE the EAGLE-1/2 drafts count too (``LlamaForCausalLMEagle``, ...).
+    Without the engine's source, SGLang 0.5.23's two EAGLE-3 classes. A draft launched with EAGLE3,
+    or whose checkpoint holds EAGLE tensors (``midlayer.*``, ``fc.*``), under any other class name
+    is built as that class: its weights do not fit (sglang#9135). The weight rules do not run then
+    (they follow the registered class's own ``load_weights``)."""
     draft = facts.draft
     if draft is None or not facts.draft_class_unknown:
         return []

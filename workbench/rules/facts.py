@@ -22,7 +22,8 @@ import numpy as np
 from workbench.checkpoint import DraftFacts, TargetFacts, read_tensor_data
 from workbench.engine.flag_table import FlagTable, flag_table_for_engine
 from workbench.engine.launch import LaunchCommand
-from workbench.engine.load_weights import WeightAnalysis, analyse_weights, config_vs_tensors
+from workbench.engine.drafts import LoadWeights, load_weights_facts, registered_draft_classes, worker_lm_head_source
+from workbench.engine.load_weights import WeightAnalysis, analyse_weights, analyse_with_source, config_vs_tensors
 from workbench.engine.modelled import (
     DRAFT_CLASS_FILES,
     MODELLED_EAGLE3_DRAFT_CLASSES,
@@ -113,7 +114,8 @@ class Facts:
         ``draft_classes``) given directly instead of worked out."""
         launch = LaunchCommand.parse(launch) if isinstance(launch, str) else launch
         derived = {k: given.pop(k) for k in list(given) if k in ("capture", "weights", "token_map", "algorithms",
-                                                                  "draft_classes", "flag_table")}
+                                                                  "draft_classes", "flag_table", "draft_registry",
+                                                                  "draft_load_weights")}
         facts = cls(launch, target=target, draft=draft, **given)
         for k, v in derived.items():
             if k == "capture" and (v is None or isinstance(v, CaptureRule)):
@@ -170,20 +172,58 @@ class Facts:
         return self.engine.spec_algorithm_choices() if self.engine is not None else None
 
     @cached_property
+    def draft_registry(self) -> dict | None:
+        """``{class: DraftClass}``: the draft classes the box's engine registers
+        (:func:`workbench.engine.drafts.registered_draft_classes`, read from its source): under
+        EAGLE3 the EAGLE-3 drafts, else the EAGLE-3 and EAGLE-1/2 drafts (scope ``eagle``: MTP heads
+        are read only when the draft declares one), plus the draft's declared class whatever it
+        is; ``None`` without engine source (or when it could not be read: a
+        note says why)."""
+        if self.engine is None:
+            return None
+        scope = "eagle3" if self.algorithm == "EAGLE3" else "eagle"
+        try:
+            reg = registered_draft_classes(self.engine, scope=scope, also=(self.draft_architecture or "",))
+        except Exception as exc:  # noqa: BLE001 - a box error reading the source: reported, modelled facts used
+            self.notes.append(f"could not read the draft classes from {self.engine.root}/srt/models "
+                              f"({type(exc).__name__}: {exc}); SGLang {SGLANG_VERSION}'s are used")
+            return None
+        if reg is not None and "__skipped__" in reg:
+            self.notes.append(f"draft classes: {reg.pop('__skipped__').why}")
+        return reg
+
+    @cached_property
     def draft_classes(self) -> tuple[dict | None, str]:
         """``(registered, source)``: the draft classes the engine registers for this algorithm
-        (``EntryClass`` of ``srt/models/*eagle3*.py``, plus the EAGLE ones when the algorithm is
-        not EAGLE3) → their files; ``None`` when unknown (no engine source, not EAGLE3)."""
+        → their files: the EAGLE-3 drafts for EAGLE3, the drafts of :attr:`draft_registry` otherwise
+        (:attr:`draft_registry`); ``None`` when unknown (no engine source, not EAGLE3); without
+        engine source under EAGLE3, SGLang 0.5.23's (modelled)."""
+        reg = self.draft_registry
         registered = None
-        if self.engine is not None:
-            registered = self.engine.draft_classes(eagle3=True)
-            if self.algorithm != "EAGLE3" and registered is not None:
-                registered.update(self.engine.draft_classes(eagle3=False) or {})
-        source = (f"{self.engine.root}/srt/models/*eagle{'3' if self.algorithm == 'EAGLE3' else ''}*.py EntryClass"
-                  if self.engine else f"modelled sglang {SGLANG_VERSION}")
+        if reg is not None:
+            registered = {n: d.file for n, d in reg.items() if d.eagle3 or self.algorithm != "EAGLE3"}
+        source = (f"{self.engine.root}/srt/models EntryClass (draft classes read from the source: "
+                  f"{'EAGLE-3' if self.algorithm == 'EAGLE3' else 'EAGLE-3 and EAGLE'} drafts)"
+                  if reg is not None else f"modelled sglang {SGLANG_VERSION}")
         if registered is None and self.algorithm == "EAGLE3":
             registered = {c: DRAFT_CLASS_FILES[c] for c in MODELLED_EAGLE3_DRAFT_CLASSES}
         return registered, source
+
+    @cached_property
+    def draft_load_weights(self) -> LoadWeights | None:
+        """The declared draft class's ``load_weights`` read from the box's source
+        (:func:`workbench.engine.drafts.load_weights_facts`), when the engine registers that class;
+        ``None`` otherwise (no source: the rules use SGLang 0.5.23's ``LlamaForCausalLMEagle3``,
+        modelled). A class whose source cannot be read is a note, never an exception."""
+        reg, arch = self.draft_registry, self.draft_architecture
+        if reg is None or arch not in reg:
+            return None
+        try:
+            return load_weights_facts(self.engine, arch, reg[arch].file)
+        except Exception as exc:  # noqa: BLE001 - reported; the modelled facts are used where they apply
+            self.notes.append(f"could not read {arch}.load_weights from {self.engine.root}/{reg[arch].file} "
+                              f"({type(exc).__name__}: {exc})")
+            return None
 
     @property
     def draft_architecture(self) -> str | None:
@@ -248,27 +288,63 @@ class Facts:
 
     @property
     def weights_checkable(self) -> bool:
-        """The weight rules apply: a readable checkpoint of the class they model
-        (``LlamaForCausalLMEagle3``, registered by the engine)."""
-        return (self.draft is not None and self.draft.tensors is not None and not self.draft_class_unknown
-                and self.draft_architecture == "LlamaForCausalLMEagle3")
+        """The weight rules apply: a readable checkpoint of a class the engine registers, whose
+        ``load_weights`` was read from the box's source (:attr:`draft_load_weights`), or, without
+        the source, of the class they model (``LlamaForCausalLMEagle3``)."""
+        if self.draft is None or self.draft.tensors is None or self.draft_class_unknown:
+            return False
+        lw = self.draft_load_weights
+        if lw is not None:
+            why = lw.followable
+            if why is not None:
+                note = f"the weight rules do not run for {lw.cls}: {why}"
+                if note not in self.notes:
+                    self.notes.append(note)
+            return why is None
+        return self.draft_registry is None and self.draft_architecture == "LlamaForCausalLMEagle3"
 
     @cached_property
     def weights(self) -> WeightAnalysis | None:
-        """The checkpoint's tensors through ``load_weights``
-        (:func:`workbench.engine.load_weights.analyse_weights`), when :attr:`weights_checkable`."""
+        """The checkpoint's tensors through ``load_weights``, when :attr:`weights_checkable`: the
+        class's own ``load_weights`` as read from the box's source
+        (:func:`workbench.engine.load_weights.analyse_with_source`), else SGLang 0.5.23's
+        ``LlamaForCausalLMEagle3`` modelled (:func:`workbench.engine.load_weights.analyse_weights`)."""
         if not self.weights_checkable:
             return None
-        return analyse_weights(self.draft)
+        lw = self.draft_load_weights
+        if lw is None:
+            return analyse_weights(self.draft)
+        # the worker's head and embedding sharing follows the algorithm: under anything but EAGLE3 it
+        # takes both from the target (SGLang eagle_worker*.py init_lm_head, its else branch)
+        kind = self.draft_registry[self.draft_architecture].kind if self.algorithm == "EAGLE3" else "eagle"
+        try:
+            worker = worker_lm_head_source(self.engine)
+        except Exception as exc:  # noqa: BLE001 - reported; the head is then judged without the worker
+            self.notes.append(f"could not grep the draft workers for load_lm_head_from_target ({type(exc).__name__}: "
+                              f"{exc})")
+            worker = None
+        for note in lw.notes:
+            if note not in self.notes:
+                self.notes.append(note)
+        try:
+            return analyse_with_source(self.draft, lw, kind, worker)
+        except Exception as exc:  # noqa: BLE001 - source facts this code does not understand: said, not hidden
+            self.notes.append(f"could not follow the checkpoint through {lw.cls}.load_weights as read from "
+                              f"{lw.where} ({type(exc).__name__}: {exc})"
+                              + ("; SGLang 0.5.23's modelled load_weights is used" if lw.cls == "LlamaForCausalLMEagle3"
+                                 else "; the weight rules are not run for this draft"))
+            return analyse_weights(self.draft) if lw.cls == "LlamaForCausalLMEagle3" else None
 
     @cached_property
     def config_vs_tensors(self) -> dict[str, dict[str, Any]]:
         """The draft config's fields that disagree with its own tensor shapes (hidden size,
         intermediate size, layer count, heads where ``head_dim`` makes them unambiguous):
-        :func:`workbench.engine.load_weights.config_vs_tensors`, when :attr:`weights_checkable`;
-        else ``{}``. The weight rules' findings are consequences of such a field
-        (``evidence["consequence_of"]``)."""
-        return config_vs_tensors(self.draft) if self.weights_checkable else {}
+        :func:`workbench.engine.load_weights.config_vs_tensors`, for a ``LlamaForCausalLMEagle3``
+        draft when :attr:`weights_checkable` (the layout it reads is that class's); else ``{}``.
+        The weight rules' findings are consequences of such a field (``evidence["consequence_of"]``)."""
+        if not self.weights_checkable or self.draft_architecture != "LlamaForCausalLMEagle3":
+            return {}
+        return config_vs_tensors(self.draft)
 
     @cached_property
     def token_map(self) -> TokenMap | None:

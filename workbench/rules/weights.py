@@ -5,10 +5,20 @@ without a word), ``weights-missing`` (parameters no tensor fills: they keep thei
 ``weight-shape-mismatch``, ``lm-head-shape-mismatch``, ``head-dim-mismatch`` (a matched tensor of
 the wrong shape: the weight loader asserts at start-up), ``token-map-missing`` (a reduced draft vocab without ``d2t``),
 ``token-map-invalid`` (a ``d2t`` that is not an offset table the engine can use). They apply to a
-readable checkpoint of the class they model (``LlamaForCausalLMEagle3``); the checkpoint's names
-are followed through SGLang 0.5.23's ``load_weights`` (:mod:`workbench.engine.load_weights`, whose
-docstring gives the engine facts), shapes come from the safetensors headers and ``d2t``/``t2d``
-are read by byte range — no model is loaded. The fc's width (``aux-count-mismatch``) is the aux
+readable checkpoint of every draft class the box's engine registers (EAGLE-3, EAGLE-1/2 and MTP
+drafts: :func:`workbench.engine.drafts.registered_draft_classes`), each with its own
+``load_weights`` read from that engine's source (:func:`workbench.engine.drafts.load_weights_facts`:
+its renames, ``model.`` prefix, stacked shards, skipped names, ``d2t`` read, what it does with a
+name no parameter has — skip silently, skip with a warning, or raise ``KeyError`` — and its
+modules and ``lm_head`` handling), so the same checkpoint is judged differently where releases
+differ (before 0.5.12 layer 0 is ``midlayer`` and ``layers.0.*`` names are dropped; on 0.4.6–0.4.8 a
+stacked name no parameter has raises at start-up; ``Eagle3DeepseekV2ForCausalLM`` keeps its own
+``lm_head`` whenever ``draft_vocab_size`` is set). ``LlamaForCausalLMEagle3`` is checked parameter by
+parameter with shapes (:func:`workbench.engine.load_weights.expected_parameters`, laid out as the
+release builds it); any other class module by module (its top-level modules; inner names and
+shapes are not read, and the evidence says so). Without the engine's source the rules use SGLang
+0.5.23's ``LlamaForCausalLMEagle3`` as shipped tables (evidence ``modelled_engine``). Shapes come
+from the safetensors headers and ``d2t``/``t2d`` are read by byte range — no model is loaded. The fc's width (``aux-count-mismatch``) is the aux
 layers' family; an unreadable ``d2t`` is ``checkpoint-unreadable`` (readability). When the draft's
 config disagrees with its own tensors (``draft-config-vs-tensors``, configs family), the parameters
 modelled from that config are wrong too: every finding here then carries
@@ -22,6 +32,8 @@ from typing import Any
 import numpy as np
 
 from workbench.checkpoint import DraftFacts, TargetFacts
+from workbench.engine.drafts import follow
+from workbench.engine.load_weights import _map as _map_modelled
 from workbench.engine.load_weights import (
     LEGACY_NAME_MAP,
     MODELLED_ENGINE,
@@ -131,38 +143,76 @@ def shape_findings(w: WeightAnalysis, rule_id: str) -> list[Finding]:
 _DROPPED_MEANS_A_FAULT = ("lm_head", "d2t", "t2d", "draft_id_to_target_id", "target_id_to_draft_id", "hot_token")
 
 
+def _engine_evidence(w: WeightAnalysis) -> dict:
+    """Where the load_weights facts come from: ``engine`` (``read from <file>:<line>`` or
+    ``modelled: ...``), ``modelled_engine`` (kept for readers of the modelled case) and, when read,
+    the facts themselves."""
+    out = {"engine": w.engine if w.load_facts is not None else f"modelled: {w.engine} (engine source not read)",
+           "draft_class": w.cls}
+    if w.load_facts is None:
+        out["modelled_engine"] = MODELLED_ENGINE
+    else:
+        out["load_weights"] = w.load_facts
+    if w.module_level:
+        out["checked"] = "module level: the class's top-level modules read from its source; inner names and shapes not"
+    return out
+
+
 def dropped_findings(draft: DraftFacts, w: WeightAnalysis) -> list[Finding]:
-    """``weights-dropped`` for an analysis (see :func:`weights_dropped`)."""
+    """``weights-dropped`` for an analysis (see :func:`weights_dropped`): names ``load_weights``
+    matches to no parameter — skipped silently, skipped with a warning in the server's log, or (a
+    release whose loader indexes ``params_dict[name]`` unguarded) a ``KeyError`` that stops the
+    server (``prevents_start``)."""
+    out: list[Finding] = []
+    where = f"{w.cls}.load_weights ({w.engine})"
+    if w.raises:
+        out.append(Finding("weights-dropped", "error",
+                           f"{len(w.raises)} checkpoint tensors match no parameter of {w.cls} and its load_weights "
+                           f"raises KeyError on them (params_dict[name] unguarded): the server does not start: "
+                           f"{w.raises[:5]}",
+                           {"raises": w.raises, "dropped": w.dropped, "checkpoint": draft.path, **_engine_evidence(w)},
+                           "rename them to the names this release's draft class has", prevents_start=True))
     if not w.dropped:
-        return []
+        return out
+    how = ("skipped with a warning in the server's log" if set(w.dropped) <= set(w.warned) else
+           "silently skipped" if not w.warned else f"skipped ({len(w.warned)} with a warning in the server's log)")
     meaningful = [n for n in w.dropped if any(k in n for k in _DROPPED_MEANS_A_FAULT)]
+    evidence = {"dropped": w.dropped, "warned": w.warned, "checkpoint": draft.path, **_engine_evidence(w)}
     if not w.missing and not meaningful:
         # every parameter still gets a tensor and nothing skipped is a head or a token map: what is
         # skipped is extra (a training-only buffer, an export's leftover) — worth knowing, no fault
-        return [Finding("weights-dropped", "warning",
-                        f"{len(w.dropped)} checkpoint tensor(s) match no parameter of LlamaForCausalLMEagle3 and are "
-                        f"silently skipped: {w.dropped[:5]}; every parameter still gets a tensor, so nothing is left "
-                        "at its initial value",
-                        {"dropped": w.dropped, "checkpoint": draft.path, "modelled_engine": MODELLED_ENGINE},
-                        "nothing to do unless the engine should load them under another name")]
-    return [Finding("weights-dropped", "error",
-                    f"{len(w.dropped)} checkpoint tensors match no parameter of LlamaForCausalLMEagle3 after "
-                    f"the engine's renames and are silently skipped: {w.dropped[:5]}",
-                    {"dropped": w.dropped, "checkpoint": draft.path, "modelled_engine": MODELLED_ENGINE},
-                    "rename them to the engine's names (fc.*, layers.0.* or midlayer.*, norm.*, lm_head.*, "
-                    "optionally under model.)")]
+        return out + [Finding("weights-dropped", "warning",
+                              f"{len(w.dropped)} checkpoint tensor(s) match no parameter of {w.cls} and are "
+                              f"{how}: {w.dropped[:5]}; every parameter still gets a tensor, so nothing is left "
+                              "at its initial value", evidence,
+                              "nothing to do unless the engine should load them under another name")]
+    return out + [Finding("weights-dropped", "error",
+                          f"{len(w.dropped)} checkpoint tensors match no parameter of {w.cls} after "
+                          f"the engine's renames and are {how}: {w.dropped[:5]} ({where})", evidence,
+                          "rename them to the engine's names (fc.*, layers.0.* or midlayer.*, norm.*, lm_head.*, "
+                          "optionally under model.)" if w.load_facts is None else
+                          f"rename them to the names {w.cls}.load_weights of this release maps (see evidence "
+                          "load_weights: renames, prefix)")]
 
 
 def missing_findings(draft: DraftFacts, w: WeightAnalysis) -> list[Finding]:
     """``weights-missing`` for an analysis (see :func:`weights_missing`): the required parameters
-    no tensor fills."""
+    no tensor fills. The draft's own ``lm_head`` among them is named with its consequence (the
+    class keeps it, so it stays at its initial values: every draft token is noise)."""
     if not w.missing:
         return []
-    return [Finding("weights-missing", "error",
-                    f"{len(w.missing)} parameters of the draft class get no tensor and keep their "
-                    f"initial values: {w.missing}",
-                    {"missing": w.missing, "checkpoint": draft.path,
-                     "why": {m.split(" ")[0]: w.spec[m.split(" ")[0]]["why"] for m in w.missing}}, None)]
+    why = {m.split(" ")[0]: w.spec[m.split(" ")[0]]["why"] for m in w.missing}
+    head = [m for m in w.missing if m.split(" ")[0] in ("lm_head", "lm_head.weight")]
+    msg = (f"{len(w.missing)} parameters of the draft class get no tensor and keep their "
+           f"initial values: {w.missing}")
+    if head and w.spec[head[0]].get("lm_head"):
+        msg += (f"; the draft's lm_head is its own ({w.cls} does not take the target's for this config), so it "
+                "stays at its initial values and every draft token is noise (accept length about 1.00)")
+    return [Finding("weights-missing", "error", msg,
+                    {"missing": w.missing, "checkpoint": draft.path, "why": why, **_engine_evidence(w)},
+                    "re-export the draft with its trained lm_head (or, for a full-vocabulary draft, remove "
+                    "draft_vocab_size so the engine takes the target's head)"
+                    if head and w.spec[head[0]].get("lm_head") else None)]
 
 
 def token_map_missing_findings(draft: DraftFacts, tm: TokenMap) -> list[Finding]:
@@ -224,17 +274,21 @@ def consequences_of_config(facts: Facts, findings: list[Finding]) -> list[Findin
     return findings
 
 
-@FAMILY.rule("weights-dropped", severities=("error", "warning"),
+@FAMILY.rule("weights-dropped", severities=("error", "warning"), prevents_start="depends",
              summary="a checkpoint tensor name matches no parameter after the engine's renames (it is silently "
                      "skipped)",
              fix="rename the tensors to the engine's names (a rename map)")
 def weights_dropped(facts: Facts) -> list[Finding]:
-    """SGLang 0.5.23 ``LlamaForCausalLMEagle3.load_weights`` (``srt/models/llama_eagle3.py``) renames
-    legacy substrings (``midlayer`` → ``layers.0``, ``aux_norm_*`` → ``fc_norm.*``), maps the stacked
-    q/k/v and gate/up shards, tries the name as-is and with a ``model.`` prefix, and skips a name
-    that matches no parameter with no warning (``if name in params_dict:`` without ``else``). Every
-    checkpoint name is followed the same way (:func:`workbench.engine.load_weights.map_checkpoint_name`);
-    the names that land nowhere are listed."""
+    """The draft class's own ``load_weights`` as the box's engine has it (read from its source;
+    SGLang 0.5.23 ``LlamaForCausalLMEagle3.load_weights`` without the source) is followed for every
+    checkpoint name (:func:`workbench.engine.drafts.follow`): its renames (0.5.23 ``llama_eagle3.py``
+    ``midlayer`` → ``layers.0``, ``aux_norm_*`` → ``fc_norm.*``; ``kimi_k25_eagle3.py`` ``^layers.0.`` →
+    ``midlayer.``), the stacked q/k/v and gate/up shards, the ``model.`` prefix, a hand-off to the
+    base class's ``load_weights`` (0.4.6–0.4.8). A name that matches no parameter is skipped with no
+    warning (``if name in params_dict:`` without ``else``), skipped with a warning in the log
+    (``kimi_k25_eagle3.py``: ``Eagle3 MLA: skipping unexpected weight``), or makes the loader raise
+    ``KeyError`` (0.4.6 ``llama.py``: ``param = params_dict[name]`` in the stacked branch, the failure
+    of sglang#9135): that finding prevents start-up. The names that land nowhere are listed."""
     w = facts.weights
     return consequences_of_config(facts, dropped_findings(facts.draft, w)) if w is not None else []
 
@@ -244,11 +298,19 @@ def weights_dropped(facts: Facts) -> list[Finding]:
                      "lm_head unless tied or taken from the target)",
              fix="—")
 def weights_missing(facts: Facts) -> list[Finding]:
-    """The parameters SGLang 0.5.23 ``LlamaForCausalLMEagle3`` builds for this config
-    (:func:`workbench.engine.load_weights.expected_parameters`: ``fc`` over num_aux × target hidden,
-    layer 0's ``qkv_proj`` over 2 × hidden, the norms, ``lm_head`` of ``draft_vocab_size`` rows unless
-    tied or taken from the target) that no checkpoint tensor fills keep their random initial
-    values; a stacked parameter missing a shard counts."""
+    """The parameters the draft class builds for this config that no checkpoint tensor fills keep
+    their random initial values; a stacked parameter missing a shard counts. For
+    ``LlamaForCausalLMEagle3``: :func:`workbench.engine.load_weights.expected_parameters` (``fc`` over
+    num_aux × target hidden, layer 0's ``qkv_proj`` over 2 × hidden, the norms, ``lm_head`` of
+    ``draft_vocab_size`` rows unless tied or taken from the target), laid out as the release builds
+    it (``model.midlayer`` before 0.5.12). For another class: its unconditional top-level modules
+    read from its ``__init__``, less those the worker replaces (``embed_tokens`` when the class has
+    ``set_embed``; ``lm_head`` when tied, for EAGLE-1/2 and MTP drafts, or when the class sets
+    ``load_lm_head_from_target`` for this config and the release's draft worker reads it). The
+    public Kimi-K2.6 case: ``Eagle3DeepseekV2ForCausalLM`` (``kimi_k25_eagle3.py``, 0.5.12+) sets
+    ``load_lm_head_from_target`` only when ``draft_vocab_size`` is missing, so with it set and no
+    ``lm_head`` tensor the head stays at its initial values (accept length 1.00); the finding names
+    the lines."""
     w = facts.weights
     return consequences_of_config(facts, missing_findings(facts.draft, w)) if w is not None else []
 
@@ -355,7 +417,7 @@ def d2t_sorted(tm: TokenMap) -> TensorData | None:
 
 
 def check_draft_weights(box: Any, draft: DraftFacts, target: TargetFacts | None = None,
-                        *, timeout: float = 60) -> tuple[list[Finding], dict[str, Any]]:
+                        *, timeout: float = 60, engine: Any = None) -> tuple[list[Finding], dict[str, Any]]:
     """H3's weight and token-map checks on ``draft`` (facts already read from ``box``), whatever its
     declared class: the findings of this family's rules (plus ``checkpoint-unreadable`` for a
     checkpoint or ``d2t`` that cannot be read), in the order the engine meets them.
@@ -364,11 +426,21 @@ def check_draft_weights(box: Any, draft: DraftFacts, target: TargetFacts | None 
     parameter counts, dropped/missing names, shape problems, the d2t summary) for the evidence.
     Raises nothing for a bad checkpoint: an unreadable one is a ``checkpoint-unreadable`` finding.
     The target vocab (``target.vocab_size``, else the draft's ``vocab_size``) bounds d2t.
+    ``engine``: the box's :class:`~workbench.engine.source.EngineSource`; when given and it registers
+    the declared class with a ``load_weights`` that can be followed, that class's own facts are used
+    (:attr:`workbench.rules.facts.Facts.weights`), else SGLang 0.5.23's modelled
+    ``LlamaForCausalLMEagle3``.
     """
     checked: dict[str, Any] = {"draft": draft.path, "modelled_engine": MODELLED_ENGINE}
     if draft.tensors is None:
         return draft_checkpoint_findings(draft), checked
-    w = analyse_weights(draft)
+    w = None
+    if engine is not None:
+        w = Facts.of(None, draft=draft, target=target, box=box, timeout=timeout, engine=engine).weights
+    if w is None:
+        w = analyse_weights(draft)
+    else:
+        checked = {"draft": draft.path, **_engine_evidence(w)}
     facts = Facts.of(None, draft=draft, target=target, box=box, timeout=timeout, weights=w)
     tm = facts.token_map
     checked.update({"tensors": len(draft.tensors), "parameters": len(w.spec), "loaded_params": len(w.loaded),
@@ -396,18 +468,72 @@ def _checkpoint_name_for(param: str, shard: Any, dropped: str) -> str:
             if stacked in name and sid == shard:
                 name = name.replace(stacked, piece)
                 break
-    if "midlayer" in dropped:
+    if "midlayer" in dropped or name.startswith("midlayer."):
         name = name.replace("layers.0.", "midlayer.")
     if dropped.startswith("model.") and not name.startswith("model."):
         name = "model." + name
     return name
 
 
+def _follow_any(w: WeightAnalysis, name: str) -> tuple[str, str | None, Any]:
+    """``(how, param, shard)`` of checkpoint ``name`` through the analysed class's load_weights
+    (read from the source when it was, else SGLang 0.5.23's modelled one)."""
+    if w.source is not None:
+        params = ([m for m in (w.source.modules or []) if m.path in w.spec] if w.module_level else set(w.spec))
+        how, param, shard, _ = follow(name, w.source, params)
+        return how, param, shard
+    param, how, shard = _map_modelled(name, w.spec)
+    return how, param, shard
+
+
+def _layout_variants(name: str) -> list[str]:
+    """``name`` in the other checkpoint layouts: ``midlayer.`` ↔ ``layers.0.``, with and without
+    ``model.`` (the ways EAGLE-3 exports name layer 0)."""
+    base = name[len("model."):] if name.startswith("model.") else name
+    swapped = (base.replace("midlayer.", "layers.0.", 1) if base.startswith("midlayer.") else
+               base.replace("layers.0.", "midlayer.", 1) if base.startswith("layers.0.") else base)
+    out = [base, "model." + base, swapped, "model." + swapped]
+    return [v for v in dict.fromkeys(out) if v != name]
+
+
+def layout_repair(draft: DraftFacts, w: WeightAnalysis) -> tuple[dict[str, str], list[str]]:
+    """Renames of dropped tensors into the layer-0 layout this release's ``load_weights`` reads
+    (:func:`_layout_variants`: ``layers.0.*`` → ``midlayer.*`` before SGLang 0.5.12, a ``model.``
+    prefix the MLA class doubles removed), each checked by following the new name through the
+    class's own ``load_weights``: kept only when it lands on a parameter (and shard) no tensor fills
+    yet, one dropped tensor per parameter shard, and the shapes agree where the spec has them."""
+    missing = {m.partition(" (shard ")[0] for m in w.missing}
+    taken: set[tuple] = set()
+    renames, reasons = {}, []
+    for name in w.dropped:
+        for new in _layout_variants(name):
+            if new in draft.tensors:
+                continue
+            how, param, shard = _follow_any(w, new)
+            if how != "loaded" or param not in missing or (param, shard) in taken:
+                continue
+            spec = w.spec.get(param) or {}
+            want = spec.get("shape") if shard is None else (spec.get("shards") or {}).get(shard)
+            if want is not None and tuple(draft.tensors[name].shape) != tuple(want):
+                continue
+            if not w.module_level:  # module level: many tensors fill one module
+                taken.add((param, shard))
+            renames[name] = new
+            reasons.append(f"weights-dropped: {name} → {new} (the layout {w.cls}.load_weights reads: it lands on "
+                           f"{param}{'' if shard is None else ' shard ' + str(shard)}, which got no tensor)")
+            break
+    return renames, reasons
+
+
 def rename_repair(draft: DraftFacts, w: WeightAnalysis) -> tuple[dict[str, str], list[str]]:
-    """Renames that put dropped tensors back where they belong: a dropped tensor whose shape is the
+    """Renames that put dropped tensors back where they belong: first the layer-0 layout this
+    release reads (:func:`layout_repair`), then, for what is left, a dropped tensor whose shape is the
     expected shape of exactly one missing parameter (or stacked shard), that parameter wanting no
-    other dropped tensor, renamed to a name ``load_weights`` maps onto it (checked with
-    :func:`map_checkpoint_name`). Returns ``(renames, reasons)``; what cannot be paired stays out."""
+    other dropped tensor, renamed to a name ``load_weights`` maps onto it (checked by following it
+    through the class's load_weights). Returns ``(renames, reasons)``; what cannot be paired stays out."""
+    renames, reasons = layout_repair(draft, w)
+    if renames:
+        return renames, reasons
     shapes = {name: tuple(draft.tensors[name].shape) for name in w.dropped}
     wants: list[tuple[str, Any, tuple]] = []
     for m in w.missing:
@@ -423,7 +549,6 @@ def rename_repair(draft: DraftFacts, w: WeightAnalysis) -> tuple[dict[str, str],
             wants += [(param, sid, tuple(s)) for sid, s in spec["shards"].items() if s is not None]
         elif spec.get("shape") is not None:
             wants.append((param, None, tuple(spec["shape"])))
-    renames, reasons = {}, []
     for name, shape in shapes.items():
         fits = [(p, s) for p, s, want in wants if want == shape]
         if len(fits) != 1:
@@ -432,7 +557,9 @@ def rename_repair(draft: DraftFacts, w: WeightAnalysis) -> tuple[dict[str, str],
         if sum(1 for other in shapes.values() if other == shape) != 1:
             continue
         new = _checkpoint_name_for(param, shard, name)
-        target, how = map_checkpoint_name(new, w.spec)
+        how, target, got_shard = _follow_any(w, new)  # the release's own load_weights when read
+        if got_shard != shard:
+            continue
         if how != "loaded" or target != param or new in draft.tensors:
             continue
         renames[name] = new
