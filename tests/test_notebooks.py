@@ -81,7 +81,7 @@ def test_engine_probes_notebook_on_the_sandbox_engine(tmp_path, monkeypatch, exe
                          o.get("data", {}).get("text/plain", ""))
     text = "\n".join(texts)
     assert "draft-fc-width-check" in text and "not found" not in text.lower()
-    assert "spec_aux_hidden_state.py:54" in text and "neither logs nor re-raises" in text
+    assert "spec_aux_hidden_state.py:57" in text and "neither logs nor re-raises" in text
     width_check = "        if hidden_states.shape[-1] != embeds.shape[-1]:"
     lines = (sandbox / "models" / "llama_eagle3.py").read_text().splitlines()
     assert f"> {lines.index(width_check) + 1} | {width_check}" in text

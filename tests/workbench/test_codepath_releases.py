@@ -484,3 +484,26 @@ def test_server_worker_inputs_read_the_running_process_environment(box, sglang_r
     finally:
         proc.kill()
         proc.wait(timeout=10)
+
+
+SANDBOX_ROOT = pathlib.Path(__file__).resolve().parents[2] / "workbench" / "sandbox"
+
+
+@pytest.mark.parametrize("version", COVERED_RELEASES + ("sandbox",))
+def test_only_a_base_class_method_in_another_file_gets_the_draft_only_condition(box, sglang_release, version):
+    """The fc width check lies in the draft file's own ``LlamaModel.forward`` (``self`` is the inner
+    model there): a ``type(self).__name__ == draft`` condition would silence the probe (it did, on
+    the sandbox box). Only ``LlamaForCausalLM.load_weights`` in llama.py, which 0.4.6 / 0.4.8's
+    draft reaches through ``super()``, prints for the draft only."""
+    root = SANDBOX_ROOT if version == "sandbox" else sglang_release(version)
+    cmap = code_path_map(EngineSource(box, str(root), version))
+    (width,) = recipe_probes(cmap, "draft-input-width")
+    assert width.path.endswith("srt/models/llama_eagle3.py") and width.function == "LlamaModel.forward"
+    assert width.when is None
+    base = [p for p in recipe_probes(cmap, "draft-params-at-init") if p.function.endswith(".load_weights")]
+    (loader,) = base
+    if version in ("0.4.6", "0.4.8"):
+        assert loader.function == "LlamaForCausalLM.load_weights" and loader.path.endswith("srt/models/llama.py")
+        assert loader.when == "type(self).__name__ == 'LlamaForCausalLMEagle3'"
+    else:
+        assert loader.function == "LlamaForCausalLMEagle3.load_weights" and loader.when is None

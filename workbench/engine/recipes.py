@@ -278,9 +278,17 @@ def _spec(cmap: CodePathMap, name: str, rp: RecipeProbe, base: str, code: Option
     text = codes[rp.occurrence] if rp.occurrence < len(codes) else None
     when = rp.when
     owner = (entry.function or "").split(".")[0]
-    if rp.entry.startswith("draft-") and owner and owner != cmap.draft_arch:
-        # a base class's method the draft reaches through super() (0.4.6 … 0.4.9: the draft's tensors go
-        # to LlamaForCausalLM.load_weights, which loads the target too): print for the draft only
+    try:
+        own = cmap.entry("draft-fc-defined")
+        draft_file = own.file if own.found else None
+    except KeyError:
+        draft_file = None
+    elsewhere = entry.file != draft_file if draft_file else (entry.function or "").endswith(".load_weights")
+    if rp.entry.startswith("draft-") and owner and owner != cmap.draft_arch and elsewhere:
+        # a base class's method in another file, which the draft reaches through super() (0.4.6 … 0.4.9:
+        # the draft's tensors go to LlamaForCausalLM.load_weights in llama.py, which loads the target
+        # too): print for the draft only. A class of the draft's own file (its inner LlamaModel, whose
+        # forward holds the fc width check) is the draft's: no condition.
         only = f"type(self).__name__ == {cmap.draft_arch!r}"
         when = f"({when}) and {only}" if when else only
     return ProbeSpec(base + rp.suffix, entry.file, line, entry.function, rp.exprs, rp.entry, rp.once_per, when,
