@@ -47,11 +47,13 @@ def test_source_map_on_another_releases_tree(cli, sglang_release):
     ("/nonexistent/sglang", "no such directory"),
     ("{parent}", "did you mean {parent}/sglang?"),
     ("{pkg}/srt", "is not an SGLang package directory"),
+    ("", "--engine-root is empty"),
+    ("{pkg}/version.py", "is a file, not a directory (give the sglang/ package directory, {pkg}?)"),
 ])
 def test_bad_engine_root_is_one_line_exit_2(cli, sglang_release, deployment, where, message):
     pkg = sglang_release("0.5.9")
     where = where.format(parent=pkg.parent, pkg=pkg)
-    message = message.format(parent=pkg.parent)
+    message = message.format(parent=pkg.parent, pkg=pkg)
     target, draft = deployment
     for argv in (("doctor", "--launch", launch(target, draft)), ("source", "map")):
         code, out, err = cli(*argv, "--engine-root", where)

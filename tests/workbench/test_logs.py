@@ -775,3 +775,17 @@ def test_sandbox_server_log(tmp_path, free_port, monkeypatch, cli):
     for c, doc in ((code, eagle), (code3, eagle3)):
         fired = doc["accept_len"]["mean"] <= 1.05 and doc["spec_lines"] * 8 >= 20
         assert doc["collapsed"] == fired and c == (1 if fired else 0)
+
+
+def test_cli_says_what_the_printed_accept_rate_means_by_release(cli):
+    """The printed ``accept rate`` changed meaning twice (0.5.4–0.5.5 τ/(steps+1), 0.5.6–0.5.10 τ/D,
+    0.5.12 on correct/proposed: ``workbench.logs.formats``); a log does not say its release, so
+    ``workbench logs`` says what the number means on which release instead of passing it off as one."""
+    code, out, _ = cli("logs", str(LOGS / "sglang-0.5.5.log"))
+    assert code == 0 and "accept rate is as the server printed it; its meaning depends on the release" in out
+    assert "0.5.4–0.5.5: accepted tokens (bonus included) / (verify steps × (speculative_num_steps + 1))" in out
+    assert "0.5.12 on: correct drafts / (verify steps × (speculative_num_draft_tokens − 1))" in out
+    code, out, _ = cli("logs", str(LOGS / "sglang-0.5.5.log"), "--json")
+    assert json.loads(out)["accept_rate_meaning"].startswith("as printed by the server; by release: 0.5.4–0.5.5:")
+    code, out, _ = cli("logs", str(LOGS / "sglang-0.4.3.log"))  # no accept rate on the lines: no note
+    assert code == 0 and "its meaning depends on the release" not in out

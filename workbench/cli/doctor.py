@@ -3,7 +3,7 @@
     workbench doctor --launch "CMD" [--cwd DIR] | --running [--port N]  [--engine-root DIR] [--host SPEC] [--json] [--timeout S]
 
 Runs every static rule of the catalogue (:func:`workbench.doctor.run_doctor`,
-``notes/doctor-rules.md``) on ``--launch`` (relative paths against ``--cwd``: default this directory
+``docs/rules.md``) on ``--launch`` (relative paths against ``--cwd``: default this directory
 on the local box, the login directory over SSH) or on the command line of the SGLang server running
 on the box (``--running``; ``--port`` picks one when several run; relative paths against its cwd),
 reading the models' files on the box. Prints the findings (``rule``, ``severity``, ``message``,
@@ -60,7 +60,7 @@ def _run(args: argparse.Namespace) -> ExitCode:
                                    f"{', '.join(str(s.port) for s in servers)}); pick one with --port")
                 launch, cwd = LaunchCommand.parse(list(servers[0].argv)), servers[0].cwd
             engine_root = engine_version = None
-            if args.engine_root:
+            if args.engine_root is not None:
                 from workbench.engine.locate import engine_at
 
                 found = engine_at(box, args.engine_root, timeout=args.timeout)

@@ -7,7 +7,7 @@ Reads the scheduler's ``Decode batch`` / ``Prefill batch`` lines (SGLang 0.4.0 -
 :mod:`workbench.logs`) and prints: accept length and accept rate over time (min, median, max,
 last, and a timeline), generation throughput, running requests, the time span, how many decode and
 prefill lines there are, whether any line carries speculative fields at all, and the runtime
-rule ``acceptance-collapsed`` (``shared/notes/doctor-rules.md``), evaluated on the log.
+rule ``acceptance-collapsed`` (``docs/rules.md``), evaluated on the log.
 
 ``FILE`` is a path on the box (``--host``: ``local``, an ``~/.ssh/config`` alias,
 ``user@host[:port]``; over SSH the file is read through the box's SFTP by byte ranges). Without
@@ -124,6 +124,10 @@ def _run(args: argparse.Namespace) -> ExitCode:
             raise CliError(f"{where} is not an SGLang server log: none of its {summary.lines} lines opens with "
                            "SGLang's [YYYY-mm-dd HH:MM:SS] prefix or is a Decode/Prefill batch line")
     out = summary.to_dict()
+    if summary.accept_rate is not None:
+        from workbench.logs.formats import accept_rate_meanings
+
+        out["accept_rate_meaning"] = "as printed by the server; by release: " + accept_rate_meanings()
     out["host"] = args.host
     out["path"] = path
     print(json.dumps(out, indent=2) if args.json else render_text(summary))
@@ -194,6 +198,12 @@ def render_text(summary: Any) -> str:
                 continue
             vals = "".join(f"{v:>10.{d}f}" for v in (st.min, st.median, st.max, st.last, st.mean))
             lines.append(f"{name:<14}{vals}  {st.count:,}" + ("  (prefill lines)" if name == "input tok/s" else ""))
+        if s.accept_rate is not None:
+            from workbench.logs.formats import accept_rate_meanings
+
+            lines.append("accept rate is as the server printed it; its meaning depends on the release: "
+                         + accept_rate_meanings() + " (accept len is the same on every release: tokens per "
+                         "verify step, bonus included)")
     if s.timeline:
         lines.append(f"timeline ({len(s.timeline)} slices)")
         lines.append(f"  {'start':<23} {'lines':>6} {'accept len med (min-max)':>25} {'rate':>6} {'gen tok/s':>10} {'#run':>6}")

@@ -58,7 +58,7 @@ def _run(args: argparse.Namespace) -> ExitCode:
 
     launch = LaunchCommand.parse(args.launch) if getattr(args, "launch", None) else None
     with open_box(args) as box:
-        if args.engine_root:
+        if args.engine_root is not None:
             from workbench.engine.locate import engine_at
 
             engine = engine_at(box, args.engine_root, timeout=args.timeout)

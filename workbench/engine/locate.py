@@ -255,9 +255,15 @@ def engine_at(box: Any, root: str, *, timeout: float = 30) -> EngineInfo:
     package directory (no ``srt/`` under it; the message says what to give instead)."""
     import re
 
+    if not root or not root.strip():
+        raise EngineNotFound("--engine-root is empty: give the sglang package directory", where=box.name)
     path = box.expand_path(root).rstrip("/") or "/"
     if not box.exists(path, timeout=timeout):
         raise EngineNotFound(f"--engine-root {root}: no such directory", where=box.name)
+    if not box.stat(path, timeout=timeout).is_dir:
+        raise EngineNotFound(f"--engine-root {root}: {path} is a file, not a directory (give the sglang/ package "
+                             f"directory{', ' + posixpath.dirname(path) + '?' if path.endswith('.py') else ''})",
+                             where=box.name)
     if not box.exists(posixpath.join(path, "srt"), timeout=timeout):
         hint = (f"; did you mean {posixpath.join(path, 'sglang')}?"
                 if box.exists(posixpath.join(path, "sglang", "srt"), timeout=timeout) else

@@ -46,7 +46,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 __all__ = ["DecodeLineFormat", "DECODE_LINE_FORMATS", "decode_line_format", "release_key", "correct_draft_rate",
-           "engine_accept_rate", "ACCEPT_RATE_DEFINITIONS"]
+           "engine_accept_rate", "ACCEPT_RATE_DEFINITIONS", "accept_rate_meanings"]
 
 
 def release_key(version: str) -> tuple[int, ...]:
@@ -152,3 +152,20 @@ def engine_accept_rate(printed: Optional[float], version: str, *, num_steps: Opt
     else:
         tau = float(printed) * num_draft_tokens if num_draft_tokens else None
     return correct_draft_rate(tau, num_draft_tokens)
+
+
+def accept_rate_meanings() -> str:
+    """One line saying what a decode line's printed ``accept rate`` means on which releases, built
+    from :data:`DECODE_LINE_FORMATS` (ranges with the same definition merged, oldest first), e.g.
+    ``"0.5.4–0.5.5: accepted tokens (bonus included) / (verify steps × (speculative_num_steps + 1));
+    …"``. For a reader of a log whose release is not known (``workbench logs``)."""
+    spans: list[list] = []
+    for fmt in DECODE_LINE_FORMATS:
+        if fmt.accept_rate is None:
+            continue
+        if spans and spans[-1][2] == fmt.accept_rate:
+            spans[-1][1] = fmt.last
+        else:
+            spans.append([fmt.first, fmt.last, fmt.accept_rate])
+    parts = [f"{first}–{last}" if last and last != first else (first if last else f"{first} on") for first, last, _ in spans]
+    return "; ".join(f"{where}: {ACCEPT_RATE_DEFINITIONS[name]}" for where, (_, _, name) in zip(parts, spans))
