@@ -201,7 +201,7 @@ def run_doctor(box: Any, launch: LaunchCommand | str, *, timeout: float = 30, en
                         (wire1 - wire0) if wire0 is not None and wire1 is not None else None,
                         facts.engine_version, engine.root if engine else None, launch.to_string(),
                         round(time.monotonic() - t0, 3), notes, draft_facts=facts.draft, target_facts=facts.target,
-                        rule_failures=failures)
+                        rule_failures=failures, flag_table=getattr(facts, "flag_table", None))
 
 
 def running_launch(box: Any, *, port: int | None = None, timeout: float = 30) -> tuple[LaunchCommand, str | None]:

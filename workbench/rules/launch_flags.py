@@ -15,6 +15,7 @@ fallback) explained by the shipped flag history of 20 releases.
 from __future__ import annotations
 
 import difflib
+import re
 from typing import Any
 
 from workbench.checkpoint import read_draft_facts, read_target_facts
@@ -229,7 +230,7 @@ def launch_flag_unknown(facts: Facts) -> list[Finding]:
         if a.flag is None or not a.flag.startswith("--") or any(a.flag == b.flag for b in refused + deprecated):
             continue
         spec = table.spec(a.flag) if a.status is None else None
-        if a.status in ("unknown", "ambiguous") or (spec and spec.get("deprecated") == "refused"):
+        if a.status in ("unknown", "ambiguous", "switch-value") or (spec and spec.get("deprecated") == "refused"):
             refused.append(a)
         elif spec and spec.get("deprecated") in ("alias", "warn") and spec.get("new_flag"):
             deprecated.append(a)
@@ -251,6 +252,16 @@ def launch_flag_unknown(facts: Facts) -> list[Finding]:
     fixed = launch
     for a in refused + deprecated:
         flag = a.flag
+        if a.status == "switch-value":
+            sentences.append(_switch_value_sentence(a, where, table))
+            meant = a.value()
+            per_flag[flag] = {"status": a.status, "written": a.tokens(), "candidates": [],
+                              "kind": (table.spec(flag) or {}).get("kind"), "meant": meant}
+            try:
+                fixed = fixed.with_flag(flag, meant)
+            except LaunchCommandError as exc:
+                per_flag[flag]["fix_error"] = str(exc)
+            continue
         seen_in = lifetime(flag)
         spec = table.spec(flag) if a.status is None else None
         found = replacements(flag, table)
@@ -258,6 +269,10 @@ def launch_flag_unknown(facts: Facts) -> list[Finding]:
         notes = [r["note"] for r in found if not r["flag"]]
         said = (release, spec["note"]) if spec and spec.get("note") else _deprecation_note(flag)
         drop = False
+        if not reps and said:  # the release's own message names the flag to use (and its value)
+            named = _note_replacement(said[1], flag, table, launch)
+            if named is not None:
+                reps = [named]
         if not reps and not notes and spec and spec.get("deprecated") == "refused":
             drop = True
         if not reps and not notes and a.status is not None:
@@ -268,7 +283,7 @@ def launch_flag_unknown(facts: Facts) -> list[Finding]:
                 close = difflib.get_close_matches(flag, pool, n=1)
                 if close:
                     reps = [{"flag": close[0], "value": None, "how": "closest", "note": None}]
-        hist = (f"a flag of SGLang {seen_in}" if seen_in
+        hist = (_history_words(flag, seen_in) if seen_in
                 else f"not a flag of any SGLang release the workbench read ({_history_span()})")
         field = _history_field(flag)
         if field and seen_in:
@@ -285,16 +300,28 @@ def launch_flag_unknown(facts: Facts) -> list[Finding]:
             what = (f"a deprecated alias, accepted with a warning, of {spec.get('new_flag')}"
                     + (f"; releases after {gone} refuse it" if gone else ""))
         if said and (a.status is not None or spec.get("deprecated") == "refused"):
-            what += f" (SGLang {said[0]} marks it deprecated: {said[1]!r})"
+            how, _, text = said[1].partition(": ")
+            if how == "refused":
+                what += f" (SGLang {said[0]} refuses it with: {text!r})"
+            else:
+                what += f" (SGLang {said[0]} marks it deprecated: {(text or said[1])!r})"
+        given = (reps and reps[0]["how"] != "closest" and reps[0]["flag"] != flag
+                 and any(b.flag == reps[0]["flag"] and b.status is None for b in launch.args))
         if reps:
             r = reps[0]
             target = r["flag"] + (f"={r['value']}" if r["value"] else "")
             if r["how"] == "closest":
                 advice = f"; did you mean {r['flag']}?"
+            elif given:
+                advice = (f"; the command already gives {r['flag']} {_shown(launch.get(r['flag']))}: drop {flag} and "
+                          f"keep that explicit value")
             else:
                 advice = f"; replace it with {target}"
         elif notes:
             advice = f"; replace it with {notes[0]}"
+        elif drop and said and (m := _NOTE_FLAG.search(said[1])) and m.group(1) in table.flags:
+            advice = (f"; drop it ({m.group(1)}, which the message names, needs a value this command does not give: "
+                      "set it as the message says if you need it)")
         elif drop:
             advice = f"; sglang {release} has no flag for it: drop it"
         else:
@@ -312,7 +339,10 @@ def launch_flag_unknown(facts: Facts) -> list[Finding]:
         if said:
             per_flag[flag]["sglang_note"] = ev(said[1], f"sglang {said[0]} srt/server_args.py")
         try:
-            if reps:
+            if given:
+                fixed = fixed.without_flag(flag)
+                per_flag[flag]["kept"] = {reps[0]["flag"]: launch.get(reps[0]["flag"])}
+            elif reps:
                 r = reps[0]
                 values = list(a.values)
                 rspec = table.spec(r["flag"]) or {}
@@ -345,6 +375,94 @@ def launch_flag_unknown(facts: Facts) -> list[Finding]:
         evidence["deprecated_flags"] = ev([a.flag for a in deprecated], "launch command")
     return [Finding("launch-flag-unknown", severity, message, evidence,
                     fixed.to_string() if fixed is not launch else None)]
+
+
+_NOTE_FLAG = re.compile(r"(?:use|set)\s+[`'\"]?(--[A-Za-z0-9][\w-]*)(?:[ =]([\w.-]+))?[`'\"]?"
+                        r"(?:\s+to\s+(?:[`'\"]([\w.-]+)[`'\"]|the same value as\s+[`'\"]?(--[A-Za-z0-9][\w-]*)))?")
+
+
+def _note_replacement(note: str, flag: str, table: Any, launch: LaunchCommand) -> dict | None:
+    """The flag (and value) a release's deprecation message tells the user to use instead of
+    ``flag``, when ``table`` defines it (not itself deprecated): ``{flag, value, how:
+    "deprecation-note", note}``, else ``None``. The messages read (the history's
+    ``deprecated`` notes, from each release's ``srt/server_args.py`` ``DeprecatedAction`` help):
+    0.4.6 ``--enable-flashinfer-mla``: "Please use '--attention-backend flashinfer' instead."; 0.5.3
+    ``--enable-deepep-moe``: "Please set `--moe-a2a-backend` to 'deepep' instead."; 0.5.3
+    ``--enable-ep-moe``: "Please set `--ep-size` to the same value as `--tp-size` instead." (the
+    value is the command's ``--tp-size``; none when the command gives none)."""
+    m = _NOTE_FLAG.search(note)
+    if not m or m.group(1) == flag:
+        return None
+    new = m.group(1)
+    spec = table.spec(new) if new in table.flags else None
+    if spec is None or spec.get("deprecated"):
+        return None
+    value = m.group(2) or m.group(3)
+    if m.group(4):
+        value = launch.get(m.group(4))
+        if not isinstance(value, str):
+            return None
+    if value is None and spec.get("kind") not in ("store_true", "bool_optional"):
+        return None
+    return {"flag": new, "value": value, "how": "deprecation-note", "note": note}
+
+
+def _history_words(flag: str, seen_in: str) -> str:
+    """Where the history has ``flag``, the releases that define it only to refuse it
+    (``DeprecatedAction``) said so: "defined only to refuse it in SGLang 0.4.6–0.4.7", "a flag of
+    SGLang 0.4.6–0.5.2, defined only to refuse it in 0.5.3, 0.5.4"."""
+    row = _history_row(flag)
+    refusing = [r for r, n in (row.get("deprecated") or {}).items() if str(n).startswith("refused")]
+    if not refusing:
+        return f"a flag of SGLang {seen_in}"
+    real = [r for r in row.get("releases") or [] if r not in refusing]
+    only = ", ".join(refusing)
+    if not real:
+        return f"defined only to refuse it in SGLang {only}"
+    return f"a flag of SGLang {', '.join(_spans(real))}, defined only to refuse it in {only}"
+
+
+def _spans(releases: list[str]) -> list[str]:
+    """Consecutive releases of the history as ``a–b`` spans."""
+    from workbench.engine.flag_table import flag_history
+
+    order = flag_history()["releases"]
+    idx = sorted(order.index(r) for r in releases if r in order)
+    out, start = [], None
+    for k, i in enumerate(idx):
+        if start is None:
+            start = i
+        if k + 1 == len(idx) or idx[k + 1] != i + 1:
+            out.append(order[start] if start == i else f"{order[start]}–{order[i]}")
+            start = None
+    return out
+
+
+def _shown(value: Any) -> str:
+    """A flag's value as the command wrote it (a list space-joined, a switch as ``on``)."""
+    if value is True:
+        return "(on)"
+    return " ".join(map(str, value)) if isinstance(value, list) else str(value)
+
+
+def _switch_value_sentence(a: Any, where: str, table: Any) -> str:
+    """The sentence for a value given to a switch (``--enable-torch-compile=true``): argparse's
+    ``_StoreTrueAction`` / ``BooleanOptionalAction`` take no argument, so ``--x=value`` exits 2
+    with "argument --x: ignored explicit argument 'value'" (CPython ``argparse.py``
+    ``consume_optional``: ``arg_count == 0`` with an explicit argument); the fix keeps what the
+    value meant: ``true`` → the bare switch, ``false`` → no flag (``--no-x`` for a ``--x/--no-x``
+    flag)."""
+    kind = (table.spec(a.flag) or {}).get("kind")
+    written = a.values[0] if a.values else ""
+    if a.value():
+        fix = f"write {a.spelled} without a value"
+    elif kind == "bool_optional":
+        fix = f"write --no-{a.flag[2:]}"
+    else:
+        fix = "drop it (the switch is off when absent)"
+    what = "a --x/--no-x switch" if kind == "bool_optional" else "a switch (store_true)"
+    return (f"{a.spelled}={written}: {where}, {a.flag} is {what} and takes no value; argparse stops the server "
+            f"with 'ignored explicit argument {written!r}'; {fix}")
 
 
 def _history_row(flag: str) -> dict:
