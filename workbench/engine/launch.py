@@ -378,6 +378,11 @@ class LaunchCommand:
         canon = self._canon(flag)
         return [a for a in self.args if a.flag == canon]
 
+    def has_written(self, flag: str) -> bool:
+        """Whether an argument's flag is ``flag`` exactly (canonical, or an unknown / ambiguous
+        one as written), without resolving it."""
+        return any(a.flag == flag for a in self.args)
+
     def has(self, flag: str) -> bool:
         """Whether ``flag`` (any alias or unique prefix, or a field name) appears."""
         return bool(self._occurrences(flag))
@@ -499,7 +504,8 @@ class LaunchCommand:
         """This command with the flag changes that turn ``original`` into ``proposed`` applied
         (a fix made from ``original``, applied on top of earlier fixes: :meth:`compose`).
 
-        Only the flags ``original.diff(proposed)`` names change; every other flag of ``self`` (an
+        Only the flags ``original.diff(proposed)`` names (and those written otherwise with the same
+        value: ``--x=true`` → ``--x``) change; every other flag of ``self`` (an
         earlier fix's) stays. A changed flag is replaced where it first stands in ``self`` (later
         occurrences dropped); a dropped one is removed; a new one is inserted after the argument
         that precedes it in ``proposed`` (so a flag a fix replaced in place keeps its position),
@@ -507,6 +513,11 @@ class LaunchCommand:
         so an unknown or ambiguous flag never raises."""
         args = list(self.args)
         changed = [flag for flag, _old, _new in original.diff(proposed) if flag.startswith("--")]
+        for flag in original.flags():  # same value, other tokens: `--x=true` written as the bare switch
+            if flag not in changed and flag.startswith("--") and proposed.has_written(flag) and (
+                    [a.tokens() for a in original.args if a.flag == flag] !=
+                    [a.tokens() for a in proposed.args if a.flag == flag]):
+                changed.append(flag)
         for flag in changed:
             theirs = [a for a in proposed.args if a.flag == flag]
             if not theirs:

@@ -301,6 +301,8 @@ def launch_flag_unknown(facts: Facts) -> list[Finding]:
                     + (f"; releases after {gone} refuse it" if gone else ""))
         if said and (a.status is not None or spec.get("deprecated") == "refused"):
             how, _, text = said[1].partition(": ")
+            if how not in ("refused", "alias", "warn"):
+                how, text = ("refused" if spec and spec.get("deprecated") == "refused" else ""), said[1]
             if how == "refused":
                 what += f" (SGLang {said[0]} refuses it with: {text!r})"
             else:
@@ -319,7 +321,7 @@ def launch_flag_unknown(facts: Facts) -> list[Finding]:
                 advice = f"; replace it with {target}"
         elif notes:
             advice = f"; replace it with {notes[0]}"
-        elif drop and said and (m := _NOTE_FLAG.search(said[1])) and m.group(1) in table.flags:
+        elif drop and said and (m := _NOTE_FLAG.search(said[1])) and table.resolve(m.group(1)).status == "known":
             advice = (f"; drop it ({m.group(1)}, which the message names, needs a value this command does not give: "
                       "set it as the message says if you need it)")
         elif drop:
@@ -393,8 +395,11 @@ def _note_replacement(note: str, flag: str, table: Any, launch: LaunchCommand) -
     m = _NOTE_FLAG.search(note)
     if not m or m.group(1) == flag:
         return None
-    new = m.group(1)
-    spec = table.spec(new) if new in table.flags else None
+    res = table.resolve(m.group(1))
+    if res.status != "known" or res.negated:
+        return None
+    new = res.canon
+    spec = table.spec(new)
     if spec is None or spec.get("deprecated"):
         return None
     value = m.group(2) or m.group(3)
