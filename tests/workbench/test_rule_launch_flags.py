@@ -348,9 +348,11 @@ def test_cuda_graph_max_bs_on_every_covered_release(box, tmp_path, sglang_releas
 
 
 def test_a_flag_of_another_release_and_a_typo_on_0_5_9(box, tmp_path, sglang_release):
-    """0.4.6's --enable-flashinfer-mla (removed after 0.4.7, hand grep) on 0.5.9: unrecognized there,
-    no successor: the fix drops it; a typo gets the closest flag of 0.5.9; --tp is 0.5.9's
-    --tensor-parallel-size by prefix, not a finding."""
+    """0.4.6's --enable-flashinfer-mla (removed after 0.4.7, hand grep; 0.4.6 server_args.py:845-847
+    defines it only to refuse it: "Please use '--attention-backend flashinfer' instead.") on 0.5.9:
+    unrecognized there; the fix is what the release's message names, --attention-backend flashinfer
+    (a flag of 0.5.9); a typo gets the closest flag of 0.5.9; --tp is 0.5.9's --tensor-parallel-size
+    by prefix, not a finding."""
     t, d = deploy(tmp_path, LLAMA31_8B, draft_cfg(eagle_config={"eagle_aux_hidden_state_layer_ids": [1, 15, 28]}))
     rep = doctor(box, launch(t, d, "EAGLE3", "--enable-flashinfer-mla --speculative-num-stpes 3"),
                  sglang_release("0.5.9"), "0.5.9")
@@ -360,10 +362,17 @@ def test_a_flag_of_another_release_and_a_typo_on_0_5_9(box, tmp_path, sglang_rel
     mla = f.evidence["flags"]["--enable-flashinfer-mla"]
     assert mla["releases_with_it"]["value"] == "0.4.6–0.4.7" and mla["status"] == "unknown"
     assert "Please use '--attention-backend flashinfer' instead." in mla["sglang_note"]["value"]
-    assert "sglang 0.5.9 has no flag for it: drop it" in f.message
+    assert ("--enable-flashinfer-mla: defined only to refuse it in SGLang 0.4.6, 0.4.7 (field enable_flashinfer_mla); "
+            "on 0.5.9, the box's release, it is not a flag") in f.message
+    assert ("(SGLang 0.4.7 refuses it with: \"--enable-flashinfer-mla is deprecated. Please use '--attention-backend "
+            "flashinfer' instead.\"); replace it with --attention-backend=flashinfer") in f.message
+    assert mla["box_release_calls_it"] == ["--attention-backend=flashinfer"] and mla["how"] == ["deprecation-note"]
     assert "did you mean --speculative-num-steps?" in f.message
     fixed = LaunchCommand.parse(f.fix)
     assert not fixed.has("--enable-flashinfer-mla") and fixed.get("--speculative-num-steps") == "3"
+    assert fixed.get("--attention-backend") == "flashinfer"
+    # in place: where --enable-flashinfer-mla stood
+    assert f.fix.endswith("--tp 8 --attention-backend flashinfer --speculative-num-steps 3")
 
 
 def test_a_newer_flag_on_an_older_release(box, tmp_path, sglang_release):
