@@ -504,3 +504,116 @@ def test_algorithm_names_as_each_releases_argparse_takes_them(box, tmp_path, sgl
     assert f.evidence["argparse_choices"]["source"].endswith(f"srt/server_args.py:{ALGO_CHOICES[version]}")
     if algo.upper() in f.evidence["argparse_choices"]["value"]:
         assert LaunchCommand.parse(f.fix).get("--speculative-algorithm") == algo.upper()
+
+
+# ---------------------------------------------------------------------------------------------
+# The corrected launch command composes every fix; the correction path never raises
+# ---------------------------------------------------------------------------------------------
+
+
+def _eagle3_deploy(tmp_path):
+    return deploy(tmp_path, LLAMA31_8B, draft_cfg(eagle_config={"eagle_aux_hidden_state_layer_ids": [1, 15, 28]}))
+
+
+def test_corrected_launch_keeps_the_algorithm_fix_and_the_flag_fix(box, tmp_path, sglang_release):
+    """Two findings each proposing a command made from the one checked: algorithm-mismatch (EAGLE →
+    EAGLE3, keeps --enable-ep-moe) and launch-flag-unknown (--enable-ep-moe is no flag of 0.5.23, hand
+    grep: only 0.5.23 fields/parallel.py:281 ep_size, --ep-size; keeps EAGLE). The corrected command
+    has both changes, so the one-fix relaunch the diagnosis makes runs EAGLE3."""
+    t, d = _eagle3_deploy(tmp_path)
+    rep = doctor(box, launch(t, d, "EAGLE", "--enable-ep-moe"), sglang_release("0.5.23"), "0.5.23")
+    assert {f.rule for f in rep.errors} == {"algorithm-mismatch", "launch-flag-unknown"}
+    # 0.5.3's message (server_args.py:2835): "set `--ep-size` to the same value as `--tp-size`" (--tp 8)
+    assert rep.corrected_launch() == launch(t, d, "EAGLE3", "--ep-size 8")
+
+
+def test_corrected_launch_composes_three_fixes(box, tmp_path, sglang_release):
+    """flag (the ambiguous --cuda-graph-max-bs on 0.5.20, replaced in place by --cuda-graph-max-bs-decode)
+    + algorithm (EAGLE → EAGLE3) + spec params (topk 1, steps 3: draft tokens 8 rewritten to 4)."""
+    t, d = _eagle3_deploy(tmp_path)
+    cmd = (f"python -m sglang.launch_server --model-path {t} --speculative-algorithm EAGLE "
+           f"--speculative-draft-model-path {d} --speculative-num-steps 3 --speculative-eagle-topk 1 "
+           "--speculative-num-draft-tokens 8 --cuda-graph-max-bs 8 --tp 8")
+    rep = doctor(box, cmd, sglang_release("0.5.20"), "0.5.20")
+    assert {"algorithm-mismatch", "launch-flag-unknown", "spec-params-invalid"} <= set(rep.rules)
+    assert rep.corrected_launch() == (
+        f"python -m sglang.launch_server --model-path {t} --speculative-algorithm EAGLE3 "
+        f"--speculative-draft-model-path {d} --speculative-num-steps 3 --speculative-eagle-topk 1 "
+        "--speculative-num-draft-tokens 4 --cuda-graph-max-bs-decode 8 --tp 8")
+
+
+def test_corrected_launch_without_the_engine_source(box, tmp_path):
+    """No engine root (the shipped table): a typo and the algorithm, both fixed."""
+    t, d = _eagle3_deploy(tmp_path)
+    cmd = launch(t, d, "EAGLE", "--specualtive-eagle-topk 1")
+    from workbench.doctor import run_doctor
+
+    rep = run_doctor(box, cmd, engine_root=None)
+    fixed = LaunchCommand.parse(rep.corrected_launch())
+    assert fixed.get("--speculative-algorithm") == "EAGLE3" and fixed.unresolved() == []
+
+
+#: The GitHub-issue style command: an abbreviation, the ambiguous/renamed --cuda-graph-max-bs, flags that
+#: releases define only to refuse them, and a `--flag=value`.
+ISSUE_FLAGS = ("--speculative-algo EAGLE3 --cuda-graph-max-bs 32 --enable-ep-moe --enable-flashinfer-mla "
+               "--disable-cuda-graph-padding --tp 8 --enable-deepep-moe --speculative-eagle-topk=1 "
+               "--cuda-graph-max-bs-decode 16")
+
+
+@pytest.mark.parametrize("version", list(CGMB_ON))
+def test_cli_doctor_on_the_issue_command_never_exits_2(cli, tmp_path, sglang_release, version):
+    t, d = _eagle3_deploy(tmp_path)
+    cmd = f"python -m sglang.launch_server --model-path {t} --speculative-draft-model-path {d} {ISSUE_FLAGS}"
+    code, out, err = cli("doctor", "--launch", cmd, "--engine-root", str(sglang_release(version)), "--json")
+    assert code in (0, 1), out + err
+    report = json.loads(out)
+    assert report["findings"] and "launch-flag-unknown" in {f["rule"] for f in report["findings"]}
+    fixed = report["corrected_launch_command"]
+    assert fixed and "--enable-flashinfer-mla" not in fixed  # refused or unknown on every covered release
+
+
+def test_value_given_to_a_switch_is_an_error_and_the_other_rules_run(box, tmp_path, sglang_release):
+    """argparse refuses `--x=value` for a store_true / BooleanOptionalAction flag ("ignored explicit
+    argument"). 0.5.23: --enable-torch-compile is a bool field (fields/exec_.py:691, store_true),
+    --enable-tf32-matmul a BooleanOptionalAction (fields/exec_.py:45-49)."""
+    t, d = _eagle3_deploy(tmp_path)
+    rep = doctor(box, launch(t, d, "EAGLE", "--enable-torch-compile=true --enable-tf32-matmul=false"),
+                 sglang_release("0.5.23"), "0.5.23")
+    assert "algorithm-mismatch" in rep.rules  # the other rules ran
+    f = by_rule(rep, "launch-flag-unknown")
+    assert (f.severity, f.prevents_start) == ("error", True)
+    assert ("--enable-torch-compile=true: on 0.5.23, the box's release, --enable-torch-compile is a switch "
+            "(store_true) and takes no value; argparse stops the server with 'ignored explicit argument 'true''; "
+            "write --enable-torch-compile without a value") in f.message
+    assert "write --no-enable-tf32-matmul" in f.message
+    assert f.fix == launch(t, d, "EAGLE", "--enable-torch-compile --no-enable-tf32-matmul")
+    assert rep.corrected_launch() == launch(t, d, "EAGLE3", "--enable-torch-compile --no-enable-tf32-matmul")
+    rep = doctor(box, launch(t, d, "EAGLE3", "--enable-torch-compile=false"), sglang_release("0.5.23"), "0.5.23")
+    assert by_rule(rep, "launch-flag-unknown").fix == launch(t, d, "EAGLE3")
+
+
+def test_replacement_flag_already_given_keeps_its_explicit_value(box, tmp_path, sglang_release):
+    """0.5.23: --cuda-graph-max-bs is ambiguous; the command also gives --cuda-graph-max-bs-decode 16:
+    the fix drops the old flag and keeps 16 (not 32), and says so."""
+    t, d = _eagle3_deploy(tmp_path)
+    rep = doctor(box, launch(t, d, "EAGLE3", "--cuda-graph-max-bs 32 --cuda-graph-max-bs-decode 16"),
+                 sglang_release("0.5.23"), "0.5.23")
+    f = by_rule(rep, "launch-flag-unknown")
+    assert ("the command already gives --cuda-graph-max-bs-decode 16: drop --cuda-graph-max-bs and keep that "
+            "explicit value") in f.message
+    assert f.fix == launch(t, d, "EAGLE3", "--cuda-graph-max-bs-decode 16")
+    assert f.evidence["flags"]["--cuda-graph-max-bs"]["kept"] == {"--cuda-graph-max-bs-decode": "16"}
+
+
+def test_deprecated_flags_get_the_flag_their_release_names(box, tmp_path, sglang_release):
+    """0.5.3 server_args.py:2833-2840 defines --enable-ep-moe / --enable-deepep-moe only to refuse them:
+    "Please set `--ep-size` to the same value as `--tp-size` instead." / "Please set `--moe-a2a-backend`
+    to 'deepep' instead." (--ep-size l.2152, --moe-a2a-backend l.2159 are flags of 0.5.3)."""
+    t, d = _eagle3_deploy(tmp_path)
+    rep = doctor(box, launch(t, d, "EAGLE3", "--enable-ep-moe --enable-deepep-moe"), sglang_release("0.5.3"), "0.5.3")
+    f = by_rule(rep, "launch-flag-unknown")
+    assert "defined only to refuse it in 0.5.3, 0.5.4" in f.message
+    assert "(SGLang 0.5.3 refuses it with: 'NOTE: --enable-ep-moe is deprecated." in f.message
+    fixed = LaunchCommand.parse(f.fix)
+    assert fixed.get("--moe-a2a-backend") == "deepep" and fixed.get("--ep-size") == "8"
+    assert not fixed.has("--enable-ep-moe") and not fixed.has("--enable-deepep-moe")
