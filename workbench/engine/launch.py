@@ -509,7 +509,8 @@ class LaunchCommand:
         earlier fix's) stays. A changed flag is replaced where it first stands in ``self`` (later
         occurrences dropped); a dropped one is removed; a new one is inserted after the argument
         that precedes it in ``proposed`` (so a flag a fix replaced in place keeps its position),
-        at the end when none does. Works on the arguments as written, never re-resolving a flag,
+        at the end when none does; a positional word ``proposed`` no longer has is removed. Works on
+        the arguments as written, never re-resolving a flag,
         so an unknown or ambiguous flag never raises."""
         args = list(self.args)
         changed = [flag for flag, _old, _new in original.diff(proposed) if flag.startswith("--")]
@@ -540,6 +541,14 @@ class LaunchCommand:
             else:
                 where = 0 if pos == 0 else len(args)
             args.insert(where, new_arg)
+        gone = [a.values for a in original.args if a.flag is None]
+        for a in proposed.args:  # the positionals the fix dropped (a stray word, a placeholder)
+            if a.flag is None and a.values in gone:
+                gone.remove(a.values)
+        for values in gone:
+            at = next((k for k, a in enumerate(args) if a.flag is None and a.values == values), None)
+            if at is not None:
+                del args[at]
         return LaunchCommand(self.env, self.launcher, self.engine, self.module, tuple(args), table=self.table)
 
     @staticmethod

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import difflib
 import re
+from dataclasses import replace
 from typing import Any
 
 from workbench.checkpoint import read_draft_facts, read_target_facts
@@ -217,6 +218,14 @@ def launch_flag_unknown(facts: Facts) -> list[Finding]:
     launch = facts.launch
     if launch is None or launch.engine not in ("sglang", "sandbox"):
         return []
+    return _unknown_flags(facts) + _stray_words(facts)
+
+
+def _unknown_flags(facts: Facts) -> list[Finding]:
+    """The flags argparse refuses (see :func:`launch_flag_unknown`), one finding."""
+    from workbench.engine.flag_table import lifetime, replacements
+
+    launch = facts.launch
     table = facts.flag_table
     engine_version = facts.engine_version
     if table.origin == "box" and launch.table is not table:
@@ -276,7 +285,7 @@ def launch_flag_unknown(facts: Facts) -> list[Finding]:
         if not reps and not notes and spec and spec.get("deprecated") == "refused":
             drop = True
         if not reps and not notes and a.status is not None:
-            if seen_in:  # a flag of other releases, with no successor here: the server starts without it
+            if seen_in or flag == "--help":  # a flag of other releases, with no successor here: the server starts without it
                 drop = True
             else:
                 pool = secret_flags if is_secret_flag(flag) else list(table.flags)
@@ -291,6 +300,10 @@ def launch_flag_unknown(facts: Facts) -> list[Finding]:
         if a.status == "ambiguous":
             what = (f"an ambiguous prefix of {', '.join(a.candidates)}; argparse refuses it ('ambiguous option') "
                     "and the server will not start")
+        elif a.status == "unknown" and flag == "--help":
+            what = ("argparse's help option: it prints the usage and exits 0 without starting the server; "
+                    "drop it to start one")
+            drop = True
         elif a.status == "unknown":
             what = "not a flag; argparse stops the server with 'unrecognized arguments'"
         elif spec and spec.get("deprecated") == "refused":
@@ -328,7 +341,11 @@ def launch_flag_unknown(facts: Facts) -> list[Finding]:
             advice = f"; sglang {release} has no flag for it: drop it"
         else:
             advice = ""
-        sentences.append(f"{flag}: {hist}; {where}, it is {what}{advice}")
+        if flag == "--help":  # argparse's own option (add_help=True in every release): not a fault of the flags
+            sentences.append("--help: argparse's help option: it prints the usage and exits 0 without starting the "
+                             "server; drop it to start one")
+        else:
+            sentences.append(f"{flag}: {hist}; {where}, it is {what}{advice}")
         per_flag[flag] = {
             "status": a.status or (spec.get("deprecated") if spec else None),
             "written": a.tokens(),
@@ -381,6 +398,78 @@ def launch_flag_unknown(facts: Facts) -> list[Finding]:
 
 _NOTE_FLAG = re.compile(r"(?:use|set)\s+[`'\"]?(--[A-Za-z0-9][\w-]*)(?:[ =]([\w.-]+))?[`'\"]?"
                         r"(?:\s+to\s+(?:[`'\"]([\w.-]+)[`'\"]|the same value as\s+[`'\"]?(--[A-Za-z0-9][\w-]*)))?")
+
+
+#: Words a user pasted in place of real ones (public reports write them): ``...``, ``…``,
+#: ``<PORT>``, ``<MODEL_PATH>``, ``{model}``, ``$MODEL`` left unexpanded by quoting.
+_PLACEHOLDER = re.compile(r"^(\.{2,}|…|<[^<>\s]+>|\{[A-Za-z_][\w-]*\}|YOUR_[A-Z_]+|\[[A-Z_]+\])$")
+
+
+def _stray_words(facts: Facts) -> list[Finding]:
+    """Words after the launcher that are neither a flag nor a flag's value (``--tp 8 extra``,
+    ``--disable-radix-cache 1``: the switch takes no value), and placeholders (``...``,
+    ``<PORT>``) wherever they stand. Every SGLang release read calls ``parser.parse_args(argv)``
+    (0.4.6 ``srt/server_args.py``:1261, 0.5.9 :5591, 0.5.23 :696), not ``parse_known_args``:
+    argparse exits 2 with "unrecognized arguments: …" on a stray word. ``sglang serve <model>``'s
+    first positional is the model path (``cli/serve.py``), not a stray word. Stray words: an
+    error, the fix drops them; placeholders: a warning naming them (the server would refuse them:
+    a positional one is an unrecognized argument, a flag's value one fails the flag's type or names
+    no file), the fix drops positional ones."""
+    launch = facts.launch
+    stray = [(k, a) for k, a in enumerate(launch.args) if a.flag is None and not a.positional]
+    placeholders_pos = [(k, a) for k, a in stray if _PLACEHOLDER.match(a.values[0])]
+    words = [(k, a) for k, a in stray if not _PLACEHOLDER.match(a.values[0]) and a.values[0] != "--"]
+    placeholders_val = [(a.flag, v) for a in launch.args if a.flag is not None for v in a.values
+                        if _PLACEHOLDER.match(v)]
+    out: list[Finding] = []
+    where = "every SGLang release read (0.4.6 … 0.5.23) parses with parser.parse_args (0.5.23 srt/server_args.py:696)"
+    if words:
+        shown = " ".join(a.values[0] for _k, a in words)
+        keep = tuple(a for k, a in enumerate(launch.args) if not any(k == j for j, _ in words))
+        fixed = replace(launch, args=keep, text="")
+        said_each = []
+        for k, a in words:
+            f = _previous_flag(launch, k)
+            right_after = k > 0 and launch.args[k - 1].flag == f
+            said_each.append(f"{a.values[0]!r} after {f}" + (" (a switch: it takes no value)"
+                                                             if right_after and _is_switch(facts, f) else "")
+                             if f else f"{a.values[0]!r} before any flag")
+        said = "; ".join(said_each)
+        out.append(Finding("launch-flag-unknown", "error",
+                           f"stray words after the launcher that are neither flags nor flag values: {said}. argparse "
+                           f"stops the server with 'unrecognized arguments: {shown}'; drop them (or give the flag "
+                           "they were meant for)",
+                           {"stray_words": ev([a.values[0] for _k, a in words], "launch command"),
+                            "parser": where},
+                           fixed.to_string()))
+    if placeholders_pos or placeholders_val:
+        names = [a.values[0] for _k, a in placeholders_pos] + [v for _f, v in placeholders_val]
+        parts = []
+        if placeholders_pos:
+            parts.append("in place of arguments: " + ", ".join(a.values[0] for _k, a in placeholders_pos)
+                         + " (argparse: 'unrecognized arguments')")
+        if placeholders_val:
+            parts.append("as values: " + ", ".join(f"{f} {v}" for f, v in placeholders_val)
+                         + " (a value the flag's type refuses, or a path that does not exist)")
+        keep = tuple(a for k, a in enumerate(launch.args) if not any(k == j for j, _ in placeholders_pos))
+        fixed = replace(launch, args=keep, text="")
+        out.append(Finding("launch-flag-unknown", "warning",
+                           f"the command holds placeholders {', '.join(dict.fromkeys(names))} (words a report or a "
+                           f"template writes for the real ones) {'; '.join(parts)}: the server would refuse them; "
+                           "put the real values in" + ("; the fix drops the positional ones" if placeholders_pos else ""),
+                           {"placeholders": ev(names, "launch command"), "parser": where},
+                           fixed.to_string() if placeholders_pos else None))
+    return out
+
+
+def _previous_flag(launch: LaunchCommand, k: int) -> str | None:
+    """The flag of the nearest argument before ``launch.args[k]``, ``None`` when none."""
+    return next((a.flag for a in reversed(launch.args[:k]) if a.flag is not None), None)
+
+
+def _is_switch(facts: Facts, flag: str) -> bool:
+    spec = facts.flag_table.spec(flag) or {}
+    return spec.get("kind") in ("store_true", "bool_optional")
 
 
 def _note_replacement(note: str, flag: str, table: Any, launch: LaunchCommand) -> dict | None:
