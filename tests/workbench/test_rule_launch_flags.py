@@ -6,6 +6,7 @@ hidden size, layer count, vocab.
 
 import json
 import pathlib
+import re
 
 import pytest
 
@@ -436,7 +437,14 @@ def test_doctor_runs_every_rule_on_every_public_launch_command(box, sglang_relea
         return
     rep = run_doctor(box, text, engine_root=str(root), engine_version=version)
     assert rep.rule_failures == []
-    flag_findings = [f for f in rep.findings if f.rule == "launch-flag-unknown"]
+    placeholders = [f for f in rep.findings if f.rule == "launch-flag-unknown" and "placeholders" in f.evidence]
+    flag_findings = [f for f in rep.findings if f.rule == "launch-flag-unknown" and f not in placeholders]
+    # a `...` / `<N>` the report wrote stays in the command the server would get: a warning names them
+    written = LaunchCommand.parse(text)
+    expected = [t for t in written.arg_tokens if t in ("...", "…") or re.fullmatch(r"<[^<>\s]+>", t)]
+    if expected:
+        [p] = placeholders
+        assert p.severity == "warning" and set(expected) <= set(p.evidence["placeholders"]["value"])
     if slug in WITH_CGMB and version == "0.5.23":
         [f] = flag_findings
         assert f.severity == "error" and f.evidence["unknown_flags"]["value"] == ["--cuda-graph-max-bs"]
@@ -617,3 +625,32 @@ def test_deprecated_flags_get_the_flag_their_release_names(box, tmp_path, sglang
     fixed = LaunchCommand.parse(f.fix)
     assert fixed.get("--moe-a2a-backend") == "deepep" and fixed.get("--ep-size") == "8"
     assert not fixed.has("--enable-ep-moe") and not fixed.has("--enable-deepep-moe")
+
+
+def test_stray_words_are_an_error_and_placeholders_a_warning(box, tmp_path, sglang_release):
+    """Every covered release parses with parser.parse_args (hand grep: 0.4.6 server_args.py:1261,
+    0.5.9 :5591, 0.5.23 :696), so a stray word exits 2 ("unrecognized arguments"); --disable-radix-cache
+    is a switch, its `1` a stray word; `...` / `<PORT>` are placeholders."""
+    t, d = _eagle3_deploy(tmp_path)
+    rep = doctor(box, launch(t, d, "EAGLE3", "... --disable-radix-cache 1 extra positional --port <PORT>"),
+                 sglang_release("0.5.23"), "0.5.23")
+    [stray] = [f for f in rep.findings if "stray_words" in f.evidence]
+    assert (stray.rule, stray.severity, stray.prevents_start) == ("launch-flag-unknown", "error", True)
+    assert stray.evidence["stray_words"]["value"] == ["1", "extra", "positional"]
+    assert ("'1' after --disable-radix-cache (a switch: it takes no value); 'extra' after --disable-radix-cache; "
+            "'positional' after --disable-radix-cache. argparse stops the server with 'unrecognized arguments: "
+            "1 extra positional'") in stray.message
+    assert stray.fix == launch(t, d, "EAGLE3", "... --disable-radix-cache --port '<PORT>'")
+    [ph] = [f for f in rep.findings if "placeholders" in f.evidence]
+    assert (ph.severity, ph.evidence["placeholders"]["value"]) == ("warning", ["...", "<PORT>"])
+    assert "the command holds placeholders ..., <PORT>" in ph.message and "the server would refuse them" in ph.message
+    assert rep.corrected_launch() == launch(t, d, "EAGLE3", "--disable-radix-cache --port '<PORT>'")
+
+
+def test_help_in_a_launch_command_is_said_for_what_it_does(box, tmp_path, sglang_release):
+    t, d = _eagle3_deploy(tmp_path)
+    rep = doctor(box, launch(t, d, "EAGLE3", "--help"), sglang_release("0.5.23"), "0.5.23")
+    f = by_rule(rep, "launch-flag-unknown")
+    assert ("--help: argparse's help option: it prints the usage and exits 0 without starting the server; drop it "
+            "to start one") in f.message and "unrecognized arguments" not in f.message
+    assert f.fix == launch(t, d, "EAGLE3")

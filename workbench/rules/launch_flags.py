@@ -405,6 +405,10 @@ _NOTE_FLAG = re.compile(r"(?:use|set)\s+[`'\"]?(--[A-Za-z0-9][\w-]*)(?:[ =]([\w.
 _PLACEHOLDER = re.compile(r"^(\.{2,}|…|<[^<>\s]+>|\{[A-Za-z_][\w-]*\}|YOUR_[A-Z_]+|\[[A-Z_]+\])$")
 
 
+#: A placeholder inside a value: ``<DRAFT_DIR>/Qwen3-14B-EAGLE3``.
+_PLACEHOLDER_IN = re.compile(r"<[A-Za-z_][\w-]*>")
+
+
 def _stray_words(facts: Facts) -> list[Finding]:
     """Words after the launcher that are neither a flag nor a flag's value (``--tp 8 extra``,
     ``--disable-radix-cache 1``: the switch takes no value), and placeholders (``...``,
@@ -420,7 +424,7 @@ def _stray_words(facts: Facts) -> list[Finding]:
     placeholders_pos = [(k, a) for k, a in stray if _PLACEHOLDER.match(a.values[0])]
     words = [(k, a) for k, a in stray if not _PLACEHOLDER.match(a.values[0]) and a.values[0] != "--"]
     placeholders_val = [(a.flag, v) for a in launch.args if a.flag is not None for v in a.values
-                        if _PLACEHOLDER.match(v)]
+                        if _PLACEHOLDER.match(v) or _PLACEHOLDER_IN.search(v)]
     out: list[Finding] = []
     where = "every SGLang release read (0.4.6 … 0.5.23) parses with parser.parse_args (0.5.23 srt/server_args.py:696)"
     if words:
