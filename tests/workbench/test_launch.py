@@ -288,3 +288,18 @@ def test_compose_never_resolves_an_ambiguous_flag_again():
     valued = LaunchCommand.parse(f"{_BASE} --enable-torch-compile=true --tp 2")
     bare = valued.with_flag("--enable-torch-compile", True)
     assert LaunchCommand.compose(valued, [bare]).to_string() == f"{_BASE} --enable-torch-compile --tp 2"
+
+
+@pytest.mark.parametrize("prompt, stripped", [("$ ", "$"), ("# ", "#"), ("> ", ">"), ("(venv) $ ", "(venv) $"),
+                                              ("root@host:~# ", "root@host:~#"), ("user@box:/work$ ", "user@box:/work$")])
+def test_a_pasted_shell_prompt_is_stripped_and_kept_aside(prompt, stripped):
+    c = LaunchCommand.parse(f"{prompt}CUDA_VISIBLE_DEVICES=0 python3 -m sglang.launch_server --model-path m --tp 2")
+    assert (c.prompt, c.env, c.launcher) == (stripped, (("CUDA_VISIBLE_DEVICES", "0"),), ("python3", "-m", "sglang.launch_server"))
+    assert c.to_string() == "CUDA_VISIBLE_DEVICES=0 python3 -m sglang.launch_server --model-path m --tp 2"
+
+
+def test_a_comment_line_is_not_a_prompt():
+    c = LaunchCommand.parse("# start the server\npython -m sglang.launch_server --model-path m")
+    assert c.prompt == "" and c.get("--model-path") == "m"
+    with pytest.raises(LaunchCommandError, match="not an SGLang launch command"):
+        LaunchCommand.parse("$ vllm serve m")

@@ -151,6 +151,26 @@ def _check_quotes(text: str) -> None:
         )
 
 
+#: A shell prompt pasted with the command: ``$ ``, ``# `` (root), ``> ``, ``% ``, optionally after
+#: ``user@host:dir`` and a ``(venv)`` / ``(base)`` environment name.
+_PROMPT = re.compile(r"^\s*(?:\([\w.\-/ ]+\)\s*)?(?:[\w.\-]+@[\w.\-]+(?::\S*?)?\s*)?[$#>%]\s+(?=\S)")
+
+
+def _strip_prompt(text: str, table: FlagTable | None) -> tuple[str, str]:
+    """``(prompt, rest)``: a leading shell prompt (:data:`_PROMPT`) split off ``text`` when what
+    follows it parses as a launch command (else ``("", text)``, and the text is read as it is: a
+    ``# `` line is then a comment, as the shell reads it)."""
+    m = _PROMPT.match(text)
+    if not m:
+        return "", text
+    rest = text[m.end():]
+    try:
+        _split(rest) and LaunchCommand.parse(rest, table)
+    except LaunchCommandError:
+        return "", text
+    return m.group(0).strip(), rest
+
+
 def _split(text: str) -> list[str]:
     text = re.sub(r"\\\r?\n", "", text)  # shell line continuation
     _check_quotes(text)
@@ -227,7 +247,8 @@ class LaunchCommand:
     or ``"sandbox"``), ``module`` (``"sglang.launch_server"``,
     ``"workbench.sandbox.launch_server"`` or ``"sglang serve"``), ``args`` (:class:`Arg`
     items in order), ``text`` (the text parsed, ``""`` for derived commands), ``table`` (the flag
-    table the flags were resolved against; ``None``: the shipped SGLang 0.5.23 table).
+    table the flags were resolved against; ``None``: the shipped SGLang 0.5.23 table), ``prompt``
+    (a pasted shell prompt stripped from the front of the text, ``"$ "``; ``""`` when none).
     """
 
     env: tuple[tuple[str, str], ...]
@@ -237,6 +258,7 @@ class LaunchCommand:
     args: tuple[Arg, ...]
     text: str = field(default="", compare=False)
     table: FlagTable | None = field(default=None, compare=False, repr=False)
+    prompt: str = field(default="", compare=False)
 
     # -- parsing --------------------------------------------------------------------------
 
@@ -250,7 +272,9 @@ class LaunchCommand:
         ``"switch-value"``). Raises :class:`LaunchCommandError`: empty text, unbalanced quote (with
         its column), not an SGLang / sandbox launch command, flag missing its value.
         """
+        prompt = ""
         if isinstance(text, str):
+            prompt, text = _strip_prompt(text, table)
             tokens = _split(text)
             source = text
         else:
@@ -295,7 +319,7 @@ class LaunchCommand:
             )
         launcher = tuple(tokens[start:i])
         args = _parse_args(tokens, i, module, table)
-        return cls(tuple(env), launcher, engine, module, tuple(args), text=source, table=table)
+        return cls(tuple(env), launcher, engine, module, tuple(args), text=source, table=table, prompt=prompt)
 
     def with_table(self, table: FlagTable | None) -> "LaunchCommand":
         """The same command read again against ``table`` (e.g. the box's engine's flags): the
