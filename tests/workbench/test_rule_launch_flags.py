@@ -438,7 +438,10 @@ def test_doctor_runs_every_rule_on_every_public_launch_command(box, sglang_relea
     rep = run_doctor(box, text, engine_root=str(root), engine_version=version)
     assert rep.rule_failures == []
     placeholders = [f for f in rep.findings if f.rule == "launch-flag-unknown" and "placeholders" in f.evidence]
-    flag_findings = [f for f in rep.findings if f.rule == "launch-flag-unknown" and f not in placeholders]
+    # a placeholder given to an int flag (`--tp <N>`) is also a value argparse's type=int refuses
+    typed = [f for f in rep.findings if f.rule == "launch-flag-unknown" and "bad_values" in f.evidence]
+    assert all(re.fullmatch(r"<[^<>\s]+>|\.\.\.", b["value"]) for f in typed for b in f.evidence["bad_values"]["value"])
+    flag_findings = [f for f in rep.findings if f.rule == "launch-flag-unknown" and f not in placeholders + typed]
     # a `...` / `<N>` the report wrote stays in the command the server would get: a warning names them
     written = LaunchCommand.parse(text)
     expected = [t for t in written.arg_tokens if t in ("...", "…") or re.fullmatch(r"<[^<>\s]+>", t)]
@@ -654,3 +657,19 @@ def test_help_in_a_launch_command_is_said_for_what_it_does(box, tmp_path, sglang
     assert ("--help: argparse's help option: it prints the usage and exits 0 without starting the server; drop it "
             "to start one") in f.message and "unrecognized arguments" not in f.message
     assert f.fix == launch(t, d, "EAGLE3")
+
+
+@pytest.mark.parametrize("version", ["0.4.6", "0.5.9", "0.5.23"])
+def test_values_of_the_wrong_type_are_an_error(box, tmp_path, sglang_release, version):
+    """argparse converts with the flag's type and exits 2 on failure. Hand grep: 0.4.6 server_args.py:409
+    `"--port", type=int`, :564-565 `"--mem-fraction-static", type=float`; 0.5.23 fields/serving.py:66
+    `port: A[int, ...]`, fields/schedule.py:27 `mem_fraction_static` (Optional[float])."""
+    t, d = _eagle3_deploy(tmp_path)
+    rep = doctor(box, launch(t, d, "EAGLE3", "--port <PORT> --mem-fraction-static abc --chunked-prefill-size 4096"),
+                 sglang_release(version), version)
+    [f] = [f for f in rep.findings if "bad_values" in f.evidence]
+    assert (f.rule, f.severity, f.prevents_start) == ("launch-flag-unknown", "error", True)
+    assert f.evidence["bad_values"]["value"] == [{"flag": "--port", "type": "int", "value": "<PORT>"},
+                                                 {"flag": "--mem-fraction-static", "type": "float", "value": "abc"}]
+    assert "--port '<PORT>': argparse stops the server with \"argument --port: invalid int value: '<PORT>'\"" in f.message
+    assert "algorithm-mismatch" not in rep.rules and rep.rule_failures == []

@@ -218,7 +218,42 @@ def launch_flag_unknown(facts: Facts) -> list[Finding]:
     launch = facts.launch
     if launch is None or launch.engine not in ("sglang", "sandbox"):
         return []
-    return _unknown_flags(facts) + _stray_words(facts)
+    return _unknown_flags(facts) + _stray_words(facts) + _bad_values(facts)
+
+
+#: The integer flags spec-params-invalid checks (and says more about): not repeated here.
+_SPEC_INT_FLAGS = ("--speculative-num-steps", "--speculative-eagle-topk", "--speculative-num-draft-tokens")
+
+
+def _bad_values(facts: Facts) -> list[Finding]:
+    """Values argparse's ``type=int`` / ``type=float`` refuses (``--port <PORT>``,
+    ``--mem-fraction-static abc``): it exits 2 with "argument --port: invalid int value: '<PORT>'"
+    before anything starts. The types are the box's release's (:attr:`Facts.flag_table`: ``type=``
+    of an ``add_argument`` call, 0.4.6 ``srt/server_args.py``:409 ``--port`` ``type=int``; the field's
+    annotation, 0.5.23 ``fields/serving.py``:66 ``port: A[int, …]``), converted as argparse does (Python's
+    ``int()`` / ``float()``). One error finding lists every such value; no fix (the real value is
+    the user's)."""
+    launch, table = facts.launch, facts.flag_table
+    bad: list[tuple[str, str, str]] = []
+    for a in launch.args:
+        if a.flag is None or a.status is not None or a.flag in _SPEC_INT_FLAGS:
+            continue
+        vtype = (table.spec(a.flag) or {}).get("type")
+        if vtype not in ("int", "float"):
+            continue
+        for v in a.values:
+            try:
+                (int if vtype == "int" else float)(v)
+            except ValueError:
+                bad.append((a.flag, vtype, v))
+    if not bad:
+        return []
+    said = "; ".join(f"{f} {v!r}: argparse stops the server with \"argument {f}: invalid {t} value: {v!r}\""
+                     for f, t, v in bad)
+    return [Finding("launch-flag-unknown", "error", f"values of the wrong type: {said}; give "
+                    + (f"a value of type {bad[0][1]}" if len(bad) == 1 else "each flag a value of its type"),
+                    {"bad_values": ev([{"flag": f, "type": t, "value": v} for f, t, v in bad], "launch command"),
+                     "flag_table": table.describe()}, None)]
 
 
 def _unknown_flags(facts: Facts) -> list[Finding]:
