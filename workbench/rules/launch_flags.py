@@ -189,8 +189,10 @@ def int_flag(launch: LaunchCommand, flag: str) -> tuple[int | None, str | None]:
 @FAMILY.rule("launch-flag-unknown", severities=("error", "warning"), prevents_start="always",
              summary="a --flag of an SGLang launch that the box's engine's argparse refuses: unknown there (a typo "
                      "such as --speculative-algoritm, or another release's flag), an ambiguous prefix "
-                     "(--cuda-graph-max-bs on 0.5.20+), or a flag that release defines only to refuse it; "
-                     "a warning for a renamed flag still accepted as a deprecated alias",
+                     "(--cuda-graph-max-bs on 0.5.20+), a flag that release defines only to refuse it, a value "
+                     "given to a switch (--enable-torch-compile=true), a value its int/float type refuses "
+                     "(--port <PORT>), a stray word after the flags; a warning for a renamed flag still accepted "
+                     "as a deprecated alias, and for placeholders (..., <PORT>) left in the command",
              fix="the launch command with each flag as the box's release calls it")
 def launch_flag_unknown(facts: Facts) -> list[Finding]:
     """argparse (``allow_abbrev=True``, no SGLang release changes it) exits 2 on a flag it does
@@ -212,7 +214,16 @@ def launch_flag_unknown(facts: Facts) -> list[Finding]:
     the box's source was not read and its release differs or is unknown. A flag the box's release
     still accepts as a deprecated alias of a renamed one is a warning (the server starts). One
     finding lists every such flag, with evidence per flag and one fixed command. Not applied to
-    other launchers."""
+    other launchers.
+
+    Also (each its own finding, the others still reported): a value given to a switch
+    (``--x=true``: "ignored explicit argument"; the fix keeps what it meant: the bare switch,
+    no flag, or ``--no-x``), a replacement flag the command already gives (the old flag dropped,
+    the explicit value kept), stray words (:func:`_stray_words`), placeholders, and values argparse's
+    ``type=int``/``float`` refuses (:func:`_bad_values`). When the release's own deprecation
+    message names a flag it defines (0.4.6 ``--enable-flashinfer-mla``: "Please use
+    '--attention-backend flashinfer' instead."), the fix uses it. ``--help`` is said for what it
+    does: argparse prints the usage and exits 0 without starting the server."""
     from workbench.engine.flag_table import lifetime, replacements
 
     launch = facts.launch
