@@ -857,8 +857,8 @@ def _flag_changes(launch: LaunchCommand | None, proposed: str | None) -> dict:
     ``{}`` when ``proposed`` is no launch command."""
     if launch is None or not proposed:
         return {}
-    try:
-        fixed = LaunchCommand.parse(proposed)
+    try:  # read against the command's own table (the box's): the same flags resolve to the same names
+        fixed = LaunchCommand.parse(proposed, launch.table)
     except ValueError:
         return {}
     return {flag: new for flag, _old, new in launch.diff(fixed) if flag.startswith("--")}
