@@ -425,13 +425,14 @@ def _unknown_flags(facts: Facts) -> list[Finding]:
         except LaunchCommandError as exc:
             per_flag[flag]["fix_error"] = str(exc)
     shown = [a.flag for a in refused + deprecated]
-    names = [a.flag for a in refused]
+    # a switch given a value and --help are flags of the release: said in their own sentences
+    names = [a.flag for a in refused if a.status != "switch-value" and a.flag != "--help"]
     lead = (f"{', '.join(names)}: not {'a flag' if len(names) == 1 else 'flags'} of sglang {release}'s launch_server "
-            "as written" if refused else "")
+            "as written" if names else "")
     if deprecated:
         lead += ("; " if lead else "") + (f"{', '.join(a.flag for a in deprecated)}: renamed, still accepted by "
                                           f"sglang {release} as deprecated " + ("aliases" if len(deprecated) > 1 else "alias"))
-    message = " ".join(x if x.endswith(("?", ".")) else x + "." for x in [lead] + sentences)
+    message = " ".join(x if x.endswith(("?", ".")) else x + "." for x in [lead] + sentences if x)
     evidence = {"unknown_flags": ev([a.flag for a in refused], "launch command"),
                 "flags": per_flag,
                 "engine_version": ev(engine_version, "box" if engine_version else None),
