@@ -18,7 +18,7 @@ from workbench.engine.flag_table import read_flag_table_dir
 from workbench.engine.releases import release_source
 
 #: The keys of the shipped format (the reader's ``line`` is left out: it changes with every edit).
-KEYS = ("aliases", "choices", "deprecated", "field", "kind", "nargs", "new_flag", "note", "required", "source")
+KEYS = ("aliases", "choices", "deprecated", "field", "kind", "nargs", "new_flag", "note", "required", "source", "type")
 
 
 def main(arg: str = "0.5.23") -> None:

@@ -243,3 +243,16 @@ def test_flag_table_over_ssh_is_the_local_one(ssh_env, sglang_release):
     with connect("local") as local, connect(ssh_env.alias) as there:
         a, b = read_flag_table(local, root), read_flag_table(there, root)
     assert (a.version, a.flags) == (b.version, b.flags) and len(b.flags) == 331
+
+
+@pytest.mark.parametrize("version, port_source", [("0.4.6", "server_args.py:409 type=int"),
+                                                  ("0.5.23", "fields/serving.py:66 A[int, ...]")])
+def test_value_types_found_by_hand(box, sglang_release, version, port_source):
+    """argparse's type of each valued flag: ``type=int``/``float`` of add_argument (0.4.6
+    server_args.py:409 --port type=int, :564-565 --mem-fraction-static type=float), the field's
+    annotation (0.5.23 fields/serving.py:66 port: A[int, …], fields/schedule.py:27-28
+    mem_fraction_static: A[Optional[float], …]); str and switches have none."""
+    t = read_flag_table(box, str(sglang_release(version)))
+    assert t.spec("--port")["type"] == "int", port_source
+    assert t.spec("--mem-fraction-static")["type"] == "float"
+    assert t.spec("--model-path")["type"] is None and t.spec("--trust-remote-code")["type"] is None

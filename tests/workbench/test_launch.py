@@ -120,8 +120,12 @@ def test_missing_value():
         LaunchCommand.parse("python -m sglang.launch_server --model-path --port 1")
     with pytest.raises(LaunchCommandError, match="missing its value .at the end"):
         LaunchCommand.parse("python -m sglang.launch_server --port")
-    with pytest.raises(LaunchCommandError, match="boolean flag"):
-        LaunchCommand.parse("python -m sglang.launch_server --trust-remote-code=yes")
+    # a value given to a switch is kept (argparse exits 2 on it: the launch-flag-unknown rule says so)
+    c = LaunchCommand.parse("python -m sglang.launch_server --trust-remote-code=yes --enable-torch-compile=false")
+    assert [(a.flag, a.status, a.values) for a in c.args] == [
+        ("--trust-remote-code", "switch-value", ("yes",)), ("--enable-torch-compile", "switch-value", ("false",))]
+    assert (c.get("--trust-remote-code"), c.get("--enable-torch-compile")) == (True, False)
+    assert c.to_string().endswith("--trust-remote-code=yes --enable-torch-compile=false")
     with pytest.raises(LaunchCommandError, match="empty"):
         LaunchCommand.parse("  # nothing\n")
 
@@ -240,3 +244,62 @@ def test_env_prefix_split_for_launching():
     assert plain.exec_argv == plain.argv
     assert plain.launch_env() is None and plain.launch_env({}) is None
     assert plain.launch_env({"A": "1"}) == {"A": "1"}
+
+
+# ---------------------------------------------------------------------------------------------
+# Composing fixes: each fix is a diff against the ORIGINAL command
+# ---------------------------------------------------------------------------------------------
+
+_BASE = "python -m sglang.launch_server --model-path t --speculative-draft-model-path d"
+
+
+def test_compose_two_fixes_made_from_the_same_command_keeps_both():
+    original = LaunchCommand.parse(f"{_BASE} --speculative-algorithm EAGLE --enable-ep-moe --tp 8")
+    algo = original.with_flag("--speculative-algorithm", "EAGLE3")  # keeps --enable-ep-moe
+    flag = original.without_flag("--enable-ep-moe")                 # keeps EAGLE
+    fixed = LaunchCommand.compose(original, [algo, flag])
+    assert fixed.to_string() == f"{_BASE} --speculative-algorithm EAGLE3 --tp 8"
+    # the order of the fixes does not matter when they change different flags
+    assert LaunchCommand.compose(original, [flag, algo]).to_string() == fixed.to_string()
+
+
+def test_compose_three_fixes_flag_algorithm_and_spec_params():
+    original = LaunchCommand.parse(f"{_BASE} --speculative-algorithm EAGLE --specualtive-eagle-topk 1 "
+                                   "--speculative-num-steps 3 --speculative-num-draft-tokens 8 --tp 2")
+    algo = original.with_flag("--speculative-algorithm", "EAGLE3")
+    typo = original.replace_flag("--specualtive-eagle-topk", "--speculative-eagle-topk", "1")
+    spec = original.with_flag("--speculative-num-draft-tokens", 4)
+    fixed = LaunchCommand.compose(original, [algo, typo, spec])
+    # the typo's replacement stands where the typo stood; the other flags keep their places
+    assert fixed.to_string() == (f"{_BASE} --speculative-algorithm EAGLE3 --speculative-eagle-topk 1 "
+                                 "--speculative-num-steps 3 --speculative-num-draft-tokens 4 --tp 2")
+    assert fixed.unresolved() == []
+
+
+def test_compose_never_resolves_an_ambiguous_flag_again():
+    """An ambiguous prefix (--cuda-graph-max-bs on the shipped 0.5.23 table) in a fix's command: it is
+    moved as written, no LaunchCommandError."""
+    original = LaunchCommand.parse(f"{_BASE} --speculative-algorithm EAGLE --cuda-graph-max-bs 32")
+    algo = original.with_flag("--speculative-algorithm", "EAGLE3")
+    swap = original.replace_flag("--cuda-graph-max-bs", "--cuda-graph-max-bs-decode", "32")
+    fixed = LaunchCommand.compose(original, [swap, algo])
+    assert fixed.to_string() == f"{_BASE} --speculative-algorithm EAGLE3 --cuda-graph-max-bs-decode 32"
+    # a fix that only rewrites how a flag is written (the value is the same): applied
+    valued = LaunchCommand.parse(f"{_BASE} --enable-torch-compile=true --tp 2")
+    bare = valued.with_flag("--enable-torch-compile", True)
+    assert LaunchCommand.compose(valued, [bare]).to_string() == f"{_BASE} --enable-torch-compile --tp 2"
+
+
+@pytest.mark.parametrize("prompt, stripped", [("$ ", "$"), ("# ", "#"), ("> ", ">"), ("(venv) $ ", "(venv) $"),
+                                              ("root@host:~# ", "root@host:~#"), ("user@box:/work$ ", "user@box:/work$")])
+def test_a_pasted_shell_prompt_is_stripped_and_kept_aside(prompt, stripped):
+    c = LaunchCommand.parse(f"{prompt}CUDA_VISIBLE_DEVICES=0 python3 -m sglang.launch_server --model-path m --tp 2")
+    assert (c.prompt, c.env, c.launcher) == (stripped, (("CUDA_VISIBLE_DEVICES", "0"),), ("python3", "-m", "sglang.launch_server"))
+    assert c.to_string() == "CUDA_VISIBLE_DEVICES=0 python3 -m sglang.launch_server --model-path m --tp 2"
+
+
+def test_a_comment_line_is_not_a_prompt():
+    c = LaunchCommand.parse("# start the server\npython -m sglang.launch_server --model-path m")
+    assert c.prompt == "" and c.get("--model-path") == "m"
+    with pytest.raises(LaunchCommandError, match="not an SGLang launch command"):
+        LaunchCommand.parse("$ vllm serve m")

@@ -6,6 +6,7 @@ hidden size, layer count, vocab.
 
 import json
 import pathlib
+import re
 
 import pytest
 
@@ -348,9 +349,11 @@ def test_cuda_graph_max_bs_on_every_covered_release(box, tmp_path, sglang_releas
 
 
 def test_a_flag_of_another_release_and_a_typo_on_0_5_9(box, tmp_path, sglang_release):
-    """0.4.6's --enable-flashinfer-mla (removed after 0.4.7, hand grep) on 0.5.9: unrecognized there,
-    no successor: the fix drops it; a typo gets the closest flag of 0.5.9; --tp is 0.5.9's
-    --tensor-parallel-size by prefix, not a finding."""
+    """0.4.6's --enable-flashinfer-mla (removed after 0.4.7, hand grep; 0.4.6 server_args.py:845-847
+    defines it only to refuse it: "Please use '--attention-backend flashinfer' instead.") on 0.5.9:
+    unrecognized there; the fix is what the release's message names, --attention-backend flashinfer
+    (a flag of 0.5.9); a typo gets the closest flag of 0.5.9; --tp is 0.5.9's --tensor-parallel-size
+    by prefix, not a finding."""
     t, d = deploy(tmp_path, LLAMA31_8B, draft_cfg(eagle_config={"eagle_aux_hidden_state_layer_ids": [1, 15, 28]}))
     rep = doctor(box, launch(t, d, "EAGLE3", "--enable-flashinfer-mla --speculative-num-stpes 3"),
                  sglang_release("0.5.9"), "0.5.9")
@@ -360,10 +363,17 @@ def test_a_flag_of_another_release_and_a_typo_on_0_5_9(box, tmp_path, sglang_rel
     mla = f.evidence["flags"]["--enable-flashinfer-mla"]
     assert mla["releases_with_it"]["value"] == "0.4.6–0.4.7" and mla["status"] == "unknown"
     assert "Please use '--attention-backend flashinfer' instead." in mla["sglang_note"]["value"]
-    assert "sglang 0.5.9 has no flag for it: drop it" in f.message
+    assert ("--enable-flashinfer-mla: defined only to refuse it in SGLang 0.4.6, 0.4.7 (field enable_flashinfer_mla); "
+            "on 0.5.9, the box's release, it is not a flag") in f.message
+    assert ("(SGLang 0.4.7 refuses it with: \"--enable-flashinfer-mla is deprecated. Please use '--attention-backend "
+            "flashinfer' instead.\"); replace it with --attention-backend=flashinfer") in f.message
+    assert mla["box_release_calls_it"] == ["--attention-backend=flashinfer"] and mla["how"] == ["deprecation-note"]
     assert "did you mean --speculative-num-steps?" in f.message
     fixed = LaunchCommand.parse(f.fix)
     assert not fixed.has("--enable-flashinfer-mla") and fixed.get("--speculative-num-steps") == "3"
+    assert fixed.get("--attention-backend") == "flashinfer"
+    # in place: where --enable-flashinfer-mla stood
+    assert f.fix.endswith("--tp 8 --attention-backend flashinfer --speculative-num-steps 3")
 
 
 def test_a_newer_flag_on_an_older_release(box, tmp_path, sglang_release):
@@ -427,7 +437,17 @@ def test_doctor_runs_every_rule_on_every_public_launch_command(box, sglang_relea
         return
     rep = run_doctor(box, text, engine_root=str(root), engine_version=version)
     assert rep.rule_failures == []
-    flag_findings = [f for f in rep.findings if f.rule == "launch-flag-unknown"]
+    placeholders = [f for f in rep.findings if f.rule == "launch-flag-unknown" and "placeholders" in f.evidence]
+    # a placeholder given to an int flag (`--tp <N>`) is also a value argparse's type=int refuses
+    typed = [f for f in rep.findings if f.rule == "launch-flag-unknown" and "bad_values" in f.evidence]
+    assert all(re.fullmatch(r"<[^<>\s]+>|\.\.\.", b["value"]) for f in typed for b in f.evidence["bad_values"]["value"])
+    flag_findings = [f for f in rep.findings if f.rule == "launch-flag-unknown" and f not in placeholders + typed]
+    # a `...` / `<N>` the report wrote stays in the command the server would get: a warning names them
+    written = LaunchCommand.parse(text)
+    expected = [t for t in written.arg_tokens if t in ("...", "…") or re.fullmatch(r"<[^<>\s]+>", t)]
+    if expected:
+        [p] = placeholders
+        assert p.severity == "warning" and set(expected) <= set(p.evidence["placeholders"]["value"])
     if slug in WITH_CGMB and version == "0.5.23":
         [f] = flag_findings
         assert f.severity == "error" and f.evidence["unknown_flags"]["value"] == ["--cuda-graph-max-bs"]
@@ -495,3 +515,161 @@ def test_algorithm_names_as_each_releases_argparse_takes_them(box, tmp_path, sgl
     assert f.evidence["argparse_choices"]["source"].endswith(f"srt/server_args.py:{ALGO_CHOICES[version]}")
     if algo.upper() in f.evidence["argparse_choices"]["value"]:
         assert LaunchCommand.parse(f.fix).get("--speculative-algorithm") == algo.upper()
+
+
+# ---------------------------------------------------------------------------------------------
+# The corrected launch command composes every fix; the correction path never raises
+# ---------------------------------------------------------------------------------------------
+
+
+def _eagle3_deploy(tmp_path):
+    return deploy(tmp_path, LLAMA31_8B, draft_cfg(eagle_config={"eagle_aux_hidden_state_layer_ids": [1, 15, 28]}))
+
+
+def test_corrected_launch_keeps_the_algorithm_fix_and_the_flag_fix(box, tmp_path, sglang_release):
+    """Two findings each proposing a command made from the one checked: algorithm-mismatch (EAGLE →
+    EAGLE3, keeps --enable-ep-moe) and launch-flag-unknown (--enable-ep-moe is no flag of 0.5.23, hand
+    grep: only 0.5.23 fields/parallel.py:281 ep_size, --ep-size; keeps EAGLE). The corrected command
+    has both changes, so the one-fix relaunch the diagnosis makes runs EAGLE3."""
+    t, d = _eagle3_deploy(tmp_path)
+    rep = doctor(box, launch(t, d, "EAGLE", "--enable-ep-moe"), sglang_release("0.5.23"), "0.5.23")
+    assert {f.rule for f in rep.errors} == {"algorithm-mismatch", "launch-flag-unknown"}
+    # 0.5.3's message (server_args.py:2835): "set `--ep-size` to the same value as `--tp-size`" (--tp 8)
+    assert rep.corrected_launch() == launch(t, d, "EAGLE3", "--ep-size 8")
+
+
+def test_corrected_launch_composes_three_fixes(box, tmp_path, sglang_release):
+    """flag (the ambiguous --cuda-graph-max-bs on 0.5.20, replaced in place by --cuda-graph-max-bs-decode)
+    + algorithm (EAGLE → EAGLE3) + spec params (topk 1, steps 3: draft tokens 8 rewritten to 4)."""
+    t, d = _eagle3_deploy(tmp_path)
+    cmd = (f"python -m sglang.launch_server --model-path {t} --speculative-algorithm EAGLE "
+           f"--speculative-draft-model-path {d} --speculative-num-steps 3 --speculative-eagle-topk 1 "
+           "--speculative-num-draft-tokens 8 --cuda-graph-max-bs 8 --tp 8")
+    rep = doctor(box, cmd, sglang_release("0.5.20"), "0.5.20")
+    assert {"algorithm-mismatch", "launch-flag-unknown", "spec-params-invalid"} <= set(rep.rules)
+    assert rep.corrected_launch() == (
+        f"python -m sglang.launch_server --model-path {t} --speculative-algorithm EAGLE3 "
+        f"--speculative-draft-model-path {d} --speculative-num-steps 3 --speculative-eagle-topk 1 "
+        "--speculative-num-draft-tokens 4 --cuda-graph-max-bs-decode 8 --tp 8")
+
+
+def test_corrected_launch_without_the_engine_source(box, tmp_path):
+    """No engine root (the shipped table): a typo and the algorithm, both fixed."""
+    t, d = _eagle3_deploy(tmp_path)
+    cmd = launch(t, d, "EAGLE", "--specualtive-eagle-topk 1")
+    from workbench.doctor import run_doctor
+
+    rep = run_doctor(box, cmd, engine_root=None)
+    fixed = LaunchCommand.parse(rep.corrected_launch())
+    assert fixed.get("--speculative-algorithm") == "EAGLE3" and fixed.unresolved() == []
+
+
+#: The GitHub-issue style command: an abbreviation, the ambiguous/renamed --cuda-graph-max-bs, flags that
+#: releases define only to refuse them, and a `--flag=value`.
+ISSUE_FLAGS = ("--speculative-algo EAGLE3 --cuda-graph-max-bs 32 --enable-ep-moe --enable-flashinfer-mla "
+               "--disable-cuda-graph-padding --tp 8 --enable-deepep-moe --speculative-eagle-topk=1 "
+               "--cuda-graph-max-bs-decode 16")
+
+
+@pytest.mark.parametrize("version", list(CGMB_ON))
+def test_cli_doctor_on_the_issue_command_never_exits_2(cli, tmp_path, sglang_release, version):
+    t, d = _eagle3_deploy(tmp_path)
+    cmd = f"python -m sglang.launch_server --model-path {t} --speculative-draft-model-path {d} {ISSUE_FLAGS}"
+    code, out, err = cli("doctor", "--launch", cmd, "--engine-root", str(sglang_release(version)), "--json")
+    assert code in (0, 1), out + err
+    report = json.loads(out)
+    assert report["findings"] and "launch-flag-unknown" in {f["rule"] for f in report["findings"]}
+    fixed = report["corrected_launch_command"]
+    assert fixed and "--enable-flashinfer-mla" not in fixed  # refused or unknown on every covered release
+
+
+def test_value_given_to_a_switch_is_an_error_and_the_other_rules_run(box, tmp_path, sglang_release):
+    """argparse refuses `--x=value` for a store_true / BooleanOptionalAction flag ("ignored explicit
+    argument"). 0.5.23: --enable-torch-compile is a bool field (fields/exec_.py:691, store_true),
+    --enable-tf32-matmul a BooleanOptionalAction (fields/exec_.py:45-49)."""
+    t, d = _eagle3_deploy(tmp_path)
+    rep = doctor(box, launch(t, d, "EAGLE", "--enable-torch-compile=true --enable-tf32-matmul=false"),
+                 sglang_release("0.5.23"), "0.5.23")
+    assert "algorithm-mismatch" in rep.rules  # the other rules ran
+    f = by_rule(rep, "launch-flag-unknown")
+    assert (f.severity, f.prevents_start) == ("error", True)
+    assert ("--enable-torch-compile=true: on 0.5.23, the box's release, --enable-torch-compile is a switch "
+            "(store_true) and takes no value; argparse stops the server with 'ignored explicit argument 'true''; "
+            "write --enable-torch-compile without a value") in f.message
+    assert "write --no-enable-tf32-matmul" in f.message
+    assert f.fix == launch(t, d, "EAGLE", "--enable-torch-compile --no-enable-tf32-matmul")
+    assert rep.corrected_launch() == launch(t, d, "EAGLE3", "--enable-torch-compile --no-enable-tf32-matmul")
+    rep = doctor(box, launch(t, d, "EAGLE3", "--enable-torch-compile=false"), sglang_release("0.5.23"), "0.5.23")
+    assert by_rule(rep, "launch-flag-unknown").fix == launch(t, d, "EAGLE3")
+
+
+def test_replacement_flag_already_given_keeps_its_explicit_value(box, tmp_path, sglang_release):
+    """0.5.23: --cuda-graph-max-bs is ambiguous; the command also gives --cuda-graph-max-bs-decode 16:
+    the fix drops the old flag and keeps 16 (not 32), and says so."""
+    t, d = _eagle3_deploy(tmp_path)
+    rep = doctor(box, launch(t, d, "EAGLE3", "--cuda-graph-max-bs 32 --cuda-graph-max-bs-decode 16"),
+                 sglang_release("0.5.23"), "0.5.23")
+    f = by_rule(rep, "launch-flag-unknown")
+    assert ("the command already gives --cuda-graph-max-bs-decode 16: drop --cuda-graph-max-bs and keep that "
+            "explicit value") in f.message
+    assert f.fix == launch(t, d, "EAGLE3", "--cuda-graph-max-bs-decode 16")
+    assert f.evidence["flags"]["--cuda-graph-max-bs"]["kept"] == {"--cuda-graph-max-bs-decode": "16"}
+
+
+def test_deprecated_flags_get_the_flag_their_release_names(box, tmp_path, sglang_release):
+    """0.5.3 server_args.py:2833-2840 defines --enable-ep-moe / --enable-deepep-moe only to refuse them:
+    "Please set `--ep-size` to the same value as `--tp-size` instead." / "Please set `--moe-a2a-backend`
+    to 'deepep' instead." (--ep-size l.2152, --moe-a2a-backend l.2159 are flags of 0.5.3)."""
+    t, d = _eagle3_deploy(tmp_path)
+    rep = doctor(box, launch(t, d, "EAGLE3", "--enable-ep-moe --enable-deepep-moe"), sglang_release("0.5.3"), "0.5.3")
+    f = by_rule(rep, "launch-flag-unknown")
+    assert "defined only to refuse it in 0.5.3, 0.5.4" in f.message
+    assert "(SGLang 0.5.3 refuses it with: 'NOTE: --enable-ep-moe is deprecated." in f.message
+    fixed = LaunchCommand.parse(f.fix)
+    assert fixed.get("--moe-a2a-backend") == "deepep" and fixed.get("--ep-size") == "8"
+    assert not fixed.has("--enable-ep-moe") and not fixed.has("--enable-deepep-moe")
+
+
+def test_stray_words_are_an_error_and_placeholders_a_warning(box, tmp_path, sglang_release):
+    """Every covered release parses with parser.parse_args (hand grep: 0.4.6 server_args.py:1261,
+    0.5.9 :5591, 0.5.23 :696), so a stray word exits 2 ("unrecognized arguments"); --disable-radix-cache
+    is a switch, its `1` a stray word; `...` / `<PORT>` are placeholders."""
+    t, d = _eagle3_deploy(tmp_path)
+    rep = doctor(box, launch(t, d, "EAGLE3", "... --disable-radix-cache 1 extra positional --port <PORT>"),
+                 sglang_release("0.5.23"), "0.5.23")
+    [stray] = [f for f in rep.findings if "stray_words" in f.evidence]
+    assert (stray.rule, stray.severity, stray.prevents_start) == ("launch-flag-unknown", "error", True)
+    assert stray.evidence["stray_words"]["value"] == ["1", "extra", "positional"]
+    assert ("'1' after --disable-radix-cache (a switch: it takes no value); 'extra' after --disable-radix-cache; "
+            "'positional' after --disable-radix-cache. argparse stops the server with 'unrecognized arguments: "
+            "1 extra positional'") in stray.message
+    assert stray.fix == launch(t, d, "EAGLE3", "... --disable-radix-cache --port '<PORT>'")
+    [ph] = [f for f in rep.findings if "placeholders" in f.evidence]
+    assert (ph.severity, ph.evidence["placeholders"]["value"]) == ("warning", ["...", "<PORT>"])
+    assert "the command holds placeholders ..., <PORT>" in ph.message and "the server would refuse them" in ph.message
+    assert rep.corrected_launch() == launch(t, d, "EAGLE3", "--disable-radix-cache --port '<PORT>'")
+
+
+def test_help_in_a_launch_command_is_said_for_what_it_does(box, tmp_path, sglang_release):
+    t, d = _eagle3_deploy(tmp_path)
+    rep = doctor(box, launch(t, d, "EAGLE3", "--help"), sglang_release("0.5.23"), "0.5.23")
+    f = by_rule(rep, "launch-flag-unknown")
+    assert ("--help: argparse's help option: it prints the usage and exits 0 without starting the server; drop it "
+            "to start one") in f.message and "unrecognized arguments" not in f.message
+    assert f.fix == launch(t, d, "EAGLE3")
+
+
+@pytest.mark.parametrize("version", ["0.4.6", "0.5.9", "0.5.23"])
+def test_values_of_the_wrong_type_are_an_error(box, tmp_path, sglang_release, version):
+    """argparse converts with the flag's type and exits 2 on failure. Hand grep: 0.4.6 server_args.py:409
+    `"--port", type=int`, :564-565 `"--mem-fraction-static", type=float`; 0.5.23 fields/serving.py:66
+    `port: A[int, ...]`, fields/schedule.py:27 `mem_fraction_static` (Optional[float])."""
+    t, d = _eagle3_deploy(tmp_path)
+    rep = doctor(box, launch(t, d, "EAGLE3", "--port <PORT> --mem-fraction-static abc --chunked-prefill-size 4096"),
+                 sglang_release(version), version)
+    [f] = [f for f in rep.findings if "bad_values" in f.evidence]
+    assert (f.rule, f.severity, f.prevents_start) == ("launch-flag-unknown", "error", True)
+    assert f.evidence["bad_values"]["value"] == [{"flag": "--port", "type": "int", "value": "<PORT>"},
+                                                 {"flag": "--mem-fraction-static", "type": "float", "value": "abc"}]
+    assert "--port '<PORT>': argparse stops the server with \"argument --port: invalid int value: '<PORT>'\"" in f.message
+    assert "algorithm-mismatch" not in rep.rules and rep.rule_failures == []

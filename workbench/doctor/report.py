@@ -8,7 +8,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from workbench.checkpoint import DraftFacts, TargetFacts
-from workbench.engine.launch import LaunchCommand
+from workbench.engine.flag_table import FlagTable
+from workbench.engine.launch import LaunchCommand, LaunchCommandError
 from workbench.redact import REDACTOR
 from workbench.rules.finding import Finding
 
@@ -22,7 +23,8 @@ class DoctorReport:
     commands), ``wire_bytes`` (TCP bytes over SSH, ``None`` locally), ``engine_version``,
     ``engine_root``, ``launch`` (the command checked), ``duration_s``, ``notes``;
     ``rule_failures``: the rules whose check raised (each also a note), ``draft_facts`` /
-    ``target_facts``: what was read."""
+    ``target_facts``: what was read; ``flag_table``: the launch flags the rules read (the box's,
+    else the shipped table), the one the fixes are composed against."""
 
     findings: list[Finding]
     inputs: list[dict]
@@ -36,6 +38,7 @@ class DoctorReport:
     draft_facts: DraftFacts | None = field(default=None, repr=False, compare=False)
     target_facts: TargetFacts | None = field(default=None, repr=False, compare=False)
     rule_failures: list = field(default_factory=list, repr=False, compare=False)
+    flag_table: FlagTable | None = field(default=None, repr=False, compare=False)
 
     @property
     def errors(self) -> list[Finding]:
@@ -52,21 +55,37 @@ class DoctorReport:
 
     def corrected_launch(self) -> str | None:
         """The launch command with every error/warning fix that is itself a launch command
-        applied in turn (flags they change), or ``None`` when no finding proposes one."""
-        current = LaunchCommand.parse(self.launch)
-        changed = False
+        applied, or ``None`` when no finding proposes a change.
+
+        Each fix was made from the command checked, so each is taken as its diff against that
+        command and the fixes are composed (:meth:`LaunchCommand.compose`): a later fix never
+        undoes an earlier one. Commands are read against :attr:`flag_table` (the box's flags, the
+        ones the rules read), so a flag the box resolves differently from the shipped table
+        neither raises nor is mis-read; nothing here raises on an unknown or ambiguous flag."""
+        original = self._parse(self.launch)
+        if original is None:
+            return None
+        fixes = []
         for f in self.findings:
             if f.severity == "info" or not f.fix:
                 continue
+            proposed = self._parse(f.fix)
+            if proposed is not None:
+                fixes.append(proposed)
+        if not fixes:
+            return None
+        fixed = LaunchCommand.compose(original, fixes)
+        return fixed.to_string() if fixed.arg_tokens != original.arg_tokens or fixed.env != original.env else None
+
+    def _parse(self, text: str) -> LaunchCommand | None:
+        """``text`` read against :attr:`flag_table` (else the shipped table); ``None`` when it is
+        no launch command (a fix given as advice text)."""
+        for table in ((self.flag_table, None) if self.flag_table is not None else (None,)):
             try:
-                proposed = LaunchCommand.parse(f.fix)
-            except ValueError:
+                return LaunchCommand.parse(text, table)
+            except LaunchCommandError:
                 continue
-            for flag, _old, new in current.diff(proposed):
-                if flag.startswith("--"):
-                    current = current.without_flag(flag) if new is None else current.with_flag(flag, new)
-                    changed = True
-        return current.to_string() if changed else None
+        return None
 
     def to_dict(self) -> dict:
         """The report as plain JSON (``doctor --json``, the verdict's ``preflight``), secrets
@@ -110,7 +129,7 @@ class DoctorReport:
         fixed = self.corrected_launch()
         if fixed is None:
             return "<p>No finding proposes a launch-command change.</p>"
-        diff = LaunchCommand.parse(self.launch).diff(LaunchCommand.parse(fixed))
+        diff = self._parse(self.launch).diff(self._parse(fixed))
         rows = "".join(f"<tr><td><code>{html.escape(f)}</code></td><td style='color:#b00020'><code>- {html.escape(str(a))}"
                        f"</code></td><td style='color:#1b7a1b'><code>+ {html.escape(str(b))}</code></td></tr>"
                        for f, a, b in diff)

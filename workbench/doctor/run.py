@@ -187,6 +187,8 @@ def run_doctor(box: Any, launch: LaunchCommand | str, *, timeout: float = 30, en
     if isinstance(launch, str):
         launch = LaunchCommand.parse(launch)
     REDACTOR.learn_launch(launch)  # its secret values are redacted in whatever shows the report
+    prompt_note = (f"a shell prompt pasted before the command ({launch.prompt!r}) was left out; the command is read "
+                   "from what follows it" if launch.prompt else None)
     cbox = _CountingBox(box)
     wire0 = _wire(box)
     inputs: list[dict] = []
@@ -194,14 +196,14 @@ def run_doctor(box: Any, launch: LaunchCommand | str, *, timeout: float = 30, en
                          cwd=cwd, inputs=inputs)
     failures: list[RuleFailure] = []
     findings = REGISTRY.run(facts, failures=failures)
-    notes = facts.notes + [str(f) for f in failures]
+    notes = ([prompt_note] if prompt_note else []) + facts.notes + [str(f) for f in failures]
     wire1 = _wire(box)
     engine = facts.engine
     return DoctorReport(_dedupe(findings), inputs, cbox.bytes_read,
                         (wire1 - wire0) if wire0 is not None and wire1 is not None else None,
                         facts.engine_version, engine.root if engine else None, launch.to_string(),
                         round(time.monotonic() - t0, 3), notes, draft_facts=facts.draft, target_facts=facts.target,
-                        rule_failures=failures)
+                        rule_failures=failures, flag_table=getattr(facts, "flag_table", None))
 
 
 def running_launch(box: Any, *, port: int | None = None, timeout: float = 30) -> tuple[LaunchCommand, str | None]:

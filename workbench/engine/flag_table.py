@@ -233,6 +233,17 @@ def _action_kind(action: ast.AST | None) -> tuple[str, str | None]:
     return _ACTION_KIND.get(name, ("value", None))
 
 
+def _value_type(node: ast.AST | None) -> str | None:
+    """``"int"`` / ``"float"`` when ``node`` names that builtin (an ``add_argument(type=int)``, a
+    field annotated ``int`` / ``Optional[float]``): argparse converts each value with it and exits 2
+    with "invalid int value" when it fails; ``None`` for any other type (``str``, a custom parser:
+    not checked)."""
+    if node is None:
+        return None
+    name = _src(node)
+    return name if name in ("int", "float") else None
+
+
 def _manual_flags(tree: ast.Module, rel: str, names: Mapping[str, Any]) -> list[dict]:
     """The ``<parser>.add_argument(...)`` calls in ``ServerArgs.add_cli_args`` (and the module
     functions it calls with the parser: none in 0.4.6 … 0.5.23, but followed one level)."""
@@ -279,6 +290,7 @@ def _manual_flags(tree: ast.Module, rel: str, names: Mapping[str, Any]) -> list[
                         "kind": kind, "nargs": nargs, "choices": _choices(_literal(kw.get("choices"), names)),
                         "required": _literal(kw.get("required"), names) is True,
                         "deprecated": deprecated, "new_flag": new_flag if isinstance(new_flag, str) else None,
+                        "type": _value_type(kw.get("type")) if kind == "value" else None,
                         "source": rel, "line": node.lineno})
     return out
 
@@ -353,7 +365,15 @@ def _field_flags(tree: ast.Module, rel: str, names: Mapping[str, Any], classes: 
             if kind != "value":
                 nargs = None
             required = _literal(arg.get("required"), names)
-            out.append({"flag": cli, "aliases": aliases, "field": fname, "kind": kind, "nargs": nargs,
+            if kind != "value":
+                vtype = None
+            elif "type_parser" in arg or "type" in arg:
+                vtype = _value_type(arg.get("type_parser") or arg.get("type"))
+            else:
+                elem = inner.slice if (isinstance(inner, ast.Subscript) and _src(inner.value)
+                                       in ("List", "list", "typing.List")) else inner
+                vtype = _value_type(_unwrap_optional(elem)) if not choices else None
+            out.append({"flag": cli, "aliases": aliases, "field": fname, "kind": kind, "nargs": nargs, "type": vtype,
                         "choices": choices, "required": bool(required is True or (required is None and st.value is None
                                                                                  and kind == "value")),
                         "deprecated": deprecated, "new_flag": None, "note": None, "source": rel, "line": st.lineno})

@@ -92,6 +92,17 @@ def _spec(canon: str, table: FlagTable | None = None) -> dict | None:
     return (table or DEFAULT_TABLE).flags.get(canon)
 
 
+#: What a value written to a switch (``--x=true``) means, as an operator meant it.
+SWITCH_TRUE = frozenset({"true", "1", "yes", "on", "y", "t"})
+SWITCH_FALSE = frozenset({"false", "0", "no", "off", "n", "f", ""})
+
+
+def _switch_value(written: str) -> bool:
+    """What ``--x=written`` meant for a boolean flag: ``False`` for ``false``/``0``/``no``/``off``,
+    else ``True`` (argparse refuses either; this is what a fix keeps)."""
+    return written.strip().lower() not in SWITCH_FALSE
+
+
 def _is_option(token: str) -> bool:
     return token.startswith("-") and len(token) > 1 and not _NEGATIVE_NUMBER.match(token)
 
@@ -140,6 +151,26 @@ def _check_quotes(text: str) -> None:
         )
 
 
+#: A shell prompt pasted with the command: ``$ ``, ``# `` (root), ``> ``, ``% ``, optionally after
+#: ``user@host:dir`` and a ``(venv)`` / ``(base)`` environment name.
+_PROMPT = re.compile(r"^\s*(?:\([\w.\-/ ]+\)\s*)?(?:[\w.\-]+@[\w.\-]+(?::\S*?)?\s*)?[$#>%]\s+(?=\S)")
+
+
+def _strip_prompt(text: str, table: FlagTable | None) -> tuple[str, str]:
+    """``(prompt, rest)``: a leading shell prompt (:data:`_PROMPT`) split off ``text`` when what
+    follows it parses as a launch command (else ``("", text)``, and the text is read as it is: a
+    ``# `` line is then a comment, as the shell reads it)."""
+    m = _PROMPT.match(text)
+    if not m:
+        return "", text
+    rest = text[m.end():]
+    try:
+        _split(rest) and LaunchCommand.parse(rest, table)
+    except LaunchCommandError:
+        return "", text
+    return m.group(0).strip(), rest
+
+
 def _split(text: str) -> list[str]:
     text = re.sub(r"\\\r?\n", "", text)  # shell line continuation
     _check_quotes(text)
@@ -163,8 +194,10 @@ class Arg:
     ``--flag=value``; ``negated``: ``--no-x`` of a BooleanOptionalAction flag;
     ``positional``: the flag's value was given as a positional (``sglang serve <model>``);
     ``status``: ``None`` (a flag of the table, or a positional), ``"unknown"`` (the table has no
-    such flag: ``flag`` is the option as written) or ``"ambiguous"`` (a prefix of several flags:
-    ``flag`` is as written, ``candidates`` the option strings it could match); ``table``: the flag
+    such flag: ``flag`` is the option as written), ``"ambiguous"`` (a prefix of several flags:
+    ``flag`` is as written, ``candidates`` the option strings it could match) or
+    ``"switch-value"`` (a boolean flag written ``--flag=value``: argparse exits 2 with "ignored
+    explicit argument"; ``values`` holds the value written); ``table``: the flag
     table it was read against (``None``: the shipped one).
     """
 
@@ -189,6 +222,9 @@ class Arg:
         """The value argparse would store: bool, str, or list[str] for list flags."""
         spec = _spec(self.flag, self.table) if self.flag else None
         kind = spec["kind"] if spec else None
+        if self.status == "switch-value":
+            meant = _switch_value(self.values[0] if self.values else "")
+            return (not meant) if self.negated else meant
         if kind == "store_true":
             return True
         if kind == "bool_optional":
@@ -211,7 +247,8 @@ class LaunchCommand:
     or ``"sandbox"``), ``module`` (``"sglang.launch_server"``,
     ``"workbench.sandbox.launch_server"`` or ``"sglang serve"``), ``args`` (:class:`Arg`
     items in order), ``text`` (the text parsed, ``""`` for derived commands), ``table`` (the flag
-    table the flags were resolved against; ``None``: the shipped SGLang 0.5.23 table).
+    table the flags were resolved against; ``None``: the shipped SGLang 0.5.23 table), ``prompt``
+    (a pasted shell prompt stripped from the front of the text, ``"$ "``; ``""`` when none).
     """
 
     env: tuple[tuple[str, str], ...]
@@ -221,6 +258,7 @@ class LaunchCommand:
     args: tuple[Arg, ...]
     text: str = field(default="", compare=False)
     table: FlagTable | None = field(default=None, compare=False, repr=False)
+    prompt: str = field(default="", compare=False)
 
     # -- parsing --------------------------------------------------------------------------
 
@@ -230,11 +268,13 @@ class LaunchCommand:
         table ``table`` (the box's engine's; default the shipped SGLang 0.5.23 table).
 
         An unknown flag or an ambiguous prefix is kept as written (:meth:`unresolved`), never an
-        error. Raises :class:`LaunchCommandError`: empty text, unbalanced quote (with its column),
-        not an SGLang / sandbox launch command, flag missing its value, value given to a boolean
-        flag.
+        error, nor is a value given to a boolean flag (``--x=true``: :attr:`Arg.status`
+        ``"switch-value"``). Raises :class:`LaunchCommandError`: empty text, unbalanced quote (with
+        its column), not an SGLang / sandbox launch command, flag missing its value.
         """
+        prompt = ""
         if isinstance(text, str):
+            prompt, text = _strip_prompt(text, table)
             tokens = _split(text)
             source = text
         else:
@@ -279,13 +319,13 @@ class LaunchCommand:
             )
         launcher = tuple(tokens[start:i])
         args = _parse_args(tokens, i, module, table)
-        return cls(tuple(env), launcher, engine, module, tuple(args), text=source, table=table)
+        return cls(tuple(env), launcher, engine, module, tuple(args), text=source, table=table, prompt=prompt)
 
     def with_table(self, table: FlagTable | None) -> "LaunchCommand":
         """The same command read again against ``table`` (e.g. the box's engine's flags): the
         flags re-resolved, unknown / ambiguous ones marked anew. Raises
         :class:`LaunchCommandError` when the command does not parse against it (a flag that
-        takes a value there missing it, a value given to a flag that is boolean there)."""
+        takes a value there missing it)."""
         again = LaunchCommand.parse(self.argv, table)
         return replace(again, text=self.text)
 
@@ -361,6 +401,11 @@ class LaunchCommand:
     def _occurrences(self, flag: str) -> list[Arg]:
         canon = self._canon(flag)
         return [a for a in self.args if a.flag == canon]
+
+    def has_written(self, flag: str) -> bool:
+        """Whether an argument's flag is ``flag`` exactly (canonical, or an unknown / ambiguous
+        one as written), without resolving it."""
+        return any(a.flag == flag for a in self.args)
 
     def has(self, flag: str) -> bool:
         """Whether ``flag`` (any alias or unique prefix, or a field name) appears."""
@@ -479,6 +524,67 @@ class LaunchCommand:
             env = replaced if any(k == name for k, _ in self.env) else env + [(name, str(value))]
         return LaunchCommand(tuple(env), self.launcher, self.engine, self.module, self.args, table=self.table)
 
+    def with_changes_of(self, original: "LaunchCommand", proposed: "LaunchCommand") -> "LaunchCommand":
+        """This command with the flag changes that turn ``original`` into ``proposed`` applied
+        (a fix made from ``original``, applied on top of earlier fixes: :meth:`compose`).
+
+        Only the flags ``original.diff(proposed)`` names (and those written otherwise with the same
+        value: ``--x=true`` → ``--x``) change; every other flag of ``self`` (an
+        earlier fix's) stays. A changed flag is replaced where it first stands in ``self`` (later
+        occurrences dropped); a dropped one is removed; a new one is inserted after the argument
+        that precedes it in ``proposed`` (so a flag a fix replaced in place keeps its position),
+        at the end when none does; a positional word ``proposed`` no longer has is removed. Works on
+        the arguments as written, never re-resolving a flag,
+        so an unknown or ambiguous flag never raises."""
+        args = list(self.args)
+        changed = [flag for flag, _old, _new in original.diff(proposed) if flag.startswith("--")]
+        for flag in original.flags():  # same value, other tokens: `--x=true` written as the bare switch
+            if flag not in changed and flag.startswith("--") and proposed.has_written(flag) and (
+                    [a.tokens() for a in original.args if a.flag == flag] !=
+                    [a.tokens() for a in proposed.args if a.flag == flag]):
+                changed.append(flag)
+        for flag in changed:
+            theirs = [a for a in proposed.args if a.flag == flag]
+            if not theirs:
+                args = [a for a in args if a.flag != flag]
+                continue
+            new_arg = theirs[-1]
+            at = next((k for k, a in enumerate(args) if a.flag == flag), None)
+            if at is not None:
+                args = [a for k, a in enumerate(args) if a.flag != flag or k == at]
+                args[at] = new_arg
+                continue
+            where = len(args)
+            pos = next(k for k, a in enumerate(proposed.args) if a is new_arg)
+            for prev in reversed(proposed.args[:pos]):
+                hits = [k for k, a in enumerate(args) if (a.flag is not None and a.flag == prev.flag)
+                        or (a.flag is None and prev.flag is None and a.values == prev.values)]
+                if hits:
+                    where = hits[-1] + 1
+                    break
+            else:
+                where = 0 if pos == 0 else len(args)
+            args.insert(where, new_arg)
+        gone = [a.values for a in original.args if a.flag is None]
+        for a in proposed.args:  # the positionals the fix dropped (a stray word, a placeholder)
+            if a.flag is None and a.values in gone:
+                gone.remove(a.values)
+        for values in gone:
+            at = next((k for k, a in enumerate(args) if a.flag is None and a.values == values), None)
+            if at is not None:
+                del args[at]
+        return LaunchCommand(self.env, self.launcher, self.engine, self.module, tuple(args), table=self.table)
+
+    @staticmethod
+    def compose(original: "LaunchCommand", fixes: Iterable["LaunchCommand"]) -> "LaunchCommand":
+        """``original`` with every fix applied in turn, each fix's changes taken as its diff
+        against ``original`` (each fix was made from it): :meth:`with_changes_of`. Two fixes
+        changing different flags both hold; a later fix of the same flag wins."""
+        current = original
+        for proposed in fixes:
+            current = current.with_changes_of(original, proposed)
+        return current
+
     def diff(self, other: "LaunchCommand") -> list[tuple[str, Any, Any]]:
         """What changes from ``self`` to ``other``: ``[(flag, old, new), ...]``.
 
@@ -564,11 +670,11 @@ def _parse_args(tokens: list[str], i: int, module: str, table: FlagTable | None 
         kind = spec["kind"] if spec else None
         nargs = spec["nargs"] if spec else None
         if kind in ("store_true", "bool_optional"):
-            if eq:
-                raise LaunchCommandError(
-                    f"flag {name} (token {i}) is a boolean flag and takes no value, got {tok!r}", token=i
-                )
-            args.append(Arg(canon, name, (), negated=negated, **extra))
+            if eq:  # argparse exits 2 ("ignored explicit argument"): kept, the launch-flag-unknown rule reports it
+                args.append(Arg(canon, name, (inline,), equals=True, negated=negated,
+                                **{**extra, "status": extra["status"] or "switch-value"}))
+            else:
+                args.append(Arg(canon, name, (), negated=negated, **extra))
             i += 1
             continue
         if eq:

@@ -15,6 +15,8 @@ fallback) explained by the shipped flag history of 20 releases.
 from __future__ import annotations
 
 import difflib
+import re
+from dataclasses import replace
 from typing import Any
 
 from workbench.checkpoint import read_draft_facts, read_target_facts
@@ -187,8 +189,10 @@ def int_flag(launch: LaunchCommand, flag: str) -> tuple[int | None, str | None]:
 @FAMILY.rule("launch-flag-unknown", severities=("error", "warning"), prevents_start="always",
              summary="a --flag of an SGLang launch that the box's engine's argparse refuses: unknown there (a typo "
                      "such as --speculative-algoritm, or another release's flag), an ambiguous prefix "
-                     "(--cuda-graph-max-bs on 0.5.20+), or a flag that release defines only to refuse it; "
-                     "a warning for a renamed flag still accepted as a deprecated alias",
+                     "(--cuda-graph-max-bs on 0.5.20+), a flag that release defines only to refuse it, a value "
+                     "given to a switch (--enable-torch-compile=true), a value its int/float type refuses "
+                     "(--port <PORT>), a stray word after the flags; a warning for a renamed flag still accepted "
+                     "as a deprecated alias, and for placeholders (..., <PORT>) left in the command",
              fix="the launch command with each flag as the box's release calls it")
 def launch_flag_unknown(facts: Facts) -> list[Finding]:
     """argparse (``allow_abbrev=True``, no SGLang release changes it) exits 2 on a flag it does
@@ -210,12 +214,64 @@ def launch_flag_unknown(facts: Facts) -> list[Finding]:
     the box's source was not read and its release differs or is unknown. A flag the box's release
     still accepts as a deprecated alias of a renamed one is a warning (the server starts). One
     finding lists every such flag, with evidence per flag and one fixed command. Not applied to
-    other launchers."""
+    other launchers.
+
+    Also (each its own finding, the others still reported): a value given to a switch
+    (``--x=true``: "ignored explicit argument"; the fix keeps what it meant: the bare switch,
+    no flag, or ``--no-x``), a replacement flag the command already gives (the old flag dropped,
+    the explicit value kept), stray words (:func:`_stray_words`), placeholders, and values argparse's
+    ``type=int``/``float`` refuses (:func:`_bad_values`). When the release's own deprecation
+    message names a flag it defines (0.4.6 ``--enable-flashinfer-mla``: "Please use
+    '--attention-backend flashinfer' instead."), the fix uses it. ``--help`` is said for what it
+    does: argparse prints the usage and exits 0 without starting the server."""
     from workbench.engine.flag_table import lifetime, replacements
 
     launch = facts.launch
     if launch is None or launch.engine not in ("sglang", "sandbox"):
         return []
+    return _unknown_flags(facts) + _stray_words(facts) + _bad_values(facts)
+
+
+#: The integer flags spec-params-invalid checks (and says more about): not repeated here.
+_SPEC_INT_FLAGS = ("--speculative-num-steps", "--speculative-eagle-topk", "--speculative-num-draft-tokens")
+
+
+def _bad_values(facts: Facts) -> list[Finding]:
+    """Values argparse's ``type=int`` / ``type=float`` refuses (``--port <PORT>``,
+    ``--mem-fraction-static abc``): it exits 2 with "argument --port: invalid int value: '<PORT>'"
+    before anything starts. The types are the box's release's (:attr:`Facts.flag_table`: ``type=``
+    of an ``add_argument`` call, 0.4.6 ``srt/server_args.py``:409 ``--port`` ``type=int``; the field's
+    annotation, 0.5.23 ``fields/serving.py``:66 ``port: A[int, …]``), converted as argparse does (Python's
+    ``int()`` / ``float()``). One error finding lists every such value; no fix (the real value is
+    the user's)."""
+    launch, table = facts.launch, facts.flag_table
+    bad: list[tuple[str, str, str]] = []
+    for a in launch.args:
+        if a.flag is None or a.status is not None or a.flag in _SPEC_INT_FLAGS:
+            continue
+        vtype = (table.spec(a.flag) or {}).get("type")
+        if vtype not in ("int", "float"):
+            continue
+        for v in a.values:
+            try:
+                (int if vtype == "int" else float)(v)
+            except ValueError:
+                bad.append((a.flag, vtype, v))
+    if not bad:
+        return []
+    said = "; ".join(f"{f} {v!r}: argparse stops the server with \"argument {f}: invalid {t} value: {v!r}\""
+                     for f, t, v in bad)
+    return [Finding("launch-flag-unknown", "error", f"values of the wrong type: {said}; give "
+                    + (f"a value of type {bad[0][1]}" if len(bad) == 1 else "each flag a value of its type"),
+                    {"bad_values": ev([{"flag": f, "type": t, "value": v} for f, t, v in bad], "launch command"),
+                     "flag_table": table.describe()}, None)]
+
+
+def _unknown_flags(facts: Facts) -> list[Finding]:
+    """The flags argparse refuses (see :func:`launch_flag_unknown`), one finding."""
+    from workbench.engine.flag_table import lifetime, replacements
+
+    launch = facts.launch
     table = facts.flag_table
     engine_version = facts.engine_version
     if table.origin == "box" and launch.table is not table:
@@ -229,7 +285,7 @@ def launch_flag_unknown(facts: Facts) -> list[Finding]:
         if a.flag is None or not a.flag.startswith("--") or any(a.flag == b.flag for b in refused + deprecated):
             continue
         spec = table.spec(a.flag) if a.status is None else None
-        if a.status in ("unknown", "ambiguous") or (spec and spec.get("deprecated") == "refused"):
+        if a.status in ("unknown", "ambiguous", "switch-value") or (spec and spec.get("deprecated") == "refused"):
             refused.append(a)
         elif spec and spec.get("deprecated") in ("alias", "warn") and spec.get("new_flag"):
             deprecated.append(a)
@@ -251,6 +307,16 @@ def launch_flag_unknown(facts: Facts) -> list[Finding]:
     fixed = launch
     for a in refused + deprecated:
         flag = a.flag
+        if a.status == "switch-value":
+            sentences.append(_switch_value_sentence(a, where, table))
+            meant = a.value()
+            per_flag[flag] = {"status": a.status, "written": a.tokens(), "candidates": [],
+                              "kind": (table.spec(flag) or {}).get("kind"), "meant": meant}
+            try:
+                fixed = fixed.with_flag(flag, meant)
+            except LaunchCommandError as exc:
+                per_flag[flag]["fix_error"] = str(exc)
+            continue
         seen_in = lifetime(flag)
         spec = table.spec(flag) if a.status is None else None
         found = replacements(flag, table)
@@ -258,17 +324,21 @@ def launch_flag_unknown(facts: Facts) -> list[Finding]:
         notes = [r["note"] for r in found if not r["flag"]]
         said = (release, spec["note"]) if spec and spec.get("note") else _deprecation_note(flag)
         drop = False
+        if not reps and said:  # the release's own message names the flag to use (and its value)
+            named = _note_replacement(said[1], flag, table, launch)
+            if named is not None:
+                reps = [named]
         if not reps and not notes and spec and spec.get("deprecated") == "refused":
             drop = True
         if not reps and not notes and a.status is not None:
-            if seen_in:  # a flag of other releases, with no successor here: the server starts without it
+            if seen_in or flag == "--help":  # a flag of other releases, with no successor here: the server starts without it
                 drop = True
             else:
                 pool = secret_flags if is_secret_flag(flag) else list(table.flags)
                 close = difflib.get_close_matches(flag, pool, n=1)
                 if close:
                     reps = [{"flag": close[0], "value": None, "how": "closest", "note": None}]
-        hist = (f"a flag of SGLang {seen_in}" if seen_in
+        hist = (_history_words(flag, seen_in) if seen_in
                 else f"not a flag of any SGLang release the workbench read ({_history_span()})")
         field = _history_field(flag)
         if field and seen_in:
@@ -276,6 +346,10 @@ def launch_flag_unknown(facts: Facts) -> list[Finding]:
         if a.status == "ambiguous":
             what = (f"an ambiguous prefix of {', '.join(a.candidates)}; argparse refuses it ('ambiguous option') "
                     "and the server will not start")
+        elif a.status == "unknown" and flag == "--help":
+            what = ("argparse's help option: it prints the usage and exits 0 without starting the server; "
+                    "drop it to start one")
+            drop = True
         elif a.status == "unknown":
             what = "not a flag; argparse stops the server with 'unrecognized arguments'"
         elif spec and spec.get("deprecated") == "refused":
@@ -285,21 +359,39 @@ def launch_flag_unknown(facts: Facts) -> list[Finding]:
             what = (f"a deprecated alias, accepted with a warning, of {spec.get('new_flag')}"
                     + (f"; releases after {gone} refuse it" if gone else ""))
         if said and (a.status is not None or spec.get("deprecated") == "refused"):
-            what += f" (SGLang {said[0]} marks it deprecated: {said[1]!r})"
+            how, _, text = said[1].partition(": ")
+            if how not in ("refused", "alias", "warn"):
+                how, text = ("refused" if spec and spec.get("deprecated") == "refused" else ""), said[1]
+            if how == "refused":
+                what += f" (SGLang {said[0]} refuses it with: {text!r})"
+            else:
+                what += f" (SGLang {said[0]} marks it deprecated: {(text or said[1])!r})"
+        given = (reps and reps[0]["how"] != "closest" and reps[0]["flag"] != flag
+                 and any(b.flag == reps[0]["flag"] and b.status is None for b in launch.args))
         if reps:
             r = reps[0]
             target = r["flag"] + (f"={r['value']}" if r["value"] else "")
             if r["how"] == "closest":
                 advice = f"; did you mean {r['flag']}?"
+            elif given:
+                advice = (f"; the command already gives {r['flag']} {_shown(launch.get(r['flag']))}: drop {flag} and "
+                          f"keep that explicit value")
             else:
                 advice = f"; replace it with {target}"
         elif notes:
             advice = f"; replace it with {notes[0]}"
+        elif drop and said and (m := _NOTE_FLAG.search(said[1])) and table.resolve(m.group(1)).status == "known":
+            advice = (f"; drop it ({m.group(1)}, which the message names, needs a value this command does not give: "
+                      "set it as the message says if you need it)")
         elif drop:
             advice = f"; sglang {release} has no flag for it: drop it"
         else:
             advice = ""
-        sentences.append(f"{flag}: {hist}; {where}, it is {what}{advice}")
+        if flag == "--help":  # argparse's own option (add_help=True in every release): not a fault of the flags
+            sentences.append("--help: argparse's help option: it prints the usage and exits 0 without starting the "
+                             "server; drop it to start one")
+        else:
+            sentences.append(f"{flag}: {hist}; {where}, it is {what}{advice}")
         per_flag[flag] = {
             "status": a.status or (spec.get("deprecated") if spec else None),
             "written": a.tokens(),
@@ -312,7 +404,10 @@ def launch_flag_unknown(facts: Facts) -> list[Finding]:
         if said:
             per_flag[flag]["sglang_note"] = ev(said[1], f"sglang {said[0]} srt/server_args.py")
         try:
-            if reps:
+            if given:
+                fixed = fixed.without_flag(flag)
+                per_flag[flag]["kept"] = {reps[0]["flag"]: launch.get(reps[0]["flag"])}
+            elif reps:
                 r = reps[0]
                 values = list(a.values)
                 rspec = table.spec(r["flag"]) or {}
@@ -330,13 +425,14 @@ def launch_flag_unknown(facts: Facts) -> list[Finding]:
         except LaunchCommandError as exc:
             per_flag[flag]["fix_error"] = str(exc)
     shown = [a.flag for a in refused + deprecated]
-    names = [a.flag for a in refused]
+    # a switch given a value and --help are flags of the release: said in their own sentences
+    names = [a.flag for a in refused if a.status != "switch-value" and a.flag != "--help"]
     lead = (f"{', '.join(names)}: not {'a flag' if len(names) == 1 else 'flags'} of sglang {release}'s launch_server "
-            "as written" if refused else "")
+            "as written" if names else "")
     if deprecated:
         lead += ("; " if lead else "") + (f"{', '.join(a.flag for a in deprecated)}: renamed, still accepted by "
                                           f"sglang {release} as deprecated " + ("aliases" if len(deprecated) > 1 else "alias"))
-    message = " ".join(x if x.endswith(("?", ".")) else x + "." for x in [lead] + sentences)
+    message = " ".join(x if x.endswith(("?", ".")) else x + "." for x in [lead] + sentences if x)
     evidence = {"unknown_flags": ev([a.flag for a in refused], "launch command"),
                 "flags": per_flag,
                 "engine_version": ev(engine_version, "box" if engine_version else None),
@@ -345,6 +441,173 @@ def launch_flag_unknown(facts: Facts) -> list[Finding]:
         evidence["deprecated_flags"] = ev([a.flag for a in deprecated], "launch command")
     return [Finding("launch-flag-unknown", severity, message, evidence,
                     fixed.to_string() if fixed is not launch else None)]
+
+
+_NOTE_FLAG = re.compile(r"(?:use|set)\s+[`'\"]?(--[A-Za-z0-9][\w-]*)(?:[ =]([\w.-]+))?[`'\"]?"
+                        r"(?:\s+to\s+(?:[`'\"]([\w.-]+)[`'\"]|the same value as\s+[`'\"]?(--[A-Za-z0-9][\w-]*)))?")
+
+
+#: Words a user pasted in place of real ones (public reports write them): ``...``, ``…``,
+#: ``<PORT>``, ``<MODEL_PATH>``, ``{model}``, ``$MODEL`` left unexpanded by quoting.
+_PLACEHOLDER = re.compile(r"^(\.{2,}|…|<[^<>\s]+>|\{[A-Za-z_][\w-]*\}|YOUR_[A-Z_]+|\[[A-Z_]+\])$")
+
+
+#: A placeholder inside a value: ``<DRAFT_DIR>/Qwen3-14B-EAGLE3``.
+_PLACEHOLDER_IN = re.compile(r"<[A-Za-z_][\w-]*>")
+
+
+def _stray_words(facts: Facts) -> list[Finding]:
+    """Words after the launcher that are neither a flag nor a flag's value (``--tp 8 extra``,
+    ``--disable-radix-cache 1``: the switch takes no value), and placeholders (``...``,
+    ``<PORT>``) wherever they stand. Every SGLang release read calls ``parser.parse_args(argv)``
+    (0.4.6 ``srt/server_args.py``:1261, 0.5.9 :5591, 0.5.23 :696), not ``parse_known_args``:
+    argparse exits 2 with "unrecognized arguments: …" on a stray word. ``sglang serve <model>``'s
+    first positional is the model path (``cli/serve.py``), not a stray word. Stray words: an
+    error, the fix drops them; placeholders: a warning naming them (the server would refuse them:
+    a positional one is an unrecognized argument, a flag's value one fails the flag's type or names
+    no file), the fix drops positional ones."""
+    launch = facts.launch
+    stray = [(k, a) for k, a in enumerate(launch.args) if a.flag is None and not a.positional]
+    placeholders_pos = [(k, a) for k, a in stray if _PLACEHOLDER.match(a.values[0])]
+    words = [(k, a) for k, a in stray if not _PLACEHOLDER.match(a.values[0]) and a.values[0] != "--"]
+    placeholders_val = [(a.flag, v) for a in launch.args if a.flag is not None for v in a.values
+                        if _PLACEHOLDER.match(v) or _PLACEHOLDER_IN.search(v)]
+    out: list[Finding] = []
+    where = "every SGLang release read (0.4.6 … 0.5.23) parses with parser.parse_args (0.5.23 srt/server_args.py:696)"
+    if words:
+        shown = " ".join(a.values[0] for _k, a in words)
+        keep = tuple(a for k, a in enumerate(launch.args) if not any(k == j for j, _ in words))
+        fixed = replace(launch, args=keep, text="")
+        said_each = []
+        for k, a in words:
+            f = _previous_flag(launch, k)
+            right_after = k > 0 and launch.args[k - 1].flag == f
+            said_each.append(f"{a.values[0]!r} after {f}" + (" (a switch: it takes no value)"
+                                                             if right_after and _is_switch(facts, f) else "")
+                             if f else f"{a.values[0]!r} before any flag")
+        said = "; ".join(said_each)
+        out.append(Finding("launch-flag-unknown", "error",
+                           f"stray words after the launcher that are neither flags nor flag values: {said}. argparse "
+                           f"stops the server with 'unrecognized arguments: {shown}'; drop them (or give the flag "
+                           "they were meant for)",
+                           {"stray_words": ev([a.values[0] for _k, a in words], "launch command"),
+                            "parser": where},
+                           fixed.to_string()))
+    if placeholders_pos or placeholders_val:
+        names = [a.values[0] for _k, a in placeholders_pos] + [v for _f, v in placeholders_val]
+        parts = []
+        if placeholders_pos:
+            parts.append("in place of arguments: " + ", ".join(a.values[0] for _k, a in placeholders_pos)
+                         + " (argparse: 'unrecognized arguments')")
+        if placeholders_val:
+            parts.append("as values: " + ", ".join(f"{f} {v}" for f, v in placeholders_val)
+                         + " (a value the flag's type refuses, or a path that does not exist)")
+        keep = tuple(a for k, a in enumerate(launch.args) if not any(k == j for j, _ in placeholders_pos))
+        fixed = replace(launch, args=keep, text="")
+        out.append(Finding("launch-flag-unknown", "warning",
+                           f"the command holds placeholders {', '.join(dict.fromkeys(names))} (words a report or a "
+                           f"template writes for the real ones) {'; '.join(parts)}: the server would refuse them; "
+                           "put the real values in" + ("; the fix drops the positional ones" if placeholders_pos else ""),
+                           {"placeholders": ev(names, "launch command"), "parser": where},
+                           fixed.to_string() if placeholders_pos else None))
+    return out
+
+
+def _previous_flag(launch: LaunchCommand, k: int) -> str | None:
+    """The flag of the nearest argument before ``launch.args[k]``, ``None`` when none."""
+    return next((a.flag for a in reversed(launch.args[:k]) if a.flag is not None), None)
+
+
+def _is_switch(facts: Facts, flag: str) -> bool:
+    spec = facts.flag_table.spec(flag) or {}
+    return spec.get("kind") in ("store_true", "bool_optional")
+
+
+def _note_replacement(note: str, flag: str, table: Any, launch: LaunchCommand) -> dict | None:
+    """The flag (and value) a release's deprecation message tells the user to use instead of
+    ``flag``, when ``table`` defines it (not itself deprecated): ``{flag, value, how:
+    "deprecation-note", note}``, else ``None``. The messages read (the history's
+    ``deprecated`` notes, from each release's ``srt/server_args.py`` ``DeprecatedAction`` help):
+    0.4.6 ``--enable-flashinfer-mla``: "Please use '--attention-backend flashinfer' instead."; 0.5.3
+    ``--enable-deepep-moe``: "Please set `--moe-a2a-backend` to 'deepep' instead."; 0.5.3
+    ``--enable-ep-moe``: "Please set `--ep-size` to the same value as `--tp-size` instead." (the
+    value is the command's ``--tp-size``; none when the command gives none)."""
+    m = _NOTE_FLAG.search(note)
+    if not m or m.group(1) == flag:
+        return None
+    res = table.resolve(m.group(1))
+    if res.status != "known" or res.negated:
+        return None
+    new = res.canon
+    spec = table.spec(new)
+    if spec is None or spec.get("deprecated"):
+        return None
+    value = m.group(2) or m.group(3)
+    if m.group(4):
+        value = launch.get(m.group(4))
+        if not isinstance(value, str):
+            return None
+    if value is None and spec.get("kind") not in ("store_true", "bool_optional"):
+        return None
+    return {"flag": new, "value": value, "how": "deprecation-note", "note": note}
+
+
+def _history_words(flag: str, seen_in: str) -> str:
+    """Where the history has ``flag``, the releases that define it only to refuse it
+    (``DeprecatedAction``) said so: "defined only to refuse it in SGLang 0.4.6–0.4.7", "a flag of
+    SGLang 0.4.6–0.5.2, defined only to refuse it in 0.5.3, 0.5.4"."""
+    row = _history_row(flag)
+    refusing = [r for r, n in (row.get("deprecated") or {}).items() if str(n).startswith("refused")]
+    if not refusing:
+        return f"a flag of SGLang {seen_in}"
+    real = [r for r in row.get("releases") or [] if r not in refusing]
+    only = ", ".join(refusing)
+    if not real:
+        return f"defined only to refuse it in SGLang {only}"
+    return f"a flag of SGLang {', '.join(_spans(real))}, defined only to refuse it in {only}"
+
+
+def _spans(releases: list[str]) -> list[str]:
+    """Consecutive releases of the history as ``a–b`` spans."""
+    from workbench.engine.flag_table import flag_history
+
+    order = flag_history()["releases"]
+    idx = sorted(order.index(r) for r in releases if r in order)
+    out, start = [], None
+    for k, i in enumerate(idx):
+        if start is None:
+            start = i
+        if k + 1 == len(idx) or idx[k + 1] != i + 1:
+            out.append(order[start] if start == i else f"{order[start]}–{order[i]}")
+            start = None
+    return out
+
+
+def _shown(value: Any) -> str:
+    """A flag's value as the command wrote it (a list space-joined, a switch as ``on``)."""
+    if value is True:
+        return "(on)"
+    return " ".join(map(str, value)) if isinstance(value, list) else str(value)
+
+
+def _switch_value_sentence(a: Any, where: str, table: Any) -> str:
+    """The sentence for a value given to a switch (``--enable-torch-compile=true``): argparse's
+    ``_StoreTrueAction`` / ``BooleanOptionalAction`` take no argument, so ``--x=value`` exits 2
+    with "argument --x: ignored explicit argument 'value'" (CPython ``argparse.py``
+    ``consume_optional``: ``arg_count == 0`` with an explicit argument); the fix keeps what the
+    value meant: ``true`` → the bare switch, ``false`` → no flag (``--no-x`` for a ``--x/--no-x``
+    flag)."""
+    kind = (table.spec(a.flag) or {}).get("kind")
+    written = a.values[0] if a.values else ""
+    if a.value():
+        fix = f"write {a.spelled} without a value"
+    elif kind == "bool_optional":
+        fix = f"write --no-{a.flag[2:]}"
+    else:
+        fix = "drop it (the switch is off when absent)"
+    what = "a --x/--no-x switch" if kind == "bool_optional" else "a switch (store_true)"
+    return (f"{a.spelled}={written}: {where}, {a.flag} is {what} and takes no value; argparse stops the server "
+            f"with 'ignored explicit argument {written!r}'; {fix}")
 
 
 def _history_row(flag: str) -> dict:
@@ -595,8 +858,8 @@ def _flag_changes(launch: LaunchCommand | None, proposed: str | None) -> dict:
     ``{}`` when ``proposed`` is no launch command."""
     if launch is None or not proposed:
         return {}
-    try:
-        fixed = LaunchCommand.parse(proposed)
+    try:  # read against the command's own table (the box's): the same flags resolve to the same names
+        fixed = LaunchCommand.parse(proposed, launch.table)
     except ValueError:
         return {}
     return {flag: new for flag, _old, new in launch.diff(fixed) if flag.startswith("--")}
