@@ -65,7 +65,7 @@ from workbench.engine.modelled import DRAFT_CLASS_FILES
 from workbench.engine.source import EngineSource, _walk_definitions
 
 __all__ = ["PathEntry", "CodePathMap", "LANDMARKS", "code_path_map", "DRAFT_CLASS_FILES", "map_for_launch",
-           "WorkerChoice", "eagle_worker", "server_worker_inputs",
+           "AuxSwitch", "aux_capture_switch", "WorkerChoice", "eagle_worker", "server_worker_inputs",
            "Swallowed", "swallowed_on_path"]
 
 SPEC_AUX_FILE = "srt/model_executor/model_runner_components/spec_aux_hidden_state.py"
@@ -611,6 +611,107 @@ def _m_capture_call(stmt, parents, text):
     return any(_calls_attr(n, "set_eagle3_layers_to_capture") for n in _own_exprs(stmt))
 
 
+def _flag_gate(stmt: ast.stmt, parents: Sequence[ast.AST]) -> Optional[tuple[ast.If, bool]]:
+    """The test on ``use_aux_hidden_state`` that decides whether ``stmt`` (the capture call) runs:
+    an enclosing ``if`` whose condition names it (SGLang 0.5.8 … 0.5.15 ``model_runner.py``: ``if
+    self.eagle_use_aux_hidden_state:``; 0.5.18 … ``attention_backend_setup.py:54``: ``if
+    eagle_use_aux_hidden_state:``) → ``(if, False)``, else an earlier ``if ...: return`` in the same
+    function (the sandbox's ``if not config.eagle_use_aux_hidden_state: return``) → ``(if, True)``;
+    ``None`` when nothing gates it (0.5.7 and older never read the key)."""
+    for p in reversed(parents):
+        if isinstance(p, ast.If) and any(isinstance(n, (ast.Name, ast.Attribute)) and
+                                         (getattr(n, "id", None) or getattr(n, "attr", "")).endswith(
+                                             "use_aux_hidden_state") and "dflash" not in
+                                         (getattr(n, "id", None) or getattr(n, "attr", ""))
+                                         for n in ast.walk(p.test)):
+            return p, False
+        if isinstance(p, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            for s in p.body:
+                if getattr(s, "lineno", 0) >= stmt.lineno:
+                    break
+                if isinstance(s, ast.If) and s.body and isinstance(s.body[-1], ast.Return) and any(
+                        isinstance(n, (ast.Name, ast.Attribute)) and
+                        (getattr(n, "id", None) or getattr(n, "attr", "")) == "eagle_use_aux_hidden_state"
+                        for n in ast.walk(s.test)):
+                    return s, True
+            break
+    return None
+
+
+def _d_capture_call(stmt, parents, text, ctx):
+    gate = _flag_gate(stmt, parents)
+    if gate is None:
+        return None
+    node, early = gate
+    cond = _seg(text, node.test)
+    how = (f"skipped by `if {cond}: return` (line {node.lineno})" if early
+           else f"runs only when `{cond}` (line {node.lineno})")
+    return (f"{how}: that flag is the draft's eagle_config.use_aux_hidden_state (default true); false means the "
+            "target captures no aux states and the draft's fc is skipped")
+
+
+@dataclass(frozen=True)
+class AuxSwitch:
+    """Where the engine reads the draft's ``eagle_config.use_aux_hidden_state`` and the test that
+    skips the aux capture when it is false (:func:`aux_capture_switch`). ``read`` / ``gate``:
+    ``(absolute file, line, code)``; ``default``: the ``.get`` default's source text; ``condition``:
+    the gate's test as written (``not ...`` for an early return)."""
+
+    read: tuple[str, int, str]
+    default: Optional[str]
+    gate: Optional[tuple[str, int, str]]
+    condition: Optional[str]
+
+
+def aux_capture_switch(src: EngineSource) -> Optional[AuxSwitch]:
+    """The box's read of ``eagle_config.get("use_aux_hidden_state", ...)`` (SGLang 0.5.8
+    ``model_runner.py:336``, 0.5.23 ``model_runner_components/spec_aux_hidden_state.py:189``) and
+    the gate around the capture call (0.5.8 ``model_runner.py:587``, 0.5.23
+    ``attention_backend_setup.py:54``), found with :mod:`ast` in the aux set-up files, else in the
+    files under ``srt/`` (not ``srt/models``) holding the key; ``None`` when the release never
+    reads it (0.4.6 … 0.5.7): it always captures under EAGLE3. Box errors propagate."""
+    files = [SPEC_AUX_FILE, MODEL_RUNNER_FILE]
+    hits = src.grep(["use_aux_hidden_state"])["use_aux_hidden_state"]
+    files += sorted({r for r, _ in hits if r.startswith("srt/") and not r.startswith("srt/models/")} - set(files))
+    read = None
+    for rel in files:
+        tree = src.tree(rel)
+        if tree is None:
+            continue
+        text = src.read(rel) or ""
+        for stmt, _parents in _in_order(tree):
+            call = next((n for n in _own_exprs(stmt) if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
+                         and n.func.attr == "get" and n.args and isinstance(n.args[0], ast.Constant)
+                         and n.args[0].value == "use_aux_hidden_state"), None)
+            if call is not None:
+                line = _first_line(stmt)
+                read = (src.path(rel), line, " ".join(_seg(text, stmt).split()),
+                        _seg(text, call.args[1]) if len(call.args) > 1 else None)
+                break
+        if read is not None:
+            break
+    if read is None:
+        return None
+    gate = None
+    for rel in ["srt/model_executor/model_runner_components/attention_backend_setup.py"] + files:
+        tree = src.tree(rel)
+        if tree is None:
+            continue
+        text = src.read(rel) or ""
+        for stmt, parents in _in_order(tree):
+            if _m_capture_call(stmt, parents, text):
+                g = _flag_gate(stmt, parents)
+                if g is not None:
+                    node, early = g
+                    cond = _seg(text, node.test)
+                    gate = (src.path(rel), node.lineno, text.splitlines()[node.lineno - 1].strip(),
+                            cond if not early else f"{cond} → return")
+                    break
+        if gate is not None:
+            break
+    return AuxSwitch(read[:3], read[3], gate[:3] if gate else None, gate[3] if gate else None)
+
+
 def _capture_compare(stmt) -> Optional[ast.Compare]:
     for n in _own_exprs(stmt):
         if isinstance(n, ast.Compare) and any(isinstance(op, ast.In) for op in n.ops) and any(
@@ -781,7 +882,8 @@ LANDMARKS: tuple[Landmark, ...] = (
              "set_eagle3_layers_to_capture(",
              lambda c: ("srt/model_executor/model_runner_components/attention_backend_setup.py", SPEC_AUX_FILE,
                         MODEL_RUNNER_FILE),
-             _m_capture_call, where=lambda rel: rel.startswith("srt/") and not rel.startswith("srt/models/")),
+             _m_capture_call, where=lambda rel: rel.startswith("srt/") and not rel.startswith("srt/models/"),
+             detail=_d_capture_call),
     # target-offset-rule is computed from the target class (see _target_offset_rule)
     Landmark("target-capture-point",
              "in the target's forward the hidden state entering layer i is captured when i is in "
