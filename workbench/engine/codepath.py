@@ -758,15 +758,45 @@ def _d_width_check(stmt, parents, text, ctx):
             "and no error is raised")
 
 
+def _str_const(node: ast.AST) -> bool:
+    return isinstance(node, ast.Constant) and isinstance(node.value, str)
+
+
+def _rename_pairs(stmt: ast.stmt) -> list[tuple[str, str, str]]:
+    """The literal renames ``stmt`` itself makes, ``[(kind, old, new)]``: a dict literal of string
+    pairs (SGLang 0.5.12 … ``llama_eagle3.py``: ``legacy_name_map = {"midlayer.": ...}``),
+    ``str.replace("a", "b")`` and ``re.sub(r"^a", "b", name)`` (0.5.12 ``kimi_k25_eagle3.py:397``:
+    ``re.sub(r"^layers\\.0\\.", "midlayer.", name)``) — the forms
+    :func:`workbench.engine.drafts.load_weights_facts` reads as renames."""
+    out: list[tuple[str, str, str]] = []
+    if isinstance(stmt, (ast.Assign, ast.AnnAssign)) and isinstance(stmt.value, ast.Dict) and stmt.value.keys \
+            and all(k is not None and _str_const(k) and _str_const(v)
+                    for k, v in zip(stmt.value.keys, stmt.value.values)):
+        out += [("dict", k.value, v.value) for k, v in zip(stmt.value.keys, stmt.value.values)]
+    if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return out
+    for n in _own_exprs(stmt):
+        if not (isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and len(n.args) >= 2
+                and _str_const(n.args[0]) and _str_const(n.args[1])):
+            continue
+        if n.func.attr == "replace" and len(n.args) == 2:
+            out.append(("str.replace", n.args[0].value, n.args[1].value))
+        elif n.func.attr == "sub" and isinstance(n.func.value, ast.Name) and n.func.value.id == "re":
+            out.append(("re.sub", n.args[0].value, n.args[1].value))
+    return out
+
+
 def _m_renames(stmt, parents, text):
-    return isinstance(stmt, ast.Assign) and isinstance(stmt.value, ast.Dict) and any(
-        isinstance(k, ast.Constant) and isinstance(k.value, str) and "midlayer" in k.value for k in stmt.value.keys)
+    """A statement of the draft's ``load_weights`` that renames checkpoint names with literal
+    strings (:func:`_rename_pairs`), whatever form the release uses."""
+    return _in_load_weights(parents) and bool(_rename_pairs(stmt))
 
 
 def _d_renames(stmt, parents, text, ctx):
-    pairs = [f"{k.value}→{v.value}" for k, v in zip(stmt.value.keys, stmt.value.values)
-             if isinstance(k, ast.Constant) and isinstance(v, ast.Constant)]
-    return "substring renames: " + ", ".join(pairs)
+    pairs = _rename_pairs(stmt)
+    kind = pairs[0][0]
+    how = {"dict": "substring renames (dict)", "str.replace": "str.replace", "re.sub": "re.sub"}[kind]
+    return f"{how}: " + ", ".join(f"{old}→{new}" for _, old, new in pairs)
 
 
 def _in_load_weights(parents) -> bool:
@@ -902,8 +932,9 @@ LANDMARKS: tuple[Landmark, ...] = (
              "load_weights starts by collecting the draft's parameters by name (nothing is loaded yet)",
              "params_dict", lambda c: c.draft_load_files, _m_params_dict, detail=_d_params_dict, grep_fallback=False),
     Landmark("draft-weight-renames",
-             "load_weights renames legacy checkpoint names by substring before matching parameters",
-             "midlayer", lambda c: c.draft_load_files, _m_renames, detail=_d_renames, grep_fallback=False),
+             "load_weights renames checkpoint names (a dict of substrings, str.replace or re.sub) before "
+             "matching parameters",
+             "load_weights", lambda c: c.draft_load_files, _m_renames, detail=_d_renames, grep_fallback=False),
     Landmark("draft-weight-drop",
              "load_weights skips a checkpoint tensor whose name matches no parameter, with no warning",
              "params_dict", lambda c: c.draft_load_files, _m_weight_drop, detail=_d_weight_drop, silent=True,
