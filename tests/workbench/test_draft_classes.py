@@ -267,6 +267,26 @@ def test_mla_draft_is_unknown_to_0_5_9(box, tmp_path, sglang_release):
     f = by_rule(rep, "unknown-draft-architecture")
     assert f.evidence["registered_draft_classes"]["value"] == ["LlamaForCausalLMEagle3"]
     assert "weights-missing" not in rep.rules  # the weight rules do not apply to a class the engine lacks
+    # not "the engine builds it": 0.5.9 has no such class; it is registered from 0.5.12 on
+    assert "the engine builds" not in f.message
+    assert "Eagle3DeepseekV2ForCausalLM is not registered by this release" in f.message
+    assert "registered from SGLang 0.5.12 on (srt/models/kimi_k25_eagle3.py)" in f.message
+    # no relabel to LlamaForCausalLMEagle3: the MLA tensors do not load into it (0.5.9 llama_eagle3.py
+    # load_weights: midlayer.*, no q_a_proj / kv_b_proj parameters)
+    assert f.evidence["proposed_architecture"] is None
+    misfit = f.evidence["tensors_that_do_not_fit"]["value"]
+    assert "layers.0.self_attn.kv_a_layernorm.weight" in misfit
+    assert f.evidence["tensors_that_do_not_fit"]["source"] == ("LlamaForCausalLMEagle3.load_weights (13 tensors "
+                                                               "dropped, raising or of another shape)")
+    assert "architectures" not in f.fix and "SGLang 0.5.12 or later" in f.fix
+    from workbench.doctor.run import gather_facts
+    from workbench.engine.launch import LaunchCommand
+    from workbench.rules.configs import config_fixes
+
+    facts = gather_facts(box, LaunchCommand.parse(launch(target, draft)), engine_root=str(sglang_release("0.5.9")),
+                         engine_version="0.5.9")
+    fixes = [x for x in config_fixes(facts, rep.findings, {}) if x.rules == ("unknown-draft-architecture",)]
+    assert [x.kind for x in fixes] == ["none"] and not any(x.repair for x in fixes)
 
 
 @pytest.mark.parametrize("version, rules, prevents", [

@@ -39,7 +39,17 @@ from typing import Any
 from remote.errors import RemoteFileNotFound
 
 __all__ = ["DraftClass", "Module", "LmHead", "LoadWeights", "registered_draft_classes", "load_weights_facts",
-           "entry_classes", "worker_lm_head_source", "follow"]
+           "entry_classes", "worker_lm_head_source", "follow", "DRAFT_CLASS_HISTORY"]
+
+#: The first published SGLang release (of the 20 read, 0.4.6 … 0.5.23) whose ``srt/models``
+#: defines each EAGLE draft class, and its file; found by hand (``grep -ln '^class
+#: Eagle3DeepseekV2ForCausalLM' srt/models/*.py`` in each unpacked wheel: absent in 0.5.10, in
+#: ``kimi_k25_eagle3.py`` from 0.5.12). ``0.4.6`` = the oldest release read (it may be older).
+DRAFT_CLASS_HISTORY = {
+    "LlamaForCausalLMEagle3": ("0.4.6", "srt/models/llama_eagle3.py"),
+    "LlamaForCausalLMEagle": ("0.4.6", "srt/models/llama_eagle.py"),
+    "Eagle3DeepseekV2ForCausalLM": ("0.5.12", "srt/models/kimi_k25_eagle3.py"),
+}
 
 #: Constructor names that build no parameters (skipped from a class's module list).
 _PARAMLESS = ("LogitsProcessor", "Pooler", "MultimemAllGatherer", "BumpAllocator", "DraftParallelSpec",

@@ -182,13 +182,13 @@ def aux_config_unread(facts: Facts) -> list[Finding]:
     offset rule). The ``try`` covers only that read: a value that is there is handed on unchecked
     (ids that are not ints are ``aux-layer-ids-invalid``). A warning when ``eagle_config`` is not an
     object or the ids are only at top level (the draft's width code and the capture path then
-    disagree); ``info`` when absent altogether (the engine's default layers, which SpecForge also
+    disagree; not for an EAGLE-1/2 draft, fc 2× hidden: ``algorithm-mismatch``); ``info`` when absent altogether (the engine's default layers, which SpecForge also
     trains with when none are written: not a fault by itself). An error when ``eagle_config`` is a
     non-empty value that is not an object (a list, a string): the draft's own constructor reads it
     unguarded (SGLang 0.5.23 ``llama_eagle3.py:169-174``: ``(getattr(config, "eagle_config", None)
     or {}).get("norm_before_fc", ...)``) and raises ``AttributeError`` while the server loads."""
-    if not _eagle3_pair(facts):
-        return []
+    if not _eagle3_pair(facts) or facts.draft.is_eagle1_like:
+        return []  # an EAGLE-1/2 draft under EAGLE3 takes no aux ids: algorithm-mismatch says relaunch with EAGLE
     draft, target = facts.draft, facts.target
     nested, top = draft.aux_layer_ids, draft.aux_layer_ids_top_level
     if nested is not None:
@@ -449,7 +449,8 @@ def aux_count_mismatch(facts: Facts) -> list[Finding]:
     inputs, ``num_aux`` = ``num_aux_hidden_states``, else the length of the nested ids, else 3, and
     concatenates that many captured states; a checkpoint ``fc.weight`` of another width either
     fails the loader's shape assert or (a 1×-wide input) is skipped by the width check. Also
-    reported for a checkpoint whose ``fc.weight`` has the right rows but the wrong columns."""
+    reported for a checkpoint whose ``fc.weight`` has the right rows but the wrong columns. For an EAGLE-1/2 draft (fc 2× hidden, ``DraftFacts.is_eagle1_like``)
+    the finding is ``evidence["consequence_of"] = "algorithm-mismatch"`` and gets no fix of its own."""
     out = shape_findings(facts.weights, "aux-count-mismatch") if facts.weights is not None else []
     if not _eagle3_pair(facts):
         return out
@@ -463,11 +464,13 @@ def aux_count_mismatch(facts: Facts) -> list[Finding]:
         return [f for f in out if f.evidence.get("param") != "model.fc.weight"]
     if draft.fc_in_features is None or th is None or n_aux * th == draft.fc_in_features:
         return out
+    evidence = {"fc_in_features": ev(draft.fc_in_features, draft.sources.get("fc_in_features")),
+                "num_aux": ev(n_aux, n_aux_src), "target_hidden": th}
+    if draft.is_eagle1_like:  # an EAGLE-1/2 fc (2× hidden) under EAGLE3: algorithm-mismatch's relaunch fixes it
+        evidence["consequence_of"] = "algorithm-mismatch"
     return [Finding("aux-count-mismatch", "error",
                     f"fc.weight takes {draft.fc_in_features} inputs but the engine feeds {n_aux} aux states × "
-                    f"{th} = {n_aux * th}: the draft fails to load or its fc is skipped",
-                    {"fc_in_features": ev(draft.fc_in_features, draft.sources.get("fc_in_features")),
-                     "num_aux": ev(n_aux, n_aux_src), "target_hidden": th}, None)] + out
+                    f"{th} = {n_aux * th}: the draft fails to load or its fc is skipped", evidence, None)] + out
 
 
 def _eagle_config_repair(facts: Facts, ids: list[int], why: str) -> DraftRepair:
@@ -506,6 +509,8 @@ def aux_fixes(facts: Facts, findings: list[Finding], given: dict) -> list[Fix]:
     for f in findings:
         if draft is None:
             break
+        if f.evidence.get("consequence_of") == "algorithm-mismatch":
+            continue  # an EAGLE-1/2 draft under EAGLE3: no EAGLE-3 repair applies, the relaunch with EAGLE does
         if f.rule == "target-no-aux-capture":
             out.append(Fix("none", (f.rule,), "the target class cannot capture aux hidden states",
                            missing=f"an engine release whose {facts.target_architecture} implements "
