@@ -318,7 +318,9 @@ class Facts:
         # takes both from the target (SGLang eagle_worker*.py init_lm_head, its else branch)
         kind = self.draft_registry[self.draft_architecture].kind if self.algorithm == "EAGLE3" else "eagle"
         try:
-            worker = worker_lm_head_source(self.engine)
+            launch = self.launch
+            worker = worker_lm_head_source(self.engine, env=dict(launch.env) if launch is not None else None,
+                                           launch_args=list(launch.arg_tokens) if launch is not None else None)
         except Exception as exc:  # noqa: BLE001 - reported; the head is then judged without the worker
             self.notes.append(f"could not grep the draft workers for load_lm_head_from_target ({type(exc).__name__}: "
                               f"{exc})")
