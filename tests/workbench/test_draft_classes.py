@@ -464,10 +464,11 @@ LM_HEAD_WORKER = [
 
 @pytest.mark.parametrize("version, env, args, want", LM_HEAD_WORKER)
 def test_worker_lm_head_source_is_the_worker_the_server_runs(box, sglang_release, version, env, args, want):
+    from workbench.engine.codepath import eagle_worker
     from workbench.engine.drafts import worker_lm_head_source
 
     src = EngineSource(box, str(sglang_release(version)), version)
-    assert worker_lm_head_source(src, env=env, launch_args=args) == want
+    assert worker_lm_head_source(src, worker=eagle_worker(src, env=env, launch_args=args)) == want
 
 
 @pytest.mark.parametrize("prefix, want", [("", "srt/speculative/eagle_worker_v2.py:218"),

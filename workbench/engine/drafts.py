@@ -854,28 +854,23 @@ def load_weights_facts(src: Any, cls: str, rel: str | None = None, _depth: int =
     return facts
 
 
-def worker_lm_head_source(src: Any, *, env: Any = None, launch_args: Any = None) -> str | None:
+def worker_lm_head_source(src: Any, *, worker: Any = None) -> str | None:
     """``file:line`` where the draft worker this server runs honours a draft's
     ``load_lm_head_from_target`` (SGLang ``srt/speculative/eagle_worker.py`` from 0.5.2,
     ``eagle_worker_v2.py``; 0.5.12 ``eagle_worker_v2.py:218`` for ``EAGLEWorkerV2``, its default,
-    ``eagle_worker.py:183`` for ``EAGLEWorker``). The worker is the one the server runs
-    (:func:`workbench.engine.codepath.eagle_worker`, from ``env``, the launch's ``VAR=value``
-    prefix over the server's environment, and ``launch_args``, its argument tokens); never the
-    other worker's file, nor another worker class's (``multi_layer_eagle_worker.py``). ``None``
-    when the worker this server runs does not read it (the draft's own head is then always kept
-    under EAGLE3). Box errors propagate."""
-    from workbench.engine.codepath import eagle_worker
-
+    ``eagle_worker.py:183`` for ``EAGLEWorker``). ``worker``: the worker the server runs
+    (:class:`workbench.engine.codepath.WorkerChoice`, from
+    :func:`workbench.engine.codepath.eagle_worker` with the launch's environment and arguments;
+    its ``file`` and ``other`` are read): never the other worker's file, nor another worker
+    class's (``multi_layer_eagle_worker.py``); ``None``: the first file that reads it (the caller
+    could not tell the worker). ``None`` when the worker this server runs does not read it (the
+    draft's own head is then always kept under EAGLE3). Box errors propagate."""
     hits = src.grep(["load_lm_head_from_target"], under="srt/speculative")
     rows = sorted(hits["load_lm_head_from_target"])
-    if not rows:
-        return None
-    choice = eagle_worker(src, env=env, launch_args=launch_args)
-    if choice is not None:
-        own = [r for r in rows if r[0] == choice.file]
+    if rows and worker is not None:
+        own = [r for r in rows if r[0] == worker.file]
         # a helper module of the worker may read it; another worker class's file never counts
-        rows = own or [r for r in rows if r[0] != choice.other and not r[0].rsplit("/", 1)[-1].endswith("worker.py")
-                       and "worker_v2" not in r[0]]
+        rows = own or [r for r in rows if r[0] != worker.other and not r[0].endswith(("worker.py", "worker_v2.py"))]
     return f"{rows[0][0]}:{rows[0][1]}" if rows else None
 
 

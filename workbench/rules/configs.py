@@ -117,7 +117,12 @@ def unknown_draft_architecture(facts: Facts) -> list[Finding]:
         built = f"the engine builds {arch or 'nothing'} and its weights do not fit"
     best = ("LlamaForCausalLMEagle" if algo == "EAGLE" and draft.is_eagle1_like and "LlamaForCausalLMEagle" in registered
             else "LlamaForCausalLMEagle3" if "LlamaForCausalLMEagle3" in registered else want[0])
-    misfit = _relabel_misfit(facts, best)
+    try:
+        misfit = _relabel_misfit(facts, best)
+    except Exception as exc:  # noqa: BLE001 - a box error reading the class: said, the relabel stays unchecked
+        facts.notes.append(f"could not follow the draft's tensors through {best}.load_weights "
+                           f"({type(exc).__name__}: {exc}): the relabel is proposed unchecked")
+        misfit = None
     if misfit:
         evidence["proposed_architecture"] = None
         evidence["tensors_that_do_not_fit"] = ev(misfit[:20] + ([f"... {len(misfit) - 20} more"] if len(misfit) > 20
