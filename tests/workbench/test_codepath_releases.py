@@ -325,6 +325,27 @@ def test_kimi_k25_target_capture_followed_through_language_model(box, sglang_rel
     assert point.probe_line == (anchor[0] if anchor else point.line)
 
 
+#: grep -n 're.sub(r"^layers' srt/models/kimi_k25_eagle3.py (Eagle3DeepseekV2ForCausalLM.load_weights);
+#: the class is not in 0.5.9 (no kimi_k25_eagle3.py).
+MLA_RENAMES = {"0.5.12": 397, "0.5.18": 445, "0.5.23": 448}
+
+
+@pytest.mark.parametrize("version", ["0.5.9", *sorted(MLA_RENAMES)])
+def test_mla_draft_weight_renames_by_re_sub(box, sglang_release, version):
+    root = sglang_release(version)
+    cmap = code_path_map(EngineSource(box, str(root), version), target_arch="DeepseekV3ForCausalLM",
+                         draft_arch="Eagle3DeepseekV2ForCausalLM", keys=["draft-weight-renames"])
+    entry = cmap.entry("draft-weight-renames")
+    if version not in MLA_RENAMES:
+        assert not entry.found and "no draft class Eagle3DeepseekV2ForCausalLM" in entry.looked_in
+        return
+    assert entry.found, entry.looked_in
+    assert (_rel(root, entry.file), entry.line) == ("srt/models/kimi_k25_eagle3.py", MLA_RENAMES[version])
+    assert entry.code.strip() == 'mapped_name = re.sub(r"^layers\\.0\\.", "midlayer.", name)'
+    assert entry.function == "Eagle3DeepseekV2ForCausalLM.load_weights"
+    assert entry.detail == r"re.sub: ^layers\.0\.→midlayer."
+
+
 # -- the worker the server runs ------------------------------------------------------------
 
 #: (release, server environment, launch flags) -> the worker class, from the release's source

@@ -78,8 +78,23 @@ def test_eagle214_eagle1_draft_launched_as_eagle3(box, tmp_path, sglang_source):
     assert serious(rep) == [("algorithm-mismatch", "error"), ("aux-count-mismatch", "error"),
                             ("context-length-mismatch", "warning"), ("unknown-draft-architecture", "error")]
     assert by_rule(rep, "algorithm-mismatch").evidence["fc_in_features / draft_hidden_size"] == 2.0
-    assert "LlamaForCausalLMEagle3" in by_rule(rep, "unknown-draft-architecture").evidence[
-        "registered_draft_classes"]["value"]
+    unknown = by_rule(rep, "unknown-draft-architecture")
+    assert "LlamaForCausalLMEagle3" in unknown.evidence["registered_draft_classes"]["value"]
+    # consequences of the algorithm finding: no relabel to an EAGLE-3 class (its fc is 2× wide), no
+    # eagle_config ids to write
+    assert unknown.evidence["consequence_of"] == "algorithm-mismatch"
+    assert "proposed_architecture" not in unknown.evidence and "LlamaForCausalLMEagle3\"]" not in unknown.fix
+    assert by_rule(rep, "aux-count-mismatch").evidence["consequence_of"] == "algorithm-mismatch"
+    assert "aux-config-unread" not in rep.rules
+    from workbench.doctor.run import gather_facts
+    from workbench.engine.launch import LaunchCommand
+    from workbench.rules.aux_layers import aux_fixes
+    from workbench.rules.configs import config_fixes
+
+    facts = gather_facts(box, LaunchCommand.parse(launch(target, draft, "EAGLE3")), engine_root=str(sglang_source),
+                         engine_version="0.5.23")
+    assert config_fixes(facts, [unknown], {}) == []
+    assert aux_fixes(facts, rep.findings, {}) == []
 
 
 # ---------------------------------------------------------------------------------------------
@@ -182,3 +197,16 @@ def test_sharded_draft_index_and_bytes_read(box, tmp_path, sglang_source):
     assert sizes > 2_000_000_000 and rep.bytes_read < 1_000_000
 
 
+
+
+def test_relabel_proposed_only_when_the_tensors_fit_the_class(box, tmp_path, sglang_source):
+    # SpecForge's gpt-oss class name with SpecForge's Llama-layout tensors: they load into
+    # LlamaForCausalLMEagle3, so the relabel is the fix
+    cfg = fixture_config("sgl-project__SpecForge__configs_gpt-oss-20B-eagle3.json")
+    t, d = deploy(tmp_path, GPT_OSS_20B, cfg)
+    f = by_rule(doctor(box, launch(t, d, extra="--context-length 4096"), sglang_source), "unknown-draft-architecture")
+    assert f.evidence["proposed_architecture"] == "LlamaForCausalLMEagle3"
+    assert "tensors_that_do_not_fit" not in f.evidence
+    assert f.fix == f'set "architectures": ["LlamaForCausalLMEagle3"] in {d}/config.json'
+    assert "the engine builds GptOssForCausalLMEagle3" not in f.message
+    assert "GptOssForCausalLMEagle3 is not registered by this release" in f.message

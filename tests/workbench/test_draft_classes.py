@@ -267,6 +267,26 @@ def test_mla_draft_is_unknown_to_0_5_9(box, tmp_path, sglang_release):
     f = by_rule(rep, "unknown-draft-architecture")
     assert f.evidence["registered_draft_classes"]["value"] == ["LlamaForCausalLMEagle3"]
     assert "weights-missing" not in rep.rules  # the weight rules do not apply to a class the engine lacks
+    # not "the engine builds it": 0.5.9 has no such class; it is registered from 0.5.12 on
+    assert "the engine builds" not in f.message
+    assert "Eagle3DeepseekV2ForCausalLM is not registered by this release" in f.message
+    assert "registered from SGLang 0.5.12 on (srt/models/kimi_k25_eagle3.py)" in f.message
+    # no relabel to LlamaForCausalLMEagle3: the MLA tensors do not load into it (0.5.9 llama_eagle3.py
+    # load_weights: midlayer.*, no q_a_proj / kv_b_proj parameters)
+    assert f.evidence["proposed_architecture"] is None
+    misfit = f.evidence["tensors_that_do_not_fit"]["value"]
+    assert "layers.0.self_attn.kv_a_layernorm.weight" in misfit
+    assert f.evidence["tensors_that_do_not_fit"]["source"] == ("LlamaForCausalLMEagle3.load_weights (13 tensors "
+                                                               "dropped, raising or of another shape)")
+    assert "architectures" not in f.fix and "SGLang 0.5.12 or later" in f.fix
+    from workbench.doctor.run import gather_facts
+    from workbench.engine.launch import LaunchCommand
+    from workbench.rules.configs import config_fixes
+
+    facts = gather_facts(box, LaunchCommand.parse(launch(target, draft)), engine_root=str(sglang_release("0.5.9")),
+                         engine_version="0.5.9")
+    fixes = [x for x in config_fixes(facts, rep.findings, {}) if x.rules == ("unknown-draft-architecture",)]
+    assert [x.kind for x in fixes] == ["none"] and not any(x.repair for x in fixes)
 
 
 @pytest.mark.parametrize("version, rules, prevents", [
@@ -428,3 +448,56 @@ def test_four_aux_fc_against_a_release_with_three_fixed(box, tmp_path, sglang_re
         f = next(f for f in rep.findings if f.rule == "aux-count-mismatch" and f.evidence.get("param") == "model.fc.weight")
         assert f.evidence["expected"] == [4096, 3 * 4096] and f.evidence["shape"] == [4096, 4 * 4096]
         assert f.prevents_start  # the loader's shape assert
+
+
+# -- the worker this server runs reads load_lm_head_from_target (item 11) -------------------------
+#: grep -n load_lm_head_from_target srt/speculative/*.py (first line of each worker's test), and the
+#: worker each launch runs (the code-path map's choice: test_codepath_releases.py).
+LM_HEAD_WORKER = [
+    ("0.5.4", {}, [], "srt/speculative/eagle_worker.py:140"),  # overlap off without --enable-beta-spec
+    ("0.5.4", {}, ["--enable-beta-spec"], "srt/speculative/eagle_worker_v2.py:158"),
+    ("0.5.12", {}, [], "srt/speculative/eagle_worker_v2.py:218"),  # SGLANG_ENABLE_SPEC_V2 EnvBool(True)
+    ("0.5.12", {"SGLANG_ENABLE_SPEC_V2": "0"}, [], "srt/speculative/eagle_worker.py:183"),
+    ("0.5.23", {}, [], "srt/speculative/eagle_worker_v2.py:357"),
+]
+
+
+@pytest.mark.parametrize("version, env, args, want", LM_HEAD_WORKER)
+def test_worker_lm_head_source_is_the_worker_the_server_runs(box, sglang_release, version, env, args, want):
+    from workbench.engine.codepath import eagle_worker
+    from workbench.engine.drafts import worker_lm_head_source
+
+    src = EngineSource(box, str(sglang_release(version)), version)
+    assert worker_lm_head_source(src, worker=eagle_worker(src, env=env, launch_args=args)) == want
+
+
+@pytest.mark.parametrize("prefix, want", [("", "srt/speculative/eagle_worker_v2.py:218"),
+                                          ("SGLANG_ENABLE_SPEC_V2=0 ", "srt/speculative/eagle_worker.py:183")])
+def test_mla_weights_missing_cites_the_worker_of_the_launch(box, tmp_path, sglang_release, prefix, want):
+    cfg = mla_draft_cfg()
+    target, draft = deploy(tmp_path, KIMI_K25, cfg, mla_spec(cfg, lm_head=False))
+    rep = doctor(box, prefix + launch(target, draft), sglang_release("0.5.12"), "0.5.12")
+    why = by_rule(rep, "weights-missing").evidence["why"]["lm_head"]
+    assert f"the worker ({want}) keeps the draft's own head" in why
+
+
+@pytest.mark.parametrize("version, entry, switch, env_line, legacy", [
+    # grep -n 'def load_weights\|SGLANG_ENABLE_WEIGHT_LOADER_V2.get\|def _legacy_load_weights' srt/models/llama.py;
+    # grep -n 'SGLANG_ENABLE_WEIGHT_LOADER_V2 = ' srt/environ.py
+    ("0.5.18", 663, 666, 293, 670),
+    ("0.5.23", 701, 704, 315, 708),
+])
+def test_eagle1_draft_loader_note_cites_load_weights_and_the_default_loader(box, sglang_release, version, entry,
+                                                                            switch, env_line, legacy):
+    from workbench.engine.drafts import load_weights_facts
+
+    lw = load_weights_facts(EngineSource(box, str(sglang_release(version)), version), "LlamaForCausalLMEagle",
+                            "srt/models/llama_eagle.py")
+    assert lw.delegate.entry_where == f"srt/models/llama.py:{entry}"
+    assert lw.delegate.where == f"srt/models/llama.py:{legacy}"  # the loader followed: the default one
+    (note,) = [n for n in lw.notes if n.startswith("names are handed to")]
+    assert note == (f"names are handed to LlamaForCausalLM.load_weights (srt/models/llama.py:{entry}): switches on "
+                    f"`envs.SGLANG_ENABLE_WEIGHT_LOADER_V2.get()` (line {switch}): _load_weights_v2 when it is true, "
+                    f"else _legacy_load_weights; by default (SGLANG_ENABLE_WEIGHT_LOADER_V2 = EnvBool(False), "
+                    f"srt/environ.py:{env_line}) _legacy_load_weights runs; _legacy_load_weights "
+                    f"(srt/models/llama.py:{legacy}) is read")

@@ -253,3 +253,83 @@ def test_doctor_is_silent_when_the_ignored_ids_are_the_defaults(box, sglang_rele
     report = doctor(box, launch(target, draft_dir), sglang_release("0.4.8"), "0.4.8")
     assert "aux-ids-ignored" not in {f.rule for f in report.findings}
     assert report.rule_failures == []
+
+
+# --- aux-capture-disabled: eagle_config.use_aux_hidden_state false on the releases that read it ---
+# Found by hand: grep -n '"use_aux_hidden_state"' (the statement's first line, one above) and
+# grep -n 'if .*eagle_use_aux_hidden_state:' in each wheel's srt/model_executor.
+MR_REL = "srt/model_executor/model_runner.py"
+SPEC_AUX_REL = "srt/model_executor/model_runner_components/spec_aux_hidden_state.py"
+SETUP_REL = "srt/model_executor/model_runner_components/attention_backend_setup.py"
+USE_AUX_READ = {
+    "0.5.9": ((MR_REL, 360), (MR_REL, 621, "if self.eagle_use_aux_hidden_state:")),
+    "0.5.12": ((MR_REL, 433), (MR_REL, 903, "if self.eagle_use_aux_hidden_state:")),
+    "0.5.18": ((SPEC_AUX_REL, 88), (SETUP_REL, 54, "if eagle_use_aux_hidden_state:")),
+    "0.5.23": ((SPEC_AUX_REL, 189), (SETUP_REL, 54, "if eagle_use_aux_hidden_state:")),
+}
+
+
+@pytest.mark.parametrize("version", ["0.4.6", "0.4.8", "0.4.10", "0.5.2", "0.5.4", "0.5.9", "0.5.12", "0.5.18",
+                                     "0.5.23"])
+def test_use_aux_hidden_state_false_is_an_error_where_the_release_reads_it(box, sglang_release, tmp_path, version):
+    target_cfg = {"architectures": ["LlamaForCausalLM"], "hidden_size": 4096, "num_hidden_layers": 32,
+                  "vocab_size": 128256, "max_position_embeddings": 131072, "rope_theta": 500000.0,
+                  "rope_scaling": {"rope_type": "llama3", "factor": 8.0}}
+    draft = draft_cfg(eagle_config={"eagle_aux_hidden_state_layer_ids": [1, 15, 28], "use_aux_hidden_state": False})
+    target, draft_dir = deploy(tmp_path, target_cfg, draft)
+    root = sglang_release(version)
+    cmd = launch(target, draft_dir)
+    report = doctor(box, cmd, root, version)
+    assert report.rule_failures == []
+    if version not in USE_AUX_READ:  # 0.4.6 ... 0.5.7 never read the key: they capture anyway
+        assert "aux-capture-disabled" not in report.rules
+        return
+    (read_rel, read_line), (gate_rel, gate_line, gate_code) = USE_AUX_READ[version]
+    f = by_rule(report, "aux-capture-disabled")
+    assert f.severity == "error"
+    assert f.evidence["engine_read"]["source"] == f"{root}/{read_rel}:{read_line}"
+    assert 'eagle_config.get( "use_aux_hidden_state", True )' in f.evidence["engine_read"]["value"]
+    assert f.evidence["capture_gate"] == {"value": gate_code, "source": f"{root}/{gate_rel}:{gate_line}"}
+    assert f.evidence["eagle_config.use_aux_hidden_state"]["value"] is False
+    assert "captures no aux hidden states" in f.message and "fc gets the 1×-wide" in f.message
+    # no "this engine captures layers ..." next to it: nothing is captured
+    assert "aux-layer-offset-convention" not in report.rules
+    facts = facts_of(box, cmd, root)
+    (fix,) = [x for x in aux_fixes(facts, report.findings, {}) if x.rules == ("aux-capture-disabled",)]
+    assert fix.kind == "draft-copy"
+    assert fix.repair.config["eagle_config"] == {"eagle_aux_hidden_state_layer_ids": [1, 15, 28],
+                                                 "use_aux_hidden_state": True}
+    # the map's capture-configured entry names the gate, its condition read from the source
+    entry = code_path_map(EngineSource(box, str(root), version), keys=["capture-configured"]).entry(
+        "capture-configured")
+    cond = gate_code[len("if "):-1]
+    assert entry.detail.startswith(f"runs only when `{cond}` (line {gate_line})")
+
+
+def test_use_aux_hidden_state_null_or_true_or_top_level(box, sglang_source, tmp_path):
+    target_cfg = {"architectures": ["LlamaForCausalLM"], "hidden_size": 4096, "num_hidden_layers": 32,
+                  "vocab_size": 128256, "max_position_embeddings": 131072}
+    # null: eagle_config.get returns None, falsy, the gate skips the capture
+    null = draft_cfg(eagle_config={"eagle_aux_hidden_state_layer_ids": [1, 15, 28], "use_aux_hidden_state": None})
+    target, d = deploy(tmp_path, target_cfg, null, name="null")
+    f = by_rule(doctor(box, launch(target, d), sglang_source), "aux-capture-disabled")
+    assert "use_aux_hidden_state is null" in f.message
+    # true, and false only at top level (the engine reads the nested key only): no finding
+    for name, over in (("true", {"eagle_config": {"eagle_aux_hidden_state_layer_ids": [1, 15, 28],
+                                                  "use_aux_hidden_state": True}}),
+                       ("top", {"use_aux_hidden_state": False,
+                                "eagle_config": {"eagle_aux_hidden_state_layer_ids": [1, 15, 28]}})):
+        target, d = deploy(tmp_path, target_cfg, draft_cfg(**over), name=name)
+        assert "aux-capture-disabled" not in doctor(box, launch(target, d), sglang_source).rules
+
+
+def test_sandbox_engine_gate_is_an_early_return(box):
+    from workbench.engine.codepath import aux_capture_switch
+    import workbench.sandbox as sb
+    import pathlib
+
+    root = pathlib.Path(sb.__file__).parent
+    sw = aux_capture_switch(EngineSource(box, str(root), "0.5.23"))
+    rel = "srt/model_executor/model_runner_components/spec_aux_hidden_state.py"
+    assert sw.read[:2] == (f"{root}/{rel}", 55)  # grep -n '"use_aux_hidden_state"' in the sandbox's file
+    assert sw.gate[:2] == (f"{root}/{rel}", 66) and sw.condition == "not config.eagle_use_aux_hidden_state → return"

@@ -65,7 +65,7 @@ from workbench.engine.modelled import DRAFT_CLASS_FILES
 from workbench.engine.source import EngineSource, _walk_definitions
 
 __all__ = ["PathEntry", "CodePathMap", "LANDMARKS", "code_path_map", "DRAFT_CLASS_FILES", "map_for_launch",
-           "WorkerChoice", "eagle_worker", "server_worker_inputs",
+           "AuxSwitch", "aux_capture_switch", "WorkerChoice", "eagle_worker", "server_worker_inputs",
            "Swallowed", "swallowed_on_path"]
 
 SPEC_AUX_FILE = "srt/model_executor/model_runner_components/spec_aux_hidden_state.py"
@@ -611,6 +611,107 @@ def _m_capture_call(stmt, parents, text):
     return any(_calls_attr(n, "set_eagle3_layers_to_capture") for n in _own_exprs(stmt))
 
 
+def _flag_gate(stmt: ast.stmt, parents: Sequence[ast.AST]) -> Optional[tuple[ast.If, bool]]:
+    """The test on ``use_aux_hidden_state`` that decides whether ``stmt`` (the capture call) runs:
+    an enclosing ``if`` whose condition names it (SGLang 0.5.8 … 0.5.15 ``model_runner.py``: ``if
+    self.eagle_use_aux_hidden_state:``; 0.5.18 … ``attention_backend_setup.py:54``: ``if
+    eagle_use_aux_hidden_state:``) → ``(if, False)``, else an earlier ``if ...: return`` in the same
+    function (the sandbox's ``if not config.eagle_use_aux_hidden_state: return``) → ``(if, True)``;
+    ``None`` when nothing gates it (0.5.7 and older never read the key)."""
+    for p in reversed(parents):
+        if isinstance(p, ast.If) and any(isinstance(n, (ast.Name, ast.Attribute)) and
+                                         (getattr(n, "id", None) or getattr(n, "attr", "")).endswith(
+                                             "use_aux_hidden_state") and "dflash" not in
+                                         (getattr(n, "id", None) or getattr(n, "attr", ""))
+                                         for n in ast.walk(p.test)):
+            return p, False
+        if isinstance(p, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            for s in p.body:
+                if getattr(s, "lineno", 0) >= stmt.lineno:
+                    break
+                if isinstance(s, ast.If) and s.body and isinstance(s.body[-1], ast.Return) and any(
+                        isinstance(n, (ast.Name, ast.Attribute)) and
+                        (getattr(n, "id", None) or getattr(n, "attr", "")) == "eagle_use_aux_hidden_state"
+                        for n in ast.walk(s.test)):
+                    return s, True
+            break
+    return None
+
+
+def _d_capture_call(stmt, parents, text, ctx):
+    gate = _flag_gate(stmt, parents)
+    if gate is None:
+        return None
+    node, early = gate
+    cond = _seg(text, node.test)
+    how = (f"skipped by `if {cond}: return` (line {node.lineno})" if early
+           else f"runs only when `{cond}` (line {node.lineno})")
+    return (f"{how}: that flag is the draft's eagle_config.use_aux_hidden_state (default true); false means the "
+            "target captures no aux states and the draft's fc is skipped")
+
+
+@dataclass(frozen=True)
+class AuxSwitch:
+    """Where the engine reads the draft's ``eagle_config.use_aux_hidden_state`` and the test that
+    skips the aux capture when it is false (:func:`aux_capture_switch`). ``read`` / ``gate``:
+    ``(absolute file, line, code)``; ``default``: the ``.get`` default's source text; ``condition``:
+    the gate's test as written (``not ...`` for an early return)."""
+
+    read: tuple[str, int, str]
+    default: Optional[str]
+    gate: Optional[tuple[str, int, str]]
+    condition: Optional[str]
+
+
+def aux_capture_switch(src: EngineSource) -> Optional[AuxSwitch]:
+    """The box's read of ``eagle_config.get("use_aux_hidden_state", ...)`` (SGLang 0.5.8
+    ``model_runner.py:336``, 0.5.23 ``model_runner_components/spec_aux_hidden_state.py:189``) and
+    the gate around the capture call (0.5.8 ``model_runner.py:587``, 0.5.23
+    ``attention_backend_setup.py:54``), found with :mod:`ast` in the aux set-up files, else in the
+    files under ``srt/`` (not ``srt/models``) holding the key; ``None`` when the release never
+    reads it (0.4.6 … 0.5.7): it always captures under EAGLE3. Box errors propagate."""
+    files = [SPEC_AUX_FILE, MODEL_RUNNER_FILE]
+    hits = src.grep(["use_aux_hidden_state"])["use_aux_hidden_state"]
+    files += sorted({r for r, _ in hits if r.startswith("srt/") and not r.startswith("srt/models/")} - set(files))
+    read = None
+    for rel in files:
+        tree = src.tree(rel)
+        if tree is None:
+            continue
+        text = src.read(rel) or ""
+        for stmt, _parents in _in_order(tree):
+            call = next((n for n in _own_exprs(stmt) if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
+                         and n.func.attr == "get" and n.args and isinstance(n.args[0], ast.Constant)
+                         and n.args[0].value == "use_aux_hidden_state"), None)
+            if call is not None:
+                line = _first_line(stmt)
+                read = (src.path(rel), line, " ".join(_seg(text, stmt).split()),
+                        _seg(text, call.args[1]) if len(call.args) > 1 else None)
+                break
+        if read is not None:
+            break
+    if read is None:
+        return None
+    gate = None
+    for rel in ["srt/model_executor/model_runner_components/attention_backend_setup.py"] + files:
+        tree = src.tree(rel)
+        if tree is None:
+            continue
+        text = src.read(rel) or ""
+        for stmt, parents in _in_order(tree):
+            if _m_capture_call(stmt, parents, text):
+                g = _flag_gate(stmt, parents)
+                if g is not None:
+                    node, early = g
+                    cond = _seg(text, node.test)
+                    gate = (src.path(rel), node.lineno, text.splitlines()[node.lineno - 1].strip(),
+                            cond if not early else f"{cond} → return")
+                    break
+        if gate is not None:
+            break
+    return AuxSwitch(read[:3], read[3], gate[:3] if gate else None, gate[3] if gate else None)
+
+
 def _capture_compare(stmt) -> Optional[ast.Compare]:
     for n in _own_exprs(stmt):
         if isinstance(n, ast.Compare) and any(isinstance(op, ast.In) for op in n.ops) and any(
@@ -657,15 +758,45 @@ def _d_width_check(stmt, parents, text, ctx):
             "and no error is raised")
 
 
+def _str_const(node: ast.AST) -> bool:
+    return isinstance(node, ast.Constant) and isinstance(node.value, str)
+
+
+def _rename_pairs(stmt: ast.stmt) -> list[tuple[str, str, str]]:
+    """The literal renames ``stmt`` itself makes, ``[(kind, old, new)]``: a dict literal of string
+    pairs (SGLang 0.5.12 … ``llama_eagle3.py``: ``legacy_name_map = {"midlayer.": ...}``),
+    ``str.replace("a", "b")`` and ``re.sub(r"^a", "b", name)`` (0.5.12 ``kimi_k25_eagle3.py:397``:
+    ``re.sub(r"^layers\\.0\\.", "midlayer.", name)``) — the forms
+    :func:`workbench.engine.drafts.load_weights_facts` reads as renames."""
+    out: list[tuple[str, str, str]] = []
+    if isinstance(stmt, (ast.Assign, ast.AnnAssign)) and isinstance(stmt.value, ast.Dict) and stmt.value.keys \
+            and all(k is not None and _str_const(k) and _str_const(v)
+                    for k, v in zip(stmt.value.keys, stmt.value.values)):
+        out += [("dict", k.value, v.value) for k, v in zip(stmt.value.keys, stmt.value.values)]
+    if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return out
+    for n in _own_exprs(stmt):
+        if not (isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and len(n.args) >= 2
+                and _str_const(n.args[0]) and _str_const(n.args[1])):
+            continue
+        if n.func.attr == "replace" and len(n.args) == 2:
+            out.append(("str.replace", n.args[0].value, n.args[1].value))
+        elif n.func.attr == "sub" and isinstance(n.func.value, ast.Name) and n.func.value.id == "re":
+            out.append(("re.sub", n.args[0].value, n.args[1].value))
+    return out
+
+
 def _m_renames(stmt, parents, text):
-    return isinstance(stmt, ast.Assign) and isinstance(stmt.value, ast.Dict) and any(
-        isinstance(k, ast.Constant) and isinstance(k.value, str) and "midlayer" in k.value for k in stmt.value.keys)
+    """A statement of the draft's ``load_weights`` that renames checkpoint names with literal
+    strings (:func:`_rename_pairs`), whatever form the release uses."""
+    return _in_load_weights(parents) and bool(_rename_pairs(stmt))
 
 
 def _d_renames(stmt, parents, text, ctx):
-    pairs = [f"{k.value}→{v.value}" for k, v in zip(stmt.value.keys, stmt.value.values)
-             if isinstance(k, ast.Constant) and isinstance(v, ast.Constant)]
-    return "substring renames: " + ", ".join(pairs)
+    pairs = _rename_pairs(stmt)
+    kind = pairs[0][0]
+    how = {"dict": "substring renames (dict)", "str.replace": "str.replace", "re.sub": "re.sub"}[kind]
+    return f"{how}: " + ", ".join(f"{old}→{new}" for _, old, new in pairs)
 
 
 def _in_load_weights(parents) -> bool:
@@ -781,7 +912,8 @@ LANDMARKS: tuple[Landmark, ...] = (
              "set_eagle3_layers_to_capture(",
              lambda c: ("srt/model_executor/model_runner_components/attention_backend_setup.py", SPEC_AUX_FILE,
                         MODEL_RUNNER_FILE),
-             _m_capture_call, where=lambda rel: rel.startswith("srt/") and not rel.startswith("srt/models/")),
+             _m_capture_call, where=lambda rel: rel.startswith("srt/") and not rel.startswith("srt/models/"),
+             detail=_d_capture_call),
     # target-offset-rule is computed from the target class (see _target_offset_rule)
     Landmark("target-capture-point",
              "in the target's forward the hidden state entering layer i is captured when i is in "
@@ -800,8 +932,9 @@ LANDMARKS: tuple[Landmark, ...] = (
              "load_weights starts by collecting the draft's parameters by name (nothing is loaded yet)",
              "params_dict", lambda c: c.draft_load_files, _m_params_dict, detail=_d_params_dict, grep_fallback=False),
     Landmark("draft-weight-renames",
-             "load_weights renames legacy checkpoint names by substring before matching parameters",
-             "midlayer", lambda c: c.draft_load_files, _m_renames, detail=_d_renames, grep_fallback=False),
+             "load_weights renames checkpoint names (a dict of substrings, str.replace or re.sub) before "
+             "matching parameters",
+             "load_weights", lambda c: c.draft_load_files, _m_renames, detail=_d_renames, grep_fallback=False),
     Landmark("draft-weight-drop",
              "load_weights skips a checkpoint tensor whose name matches no parameter, with no warning",
              "params_dict", lambda c: c.draft_load_files, _m_weight_drop, detail=_d_weight_drop, silent=True,

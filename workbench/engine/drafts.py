@@ -39,7 +39,17 @@ from typing import Any
 from remote.errors import RemoteFileNotFound
 
 __all__ = ["DraftClass", "Module", "LmHead", "LoadWeights", "registered_draft_classes", "load_weights_facts",
-           "entry_classes", "worker_lm_head_source", "follow"]
+           "entry_classes", "worker_lm_head_source", "follow", "DRAFT_CLASS_HISTORY"]
+
+#: The first published SGLang release (of the 20 read, 0.4.6 … 0.5.23) whose ``srt/models``
+#: defines each EAGLE draft class, and its file; found by hand (``grep -ln '^class
+#: Eagle3DeepseekV2ForCausalLM' srt/models/*.py`` in each unpacked wheel: absent in 0.5.10, in
+#: ``kimi_k25_eagle3.py`` from 0.5.12). ``0.4.6`` = the oldest release read (it may be older).
+DRAFT_CLASS_HISTORY = {
+    "LlamaForCausalLMEagle3": ("0.4.6", "srt/models/llama_eagle3.py"),
+    "LlamaForCausalLMEagle": ("0.4.6", "srt/models/llama_eagle.py"),
+    "Eagle3DeepseekV2ForCausalLM": ("0.5.12", "srt/models/kimi_k25_eagle3.py"),
+}
 
 #: Constructor names that build no parameters (skipped from a class's module list).
 _PARAMLESS = ("LogitsProcessor", "Pooler", "MultimemAllGatherer", "BumpAllocator", "DraftParallelSpec",
@@ -137,6 +147,9 @@ class LoadWeights:
     lm_head: LmHead = field(default_factory=LmHead)
     set_embed_where: str | None = None
     notes: list = field(default_factory=list)
+    #: ``file:line`` of the ``def load_weights`` itself when it only dispatches to another loader
+    #: (``where`` is then the loader followed: the one the release runs by default).
+    entry_where: str | None = None
 
     @property
     def final(self) -> "LoadWeights":
@@ -690,6 +703,57 @@ def _prefix(fn: ast.FunctionDef, text: str) -> tuple[str | None, str | None]:
     return None, None
 
 
+def _env_default(src: Any, name: str) -> tuple[bool, str] | None:
+    """``(default, "srt/environ.py:line")`` of ``NAME = EnvBool(True|False)`` (SGLang 0.5.23
+    ``srt/environ.py:315``: ``SGLANG_ENABLE_WEIGHT_LOADER_V2 = EnvBool(False)``); ``None`` when
+    the file or the variable is not there."""
+    text = src.read("srt/environ.py")
+    if text is None:
+        return None
+    for i, line in enumerate(text.splitlines(), 1):
+        m = re.match(rf"\s*{re.escape(name)}\s*=\s*EnvBool\((True|False)\)", line)
+        if m:
+            return m.group(1) == "True", f"srt/environ.py:{i}"
+    return None
+
+
+def _dispatch_target(src: Any, owner_node: ast.ClassDef, fn: ast.FunctionDef, text: str):
+    """The loader a dispatching ``load_weights`` runs by default, and how it chooses, in words:
+    ``if envs.X.get(): return self.a(...)`` then ``return self.b(...)`` (SGLang 0.5.18+
+    ``llama.py``: ``SGLANG_ENABLE_WEIGHT_LOADER_V2``, default ``EnvBool(False)`` → ``b``,
+    ``_legacy_load_weights``). A switch whose default is not read follows the unconditional
+    return (and says the default is unknown); a body without such a switch, the first loader it
+    calls. ``None`` when it calls no loader of the class."""
+    def loader_call(stmt, loop: bool = True):
+        for n in ast.walk(stmt):
+            if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and isinstance(n.func.value, ast.Name) \
+                    and n.func.value.id == "self":
+                target = _method(owner_node, n.func.attr)
+                if target is not None and (not loop or any(isinstance(x, ast.For) for x in ast.walk(target))):
+                    return target
+        return None
+
+    switch = next((st for st in fn.body if isinstance(st, ast.If) and loader_call(
+        ast.Module(body=st.body, type_ignores=[]), loop=False)), None)
+    fallback = next((loader_call(st) for st in fn.body if isinstance(st, ast.Return) and loader_call(st)), None)
+    if switch is None or fallback is None:
+        for st in fn.body:
+            target = loader_call(st)
+            if target is not None:
+                return target, f"dispatches to {target.name}"
+        return None
+    when = loader_call(ast.Module(body=switch.body, type_ignores=[]), loop=False)
+    cond = ast.get_source_segment(text, switch.test) or ast.unparse(switch.test)
+    env = next((n.attr for n in ast.walk(switch.test) if isinstance(n, ast.Attribute)
+                and isinstance(n.value, ast.Name) and n.value.id == "envs"), None)
+    default = _env_default(src, env) if env else None
+    how = f"switches on `{cond}` (line {switch.lineno}): {when.name} when it is true, else {fallback.name}"
+    if default is None:
+        return fallback, how + "; its default is not read from the source, the unconditional branch is followed"
+    runs = when if default[0] else fallback
+    return runs, how + f"; by default ({env} = EnvBool({default[0]}), {default[1]}) {runs.name} runs"
+
+
 def load_weights_facts(src: Any, cls: str, rel: str | None = None, _depth: int = 3) -> LoadWeights | None:
     """The facts of ``cls.load_weights`` in the engine at ``src`` (see the module docstring);
     ``rel``: the file the class is registered in (else found under ``srt/models``). ``None`` when
@@ -710,17 +774,15 @@ def load_weights_facts(src: Any, cls: str, rel: str | None = None, _depth: int =
         facts.notes.append(f"no load_weights in {cls} or its bases")
         return facts
     frel, fn, text, owner, owner_node = hit
-    # a load_weights that dispatches (SGLang 0.5.23 llama.py: env switch between two loaders)
+    # a load_weights that dispatches (SGLang 0.5.18+ llama.py: env switch between two loaders)
     if not any(isinstance(n, ast.For) for n in ast.walk(fn)):
-        called = [n.func.attr for n in ast.walk(fn) if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
-                  and isinstance(n.func.value, ast.Name) and n.func.value.id == "self"]
-        for m in called:
-            target = _method(owner_node, m)
-            if target is not None and any(isinstance(n, ast.For) for n in ast.walk(target)):
-                facts.notes.append(f"{owner}.load_weights ({frel}:{fn.lineno}) dispatches to {m} "
-                                   f"({frel}:{target.lineno}; other branches: {[c for c in called if c != m]})")
-                fn = target
-                break
+        picked = _dispatch_target(src, owner_node, fn, text)
+        if picked is not None:
+            target, how = picked
+            facts.entry_where = f"{frel}:{fn.lineno}"
+            facts.notes.append(f"{owner}.load_weights ({frel}:{fn.lineno}) {how}; {target.name} "
+                               f"({frel}:{target.lineno}) is read")
+            fn = target
     facts.owner, facts.where = owner, f"{frel}:{fn.lineno}"
     lits = _literal_assigns(fn)
     dicts = {k: v for k, (v, _) in lits.items() if isinstance(v, dict)
@@ -786,18 +848,30 @@ def load_weights_facts(src: Any, cls: str, rel: str | None = None, _depth: int =
             facts.delegate = load_weights_facts(src, base, frel, _depth - 1)
             if facts.delegate is not None:
                 facts.delegate.modules = None  # the draft's modules are its own, not the base's
-                facts.notes.append(f"names are handed to {base}.load_weights ({facts.delegate.where})")
+                d = facts.delegate
+                facts.notes.append(f"names are handed to {base}.load_weights ({d.entry_where or d.where})"
+                                   + (f": {d.notes[-1].split(') ', 1)[1]}" if d.entry_where and d.notes else ""))
     return facts
 
 
-def worker_lm_head_source(src: Any) -> str | None:
-    """``file:line`` where the draft worker honours a draft's ``load_lm_head_from_target`` (SGLang
-    ``srt/speculative/eagle_worker.py`` from 0.5.2, ``eagle_worker_v2.py``); ``None`` when no worker
-    of this release reads it (the draft's own head is then always kept under EAGLE3)."""
+def worker_lm_head_source(src: Any, *, worker: Any = None) -> str | None:
+    """``file:line`` where the draft worker this server runs honours a draft's
+    ``load_lm_head_from_target`` (SGLang ``srt/speculative/eagle_worker.py`` from 0.5.2,
+    ``eagle_worker_v2.py``; 0.5.12 ``eagle_worker_v2.py:218`` for ``EAGLEWorkerV2``, its default,
+    ``eagle_worker.py:183`` for ``EAGLEWorker``). ``worker``: the worker the server runs
+    (:class:`workbench.engine.codepath.WorkerChoice`, from
+    :func:`workbench.engine.codepath.eagle_worker` with the launch's environment and arguments;
+    its ``file`` and ``other`` are read): never the other worker's file, nor another worker
+    class's (``multi_layer_eagle_worker.py``); ``None``: the first file that reads it (the caller
+    could not tell the worker). ``None`` when the worker this server runs does not read it (the
+    draft's own head is then always kept under EAGLE3). Box errors propagate."""
     hits = src.grep(["load_lm_head_from_target"], under="srt/speculative")
     rows = sorted(hits["load_lm_head_from_target"])
+    if rows and worker is not None:
+        own = [r for r in rows if r[0] == worker.file]
+        # a helper module of the worker may read it; another worker class's file never counts
+        rows = own or [r for r in rows if r[0] != worker.other and not r[0].endswith(("worker.py", "worker_v2.py"))]
     return f"{rows[0][0]}:{rows[0][1]}" if rows else None
-
 
 
 def _param_of(name: str, params: Any) -> str | None:

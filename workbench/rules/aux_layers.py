@@ -1,6 +1,8 @@
 """Fault family: aux hidden-state capture (which target layers feed the EAGLE-3 draft).
 
-Rules: ``target-no-aux-capture`` (the target class cannot capture), ``aux-config-unread`` (the
+Rules: ``target-no-aux-capture`` (the target class cannot capture), ``aux-capture-disabled``
+(``eagle_config.use_aux_hidden_state`` false: the releases that read it skip the capture),
+``aux-config-unread`` (the
 nested ``eagle_config.eagle_aux_hidden_state_layer_ids`` is missing, unreadable or only at top
 level: the engine silently captures its default layers), ``aux-layer-ids-invalid`` (ids that are
 not ints: the engine passes them on unchecked and its capture rule fails at start-up or never
@@ -22,13 +24,14 @@ import json
 import re
 from typing import Any
 
+from workbench.engine.codepath import AuxSwitch, aux_capture_switch
 from workbench.rules.facts import Facts, ids_ok
 from workbench.rules.finding import Finding, ev
 from workbench.rules.fix import DraftRepair, Fix
 from workbench.rules.registry import Family, HypothesisSpec
 from workbench.rules.weights import shape_findings
 
-__all__ = ["FAMILY", "target_no_aux_capture", "aux_config_unread", "aux_layer_ids_invalid",
+__all__ = ["FAMILY", "target_no_aux_capture", "aux_capture_disabled", "aux_config_unread", "aux_layer_ids_invalid",
            "aux_layer_ids_out_of_range", "aux_layer_offset_convention", "aux_ids_ignored", "aux_count_mismatch", "int_layer_ids"]
 
 _CAPTURE_PROBES = ("target-capture-layers", "draft-input-width")
@@ -45,6 +48,10 @@ FAMILY = Family(
         HypothesisSpec("target-capture", "The target's model class in this engine cannot capture aux hidden states "
                        "(no set_eagle3_layers_to_capture): EAGLE3 fails at start-up.",
                        rules=("target-no-aux-capture",), probes=_CAPTURE_PROBES, order=35),
+        HypothesisSpec("aux-capture-off", "The draft's eagle_config.use_aux_hidden_state is false: this release "
+                       "skips the target's aux capture, the draft's fc gets the 1×-wide final hidden state and is "
+                       "skipped, and the accept length collapses.",
+                       rules=("aux-capture-disabled",), probes=_CAPTURE_PROBES, order=35),
         HypothesisSpec("aux-eagle-config", "The draft's eagle_config.eagle_aux_hidden_state_layer_ids is missing or "
                        "unreadable, so the engine silently captures its default layers, not the ones the draft was "
                        "trained on (or this release never reads them).",
@@ -95,6 +102,73 @@ def target_no_aux_capture(facts: Facts) -> list[Finding]:
                     NO_CAPTURE_FIX)]
 
 
+#: SGLang 0.5.23's read and gate, used (and said to be modelled) when the engine source is not on the box.
+_MODELLED_SWITCH = AuxSwitch(
+    ("modelled: sglang 0.5.23 srt/model_executor/model_runner_components/spec_aux_hidden_state.py", 189,
+     'config.eagle_use_aux_hidden_state = eagle_config.get('), "True",
+    ("modelled: sglang 0.5.23 srt/model_executor/model_runner_components/attention_backend_setup.py", 54,
+     "if eagle_use_aux_hidden_state:"), "eagle_use_aux_hidden_state")
+
+
+def capture_switch(facts: Facts) -> AuxSwitch | None:
+    """Where this engine reads ``eagle_config.use_aux_hidden_state`` and gates the capture on it
+    (:func:`workbench.engine.codepath.aux_capture_switch`, read from the box's source, cached on the
+    facts); SGLang 0.5.23's when the source is not on the box; ``None`` when the release never
+    reads it (0.4.6 … 0.5.7)."""
+    if facts.engine is None:
+        return _MODELLED_SWITCH
+    cache = facts.__dict__.setdefault("_aux_switch", {})
+    if "v" not in cache:
+        cache["v"] = aux_capture_switch(facts.engine)
+    return cache["v"]
+
+
+def capture_disabled(facts: Facts) -> bool:
+    """The draft's nested ``eagle_config.use_aux_hidden_state`` is present and falsy (``false``,
+    ``null``, ``0``, ``""``) and this engine reads it: the capture is skipped (rule
+    ``aux-capture-disabled``); the captured-layer rules then have nothing to judge."""
+    if not _eagle3_pair(facts) or not isinstance(facts.draft.eagle_config, dict) \
+            or "use_aux_hidden_state" not in facts.draft.eagle_config or facts.draft.eagle_config["use_aux_hidden_state"]:
+        return False
+    return capture_switch(facts) is not None
+
+
+def _loc(where: tuple[str, int, str] | None) -> str | None:
+    return f"{where[0]}:{where[1]}" if where is not None else None
+
+
+@FAMILY.rule("aux-capture-disabled", severities=("error",),
+             summary="EAGLE3, the draft's eagle_config.use_aux_hidden_state is false (or another falsy value) and "
+                     "the engine reads it (SGLang 0.5.8 on): the target captures no aux states, fc is skipped",
+             fix="a copy of the draft with eagle_config.use_aux_hidden_state true")
+def aux_capture_disabled(facts: Facts) -> list[Finding]:
+    """From SGLang 0.5.8 the runner reads ``eagle_config.get("use_aux_hidden_state", True)``
+    (0.5.8 ``model_runner.py:336``; 0.5.23 ``model_runner_components/spec_aux_hidden_state.py:189``)
+    and calls the target's ``set_eagle3_layers_to_capture`` only under ``if
+    eagle_use_aux_hidden_state:`` (0.5.8 ``model_runner.py:587``; 0.5.23
+    ``attention_backend_setup.py:54``). A falsy value (``false``, ``null``, ``0``) therefore leaves
+    ``layers_to_capture`` empty: the draft receives the target's final hidden state, 1× wide, its
+    width check skips ``fc`` (``llama_eagle3.py``), and the proposals are near random. 0.4.6 …
+    0.5.7 never read the key (:func:`workbench.engine.codepath.aux_capture_switch` finds no read):
+    no finding there. The read and the gate are found in the box's source, never assumed."""
+    if not capture_disabled(facts):
+        return []
+    draft, sw = facts.draft, capture_switch(facts)
+    value = draft.eagle_config["use_aux_hidden_state"]
+    gate = (f" and sets up the capture only when `{sw.condition}` ({_loc(sw.gate)})" if sw.gate is not None
+            else " (the gate around the capture call was not found)")
+    evidence = {"eagle_config.use_aux_hidden_state": ev(value, f"{draft.config_path}: eagle_config.use_aux_hidden_state"),
+                "engine_read": ev(sw.read[2], _loc(sw.read)),
+                "engine_default": sw.default}
+    if sw.gate is not None:
+        evidence["capture_gate"] = ev(sw.gate[2], _loc(sw.gate))
+    return [Finding("aux-capture-disabled", "error",
+                    f"eagle_config.use_aux_hidden_state is {json.dumps(value)}: this engine reads it ({_loc(sw.read)})"
+                    f"{gate}: the target captures no aux hidden states, the draft's fc gets the 1×-wide final hidden "
+                    "state and is skipped, and the accept length collapses", evidence,
+                    f"a copy of the draft with \"use_aux_hidden_state\": true in eagle_config ({draft.config_path})")]
+
+
 @FAMILY.rule("aux-config-unread", severities=("error", "warning", "info"), prevents_start="always",
              summary="EAGLE3, and the nested eagle_config.eagle_aux_hidden_state_layer_ids is missing or null, or "
                      "eagle_config is not an object (top-level only counts as missing): the engine silently uses its "
@@ -108,13 +182,13 @@ def aux_config_unread(facts: Facts) -> list[Finding]:
     offset rule). The ``try`` covers only that read: a value that is there is handed on unchecked
     (ids that are not ints are ``aux-layer-ids-invalid``). A warning when ``eagle_config`` is not an
     object or the ids are only at top level (the draft's width code and the capture path then
-    disagree); ``info`` when absent altogether (the engine's default layers, which SpecForge also
+    disagree; not for an EAGLE-1/2 draft, fc 2× hidden: ``algorithm-mismatch``); ``info`` when absent altogether (the engine's default layers, which SpecForge also
     trains with when none are written: not a fault by itself). An error when ``eagle_config`` is a
     non-empty value that is not an object (a list, a string): the draft's own constructor reads it
     unguarded (SGLang 0.5.23 ``llama_eagle3.py:169-174``: ``(getattr(config, "eagle_config", None)
     or {}).get("norm_before_fc", ...)``) and raises ``AttributeError`` while the server loads."""
-    if not _eagle3_pair(facts):
-        return []
+    if not _eagle3_pair(facts) or facts.draft.is_eagle1_like:
+        return []  # an EAGLE-1/2 draft under EAGLE3 takes no aux ids: algorithm-mismatch says relaunch with EAGLE
     draft, target = facts.draft, facts.target
     nested, top = draft.aux_layer_ids, draft.aux_layer_ids_top_level
     if nested is not None:
@@ -313,8 +387,8 @@ def aux_layer_offset_convention(facts: Facts) -> list[Finding]:
     written (sglang PR #25454). Which convention the draft was trained with is not recorded: the
     finding states both lists so training can be checked."""
     if not _eagle3_pair(facts) or facts.capture is None or facts.capture.rule is None \
-            or facts.capture.rule.ignores_ids:
-        return []  # a release that reads no ids: aux-ids-ignored
+            or facts.capture.rule.ignores_ids or capture_disabled(facts):
+        return []  # a release that reads no ids: aux-ids-ignored; no capture at all: aux-capture-disabled
     cap, draft = facts.capture.rule, facts.draft
     captured, ids = cap.captured, draft.aux_layer_ids
     if captured is None or facts.target.num_hidden_layers is None or not ids_ok(ids) or list(captured) == list(ids) \
@@ -375,7 +449,8 @@ def aux_count_mismatch(facts: Facts) -> list[Finding]:
     inputs, ``num_aux`` = ``num_aux_hidden_states``, else the length of the nested ids, else 3, and
     concatenates that many captured states; a checkpoint ``fc.weight`` of another width either
     fails the loader's shape assert or (a 1×-wide input) is skipped by the width check. Also
-    reported for a checkpoint whose ``fc.weight`` has the right rows but the wrong columns."""
+    reported for a checkpoint whose ``fc.weight`` has the right rows but the wrong columns. For an EAGLE-1/2 draft (fc 2× hidden, ``DraftFacts.is_eagle1_like``)
+    the finding is ``evidence["consequence_of"] = "algorithm-mismatch"`` and gets no fix of its own."""
     out = shape_findings(facts.weights, "aux-count-mismatch") if facts.weights is not None else []
     if not _eagle3_pair(facts):
         return out
@@ -389,11 +464,13 @@ def aux_count_mismatch(facts: Facts) -> list[Finding]:
         return [f for f in out if f.evidence.get("param") != "model.fc.weight"]
     if draft.fc_in_features is None or th is None or n_aux * th == draft.fc_in_features:
         return out
+    evidence = {"fc_in_features": ev(draft.fc_in_features, draft.sources.get("fc_in_features")),
+                "num_aux": ev(n_aux, n_aux_src), "target_hidden": th}
+    if draft.is_eagle1_like:  # an EAGLE-1/2 fc (2× hidden) under EAGLE3: algorithm-mismatch's relaunch fixes it
+        evidence["consequence_of"] = "algorithm-mismatch"
     return [Finding("aux-count-mismatch", "error",
                     f"fc.weight takes {draft.fc_in_features} inputs but the engine feeds {n_aux} aux states × "
-                    f"{th} = {n_aux * th}: the draft fails to load or its fc is skipped",
-                    {"fc_in_features": ev(draft.fc_in_features, draft.sources.get("fc_in_features")),
-                     "num_aux": ev(n_aux, n_aux_src), "target_hidden": th}, None)] + out
+                    f"{th} = {n_aux * th}: the draft fails to load or its fc is skipped", evidence, None)] + out
 
 
 def _eagle_config_repair(facts: Facts, ids: list[int], why: str) -> DraftRepair:
@@ -432,10 +509,19 @@ def aux_fixes(facts: Facts, findings: list[Finding], given: dict) -> list[Fix]:
     for f in findings:
         if draft is None:
             break
+        if f.evidence.get("consequence_of") == "algorithm-mismatch":
+            continue  # an EAGLE-1/2 draft under EAGLE3: no EAGLE-3 repair applies, the relaunch with EAGLE does
         if f.rule == "target-no-aux-capture":
             out.append(Fix("none", (f.rule,), "the target class cannot capture aux hidden states",
                            missing=f"an engine release whose {facts.target_architecture} implements "
                                    "set_eagle3_layers_to_capture (or EAGLE with an EAGLE-1/2 draft)"))
+        elif f.rule == "aux-capture-disabled":
+            ec = dict(draft.eagle_config or {})
+            ec["use_aux_hidden_state"] = True
+            out.append(Fix("draft-copy", (f.rule,), "eagle_config.use_aux_hidden_state → true in a copy of the draft",
+                           repair=DraftRepair(config={"eagle_config": ec},
+                                              reasons=["aux-capture-disabled: use_aux_hidden_state true, so the "
+                                                       "engine captures the aux states the draft's fc takes"])))
         elif f.rule == "aux-config-unread":
             top = draft.aux_layer_ids_top_level
             raw = draft.config.get("eagle_config")

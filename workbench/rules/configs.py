@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from workbench.engine.drafts import DRAFT_CLASS_HISTORY, load_weights_facts
+from workbench.engine.load_weights import analyse_weights, analyse_with_source
 from workbench.rules.facts import Facts
 from workbench.rules.finding import Finding, ev
 from workbench.rules.fix import DraftRepair, Fix
@@ -72,23 +74,93 @@ def unknown_draft_architecture(facts: Facts) -> list[Finding]:
     Without the engine's source, SGLang 0.5.23's two EAGLE-3 classes. A draft launched with EAGLE3,
     or whose checkpoint holds EAGLE tensors (``midlayer.*``, ``fc.*``), under any other class name
     is built as that class: its weights do not fit (sglang#9135). The weight rules do not run then
-    (they follow the registered class's own ``load_weights``)."""
+    (they follow the registered class's own ``load_weights``).
+
+    A class this release has no source for at all is "not registered by this release", with the
+    release it is registered from when the workbench knows it
+    (:data:`workbench.engine.drafts.DRAFT_CLASS_HISTORY`: ``Eagle3DeepseekV2ForCausalLM`` from
+    0.5.12). The relabel to a registered class is proposed only when the checkpoint's tensors fit
+    it, followed through that class's ``load_weights`` (:func:`_relabel_misfit`: an MLA draft's
+    ``q_a_proj`` / ``kv_b_proj`` do not fit ``LlamaForCausalLMEagle3``); otherwise no relabel. An
+    EAGLE-1/2 draft (fc 2× hidden) under EAGLE3 is ``algorithm-mismatch``'s fault: the finding is
+    its consequence (``evidence["consequence_of"]``), with no EAGLE-3 fix."""
     draft = facts.draft
     if draft is None or not facts.draft_class_unknown:
         return []
     registered, reg_src = facts.draft_classes
     algo, arch = facts.algorithm, facts.draft_architecture
     want = sorted(registered) or ["LlamaForCausalLMEagle3"]
+    evidence: dict[str, Any] = {
+        "draft_architectures": ev(draft.architectures, draft.sources.get("architectures")),
+        "registered_draft_classes": ev(want, reg_src),
+        "eagle_tensors": [n for n in sorted(draft.tensors or {}) if n.startswith(("midlayer.", "fc."))][:4]}
+    kind = f"EAGLE{'-3' if algo == 'EAGLE3' else ''} draft class of this engine ({', '.join(want)})"
+    if algo == "EAGLE3" and draft.is_eagle1_like:
+        # an EAGLE-1/2 draft launched with EAGLE3: algorithm-mismatch's fault; no EAGLE-3 class fits it
+        evidence["consequence_of"] = "algorithm-mismatch"
+        return [Finding("unknown-draft-architecture", "error",
+                        f"the draft declares architectures {draft.architectures}, which is not an {kind}: it is an "
+                        "EAGLE-1/2 draft (fc 2× hidden) launched with EAGLE3 (algorithm-mismatch), and no EAGLE-3 "
+                        "class takes its tensors", evidence,
+                        "relaunch with --speculative-algorithm EAGLE (algorithm-mismatch)")]
+    history = DRAFT_CLASS_HISTORY.get(arch or "")
+    in_engine = facts.engine.find_class(arch) if facts.engine is not None and arch else None
+    if history is not None and in_engine is None and facts.engine is not None:
+        evidence["class_history"] = ev(f"{arch} from SGLang {history[0]} ({history[1]})",
+                                       "workbench.engine.drafts.DRAFT_CLASS_HISTORY (read by hand from the published "
+                                       "wheels)")
+        built = (f"{arch} is not registered by this release (no such class under {facts.engine.root}/srt/models); it "
+                 f"is registered from SGLang {history[0]} on ({history[1]})")
+    elif in_engine is None and facts.engine is not None:
+        built = f"{arch or 'no class'} is not registered by this release (no such class under {facts.engine.root}/srt/models)"
+    else:
+        built = f"the engine builds {arch or 'nothing'} and its weights do not fit"
     best = ("LlamaForCausalLMEagle" if algo == "EAGLE" and draft.is_eagle1_like and "LlamaForCausalLMEagle" in registered
             else "LlamaForCausalLMEagle3" if "LlamaForCausalLMEagle3" in registered else want[0])
+    try:
+        misfit = _relabel_misfit(facts, best)
+    except Exception as exc:  # noqa: BLE001 - a box error reading the class: said, the relabel stays unchecked
+        facts.notes.append(f"could not follow the draft's tensors through {best}.load_weights "
+                           f"({type(exc).__name__}: {exc}): the relabel is proposed unchecked")
+        misfit = None
+    if misfit:
+        evidence["proposed_architecture"] = None
+        evidence["tensors_that_do_not_fit"] = ev(misfit[:20] + ([f"... {len(misfit) - 20} more"] if len(misfit) > 20
+                                                                else []), f"{best}.load_weights ({len(misfit)} tensors "
+                                                                         "dropped, raising or of another shape)")
+        where = f"SGLang {history[0]} or later" if history is not None else "an engine release that registers it"
+        fix = (f"serve the draft on {where} ({arch}), or use a draft exported for {best}: its tensors do not load "
+               f"into {best}")
+    else:
+        evidence["proposed_architecture"] = best
+        fix = f"set \"architectures\": [\"{best}\"] in {draft.config_path}"
     return [Finding("unknown-draft-architecture", "error",
-                    f"the draft declares architectures {draft.architectures}, which is not an EAGLE"
-                    f"{'-3' if algo == 'EAGLE3' else ''} draft class of this engine ({', '.join(want)}); the engine "
-                    f"builds {arch or 'nothing'} and its weights do not fit",
-                    {"draft_architectures": ev(draft.architectures, draft.sources.get("architectures")),
-                     "registered_draft_classes": ev(want, reg_src), "proposed_architecture": best,
-                     "eagle_tensors": [n for n in sorted(draft.tensors or {}) if n.startswith(("midlayer.", "fc."))][:4]},
-                    f"set \"architectures\": [\"{best}\"] in {draft.config_path}")]
+                    f"the draft declares architectures {draft.architectures}, which is not an {kind}; {built}",
+                    evidence, fix)]
+
+
+def _relabel_misfit(facts: Facts, best: str) -> list[str] | None:
+    """The checkpoint tensors the proposed class ``best`` cannot take, followed through its
+    ``load_weights`` as read from the box's source (:func:`workbench.engine.drafts.load_weights_facts`,
+    :func:`workbench.engine.load_weights.analyse_with_source`; without the source, SGLang 0.5.23's
+    ``LlamaForCausalLMEagle3`` modelled): names no parameter takes (dropped), names the loader
+    raises on, and tensors of another shape (an MLA draft's ``q_a_proj`` / ``kv_b_proj`` into a
+    Llama class; an EAGLE-1 ``fc`` 2× wide). ``[]``: they fit; ``None``: not checkable (no
+    tensors, a class whose ``load_weights`` the workbench cannot follow)."""
+    draft, reg = facts.draft, facts.draft_registry
+    if not draft.tensors:
+        return None
+    if facts.engine is not None and reg is not None and best in reg:
+        lw = load_weights_facts(facts.engine, best, reg[best].file)
+        if lw is None or lw.followable is not None:
+            return None
+        wa = analyse_with_source(draft, lw, reg[best].kind if facts.algorithm == "EAGLE3" else "eagle", None)
+    elif facts.engine is None and best == "LlamaForCausalLMEagle3":
+        wa = analyse_weights(draft)
+    else:
+        return None
+    bad = list(wa.dropped) + list(wa.raises) + [p["tensor"] for p in wa.shape_problems if p.get("tensor")]
+    return sorted(dict.fromkeys(bad))
 
 
 @FAMILY.rule("draft-config-vs-tensors", severities=("error",), prevents_start="depends",
@@ -292,6 +364,12 @@ def config_fixes(facts: Facts, findings: list[Finding], given: dict) -> list[Fix
                                f"{', '.join(d['from'][:3])})" for d in fields.values()])))
         elif f.rule == "unknown-draft-architecture":
             best = f.evidence.get("proposed_architecture")
+            if f.evidence.get("consequence_of") == "algorithm-mismatch":
+                continue  # the launch is fixed by algorithm-mismatch's relaunch, not by an EAGLE-3 class
+            if not best:
+                out.append(Fix("none", (f.rule,), "the checkpoint's tensors do not load into any draft class this "
+                               "engine registers", missing=f.fix))
+                continue
             out.append(Fix("draft-copy", (f.rule,), f"architectures → [{best}] in a copy of the draft",
                            repair=DraftRepair(config={"architectures": [best]},
                                               reasons=[f"unknown-draft-architecture: architectures {draft.architectures}"

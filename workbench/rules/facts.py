@@ -22,6 +22,7 @@ import numpy as np
 from workbench.checkpoint import DraftFacts, TargetFacts, read_tensor_data
 from workbench.engine.flag_table import FlagTable, flag_table_for_engine
 from workbench.engine.launch import LaunchCommand
+from workbench.engine.codepath import eagle_worker
 from workbench.engine.drafts import LoadWeights, load_weights_facts, registered_draft_classes, worker_lm_head_source
 from workbench.engine.load_weights import WeightAnalysis, analyse_weights, analyse_with_source, config_vs_tensors
 from workbench.engine.modelled import (
@@ -318,7 +319,11 @@ class Facts:
         # takes both from the target (SGLang eagle_worker*.py init_lm_head, its else branch)
         kind = self.draft_registry[self.draft_architecture].kind if self.algorithm == "EAGLE3" else "eagle"
         try:
-            worker = worker_lm_head_source(self.engine)
+            launch = self.launch
+            # the worker this server runs decides (SGLang 0.5.12 runs EAGLEWorkerV2 by default)
+            choice = eagle_worker(self.engine, env=dict(launch.env) if launch is not None else None,
+                                  launch_args=list(launch.arg_tokens) if launch is not None else None)
+            worker = worker_lm_head_source(self.engine, worker=choice)
         except Exception as exc:  # noqa: BLE001 - reported; the head is then judged without the worker
             self.notes.append(f"could not grep the draft workers for load_lm_head_from_target ({type(exc).__name__}: "
                               f"{exc})")
