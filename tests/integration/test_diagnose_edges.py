@@ -91,17 +91,25 @@ def test_a_port_held_by_another_program_is_a_symptom_with_a_verdict(tmp_path, st
 
 
 def test_a_flag_value_the_engine_refuses_is_named_from_the_log(tmp_path, state_dir, free_port):
-    """The engine's argparse refuses a value (nothing static explains it): the verdict names the
-    log's own error line, not the generic "exited before /health", and the open list asks for the
-    server to start instead of runtime-only causes that need a serving server to matter."""
+    """The engine's argparse refuses a value: the doctor says so statically (``launch-flag-unknown``:
+    an int flag's value is not an int) and the launch guard spends no launch on it; forced past the
+    guard, the verdict names the log's own error line, not the generic "exited before /health", and
+    the open list asks for the server to start instead of runtime-only causes that need a serving
+    server to matter."""
     dep = build_deployment(tmp_path / "deployment")
     command = dep.launch_command(free_port) + " --decode-log-interval notanint"
-    verdict, _run_ = _run(tmp_path, command, free_port)
-    assert verdict["outcome"] == "server-does-not-start" and verdict["root_causes"] == []
+    guarded, _run_ = _run(tmp_path / "guarded", command, free_port)
+    assert "launch-flag-unknown" in {c["rule"] for c in guarded["root_causes"]}, guarded["root_causes"]
+    assert guarded["start_failures"] == [] or not guarded["start_failures"][0].get("exception")
+    _nothing_left(free_port)
+    verdict, _run_ = _run(tmp_path, command, free_port, force_launch=True)
+    # forced: the launch is spent, the server does not start, and the static cause explains why
+    assert verdict["outcome"] == "cause-found", verdict["outcome"]
+    assert "launch-flag-unknown" in {c["rule"] for c in verdict["root_causes"]}
     exception = verdict["start_failures"][0]["exception"]
     assert exception and "--decode-log-interval" in exception and "notanint" in exception, exception
     opened = [o["hypothesis"] for o in verdict["open"]]
-    assert opened[0] == "server start" and "chat-template" not in opened and "quantised-target" not in opened
+    assert "chat-template" not in opened and "quantised-target" not in opened, opened
     assert not any("acceptance is not low" in n for n in verdict["notes"]), verdict["notes"]
     _nothing_left(free_port)
 
