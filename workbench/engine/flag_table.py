@@ -40,16 +40,15 @@ flag: that flag; several: ``ambiguous option: --x could match --x-a, --x-b`` and
 from __future__ import annotations
 
 import ast
-import json
 import posixpath
 import re
 from dataclasses import dataclass, field
 from functools import cached_property
-from importlib import resources
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from remote.errors import RemoteError, RemoteFileError, RemoteFileNotFound
+from workbench.engine.flags import read_data_json
 from workbench.errors import WorkbenchInputError
 
 __all__ = ["FlagTable", "FlagTableError", "Resolution", "parse_flag_sources", "read_flag_table",
@@ -539,15 +538,7 @@ def load_flag_history(path: str | Path | None = None) -> dict:
     releases: [...], deprecated: {release: note}}}``; ``field`` as first seen, ``fields`` every
     field it stored when that changed) and ``renames`` (``{old flag: [{new, field,
     since, how}]}``). Raises ``ValueError`` for a file not of this format."""
-    if path is None:
-        text = resources.files("workbench.engine").joinpath("data", FLAG_HISTORY).read_text(encoding="utf-8")
-        where = f"workbench/engine/data/{FLAG_HISTORY}"
-    else:
-        text, where = Path(path).read_text(encoding="utf-8"), str(path)
-    try:
-        doc = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"{where}: not JSON ({exc.msg} at line {exc.lineno})") from exc
+    doc, where = read_data_json(FLAG_HISTORY, path)
     if not (isinstance(doc, dict) and isinstance(doc.get("flags"), dict) and isinstance(doc.get("releases"), list)):
         raise ValueError(f"{where}: not a flag history (expected releases, flags, renames)")
     doc.setdefault("renames", {})

@@ -25,20 +25,27 @@ __all__ = ["FLAGS", "SGLANG_VERSION", "FLAG_TABLE", "load_flag_table"]
 FLAG_TABLE = "sglang-0.5.23-flags.json"
 
 
+def read_data_json(name: str, path: str | Path | None = None) -> tuple[Any, str]:
+    """``(document, where)``: the JSON file ``path``, else the shipped ``workbench/engine/data/<name>``;
+    ``where`` names it in messages. Raises ``FileNotFoundError`` for a missing file and
+    ``ValueError`` (naming the file and line) for one that is not JSON."""
+    if path is None:
+        text = resources.files("workbench.engine").joinpath("data", name).read_text(encoding="utf-8")
+        where = f"workbench/engine/data/{name}"
+    else:
+        text, where = Path(path).read_text(encoding="utf-8"), str(path)
+    try:
+        return json.loads(text), where
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{where}: not JSON ({exc.msg} at line {exc.lineno})") from exc
+
+
 def load_flag_table(path: str | Path | None = None) -> tuple[str, dict[str, dict[str, Any]]]:
     """``(version, {flag: spec})`` from a flag-table JSON file (default: the shipped table).
 
     Raises ``FileNotFoundError`` for a missing file and ``ValueError`` (naming the file) for one
     that is not a table of this format."""
-    if path is None:
-        text = resources.files("workbench.engine").joinpath("data", FLAG_TABLE).read_text(encoding="utf-8")
-        where = f"workbench/engine/data/{FLAG_TABLE}"
-    else:
-        text, where = Path(path).read_text(encoding="utf-8"), str(path)
-    try:
-        doc = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"{where}: not JSON ({exc.msg} at line {exc.lineno})") from exc
+    doc, where = read_data_json(FLAG_TABLE, path)
     flags = doc.get("flags") if isinstance(doc, dict) else None
     if not isinstance(flags, dict) or not all(isinstance(v, dict) and "kind" in v for v in flags.values()):
         raise ValueError(f"{where}: not a flag table (expected an object with 'flags': {{flag: {{kind, ...}}}})")
