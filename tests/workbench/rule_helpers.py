@@ -52,6 +52,11 @@ def draft_cfg(**over) -> dict:
            "vocab_size": 128256, "draft_vocab_size": 32000, "max_position_embeddings": 131072,
            "rope_theta": 500000.0, "rope_scaling": {"rope_type": "llama3", "factor": 8.0},
            "tie_word_embeddings": False}
+    return with_keys(cfg, **over)
+
+
+def with_keys(cfg: dict, **over) -> dict:
+    """``cfg`` with ``over``'s keys replaced (a ``None`` value removes the key); returns ``cfg``."""
     for k, v in over.items():
         if v is None:
             cfg.pop(k, None)

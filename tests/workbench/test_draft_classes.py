@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import pytest
 
-from rule_helpers import KIMI_K25, by_rule, deploy, doctor, draft_cfg, launch, specforge_spec
+from rule_helpers import KIMI_K25, by_rule, deploy, doctor, draft_cfg, launch, specforge_spec, with_keys
 from workbench.engine.drafts import follow, load_weights_facts, registered_draft_classes
 from workbench.engine.releases import COVERED_RELEASES
 from workbench.engine.source import EngineSource
@@ -170,12 +170,7 @@ def mla_draft_cfg(**over) -> dict:
     cfg = fixture_config("sgl-project__SpecForge__configs_kimi-k2-eagle3.json")
     cfg.update({"architectures": ["Eagle3DeepseekV2ForCausalLM"], "model_type": "kimi_k2", "q_lora_rank": 1536,
                 "kv_lora_rank": 512, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128})
-    for k, v in over.items():
-        if v is None:
-            cfg.pop(k, None)
-        else:
-            cfg[k] = v
-    return cfg
+    return with_keys(cfg, **over)
 
 
 def mla_spec(cfg: dict, *, lm_head: bool) -> dict:
