@@ -45,7 +45,7 @@ __all__ = [
     "WorkbenchError", "WorkbenchInputError", "LaunchCommandError", "RuleInputError", "PromptSetError", "SweepError",
     "RunbookParameterError", "LogInputError", "FigureInputError", "VerdictSchemaError", "LedgerError",
     "CheckpointError", "ConfigUnreadable",
-    "CheckpointUnreadable", "TensorNotFound", "EngineNotFound", "SourceLookupError", "DoctorError",
+    "CheckpointUnreadable", "TensorNotFound", "EngineNotFound", "ServerChoiceError", "SourceLookupError", "DoctorError",
     "AcceptanceError", "MeasureError", "JournalError", "DraftCopyError", "DiagnosisError", "LaunchRefused", "ReportError",
     "BrowserNotFound", "BrowserError",
 ]
@@ -166,6 +166,18 @@ class EngineNotFound(WorkbenchError, RuntimeError):
     def __init__(self, message: str, *, where: str = ""):
         self.where = where
         super().__init__(message + (f" ({where})" if where else ""))
+
+
+class ServerChoiceError(EngineNotFound):
+    """No single server can be chosen: several run and nothing picks one, or the port asked
+    for has none. ``.ports`` are the ports of the servers running (``None`` for a server
+    without ``--port``); the message lists each server (port, pid, program) and says how to
+    pick one in the caller's own terms (``how``: ``"--port N"`` on the command line,
+    ``"port = N in the parameters cell"`` in a notebook, ``"the port field"`` in a widget)."""
+
+    def __init__(self, message: str, *, ports: Sequence[int | None] = (), where: str = ""):
+        self.ports = list(ports)
+        super().__init__(message, where=where)
 
 
 class SourceLookupError(WorkbenchError, LookupError):

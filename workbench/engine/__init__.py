@@ -30,6 +30,8 @@ from workbench.engine.locate import (
     is_launch_argv,
     read_environ,
     running_servers,
+    choose_server,
+    ServerChoiceError,
     server_python,
 )
 from workbench.engine.recipes import (
@@ -51,7 +53,7 @@ from workbench.errors import EngineNotFound, LaunchCommandError, SourceLookupErr
 __all__ = [
     "LaunchCommand", "LaunchCommandError", "canonical_flag", "parse_launch_command", "FLAGS", "SGLANG_VERSION",
     "EngineInfo", "EngineNotFound", "find_engine", "engine_package", "is_launch_argv", "read_environ",
-    "running_servers", "server_python", "LOCATE_ENGINE_SCRIPT", "EngineSource", "SourceLookupError", "CaptureRule", "Definition",
+    "running_servers", "choose_server", "ServerChoiceError", "server_python", "LOCATE_ENGINE_SCRIPT", "EngineSource", "SourceLookupError", "CaptureRule", "Definition",
     "SourceExcerpt", "CodePathMap", "PathEntry", "code_path_map", "map_for_launch", "RECIPES", "Recipe",
     "ProbeSpec", "recipe_probe", "add_recipe", "add_recipes", "read_recipes", "missing_required",
     "weights_unmatched", "ParamsAtInit", "params_left_at_init",

@@ -18,10 +18,10 @@ from typing import Any, Optional, Sequence
 from remote.errors import RemoteError, RemoteFileNotFound
 from workbench.engine.launch import LaunchCommand
 from workbench.engine.source import EngineSource
-from workbench.errors import EngineNotFound, LaunchCommandError
+from workbench.errors import EngineNotFound, LaunchCommandError, ServerChoiceError
 
 __all__ = [
-    "EngineInfo", "EngineNotFound", "find_engine", "engine_package", "is_launch_argv", "server_python",
+    "EngineInfo", "EngineNotFound", "ServerChoiceError", "choose_server", "find_engine", "engine_package", "is_launch_argv", "server_python",
     "read_environ", "running_servers", "LOCATE_ENGINE_SCRIPT", "engine_at",
 ]
 
@@ -87,6 +87,40 @@ def running_servers(box: Any, *, port: int | None = None, timeout: float = 30) -
     :func:`is_launch_argv`), on ``port`` when given; sorted by pid."""
     servers = [s for s in box.find_servers(timeout=timeout) if is_launch_argv(s.argv)]
     return [s for s in servers if s.port == port] if port else servers
+
+
+def choose_server(servers: Sequence[Any], port: int | None, *, how: str = "--port N",
+                  where: str = "") -> Any | None:
+    """The one server of ``servers`` (``ServerProcess`` list, e.g. :func:`running_servers`) that
+    ``port`` names, or, with ``port`` ``None``, the only one running; ``None`` when none runs and
+    no port was asked for.
+
+    ``how`` is how the caller's user picks a port, with ``N`` standing for the number
+    (``"--port N"``, ``"port = N in the parameters cell"``); the error message uses it.
+    Raises :class:`ServerChoiceError` when several run and ``port`` is ``None`` (each listed with
+    port, pid and program), or when ``port`` names no running server (the ports that run are
+    listed)."""
+    def describe(s: Any) -> str:
+        prog = " ".join(str(a) for a in list(s.argv)[:3])
+        return f"port {s.port if s.port is not None else '(none)'} (pid {s.pid}: {prog} …)"
+
+    ports = [s.port for s in servers]
+    example = next((p for p in ports if p is not None), None)
+    pick = how.replace("N", str(example), 1) if example is not None else how
+    if port is not None:
+        chosen = [s for s in servers if s.port == port]
+        if chosen:
+            return chosen[0]
+        if not servers:
+            raise ServerChoiceError(f"no SGLang server runs on port {port}, and no other runs either: start it",
+                                    ports=ports, where=where)
+        raise ServerChoiceError(f"no SGLang server runs on port {port}; running: "
+                                + "; ".join(describe(s) for s in servers) + f". Pick one: set {pick}",
+                                ports=ports, where=where)
+    if len(servers) > 1:
+        raise ServerChoiceError(f"{len(servers)} SGLang servers run: " + "; ".join(describe(s) for s in servers)
+                                + f". Pick one: set {pick}", ports=ports, where=where)
+    return servers[0] if servers else None
 
 
 def read_environ(box: Any, pid: int, *, timeout: float = 10) -> dict[str, str] | None:
