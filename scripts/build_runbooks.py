@@ -384,6 +384,43 @@ box.close()
 ]
 
 
+CONSOLE = [
+    md("""
+# Box console
+
+The box and its server in one widget (`workbench.lab.console.BoxConsole`): what runs, start / stop /
+restart with an edited command, and one button that puts the box back as found. Tabs:
+
+- **Status**: host, the server's command line, port, health (`GET /health`), uptime, the engine's
+  version and root, the other servers running, and, where `nvidia-smi` exists, GPU memory and the
+  processes holding it. *At 2 a.m.*: a holder marked **LEFTOVER** is not in the server's process
+  group (an orphaned scheduler of an earlier server): it keeps the GPU memory the next start needs.
+- **Server**: the launch command (editable). Start / Stop / Restart run the doctor on the exact
+  command first; a command it says will not start is refused with its findings (rule, severity,
+  message, fix) and nothing is stopped. *Look for*: an error finding before you spend a 20-minute
+  load on a command that cannot start. "Launch anyway" appears only after a refusal.
+- **Journal**: what this console changed on the box (servers stopped and started, probes, files),
+  and **Put the box back**: stops the console's servers, reverts probes, relaunches the server
+  found. Closing the kernel does the same.
+- **Log**, **Accept length**, **Source**, **Probes**: the log tail, the accept length from the decode
+  log, the engine source, the probes (each says so when not installed).
+
+`port = None` takes the only server running; when several run, the Status tab lists their ports:
+set `port = 30000` (say) in the parameters cell and run again.
+"""),
+    code("""
+host = "local"          # the box: local (the sandbox box), an ~/.ssh/config alias, user@host[:port]
+port = None             # the server's port (None: the only one running)
+launch_command = None   # what the Server tab offers when no server runs (None: the sandbox box's)
+""", tags=("parameters",)),
+    code("""
+from workbench.lab.console import box_console
+
+console = box_console(host=host, port=port, launch_command=launch_command); console.widget
+"""),
+]
+
+
 def build(cells, name: str, folder: str = "runbooks") -> Path:
     for i, cell in enumerate(cells):
         cell.id = f"{name[:48]}-{i}"  # stable ids: rebuilding an unchanged notebook changes nothing
@@ -404,3 +441,4 @@ if __name__ == "__main__":
     print(build(COMPARE, "compare_drafts"))
     print(build(PANEL, "control_panel", folder="notebooks"))
     print(build(ENGINE, "engine_probes", folder="notebooks"))
+    print(build(CONSOLE, "box_console", folder="notebooks"))

@@ -17,6 +17,7 @@ NOTEBOOKS = {
     ROOT / "notebooks" / "control_panel.ipynb": build_runbooks.PANEL,
     ROOT / "runbooks" / "preflight.ipynb": build_runbooks.PREFLIGHT,
     ROOT / "notebooks" / "engine_probes.ipynb": build_runbooks.ENGINE,
+    ROOT / "notebooks" / "box_console.ipynb": build_runbooks.CONSOLE,
     ROOT / "runbooks" / "measure_acceptance.ipynb": build_runbooks.MEASURE,
     ROOT / "runbooks" / "compare_drafts.ipynb": build_runbooks.COMPARE,
 }

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import os
 import stat
-import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -153,3 +153,42 @@ def test_restart_refuse_and_put_the_box_back(own_sandbox_server, tmp_path, state
     from remote.probes import list_probes
     assert list_probes(box) == []
     box.close()
+
+
+def test_several_servers_are_listed_in_notebook_terms(own_sandbox_server, tmp_path, state_dir):
+    with own_sandbox_server(tmp_path / "a", *sandbox_flags(**EAGLE)) as a, \
+            own_sandbox_server(tmp_path / "b", *sandbox_flags(**EAGLE)) as b:
+        c = BoxConsole()  # port = None, as the notebook's default
+        try:
+            page = c.status_html.value
+            assert "No server chosen" in page and "Pick one: set port = " in page and "in the parameters cell" in page
+            assert f"port {a.port}" in page and f"port {b.port}" in page and "Traceback" not in page
+            assert "--port N" not in page
+        finally:
+            c.close()
+
+
+@pytest.mark.slow  # starts a kernel
+def test_box_console_notebook_runs_on_the_server(own_sandbox_server, tmp_path, execute_notebook, state_dir):
+    """The notebook builds the console (no traceback) on the port given, and changes nothing."""
+    import nbformat
+
+    from workbench.session.journal import Journal
+
+    root = Path(__file__).resolve().parents[2]
+    with own_sandbox_server(tmp_path / "s", *sandbox_flags(**EAGLE)) as srv:
+        out = tmp_path / "out.ipynb"
+        execute_notebook(root / "notebooks" / "box_console.ipynb", out, parameters={"port": srv.port},
+                         cwd=str(tmp_path))
+        nb = nbformat.read(str(out), as_version=4)
+        last = nb.cells[-1]
+        assert any("application/vnd.jupyter.widget-view+json" in o.get("data", {}) for o in last.outputs), last.outputs
+        errors = [o for cell in nb.cells if cell.cell_type == "code" for o in cell.outputs
+                  if o.get("output_type") == "error"]
+        assert errors == []
+        box = connect("local")
+        try:
+            assert [s.pid for s in BoxState("local", srv.port, box=box).servers() if s.port == srv.port] == [srv.pid]
+            assert not Journal(box).pending
+        finally:
+            box.close()
