@@ -192,3 +192,26 @@ def test_box_console_notebook_runs_on_the_server(own_sandbox_server, tmp_path, e
             assert not Journal(box).pending
         finally:
             box.close()
+
+
+def test_box_session_launch_refuses_another_port_and_stop_with_nothing_running(free_port, state_dir):
+    """BoxSession.launch / stop (used by the console): a command for another port is refused
+    before anything is checked or started; stop with nothing running stops nothing; the run lock
+    is released by the restore."""
+    from workbench.engine.launch import LaunchCommand
+    from workbench.errors import DiagnosisError
+    from workbench.sandbox_box import sandbox_launch_command
+    from workbench.session.box_session import BoxSession, open_box
+
+    box, inv, journal = open_box("local", launch_command=sandbox_launch_command(port=free_port), port=free_port)
+    session = BoxSession(box, inv, journal, server_start_timeout=60)
+    try:
+        other = LaunchCommand.parse(sandbox_launch_command(port=free_port + 1))
+        with pytest.raises(DiagnosisError, match=f"--port {free_port + 1} is not the session's port {free_port}"):
+            session.launch(other, "console")
+        assert session.guard.checks == [] and session.current is None
+        assert session.stop() is False
+    finally:
+        report = session.restore()
+        session.finished = True
+    assert report.clean and report.actions == [] and not journal.pending

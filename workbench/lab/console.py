@@ -315,8 +315,10 @@ class BoxConsole:
             self._show_error(exc)
             return None
         finally:
+            final = self.status_line.value
             done.set()
             ticker.join(timeout=2)
+            self.status_line.value = final  # the outcome, never a last tick
             for b in self._buttons:
                 b.disabled = False
             self._busy = False
