@@ -279,7 +279,7 @@ class BoxConsole:
         for p in data.get("created_paths") or []:
             lines.append(f"created {p}")
         for probe in list_probes(box, timeout=self.timeout):
-            lines.append(f"probe {probe.tag} in {probe.path}")
+            lines.append(f"probe {probe.tag} at {probe.path}:{probe.line}")
         return lines
 
     def _show_journal(self) -> None:
