@@ -79,9 +79,21 @@ sandbox-models:
 	$(call venv,sandbox)
 	$(PY) -m workbench.sandbox.train
 
+# JupyterLab on the notebooks: LAB_IP (default 127.0.0.1) and LAB_PORT (default 8888); --allow-root
+# when run as root; --no-browser when there is no display. Checkpoints and jupyter-lsp's virtual
+# documents go under the venv ($(VENV)/lab-state), never next to the notebooks, so opening and
+# saving notebooks leaves `git status` clean.
+LAB_IP ?= 127.0.0.1
+LAB_PORT ?= 8888
+LAB_STATE = $(abspath $(VENV))/lab-state
+LAB_ARGS = --ServerApp.ip=$(LAB_IP) --ServerApp.port=$(LAB_PORT) --ServerApp.port_retries=0 \
+  --FileCheckpoints.checkpoint_dir=$(LAB_STATE)/checkpoints \
+  --LanguageServerManager.virtual_documents_dir=$(LAB_STATE)/virtual_documents \
+  $$([ "$$(id -u)" = 0 ] && echo --allow-root) $$([ -z "$${DISPLAY:-}$${WAYLAND_DISPLAY:-}" ] && echo --no-browser)
 lab:
 	$(call venv,lab sandbox)
-	$(VENV)/bin/jupyter lab notebooks/
+	@mkdir -p $(LAB_STATE)/checkpoints $(LAB_STATE)/virtual_documents
+	$(PY) -m jupyterlab $(LAB_ARGS) notebooks/
 
 clean-reports:
 	rm -rf -- "$(REPORT_DIR)"

@@ -23,6 +23,8 @@ STARTS_BY_FIXTURE = {
     "own_sandbox_server": "a sandbox server",
     "tiny_server_argv": "a tiny HTTP server",
     "execute_notebook": "a notebook kernel",
+    "lab_server": "a JupyterLab server",
+    "lab": "a JupyterLab server and a Chromium page",
 }
 
 

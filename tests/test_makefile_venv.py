@@ -45,10 +45,12 @@ def checkout(tmp_path):
     stub.chmod(0o755)
     calls = tmp_path / "calls.log"
 
-    def make(target: str) -> list[str]:
+    def make(target: str, *args: str) -> list[str]:
         calls.write_text("")
-        proc = subprocess.run(["make", "--no-print-directory", "-C", str(repo), target, f"PYTHON={stub}"],
-                              env={**os.environ, "CALLS": str(calls)}, capture_output=True, text=True, timeout=60)
+        env = {k: v for k, v in os.environ.items() if k not in ("DISPLAY", "WAYLAND_DISPLAY")}
+        proc = subprocess.run(["make", "--no-print-directory", "-C", str(repo), target, f"PYTHON={stub}", *args],
+                              env={**env, "CALLS": str(calls)}, capture_output=True, text=True, timeout=60)
+        make.output = proc.stdout + proc.stderr
         assert proc.returncode == 0, proc.stdout + proc.stderr
         return calls.read_text().splitlines()
 
@@ -98,3 +100,25 @@ def test_a_venv_without_its_interpreter_is_made_again(checkout):
     checkout("setup")
     (checkout.repo / ".venv" / "bin" / "python").unlink()
     assert checkout("setup") == ["python3-stub -m venv .venv"] + _install(".[sandbox,test]")
+
+
+def test_lab_installs_its_extra_once_and_takes_port_ip_root_and_no_display(checkout):
+    """``make lab`` twice: pip once (the stamp then lists ``lab sandbox``), JupyterLab both times on
+    LAB_IP:LAB_PORT with checkpoints under the venv, ``--allow-root`` only as root and
+    ``--no-browser`` without a display (the stub's environment has none)."""
+    state = checkout.repo / ".venv" / "lab-state"
+    lab = ("python -m jupyterlab --ServerApp.ip=0.0.0.0 --ServerApp.port=9555 --ServerApp.port_retries=0"
+           f" --FileCheckpoints.checkpoint_dir={state}/checkpoints"
+           f" --LanguageServerManager.virtual_documents_dir={state}/virtual_documents"
+           + (" --allow-root" if os.geteuid() == 0 else "") + " --no-browser notebooks/")
+    assert checkout("lab", "LAB_PORT=9555", "LAB_IP=0.0.0.0") == (
+        ["python3-stub -m venv .venv"] + _install(".[lab,sandbox]") + [lab])
+    assert "installing .[lab,sandbox]" in checkout.output
+    assert checkout.stamp.read_text() == "lab sandbox\n"
+    assert checkout("lab", "LAB_PORT=9555", "LAB_IP=0.0.0.0") == [lab]
+    assert "installing" not in checkout.output
+    assert (state / "checkpoints").is_dir()
+    # after make test (sandbox test), lab adds only its extra, once
+    checkout("setup")
+    assert checkout.stamp.read_text() == "lab sandbox test\n"
+    assert checkout("lab", "LAB_PORT=9555", "LAB_IP=0.0.0.0") == [lab]

@@ -1,0 +1,105 @@
+"""``make lab`` for real, in a fresh clone of this working tree: as whoever runs the tests (root in
+CI, where JupyterLab refuses to start without ``--allow-root``), on a free ``LAB_PORT``; a notebook
+is opened in a kernel session, saved and checkpointed through the REST API, and afterwards
+``git status --porcelain`` is empty (checkpoints and virtual documents live under the venv).
+
+The venv: a throw-away one (``VENV=`` is a make variable) whose site-packages points at this
+interpreter's (a ``.pth``) and whose stamp already lists ``lab sandbox``, so no pip runs (no torch
+reinstalled); the output must not say ``installing``. The stamp logic itself (install once, never
+again) is tested with a recording interpreter in tests/test_makefile_venv.py."""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import sysconfig
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from testkit import ports
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _api(url, token, method, path, body=None):
+    req = urllib.request.Request(url + path, method=method, data=None if body is None else json.dumps(body).encode(),
+                                 headers={"Authorization": f"token {token}", "Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=10) as resp:
+        raw = resp.read()
+    return json.loads(raw) if raw else None
+
+
+@pytest.mark.slow
+def test_make_lab_as_root_on_lab_port_leaves_git_status_clean(tmp_path):
+    for tool in ("make", "git"):
+        if shutil.which(tool) is None:
+            pytest.skip(f"{tool} is not installed")
+    pytest.importorskip("jupyterlab")
+    clone = tmp_path / "clone"
+    subprocess.run(["git", "clone", "-q", str(REPO), str(clone)], check=True, timeout=120)
+    # the branch's uncommitted Makefile/.gitignore are what is under test when run before a commit
+    for name in ("Makefile", ".gitignore"):
+        shutil.copy2(REPO / name, clone / name)
+    subprocess.run(["git", "-C", str(clone), "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qam", "wip",
+                    "--allow-empty"], check=True, timeout=60)
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+    site = Path(sysconfig.get_paths(vars={"base": str(venv), "platbase": str(venv)})["purelib"])
+    (site / "reuse-test-venv.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    (venv / ".installed-stamp").write_text("lab sandbox\n")
+    os.utime(venv / ".installed-stamp")  # newer than the clone's pyproject.toml / constraints.txt
+
+    port, token = ports.free_port(), secrets.token_hex(16)
+    home = tmp_path / "home"
+    env = {**os.environ, "JUPYTER_TOKEN": token, "HOME": str(home), "JUPYTER_CONFIG_DIR": str(home / "cfg"),
+           "JUPYTER_RUNTIME_DIR": str(home / "rt"), "JUPYTERLAB_WORKSPACES_DIR": str(home / "ws"),
+           "JUPYTERLAB_SETTINGS_DIR": str(home / "settings")}
+    env.pop("DISPLAY", None)
+    log = tmp_path / "make-lab.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(["make", "--no-print-directory", "lab", f"VENV={venv}", f"LAB_PORT={port}"], cwd=clone,
+                                env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 90
+        while True:
+            assert proc.poll() is None, f"make lab exited {proc.returncode}:\n{log.read_text()}"
+            try:
+                _api(url, token, "GET", "/api/status")
+                break
+            except (OSError, urllib.error.HTTPError):
+                assert time.monotonic() < deadline, f"make lab did not serve on {port}:\n{log.read_text()}"
+                time.sleep(0.5)
+        nb = "engine_probes.ipynb"
+        model = _api(url, token, "GET", f"/api/contents/{nb}?content=1")
+        session = _api(url, token, "POST", "/api/sessions", {"path": nb, "type": "notebook", "name": nb,
+                                                             "kernel": {"name": "python3"}})
+        _api(url, token, "POST", f"/api/contents/{nb}/checkpoints")
+        _api(url, token, "PUT", f"/api/contents/{nb}", {"type": "notebook", "format": "json", "content": model["content"]})
+        _api(url, token, "DELETE", f"/api/sessions/{session['id']}")
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=10)
+    text = log.read_text()
+    assert "installing" not in text, text
+    if os.geteuid() == 0:
+        assert "Use --allow-root" not in text
+    status = subprocess.run(["git", "-C", str(clone), "status", "--porcelain", "--ignored=no"], capture_output=True,
+                            text=True, check=True, timeout=60).stdout
+    assert status == "", status
+    assert list((venv / "lab-state" / "checkpoints").glob("engine_probes-checkpoint.ipynb")), text
+    assert not list(clone.rglob(".ipynb_checkpoints")), "checkpoints written next to the notebooks"
