@@ -1,0 +1,1 @@
+"""JupyterLab widgets (ipywidgets 8) over the library: the box console's panes."""
