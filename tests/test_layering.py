@@ -31,6 +31,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("workbench.measure",),
     ("workbench.runbook_params",),
     ("workbench.diagnosis",),
+    ("workbench.lab",),
     ("workbench.cli",),
 ]
 RANK = {part: i for i, layer in enumerate(LAYERS) for part in layer}
