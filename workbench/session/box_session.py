@@ -119,6 +119,35 @@ class BoxSession:
                               "started_at": started})
         return handle
 
+    def launch(self, launch: LaunchCommand, label: str, *, force: bool = False):
+        """Launch ``launch`` on the session's port in place of whatever serves it (journalled: the
+        original server is recorded, and :meth:`restore` brings it back), wait until healthy and
+        return the ``remote.result.ServerHandle``. ``force``: launch even when the doctor's
+        findings say it will not start (recorded as ``overridden``). Raises
+        :class:`workbench.errors.LaunchRefused` (nothing stopped or started), ``ServerDied`` /
+        ``ServerStartTimedOut`` (the launched server is stopped first, whole group) and
+        :class:`DiagnosisError` when ``launch`` names another ``--port`` than the session's."""
+        port = launch.get("--port")
+        if port is not None and str(port) != str(self.inventory.port):
+            raise DiagnosisError(f"the launch command's --port {port} is not the session's port "
+                                 f"{self.inventory.port}: a session launches on the port it found")
+        before = self.guard.force
+        self.guard.force = before or force is True
+        try:
+            return self._launch(launch, label)
+        finally:
+            self.guard.force = before
+
+    def stop(self) -> bool:
+        """Stop whatever serves the session's port: the session's own server, or the original
+        (journalled first, so :meth:`restore` relaunches it). True when something was stopped."""
+        original = self.journal.data.get("original_server")
+        stopping = self.current is not None or bool(original and not original.get("stopped")
+                                                    and self.inventory.server_pid is not None)
+        self._stop_current()
+        self._stop_original()
+        return stopping
+
     def _serving(self) -> tuple[str, str | None, LaunchCommand]:
         """The URL, log path and launch command of whatever serves now, launching the given
         command when nothing runs (a box with no server: the run starts it, and stops it at the end)."""
