@@ -83,3 +83,60 @@ def test_probes_pane_shows_errors_and_reverts_all(probe_state):
     done = pane.revert_all()
     assert done is not None and [p.tag for p in done] == ["draft-input-width", "width-by-hand"], pane.status.value
     assert remote_probes.list_probes(state.box) == [] and sha(entry.file) == original
+
+
+def test_parse_location_refuses_what_is_no_file_line():
+    from workbench.errors import SourceLookupError
+    from workbench.lab.source_pane import parse_location
+
+    assert parse_location(" srt/models/llama_eagle3.py:120 ") == ("srt/models/llama_eagle3.py", 120)
+    assert parse_location("/a:b/c.py:7") == ("/a:b/c.py", 7)
+    for bad in ("srt/x.py", "srt/x.py:", "srt/x.py:0", "srt/x.py:ten", ":5", ""):
+        with pytest.raises(SourceLookupError, match="not a file:line location"):
+            parse_location(bad)
+
+
+def test_source_pane_shows_the_code_path_entry_line(sandbox_server):
+    from workbench.lab.source_pane import SourcePane
+
+    srv = sandbox_server("EAGLE3")
+    state = BoxState("local", srv.port)
+    try:
+        pane = SourcePane(state, context=3)
+        cmap = pane.refresh()
+        assert cmap is not None, pane.status.value
+        keys = [c._dom_classes for c in pane.entries.children]
+        assert len(keys) == len(cmap.entries)
+        assert all("wb-source-entry" in k for k in keys)
+        entry = cmap.entry("draft-fc-width-check")
+        button = next(c for c in pane.entries.children if "wb-source-entry-draft-fc-width-check" in c._dom_classes)
+        assert not button.disabled
+        button.click()  # what a click in the browser does
+        own_line = Path(entry.file).read_text().splitlines()[entry.line - 1]  # read the file myself
+        focus = f"&gt; {entry.line:>{len(str(entry.line + 3))}} | " + html_escape(own_line)
+        assert f'<span class="wb-source-focus"' in pane.view.value and focus in pane.view.value
+        assert pane.view.value.count("\n") == 6  # 3 lines of context each side, 7 lines
+        assert pane.location.value == f"{entry.file}:{entry.line}"
+        assert pane.status.value.startswith("draft-fc-width-check: ")
+
+        assert pane.show(entry.file, 10 ** 6) is None
+        assert pane.status.value.startswith("<b>SourceLookupError</b>: line 1000000 is outside ")
+        pane.location.value = "no-line-here"
+        assert pane.show_location() is None and "not a file:line location" in pane.status.value
+        assert pane.show_entry("no-such-entry") is None and "KeyError" in pane.status.value
+
+        defs = pane.find("LlamaModel.forward")
+        assert defs, pane.status.value
+        d = defs[0]
+        assert d.qualname.endswith("LlamaModel.forward") and len(pane.found.children) == len(defs)
+        def_line = Path(d.file).read_text().splitlines()[d.line - 1]
+        assert html_escape(def_line) in pane.view.value and pane.location.value == f"{d.file}:{d.line}"
+        assert pane.find("not a name!") is None and "is not a Python name" in pane.status.value
+    finally:
+        state.close()
+
+
+def html_escape(text: str) -> str:
+    import html
+
+    return html.escape(text, quote=False)
