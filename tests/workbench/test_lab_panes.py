@@ -75,13 +75,14 @@ def test_probes_pane_shows_errors_and_reverts_all(probe_state):
 
     entry = state.code_path().entry("draft-fc-width-check")
     original = sha(entry.file)
-    probe = pane.add_expression(entry.file, entry.probe_line, ["hidden_states.shape"], tag="width-by-hand")
+    rel = entry.file[len(str(root).rstrip("/")) + 1:]  # relative to the engine root, default tag
+    probe = pane.add_expression(rel, entry.probe_line, ["hidden_states.shape"])
     assert probe is not None, pane.status.value
-    assert probe.tag == "width-by-hand" and probe.path == entry.file
+    assert probe.tag == f"llama_eagle3-L{entry.probe_line}" and probe.path == entry.file
     assert pane.add_recipe("draft-input-width") is not None, pane.status.value
-    assert {p.tag for p in remote_probes.list_probes(state.box)} == {"width-by-hand", "draft-input-width"}
+    assert {p.tag for p in remote_probes.list_probes(state.box)} == {probe.tag, "draft-input-width"}
     done = pane.revert_all()
-    assert done is not None and [p.tag for p in done] == ["draft-input-width", "width-by-hand"], pane.status.value
+    assert done is not None and [p.tag for p in done] == ["draft-input-width", probe.tag], pane.status.value
     assert remote_probes.list_probes(state.box) == [] and sha(entry.file) == original
 
 

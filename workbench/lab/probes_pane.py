@@ -170,7 +170,6 @@ class ProbesPane:
 
     def _add_expression(self, file: str, line: int, exprs: list[str], tag: Optional[str]):
         from remote import probes
-        from workbench.cli.probe import _default_probe_tag
         from workbench.errors import WorkbenchError
 
         if not file:
@@ -185,7 +184,7 @@ class ProbesPane:
         real = probes.resolve_probe_path(box, box.expand_path(path), engine.root, timeout=self.timeout)
         if tag is None:
             taken = {p.tag for p in probes.list_probes(box, timeout=self.timeout)}
-            tag = _default_probe_tag(real, line, taken)
+            tag = probes.default_tag(real, line, taken)
         probe = probes.add_probe(box, real, before=line, exprs=exprs, tag=tag, python=engine.python,
                                  root=engine.root, timeout=self.timeout)
         self._refresh()
