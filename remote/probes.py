@@ -1449,6 +1449,18 @@ def add_probe(
     return probe
 
 
+def default_tag(path: str, line: int, taken: set[str]) -> str:
+    """The default tag of a probe at ``line`` of ``path``: ``<file stem>-L<line>`` (valid per
+    :data:`TAG_RE`), with ``-2``, ``-3``... when ``taken`` (the journal's tags) already holds it. ``line``: the anchor's line in the original file's numbering
+    (other probes' blocks not counted)."""
+    stem = re.sub(r"[^A-Za-z0-9_.-]", "_", posixpath.splitext(posixpath.basename(path))[0]).lstrip("_.-")
+    base = f"{(stem or 'probe')[:48]}-L{line}"
+    tag, n = base, 2
+    while tag in taken:
+        tag, n = f"{base}-{n}", n + 1
+    return tag
+
+
 def locate_anchor(
     box: Box,
     path: PathLike,

@@ -55,18 +55,10 @@ def _is_box_absolute(path: str) -> bool:
 
 
 def _default_probe_tag(path: str, line: int, taken: set[str]) -> str:
-    """``<file stem>-L<line>`` (valid per ``remote.probes.TAG_RE``), with ``-2``, ``-3``... when
-    the journal already uses it. ``line``: the anchor's line in the original file's numbering
-    (other probes' blocks not counted)."""
-    import posixpath
-    import re
+    """``remote.probes.default_tag`` (kept under this name for the CLI)."""
+    from remote.probes import default_tag
 
-    stem = re.sub(r"[^A-Za-z0-9_.-]", "_", posixpath.splitext(posixpath.basename(path))[0]).lstrip("_.-")
-    base = f"{(stem or 'probe')[:48]}-L{line}"
-    tag, n = base, 2
-    while tag in taken:
-        tag, n = f"{base}-{n}", n + 1
-    return tag
+    return default_tag(path, line, taken)
 
 
 def _probe_engine(box: Any, args: argparse.Namespace):

@@ -1,6 +1,6 @@
 """Widgets for JupyterLab over the library (ipywidgets 8): the box console
-(:mod:`workbench.lab.console`) and the shared state its panes read (:mod:`workbench.lab.state`).
-Widget logic lives here; the notebooks only build and display."""
+(:mod:`workbench.lab.console`), its panes (log tail, probes, source) and the shared state its panes
+read (:mod:`workbench.lab.state`). Widget logic lives here; the notebooks only build and display."""
 
 __all__ = ["BoxState"]
 

@@ -182,3 +182,83 @@ class LogFollower:
         """:meth:`poll` as text lines (UTF-8, undecodable bytes replaced; line endings removed)."""
         data = self.poll()
         return [ln.rstrip("\r") for ln in data.decode("utf-8", "replace").split("\n")[:-1]] if data else []
+
+
+@dataclass
+class TailUpdate:
+    """What one :meth:`ServerLogFollower.poll` found: ``lines`` (new complete text lines, line
+    endings removed), ``notes`` (human sentences for each boundary crossed: ``"server restarted:
+    now <path>"``, ``"log rotated"``, ``"log truncated"``, ``"no server log"``) and ``path`` (the
+    log followed now, ``None`` when there is none)."""
+
+    lines: list[str]
+    notes: list[str]
+    path: str | None
+
+
+class ServerLogFollower:
+    """The log of whatever server runs now, followed across restarts, rotation and truncation.
+
+    ``path_fn()`` names the current log (``str``) or ``None`` (no server); it is called on every
+    :meth:`poll`, so when a restart gives a new log file the follower switches to it, starting at
+    its byte 0 (a new server's log is read whole), and says ``"server restarted: now <path>"``.
+    The first log seen is read from its last ``first_bytes`` bytes (default 256 KiB; the partial
+    line at that cut is dropped). Within one path, rotation and truncation are
+    :class:`LogFollower`'s (its events become ``"log rotated"`` / ``"log truncated"`` notes).
+    ``max_bytes`` bounds the bytes read per poll. Raises the box's errors other than a missing file.
+    """
+
+    def __init__(self, box: Any, path_fn, *, first_bytes: int = 256 << 10, max_bytes: int = 1 << 20,
+                 timeout: float = 30.0):
+        self.box, self.path_fn, self.timeout = box, path_fn, timeout
+        self.first_bytes, self.max_bytes = int(first_bytes), int(max_bytes)
+        self.path: str | None = None
+        self.follower: LogFollower | None = None
+        self._seen_any = False
+        self._drop_first_partial = False
+        self._no_log_said = False
+
+    def _open(self, path: str) -> LogFollower:
+        from remote.errors import RemoteFileNotFound
+
+        offset = 0
+        if not self._seen_any:
+            try:
+                size = self.box.stat(path, timeout=self.timeout).size
+            except RemoteFileNotFound:
+                size = 0
+            offset = max(0, size - self.first_bytes)
+            self._drop_first_partial = offset > 0
+        self._seen_any = True
+        return LogFollower(self.box, path, offset=offset, timeout=self.timeout, max_bytes=self.max_bytes)
+
+    def poll(self) -> TailUpdate:
+        """One look at the box: the new lines since the last poll, and the notes."""
+        notes: list[str] = []
+        path = self.path_fn()
+        if path is None:
+            if not self._no_log_said:
+                notes.append("no server log (no server running)")
+                self._no_log_said = True
+            self.path, self.follower = None, None
+            return TailUpdate([], notes, None)
+        self._no_log_said = False
+        if path != self.path or self.follower is None:
+            if self._seen_any:
+                notes.append(f"server restarted: now {path}")
+            self.follower = self._open(path)
+            self.path = path
+        before = len(self.follower.events)
+        lines = self.follower.lines()
+        if self._drop_first_partial and lines:
+            lines = lines[1:]
+            self._drop_first_partial = False
+        for ev in self.follower.events[before:]:
+            if ev.kind == "rotated":
+                notes.append(f"log rotated (old end read from {ev.rotated_to})")
+            elif ev.kind == "truncated":
+                notes.append("log rotated/truncated: reading again from the top"
+                             + (f" (lost: {ev.lost})" if ev.lost else ""))
+            elif ev.kind == "missing":
+                notes.append(f"log {ev.path} is missing (waiting for it)")
+        return TailUpdate(lines, notes, path)
