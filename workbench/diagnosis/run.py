@@ -332,6 +332,7 @@ class DiagnosisRun(BoxSession):
         ``server_start_timeout`` while its process lives; raises ``remote.errors.ServerNotReady``
         when it never gets ready, ``remote.errors.GenerationStuck`` when its HTTP answers and a
         1-token generation does not return."""
+        self._require_open("measure")
         base_url, log_path, launch = self._serving()
         offset = self.box.file_size(log_path) if log_path and self.box.exists(log_path) else 0
         pid = self.current.pid if self.current is not None else self.inventory.server_pid
@@ -417,6 +418,7 @@ class DiagnosisRun(BoxSession):
         server that does not start is the symptom then (:class:`StartFailure`: its exception and
         log tail become evidence). With no server running and ``allow_restart`` False there is
         nothing to measure: ``None``, and the static checks still run."""
+        self._require_open("measure_symptom")
         original = self.journal.data.get("original_server")
         if self.current is None and not (original and not original.get("stopped")):
             if not self.allow_restart:
@@ -519,6 +521,7 @@ class DiagnosisRun(BoxSession):
         its rules ran and found nothing (or only information) and acceptance is not low;
         inconclusive when its inputs could not be read, when only a warning points at it, or when
         it is out of static reach (the runtime-only causes, with what would decide them)."""
+        self._require_open("check_hypotheses")
         report = self.preflight()
         low = self.acceptance_low(self.before.accept_length if self.before is not None else None)
         unreadable = self.draft_facts is None
@@ -632,6 +635,7 @@ class DiagnosisRun(BoxSession):
         not located, or when the server does not start as found (the start-up failure is the
         evidence). The probes stay in place for the fix relaunch (the fixed server shows its
         mechanism too) when fixes will be applied, and are reverted otherwise."""
+        self._require_open("probe")
         if not self.allow_restart:
             self.notes.append("no probe: allow_restart is False")
             return None
@@ -870,6 +874,7 @@ class DiagnosisRun(BoxSession):
         otherwise the fix is reported as insufficient and the causes stay open. Then, when allowed,
         the candidates of the undecided hypotheses (the offset convention) are tried, each measured
         on top of the fix, and the best one that helps is kept. ``None`` when nothing was applied."""
+        self._require_open("apply_fixes")
         if not (self.apply_fix_enabled and self.allow_restart):
             self._revert_probes()
             return None
@@ -1073,6 +1078,7 @@ class DiagnosisRun(BoxSession):
         """With ``attribute_fixes``: relaunch once per fix, cumulatively in the order the causes
         act (as found → + the first fix → + the second → …), and measure each: what each fix
         contributed (the ladder; the last rung is the fix already measured). ``None`` otherwise."""
+        self._require_open("attribute")
         if not (self.attribute_enabled and self.allow_restart and self.applied):
             return None
         ladder = [{"label": "as found", "accept_length": self.before.accept_length if self.before else None,
@@ -1114,6 +1120,17 @@ class DiagnosisRun(BoxSession):
         copies, relaunch the original server), then write ``report_dir/diagnose_acceptance.json``.
         With ``keep_fix`` and a sufficient fix, the fixed server and its draft copy stay.
         Idempotent."""
+        if self.finished:
+            # Again: restore once more (normally nothing to do) and rewrite the verdict, so a
+            # second Finish never leaves the box changed nor the file stale.
+            report = self.restore()
+            if self.verdict is None:  # the first finish failed before the verdict was built
+                self.verdict = REDACTOR.obj(self.build_verdict())
+            else:
+                self.verdict["restore_again"] = REDACTOR.obj(list(report.actions + report.problems)
+                                                             or ["nothing to do"])
+            write_verdict_json(self.report_dir / "diagnose_acceptance.json", self.verdict)
+            return self.verdict
         if not self.finished:
             self.finished = True
             self._revert_probes()
@@ -1136,6 +1153,15 @@ class DiagnosisRun(BoxSession):
             self.verdict = REDACTOR.obj(self.build_verdict())
             write_verdict_json(self.report_dir / "diagnose_acceptance.json", self.verdict)
         return self.verdict
+
+    def _require_open(self, step: str) -> None:
+        """Raise :class:`DiagnosisError` when ``step`` is called on a run that finished: its box
+        was restored, so a step would act on a server the run no longer owns (issue 15: "Measure
+        symptom" after Finish relaunched the wrong-flag server). Start a new run instead."""
+        if self.finished:
+            raise DiagnosisError(f"DiagnosisRun.{step}(): this run finished (the box was restored and the "
+                                 f"verdict written to {self.report_dir / 'diagnose_acceptance.json'}); "
+                                 "start a new run with DiagnosisRun.start(...)")
 
     def _speculation_off(self) -> bool:
         """The server as found answered, but with no speculative step at all (no response carried
