@@ -50,10 +50,16 @@ class ControlPanel:
         for label, method in STEPS:
             button = widgets.Button(description=label, layout=widgets.Layout(width="auto"))
             button.on_click(self._handler(method))
+            button.add_class(f"wb-panel-{method}")
             self.buttons[method] = button
+        self.status = widgets.HTML(value="")
+        self.status.add_class("wb-panel-status")
+        self.runs_started = 0
         self.widget = widgets.VBox([
-            widgets.HBox([self.host, self.port, self.allow_restart]),
-            widgets.HBox(list(self.buttons.values())),
+            widgets.HBox([self.host, self.port, self.allow_restart],
+                         layout=widgets.Layout(flex_flow="row wrap")),
+            widgets.HBox(list(self.buttons.values()), layout=widgets.Layout(flex_flow="row wrap")),
+            self.status,
             self.output,
         ])
 
@@ -64,13 +70,34 @@ class ControlPanel:
 
     def step(self, method: str) -> Any:
         """Run one step (what a click does) and show its result; returns it, or ``None`` after an
-        error (kept in ``.errors`` and shown)."""
+        error (kept in ``.errors`` and shown). All buttons are disabled while it runs and
+        ``.status`` (CSS class ``wb-panel-status``) names the step; a step other than Finish on a
+        run that finished starts a new run first and says so."""
+        label = dict((m, lab) for lab, m in STEPS)[method]
+        for button in self.buttons.values():
+            button.disabled = True
+        self.status.value = f"running {label}…"
+        try:
+            if method not in ("start", "finish") and self.run is not None and self.run.finished:
+                with self.output:
+                    display(HTML(f"<p>The previous run finished; started run {self.runs_started + 1}.</p>"))
+                if self._step("start") is None:
+                    return None
+            result = self._step(method)
+            self.status.value = f"{label}: done" if result is not None or method == "finish" else f"{label}: failed"
+            return result
+        finally:
+            for button in self.buttons.values():
+                button.disabled = False
+
+    def _step(self, method: str) -> Any:
         with self.output:
             try:
                 if method == "start":
                     port = int(self.port.value) if self.port.value.strip() else None
                     self.run = DiagnosisRun.start(host=self.host.value, port=port,
                                                   allow_restart=self.allow_restart.value, **self.start_kwargs)
+                    self.runs_started += 1
                     result = self.run.inventory
                 else:
                     if self.run is None:
