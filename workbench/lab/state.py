@@ -1,0 +1,152 @@
+"""The box state the console's panes share (:class:`BoxState`): one box connection, the server
+the console looks at (by port), and what is read from it on demand (engine, source, code-path map,
+log path). Every read of the server re-reads the box, so a pane follows restarts."""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Optional
+
+from remote import connect
+from workbench.engine.launch import LaunchCommand
+from workbench.engine.locate import choose_server, find_engine, read_environ, running_servers
+
+__all__ = ["BoxState", "NOTEBOOK_HOW"]
+
+#: How a notebook user picks a server (for :class:`workbench.errors.ServerChoiceError` messages,
+#: ``choose_server(..., how=NOTEBOOK_HOW)``; ``N`` stands for the port).
+NOTEBOOK_HOW = "port = N in the parameters cell"
+
+
+class BoxState:
+    """The box and the server a console looks at, shared by the console's panes.
+
+    ``host``: ``"local"`` (this machine, the sandbox box) or an SSH host as ``remote.connect``
+    takes it; ``port``: the server's TCP port, or ``None`` to take the only server running (set on
+    the first :meth:`server` call that finds exactly one); ``box``: an already connected
+    ``remote.Box`` (else connected lazily with ``remote.connect(host)`` and closed by
+    :meth:`close`); ``timeout``: seconds every remote call made here may take; ``how``: how the
+    user picks a port, used in :class:`~workbench.errors.ServerChoiceError` messages
+    (default :data:`NOTEBOOK_HOW`).
+
+    ``listeners``: callbacks ``fn(event)`` that :meth:`notify` calls with ``"started"``,
+    ``"stopped"`` or ``"restored"`` after the console changed the server, so other panes refresh;
+    a listener's exception is collected, not raised (:meth:`notify` returns them)."""
+
+    def __init__(self, host: str = "local", port: Optional[int] = None, *, box: Any = None, timeout: float = 30,
+                 how: str = NOTEBOOK_HOW):
+        if port is not None and (isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535):
+            from workbench.errors import ServerChoiceError
+
+            raise ServerChoiceError(f"port must be a TCP port number 1-65535 or None, got {port!r}", where=str(host))
+        self.host = host
+        self.port = port
+        self.timeout = timeout
+        self.how = how
+        self._box = box
+        self._own_box = box is None
+        self._engines: dict[int, Any] = {}
+        self._sources: dict[int, Any] = {}
+        self._maps: dict[tuple, Any] = {}
+        self.listeners: list[Callable[[str], None]] = []
+
+    # -- the box and its servers ---------------------------------------------------------------
+
+    @property
+    def box(self):
+        """The ``remote.Box`` (connected on first use with ``remote.connect(host)``)."""
+        if self._box is None:
+            self._box = connect(self.host)
+        return self._box
+
+    @box.setter
+    def box(self, value) -> None:
+        self._box = value
+
+    def servers(self) -> list:
+        """The SGLang (or sandbox) servers running on the box now (``ServerProcess`` list, by pid;
+        :func:`workbench.engine.locate.running_servers`)."""
+        return running_servers(self.box, timeout=self.timeout)
+
+    def server(self):
+        """The ``remote.result.ServerProcess`` on :attr:`port` now (re-read on every call), or
+        with ``port`` ``None`` the only one running (and :attr:`port` is set to its port); ``None``
+        when none runs and no port was asked for. Raises :class:`~workbench.errors.ServerChoiceError`
+        when several run and no port picks one, or when ``port`` names no running server (the
+        message lists the ports in the notebook's terms, :attr:`how`)."""
+        chosen = choose_server(self.servers(), self.port, how=self.how, where=self.box.name)
+        if chosen is not None and self.port is None and chosen.port is not None:
+            self.port = chosen.port
+        return chosen
+
+    def launch(self) -> Optional[LaunchCommand]:
+        """The running server's launch command (:class:`LaunchCommand` parsed from its argv), or
+        ``None`` when no server runs."""
+        server = self.server()
+        return LaunchCommand.parse(list(server.argv)) if server is not None else None
+
+    # -- what is read from the server ----------------------------------------------------------
+
+    def engine(self):
+        """The engine of the current server (:func:`workbench.engine.locate.find_engine` on its
+        port: package, root, version, interpreter), cached per server pid. Raises
+        :class:`~workbench.errors.EngineNotFound` when no server runs (or the engine is not found)."""
+        server = self._need_server()
+        if server.pid not in self._engines:
+            self._engines[server.pid] = find_engine(self.box, port=server.port, timeout=self.timeout)
+        return self._engines[server.pid]
+
+    def source(self):
+        """The current server's :class:`workbench.engine.source.EngineSource` (cached per pid)."""
+        server = self._need_server()
+        if server.pid not in self._sources:
+            self._sources[server.pid] = self.engine().source(self.box, timeout=self.timeout)
+        return self._sources[server.pid]
+
+    def code_path(self, notes: Optional[list[str]] = None):
+        """The code-path map for the running launch (:func:`workbench.engine.codepath.map_for_launch`
+        with the server's argv, cwd and environment), cached per pid; ``notes`` collects what could
+        not be read (configs)."""
+        from workbench.engine.codepath import map_for_launch
+
+        server = self._need_server()
+        key = (server.pid,)
+        if key not in self._maps:
+            launch = LaunchCommand.parse(list(server.argv))
+            environ = read_environ(self.box, server.pid, timeout=self.timeout)
+            self._maps[key] = map_for_launch(self.box, self.source(), launch, cwd=server.cwd, timeout=self.timeout,
+                                             notes=notes, environ=environ)
+        return self._maps[key]
+
+    def log_path(self) -> Optional[str]:
+        """The current server's log file on the box (where its stderr goes), re-read on every call so
+        it follows restarts; ``None`` when no server runs or its output is no regular file."""
+        server = self.server()
+        return server.log_path if server is not None else None
+
+    def _need_server(self):
+        server = self.server()
+        if server is None:
+            from workbench.errors import EngineNotFound
+
+            raise EngineNotFound("no SGLang server is running" + (f" on port {self.port}" if self.port else ""),
+                                 where=self.box.name)
+        return server
+
+    # -- events --------------------------------------------------------------------------------
+
+    def notify(self, event: str) -> list[BaseException]:
+        """Call every listener with ``event`` (``"started"``, ``"stopped"``, ``"restored"``); the
+        exceptions listeners raised are returned (each listener still runs), for the caller to show."""
+        errors: list[BaseException] = []
+        for fn in list(self.listeners):
+            try:
+                fn(event)
+            except Exception as exc:  # noqa: BLE001 - returned to the caller, who shows it
+                errors.append(exc)
+        return errors
+
+    def close(self) -> None:
+        """Close the box connection if this state opened it (idempotent)."""
+        if self._box is not None and self._own_box:
+            self._box.close()
+        self._box = None if self._own_box else self._box
