@@ -95,8 +95,9 @@ class ControlPanel:
             try:
                 if method == "start":
                     port = int(self.port.value) if self.port.value.strip() else None
+                    kwargs = {"how": "N in the port field", **self.start_kwargs}
                     self.run = DiagnosisRun.start(host=self.host.value, port=port,
-                                                  allow_restart=self.allow_restart.value, **self.start_kwargs)
+                                                  allow_restart=self.allow_restart.value, **kwargs)
                     self.runs_started += 1
                     result = self.run.inventory
                 else:

@@ -289,7 +289,7 @@ class DiagnosisRun(BoxSession):
               expected_accept_length: float | None = None, prompts: str | None = None,
               num_prompts: int | None = None, max_new_tokens: int = 96, server_start_timeout: float = 300.0,
               report_dir: str | Path = "reports", request_timeout: float = 300.0,
-              force_launch: bool = False) -> "DiagnosisRun":
+              force_launch: bool = False, how: str = "port = N in the parameters cell") -> "DiagnosisRun":
         """Connect to ``host``, restore anything an interrupted earlier run left, take the
         inventory and open the journal. ``launch_command=None`` means the embedded sandbox box
         launched with the wrong flag (when no server is running on ``port``). ``aux_layer_ids``:
@@ -297,7 +297,10 @@ class DiagnosisRun(BoxSession):
         each request to the server may take (a stalled one fails after it). ``force_launch``: launch
         even what the launch guard refuses (the doctor's findings say it will not start); the
         verdict's ``launch_guard`` records what was overridden. Raises :class:`DiagnosisError` for
-        parameters that are no such values (before anything changes on the box)."""
+        parameters that are no such values (before anything changes on the box);
+        :class:`~workbench.errors.ServerChoiceError` when ``port`` is ``None``, no server runs on
+        the default port and several run elsewhere (the message lists them and says how to pick
+        one: ``how``, ``N`` standing for the number; the panel passes ``"N in the port field"``)."""
         check_run_parameters(flags={"allow_restart": allow_restart, "apply_fix": apply_fix, "keep_fix": keep_fix,
                                     "attribute_fixes": attribute_fixes, "try_candidates": try_candidates},
                              counts={"max_new_tokens": max_new_tokens}, optional_counts={"num_prompts": num_prompts},
@@ -309,7 +312,7 @@ class DiagnosisRun(BoxSession):
         if bad:
             raise DiagnosisError("bad parameters: " + "; ".join(bad))
         box, inventory, journal = open_box(host, launch_command=launch_command, port=port,
-                                           server_start_timeout=server_start_timeout)
+                                           server_start_timeout=server_start_timeout, how=how)
         if prompts is None and inventory.engine == "sandbox":
             # The sandbox target is a byte-level model of Python source: the built-in chat prompts
             # mean nothing to it, its own held-out code prompts are its workload.
