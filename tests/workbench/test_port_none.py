@@ -167,3 +167,26 @@ def test_engine_probes_notebook_shows_the_message_without_a_traceback(two_server
     lines = errors[0]["traceback"]
     assert len(lines) == 1 and lines[0].startswith("ServerChoiceError: ") and "Pick one: set port = " in lines[0]
     assert "--port" not in lines[0].split("Pick one")[1]
+
+
+def test_panel_inventory_lists_the_ports_in_port_field_terms(two_servers, box, tmp_path):
+    import time
+
+    from workbench.diagnosis.panel import ControlPanel
+    from workbench.engine import running_servers
+
+    a, b = two_servers
+    if any(s.port == 30000 for s in running_servers(box)):
+        pytest.skip("a server runs on the default port 30000 here: port None means that one")
+    deadline = time.monotonic() + 300
+    while True:
+        panel = ControlPanel(report_dir=tmp_path / "reports")
+        assert panel.step("start") is None
+        if "another run is using" not in str(panel.errors[0]) or time.monotonic() > deadline:
+            break
+        time.sleep(5)  # another engineer's run holds this machine's run lock
+    assert [type(e) for e in panel.errors] == [ServerChoiceError]
+    assert f"port {a.port} (pid {a.pid}" in str(panel.errors[0])
+    assert "in the port field" in str(panel.errors[0]).split("Pick one")[1]
+    assert panel.status.value == "1 · Inventory: failed" and panel.run is None
+    assert not Journal(box).pending
