@@ -170,7 +170,7 @@ The `diagnose_acceptance` runbook as buttons (JupyterLab: `make lab`). Each butt
 and writes the verdict JSON. For a headless run and an HTML report use the runbook instead.
 """),
     code("""
-from workbench.diagnosis.panel import control_panel
+from workbench.lab.panel import control_panel
 
 panel = control_panel(host="local", report_dir="reports", num_prompts=6, max_new_tokens=64)
 panel.widget

@@ -11,7 +11,7 @@ import pytest
 from remote import connect
 from remote import probes as remote_probes
 from testkit.faults import build_deployment
-from workbench.diagnosis.panel import ControlPanel
+from workbench.lab.panel import ControlPanel
 from workbench.errors import DiagnosisError
 from workbench.session import Journal
 

@@ -172,7 +172,7 @@ def test_engine_probes_notebook_shows_the_message_without_a_traceback(two_server
 def test_panel_inventory_lists_the_ports_in_port_field_terms(two_servers, box, tmp_path):
     import time
 
-    from workbench.diagnosis.panel import ControlPanel
+    from workbench.lab.panel import ControlPanel
     from workbench.engine import running_servers
 
     a, b = two_servers
