@@ -170,7 +170,7 @@ The `diagnose_acceptance` runbook as buttons (JupyterLab: `make lab`). Each butt
 and writes the verdict JSON. For a headless run and an HTML report use the runbook instead.
 """),
     code("""
-from workbench.diagnosis.panel import control_panel
+from workbench.lab.panel import control_panel
 
 panel = control_panel(host="local", report_dir="reports", num_prompts=6, max_new_tokens=64)
 panel.widget
@@ -327,10 +327,12 @@ from remote import connect
 from remote import probes
 from workbench.engine import RECIPES, code_path_map, find_engine, map_for_launch, running_servers
 from workbench.engine.recipes import add_recipes, read_recipes
+from workbench.lab.notebook import IN_PARAMETERS_CELL, shown_as_message
 from workbench.rules import scan_swallowed
 
 box = connect(host)
-engine = find_engine(box, python=python, port=port, package=package)
+with shown_as_message():  # e.g. several servers run: the ports listed, no traceback
+    engine = find_engine(box, python=python, port=port, package=package, how=IN_PARAMETERS_CELL)
 src = engine.source(box)
 engine.to_dict()
 """),

@@ -25,7 +25,7 @@ MOVED_MODULES = {
     "workbench.ledger": "workbench.diagnosis.ledger",
     "workbench.logs_cli": "workbench.cli.logs",
     "workbench.measure_cli": "workbench.cli.measure",
-    "workbench.panel": "workbench.diagnosis.panel",
+    "workbench.panel": "workbench.lab.panel",
     "workbench.sglang_flags": "workbench.engine.flags (the table itself: workbench/engine/data/, JSON)",
     "workbench.source_cli": "workbench.cli.source",
     "workbench.sweep": "workbench.measure.sweep",

@@ -250,3 +250,28 @@ def test_a_server_without_speculation_is_never_healthy(tmp_path, state_dir, free
     assert verdict["outcome"] != "healthy" and verdict["healthy"] is None
     assert any("WITHOUT speculative decoding" in n for n in verdict["notes"]), verdict["notes"]
     _nothing_left(free_port)
+
+
+def test_finish_twice_restores_again_and_rewrites_the_verdict_and_a_step_after_it_is_refused(
+        tmp_path, state_dir, free_port):
+    """Issue 15: a second finish() restores again (nothing to do) and rewrites the verdict file;
+    a step on the finished run raises DiagnosisError instead of relaunching the original server."""
+    dep = build_deployment(tmp_path / "deployment", "eagle-flag")
+    run = DiagnosisRun.start(launch_command=dep.launch_command(free_port), port=free_port,
+                             report_dir=tmp_path / "reports", **PROMPTS)
+    run.progress = False
+    try:
+        run.measure_symptom()
+    finally:
+        first = run.finish()
+    path = tmp_path / "reports" / "diagnose_acceptance.json"
+    assert path.is_file() and "restore_again" not in first
+    path.unlink()
+    second = run.finish()
+    assert path.is_file(), "the second finish rewrote the verdict"
+    assert second["restore_again"] == ["nothing to do"]
+    assert second["outcome"] == first["outcome"]
+    for step in ("measure_symptom", "check_hypotheses", "probe", "apply_fixes", "attribute"):
+        with pytest.raises(DiagnosisError, match=f"DiagnosisRun.{step}\\(\\): this run finished"):
+            getattr(run, step)()
+    _nothing_left(free_port)

@@ -289,7 +289,7 @@ class DiagnosisRun(BoxSession):
               expected_accept_length: float | None = None, prompts: str | None = None,
               num_prompts: int | None = None, max_new_tokens: int = 96, server_start_timeout: float = 300.0,
               report_dir: str | Path = "reports", request_timeout: float = 300.0,
-              force_launch: bool = False) -> "DiagnosisRun":
+              force_launch: bool = False, how: str = "port = N in the parameters cell") -> "DiagnosisRun":
         """Connect to ``host``, restore anything an interrupted earlier run left, take the
         inventory and open the journal. ``launch_command=None`` means the embedded sandbox box
         launched with the wrong flag (when no server is running on ``port``). ``aux_layer_ids``:
@@ -297,7 +297,10 @@ class DiagnosisRun(BoxSession):
         each request to the server may take (a stalled one fails after it). ``force_launch``: launch
         even what the launch guard refuses (the doctor's findings say it will not start); the
         verdict's ``launch_guard`` records what was overridden. Raises :class:`DiagnosisError` for
-        parameters that are no such values (before anything changes on the box)."""
+        parameters that are no such values (before anything changes on the box);
+        :class:`~workbench.errors.ServerChoiceError` when ``port`` is ``None``, no server runs on
+        the default port and several run elsewhere (the message lists them and says how to pick
+        one: ``how``, ``N`` standing for the number; the panel passes ``"N in the port field"``)."""
         check_run_parameters(flags={"allow_restart": allow_restart, "apply_fix": apply_fix, "keep_fix": keep_fix,
                                     "attribute_fixes": attribute_fixes, "try_candidates": try_candidates},
                              counts={"max_new_tokens": max_new_tokens}, optional_counts={"num_prompts": num_prompts},
@@ -309,7 +312,7 @@ class DiagnosisRun(BoxSession):
         if bad:
             raise DiagnosisError("bad parameters: " + "; ".join(bad))
         box, inventory, journal = open_box(host, launch_command=launch_command, port=port,
-                                           server_start_timeout=server_start_timeout)
+                                           server_start_timeout=server_start_timeout, how=how)
         if prompts is None and inventory.engine == "sandbox":
             # The sandbox target is a byte-level model of Python source: the built-in chat prompts
             # mean nothing to it, its own held-out code prompts are its workload.
@@ -332,6 +335,7 @@ class DiagnosisRun(BoxSession):
         ``server_start_timeout`` while its process lives; raises ``remote.errors.ServerNotReady``
         when it never gets ready, ``remote.errors.GenerationStuck`` when its HTTP answers and a
         1-token generation does not return."""
+        self._require_open("measure")
         base_url, log_path, launch = self._serving()
         offset = self.box.file_size(log_path) if log_path and self.box.exists(log_path) else 0
         pid = self.current.pid if self.current is not None else self.inventory.server_pid
@@ -417,6 +421,7 @@ class DiagnosisRun(BoxSession):
         server that does not start is the symptom then (:class:`StartFailure`: its exception and
         log tail become evidence). With no server running and ``allow_restart`` False there is
         nothing to measure: ``None``, and the static checks still run."""
+        self._require_open("measure_symptom")
         original = self.journal.data.get("original_server")
         if self.current is None and not (original and not original.get("stopped")):
             if not self.allow_restart:
@@ -519,6 +524,7 @@ class DiagnosisRun(BoxSession):
         its rules ran and found nothing (or only information) and acceptance is not low;
         inconclusive when its inputs could not be read, when only a warning points at it, or when
         it is out of static reach (the runtime-only causes, with what would decide them)."""
+        self._require_open("check_hypotheses")
         report = self.preflight()
         low = self.acceptance_low(self.before.accept_length if self.before is not None else None)
         unreadable = self.draft_facts is None
@@ -632,6 +638,7 @@ class DiagnosisRun(BoxSession):
         not located, or when the server does not start as found (the start-up failure is the
         evidence). The probes stay in place for the fix relaunch (the fixed server shows its
         mechanism too) when fixes will be applied, and are reverted otherwise."""
+        self._require_open("probe")
         if not self.allow_restart:
             self.notes.append("no probe: allow_restart is False")
             return None
@@ -870,6 +877,7 @@ class DiagnosisRun(BoxSession):
         otherwise the fix is reported as insufficient and the causes stay open. Then, when allowed,
         the candidates of the undecided hypotheses (the offset convention) are tried, each measured
         on top of the fix, and the best one that helps is kept. ``None`` when nothing was applied."""
+        self._require_open("apply_fixes")
         if not (self.apply_fix_enabled and self.allow_restart):
             self._revert_probes()
             return None
@@ -1073,6 +1081,7 @@ class DiagnosisRun(BoxSession):
         """With ``attribute_fixes``: relaunch once per fix, cumulatively in the order the causes
         act (as found → + the first fix → + the second → …), and measure each: what each fix
         contributed (the ladder; the last rung is the fix already measured). ``None`` otherwise."""
+        self._require_open("attribute")
         if not (self.attribute_enabled and self.allow_restart and self.applied):
             return None
         ladder = [{"label": "as found", "accept_length": self.before.accept_length if self.before else None,
@@ -1114,6 +1123,17 @@ class DiagnosisRun(BoxSession):
         copies, relaunch the original server), then write ``report_dir/diagnose_acceptance.json``.
         With ``keep_fix`` and a sufficient fix, the fixed server and its draft copy stay.
         Idempotent."""
+        if self.finished:
+            # Again: restore once more (normally nothing to do) and rewrite the verdict, so a
+            # second Finish never leaves the box changed nor the file stale.
+            report = self.restore()
+            if self.verdict is None:  # the first finish failed before the verdict was built
+                self.verdict = REDACTOR.obj(self.build_verdict())
+            else:
+                self.verdict["restore_again"] = REDACTOR.obj(list(report.actions + report.problems)
+                                                             or ["nothing to do"])
+            write_verdict_json(self.report_dir / "diagnose_acceptance.json", self.verdict)
+            return self.verdict
         if not self.finished:
             self.finished = True
             self._revert_probes()
@@ -1136,6 +1156,15 @@ class DiagnosisRun(BoxSession):
             self.verdict = REDACTOR.obj(self.build_verdict())
             write_verdict_json(self.report_dir / "diagnose_acceptance.json", self.verdict)
         return self.verdict
+
+    def _require_open(self, step: str) -> None:
+        """Raise :class:`DiagnosisError` when ``step`` is called on a run that finished: its box
+        was restored, so a step would act on a server the run no longer owns (issue 15: "Measure
+        symptom" after Finish relaunched the wrong-flag server). Start a new run instead."""
+        if self.finished:
+            raise DiagnosisError(f"DiagnosisRun.{step}(): this run finished (the box was restored and the "
+                                 f"verdict written to {self.report_dir / 'diagnose_acceptance.json'}); "
+                                 "start a new run with DiagnosisRun.start(...)")
 
     def _speculation_off(self) -> bool:
         """The server as found answered, but with no speculative step at all (no response carried

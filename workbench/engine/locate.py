@@ -192,7 +192,7 @@ class EngineInfo:
 
 def find_engine(box: Any, *, python: str | None = None, port: int | None = None,
                 launch: LaunchCommand | str | None = None, package: str | None = None,
-                timeout: float = 30) -> EngineInfo:
+                how: str = "--port N", timeout: float = 30) -> EngineInfo:
     """Locate the engine package on ``box``.
 
     The interpreter, in order: ``python`` (a path on the box); the interpreter of ``launch``
@@ -204,10 +204,16 @@ def find_engine(box: Any, *, python: str | None = None, port: int | None = None,
     launch command runs (:func:`engine_package`), else ``sglang``. Runs
     :data:`LOCATE_ENGINE_SCRIPT` with that interpreter (``find_spec``; nothing is imported).
 
-    Raises :class:`EngineNotFound` when several servers run and no ``port`` picks one, when
-    ``port`` names no running server, or when the interpreter cannot find the package (the
-    message says which interpreter was tried and what to pass instead).
+    ``how``: how the caller's user picks a port, ``N`` standing for the number (``"--port N"`` on
+    the command line, ``"port = N in the parameters cell"`` in a notebook); used in the message
+    of :class:`ServerChoiceError`.
+
+    Raises :class:`ServerChoiceError` (an :class:`EngineNotFound`, from :func:`choose_server`)
+    when several servers run and no ``port`` picks one (each listed with port and pid), or when
+    ``port`` names no running server; :class:`EngineNotFound` when the interpreter cannot find
+    the package (the message says which interpreter was tried and what to pass instead).
     """
+    pick = how  # ``how`` below names how the interpreter was chosen
     env = None
     server = None
     cwd = None
@@ -229,15 +235,8 @@ def find_engine(box: Any, *, python: str | None = None, port: int | None = None,
         else:
             python, how = "python3", f"python3 on the box's PATH (--package {package}; pass --python to choose)"
     else:
-        servers = running_servers(box, port=port, timeout=timeout)
-        if port and not servers:
-            raise EngineNotFound(f"no SGLang server runs on port {port}; start it, or pass --python",
-                                 where=box.name)
-        if len(servers) > 1:
-            raise EngineNotFound(f"{len(servers)} servers run (ports {', '.join(str(s.port) for s in servers)}); "
-                                 "pick one with --port, or pass --python", where=box.name)
-        if servers:
-            server = servers[0]
+        server = choose_server(running_servers(box, timeout=timeout), port, how=pick, where=box.name)
+        if server is not None:
             launch = LaunchCommand.parse(list(server.argv))
             python = server_python(box, launch, server, timeout=timeout)
             # The server's import path: its PYTHONPATH/PYTHONHOME and (python -m puts it first) its cwd.

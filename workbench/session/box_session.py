@@ -267,7 +267,8 @@ def launch_env_delta(box, env: dict[str, str] | None, *, timeout: float = 30) ->
 
 
 def open_box(host: str, *, launch_command: str | None, port: int | None,
-             server_start_timeout: float = 300.0, default_launch: str | None = None) -> tuple[Any, Inventory, Journal]:
+             server_start_timeout: float = 300.0, default_launch: str | None = None,
+             how: str = "port = N in the parameters cell") -> tuple[Any, Inventory, Journal]:
     """Connect to ``host``, take the box's run lock (one run per box, decided atomically on the
     box before anything changes: :mod:`workbench.session.runlock`), restore anything a dead
     earlier run left, take the inventory (``launch_command=None``: the server running on ``port``,
@@ -278,7 +279,9 @@ def open_box(host: str, *, launch_command: str | None, port: int | None,
     Raises :class:`~workbench.session.runlock.RunLocked` (a :class:`DiagnosisError`) naming the
     live run (run id, pid, host, runbook, since when) when another run holds the box — nothing
     on the box is touched then; :class:`DiagnosisError` when what a dead run left cannot be
-    restored; what connecting and the inventory raise (the lock is released again)."""
+    restored; what connecting and the inventory raise (the lock is released again), e.g.
+    :class:`~workbench.errors.ServerChoiceError` when several servers run and none is named
+    (``how``: how the caller's user names a port, see :func:`take_inventory`)."""
     from workbench.session import runlock
 
     if port is not None and (isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535):
@@ -308,7 +311,7 @@ def open_box(host: str, *, launch_command: str | None, port: int | None,
             if not report.clean:
                 raise DiagnosisError("an earlier run left the box changed and it could not be restored: "
                                      + "; ".join(report.problems))
-        inventory = take_inventory(box, launch_command=launch_command, port=port,
+        inventory = take_inventory(box, launch_command=launch_command, port=port, how=how,
                                    default_launch=default_launch or sandbox_launch_command(port=port or DEFAULT_PORT))
         journal = Journal(box)
         journal.begin(run_id)

@@ -11,7 +11,8 @@ import httpx
 
 from remote.errors import CommandError, RemoteError
 from workbench.engine.launch import DEFAULT_PORT, LaunchCommand
-from workbench.engine.locate import engine_package, find_engine, is_launch_argv, read_environ, server_python
+from workbench.engine.locate import (choose_server, engine_package, find_engine, is_launch_argv, read_environ,
+                                     server_python)
 from workbench.errors import DiagnosisError, EngineNotFound
 from workbench.redact import REDACTOR
 from workbench.report.tables import html_table
@@ -172,7 +173,7 @@ def _check_default_launch_on_box(box, launch: LaunchCommand, python: str, *, por
 
 
 def take_inventory(box, *, launch_command: str | None, port: int | None, default_launch: str | None = None,
-                   timeout: float = 30) -> Inventory:
+                   how: str = "port = N in the parameters cell", timeout: float = 30) -> Inventory:
     """Find the server on the box and what it runs.
 
     A server is looked for among the box's processes (``Box.find_servers``) on ``port`` (else on
@@ -180,6 +181,14 @@ def take_inventory(box, *, launch_command: str | None, port: int | None, default
     line is the truth (a ``launch_command`` that differs is noted); if none runs, ``launch_command``
     is what the run will launch (``default_launch`` when that is ``None`` too). Raises
     :class:`DiagnosisError` when there is neither.
+
+    When nothing names a server (``port`` and ``launch_command`` ``None``), no server runs on
+    the default port and several run elsewhere, nobody said which one is meant: raises
+    :class:`~workbench.errors.ServerChoiceError` (from :func:`workbench.engine.choose_server`)
+    listing each (port, pid) and how to pick one in the caller's terms (``how``, ``N`` standing
+    for the number: ``"port = N in the parameters cell"`` for a runbook, ``"--port N"`` on the
+    command line), before anything on the box changes. One server elsewhere is left alone (a
+    note says so) and the run launches on the default port, as before.
     """
     given = LaunchCommand.parse(launch_command) if launch_command else None
     if given is not None:
@@ -188,6 +197,8 @@ def take_inventory(box, *, launch_command: str | None, port: int | None, default
     servers = [s for s in box.find_servers(timeout=timeout) if is_launch_argv(s.argv)]
     candidates = [s for s in servers if s.port == want_port or (s.port is None and want_port == DEFAULT_PORT)]
     notes: list[str] = []
+    if not candidates and port is None and given is None and len(servers) > 1:
+        choose_server(servers, None, how=how, where=box.name)  # raises: several run, none named
     others = sorted({s.port for s in servers if s not in candidates and s.port is not None})
     if others:
         # Never restart a server nobody pointed at: only the one on the asked port is diagnosed.
