@@ -16,6 +16,7 @@ from typing import Any, Iterator
 
 from workbench.errors import LedgerError
 from workbench.redact import REDACTOR
+from workbench.report.tables import CELL_STYLE, inline_code, scroll_box
 
 __all__ = ["Evidence", "Hypothesis", "Ledger", "VERDICTS", "LedgerError"]
 
@@ -138,24 +139,33 @@ class Ledger:
         return cls([Hypothesis.from_dict(h) for h in d.get("hypotheses", [])])
 
     def _repr_html_(self) -> str:
+        """The ledger as an HTML table (one row per hypothesis: id, statement, verdict, evidence), each
+        evidence text written once: an entry already shown under an earlier hypothesis (same kind, summary
+        and source) is a short reference to it, so a report does not repeat a paragraph."""
         esc = html.escape
         rows = []
+        first_shown: dict[tuple[str, str, str], str] = {}
         for h in self:
             colour = _COLOURS[h.verdict]
-            ev = "".join(
-                f"<li><b>{esc(e.kind)}</b>: {esc(e.summary)}"
-                + (f" <span style='color:#57606a'>({esc(e.source)})</span>" if e.source else "")
-                + "</li>"
-                for e in h.evidence
-            ) or "<i>none yet</i>"
+            items = []
+            for e in h.evidence:
+                key = (e.kind, e.summary, e.source)
+                if key in first_shown:
+                    items.append(f"<li><b>{esc(e.kind)}</b>: <i>the same as under <code>{esc(first_shown[key])}</code></i></li>")
+                    continue
+                first_shown[key] = h.id
+                items.append(f"<li><b>{esc(e.kind)}</b>: {inline_code(e.summary)}"
+                             + (f" <span style='color:#57606a'>({esc(e.source)})</span>" if e.source else "") + "</li>")
+            ev = "".join(items) or "<i>none yet</i>"
             rows.append(
-                f"<tr><td><code>{esc(h.id)}</code></td><td>{esc(h.statement)}</td>"
-                f"<td><span style='color:#fff;background:{colour};padding:1px 6px;border-radius:3px'>"
-                f"{esc(h.verdict)}</span></td><td><ul style='margin:0;padding-left:1.2em'>{ev}</ul></td></tr>"
+                f"<tr><td style='{CELL_STYLE}'><code>{esc(h.id)}</code></td><td style='{CELL_STYLE}'>"
+                f"{inline_code(h.statement)}</td><td style='{CELL_STYLE}'><span style='color:#fff;background:{colour};"
+                f"padding:1px 6px;border-radius:3px'>{esc(h.verdict)}</span></td><td style='{CELL_STYLE}'>"
+                f"<ul style='margin:0;padding-left:1.2em'>{ev}</ul></td></tr>"
             )
         body = "".join(rows) or "<tr><td colspan='4'><i>no hypotheses</i></td></tr>"
         return REDACTOR.text(  # evidence quotes launch commands and log lines: no secret in the report
-            "<table class='eagle-workbench-ledger' style='border-collapse:collapse;text-align:left'>"
-            "<thead><tr><th>id</th><th>hypothesis</th><th>verdict</th><th>evidence</th></tr></thead>"
-            f"<tbody>{body}</tbody></table>"
+            scroll_box("<table class='eagle-workbench-ledger' style='border-collapse:collapse;text-align:left'><thead><tr>"
+                       + "".join(f"<th style='{CELL_STYLE}'>{c}</th>" for c in ("id", "hypothesis", "verdict", "evidence"))
+                       + f"</tr></thead><tbody>{body}</tbody></table>")
         )

@@ -51,7 +51,7 @@ from workbench.logs import read_decode_records
 from workbench.measure.generate import auth_headers, measure_generate
 from workbench.measure.prompts import load_prompts
 from workbench.report import figures
-from workbench.report.tables import html_table
+from workbench.report.tables import html_table, inline_code, scroll_box
 from workbench.redact import REDACTOR
 from workbench.report.verdict import write_verdict_json
 from workbench.rules import REGISTRY
@@ -206,9 +206,10 @@ class HypothesisTable:
         body = "".join(
             f"<tr><td style='text-align:left'><code>{html.escape(h)}</code></td>"
             f"<td style='color:{colour.get(v, '#000')};text-align:left'><b>{v}</b></td>"
-            f"<td style='text-align:left'>{html.escape(s)}</td></tr>" for h, v, s in self.rows)
-        return (f"<h4>{html.escape(self.title)}</h4><table><tr><th style='text-align:left'>hypothesis</th>"
-                f"<th style='text-align:left'>verdict</th><th style='text-align:left'>why</th></tr>{body}</table>")
+            f"<td style='text-align:left'>{inline_code(s)}</td></tr>" for h, v, s in self.rows)
+        return (f"<h4>{html.escape(self.title)}</h4>" + scroll_box(
+                f"<table><tr><th style='text-align:left'>hypothesis</th>"
+                f"<th style='text-align:left'>verdict</th><th style='text-align:left'>why</th></tr>{body}</table>"))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -1488,7 +1489,7 @@ class DiagnosisRun(BoxSession):
                            f"<td style='color:#b00020;text-align:left'><code>- {html.escape(str(a))}</code></td>"
                            f"<td style='color:#1b7a1b;text-align:left'><code>+ {html.escape(str(b))}</code></td></tr>"
                            for f, a, b in diff)
-            parts.append(f"<p><b>Launch-command diff</b>:</p><table>{rows}</table>")
+            parts.append(f"<p><b>Launch-command diff</b>:</p>" + scroll_box(f"<table>{rows}</table>"))
             parts.append(f"<p>fixed command{'' if self.fix_launch is not None else ' (proposed, not applied)'}: "
                          f"<code>{html.escape(self.proposed_launch().to_display())}</code></p>")
             pending = [f for f in self.fixes if f.kind == "draft-copy" and f not in self.applied]
@@ -1518,7 +1519,7 @@ class DiagnosisRun(BoxSession):
         if self.candidate_trials:
             rows = "".join(f"<tr><td style='text-align:left'>{html.escape(t['label'])}</td><td>{_fmt(t['accept_length'])}</td></tr>"
                            for t in self.candidate_trials)
-            parts.append(f"<p><b>Candidates measured</b>:</p><table>{rows}</table>")
+            parts.append(f"<p><b>Candidates measured</b>:</p>" + scroll_box(f"<table>{rows}</table>"))
         still = self.still_open()
         if still:
             items = "".join(f"<li><b>{html.escape(o['hypothesis'])}</b>: {html.escape(o['why'])}<br>to decide: "

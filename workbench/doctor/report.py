@@ -11,6 +11,7 @@ from workbench.checkpoint import DraftFacts, TargetFacts
 from workbench.engine.flag_table import FlagTable
 from workbench.engine.launch import LaunchCommand, LaunchCommandError
 from workbench.redact import REDACTOR
+from workbench.report.tables import CELL_STYLE, inline_code, scroll_box
 from workbench.rules.finding import Finding
 
 __all__ = ["DoctorReport"]
@@ -130,11 +131,11 @@ class DoctorReport:
         if fixed is None:
             return "<p>No finding proposes a launch-command change.</p>"
         diff = self._parse(self.launch).diff(self._parse(fixed))
-        rows = "".join(f"<tr><td><code>{html.escape(f)}</code></td><td style='color:#b00020'><code>- {html.escape(str(a))}"
-                       f"</code></td><td style='color:#1b7a1b'><code>+ {html.escape(str(b))}</code></td></tr>"
+        rows = "".join(f"<tr><td style='{CELL_STYLE}'><code>{html.escape(f)}</code></td><td style='color:#b00020;{CELL_STYLE}'><code>- {html.escape(str(a))}"
+                       f"</code></td><td style='color:#1b7a1b;{CELL_STYLE}'><code>+ {html.escape(str(b))}</code></td></tr>"
                        for f, a, b in diff)
         return REDACTOR.text(f"<p><b>Corrected launch command</b>:</p><pre style='white-space:pre-wrap'>"
-                             f"{html.escape(fixed)}</pre><table>{rows}</table>")
+                             f"{html.escape(fixed)}</pre>" + scroll_box(f"<table>{rows}</table>"))
 
     def write_json(self, path: Any) -> Any:
         """Write :meth:`to_dict` as JSON to ``path`` (a local path; parents created); returns it."""
@@ -154,13 +155,14 @@ class DoctorReport:
                 f" <small>({html.escape(str(v['source']))})</small>" if isinstance(v, dict) and set(v) == {"value", "source"}
                 else f"<code>{html.escape(str(k))}</code> = <code>{html.escape(json.dumps(v, default=str)[:300])}</code>"
                 for k, v in f.evidence.items())
-            rows.append(f"<tr><td style='color:{colour[f.severity]}'><b>{f.severity}</b></td><td><code>{f.rule}</code></td>"
-                        f"<td style='text-align:left'>{html.escape(f.message)}</td><td style='text-align:left'>{ev}</td>"
-                        f"<td style='text-align:left'><code>{html.escape(f.fix or '')}</code></td></tr>")
-        head = "<tr><th>severity</th><th>rule</th><th>message</th><th>evidence</th><th>fix</th></tr>"
+            rows.append(f"<tr><td style='color:{colour[f.severity]};{CELL_STYLE}'><b>{f.severity}</b></td>"
+                        f"<td style='{CELL_STYLE}'><code>{f.rule}</code></td>"
+                        f"<td style='{CELL_STYLE}'>{inline_code(f.message)}</td><td style='{CELL_STYLE}'>{ev}</td>"
+                        f"<td style='{CELL_STYLE}'><code>{html.escape(f.fix or '')}</code></td></tr>")
+        head = "<tr>" + "".join(f"<th style='{CELL_STYLE}'>{c}</th>" for c in ("severity", "rule", "message", "evidence", "fix")) + "</tr>"
         summary = (f"<p>engine {html.escape(str(self.engine_version))} at {html.escape(str(self.engine_root))}; "
                    f"{len(self.inputs)} inputs, {self.bytes_read} bytes read, {self.duration_s:.2f} s</p>")
-        return REDACTOR.text(f"<h4>Preflight findings</h4>{summary}<table>{head}{''.join(rows) or '<tr><td colspan=5>no findings</td></tr>'}</table>")
+        return REDACTOR.text(f"<h4>Preflight findings</h4>{summary}" + scroll_box(f"<table>{head}{''.join(rows) or '<tr><td colspan=5>no findings</td></tr>'}</table>"))
 
 
 def _dedupe(findings: list[Finding]) -> list[Finding]:

@@ -63,6 +63,7 @@ from workbench.engine.launch import LaunchCommand
 from workbench.engine.locate import read_environ
 from workbench.engine.modelled import DRAFT_CLASS_FILES
 from workbench.engine.source import EngineSource, _walk_definitions
+from workbench.report.tables import inline_code, scroll_box
 
 __all__ = ["PathEntry", "CodePathMap", "LANDMARKS", "code_path_map", "DRAFT_CLASS_FILES", "map_for_launch",
            "AuxSwitch", "aux_capture_switch", "WorkerChoice", "eagle_worker", "server_worker_inputs",
@@ -187,13 +188,14 @@ class CodePathMap:
         body = "".join(
             f"<tr><td style='{cell}'>{html.escape(e.key)}</td><td style='{cell}'><code>"
             f"{html.escape(posixpath.relpath(e.file, self.root) + ':' + str(e.line)) if e.found else 'not found'}"
-            f"</code></td><td style='{cell}'>{html.escape(e.what)}"
+            f"</code></td><td style='{cell}'>{inline_code(e.what)}"
             f"{'<br><code>' + html.escape(e.code.strip()) + '</code>' if e.found and e.code else ''}"
-            f"{'<br>' + html.escape(e.detail) if e.detail else ''}</td></tr>"
+            f"{'<br>' + inline_code(e.detail) if e.detail else ''}</td></tr>"
             for e in self.entries)
-        return head + (f"<table style='table-layout:fixed;width:100%'><colgroup><col style='width:14%'>"
-                       f"<col style='width:26%'><col style='width:60%'></colgroup><tr><th style='{cell}'>entry</th>"
-                       f"<th style='{cell}'>file:line</th><th style='{cell}'>what happens</th></tr>{body}</table>")
+        return head + scroll_box(
+            f"<table style='table-layout:fixed;width:100%;min-width:40em'><colgroup><col style='width:14%'>"
+            f"<col style='width:26%'><col style='width:60%'></colgroup><tr><th style='{cell}'>entry</th>"
+            f"<th style='{cell}'>file:line</th><th style='{cell}'>what happens</th></tr>{body}</table>")
 
 
 # ---------------------------------------------------------------------------------------------

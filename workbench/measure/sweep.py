@@ -299,9 +299,15 @@ class SweepResult:
 
         cols = ("label", "ok", "accept_length", "tau", "accepted_drafts_per_step", "accept_rate", "tokens_per_s",
                 "speedup", "error")
-        head = "".join(f"<th>{c}</th>" for c in cols)
-        body = "".join("<tr>" + "".join(f"<td>{cell(getattr(r, c))}</td>" for c in cols) + "</tr>" for r in self.rows)
-        return REDACTOR.text(f"<table><tr>{head}</tr>{body}</table>")
+        from workbench.report.tables import scroll_box
+
+        def align(c: str) -> str:  # numbers right-aligned, labels and errors left (JupyterLab right-aligns all)
+            return "text-align:left" if c in ("label", "ok", "error") else "text-align:right"
+
+        head = "".join(f"<th style='{align(c)}'>{c}</th>" for c in cols)
+        body = "".join("<tr>" + "".join(f"<td style='{align(c)}'>{cell(getattr(r, c))}</td>" for c in cols) + "</tr>"
+                       for r in self.rows)
+        return REDACTOR.text(scroll_box(f"<table><tr>{head}</tr>{body}</table>"))
 
 
 class SweepRun(BoxSession):
@@ -423,18 +429,21 @@ class SweepRun(BoxSession):
 
     def run(self) -> SweepResult:
         """Launch and measure every setting in turn (a progress bar over the settings: ``progress``
-        True for a terminal or notebook widget, ``"text"`` for plain text, False for none), then
+        True for a terminal or notebook widget, ``"text"`` for one stdout line when done, False for none), then
         compute the speedups; returns the (not yet restored) result."""
-        if self.progress == "text":  # papermill runbooks: plain text on stderr, readable in the exported report
-            from tqdm.std import tqdm
-        else:  # a terminal, or a widget in JupyterLab
-            from tqdm.auto import tqdm
+        from tqdm.auto import tqdm  # a terminal, or a widget in JupyterLab
 
-        bar = tqdm(self.settings, desc="sweep", unit="setting", disable=not self.progress, mininterval=1.0)
+        # papermill runbooks ("text"): no bar (its \r redraws land in the notebook's stderr and read as an
+        # error block in the report), one stdout line when done, as measure_generate does
+        started = time.monotonic()
+        bar = tqdm(self.settings, desc="sweep", unit="setting", disable=self.progress in (False, "text"),
+                   mininterval=1.0)
         for setting in bar:
             bar.set_postfix_str(setting.label)
             self.rows.append(self._run_one(setting))
         bar.close()
+        if self.progress == "text":
+            print(f"sweep: {len(self.rows)} setting(s) in {time.monotonic() - started:.1f} s", flush=True)
         base = next((r for r in self.rows if r.baseline and r.ok and r.tokens_per_s), None)
         for r in self.rows:
             if r.ok and r.tokens_per_s and base is not None:

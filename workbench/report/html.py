@@ -26,7 +26,7 @@ from workbench.errors import ReportError
 from workbench.redact import REDACTOR, Redactor
 from workbench.report.files import atomic_write_text
 
-__all__ = ["ReportError", "export_html", "redact_notebook", "check_self_contained", "count_plotlyjs", "count_plotly_figures",
+__all__ = ["ReportError", "export_html", "collapse_progress", "is_progress_line", "redact_notebook", "check_self_contained", "count_plotlyjs", "count_plotly_figures",
            "PLOTLY_MIMETYPE"]
 
 PLOTLY_MIMETYPE = "application/vnd.plotly.v1+json"
@@ -55,6 +55,21 @@ _TEMPLATE = r"""{%- extends 'index.html.j2' -%}
 {%- block jupyter_widgets -%}{%- endblock jupyter_widgets -%}
 {%- block html_head_js_mathjax -%}{%- endblock html_head_js_mathjax -%}
 {%- block html_head_js_mermaidjs -%}{%- endblock html_head_js_mermaidjs -%}
+{%- block notebook_css -%}
+{{ super() }}
+<style id="workbench-report-css">
+/* the page never scrolls sideways: a wide output scrolls inside its own box */
+html, body { overflow-x: hidden; }
+.jp-OutputArea-output { max-width: 100%; overflow-x: auto; }
+/* after the lab CSS: output tables left-aligned (JupyterLab's :not(.jp-RenderedMarkdown).jp-RenderedHTMLCommon td
+   right-aligns them; same specificity, later wins); a cell's own inline style (numbers) still wins */
+.jp-RenderedHTMLCommon table { margin-left: 0; }
+.jp-OutputArea-output.jp-RenderedHTMLCommon td, .jp-OutputArea-output.jp-RenderedHTMLCommon th { text-align: left; vertical-align: top; }
+.wb-table-scroll { overflow-x: auto; max-width: 100%; }
+/* a progress bar's final state: one small grey line, not the stderr style */
+.wb-progress { color: #57606a; font-size: 0.85em; font-family: var(--jp-code-font-family, monospace); margin: 0; }
+</style>
+{%- endblock notebook_css -%}
 """
 
 
@@ -97,6 +112,88 @@ def _render_plotly_outputs(nb: Any) -> int:
             kept.append(output)
         cell["outputs"] = kept
     return figures
+
+
+# A tqdm status line (tqdm.std.tqdm.format_meter): "desc: 45%|████▌     | 9/20 [00:03<00:04,  2.41req/s, x]"
+# with a known total, "desc: 9req [00:03, 2.41req/s]" without; the rate may be "?it/s" or "1.5s/it".
+_TQDM_LINE = re.compile(
+    r"^\s*(?:[^\n]*?:\s*)?(?:\d{1,3}%\|[^|\n]*\|\s*)?\d+(?:\.\d+)?[kMGTP]?(?:/\d+(?:\.\d+)?[kMGTP]?)?"
+    r"(?:[A-Za-z_ ]*)?\s*\[(?:\d+:)?\d+:\d+(?:<(?:(?:\d+:)?\d+:\d+|\?))?,\s*"
+    r"(?:\?|\d+(?:\.\d+)?[kMGTP]?)(?:[A-Za-z_]+/s|s/[A-Za-z_]+)[^\]\n]*\]\s*$"
+)
+
+
+def is_progress_line(line: str) -> bool:
+    """Whether ``line`` (one line, no newline) is a tqdm status line (``tqdm.std.tqdm.format_meter``:
+    ``"desc: 45%|████▌     | 9/20 [00:03<00:04,  2.41req/s]"`` or, with no total,
+    ``"desc: 9req [00:03, 2.41req/s]"``)."""
+    return bool(_TQDM_LINE.match(line))
+
+
+def _progress_key(line: str) -> str:
+    """The bar a status line belongs to: its description (the text before ``": "`` and the count)."""
+    head = re.split(r"\s*\d{1,3}%\||\s*\d+(?:\.\d+)?[kMGTP]?(?:/\d+)?[A-Za-z_ ]*\[", line.strip(), maxsplit=1)[0]
+    return head.rstrip(": ").strip()
+
+
+def collapse_progress(nb: Any) -> int:
+    """Replace the progress-bar redraws in the notebook's stderr stream outputs by one small grey line
+    per bar with its final state (``<pre class="wb-progress">``, a ``text/html`` display output), in
+    place; the other stderr lines stay a stderr stream (a real warning still reads as one).
+
+    A stream's text is split into lines at ``\\n``; within a line the text after the last ``\\r`` is
+    what a terminal shows (tqdm redraws with ``\\r``). A line is a progress line when
+    :func:`is_progress_line` says so; consecutive updates of one bar (same description) keep the last.
+    Returns the number of progress lines written (one per bar)."""
+    import nbformat
+
+    written = 0
+    for cell in nb.cells:
+        if cell.cell_type != "code":
+            continue
+        outputs = []
+        for output in cell.get("outputs", []):
+            if output.get("output_type") != "stream" or output.get("name") != "stderr":
+                outputs.append(output)
+                continue
+            text = output.get("text", "")
+            text = "".join(text) if isinstance(text, list) else text
+            pieces: list[tuple[str, str]] = []  # ("progress", key|line) or ("text", line)
+            bars: dict[str, str] = {}
+            for raw in text.split("\n"):
+                shown = raw.rstrip("\r").rsplit("\r", 1)[-1]
+                if is_progress_line(shown):
+                    key = _progress_key(shown)
+                    if key not in bars:
+                        pieces.append(("progress", key))
+                    bars[key] = shown.strip()
+                elif shown.strip():
+                    pieces.append(("text", shown))
+            if not bars:
+                outputs.append(output)
+                continue
+            plain: list[str] = []
+            for kind, value in pieces + [("end", "")]:
+                if kind != "text" and plain:
+                    outputs.append(nbformat.v4.new_output("stream", name="stderr", text="\n".join(plain) + "\n"))
+                    plain = []
+                if kind == "text":
+                    plain.append(value)
+                elif kind == "progress":
+                    final = bars[value]
+                    outputs.append(nbformat.v4.new_output(
+                        "display_data",
+                        data={"text/html": f"<pre class='wb-progress'>{_escape(final)}</pre>", "text/plain": final},
+                        metadata={"workbench": {"progress": True}}))
+                    written += 1
+        cell["outputs"] = outputs
+    return written
+
+
+def _escape(text: str) -> str:
+    import html
+
+    return html.escape(text)
 
 
 def _degrade_widgets(nb: Any) -> int:
@@ -186,6 +283,7 @@ def export_html(
     nb = copy.deepcopy(nb)
     figures = _render_plotly_outputs(nb)
     _degrade_widgets(nb)
+    collapse_progress(nb)
     if summarize_parameters:
         _papermill_parameters_to_markdown(nb)
     if title is not None:
