@@ -21,6 +21,7 @@ PY = sys.executable
     ([PY, "-m", "workbench.sandbox.launch_server", "--port", "1"], "a server (workbench.sandbox.launch_server)"),
     ([PY, "-u", "/t/remote/tiny_launch_server.py", "--port", "1"], "a server (tiny_launch_server.py)"),
     ([PY, "-m", "ipykernel_launcher", "-f", "k.json"], "a notebook kernel (ipykernel_launcher)"),
+    ([PY, "-m", "jupyterlab", "--no-browser"], "a notebook kernel (jupyterlab)"),
     (["/usr/bin/chromium", "--headless", "r.html"], "a browser (chromium)"),
     ([PY, "-m", "workbench.cli", "runbook", "diagnose_acceptance"], "a runbook run (a notebook kernel and servers)"),
     (["bash", "-c", "PYTHONPATH=/x exec python3 -m sglang.launch_server --port 4"], "a server (sglang.launch_server)"),

@@ -76,7 +76,8 @@ class LabServer:
 
     Attributes: ``url`` (``http://127.0.0.1:<port>``), ``port``, ``token``, ``root`` (the lab's root
     dir: notebooks opened by :meth:`Lab.open` are copied here), ``base`` (the temp directory),
-    ``log_path``.
+    ``log_path``, ``state_dir`` (``$EAGLE_WORKBENCH_STATE_DIR`` of its kernels). The kernels'
+    working directory is ``root`` (a copy's relative paths resolve there, as in JupyterLab).
     """
 
     def __init__(self, base: Path):
@@ -86,6 +87,10 @@ class LabServer:
         self.token = secrets.token_hex(16)
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = self.base / "jupyterlab.log"
+        #: the workbench's state dir (journal, probe records) of the lab's kernels:
+        #: ``$EAGLE_WORKBENCH_STATE_DIR`` when the tests set it, else ``<base>/state``; a test that
+        #: checks the box in-process (``list_probes``, the journal) sets the variable to this.
+        self.state_dir = Path(os.environ.get("EAGLE_WORKBENCH_STATE_DIR") or self.base / "state")
         self.proc: subprocess.Popen | None = None
 
     def argv(self) -> list[str]:
@@ -110,7 +115,7 @@ class LabServer:
         env = dict(os.environ)
         env.update(JUPYTER_CONFIG_DIR=str(b / "config"), JUPYTER_RUNTIME_DIR=str(b / "runtime"),
                    JUPYTERLAB_SETTINGS_DIR=str(b / "user-settings"), JUPYTERLAB_WORKSPACES_DIR=str(b / "workspaces"),
-                   JUPYTER_PLATFORM_DIRS="1", PYTHONUNBUFFERED="1")
+                   JUPYTER_PLATFORM_DIRS="1", PYTHONUNBUFFERED="1", EAGLE_WORKBENCH_STATE_DIR=str(self.state_dir))
         env.pop("JUPYTER_PATH", None)
         return env
 

@@ -29,7 +29,8 @@ _SHELLS = {"bash", "sh", "dash", "zsh"}
 _WRAPPERS = {"exec", "setsid", "nohup", "env", "nice", "command"}
 _OPERATORS = set(";&|()\n")
 _ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
-_KERNEL_MODULES = {"ipykernel", "ipykernel_launcher", "jupyter", "jupyter_client", "papermill", "notebook", "nbclient"}
+_KERNEL_MODULES = {"ipykernel", "ipykernel_launcher", "jupyter", "jupyter_client", "papermill", "notebook", "nbclient",
+                   "jupyterlab", "jupyter_server"}
 _BROWSERS = {"chromium", "chromium-browser", "chrome", "google-chrome", "google-chrome-stable", "headless_shell"}
 
 
