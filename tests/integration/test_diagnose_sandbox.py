@@ -101,6 +101,30 @@ def test_diagnose_sandbox_from_a_launch_command(tmp_path, free_port, state_dir):
     assert figures == 4
     dom = render_dom(html_path)
     assert dom.count('class="main-svg"') >= figures
+    _assert_readable(html_path)
+
+
+def _assert_readable(html_path):
+    """The report as a reader sees it in Chromium (Playwright, tests/testkit/report_layout.py), at 1280
+    and 800 px: no progress bar in a stderr block, each paragraph once, the code-path table left-aligned
+    with its code as <code> and no literal backtick, the page never wider than the window, no two
+    plotly text boxes intersecting."""
+    import collections
+
+    from tests.testkit.report_layout import measure_report
+    from workbench.report.html import is_progress_line
+
+    for width, f in measure_report(html_path, widths=(1280, 800)).items():
+        assert not [t for t in f["stderr"] if is_progress_line(t) or "it/s" in t], (width, f["stderr"])
+        repeated = [t for t, n in collections.Counter(f["paragraphs"]).items() if n > 1]
+        assert repeated == [], (width, repeated)
+        cells = f["codepath"]
+        assert cells, "the code-path table is in the report"
+        assert {c["align"] for c in cells} == {"left"}
+        assert all("`" not in c["text"] for c in cells), [c["text"] for c in cells if "`" in c["text"]]
+        assert sum("<code>" in c["html"] for c in cells) >= len(cells) // 3  # the file:line column at least
+        assert f["page"]["scroll"] <= f["page"]["inner"], (width, f["page"])
+        assert f["overlaps"] == [], (width, f["overlaps"])
 
 
 def test_diagnose_running_server_is_put_back(tmp_path, free_port, state_dir):
