@@ -41,10 +41,16 @@ def test_parse_nvidia_smi_csv():
         parse_gpus("x, GPU-1, A100, 1, 2\n")
 
 
-def test_missing_panes_are_placeholders():
+def test_the_panes_are_built_and_a_missing_one_is_a_placeholder(monkeypatch):
+    import workbench.lab.console as console_module
+
     state = BoxState("local", 1)
-    titles = [(t, pane) for t, pane, _ in _panes(state)]
-    assert [t for t, _ in titles] == ["Log", "Accept length", "Source", "Probes"]
+    built = _panes(state)
+    assert [(t, type(pane).__name__) for t, pane, _ in built] == [
+        ("Log", "LogPane"), ("Source", "SourcePane"), ("Probes", "ProbesPane")]
+    monkeypatch.setattr(console_module, "PANES", [("Nope", "workbench.lab.no_such_pane", "NoPane")])
+    [(title, pane, widget)] = _panes(state)
+    assert (title, pane) == ("Nope", None) and "not installed" in widget.value
 
 
 def test_no_server_offers_the_sandbox_command(free_port):

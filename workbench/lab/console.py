@@ -31,7 +31,6 @@ __all__ = ["BoxConsole", "box_console", "PANES", "server_health", "server_uptime
 #: :class:`BoxState`), else a placeholder tab says the pane is not installed.
 PANES = [
     ("Log", "workbench.lab.logs_pane", "LogPane"),
-    ("Accept length", "workbench.lab.accept_pane", "AcceptPane"),
     ("Source", "workbench.lab.source_pane", "SourcePane"),
     ("Probes", "workbench.lab.probes_pane", "ProbesPane"),
 ]
