@@ -31,7 +31,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("workbench.measure",),
     ("workbench.runbook_params",),
     ("workbench.diagnosis",),
-    ("workbench.cli",),
+    ("workbench.lab", "workbench.cli"),  # the JupyterLab widgets over the diagnosis; the command line
 ]
 RANK = {part: i for i, layer in enumerate(LAYERS) for part in layer}
 
