@@ -31,7 +31,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("workbench.measure",),
     ("workbench.runbook_params",),
     ("workbench.diagnosis",),
-    ("workbench.lab",),
+    ("workbench.lab",),  # the JupyterLab widgets over the diagnosis
     ("workbench.cli",),
 ]
 RANK = {part: i for i, layer in enumerate(LAYERS) for part in layer}

@@ -15,6 +15,7 @@ MOVED_MODULES = {
     "workbench.argtypes": "workbench.cli.argtypes",
     "workbench.codepath": "workbench.engine.codepath (RECIPES, recipe_probe, add_recipe: workbench.engine.recipes; "
                           "scan_swallowed: workbench.rules.engine_source)",
+    "workbench.diagnosis.panel": "workbench.lab.panel (the JupyterLab widgets: workbench.lab)",
     "workbench.diagnose": "workbench.diagnosis (DiagnosisRun); BoxSession, open_box, take_inventory: "
                           "workbench.session; sandbox_launch_command, sandbox_prompts_path: workbench.sandbox_box",
     "workbench.draft_checks": "workbench.rules.weights (expected_parameters, map_checkpoint_name: "

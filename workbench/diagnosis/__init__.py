@@ -1,6 +1,6 @@
 """The diagnosis: the ``diagnose_acceptance`` runbook's steps (:mod:`.run`: symptom → hypotheses →
 probe → fix → verify → verdict), the hypothesis ledger (:mod:`.ledger`) and the JupyterLab control
-panel over the same steps (:mod:`workbench.lab.panel`, also as :mod:`.panel`; imported on its own: it needs ipywidgets).
+panel over the same steps is :mod:`workbench.lab.panel` (it needs ipywidgets).
 
 Layering: the top of the library — imports :mod:`workbench.session`, :mod:`workbench.measure`,
 :mod:`workbench.doctor`, :mod:`workbench.rules`, :mod:`workbench.engine`, :mod:`workbench.logs`,
