@@ -9,6 +9,7 @@ table's cells, page and table-box scroll widths, and the plotly text boxes that 
 from __future__ import annotations
 
 import shutil
+import threading
 from pathlib import Path
 
 _JS = r"""
@@ -57,12 +58,35 @@ def measure_report(html_path: str | Path, widths: tuple[int, ...] = (1280, 800),
     computed ``align``, inner ``html``, ``text``; ``None`` without one), ``boxes`` (scroll/client width
     of each ``.wb-table-scroll``), ``overlaps`` (pairs of intersecting plotly text boxes, more than 1 px
     each way, per figure), ``figures`` (drawn svg layers), ``page`` (document scrollWidth, innerWidth).
-    Raises ``RuntimeError`` when no Chromium is on PATH."""
-    from playwright.sync_api import sync_playwright
+    Raises ``RuntimeError`` when no Chromium is on PATH.
 
+    Playwright's sync API refuses to start in a thread whose asyncio loop runs (the ``lab``
+    fixtures of tests/lab keep one running for the whole session), so the browser is driven from a
+    thread of its own; its exception is re-raised here."""
     chromium = shutil.which("chromium")
     if chromium is None:
         raise RuntimeError("no chromium on PATH (apt-get install chromium)")
+    result: dict = {}
+
+    def work() -> None:
+        try:
+            result["out"] = _measure(chromium, html_path, widths, timeout_s)
+        except BaseException as exc:  # handed to the caller's thread, re-raised below
+            result["error"] = exc
+
+    worker = threading.Thread(target=work, name="report-layout-browser", daemon=True)
+    worker.start()
+    worker.join(timeout_s * (len(widths) + 2))
+    if worker.is_alive():
+        raise RuntimeError(f"measuring {html_path} in Chromium took over {timeout_s * (len(widths) + 2):.0f} s")
+    if "error" in result:
+        raise result["error"]
+    return result["out"]
+
+
+def _measure(chromium: str, html_path: str | Path, widths: tuple[int, ...], timeout_s: float) -> dict:
+    from playwright.sync_api import sync_playwright
+
     out = {}
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=chromium, args=["--no-sandbox"], timeout=timeout_s * 1000)
