@@ -143,3 +143,35 @@ def test_figures_serialise_to_json():
         figures.hidden_width_probe(7168, 21504, 7168),
     ):
         assert pio.from_json(fig.to_json()).to_plotly_json()["data"]
+
+
+def test_accept_length_live_time_axis_ceiling_and_restart_markers():
+    t0 = dt.datetime(2026, 7, 1, 12, 0, 0)
+    records = [{"timestamp": t0 + dt.timedelta(seconds=i), "accept_len": v} for i, v in enumerate([2.0, 2.5, 1.0, 3.0])]
+    fig = figures.accept_length_live(records, ceiling=4, restarts=[(2, "restart (pid 7)"), (4, "restart (pid 9)")])
+    (trace,) = fig.data
+    assert list(trace.y) == [2.0, 2.5, 1.0, 3.0] and list(trace.x) == [r["timestamp"] for r in records]
+    assert _hline_ys(fig) == [1.0, 4.0]  # no speculation, the ceiling
+    vlines = sorted(str(s.x0) for s in fig.layout.shapes if s.type == "line" and s.x0 == s.x1)
+    # the first marker at the new server's first record, the second (no record yet) at the last one
+    assert vlines == [str(records[2]["timestamp"]), str(records[3]["timestamp"])]
+    assert [a.text for a in fig.layout.annotations if a.text.startswith("restart")] == ["restart (pid 7)",
+                                                                                        "restart (pid 9)"]
+    assert fig.layout.yaxis.range[1] >= 4.0 and "tokens / verify step" in fig.layout.yaxis.title.text
+    assert "log time" in fig.layout.xaxis.title.text
+
+
+def test_accept_length_live_record_numbers_empty_and_errors():
+    fig = figures.accept_length_live([{"timestamp": None, "accept_len": 1.5}, {"accept_len": 2}])
+    assert list(fig.data[0].x) == [1, 2] and fig.layout.xaxis.title.text == "decode record number"
+    assert _hline_ys(fig) == [1.0]
+    empty = figures.accept_length_live([], restarts=[(0, "restart")])
+    assert any(a.text == "no decode log records yet" for a in empty.layout.annotations)
+    with pytest.raises(FigureInputError, match=r"records\[0\] has no 'accept_len'"):
+        figures.accept_length_live([{"timestamp": None}])
+    with pytest.raises(FigureInputError, match="ceiling must be >= 1"):
+        figures.accept_length_live([], ceiling=0.5)
+    with pytest.raises(FigureInputError, match=r"restarts\[0\] index 3 is outside 0..1"):
+        figures.accept_length_live([{"accept_len": 1.0}], restarts=[(3, "x")])
+    with pytest.raises(FigureInputError, match="must be a list of decode-log records"):
+        figures.accept_length_live({"accept_len": 1.0})

@@ -47,7 +47,7 @@ def test_the_panes_are_built_and_a_missing_one_is_a_placeholder(monkeypatch):
     state = BoxState("local", 1)
     built = _panes(state)
     assert [(t, type(pane).__name__) for t, pane, _ in built] == [
-        ("Log", "LogPane"), ("Source", "SourcePane"), ("Probes", "ProbesPane")]
+        ("Log", "LogPane"), ("Accept length", "AcceptPane"), ("Source", "SourcePane"), ("Probes", "ProbesPane")]
     monkeypatch.setattr(console_module, "PANES", [("Nope", "workbench.lab.no_such_pane", "NoPane")])
     [(title, pane, widget)] = _panes(state)
     assert (title, pane) == ("Nope", None) and "not installed" in widget.value

@@ -66,7 +66,7 @@ from workbench.session import BoxSession, Inventory, Journal, open_box
 from workbench.session.box_session import check_run_parameters
 
 __all__ = ["DiagnosisError", "DiagnosisRun", "Measurement", "StepResult", "DRAFT_MODEL_FILE", "PROBE_RECIPE",
-           "LOW_ACCEPT_FRACTION", "SUFFICIENT_GAIN"]
+           "LOW_ACCEPT_FRACTION", "SUFFICIENT_GAIN", "verify_ceiling"]
 
 #: The draft model file, relative to the engine package root: SGLang 0.5.23
 #: ``srt/models/llama_eagle3.py`` (the sandbox mirrors the path).
@@ -216,6 +216,24 @@ class HypothesisTable:
 # The run
 
 
+def verify_ceiling(launch: LaunchCommand | None, server_info: dict | None = None) -> float | None:
+    """The most tokens one verify step can yield (tokens per verify step, bonus included) for a
+    server launched with ``launch``: ``--speculative-num-draft-tokens``, else
+    ``--speculative-num-steps`` + 1 (chain drafting: every draft token and the bonus token
+    accepted), each falling back on ``server_info`` (``GET /server_info``'s resolved
+    ``speculative_num_draft_tokens`` / ``speculative_num_steps``) when the flag is absent;
+    ``None`` when neither is known or a value is not a number (SGLang's ``server_args.py``:
+    ``speculative_num_draft_tokens`` verify slots per step)."""
+    info = server_info or {}
+    get = launch.get if launch is not None else (lambda _flag: None)
+    ndt = get("--speculative-num-draft-tokens") or info.get("speculative_num_draft_tokens")
+    steps = get("--speculative-num-steps") or info.get("speculative_num_steps")
+    try:
+        return float(ndt) if ndt is not None else (float(steps) + 1 if steps is not None else None)
+    except (TypeError, ValueError):
+        return None
+
+
 class DiagnosisRun(BoxSession):
     """One diagnosis of one box. Create with :meth:`start`; call the steps in order
     (:meth:`measure_symptom`, :meth:`check_hypotheses`, :meth:`probe`, :meth:`apply_fixes`,
@@ -357,14 +375,7 @@ class DiagnosisRun(BoxSession):
         """The most tokens one verify step can yield with ``launch`` (default: as found):
         ``--speculative-num-draft-tokens``, else steps + 1 (chain drafting), from the server's
         ``/server_info`` when it reported the resolved values."""
-        launch = launch or self.inventory.launch
-        info = self.inventory.server_info or {}
-        ndt = launch.get("--speculative-num-draft-tokens") or info.get("speculative_num_draft_tokens")
-        steps = launch.get("--speculative-num-steps") or info.get("speculative_num_steps")
-        try:
-            return float(ndt) if ndt is not None else (float(steps) + 1 if steps is not None else None)
-        except (TypeError, ValueError):
-            return None
+        return verify_ceiling(launch or self.inventory.launch, self.inventory.server_info)
 
     def acceptance_low(self, accept_length: float | None, launch: LaunchCommand | None = None) -> bool | None:
         """Whether ``accept_length`` is low for this deployment (``None``: nothing measured): below

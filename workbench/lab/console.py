@@ -31,6 +31,7 @@ __all__ = ["BoxConsole", "box_console", "PANES", "server_health", "server_uptime
 #: :class:`BoxState`), else a placeholder tab says the pane is not installed.
 PANES = [
     ("Log", "workbench.lab.logs_pane", "LogPane"),
+    ("Accept length", "workbench.lab.accept_pane", "AcceptPane"),
     ("Source", "workbench.lab.source_pane", "SourcePane"),
     ("Probes", "workbench.lab.probes_pane", "ProbesPane"),
 ]
@@ -432,9 +433,13 @@ class BoxConsole:
         return self._run("putting the box back", go)
 
     def close(self) -> None:
-        """Put the box back and close the connections."""
+        """Put the box back, stop the panes' background polling and close the connections."""
         if self.session is not None and not self.session.finished:
             self.restore()
+        for _title, pane, _w in self.panes:
+            closer = getattr(pane, "close", None) or getattr(pane, "stop", None)
+            if closer is not None:
+                closer()
         self.state.close()
 
 

@@ -29,6 +29,7 @@ __all__ = [
     "accept_length_before_after",
     "accept_length_per_request",
     "acceptance_timeline",
+    "accept_length_live",
     "hidden_width_probe",
     "ACCEPT_LENGTH_AXIS",
 ]
@@ -299,6 +300,93 @@ def acceptance_timeline(records_by_label: Mapping[str, Sequence[Mapping[str, Any
         fig.update_yaxes(title_text=ACCEPT_LENGTH_AXIS, range=[0, top * 1.2])
     if not any(parsed.values()):
         fig.add_annotation(text="no decode log records", showarrow=False, xref="paper", yref="paper", x=0.5, y=0.5)
+    return fig
+
+
+def accept_length_live(
+    records: Sequence[Mapping[str, Any]],
+    *,
+    ceiling: float | None = None,
+    restarts: Sequence[tuple[int, str]] = (),
+) -> go.Figure:
+    """Accept length of one followed server log, record after record, with restart markers (the box
+    console's live pane, :class:`workbench.lab.accept_pane.AcceptPane`).
+
+    Args:
+        records: decode-log records in the order they were read (across restarts), each a mapping with
+            ``accept_len`` (tokens per verify step, bonus included) and ``timestamp`` (``datetime``,
+            ISO 8601 string, epoch seconds, or ``None``). The x axis is the log's time (the
+            timestamps SGLang writes, the box's clock) when every record has one, else the record
+            number (1, 2, ...).
+        ceiling: the most tokens one verify step can yield (``--speculative-num-draft-tokens``, else
+            ``--speculative-num-steps`` + 1), drawn as a dashed line when given.
+        restarts: ``(index, label)`` pairs: a server (re)start before ``records[index]`` (the first
+            record of the new server; ``index == len(records)``: it has none yet, the marker is
+            drawn at the last record). Each is a dotted vertical line annotated with ``label``.
+
+    Raises:
+        FigureInputError: ``records`` is not a sequence of mappings with a numeric ``accept_len``, a
+            timestamp is not a date-time, ``ceiling`` < 1, or a restart index is outside
+            0..len(records).
+    """
+    if isinstance(records, (str, bytes, Mapping)) or not isinstance(records, Sequence):
+        raise FigureInputError(f"records must be a list of decode-log records, got {type(records).__name__}")
+    ys: list[float] = []
+    stamps: list[datetime | None] = []
+    for i, record in enumerate(records):
+        where = f"records[{i}]"
+        if not isinstance(record, Mapping):
+            raise FigureInputError(f"{where} must be a dict, got {type(record).__name__}")
+        if "accept_len" not in record:
+            raise FigureInputError(f"{where} has no 'accept_len' key (keys: {sorted(record)})")
+        ys.append(_number(record["accept_len"], f"{where}['accept_len']"))  # type: ignore[arg-type]
+        ts = record.get("timestamp")
+        stamps.append(None if ts is None else _timestamp(ts, where))
+    top_line = _number(ceiling, "ceiling", allow_none=True)
+    if top_line is not None and top_line < 1:
+        raise FigureInputError(f"ceiling must be >= 1 token per verify step, got {ceiling!r}")
+    by_time = bool(stamps) and all(ts is not None for ts in stamps)
+    xs: list[Any] = list(stamps) if by_time else list(range(1, len(ys) + 1))
+    fig = go.Figure()
+    fig.add_trace(
+        go.Scatter(
+            x=xs,
+            y=ys,
+            mode="lines+markers",
+            name="accept length",
+            line_color=_PALETTE[2],
+            hovertemplate="%{x}: %{y:.2f} tokens / verify step<extra></extra>",
+        )
+    )
+    _reference_line(fig, 1.0, "1.0 = no speculation", _NEUTRAL_COLOR)
+    if top_line is not None:
+        _reference_line(fig, top_line, f"ceiling {top_line:g}", _AFTER_COLOR)
+    for n, item in enumerate(restarts):
+        try:
+            index, label = int(item[0]), str(item[1])
+        except (TypeError, ValueError, IndexError) as exc:
+            raise FigureInputError(f"restarts[{n}] must be (index, label), got {item!r}") from exc
+        if not 0 <= index <= len(ys):
+            raise FigureInputError(f"restarts[{n}] index {index} is outside 0..{len(ys)} (the records)")
+        if not ys:
+            continue  # nothing to place it against
+        at = min(index, len(ys) - 1)
+        fig.add_vline(x=xs[at], line_dash="dot", line_color=_BEFORE_COLOR, line_width=1.5)
+        fig.add_annotation(x=xs[at], y=1.0, yref="paper", text=label, showarrow=False, textangle=-90,
+                           xanchor="right", yanchor="top", font=dict(color=_BEFORE_COLOR, size=10))
+    top = max(ys + [1.0] + ([top_line] if top_line is not None else []))
+    fig.update_layout(
+        title="Accept length, live (decode log)",
+        template=_TEMPLATE,
+        xaxis_title="log time (the box's clock)" if by_time else "decode record number",
+        yaxis_title=ACCEPT_LENGTH_AXIS,
+        yaxis_range=[0, top * 1.15],
+        showlegend=False,
+        margin=dict(l=60, r=20, t=50, b=50),
+        height=360,
+    )
+    if not ys:
+        fig.add_annotation(text="no decode log records yet", showarrow=False, xref="paper", yref="paper", x=0.5, y=0.5)
     return fig
 
 

@@ -1,0 +1,231 @@
+"""The box console's live accept length: :class:`AcceptPane`, the current server's decode log followed
+across restarts, rotation and truncation (:class:`workbench.logs.ServerLogFollower`), its new lines
+parsed by :func:`workbench.logs.parse_log` (the parser ``workbench logs`` and the runbooks use), and
+shown as a plotly figure (:func:`workbench.report.figures.accept_length_live`) with the ceiling and a
+marker at each restart, and a summary line.
+
+The pane takes a state with ``.box`` and ``.log_path()`` (``workbench.lab.state.BoxState``); when
+the state also has ``.server()`` (BoxState does), the server is read once per poll: its pid tells a
+restart that kept the log path, and its launch command gives the ceiling
+(:func:`workbench.diagnosis.run.verify_ceiling`).
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import statistics
+import threading
+from typing import Any, Optional
+
+import ipywidgets as W
+
+from workbench.logs import ServerLogFollower, parse_log
+
+__all__ = ["AcceptPane", "EMPTY_TEXT", "WINDOW"]
+
+#: Decode records the summary's mean is taken over (the most recent ones).
+WINDOW = 20
+#: The summary when no decode record with an accept length was read yet.
+EMPTY_TEXT = "no decode records yet — send requests (workbench measure …)"
+
+
+class AcceptPane:
+    """Accept length of the current server, live: a plotly figure, a summary line, Poll now, Follow,
+    Clear.
+
+    ``state``: has ``.box`` (remote.Box) and ``.log_path() -> str | None``; optionally ``.server()``
+    (a ``ServerProcess`` with ``pid``, ``argv``, ``log_path``, or ``None``) and ``.listeners`` (a list
+    of ``fn(event)``: the pane polls after the console's ``started`` / ``stopped`` / ``restored``).
+    ``interval``: seconds between background polls while Follow is on (default 2 s);
+    ``first_bytes``: bytes read of the first log seen (default 256 KiB: the records already there);
+    ``max_records``: records kept (default 5000, oldest dropped; restart markers move with them).
+
+    :attr:`records`: ``{"timestamp": datetime | None, "accept_len": float}`` per decode line with
+    an accept length, in log order; :attr:`restarts`: ``(index, label)``, a server (re)start before
+    ``records[index]``; :attr:`ceiling`: tokens per verify step (``None``: not speculative or not
+    known). Errors (box unreachable, no server, several servers and no port, unreadable log) are
+    shown in the status line (``wb-accept-status``), never raised out of :meth:`poll_once` /
+    :meth:`refresh`. CSS classes: ``wb-accept-poll``, ``wb-accept-follow``, ``wb-accept-clear``,
+    ``wb-accept-summary``, ``wb-accept-status``, ``wb-accept-figure``.
+    """
+
+    def __init__(self, state, *, interval: float = 2.0, first_bytes: int = 256 << 10, max_records: int = 5000):
+        self.state, self.interval = state, float(interval)
+        self.max_records = int(max_records)
+        self.records: list[dict] = []
+        self.restarts: list[tuple[int, str]] = []
+        self.notes: list[str] = []
+        self.ceiling: Optional[float] = None
+        self.pid: Optional[int] = None
+        self.last_error: Optional[BaseException] = None
+        self._pid_changed = False
+        self._lock = threading.RLock()
+        self._stop = threading.Event()
+        self._thread: Optional[threading.Thread] = None
+        self.follower = ServerLogFollower(state.box, self._log_path, first_bytes=first_bytes)
+
+        def button(label: str, cls: str) -> W.Button:
+            b = W.Button(description=label, layout=W.Layout(width="auto"))
+            b.add_class(cls)
+            return b
+
+        self.poll_button = button("Poll now", "wb-accept-poll")
+        self.clear_button = button("Clear", "wb-accept-clear")
+        self.follow = W.ToggleButton(value=False, description="Follow", tooltip="poll every few seconds",
+                                     layout=W.Layout(width="auto"))
+        self.follow.add_class("wb-accept-follow")
+        self.summary = W.HTML(html.escape(EMPTY_TEXT))
+        self.summary.add_class("wb-accept-summary")
+        self.status = W.HTML("")
+        self.status.add_class("wb-accept-status")
+        self.figure = W.Output(layout=W.Layout(min_height="360px"))
+        self.figure.add_class("wb-accept-figure")
+        self.poll_button.on_click(lambda _b: self.poll_once())
+        self.clear_button.on_click(lambda _b: self.clear())
+        self.follow.observe(lambda c: self.start() if c["new"] else self.stop(), names="value")
+        self.widget = W.VBox([W.HBox([self.poll_button, self.follow, self.clear_button]), self.summary,
+                              self.status, self.figure])
+        listeners = getattr(state, "listeners", None)
+        if isinstance(listeners, list):
+            listeners.append(self._on_event)
+        self.render()
+
+    # -- reading the box ------------------------------------------------------------------------
+
+    def _log_path(self) -> Optional[str]:
+        """The current server's log (the follower's ``path_fn``); with ``state.server()`` also its
+        pid (a new pid is a restart) and the ceiling of its launch command."""
+        server_fn = getattr(self.state, "server", None)
+        if not callable(server_fn):
+            return self.state.log_path()
+        server = server_fn()
+        if server is None:
+            return None
+        if server.pid != self.pid:
+            from workbench.diagnosis.run import verify_ceiling
+            from workbench.engine.launch import LaunchCommand
+
+            self._pid_changed = self.pid is not None
+            self.pid = server.pid
+            self.ceiling = verify_ceiling(LaunchCommand.parse(list(server.argv)))
+        return server.log_path
+
+    def poll_once(self) -> int:
+        """Read what is new in the log; the number of new decode records (with an accept length).
+        Errors go to the status line (and :attr:`last_error`); nothing is raised."""
+        self.poll_button.disabled = True
+        try:
+            with self._lock:
+                self._pid_changed = False
+                upd = self.follower.poll()
+                restarted = self._pid_changed or any(n.startswith("server restarted") for n in upd.notes)
+                if restarted:
+                    self.restarts.append((len(self.records), f"restart (pid {self.pid})" if self.pid else "restart"))
+                new = [{"timestamp": r.timestamp, "accept_len": float(r.accept_len)}
+                       for r in parse_log(upd.lines).decode if r.accept_len is not None]
+                self.records.extend(new)
+                self._trim()
+                self.notes.extend(upd.notes)
+                self.last_error = None
+            self.render()
+            return len(new)
+        except Exception as exc:  # noqa: BLE001 - a box error is shown in the pane; the next poll tries again
+            self.last_error = exc
+            self.status.value = (f"<span style='color:#b00'><b>{html.escape(type(exc).__name__)}</b>: "
+                                 f"{html.escape(str(exc))}</span>")
+            return 0
+        finally:
+            self.poll_button.disabled = False
+
+    def _trim(self) -> None:
+        drop = len(self.records) - self.max_records
+        if drop > 0:
+            del self.records[:drop]
+            self.restarts = [(max(0, i - drop), label) for i, label in self.restarts]
+
+    def refresh(self) -> None:
+        """Re-read the box (one poll)."""
+        self.poll_once()
+
+    def _on_event(self, _event: str) -> None:
+        self.poll_once()
+
+    def clear(self) -> None:
+        """Forget the records and markers read so far (the log keeps being followed from where it is)."""
+        with self._lock:
+            self.records.clear()
+            self.restarts.clear()
+            self.notes.clear()
+        self.render()
+
+    # -- what is shown -------------------------------------------------------------------------
+
+    def stats(self) -> dict[str, Any]:
+        """``{"records": N, "last": float | None, "mean": float | None (of the last WINDOW records),
+        "ceiling": float | None}`` (accept lengths in tokens per verify step)."""
+        with self._lock:
+            lens = [r["accept_len"] for r in self.records]
+            return {"records": len(lens), "last": lens[-1] if lens else None,
+                    "mean": statistics.fmean(lens[-WINDOW:]) if lens else None, "ceiling": self.ceiling}
+
+    def summary_text(self) -> str:
+        """The summary line as text: last, mean of the last :data:`WINDOW`, count, ceiling; or
+        :data:`EMPTY_TEXT`."""
+        s = self.stats()
+        if not s["records"]:
+            return EMPTY_TEXT
+        ceiling = f"{s['ceiling']:g}" if s["ceiling"] is not None else "unknown"
+        n = min(WINDOW, s["records"])
+        return (f"accept length: last {s['last']:.2f} · mean of the last {n} {s['mean']:.2f} · "
+                f"{s['records']} decode records · ceiling {ceiling} tokens / verify step")
+
+    def render(self) -> None:
+        """Redraw the summary, the status line and the figure from the records kept."""
+        from workbench.report.figures import accept_length_live
+
+        with self._lock:
+            records = list(self.records)
+            restarts = list(self.restarts)
+            notes = "; ".join(self.notes[-3:])
+            path = self.follower.path or "(no log)"
+        self.summary.value = html.escape(self.summary_text())
+        self.status.value = html.escape(" · ".join(x for x in (path, notes) if x))
+        fig = accept_length_live(records, ceiling=self.ceiling, restarts=restarts)
+        self.fig = fig
+        spec = json.loads(fig.to_json())  # plotly's encoder: datetimes as ISO text
+        bundle = {"application/vnd.plotly.v1+json": {"data": spec["data"], "layout": spec["layout"], "config": {}},
+                  "text/plain": f"<accept length figure: {len(records)} records, {len(restarts)} restarts>"}
+        # set the Output's outputs directly: works from the Follow thread, unlike `with output:`
+        self.figure.outputs = ({"output_type": "display_data", "data": bundle, "metadata": {}},)
+
+    # -- Follow ----------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Poll every ``interval`` seconds in a background thread until :meth:`stop` / :meth:`close`."""
+        if self._thread is not None and self._thread.is_alive():
+            return
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._run, name="wb-accept-follow", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.poll_once()
+            self._stop.wait(self.interval)
+
+    def stop(self) -> None:
+        """Stop the background polling (waits for the thread, at most ``interval`` + 5 s)."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=self.interval + 5)
+            self._thread = None
+        if self.follow.value:
+            self.follow.value = False
+
+    def close(self) -> None:
+        """Stop following and stop listening to the console's events (idempotent)."""
+        self.stop()
+        listeners = getattr(self.state, "listeners", None)
+        if isinstance(listeners, list) and self._on_event in listeners:
+            listeners.remove(self._on_event)
