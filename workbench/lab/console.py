@@ -160,10 +160,21 @@ class BoxConsole:
         titles = ["Status", "Server", "Journal"] + [t for t, _, _ in self.panes]
         self.widget = W.Tab(children=children, titles=titles)
         self.widget.add_class("wb-console")
+        self.widget.observe(self._on_tab, names="selected_index")
         self._buttons = [self.start_button, self.stop_button, self.restart_button, self.force_button,
                          self.restore_button, self.refresh_button]
         self.refresh()
         self._prefill()
+
+    def _on_tab(self, change) -> None:
+        """A pane's tab was selected: the pane re-reads the box (its ``refresh()``, which shows its
+        own errors), so the Log, Accept length and Source tabs are filled when first looked at."""
+        index = change["new"]
+        first = len(self.widget.children) - len(self.panes)
+        if isinstance(index, int) and index >= first:
+            pane = self.panes[index - first][1]
+            if pane is not None:
+                pane.refresh()
 
     # -- reading the box --------------------------------------------------------------------------
 
