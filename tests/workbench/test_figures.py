@@ -148,9 +148,11 @@ def test_figures_serialise_to_json():
 def test_accept_length_live_time_axis_ceiling_and_restart_markers():
     t0 = dt.datetime(2026, 7, 1, 12, 0, 0)
     records = [{"timestamp": t0 + dt.timedelta(seconds=i), "accept_len": v} for i, v in enumerate([2.0, 2.5, 1.0, 3.0])]
-    fig = figures.accept_length_live(records, ceiling=4, restarts=[(2, "restart (pid 7)"), (4, "restart (pid 9)")])
-    (trace,) = fig.data
+    fig = figures.accept_length_live(records, ceiling=4, restarts=[(2, "restart (pid 7)"), (4, "restart (pid 9)")],
+                                     window=2)
+    trace, mean = fig.data
     assert list(trace.y) == [2.0, 2.5, 1.0, 3.0] and list(trace.x) == [r["timestamp"] for r in records]
+    assert list(mean.y) == [2.0, 2.25, 1.75, 2.0] and mean.name == "mean of the last 2"
     assert _hline_ys(fig) == [1.0, 4.0]  # no speculation, the ceiling
     vlines = sorted(str(s.x0) for s in fig.layout.shapes if s.type == "line" and s.x0 == s.x1)
     # the first marker at the new server's first record, the second (no record yet) at the last one
@@ -162,8 +164,11 @@ def test_accept_length_live_time_axis_ceiling_and_restart_markers():
 
 
 def test_accept_length_live_record_numbers_empty_and_errors():
-    fig = figures.accept_length_live([{"timestamp": None, "accept_len": 1.5}, {"accept_len": 2}])
+    fig = figures.accept_length_live([{"timestamp": None, "accept_len": 1.5}, {"accept_len": 2}], window=None)
+    assert len(fig.data) == 1  # no mean line
     assert list(fig.data[0].x) == [1, 2] and fig.layout.xaxis.title.text == "decode record number"
+    with pytest.raises(FigureInputError, match="window must be"):
+        figures.accept_length_live([], window=0)
     assert _hline_ys(fig) == [1.0]
     empty = figures.accept_length_live([], restarts=[(0, "restart")])
     assert any(a.text == "no decode log records yet" for a in empty.layout.annotations)

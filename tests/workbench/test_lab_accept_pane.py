@@ -59,6 +59,7 @@ def test_accept_pane_follows_appends_truncation_rotation_and_restarts(tmp_path):
         assert (s["records"], s["last"], round(s["mean"], 9)) == (count, last, round(mean, 9))
         assert f"last {last:.2f}" in pane.summary.value and f"mean of the last 20 {mean:.2f}" in pane.summary.value
         assert "29 decode records" in pane.summary.value and "ceiling unknown" in pane.summary.value
+        assert abs(pane.fig.data[1].y[-1] - mean) < 1e-9  # the figure's mean line ends at the summary's mean
         assert list(pane.fig.data[0].y) == [r.accept_len for r in parse_log(log.read_bytes()).decode
                                             if r.accept_len is not None]
         # appended lines: the count grows by what was appended, the numbers follow

@@ -191,7 +191,7 @@ class AcceptPane:
             path = self.follower.path or "(no log)"
         self.summary.value = html.escape(self.summary_text())
         self.status.value = html.escape(" · ".join(x for x in (path, notes) if x))
-        fig = accept_length_live(records, ceiling=self.ceiling, restarts=restarts)
+        fig = accept_length_live(records, ceiling=self.ceiling, restarts=restarts, window=WINDOW)
         self.fig = fig
         spec = json.loads(fig.to_json())  # plotly's encoder: datetimes as ISO text
         bundle = {"application/vnd.plotly.v1+json": {"data": spec["data"], "layout": spec["layout"], "config": {}},

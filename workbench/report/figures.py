@@ -9,7 +9,7 @@ Units used throughout:
   ``completion_tokens / spec_verify_ct``); 1.0 means every draft token was rejected (no speculation gain);
 - hidden width: number of features (hidden units) of a hidden-state row;
 - throughput: generated tokens per second;
-- time: seconds since the first record of each run.
+- time: seconds since the first record of each run (``accept_length_live``: the log's own time).
 
 Bad inputs raise :class:`FigureInputError` (a ``ValueError``) naming the offending argument.
 """
@@ -308,6 +308,7 @@ def accept_length_live(
     *,
     ceiling: float | None = None,
     restarts: Sequence[tuple[int, str]] = (),
+    window: int | None = 20,
 ) -> go.Figure:
     """Accept length of one followed server log, record after record, with restart markers (the box
     console's live pane, :class:`workbench.lab.accept_pane.AcceptPane`).
@@ -323,6 +324,9 @@ def accept_length_live(
         restarts: ``(index, label)`` pairs: a server (re)start before ``records[index]`` (the first
             record of the new server; ``index == len(records)``: it has none yet, the marker is
             drawn at the last record). Each is a dotted vertical line annotated with ``label``.
+        window: the records drawn as markers, and the mean of the last ``window`` records at each
+            one as a line (``None`` or 1: no mean line); SGLang logs a decode line every
+            ``--decode-log-interval`` steps, so several share one second of the log's time.
 
     Raises:
         FigureInputError: ``records`` is not a sequence of mappings with a numeric ``accept_len``, a
@@ -342,6 +346,8 @@ def accept_length_live(
         ys.append(_number(record["accept_len"], f"{where}['accept_len']"))  # type: ignore[arg-type]
         ts = record.get("timestamp")
         stamps.append(None if ts is None else _timestamp(ts, where))
+    if window is not None and (isinstance(window, bool) or not isinstance(window, int) or window < 1):
+        raise FigureInputError(f"window must be a whole number of records >= 1 or None, got {window!r}")
     top_line = _number(ceiling, "ceiling", allow_none=True)
     if top_line is not None and top_line < 1:
         raise FigureInputError(f"ceiling must be >= 1 token per verify step, got {ceiling!r}")
@@ -352,12 +358,24 @@ def accept_length_live(
         go.Scatter(
             x=xs,
             y=ys,
-            mode="lines+markers",
-            name="accept length",
-            line_color=_PALETTE[2],
+            mode="markers",
+            name="accept length (decode line)",
+            marker=dict(color=_PALETTE[2], size=6, opacity=0.6),
             hovertemplate="%{x}: %{y:.2f} tokens / verify step<extra></extra>",
         )
     )
+    if window is not None and window > 1 and ys:
+        means = [math.fsum(ys[max(0, i + 1 - window): i + 1]) / (i + 1 - max(0, i + 1 - window)) for i in range(len(ys))]
+        fig.add_trace(
+            go.Scatter(
+                x=xs,
+                y=means,
+                mode="lines",
+                name=f"mean of the last {window}",
+                line=dict(color=_PALETTE[3], width=2),
+                hovertemplate="%{x}: mean %{y:.2f}<extra></extra>",
+            )
+        )
     _reference_line(fig, 1.0, "1.0 = no speculation", _NEUTRAL_COLOR)
     if top_line is not None:
         _reference_line(fig, top_line, f"ceiling {top_line:g}", _AFTER_COLOR)
@@ -381,8 +399,8 @@ def accept_length_live(
         xaxis_title="log time (the box's clock)" if by_time else "decode record number",
         yaxis_title=ACCEPT_LENGTH_AXIS,
         yaxis_range=[0, top * 1.15],
-        showlegend=False,
-        margin=dict(l=60, r=20, t=50, b=50),
+        legend=dict(orientation="h", yanchor="bottom", y=1.0, xanchor="right", x=1.0),
+        margin=dict(l=60, r=20, t=60, b=50),
         height=360,
     )
     if not ys:
