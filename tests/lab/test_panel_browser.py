@@ -75,8 +75,8 @@ def test_control_panel_steps_finish_twice_and_a_new_run_in_the_browser(lab, lab_
             opened = False
             try:
                 lab.open(ROOT / "notebooks" / "control_panel.ipynb",
-                         parameters={"port": srv.port, "report_dir": str(reports), "num_prompts": 2,
-                                     "max_new_tokens": 32})
+                         parameters={"port": srv.port, "report_dir": str(reports), "num_prompts": 4,
+                                     "max_new_tokens": 64})
                 opened = True
                 lab.run_all(timeout=120)
                 assert lab.errors() == []
@@ -85,6 +85,7 @@ def test_control_panel_steps_finish_twice_and_a_new_run_in_the_browser(lab, lab_
                 _step(lab, "measure_symptom", "done")
                 latest = lab.text(".wb-panel-latest")
                 assert "accept" in latest.lower(), latest
+                assert "requests: 4 in " in latest, latest  # the measurement's progress: one text line
                 lab.page.locator(".wb-panel-latest").scroll_into_view_if_needed()
                 lab.screenshot("panel-latest")
                 _step(lab, "check_hypotheses", "done")
