@@ -14,18 +14,14 @@ import sys
 import textwrap
 from pathlib import Path
 
-import pytest
-
 from remote import connect
 from remote import probes as remote_probes
-from remote.errors import ServerDied, ServerStartTimedOut
+from remote.errors import ServerDied, ServerStartStuck, ServerStartTimedOut
 from testkit.sandbox_servers import EAGLE, sandbox_flags
 from workbench.engine.locate import running_servers
 from workbench.errors import LaunchRefused
 from workbench.lab.console import BoxConsole
 from workbench.session import Journal
-
-pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -122,6 +118,35 @@ def test_a_server_that_dies_on_start_shows_the_error_and_its_log_tail(own_sandbo
             c.close()
             _stop_relaunched(box, srv.port, srv.pid)
     box.close()
+
+
+def test_a_failed_start_shows_the_log_as_it_is_after_the_stop(tmp_path, free_port, state_dir):
+    """The tail a ``ServerStartTimedOut`` carries is the log when the wait gave up; the server
+    was stopped after that and its log has more (here a real file on the local box, as a server
+    stuck in its warm-up leaves it): the console shows both, the later lines under
+    ``wb-console-log-tail``; a log gone since is one line saying it could not be read."""
+    log = tmp_path / "server.log"
+    log.write_text("[t] Uvicorn running on http://127.0.0.1:1\n[t] ValueError: Requested token count exceeds "
+                   "the model's maximum context length of 1 tokens.\n[t] kill_process_tree called: parent_pid=7\n")
+    stale = ["[t] Uvicorn running on http://127.0.0.1:1"]
+    c = BoxConsole(port=free_port)
+    try:
+        c._show_error(ServerStartStuck("generation is stuck", pid=7, log_path=str(log), log_tail=stale, timeout=1.0,
+                                       url="http://127.0.0.1:1", last="503"))
+        value = c.status_line.value
+        assert _text(value).startswith("ServerStartStuck")
+        [later] = re.findall(r"<pre class='wb-console-log-tail'[^>]*>(.*?)</pre>", value, re.S)
+        assert _text(later).splitlines() == log.read_text().splitlines()
+        assert f"({log}, after it was stopped)" in _text(value)
+        log.unlink()
+        c._show_error(ServerDied("exited with 1", pid=7, log_path=str(log), log_tail=stale))
+        assert f"the log {log} could not be read again: RemoteFileNotFound" in _text(c.status_line.value)
+        # a tail that is already the whole story is not repeated
+        log.write_text(stale[0] + "\n")
+        c._show_error(ServerDied("exited with 1", pid=7, log_path=str(log), log_tail=stale))
+        assert "wb-console-log-tail" not in c.status_line.value
+    finally:
+        c.close()
 
 
 CHILD = textwrap.dedent("""
