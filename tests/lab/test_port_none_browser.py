@@ -38,6 +38,8 @@ def test_port_none_with_two_servers_lists_them_in_notebook_terms(lab, lab_server
             for trace in ("Traceback", "File \"", "----> ", "NotebookMessage"):
                 assert trace not in message, message
             assert len(message.strip().splitlines()) == 1, message
+            lab.page.locator('.jp-NotebookPanel:not(.lm-mod-hidden) [data-mime-type="application/vnd.jupyter.stderr"]'
+                             ).first.scroll_into_view_if_needed()  # the message in the screenshot
             lab.screenshot("port-none-two-servers")
             # nothing changed: the same servers, no probe, no journal
             assert {(s.pid, s.port, tuple(s.argv)) for s in running_servers(box)} >= \
