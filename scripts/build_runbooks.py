@@ -170,9 +170,17 @@ The `diagnose_acceptance` runbook as buttons (JupyterLab: `make lab`). Each butt
 and writes the verdict JSON. For a headless run and an HTML report use the runbook instead.
 """),
     code("""
+host = "local"          # the box: local (the sandbox box), an ~/.ssh/config alias, user@host[:port]
+port = None             # the server's port (None: the only one running; the port field can change it)
+report_dir = "reports"  # where Finish writes the verdict (diagnose_acceptance.json)
+num_prompts = 6         # prompts per accept-length measurement
+max_new_tokens = 64     # tokens generated per prompt
+""", tags=("parameters",)),
+    code("""
 from workbench.lab.panel import control_panel
 
-panel = control_panel(host="local", report_dir="reports", num_prompts=6, max_new_tokens=64)
+panel = control_panel(host=host, port=port, report_dir=report_dir, num_prompts=num_prompts,
+                      max_new_tokens=max_new_tokens)
 panel.widget
 """),
 ]

@@ -83,3 +83,12 @@ def test_panel_step_before_inventory_says_so_without_a_traceback(tmp_path):
     assert panel.status.value == "2 · Measure symptom: failed"
     assert not any(b.disabled for b in panel.buttons.values())
     assert panel.latest.children == (panel.output,) and panel.verdict.value == ""
+
+
+def test_panel_finish_that_fails_says_failed(tmp_path):
+    """Finish with no run to finish is an error the panel catches: the status says so (not "done")."""
+    panel = ControlPanel(report_dir=tmp_path / "reports")
+    assert panel.step("finish") is None
+    assert [type(e) for e in panel.errors] == [DiagnosisError]
+    assert panel.status.value == "Finish · restore box: failed"
+    assert panel.verdict.value == "" and not any(b.disabled for b in panel.buttons.values())

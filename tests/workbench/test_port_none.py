@@ -24,6 +24,27 @@ pytestmark = pytest.mark.slow  # starts two sandbox servers (and, below, a kerne
 ROOT = Path(__file__).resolve().parents[2]
 
 
+def _while_locked(attempt, locked=lambda result: False, *, timeout: float = 300.0, every: float = 5.0):
+    """``attempt()`` again every ``every`` s while another engineer's run holds this machine's run
+    lock (it raised ``RunLocked``, or ``locked(result)`` says its result shows that), at most
+    ``timeout`` s; then its result, or the last ``RunLocked`` raised."""
+    import time
+
+    from workbench.session.runlock import RunLocked
+
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            result = attempt()
+        except RunLocked:
+            if time.monotonic() > deadline:
+                raise
+        else:
+            if not locked(result) or time.monotonic() > deadline:
+                return result
+        time.sleep(every)
+
+
 @pytest.fixture(scope="module")
 def two_servers(tmp_path_factory):
     reason = models_missing_reason()
@@ -124,25 +145,19 @@ def test_take_inventory_lists_the_ports_in_runbook_terms(two_servers, box):
 
 def test_diagnosis_run_start_lists_the_ports_and_changes_nothing(two_servers, box, tmp_path):
     """Through the run lock (another engineer's run may hold this machine's: wait for it)."""
-    import time
-
     from workbench.diagnosis import DiagnosisRun
     from workbench.engine import running_servers
-    from workbench.session.runlock import RunLocked, box_status
+    from workbench.session.runlock import box_status
 
     a, b = two_servers
     if any(s.port == 30000 for s in running_servers(box)):
         pytest.skip("a server runs on the default port 30000 here: port None means that one")
-    deadline = time.monotonic() + 300
-    while True:
-        try:
-            with pytest.raises(ServerChoiceError, match=r"Pick one: set \d+ in the port field") as err:
-                DiagnosisRun.start(port=None, report_dir=tmp_path / "reports", how="N in the port field")
-            break
-        except RunLocked:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(5)
+    def attempt():
+        with pytest.raises(ServerChoiceError, match=r"Pick one: set \d+ in the port field") as err:
+            DiagnosisRun.start(port=None, report_dir=tmp_path / "reports", how="N in the port field")
+        return err
+
+    err = _while_locked(attempt)
     assert {a.port, b.port} <= set(err.value.ports)
     assert not Journal(box).pending
     assert {s.pid for s in running_servers(box)} >= {a.pid, b.pid}  # neither restarted
@@ -170,21 +185,20 @@ def test_engine_probes_notebook_shows_the_message_without_a_traceback(two_server
 
 
 def test_panel_inventory_lists_the_ports_in_port_field_terms(two_servers, box, tmp_path):
-    import time
-
     from workbench.lab.panel import ControlPanel
     from workbench.engine import running_servers
 
     a, b = two_servers
     if any(s.port == 30000 for s in running_servers(box)):
         pytest.skip("a server runs on the default port 30000 here: port None means that one")
-    deadline = time.monotonic() + 300
-    while True:
+
+    def attempt():
         panel = ControlPanel(report_dir=tmp_path / "reports")
         assert panel.step("start") is None
-        if "another run is using" not in str(panel.errors[0]) or time.monotonic() > deadline:
-            break
-        time.sleep(5)  # another engineer's run holds this machine's run lock
+        return panel
+
+    # the panel shows a RunLocked as its error ("another run is using ..."), it does not raise it
+    panel = _while_locked(attempt, locked=lambda p: "another run is using" in str(p.errors[0]))
     assert [type(e) for e in panel.errors] == [ServerChoiceError]
     assert f"port {a.port} (pid {a.pid}" in str(panel.errors[0])
     assert "in the port field" in str(panel.errors[0]).split("Pick one")[1]

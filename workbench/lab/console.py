@@ -335,11 +335,30 @@ class BoxConsole:
             self._busy = False
             self.refresh()
 
+    def _log_now(self, exc: BaseException) -> Optional[list[str]]:
+        """The end of the log of the server ``exc`` is about (``ServerDied`` / ``ServerStartTimedOut``
+        carry ``.log_path``), read again now that the session stopped that server: the lines it
+        wrote after the error was raised (a server stuck in its start-up warm-up logs the
+        exception that killed it only then). ``None`` without a log path; a read that fails is one
+        line saying so."""
+        path = getattr(exc, "log_path", None)
+        if not path:
+            return None
+        try:
+            return self.state.box.tail(path, n=max(len(getattr(exc, "log_tail", None) or ()), 20), timeout=self.timeout)
+        except RemoteError as again:
+            return [f"(the log {path} could not be read again: {_err(again)})"]
+
     def _show_error(self, exc: BaseException) -> None:
         tail = getattr(exc, "log_tail", None)
         text = f"<b style='color:#b00'>{_esc(type(exc).__name__)}</b>: <pre style='white-space:pre-wrap'>{_esc(exc)}</pre>"
         if tail and not isinstance(exc, (ServerDied, ServerStartTimedOut)):
             text += "<pre>" + _esc("\n".join(tail)) + "</pre>"
+        if isinstance(exc, (ServerDied, ServerStartTimedOut)):  # the message holds the tail when raised
+            now = self._log_now(exc)
+            if now and now != list(tail or ()):
+                text += (f"<b>The end of that server's log now</b> ({_esc(exc.log_path)}, after it was stopped):"
+                         f"<pre class='wb-console-log-tail' style='white-space:pre-wrap'>{_esc(chr(10).join(now))}</pre>")
         if isinstance(exc, LaunchRefused):
             self.force_button.layout.display = None
             text = (f"<b style='color:#b00'>Launch refused</b>: the doctor says this command will not start; "

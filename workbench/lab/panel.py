@@ -87,7 +87,8 @@ class ControlPanel:
     def step(self, method: str) -> Any:
         """Run one step (what a click does) and show its result; returns it, or ``None`` after an
         error (kept in ``.errors`` and shown). All buttons are disabled while it runs and
-        ``.status`` (CSS class ``wb-panel-status``) names the step; a step other than Finish on a
+        ``.status`` (CSS class ``wb-panel-status``) names the step (``running <label>…``, then
+        ``<label>: done``, or ``<label>: failed`` when an error was caught, Finish included); a step other than Finish on a
         run that finished starts a new run first and says so. The step's output goes to a new
         area shown in ``.latest`` (``wb-panel-latest``, directly under the buttons); the one it
         replaces moves to ``.history``, a collapsed Accordion (oldest first). After Finish,
@@ -104,8 +105,10 @@ class ControlPanel:
                 if self._step("start") is None:
                     self.status.value = f"{label}: failed"
                     return None
+            errors = len(self.errors)
             result = self._step(method)
-            self.status.value = f"{label}: done" if result is not None or method == "finish" else f"{label}: failed"
+            failed = len(self.errors) > errors or (result is None and method != "finish")
+            self.status.value = f"{label}: failed" if failed else f"{label}: done"
             return result
         finally:
             for button in self.buttons.values():
@@ -133,6 +136,10 @@ class ControlPanel:
                     self.run = DiagnosisRun.start(host=self.host.value, port=port,
                                                   allow_restart=self.allow_restart.value, **kwargs)
                     self.runs_started += 1
+                    # A tqdm widget bar is closed when its measurement ends (leave=False): its view
+                    # in a step's output would then read "Error displaying widget: model not found"
+                    # once that output moves into the history. One text line per measurement instead.
+                    self.run.progress = "text"
                     self.verdict.value = ""
                     result = self.run.inventory
                 else:
