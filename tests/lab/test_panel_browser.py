@@ -104,6 +104,10 @@ def test_control_panel_steps_finish_twice_and_a_new_run_in_the_browser(lab, lab_
                 assert f"{before:.2f}" in lab.text(".wb-panel-before") and f"{after:.2f}" in lab.text(".wb-panel-after")
                 actions = verdict["restore"]["actions"]
                 assert actions and all(a in shown for a in actions), (actions, shown)
+                # the ledger of the Finish summary fits the panel: its prose wraps, no cut-off column
+                fit = lab.page.evaluate("""() => [...document.querySelectorAll('.wb-panel-latest table.eagle-workbench-ledger')]
+                    .map(t => [t.scrollWidth, t.parentElement.clientWidth])""")
+                assert fit and all(w <= box_w + 1 for w, box_w in fit), f"ledger wider than its box: {fit}"
                 lab.page.locator(".wb-panel-verdict").scroll_into_view_if_needed()
                 lab.screenshot("panel-verdict")
                 back = running_servers(box, port=srv.port)

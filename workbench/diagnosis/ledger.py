@@ -16,7 +16,7 @@ from typing import Any, Iterator
 
 from workbench.errors import LedgerError
 from workbench.redact import REDACTOR
-from workbench.report.tables import CELL_STYLE, inline_code, scroll_box
+from workbench.report.tables import CELL_STYLE, WRAP, inline_code, scroll_box
 
 __all__ = ["Evidence", "Hypothesis", "Ledger", "VERDICTS", "LedgerError"]
 
@@ -158,14 +158,14 @@ class Ledger:
                              + (f" <span style='color:#57606a'>({esc(e.source)})</span>" if e.source else "") + "</li>")
             ev = "".join(items) or "<i>none yet</i>"
             rows.append(
-                f"<tr><td style='{CELL_STYLE}'><code>{esc(h.id)}</code></td><td style='{CELL_STYLE}'>"
+                f"<tr><td style='{CELL_STYLE}'><code>{esc(h.id)}</code></td><td style='{CELL_STYLE};{WRAP}'>"
                 f"{inline_code(h.statement)}</td><td style='{CELL_STYLE}'><span style='color:#fff;background:{colour};"
                 f"padding:1px 6px;border-radius:3px'>{esc(h.verdict)}</span></td><td style='{CELL_STYLE}'>"
-                f"<ul style='margin:0;padding-left:1.2em'>{ev}</ul></td></tr>"
+                f"<ul style='margin:0;padding-left:1.2em;{WRAP}'>{ev}</ul></td></tr>"
             )
         body = "".join(rows) or "<tr><td colspan='4'><i>no hypotheses</i></td></tr>"
         return REDACTOR.text(  # evidence quotes launch commands and log lines: no secret in the report
-            scroll_box("<table class='eagle-workbench-ledger' style='border-collapse:collapse;text-align:left'><thead><tr>"
+            scroll_box("<table class='eagle-workbench-ledger' style='border-collapse:collapse;text-align:left;width:100%;table-layout:auto'><thead><tr>"
                        + "".join(f"<th style='{CELL_STYLE}'>{c}</th>" for c in ("id", "hypothesis", "verdict", "evidence"))
                        + f"</tr></thead><tbody>{body}</tbody></table>")
         )

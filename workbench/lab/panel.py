@@ -8,6 +8,7 @@ the box restored when a step that changed it fails). The panel holds no diagnosi
 from __future__ import annotations
 
 import html
+import re
 import traceback
 from typing import Any, Callable
 
@@ -26,6 +27,10 @@ STEPS: list[tuple[str, str]] = [
     ("5 · Fixes: relaunch & measure", "apply_fixes"),
     ("Finish · restore box", "finish"),
 ]
+
+
+#: The step number a button's label starts with ("1 · "), left out of the history's titles.
+_STEP_NUMBER = re.compile(r"^\d+ · ")
 
 
 class ControlPanel:
@@ -123,7 +128,7 @@ class ControlPanel:
             self.history.titles = (*self.history.titles[:len(self.history.children) - 1], self._latest_title)
             self.history.selected_index = None
         self.step_count += 1
-        self._latest_title = f"{self.step_count}. {label}"
+        self._latest_title = f"{self.step_count}. {_STEP_NUMBER.sub('', label)}"  # "1 · Inventory" -> "1. Inventory"
         self.output = widgets.Output()
         self.latest.children = (self.output,)
 

@@ -13,10 +13,14 @@ import html
 import re
 from typing import Any
 
-__all__ = ["html_table", "evidence_cell", "inline_code", "scroll_box", "CELL_STYLE"]
+__all__ = ["html_table", "evidence_cell", "inline_code", "scroll_box", "CELL_STYLE", "WRAP"]
 
 #: Inline style of a prose table cell: left-aligned, top-aligned (JupyterLab right-aligns by default).
 CELL_STYLE = "text-align:left;vertical-align:top"
+
+#: For prose cells: long flags and paths break where they must, so a table fits its box (JupyterLab
+#: sets ``white-space: pre-wrap`` on ``code``, which keeps a long command line one unbreakable word).
+WRAP = "overflow-wrap:anywhere"
 
 # A markdown code span: one or more backticks, the text, the same run of backticks (CommonMark 6.1).
 _CODE_SPAN = re.compile(r"(`+)(?!`)(.+?)(?<!`)\1(?!`)", re.S)
