@@ -133,9 +133,10 @@ class Symptom:
             return "Nothing was measured (no server runs and none may be started)."
         if self.pinned:
             of = f" of at most {self.ceiling:g}" if self.ceiling else ""
-            return (f"Pinned near 1.00 ({self.accept_length:.3f}{of}): the target accepts  of the draft's proposals. Pinned near 1.00 with no error in the log is this "
-                    "tool's fault class: the draft runs, but on the wrong input (a flag, the aux layers, the token "
-                    "map, its weights), so every proposal is garbage.")
+            return (f"Pinned near 1.00 ({self.accept_length:.3f}{of}): the target accepts almost none of the "
+                    "draft's proposals. Pinned near 1.00 with no error in the log is this tool's fault class: the "
+                    "draft runs, but on the wrong input (a flag, the aux layers, the token map, its weights), so "
+                    "every proposal is garbage.")
         if self.low:
             return (f"Low: {self.accept_length:.3f} is under {LOW_ACCEPT_FRACTION:.0%} of the ceiling "
                     f"{self.ceiling:g}. The draft helps a little; something on its path is still wrong.")
@@ -371,8 +372,8 @@ class FixApplied:
         cmd = (f"<p>corrected launch command:</p>" + scroll_box(f"<pre style='text-align:left'>"
                                                                f"{html.escape(self.command)}</pre>")
                if self.command else _p("the launch command is unchanged"))
-        result = (f"<p><b>Relaunched with the fix</b>: accept length <b>{_num(self.accept_length)}</b> — "
-                  f"{html.escape(self.why)}</p>" if self.applied else _p("Not applied: " + self.why))
+        result = (f"<p><b>Relaunched with the fix</b>: {html.escape(self.why)}</p>" if self.applied
+                  else _p("Not applied: " + self.why))
         return (f"<div class='wb-walk-fix'><h4>The fix</h4><ul>{fixes}</ul>"
                 + (scroll_box(f"<table>{diff}</table>") if diff else "") + cmd + result + "</div>")
 
