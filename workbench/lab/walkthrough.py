@@ -446,8 +446,8 @@ class Verification:
                         if self.after is not None and self.ceiling else "")) + ".")
         if self.after is None:
             return f"Still open ({self.outcome}): nothing was measured with a fix. " + (self.why or "")
-        return (f"Still open ({self.outcome}): accept length {_num(self.before)} → {_num(self.after)}. "
-                + (self.why or "") + " Look at the open hypotheses below.")
+        measured = self.why or f"accept length {_num(self.before)} → {_num(self.after)}"
+        return f"Still open ({self.outcome}): {measured}. Look at the open hypotheses below."
 
     def text(self) -> str:
         """Plain text: before → after, the reading, the widths, the probes left."""
