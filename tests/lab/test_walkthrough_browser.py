@@ -50,7 +50,8 @@ def test_walkthrough_runs_in_jupyterlab_and_shows_before_after(lab, lab_server, 
                 assert lab.page.locator(".js-plotly-plot").count() >= 1  # the before/after figure rendered
                 # the shot for the README: the notebook alone, the verification at the top, the figure under it
                 lab.page.evaluate("() => window.jupyterapp.commands.execute('application:toggle-left-area')")
-                lab.page.locator(".jp-Cell:has(.wb-walk-verify)").first.evaluate("e => e.scrollIntoView({block: 'start'})")
+                cell = lab.page.locator(".jp-Cell:has(.wb-walk-verify)").first
+                cell.evaluate("e => e.scrollIntoView({block: 'start'})")
                 lab.page.wait_for_timeout(300)
                 shot = lab.screenshot("walkthrough")
                 assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -36,7 +36,7 @@ from typing import Any, Optional
 from remote import probes as remote_probes
 from remote.errors import RemoteError
 from workbench.diagnosis import DiagnosisRun
-from workbench.diagnosis.run import LOW_ACCEPT_FRACTION, SUFFICIENT_GAIN, Measurement, StartFailure
+from workbench.diagnosis.run import LOW_ACCEPT_FRACTION, Measurement, StartFailure
 from workbench.engine.source import EngineSource
 from workbench.errors import DiagnosisError, SourceLookupError
 from workbench.lab.notebook import IN_PARAMETERS_CELL, shown_as_message
@@ -45,8 +45,8 @@ from workbench.redact import REDACTOR
 from workbench.report.tables import html_table, scroll_box
 from workbench.rules.runtime import COLLAPSED_ACCEPT_LENGTH
 
-__all__ = ["FC_WIDTH_CHECK", "NEAR_ONE_FRACTION", "Symptom", "EngineLine", "ProbeWidth", "FixApplied", "Verification", "Finished",
-           "start_run", "symptom", "engine_line", "probe_width", "apply_fix", "verification",
+__all__ = ["FC_WIDTH_CHECK", "NEAR_ONE_FRACTION", "Symptom", "EngineLine", "ProbeWidth", "FixApplied", "Verification",
+           "Finished", "start_run", "symptom", "engine_line", "probe_width", "apply_fix", "verification",
            "before_after_figure", "finish"]
 
 #: The code-path map entry where the draft's fc is skipped when its input is not 3 × hidden wide:
@@ -299,7 +299,8 @@ class ProbeWidth:
         lines = "\n".join(line for tag_lines in self.lines.values() for line in tag_lines)
         return (f"<div class='wb-walk-probe'><h4>The width reaching the draft's fc</h4>{html_table(rows)}"
                 f"<p><b>{html.escape(self.reading())}</b></p>"
-                + (scroll_box(f"<pre style='text-align:left'>{html.escape(REDACTOR.text(lines))}</pre>") if lines else "")
+                + (scroll_box(f"<pre style='text-align:left'>{html.escape(REDACTOR.text(lines))}</pre>")
+                   if lines else "")
                 + "</div>")
 
 
