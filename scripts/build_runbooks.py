@@ -1,5 +1,5 @@
-"""Write runbooks/diagnose_acceptance.ipynb, runbooks/preflight.ipynb, notebooks/control_panel.ipynb
-and notebooks/engine_probes.ipynb from the cell sources below (no outputs).
+"""Write runbooks/diagnose_acceptance.ipynb, runbooks/preflight.ipynb, notebooks/control_panel.ipynb,
+notebooks/engine_probes.ipynb and notebooks/walkthrough.ipynb from the cell sources below (no outputs).
 
 The runbook is thin: every cell calls a tested function of ``workbench.diagnosis.run`` and shows what
 it returns. Edit the cells here and rerun ``python scripts/build_runbooks.py``.
@@ -431,6 +431,196 @@ console = box_console(host=host, port=port, launch_command=launch_command); cons
 ]
 
 
+WALKTHROUGH = [
+    md("""
+# Walkthrough: from "accept length is 1.00" to a verified fix, one cell at a time
+
+The `diagnose_acceptance` runbook's story as cells you run, read and re-run one by one. Each code
+cell is ONE call into the library (`workbench.diagnosis.DiagnosisRun` and its views in
+`workbench.lab.walkthrough`): what you see is what the runbook would decide, step by step.
+
+**Terms, once.** The **target** is the model you serve; the **draft** is the small EAGLE-3 model
+that proposes the next few tokens, which the target verifies in one forward pass. The draft's input
+is the target's **aux hidden states**: hidden states taken at three target layers and concatenated,
+so `3 × hidden` wide (21504 on Kimi-K2.5, 3 × 64 on the sandbox). **Accept length** is SGLang's
+Σ completion tokens / Σ verify steps: tokens gained per target forward, the bonus token included,
+so **1.00 means no proposal is ever accepted**. The **ceiling** is the most one verify step can yield
+(`--speculative-num-draft-tokens`, steps + 1 for chain drafting).
+
+**The box is left as found.** Every change (servers stopped and started, probes in the engine
+source) is journalled on the box first; the last cell puts everything back, and so does closing
+the kernel. Interrupted? `workbench restore --host …` undoes it. Re-running a cell is safe: a step
+that ran shows its result again instead of restarting anything, and re-running the start cell
+finishes the previous run first.
+"""),
+    code("""
+host = "local"            # the box: "local" (the sandbox box), an ~/.ssh/config alias, user@host[:port]
+port = None               # the server's port (None: the only one running; with none running, the launch's --port, else 30000)
+launch_command = None     # None: the server running on the box (none running: the sandbox box with --speculative-algorithm EAGLE)
+report_dir = "reports"    # where the verdict JSON goes
+num_prompts = 4           # prompts measured per server (small: a sandbox run stays short)
+max_new_tokens = 64       # tokens generated per prompt
+server_start_timeout = 600  # seconds a (re)launch may take to get healthy (a large model: raise it)
+""", tags=["parameters"]),
+    md("""
+## 0. Set up
+
+Checks every parameter above before anything touches the box (a typo such as `num_promts` is
+refused here, with what each value must be), and imports the steps.
+"""),
+    code("""
+from workbench.runbook_params import check_runbook_parameters
+
+check_runbook_parameters("diagnose_acceptance", globals(), kernel_namespace=True)
+
+from workbench.lab import walkthrough as walk  # the steps' views: walk.symptom(run), walk.probe_width(run), ...
+"""),
+    md("""
+## 1. The symptom
+
+**This cell** connects to the box, takes the run lock (one diagnosis per box) and opens the journal
+(`DiagnosisRun.start`). With `port = None` and several servers running it stops and lists their
+ports: set `port = N` in the parameters cell and run again. Re-running this cell finishes the
+previous run first (the box put back), then starts a new one.
+"""),
+    code("""
+run = walk.start_run(globals().get("run"), host=host, port=port, launch_command=launch_command, report_dir=report_dir,
+                     num_prompts=num_prompts, max_new_tokens=max_new_tokens,
+                     server_start_timeout=server_start_timeout)
+"""),
+    md("""
+**This cell** measures the server as found (launching it when none runs): greedy `/generate`
+requests one at a time, one warm-up excluded, accept length from the responses' `spec_verify_ct`.
+
+**Look for** the accept length against the ceiling:
+- **pinned near 1.00 with no error anywhere**: this tool's fault class. The draft runs but on the
+  wrong input (a flag, the aux layers, the token map, its weights): every proposal is rejected.
+- **low** (under 45 % of the ceiling): something on the draft's path is wrong, or the draft is weak.
+- **not low** (a working EAGLE-3 draft sits at 55-80 % of the ceiling): the hypotheses below still
+  run, and a fault found then is *latent* (no measured effect here).
+- **the server did not start**: that is the symptom; its log tail is the evidence.
+"""),
+    code("""
+walk.symptom(run)
+"""),
+    md("""
+## 2. What runs, and what the doctor finds on it
+
+**The inventory**: the engine, its version and source location, the server and its exact command
+line (the one the run will put back at the end). **Look for** the `--speculative-algorithm` value
+and the draft path: is this the launch you think it is?
+"""),
+    code("""
+run.inventory
+"""),
+    md("""
+**The doctor**: every static rule of the catalogue on that command line, read from the box's own
+files (both `config.json`, the draft's safetensors headers and token map by byte range, the engine
+source). No restart. **Look for** an **error** finding: each names the values it compared and the
+file they came from, and a fix. `algorithm-mismatch` (an EAGLE-3 draft launched with `EAGLE`) is the
+case this tool was built for: under `EAGLE` the target never captures its aux hidden states.
+"""),
+    code("""
+run.preflight()
+"""),
+    md("""
+## 3. The hypotheses
+
+Every fault family of the catalogue is a hypothesis. **This cell** decides each from the findings
+above, without a restart: *confirmed* by an error finding, *refuted* when its rules found nothing,
+*inconclusive* when only a warning points at it, its inputs could not be read, or it is out of
+static reach (then the table says what would decide it). **Look for** the confirmed rows: those
+are the causes, listed in the order they act on a request.
+"""),
+    code("""
+run.check_hypotheses()
+"""),
+    md("""
+**The ledger**: each hypothesis with all its evidence so far (finding, values, source). It grows:
+the probe and the fix below add their measurements to it (shown again at step 7).
+"""),
+    code("""
+run.ledger
+"""),
+    md("""
+## 4. Where it happens in the engine's source
+
+The code-path map reads the box's **own** engine files (this version's line numbers, not a
+memory of them). **This cell** shows the draft's `fc` width check: EAGLE-3's draft passes its input
+through `fc` (3 × hidden → hidden) only when the input is wider than one hidden state. **Look for**
+the marked line: with one hidden state instead of three, the condition is false, `fc` is skipped
+**silently** (no error, no log line) and the draft runs on features it was never trained on.
+"""),
+    code("""
+walk.engine_line(run, "draft-fc-width-check")
+"""),
+    md("""
+## 5. The probe: what width does the draft really receive?
+
+**This cell** (one restart) adds the `draft-input-width` probe just before that check (and the
+recipes of any other suspect), relaunches the server with its own command, sends one request and
+reads the probe's line back from that launch's log. The probes stay in for the fix relaunch, so
+the fixed server's width is read too; the fix step reverts them (step 7 shows none is left).
+
+**Look for** observed width against expected (`3 × hidden`, the fc's in_features):
+- **observed = hidden** (one hidden state): the target captured no aux hidden states; the
+  mechanism of the symptom is confirmed.
+- **observed = 3 × hidden**: the aux states reach the draft; the width check is not the fault;
+  look at the other confirmed or inconclusive hypotheses.
+- **nothing printed**: no draft forward reached the check (the log lines say what ran).
+"""),
+    code("""
+walk.probe_width(run)
+"""),
+    md("""
+## 6. The fix: the corrected launch command, relaunched
+
+**This cell** (one restart) derives every fix of the confirmed causes (a launch-command change;
+a repaired **copy** of the draft when the checkpoint itself is wrong — never your files), relaunches
+with all of them at once, reads the probes on the fixed server, reverts them, and measures. **Look
+for** the diff (`--speculative-algorithm - EAGLE + EAGLE3` in the sandbox's case) and the corrected
+command: that is what you would put in your own launch script.
+"""),
+    code("""
+walk.apply_fix(run)
+"""),
+    md("""
+## 7. Verification: did accept length come back?
+
+Before against after, from the measurements above (nothing is measured again here).
+**Fixed** means: every confirmed cause had its fix applied, accept length rose by at least 1.1×
+and is no longer low — near the draft's trained value when you know it (≥ 90 % of it), else at
+least 45 % of the ceiling. **Still open** means a fix helped too little or nothing could be fixed:
+the open hypotheses and what would decide them are listed. **Look for** the draft input width too:
+`hidden` before, `3 × hidden` after, and no probe left on the box.
+"""),
+    code("""
+walk.verification(run)
+"""),
+    md("The same numbers as a figure: accept length as found and with the fix, the ceiling as a line."),
+    code("""
+walk.before_after_figure(run)
+"""),
+    md("The ledger now: the probe's width and the fix's measurement are evidence of their hypotheses."),
+    code("""
+run.ledger
+"""),
+    md("""
+## 8. Finish: put the box back, write the verdict
+
+**This cell** stops the servers the run started, reverts any probe still in, removes draft copies,
+relaunches the server it found (same command line, same log file) and writes
+`diagnose_acceptance.json` in `report_dir`: root cause, every hypothesis with its evidence, accept
+length before and after, the probe's widths, the fixed command, what was restored. **Look for** the
+verdict's path and each restore action. Running it again is fine: it restores again (normally
+nothing to do) and rewrites the verdict.
+"""),
+    code("""
+walk.finish(run)
+"""),
+]
+
+
 def build(cells, name: str, folder: str = "runbooks") -> Path:
     for i, cell in enumerate(cells):
         cell.id = f"{name[:48]}-{i}"  # stable ids: rebuilding an unchanged notebook changes nothing
@@ -452,3 +642,4 @@ if __name__ == "__main__":
     print(build(PANEL, "control_panel", folder="notebooks"))
     print(build(ENGINE, "engine_probes", folder="notebooks"))
     print(build(CONSOLE, "box_console", folder="notebooks"))
+    print(build(WALKTHROUGH, "walkthrough", folder="notebooks"))

@@ -18,6 +18,7 @@ NOTEBOOKS = {
     ROOT / "runbooks" / "preflight.ipynb": build_runbooks.PREFLIGHT,
     ROOT / "notebooks" / "engine_probes.ipynb": build_runbooks.ENGINE,
     ROOT / "notebooks" / "box_console.ipynb": build_runbooks.CONSOLE,
+    ROOT / "notebooks" / "walkthrough.ipynb": build_runbooks.WALKTHROUGH,
     ROOT / "runbooks" / "measure_acceptance.ipynb": build_runbooks.MEASURE,
     ROOT / "runbooks" / "compare_drafts.ipynb": build_runbooks.COMPARE,
 }
