@@ -172,7 +172,7 @@ and writes the verdict JSON. For a headless run and an HTML report use the runbo
     code("""
 host = "local"          # the box: local (the sandbox box), an ~/.ssh/config alias, user@host[:port]
 port = None             # the server's port (None: the only one running; the port field can change it)
-report_dir = "reports"  # where Finish writes the verdict (diagnose_acceptance.json)
+report_dir = "reports"  # where Finish writes the verdict (diagnose_acceptance.json), relative to the repository root
 num_prompts = 6         # prompts per accept-length measurement
 max_new_tokens = 64     # tokens generated per prompt
 """, tags=("parameters",)),

@@ -43,7 +43,23 @@ _JS = r"""
       if (w > 1 && h > 1) overlaps.push({figure: i, a: A.t, b: B.t});
     }
   });
-  return {stderr, progress, paragraphs, codepath, boxes, overlaps,
+  // on-plot labels (annotations: reference-line labels, notes) over what the data draws: bars,
+  // markers, and the horizontal lines (shapes), whose boxes are as thin as the line
+  const covers = [];
+  document.querySelectorAll('.plotly-graph-div').forEach((fig, i) => {
+    const box = el => el.getBoundingClientRect();
+    const labels = [...fig.querySelectorAll('g.annotation-text-g')].map(el => ({r: box(el), t: txt(el)}))
+      .filter(x => x.r.width > 0 && x.r.height > 0 && x.t);
+    const marks = [...fig.querySelectorAll('g.trace.bars g.point path, g.trace.scatter path.point, g.shapelayer path')]
+      .map(el => ({r: box(el), kind: el.closest('g.shapelayer') ? 'line' : (el.closest('g.bars') ? 'bar' : 'marker')}))
+      .filter(x => x.r.width > 0 || x.r.height > 0);
+    for (const L of labels) for (const M of marks) {
+      const w = Math.min(L.r.right, M.r.right) - Math.max(L.r.left, M.r.left);
+      const h = Math.min(L.r.bottom, M.r.bottom) - Math.max(L.r.top, M.r.top);
+      if (w > 1 && h > (M.kind === 'line' ? 0 : 1)) covers.push({figure: i, label: L.t, over: M.kind});
+    }
+  });
+  return {stderr, progress, paragraphs, codepath, boxes, overlaps, covers,
           figures: document.querySelectorAll('.plotly-graph-div .main-svg').length,
           page: {scroll: document.documentElement.scrollWidth, inner: window.innerWidth}};
 }
@@ -57,7 +73,8 @@ def measure_report(html_path: str | Path, widths: tuple[int, ...] = (1280, 800),
     markdown paragraphs and the outputs' ``p``/``li``), ``codepath`` (per cell of the code-path table:
     computed ``align``, inner ``html``, ``text``; ``None`` without one), ``boxes`` (scroll/client width
     of each ``.wb-table-scroll``), ``overlaps`` (pairs of intersecting plotly text boxes, more than 1 px
-    each way, per figure), ``figures`` (drawn svg layers), ``page`` (document scrollWidth, innerWidth).
+    each way, per figure), ``covers`` (on-plot annotation labels drawn over a bar, a marker or a
+    horizontal reference line of their figure: ``{figure, label, over}``), ``figures`` (drawn svg layers), ``page`` (document scrollWidth, innerWidth).
     Raises ``RuntimeError`` when no Chromium is on PATH.
 
     Playwright's sync API refuses to start in a thread whose asyncio loop runs (the ``lab``

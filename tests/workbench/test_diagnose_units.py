@@ -194,3 +194,21 @@ def test_a_shell_line_naming_a_missing_program_is_the_start_failures_exception(l
 
     assert _last_exception(["some output", line, ""]) == line
     assert _last_exception(["model weights not found anywhere"]) is None  # no shell's form
+
+
+def test_inventory_shows_the_speculative_settings_as_numbers_not_strings():
+    """Issue 15, trial finding 15: the report's inventory row read ('3', '1', '4') (the launch
+    command's text) where the panel, reading the server's info, showed (3, 1, 4)."""
+    from workbench.session.inventory import Inventory
+
+    launch = LaunchCommand.parse("python -m sglang.launch_server --model-path /m --speculative-algorithm EAGLE3 "
+                                 "--speculative-num-steps 3 --speculative-eagle-topk 1 "
+                                 "--speculative-num-draft-tokens 4 --port 30000")
+    inv = Inventory(host="local", engine="sglang", engine_package="sglang", engine_version=None, engine_root=None,
+                    python="python", launch=launch, port=30000, base_url="http://127.0.0.1:30000")
+    rows = dict(inv.rows())
+    assert rows["num steps / topk / draft tokens"] == (3, 1, 4)
+    served = Inventory(**{**inv.__dict__, "server_info": {"speculative_num_steps": 5, "speculative_eagle_topk": 2}})
+    assert dict(served.rows())["num steps / topk / draft tokens"] == (5, 2, 4)
+    bare = Inventory(**{**inv.__dict__, "launch": LaunchCommand.parse("python -m sglang.launch_server --port 1")})
+    assert dict(bare.rows())["num steps / topk / draft tokens"] == (None, None, None)

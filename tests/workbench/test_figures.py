@@ -15,10 +15,19 @@ def _hline_ys(fig: go.Figure) -> list[float]:
     return sorted(shape.y0 for shape in fig.layout.shapes if shape.type == "line" and shape.y0 == shape.y1)
 
 
+def _data(fig: go.Figure) -> list:
+    """The traces that draw data; the reference lines' legend-only entries left out."""
+    return [t for t in fig.data if t.legendgroup != "reference"]
+
+
+def _reference_labels(fig: go.Figure) -> list[str]:
+    return [t.name for t in fig.data if t.legendgroup == "reference"]
+
+
 def test_before_after_bars_reference_lines_and_units():
     fig = figures.accept_length_before_after(1.0, 3.21, ideal=4)
     assert isinstance(fig, go.Figure)
-    (bar,) = fig.data
+    (bar,) = _data(fig)
     assert list(bar.x) == ["before (EAGLE)", "after (EAGLE3)"]
     assert list(bar.y) == [1.0, 3.21]
     assert list(bar.text) == ["1.00", "3.21"]
@@ -32,7 +41,7 @@ def test_before_after_bars_reference_lines_and_units():
 def test_before_after_without_ideal_accepts_numpy_and_none():
     fig = figures.accept_length_before_after(np.float32(1.0), None, labels=("EAGLE", "EAGLE3"))
     assert _hline_ys(fig) == [1.0]
-    assert list(fig.data[0].text) == ["1.00", "not measured"]
+    assert list(_data(fig)[0].text) == ["1.00", "not measured"]
 
 
 @pytest.mark.parametrize(
@@ -52,8 +61,9 @@ def test_before_after_rejects_bad_input(kwargs, match):
 
 def test_per_request_two_runs_and_means():
     fig = figures.accept_length_per_request([1.0, 1.0, 1.0], [3.0, 3.5])
-    assert [trace.name for trace in fig.data] == ["before (EAGLE) (n=3)", "after (EAGLE3) (n=2)"]
-    assert list(fig.data[1].x) == [0, 1]
+    assert [trace.name for trace in _data(fig)] == ["before (EAGLE): n=3, mean 1.00",
+                                                     "after (EAGLE3): n=2, mean 3.25"]
+    assert list(_data(fig)[1].x) == [0, 1]
     assert _hline_ys(fig) == [1.0, 1.0, 3.25]  # two means + the no-speculation line
     assert fig.layout.xaxis.title.text.startswith("request #")
     assert "tokens / verify step" in fig.layout.yaxis.title.text
@@ -61,7 +71,7 @@ def test_per_request_two_runs_and_means():
 
 def test_per_request_empty_run_and_bad_element():
     fig = figures.accept_length_per_request([], [2.0])
-    assert len(fig.data) == 2
+    assert len(_data(fig)) == 2 and _data(fig)[0].name == "before (EAGLE): n=0"
     with pytest.raises(FigureInputError, match=r"after\[1\]"):
         figures.accept_length_per_request([1.0], [2.0, None])
     with pytest.raises(FigureInputError, match="list of numbers"):
@@ -115,7 +125,7 @@ def test_timeline_without_throughput_and_sorted_and_errors():
 
 def test_hidden_width_probe_mismatch_and_match():
     fig = figures.hidden_width_probe(7168, 21504, 7168)
-    (bar,) = fig.data
+    (bar,) = _data(fig)
     assert list(bar.y) == [7168, 21504]
     assert list(bar.text) == ["7168 (= 1 × 7168)", "21504 (= 3 × 7168)"]
     assert _hline_ys(fig) == [7168]
@@ -180,3 +190,26 @@ def test_accept_length_live_record_numbers_empty_and_errors():
         figures.accept_length_live([{"accept_len": 1.0}], restarts=[(3, "x")])
     with pytest.raises(FigureInputError, match="must be a list of decode-log records"):
         figures.accept_length_live({"accept_len": 1.0})
+
+
+def test_report_figures_label_reference_lines_in_the_legend_never_on_the_plot():
+    """Trial finding 15: at 800 px the reference lines' on-plot labels overprinted bars and lines;
+    the report's figures name them in the legend instead (no annotation left on the plot), and
+    say how the headline accept length differs from the per-request mean."""
+    figs = {
+        "before_after": figures.accept_length_before_after(1.157, 2.356, ideal=4),
+        "per_request": figures.accept_length_per_request([1.1, 1.2], [2.3, 2.5]),
+        "probe": figures.hidden_width_probe(160, 480, 160),
+        "ladder": figures.fix_ladder(["as found", "+ EAGLE3"], [1.15, 2.35], ceiling=4),
+    }
+    for name, fig in figs.items():
+        assert list(fig.layout.annotations) == [], name
+        assert fig.layout.showlegend is not False, name
+        assert len(_reference_labels(fig)) == len(_hline_ys(fig)) - (2 if name == "per_request" else 0), name
+        assert all(t.showlegend is False for t in _data(fig) if t.type == "bar"), name
+    assert _reference_labels(figs["before_after"]) == ["1.0 = no speculation<br>(bonus token only)",
+                                                       "4 = ceiling<br>(num draft tokens)"]
+    assert _reference_labels(figs["probe"]) == ["target hidden_size<br>= 160"]
+    assert "Σ completion tokens / Σ verify steps" in figs["before_after"].layout.title.text
+    assert "mean of the requests' own values" in figs["per_request"].layout.title.text
+    assert "Σ tokens / Σ verify steps" in figs["per_request"].layout.title.text

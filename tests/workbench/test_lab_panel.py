@@ -92,3 +92,66 @@ def test_panel_finish_that_fails_says_failed(tmp_path):
     assert [type(e) for e in panel.errors] == [DiagnosisError]
     assert panel.status.value == "Finish · restore box: failed"
     assert panel.verdict.value == "" and not any(b.disabled for b in panel.buttons.values())
+
+
+@pytest.mark.parametrize("value", ["abc", "-1", "0", "70000", "3.5", "31 999"])
+def test_panel_bad_port_field_is_one_line_and_starts_nothing(tmp_path, state_dir, value):
+    """Trial finding 11: a port field that is no TCP port is a one-line DiagnosisError naming the
+    value (a WorkbenchError: shown without a traceback), before anything touches the box."""
+    panel = ControlPanel(report_dir=tmp_path / "reports")
+    panel.port.value = value
+    assert panel.step("start") is None
+    assert [type(e) for e in panel.errors] == [DiagnosisError]
+    message = str(panel.errors[0])
+    assert "\n" not in message and repr(value.strip()) in message and "1–65535" in message
+    assert panel.run is None and panel.runs_started == 0
+    assert panel.status.value == "1 · Inventory: failed"
+    assert not (tmp_path / "reports").exists() and not (state_dir / "journal.json").exists()
+
+
+def test_panel_inventory_again_finishes_its_own_run_first_instead_of_run_locked(tmp_path, state_dir):
+    """Trial finding 12: Inventory on port A, the port field changed to B, Inventory again: the
+    panel's own unfinished run is finished first (box restored, verdict written, said so) and the
+    new run starts on B — never RunLocked naming the panel's own kernel."""
+    from testkit.ports import free_port
+
+    port_a, port_b = free_port(), free_port()
+    panel = ControlPanel(port=port_a, report_dir=tmp_path / "reports", allow_restart=False)
+    try:
+        assert panel.step("start") is not None
+        first = panel.run
+        assert first.inventory.port == port_a and not first.finished
+        panel.port.value = str(port_b)
+        assert panel.step("start") is not None, panel.errors
+        assert panel.errors == [] and panel.status.value == "1 · Inventory: done"
+        assert first.finished and first.verdict["outcome"] == "inconclusive"
+        assert panel.run is not first and panel.run.inventory.port == port_b and panel.runs_started == 2
+        assert (tmp_path / "reports" / "diagnose_acceptance.json").is_file()
+        assert len(panel.notices) == 1 and panel.notices[0].startswith(f"Finished the current run (port {port_a}) first")
+        assert "outcome inconclusive: symptom not measured" in panel.notices[0]
+        assert panel.verdict.value == ""  # the new run has no verdict yet
+    finally:
+        if panel.run is not None and not panel.run.finished:
+            panel.run.finish()
+    with connect("local") as box:
+        assert not Journal(box).pending
+
+
+def test_relative_report_dir_lands_in_the_project_root_whatever_the_kernel_cwd(tmp_path, monkeypatch):
+    """Trial finding 15: the panel's default "reports" is the repository's reports/, also when the
+    kernel runs in notebooks/ (JupyterLab's cwd); absolute stays; no project root: the cwd."""
+    from workbench.lab.panel import resolve_report_dir
+
+    repo = tmp_path / "repo"
+    (repo / "notebooks").mkdir(parents=True)
+    (repo / "pyproject.toml").write_text("[project]\nname = 'x'\n")
+    assert resolve_report_dir("reports", repo / "notebooks") == repo.resolve() / "reports"
+    assert resolve_report_dir("reports", repo) == repo.resolve() / "reports"
+    assert resolve_report_dir(tmp_path / "abs", repo / "notebooks") == tmp_path / "abs"
+    loose = tmp_path / "loose"
+    loose.mkdir()
+    if not any((p / m).exists() for p in (loose.resolve(), *loose.resolve().parents) for m in (".git", "pyproject.toml")):
+        assert resolve_report_dir("reports", loose) == loose.resolve() / "reports"
+    monkeypatch.chdir(repo / "notebooks")
+    panel = ControlPanel()
+    assert panel.start_kwargs["report_dir"] == repo.resolve() / "reports"

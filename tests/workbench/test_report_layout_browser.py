@@ -52,6 +52,7 @@ def test_exported_report_reads_well_in_chromium(tmp_path):
         assert f["paragraphs"].count(PROSE) == 1, width
         assert f["page"]["scroll"] <= f["page"]["inner"], (width, f["page"])
         assert f["overlaps"] == [], (width, f["overlaps"])
+        assert f["covers"] == [], (width, f["covers"])  # no label overprints a bar or a line (issue 15)
         assert f["figures"] >= 3
     wide = facts[800]["boxes"][0]
     assert wide["scroll"] > wide["client"], wide  # the wide table scrolls inside its own box

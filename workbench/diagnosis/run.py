@@ -666,6 +666,10 @@ class DiagnosisRun(BoxSession):
         if not self.inventory.engine_root:
             self.notes.append("no probe: the engine's source was not located on the box")
             return None
+        # The draft's and target's configs (the fc width the probe's readout is judged against, the
+        # classes the code-path map follows) come from the static read, also when the probe is the
+        # first step after Inventory; a draft that cannot be read leaves them unknown (said below).
+        self._read_configs()
         cmap = self.code_path()
         added = []
         for name in self._recipes_for(suspects):
@@ -758,6 +762,17 @@ class DiagnosisRun(BoxSession):
                 out["shared_from_target"] = list(left.shared_from_target)
         return out
 
+    def _read_configs(self) -> None:
+        """:meth:`preflight` (run once) for the probe step, its failure recorded in :attr:`notes`
+        instead of raised: the probe still runs, its expected widths then unknown."""
+        if self.doctor_report is not None:
+            return
+        try:
+            self.preflight()
+        except (DoctorError, RemoteError) as exc:
+            self.notes.append(f"the draft's config was not read before the probe ({type(exc).__name__}: {exc}): "
+                              "the fc width it expects is unknown")
+
     def _attach_probe_evidence(self, readings: dict[str, list]) -> None:
         pr = self.probe_result
         expected, observed = pr.get("expected_hidden_size"), pr.get("observed_hidden_size")
@@ -774,7 +789,7 @@ class DiagnosisRun(BoxSession):
                 self._add_evidence(hid, f"probe: the target captures layers {pr['captured_layers']}",
                                    {"captured_layers": pr["captured_layers"]})
         if "d2t" in pr:
-            self._add_evidence("token-map", f"probe: the draft worker holds {pr['d2t']}", {"d2t": pr["d2t"]})
+            self._add_evidence("token-map", f"probe: {d2t_words(pr['d2t'])}", {"d2t": pr["d2t"]})
         if "left_at_init" in pr:
             left = sorted(pr["left_at_init"])
             self._add_evidence("weights-loaded", f"probe: load_weights left {len(left)} parameter(s) at their initial "
@@ -782,20 +797,24 @@ class DiagnosisRun(BoxSession):
                                "/ lm_head replace)", {"left_at_init": pr["left_at_init"],
                                                       "shared_from_target": pr.get("shared_from_target")})
         if "unmatched" in pr:
-            self._add_evidence("weights-loaded", f"probe: load_weights matched {len(pr['unmatched'])} checkpoint "
-                               f"name(s) to nothing: {pr['unmatched'][:5]}", {"unmatched": pr["unmatched"]})
+            self._add_evidence("weights-loaded", f"probe: {unmatched_words(pr['unmatched'])}",
+                               {"unmatched": pr["unmatched"]})
 
     def _probe_text(self) -> str:
         pr = self.probe_result
         parts = []
         if pr.get("observed_widths"):
-            parts.append(f"widths reaching fc: {pr['observed_widths']} (fc expects {pr.get('expected_hidden_size')})")
+            expected = pr.get("expected_hidden_size")
+            parts.append(f"widths reaching fc: {pr['observed_widths']} " +
+                         (f"(fc expects {expected})" if expected is not None else
+                          "(the width fc expects is unknown: the draft's config was not read)"))
         if "captured_layers" in pr:
-            parts.append(f"layers captured: {pr['captured_layers']}")
+            parts.append(f"layers captured: {pr['captured_layers']}" +
+                         (" (none: no aux hidden states reach the draft)" if pr["captured_layers"] == [] else ""))
         if "d2t" in pr:
-            parts.append(f"token map: {pr['d2t']}")
+            parts.append(d2t_words(pr["d2t"]))
         if "unmatched" in pr:
-            parts.append(f"names load_weights dropped: {pr['unmatched'] or 'none'}")
+            parts.append(unmatched_words(pr["unmatched"]))
         if "left_at_init" in pr:
             parts.append(f"parameters left at their initial values: {sorted(pr['left_at_init']) or 'none'}")
         return "; ".join(parts) or "the probes printed nothing"
@@ -1303,7 +1322,10 @@ class DiagnosisRun(BoxSession):
         measured effect on acceptance here, its fix proposed and not applied), ``cause-found`` (a
         cause named, acceptance low or not measured, its fix not applied or not derivable),
         ``server-does-not-start`` (as found, with no cause named), ``unexplained`` (acceptance low,
-        nothing confirmed)."""
+        nothing confirmed), ``inconclusive`` (nothing confirmed, and the symptom was not measured
+        or acceptance is not low while a hypothesis is still undecided: :meth:`outcome_detail`
+        says which). ``healthy`` only when acceptance was measured, is not low and every
+        hypothesis was decided."""
         causes = self.root_causes()
         low = self.acceptance_low(self.before.accept_length if self.before is not None else None)
         if self._speculation_off():
@@ -1318,7 +1340,30 @@ class DiagnosisRun(BoxSession):
             return "cause-found"
         if self.start_failures and self.before is None:
             return "server-does-not-start"
-        return "unexplained" if low else "healthy"
+        if low:
+            return "unexplained"
+        if low is None or self._undecided():
+            return "inconclusive"  # never "healthy" on a symptom not measured or a hypothesis not decided
+        return "healthy"
+
+    def _undecided(self) -> list[str]:
+        """The ids of the hypotheses the ledger has not decided yet (verdict ``inconclusive``, the
+        ledger's start value), in the order they act."""
+        return [spec.id for spec, _ in REGISTRY.hypotheses() if self.ledger.get(spec.id).verdict == "inconclusive"]
+
+    def outcome_detail(self) -> str | None:
+        """Why :meth:`outcome` is ``inconclusive``, in words (``None`` for every other outcome):
+        ``"symptom not measured"`` when no accept length as found was measured (Measure symptom
+        did not run), else ``"N hypotheses still open"`` (``"1 hypothesis still open"``) naming
+        them — a run whose symptom or hypotheses were never decided is never called healthy
+        (issue 15, trial finding 2)."""
+        if self.outcome() != "inconclusive":
+            return None
+        if self.acceptance_low(self.before.accept_length if self.before is not None else None) is None:
+            return "symptom not measured"
+        open_ids = self._undecided()
+        return (f"{len(open_ids)} {'hypothesis' if len(open_ids) == 1 else 'hypotheses'} still open: "
+                + ", ".join(open_ids))
 
     def proposed_launch(self) -> LaunchCommand | None:
         """The launch command with every fix applied: the relaunch's command when the fixes were
@@ -1381,6 +1426,7 @@ class DiagnosisRun(BoxSession):
         ceiling = self.ceiling()
         verdict = {
             "outcome": self.outcome(),
+            "outcome_detail": self.outcome_detail(),
             "root_cause": rc or {"rule": None},
             "root_causes": self.root_causes(),
             "consequences": self.consequences(),
@@ -1441,7 +1487,8 @@ class DiagnosisRun(BoxSession):
         head = {"healthy": "Healthy: no cause found", "fixed": "Fixed", "partly-fixed": "Fix applied, not sufficient",
                 "cause-found": "Cause found",
                 "latent": "A fault with no measured effect on acceptance", "server-does-not-start": "The server does not start",
-                "unexplained": "Acceptance is low and no cause is confirmed"}[out]
+                "unexplained": "Acceptance is low and no cause is confirmed",
+                "inconclusive": f"Inconclusive: {self.outcome_detail()}"}[out]
         parts = [f"<h3>Summary: {html.escape(head)}</h3>"]
         before = self.before.accept_length if self.before is not None else None
         after = self.after.accept_length if self.after is not None else None
@@ -1542,12 +1589,44 @@ class DiagnosisRun(BoxSession):
             parts.append("<p>Acceptance as found is not low, so no fix was applied: each cause above is a real fault "
                          "(its evidence is in the table) that this engine does not feel on this draft. Apply its "
                          "fix anyway before another engine or release reads the same field.</p>")
+        if out == "inconclusive":
+            parts.append("<p>Nothing was decided either way: " + (
+                "the accept length as found was never measured (run <b>Measure symptom</b>), so there is no "
+                "symptom to judge." if self.outcome_detail() == "symptom not measured" else
+                "acceptance as found is not low, but the hypotheses above are still open (run <b>Hypotheses "
+                "(static)</b> to decide them).") + "</p>")
         if out == "healthy":
             parts.append("<p>No false alarm: every hypothesis was checked. To go further, sweep the speculative "
                          "settings with the <code>measure_acceptance</code> runbook.</p>")
         for note in self.notes:
             parts.append(f"<p><small>note: {html.escape(note)}</small></p>")
         return REDACTOR.text("".join(parts))
+
+
+def d2t_words(raw: dict) -> str:
+    """The ``draft-d2t`` probe's readings (``{expression: printed text}``, the expressions of
+    :data:`workbench.engine.recipes.RECIPES` ``["draft-d2t"]`` in their order: is-None, shape,
+    first 8 ids, last 4 ids) in plain words: ``"hot token map (d2t) loaded: no (draft token ids
+    are used as target ids as they are)"``, or ``"hot token map (d2t) loaded: yes, shape (128,),
+    ids [..] … [..]"``. A reading that is not there is said so, never guessed."""
+    exprs = RECIPES["draft-d2t"].probes[0].exprs
+    is_none, shape, head, tail = (_literal(raw.get(e)) for e in exprs)
+    if is_none is True or is_none == "True":
+        return "hot token map (d2t) loaded: no (draft token ids are used as target ids as they are)"
+    if is_none is False or is_none == "False":
+        return (f"hot token map (d2t) loaded: yes, shape {shape}, target ids {head} … {tail}")
+    return f"hot token map (d2t): not read (the probe printed {raw!r})"
+
+
+def unmatched_words(unmatched: list) -> str:
+    """The ``draft-weights-unmatched`` reading in plain words: the checkpoint tensor names the
+    engine's ``load_weights`` matched to no parameter of the draft (those tensors were dropped:
+    their parameters keep their initial values). First 5 named."""
+    if not unmatched:
+        return "load_weights used every checkpoint tensor (no name was dropped)"
+    more = " …" if len(unmatched) > 5 else ""
+    return (f"load_weights dropped {len(unmatched)} checkpoint tensor(s) whose names match no draft parameter: "
+            f"{list(unmatched[:5])}{more}")
 
 
 def pr_subset(pr: dict) -> dict:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import html
 import re
 import traceback
+from pathlib import Path
 from typing import Any, Callable
 
 import ipywidgets as widgets
@@ -35,21 +36,27 @@ _STEP_NUMBER = re.compile(r"^\d+ · ")
 
 class ControlPanel:
     """The panel: ``.widget`` to display, ``.run`` the :class:`DiagnosisRun` once started,
-    ``.results`` what each step returned (by method name), ``.errors`` the exceptions caught.
+    ``.results`` what each step returned (by method name), ``.errors`` the exceptions caught,
+    ``.notices`` what the panel did on its own (a run finished before a new Inventory), as shown.
     Under the buttons: ``.status`` (``wb-panel-status``), ``.latest`` (``wb-panel-latest``: the
     newest step's output, replaced each step), ``.verdict`` (``wb-panel-verdict``: after Finish,
     :func:`verdict_html`) and ``.history`` (``wb-panel-history``: a collapsed Accordion of the
     older steps' outputs, titled ``"N. label"``).
 
     ``start_kwargs`` are passed to :meth:`DiagnosisRun.start` (``host``, ``port``, ...); the host
-    and port fields in the panel override them.
+    and port fields in the panel override them. A relative ``report_dir`` (default ``"reports"``)
+    is resolved against the project root (:func:`resolve_report_dir`). The port field is read by
+    :func:`parse_port` (a bad value: one line, nothing started). Inventory while the panel's own
+    run is unfinished finishes that run first and says so.
     """
 
     def __init__(self, **start_kwargs: Any):
         self.start_kwargs = dict(start_kwargs)
+        self.start_kwargs["report_dir"] = resolve_report_dir(self.start_kwargs.get("report_dir", "reports"))
         self.run: DiagnosisRun | None = None
         self.results: dict[str, Any] = {}
         self.errors: list[BaseException] = []
+        self.notices: list[str] = []  # what the panel did on its own (a run finished first), as shown
         self.host = widgets.Text(value=str(self.start_kwargs.pop("host", "local")), description="host")
         port = self.start_kwargs.pop("port", None)
         self.port = widgets.Text(value="" if port is None else str(port), description="port",
@@ -119,6 +126,19 @@ class ControlPanel:
             for button in self.buttons.values():
                 button.disabled = False
 
+    def _finish_current(self) -> None:
+        """Inventory pressed while the panel's own run is unfinished: finish that run first (its
+        box restored, its verdict written) and say so in the step's output, so the new run does
+        not meet the old one's run lock (issue 15, trial finding 12). An error finishing it is
+        raised (the new run is not started)."""
+        run = self.run
+        where = f"port {run.inventory.port}" if run.inventory is not None and run.inventory.port else "its port"
+        run.finish()
+        notice = (f"Finished the current run ({where}) first: its box was restored and its verdict written to "
+                  f"{(run.report_dir / 'diagnose_acceptance.json').resolve()} (outcome {_outcome_text(run.verdict)}).")
+        self.notices.append(notice)
+        display(HTML(f"<p class='wb-panel-notice'>{html.escape(notice)}</p>"))
+
     def _new_output(self, label: str) -> None:
         """A fresh output area for the step ``label`` in ``.latest``; the previous one, if any,
         becomes the last (collapsed) entry of ``.history``."""
@@ -136,7 +156,9 @@ class ControlPanel:
         with self.output:
             try:
                 if method == "start":
-                    port = int(self.port.value) if self.port.value.strip() else None
+                    port = parse_port(self.port.value)  # before anything touches the box
+                    if self.run is not None and not self.run.finished:
+                        self._finish_current()
                     kwargs = {"how": "N in the port field", **self.start_kwargs}
                     self.run = DiagnosisRun.start(host=self.host.value, port=port,
                                                   allow_restart=self.allow_restart.value, **kwargs)
@@ -182,7 +204,8 @@ class ControlPanel:
 
 def verdict_html(run: DiagnosisRun) -> str:
     """What a finished ``run`` left, as HTML for the panel's ``wb-panel-verdict``: the verdict
-    file's absolute path, the outcome, accept length before → after (tokens per verify step,
+    file's absolute path, the outcome (with the verdict's ``outcome_detail`` when it has one:
+    ``inconclusive: symptom not measured``), accept length before → after (tokens per verify step,
     as measured; "not measured" when absent) and each restore action the box took (the verdict's
     ``restore.actions`` / ``problems``, then ``restore_again`` of a later Finish). Empty before
     the run finished."""
@@ -199,12 +222,59 @@ def verdict_html(run: DiagnosisRun) -> str:
     actions = list(restore.get("actions") or []) + [f"could not undo: {p}" for p in restore.get("problems") or []]
     again = verdict.get("restore_again")
     items = "".join(f"<li>{html.escape(str(a))}</li>" for a in actions) or "<li>nothing to undo</li>"
+    outcome = _outcome_text(verdict)
     again_html = ("<p>Finish again: " + html.escape("; ".join(map(str, again))) + "</p>") if again else ""
     return (f"<div><p><b>Verdict</b>: <code>{html.escape(str(path))}</code></p>"
-            f"<p><b>Outcome</b>: {html.escape(str(verdict.get('outcome')))} · accept length "
+            f"<p><b>Outcome</b>: {html.escape(outcome)} · accept length "
             f"<span class='wb-panel-before'>{number('before')}</span> → "
             f"<span class='wb-panel-after'>{number('after')}</span></p>"
             f"<p><b>The box was restored</b>:</p><ul>{items}</ul>{again_html}</div>")
+
+
+def _outcome_text(verdict: dict) -> str:
+    """The verdict's outcome with its ``outcome_detail`` when it has one (``"inconclusive:
+    symptom not measured"``), never a bare word that hides what was not decided."""
+    outcome = str(verdict.get("outcome"))
+    return f"{outcome}: {verdict['outcome_detail']}" if verdict.get("outcome_detail") else outcome
+
+
+def parse_port(text: str) -> int | None:
+    """The panel's port field: ``None`` when blank (the only server running), else a TCP port
+    1–65535. Raises :class:`DiagnosisError` (one line, shown without a traceback) for anything
+    else (``"abc"``, ``"-1"``, ``"70000"``, ``"3.5"``) naming the value."""
+    value = text.strip()
+    if not value:
+        return None
+    try:
+        port = int(value, 10)
+    except ValueError:
+        port = None
+    if port is None or not 1 <= port <= 65535:
+        raise DiagnosisError(f"the port field must be a TCP port 1–65535 or empty (the only server running), "
+                             f"got {value!r}; nothing was started")
+    return port
+
+
+#: What marks a project root for :func:`resolve_report_dir`.
+_ROOT_MARKERS = (".git", "pyproject.toml")
+
+
+def resolve_report_dir(report_dir: str | Path, cwd: Path | None = None) -> Path:
+    """Where the panel's Finish writes the verdict: ``report_dir`` as given when absolute; when
+    relative, against the project root — the nearest directory from ``cwd`` (default: the
+    kernel's working directory, which JupyterLab sets to the notebook's folder) upwards holding
+    ``.git`` or ``pyproject.toml`` — so the default ``"reports"`` is the repository's
+    ``reports/`` whether the notebook sits in ``notebooks/`` or at the root (issue 15, trial
+    finding 15); against ``cwd`` itself when no directory up holds either. Returns an absolute
+    path (not created here)."""
+    path = Path(report_dir).expanduser()
+    if path.is_absolute():
+        return path
+    here = (cwd or Path.cwd()).resolve()
+    for folder in (here, *here.parents):
+        if any((folder / marker).exists() for marker in _ROOT_MARKERS):
+            return folder / path
+    return here / path
 
 
 def control_panel(**start_kwargs: Any) -> ControlPanel:

@@ -59,17 +59,25 @@ def _number(value: Any, name: str, *, allow_none: bool = False) -> float | None:
     return number
 
 
-def _reference_line(fig: go.Figure, y: float, text: str, color: str, **kwargs: Any) -> None:
-    fig.add_hline(
-        y=y,
-        line_dash="dash",
-        line_color=color,
-        line_width=1.5,
-        annotation_text=text,
-        annotation_position="top left",
-        annotation_font_color=color,
-        **kwargs,
-    )
+def _reference_line(fig: go.Figure, y: float, text: str, color: str, *, legend: bool = False,
+                    dash: str = "dash", **kwargs: Any) -> None:
+    """A horizontal reference line at ``y``, labelled ``text``: on the plot (top left) or, with
+    ``legend``, as a legend entry of its own (a trace with no points, ``legendgroup``
+    ``"reference"``), so the label can never overprint a bar, a marker or another line whatever
+    the figure's width (issue 15, trial finding 15: at 800 px "1.0 = no speculation" overprinted
+    the red bar and the "before" line)."""
+    if not legend:
+        fig.add_hline(y=y, line_dash=dash, line_color=color, line_width=1.5, annotation_text=text,
+                      annotation_position="top left", annotation_font_color=color, **kwargs)
+        return
+    fig.add_hline(y=y, line_dash=dash, line_color=color, line_width=1.5, **kwargs)
+    fig.add_trace(go.Scatter(x=[None], y=[None], mode="lines", name=text, legendgroup="reference",
+                             line=dict(color=color, dash=dash, width=1.5), hoverinfo="skip"))
+
+
+def _data_traces(fig: go.Figure) -> list:
+    """The traces that draw data (not the legend-only entries of :func:`_reference_line`)."""
+    return [t for t in fig.data if getattr(t, "legendgroup", None) != "reference"]
 
 
 def accept_length_before_after(
@@ -89,7 +97,11 @@ def accept_length_before_after(
         ideal: the ceiling, ``--speculative-num-draft-tokens`` (every draft token accepted); drawn as a
             dashed line when given.
 
-    A dashed line at 1.0 marks "no speculation": the verify step only yields its bonus token.
+    A dashed line at 1.0 marks "no speculation": the verify step only yields its bonus token. The
+    reference lines are labelled in the legend (never on the plot, where they overprinted bars).
+    Each bar is the run's overall accept length (Σ completion tokens / Σ verify steps over all its
+    requests), which the subtitle says: it differs from the mean of per-request values that
+    :func:`accept_length_per_request` shows (longer requests weigh more here).
 
     Raises:
         FigureInputError: a value is not a finite number, ``labels`` is not two strings, or
@@ -116,23 +128,26 @@ def accept_length_before_after(
             textfont_size=14,
             hovertemplate="%{x}: %{y:.3f} tokens / verify step<extra></extra>",
             name="accept length",
+            showlegend=False,
         )
     )
-    _reference_line(fig, 1.0, "1.0 = no speculation (bonus token only)", _NEUTRAL_COLOR)
+    _reference_line(fig, 1.0, "1.0 = no speculation<br>(bonus token only)", _NEUTRAL_COLOR, legend=True)
     top = max([v for v in values if v is not None] + [1.0])
     if ceiling is not None:
-        _reference_line(fig, ceiling, f"{ceiling:g} = ceiling (num draft tokens)", "#1f77b4")
+        _reference_line(fig, ceiling, f"{ceiling:g} = ceiling<br>(num draft tokens)", "#1f77b4", legend=True)
         top = max(top, ceiling)
     title = "Accept length before and after the fix"
     if b is not None and a is not None and b > 0:
         title += f"<br><sup>{b:.2f} → {a:.2f} tokens / verify step (×{a / b:.2f})</sup>"
+    title += "<br><sup>each bar: Σ completion tokens / Σ verify steps over all requests</sup>"
     fig.update_layout(
         title=title,
         template=_TEMPLATE,
         xaxis_title="run",
         yaxis_title=ACCEPT_LENGTH_AXIS,
         yaxis_range=[0, top * 1.2],
-        showlegend=False,
+        showlegend=True,
+        margin=dict(t=110),
     )
     return fig
 
@@ -149,7 +164,13 @@ def accept_length_per_request(
     *,
     labels: tuple[str, str] = ("before (EAGLE)", "after (EAGLE3)"),
 ) -> go.Figure:
-    """Per-request accept length of both runs, one marker per request, with each run's mean dashed.
+    """Per-request accept length of both runs, one marker per request, with each run's mean dotted.
+
+    Each point is one request's own accept length (its completion tokens / its verify steps); the
+    dotted mean is the mean of these per-request values, named in the legend (``"before (EAGLE): n=8, mean
+    2.45"``). It differs from the headline accept length of
+    :func:`accept_length_before_after` (Σ tokens / Σ verify steps over all requests, where longer
+    requests weigh more): the subtitle says so. Reference lines are labelled in the legend.
 
     Args:
         before: accept length of each request of the first run, tokens per verify step.
@@ -162,30 +183,25 @@ def accept_length_per_request(
     runs = [_number_list(before, "before"), _number_list(after, "after")]
     fig = go.Figure()
     for values, label, color in zip(runs, labels, (_BEFORE_COLOR, _AFTER_COLOR)):
+        mean = math.fsum(values) / len(values) if values else None
         fig.add_trace(
             go.Scatter(
                 x=list(range(len(values))),
                 y=values,
                 mode="lines+markers",
-                name=f"{label} (n={len(values)})",
+                name=f"{label}: n={len(values)}" + (f", mean {mean:.2f}" if mean is not None else ""),
                 line_color=color,
                 hovertemplate="request %{x}: %{y:.3f} tokens / verify step<extra>" + label + "</extra>",
             )
         )
-        if values:
-            mean = sum(values) / len(values)
-            fig.add_hline(
-                y=mean,
-                line_dash="dot",
-                line_color=color,
-                annotation_text=f"mean {mean:.2f}",
-                annotation_position="bottom right",
-                annotation_font_color=color,
-            )
-    _reference_line(fig, 1.0, "1.0 = no speculation", _NEUTRAL_COLOR)
+        if mean is not None:
+            fig.add_hline(y=mean, line_dash="dot", line_color=color, line_width=1.5)  # named in the legend
+    _reference_line(fig, 1.0, "1.0 = no speculation", _NEUTRAL_COLOR, legend=True)
     top = max([v for run in runs for v in run] + [1.0])
     fig.update_layout(
-        title="Accept length per request",
+        title="Accept length per request<br><sup>dotted: the mean of the requests' own values; the headline "
+              "accept length is<br>Σ tokens / Σ verify steps over all requests (longer requests weigh more)</sup>",
+        margin=dict(t=110),
         template=_TEMPLATE,
         xaxis_title="request # (order sent)",
         yaxis_title=ACCEPT_LENGTH_AXIS,
@@ -450,9 +466,10 @@ def hidden_width_probe(observed: int | None, expected: int, target_hidden: int) 
             insidetextanchor="end",
             textfont_size=14,
             hovertemplate="%{x}: %{y} hidden units<extra></extra>",
+            showlegend=False,
         )
     )
-    _reference_line(fig, hid, f"target hidden_size = {hid}", _NEUTRAL_COLOR)
+    _reference_line(fig, hid, f"target hidden_size<br>= {hid}", _NEUTRAL_COLOR, legend=True)
     if obs is None:
         subtitle = "probe not run"
     elif match:
@@ -465,7 +482,7 @@ def hidden_width_probe(observed: int | None, expected: int, target_hidden: int) 
         xaxis_title="",
         yaxis_title="width (hidden units)",
         yaxis_range=[0, max(exp, obs or 0, hid) * 1.2],
-        showlegend=False,
+        showlegend=True,
     )
     return fig
 
@@ -499,13 +516,14 @@ def fix_ladder(labels: Sequence[str], accept_lengths: Sequence[Any], *, ceiling:
         marker_color=[_BEFORE_COLOR] + [_AFTER_COLOR if (s or 0) > 0 else _NEUTRAL_COLOR for s in steps[1:]],
         text=[f"{v:.2f}" if s is None else f"{v:.2f} ({s:+.2f})" for v, s in zip(values, steps)],
         textposition="inside", insidetextanchor="end", textfont_size=13,
-        hovertemplate="%{x}: %{y:.3f} tokens / verify step<extra></extra>", name="accept length"))
-    _reference_line(fig, 1.0, "1.0 = no speculation", _NEUTRAL_COLOR)
+        hovertemplate="%{x}: %{y:.3f} tokens / verify step<extra></extra>", name="accept length",
+        showlegend=False))
+    _reference_line(fig, 1.0, "1.0 = no speculation", _NEUTRAL_COLOR, legend=True)
     top = max(values + [1.0])
     if top_line is not None:
-        _reference_line(fig, top_line, f"{top_line:g} = ceiling", "#1f77b4")
+        _reference_line(fig, top_line, f"{top_line:g} = ceiling", "#1f77b4", legend=True)
         top = max(top, top_line)
     fig.update_layout(title="What each fix contributed (cumulative, in the order the causes act)",
                       template=_TEMPLATE, xaxis_title="fixes applied", yaxis_title=ACCEPT_LENGTH_AXIS,
-                      yaxis_range=[0, top * 1.2], showlegend=False)
+                      yaxis_range=[0, top * 1.2], showlegend=True)
     return fig

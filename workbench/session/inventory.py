@@ -64,6 +64,14 @@ def launch_cwd(box, *, timeout: float = 30) -> str:
     return cwd
 
 
+def _as_number(value: Any) -> Any:
+    """A flag's value read from the launch command (text, ``"3"``) as the number it is (``3``), as
+    the server's ``/get_server_info`` reports it; anything else (``None``, ``"auto"``) unchanged."""
+    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+        return int(value)
+    return value
+
+
 @dataclass
 class Inventory:
     """What is on the box: the engine, its version and location, the server and its command line.
@@ -112,8 +120,8 @@ class Inventory:
             ("working directory", (self.server_cwd or "(unknown)") + ("" if self.server_pid else
                                                                       " (where the run's launches start)")),
             ("speculative algorithm (resolved)", info.get("speculative_algorithm", self.launch.get("--speculative-algorithm"))),
-            ("num steps / topk / draft tokens", tuple(
-                info.get(key, self.launch.get(flag)) for key, flag in (
+            ("num steps / topk / draft tokens", tuple(  # numbers, as the server reports them (issue 15)
+                _as_number(info.get(key, self.launch.get(flag))) for key, flag in (
                     ("speculative_num_steps", "--speculative-num-steps"),
                     ("speculative_eagle_topk", "--speculative-eagle-topk"),
                     ("speculative_num_draft_tokens", "--speculative-num-draft-tokens")))),
