@@ -13,6 +13,7 @@ from remote import connect
 from remote import probes as remote_probes
 from testkit.faults import build_deployment
 from workbench.diagnosis import DiagnosisRun
+from workbench.lab import walkthrough as walk
 from workbench.lab.panel import ControlPanel
 from workbench.session import Journal
 
@@ -46,6 +47,8 @@ def test_panel_inventory_then_finish_is_inconclusive_symptom_not_measured(tmp_pa
     summary = panel.run.summary_html()
     assert "Summary: Inconclusive: symptom not measured" in summary
     assert "Healthy" not in summary and "No false alarm" not in summary
+    # the walkthrough's finish cell on the same run says it too (finishing again is allowed)
+    assert walk.finish(panel.run).outcome == "inconclusive: symptom not measured"
     _nothing_left(free_port)
 
 

@@ -558,5 +558,8 @@ def finish(run: DiagnosisRun) -> Finished:
     actions = [str(a) for a in restore.get("actions") or []] + \
         [f"could not undo: {p}" for p in restore.get("problems") or []]
     again = verdict.get("restore_again")
-    return Finished((run.report_dir / "diagnose_acceptance.json").resolve(), str(verdict.get("outcome")), actions,
+    outcome = str(verdict.get("outcome"))
+    if verdict.get("outcome_detail"):  # "inconclusive: symptom not measured"
+        outcome += f": {verdict['outcome_detail']}"
+    return Finished((run.report_dir / "diagnose_acceptance.json").resolve(), outcome, actions,
                     [str(a) for a in again] if again else None, verdict_html(run))
