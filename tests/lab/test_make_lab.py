@@ -87,6 +87,13 @@ def test_make_lab_as_root_on_lab_port_leaves_git_status_clean(tmp_path):
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
     site = Path(sysconfig.get_paths(vars={"base": str(venv), "platbase": str(venv)})["purelib"])
     (site / "reuse-test-venv.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    # JupyterLab's app dir is sys.prefix/share/jupyter/lab: this interpreter's schemas, static files
+    # and themes, and a settings dir of the throw-away venv's own (make lab writes its overrides there)
+    app_dir = venv / "share" / "jupyter" / "lab"
+    app_dir.mkdir(parents=True)
+    for entry in (Path(sys.prefix) / "share" / "jupyter" / "lab").iterdir():
+        if entry.name != "settings":
+            (app_dir / entry.name).symlink_to(entry)
     (venv / ".installed-stamp").write_text("lab sandbox\n")
     os.utime(venv / ".installed-stamp")  # newer than the clone's pyproject.toml / constraints.txt
 
@@ -141,8 +148,10 @@ def test_make_lab_as_root_on_lab_port_leaves_git_status_clean(tmp_path):
         subprocess.run(["git", "-C", str(clone), "checkout", "--", "notebooks/box_console.ipynb"], check=True, timeout=60)
         # no "get notified about official Jupyter news?" question: the setting's default is "false"
         news = _api(url, token, "GET", "/lab/api/settings/@jupyterlab/apputils-extension:notification")
-        assert news["composite"]["fetchNews"] == "false", news["composite"]
-        assert news["composite"]["checkForUpdates"] is False, news["composite"]
+        # (JupyterLab's composite: the schema's defaults, with the overrides applied, under the user's settings)
+        composite = {k: v.get("default") for k, v in news["schema"]["properties"].items()} | (news.get("settings") or {})
+        assert composite["fetchNews"] == "false", news
+        assert composite["checkForUpdates"] is False, news
         _api(url, token, "DELETE", f"/api/sessions/{session['id']}")
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
