@@ -70,7 +70,7 @@ def _as_jupyterlab_saves_it_after_run_all(nb: dict) -> dict:
 
 
 @pytest.mark.slow
-def test_make_lab_as_root_on_lab_port_leaves_git_status_clean(tmp_path):
+def test_make_lab_as_root_on_lab_port_leaves_git_status_clean(tmp_path, monkeypatch):
     for tool in ("make", "git"):
         if shutil.which(tool) is None:
             pytest.skip(f"{tool} is not installed")
@@ -97,6 +97,7 @@ def test_make_lab_as_root_on_lab_port_leaves_git_status_clean(tmp_path):
     (venv / ".installed-stamp").write_text("lab sandbox\n")
     os.utime(venv / ".installed-stamp")  # newer than the clone's pyproject.toml / constraints.txt
 
+    monkeypatch.setenv("EAGLE_WORKBENCH_STATE_DIR", str(tmp_path / "box-state"))  # the executed notebook's kernel
     port, token = ports.free_port(), secrets.token_hex(16)
     home = tmp_path / "home"
     env = {**os.environ, "JUPYTER_TOKEN": token, "HOME": str(home), "JUPYTER_CONFIG_DIR": str(home / "cfg"),
@@ -130,6 +131,18 @@ def test_make_lab_as_root_on_lab_port_leaves_git_status_clean(tmp_path):
         for name in ("box_console.ipynb", "control_panel.ipynb", "engine_probes.ipynb"):
             ran = _as_jupyterlab_saves_it_after_run_all(_api(url, token, "GET", f"/api/contents/{name}?content=1")["content"])
             _api(url, token, "PUT", f"/api/contents/{name}", {"type": "notebook", "format": "json", "content": ran})
+        # and a real run: box_console.ipynb executed in a real kernel (nbclient: the outputs and the
+        # language_info the kernel reports), saved through the REST API
+        nbclient = pytest.importorskip("nbclient")
+        import nbformat
+
+        executed = nbformat.read(str(clone / "notebooks" / "box_console.ipynb"), as_version=4)
+        nbclient.NotebookClient(executed, kernel_name="python3", timeout=300, allow_errors=True,
+                                resources={"metadata": {"path": str(clone / "notebooks")}}).execute()
+        assert all(c.outputs for c in executed.cells if c.cell_type == "code" and "import" in c.source), executed
+        assert executed.metadata.language_info.get("version"), executed.metadata
+        _api(url, token, "PUT", "/api/contents/box_console.ipynb",
+             {"type": "notebook", "format": "json", "content": json.loads(nbformat.writes(executed))})
         status = _git_status(clone)
         assert status == "", f"running and autosaving a committed notebook changed it:\n{status}"
         on_disk = json.loads((clone / "notebooks" / "box_console.ipynb").read_text())
