@@ -21,6 +21,8 @@ from __future__ import annotations
 import copy
 import importlib.util
 import os
+import re
+import warnings
 from pathlib import Path
 
 #: the repository (this file is ``<repo>/scripts/lab_config.py``)
@@ -90,3 +92,8 @@ def pre_save_hook(model, path, contents_manager, **kwargs):
 if "c" in globals():  # run as a Jupyter config file
     c = globals()["c"]  # noqa: F821 - defined by traitlets' config loader
     c.FileContentsManager.pre_save_hook = pre_save_hook
+    # traitlets applies the config to the contents manager twice (on construction and again when
+    # its ``config`` is set), and jupyter_server's validator then warns that this hook "overrides"
+    # itself; only that exact message is silenced (another hook replacing this one still warns)
+    warnings.filterwarnings("ignore", category=UserWarning, message=re.escape(
+        "Overriding existing pre_save_hook (pre_save_hook) with a new one (pre_save_hook)."))

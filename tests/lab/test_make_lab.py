@@ -175,6 +175,7 @@ def test_make_lab_as_root_on_lab_port_leaves_git_status_clean(tmp_path, monkeypa
             proc.wait(timeout=10)
     text = log.read_text()
     assert "installing" not in text, text
+    assert "pre_save_hook" not in text and "Pre-save hook" not in text, text  # no warning, no failed hook
     if os.geteuid() == 0:
         assert "Use --allow-root" not in text
     status = _git_status(clone)
