@@ -81,18 +81,30 @@ sandbox-models:
 
 # JupyterLab on the notebooks: LAB_IP (default 127.0.0.1) and LAB_PORT (default 8888); --allow-root
 # when run as root; --no-browser when there is no display. Checkpoints and jupyter-lsp's virtual
-# documents go under the venv ($(VENV)/lab-state), never next to the notebooks, so opening and
-# saving notebooks leaves `git status` clean.
+# documents go under the venv ($(VENV)/lab-state), never next to the notebooks. scripts/lab_config.py
+# (Jupyter server's pre_save_hook) saves the committed notebooks (notebooks/, runbooks/) without
+# outputs, execution counts or JupyterLab's kernel metadata, so running them and autosave leave
+# `git status` clean; edits to cell sources are saved. No news or update checks: no news URL, no
+# update check, and the "get notified about official Jupyter news?" question answered "no" by a
+# settings default (JupyterLab's overrides.d in the venv's app settings dir; a user can still
+# turn news on in Settings).
 LAB_IP ?= 127.0.0.1
 LAB_PORT ?= 8888
 LAB_STATE = $(abspath $(VENV))/lab-state
-LAB_ARGS = --ServerApp.ip=$(LAB_IP) --ServerApp.port=$(LAB_PORT) --ServerApp.port_retries=0 \
+LAB_APP_SETTINGS = $(abspath $(VENV))/share/jupyter/lab/settings
+LAB_OVERRIDES = $(LAB_APP_SETTINGS)/overrides.d/eagle-workbench.json
+LAB_ARGS = --config=$(abspath scripts/lab_config.py) \
+  --ServerApp.ip=$(LAB_IP) --ServerApp.port=$(LAB_PORT) --ServerApp.port_retries=0 \
   --FileCheckpoints.checkpoint_dir=$(LAB_STATE)/checkpoints \
   --LanguageServerManager.virtual_documents_dir=$(LAB_STATE)/virtual_documents \
+  --LabApp.app_settings_dir=$(LAB_APP_SETTINGS) \
+  --LabApp.news_url=None --LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate \
   $$([ "$$(id -u)" = 0 ] && echo --allow-root) $$([ -z "$${DISPLAY:-}$${WAYLAND_DISPLAY:-}" ] && echo --no-browser)
 lab:
 	$(call venv,lab sandbox)
-	@mkdir -p $(LAB_STATE)/checkpoints $(LAB_STATE)/virtual_documents
+	@mkdir -p $(LAB_STATE)/checkpoints $(LAB_STATE)/virtual_documents $(dir $(LAB_OVERRIDES))
+	@printf '%s\n' '{"@jupyterlab/apputils-extension:notification": {"fetchNews": "false", "checkForUpdates": false}}' \
+	  > $(LAB_OVERRIDES)
 	$(PY) -m jupyterlab $(LAB_ARGS) notebooks/
 
 clean-reports:

@@ -5,6 +5,7 @@ The runbook is thin: every cell calls a tested function of ``workbench.diagnosis
 it returns. Edit the cells here and rerun ``python scripts/build_runbooks.py``.
 """
 
+import copy
 from pathlib import Path
 
 import nbformat
@@ -621,12 +622,16 @@ walk.finish(run)
 ]
 
 
+#: every built notebook's metadata (also what ``make lab`` saves committed notebooks with: scripts/lab_config.py)
+NOTEBOOK_METADATA = {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"},
+                     "language_info": {"name": "python"}}
+
+
 def build(cells, name: str, folder: str = "runbooks") -> Path:
     for i, cell in enumerate(cells):
         cell.id = f"{name[:48]}-{i}"  # stable ids: rebuilding an unchanged notebook changes nothing
     nb = new_notebook(cells=cells)
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
-    nb.metadata["language_info"] = {"name": "python"}
+    nb.metadata.update(copy.deepcopy(NOTEBOOK_METADATA))
     path = ROOT / folder / f"{name}.ipynb"
     path.parent.mkdir(exist_ok=True)
     nbformat.validate(nb)

@@ -11,6 +11,7 @@ registry and minutes per case. What pip does with those arguments is checked by 
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -107,9 +108,12 @@ def test_lab_installs_its_extra_once_and_takes_port_ip_root_and_no_display(check
     LAB_IP:LAB_PORT with checkpoints under the venv, ``--allow-root`` only as root and
     ``--no-browser`` without a display (the stub's environment has none)."""
     state = checkout.repo / ".venv" / "lab-state"
-    lab = ("python -m jupyterlab --ServerApp.ip=0.0.0.0 --ServerApp.port=9555 --ServerApp.port_retries=0"
+    lab = (f"python -m jupyterlab --config={checkout.repo}/scripts/lab_config.py"
+           " --ServerApp.ip=0.0.0.0 --ServerApp.port=9555 --ServerApp.port_retries=0"
            f" --FileCheckpoints.checkpoint_dir={state}/checkpoints"
            f" --LanguageServerManager.virtual_documents_dir={state}/virtual_documents"
+           f" --LabApp.app_settings_dir={checkout.repo}/.venv/share/jupyter/lab/settings"
+           " --LabApp.news_url=None --LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"
            + (" --allow-root" if os.geteuid() == 0 else "") + " --no-browser notebooks/")
     assert checkout("lab", "LAB_PORT=9555", "LAB_IP=0.0.0.0") == (
         ["python3-stub -m venv .venv"] + _install(".[lab,sandbox]") + [lab])
@@ -118,6 +122,9 @@ def test_lab_installs_its_extra_once_and_takes_port_ip_root_and_no_display(check
     assert checkout("lab", "LAB_PORT=9555", "LAB_IP=0.0.0.0") == [lab]
     assert "installing" not in checkout.output
     assert (state / "checkpoints").is_dir()
+    overrides = checkout.repo / ".venv/share/jupyter/lab/settings/overrides.d/eagle-workbench.json"
+    assert json.loads(overrides.read_text()) == {
+        "@jupyterlab/apputils-extension:notification": {"fetchNews": "false", "checkForUpdates": False}}
     # after make test (sandbox test), lab adds only its extra, once
     checkout("setup")
     assert checkout.stamp.read_text() == "lab sandbox test\n"

@@ -6,8 +6,11 @@ Shared by the diagnosis (:class:`workbench.diagnosis.run.DiagnosisRun`) and the 
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
+import signal
 import sys
+import threading
 import time
 import uuid
 from typing import Any, Callable
@@ -59,6 +62,8 @@ class BoxSession:
         self.guard = LaunchGuard(box, engine_root=inventory.engine_root, engine_version=inventory.engine_version,
                                  cwd=inventory.server_cwd, force=force_launch is True, running_argv=running)
         atexit.register(self._atexit)
+        _OPEN_SESSIONS.append(self)
+        _handle_sigterm_like_exit()
 
     # -- server management ----------------------------------------------------------------------
 
@@ -182,12 +187,61 @@ class BoxSession:
                 return
             if not self.finished:
                 self.finished = True
-                report = restore_box(self.box, server_start_timeout=self.server_start_timeout)
+                with _sigterm_ignored():
+                    report = restore_box(self.box, server_start_timeout=self.server_start_timeout)
                 for line in report.actions + report.problems:
                     print(f"[eagle-workbench restore] {REDACTOR.text(line)}", file=sys.stderr)
         finally:
             self.box.close()  # an SSH box: close its connection and port forwards before exit
 
+
+
+#: the sessions of this process, for the SIGTERM handler (:func:`_handle_sigterm_like_exit`)
+_OPEN_SESSIONS: list[BoxSession] = []
+_SIGTERM_INSTALLED = False
+
+
+@contextlib.contextmanager
+def _sigterm_ignored():
+    """SIGTERM is ignored inside the block (main thread only; elsewhere nothing changes). The
+    interpreter-exit restore runs in it: a Jupyter kernel shut down by jupyter_client gets a
+    shutdown request, then SIGTERM after half of ``KernelManager.shutdown_wait_time`` (5 s by
+    default), then SIGKILL at its end (jupyter_client ``KernelManager._async_finish_shutdown``);
+    ignoring the SIGTERM gives the restore the whole 5 s. SIGKILL cannot be handled: what it cuts
+    off is restored by the next run on the box or ``workbench restore``."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _on_sigterm(signum, frame) -> None:
+    """SIGTERM (a kernel terminated without a shutdown request, ``kill PID``): restore the box as
+    at exit (every open session of this process, SIGTERM ignored meanwhile), then die of SIGTERM
+    as the default action would."""
+    for session in list(_OPEN_SESSIONS):
+        try:
+            session._atexit()
+        except Exception as exc:  # noqa: BLE001 - reported; the other sessions are restored still
+            print(f"[eagle-workbench restore] could not restore {getattr(session.box, 'name', session.box)} "
+                  f"on SIGTERM: {type(exc).__name__}: {REDACTOR.text(str(exc))}", file=sys.stderr)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    os.kill(os.getpid(), signal.SIGTERM)
+
+
+def _handle_sigterm_like_exit() -> None:
+    """Install :func:`_on_sigterm` once per process, from the main thread and only where SIGTERM
+    still has its default action (a program with its own handler keeps it)."""
+    global _SIGTERM_INSTALLED
+    if _SIGTERM_INSTALLED or threading.current_thread() is not threading.main_thread():
+        return
+    if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, _on_sigterm)
+    _SIGTERM_INSTALLED = True
 
 
 #: The longest time-out a run parameter takes, in seconds (11.6 days): the waits underneath

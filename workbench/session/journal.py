@@ -29,7 +29,7 @@ import socket
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from remote.errors import RemoteError, RemoteFileDecodeError, RemoteFileNotFound
 from remote.result import ServerHandle, ServerProcess
@@ -382,21 +382,30 @@ def restore_box(box, *, server_start_timeout: float = 600.0, timeout: float = 30
         else:
             report.problems.append(f"could not remove {path}: {res.stderr.strip()[-200:]}")
     _remove_write_leftovers(box, probed_files, report, timeout)
+    def settle() -> None:
+        # Everything is undone (the original's relaunch, if any, is spawned): empty the journal and
+        # release the lock now, before waiting for the relaunched server to get healthy, so a
+        # restorer killed during that wait (a kernel shut down by jupyter_client: SIGTERM, then
+        # SIGKILL, within KernelManager.shutdown_wait_time, 5 s) leaves no pending journal and no
+        # stale lock behind.
+        if not report.problems and journal.data:
+            try:
+                journal.close()
+            except RemoteError as exc:
+                report.problems.append(f"everything was undone but the journal {journal.path} could not be emptied: {exc}")
+        if release_lock and not report.problems and holder is not None and (runlock.is_mine(holder) or not holder.alive):
+            try:
+                if runlock.release(box, holder.run_id if runlock.is_mine(holder) else "*dead*",
+                                   timeout=min(timeout, 30.0)) and not runlock.is_mine(holder):
+                    report.actions.append(f"released the run lock left by {holder.describe()}")
+            except (RemoteError, JournalError) as exc:
+                report.problems.append(f"the box is restored but its run lock could not be released: {exc}")
+
     original = journal.data.get("original_server") or {}
     if original.get("stopped"):
-        _bring_back_original(box, journal, original, report, server_start_timeout, timeout)
-    if not report.problems and journal.data:
-        try:
-            journal.close()
-        except RemoteError as exc:
-            report.problems.append(f"everything was undone but the journal {journal.path} could not be emptied: {exc}")
-    if release_lock and not report.problems and holder is not None and (runlock.is_mine(holder) or not holder.alive):
-        try:
-            if runlock.release(box, holder.run_id if runlock.is_mine(holder) else "*dead*", timeout=min(timeout, 30.0)) \
-                    and not runlock.is_mine(holder):
-                report.actions.append(f"released the run lock left by {holder.describe()}")
-        except (RemoteError, JournalError) as exc:
-            report.problems.append(f"the box is restored but its run lock could not be released: {exc}")
+        _bring_back_original(box, journal, original, report, server_start_timeout, timeout, settle)
+    else:
+        settle()
     return report
 
 
@@ -482,39 +491,29 @@ def _stop_unrecorded_launch(box, journal: Journal, launching: dict, report: Rest
 
 
 def _bring_back_original(box, journal: Journal, original: dict, report: RestoreReport,
-                         server_start_timeout: float, timeout: float) -> None:
+                         server_start_timeout: float, timeout: float, settle: Callable[[], None]) -> None:
+    """Relaunch the original server (or adopt a process already running its exact argv), record
+    it as serving and call ``settle`` (journal emptied, lock released) as soon as it is spawned;
+    then wait until it is healthy. When it does not get healthy (or, with no port recorded,
+    exits at once) the failure is in ``report.problems`` and the journal records the original as
+    stopped again (when ``settle`` had emptied it), so a later restore retries."""
     argv = [str(a) for a in original["argv"]]
     command = shlex.join(argv)
     port = original.get("port")
+    run_id = journal.data.get("run_id")
     try:
         running = _same_server(box, argv, journal, timeout)
         if running is not None:
             handle = ServerHandle(pid=running.pid, pgid=running.pgid, port=port if port is not None else running.port,
                                   log_path=running.log_path or original.get("log_path") or f"/proc/{running.pid}/fd/2",
                                   pid_path="", argv=tuple(running.argv), cwd=running.cwd, box=box.name)
-            if handle.port is not None:
-                box.wait_healthy(handle, timeout=server_start_timeout)
-            report.actions.append(
-                f"the original server's command already runs (pid {running.pid}); not relaunched: {command}"
-            )
+            done = f"the original server's command already runs (pid {running.pid}); not relaunched: {command}"
         else:
             handle = box.launch_server(
                 argv, port=port, log_path=original.get("log_path"), cwd=original.get("cwd"),
                 env=original.get("env"), append_log=True, timeout=timeout,
             )
-            if port is not None:
-                box.wait_healthy(handle, timeout=server_start_timeout)
-                health = ""
-            else:
-                time.sleep(1.0)
-                if not box.is_alive(handle.pid, timeout=timeout):
-                    report.problems.append(
-                        f"could not relaunch the original server ({command}): it exited at once "
-                        f"(no port recorded to health-check; see {handle.log_path})"
-                    )
-                    return
-                health = " (no port recorded: running, health not checked)"
-            report.actions.append(f"relaunched the original server (pid {handle.pid}){health}: {command}")
+            done = None
     except RemoteError as exc:
         report.problems.append(f"could not relaunch the original server ({command}): {exc}")
         return
@@ -522,6 +521,40 @@ def _bring_back_original(box, journal: Journal, original: dict, report: RestoreR
         journal.mark_original_stopped(False)
     except RemoteError as exc:
         report.problems.append(f"the original server is back but the journal could not be updated: {exc}")
+        return
+    settle()
+    try:
+        health = ""
+        if handle.port is not None:
+            box.wait_healthy(handle, timeout=server_start_timeout)
+        elif done is None:
+            time.sleep(1.0)
+            if not box.is_alive(handle.pid, timeout=timeout):
+                report.problems.append(
+                    f"could not relaunch the original server ({command}): it exited at once "
+                    f"(no port recorded to health-check; see {handle.log_path})"
+                )
+                _journal_original_again(journal, original, run_id, report)
+                return
+            health = " (no port recorded: running, health not checked)"
+    except RemoteError as exc:
+        report.problems.append(f"could not relaunch the original server ({command}): {exc}")
+        _journal_original_again(journal, original, run_id, report)
+        return
+    report.actions.append(done or f"relaunched the original server (pid {handle.pid}){health}: {command}")
+
+
+def _journal_original_again(journal: Journal, original: dict, run_id: str | None, report: RestoreReport) -> None:
+    """The relaunched original did not come up: record it as stopped again (a journal emptied by
+    ``settle`` is begun again), so ``workbench restore`` or the next run relaunches it."""
+    try:
+        if not journal.data:
+            journal.begin(run_id)
+        journal.record_original(argv=list(original["argv"]), cwd=original.get("cwd"), env=original.get("env"),
+                                port=original.get("port"), log_path=original.get("log_path"), pid=original.get("pid"))
+        journal.mark_original_stopped(True)
+    except (RemoteError, JournalError) as exc:
+        report.problems.append(f"the journal could not record the original server as still stopped: {exc}")
 
 
 def _same_server(box, argv: list[str], journal: Journal, timeout: float):

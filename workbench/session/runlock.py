@@ -38,7 +38,8 @@ from remote.errors import RemoteError
 from workbench.errors import DiagnosisError, JournalError
 
 __all__ = ["HEARTBEAT_S", "STALE_AFTER_S", "RUNBOOK_ENV", "Holder", "BoxStatus", "RunLock", "RunLocked",
-           "acquire", "box_status", "release", "lock_path", "describe_holder", "is_mine", "self_identity"]
+           "acquire", "box_status", "release", "lock_path", "describe_holder", "is_mine", "self_identity", "run_name",
+           "JUPYTER_SESSION_ENV"]
 
 #: seconds between two heartbeats of a holder that runs on another machine than the box
 HEARTBEAT_S = 10.0
@@ -352,6 +353,21 @@ class RunLock:
             self.released = True
 
 
+#: set by Jupyter server (jupyter_server's ``SessionManager.get_kernel_env``) in a notebook's or
+#: console's kernel: the notebook's path (``/work/repo/notebooks/box_console.ipynb``, a console's ``Console 1``)
+JUPYTER_SESSION_ENV = "JPY_SESSION_NAME"
+
+
+def run_name() -> str:
+    """What the run lock names as the holder's runbook: ``$EAGLE_WORKBENCH_RUNBOOK`` (``workbench
+    runbook``), else in a Jupyter kernel the notebook's or console's name (the last part of
+    ``$JPY_SESSION_NAME``, e.g. ``box_console.ipynb``: the kernel's argv[0] is only
+    ``ipykernel_launcher.py``), else the program (``os.path.basename(sys.argv[0])``)."""
+    session = (os.environ.get(JUPYTER_SESSION_ENV) or "").strip().rstrip("/")
+    return (os.environ.get(RUNBOOK_ENV) or (os.path.basename(session) or session)
+            or os.path.basename(sys.argv[0] or "python") or "python")
+
+
 def acquire(box, host: str, run_id: str, *, timeout: float = 10.0) -> RunLock:
     """Take the run lock on ``box`` for ``run_id`` (this process), taking over a stale one.
 
@@ -359,8 +375,7 @@ def acquire(box, host: str, run_id: str, *, timeout: float = 10.0) -> RunLock:
     when, which runbook) when another run holds it; :class:`JournalError` when the lock script
     cannot run on the box."""
     me = self_identity()
-    holder = {"run_id": run_id, **me, "host": socket.gethostname(), "runbook": os.environ.get(RUNBOOK_ENV)
-              or os.path.basename(sys.argv[0] or "python"), "started_at": time.time()}
+    holder = {"run_id": run_id, **me, "host": socket.gethostname(), "runbook": run_name(), "started_at": time.time()}
     status = box_status(box, timeout=timeout)
     holder["heartbeat"] = me["boot_id"] is None or me["boot_id"] != status.box_boot_id
     dead = status.holder.run_id if status.holder is not None and status.holder.alive is False else None
