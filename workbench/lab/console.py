@@ -22,6 +22,7 @@ import ipywidgets as W
 from remote.errors import RemoteError, ServerDied, ServerStartTimedOut
 from workbench.engine.launch import LaunchCommand
 from workbench.errors import LaunchRefused, ServerChoiceError, WorkbenchError
+from workbench.lab.clicks import clicks_of
 from workbench.lab.gpu import read_gpus
 from workbench.lab.state import BoxState
 
@@ -123,7 +124,7 @@ class BoxConsole:
         self.status_html = W.HTML()
         self.status_html.add_class("wb-console-status-view")
         self.refresh_button = _button("Refresh", "wb-console-refresh")
-        self.refresh_button.on_click(lambda _: self.refresh())
+        self.refresh_button.on_click(self._click("refresh", self.refresh))
         status_box = W.VBox([self.refresh_button, self.status_html])
         # -- Server
         self.command = W.Textarea(layout=W.Layout(width="100%", height="7em"))
@@ -134,10 +135,10 @@ class BoxConsole:
         self.force_button = _button("Launch anyway (the doctor says it will not start)", "wb-console-force",
                                     "danger")
         self.force_button.layout.display = "none"
-        self.start_button.on_click(lambda _: self.start())
-        self.stop_button.on_click(lambda _: self.stop())
-        self.restart_button.on_click(lambda _: self.restart())
-        self.force_button.on_click(lambda _: self.restart(force=True))
+        self.start_button.on_click(self._click("start", self.start))
+        self.stop_button.on_click(self._click("stop", self.stop))
+        self.restart_button.on_click(self._click("restart", self.restart))
+        self.force_button.on_click(self._click("launch anyway", lambda: self.restart(force=True)))
         self.status_line = W.HTML()
         self.status_line.add_class("wb-console-status")
         self.findings_html = W.HTML()
@@ -151,7 +152,7 @@ class BoxConsole:
         self.journal_html = W.HTML()
         self.journal_html.add_class("wb-console-journal")
         self.restore_button = _button("Put the box back", "wb-console-restore", "primary")
-        self.restore_button.on_click(lambda _: self.restore())
+        self.restore_button.on_click(self._click("put the box back", self.restore))
         self.restore_html = W.HTML()
         self.restore_html.add_class("wb-console-restore-report")
         journal_box = W.VBox([self.restore_button, self.restore_html, self.journal_html])
@@ -165,6 +166,12 @@ class BoxConsole:
                          self.restore_button, self.refresh_button]
         self.refresh()
         self._prefill()
+
+    def _click(self, name: str, fn):
+        """The ``on_click`` callback running ``fn()`` through the shared click guard
+        (``state.clicks``, :class:`workbench.lab.clicks.ClickGuard`): a click queued while an action
+        ran is dropped, not run again."""
+        return clicks_of(self.state).handler(name, fn)
 
     def _on_tab(self, change) -> None:
         """A pane's tab was selected: the pane re-reads the box (its ``refresh()``, which shows its

@@ -14,6 +14,8 @@ from typing import Any, Optional
 
 import ipywidgets as W
 
+from workbench.lab.clicks import clicks_of
+
 __all__ = ["ProbesPane"]
 
 
@@ -82,12 +84,13 @@ class ProbesPane:
         self.readings.add_class("wb-probes-readings")
         self._buttons = [self.add_button, self.add_expr_button, self.revert_button, self.revert_all_button,
                          self.read_button, self.refresh_button]
-        self.add_button.on_click(lambda _b: self.add_recipe())
-        self.add_expr_button.on_click(lambda _b: self.add_expression())
-        self.revert_button.on_click(lambda _b: self.revert())
-        self.revert_all_button.on_click(lambda _b: self.revert_all())
-        self.read_button.on_click(lambda _b: self.read_back())
-        self.refresh_button.on_click(lambda _b: self.refresh())
+        clicks = clicks_of(state)  # a click queued while an action ran is dropped (workbench.lab.clicks)
+        self.add_button.on_click(clicks.handler("add recipe probe", self.add_recipe))
+        self.add_expr_button.on_click(clicks.handler("add expression probe", self.add_expression))
+        self.revert_button.on_click(clicks.handler("revert this probe", self.revert))
+        self.revert_all_button.on_click(clicks.handler("revert all probes", self.revert_all))
+        self.read_button.on_click(clicks.handler("read what they printed", self.read_back))
+        self.refresh_button.on_click(clicks.handler("refresh probes", self.refresh))
         self.widget = W.VBox([
             W.HBox([self.recipe, self.add_button]),
             W.HBox([self.file, self.line, self.exprs, self.add_expr_button], layout=W.Layout(flex_flow="row wrap")),

