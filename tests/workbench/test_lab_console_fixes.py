@@ -169,3 +169,44 @@ def html_escape(text: str) -> str:
     import html
 
     return html.escape(text, quote=False)
+
+
+# -- the console sticks to its server (8) -------------------------------------------------------
+
+
+def test_a_killed_server_is_reported_with_its_log_and_no_other_is_offered(own_sandbox_server, tmp_path, state_dir):
+    import os
+    import signal
+
+    with own_sandbox_server(tmp_path / "a", *sandbox_flags(**EAGLE)) as a, \
+            own_sandbox_server(tmp_path / "b", *sandbox_flags(**EAGLE)) as b:
+        c = BoxConsole(port=a.port, server_start_timeout=120)
+        try:
+            assert c.state.server().pid == a.pid and c.state.seen.pid == a.pid
+            os.killpg(a.pid, signal.SIGKILL)  # kill -9 of the console's server, from outside
+            a.proc.wait(timeout=30)
+            deadline = time.monotonic() + 30
+            while any(s.port == a.port for s in c.state.servers()) and time.monotonic() < deadline:
+                time.sleep(0.5)
+            c.refresh()
+            page = c.status_html.value
+            assert f"The server on port {a.port} (pid {a.pid}) is not running any more" in page, page
+            last = [ln for ln in a.log().splitlines() if ln.strip()][-1]
+            assert html_escape(last) in page and str(a.log_path) in page
+            assert "Pick one" not in page and f"port {b.port}" in page  # listed, not taken
+            assert c.state.port == a.port
+            from workbench.errors import ServerChoiceError
+            from workbench.lab.state import ServerGone
+
+            with pytest.raises(ServerGone, match=f"port {a.port} \\(pid {a.pid}\\) is not running any more"):
+                c.state.server()
+            assert c.stop() is False
+            assert c.status_line.value.startswith(f"nothing was running (the server on port {a.port}, pid {a.pid}, "
+                                                   "had already exited)"), c.status_line.value
+            # after the console's own stop the port is free: plain "no server on port P", still no other taken
+            with pytest.raises(ServerChoiceError) as err:
+                c.state.server()
+            assert not isinstance(err.value, ServerGone) and f"no SGLang server runs on port {a.port}" in str(err.value)
+            assert c.state.port == a.port
+        finally:
+            c.close()

@@ -24,7 +24,7 @@ from workbench.engine.launch import LaunchCommand
 from workbench.errors import LaunchRefused, ServerChoiceError, WorkbenchError
 from workbench.lab.clicks import clicks_of
 from workbench.lab.gpu import read_gpus
-from workbench.lab.state import BoxState
+from workbench.lab.state import BoxState, ServerGone
 
 __all__ = ["BoxConsole", "box_console", "PANES", "server_health", "server_uptime"]
 
@@ -205,9 +205,12 @@ class BoxConsole:
         (:class:`workbench.lab.gpu.GpuReport`), ``error`` (why no server could be chosen, or ``None``).
         Raises what the box raises."""
         st = self.state
-        facts: dict = {"host": st.host, "port": st.port, "pid": None, "error": None}
+        facts: dict = {"host": st.host, "port": st.port, "pid": None, "error": None, "gone": None}
         try:
             server = st.server()
+        except ServerGone as exc:
+            facts["gone"] = exc
+            server = None
         except ServerChoiceError as exc:
             facts["error"] = str(exc)
             server = None
@@ -242,6 +245,14 @@ class BoxConsole:
 
     def _status_html(self, f: dict) -> str:
         rows = [("host", _esc(f["host"]))]
+        gone = f.get("gone")
+        if gone is not None:
+            log = (f"its log {_esc(gone.log_path)} ends with:<pre class='wb-console-log-tail' "
+                   f"style='white-space:pre-wrap'>{_esc(chr(10).join(gone.log_tail))}</pre>") if gone.log_path \
+                else "its output went to no log file."
+            return (f"<p class='wb-console-gone'><b>The server on port {gone.port} (pid {gone.pid}) is not running "
+                    f"any more</b> — {log}</p><p>This console stays on port {gone.port}: start a server there in the "
+                    f"Server tab. Other SGLang servers running: {_esc(', '.join(f'port {p}' for p in f.get('others') or []) or 'none')}</p>")
         if f.get("error"):
             return (f"<p><b>No server chosen:</b> {_esc(f['error'])}</p>"
                     f"<p>Other SGLang servers running: {_esc(f.get('others') or 'none')}</p>")
@@ -397,6 +408,7 @@ class BoxConsole:
 
     def _launch(self, text: str, force: bool):
         launch = LaunchCommand.parse(text)
+        self.state.forget_server()  # the console replaces the server itself: its absence is no news
         session = self._session(launch)
         self.force_button.layout.display = "none"
         try:
@@ -435,9 +447,14 @@ class BoxConsole:
         """Stop the server on the port (journalled: :meth:`restore` relaunches the one found). True
         when something was stopped."""
         def go():
-            stopped = self._session(None).stop()
+            port = self.state.port
+            was = [s for s in self.state.servers() if port is not None and s.port == port]
+            gone = self.state.seen if self.state.seen is not None and not was else None
+            stopped = self._session(None).stop() and bool(was)
             errors = self.state.notify("stopped")
-            self.status_line.value = ("stopped" if stopped else "nothing was running") + "".join(
+            self.status_line.value = (f"stopped pid {was[0].pid} on port {port}" if stopped else
+                                      "nothing was running" + (f" (the server on port {gone.port}, pid {gone.pid}, "
+                                                               "had already exited)" if gone else "")) + "".join(
                 f"<br>a pane failed to refresh: {_esc(_err(e))}" for e in errors)
             return stopped
         return bool(self._run("stopping", go))

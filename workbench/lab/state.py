@@ -10,12 +10,29 @@ from remote import connect
 from workbench.lab.clicks import ClickGuard
 from workbench.engine.launch import LaunchCommand
 from workbench.engine.locate import choose_server, find_engine, read_environ, running_servers
+from workbench.errors import ServerChoiceError
 
-__all__ = ["BoxState", "NOTEBOOK_HOW"]
+__all__ = ["BoxState", "NOTEBOOK_HOW", "ServerGone"]
 
 #: How a notebook user picks a server (for :class:`workbench.errors.ServerChoiceError` messages,
 #: ``choose_server(..., how=NOTEBOOK_HOW)``; ``N`` stands for the port).
 NOTEBOOK_HOW = "port = N in the parameters cell"
+
+
+class ServerGone(ServerChoiceError):
+    """The server the console had chosen (``.port``, ``.pid``) is not running any more — killed,
+    crashed, or stopped by someone else — and the console does not take another one in its place.
+    ``.log_path``: its log file (``None``: not a file); ``.log_tail``: its last lines (a line
+    saying why when it could not be read). A subclass of
+    :class:`~workbench.errors.ServerChoiceError`, so what handles "no server chosen" handles it."""
+
+    def __init__(self, port: int, pid: int, log_path: Optional[str], log_tail: list[str], *,
+                 ports=(), where: str = ""):
+        self.port, self.pid, self.log_path, self.log_tail = port, pid, log_path, list(log_tail)
+        log = (f"its log {log_path} ends with:\n" + "\n".join(self.log_tail)) if log_path else \
+            "its output went to no log file"
+        super().__init__(f"the server on port {port} (pid {pid}) is not running any more — {log}",
+                         ports=ports, where=where)
 
 
 class BoxState:
@@ -36,8 +53,6 @@ class BoxState:
     def __init__(self, host: str = "local", port: Optional[int] = None, *, box: Any = None, timeout: float = 30,
                  how: str = NOTEBOOK_HOW):
         if port is not None and (isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535):
-            from workbench.errors import ServerChoiceError
-
             raise ServerChoiceError(f"port must be a TCP port number 1-65535 or None, got {port!r}", where=str(host))
         self.host = host
         self.port = port
@@ -49,6 +64,10 @@ class BoxState:
         self._sources: dict[tuple, Any] = {}
         self._maps: dict[tuple, Any] = {}
         self.listeners: list[Callable[[str], None]] = []
+        #: The server :meth:`server` returned last (``ServerProcess``): once a server is chosen the
+        #: state sticks to its port, and when it is gone :meth:`server` raises :class:`ServerGone`
+        #: with its log instead of offering another server.
+        self.seen = None
         #: The click guard every button of the console and its panes goes through
         #: (:class:`workbench.lab.clicks.ClickGuard`): one action at a time, queued clicks dropped.
         self.clicks = ClickGuard()
@@ -76,11 +95,37 @@ class BoxState:
         with ``port`` ``None`` the only one running (and :attr:`port` is set to its port); ``None``
         when none runs and no port was asked for. Raises :class:`~workbench.errors.ServerChoiceError`
         when several run and no port picks one, or when ``port`` names no running server (the
-        message lists the ports in the notebook's terms, :attr:`how`)."""
-        chosen = choose_server(self.servers(), self.port, how=self.how, where=self.box.name)
+        message lists the ports in the notebook's terms, :attr:`how`), and :class:`ServerGone`
+        when the server it returned before on :attr:`port` is not running any more (its log's end
+        in the message; another server is never taken in its place)."""
+        servers = self.servers()
+        seen = self.seen
+        if (seen is not None and self.port is not None and seen.port == self.port
+                and not any(s.port == self.port for s in servers)):
+            raise ServerGone(seen.port, seen.pid, seen.log_path, self._tail(seen.log_path),
+                             ports=[s.port for s in servers], where=self.box.name)
+        chosen = choose_server(servers, self.port, how=self.how, where=self.box.name)
         if chosen is not None and self.port is None and chosen.port is not None:
             self.port = chosen.port
+        if chosen is not None:
+            self.seen = chosen
         return chosen
+
+    def _tail(self, path: Optional[str], n: int = 20) -> list[str]:
+        """The last ``n`` lines of the log ``path`` (one line saying why when it cannot be read)."""
+        from remote.errors import RemoteError
+
+        if not path:
+            return []
+        try:
+            return self.box.tail(path, n=n, timeout=self.timeout)
+        except RemoteError as exc:
+            return [f"(the log could not be read: {type(exc).__name__}: {exc})"]
+
+    def forget_server(self) -> None:
+        """Forget the server last seen (:attr:`seen`): the console stopped or replaced it itself,
+        so its absence is no news (:meth:`notify` calls this first)."""
+        self.seen = None
 
     def launch(self) -> Optional[LaunchCommand]:
         """The running server's launch command (:class:`LaunchCommand` parsed from its argv), or
@@ -161,6 +206,7 @@ class BoxState:
     def notify(self, event: str) -> list[BaseException]:
         """Call every listener with ``event`` (``"started"``, ``"stopped"``, ``"restored"``); the
         exceptions listeners raised are returned (each listener still runs), for the caller to show."""
+        self.forget_server()
         errors: list[BaseException] = []
         for fn in list(self.listeners):
             try:
