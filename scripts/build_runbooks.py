@@ -425,8 +425,11 @@ launch_command = None   # what the Server tab offers when no server runs (None: 
 """, tags=("parameters",)),
     code("""
 from workbench.lab.console import box_console
+from workbench.lab.notebook import shown_as_message
 
-console = box_console(host=host, port=port, launch_command=launch_command); console.widget
+with shown_as_message():  # e.g. a port that is no port number: one line, no traceback
+    console = box_console(host=host, port=port, launch_command=launch_command)
+console.widget
 """),
 ]
 

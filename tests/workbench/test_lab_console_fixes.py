@@ -210,3 +210,54 @@ def test_a_killed_server_is_reported_with_its_log_and_no_other_is_offered(own_sa
             assert c.state.port == a.port
         finally:
             c.close()
+
+
+# -- bad port values in the console notebook (11) ---------------------------------------------
+
+
+@pytest.mark.parametrize("port, why", [
+    ("abc", "got 'abc': text that is no number"),
+    (0, "got 0: outside 1-65535, the range of TCP ports"),
+    (70000, "got 70000: outside 1-65535, the range of TCP ports"),
+    (-1, "got -1: outside 1-65535, the range of TCP ports"),
+    ("70000", "got '70000': outside 1-65535, the range of TCP ports"),
+    (True, "got True: a bool, not a number"),
+    (31555.0, "got 31555.0: a float; write port = 31555"),
+    (0.5, "got 0.5: a float, not a port number"),
+    ([31555], "got [31555]: a list, not a number"),
+])
+def test_a_bad_port_is_one_clear_error(port, why):
+    from workbench.errors import ServerChoiceError
+    from workbench.lab.console import box_console
+
+    with pytest.raises(ServerChoiceError) as err:
+        box_console(port=port)
+    assert str(err.value) == f"port must be a TCP port number 1-65535 or None, {why} (local)"
+
+
+def test_a_port_given_as_digits_is_that_number():
+    assert BoxState("local", "31555").port == 31555 and BoxState("local", " 8 ").port == 8
+    assert BoxState("local", None).port is None and BoxState("local", 65535).port == 65535
+
+
+@pytest.mark.slow  # starts a kernel
+@pytest.mark.parametrize("port", ["abc", 70000, 31555.0])
+def test_box_console_notebook_shows_a_bad_port_as_one_line(port, execute_notebook, tmp_path, state_dir):
+    import nbformat
+    from papermill.exceptions import PapermillExecutionError
+
+    root = Path(__file__).resolve().parents[2]
+    out = tmp_path / "box_console.ipynb"
+    with pytest.raises(PapermillExecutionError) as err:
+        execute_notebook(root / "notebooks" / "box_console.ipynb", out, parameters={"port": port}, cwd=str(tmp_path))
+    assert err.value.ename == "NotebookMessage"
+    nb = nbformat.read(out, as_version=4)
+    errors = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []) if o.output_type == "error"]
+    assert len(errors) == 1
+    lines = errors[0]["traceback"]
+    from workbench.errors import ServerChoiceError
+    from workbench.lab.state import port_value
+
+    with pytest.raises(ServerChoiceError) as expected:
+        port_value(port, where="local")
+    assert lines == [f"ServerChoiceError: {expected.value}"]

@@ -12,11 +12,36 @@ from workbench.engine.launch import LaunchCommand
 from workbench.engine.locate import choose_server, find_engine, read_environ, running_servers
 from workbench.errors import ServerChoiceError
 
-__all__ = ["BoxState", "NOTEBOOK_HOW", "ServerGone"]
+__all__ = ["BoxState", "NOTEBOOK_HOW", "ServerGone", "port_value"]
 
 #: How a notebook user picks a server (for :class:`workbench.errors.ServerChoiceError` messages,
 #: ``choose_server(..., how=NOTEBOOK_HOW)``; ``N`` stands for the port).
 NOTEBOOK_HOW = "port = N in the parameters cell"
+
+
+def port_value(port: Any, *, where: str = "") -> Optional[int]:
+    """``port`` as a TCP port number (int 1-65535) or ``None``; a string of digits (``"31555"``)
+    is taken as that number. Raises :class:`~workbench.errors.ServerChoiceError` saying what is
+    wrong with anything else: a bool, a float (``31555.0``), a string that is no number
+    (``"abc"``), a number outside 1-65535 (``0``, ``-1``, ``70000``); ``where`` names the box."""
+    value = port
+    if isinstance(port, str) and port.strip().isdigit():
+        value = int(port.strip())
+    if value is None or (isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= 65535):
+        return value
+    head = f"port must be a TCP port number 1-65535 or None, got {port!r}"
+    if isinstance(port, bool):
+        why = "a bool, not a number"
+    elif isinstance(port, float):
+        why = (f"a float; write port = {int(port)}" if port.is_integer() and 1 <= port <= 65535
+               else "a float, not a port number")
+    elif isinstance(value, int):
+        why = "outside 1-65535, the range of TCP ports"
+    elif isinstance(port, str):
+        why = "text that is no number"
+    else:
+        why = f"a {type(port).__name__}, not a number"
+    raise ServerChoiceError(f"{head}: {why}", where=where)
 
 
 class ServerGone(ServerChoiceError):
@@ -39,7 +64,8 @@ class BoxState:
     """The box and the server a console looks at, shared by the console's panes.
 
     ``host``: ``"local"`` (this machine, the sandbox box) or an SSH host as ``remote.connect``
-    takes it; ``port``: the server's TCP port, or ``None`` to take the only server running (set on
+    takes it; ``port``: the server's TCP port (checked by :func:`port_value`: a string of digits
+    is taken as the number, anything else not 1-65535 raises ``ServerChoiceError``), or ``None`` to take the only server running (set on
     the first :meth:`server` call that finds exactly one); ``box``: an already connected
     ``remote.Box`` (else connected lazily with ``remote.connect(host)`` and closed by
     :meth:`close`); ``timeout``: seconds every remote call made here may take; ``how``: how the
@@ -52,10 +78,8 @@ class BoxState:
 
     def __init__(self, host: str = "local", port: Optional[int] = None, *, box: Any = None, timeout: float = 30,
                  how: str = NOTEBOOK_HOW):
-        if port is not None and (isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535):
-            raise ServerChoiceError(f"port must be a TCP port number 1-65535 or None, got {port!r}", where=str(host))
         self.host = host
-        self.port = port
+        self.port = port_value(port, where=str(host))
         self.timeout = timeout
         self.how = how
         self._box = box
