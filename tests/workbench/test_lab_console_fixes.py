@@ -261,3 +261,50 @@ def test_box_console_notebook_shows_a_bad_port_as_one_line(port, execute_noteboo
     with pytest.raises(ServerChoiceError) as expected:
         port_value(port, where="local")
     assert lines == [f"ServerChoiceError: {expected.value}"]
+
+
+# -- the Server tab's check (9, 10) -------------------------------------------------------------
+
+
+def test_every_check_replaces_the_findings_and_hides_launch_anyway(free_port, tmp_path, state_dir):
+    """No server is started: a command the doctor refuses (its draft path does not exist), then
+    commands that do not parse, then --port values that are no port or not the console's."""
+    from workbench.engine.launch import LaunchCommand
+    from workbench.sandbox_box import sandbox_launch_command
+
+    good = sandbox_launch_command(port=free_port)
+    draft = LaunchCommand.parse(good).get("--speculative-draft-model-path")
+    refused = good.replace(draft, str(tmp_path / "no-such-draft"))
+    c = BoxConsole(port=free_port, server_start_timeout=60)
+    try:
+        assert c.start(refused) is None and "Launch refused" in c.status_line.value
+        assert c.last_findings and c.last_findings[0].rule in c.findings_html.value
+        assert c.force_button.layout.display is None
+        for bad in ("", "   \n  ", "python3 -m http.server 30000", "sleep 600", 'python -m x --a "b'):
+            c.command.value = refused  # back to the refused command, "Launch anyway" shown again
+            c.force_button.layout.display = None
+            assert c.start(bad) is None
+            assert c.findings_html.value == "" and c.last_findings == [], (bad, c.findings_html.value)
+            assert c.force_button.layout.display == "none", bad
+            assert "Not launched" in c.status_line.value and "LaunchCommandError" not in c.status_line.value
+        c.force_button.layout.display = None
+        c.command.value = refused + " "  # an edit hides "Launch anyway"
+        assert c.force_button.layout.display == "none"
+        for port in ("99999", "abc", "0"):
+            assert c.start(good.replace(f"--port {free_port}", f"--port {port}")) is None
+            assert f"--port {port} is not a TCP port number: give a whole number 1-65535" in c.status_line.value
+            assert "Error" not in c.status_line.value and c.findings_html.value == ""
+        other = free_port + 1 if free_port < 65535 else free_port - 1
+        assert c.start(good.replace(f"--port {free_port}", f"--port {other}")) is None
+        assert (f"this console drives the server on port {free_port}; to run a server on {other} open a console "
+                f"with port = {other}") in c.status_line.value
+        assert not [s for s in c.state.servers() if s.port in (free_port, other)]
+    finally:
+        c.close()
+    from workbench.session.journal import Journal
+
+    box = connect("local")
+    try:
+        assert not Journal(box).pending
+    finally:
+        box.close()

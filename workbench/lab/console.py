@@ -135,6 +135,7 @@ class BoxConsole:
         self.force_button = _button("Launch anyway (the doctor says it will not start)", "wb-console-force",
                                     "danger")
         self.force_button.layout.display = "none"
+        self.command.observe(self._on_command_edit, names="value")
         self.start_button.on_click(self._click("start", self.start))
         self.stop_button.on_click(self._click("stop", self.stop))
         self.restart_button.on_click(self._click("restart", self.restart))
@@ -368,7 +369,13 @@ class BoxConsole:
             return [f"(the log {path} could not be read again: {_err(again)})"]
 
     def _show_error(self, exc: BaseException) -> None:
+        from workbench.errors import WorkbenchInputError
+
         tail = getattr(exc, "log_tail", None)
+        if isinstance(exc, WorkbenchInputError):  # the command's own fault: said in plain words
+            self.status_line.value = (f"<b style='color:#b00'>Not launched</b>: <pre class='wb-console-input-error' "
+                                      f"style='white-space:pre-wrap'>{_esc(exc)}</pre>Nothing was stopped or started.")
+            return
         text = f"<b style='color:#b00'>{_esc(type(exc).__name__)}</b>: <pre style='white-space:pre-wrap'>{_esc(exc)}</pre>"
         if tail and not isinstance(exc, (ServerDied, ServerStartTimedOut)):
             text += "<pre>" + _esc("\n".join(tail)) + "</pre>"
@@ -406,8 +413,37 @@ class BoxConsole:
                 "style='text-align:left'><tr><th>rule</th><th>severity</th><th>message</th><th>fix</th></tr>"
                 + rows + "</table>")
 
+    def _clear_check(self) -> None:
+        """A new check starts (or the command changed): the last check's findings and "Launch
+        anyway" go away, so nothing shown belongs to another command."""
+        self.last_findings = []
+        self.findings_html.value = ""
+        self.force_button.layout.display = "none"
+
+    def _on_command_edit(self, _change) -> None:
+        self.force_button.layout.display = "none"  # "Launch anyway" was for the command refused
+
+    def _check_port(self, launch: LaunchCommand) -> None:
+        """Refuse, in plain words, a ``--port`` that is no TCP port number or that is not the
+        port this console drives (raises :class:`~workbench.errors.LaunchCommandError`)."""
+        from workbench.errors import LaunchCommandError
+
+        given = launch.get("--port")
+        if given is None:
+            return
+        text = str(given).strip()
+        if not text.isdigit() or not 1 <= int(text) <= 65535:
+            raise LaunchCommandError(f"--port {given} is not a TCP port number: give a whole number 1-65535"
+                                     + (f" (this console drives port {self.state.port})" if self.state.port else ""))
+        if self.state.port is not None and int(text) != self.state.port:
+            raise LaunchCommandError(
+                f"this console drives the server on port {self.state.port}; to run a server on {int(text)} open a "
+                f"console with port = {int(text)} in the parameters cell, or set --port {self.state.port} here")
+
     def _launch(self, text: str, force: bool):
+        self._clear_check()
         launch = LaunchCommand.parse(text)
+        self._check_port(launch)
         self.state.forget_server()  # the console replaces the server itself: its absence is no news
         session = self._session(launch)
         self.force_button.layout.display = "none"
