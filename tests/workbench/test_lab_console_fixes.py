@@ -308,3 +308,40 @@ def test_every_check_replaces_the_findings_and_hides_launch_anyway(free_port, tm
         assert not Journal(box).pending
     finally:
         box.close()
+
+
+def test_line_errors_in_a_file_with_probes_say_so_with_the_original_line_count(probe_state):
+    state = probe_state
+    entry = state.code_path().entry("draft-fc-width-check")
+    original_lines = len(Path(entry.file).read_text().splitlines())
+    pane = ProbesPane(state)
+    source = SourcePane(state, context=2)
+    assert pane.add_recipe("draft-input-width") is not None, pane.status.value
+    now_lines = len(Path(entry.file).read_text().splitlines())
+    assert now_lines > original_lines
+    # the map is read again from the patched file: its line is where the statement is now
+    moved = state.code_path().entry("draft-fc-width-check")
+    text_now = Path(entry.file).read_text().splitlines()
+    assert moved.line > entry.line
+    assert text_now[moved.line - 1].strip() == entry.code.strip()
+    root = str(state.engine().root).rstrip("/")
+    rel = entry.file[len(root) + 1:]
+    assert pane.add_expression(rel, 9999999, ["x"]) is None
+    status = pane.status.value
+    assert "AnchorNotFound" in status and f"it has {now_lines} lines" in status
+    assert (f"the file has 1 probe(s) in it: {now_lines} lines now, {original_lines} in the original file"
+            in status), status
+    block = remote_probes.probe_blocks(Path(entry.file).read_text())
+    assert len(block) == 1
+    assert pane.add_expression(rel, block[0][0] + 1, ["x"]) is None
+    assert "inside another probe's block" in pane.status.value and "in the original file" in pane.status.value
+    # the Source tab: a line outside the file, and any excerpt of the file, say the file has probes
+    assert source.show(entry.file, 9999999) is None
+    assert (f"this file has 1 probe(s) in it: the line numbers are the file's with them ({now_lines} lines; "
+            f"{original_lines} in the original file)") in source.status.value
+    assert source.show_entry("draft-fc-width-check") is not None
+    assert html_escape(entry.code.strip()) in source.view.value and f"{entry.file}:{moved.line}" in source.status.value
+    assert "in the original file" in source.status.value
+    assert pane.revert_all() is not None and remote_probes.list_probes(state.box) == []
+    assert source.show(entry.file, entry.line) is not None and "probe(s)" not in source.status.value
+    assert remote_probes.original_line_count(Path(entry.file).read_text()) == original_lines

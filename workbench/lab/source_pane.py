@@ -124,8 +124,20 @@ class SourcePane:
         """Show lines ``line ± context`` of ``path`` (absolute on the box or relative to the engine
         root) with line ``line`` highlighted; returns the ``SourceExcerpt`` (``None`` on an error)."""
         context = self.context.value if context is None else int(context)
+        from workbench.errors import SourceLookupError
+
         try:
-            excerpt = self.state.source().show(path, int(line), context)
+            source = self.state.source()
+            try:
+                excerpt = source.show(path, int(line), context)
+            except SourceLookupError as exc:
+                note = self._probes_note(source.path(path)) if "is outside" in str(exc) else ""
+                if not note:
+                    raise
+                core = str(exc)
+                if exc.where and core.endswith(f" ({exc.where})"):
+                    core = core[: -len(exc.where) - 3]
+                raise SourceLookupError(core + note, where=exc.where) from None
         except Exception as exc:  # noqa: BLE001 - shown in the pane
             self._fail(exc)
             return None
@@ -138,8 +150,21 @@ class SourcePane:
             rows.append(f'<span class="wb-source-focus" style="background:#fff3b0;font-weight:bold">{row}</span>'
                         if n == excerpt.focus else row)
         self.view.value = "<pre>" + "\n".join(rows) + "</pre>"
-        self.status.value = _esc(f"{excerpt.file}:{excerpt.focus} (lines {excerpt.first}-{excerpt.last})")
+        self.status.value = _esc(f"{excerpt.file}:{excerpt.focus} (lines {excerpt.first}-{excerpt.last})"
+                                 + self._probes_note(excerpt.file))
         return excerpt
+
+    def _probes_note(self, path: str) -> str:
+        """``" · this file has N probe(s) …"`` when ``path`` holds probe blocks (its line numbers
+        are then the patched file's; the original's line count given), else ``""``."""
+        from remote import probes
+
+        text = self.state.box.read_text(path, timeout=30)
+        blocks = probes.probe_blocks(text)
+        if not blocks:
+            return ""
+        return (f" · this file has {len(blocks)} probe(s) in it: the line numbers are the file's with them "
+                f"({len(text.splitlines())} lines; {probes.original_line_count(text)} in the original file)")
 
     def show_entry(self, key: str):
         """Show the code-path entry ``key``'s line (e.g. ``draft-fc-width-check``); the excerpt, or
@@ -158,7 +183,7 @@ class SourcePane:
         if excerpt is not None:
             self.status.value = _esc(f"{key}: {entry.what} · {excerpt.file}:{excerpt.focus}"
                                      + (f" · {entry.detail}" if entry.detail else "")
-                                     + (f" · {entry.note}" if entry.note else ""))
+                                     + (f" · {entry.note}" if entry.note else "") + self._probes_note(excerpt.file))
         return excerpt
 
     def find(self, name: Optional[str] = None) -> Optional[list]:
