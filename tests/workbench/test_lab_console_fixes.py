@@ -345,3 +345,36 @@ def test_line_errors_in_a_file_with_probes_say_so_with_the_original_line_count(p
     assert pane.revert_all() is not None and remote_probes.list_probes(state.box) == []
     assert source.show(entry.file, entry.line) is not None and "probe(s)" not in source.status.value
     assert remote_probes.original_line_count(Path(entry.file).read_text()) == original_lines
+
+
+# -- the journal's long commands (15) and the Source tab's entries (7) -----------------------------
+
+
+def test_long_commands_are_cut_between_arguments_with_an_ellipsis():
+    from workbench.lab.console import shorten_command
+
+    short = ["python", "-m", "sglang.launch_server", "--port", "30000"]
+    assert shorten_command(short) == "python -m sglang.launch_server --port 30000"
+    argv = ["python", "-m", "sglang.launch_server", "--model-path", "/models/" + "x" * 60 + "/Llama-3.1-8B-Instruct",
+            "--speculative-draft-model-path", "/models/" + "y" * 60 + "/EAGLE3-LLaMA3.1-Instruct-8B"]
+    full = " ".join(argv)
+    got = shorten_command(argv, limit=120)
+    head = " ".join(argv[:4])  # the model path would cross the limit: cut before it, not inside it
+    assert got == f"{head} … ({len(full) - len(head)} more characters)"
+    assert shorten_command(["/" + "z" * 50], limit=10) == "/" + "z" * 9 + "… … (41 more characters)"
+
+
+def test_the_source_tab_has_its_entry_buttons_once_shown(sandbox_server):
+    srv = sandbox_server("EAGLE3")
+    c = BoxConsole(port=srv.port)
+    try:
+        index = c.widget.titles.index("Source")
+        pane = c.panes[index - 3][1]
+        assert isinstance(pane, SourcePane)
+        c.widget.selected_index = index  # what a click on the tab does
+        keys = [b._dom_classes for b in pane.entries.children]
+        cmap = c.state.code_path()
+        assert len(keys) == len(cmap.entries) > 0, pane.status.value
+        assert all(f"wb-source-entry-{e.key}" in k for e, k in zip(cmap.entries, keys))
+    finally:
+        c.close()

@@ -26,7 +26,7 @@ from workbench.lab.clicks import clicks_of
 from workbench.lab.gpu import read_gpus
 from workbench.lab.state import BoxState, ServerGone
 
-__all__ = ["BoxConsole", "box_console", "PANES", "server_health", "server_uptime"]
+__all__ = ["BoxConsole", "box_console", "PANES", "server_health", "server_uptime", "shorten_command"]
 
 #: The panes of other modules, as (tab title, module, class): built when importable (each takes a
 #: :class:`BoxState`), else a placeholder tab says the pane is not installed.
@@ -80,6 +80,23 @@ def server_uptime(box: Any, pid: int, *, timeout: float = 10.0) -> Optional[int]
     res = box.run(["ps", "-o", "etimes=", "-p", str(pid)], check=False, timeout=timeout)
     text = res.stdout.strip()
     return int(text) if res.exit_code == 0 and text.isdigit() else None
+
+
+#: Characters of a command line the Journal shows at most (the rest is said with an ellipsis).
+COMMAND_CHARS = 400
+
+
+def shorten_command(argv, limit: int = COMMAND_CHARS) -> str:
+    """``argv`` joined with spaces, at most about ``limit`` characters: a longer one is cut after
+    the last whole argument that fits and ends with ``" … (N more characters)"`` — never silently,
+    never in the middle of an argument (a first argument longer than ``limit`` is cut with ``…``)."""
+    text = " ".join(str(a) for a in argv)
+    if len(text) <= limit:
+        return text
+    cut = text.rfind(" ", 0, limit + 1)
+    cut = cut if cut > 0 else limit
+    head = text[:cut].rstrip()
+    return f"{head}{'' if text[cut:cut + 1] == ' ' else '…'} … ({len(text) - len(head)} more characters)"
 
 
 def _esc(x: Any) -> str:
@@ -305,7 +322,7 @@ class BoxConsole:
                          "Put the box back relaunches it")
         for s in data.get("started_servers") or []:
             lines.append(f"started pid {s.get('pid')} on port {s.get('port')} ({s.get('label')}): "
-                         + " ".join(s.get("argv") or [])[:200])
+                         + shorten_command(s.get("argv") or []))
         for p in data.get("created_paths") or []:
             lines.append(f"created {p}")
         for probe in list_probes(box, timeout=self.timeout):
@@ -315,7 +332,8 @@ class BoxConsole:
     def _show_journal(self) -> None:
         try:
             lines = self.journal_lines()
-            self.journal_html.value = ("<b>What this console changed on the box</b><ul>"
+            self.journal_html.value = ("<b>What this console changed on the box</b>"
+                                       "<ul style='white-space:normal;overflow-wrap:anywhere'>"
                                        + "".join(f"<li>{_esc(x)}</li>" for x in lines) + "</ul>") if lines \
                 else "<i>Nothing changed on the box: it is as found.</i>"
         except Exception as exc:  # noqa: BLE001 - shown in the pane
