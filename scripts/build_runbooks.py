@@ -416,7 +416,8 @@ restart with an edited command, and one button that puts the box back as found. 
   log, the engine source, the probes (each says so when not installed).
 
 `port = None` takes the only server running; when several run, the Status tab lists their ports:
-set `port = 30000` (say) in the parameters cell and run again.
+set `port = 30000` (say) in the parameters cell and run again. Once the console has a server it
+stays on its port: if that server exits, the Status tab says so with the end of its log.
 """),
     code("""
 host = "local"          # the box: local (the sandbox box), an ~/.ssh/config alias, user@host[:port]
