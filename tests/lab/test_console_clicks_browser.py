@@ -42,6 +42,8 @@ def test_three_quick_clicks_on_restart_restart_once_in_the_browser(lab, own_sand
                 now = running_servers(box, port=srv.port)
                 assert len(now) == 1 and now[0].pid != srv.pid
                 assert f"started pid {now[0].pid}" in lab.text(".wb-console-status")
+                dropped = lab.wait_for_text(".wb-console-dropped", "ignored", timeout=30)
+                assert "ignored 2 click(s) made while an action ran (the last on “restart”)" in dropped, dropped
                 _tab(lab, "Journal")
                 journal = lab.wait_for_text(".wb-console-journal", "started pid", timeout=30)
                 assert journal.count("started pid") == 1 and f"started pid {now[0].pid}" in journal, journal

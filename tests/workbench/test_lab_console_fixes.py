@@ -90,6 +90,7 @@ def test_a_double_click_on_restart_restarts_once(own_sandbox_server, tmp_path, s
             started = [x for x in c.journal_lines() if x.startswith("started pid")]
             assert len(started) == 1 and f"started pid {first.pid}" in started[0], started
             assert c.state.clicks.dropped == ["restart", "restart"]
+            assert "ignored 2 click(s) made while an action ran (the last on “restart”)" in c.dropped_html.value
             report = c.restore()
             assert report is not None and report.clean, c.restore_html.value
             relaunched = c.state.server()

@@ -159,13 +159,16 @@ class BoxConsole:
         self.force_button.on_click(self._click("launch anyway", lambda: self.restart(force=True)))
         self.status_line = W.HTML()
         self.status_line.add_class("wb-console-status")
+        self.dropped_html = W.HTML()
+        self.dropped_html.add_class("wb-console-dropped")
+        clicks_of(self.state).on_drop = self._on_dropped_click
         self.findings_html = W.HTML()
         self.findings_html.add_class("wb-console-findings")
         server_box = W.VBox([W.HTML("<b>Launch command</b> (edit, then Start / Restart; the doctor checks it first)"),
                              self.command,
                              W.HBox([self.start_button, self.stop_button, self.restart_button, self.force_button],
                                     layout=W.Layout(flex_flow="row wrap")),
-                             self.status_line, self.findings_html])
+                             self.status_line, self.dropped_html, self.findings_html])
         # -- Journal
         self.journal_html = W.HTML()
         self.journal_html.add_class("wb-console-journal")
@@ -190,6 +193,13 @@ class BoxConsole:
         (``state.clicks``, :class:`workbench.lab.clicks.ClickGuard`): a click queued while an action
         ran is dropped, not run again."""
         return clicks_of(self.state).handler(name, fn)
+
+    def _on_dropped_click(self, name: str) -> None:
+        """The click guard dropped a click on ``name`` (made while an action ran): said under the
+        status line (``wb-console-dropped``), so a double-click is seen to have run once."""
+        n = len(clicks_of(self.state).dropped)
+        self.dropped_html.value = (f"<i>ignored {n} click(s) made while an action ran (the last on “{_esc(name)}”): "
+                                   "each action runs once per click made after it ended</i>")
 
     def _on_tab(self, change) -> None:
         """A pane's tab was selected: the pane re-reads the box (its ``refresh()``, which shows its
