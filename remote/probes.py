@@ -1076,6 +1076,27 @@ def _probe_block_lines(lines: Sequence[str]) -> set[int]:
     return inside
 
 
+def probe_blocks(text: str) -> list[tuple[int, int]]:
+    """The probe marker blocks in a file's ``text``: ``(first, last)`` 1-based line numbers of each
+    block, markers included, in file order (empty: the file holds no probe)."""
+    lines = _split_lines(text)
+    inside = sorted(_probe_block_lines(lines))
+    blocks: list[tuple[int, int]] = []
+    for i in inside:
+        if blocks and blocks[-1][1] == i:  # i is 0-based: the line after the block's last (1-based)
+            blocks[-1] = (blocks[-1][0], i + 1)
+        else:
+            blocks.append((i + 1, i + 1))
+    return blocks
+
+
+def original_line_count(text: str) -> int:
+    """How many lines ``text`` has without its probe blocks: the original file's line count
+    (the lines of :func:`probe_blocks` not counted)."""
+    lines = _split_lines(text)
+    return len(lines) - len(_probe_block_lines(lines))
+
+
 def _function_bodies(text: str, lines: Sequence[str], name: str) -> list[tuple[int, int]]:
     """1-based inclusive (first, last) body line ranges of functions called ``name``.
 

@@ -417,7 +417,8 @@ restart with an edited command, and one button that puts the box back as found. 
   log, the engine source, the probes (each says so when not installed).
 
 `port = None` takes the only server running; when several run, the Status tab lists their ports:
-set `port = 30000` (say) in the parameters cell and run again.
+set `port = 30000` (say) in the parameters cell and run again. Once the console has a server it
+stays on its port: if that server exits, the Status tab says so with the end of its log.
 """),
     code("""
 host = "local"          # the box: local (the sandbox box), an ~/.ssh/config alias, user@host[:port]
@@ -426,8 +427,11 @@ launch_command = None   # what the Server tab offers when no server runs (None: 
 """, tags=("parameters",)),
     code("""
 from workbench.lab.console import box_console
+from workbench.lab.notebook import shown_as_message
 
-console = box_console(host=host, port=port, launch_command=launch_command); console.widget
+with shown_as_message():  # e.g. a port that is no port number: one line, no traceback
+    console = box_console(host=host, port=port, launch_command=launch_command)
+console.widget
 """),
 ]
 

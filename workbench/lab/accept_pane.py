@@ -20,6 +20,8 @@ from typing import Any, Optional
 
 import ipywidgets as W
 
+from workbench.lab.clicks import clicks_of
+
 from workbench.logs import ServerLogFollower, parse_log
 
 __all__ = ["AcceptPane", "EMPTY_TEXT", "WINDOW"]
@@ -81,8 +83,9 @@ class AcceptPane:
         self.status.add_class("wb-accept-status")
         self.figure = W.Output(layout=W.Layout(min_height="360px"))
         self.figure.add_class("wb-accept-figure")
-        self.poll_button.on_click(lambda _b: self.poll_once())
-        self.clear_button.on_click(lambda _b: self.clear())
+        clicks = clicks_of(state)  # a click queued while an action ran is dropped (workbench.lab.clicks)
+        self.poll_button.on_click(clicks.handler("poll accept length", self.poll_once))
+        self.clear_button.on_click(clicks.handler("clear accept length", self.clear))
         self.follow.observe(lambda c: self.start() if c["new"] else self.stop(), names="value")
         self.widget = W.VBox([W.HBox([self.poll_button, self.follow, self.clear_button]), self.summary,
                               self.status, self.figure])

@@ -22,10 +22,11 @@ import ipywidgets as W
 from remote.errors import RemoteError, ServerDied, ServerStartTimedOut
 from workbench.engine.launch import LaunchCommand
 from workbench.errors import LaunchRefused, ServerChoiceError, WorkbenchError
+from workbench.lab.clicks import clicks_of
 from workbench.lab.gpu import read_gpus
-from workbench.lab.state import BoxState
+from workbench.lab.state import BoxState, ServerGone
 
-__all__ = ["BoxConsole", "box_console", "PANES", "server_health", "server_uptime"]
+__all__ = ["BoxConsole", "box_console", "PANES", "server_health", "server_uptime", "shorten_command"]
 
 #: The panes of other modules, as (tab title, module, class): built when importable (each takes a
 #: :class:`BoxState`), else a placeholder tab says the pane is not installed.
@@ -81,6 +82,23 @@ def server_uptime(box: Any, pid: int, *, timeout: float = 10.0) -> Optional[int]
     return int(text) if res.exit_code == 0 and text.isdigit() else None
 
 
+#: Characters of a command line the Journal shows at most (the rest is said with an ellipsis).
+COMMAND_CHARS = 400
+
+
+def shorten_command(argv, limit: int = COMMAND_CHARS) -> str:
+    """``argv`` joined with spaces, at most about ``limit`` characters: a longer one is cut after
+    the last whole argument that fits and ends with ``" … (N more characters)"`` — never silently,
+    never in the middle of an argument (a first argument longer than ``limit`` is cut with ``…``)."""
+    text = " ".join(str(a) for a in argv)
+    if len(text) <= limit:
+        return text
+    cut = text.rfind(" ", 0, limit + 1)
+    cut = cut if cut > 0 else limit
+    head = text[:cut].rstrip()
+    return f"{head}{'' if text[cut:cut + 1] == ' ' else '…'} … ({len(text) - len(head)} more characters)"
+
+
 def _esc(x: Any) -> str:
     return html.escape(str(x))
 
@@ -123,7 +141,7 @@ class BoxConsole:
         self.status_html = W.HTML()
         self.status_html.add_class("wb-console-status-view")
         self.refresh_button = _button("Refresh", "wb-console-refresh")
-        self.refresh_button.on_click(lambda _: self.refresh())
+        self.refresh_button.on_click(self._click("refresh", self.refresh))
         status_box = W.VBox([self.refresh_button, self.status_html])
         # -- Server
         self.command = W.Textarea(layout=W.Layout(width="100%", height="7em"))
@@ -134,24 +152,28 @@ class BoxConsole:
         self.force_button = _button("Launch anyway (the doctor says it will not start)", "wb-console-force",
                                     "danger")
         self.force_button.layout.display = "none"
-        self.start_button.on_click(lambda _: self.start())
-        self.stop_button.on_click(lambda _: self.stop())
-        self.restart_button.on_click(lambda _: self.restart())
-        self.force_button.on_click(lambda _: self.restart(force=True))
+        self.command.observe(self._on_command_edit, names="value")
+        self.start_button.on_click(self._click("start", self.start))
+        self.stop_button.on_click(self._click("stop", self.stop))
+        self.restart_button.on_click(self._click("restart", self.restart))
+        self.force_button.on_click(self._click("launch anyway", lambda: self.restart(force=True)))
         self.status_line = W.HTML()
         self.status_line.add_class("wb-console-status")
+        self.dropped_html = W.HTML()
+        self.dropped_html.add_class("wb-console-dropped")
+        clicks_of(self.state).on_drop = self._on_dropped_click
         self.findings_html = W.HTML()
         self.findings_html.add_class("wb-console-findings")
         server_box = W.VBox([W.HTML("<b>Launch command</b> (edit, then Start / Restart; the doctor checks it first)"),
                              self.command,
                              W.HBox([self.start_button, self.stop_button, self.restart_button, self.force_button],
                                     layout=W.Layout(flex_flow="row wrap")),
-                             self.status_line, self.findings_html])
+                             self.status_line, self.dropped_html, self.findings_html])
         # -- Journal
         self.journal_html = W.HTML()
         self.journal_html.add_class("wb-console-journal")
         self.restore_button = _button("Put the box back", "wb-console-restore", "primary")
-        self.restore_button.on_click(lambda _: self.restore())
+        self.restore_button.on_click(self._click("put the box back", self.restore))
         self.restore_html = W.HTML()
         self.restore_html.add_class("wb-console-restore-report")
         journal_box = W.VBox([self.restore_button, self.restore_html, self.journal_html])
@@ -165,6 +187,19 @@ class BoxConsole:
                          self.restore_button, self.refresh_button]
         self.refresh()
         self._prefill()
+
+    def _click(self, name: str, fn):
+        """The ``on_click`` callback running ``fn()`` through the shared click guard
+        (``state.clicks``, :class:`workbench.lab.clicks.ClickGuard`): a click queued while an action
+        ran is dropped, not run again."""
+        return clicks_of(self.state).handler(name, fn)
+
+    def _on_dropped_click(self, name: str) -> None:
+        """The click guard dropped a click on ``name`` (made while an action ran): said under the
+        status line (``wb-console-dropped``), so a double-click is seen to have run once."""
+        n = len(clicks_of(self.state).dropped)
+        self.dropped_html.value = (f"<i>ignored {n} click(s) made while an action ran (the last on “{_esc(name)}”): "
+                                   "each action runs once per click made after it ended</i>")
 
     def _on_tab(self, change) -> None:
         """A pane's tab was selected: the pane re-reads the box (its ``refresh()``, which shows its
@@ -198,9 +233,12 @@ class BoxConsole:
         (:class:`workbench.lab.gpu.GpuReport`), ``error`` (why no server could be chosen, or ``None``).
         Raises what the box raises."""
         st = self.state
-        facts: dict = {"host": st.host, "port": st.port, "pid": None, "error": None}
+        facts: dict = {"host": st.host, "port": st.port, "pid": None, "error": None, "gone": None}
         try:
             server = st.server()
+        except ServerGone as exc:
+            facts["gone"] = exc
+            server = None
         except ServerChoiceError as exc:
             facts["error"] = str(exc)
             server = None
@@ -235,6 +273,14 @@ class BoxConsole:
 
     def _status_html(self, f: dict) -> str:
         rows = [("host", _esc(f["host"]))]
+        gone = f.get("gone")
+        if gone is not None:
+            log = (f"its log {_esc(gone.log_path)} ends with:<pre class='wb-console-log-tail' "
+                   f"style='white-space:pre-wrap'>{_esc(chr(10).join(gone.log_tail))}</pre>") if gone.log_path \
+                else "its output went to no log file."
+            return (f"<p class='wb-console-gone'><b>The server on port {gone.port} (pid {gone.pid}) is not running "
+                    f"any more</b> — {log}</p><p>This console stays on port {gone.port}: start a server there in the "
+                    f"Server tab. Other SGLang servers running: {_esc(', '.join(f'port {p}' for p in f.get('others') or []) or 'none')}</p>")
         if f.get("error"):
             return (f"<p><b>No server chosen:</b> {_esc(f['error'])}</p>"
                     f"<p>Other SGLang servers running: {_esc(f.get('others') or 'none')}</p>")
@@ -286,7 +332,7 @@ class BoxConsole:
                          "Put the box back relaunches it")
         for s in data.get("started_servers") or []:
             lines.append(f"started pid {s.get('pid')} on port {s.get('port')} ({s.get('label')}): "
-                         + " ".join(s.get("argv") or [])[:200])
+                         + shorten_command(s.get("argv") or []))
         for p in data.get("created_paths") or []:
             lines.append(f"created {p}")
         for probe in list_probes(box, timeout=self.timeout):
@@ -296,7 +342,8 @@ class BoxConsole:
     def _show_journal(self) -> None:
         try:
             lines = self.journal_lines()
-            self.journal_html.value = ("<b>What this console changed on the box</b><ul>"
+            self.journal_html.value = ("<b>What this console changed on the box</b>"
+                                       "<ul style='white-space:normal;overflow-wrap:anywhere'>"
                                        + "".join(f"<li>{_esc(x)}</li>" for x in lines) + "</ul>") if lines \
                 else "<i>Nothing changed on the box: it is as found.</i>"
         except Exception as exc:  # noqa: BLE001 - shown in the pane
@@ -350,7 +397,13 @@ class BoxConsole:
             return [f"(the log {path} could not be read again: {_err(again)})"]
 
     def _show_error(self, exc: BaseException) -> None:
+        from workbench.errors import WorkbenchInputError
+
         tail = getattr(exc, "log_tail", None)
+        if isinstance(exc, WorkbenchInputError):  # the command's own fault: said in plain words
+            self.status_line.value = (f"<b style='color:#b00'>Not launched</b>: <pre class='wb-console-input-error' "
+                                      f"style='white-space:pre-wrap'>{_esc(exc)}</pre>Nothing was stopped or started.")
+            return
         text = f"<b style='color:#b00'>{_esc(type(exc).__name__)}</b>: <pre style='white-space:pre-wrap'>{_esc(exc)}</pre>"
         if tail and not isinstance(exc, (ServerDied, ServerStartTimedOut)):
             text += "<pre>" + _esc("\n".join(tail)) + "</pre>"
@@ -388,8 +441,38 @@ class BoxConsole:
                 "style='text-align:left'><tr><th>rule</th><th>severity</th><th>message</th><th>fix</th></tr>"
                 + rows + "</table>")
 
+    def _clear_check(self) -> None:
+        """A new check starts (or the command changed): the last check's findings and "Launch
+        anyway" go away, so nothing shown belongs to another command."""
+        self.last_findings = []
+        self.findings_html.value = ""
+        self.force_button.layout.display = "none"
+
+    def _on_command_edit(self, _change) -> None:
+        self.force_button.layout.display = "none"  # "Launch anyway" was for the command refused
+
+    def _check_port(self, launch: LaunchCommand) -> None:
+        """Refuse, in plain words, a ``--port`` that is no TCP port number or that is not the
+        port this console drives (raises :class:`~workbench.errors.LaunchCommandError`)."""
+        from workbench.errors import LaunchCommandError
+
+        given = launch.get("--port")
+        if given is None:
+            return
+        text = str(given).strip()
+        if not text.isdigit() or not 1 <= int(text) <= 65535:
+            raise LaunchCommandError(f"--port {given} is not a TCP port number: give a whole number 1-65535"
+                                     + (f" (this console drives port {self.state.port})" if self.state.port else ""))
+        if self.state.port is not None and int(text) != self.state.port:
+            raise LaunchCommandError(
+                f"this console drives the server on port {self.state.port}; to run a server on {int(text)} open a "
+                f"console with port = {int(text)} in the parameters cell, or set --port {self.state.port} here")
+
     def _launch(self, text: str, force: bool):
+        self._clear_check()
         launch = LaunchCommand.parse(text)
+        self._check_port(launch)
+        self.state.forget_server()  # the console replaces the server itself: its absence is no news
         session = self._session(launch)
         self.force_button.layout.display = "none"
         try:
@@ -428,9 +511,14 @@ class BoxConsole:
         """Stop the server on the port (journalled: :meth:`restore` relaunches the one found). True
         when something was stopped."""
         def go():
-            stopped = self._session(None).stop()
+            port = self.state.port
+            was = [s for s in self.state.servers() if port is not None and s.port == port]
+            gone = self.state.seen if self.state.seen is not None and not was else None
+            stopped = self._session(None).stop() and bool(was)
             errors = self.state.notify("stopped")
-            self.status_line.value = ("stopped" if stopped else "nothing was running") + "".join(
+            self.status_line.value = (f"stopped pid {was[0].pid} on port {port}" if stopped else
+                                      "nothing was running" + (f" (the server on port {gone.port}, pid {gone.pid}, "
+                                                               "had already exited)" if gone else "")) + "".join(
                 f"<br>a pane failed to refresh: {_esc(_err(e))}" for e in errors)
             return stopped
         return bool(self._run("stopping", go))

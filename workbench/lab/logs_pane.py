@@ -13,6 +13,7 @@ from collections import deque
 
 import ipywidgets as W
 
+from workbench.lab.clicks import clicks_of
 from workbench.logs import ServerLogFollower
 
 #: Filter presets: label -> (pattern, is_regex). ``[probe:`` is the prefix probes print.
@@ -60,7 +61,7 @@ class LogPane:
         self.filter.observe(lambda _c: self.render(), names="value")
         self.preset.observe(self._on_preset, names="value")
         self.follow.observe(lambda c: self.start() if c["new"] else self.stop(), names="value")
-        self.poll_button.on_click(lambda _b: self.poll_once())
+        self.poll_button.on_click(clicks_of(state).handler("poll now", self.poll_once))
         self.widget = W.VBox([W.HBox([self.filter, self.preset, self.follow, self.poll_button]),
                               self.status, self.tail])
 

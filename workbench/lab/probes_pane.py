@@ -14,6 +14,8 @@ from typing import Any, Optional
 
 import ipywidgets as W
 
+from workbench.lab.clicks import clicks_of
+
 __all__ = ["ProbesPane"]
 
 
@@ -33,7 +35,9 @@ class ProbesPane:
     :func:`workbench.engine.recipes.add_recipes`), :meth:`add_expression` (file, line, expressions:
     :func:`remote.probes.add_probe`), :meth:`revert` (one tag), :meth:`revert_all`,
     :meth:`read_back` (:func:`workbench.engine.recipes.read_recipes` on the current server's log,
-    that launch's lines only). Each returns its result and never raises: an error is shown in the
+    that launch's lines only). Line numbers are those of the file as it is now (with the probes
+    already in it, as the code-path map and the Source tab show them); an anchor error on a file
+    with probes says so, with its line count without them. Each returns its result and never raises: an error is shown in the
     status line (``wb-probes-status``) as its type and message and the method returns ``None``.
     A probe prints only after the server restarts (it loads the patched file); the pane says so.
 
@@ -82,12 +86,13 @@ class ProbesPane:
         self.readings.add_class("wb-probes-readings")
         self._buttons = [self.add_button, self.add_expr_button, self.revert_button, self.revert_all_button,
                          self.read_button, self.refresh_button]
-        self.add_button.on_click(lambda _b: self.add_recipe())
-        self.add_expr_button.on_click(lambda _b: self.add_expression())
-        self.revert_button.on_click(lambda _b: self.revert())
-        self.revert_all_button.on_click(lambda _b: self.revert_all())
-        self.read_button.on_click(lambda _b: self.read_back())
-        self.refresh_button.on_click(lambda _b: self.refresh())
+        clicks = clicks_of(state)  # a click queued while an action ran is dropped (workbench.lab.clicks)
+        self.add_button.on_click(clicks.handler("add recipe probe", self.add_recipe))
+        self.add_expr_button.on_click(clicks.handler("add expression probe", self.add_expression))
+        self.revert_button.on_click(clicks.handler("revert this probe", self.revert))
+        self.revert_all_button.on_click(clicks.handler("revert all probes", self.revert_all))
+        self.read_button.on_click(clicks.handler("read what they printed", self.read_back))
+        self.refresh_button.on_click(clicks.handler("refresh probes", self.refresh))
         self.widget = W.VBox([
             W.HBox([self.recipe, self.add_button]),
             W.HBox([self.file, self.line, self.exprs, self.add_expr_button], layout=W.Layout(flex_flow="row wrap")),
@@ -185,12 +190,36 @@ class ProbesPane:
         if tag is None:
             taken = {p.tag for p in probes.list_probes(box, timeout=self.timeout)}
             tag = probes.default_tag(real, line, taken)
-        probe = probes.add_probe(box, real, before=line, exprs=exprs, tag=tag, python=engine.python,
-                                 root=engine.root, timeout=self.timeout)
+        try:
+            probe = probes.add_probe(box, real, before=line, exprs=exprs, tag=tag, python=engine.python,
+                                     root=engine.root, timeout=self.timeout)
+        except probes.AnchorNotFound as exc:
+            raise self._with_probes_said(exc, real) from None
         self._refresh()
         self.status.value = _esc(f"added {probe.tag} ({probe.path}:{probe.line}); it prints after the "
                                         "server restarts")
         return probe
+
+    def _with_probes_said(self, exc: BaseException, path: str) -> BaseException:
+        """``exc`` (an ``AnchorNotFound`` for a line of ``path``), its message saying, when the file
+        holds probes, how many and the line counts with and without them: line numbers here are
+        the file's as it is now (the code-path map and the Source tab show the same numbers)."""
+        from remote import probes
+
+        box = self.state.box
+        text = box.read_text(path, timeout=self.timeout)
+        blocks = probes.probe_blocks(text)
+        if not blocks:
+            return exc
+        core = str(exc)
+        if core.startswith(f"[{box.name}] "):
+            core = core[len(box.name) + 3:]
+        if core.endswith(f": {path}"):
+            core = core[: -len(path) - 2]
+        return probes.AnchorNotFound(
+            f"{core} — the file has {len(blocks)} probe(s) in it: {len(text.splitlines())} lines now, "
+            f"{probes.original_line_count(text)} in the original file; line numbers here are the file's as it is "
+            "now, with the probes (as the code-path map and the Source tab show them)", path=path, box=box.name)
 
     def revert(self, tag: Optional[str] = None):
         """Revert probe ``tag`` (default: the Dropdown's): the file restored byte for byte; returns

@@ -9,6 +9,8 @@ from typing import Any, Optional
 
 import ipywidgets as W
 
+from workbench.lab.clicks import clicks_of
+
 __all__ = ["SourcePane", "parse_location"]
 
 
@@ -49,6 +51,7 @@ class SourcePane:
 
     def __init__(self, state, *, context: int = 8):
         self.state = state
+        self._clicks = clicks_of(state)  # a click queued while an action ran is dropped
         self.location = W.Text(placeholder="file:line (e.g. srt/models/llama_eagle3.py:120)", description="Where",
                                layout=W.Layout(width="50%"))
         self.location.add_class("wb-source-location")
@@ -70,8 +73,8 @@ class SourcePane:
         self.view = W.HTML("<pre></pre>", layout=W.Layout(max_height="500px", overflow="auto"))
         self.view.add_class("wb-source-view")
         self.current: Optional[tuple[str, int]] = None
-        self.show_button.on_click(lambda _b: self.show_location())
-        self.find_button.on_click(lambda _b: self.find())
+        self.show_button.on_click(self._clicks.handler("show source", self.show_location))
+        self.find_button.on_click(self._clicks.handler("find definition", self.find))
         self.context.observe(self._on_context, names="value")
         self.widget = W.VBox([
             W.HBox([self.location, self.context, self.show_button], layout=W.Layout(flex_flow="row wrap")),
@@ -101,7 +104,7 @@ class SourcePane:
             b = W.Button(description=label, tooltip=e.what, disabled=not e.found, layout=W.Layout(width="auto"))
             b.add_class("wb-source-entry")
             b.add_class(f"wb-source-entry-{e.key}")
-            b.on_click(lambda _b, key=e.key: self.show_entry(key))
+            b.on_click(self._clicks.handler(f"show {e.key}", lambda key=e.key: self.show_entry(key)))
             buttons.append(b)
         self.entries.children = tuple(buttons)
         self.status.value = _esc(f"{len(cmap.entries)} code-path entries ({len(cmap.missing)} not found) in "
@@ -121,8 +124,20 @@ class SourcePane:
         """Show lines ``line ± context`` of ``path`` (absolute on the box or relative to the engine
         root) with line ``line`` highlighted; returns the ``SourceExcerpt`` (``None`` on an error)."""
         context = self.context.value if context is None else int(context)
+        from workbench.errors import SourceLookupError
+
         try:
-            excerpt = self.state.source().show(path, int(line), context)
+            source = self.state.source()
+            try:
+                excerpt = source.show(path, int(line), context)
+            except SourceLookupError as exc:
+                note = self._probes_note(source.path(path)) if "is outside" in str(exc) else ""
+                if not note:
+                    raise
+                core = str(exc)
+                if exc.where and core.endswith(f" ({exc.where})"):
+                    core = core[: -len(exc.where) - 3]
+                raise SourceLookupError(core + note, where=exc.where) from None
         except Exception as exc:  # noqa: BLE001 - shown in the pane
             self._fail(exc)
             return None
@@ -135,8 +150,21 @@ class SourcePane:
             rows.append(f'<span class="wb-source-focus" style="background:#fff3b0;font-weight:bold">{row}</span>'
                         if n == excerpt.focus else row)
         self.view.value = "<pre>" + "\n".join(rows) + "</pre>"
-        self.status.value = _esc(f"{excerpt.file}:{excerpt.focus} (lines {excerpt.first}-{excerpt.last})")
+        self.status.value = _esc(f"{excerpt.file}:{excerpt.focus} (lines {excerpt.first}-{excerpt.last})"
+                                 + self._probes_note(excerpt.file))
         return excerpt
+
+    def _probes_note(self, path: str) -> str:
+        """``" · this file has N probe(s) …"`` when ``path`` holds probe blocks (its line numbers
+        are then the patched file's; the original's line count given), else ``""``."""
+        from remote import probes
+
+        text = self.state.box.read_text(path, timeout=30)
+        blocks = probes.probe_blocks(text)
+        if not blocks:
+            return ""
+        return (f" · this file has {len(blocks)} probe(s) in it: the line numbers are the file's with them "
+                f"({len(text.splitlines())} lines; {probes.original_line_count(text)} in the original file)")
 
     def show_entry(self, key: str):
         """Show the code-path entry ``key``'s line (e.g. ``draft-fc-width-check``); the excerpt, or
@@ -155,7 +183,7 @@ class SourcePane:
         if excerpt is not None:
             self.status.value = _esc(f"{key}: {entry.what} · {excerpt.file}:{excerpt.focus}"
                                      + (f" · {entry.detail}" if entry.detail else "")
-                                     + (f" · {entry.note}" if entry.note else ""))
+                                     + (f" · {entry.note}" if entry.note else "") + self._probes_note(excerpt.file))
         return excerpt
 
     def find(self, name: Optional[str] = None) -> Optional[list]:
@@ -180,7 +208,7 @@ class SourcePane:
             b = W.Button(description=f"{d.kind} {d.qualname}: {d.file.rsplit('/', 1)[-1]}:{d.line}",
                          tooltip=str(d), layout=W.Layout(width="auto"))
             b.add_class("wb-source-found-item")
-            b.on_click(lambda _b, d=d: self.show(d.file, d.line))
+            b.on_click(self._clicks.handler(f"show {d.qualname}", lambda d=d: self.show(d.file, d.line)))
             buttons.append(b)
         self.found.children = tuple(buttons)
         self.show(defs[0].file, defs[0].line)

@@ -7,21 +7,65 @@ from __future__ import annotations
 from typing import Any, Callable, Optional
 
 from remote import connect
+from workbench.lab.clicks import ClickGuard
 from workbench.engine.launch import LaunchCommand
 from workbench.engine.locate import choose_server, find_engine, read_environ, running_servers
+from workbench.errors import ServerChoiceError
 
-__all__ = ["BoxState", "NOTEBOOK_HOW"]
+__all__ = ["BoxState", "NOTEBOOK_HOW", "ServerGone", "port_value"]
 
 #: How a notebook user picks a server (for :class:`workbench.errors.ServerChoiceError` messages,
 #: ``choose_server(..., how=NOTEBOOK_HOW)``; ``N`` stands for the port).
 NOTEBOOK_HOW = "port = N in the parameters cell"
 
 
+def port_value(port: Any, *, where: str = "") -> Optional[int]:
+    """``port`` as a TCP port number (int 1-65535) or ``None``; a string of digits (``"31555"``)
+    is taken as that number. Raises :class:`~workbench.errors.ServerChoiceError` saying what is
+    wrong with anything else: a bool, a float (``31555.0``), a string that is no number
+    (``"abc"``), a number outside 1-65535 (``0``, ``-1``, ``70000``); ``where`` names the box."""
+    value = port
+    if isinstance(port, str) and port.strip().isdigit():
+        value = int(port.strip())
+    if value is None or (isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= 65535):
+        return value
+    head = f"port must be a TCP port number 1-65535 or None, got {port!r}"
+    if isinstance(port, bool):
+        why = "a bool, not a number"
+    elif isinstance(port, float):
+        why = (f"a float; write port = {int(port)}" if port.is_integer() and 1 <= port <= 65535
+               else "a float, not a port number")
+    elif isinstance(value, int):
+        why = "outside 1-65535, the range of TCP ports"
+    elif isinstance(port, str):
+        why = "text that is no number"
+    else:
+        why = f"a {type(port).__name__}, not a number"
+    raise ServerChoiceError(f"{head}: {why}", where=where)
+
+
+class ServerGone(ServerChoiceError):
+    """The server the console had chosen (``.port``, ``.pid``) is not running any more — killed,
+    crashed, or stopped by someone else — and the console does not take another one in its place.
+    ``.log_path``: its log file (``None``: not a file); ``.log_tail``: its last lines (a line
+    saying why when it could not be read). A subclass of
+    :class:`~workbench.errors.ServerChoiceError`, so what handles "no server chosen" handles it."""
+
+    def __init__(self, port: int, pid: int, log_path: Optional[str], log_tail: list[str], *,
+                 ports=(), where: str = ""):
+        self.port, self.pid, self.log_path, self.log_tail = port, pid, log_path, list(log_tail)
+        log = (f"its log {log_path} ends with:\n" + "\n".join(self.log_tail)) if log_path else \
+            "its output went to no log file"
+        super().__init__(f"the server on port {port} (pid {pid}) is not running any more — {log}",
+                         ports=ports, where=where)
+
+
 class BoxState:
     """The box and the server a console looks at, shared by the console's panes.
 
     ``host``: ``"local"`` (this machine, the sandbox box) or an SSH host as ``remote.connect``
-    takes it; ``port``: the server's TCP port, or ``None`` to take the only server running (set on
+    takes it; ``port``: the server's TCP port (checked by :func:`port_value`: a string of digits
+    is taken as the number, anything else not 1-65535 raises ``ServerChoiceError``), or ``None`` to take the only server running (set on
     the first :meth:`server` call that finds exactly one); ``box``: an already connected
     ``remote.Box`` (else connected lazily with ``remote.connect(host)`` and closed by
     :meth:`close`); ``timeout``: seconds every remote call made here may take; ``how``: how the
@@ -34,20 +78,23 @@ class BoxState:
 
     def __init__(self, host: str = "local", port: Optional[int] = None, *, box: Any = None, timeout: float = 30,
                  how: str = NOTEBOOK_HOW):
-        if port is not None and (isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535):
-            from workbench.errors import ServerChoiceError
-
-            raise ServerChoiceError(f"port must be a TCP port number 1-65535 or None, got {port!r}", where=str(host))
         self.host = host
-        self.port = port
+        self.port = port_value(port, where=str(host))
         self.timeout = timeout
         self.how = how
         self._box = box
         self._own_box = box is None
         self._engines: dict[int, Any] = {}
-        self._sources: dict[int, Any] = {}
+        self._sources: dict[tuple, Any] = {}
         self._maps: dict[tuple, Any] = {}
         self.listeners: list[Callable[[str], None]] = []
+        #: The server :meth:`server` returned last (``ServerProcess``): once a server is chosen the
+        #: state sticks to its port, and when it is gone :meth:`server` raises :class:`ServerGone`
+        #: with its log instead of offering another server.
+        self.seen = None
+        #: The click guard every button of the console and its panes goes through
+        #: (:class:`workbench.lab.clicks.ClickGuard`): one action at a time, queued clicks dropped.
+        self.clicks = ClickGuard()
 
     # -- the box and its servers ---------------------------------------------------------------
 
@@ -72,11 +119,37 @@ class BoxState:
         with ``port`` ``None`` the only one running (and :attr:`port` is set to its port); ``None``
         when none runs and no port was asked for. Raises :class:`~workbench.errors.ServerChoiceError`
         when several run and no port picks one, or when ``port`` names no running server (the
-        message lists the ports in the notebook's terms, :attr:`how`)."""
-        chosen = choose_server(self.servers(), self.port, how=self.how, where=self.box.name)
+        message lists the ports in the notebook's terms, :attr:`how`), and :class:`ServerGone`
+        when the server it returned before on :attr:`port` is not running any more (its log's end
+        in the message; another server is never taken in its place)."""
+        servers = self.servers()
+        seen = self.seen
+        if (seen is not None and self.port is not None and seen.port == self.port
+                and not any(s.port == self.port for s in servers)):
+            raise ServerGone(seen.port, seen.pid, seen.log_path, self._tail(seen.log_path),
+                             ports=[s.port for s in servers], where=self.box.name)
+        chosen = choose_server(servers, self.port, how=self.how, where=self.box.name)
         if chosen is not None and self.port is None and chosen.port is not None:
             self.port = chosen.port
+        if chosen is not None:
+            self.seen = chosen
         return chosen
+
+    def _tail(self, path: Optional[str], n: int = 20) -> list[str]:
+        """The last ``n`` lines of the log ``path`` (one line saying why when it cannot be read)."""
+        from remote.errors import RemoteError
+
+        if not path:
+            return []
+        try:
+            return self.box.tail(path, n=n, timeout=self.timeout)
+        except RemoteError as exc:
+            return [f"(the log could not be read: {type(exc).__name__}: {exc})"]
+
+    def forget_server(self) -> None:
+        """Forget the server last seen (:attr:`seen`): the console stopped or replaced it itself,
+        so its absence is no news (:meth:`notify` calls this first)."""
+        self.seen = None
 
     def launch(self) -> Optional[LaunchCommand]:
         """The running server's launch command (:class:`LaunchCommand` parsed from its argv), or
@@ -95,25 +168,45 @@ class BoxState:
             self._engines[server.pid] = find_engine(self.box, port=server.port, timeout=self.timeout)
         return self._engines[server.pid]
 
+    def source_stamp(self) -> str:
+        """A fingerprint of the engine's source files as they are now: sha256 of every ``*.py``
+        file's path, size and mtime under the engine root (one ``find`` on the box). It changes
+        when a probe is added or reverted (the file's size and mtime change), so what was read of
+        the files is read again (:meth:`source`, :meth:`code_path`). Raises what the box raises."""
+        root = str(self.engine().root)
+        script = 'find "$1" -name "*.py" -type f -printf "%p %s %T@\\n" | LC_ALL=C sort | sha256sum'
+        res = self.box.run(["sh", "-c", script, "sh", root], timeout=self.timeout)
+        return res.stdout.split()[0] if res.stdout.split() else ""
+
     def source(self):
-        """The current server's :class:`workbench.engine.source.EngineSource` (cached per pid)."""
+        """The current server's :class:`workbench.engine.source.EngineSource`, cached per server
+        pid and :meth:`source_stamp`: a file changed on the box (a probe added or reverted) is read
+        again, never shown from a stale cache."""
+        return self._source_now()[1]
+
+    def _source_now(self) -> tuple:
+        """``((pid, stamp), EngineSource)`` of the current server's source as it is now."""
         server = self._need_server()
-        if server.pid not in self._sources:
-            self._sources[server.pid] = self.engine().source(self.box, timeout=self.timeout)
-        return self._sources[server.pid]
+        key = (server.pid, self.source_stamp())
+        if key not in self._sources:
+            self._sources = {k: v for k, v in self._sources.items() if k[0] != server.pid}
+            self._sources[key] = self.engine().source(self.box, timeout=self.timeout)
+        return key, self._sources[key]
 
     def code_path(self, notes: Optional[list[str]] = None):
         """The code-path map for the running launch (:func:`workbench.engine.codepath.map_for_launch`
-        with the server's argv, cwd and environment), cached per pid; ``notes`` collects what could
-        not be read (configs)."""
+        with the server's argv, cwd and environment), cached per pid and :meth:`source_stamp`: its
+        lines are those of the files as they are now (with the probes in them, if any: each such
+        entry's ``note`` says so); ``notes`` collects what could not be read (configs)."""
         from workbench.engine.codepath import map_for_launch
 
+        key, source = self._source_now()
         server = self._need_server()
-        key = (server.pid,)
         if key not in self._maps:
+            self._maps = {k: v for k, v in self._maps.items() if k[0] != key[0]}
             launch = LaunchCommand.parse(list(server.argv))
             environ = read_environ(self.box, server.pid, timeout=self.timeout)
-            self._maps[key] = map_for_launch(self.box, self.source(), launch, cwd=server.cwd, timeout=self.timeout,
+            self._maps[key] = map_for_launch(self.box, source, launch, cwd=server.cwd, timeout=self.timeout,
                                              notes=notes, environ=environ)
         return self._maps[key]
 
@@ -137,6 +230,7 @@ class BoxState:
     def notify(self, event: str) -> list[BaseException]:
         """Call every listener with ``event`` (``"started"``, ``"stopped"``, ``"restored"``); the
         exceptions listeners raised are returned (each listener still runs), for the caller to show."""
+        self.forget_server()
         errors: list[BaseException] = []
         for fn in list(self.listeners):
             try:
