@@ -97,7 +97,7 @@ def test_accept_pane_follows_appends_truncation_rotation_and_restarts(tmp_path):
         while pane.stats()["records"] < 37 and time.monotonic() < deadline:
             time.sleep(0.05)
         pane.close()
-        assert pane.stats()["last"] == 2.9 and pane._thread is None and pane.follow.value is False
+        assert pane.stats()["last"] == 2.9 and not pane._poller.running and pane.follow.value is False
         # Clear: nothing kept, the empty summary; later lines are still followed
         pane.clear()
         assert pane.stats()["records"] == 0 and pane.summary.value == EMPTY_TEXT

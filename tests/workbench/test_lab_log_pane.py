@@ -42,5 +42,5 @@ def test_log_pane_tail_filter_restart_and_bad_regex(tmp_path):
         while "grown" not in pane.tail.value and time.monotonic() < deadline:
             time.sleep(0.05)
         pane.stop()
-        assert "grown" in pane.tail.value and pane._thread is None and pane.follow.value is False
+        assert "grown" in pane.tail.value and not pane._poller.running and pane.follow.value is False
         st.box = None

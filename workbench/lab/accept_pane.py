@@ -21,6 +21,7 @@ from typing import Any, Optional
 import ipywidgets as W
 
 from workbench.lab.clicks import clicks_of
+from workbench.lab.poller import Poller
 
 from workbench.logs import ServerLogFollower, parse_log
 
@@ -63,8 +64,7 @@ class AcceptPane:
         self.last_error: Optional[BaseException] = None
         self._pid_changed = False
         self._lock = threading.RLock()
-        self._stop = threading.Event()
-        self._thread: Optional[threading.Thread] = None
+        self._poller = Poller(self.poll_once, self.interval, "wb-accept-follow")
         self.follower = ServerLogFollower(state.box, self._log_path, first_bytes=first_bytes)
 
         def button(label: str, cls: str) -> W.Button:
@@ -205,24 +205,12 @@ class AcceptPane:
     # -- Follow ----------------------------------------------------------------------------------
 
     def start(self) -> None:
-        """Poll every ``interval`` seconds in a background thread until :meth:`stop` / :meth:`close`."""
-        if self._thread is not None and self._thread.is_alive():
-            return
-        self._stop.clear()
-        self._thread = threading.Thread(target=self._run, name="wb-accept-follow", daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            self.poll_once()
-            self._stop.wait(self.interval)
+        """Poll every ``interval`` seconds in a background thread until :meth:`stop`."""
+        self._poller.start()
 
     def stop(self) -> None:
         """Stop the background polling (waits for the thread, at most ``interval`` + 5 s)."""
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=self.interval + 5)
-            self._thread = None
+        self._poller.stop()
         if self.follow.value:
             self.follow.value = False
 

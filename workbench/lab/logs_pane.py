@@ -14,6 +14,7 @@ from collections import deque
 import ipywidgets as W
 
 from workbench.lab.clicks import clicks_of
+from workbench.lab.poller import Poller
 from workbench.logs import ServerLogFollower
 
 #: Filter presets: label -> (pattern, is_regex). ``[probe:`` is the prefix probes print.
@@ -43,8 +44,7 @@ class LogPane:
         self.notes: list[str] = []
         self.follower = ServerLogFollower(state.box, state.log_path, first_bytes=first_bytes)
         self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._poller = Poller(self.poll_once, self.interval, "wb-log-follow")
         self.filter = W.Text(placeholder="filter: substring, or /regex/", description="Filter",
                              layout=W.Layout(width="auto"))
         self.filter.add_class("wb-log-filter")
@@ -119,22 +119,10 @@ class LogPane:
 
     def start(self) -> None:
         """Poll every ``interval`` seconds in a background thread until :meth:`stop`."""
-        if self._thread is not None and self._thread.is_alive():
-            return
-        self._stop.clear()
-        self._thread = threading.Thread(target=self._run, name="wb-log-follow", daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            self.poll_once()
-            self._stop.wait(self.interval)
+        self._poller.start()
 
     def stop(self) -> None:
         """Stop the background polling (waits for the thread, at most ``interval`` + 5 s)."""
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=self.interval + 5)
-            self._thread = None
+        self._poller.stop()
         if self.follow.value:
             self.follow.value = False
