@@ -16,7 +16,7 @@ import ipywidgets as W
 
 from workbench.lab.clicks import clicks_of
 
-__all__ = ["ProbesPane"]
+__all__ = ["ProbesPane", "reading_rows"]
 
 
 def _esc(text: str) -> str:
@@ -273,13 +273,31 @@ class ProbesPane:
             raise WorkbenchError("no server running with a log file to read the probes' lines from")
         self._refresh()
         got = read_recipes(self.state.box, server.log_path, self.probes, pgid=server, timeout=self.timeout)
-        rows = []
-        for name, readings in got.items():
-            rows.append(f"{name}: {len(readings)} line(s)" + ("" if readings else
-                                                              " (none yet: restart the server, send a request)"))
-            for r in readings[-5:]:
-                rows.append("    " + (f"error: {r.error}" if r.error else
-                                      " ".join(f"{k}={v!r}" for k, v in r.values.items())))
-        self.readings.value = "<pre>" + _esc("\n".join(rows) or "no probes") + "</pre>"
+        self.readings.value = "<pre>" + _esc("\n".join(reading_rows(got)) or "no probes") + "</pre>"
         self.status.value = _esc(f"read {server.log_path}")
         return got
+
+
+def reading_rows(got: dict) -> list[str]:
+    """The Probes pane's readout of ``got`` (``{recipe or tag: [remote.probes.ProbeReading]}``, as
+    :func:`workbench.engine.recipes.read_recipes` returns it), as text lines: per probe its line
+    count, what the recipes whose reading has a meaning mean in words (``draft-d2t``: is the hot
+    token map loaded; ``draft-weights-unmatched``: the checkpoint tensors ``load_weights``
+    dropped — the diagnosis's own wording, :func:`workbench.diagnosis.run.d2t_words` /
+    :func:`~workbench.diagnosis.run.unmatched_words`), then the last 5 printed values as printed."""
+    from workbench.diagnosis.run import d2t_words, unmatched_words
+    from workbench.engine.recipes import missing_required, weights_unmatched
+
+    rows = []
+    for name, readings in got.items():
+        rows.append(f"{name}: {len(readings)} line(s)" + ("" if readings else
+                                                          " (none yet: restart the server, send a request)"))
+        good = [r for r in readings if not r.error]
+        if name == "draft-d2t" and good:
+            rows.append("    means: " + d2t_words(good[0].raw))
+        elif name == "draft-weights-unmatched" and readings and not missing_required(name, readings):
+            rows.append("    means: " + unmatched_words(weights_unmatched(readings)))
+        for r in readings[-5:]:
+            rows.append("    " + (f"error: {r.error}" if r.error else
+                                  " ".join(f"{k}={v!r}" for k, v in r.values.items())))
+    return rows
