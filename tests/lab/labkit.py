@@ -386,3 +386,8 @@ class Lab:
             shutil.rmtree(self.server.root / ".ipynb_checkpoints", ignore_errors=True)
         if problems:
             raise LabError("; ".join(problems))
+
+
+def console_tab(lab: "Lab", title: str) -> None:
+    """Select the box console's tab ``title`` ("Status", "Server", "Log", …) in ``lab``'s page."""
+    lab.page.locator(".wb-console .lm-TabBar-tab", has_text=title).first.click()

@@ -7,15 +7,13 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+from lab import labkit
 from remote import connect
 from testkit.sandbox_servers import EAGLE, sandbox_flags
 from workbench.engine.locate import running_servers
 
 ROOT = Path(__file__).resolve().parents[2]
 
-
-def _tab(lab, title: str) -> None:
-    lab.page.locator(".wb-console .lm-TabBar-tab", has_text=title).first.click()
 
 
 def test_console_restart_and_put_the_box_back_in_the_browser(lab, own_sandbox_server, tmp_path):
@@ -30,7 +28,7 @@ def test_console_restart_and_put_the_box_back_in_the_browser(lab, own_sandbox_se
                 status = lab.wait_for_text(".wb-console-status-view", "healthy", timeout=60)
                 assert str(srv.port) in status and str(srv.pid) in status
                 lab.screenshot("console-status")
-                _tab(lab, "Server")
+                labkit.console_tab(lab, "Server")
                 command = lab.page.locator(".wb-console-command textarea").first.input_value()
                 assert "--speculative-algorithm EAGLE " in command
                 lab.fill(".wb-console-command", command.replace("--speculative-algorithm EAGLE ",
@@ -40,16 +38,16 @@ def test_console_restart_and_put_the_box_back_in_the_browser(lab, own_sandbox_se
                 now = running_servers(box, port=srv.port)
                 assert len(now) == 1 and now[0].pid != srv.pid
                 assert now[0].argv[now[0].argv.index("--speculative-algorithm") + 1] == "EAGLE3"
-                _tab(lab, "Status")
+                labkit.console_tab(lab, "Status")
                 lab.wait_for_text(".wb-console-status-view", "EAGLE3", timeout=30)
-                _tab(lab, "Journal")
+                labkit.console_tab(lab, "Journal")
                 assert "stopped the original server" in lab.text(".wb-console-journal")
                 lab.click(".wb-console-restore")
                 lab.wait_for_text(".wb-console-restore-report", "relaunched", timeout=240)
                 lab.wait_for_text(".wb-console-journal", "as found", timeout=30)
                 back = running_servers(box, port=srv.port)
                 assert len(back) == 1 and tuple(back[0].argv) == original
-                _tab(lab, "Status")
+                labkit.console_tab(lab, "Status")
                 text = lab.wait_for_text(".wb-console-status-view", str(back[0].pid), timeout=30)
                 assert "EAGLE3" not in text and "healthy" in text
                 shot = lab.screenshot("console-after-restore")
@@ -59,7 +57,7 @@ def test_console_restart_and_put_the_box_back_in_the_browser(lab, own_sandbox_se
                 # put the box back through the console while its kernel lives (else the kernel's
                 # exit would relaunch the original after this test), then stop what it relaunched
                 if original is not None and lab.page.locator(".wb-console-restore").count():
-                    _tab(lab, "Journal")
+                    labkit.console_tab(lab, "Journal")
                     lab.click(".wb-console-restore")
                     lab.wait_for_text(".wb-console-journal", "as found", timeout=240)
                 for s in running_servers(box, port=srv.port):

@@ -8,15 +8,13 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from lab import labkit
 from remote import connect
 from testkit.sandbox_servers import EAGLE, sandbox_flags
 from workbench.engine.locate import running_servers
 
 ROOT = Path(__file__).resolve().parents[2]
 
-
-def _tab(lab, title: str) -> None:
-    lab.page.locator(".wb-console .lm-TabBar-tab", has_text=title).first.click()
 
 
 def test_three_quick_clicks_on_restart_restart_once_in_the_browser(lab, own_sandbox_server, tmp_path):
@@ -29,7 +27,7 @@ def test_three_quick_clicks_on_restart_restart_once_in_the_browser(lab, own_sand
                 lab.open(ROOT / "notebooks" / "box_console.ipynb", parameters={"port": srv.port})
                 lab.run_all(timeout=240)
                 lab.wait_for_text(".wb-console-status-view", "healthy", timeout=60)
-                _tab(lab, "Server")
+                labkit.console_tab(lab, "Server")
                 command = lab.page.locator(".wb-console-command textarea").first.input_value()
                 lab.fill(".wb-console-command", command.replace("--speculative-algorithm EAGLE ",
                                                                 "--speculative-algorithm EAGLE3 "))
@@ -44,14 +42,14 @@ def test_three_quick_clicks_on_restart_restart_once_in_the_browser(lab, own_sand
                 assert f"started pid {now[0].pid}" in lab.text(".wb-console-status")
                 dropped = lab.wait_for_text(".wb-console-dropped", "ignored", timeout=30)
                 assert "ignored 2 click(s) made while an action ran (the last on “restart”)" in dropped, dropped
-                _tab(lab, "Journal")
+                labkit.console_tab(lab, "Journal")
                 journal = lab.wait_for_text(".wb-console-journal", "started pid", timeout=30)
                 assert journal.count("started pid") == 1 and f"started pid {now[0].pid}" in journal, journal
                 assert lab.errors() == []
             finally:
                 if original is not None and lab.page.locator(".wb-console-restore").count():
                     time.sleep(1)  # past the click guard's settle time
-                    _tab(lab, "Journal")
+                    labkit.console_tab(lab, "Journal")
                     lab.click(".wb-console-restore")
                     lab.wait_for_text(".wb-console-journal", "as found", timeout=240)
                 for s in running_servers(box, port=srv.port):

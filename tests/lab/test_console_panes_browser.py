@@ -14,6 +14,7 @@ from pathlib import Path
 
 import httpx
 
+from lab import labkit
 from remote import connect, probes
 from testkit.sandbox_servers import sandbox_flags
 from workbench.lab.accept_pane import WINDOW
@@ -28,9 +29,6 @@ SANDBOX_SRT = ROOT / "workbench" / "sandbox" / "srt"
 def _hashes() -> dict[Path, str]:
     return {p: hashlib.sha256(p.read_bytes()).hexdigest() for p in SANDBOX_SRT.rglob("*.py")}
 
-
-def _tab(lab, title: str) -> None:
-    lab.page.locator(".wb-console .lm-TabBar-tab", has_text=title).first.click()
 
 
 def _send(port: int, n: int = 3) -> None:
@@ -82,7 +80,7 @@ def test_console_log_accept_source_and_probes_tabs_in_the_browser(lab, lab_serve
                 assert lab.errors() == []
 
                 # (a) Log: the tail shows text; after requests and Poll now it has more lines; the filter
-                _tab(lab, "Log")
+                labkit.console_tab(lab, "Log")
                 first = _wait(lambda: _tail_lines(lab), "the log tail", 30)
                 _send(srv.port, 3)
                 lab.click(".wb-log-poll")
@@ -96,7 +94,7 @@ def test_console_log_accept_source_and_probes_tabs_in_the_browser(lab, lab_serve
                 _shot(lab, ".wb-log-tail", "console-log")
 
                 # (b) Accept length: Poll now -> the summary's mean equals workbench.logs on the log
-                _tab(lab, "Accept length")
+                labkit.console_tab(lab, "Accept length")
                 lab.click(".wb-accept-poll")
                 text = lab.wait_for_text(".wb-accept-summary", "mean of the last", timeout=30)
                 lens = [r.accept_len for r in parse_log(Path(srv.log_path).read_bytes()).decode
@@ -114,14 +112,14 @@ def test_console_log_accept_source_and_probes_tabs_in_the_browser(lab, lab_serve
                 path = Path(entry.file) if Path(entry.file).is_absolute() else Path(state.engine().root) / entry.file
                 line = path.read_text().splitlines()[entry.line - 1].strip()
                 assert line
-                _tab(lab, "Source")
+                labkit.console_tab(lab, "Source")
                 lab.click(".wb-source-entry-draft-fc-width-check")
                 view = lab.wait_for_text(".wb-source-view", line, timeout=30)
                 focus = lab.text(".wb-source-view .wb-source-focus")
                 assert line in focus and f" {entry.line} |" in focus, (focus, view[:200])
 
                 # (d) Probes: add the draft-input-width recipe, listed; Revert all: none, file as before
-                _tab(lab, "Probes")
+                labkit.console_tab(lab, "Probes")
                 lab.page.locator(".wb-probes-recipe select").first.select_option("draft-input-width")
                 lab.click(".wb-probes-add")
                 lab.wait_for_text(".wb-probes-status", "added", timeout=60)

@@ -45,3 +45,24 @@ def older_engine(sglang_source, tmp_path_factory):
     assert "norm_before_fc\"" not in le
     (root / "srt/models/llama_eagle3.py").write_text(le)
     return root
+
+
+@pytest.fixture
+def probe_state(own_sandbox_server, tmp_path):
+    """A :class:`workbench.lab.state.BoxState` on a sandbox server (EAGLE3) of this test's own; no
+    probe before, none left after (reverted here if the test failed half-way)."""
+    from remote import probes as remote_probes
+    from testkit.sandbox_servers import EAGLE, sandbox_flags
+    from workbench.lab.state import BoxState
+
+    with own_sandbox_server(tmp_path / "s", *sandbox_flags(**EAGLE)) as srv:
+        state = BoxState("local", srv.port)
+        assert remote_probes.list_probes(state.box) == []
+        try:
+            yield state
+        finally:
+            left = remote_probes.list_probes(state.box)
+            for p in reversed(left):
+                remote_probes.revert_probe(state.box, p.tag)
+            state.close()
+            assert not left, f"the test left probes: {[p.tag for p in left]}"

@@ -103,21 +103,6 @@ def test_a_double_click_on_restart_restarts_once(own_sandbox_server, tmp_path, s
     box.close()
 
 
-@pytest.fixture
-def probe_state(own_sandbox_server, tmp_path):
-    """A BoxState on a server of this test's own; no probe before, none left after."""
-    with own_sandbox_server(tmp_path / "s", *sandbox_flags(**EAGLE)) as srv:
-        state = BoxState("local", srv.port)
-        assert remote_probes.list_probes(state.box) == []
-        try:
-            yield state
-        finally:
-            left = remote_probes.list_probes(state.box)
-            for p in reversed(left):
-                remote_probes.revert_probe(state.box, p.tag)
-            state.close()
-            assert not left, f"the test left probes: {[p.tag for p in left]}"
-
 
 def test_a_double_click_on_revert_reverts_one_probe(probe_state):
     state = probe_state

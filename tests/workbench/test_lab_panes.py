@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 
 from remote import probes as remote_probes
-from testkit.sandbox_servers import EAGLE, sandbox_flags
 from workbench.lab.probes_pane import ProbesPane
 from workbench.lab.state import BoxState
 
@@ -18,22 +17,6 @@ from workbench.lab.state import BoxState
 def sha(path) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
-
-@pytest.fixture
-def probe_state(own_sandbox_server, tmp_path):
-    """A BoxState on a server of this test's own; no probe before, none left after (reverted
-    here if the test failed half-way)."""
-    with own_sandbox_server(tmp_path / "s", *sandbox_flags(**EAGLE)) as srv:
-        state = BoxState("local", srv.port)
-        assert remote_probes.list_probes(state.box) == []
-        try:
-            yield state
-        finally:
-            left = remote_probes.list_probes(state.box)
-            for p in reversed(left):
-                remote_probes.revert_probe(state.box, p.tag)
-            state.close()
-            assert not left, f"the test left probes: {[p.tag for p in left]}"
 
 
 def test_probes_pane_adds_lists_and_reverts_a_recipe(probe_state):
