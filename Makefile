@@ -52,9 +52,11 @@ demo:
 	$(VENV)/bin/workbench runbook diagnose_acceptance --report-dir "$(REPORT_DIR)"
 	@echo "report: $(REPORT_DIR)/diagnose_acceptance.html  verdict: $(REPORT_DIR)/diagnose_acceptance.json"
 
-test: browser
+# The vLLM tests need vLLM's CPU build (`make vllm`); under WORKBENCH_REQUIRE_VLLM=1 a missing
+# one fails them instead of skipping them.
+test: browser vllm
 	$(call venv,test sandbox)
-	$(PY) -m pytest -q $(PYTEST_ARGS)
+	WORKBENCH_REQUIRE_VLLM=1 $(PY) -m pytest -q $(PYTEST_ARGS)
 
 # The edit-test loop: only the tests that start nothing (no server, sshd, notebook kernel or
 # browser; those are marked slow, see tests/conftest.py), in seconds. Under "not slow" a guard

