@@ -39,7 +39,7 @@ MAP_FILES = (
     "model_executor/models/interfaces.py", "model_executor/models/llama.py", "model_executor/models/llama_eagle3.py",
     "v1/__init__.py", "v1/worker/gpu_model_runner.py", "v1/worker/gpu/model_runner.py",
     "v1/worker/gpu/spec_decode/eagle/eagle3_utils.py", "v1/spec_decode/llm_base_proposer.py",
-    "v1/worker/gpu/spec_decode/target_dependent_ar/speculator.py", "_version.py", "version.py",
+    "v1/worker/gpu/spec_decode/target_dependent_ar/speculator.py", "__init__.py", "_version.py", "version.py",
 )
 
 
@@ -200,3 +200,33 @@ def test_recipes_add_and_revert_byte_for_byte(tree_copy, tmp_path):
     revert_all(local)
     assert {rel: hashlib.sha256((tree_copy / rel).read_bytes()).hexdigest() for rel in MAP_FILES} == before
     assert list_probes(local) == []
+
+
+def test_probe_and_source_commands_on_a_vllm_box(cli, tree_copy, monkeypatch, state_dir):
+    """``workbench probe`` / ``workbench source`` on vLLM: the interpreter finds the package copy (on
+    its PYTHONPATH, as a server would import it), the recipes are vLLM's, the revert is exact."""
+    monkeypatch.setenv("PYTHONPATH", str(tree_copy.parent))
+    py = str(vllm_python())
+    eagle3 = tree_copy / "model_executor/models/llama_eagle3.py"
+    before = hashlib.sha256(eagle3.read_bytes()).hexdigest()
+    code, out, err = cli("source", "locate", "--package", "vllm", "--python", py, "--json")
+    assert code == 0, err
+    assert json.loads(out)["root"] == str(tree_copy) and json.loads(out)["engine"] == "vllm"
+    code, out, err = cli("source", "map", "--package", "vllm", "--python", py, "--num-layers", "8", "--json")
+    assert code == 0, err
+    cmap = json.loads(out)
+    assert cmap["engine"]["engine"] == "vllm" and cmap["runner"] == "v1" and cmap["root"] == str(tree_copy)
+    assert {e["key"]: e["found"] for e in cmap["entries"]}["draft-fc-apply"] is True
+    code, out, err = cli("probe", "add", "--recipe", "draft-input-width", "--package", "vllm", "--python", py)
+    assert code == 0, err
+    assert "combine_hidden_states" in out and "self.model.fc_input_size" in out
+    assert "# >>> eagle-workbench probe draft-input-width >>>" in eagle3.read_text()
+    code, out, err = cli("probe", "add", "--recipe", "draft-weights-unmatched", "--package", "vllm", "--python", py)
+    assert code == 2 and "no probe recipe 'draft-weights-unmatched' on vllm" in err
+    code, out, err = cli("probe", "list", "--json")
+    assert code == 0 and [p["tag"] for p in json.loads(out)] == ["draft-input-width"], out
+    code, out, err = cli("probe", "revert", "--all")
+    assert code == 0, err
+    assert hashlib.sha256(eagle3.read_bytes()).hexdigest() == before
+    code, out, _ = cli("probe", "recipes", "--engine", "vllm")
+    assert code == 0 and out.count("\n  shows:") == len(VLLM_RECIPES) == 3

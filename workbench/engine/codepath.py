@@ -1383,7 +1383,7 @@ def swallowed_on_path(src: EngineSource, cmap: CodePathMap) -> list[Swallowed]:
                     fallback="; ".join(_seg(text, s) for s in h.body),
                     about="the draft's eagle_config" if "eagle_config" in reads else "its try block"))
     for e in cmap.entries:
-        if not e.found or not e.silent or e.key == "eagle-config-read":
+        if not e.found or not e.silent or (e.key == "eagle-config-read" and cmap.engine == "sglang"):
             continue
         lines = (src.read(src.rel(e.file)) or "").splitlines()
         for line in (e.line,) + e.also:

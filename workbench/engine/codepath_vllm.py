@@ -77,7 +77,8 @@ from workbench.engine.codepath import (
 from workbench.engine.source import EngineSource, _strip_annotations, _walk_definitions
 
 __all__ = ["VLLM_ENGINE", "vllm_code_path_map", "vllm_registry", "vllm_method_names", "aux_ids_read",
-           "default_aux_layers", "draft_arch_for_method", "model_runner_choice", "is_vllm_root", "VLLM_LANDMARKS"]
+           "default_aux_layers", "draft_arch_for_method", "model_runner_choice", "is_vllm_root", "VLLM_LANDMARKS",
+           "vllm_map_for_launch", "AuxIdsRead"]
 
 VLLM_ENGINE = "vllm"
 
@@ -860,3 +861,66 @@ def vllm_code_path_map(src: EngineSource, *, target_arch: str = "LlamaForCausalL
     entries = [_vfind(ctx, lm) for lm in VLLM_LANDMARKS if want is None or lm.key in want]
     return CodePathMap(src.root, src.version, target_arch, draft_arch, entries, None, engine=VLLM_ENGINE,
                        runner=runner, method=method)
+
+
+def _launch_value(launch: Any, *names: str) -> Any:
+    """The first of the launch command's accessors ``names`` that it has and that gives a value
+    (the engine-neutral accessors of :class:`workbench.engine.launch.LaunchCommand`)."""
+    for name in names:
+        value = getattr(launch, name, None)
+        value = value() if callable(value) else value
+        if value:
+            return value
+    return None
+
+
+def vllm_map_for_launch(box: Any, src: EngineSource, launch: Any, *, cwd: Optional[str] = None, timeout: float = 30,
+                        notes: Optional[list[str]] = None, environ: Optional[Mapping[str, str]] = None) -> CodePathMap:
+    """:func:`vllm_code_path_map` for a vLLM deployment: the target's architecture and layer count
+    from its ``config.json`` (``--model`` / ``vllm serve MODEL``), the draft's architecture and whole
+    config from ``--speculative-config``'s ``model``, the method from its ``method`` (read on the
+    box; Hugging Face repo ids through the box's cache, relative paths against ``cwd``); the model
+    runner from ``environ`` (the server's environment) with the command's ``VAR=value`` prefix over
+    it. A config that cannot be read leaves the default (Llama target, SGLang-format EAGLE-3 draft)
+    and appends why to ``notes``. ``launch``: a :class:`workbench.engine.launch.LaunchCommand` (or its
+    text). Box errors other than a missing file propagate."""
+    import json
+
+    from workbench.checkpoint.paths import box_env, resolve_model_path
+    from workbench.engine.launch import LaunchCommand
+
+    notes = notes if notes is not None else []
+    launch = LaunchCommand.parse(launch) if isinstance(launch, str) else launch
+    env = {**box_env(box, timeout), **dict(launch.env)}
+    kw: dict[str, Any] = {}
+    method = _launch_value(launch, "speculative_method")
+    if isinstance(method, str):
+        kw["method"] = method.lower()
+    for role, value in (("target", _launch_value(launch, "target_model")),
+                        ("draft", _launch_value(launch, "draft_model"))):
+        if not isinstance(value, str) or not value:
+            notes.append(f"no {role} model in the launch command: default {role} class used")
+            continue
+        path, how = resolve_model_path(box, value, env=env, cwd=cwd, timeout=timeout)
+        if path is None:
+            notes.append(f"{role} config not read ({how}): default {role} class used")
+            continue
+        try:
+            config = json.loads(box.read_text(posixpath.join(path, "config.json"), timeout=timeout))
+        except Exception as exc:  # noqa: BLE001 - missing, unreadable or not JSON: the default, said in notes
+            notes.append(f"{role} config not read ({type(exc).__name__}: {exc}): default {role} class used")
+            continue
+        if not isinstance(config, dict):
+            notes.append(f"{role} config {path}/config.json is not a JSON object: default {role} class used")
+            continue
+        archs = config.get("architectures")
+        if isinstance(archs, list) and archs and isinstance(archs[0], str):
+            kw[f"{role}_arch"] = archs[0]
+        if role == "target":
+            layers = config.get("num_hidden_layers") or (config.get("text_config") or {}).get("num_hidden_layers")
+            if isinstance(layers, int):
+                kw["num_layers"] = layers
+        else:
+            kw["draft_config"] = config
+    server_env = {**dict(environ or {}), **dict(launch.env)}
+    return vllm_code_path_map(src, env=server_env, **kw)
