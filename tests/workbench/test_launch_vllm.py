@@ -132,9 +132,9 @@ def test_a_dotted_form_replaces_the_json_beside_it():
 
 def test_dotted_values_are_read_as_vllm_reads_them():
     c = LaunchCommand.parse("vllm serve t -sc.num_speculative_tokens 3k -sc.model 7 -sc.method eagle3 "
-                            "--compilation-config.custom_ops+ a,b --compilation-config.custom_ops+=c")
+                            "--compilation-config.custom_ops+ +rms_norm,-silu_and_mul --compilation-config.custom_ops+=none")
     assert dict(c.speculative_config.raw) == {"num_speculative_tokens": 3000, "model": 7, "method": "eagle3"}
-    assert json.loads(c.get("--compilation-config")) == {"custom_ops": ["a", "b", "c"]}
+    assert json.loads(c.get("--compilation-config")) == {"custom_ops": ["+rms_norm", "-silu_and_mul", "none"]}
     assert LaunchCommand.parse("vllm serve t -sc.x 1K").speculative_config.raw == {"x": 1024}
     assert LaunchCommand.parse("vllm serve t -sc.x 1.5K").speculative_config.raw == {"x": "1.5K"}
 

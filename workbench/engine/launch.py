@@ -1000,25 +1000,18 @@ class SpeculativeConfig:
     notes: tuple[str, ...] = ()
 
 
-#: vLLM 0.32.0 MTP model types that ``SpeculativeConfig.__post_init__`` rewrites to ``"mtp"``
-#: (``vllm/config/speculative.py`` ``MTPModelTypes``). :mod:`workbench.engine.vllm_spec` reads the
-#: box's own list; this one normalises without a box.
-_VLLM_MTP_ALIASES = frozenset({
-    "deepseek_mtp", "dots3_note_mtp", "mimo_mtp", "mimo_v2_mtp", "glm4_moe_mtp", "glm4_moe_lite_mtp", "glm_ocr_mtp",
-    "ernie_mtp", "nemotron_h_mtp", "exaone_moe_mtp", "exaone4_5_mtp", "qwen3_next_mtp", "qwen4_exp_mtp", "qwen3_5_mtp",
-    "longcat_flash_mtp", "bailing_hybrid_v3_mtp", "minimax_m3_mtp", "bailing_hybrid_mtp", "kimi_k3_mtp",
-    "pangu_ultra_moe_mtp", "step3p5_mtp", "hy_v3_mtp", "hy_v4_mtp", "gemma4_mtp", "inkling_mtp", "glm5_next_mtp"})
-
-
 def normalise_method(method: Any, engine: str) -> str | None:
     """The engine-neutral name of a speculative method: lower case; on vLLM an MTP model type is
-    ``"mtp"`` and ``"[ngram]"`` is ``"ngram"`` (vLLM 0.32.0 ``SpeculativeConfig.__post_init__``).
+    ``"mtp"`` and ``"[ngram]"`` is ``"ngram"`` (vLLM 0.32.0 ``SpeculativeConfig.__post_init__``; the
+    MTP model types from the shipped list, :func:`workbench.engine.vllm_spec.shipped_method_names`).
     ``None`` for ``None``."""
+    from workbench.engine.vllm_spec import shipped_method_names
+
     if method is None:
         return None
     name = str(method).strip().lower()
     if engine == "vllm":
-        if name in _VLLM_MTP_ALIASES:
+        if name in shipped_method_names().mtp_aliases:
             return "mtp"
         if name == "[ngram]":
             return "ngram"
