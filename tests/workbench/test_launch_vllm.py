@@ -251,3 +251,47 @@ def test_method_normalisation():
     assert normalise_method("NEXTN", "sglang") == "nextn"
     c = LaunchCommand.parse("vllm serve t -sc '{\"method\": \"EAGLE3\", \"model\": \"/d\"}'")
     assert c.speculative_method == "eagle3" and c.speculative_config.method_written == "EAGLE3"
+
+
+def test_fixes_of_different_speculative_keys_compose():
+    """On vLLM the method and the draft are two keys of ONE flag: a method fix and a repaired-draft
+    fix, each made from the original, both hold (SGLang: two flags, as before)."""
+    o = LaunchCommand.parse(f"vllm serve t -sc '{DRAFT_JSON.replace('eagle3', 'eagle')}' --port 8000")
+    both = LaunchCommand.compose(o, [o.with_speculative(method="eagle3"), o.with_draft_model("/copy"), o.with_port(8001)])
+    assert (both.speculative_method, both.draft_model, both.num_speculative_tokens, both.port) == ("eagle3", "/copy", 3, 8001)
+    assert both.arg_tokens[1] == "-sc"  # in place, the form kept
+    d = LaunchCommand.parse("vllm serve t -sc.method eagle -sc.model /d --port 8000")
+    both = LaunchCommand.compose(d, [d.with_speculative(method="eagle3"), d.with_draft_model("/copy"),
+                                     d.with_speculative(num_speculative_tokens=2)])
+    assert both.arg_tokens == ["t", "-sc.method", "eagle3", "-sc.model", "/copy", "-sc.num_speculative_tokens", "2",
+                               "--port", "8000"]
+    dropped = LaunchCommand.compose(o, [o.with_speculative(num_speculative_tokens=None)])
+    assert dropped.num_speculative_tokens is None and dropped.draft_model == "/models/draft"
+    assert [f for f, _a, _b in o.diff(o.with_draft_model("/copy"))] == ["--speculative-config"]
+    sg = LaunchCommand.parse("python -m sglang.launch_server --model-path m --speculative-algorithm EAGLE "
+                             "--speculative-draft-model-path d")
+    both = LaunchCommand.compose(sg, [sg.with_speculative(method="eagle3"), sg.with_draft_model("/copy")])
+    assert (both.speculative_method, both.draft_model) == ("eagle3", "/copy")
+
+
+def test_secrets_are_redacted_however_they_are_spelt():
+    c = LaunchCommand.parse("vllm serve t --api_key S3CRET1 --api-ke S3CRET2 --hf-token=S3CRET3 "
+                            "-sc.hf_token S3CRET4 --port 8000")
+    shown = c.to_display()
+    assert "S3CRET" not in shown and shown.count("***") == 4
+    assert "S3CRET2" in c.to_string()  # what is launched keeps the values
+    sg = LaunchCommand.parse("python -m sglang.launch_server --model-path m --api-ke S3CRET5")
+    assert "S3CRET5" not in sg.to_display()
+
+
+def test_with_table_rereads_a_vllm_command():
+    from workbench.engine.vllm_flags import vllm_flag_table_from_json
+
+    c = LaunchCommand.parse("vllm serve t --brand-new-flag --port 8000")
+    assert [a.spelled for a in c.unresolved()] == ["--brand-new-flag"]
+    newer = vllm_flag_table_from_json({"version": "0.99.0", "flags": {
+        "--brand-new-flag": {"kind": "store_true"}, "--port": {"kind": "value", "nargs": None, "default": 9000}}},
+        origin="box", where="a newer vLLM")
+    again = c.with_table(newer)
+    assert again.unresolved() == [] and again.table.version == "0.99.0" and again.port == 8000
+    assert LaunchCommand.parse("vllm serve t", newer).default_port == 9000

@@ -278,9 +278,9 @@ class Arg:
             return True
         if kind == "bool_optional":
             return not self.negated
-        if spec and spec["nargs"] in ("+", "*"):
+        if spec and spec.get("nargs") in ("+", "*"):
             return list(self.values)
-        if spec and spec["nargs"] == "?":
+        if spec and spec.get("nargs") == "?":
             return self.values[0] if self.values else ""
         if not self.values:
             return True  # unknown flag written without a value
@@ -456,8 +456,14 @@ class LaunchCommand:
         def quote(text: str) -> str:  # the placeholder unquoted: `--api-key ***`, not `'***'`
             return text if text == PLACEHOLDER else shlex.quote(text)
 
+        from workbench.redact import is_secret_flag
+
         env = [f"{k}={quote(r.env({k: v})[k])}" for k, v in self.env]
-        tokens = r.argv(list(self.launcher) + self.arg_tokens)
+        # a secret flag written as argparse's prefix (`--api-ke S`) or a vLLM dotted key: its canonical
+        # flag says it is secret, though the spelling does not
+        args = [replace(a, values=tuple(PLACEHOLDER for _ in a.values))
+                if a.flag and a.values and not a.positional and is_secret_flag(a.flag) else a for a in self.args]
+        tokens = r.argv(list(self.launcher) + [t for a in args for t in a.tokens()])
         return " ".join(env + [t if t.endswith("=" + PLACEHOLDER) and t.startswith("-") else quote(t) for t in tokens])
 
     def _canon(self, flag: str) -> str:
@@ -701,7 +707,7 @@ class LaunchCommand:
             if isinstance(value, bool):
                 raise LaunchCommandError(f"{canon} takes a value, got the boolean {value!r}")
             if isinstance(value, (list, tuple)):
-                if not spec or spec["nargs"] not in ("+", "*"):
+                if not spec or spec.get("nargs") not in ("+", "*"):
                     if len(value) != 1:
                         raise LaunchCommandError(f"{canon} takes one value, got {len(value)}: {value!r}")
                 values = tuple(str(v) for v in value)
@@ -780,16 +786,23 @@ class LaunchCommand:
                     [a.tokens() for a in original.args if a.flag == flag] !=
                     [a.tokens() for a in proposed.args if a.flag == flag]):
                 changed.append(flag)
+        spec_changes: dict[str, Any] | None = None
+        if self.engine == "vllm" and "--speculative-config" in changed:
+            spec_changes = _json_key_changes(original, proposed)
+            if spec_changes is not None:  # one key at a time: two fixes of different keys both hold
+                changed.remove("--speculative-config")
         for flag in changed:
             theirs = [a for a in proposed.args if a.flag == flag]
             if not theirs:
                 args = [a for a in args if a.flag != flag]
                 continue
             new_arg = theirs[-1]
+            # vLLM: a JSON flag's dotted keys are one value together (`-sc.method X -sc.model Y`): all kept
+            block = [a for a in theirs if a.key] if self.engine == "vllm" and new_arg.key else [new_arg]
             at = next((k for k, a in enumerate(args) if a.flag == flag), None)
             if at is not None:
                 args = [a for k, a in enumerate(args) if a.flag != flag or k == at]
-                args[at] = new_arg
+                args[at:at + 1] = block
                 continue
             where = len(args)
             pos = next(k for k, a in enumerate(proposed.args) if a is new_arg)
@@ -801,7 +814,7 @@ class LaunchCommand:
                     break
             else:
                 where = 0 if pos == 0 else len(args)
-            args.insert(where, new_arg)
+            args[where:where] = block
         gone = [a.values for a in original.args if a.flag is None]
         for a in proposed.args:  # the positionals the fix dropped (a stray word, a placeholder)
             if a.flag is None and a.values in gone:
@@ -810,7 +823,16 @@ class LaunchCommand:
             at = next((k for k, a in enumerate(args) if a.flag is None and a.values == values), None)
             if at is not None:
                 del args[at]
-        return LaunchCommand(self.env, self.launcher, self.engine, self.module, tuple(args), table=self.table)
+        out = LaunchCommand(self.env, self.launcher, self.engine, self.module, tuple(args), table=self.table)
+        if spec_changes:
+            try:
+                out = _vllm_with_speculative(out, spec_changes)
+            except SpeculativeConfigError:  # this command's own JSON is broken: the fix's value replaces it
+                theirs = [a for a in proposed.args if a.flag == "--speculative-config"]
+                out = LaunchCommand(out.env, out.launcher, out.engine, out.module,
+                                    tuple(a for a in out.args if a.flag != "--speculative-config") + tuple(theirs),
+                                    table=out.table)
+        return out
 
     @staticmethod
     def compose(original: "LaunchCommand", fixes: Iterable["LaunchCommand"]) -> "LaunchCommand":
@@ -1155,6 +1177,22 @@ def _sglang_speculative_config(cmd: "LaunchCommand") -> SpeculativeConfig | None
         draft_tensor_parallel_size=None, raw=raw, form="flags")
 
 
+def _json_key_changes(original: "LaunchCommand", proposed: "LaunchCommand") -> dict[str, Any] | None:
+    """The keys of the effective ``--speculative-config`` object that change from ``original`` to
+    ``proposed`` (``{key: new value}``, ``None`` for a key removed); ``None`` when either object cannot
+    be read (then the flag is replaced as a whole)."""
+    try:
+        before = _vllm_spec_sources(original)[0] or {}
+        after = _vllm_spec_sources(proposed)[0] or {}
+    except SpeculativeConfigError:
+        return None
+    norm_b = {str(k).replace("-", "_"): v for k, v in before.items()}
+    norm_a = {str(k).replace("-", "_"): v for k, v in after.items()}
+    out: dict[str, Any] = {k: v for k, v in norm_a.items() if norm_b.get(k, object()) != v}
+    out.update({k: None for k in norm_b if k not in norm_a})
+    return out
+
+
 def _dump_like(obj: Mapping, original: str) -> str:
     """``json.dumps(obj)`` with the separators ``original`` used (compact when it had no space after
     ``,`` / ``:``)."""
@@ -1248,7 +1286,7 @@ def _parse_args(tokens: list[str], i: int, module: str, table: FlagTable | None 
             if len(arities) == 1:
                 spec = tab.flags.get(tab.aliases.get(res.candidates[0], res.candidates[0]))
         kind = spec["kind"] if spec else None
-        nargs = spec["nargs"] if spec else None
+        nargs = spec.get("nargs") if spec else None
         if kind in ("store_true", "bool_optional"):
             if eq:  # argparse exits 2 ("ignored explicit argument"): kept, the launch-flag-unknown rule reports it
                 args.append(Arg(canon, name, (inline,), equals=True, negated=negated,
