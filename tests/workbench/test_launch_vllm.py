@@ -295,3 +295,27 @@ def test_with_table_rereads_a_vllm_command():
     again = c.with_table(newer)
     assert again.unresolved() == [] and again.table.version == "0.99.0" and again.port == 8000
     assert LaunchCommand.parse("vllm serve t", newer).default_port == 9000
+
+
+def test_config_file_pulled_in_as_vllm_does():
+    """(Checked against the real parser in test_vllm_flags.py.) The file's flags go before the command
+    line's; `--config=FILE` and errors."""
+    yaml_text = "port: 8123\ntensor_parallel_size: 2\nenforce-eager: true\nenable-prefix-caching: false\n" \
+                "speculative-config:\n  method: eagle3\n  model: /d\nserved-model-name: [a, b]\n"
+    c = LaunchCommand.parse("vllm serve /t --config serve.yaml --port 9000")
+    assert (c.config_file, c.config_file_ignored) == ("serve.yaml", False)
+    e = c.with_config_file(yaml_text)
+    assert (e.port, e.tensor_parallel_size, e.draft_model, e.speculative_method, e.target_model) == (9000, 2, "/d", "eagle3", "/t")
+    assert e.get("--enforce-eager") is True and e.get("--enable-prefix-caching") is False
+    assert e.get("--served-model-name") == ["a", "b"] and e.config_file is None
+    assert [a.origin for a in e.args if a.flag == "--port"] == ["config", ""]
+    assert e.arg_tokens[:3] == ["/t", "--port", "8123"]
+    ignored = LaunchCommand.parse("vllm serve /t --config=serve.yaml")
+    assert ignored.config_file == "serve.yaml" and ignored.config_file_ignored
+    assert ignored.with_config_file(yaml_text) == ignored
+    with pytest.raises(LaunchCommandError, match="serve.yaml: not YAML at line 2, column"):
+        c.with_config_file("port: 1\n  bad: [\n")
+    with pytest.raises(LaunchCommandError, match="a YAML mapping of flags is expected, got list"):
+        c.with_config_file("- 1\n")
+    with pytest.raises(LaunchCommandError, match="--config files are vLLM's"):
+        LaunchCommand.parse("sglang serve m").with_config_file({})

@@ -130,18 +130,46 @@ print("RESULT " + json.dumps(out, default=str))
 """
 
 
+CONFIG_YAML = """\
+port: 8123
+tensor_parallel_size: 2
+model: /from-config
+speculative-config:
+  method: eagle3
+  model: /d
+  num_speculative_tokens: 2
+enforce-eager: true
+enable-prefix-caching: false
+served-model-name: [a, b]
+"""
+
+
 @pytest.mark.slow
-def test_launch_command_reads_what_vllms_own_parser_reads(local_box):
+def test_launch_command_reads_what_vllms_own_parser_reads(local_box, tmp_path):
     """Each case parsed by vLLM 0.32.0's real parser (.venv-vllm) and by LaunchCommand: the same model,
     speculative config object (a dotted form replacing the JSON one included), TP, port, host,
-    optimization level, --spec-* values, enforce_eager and a dotted list append."""
+    optimization level, --spec-* values, enforce_eager, a dotted list append, and a --config YAML file
+    (pulled in before the command line; `--config=FILE` silently ignored by vLLM)."""
     require_vllm()
-    res = local_box.run([vllm_python(), "-B", "-c", REAL_PARSE, json.dumps(REAL_CASES)], timeout=300)
+    cfg = tmp_path / "serve.yaml"
+    cfg.write_text(CONFIG_YAML)
+    cases = REAL_CASES + [
+        ("serve", ["/t", "--config", str(cfg), "--port", "9000"]),
+        ("serve", ["--config", str(cfg), "-tp", "4"]),
+        ("serve", ["--model", "/cli", "--config", str(cfg)]),
+        ("api", ["--config", str(cfg), "--speculative-config.num_speculative_tokens", "5"]),
+        ("serve", ["/t", f"--config={cfg}"]),
+    ]
+    res = local_box.run([vllm_python(), "-B", "-c", REAL_PARSE, json.dumps(cases)], timeout=300)
     [line] = [ln for ln in res.stdout.splitlines() if ln.startswith("RESULT ")]
     real = json.loads(line[len("RESULT "):])
-    for (kind, argv), want in zip(REAL_CASES, real):
+    assert len(real) == len(cases)
+    for (kind, argv), want in zip(cases, real):
         launcher = ["vllm", "serve"] if kind == "serve" else ["python", "-m", "vllm.entrypoints.openai.api_server"]
         c = LaunchCommand.parse(launcher + argv)
+        if c.config_file is not None:
+            assert c.config_file_ignored == argv[-1].startswith("--config="), argv
+            c = c.with_config_file(cfg.read_text())
         spec_text = c.get("--speculative-config")
         got = {
             "model": c.target_model or "Qwen/Qwen3-0.6B",  # vLLM's ModelConfig default

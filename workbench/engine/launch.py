@@ -238,7 +238,9 @@ class Arg:
     the dotted path of a ``--flag.key.sub value`` argument (``("num_speculative_tokens",)`` for
     ``--speculative-config.num_speculative_tokens 3``; ``spelled`` is then the whole option as
     written, ``--speculative-config.num_speculative_tokens``), ``append`` for the list form
-    ``--flag.key+ a,b``; ``attached``: the value glued to the option (``-O3``).
+    ``--flag.key+ a,b``; ``attached``: the value glued to the option (``-O3``); ``origin``:
+    ``"config"`` for an argument read from vLLM's ``--config`` YAML file
+    (:meth:`LaunchCommand.with_config_file`), ``""`` when written on the command line.
     """
 
     flag: str | None
@@ -253,6 +255,7 @@ class Arg:
     key: tuple[str, ...] = ()
     append: bool = False
     attached: bool = False
+    origin: str = ""
 
     def tokens(self) -> list[str]:
         if self.flag is None or self.positional:
@@ -569,10 +572,96 @@ class LaunchCommand:
             return str(value) if value is not None else None
         if self.module.endswith("serve"):
             for a in self.args:
-                if a.flag == "--model" and not a.positional and not a.key and re.match(r"^--model$", a.spelled):
+                if (a.flag == "--model" and not a.positional and not a.key and a.origin != "config"
+                        and re.match(r"^--model$", a.spelled)):
                     return str(a.values[0]) if a.values else None
+            for a in self.args:
+                if a.flag == "--model" and a.positional:
+                    return str(a.values[0])
         value = self.get("--model")
         return str(value) if value is not None else None
+
+    @property
+    def config_file(self) -> str | None:
+        """vLLM's ``--config FILE`` (a YAML file of flags), as written; ``None`` when absent (or not vLLM).
+        See :attr:`config_file_ignored` and :meth:`with_config_file`."""
+        if self.engine != "vllm":
+            return None
+        value = self.get("--config")
+        return None if value is None else str(value)
+
+    @property
+    def config_file_ignored(self) -> bool:
+        """True when vLLM never reads the :attr:`config_file`: vLLM 0.32.0 pulls the file's flags in only
+        for the exact token ``--config`` followed by the path (``argparse_utils.py``: ``if "--config" in
+        args``); ``--config=FILE`` or a prefix (``--conf FILE``) is stored by argparse and silently
+        unused (checked against the real parser)."""
+        if self.engine != "vllm":
+            return False
+        occ = [a for a in self.args if a.flag == "--config"]
+        return bool(occ) and not any(a.spelled == "--config" and not a.equals for a in occ)
+
+    def with_config_file(self, config: "Mapping[str, Any] | str") -> "LaunchCommand":
+        """This vLLM command as vLLM reads it with its ``--config`` file's content ``config`` (the YAML
+        text, or the mapping it loads to) pulled in: vLLM 0.32.0 ``FlexibleArgumentParser.
+        _pull_args_from_config`` / ``load_config_file`` — each key ``k`` becomes ``--k`` (``true``: the
+        switch; ``false``: ``--no-k`` when the flag has one, else nothing; a list: ``--k`` and its items;
+        an object: ``--k '<json>'``; else ``--k VALUE``), inserted BEFORE the command line's arguments
+        (after the model: on the command line, flags override the file), and ``--config FILE`` dropped.
+        The pulled-in arguments have :attr:`Arg.origin` ``"config"``. A command whose file vLLM ignores
+        (:attr:`config_file_ignored`) or that has none comes back unchanged.
+
+        Raises :class:`LaunchCommandError` for a command that is not vLLM's, YAML that does not load
+        (its line) or is not a mapping."""
+        if self.engine != "vllm":
+            raise LaunchCommandError(f"--config files are vLLM's; this is a {self.engine} launch command")
+        if self.config_file is None or self.config_file_ignored:
+            return self
+        if isinstance(config, str):
+            try:
+                import yaml
+            except ImportError as exc:  # pragma: no cover - pyyaml comes with papermill
+                raise LaunchCommandError("reading a vLLM --config file needs PyYAML (pip install pyyaml)") from exc
+            try:
+                config = yaml.safe_load(config)
+            except yaml.YAMLError as exc:
+                mark = getattr(exc, "problem_mark", None)
+                where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+                raise LaunchCommandError(f"vLLM --config file {self.config_file}: not YAML{where}: "
+                                         f"{getattr(exc, 'problem', None) or exc}") from exc
+        if not isinstance(config, Mapping):
+            raise LaunchCommandError(f"vLLM --config file {self.config_file}: a YAML mapping of flags is expected, "
+                                     f"got {type(config).__name__}")
+        tab = self.table or DEFAULT_TABLE
+        pulled: list[str] = []
+        for key, value in config.items():
+            if isinstance(value, bool):
+                if value:
+                    pulled.append(f"--{key}")
+                elif f"--no-{key}" in tab.negations or f"--no-{key}" in tab.aliases:
+                    pulled.append(f"--no-{key}")
+            elif isinstance(value, list):
+                if value:
+                    pulled += [f"--{key}", *(str(v) for v in value)]
+            elif isinstance(value, dict):
+                pulled += [f"--{key}", json.dumps(value)]
+            else:
+                pulled += [f"--{key}", str(value)]
+        at = self.args.index(next(a for a in self.args if a.flag == "--config" and a.spelled == "--config"))
+        rest = [a for k, a in enumerate(self.args) if k != at]
+        front: list[Arg] = []
+        if self.module.endswith("serve"):  # the CLI's first --model was moved to the front as the model
+            first = next((a for a in rest if a.flag == "--model" and not a.positional and not a.key
+                          and a.spelled == "--model"), None)
+            model = first or next((a for a in rest if a.flag == "--model" and a.positional), None)
+            if model is not None:
+                rest.remove(model)
+                front = [Arg("--model", "", model.values[:1], positional=True, table=self.table)]
+        elif rest and rest[0].flag is None:
+            front, rest = [rest[0]], rest[1:]
+        config_args = _parse_vllm_args(pulled, 0, "", tab)
+        args = front + [replace(a, origin="config") for a in config_args] + rest
+        return LaunchCommand(self.env, self.launcher, self.engine, self.module, tuple(args), table=self.table)
 
     @property
     def speculative_config(self) -> "SpeculativeConfig | None":
