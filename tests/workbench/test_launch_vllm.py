@@ -319,3 +319,24 @@ def test_config_file_pulled_in_as_vllm_does():
         c.with_config_file("- 1\n")
     with pytest.raises(LaunchCommandError, match="--config files are vLLM's"):
         LaunchCommand.parse("sglang serve m").with_config_file({})
+
+
+@pytest.mark.parametrize("argv,server", [
+    (["/venv/bin/python3", "-m", "vllm.entrypoints.openai.api_server", "--model", "/t", "--port", "8000"], True),
+    (["/venv/bin/vllm", "serve", "/t"], True),
+    (["python", "-m", "vllm.entrypoints.cli.main", "serve", "/t"], True),
+    (["VLLM::EngineCore"], False),  # setproctitle of the engine core / workers
+    (["VLLM::Worker_TP0"], False),
+    (["/venv/bin/python3", "-c", "from multiprocessing.resource_tracker import main;main(9)"], False),
+    (["/venv/bin/python3", "-c", "from multiprocessing.spawn import spawn_main; spawn_main(tracker_fd=9, pipe_handle=11)",
+      "--multiprocessing-fork"], False),
+    (["tail", "-f", "vllm serve.log"], False),
+    (["vllm", "bench", "serve", "--model", "/t"], False),
+])
+def test_is_launch_argv_on_vllm_processes(argv, server):
+    assert is_launch_argv(argv) is server
+
+
+def test_a_pasted_prompt_before_a_vllm_command():
+    c = LaunchCommand.parse("(venv) user@gpu-box:~$ vllm serve /t --port 8001")
+    assert (c.prompt, c.engine, c.target_model, c.port) == ("(venv) user@gpu-box:~$", "vllm", "/t", 8001)
