@@ -15,7 +15,8 @@ Engine facts, read from the engines' sources:
   ``Worker_TP0``…, ``APIServer_N``, ``DPCoordinator``). Observed here: api_server →
   resource_tracker, ``VLLM::EngineCore`` → ``VLLM::Worker``.
 - SGLang 0.5.23: ``python -m sglang.launch_server`` / ``sglang serve``, default port 30000
-  (``srt/server_args.py``); its scheduler and detokenizer processes are titled ``sglang::…``.
+  (``srt/arg_groups/fields/serving.py``); its scheduler, detokenizer and data-parallel controller
+  are titled ``sglang::scheduler…`` / ``sglang::detokenizer`` (``setproctitle`` in ``srt/managers/``).
 - The sandbox: ``python -m workbench.sandbox.launch_server`` (SGLang's flags and endpoints: treated
   as engine ``sglang``).
 """
@@ -32,8 +33,9 @@ __all__ = ["VLLM", "SGLANG", "DEFAULT_PORTS", "launcher_engine", "launch_engine"
 VLLM = "vllm"
 SGLANG = "sglang"
 
-#: The HTTP port a server listens on without ``--port``: vLLM 0.32.0 ``FrontendArgs.port``; SGLang
-#: 0.5.23 ``ServerArgs.port``.
+#: The HTTP port a server listens on without ``--port``: vLLM 0.32.0 ``FrontendArgs.port``
+#: (``vllm/entrypoints/launchers/cli_args.py``); SGLang 0.5.23 ``Serving.port``
+#: (``srt/arg_groups/fields/serving.py``, part of its ``ServerArgs``).
 DEFAULT_PORTS = {VLLM: 8000, SGLANG: 30000}
 
 _VLLM_MODULES = {"vllm.entrypoints.openai.api_server"}
