@@ -581,6 +581,12 @@ class Box:
                     ports.add(sockets[int(inode)])
         return tuple(sorted(ports))
 
+    def listening_ports_of(self, pid: int, *, timeout: float = 30) -> tuple[int, ...]:
+        """The TCP ports process ``pid`` itself listens on (IPv4 and IPv6: its ``/proc/PID/fd``
+        sockets found LISTENing in ``/proc/net/tcp*``), sorted; empty when it listens on none, is
+        gone, or its fds may not be read (another user's process)."""
+        return self._ports_of(int(pid), self._listening_inodes(timeout), timeout)
+
     def process_tree(self, pid: int, *, timeout: float = 30) -> list[ProcessInfo]:
         """The live process ``pid``, every live process of its process group and every live
         descendant of either (by parent pid, also those that left the group with ``setsid`` or
