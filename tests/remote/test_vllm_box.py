@@ -9,12 +9,14 @@ vLLM server (~2.7 GB) at a time. Timings are printed (``-s``) as ``vLLM box timi
 """
 
 import re
+import signal
 import time
 
 import httpx
 import pytest
 
 from remote import connect
+from remote.errors import ServerNotReady, ServerStartNotReady, ServerStartTimedOut
 from remote.readiness import check_generation, identify_server, wait_ready
 from testkit.ports import free_port
 from testkit.sandbox_servers import TARGET
@@ -116,3 +118,42 @@ def test_a_vllm_server_launched_over_ssh_is_ready_found_and_stopped_as_a_whole(s
             box.stop_server(h, grace=30)
         assert not (tmp_path / "vllm over ssh.log.pid").exists()
         report("ssh", launch_to_ready_s=round(waited, 1), total_s=round(time.monotonic() - t0, 1), **numbers)
+
+
+def test_a_vllm_server_that_wants_a_key_then_loses_its_engine_core_is_said_so_and_left_clean(tmp_path):
+    """``--api-key``: the launch answers but ``/v1/models`` is 401, so ``wait_healthy`` raises at once
+    saying a key is wanted (not a time-out); with the key it is ready. Then its ``VLLM::EngineCore`` is
+    killed: the check stops being ready, the api_server exits (vLLM 0.32.0 shuts down on
+    ``EngineDeadError``, logged), and ``stop_server`` leaves nothing of the group (the worker
+    outlives the api_server) and frees the port."""
+    require_vllm()
+    port = free_port()
+    key = "ewb-test-key"
+    with connect("local", state_dir=tmp_path / "state") as box:
+        h = box.launch_server(launch_argv(port, spec=speculative_config(), extra=["--api-key", key]), port=port,
+                              log_path=tmp_path / "vllm.log", env=VLLM_ENV)
+        try:
+            with pytest.raises(ServerStartNotReady) as info:
+                box.wait_healthy(h, timeout=START_TIMEOUT)
+            assert "HTTP 401" in info.value.last and "API key" in info.value.last and info.value.routes == ()
+            assert isinstance(info.value, ServerStartTimedOut) and box.is_alive(h.pid)
+            url = box.url(port)
+            with httpx.Client(trust_env=False, headers={"Authorization": f"Bearer {key}"}) as keyed, \
+                    httpx.Client(trust_env=False) as plain:
+                assert check_generation(keyed, url, timeout=60, engine="vllm").ready
+                ident = identify_server(plain, url, timeout=30)
+                assert ident.engine == "vllm" and "/v1/models: HTTP 401" in ident.evidence
+                (core,) = [p.pid for p in box.process_tree(h.pid) if p.argv[:1] == ("VLLM::EngineCore",)]
+                box.transport.kill(core, signal.SIGKILL)
+                with pytest.raises(ServerNotReady):
+                    wait_ready(url, start_timeout=60, request_timeout=30, engine="vllm", client=keyed,
+                               alive=lambda: box.is_alive(h.pid), progress=None)
+            deadline = time.monotonic() + 60
+            while box.is_alive(h.pid):
+                assert time.monotonic() < deadline, "the api_server outlived its engine core by 60 s"
+                time.sleep(0.2)
+            assert any("EngineDeadError" in line for line in box.tail(h.log_path, 400))
+        finally:
+            stopped = box.stop_server(h, grace=30)
+        assert box.process_tree(h.pid) == [] and not box.port_in_use(port)
+        report("engine core killed", left_after_api_server_exit=len(stopped.stopped_pids), how=stopped.how)
