@@ -453,6 +453,18 @@ class Box:
             local_host = f"[{local_host}]"
         return f"http://{local_host}:{int(local_port)}"
 
+    def server_identity(self, port: int, *, host: str = "127.0.0.1", timeout: float = 10,
+                        headers: Optional[Mapping[str, str]] = None) -> "readiness.ServerIdentity":
+        """Which engine answers on the box's ``host:port`` (``remote.readiness.identify_server``:
+        ``/server_info``, ``/version``, ``/v1/models`` ``owned_by``, ``/metrics`` prefixes), through
+        :meth:`url` (a port forward over SSH); each request bounded by ``timeout`` seconds;
+        ``headers`` (e.g. ``Authorization`` for a vLLM ``--api-key``) sent with each. Raises the
+        transport's errors when the forward cannot be set up; HTTP failures are evidence, not errors."""
+        from . import readiness
+
+        with httpx.Client(trust_env=False, headers=dict(headers or {})) as client:
+            return readiness.identify_server(client, self.url(port, host, timeout=timeout), timeout=timeout)
+
     def listening_ports(self, *, timeout: float = 10) -> set[int]:
         """TCP ports in LISTEN state on the box (IPv4 and IPv6), read from ``/proc/net/tcp*``."""
         ports: set[int] = set()

@@ -32,6 +32,7 @@ def test_a_server_of_no_engine_is_unknown(free_port, tiny_server_argv, tmp_path)
             box.wait_healthy(h, timeout=30, poll_interval=0.05)
             with httpx.Client(trust_env=False) as client:
                 ident = identify_server(client, box.url(free_port), timeout=10)
+            assert box.server_identity(free_port, timeout=10) == ident
         finally:
             box.stop_server(h, grace=5)
     assert (ident.engine, ident.version, ident.models) == ("unknown", None, ())

@@ -79,6 +79,7 @@ def check_found_ready_identified_stopped(box, pid, port, log_path):
         assert wait_ready(url, start_timeout=30, request_timeout=60, engine="vllm", progress=None) < 30
         ready_s = time.monotonic() - t0
         ident = identify_server(client, url, timeout=30)
+    assert box.server_identity(port, timeout=30) == ident  # the same through the box's own URL
     assert ident.engine == "vllm", ident.evidence
     assert ident.version == installed_vllm_version()
     assert ident.models == (str(TARGET),)
