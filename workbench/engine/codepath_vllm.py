@@ -621,14 +621,21 @@ def _d_fc_defined(stmt, parents, text, ctx):
     out = f"input_size={size}" if size else ""
     if width:
         out += f"; `{width}`"
-    if ctx.draft_config is not None:
+    counts = tree is not None and any(isinstance(n, ast.Assign) and any(
+        isinstance(t, ast.Attribute) and t.attr == "num_aux_hidden_states" for t in n.targets) for n in ast.walk(tree))
+    fixed = tree is not None and not counts and any(  # older releases: `fc_input_size = hidden_size * 3`
+        isinstance(n, ast.BinOp) and isinstance(n.op, ast.Mult) and isinstance(n.right, ast.Constant)
+        and n.right.value == 3 and "hidden_size" in _seg(ctx.src.read(ctx.draft_file) or "", n.left)
+        for n in ast.walk(tree))
+    if ctx.draft_config is not None and (counts or fixed):
         c = ctx.draft_config
         ids = (c.get("eagle_config") or {}).get("eagle_aux_hidden_state_layer_ids") \
             if isinstance(c.get("eagle_config"), dict) else None
-        n = c.get("num_aux_hidden_states") or (len(ids) if isinstance(ids, list) and ids else 3)
+        n = 3 if fixed else c.get("num_aux_hidden_states") or (len(ids) if isinstance(ids, list) and ids else 3)
         hidden = c.get("target_hidden_size") or c.get("hidden_size")
         if isinstance(hidden, int) and isinstance(n, int):
-            out += f"; for this draft: {n} × {hidden} = {n * hidden}"
+            out += f"; for this draft: {n} × {hidden} = {n * hidden}" + (
+                " (this release always takes 3 aux states)" if fixed else "")
     return out or None
 
 

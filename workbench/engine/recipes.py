@@ -258,7 +258,7 @@ VLLM_RECIPES: dict[str, Recipe] = {r.name: r for r in (
     Recipe("target-capture-layers", (
         RecipeProbe("capture-set", ("self.aux_hidden_state_layers", "type(self).__name__", "len(self.layers)"),
                     role="the layers the target's model keeps (sorted, de-duplicated), once per process"),
-        RecipeProbe("capture-configured", ("aux_layers",), suffix=".config",
+        RecipeProbe("capture-configured", ("aux_layers",), suffix=".config", needs="aux_layers",
                     role="the ids the model runner passes: the draft config's, else the target's defaults"),
     ),
         "the aux layers the target captures: what the model runner passes (.config) and what the model keeps, "
