@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import subprocess
+from pathlib import Path
 
 import httpx
 import pytest
@@ -19,8 +20,8 @@ from remote import connect
 from remote.probes import list_probes, revert_all
 from testkit.sandbox_servers import DRAFT, TARGET
 from testkit.vllm_servers import copy_vllm_package, speculative_config, vllm_python
-from workbench.engine.codepath_vllm import vllm_code_path_map
-from workbench.engine.locate import engine_at
+from workbench.engine.codepath_vllm import vllm_code_path_map, vllm_map_for_launch
+from workbench.engine.locate import engine_at, find_engine, read_environ
 from workbench.engine.recipes import VLLM_RECIPES, add_recipes, missing_required, read_recipes
 
 pytestmark = pytest.mark.slow
@@ -40,9 +41,10 @@ def _checkpoint_d2t() -> list[int]:
     return json.loads(out)
 
 
-def test_vllm_recipes_read_back_from_a_real_server(own_vllm_server, tmp_path):
+def test_vllm_recipes_read_back_from_a_real_server(own_vllm_server, tmp_path, monkeypatch, cli):
     site = tmp_path / "site"
     root = copy_vllm_package(site)
+    monkeypatch.setenv("EAGLE_WORKBENCH_STATE_DIR", str(tmp_path / "state"))  # the CLI's journal: the same
     box = connect("local", state_dir=tmp_path / "state", python=str(vllm_python()))
     engine = engine_at(box, str(root))
     assert engine.engine == "vllm" and engine.version == "0.32.0"
@@ -63,6 +65,21 @@ def test_vllm_recipes_read_back_from_a_real_server(own_vllm_server, tmp_path):
             assert res.status_code == 200, res.text
             readings = read_recipes(box, srv.log_path, probes, pgid=srv.pid)
             log = srv.log()
+            # the running server, found by its port: its interpreter, with its own PYTHONPATH, finds the copy
+            found = find_engine(box, port=srv.port, timeout=120)
+            assert (found.engine, found.root, found.server_pid) == ("vllm", str(root), srv.pid)
+            assert Path(found.python).resolve() == vllm_python().resolve()
+            # the map for that deployment reads the draft's config from --speculative-config
+            notes: list = []
+            live = vllm_map_for_launch(box, found.source(box), found.launch, cwd=found.cwd, notes=notes,
+                                       environ=read_environ(box, srv.pid))
+            assert notes == [] and live.method == "eagle3" and live.runner == "v1"
+            assert f"for this draft it returns {ids}" in live.entry("eagle-config-read").detail
+            # and `workbench probe read --port` parses the same lines
+            code, out, err = cli("probe", "read", "--recipe", "draft-input-width", "--port", str(srv.port), "--json")
+            assert code == 0, err
+            assert [(r["line_number"], r["raw"]) for r in json.loads(out)["readings"]] == \
+                [(r.line_number, r.raw) for r in readings["draft-input-width"]]
         for name in VLLM_RECIPES:
             assert missing_required(name, readings[name], engine="vllm") == [], (name, log[-4000:])
             assert all(r.error is None for r in readings[name]), readings[name]
