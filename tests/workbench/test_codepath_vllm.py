@@ -230,3 +230,24 @@ def test_probe_and_source_commands_on_a_vllm_box(cli, tree_copy, monkeypatch, st
     assert hashlib.sha256(eagle3.read_bytes()).hexdigest() == before
     code, out, _ = cli("probe", "recipes", "--engine", "vllm")
     assert code == 0 and out.count("\n  shows:") == len(VLLM_RECIPES) == 3
+
+
+def test_source_map_for_the_sandbox_vllm_launch(cli):
+    """``workbench source map --launch`` with the sandbox box's vLLM command (no server needed): vLLM
+    found through the command's interpreter, the draft's config read from ``--speculative-config``."""
+    from workbench.sandbox_box import sandbox_vllm_launch_command
+
+    cmd = sandbox_vllm_launch_command(python=str(vllm_python()))
+    code, out, err = cli("source", "map", "--launch", cmd, "--json")
+    assert code == 0, err
+    got = json.loads(out)
+    assert got["notes"] == [] and got["engine"]["engine"] == "vllm" and got["method"] == "eagle3"
+    entries = {e["key"]: e for e in got["entries"]}
+    ids = tuple(draft_config()["eagle_config"]["eagle_aux_hidden_state_layer_ids"])
+    assert f"for this draft it returns {ids}" in entries["eagle-config-read"]["detail"]
+    hidden = json.loads((TARGET / "config.json").read_text())["hidden_size"]
+    assert f"{len(ids)} × {hidden} = {len(ids) * hidden}" in entries["draft-fc-defined"]["detail"]
+    layers = json.loads((TARGET / "config.json").read_text())["num_hidden_layers"]
+    assert f"for {layers} target layers: (2, {layers // 2}, {layers - 3})" in entries["aux-default-layers"]["detail"]
+    code, out, err = cli("source", "map", "--launch", cmd)
+    assert code == 0 and out.startswith("EAGLE-3 code path (vllm, V1 model runner):"), err

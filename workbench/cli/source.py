@@ -55,7 +55,7 @@ def _run(args: argparse.Namespace) -> ExitCode:
     (``EngineNotFound``, ``SourceLookupError``, ``CheckpointError``, ``LaunchCommandError``, the box
     layer's ``RemoteError``): the command line prints each as one line, exit 2."""
     from workbench.engine import find_engine
-    from workbench.engine.codepath import code_path_map, map_for_launch
+    from workbench.engine.codepath import code_path_map, map_for_engine
     from workbench.engine.launch import LaunchCommand
     from workbench.rules.engine_source import scan_swallowed
 
@@ -98,7 +98,7 @@ def _run(args: argparse.Namespace) -> ExitCode:
             deployment = launch or (LaunchCommand.parse(engine.launch) if engine.launch else None)
             is_vllm = getattr(engine, "engine", "sglang") == "vllm"
             if is_vllm:
-                from workbench.engine.codepath_vllm import vllm_code_path_map, vllm_map_for_launch
+                from workbench.engine.codepath_vllm import vllm_code_path_map
             if deployment is not None and not explicit:
                 # relative model paths: against the running server's cwd, else --cwd (default: this
                 # directory on the local box, the login directory over SSH), as `workbench doctor` does
@@ -109,12 +109,8 @@ def _run(args: argparse.Namespace) -> ExitCode:
                 # the running server's own environment decides the EAGLE worker (SGLANG_ENABLE_SPEC_V2)
                 environ = read_environ(box, engine.server_pid, timeout=args.timeout) \
                     if launch is None and engine.server_pid else None
-                if is_vllm:
-                    cmap = vllm_map_for_launch(box, src, deployment, cwd=cwd, timeout=args.timeout, notes=notes,
-                                               environ=environ)
-                else:
-                    cmap = map_for_launch(box, src, deployment, cwd=cwd, timeout=args.timeout, notes=notes,
-                                          environ=environ)
+                cmap = map_for_engine(box, src, deployment, engine=getattr(engine, "engine", "sglang"), cwd=cwd,
+                                      timeout=args.timeout, notes=notes, environ=environ)
             elif is_vllm:
                 kw = {k: v for k, v in (("target_arch", args.target_arch), ("draft_arch", args.draft_arch),
                                         ("num_layers", args.num_layers)) if v is not None}
