@@ -251,3 +251,12 @@ def test_source_map_for_the_sandbox_vllm_launch(cli):
     assert f"for {layers} target layers: (2, {layers // 2}, {layers - 3})" in entries["aux-default-layers"]["detail"]
     code, out, err = cli("source", "map", "--launch", cmd)
     assert code == 0 and out.startswith("EAGLE-3 code path (vllm, V1 model runner):"), err
+
+
+def test_the_vllm_map_over_ssh(cli, ssh_env, vllm_root):
+    """The same map through the real loopback sshd (files read over SFTP / ssh commands)."""
+    code, out, err = cli("source", "map", "--host", ssh_env.alias, "--engine-root", vllm_root, "--json")
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["engine"]["engine"] == "vllm" and doc["root"] == vllm_root
+    assert all(e["found"] for e in doc["entries"]), [e["key"] for e in doc["entries"] if not e["found"]]
