@@ -260,3 +260,17 @@ def test_the_vllm_map_over_ssh(cli, ssh_env, vllm_root):
     doc = json.loads(out)
     assert doc["engine"]["engine"] == "vllm" and doc["root"] == vllm_root
     assert all(e["found"] for e in doc["entries"]), [e["key"] for e in doc["entries"] if not e["found"]]
+
+
+def test_the_diagnosis_says_a_vllm_d2t_reading_in_words():
+    """``d2t_words`` reads the vLLM recipe's expressions (``draft_id_to_target_id``) as it reads
+    SGLang's (``hot_token_id``); the raw texts are what the probe prints (reprs)."""
+    from workbench.diagnosis.run import d2t_words
+
+    is_none, shape, head, tail, vocab = VLLM_RECIPES["draft-d2t"].probes[0].exprs
+    loaded = {is_none: "False", shape: "(128,)", head: "[0, 0, 1, 1, 2, 2, 3, 3]", tail: "[125, 126, 127, 128]",
+              vocab: "128"}
+    assert d2t_words(loaded) == "hot token map (d2t) loaded: yes, shape (128,), target ids [0, 0, 1, 1, 2, 2, 3, 3] " \
+                                "… [125, 126, 127, 128]"
+    assert d2t_words({is_none: "True", shape: "None", head: "None", tail: "None", vocab: "256"}).startswith(
+        "hot token map (d2t) loaded: no")
