@@ -55,7 +55,8 @@ def _run(args: argparse.Namespace) -> ExitCode:
     (``EngineNotFound``, ``SourceLookupError``, ``CheckpointError``, ``LaunchCommandError``, the box
     layer's ``RemoteError``): the command line prints each as one line, exit 2."""
     from workbench.engine import find_engine
-    from workbench.engine.codepath import code_path_map, map_for_engine
+    from workbench.engine.codepath import code_path_map
+    from workbench.engine.codepath_vllm import map_for_engine
     from workbench.engine.launch import LaunchCommand
     from workbench.rules.engine_source import scan_swallowed
 

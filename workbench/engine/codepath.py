@@ -66,7 +66,6 @@ from workbench.engine.source import EngineSource, _walk_definitions
 from workbench.report.tables import inline_code, scroll_box
 
 __all__ = ["PathEntry", "CodePathMap", "LANDMARKS", "code_path_map", "DRAFT_CLASS_FILES", "map_for_launch",
-           "map_for_engine",
            "AuxSwitch", "aux_capture_switch", "WorkerChoice", "eagle_worker", "server_worker_inputs",
            "Swallowed", "swallowed_on_path"]
 
@@ -1396,17 +1395,3 @@ def swallowed_on_path(src: EngineSource, cmap: CodePathMap) -> list[Swallowed]:
                                  code=code, what=e.what, detail=e.detail))
     return out
 
-
-def map_for_engine(box, src: EngineSource, launch, *, engine: str = "sglang", cwd: Optional[str] = None,
-                   timeout: float = 30, notes: Optional[list[str]] = None,
-                   environ: Optional[Mapping[str, str]] = None) -> CodePathMap:
-    """The deployment's code-path map for either engine: :func:`map_for_launch` (SGLang and the
-    sandbox) or, with ``engine="vllm"`` (:attr:`workbench.engine.locate.EngineInfo.engine`),
-    :func:`workbench.engine.codepath_vllm.vllm_map_for_launch` (vLLM: the draft's class and config
-    from ``--speculative-config``, the model runner from ``environ``). Arguments and errors as
-    those functions'. The map's ``engine`` says which it is."""
-    if engine == "vllm":
-        from workbench.engine.codepath_vllm import vllm_map_for_launch
-
-        return vllm_map_for_launch(box, src, launch, cwd=cwd, timeout=timeout, notes=notes, environ=environ)
-    return map_for_launch(box, src, launch, cwd=cwd, timeout=timeout, notes=notes, environ=environ)

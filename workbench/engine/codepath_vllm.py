@@ -68,6 +68,7 @@ from remote.probes import _probe_block_lines
 from workbench.engine.codepath import (
     CodePathMap,
     PathEntry,
+    map_for_launch,
     _first_line,
     _function_of,
     _in_order,
@@ -78,7 +79,7 @@ from workbench.engine.source import EngineSource, _strip_annotations, _walk_defi
 
 __all__ = ["VLLM_ENGINE", "vllm_code_path_map", "vllm_registry", "vllm_method_names", "aux_ids_read",
            "default_aux_layers", "draft_arch_for_method", "model_runner_choice", "is_vllm_root", "VLLM_LANDMARKS",
-           "vllm_map_for_launch", "AuxIdsRead"]
+           "vllm_map_for_launch", "AuxIdsRead", "map_for_engine"]
 
 VLLM_ENGINE = "vllm"
 
@@ -931,3 +932,16 @@ def vllm_map_for_launch(box: Any, src: EngineSource, launch: Any, *, cwd: Option
             kw["draft_config"] = config
     server_env = {**dict(environ or {}), **dict(launch.env)}
     return vllm_code_path_map(src, env=server_env, **kw)
+
+
+def map_for_engine(box, src: EngineSource, launch, *, engine: str = "sglang", cwd: Optional[str] = None,
+                   timeout: float = 30, notes: Optional[list[str]] = None,
+                   environ: Optional[Mapping[str, str]] = None) -> CodePathMap:
+    """The deployment's code-path map for either engine:
+    :func:`workbench.engine.codepath.map_for_launch` (SGLang and the sandbox) or, with
+    ``engine="vllm"`` (:attr:`workbench.engine.locate.EngineInfo.engine`), :func:`vllm_map_for_launch` (vLLM: the draft's class and config
+    from ``--speculative-config``, the model runner from ``environ``). Arguments and errors as
+    those functions'. The map's ``engine`` says which it is."""
+    if engine == "vllm":
+        return vllm_map_for_launch(box, src, launch, cwd=cwd, timeout=timeout, notes=notes, environ=environ)
+    return map_for_launch(box, src, launch, cwd=cwd, timeout=timeout, notes=notes, environ=environ)
