@@ -45,6 +45,13 @@ names as on SGLang:
   ``capture-set``), and ``.config``: the ids the model runner passes, before
   ``self.model.set_aux_hidden_state_layers(aux_layers)`` (``v1/worker/gpu_model_runner.py:5249``; the
   V2 runner's ``eagle3_utils.py:31`` when the map was made for V2). Both run once, at load time.
+
+Every vLLM recipe sits outside the compiled and graph-captured code (load time, the proposer's eager
+``combine_hidden_states`` / ``compute_logits`` calls). Without ``--enforce-eager`` vLLM keys its
+torch.compile cache on the text of every file the compiled forward traced (vLLM 0.32.0
+``compilation/backends.py:1043-1062``: ``llama.py``, ``llama_eagle3.py``, ``interfaces.py`` among
+them), so the probe launch compiles afresh; after the revert the original text finds the old cache
+entry again.
 - ``draft-input-width``: the width reaching ``fc``, at the first statement of
   ``Eagle3LlamaForCausalLM.combine_hidden_states`` (``model_executor/models/llama_eagle3.py:401``;
   called by the proposer in eager Python, never inside a compiled graph).
