@@ -9,7 +9,8 @@
     workbench probe add --host H --recipe NAME [--target-arch A] [--draft-arch A] [--tag TAG] [--once-per EXPR] [...]
                                                                   a named probe (or set of probes) on the EAGLE-3
                                                                   code path
-    workbench probe recipes [--engine sglang|vllm] [--json]       the named probes and how to read them
+    workbench probe recipes [--engine sglang|vllm] [--json]       the named probes and how to read them (SGLang's
+                                                                  by default)
     workbench probe list --host H [--json]                        the probes in the box's journal and their files
     workbench probe revert --host H (--tag TAG | --file PATH | --all)   restore the files byte for byte
     workbench probe read --host H (--tag TAG | --recipe NAME) (--port N [--log FILE] | --log FILE [--pgid G]) [--json]
@@ -292,14 +293,15 @@ def _report_added(args: argparse.Namespace, box: Any, rows: Sequence[tuple[Any, 
 def _probe_recipes(args: argparse.Namespace) -> ExitCode:
     from workbench.engine.recipes import recipes_for
 
-    engines = [args.engine] if args.engine else ["sglang", "vllm"]
+    engine = args.engine or "sglang"
     if args.json:
-        print(json.dumps([{**r.to_dict(), "engine": e} for e in engines for r in recipes_for(e).values()], indent=2))
+        print(json.dumps([{**r.to_dict(), "engine": engine} for r in recipes_for(engine).values()], indent=2))
         return ExitCode.OK
-    for engine in engines:
-        if len(engines) > 1 or engine != "sglang":
-            print(f"== {'SGLang (and the sandbox box)' if engine == 'sglang' else 'vLLM'} ==")
-        _print_recipes(recipes_for(engine))
+    if engine != "sglang":
+        print("vLLM's recipes (on its own code path, workbench.engine.codepath_vllm):")
+    _print_recipes(recipes_for(engine))
+    if engine == "sglang":
+        print("vLLM's recipes (same names, vLLM's code path): workbench probe recipes --engine vllm")
     print("add one with: workbench probe add --host H --recipe NAME [--python P | --port N] [--package PKG]")
     print("read it:      workbench probe read --host H --recipe NAME --port N   (the lines of the server running now)")
     return ExitCode.OK
@@ -692,7 +694,8 @@ def add_parser(sub: Any) -> None:
     add_json_option(q, "the probe added")
 
     q = probe_sub.add_parser("recipes", help="the named probes on the EAGLE-3 code path")
-    q.add_argument("--engine", choices=("sglang", "vllm"), help="only this engine's recipes (default: both)")
+    q.add_argument("--engine", choices=("sglang", "vllm"), help="whose recipes: SGLang's (default; also the "
+                                                                 "sandbox box's) or vLLM's")
     add_json_option(q, "the recipes")
     set_command(q, _probe_recipes)
 

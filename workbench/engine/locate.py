@@ -383,7 +383,7 @@ def engine_at(box: Any, root: str, *, timeout: float = 30) -> EngineInfo:
                 f"; did you mean {posixpath.join(path, 'vllm')}?"
                 if box.exists(posixpath.join(path, "vllm", "model_executor"), timeout=timeout) else
                 " (give the sglang/ or vllm/ package directory, e.g. .../site-packages/sglang)")
-        raise EngineNotFound(f"--engine-root {root}: {path} is neither an SGLang package directory (no srt/ in it) "
+        raise EngineNotFound(f"--engine-root {root}: {path} is not an SGLang package directory (no srt/ in it) "
                              "nor a vLLM one (no model_executor/models/registry.py)" + hint, where=box.name)
     version = None
     for name in ("version.py", "_version.py", "__init__.py"):
