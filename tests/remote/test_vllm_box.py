@@ -61,6 +61,8 @@ def check_found_ready_identified_stopped(box, pid, port, log_path):
     assert [s.pid for s in mine] == [pid], [(s.pid, s.argv[:1]) for s in mine]
     (s,) = mine
     assert s.engine == "vllm" and s.port == port and s.log_path == str(log_path)
+    # without --port in its argv (a --config YAML gave it) the port is read from the listening socket
+    assert s.listening_ports == (() if "--port" in s.argv else (port,))
     assert set(s.children) == set(tree) - {pid}
     # a pattern that matches the helpers' titles and the venv's path still lists the api_server alone
     assert [x.pid for x in box.find_servers(r"VLLM::|vllm") if x.pid in tree] == [pid]
@@ -104,12 +106,19 @@ def test_a_vllm_server_started_elsewhere_is_found_ready_identified_and_stopped_l
 
 
 def test_a_vllm_server_launched_over_ssh_is_ready_found_and_stopped_as_a_whole(ssh_env, tmp_path):
+    """Launched over SSH with its port in a ``--config`` YAML (vLLM 0.32.0 ``FlexibleArgumentParser.
+    _pull_args_from_config``), so its argv names no ``--port``: found on the port it listens on."""
     require_vllm()
     port = free_port()
     log = tmp_path / "vllm over ssh.log"
+    config = tmp_path / "serve.yaml"
+    config.write_text(f"port: {port}\n")
+    argv = launch_argv(port, spec=speculative_config())
+    at = argv.index("--port")
+    argv[at:at + 2] = ["--config", str(config)]
     with connect(ssh_env.alias, state_dir=tmp_path / "state") as box:
         t0 = time.monotonic()
-        h = box.launch_server(launch_argv(port, spec=speculative_config()), port=port, log_path=log, env=VLLM_ENV)
+        h = box.launch_server(argv, port=port, log_path=log, env=VLLM_ENV)
         try:
             assert box.process(h.pid).pgid == h.pid  # its own session and group
             waited = box.wait_healthy(h, timeout=START_TIMEOUT)
