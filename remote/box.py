@@ -840,8 +840,11 @@ class Box:
         Removes the handle's pid file.
 
         On vLLM 0.32.0 the tree is api_server → resource_tracker, ``VLLM::EngineCore`` →
-        ``VLLM::Worker``, all in the api_server's group when it has its own session; its SIGTERM
-        handler shuts the engine down, then the workers (vllm/v1/engine/core_client.py).
+        ``VLLM::Worker``, all in the api_server's group when it has its own session; on SIGTERM the
+        api_server terminates its engine processes itself and joins them for up to 5 s
+        (``vllm/v1/utils.py``: "[shutdown] Process manager: send sigterm to process EngineCore").
+        When its EngineCore died, the api_server exits and leaves the worker (and the resource
+        tracker) running in the group (observed here): those are stopped too.
 
         A server that shares the caller's own process group (started by this process without a
         new session) is signalled alone with its descendants, never its group: the caller must
