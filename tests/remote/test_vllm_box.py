@@ -19,6 +19,7 @@ from remote import connect
 from remote.errors import ServerNotReady, ServerStartNotReady, ServerStartTimedOut
 from remote.readiness import check_generation, identify_server, wait_ready
 from testkit.ports import free_port
+from workbench.sandbox_box import sandbox_vllm_launch_command
 from testkit.sandbox_servers import TARGET
 from testkit.vllm_servers import (
     LOG_STATS_INTERVAL,
@@ -131,8 +132,10 @@ def test_a_vllm_server_launched_over_ssh_is_ready_found_and_stopped_as_a_whole(s
 
 
 def test_a_vllm_server_that_wants_a_key_then_loses_its_engine_core_is_said_so_and_left_clean(tmp_path):
-    """``--api-key``: the launch answers but ``/v1/models`` is 401, so ``wait_healthy`` raises at once
-    saying a key is wanted (not a time-out); with the key it is ready. Then its ``VLLM::EngineCore`` is
+    """Launched as shell text (the sandbox box's vLLM command, ``VAR=value`` assignments first, so
+    ``wait_healthy`` must read the engine through them) with ``--api-key``: the launch answers but
+    ``/v1/models`` is 401, so ``wait_healthy`` raises at once saying a key is wanted (not a time-out);
+    with the key it is ready. Then its ``VLLM::EngineCore`` is
     killed: the check stops being ready, the api_server exits (vLLM 0.32.0 shuts down on
     ``EngineDeadError``, logged), and ``stop_server`` leaves nothing of the group (the worker
     outlives the api_server) and frees the port."""
@@ -140,8 +143,9 @@ def test_a_vllm_server_that_wants_a_key_then_loses_its_engine_core_is_said_so_an
     port = free_port()
     key = "ewb-test-key"
     with connect("local", state_dir=tmp_path / "state") as box:
-        h = box.launch_server(launch_argv(port, spec=speculative_config(), extra=["--api-key", key]), port=port,
-                              log_path=tmp_path / "vllm.log", env=VLLM_ENV)
+        text = sandbox_vllm_launch_command(port=port, python=str(vllm_python())) + f" --api-key {key}"
+        h = box.launch_server(text, port=port, log_path=tmp_path / "vllm.log", env=VLLM_ENV)
+        assert h.argv == (text,)
         try:
             with pytest.raises(ServerStartNotReady) as info:
                 box.wait_healthy(h, timeout=START_TIMEOUT)
