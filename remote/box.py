@@ -600,11 +600,14 @@ class Box:
         return self._ports_of(int(pid), self._listening_inodes(timeout), timeout)
 
     def process_tree(self, pid: int, *, timeout: float = 30) -> list[ProcessInfo]:
-        """The live process ``pid``, every live process of its process group and every live
-        descendant of either (by parent pid, also those that left the group with ``setsid`` or
-        ``setpgid``), sorted by pid; empty when ``pid`` is gone and its group is empty."""
+        """The live process ``pid``, every live process of its process group (when ``pid`` is gone:
+        of process group ``pid``, a launched server's own) and every live descendant of either (by
+        parent pid, also those that left the group with ``setsid`` or ``setpgid``), sorted by pid;
+        empty when nothing of it is left."""
         procs = [p for p in self.transport.processes(argv=True, timeout=timeout) if p.state != "Z"]
-        return _tree(int(pid), _pgid_of(int(pid), procs), procs)
+        pgid = _pgid_of(int(pid), procs)
+        pgid = int(pid) if pgid is None else pgid
+        return _tree(int(pid), pgid if pgid > 1 else None, procs)
 
     def _readlink_or_none(self, path: str, timeout: float) -> Optional[str]:
         try:
@@ -734,7 +737,8 @@ class Box:
         without either. A vLLM launch (``remote.engines.launch_engine`` of ``handle.argv``: ``vllm
         serve``, ``python -m vllm.entrypoints.openai.api_server``, also as shell text with ``VAR=…``
         assignments) is checked on vLLM's routes at once (``engine="vllm"``: a ``/health`` 503 is a
-        dead engine core, raised as ``ServerStartTimedOut`` at once). ``path`` given: only ``GET path`` must
+        dead engine core, a 401 a missing API key, a 404 a missing route: ``ServerStartNotReady`` at
+        once). ``path`` given: only ``GET path`` must
         answer 200 (liveness only, the old behaviour). Each poll's read time-out is
         ``request_timeout`` (default ``min(30, timeout)``; connect at most 5 s). Between polls the
         process is checked and, when ``on_log`` is given, new log text is passed to it as it appears.
@@ -836,8 +840,11 @@ class Box:
         Removes the handle's pid file.
 
         On vLLM 0.32.0 the tree is api_server → resource_tracker, ``VLLM::EngineCore`` →
-        ``VLLM::Worker``, all in the api_server's group when it has its own session; its SIGTERM
-        handler shuts the engine down, then the workers (vllm/v1/engine/core_client.py).
+        ``VLLM::Worker``, all in the api_server's group when it has its own session; on SIGTERM the
+        api_server terminates its engine processes itself and joins them for up to 5 s
+        (``vllm/v1/utils.py``: "[shutdown] Process manager: send sigterm to process EngineCore").
+        When its EngineCore died, the api_server exits and leaves the worker (and the resource
+        tracker) running in the group (observed here): those are stopped too.
 
         A server that shares the caller's own process group (started by this process without a
         new session) is signalled alone with its descendants, never its group: the caller must

@@ -11,8 +11,10 @@ Engine facts, read from the engines' sources:
   ``multiprocessing.resource_tracker`` (argv ``python -B -c "from multiprocessing.resource_tracker
   import main;main(N)"``), the engine core and its workers, whose argv is replaced by
   ``setproctitle`` with ``PREFIX::NAME`` (``vllm/utils/system_utils.py: set_process_title``;
-  PREFIX is ``$VLLM_PROCESS_NAME_PREFIX``, default ``VLLM``; names ``EngineCore``, ``Worker``,
-  ``Worker_TP0``…, ``APIServer_N``, ``DPCoordinator``). Observed here: api_server →
+  PREFIX is ``$VLLM_PROCESS_NAME_PREFIX``, default ``VLLM``; names ``EngineCore`` /
+  ``EngineCore_DP{rank}`` (``v1/engine/core.py``), ``Worker`` with ``_DP{r}``, ``_PP{r}``, ``_TP{r}``…
+  suffixes (``v1/executor/multiproc_executor.py``), ``APIServer_{n}`` (``v1/utils.py``),
+  ``DPCoordinator``). Observed here: api_server →
   resource_tracker, ``VLLM::EngineCore`` → ``VLLM::Worker``.
 - SGLang 0.5.23: ``python -m sglang.launch_server`` / ``sglang serve``, default port 30000
   (``srt/arg_groups/fields/serving.py``); its scheduler, detokenizer and data-parallel controller

@@ -44,6 +44,8 @@ def test_launcher_engine(argv, engine):
     (["VLLM::EngineCore"], "proctitle"),            # vLLM 0.32.0 set_process_title("EngineCore")
     (["VLLM::Worker"], "proctitle"),
     (["VLLM::Worker_TP1"], "proctitle"),
+    (["VLLM::Worker_DP0_TP1_EP1"], "proctitle"),   # multiproc_executor.py's suffixes
+    (["VLLM::EngineCore_DP1"], "proctitle"),
     (["MYPREFIX::APIServer_0"], "proctitle"),       # $VLLM_PROCESS_NAME_PREFIX
     (["sglang::scheduler_TP0"], "proctitle"),       # SGLang 0.5.23 scheduler.py setproctitle
     (["sglang::detokenizer"], "proctitle"),

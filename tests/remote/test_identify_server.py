@@ -38,3 +38,18 @@ def test_a_server_of_no_engine_is_unknown(free_port, tiny_server_argv, tmp_path)
     assert (ident.engine, ident.version, ident.models) == ("unknown", None, ())
     assert ident.evidence == ("/server_info: HTTP 404", "/version: HTTP 404", "/v1/models: HTTP 404",
                               "/metrics: HTTP 404")
+
+
+def test_sources_that_disagree_are_conflicting_with_both_named(free_port, tiny_server_argv, tmp_path):
+    """A stand-in (the tiny server's ``--claim-engines``: SGLang's ``/server_info`` and vLLM's
+    ``/version`` at once; no real engine does this) is not called either engine."""
+    with connect("local", state_dir=tmp_path / "state") as box:
+        h = box.launch_server([*tiny_server_argv, "--port", str(free_port), "--claim-engines"], port=free_port)
+        try:
+            box.wait_healthy(h, timeout=30, poll_interval=0.05)
+            ident = box.server_identity(free_port, timeout=10)
+        finally:
+            box.stop_server(h, grace=5)
+    assert ident.engine == "conflicting"
+    assert ident.version == "0.5.23"  # the first source that told one
+    assert ident.evidence[:2] == ("/server_info: SGLang's server args, version 0.5.23", "/version: 0.32.0 (vLLM's route)")

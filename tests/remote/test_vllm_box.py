@@ -19,6 +19,7 @@ from remote import connect
 from remote.errors import ServerNotReady, ServerStartNotReady, ServerStartTimedOut
 from remote.readiness import check_generation, identify_server, wait_ready
 from testkit.ports import free_port
+from workbench.sandbox_box import sandbox_vllm_launch_command
 from testkit.sandbox_servers import TARGET
 from testkit.vllm_servers import (
     LOG_STATS_INTERVAL,
@@ -61,6 +62,8 @@ def check_found_ready_identified_stopped(box, pid, port, log_path):
     assert [s.pid for s in mine] == [pid], [(s.pid, s.argv[:1]) for s in mine]
     (s,) = mine
     assert s.engine == "vllm" and s.port == port and s.log_path == str(log_path)
+    # without --port in its argv (a --config YAML gave it) the port is read from the listening socket
+    assert s.listening_ports == (() if "--port" in s.argv else (port,))
     assert set(s.children) == set(tree) - {pid}
     # a pattern that matches the helpers' titles and the venv's path still lists the api_server alone
     assert [x.pid for x in box.find_servers(r"VLLM::|vllm") if x.pid in tree] == [pid]
@@ -104,12 +107,19 @@ def test_a_vllm_server_started_elsewhere_is_found_ready_identified_and_stopped_l
 
 
 def test_a_vllm_server_launched_over_ssh_is_ready_found_and_stopped_as_a_whole(ssh_env, tmp_path):
+    """Launched over SSH with its port in a ``--config`` YAML (vLLM 0.32.0 ``FlexibleArgumentParser.
+    _pull_args_from_config``), so its argv names no ``--port``: found on the port it listens on."""
     require_vllm()
     port = free_port()
     log = tmp_path / "vllm over ssh.log"
+    config = tmp_path / "serve.yaml"
+    config.write_text(f"port: {port}\n")
+    argv = launch_argv(port, spec=speculative_config())
+    at = argv.index("--port")
+    argv[at:at + 2] = ["--config", str(config)]
     with connect(ssh_env.alias, state_dir=tmp_path / "state") as box:
         t0 = time.monotonic()
-        h = box.launch_server(launch_argv(port, spec=speculative_config()), port=port, log_path=log, env=VLLM_ENV)
+        h = box.launch_server(argv, port=port, log_path=log, env=VLLM_ENV)
         try:
             assert box.process(h.pid).pgid == h.pid  # its own session and group
             waited = box.wait_healthy(h, timeout=START_TIMEOUT)
@@ -122,8 +132,10 @@ def test_a_vllm_server_launched_over_ssh_is_ready_found_and_stopped_as_a_whole(s
 
 
 def test_a_vllm_server_that_wants_a_key_then_loses_its_engine_core_is_said_so_and_left_clean(tmp_path):
-    """``--api-key``: the launch answers but ``/v1/models`` is 401, so ``wait_healthy`` raises at once
-    saying a key is wanted (not a time-out); with the key it is ready. Then its ``VLLM::EngineCore`` is
+    """Launched as shell text (the sandbox box's vLLM command, ``VAR=value`` assignments first, so
+    ``wait_healthy`` must read the engine through them) with ``--api-key``: the launch answers but
+    ``/v1/models`` is 401, so ``wait_healthy`` raises at once saying a key is wanted (not a time-out);
+    with the key it is ready. Then its ``VLLM::EngineCore`` is
     killed: the check stops being ready, the api_server exits (vLLM 0.32.0 shuts down on
     ``EngineDeadError``, logged), and ``stop_server`` leaves nothing of the group (the worker
     outlives the api_server) and frees the port."""
@@ -131,8 +143,9 @@ def test_a_vllm_server_that_wants_a_key_then_loses_its_engine_core_is_said_so_an
     port = free_port()
     key = "ewb-test-key"
     with connect("local", state_dir=tmp_path / "state") as box:
-        h = box.launch_server(launch_argv(port, spec=speculative_config(), extra=["--api-key", key]), port=port,
-                              log_path=tmp_path / "vllm.log", env=VLLM_ENV)
+        text = sandbox_vllm_launch_command(port=port, python=str(vllm_python())) + f" --api-key {key}"
+        h = box.launch_server(text, port=port, log_path=tmp_path / "vllm.log", env=VLLM_ENV)
+        assert h.argv == (text,)
         try:
             with pytest.raises(ServerStartNotReady) as info:
                 box.wait_healthy(h, timeout=START_TIMEOUT)

@@ -12,7 +12,9 @@ prints a fatal line and exits 3 before listening, ``--ignore-term`` ignores SIGT
 that leaves the group first (``setsid``: as a server's helper that detaches), its pid printed as
 ``detached child pid N``. ``--fork-child`` forks a child (the very argv of the server, as a forked worker),
 ``--mp-child`` starts a ``multiprocessing`` spawn child (and so Python's resource tracker: both run
-``python -c "from multiprocessing…"``, as vLLM's helpers do), their pids printed. ``--listen P`` is ``--port P`` under another name: the argv then names no
+``python -c "from multiprocessing…"``, as vLLM's helpers do), their pids printed. ``--claim-engines`` (a stand-in, named so: no engine answers like this) serves
+SGLang's ``/server_info`` AND vLLM's ``/version`` at once, for the identity check's "conflicting".
+``--listen P`` is ``--port P`` under another name: the argv then names no
 ``--port``, so a finder must read the port from the listening socket.
 """
 
@@ -29,7 +31,18 @@ class Handler(http.server.BaseHTTPRequestHandler):
     starting_until = None  # monotonic time /health_generate turns 200 (--starting)
     stuck = False
 
+    claim_engines = False
+
     def do_GET(self):
+        if self.claim_engines and self.path in ("/server_info", "/version"):
+            body = (b'{"version": "0.5.23", "model_path": "m", "internal_states": [{}]}' if self.path == "/server_info"
+                    else b'{"version": "0.32.0"}')
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+            return
         if self.path == "/health_generate" and self.stuck:
             time.sleep(3600)  # never answers while the client waits
             return
@@ -55,6 +68,7 @@ def main() -> int:
     ap.add_argument("--child-own-session", action="store_true")
     ap.add_argument("--fork-child", action="store_true")
     ap.add_argument("--mp-child", action="store_true")
+    ap.add_argument("--claim-engines", action="store_true")
     ap.add_argument("--host", default="127.0.0.1")
     ap.add_argument("--delay", type=float, default=0.0)
     ap.add_argument("--die-after", type=float, default=None)
@@ -95,6 +109,7 @@ def main() -> int:
     server = http.server.ThreadingHTTPServer((args.host, args.port), Handler)
     server.daemon_threads = True  # a stuck request must not keep the process from exiting
     Handler.stuck = args.stuck
+    Handler.claim_engines = args.claim_engines
     if args.starting is not None:
         Handler.starting_until = time.monotonic() + args.starting
     print(f"listening on {args.host}:{args.port}", file=sys.stderr, flush=True)
