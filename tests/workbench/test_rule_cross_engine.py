@@ -139,10 +139,10 @@ def test_repaired_copy_records_convention_and_is_quiet(sandbox):
     """A copy written with the fix (ids [2, 4, 7], the convention recorded) gives no finding on vLLM,
     and on SGLang the recorded vLLM convention is read back the other way."""
     draft, target = sandbox
-    cfg = json.loads(json.dumps(draft.config))
-    cfg["eagle_config"]["eagle_aux_hidden_state_layer_ids"] = [2, 4, 7]
-    cfg[CONVENTION_KEY] = "vllm"
-    fixed = _draft(cfg)
+    found = aux_id_convention(_facts("vllm", draft, target))
+    repair = cross_engine_fixes(_facts("vllm", draft, target), found, {})[0].repair
+    fixed = _draft({**draft.config, **repair.config})  # the copy as the repair writes it
+    assert fixed.aux_layer_ids == fixed.aux_layer_ids_top_level == [2, 4, 7]
     assert draft_convention(fixed).recorded and draft_convention(fixed).engine == "vllm"
     assert aux_id_convention(_facts("vllm", fixed, target)) == []
     back = aux_id_convention(_facts("sglang", fixed, target, method="EAGLE3"))
@@ -324,3 +324,38 @@ def test_registry_run_on_vllm_facts(sandbox):
     box.close()
     assert not failures
     assert sorted({f.rule for f in found}) == ["aux-id-convention"]
+
+
+def test_model_runner_v2_reads_only_top_level_ids(sandbox):
+    """vLLM 0.32.0's Model Runner V2 (eagle3_utils.py) never reads eagle_config.eagle_aux_hidden_state_layer_ids:
+    the sandbox draft's ids are ignored there and the defaults (2, 4, 5) captured."""
+    src = (VLLM_PKG / "v1/worker/gpu/spec_decode/eagle/eagle3_utils.py").read_text()
+    body = src[src.index("def get_eagle3_aux_layers_from_config"):]
+    assert 'drafter_config.get("layer_ids")' in body and '"eagle_aux_hidden_state_layer_ids")' not in body.replace(
+        'getattr(hf_config, "eagle_aux_hidden_state_layer_ids"', "")
+    draft, target = sandbox
+    f = aux_id_convention(_facts("vllm", draft, target, vllm_runner="v2"))[0]
+    assert f.evidence["states_fed"]["value"] == [2, 4, 5]
+    assert f.evidence["proposed_ids"] == [2, 4, 7]
+    unset = aux_id_convention(_facts("vllm", draft, target, vllm_runner=None))[0]
+    assert unset.evidence["states_fed"]["value"] == [1, 3, 6]
+    assert unset.evidence["states_fed_under_v2"]["value"] == [2, 4, 5]
+    fix = cross_engine_fixes(_facts("vllm", draft, target), [unset], {})[0]
+    assert fix.repair.config["eagle_aux_hidden_state_layer_ids"] == [2, 4, 7]  # read by V1 and V2
+
+
+def test_v2_only_fault_with_ids_in_vllm_convention(sandbox):
+    """Ids already in vLLM's convention but only nested: V1 is right, V2 ignores them (a finding when the
+    runner is not pinned, none with VLLM_USE_V2_MODEL_RUNNER=0)."""
+    draft, target = sandbox
+    cfg = json.loads(json.dumps(draft.config))
+    cfg["eagle_config"]["eagle_aux_hidden_state_layer_ids"] = [2, 4, 7]
+    cfg[CONVENTION_KEY] = "vllm"
+    nested_only = _draft(cfg)
+    assert aux_id_convention(_facts("vllm", nested_only, target, vllm_runner="v1")) == []
+    found = aux_id_convention(_facts("vllm", nested_only, target, vllm_runner=None))
+    assert len(found) == 1 and "Model Runner V2 does not read" in found[0].message
+    assert found[0].evidence["states_fed_under_v2"]["value"] == [2, 4, 5]
+    assert found[0].evidence["proposed_ids"] == [2, 4, 7]
+    top = _draft({**cfg, "eagle_aux_hidden_state_layer_ids": [2, 4, 7]})
+    assert aux_id_convention(_facts("vllm", top, target, vllm_runner=None)) == []

@@ -103,16 +103,23 @@ def draft_convention(draft: Any) -> Convention:
     return Convention(None, "nothing in the draft's config says which engine its aux layer ids were written for", None)
 
 
-def ids_read(engine: str, draft: Any) -> tuple[Any, str | None]:
+def ids_read(engine: str, draft: Any, runner: str = "v1") -> tuple[Any, str | None]:
     """``(ids, source)``: the aux layer ids ``engine`` reads from the draft's config (``None`` when
     it reads none and uses its default). SGLang 0.5.23: ``eagle_config.eagle_aux_hidden_state_layer_ids``
-    only. vLLM 0.32.0 ``_get_eagle3_aux_layers_from_config``: the top-level key when truthy, else
-    ``eagle_config``'s (a speculators config's top-level ids land at the top level too:
-    ``transformers_utils/configs/speculators/algos.py`` ``update_eagle3``)."""
+    only. vLLM 0.32.0, ``runner`` ``"v1"`` (``v1/worker/gpu_model_runner.py``
+    ``_get_eagle3_aux_layers_from_config``, the CPU runner inherits it): the top-level key when
+    truthy, else ``eagle_config``'s (a speculators config's ids land at the top level:
+    ``transformers_utils/configs/speculators/algos.py`` ``update_eagle3``); ``"v2"`` (Model Runner
+    V2, ``v1/worker/gpu/spec_decode/eagle/eagle3_utils.py`` ``get_eagle3_aux_layers_from_config``):
+    the top-level key, else ``eagle_config["layer_ids"]`` — never the nested
+    ``eagle_aux_hidden_state_layer_ids``."""
+    top = draft.aux_layer_ids_top_level
     if engine == "vllm":
-        top = draft.aux_layer_ids_top_level
         if top:
             return top, draft.sources.get("aux_layer_ids_top_level")
+        if runner == "v2":
+            lid = (draft.eagle_config or {}).get("layer_ids")
+            return (lid, f"{draft.config_path}: eagle_config.layer_ids") if lid else (None, None)
         nested = draft.aux_layer_ids
         return (nested, draft.sources.get("aux_layer_ids")) if nested else (None, None)
     return draft.aux_layer_ids, draft.sources.get("aux_layer_ids")
@@ -208,11 +215,20 @@ def aux_id_convention(facts: Facts) -> list[Finding]:
     conv = draft_convention(draft)
     other = "vllm" if serving == "sglang" else "sglang"
     written_for = conv.engine or other
-    served_ids, served_src = ids_read(serving, draft)
-    trained_ids, trained_src = ids_read(written_for, draft)
+    runner = facts.vllm_runner if serving == "vllm" else "v1"
+    served_ids, served_src = ids_read(serving, draft, runner or "v1")
+    trained_ids, trained_src = ids_read(written_for, draft, "v1")
     served = captured_states(serving, arch, layers, served_ids)
     trained = captured_states(written_for, arch, layers, trained_ids)
-    if conv.engine == serving or served is None or trained is None or served == trained:
+    v2 = None
+    if serving == "vllm" and runner is None:  # the runner is chosen at start-up: V2 where Triton runs it
+        v2_ids, v2_src = ids_read("vllm", draft, "v2")
+        v2 = (v2_ids, v2_src, captured_states("vllm", arch, layers, v2_ids))
+    if served is None or trained is None:
+        return []
+    if conv.engine == serving:
+        trained = served  # written for this engine: its V1 reading is what the draft was trained on
+    if served == trained and (v2 is None or v2[2] in (None, trained)):
         return []
     new_ids = ids_for(serving, arch, layers, trained)
     names = {"sglang": f"SGLang ({SGLANG_VERSION} rule for {arch or 'this target'})", "vllm": f"vLLM ({VLLM_VERSION})"}
@@ -227,14 +243,26 @@ def aux_id_convention(facts: Facts) -> list[Finding]:
         "target_num_hidden_layers": ev(layers, target.sources.get("num_hidden_layers")),
         "proposed_ids": new_ids,
     }
-    where = ("eagle_config.eagle_aux_hidden_state_layer_ids" if serving == "sglang" or not draft.aux_layer_ids_top_level
-             else "eagle_aux_hidden_state_layer_ids")
+    if serving == "vllm":
+        evidence["model_runner"] = ev(runner or "v1 or v2 (chosen at start-up)",
+                                      "launch env VLLM_USE_V2_MODEL_RUNNER" if runner else
+                                      f"vllm {VLLM_VERSION} config/vllm.py use_v2_model_runner (V2 when Triton runs "
+                                      "and no unsupported feature; V1 on this CPU build)")
+    if v2 is not None and v2[2] != served:
+        evidence["states_fed_under_v2"] = ev(v2[2], f"Model Runner V2 reads {v2[1] or 'no ids: its default'}")
+    where = ("eagle_config.eagle_aux_hidden_state_layer_ids" if serving == "sglang" else
+             "eagle_aux_hidden_state_layer_ids (top level: both model runners read it"
+             + (", and in eagle_config)" if draft.aux_layer_ids is not None else ")"))
     fix = (f"write {where} = {new_ids} (and {CONVENTION_KEY}: \"{serving}\") in a copy of the draft" if new_ids is not None
            else f"no ids make {serving} feed states {trained}: retrain or serve the draft on {written_for}")
     if conv.engine is None:
         msg = (f"nothing says which engine the draft's aux layer ids were written for: {names[serving]} feeds it the "
                f"states after {served} decoder layers, but if it was trained for {other} it expects those after "
                f"{trained}: a silent one-layer shift (lower acceptance, no error)")
+    elif served == trained:
+        msg = (f"the draft's aux layer ids sit only in eagle_config, which vLLM's Model Runner V2 does not read "
+               f"(v1/worker/gpu/spec_decode/eagle/eagle3_utils.py): where V2 runs, it feeds the states after {v2[2]} "
+               f"decoder layers instead of {trained}, silently (V1, as on this CPU build, reads them)")
     else:
         msg = (f"the draft's aux layer ids were written for {conv.engine} ({conv.basis}): there they mean the states "
                f"after {trained} decoder layers, but {names[serving]} feeds it those after {served}: a silent shift "
@@ -440,7 +468,7 @@ def cross_engine_fixes(facts: Facts, findings: list[Finding], given: dict) -> li
             config: dict[str, Any] = {CONVENTION_KEY: serving}
             if serving == "sglang" or draft.aux_layer_ids is not None:
                 config["eagle_config"] = {**(draft.eagle_config or {}), "eagle_aux_hidden_state_layer_ids": list(new)}
-            if serving == "vllm" and (draft.aux_layer_ids_top_level or draft.aux_layer_ids is None):
+            if serving == "vllm":  # top level: vLLM's V1 reads it first, V2 reads nothing else
                 config["eagle_aux_hidden_state_layer_ids"] = list(new)
             out.append(Fix("draft-copy", (f.rule,), f"aux layer ids → {list(new)} ({serving}'s convention) in a copy "
                            "of the draft", repair=DraftRepair(config=config, reasons=[

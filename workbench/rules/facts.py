@@ -144,7 +144,7 @@ class Facts:
         derived = {k: given.pop(k) for k in list(given) if k in ("capture", "weights", "token_map", "algorithms",
                                                                   "draft_classes", "flag_table", "draft_registry",
                                                                   "engine_name", "speculative_method",
-                                                                  "draft_model_value", "vllm",
+                                                                  "draft_model_value", "vllm", "vllm_runner",
                                                                   "draft_load_weights")}
         facts = cls(launch, target=target, draft=draft, **given)
         for k, v in derived.items():
@@ -197,6 +197,16 @@ class Facts:
             return m if isinstance(m, str) and m else None
         v = launch.get("--speculative-draft-model-path")
         return v if isinstance(v, str) and v else None
+
+    @cached_property
+    def vllm_runner(self) -> str | None:
+        """vLLM's model runner for this launch when its env decides it: ``VLLM_USE_V2_MODEL_RUNNER``
+        ``1``/``true`` → ``"v2"``, ``0``/``false`` → ``"v1"`` (vLLM 0.32.0 ``config/vllm.py``
+        ``use_v2_model_runner``); ``None`` when unset (chosen at start-up: V2 where Triton runs and
+        nothing unsupported is asked, else V1). Settable."""
+        env = dict(getattr(self.launch, "env", ()) or ()) if self.launch is not None else {}
+        value = str(env.get("VLLM_USE_V2_MODEL_RUNNER", "")).strip().lower()
+        return "v2" if value in ("1", "true") else "v1" if value in ("0", "false") else None
 
     @cached_property
     def vllm(self) -> Any:
