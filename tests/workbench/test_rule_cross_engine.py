@@ -359,3 +359,18 @@ def test_v2_only_fault_with_ids_in_vllm_convention(sandbox):
     assert found[0].evidence["proposed_ids"] == [2, 4, 7]
     top = _draft({**cfg, "eagle_aux_hidden_state_layer_ids": [2, 4, 7]})
     assert aux_id_convention(_facts("vllm", top, target, vllm_runner=None)) == []
+
+
+def test_speculative_config_unreadable_names_where():
+    """A vLLM --speculative-config that is not JSON: the launch parser's error, as an error finding."""
+    from workbench.engine.launch import LaunchCommand
+    from workbench.rules.cross_engine import speculative_config_unreadable
+
+    launch = LaunchCommand.parse("vllm serve /m --speculative-config '{\"method\": \"eagle3\", \"model\": }'")
+    facts = Facts.of(launch)
+    found = speculative_config_unreadable(facts)
+    assert [(f.rule, f.severity) for f in found] == [("speculative-config-unreadable", "error")]
+    assert found[0].evidence["position"]["value"] == 30  # json.loads stops at the "}" after "model":
+    assert facts.draft_model_value is None and facts.speculative_method is None  # never raises
+    ok = Facts.of(LaunchCommand.parse("vllm serve /m --speculative-config '{\"method\": \"eagle3\"}'"))
+    assert speculative_config_unreadable(ok) == [] and ok.speculative_method == "eagle3"

@@ -34,7 +34,7 @@ draft tokens accepted on vLLM as shipped, 32.1 % with the ids written ``[2, 4, 7
 
 from __future__ import annotations
 
-import json
+import shlex
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,7 +45,7 @@ from workbench.rules.fix import DraftRepair, Fix
 from workbench.rules.registry import ALL_ENGINES, Family
 from workbench.rules.vllm_engine import VLLM_VERSION, eagle_config_architecture
 
-__all__ = ["FAMILY", "CONVENTION_KEY", "Convention", "draft_convention", "captured_states", "ids_read",
+__all__ = ["FAMILY", "CONVENTION_KEY", "speculative_config_unreadable", "Convention", "draft_convention", "captured_states", "ids_read",
            "ids_for", "draft_layout", "aux_id_convention", "draft_format_unread", "method_draft_mismatch",
            "vllm_console_script_broken", "effective_vllm_method"]
 
@@ -189,6 +189,26 @@ def _is_eagle3(facts: Facts) -> bool:
     if fam == "vllm":
         return effective_vllm_method(facts)[0] == "eagle3"
     return (facts.algorithm or (facts.speculative_method or "").upper()) == "EAGLE3"
+
+
+@FAMILY.rule("speculative-config-unreadable", severities=("error",), prevents_start="always", engines=("vllm",),
+             summary="vLLM's --speculative-config value is not JSON, or JSON that is not an object",
+             fix="valid JSON object: '{\"method\": \"eagle3\", \"model\": DRAFT, \"num_speculative_tokens\": N}'")
+def speculative_config_unreadable(facts: Facts) -> list[Finding]:
+    """vLLM 0.32.0 ``vllm/engine/arg_utils.py`` reads ``--speculative-config`` with ``json.loads``
+    and builds ``SpeculativeConfig(**value)``: a value that is not JSON, or not an object, makes
+    argparse exit before anything starts. The finding carries where the JSON is wrong
+    (:class:`workbench.errors.SpeculativeConfigError`, from the launch parser); the draft, and the
+    rules that read it, are then unknown."""
+    exc = facts.speculative_config_error
+    if exc is None:
+        return []
+    flag = getattr(exc, "flag", "--speculative-config")
+    return [Finding("speculative-config-unreadable", "error", str(exc),
+                    {"flag": ev(flag, "launch command"), "position": ev(getattr(exc, "position", None),
+                                                                        f"launch command: {flag} value")},
+                    f"write {flag} as one JSON object, e.g. '{{\"method\": \"eagle3\", \"model\": \"DRAFT\", "
+                    "\"num_speculative_tokens\": 3}' (quoted for the shell)")]
 
 
 @FAMILY.rule("aux-id-convention", severities=("warning",), engines=ALL_ENGINES,
@@ -439,15 +459,24 @@ def vllm_console_script_broken(facts: Facts) -> list[Finding]:
         return []
     if "vllm" in vllm.dists or vllm.version_call is None:
         return []
+    fix = ("launch with `python -m vllm.entrypoints.openai.api_server --model MODEL ...` (the interpreter of the vllm "
+           "script's shebang, the same flags)")
+    if vllm.python:
+        args = [str(t) for t in getattr(launch, "arg_tokens", [])]
+        positional = [a for a in getattr(launch, "args", ()) if getattr(a, "positional", False)]
+        if positional and args and args[0] == positional[0].values[0]:
+            args = ["--model"] + args  # `vllm serve MODEL` == `--model MODEL` (vLLM 0.32.0 cli/serve.py)
+        env = [f"{k}={shlex.quote(v)}" for k, v in getattr(launch, "env", ())]
+        fix = " ".join(env + [shlex.join([vllm.python, "-m", "vllm.entrypoints.openai.api_server", *args])])
     return [Finding("vllm-console-script-broken", "error",
                     f"the vllm package on the box comes from {vllm.dists or 'no distribution'}, not one named vllm: "
                     f"the console script's importlib.metadata.version(\"vllm\") ({vllm.version_call}) raises "
                     "PackageNotFoundError and `vllm serve` exits before the server starts",
                     {"distributions": ev(vllm.dists, "importlib.metadata.packages_distributions()['vllm'] on the box"),
                      "version_call": ev(vllm.version_call, vllm.sources.get("version_call")),
-                     "launcher": ev(list(getattr(launch, "launcher", ())), "launch command")},
-                    "launch with `python -m vllm.entrypoints.openai.api_server --model MODEL ...` (the interpreter of "
-                    "the vllm script's shebang, the same flags)")]
+                     "launcher": ev(list(getattr(launch, "launcher", ())), "launch command"),
+                     "interpreter": ev(vllm.python, "the vllm script's shebang on the box")},
+                    fix)]
 
 
 @FAMILY.fixes_with

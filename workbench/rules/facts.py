@@ -42,7 +42,10 @@ def _vllm_spec_dict(launch: Any) -> dict | None:
     """vLLM's ``--speculative-config`` JSON as a dict, from the launch's engine-neutral
     ``speculative_config`` (``.raw``) when it has one, else the flag's text; ``None`` when absent
     or not a JSON object."""
-    sc = getattr(launch, "speculative_config", None)
+    try:
+        sc = getattr(launch, "speculative_config", None)
+    except ValueError:  # SpeculativeConfigError
+        return None
     if callable(sc):
         sc = sc()
     raw = getattr(sc, "raw", None) if sc is not None else None
@@ -145,6 +148,7 @@ class Facts:
                                                                   "draft_classes", "flag_table", "draft_registry",
                                                                   "engine_name", "speculative_method",
                                                                   "draft_model_value", "vllm", "vllm_runner",
+                                                                  "speculative_config_error",
                                                                   "draft_load_weights")}
         facts = cls(launch, target=target, draft=draft, **given)
         for k, v in derived.items():
@@ -170,7 +174,10 @@ class Facts:
         launch = self.launch
         if launch is None:
             return None
-        value = getattr(launch, "speculative_method", None)
+        try:
+            value = getattr(launch, "speculative_method", None)
+        except ValueError:  # SpeculativeConfigError: rule speculative-config-unreadable says so
+            return None
         if callable(value):
             value = value()
         if isinstance(value, str) and value:
@@ -188,7 +195,10 @@ class Facts:
         launch = self.launch
         if launch is None:
             return None
-        value = getattr(launch, "draft_model", None)
+        try:
+            value = getattr(launch, "draft_model", None)
+        except ValueError:  # SpeculativeConfigError: rule speculative-config-unreadable says so
+            return None
         if isinstance(value, str) and value:
             return value
         if self.engine_name == "vllm":
@@ -197,6 +207,21 @@ class Facts:
             return m if isinstance(m, str) and m else None
         v = launch.get("--speculative-draft-model-path")
         return v if isinstance(v, str) and v else None
+
+    @cached_property
+    def speculative_config_error(self) -> Any:
+        """The :class:`workbench.errors.SpeculativeConfigError` reading the launch's vLLM
+        ``--speculative-config`` raises (not JSON, not an object), ``None`` when it reads (or the
+        launch is not vLLM's). Settable."""
+        if self.launch is None or self.engine_name != "vllm":
+            return None
+        from workbench.errors import SpeculativeConfigError
+
+        try:
+            getattr(self.launch, "speculative_config", None)
+        except SpeculativeConfigError as exc:
+            return exc
+        return None
 
     @cached_property
     def vllm_runner(self) -> str | None:

@@ -104,7 +104,8 @@ class VllmEngine:
     ``--speculative-config`` method names; ``version_call``: ``"entrypoints/cli/main.py:99"`` when the
     console script calls ``importlib.metadata.version("vllm")`` (``None``: it does not, or unknown);
     ``sources``: fact → where it was read (``file`` or ``shipped vllm 0.32.0 ...``); ``notes``: what
-    could not be read, and that the shipped table was used instead."""
+    could not be read, and that the shipped table was used instead; ``python``: the interpreter
+    that runs the launch on the box (the one that located the package), ``None`` unknown."""
 
     root: str | None
     version: str | None
@@ -115,6 +116,7 @@ class VllmEngine:
     version_call: str | None
     sources: dict[str, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    python: str | None = None
 
     @property
     def origin(self) -> str:
