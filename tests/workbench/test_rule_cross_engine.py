@@ -374,3 +374,19 @@ def test_speculative_config_unreadable_names_where():
     assert facts.draft_model_value is None and facts.speculative_method is None  # never raises
     ok = Facts.of(LaunchCommand.parse("vllm serve /m --speculative-config '{\"method\": \"eagle3\"}'"))
     assert speculative_config_unreadable(ok) == [] and ok.speculative_method == "eagle3"
+
+
+def test_method_fix_is_a_launch_change(sandbox):
+    """The fix for method-draft-mismatch: --speculative-config with method eagle3, the rest as written."""
+    from workbench.engine.launch import LaunchCommand
+
+    draft, target = sandbox
+    launch = LaunchCommand.parse(f"vllm serve /m --speculative-config '{{\"method\": \"eagle\", \"model\": \"{draft.path}\", "
+                                 "\"num_speculative_tokens\": 3}'")
+    facts = Facts.of(launch, draft=draft, target=target, vllm=shipped_vllm_engine())
+    found = method_draft_mismatch(facts)
+    (fix,) = cross_engine_fixes(facts, found, {})
+    assert fix.kind == "launch"
+    assert json.loads(fix.launch["--speculative-config"]) == {"method": "eagle3", "model": draft.path,
+                                                               "num_speculative_tokens": 3}
+    assert launch.with_flag("--speculative-config", fix.launch["--speculative-config"]).speculative_method == "eagle3"

@@ -42,15 +42,26 @@ from workbench.engine.modelled import SGLANG_VERSION, modelled_capture
 from workbench.rules.facts import Facts, ids_ok
 from workbench.rules.finding import Finding, ev
 from workbench.rules.fix import DraftRepair, Fix
-from workbench.rules.registry import ALL_ENGINES, Family
+from workbench.rules.registry import ALL_ENGINES, Family, HypothesisSpec
 from workbench.rules.vllm_engine import VLLM_VERSION, eagle_config_architecture
 
 __all__ = ["FAMILY", "CONVENTION_KEY", "speculative_config_unreadable", "Convention", "draft_convention", "captured_states", "ids_read",
            "ids_for", "draft_layout", "aux_id_convention", "draft_format_unread", "method_draft_mismatch",
            "vllm_console_script_broken", "effective_vllm_method"]
 
-FAMILY = Family("cross-engine", "Cross-engine conventions: a draft made for one engine served on the other",
-                __doc__, module=__name__, probes=("target-capture-layers",))
+FAMILY = Family(
+    "cross-engine", "Cross-engine conventions: a draft made for one engine served on the other", __doc__,
+    module=__name__, probes=("target-capture-layers",),
+    hypotheses=(
+        HypothesisSpec("engine-reads-draft", "The engine cannot start this draft as launched: a draft layout it does "
+                       "not read, a speculative method that does not fit the draft, a --speculative-config it "
+                       "cannot parse, or a console script that cannot start.",
+                       rules=("speculative-config-unreadable", "draft-format-unread", "method-draft-mismatch",
+                              "vllm-console-script-broken"), order=4),
+        HypothesisSpec("aux-cross-engine-convention", "The draft's aux layer ids were written in the other engine's "
+                       "convention: the target feeds it hidden states one layer off, silently (lower acceptance).",
+                       rules=("aux-id-convention",), probes=("target-capture-layers",), order=37),
+    ))
 
 #: The config key (top level) that records which engine's convention the aux layer ids are written
 #: in: ``"sglang"`` or ``"vllm"``. The workbench writes it into the copies it repairs; a draft that
@@ -505,5 +516,16 @@ def cross_engine_fixes(facts: Facts, findings: list[Finding], given: dict) -> li
                                "reads ids"])))
         elif f.rule == "method-draft-mismatch":
             want = "eagle3" if "eagle3_signals" in f.evidence else "eagle"
-            out.append(Fix("launch", (f.rule,), f"speculative method → {want}", launch={"speculative_method": want}))
+            value = None
+            if facts is not None and facts.launch is not None and hasattr(facts.launch, "with_speculative"):
+                try:  # the JSON as vLLM reads it, rewritten in the form it was written
+                    value = facts.launch.with_speculative(method=want).get("--speculative-config")
+                except Exception as exc:  # noqa: BLE001 - no launch change derivable: said in the fix
+                    facts.notes.append(f"method-draft-mismatch: the corrected --speculative-config could not be "
+                                       f"written ({exc})")
+            if isinstance(value, str):
+                out.append(Fix("launch", (f.rule,), f"speculative method → {want}",
+                               launch={"--speculative-config": value}))
+            else:
+                out.append(Fix("none", (f.rule,), f"speculative method → {want}", missing=f.fix))
     return out
