@@ -132,9 +132,9 @@ def test_a_dotted_form_replaces_the_json_beside_it():
 
 def test_dotted_values_are_read_as_vllm_reads_them():
     c = LaunchCommand.parse("vllm serve t -sc.num_speculative_tokens 3k -sc.model 7 -sc.method eagle3 "
-                            "--compilation-config.custom_ops+ a,b --compilation-config.custom_ops+=c")
+                            "--compilation-config.custom_ops+ +rms_norm,-silu_and_mul --compilation-config.custom_ops+=none")
     assert dict(c.speculative_config.raw) == {"num_speculative_tokens": 3000, "model": 7, "method": "eagle3"}
-    assert json.loads(c.get("--compilation-config")) == {"custom_ops": ["a", "b", "c"]}
+    assert json.loads(c.get("--compilation-config")) == {"custom_ops": ["+rms_norm", "-silu_and_mul", "none"]}
     assert LaunchCommand.parse("vllm serve t -sc.x 1K").speculative_config.raw == {"x": 1024}
     assert LaunchCommand.parse("vllm serve t -sc.x 1.5K").speculative_config.raw == {"x": "1.5K"}
 
@@ -251,3 +251,92 @@ def test_method_normalisation():
     assert normalise_method("NEXTN", "sglang") == "nextn"
     c = LaunchCommand.parse("vllm serve t -sc '{\"method\": \"EAGLE3\", \"model\": \"/d\"}'")
     assert c.speculative_method == "eagle3" and c.speculative_config.method_written == "EAGLE3"
+
+
+def test_fixes_of_different_speculative_keys_compose():
+    """On vLLM the method and the draft are two keys of ONE flag: a method fix and a repaired-draft
+    fix, each made from the original, both hold (SGLang: two flags, as before)."""
+    o = LaunchCommand.parse(f"vllm serve t -sc '{DRAFT_JSON.replace('eagle3', 'eagle')}' --port 8000")
+    both = LaunchCommand.compose(o, [o.with_speculative(method="eagle3"), o.with_draft_model("/copy"), o.with_port(8001)])
+    assert (both.speculative_method, both.draft_model, both.num_speculative_tokens, both.port) == ("eagle3", "/copy", 3, 8001)
+    assert both.arg_tokens[1] == "-sc"  # in place, the form kept
+    d = LaunchCommand.parse("vllm serve t -sc.method eagle -sc.model /d --port 8000")
+    both = LaunchCommand.compose(d, [d.with_speculative(method="eagle3"), d.with_draft_model("/copy"),
+                                     d.with_speculative(num_speculative_tokens=2)])
+    assert both.arg_tokens == ["t", "-sc.method", "eagle3", "-sc.model", "/copy", "-sc.num_speculative_tokens", "2",
+                               "--port", "8000"]
+    dropped = LaunchCommand.compose(o, [o.with_speculative(num_speculative_tokens=None)])
+    assert dropped.num_speculative_tokens is None and dropped.draft_model == "/models/draft"
+    assert [f for f, _a, _b in o.diff(o.with_draft_model("/copy"))] == ["--speculative-config"]
+    sg = LaunchCommand.parse("python -m sglang.launch_server --model-path m --speculative-algorithm EAGLE "
+                             "--speculative-draft-model-path d")
+    both = LaunchCommand.compose(sg, [sg.with_speculative(method="eagle3"), sg.with_draft_model("/copy")])
+    assert (both.speculative_method, both.draft_model) == ("eagle3", "/copy")
+
+
+def test_secrets_are_redacted_however_they_are_spelt():
+    c = LaunchCommand.parse("vllm serve t --api_key S3CRET1 --api-ke S3CRET2 --hf-token=S3CRET3 "
+                            "-sc.hf_token S3CRET4 --port 8000")
+    shown = c.to_display()
+    assert "S3CRET" not in shown and shown.count("***") == 4
+    assert "S3CRET2" in c.to_string()  # what is launched keeps the values
+    sg = LaunchCommand.parse("python -m sglang.launch_server --model-path m --api-ke S3CRET5")
+    assert "S3CRET5" not in sg.to_display()
+
+
+def test_with_table_rereads_a_vllm_command():
+    from workbench.engine.vllm_flags import vllm_flag_table_from_json
+
+    c = LaunchCommand.parse("vllm serve t --brand-new-flag --port 8000")
+    assert [a.spelled for a in c.unresolved()] == ["--brand-new-flag"]
+    newer = vllm_flag_table_from_json({"version": "0.99.0", "flags": {
+        "--brand-new-flag": {"kind": "store_true"}, "--port": {"kind": "value", "nargs": None, "default": 9000}}},
+        origin="box", where="a newer vLLM")
+    again = c.with_table(newer)
+    assert again.unresolved() == [] and again.table.version == "0.99.0" and again.port == 8000
+    assert LaunchCommand.parse("vllm serve t", newer).default_port == 9000
+
+
+def test_config_file_pulled_in_as_vllm_does():
+    """(Checked against the real parser in test_vllm_flags.py.) The file's flags go before the command
+    line's; `--config=FILE` and errors."""
+    yaml_text = "port: 8123\ntensor_parallel_size: 2\nenforce-eager: true\nenable-prefix-caching: false\n" \
+                "speculative-config:\n  method: eagle3\n  model: /d\nserved-model-name: [a, b]\n"
+    c = LaunchCommand.parse("vllm serve /t --config serve.yaml --port 9000")
+    assert (c.config_file, c.config_file_ignored) == ("serve.yaml", False)
+    e = c.with_config_file(yaml_text)
+    assert (e.port, e.tensor_parallel_size, e.draft_model, e.speculative_method, e.target_model) == (9000, 2, "/d", "eagle3", "/t")
+    assert e.get("--enforce-eager") is True and e.get("--enable-prefix-caching") is False
+    assert e.get("--served-model-name") == ["a", "b"] and e.config_file is None
+    assert [a.origin for a in e.args if a.flag == "--port"] == ["config", ""]
+    assert e.arg_tokens[:3] == ["/t", "--port", "8123"]
+    ignored = LaunchCommand.parse("vllm serve /t --config=serve.yaml")
+    assert ignored.config_file == "serve.yaml" and ignored.config_file_ignored
+    assert ignored.with_config_file(yaml_text) == ignored
+    with pytest.raises(LaunchCommandError, match="serve.yaml: not YAML at line 2, column"):
+        c.with_config_file("port: 1\n  bad: [\n")
+    with pytest.raises(LaunchCommandError, match="a YAML mapping of flags is expected, got list"):
+        c.with_config_file("- 1\n")
+    with pytest.raises(LaunchCommandError, match="--config files are vLLM's"):
+        LaunchCommand.parse("sglang serve m").with_config_file({})
+
+
+@pytest.mark.parametrize("argv,server", [
+    (["/venv/bin/python3", "-m", "vllm.entrypoints.openai.api_server", "--model", "/t", "--port", "8000"], True),
+    (["/venv/bin/vllm", "serve", "/t"], True),
+    (["python", "-m", "vllm.entrypoints.cli.main", "serve", "/t"], True),
+    (["VLLM::EngineCore"], False),  # setproctitle of the engine core / workers
+    (["VLLM::Worker_TP0"], False),
+    (["/venv/bin/python3", "-c", "from multiprocessing.resource_tracker import main;main(9)"], False),
+    (["/venv/bin/python3", "-c", "from multiprocessing.spawn import spawn_main; spawn_main(tracker_fd=9, pipe_handle=11)",
+      "--multiprocessing-fork"], False),
+    (["tail", "-f", "vllm serve.log"], False),
+    (["vllm", "bench", "serve", "--model", "/t"], False),
+])
+def test_is_launch_argv_on_vllm_processes(argv, server):
+    assert is_launch_argv(argv) is server
+
+
+def test_a_pasted_prompt_before_a_vllm_command():
+    c = LaunchCommand.parse("(venv) user@gpu-box:~$ vllm serve /t --port 8001")
+    assert (c.prompt, c.engine, c.target_model, c.port) == ("(venv) user@gpu-box:~$", "vllm", "/t", 8001)

@@ -238,7 +238,9 @@ class Arg:
     the dotted path of a ``--flag.key.sub value`` argument (``("num_speculative_tokens",)`` for
     ``--speculative-config.num_speculative_tokens 3``; ``spelled`` is then the whole option as
     written, ``--speculative-config.num_speculative_tokens``), ``append`` for the list form
-    ``--flag.key+ a,b``; ``attached``: the value glued to the option (``-O3``).
+    ``--flag.key+ a,b``; ``attached``: the value glued to the option (``-O3``); ``origin``:
+    ``"config"`` for an argument read from vLLM's ``--config`` YAML file
+    (:meth:`LaunchCommand.with_config_file`), ``""`` when written on the command line.
     """
 
     flag: str | None
@@ -253,6 +255,7 @@ class Arg:
     key: tuple[str, ...] = ()
     append: bool = False
     attached: bool = False
+    origin: str = ""
 
     def tokens(self) -> list[str]:
         if self.flag is None or self.positional:
@@ -278,9 +281,9 @@ class Arg:
             return True
         if kind == "bool_optional":
             return not self.negated
-        if spec and spec["nargs"] in ("+", "*"):
+        if spec and spec.get("nargs") in ("+", "*"):
             return list(self.values)
-        if spec and spec["nargs"] == "?":
+        if spec and spec.get("nargs") == "?":
             return self.values[0] if self.values else ""
         if not self.values:
             return True  # unknown flag written without a value
@@ -456,8 +459,14 @@ class LaunchCommand:
         def quote(text: str) -> str:  # the placeholder unquoted: `--api-key ***`, not `'***'`
             return text if text == PLACEHOLDER else shlex.quote(text)
 
+        from workbench.redact import is_secret_flag
+
         env = [f"{k}={quote(r.env({k: v})[k])}" for k, v in self.env]
-        tokens = r.argv(list(self.launcher) + self.arg_tokens)
+        # a secret flag written as argparse's prefix (`--api-ke S`) or a vLLM dotted key: its canonical
+        # flag says it is secret, though the spelling does not
+        args = [replace(a, values=tuple(PLACEHOLDER for _ in a.values))
+                if a.flag and a.values and not a.positional and is_secret_flag(a.flag) else a for a in self.args]
+        tokens = r.argv(list(self.launcher) + [t for a in args for t in a.tokens()])
         return " ".join(env + [t if t.endswith("=" + PLACEHOLDER) and t.startswith("-") else quote(t) for t in tokens])
 
     def _canon(self, flag: str) -> str:
@@ -563,10 +572,96 @@ class LaunchCommand:
             return str(value) if value is not None else None
         if self.module.endswith("serve"):
             for a in self.args:
-                if a.flag == "--model" and not a.positional and not a.key and re.match(r"^--model$", a.spelled):
+                if (a.flag == "--model" and not a.positional and not a.key and a.origin != "config"
+                        and re.match(r"^--model$", a.spelled)):
                     return str(a.values[0]) if a.values else None
+            for a in self.args:
+                if a.flag == "--model" and a.positional:
+                    return str(a.values[0])
         value = self.get("--model")
         return str(value) if value is not None else None
+
+    @property
+    def config_file(self) -> str | None:
+        """vLLM's ``--config FILE`` (a YAML file of flags), as written; ``None`` when absent (or not vLLM).
+        See :attr:`config_file_ignored` and :meth:`with_config_file`."""
+        if self.engine != "vllm":
+            return None
+        value = self.get("--config")
+        return None if value is None else str(value)
+
+    @property
+    def config_file_ignored(self) -> bool:
+        """True when vLLM never reads the :attr:`config_file`: vLLM 0.32.0 pulls the file's flags in only
+        for the exact token ``--config`` followed by the path (``argparse_utils.py``: ``if "--config" in
+        args``); ``--config=FILE`` or a prefix (``--conf FILE``) is stored by argparse and silently
+        unused (checked against the real parser)."""
+        if self.engine != "vllm":
+            return False
+        occ = [a for a in self.args if a.flag == "--config"]
+        return bool(occ) and not any(a.spelled == "--config" and not a.equals for a in occ)
+
+    def with_config_file(self, config: "Mapping[str, Any] | str") -> "LaunchCommand":
+        """This vLLM command as vLLM reads it with its ``--config`` file's content ``config`` (the YAML
+        text, or the mapping it loads to) pulled in: vLLM 0.32.0 ``FlexibleArgumentParser.
+        _pull_args_from_config`` / ``load_config_file`` — each key ``k`` becomes ``--k`` (``true``: the
+        switch; ``false``: ``--no-k`` when the flag has one, else nothing; a list: ``--k`` and its items;
+        an object: ``--k '<json>'``; else ``--k VALUE``), inserted BEFORE the command line's arguments
+        (after the model: on the command line, flags override the file), and ``--config FILE`` dropped.
+        The pulled-in arguments have :attr:`Arg.origin` ``"config"``. A command whose file vLLM ignores
+        (:attr:`config_file_ignored`) or that has none comes back unchanged.
+
+        Raises :class:`LaunchCommandError` for a command that is not vLLM's, YAML that does not load
+        (its line) or is not a mapping."""
+        if self.engine != "vllm":
+            raise LaunchCommandError(f"--config files are vLLM's; this is a {self.engine} launch command")
+        if self.config_file is None or self.config_file_ignored:
+            return self
+        if isinstance(config, str):
+            try:
+                import yaml
+            except ImportError as exc:  # pragma: no cover - pyyaml comes with papermill
+                raise LaunchCommandError("reading a vLLM --config file needs PyYAML (pip install pyyaml)") from exc
+            try:
+                config = yaml.safe_load(config)
+            except yaml.YAMLError as exc:
+                mark = getattr(exc, "problem_mark", None)
+                where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+                raise LaunchCommandError(f"vLLM --config file {self.config_file}: not YAML{where}: "
+                                         f"{getattr(exc, 'problem', None) or exc}") from exc
+        if not isinstance(config, Mapping):
+            raise LaunchCommandError(f"vLLM --config file {self.config_file}: a YAML mapping of flags is expected, "
+                                     f"got {type(config).__name__}")
+        tab = self.table or DEFAULT_TABLE
+        pulled: list[str] = []
+        for key, value in config.items():
+            if isinstance(value, bool):
+                if value:
+                    pulled.append(f"--{key}")
+                elif f"--no-{key}" in tab.negations or f"--no-{key}" in tab.aliases:
+                    pulled.append(f"--no-{key}")
+            elif isinstance(value, list):
+                if value:
+                    pulled += [f"--{key}", *(str(v) for v in value)]
+            elif isinstance(value, dict):
+                pulled += [f"--{key}", json.dumps(value)]
+            else:
+                pulled += [f"--{key}", str(value)]
+        at = self.args.index(next(a for a in self.args if a.flag == "--config" and a.spelled == "--config"))
+        rest = [a for k, a in enumerate(self.args) if k != at]
+        front: list[Arg] = []
+        if self.module.endswith("serve"):  # the CLI's first --model was moved to the front as the model
+            first = next((a for a in rest if a.flag == "--model" and not a.positional and not a.key
+                          and a.spelled == "--model"), None)
+            model = first or next((a for a in rest if a.flag == "--model" and a.positional), None)
+            if model is not None:
+                rest.remove(model)
+                front = [Arg("--model", "", model.values[:1], positional=True, table=self.table)]
+        elif rest and rest[0].flag is None:
+            front, rest = [rest[0]], rest[1:]
+        config_args = _parse_vllm_args(pulled, 0, "", tab)
+        args = front + [replace(a, origin="config") for a in config_args] + rest
+        return LaunchCommand(self.env, self.launcher, self.engine, self.module, tuple(args), table=self.table)
 
     @property
     def speculative_config(self) -> "SpeculativeConfig | None":
@@ -701,7 +796,7 @@ class LaunchCommand:
             if isinstance(value, bool):
                 raise LaunchCommandError(f"{canon} takes a value, got the boolean {value!r}")
             if isinstance(value, (list, tuple)):
-                if not spec or spec["nargs"] not in ("+", "*"):
+                if not spec or spec.get("nargs") not in ("+", "*"):
                     if len(value) != 1:
                         raise LaunchCommandError(f"{canon} takes one value, got {len(value)}: {value!r}")
                 values = tuple(str(v) for v in value)
@@ -780,16 +875,23 @@ class LaunchCommand:
                     [a.tokens() for a in original.args if a.flag == flag] !=
                     [a.tokens() for a in proposed.args if a.flag == flag]):
                 changed.append(flag)
+        spec_changes: dict[str, Any] | None = None
+        if self.engine == "vllm" and "--speculative-config" in changed:
+            spec_changes = _json_key_changes(original, proposed)
+            if spec_changes is not None:  # one key at a time: two fixes of different keys both hold
+                changed.remove("--speculative-config")
         for flag in changed:
             theirs = [a for a in proposed.args if a.flag == flag]
             if not theirs:
                 args = [a for a in args if a.flag != flag]
                 continue
             new_arg = theirs[-1]
+            # vLLM: a JSON flag's dotted keys are one value together (`-sc.method X -sc.model Y`): all kept
+            block = [a for a in theirs if a.key] if self.engine == "vllm" and new_arg.key else [new_arg]
             at = next((k for k, a in enumerate(args) if a.flag == flag), None)
             if at is not None:
                 args = [a for k, a in enumerate(args) if a.flag != flag or k == at]
-                args[at] = new_arg
+                args[at:at + 1] = block
                 continue
             where = len(args)
             pos = next(k for k, a in enumerate(proposed.args) if a is new_arg)
@@ -801,7 +903,7 @@ class LaunchCommand:
                     break
             else:
                 where = 0 if pos == 0 else len(args)
-            args.insert(where, new_arg)
+            args[where:where] = block
         gone = [a.values for a in original.args if a.flag is None]
         for a in proposed.args:  # the positionals the fix dropped (a stray word, a placeholder)
             if a.flag is None and a.values in gone:
@@ -810,7 +912,16 @@ class LaunchCommand:
             at = next((k for k, a in enumerate(args) if a.flag is None and a.values == values), None)
             if at is not None:
                 del args[at]
-        return LaunchCommand(self.env, self.launcher, self.engine, self.module, tuple(args), table=self.table)
+        out = LaunchCommand(self.env, self.launcher, self.engine, self.module, tuple(args), table=self.table)
+        if spec_changes:
+            try:
+                out = _vllm_with_speculative(out, spec_changes)
+            except SpeculativeConfigError:  # this command's own JSON is broken: the fix's value replaces it
+                theirs = [a for a in proposed.args if a.flag == "--speculative-config"]
+                out = LaunchCommand(out.env, out.launcher, out.engine, out.module,
+                                    tuple(a for a in out.args if a.flag != "--speculative-config") + tuple(theirs),
+                                    table=out.table)
+        return out
 
     @staticmethod
     def compose(original: "LaunchCommand", fixes: Iterable["LaunchCommand"]) -> "LaunchCommand":
@@ -1000,25 +1111,18 @@ class SpeculativeConfig:
     notes: tuple[str, ...] = ()
 
 
-#: vLLM 0.32.0 MTP model types that ``SpeculativeConfig.__post_init__`` rewrites to ``"mtp"``
-#: (``vllm/config/speculative.py`` ``MTPModelTypes``). :mod:`workbench.engine.vllm_spec` reads the
-#: box's own list; this one normalises without a box.
-_VLLM_MTP_ALIASES = frozenset({
-    "deepseek_mtp", "dots3_note_mtp", "mimo_mtp", "mimo_v2_mtp", "glm4_moe_mtp", "glm4_moe_lite_mtp", "glm_ocr_mtp",
-    "ernie_mtp", "nemotron_h_mtp", "exaone_moe_mtp", "exaone4_5_mtp", "qwen3_next_mtp", "qwen4_exp_mtp", "qwen3_5_mtp",
-    "longcat_flash_mtp", "bailing_hybrid_v3_mtp", "minimax_m3_mtp", "bailing_hybrid_mtp", "kimi_k3_mtp",
-    "pangu_ultra_moe_mtp", "step3p5_mtp", "hy_v3_mtp", "hy_v4_mtp", "gemma4_mtp", "inkling_mtp", "glm5_next_mtp"})
-
-
 def normalise_method(method: Any, engine: str) -> str | None:
     """The engine-neutral name of a speculative method: lower case; on vLLM an MTP model type is
-    ``"mtp"`` and ``"[ngram]"`` is ``"ngram"`` (vLLM 0.32.0 ``SpeculativeConfig.__post_init__``).
+    ``"mtp"`` and ``"[ngram]"`` is ``"ngram"`` (vLLM 0.32.0 ``SpeculativeConfig.__post_init__``; the
+    MTP model types from the shipped list, :func:`workbench.engine.vllm_spec.shipped_method_names`).
     ``None`` for ``None``."""
+    from workbench.engine.vllm_spec import shipped_method_names
+
     if method is None:
         return None
     name = str(method).strip().lower()
     if engine == "vllm":
-        if name in _VLLM_MTP_ALIASES:
+        if name in shipped_method_names().mtp_aliases:
             return "mtp"
         if name == "[ngram]":
             return "ngram"
@@ -1162,6 +1266,22 @@ def _sglang_speculative_config(cmd: "LaunchCommand") -> SpeculativeConfig | None
         draft_tensor_parallel_size=None, raw=raw, form="flags")
 
 
+def _json_key_changes(original: "LaunchCommand", proposed: "LaunchCommand") -> dict[str, Any] | None:
+    """The keys of the effective ``--speculative-config`` object that change from ``original`` to
+    ``proposed`` (``{key: new value}``, ``None`` for a key removed); ``None`` when either object cannot
+    be read (then the flag is replaced as a whole)."""
+    try:
+        before = _vllm_spec_sources(original)[0] or {}
+        after = _vllm_spec_sources(proposed)[0] or {}
+    except SpeculativeConfigError:
+        return None
+    norm_b = {str(k).replace("-", "_"): v for k, v in before.items()}
+    norm_a = {str(k).replace("-", "_"): v for k, v in after.items()}
+    out: dict[str, Any] = {k: v for k, v in norm_a.items() if norm_b.get(k, object()) != v}
+    out.update({k: None for k in norm_b if k not in norm_a})
+    return out
+
+
 def _dump_like(obj: Mapping, original: str) -> str:
     """``json.dumps(obj)`` with the separators ``original`` used (compact when it had no space after
     ``,`` / ``:``)."""
@@ -1255,7 +1375,7 @@ def _parse_args(tokens: list[str], i: int, module: str, table: FlagTable | None 
             if len(arities) == 1:
                 spec = tab.flags.get(tab.aliases.get(res.candidates[0], res.candidates[0]))
         kind = spec["kind"] if spec else None
-        nargs = spec["nargs"] if spec else None
+        nargs = spec.get("nargs") if spec else None
         if kind in ("store_true", "bool_optional"):
             if eq:  # argparse exits 2 ("ignored explicit argument"): kept, the launch-flag-unknown rule reports it
                 args.append(Arg(canon, name, (inline,), equals=True, negated=negated,

