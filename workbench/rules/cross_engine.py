@@ -39,13 +39,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from workbench.engine.modelled import SGLANG_VERSION, modelled_capture
+from workbench.engine.vllm_spec import MethodNames, check_method, infer_method
 from workbench.rules.facts import Facts, ids_ok
 from workbench.rules.finding import Finding, ev
 from workbench.rules.fix import DraftRepair, Fix
 from workbench.rules.registry import ALL_ENGINES, Family, HypothesisSpec
 from workbench.rules.vllm_engine import VLLM_VERSION, eagle_config_architecture
 
-__all__ = ["FAMILY", "CONVENTION_KEY", "speculative_config_unreadable", "Convention", "draft_convention", "captured_states", "ids_read",
+__all__ = ["FAMILY", "CONVENTION_KEY", "speculative_config_unreadable", "vllm_method_unknown", "Convention", "draft_convention", "captured_states", "ids_read",
            "ids_for", "draft_layout", "aux_id_convention", "draft_format_unread", "method_draft_mismatch",
            "vllm_console_script_broken", "effective_vllm_method"]
 
@@ -56,7 +57,7 @@ FAMILY = Family(
         HypothesisSpec("engine-reads-draft", "The engine cannot start this draft as launched: a draft layout it does "
                        "not read, a speculative method that does not fit the draft, a --speculative-config it "
                        "cannot parse, or a console script that cannot start.",
-                       rules=("speculative-config-unreadable", "draft-format-unread", "method-draft-mismatch",
+                       rules=("speculative-config-unreadable", "vllm-method-unknown", "draft-format-unread", "method-draft-mismatch",
                               "vllm-console-script-broken"), order=4),
         HypothesisSpec("aux-cross-engine-convention", "The draft's aux layer ids were written in the other engine's "
                        "convention: the target feeds it hidden states one layer off, silently (lower acceptance).",
@@ -177,22 +178,20 @@ def draft_layout(config: dict) -> str:
 
 def effective_vllm_method(facts: Facts) -> tuple[str | None, str]:
     """``(method, how)``: vLLM's speculative method for this launch — as written in
-    ``--speculative-config``, else as vLLM 0.32.0 infers it (``config/speculative.py``: a draft path
-    containing ``eagle-`` → ``eagle``, ``eagle3`` → ``eagle3``, case-insensitive; a speculators
-    config's ``speculators_config.algorithm``)."""
+    ``--speculative-config`` (normalised by the launch parser), else what vLLM 0.32.0 infers
+    (:func:`workbench.engine.vllm_spec.infer_method`, ``config/speculative.py``: ``eagle-`` /
+    ``eagle3`` / ``dflash`` / ``dspark`` in the draft path, else the draft's ``model_type``, else
+    ``draft_model``: the draft run as a stand-alone model); a speculators config's
+    ``speculators_config.algorithm`` is what vLLM reads for such a draft
+    (``transformers_utils/config.py`` ``maybe_override_with_speculators``)."""
     method = facts.speculative_method
     if method:
         return method.lower(), "--speculative-config method"
     draft = facts.draft
-    cfg = draft.config if draft is not None else {}
-    if isinstance(cfg.get("speculators_config"), dict) and cfg["speculators_config"].get("algorithm"):
+    cfg = draft.config if draft is not None else None
+    if isinstance(cfg, dict) and isinstance(cfg.get("speculators_config"), dict) and cfg["speculators_config"].get("algorithm"):
         return str(cfg["speculators_config"]["algorithm"]).lower(), f"{draft.config_path}: speculators_config.algorithm"
-    model = (facts.draft_model_value or "").lower()
-    if "eagle-" in model:
-        return "eagle", "inferred by vLLM from the draft path ('eagle-' in it; vllm/config/speculative.py)"
-    if "eagle3" in model:
-        return "eagle3", "inferred by vLLM from the draft path ('eagle3' in it; vllm/config/speculative.py)"
-    return None, "no method in --speculative-config, and vLLM infers none from the draft path"
+    return infer_method(facts.draft_model_value, cfg)
 
 
 def _is_eagle3(facts: Facts) -> bool:
@@ -220,6 +219,41 @@ def speculative_config_unreadable(facts: Facts) -> list[Finding]:
                                                                         f"launch command: {flag} value")},
                     f"write {flag} as one JSON object, e.g. '{{\"method\": \"eagle3\", \"model\": \"DRAFT\", "
                     "\"num_speculative_tokens\": 3}' (quoted for the shell)")]
+
+
+@FAMILY.rule("vllm-method-unknown", severities=("error",), prevents_start="always", engines=("vllm",),
+             summary="the --speculative-config method is not one the box's vLLM accepts (the names are case-sensitive: "
+                     "EAGLE3 is not eagle3)",
+             fix="the method name vLLM accepts (e.g. eagle3)")
+def vllm_method_unknown(facts: Facts) -> list[Finding]:
+    """vLLM 0.32.0 ``config/speculative.py``: ``method: SpeculativeMethod | None``, a ``Literal`` the
+    pydantic dataclass validates, so a name outside it (``"EAGLE3"``, ``"eagle-3"``) makes the
+    server refuse the launch. The names are read from the box's vLLM (:attr:`Facts.vllm`
+    ``methods``); the suggestion is :func:`workbench.engine.vllm_spec.check_method`'s."""
+    launch = facts.launch
+    if launch is None or _engine_family(facts.engine_name) != "vllm" or facts.speculative_config_error is not None:
+        return []
+    sc = getattr(launch, "speculative_config", None)
+    written = getattr(sc, "method_written", None) if sc is not None else None
+    if not written:
+        return []
+    vllm = facts.vllm
+    names = MethodNames(tuple(vllm.methods), version=vllm.version or VLLM_VERSION, origin=vllm.origin,
+                        source=vllm.sources.get("methods", ""))
+    check = check_method(written, names)
+    if check.known:
+        return []
+    fix = f"set \"method\": {check.suggestion!r} in --speculative-config" if check.suggestion else \
+        f"one of {', '.join(names.methods)}"
+    if check.suggestion and hasattr(launch, "with_speculative"):
+        try:
+            fix = launch.with_speculative(method=check.suggestion).to_string()
+        except Exception as exc:  # noqa: BLE001 - the fix stays in words; said in the notes
+            facts.notes.append(f"vllm-method-unknown: the corrected command could not be written ({exc})")
+    return [Finding("vllm-method-unknown", "error", check.message,
+                    {"method": ev(written, "launch command: --speculative-config method"),
+                     "known_methods": ev(list(names.methods), names.source or None),
+                     "suggestion": check.suggestion}, fix)]
 
 
 @FAMILY.rule("aux-id-convention", severities=("warning",), engines=ALL_ENGINES,
@@ -399,9 +433,9 @@ def _method_fault(draft: Any, method: str) -> str | None:
     return None
 
 
-@FAMILY.rule("method-draft-mismatch", severities=("error",), prevents_start="always", engines=("vllm",),
+@FAMILY.rule("method-draft-mismatch", severities=("error",), prevents_start="depends", engines=("vllm",),
              summary="vLLM's speculative method does not fit the draft: eagle with an EAGLE-3 draft, eagle3 with an "
-                     "EAGLE-1/2 draft",
+                     "EAGLE-1/2 draft, or no method and vLLM runs an EAGLE draft as a plain draft_model",
              fix="the method that fits the draft in --speculative-config")
 def method_draft_mismatch(facts: Facts) -> list[Finding]:
     """vLLM 0.32.0 has no silent mode for this (unlike SGLang's ``algorithm-mismatch``): under
@@ -412,12 +446,32 @@ def method_draft_mismatch(facts: Facts) -> list[Finding]:
     vLLM does not register (``EagleLlamaForCausalLM`` → ``Eagle3EagleLlamaForCausalLM``) or built as
     ``Eagle3LlamaForCausalLM``, whose ``fc`` takes 3 × hidden inputs while the draft's takes 2 ×
     (``models/llama_eagle3.py``: ``fc_input_size = target_hidden_size * num_aux_hidden_states``):
-    its weights do not load. The method is the one written, else the one vLLM infers from the
-    draft path (:func:`effective_vllm_method`)."""
+    its weights do not load. Both prevent start-up. The method is the one written, else the one vLLM
+    infers (:func:`effective_vllm_method`): with no method and nothing in the draft's path or
+    ``model_type`` that names one, vLLM 0.32.0 runs the draft as a stand-alone ``draft_model``, which
+    never passes it the target's hidden states: an EAGLE draft (EAGLE tensors, an Eagle class, an
+    ``eagle_config``) cannot work that way — an error, but one the workbench has not seen stop
+    start-up (not marked so)."""
     draft = facts.draft
     if draft is None or _engine_family(facts.engine_name) != "vllm":
         return []
     method, how = effective_vllm_method(facts)
+    if method == "draft_model" and (draft.is_eagle3_like or draft.is_eagle1_like or draft.eagle_config is not None
+                                    or any("agle" in a for a in draft.architectures)):
+        want = "eagle" if draft.is_eagle1_like else "eagle3"
+        fix = f"set \"method\": \"{want}\" in --speculative-config"
+        if facts.launch is not None and hasattr(facts.launch, "with_speculative"):
+            try:
+                fix = facts.launch.with_speculative(method=want).to_string()
+            except Exception as exc:  # noqa: BLE001 - the fix falls back to words; said in the notes
+                facts.notes.append(f"method-draft-mismatch: the corrected command could not be written ({exc})")
+        return [Finding("method-draft-mismatch", "error",
+                        f"no speculative method written: vLLM runs the EAGLE draft {draft.architectures} as a plain "
+                        f"draft_model ({how}), which never feeds it the target's hidden states",
+                        {"method": ev(method, how), "draft_architectures": ev(draft.architectures,
+                                                                               draft.sources.get("architectures")),
+                         "eagle_signals": draft.eagle3_signals() or {"fc_in_features": draft.fc_in_features},
+                         "proposed_method": want}, fix)]
     if method not in ("eagle", "eagle3"):
         return []
     fault = _method_fault(draft, method)
@@ -447,7 +501,7 @@ def method_draft_mismatch(facts: Facts) -> list[Finding]:
             fix = facts.launch.with_speculative(method=want).to_string()
         except Exception as exc:  # noqa: BLE001 - the fix falls back to words; said in the notes
             facts.notes.append(f"method-draft-mismatch: the corrected command could not be written ({exc})")
-    return [Finding("method-draft-mismatch", "error", why, evidence, fix)]
+    return [Finding("method-draft-mismatch", "error", why, evidence, fix, prevents_start=True)]
 
 
 @FAMILY.rule("vllm-console-script-broken", severities=("error",), prevents_start="always", engines=("vllm",),
@@ -515,7 +569,7 @@ def cross_engine_fixes(facts: Facts, findings: list[Finding], given: dict) -> li
                                f"aux-id-convention: ids → {list(new)}, the states the draft was trained on as {serving} "
                                "reads ids"])))
         elif f.rule == "method-draft-mismatch":
-            want = "eagle3" if "eagle3_signals" in f.evidence else "eagle"
+            want = f.evidence.get("proposed_method") or ("eagle3" if "eagle3_signals" in f.evidence else "eagle")
             value = None
             if facts is not None and facts.launch is not None and hasattr(facts.launch, "with_speculative"):
                 try:  # the JSON as vLLM reads it, rewritten in the form it was written
