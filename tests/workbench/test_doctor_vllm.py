@@ -9,6 +9,7 @@ import json
 import os
 import pathlib
 import shlex
+import re
 import shutil
 
 import pytest
@@ -129,3 +130,59 @@ def test_unreadable_speculative_config_is_a_clear_error(cli):
     f = next(f for f in rep["findings"] if f["rule"] == "speculative-config-unreadable")
     assert f["prevents_start"] is True and f["evidence"]["position"]["value"] == 11
     assert "not JSON" in f["message"]
+
+
+def _spec_counters(url: str) -> dict[str, float]:
+    """vLLM's spec-decode counters from /metrics (prometheus_client's parser), summed over labels."""
+    import httpx
+    from prometheus_client.parser import text_string_to_metric_families
+
+    text = httpx.get(f"{url}/metrics", timeout=30).text
+    out: dict[str, float] = {}
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            if s.name in ("vllm:spec_decode_num_drafts_total", "vllm:spec_decode_num_draft_tokens_total",
+                          "vllm:spec_decode_num_accepted_tokens_total"):
+                out[s.name] = out.get(s.name, 0.0) + s.value
+    return out
+
+
+def _draft_acceptance(url: str, model: str, prompts: list[str]) -> tuple[float, float]:
+    """(accepted draft tokens, drafted tokens) over greedy completions of ``prompts`` (counter deltas)."""
+    import httpx
+
+    before = _spec_counters(url)
+    for p in prompts:
+        r = httpx.post(f"{url}/v1/completions", json={"model": model, "prompt": p, "max_tokens": 48,
+                                                      "temperature": 0}, timeout=300)
+        r.raise_for_status()
+    after = _spec_counters(url)
+    d = {k: after.get(k, 0.0) - before.get(k, 0.0) for k in after}
+    return d["vllm:spec_decode_num_accepted_tokens_total"], d["vllm:spec_decode_num_draft_tokens_total"]
+
+
+@pytest.mark.slow
+def test_doctor_agrees_with_real_vllm_servers(box, vllm_server):
+    """Two real vLLM servers (the shared ones): the sandbox draft as shipped, and a copy with the ids the
+    doctor proposes. vLLM's own log line says which layers it captures: [1, 3, 6] as shipped (the
+    doctor's states_fed), [2, 4, 7] with the fix (the states the draft was trained on under SGLang);
+    and with the fix the draft accepts more of its tokens (greedy, deterministic counters)."""
+    shipped = vllm_server()
+    env = " ".join(f"{k}={v}" for k, v in shipped.env.items() if k.startswith("VLLM_"))
+    rep = run_doctor(box, f"{env} {shlex.join(shipped.argv)}")
+    [f] = [f for f in rep.findings if f.rule == "aux-id-convention"]
+    captured = re.findall(r"Using auxiliary layers from speculative config: \(([\d, ]+)\)", shipped.log())
+    assert captured and [int(x) for x in captured[-1].split(",")] == f.evidence["states_fed"]["value"] == [1, 3, 6]
+    fixed = vllm_server(aux_layer_ids=f.evidence["proposed_ids"])
+    captured = re.findall(r"Using auxiliary layers from speculative config: \(([\d, ]+)\)", fixed.log())
+    assert [int(x) for x in captured[-1].split(",")] == f.evidence["states_under_sglang"]["value"] == [2, 4, 7]
+    prompts = [json.loads(line)["text"] for line in
+               (pathlib.Path(__file__).resolve().parents[2] / "workbench/sandbox/prompts/bench.jsonl")
+               .read_text().splitlines()[:4]]
+    model = shipped.argv[shipped.argv.index("--model") + 1]
+    acc0, drafted0 = _draft_acceptance(shipped.url, model, prompts)
+    acc1, drafted1 = _draft_acceptance(fixed.url, model, prompts)
+    print(f"draft acceptance as shipped {acc0:.0f}/{drafted0:.0f} = {acc0 / drafted0:.3f}; "
+          f"with the doctor's ids {acc1:.0f}/{drafted1:.0f} = {acc1 / drafted1:.3f}")
+    assert drafted0 > 0 and drafted1 > 0
+    assert acc1 / drafted1 > acc0 / drafted0
