@@ -419,3 +419,20 @@ def test_method_fix_is_a_launch_change(sandbox):
     assert json.loads(fix.launch["--speculative-config"]) == {"method": "eagle3", "model": draft.path,
                                                                "num_speculative_tokens": 3}
     assert launch.with_flag("--speculative-config", fix.launch["--speculative-config"]).speculative_method == "eagle3"
+
+
+def test_vllm_draft_missing():
+    """eagle3 with num_speculative_tokens and no model: vLLM's SpeculativeConfig raises; mtp takes the
+    target's checkpoint and ngram needs none (no finding)."""
+    from workbench.engine.launch import LaunchCommand
+    from workbench.rules.cross_engine import vllm_draft_missing
+
+    src = (VLLM_PKG / "config/speculative.py").read_text()
+    assert "num_speculative_tokens was provided but without speculative model." in src
+    bad = LaunchCommand.parse("vllm serve /m --speculative-config '{\"method\": \"eagle3\", \"num_speculative_tokens\": 3}'")
+    found = vllm_draft_missing(Facts.of(bad))
+    assert [(f.rule, f.severity) for f in found] == [("vllm-draft-missing", "error")]
+    for method in ("mtp", "ngram"):
+        ok = LaunchCommand.parse(f"vllm serve /m --speculative-config '{{\"method\": \"{method}\", "
+                                 "\"num_speculative_tokens\": 3}'")
+        assert vllm_draft_missing(Facts.of(ok)) == []

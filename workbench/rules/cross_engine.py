@@ -46,7 +46,7 @@ from workbench.rules.fix import DraftRepair, Fix
 from workbench.rules.registry import ALL_ENGINES, Family, HypothesisSpec
 from workbench.rules.vllm_engine import VLLM_VERSION, eagle_config_architecture
 
-__all__ = ["FAMILY", "CONVENTION_KEY", "speculative_config_unreadable", "vllm_method_unknown", "Convention", "draft_convention", "captured_states", "ids_read",
+__all__ = ["FAMILY", "CONVENTION_KEY", "speculative_config_unreadable", "vllm_method_unknown", "vllm_draft_missing", "Convention", "draft_convention", "captured_states", "ids_read",
            "ids_for", "draft_layout", "aux_id_convention", "draft_format_unread", "method_draft_mismatch",
            "vllm_console_script_broken", "effective_vllm_method"]
 
@@ -57,7 +57,7 @@ FAMILY = Family(
         HypothesisSpec("engine-reads-draft", "The engine cannot start this draft as launched: a draft layout it does "
                        "not read, a speculative method that does not fit the draft, a --speculative-config it "
                        "cannot parse, or a console script that cannot start.",
-                       rules=("speculative-config-unreadable", "vllm-method-unknown", "draft-format-unread", "method-draft-mismatch",
+                       rules=("speculative-config-unreadable", "vllm-method-unknown", "vllm-draft-missing", "draft-format-unread", "method-draft-mismatch",
                               "vllm-console-script-broken"), order=4),
         HypothesisSpec("aux-cross-engine-convention", "The draft's aux layer ids were written in the other engine's "
                        "convention: the target feeds it hidden states one layer off, silently (lower acceptance).",
@@ -254,6 +254,42 @@ def vllm_method_unknown(facts: Facts) -> list[Finding]:
                     {"method": ev(written, "launch command: --speculative-config method"),
                      "known_methods": ev(list(names.methods), names.source or None),
                      "suggestion": check.suggestion}, fix)]
+
+
+#: vLLM 0.32.0 ``config/speculative.py`` ``SpeculativeConfig.__post_init__``: the methods that
+#: supply their own "model" when none is given (MTP and DSpark take the target's checkpoint, the
+#: others need no weights).
+_SELF_SUPPLIED = ("mtp", "dspark", "ngram", "[ngram]", "ngram_gpu", "suffix", "extract_hidden_states")
+
+
+@FAMILY.rule("vllm-draft-missing", severities=("error",), prevents_start="always", engines=("vllm",),
+             summary="vLLM's --speculative-config gives num_speculative_tokens and a method that needs a draft "
+                     "(eagle, eagle3, ...) but no \"model\"",
+             fix="add \"model\": DRAFT to --speculative-config")
+def vllm_draft_missing(facts: Facts) -> list[Finding]:
+    """vLLM 0.32.0 ``config/speculative.py`` ``SpeculativeConfig.__post_init__``: with
+    ``num_speculative_tokens`` and no ``model``, only MTP / DSpark (the target's own checkpoint) and
+    the weight-less methods (ngram, suffix, ...) go on; any other method raises ``ValueError:
+    num_speculative_tokens was provided but without speculative model.`` before the server starts
+    (the vLLM counterpart of SGLang's ``draft-path-missing``)."""
+    launch = facts.launch
+    if launch is None or _engine_family(facts.engine_name) != "vllm" or facts.speculative_config_error is not None:
+        return []
+    sc = getattr(launch, "speculative_config", None)
+    if sc is None or sc.model or sc.num_speculative_tokens is None:
+        return []
+    method = (sc.method_written or "").lower() or None
+    if method in _SELF_SUPPLIED or method == "custom_class":
+        return []
+    return [Finding("vllm-draft-missing", "error",
+                    f"--speculative-config has num_speculative_tokens {sc.num_speculative_tokens} and method "
+                    f"{method or '(none)'} but no \"model\": vLLM raises ValueError (num_speculative_tokens was "
+                    "provided but without speculative model.) before the server starts",
+                    {"speculative_config": ev(dict(sc.raw) if isinstance(sc.raw, dict) else sc.raw,
+                                              f"launch command: {sc.flag or '--speculative-config'}"),
+                     "methods_without_a_draft": ev(list(_SELF_SUPPLIED), f"vllm {VLLM_VERSION} config/speculative.py "
+                                                                         "SpeculativeConfig.__post_init__")},
+                    "add \"model\": the draft's directory, to --speculative-config")]
 
 
 @FAMILY.rule("aux-id-convention", severities=("warning",), engines=ALL_ENGINES,
