@@ -186,3 +186,19 @@ def test_doctor_agrees_with_real_vllm_servers(box, vllm_server):
           f"with the doctor's ids {acc1:.0f}/{drafted1:.0f} = {acc1 / drafted1:.3f}")
     assert drafted0 > 0 and drafted1 > 0
     assert acc1 / drafted1 > acc0 / drafted0
+
+
+def test_launch_guard_on_vllm_launches(box):
+    """The launch guard every runbook launch goes through (workbench.session.guard) runs the vLLM doctor:
+    `method: eagle` with the EAGLE-3 draft is refused (vLLM would refuse it at start-up); the shipped
+    eagle3 launch is allowed (its convention fault is a warning: the server starts)."""
+    from workbench.engine.launch import LaunchCommand
+    from workbench.errors import LaunchRefused
+    from workbench.session.guard import LaunchGuard
+
+    guard = LaunchGuard(box, engine_root=None, engine_version=None, cwd=None)
+    with pytest.raises(LaunchRefused) as exc:
+        guard.check(LaunchCommand.parse(sandbox_vllm_launch_command(python=VLLM_PYTHON, method="eagle")), "as found")
+    assert [f.rule for f in exc.value.findings] == ["method-draft-mismatch"]
+    ok = guard.check(LaunchCommand.parse(sandbox_vllm_launch_command(python=VLLM_PYTHON)), "as found")
+    assert ok.decision == "allowed" and ok.findings == []
