@@ -436,3 +436,13 @@ def test_vllm_draft_missing():
         ok = LaunchCommand.parse(f"vllm serve /m --speculative-config '{{\"method\": \"{method}\", "
                                  "\"num_speculative_tokens\": 3}'")
         assert vllm_draft_missing(Facts.of(ok)) == []
+
+
+def test_unknown_convention_fix_is_a_candidate_and_sglang_leaves_it_to_aux_config_unread():
+    cfg = {"architectures": ["Eagle3LlamaForCausalLM"], "hidden_size": 4096, "vocab_size": 128256,
+           "eagle_aux_hidden_state_layer_ids": [1, 15, 28]}
+    draft, target = _draft(cfg), _target(LLAMA3_8B)
+    facts = _facts("vllm", draft, target)
+    (fix,) = cross_engine_fixes(facts, aux_id_convention(facts), {})
+    assert fix.kind == "candidates" and fix.candidates[0]["repair"].config["eagle_aux_hidden_state_layer_ids"] == [2, 16, 29]
+    assert aux_id_convention(_facts("sglang", draft, target, method="EAGLE3")) == []

@@ -305,7 +305,8 @@ def aux_id_convention(facts: Facts) -> list[Finding]:
     they differ the finding names both and the ids to write (:func:`ids_for`) — a warning: the
     server runs and accepts less, it does not fail. When nothing says which convention, and the two
     engines' readings differ, the finding names the risk and the ids for the case the draft was made
-    for the other engine. Facts: see the family docstring (SGLang 0.5.23 ``srt/models/llama.py``,
+    for the other engine (a candidate to measure, not a fix); on SGLang such ids (top level only) are
+    ``aux-config-unread``'s. Facts: see the family docstring (SGLang 0.5.23 ``srt/models/llama.py``,
     ``deepseek_v2.py``; vLLM 0.32.0 ``models/interfaces.py``, ``models/llama.py``,
     ``v1/worker/gpu_model_runner.py``)."""
     draft, target = facts.draft, facts.target
@@ -314,6 +315,8 @@ def aux_id_convention(facts: Facts) -> list[Finding]:
         return []
     arch, layers = facts.target_architecture or "", target.num_hidden_layers
     conv = draft_convention(draft)
+    if conv.engine is None and serving == "sglang":
+        return []  # ids SGLang does not read (top level only): aux-config-unread's, with its own fix
     other = "vllm" if serving == "sglang" else "sglang"
     written_for = conv.engine or other
     runner = facts.vllm_runner if serving == "vllm" else "v1"
@@ -606,10 +609,17 @@ def cross_engine_fixes(facts: Facts, findings: list[Finding], given: dict) -> li
                 config["eagle_config"] = {**(draft.eagle_config or {}), "eagle_aux_hidden_state_layer_ids": list(new)}
             if serving == "vllm":  # top level: vLLM's V1 reads it first, V2 reads nothing else
                 config["eagle_aux_hidden_state_layer_ids"] = list(new)
-            out.append(Fix("draft-copy", (f.rule,), f"aux layer ids → {list(new)} ({serving}'s convention) in a copy "
-                           "of the draft", repair=DraftRepair(config=config, reasons=[
-                               f"aux-id-convention: ids → {list(new)}, the states the draft was trained on as {serving} "
-                               "reads ids"])))
+            repair = DraftRepair(config=config, reasons=[
+                f"aux-id-convention: ids → {list(new)}, the states the draft was trained on as {serving} reads ids"])
+            summary = f"aux layer ids → {list(new)} ({serving}'s convention) in a copy of the draft"
+            if (f.evidence.get("draft_convention") or {}).get("value") is None:
+                # nothing says whose convention: a candidate to measure against the draft as it is
+                out.append(Fix("candidates", (f.rule,), "the draft's convention is unknown: " + summary + " is worth "
+                               "measuring against the draft as it is", candidates=[
+                                   {"label": f"ids {list(new)} (the draft trained for the other engine)",
+                                    "launch": {}, "repair": repair}]))
+                continue
+            out.append(Fix("draft-copy", (f.rule,), summary, repair=repair))
         elif f.rule == "method-draft-mismatch":
             want = f.evidence.get("proposed_method") or ("eagle3" if "eagle3_signals" in f.evidence else "eagle")
             value = None
