@@ -202,3 +202,15 @@ def test_launch_guard_on_vllm_launches(box):
     assert [f.rule for f in exc.value.findings] == ["method-draft-mismatch"]
     ok = guard.check(LaunchCommand.parse(sandbox_vllm_launch_command(python=VLLM_PYTHON)), "as found")
     assert ok.decision == "allowed" and ok.findings == []
+
+
+def test_vllm_doctor_over_ssh(ssh_env, cli):
+    """The same vLLM doctor over SSH (the real loopback sshd): vLLM located and read through the SSH box,
+    the same finding and fix, bytes on the wire counted."""
+    code, out, err = cli("doctor", "--launch", sandbox_vllm_launch_command(python=VLLM_PYTHON), "--host",
+                         ssh_env.alias, "--json")
+    assert code == 0, out + err
+    rep = json.loads(out)
+    assert [(f["rule"], f["evidence"]["proposed_ids"]) for f in rep["findings"]] == [("aux-id-convention", [2, 4, 7])]
+    assert rep["engine_version"] == "0.32.0" and rep["engine_root"].endswith("site-packages/vllm")
+    assert rep["wire_bytes"] and rep["wire_bytes"] > 0
