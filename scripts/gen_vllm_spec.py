@@ -34,7 +34,7 @@ def main(python: str | None = None) -> None:
     doc = {"engine": "vllm", "version": names.version,
            "generated_by": f"scripts/gen_vllm_spec.py from vllm(-cpu)=={names.version} vllm/{rel} (ast)",
            "read_from": f"vllm/{rel}", "methods": list(names.methods), "eagle": list(names.eagle),
-           "mtp_aliases": list(names.mtp_aliases)}
+           "mtp_aliases": list(names.mtp_aliases), "config_fields": list(names.config_fields)}
     print(json.dumps(doc, indent=1))
 
 

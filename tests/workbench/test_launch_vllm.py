@@ -325,11 +325,13 @@ def test_config_file_pulled_in_as_vllm_does():
     (["/venv/bin/python3", "-m", "vllm.entrypoints.openai.api_server", "--model", "/t", "--port", "8000"], True),
     (["/venv/bin/vllm", "serve", "/t"], True),
     (["python", "-m", "vllm.entrypoints.cli.main", "serve", "/t"], True),
-    (["VLLM::EngineCore"], False),  # setproctitle of the engine core / workers
-    (["VLLM::Worker_TP0"], False),
-    (["/venv/bin/python3", "-c", "from multiprocessing.resource_tracker import main;main(9)"], False),
-    (["/venv/bin/python3", "-c", "from multiprocessing.spawn import spawn_main; spawn_main(tracker_fd=9, pipe_handle=11)",
-      "--multiprocessing-fork"], False),
+    # a real vLLM 0.32.0 server's children, as /proc/PID/cmdline shows them (read on this machine):
+    # setproctitle pads the title with empty arguments
+    (["VLLM::EngineCore"] + [""] * 40, False),
+    (["VLLM::Worker"] + [""] * 40, False),
+    (["/venv/bin/python", "-B", "-c", "from multiprocessing.resource_tracker import main;main(31)"], False),
+    (["/venv/bin/python", "-B", "-c", "from multiprocessing.spawn import spawn_main; spawn_main(tracker_fd=32, "
+      "pipe_handle=29)", "--multiprocessing-fork"], False),
     (["tail", "-f", "vllm serve.log"], False),
     (["vllm", "bench", "serve", "--model", "/t"], False),
 ])

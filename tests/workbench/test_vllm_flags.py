@@ -187,3 +187,24 @@ def test_launch_command_reads_what_vllms_own_parser_reads(local_box, tmp_path):
         sc = c.speculative_config
         if want["speculative_config"] is not None:
             assert {k.replace("-", "_"): v for k, v in want["speculative_config"].items()}.items() <= dict(sc.raw).items()
+
+
+@pytest.mark.slow
+def test_the_box_reads_over_ssh(ssh_env):
+    """The same dump and the method names read through a real SSH box (loopback OpenSSH): what the
+    doctor runs on a remote vLLM box."""
+    require_vllm()
+    from workbench.engine.vllm_spec import read_method_names, shipped_method_names
+
+    box = connect(ssh_env.alias)
+    try:
+        table = read_vllm_flag_table(box, vllm_python(), timeout=300)
+        found = json.loads(box.run([vllm_python(), "-B", "-c", "import importlib.util, json; "
+                                    "print(json.dumps(list(importlib.util.find_spec('vllm').submodule_search_locations)))"],
+                                   timeout=60).stdout)
+        names = read_method_names(box, found[0], table.version)
+    finally:
+        box.close()
+    assert table.origin == "box" and sorted(table.flags) == sorted(shipped_vllm_flag_table().flags)
+    assert ssh_env.alias in table.source
+    assert names.methods == shipped_method_names().methods and names.origin == "box"

@@ -9,8 +9,8 @@ import pytest
 from remote import connect
 from testkit.vllm_servers import require_vllm
 from workbench.engine.launch import LaunchCommand
-from workbench.engine.vllm_spec import (MethodNamesError, check_method, infer_method, parse_method_names,
-                                        read_method_names, shipped_method_names)
+from workbench.engine.vllm_spec import (MethodNamesError, check_method, check_speculative_keys, infer_method,
+                                        parse_method_names, read_method_names, shipped_method_names)
 from workbench.sandbox_box import vllm_python
 
 
@@ -33,7 +33,9 @@ def test_the_real_source_gives_the_shipped_list(local_box):
     root = _vllm_root()
     names = read_method_names(local_box, str(root), "0.32.0")
     shipped = shipped_method_names()
-    assert (names.methods, names.eagle, names.mtp_aliases) == (shipped.methods, shipped.eagle, shipped.mtp_aliases)
+    assert (names.methods, names.eagle, names.mtp_aliases, names.config_fields) == (
+        shipped.methods, shipped.eagle, shipped.mtp_aliases, shipped.config_fields)
+    assert {"method", "model", "num_speculative_tokens", "draft_tensor_parallel_size"} <= set(names.config_fields)
     assert names.origin == "box" and names.source == f"{root}/config/speculative.py"
     # the names the issue lists, and the nesting followed (EagleModelTypes ⊂ SpeculativeMethod)
     assert {"eagle", "eagle3", "mtp", "ngram", "medusa", "mlp_speculator", "draft_model", "suffix"} <= set(names.methods)
@@ -117,3 +119,62 @@ def test_the_sandbox_draft_without_a_method_would_run_as_a_plain_draft_model():
     config = json.loads((draft / "config.json").read_text())
     method, how = infer_method(str(draft), config)
     assert method == "draft_model" and "stand-alone" in how
+
+
+def test_check_speculative_keys():
+    raw = {"method": "eagle3", "model": "/d", "num_speculative_token": 3, "tensor_parallel_size": 2,
+           "draft_tensor_parallel_size": 0}
+    checks = check_speculative_keys(raw)
+    assert [(c.key, c.suggestion) for c in checks] == [("num_speculative_token", "num_speculative_tokens"),
+                                                       ("tensor_parallel_size", "draft_tensor_parallel_size"),
+                                                       ("draft_tensor_parallel_size", None)]
+    assert "(SpeculativeConfig forbids extra fields); did you mean 'num_speculative_tokens'?" in checks[0].message
+    assert check_speculative_keys({"method": "eagle3", "model": "/d", "num_speculative_tokens": 3}) == []
+    from workbench.engine.vllm_spec import MethodNames
+    assert check_speculative_keys({"anything": 1}, MethodNames(("eagle",))) == []  # fields unknown: nothing claimed
+
+
+#: speculative_config objects given to vLLM's real SpeculativeConfig (method ngram needs no model).
+REAL_VALIDATION = [
+    {"method": "ngram", "num_speculative_tokens": 3},
+    {"method": "EAGLE3", "num_speculative_tokens": 3},
+    {"method": "ngrams", "num_speculative_tokens": 3},
+    {"method": "Ngram", "num_speculative_tokens": 3},
+    {"method": "ngram", "num_speculative_tokens": 3, "num_speculative_token": 3},
+    {"method": "ngram", "num_speculative_tokens": 3, "tensor_parallel_size": 1},
+    {"method": "ngram", "num_speculative_tokens": 0},
+    {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 4},
+]
+
+REAL_VALIDATE = r"""
+import json, sys
+from vllm.config.speculative import SpeculativeConfig
+out = []
+for kw in json.loads(sys.argv[1]):
+    try:
+        SpeculativeConfig(**kw)
+        out.append([])
+    except Exception as exc:  # pydantic's ValidationError: the fields it names
+        errs = exc.errors() if hasattr(exc, "errors") else [{"loc": ["?"], "type": type(exc).__name__}]
+        out.append(sorted({(str(e["loc"][0]) if e.get("loc") else "") + ":" + e["type"] for e in errs}))
+print("RESULT " + json.dumps(out))
+"""
+
+
+@pytest.mark.slow
+def test_the_checks_agree_with_vllms_own_validation(local_box):
+    """Each object built by vLLM 0.32.0's real SpeculativeConfig: refused exactly when check_method /
+    check_speculative_keys say so, for the field they name."""
+    require_vllm()
+    res = local_box.run([vllm_python(), "-B", "-c", REAL_VALIDATE, json.dumps(REAL_VALIDATION)], timeout=300)
+    [line] = [ln for ln in res.stdout.splitlines() if ln.startswith("RESULT ")]
+    real = json.loads(line[len("RESULT "):])
+    for kw, errors in zip(REAL_VALIDATION, real):
+        mine = set()
+        if not check_method(kw["method"]).known:
+            mine.add("method:literal_error")
+        for c in check_speculative_keys(kw):
+            mine.add({"num_speculative_token": "num_speculative_token:unexpected_keyword_argument",
+                      "tensor_parallel_size": ":value_error",
+                      "num_speculative_tokens": "num_speculative_tokens:greater_than"}[c.key])
+        assert set(errors) == mine, (kw, errors)

@@ -1,10 +1,13 @@
 """The engine side: everything the workbench knows about SGLang and reads from it on the box.
 
 - :mod:`.launch` — launch-command parsing (``python -m sglang.launch_server …``, ``sglang serve``,
-  the sandbox's launcher): flags, aliases, prefixes, env prefixes, round-trip rewriting;
+  the sandbox's launcher; ``vllm serve``, ``python -m vllm.entrypoints.openai.api_server``): flags,
+  aliases, prefixes, env prefixes, round-trip rewriting, the engine-neutral accessors;
 - :mod:`.flags` — SGLang's flag table, as data (``data/sglang-<version>-flags.json``);
 - :mod:`.vllm_flags` — vLLM's flag table, dumped by the box's vLLM interpreter (its own parser),
   and the shipped one (``data/vllm-0.32.0-flags.json``);
+- :mod:`.vllm_spec` — vLLM's speculative method names read from the box's ``config/speculative.py``
+  (``ast``), the shipped list, the method check and what vLLM does when no method is written;
 - :mod:`.flag_table` — the flags of any release 0.4.6 … 0.5.23 read from the box's own source
   (``ast``), argparse's prefix rules, and the shipped flag history of 20 releases
   (``data/sglang-flag-history.json``): what a flag means in which release, what it was renamed to;

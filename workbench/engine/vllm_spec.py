@@ -29,7 +29,7 @@ from remote.errors import RemoteFileError, RemoteFileNotFound
 from workbench.engine.flags import read_data_json
 from workbench.errors import WorkbenchInputError
 
-__all__ = ["MethodNames", "MethodCheck", "MethodNamesError", "parse_method_names", "read_method_names",
+__all__ = ["MethodNames", "MethodCheck", "KeyCheck", "check_speculative_keys", "MethodNamesError", "parse_method_names", "read_method_names",
            "shipped_method_names", "check_method", "infer_method", "SPEC_METHODS_FILE", "SPEC_SOURCES"]
 
 #: The shipped list's file name, in ``workbench/engine/data/``.
@@ -50,7 +50,9 @@ class MethodNames:
     admits, in declaration order; ``eagle``: the EAGLE family (``EagleModelTypes``: methods that
     read the target's hidden states); ``mtp_aliases``: the MTP model types renamed to ``"mtp"``;
     ``version``; ``origin`` (``"box"`` / ``"shipped"``); ``source`` (the file read, or the shipped
-    file)."""
+    file); ``config_fields``: the fields of ``class SpeculativeConfig`` (the keys
+    ``--speculative-config`` accepts: the class forbids others, ``vllm/config/utils.py`` ``config``
+    ``extra="forbid"``), empty when the class was not found."""
 
     methods: tuple[str, ...]
     eagle: tuple[str, ...] = ()
@@ -58,6 +60,7 @@ class MethodNames:
     version: str = "unknown"
     origin: str = "shipped"
     source: str = ""
+    config_fields: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -128,7 +131,11 @@ def parse_method_names(text: str, *, version: str = "unknown", origin: str = "bo
                                f"reader follows: {ast.unparse(names['SpeculativeMethod'])[:120]}")
     eagle = _dedup(_flatten(names["EagleModelTypes"], names)) if "EagleModelTypes" in names else ()
     mtp = tuple(m for m in _dedup(_flatten(names["MTPModelTypes"], names)) if m != "mtp") if "MTPModelTypes" in names else ()
-    return MethodNames(methods, eagle, mtp, version, origin, where)
+    fields: list[str] = []
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef) and node.name == "SpeculativeConfig":
+            fields = [st.target.id for st in node.body if isinstance(st, ast.AnnAssign) and isinstance(st.target, ast.Name)]
+    return MethodNames(methods, eagle, mtp, version, origin, where, tuple(fields))
 
 
 def read_method_names(box: Any, root: str, version: str = "unknown", *, timeout: float = 30) -> MethodNames:
@@ -163,7 +170,8 @@ def shipped_method_names() -> MethodNames:
         if not (isinstance(doc, dict) and isinstance(doc.get("methods"), list) and doc["methods"]):
             raise ValueError(f"{where}: not a vLLM method list (expected methods, eagle, mtp_aliases)")
         _SHIPPED = MethodNames(tuple(doc["methods"]), tuple(doc.get("eagle") or ()), tuple(doc.get("mtp_aliases") or ()),
-                               str(doc.get("version") or "unknown"), "shipped", f"shipped table {where}")
+                               str(doc.get("version") or "unknown"), "shipped", f"shipped table {where}",
+                               tuple(doc.get("config_fields") or ()))
     return _SHIPPED
 
 
@@ -191,6 +199,42 @@ def check_method(method: Any, names: MethodNames | None = None) -> MethodCheck:
            f"case-sensitive; it accepts {', '.join(m for m in names.methods if m not in names.mtp_aliases)})"
            + (f"; did you mean {suggestion!r}?" if suggestion else ""))
     return MethodCheck(written, False, None, suggestion, msg, evidence)
+
+
+@dataclass(frozen=True)
+class KeyCheck:
+    """One key of a ``--speculative-config`` object vLLM refuses. ``key``; ``message``: one sentence
+    for a finding; ``suggestion``: the key (or value) meant, ``None`` when none is close."""
+
+    key: str
+    message: str
+    suggestion: str | None = None
+
+
+def check_speculative_keys(raw: Mapping[str, Any], names: MethodNames | None = None) -> list[KeyCheck]:
+    """The keys of ``raw`` (:attr:`workbench.engine.launch.SpeculativeConfig.raw`, ``-`` already read
+    as ``_``) that the release of ``names`` (default: shipped) refuses while building its config, in
+    order: a key that is no field of ``SpeculativeConfig`` (pydantic ``extra="forbid"``; the closest
+    field suggested), ``tensor_parallel_size`` (``SpeculativeConfig._verify_args``: "Please pass
+    'draft_tensor_parallel_size' instead"), a ``num_speculative_tokens`` / ``draft_tensor_parallel_size``
+    that is not a positive integer (``Field(gt=0)`` / ``ge=1``). Empty when the field list is unknown
+    (an old release's layout) or nothing is wrong."""
+    names = names or shipped_method_names()
+    out: list[KeyCheck] = []
+    release = f"vLLM {names.version}"
+    for key, value in raw.items():
+        if key == "tensor_parallel_size":
+            out.append(KeyCheck(key, f"'tensor_parallel_size' in --speculative-config: {release} refuses it (\"Please "
+                                     "pass 'draft_tensor_parallel_size' instead\")", "draft_tensor_parallel_size"))
+        elif names.config_fields and key not in names.config_fields:
+            close = difflib.get_close_matches(key, names.config_fields, n=1, cutoff=0.7)
+            out.append(KeyCheck(key, f"{key!r} is not a key of --speculative-config in {release}: it refuses the launch "
+                                     "(SpeculativeConfig forbids extra fields)"
+                                + (f"; did you mean {close[0]!r}?" if close else ""), close[0] if close else None))
+        elif key in ("num_speculative_tokens", "draft_tensor_parallel_size") and value is not None and (
+                isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            out.append(KeyCheck(key, f"{key} {value!r}: {release} needs a positive integer (it refuses the launch)"))
+    return out
 
 
 def infer_method(model: str | None, draft_config: Mapping[str, Any] | None = None,
