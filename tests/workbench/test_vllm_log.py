@@ -4,6 +4,7 @@ checked against the same server's Prometheus counters (``tests/fixtures/vllm/``)
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -14,8 +15,8 @@ from workbench.logs.vllm_log import (
 from workbench.measure.sources import parse_metrics
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
-REAL_LOG = FIXTURES / "logs" / "vllm-0.32.0.log"
-OLDER_LOG = FIXTURES / "logs" / "vllm-older.log"
+REAL_LOG = FIXTURES / "logs" / "vllm" / "vllm-0.32.0.log"
+OLDER_LOG = FIXTURES / "logs" / "vllm" / "vllm-older.log"
 
 
 def _counters(name: str) -> dict[str, float]:
@@ -145,3 +146,35 @@ def test_a_line_that_cannot_be_read_hides_nothing_else():
 def test_no_lines_says_why():
     s = summarize_spec_lines([])
     assert not s.speculative and s.accept_length is None and "no 'SpecDecoding metrics' line" in s.notes[0]
+
+
+def test_workbench_logs_on_a_real_vllm_log(cli):
+    res = cli("logs", str(REAL_LOG), "--json")
+    assert res.code == 0, res.err
+    out = json.loads(res.out)
+    assert out["engine"] == "vllm" and out["speculative"] and out["collapsed"] is False
+    assert (out["drafts"], out["drafted"], out["accepted"], out["per_position_accepted"]) == (274, 822, 176, [92, 52, 32])
+    assert out["accept_length"] == pytest.approx(1 + 176 / 274)
+    assert [r["drafts"] for r in out["spec_lines"]] == [56, 34, 184]
+    text = cli("logs", str(REAL_LOG))
+    assert text.code == 0
+    assert "accept length 1.642" in text.out and "k=1 0.336 (92)" in text.out and "engine        vLLM" in text.out
+    last = json.loads(cli("logs", str(REAL_LOG), "--last", "75", "--json").out)     # from the window's first line
+    assert last["drafts"] == 218 and last["accepted"] == 167
+
+
+def test_workbench_logs_collapsed_vllm_acceptance_exits_1(cli, tmp_path):
+    line = ("(APIServer pid=1) INFO 12-02 15:34:42 [metrics.py:120] SpecDecoding metrics: Mean acceptance length: 1.00, "
+            "Accepted throughput: 0.00 tokens/s, Drafted throughput: 55.00 tokens/s, Accepted: 0 tokens, Drafted: "
+            "150 tokens, Per-position acceptance rate: 0.000, 0.000, 0.000, Avg Draft acceptance rate: 0.0%\n")
+    log = tmp_path / "collapsed.log"
+    log.write_text(line * 3)
+    res = cli("logs", str(log))
+    assert res.code == 1 and "acceptance-collapsed" in res.out and "drafts        150" in res.out
+
+
+def test_workbench_logs_says_what_a_log_is(cli, tmp_path):
+    other = tmp_path / "notes.txt"
+    other.write_text("hello\nworld\n")
+    res = cli("logs", str(other))
+    assert res.code == 2 and "not an SGLang server log, nor a vLLM one" in res.err

@@ -609,6 +609,14 @@ def measure(
     ``api_key``: the server's ``--api-key`` (sent as ``Authorization: Bearer KEY``, as SGLang requires
     when it is set); ``None``: no header.
 
+    On a vLLM server (no SGLang ``/server_info``; ``/v1/models`` ``owned_by: "vllm"`` or ``vllm:``
+    metrics: :func:`workbench.measure.vllm.detect_engine`) the same rows come from vLLM's own sources
+    (:func:`workbench.measure.vllm.measure_vllm`): ``openai`` from ``/v1/completions`` with the
+    per-request ``metrics.speculative_decoding`` (servers started with
+    ``--per-request-spec-decode-metrics``), ``metrics`` from the ``vllm:spec_decode_*`` counter
+    deltas, each in the same definitions (accept length = 1 + accepted / drafts, bonus included);
+    ``generate`` and ``server_info`` are unavailable there, with the reason.
+
     Raises ``ValueError`` for bad arguments, :class:`PromptSetError` for a bad prompt set and
     :class:`MeasureError` when the server is unreachable or a request fails (non-200 other than
     404, not JSON, no token counts, no answer within ``timeout``); with ``start_timeout``,
@@ -656,6 +664,27 @@ def measure(
             wait_ready(base_url, start_timeout=start_timeout, request_timeout=timeout, alive=alive, client=c.http,
                        progress=lambda line: print(line, file=sys.stderr, flush=True))
         info, info_error = _server_info(c)
+        if info is None or "vllm_config" in info:
+            # no SGLang /server_info: a vLLM server? (workbench.measure.vllm.detect_engine)
+            from workbench.measure.vllm import ENGINE_VLLM, detect_engine, measure_vllm
+
+            engine, facts = detect_engine(c.get, server_info=False)
+            if info is not None:
+                facts["evidence"].insert(0, "GET /server_info answers vllm_config (VLLM_SERVER_DEV_MODE)")
+            if engine == ENGINE_VLLM:
+                bar = None
+                if _progress_enabled(progress):
+                    from tqdm.auto import tqdm
+
+                    bar = tqdm(total=warmup + len(texts), desc="measure", unit="req", leave=False)
+                try:
+                    return measure_vllm(c, texts=texts, label=label, wanted=wanted, warmup=warmup,
+                                        max_new_tokens=max_new_tokens, openai_endpoint=openai_endpoint,
+                                        flush_cache_after_warmup=flush_cache_after_warmup, facts=facts, notes=notes,
+                                        started=started, bar=bar)
+                finally:
+                    if bar is not None:
+                        bar.close()
         server = {k: info.get(k) for k in SERVER_KEYS if k in info} if info else None
         draft_tokens = _opt_int((server or {}).get("speculative_num_draft_tokens"))
         positions = draft_tokens - 1 if draft_tokens and draft_tokens > 1 else None
@@ -911,7 +940,12 @@ def format_table(m: Measurement) -> str:
     widths = [max(len(row[i]) for row in lines_) for i in range(len(head))]
     out = [f"{m.base_url}  prompts={m.prompt_set} ({m.num_prompts})  max_new_tokens={m.max_new_tokens}  "
            f"warm-up={m.warmup} request(s) per request source"]
-    if m.server:
+    if m.server and m.server.get("engine") == "vllm":
+        s = m.server
+        out.append(f"server: vLLM {s.get('version') or '(version unknown)'}  model={s.get('served_model_name')}  "
+                   + (f"num_speculative_tokens={s.get('num_speculative_tokens')}" if s.get("speculative_algorithm")
+                      or s.get("num_speculative_tokens") else "no speculative decoding (no vllm:spec_decode_* counters)"))
+    elif m.server:
         s = m.server
         out.append(f"server: {s.get('speculative_algorithm') or 'no speculative decoding'}"
                    + (f" steps={s.get('speculative_num_steps')} topk={s.get('speculative_eagle_topk')} "
