@@ -222,3 +222,30 @@ def test_real_vllm_cli_measure_and_logs(vllm_server, cli):
     assert summary["accept_length"] == pytest.approx(1 + summary["accepted"] / summary["drafts"])
     text = cli("logs", str(srv.log_path))
     assert text.code == 0 and "SpecDecoding metrics" in text.out and "accept length" in text.out
+
+
+@pytest.mark.slow
+def test_real_vllm_without_per_request_metrics(vllm_server):
+    """The session's default vLLM server (no --per-request-spec-decode-metrics, as most deployments
+    run): the openai row has the tokens but says where the per-request figures went; the counters
+    still give every number, and they equal the log's lines of the window."""
+    srv = vllm_server()
+    _settle(srv.log_path)
+    start, before = srv.log_path.stat().st_size, _counts(srv.url)
+    m = measure(srv.url, "default", num_prompts=3, max_new_tokens=48, warmup=0, sources=["openai", "metrics"],
+                progress=False)
+    _settle(srv.log_path)
+    after = _counts(srv.url)
+    oa, mc = m.row("openai"), m.row("metrics")
+    assert oa.available and oa.requests == 3 and oa.completion_tokens == mc.completion_tokens > 0
+    assert oa.verify_steps is None and oa.accept_length is None and oa.notes == [NO_PER_REQUEST]
+    assert mc.verify_steps == after["drafts"] - before["drafts"] > 0
+    assert mc.accept_length == pytest.approx(1 + mc.correct_drafts / mc.verify_steps)
+    reader = VllmLogReader(offset=start)
+    with open(srv.log_path, "rb") as f:
+        f.seek(start)
+        reader.feed(f.read())
+    reader.finish()
+    log = reader.summary()
+    assert (log.drafts, log.accepted, log.drafted) == (mc.verify_steps, mc.correct_drafts, mc.proposed_drafts)
+    assert log.per_position_accepted == mc.raw["per_position_accepted"]
