@@ -16,8 +16,9 @@ import pytest
 from workbench.logs.vllm_log import VllmLogReader
 from workbench.measure import measure
 from workbench.measure.sources import format_table, parse_metrics, summarize_records
+from workbench.measure.sources import vllm_counter_row as counter_row
 from workbench.measure.vllm import (
-    GENERATE_UNAVAILABLE, M_DRAFTS, NO_PER_REQUEST, SERVER_INFO_UNAVAILABLE, counter_row, detect_engine,
+    GENERATE_UNAVAILABLE, M_DRAFTS, NO_PER_REQUEST, SERVER_INFO_UNAVAILABLE, detect_engine,
     record_from_vllm_completion, vllm_server,
 )
 
@@ -249,3 +250,31 @@ def test_real_vllm_without_per_request_metrics(vllm_server):
     log = reader.summary()
     assert (log.drafts, log.accepted, log.drafted) == (mc.verify_steps, mc.correct_drafts, mc.proposed_drafts)
     assert log.per_position_accepted == mc.raw["per_position_accepted"]
+
+
+def test_counters_of_several_engines_are_summed_and_created_samples_ignored():
+    """Data parallelism: one sample per engine label (vLLM 0.32.0 create_metric_per_engine); the
+    ``*_created`` gauges prometheus_client adds are never read as counts."""
+    def two_engines(name):
+        text = (FIXTURES / name).read_text()
+        extra = [ln.replace('engine="0"', 'engine="1"') for ln in text.splitlines()
+                 if ln.startswith("vllm:spec_decode") and 'engine="0"' in ln]
+        return parse_metrics(text + "\n".join(extra) + "\n")
+
+    row = counter_row(two_engines("metrics-before.txt"), two_engines("metrics-after.txt"), None, window_s=1.0,
+                      n_sent=6, sent_tokens=384, sent_steps=436)
+    assert (row.verify_steps, row.correct_drafts, row.proposed_drafts) == (436, 334, 1308)
+    assert row.raw["per_position_accepted"] == [170, 100, 64]
+    assert row.accept_length == pytest.approx(1 + 167 / 218)
+
+
+def test_v0_engine_metrics_are_not_mixed_in():
+    """vLLM's V0 engine exported accepted / draft / emitted tokens without a drafts counter (its
+    accepted tokens count any position): the row says so instead of computing a wrong accept length."""
+    v0 = ("# TYPE vllm:spec_decode_num_accepted_tokens counter\nvllm:spec_decode_num_accepted_tokens_total"
+          '{model_name="m"} 8547.0\n# TYPE vllm:spec_decode_num_draft_tokens counter\n'
+          'vllm:spec_decode_num_draft_tokens_total{model_name="m"} 13311.0\n'
+          '# TYPE vllm:spec_decode_num_emitted_tokens counter\nvllm:spec_decode_num_emitted_tokens_total'
+          '{model_name="m"} 10616.0\n')
+    row = counter_row(parse_metrics(v0), parse_metrics(v0), None, window_s=1, n_sent=1, sent_tokens=1, sent_steps=0)
+    assert not row.available and "V0 engine" in row.reason and row.accept_length is None

@@ -27,7 +27,7 @@ Definitions
     prometheus_client also writes ``*_created`` samples (ignored). Older vLLM (the V0 engine) had no
     ``num_drafts`` counter, counted accepted tokens at any position and added
     ``vllm:spec_decode_num_emitted_tokens_total``: :func:`counter_row` says so rather than mixing
-    definitions.
+    definitions (the row: :func:`workbench.measure.sources.vllm_counter_row`).
 ``openai`` (``POST /v1/completions``, the served model's id as ``model``)
     ``usage.completion_tokens``; per request, only on a server started with
     ``--per-request-spec-decode-metrics summary|detailed`` (``engine/arg_utils.py``; default ``none``),
@@ -49,8 +49,8 @@ from workbench.errors import AcceptanceError, MeasureError
 from workbench.measure.generate import RequestRecord, _opt_float, _opt_int
 
 __all__ = ["M_DRAFTS", "M_DRAFT_TOKENS", "M_ACCEPTED", "M_PER_POS", "M_GEN_TOKENS", "M_REQUESTS", "VLLM_METRICS",
-           "detect_engine", "record_from_vllm_completion", "counter_row", "vllm_server", "measure_vllm", "ENGINE_VLLM",
-           "ENGINE_SGLANG"]
+           "detect_engine", "record_from_vllm_completion", "vllm_server", "send_completion", "ENGINE_VLLM",
+           "ENGINE_SGLANG", "GENERATE_UNAVAILABLE", "SERVER_INFO_UNAVAILABLE", "NO_PER_REQUEST"]
 
 ENGINE_VLLM, ENGINE_SGLANG = "vllm", "sglang"
 _SRC = "vLLM 0.32.0 vllm/v1/spec_decode/metrics.py SpecDecodingProm"
@@ -192,93 +192,6 @@ def vllm_server(facts: dict, snapshot: Any = None, records: Sequence[RequestReco
             "speculative_num_draft_tokens": k + 1 if k else None}
 
 
-def counter_row(before: Any, after: Any, error: Optional[str], *, window_s: float, n_sent: int, sent_tokens: int,
-                sent_steps: int) -> Any:
-    """The ``metrics`` row of a vLLM server: the spec-decode counters' after − before deltas
-    (:class:`~workbench.measure.sources.MetricsSnapshot` s; ``error``: why a snapshot is missing) in
-    the module docstring's definitions. ``n_sent`` / ``sent_tokens`` / ``sent_steps``: what this
-    measurement counted itself (requests, completion tokens, per-request drafts when known), to flag
-    other traffic in the window. Never raises for a missing counter: the row says what is missing."""
-    from workbench.measure.sources import SourceAcceptance
-
-    row = SourceAcceptance("metrics", "GET /metrics vllm:spec_decode_* counters (after − before)", "measured window",
-                           True)
-    if before is None or after is None:
-        row.available, row.reason = False, error or "GET /metrics failed"
-        return row
-    names = (M_DRAFTS, M_DRAFT_TOKENS, M_ACCEPTED, M_GEN_TOKENS, M_REQUESTS)
-    delta = {}
-    for n in names:
-        a, b = after.total(n), before.total(n)
-        delta[n] = None if a is None or b is None else a - b
-    row.raw = {"before": {n: before.total(n) for n in names}, "after": {n: after.total(n) for n in names},
-               "definitions": {n: VLLM_METRICS[n][0] for n in names}, "source": _SRC}
-    if delta[M_DRAFTS] is None:
-        row.available = False
-        if after.declared(M_EMITTED_V0):
-            row.reason = (f"/metrics has {M_EMITTED_V0} but no {M_DRAFTS}: vLLM's V0 engine, whose accepted "
-                          "tokens count matches at any position; its accept length is emitted / (draft tokens / k) "
-                          "from the log's 'Speculative metrics' line (workbench logs)")
-        else:
-            row.reason = (f"/metrics has no {M_DRAFTS}: vLLM declares the spec-decode counters only with a "
-                          "--speculative-config (speculative decoding is off)")
-        return row
-    drafts = int(delta[M_DRAFTS])
-    accepted = int(delta[M_ACCEPTED] or 0)
-    tokens = int(delta[M_DRAFT_TOKENS] or 0)
-    row.requests = int(delta[M_REQUESTS]) if delta[M_REQUESTS] is not None else None
-    row.completion_tokens = int(delta[M_GEN_TOKENS]) if delta[M_GEN_TOKENS] is not None else None
-    row.wall_s = window_s
-    row.tokens_per_s = row.completion_tokens / window_s if row.completion_tokens is not None and window_s > 0 else None
-    if not drafts:
-        row.notes.append(f"{M_DRAFTS} did not grow: no verify step with drafts in the window; accept length "
-                         "unknown, not 1.0")
-        return row
-    row.verify_steps, row.correct_drafts, row.proposed_drafts = drafts, accepted, tokens
-    row.drafts_per_step = accepted / drafts
-    row.tau = row.accept_length = 1.0 + accepted / drafts
-    row.accept_rate = accepted / tokens if tokens else None
-    per_pos_after = {lb.get("position"): v for lb, v in _by_position(after)}
-    per_pos_before = {lb.get("position"): v for lb, v in _by_position(before)}
-    if per_pos_after:
-        k = len(per_pos_after)
-        counts = [int(per_pos_after.get(str(p), 0) - per_pos_before.get(str(p), 0)) for p in range(k)]
-        row.draft_positions = k
-        row.position_acceptance = [c / drafts for c in counts]
-        row.raw["per_position_accepted"] = counts
-        # steps accepting exactly j drafts, from the per-position counts (chain drafting: P(≥k) nested)
-        hist = [drafts - counts[0]] + [counts[j - 1] - counts[j] for j in range(1, k)] + [counts[k - 1]]
-        if all(h >= 0 for h in hist):
-            row.histogram = hist
-        else:
-            row.notes.append("per-position counts do not nest (tree drafting?): no histogram")
-    else:
-        row.notes.append(f"/metrics has no {M_PER_POS}: per-position acceptance unknown")
-    row.notes.append("accept length = 1 + accepted / drafts (vLLM's mean acceptance length, bonus included; equal "
-                     "to tau: vLLM's counters hold no prefill token and no cut tokens)")
-    if row.completion_tokens is not None:
-        row.notes.append(f"completion tokens / drafts = {row.completion_tokens / drafts:.3f} (SGLang's "
-                         "completion_tokens / spec_verify_ct, for comparison with an SGLang server)")
-    other = (row.requests is not None and row.requests != n_sent) or (
-        row.completion_tokens is not None and row.completion_tokens != sent_tokens) or (
-        sent_steps and drafts != sent_steps)
-    if other:
-        row.notes.append(f"the counters saw {row.requests} requests, {row.completion_tokens} tokens, {drafts} drafts; "
-                         f"this measurement counted {n_sent}, {sent_tokens}, {sent_steps or '?'}: other traffic "
-                         "reached the server during the window")
-    return row
-
-
-def _by_position(snap: Any) -> list[tuple[dict, float]]:
-    """The per-position samples summed over engines: [(labels with position only, value)]."""
-    sums: dict[str, float] = {}
-    for labels, v in snap.samples.get(M_PER_POS, []):
-        p = labels.get("position")
-        if p is not None:
-            sums[p] = sums.get(p, 0.0) + v
-    return [({"position": p}, v) for p, v in sums.items()]
-
-
 def send_completion(c: Any, model: Optional[str], index: int, text: str, max_new_tokens: int,
                     endpoint: str = "completions") -> RequestRecord:
     """One greedy request to a vLLM server's ``/v1/completions`` (``endpoint`` ``chat``:
@@ -315,79 +228,3 @@ NO_PER_REQUEST = ("no response carried metrics.speculative_decoding: vLLM adds i
                   "--per-request-spec-decode-metrics summary (or detailed) and the request has n == 1 "
                   "(vLLM 0.32.0 config/observability.py per_request_spec_decode_metrics, default none); the "
                   "metrics row has the window's counts")
-
-
-def measure_vllm(c: Any, *, texts: Sequence[str], label: str, wanted: list[str], warmup: int, max_new_tokens: int,
-                 openai_endpoint: str, flush_cache_after_warmup: bool, facts: dict, notes: list[str],
-                 started: float, bar: Any = None) -> Any:
-    """:func:`workbench.measure.sources.measure` on a vLLM server (module docstring): ``warmup``
-    uncounted requests, a ``/metrics`` snapshot, every text once through ``/v1/completions`` (the
-    only request source vLLM has), a second snapshot; rows ``generate`` / ``server_info``
-    unavailable with why, ``openai`` (per-request figures when the server gives them), ``metrics``
-    (counter deltas). ``c``: the measurement's HTTP client (``get``, ``post``, ``base``). Raises
-    :class:`MeasureError` when a request fails."""
-    from workbench.measure.sources import Measurement, SourceAcceptance, _metrics, summarize_records
-
-    model = facts.get("model")
-    endpoint = "POST /v1/" + ("chat/completions" if openai_endpoint == "chat" else "completions") + \
-        " metrics.speculative_decoding"
-    warm = {"requests": 0, "completion_tokens": 0, "verify_steps": 0}
-    for i in range(warmup):
-        rec = send_completion(c, model, i % len(texts), texts[i % len(texts)], max_new_tokens, openai_endpoint)
-        warm["requests"] += 1
-        warm["completion_tokens"] += rec.completion_tokens
-        warm["verify_steps"] += rec.spec_verify_ct or 0
-        if bar is not None:
-            bar.update(1)
-    flush_note = None
-    if flush_cache_after_warmup:
-        flush_note = "--flush-cache does nothing on vLLM: the /metrics counters' deltas already leave the warm-up out"
-    before, before_error = _metrics(c) if "metrics" in wanted else (None, None)
-    t0 = time.monotonic()
-    records = []
-    for i, text in enumerate(texts):
-        records.append(send_completion(c, model, i, text, max_new_tokens, openai_endpoint))
-        if bar is not None:
-            bar.update(1)
-    t1 = time.monotonic()
-    after, after_error = _metrics(c) if "metrics" in wanted else (None, None)
-    server = vllm_server(facts, after if after is not None else before, records)
-    k = server.get("num_speculative_tokens") or next(
-        (r.histogram and len(r.histogram) - 1 for r in records if r.histogram), None)
-    if k and not server.get("num_speculative_tokens"):
-        server["num_speculative_tokens"], server["speculative_num_draft_tokens"] = k, k + 1
-    rows = []
-    for src in ("generate", "openai", "server_info", "metrics"):
-        if src not in wanted:
-            continue
-        if src == "generate":
-            rows.append(SourceAcceptance("generate", "POST /generate", "measured window", None, available=False,
-                                         reason=GENERATE_UNAVAILABLE))
-        elif src == "server_info":
-            rows.append(SourceAcceptance("server_info", "GET /server_info", "lifetime", None, available=False,
-                                         reason=SERVER_INFO_UNAVAILABLE))
-        elif src == "openai":
-            row = summarize_records("openai", endpoint, records, k)
-            if row.verify_steps:
-                row.raw["completion_tokens_per_verify_step"] = row.accept_length
-                row.accept_length = row.tau
-                row.prefill_tokens = row.cut_tokens = None
-                row.notes = [n for n in row.notes if "SGLang" not in n]
-                row.notes.append("accept length = 1 + Σ num_accepted_draft_tokens / Σ num_spec_steps (vLLM's mean "
-                                 "acceptance length, bonus included, = tau); completion tokens / steps = "
-                                 f"{row.raw['completion_tokens_per_verify_step']:.3f} (SGLang's definition)")
-            elif records:
-                row.notes = [NO_PER_REQUEST]
-            rows.append(row)
-        else:
-            sent_steps = sum(r.spec_verify_ct or 0 for r in records) if all(r.spec_verify_ct for r in records) else 0
-            rows.append(counter_row(before, after, before_error or after_error, window_s=t1 - t0, n_sent=len(records),
-                                    sent_tokens=sum(r.completion_tokens for r in records), sent_steps=sent_steps))
-    if "openai" not in wanted:
-        notes.append("the openai source was not selected: /v1/completions drove the traffic (not reported as a row)")
-    notes.append("engine: vLLM (" + "; ".join(facts.get("evidence") or ["detected"]) + ")")
-    return Measurement(
-        base_url=c.base, prompt_set=label, num_prompts=len(texts), max_new_tokens=max_new_tokens, warmup=warmup,
-        sources=wanted, openai_endpoint=openai_endpoint, rows=rows, server=server, warmup_summary={"openai": warm},
-        records={"openai": [r.to_dict() for r in records]}, flush_cache=flush_note, window_s=t1 - t0,
-        duration_s=time.perf_counter() - started, notes=notes)
