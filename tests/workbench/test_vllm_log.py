@@ -178,3 +178,43 @@ def test_workbench_logs_says_what_a_log_is(cli, tmp_path):
     other.write_text("hello\nworld\n")
     res = cli("logs", str(other))
     assert res.code == 2 and "not an SGLang server log, nor a vLLM one" in res.err
+
+
+def test_json_log_lines():
+    """vLLM's JSON logging config (vllm/logging_utils/formatter.py JSON_FORMAT: asctime, levelname,
+    name, processName, process, message)."""
+    real = next(ln for ln in REAL_LOG.read_text().splitlines() if "Accepted: 163" in ln)
+    msg = real[real.index("SpecDecoding metrics:"):]
+    line = json.dumps({"asctime": "2026-12-02 15:34:42,001", "levelname": "INFO", "name": "vllm.v1.spec_decode.metrics",
+                       "processName": "MainProcess", "process": 7302, "message": msg})
+    rec = parse_spec_decoding_line(line)
+    assert rec.problems == [] and rec.accepted == 163 and rec.per_position == [0.440, 0.272, 0.174]
+    assert (rec.month, rec.day, rec.second_of_day) == (12, 2, 15 * 3600 + 34 * 60 + 42)
+    older = next(ln for ln in OLDER_LOG.read_text().splitlines() if "Mean acceptance length: 2.16" in ln)
+    rec = parse_spec_decoding_line(json.dumps({"asctime": "x", "message": older[older.index("SpecDecoding"):]}))
+    assert rec.per_position == [0.543, 0.357, 0.264] and rec.problems == []
+
+
+def test_window_on_a_box(tmp_path):
+    """summarize_box_window reads byte ranges through the Box API (here the local box; the same calls
+    go over SFTP on an SSH box)."""
+    from remote import connect
+    from workbench.logs.vllm_log import summarize_box_window
+
+    data = REAL_LOG.read_bytes()
+    start = data.index(b"(APIServer pid=7302) INFO 12-02 15:34:41 [metrics.py")
+    with connect("local") as box:
+        w = summarize_box_window(box, str(REAL_LOG), start, block=100)
+        whole = summarize_box_window(box, str(REAL_LOG))
+    assert (w.drafts, w.accepted, w.drafted, w.per_position_accepted) == (218, 167, 654, [85, 50, 32])
+    assert whole.drafts == 274
+    with connect("local") as box, pytest.raises(ValueError, match="beyond its end"):
+        summarize_box_window(box, str(REAL_LOG), len(data) + 10)
+    # V0 cumulative lines: the window is based on the line before it
+    v0 = tmp_path / "v0.log"
+    lines = [ln for ln in OLDER_LOG.read_text().splitlines() if "Number of speculative tokens: 3" in ln]
+    first = lines[0].replace("8547", "8000").replace("13311", "12000").replace("10616", "9000")
+    v0.write_text(first + "\n" + "INFO 10-16 19:05:50 api_server.py:1] other\n" + lines[0] + "\n")
+    with connect("local") as box:
+        w = summarize_box_window(box, str(v0), len(first) + 1)
+    assert w.cumulative and (w.accepted, w.drafted, w.emitted) == (547, 1311, 1616)

@@ -51,8 +51,10 @@ minus the line before the window. V0 prints no per-position rates.
 
 Prefix (vLLM 0.32.0 ``vllm/logger.py`` ``_FORMAT``): ``[VLLM_LOGGING_PREFIX](PROCESS pid=N) LEVEL
 MM-DD HH:MM:SS [FILE:LINE] message``; older releases ``LEVEL MM-DD HH:MM:SS FILE:LINE] message``
-(no process, no opening bracket); colour codes (``VLLM_LOGGING_COLOR=1``) are stripped. The date has no
-year: timestamps are kept as text and as (month, day, seconds of day) for ordering within a log.
+(no process, no opening bracket); colour codes (``VLLM_LOGGING_COLOR=1``) are stripped; a JSON log
+line (vLLM's ``JSON_FORMAT`` through python-json-logger: ``{"asctime": …, "message": …}``) is read
+from its ``message``. The date has no year: timestamps are kept as text and as (month, day, seconds
+of day) for ordering within a log.
 
 Standard library only. :class:`VllmLogReader` reads bytes in blocks (``feed`` / ``finish``), keeping
 only the lines that matter, so a log of any size is read in bounded memory.
@@ -60,6 +62,7 @@ only the lines that matter, so a log of any size is read in bounded memory.
 
 from __future__ import annotations
 
+import json
 import math
 import re
 import statistics
@@ -67,7 +70,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Iterable, Optional, Union
 
 __all__ = ["SpecDecodingLine", "VllmLogSummary", "VllmLogReader", "parse_spec_decoding_line",
-           "summarize_spec_lines", "WORDINGS", "looks_like_vllm_line", "SPEC_MARKERS"]
+           "summarize_spec_lines", "WORDINGS", "looks_like_vllm_line", "SPEC_MARKERS", "summarize_box_window"]
 
 #: The wording ids (module docstring) and where each comes from.
 WORDINGS = {
@@ -102,7 +105,7 @@ _V1_FIELDS = {
     "avg_rate_pct": re.compile(rf"Avg Draft acceptance rate: ({_NUM})%"),
     "rate_pct": re.compile(rf"(?<!Avg )Draft acceptance rate: ({_NUM})%"),
 }
-_PER_POS = re.compile(rf"Per-position acceptance rate: ({_NUM}(?:, {_NUM})*)(?=, [A-Z]|\s*$|,?\s*$)")
+_PER_POS = re.compile(rf"Per-position acceptance rate: ({_NUM}(?:, {_NUM})*)(?![\d.])")
 _V0_FIELDS = {
     "rate": re.compile(rf"Draft acceptance rate: ({_NUM})(?!%)"),
     "efficiency": re.compile(rf"System efficiency: ({_NUM})"),
@@ -219,6 +222,16 @@ def parse_spec_decoding_line(line: Union[str, bytes], offset: Optional[int] = No
     if isinstance(line, (bytes, bytearray, memoryview)):
         line = bytes(line).decode("utf-8", "replace")
     text = _ANSI.sub("", line.rstrip("\r\n"))
+    json_when = None
+    if text.lstrip().startswith("{") and ("SpecDecoding metrics:" in text or "Speculative metrics:" in text):
+        # vLLM's JSON logging config (vllm/logging_utils/formatter.py JSON_FORMAT, python-json-logger)
+        try:
+            obj = json.loads(text)
+        except ValueError:
+            obj = None
+        if isinstance(obj, dict) and isinstance(obj.get("message"), str):
+            json_when = obj.get("asctime")
+            text = obj["message"]
     v1 = text.find("SpecDecoding metrics:")
     v0 = text.find("Speculative metrics:") if v1 < 0 else -1
     if v1 < 0 and v0 < 0:
@@ -242,6 +255,12 @@ def parse_spec_decoding_line(line: Union[str, bytes], offset: Optional[int] = No
         rec.second_of_day = sec + (float("0." + head.group("ms")) if head.group("ms") else 0.0)
         rec.when = f"{head.group('month')}-{head.group('day')} {head.group('h')}:{head.group('m')}:{head.group('s')}"
         rec.file, rec.lineno = head.group("file"), int(head.group("lineno"))
+    elif json_when is not None:
+        rec.when = str(json_when)
+        m = re.match(r"\d{4}-(\d\d)-(\d\d)[ T](\d\d):(\d\d):(\d\d)", rec.when)
+        if m:
+            rec.month, rec.day = int(m.group(1)), int(m.group(2))
+            rec.second_of_day = int(m.group(3)) * 3600 + int(m.group(4)) * 60 + int(m.group(5))
     else:
         rec.problems.append("no vLLM logger prefix before the message (time unknown)")
 
@@ -521,3 +540,44 @@ class VllmLogReader:
         return summarize_spec_lines(inside, source=source, lines=self.lines, vllm_lines=self.vllm_lines,
                                     num_spec_tokens=num_spec_tokens, before=before,
                                     generation_throughput=self.throughput)
+
+
+def summarize_box_window(box, path: str, start: int = 0, end: Optional[int] = None, *, timeout: float = 30.0,
+                         block: int = 8 << 20, num_spec_tokens: Optional[int] = None) -> VllmLogSummary:
+    """The :class:`VllmLogSummary` of a vLLM log file ``path`` on ``box`` (a :class:`remote.Box`:
+    ``stat``, ``read_bytes``) between byte offsets ``start`` and ``end`` (default: its size now), read
+    in ``block``-byte ranges, each box call with ``timeout`` seconds: a measurement's window (the
+    log's size before and after it; the stat logger prints its last line up to
+    ``VLLM_LOG_STATS_INTERVAL`` seconds after the last request, so read ``end`` after that). A V0
+    log's cumulative counts are based on the last metrics line before ``start``, which this reads
+    backwards for (at most 64 blocks). Raises what the box raises (file missing, time-outs) and
+    ``ValueError`` for ``start`` beyond ``end``."""
+    size = box.stat(path, timeout=timeout).size if end is None else end
+    if start > size:
+        raise ValueError(f"{path}: window start {start} is beyond its end {size}")
+    reader = VllmLogReader(offset=start)
+    offset = start
+    while offset < size:
+        data = box.read_bytes(path, offset, min(block, size - offset), timeout=timeout)
+        if not data:
+            break
+        reader.feed(data)
+        offset += len(data)
+    reader.finish()
+    window = reader.summary(source=f"{path} bytes {start}-{offset}", num_spec_tokens=num_spec_tokens)
+    if window.cumulative and start > 0:
+        back = VllmLogReader(offset=max(0, start - 64 * block))
+        pos = max(0, start - 64 * block)
+        while pos < start:
+            data = box.read_bytes(path, pos, min(block, start - pos), timeout=timeout)
+            if not data:
+                break
+            back.feed(data)
+            pos += len(data)
+        back.finish()
+        base = [r for r in back.records if r.wording == "v0"]
+        window = summarize_spec_lines(window.spec_lines, source=window.source, lines=window.lines,
+                                      vllm_lines=window.vllm_lines, num_spec_tokens=num_spec_tokens,
+                                      before=base[-1] if base else None,
+                                      generation_throughput=window.generation_throughput)
+    return window
