@@ -15,6 +15,7 @@ import pytest
 
 from workbench.logs.vllm_log import VllmLogReader
 from workbench.measure import measure
+from workbench.measure.prompts import load_prompts
 from workbench.measure.sources import format_table, parse_metrics, summarize_records
 from workbench.measure.sources import vllm_counter_row as counter_row
 from workbench.measure.vllm import (
@@ -278,3 +279,23 @@ def test_v0_engine_metrics_are_not_mixed_in():
           '{model_name="m"} 10616.0\n')
     row = counter_row(parse_metrics(v0), parse_metrics(v0), None, window_s=1, n_sent=1, sent_tokens=1, sent_steps=0)
     assert not row.available and "V0 engine" in row.reason and row.accept_length is None
+
+
+@pytest.mark.slow
+def test_real_vllm_measure_generate_runs_unchanged(vllm_server):
+    """What the diagnosis calls (``measure_generate``) on vLLM, which has no /generate: the same
+    AcceptanceMeasurement, from the per-request figures or, without them, from the counters, and
+    the two agree (greedy: the same tokens on both servers)."""
+    from workbench.measure.generate import measure_generate
+
+    texts = [p["text"] for p in load_prompts("default")][:3]
+    per = measure_generate(vllm_server(extra=PER_REQUEST).url, texts, max_new_tokens=40, warmup=1)
+    counters = measure_generate(vllm_server().url, texts, max_new_tokens=40, warmup=1)
+    assert per.source.startswith("POST /v1/completions metrics.speculative_decoding")
+    assert counters.source.startswith("POST /v1/completions + GET /metrics")
+    assert per.server_info["engine"] == "vllm" and per.server_info["num_speculative_tokens"] == 3
+    assert per.verify_steps == counters.verify_steps > 0 and per.total_tokens == counters.total_tokens == 120
+    assert per.accept_length == pytest.approx(counters.accept_length)
+    assert per.accept_length == pytest.approx(1 + sum(r.spec_num_correct_drafts for r in per.records) / per.verify_steps)
+    assert per.accept_rate == pytest.approx(counters.accept_rate) and per.histogram == counters.histogram
+    assert all(r.spec_verify_ct is None for r in counters.records) and "--per-request-spec-decode-metrics" in counters.note

@@ -97,7 +97,8 @@ import httpx
 
 from workbench.errors import AcceptanceError, MeasureError, PromptSetError
 from workbench.measure.generate import (
-    RequestRecord, _opt_float, _opt_int, auth_headers, record_from_response, sum_histograms, timeout_message,
+    NO_GENERATE_HANDLERS, AcceptanceMeasurement, RequestRecord, _opt_float, _opt_int, auth_headers,
+    record_from_response, sum_histograms, summarize_responses, timeout_message,
 )
 from workbench.logs.formats import ACCEPT_RATE_DEFINITIONS, correct_draft_rate, decode_line_format
 from workbench.measure.fields import METRIC_NAMES, has_name
@@ -113,7 +114,7 @@ __all__ = [
     "SOURCES", "BUILTIN_PROMPT_SETS", "MeasureError", "PromptSetError", "SourceAcceptance", "Measurement",
     "load_prompts", "measure", "acceptance_from_counts", "position_acceptance", "record_from_openai",
     "parse_metrics", "MetricsSnapshot", "format_table", "summarize_records", "avg_accept_lengths", "vllm_counter_row",
-    "measure_vllm",
+    "measure_vllm", "measure_generate_vllm",
 ]
 
 SOURCES = ("generate", "openai", "server_info", "metrics")
@@ -1077,6 +1078,72 @@ def measure_vllm(c: Any, *, texts: Sequence[str], label: str, wanted: list[str],
         sources=wanted, openai_endpoint=openai_endpoint, rows=rows, server=server, warmup_summary={"openai": warm},
         records={"openai": [r.to_dict() for r in records]}, flush_cache=flush_note, window_s=t1 - t0,
         duration_s=time.perf_counter() - started, notes=notes)
+
+
+def measure_generate_vllm(client: httpx.Client, base_url: str, texts: Sequence[str], *, max_new_tokens: int,
+                          warmup: int, timeout: float, keep_text: bool = False) -> AcceptanceMeasurement | None:
+    """:func:`workbench.measure.generate.measure_generate` on a vLLM server (it has no ``/generate``):
+    ``None`` when the server is not vLLM (:func:`workbench.measure.vllm.detect_engine`); else
+    ``warmup`` uncounted greedy ``/v1/completions``, then each text once, between two ``/metrics``
+    snapshots, as an :class:`AcceptanceMeasurement` in the same fields: ``verify_steps`` = drafts,
+    ``accept_length`` = 1 + accepted / drafts (bonus included), ``accept_rate`` = accepted / draft
+    tokens, ``histogram`` (steps accepting exactly j drafts), ``records`` (per request: the spec
+    fields when the server runs with ``--per-request-spec-decode-metrics``), ``server_info`` =
+    :func:`workbench.measure.vllm.vllm_server`, ``source`` naming what was read, ``note`` the caveats.
+    The numbers come from the per-request figures when every response has them, else from the
+    counters' deltas (the window's, warm-up excluded). Raises :class:`AcceptanceError` when a request
+    fails or neither source gives the counts."""
+    c = _Client(base_url, timeout, client)
+    try:
+        engine, facts = detect_engine(c.get)
+        if engine != ENGINE_VLLM:
+            return None
+        model = facts.get("model")
+        for i in range(warmup):
+            send_completion(c, model, i % len(texts), texts[i % len(texts)], max_new_tokens)
+        before, before_error = _metrics(c)
+        t0 = time.monotonic()
+        records = [send_completion(c, model, i, t, max_new_tokens) for i, t in enumerate(texts)]
+        window = time.monotonic() - t0
+        after, after_error = _metrics(c)
+    except MeasureError as exc:
+        raise AcceptanceError(str(exc)) from exc
+    for r in records:
+        r.text = r.text if keep_text else None
+    row = vllm_counter_row(before, after, before_error or after_error, window_s=window, n_sent=len(records),
+                           sent_tokens=sum(r.completion_tokens for r in records),
+                           sent_steps=sum(r.spec_verify_ct or 0 for r in records)
+                           if all(r.spec_verify_ct for r in records) else 0)
+    result = summarize_responses(records, warmup=warmup, max_new_tokens=max_new_tokens, base_url=base_url,
+                                 server_info=vllm_server(facts, after if after is not None else before, records))
+    notes = ["vLLM server (" + "; ".join(facts.get("evidence") or []) + "): no /generate; accept length = 1 + "
+             "accepted / drafts (vLLM's mean acceptance length, bonus included)"]
+    if result.speculative and result.requests_without_spec == 0:
+        correct = sum(r.spec_num_correct_drafts or 0 for r in records)
+        result.accept_length = 1.0 + correct / result.verify_steps
+        result.source = "POST /v1/completions metrics.speculative_decoding (vLLM)"
+        if row.available and row.verify_steps not in (None, result.verify_steps):
+            notes.append(f"the counters saw {row.verify_steps} drafts, the responses {result.verify_steps}: other "
+                         "traffic reached the server during the window")
+    elif row.available and row.verify_steps:
+        result.accept_length, result.accept_rate = row.accept_length, row.accept_rate
+        result.verify_steps, result.histogram, result.speculative = row.verify_steps, row.histogram, True
+        result.source = "POST /v1/completions + GET /metrics vllm:spec_decode_* deltas (vLLM)"
+        notes.append("per-request figures off (start vLLM with --per-request-spec-decode-metrics summary for them): "
+                     "the numbers are the counters' over the window")
+        notes += [n for n in row.notes if "other traffic" in n]
+    else:
+        result.accept_length = result.accept_rate = None
+        result.speculative = False
+        result.source = "POST /v1/completions (vLLM)"
+        notes.append(row.reason or (row.notes[0] if row.notes else "no spec-decode counts") +
+                     "; accept length unknown, not 1.0")
+    result.note = "; ".join(notes)
+    result.server_info["per_position_acceptance"] = row.position_acceptance if row.available else None
+    return result
+
+
+NO_GENERATE_HANDLERS.append(measure_generate_vllm)
 
 
 # ---------------------------------------------------------------------------------------------
