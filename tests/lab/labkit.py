@@ -28,6 +28,7 @@ import urllib.error
 import urllib.request
 import uuid
 from pathlib import Path
+from typing import Sequence
 
 import nbformat
 
@@ -330,16 +331,19 @@ class Lab:
         loc.fill(text, timeout=timeout * 1000)
         loc.blur()
 
-    def wait_for_text(self, selector: str, text: str, timeout: float = 30.0) -> str:
+    def wait_for_text(self, selector: str, text: str, timeout: float = 30.0, *, also: Sequence[str] = ()) -> str:
         """Wait until an element matching ``selector`` contains ``text``; returns that element's
-        text. ``LabError`` naming what was there after ``timeout``."""
+        text. ``LabError`` naming what was there after ``timeout``, and the text of each selector in
+        ``also`` (e.g. the pane's status line: what the widget was doing when the wait ran out)."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             for t in self.page.locator(selector).all_inner_texts():
                 if text in t:
                     return t
             time.sleep(0.2)
-        raise LabError(f"{text!r} not in {selector} after {timeout:.0f} s: {self.page.locator(selector).all_inner_texts()!r}")
+        context = "".join(f"; {s}: {self.page.locator(s).all_inner_texts()!r}" for s in also)
+        raise LabError(f"{text!r} not in {selector} after {timeout:.0f} s: "
+                       f"{self.page.locator(selector).all_inner_texts()!r}{context}")
 
     def text(self, selector: str) -> str:
         """The visible text of every element matching ``selector``, joined by newlines ('' when none)."""
