@@ -218,3 +218,39 @@ def test_window_on_a_box(tmp_path):
     with connect("local") as box:
         w = summarize_box_window(box, str(v0), len(first) + 1)
     assert w.cumulative and (w.accepted, w.drafted, w.emitted) == (547, 1311, 1616)
+
+
+def test_workbench_logs_follow_a_growing_vllm_log(tmp_path, cli):
+    """``--follow``: the real log's lines appended while the command follows (a real file, a real
+    writer thread); each metrics line is printed as it comes, and the summary covers only them."""
+    import threading
+    import time
+
+    lines = REAL_LOG.read_bytes().splitlines(keepends=True)
+    head = [ln for ln in lines if b"Accepted: 9 tokens" in ln]          # written before: not followed
+    later = [ln for ln in lines if b"SpecDecoding metrics" in ln or b"Engine 000" in ln][2:]
+    p = tmp_path / "vllm.log"
+    p.write_bytes(b"".join(head))
+    done = threading.Event()
+
+    def writer():
+        time.sleep(0.6)
+        for ln in later:
+            with open(p, "ab") as f:
+                f.write(ln)
+            time.sleep(0.05)
+        done.set()
+
+    t = threading.Thread(target=writer)
+    t.start()
+    try:
+        res = cli("logs", str(p), "--follow", "2.5", "--poll", "0.1")
+    finally:
+        t.join()
+    assert done.is_set() and res.code == 0, res.err
+    shown = [ln for ln in res.out.splitlines() if ln.startswith("12-02 ")]
+    assert shown == ["12-02 15:34:41  drafts 34  accepted 4/102  mean acceptance length 1.12  per position 0.118, "
+                     "0.000, 0.000",
+                     "12-02 15:34:42  drafts 184  accepted 163/552  mean acceptance length 1.89  per position 0.440, "
+                     "0.272, 0.174"]
+    assert "drafts        218" in res.out and "accept length 1.766" in res.out
