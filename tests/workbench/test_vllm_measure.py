@@ -200,6 +200,7 @@ def test_real_vllm_sources_agree(vllm_server):
     assert 0.15 < mc.accept_rate < 0.35
     table = format_table(m)
     assert "server: vLLM 0.32.0" in table and "generate: unavailable: vLLM serves no POST /generate" in table
+    assert "accept len = 1 + Σ accepted / Σ drafts" in table and "Σ completion_tokens" not in table
     print(f"\nvLLM sandbox draft as shipped: drafts {mc.verify_steps}, accepted {mc.correct_drafts}/"
           f"{mc.proposed_drafts} ({mc.accept_rate:.1%}), accept length {mc.accept_length:.3f}, per position "
           f"{[round(p, 3) for p in mc.position_acceptance]}; log window drafts {log.drafts}")

@@ -1187,9 +1187,14 @@ def format_table(m: Measurement) -> str:
                       f"draft_tokens={s.get('speculative_num_draft_tokens')}" if s.get("speculative_algorithm") else "")
                    + f"  version={s.get('version')}")
     out += ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in lines_]
-    out.append("accept len = Σ completion_tokens / Σ spec_verify_ct (SGLang); drafts/step = Σ correct drafts / "
-               "Σ verify; tau = 1 + drafts/step (EAGLE papers; SGLang's server-side accept len); accept rate = "
-               "Σ correct / Σ proposed")
+    if m.server and m.server.get("engine") == "vllm":
+        out.append("accept len = 1 + Σ accepted / Σ drafts (vLLM's mean acceptance length, bonus included; = tau); "
+                   "verify = drafts (request verify steps with draft tokens); drafts/step = Σ accepted / Σ drafts; "
+                   "accept rate = Σ accepted / Σ draft tokens")
+    else:
+        out.append("accept len = Σ completion_tokens / Σ spec_verify_ct (SGLang); drafts/step = Σ correct drafts / "
+                   "Σ verify; tau = 1 + drafts/step (EAGLE papers; SGLang's server-side accept len); accept rate = "
+                   "Σ correct / Σ proposed")
     for r in m.rows:
         if r.available and r.position_acceptance:
             pos = ", ".join(f"k={k} {p:.3f}" for k, p in enumerate(r.position_acceptance, 1))
