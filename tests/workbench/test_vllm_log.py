@@ -254,3 +254,21 @@ def test_workbench_logs_follow_a_growing_vllm_log(tmp_path, cli):
                      "12-02 15:34:42  drafts 184  accepted 163/552  mean acceptance length 1.89  per position 0.440, "
                      "0.272, 0.174"]
     assert "drafts        218" in res.out and "accept length 1.766" in res.out
+
+
+def test_vllm_log_over_ssh(ssh_env, tmp_path, cli):
+    """The same reads over a real OpenSSH server on loopback (SFTP byte ranges): ``workbench logs
+    --host`` and ``summarize_box_window``."""
+    from remote import connect
+    from workbench.logs.vllm_log import summarize_box_window
+
+    log = tmp_path / "vllm.log"
+    log.write_bytes(REAL_LOG.read_bytes())
+    res = cli("logs", str(log), "--host", ssh_env.alias, "--json")
+    assert res.code == 0, res.err
+    doc = json.loads(res.out)
+    assert (doc["engine"], doc["drafts"], doc["accepted"], doc["host"]) == ("vllm", 274, 176, ssh_env.alias)
+    start = REAL_LOG.read_bytes().index(b"(APIServer pid=7302) INFO 12-02 15:34:41 [metrics.py")
+    with connect(ssh_env.alias) as box:
+        w = summarize_box_window(box, str(log), start, block=4096)
+    assert (w.drafts, w.accepted, w.per_position_accepted) == (218, 167, [85, 50, 32])
