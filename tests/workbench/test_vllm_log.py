@@ -272,3 +272,16 @@ def test_vllm_log_over_ssh(ssh_env, tmp_path, cli):
     with connect(ssh_env.alias) as box:
         w = summarize_box_window(box, str(log), start, block=4096)
     assert (w.drafts, w.accepted, w.per_position_accepted) == (218, 167, [85, 50, 32])
+
+
+def test_reader_offsets_stay_exact_after_a_line_longer_than_it_holds():
+    data = REAL_LOG.read_bytes()
+    long = b"x" * 200_000 + b"\n"                       # a 200 KB line (a dumped config, say) first
+    reader = VllmLogReader()
+    blob = long + data
+    for i in range(0, len(blob), 50_000):
+        reader.feed(blob[i:i + 50_000])
+    reader.finish()
+    assert len(reader.records) == 3
+    for r in reader.records:
+        assert blob[r.offset:].startswith(r.line.encode())

@@ -493,24 +493,28 @@ class VllmLogReader:
         self.records: list[SpecDecodingLine] = []
         self.throughput: list[float] = []
         self._held = b""
+        self._held_at = offset
 
     def feed(self, data: Union[bytes, bytearray, memoryview]) -> None:
-        """Read ``data`` (the next bytes of the log); a last partial line is held for the next call."""
+        """Read ``data`` (the next bytes of the log); a last partial line is held for the next call
+        (at most its last 64 KiB: a longer line is no metrics line; offsets stay exact)."""
         data = bytes(data)
+        at = self._held_at if self._held else self.offset + self.bytes
         self.bytes += len(data)
         buf = self._held + data
         cut = buf.rfind(b"\n")
         if cut < 0:
-            self._held = buf[-65536:]
+            keep = buf[-65536:]
+            self._held, self._held_at = keep, at + len(buf) - len(keep)
             return
-        self._held = buf[cut + 1:]
-        self._take(buf[: cut + 1], self.offset + self.bytes - len(data) - (len(buf) - len(data)))
+        self._held, self._held_at = buf[cut + 1:], at + cut + 1
+        self._take(buf[: cut + 1], at)
 
     def finish(self) -> None:
         """Read the held last line (one without a newline at the end of the input)."""
         if self._held:
             held, self._held = self._held, b""
-            self._take(held + b"\n", self.offset + self.bytes - len(held))
+            self._take(held + b"\n", self._held_at)
 
     def _take(self, block: bytes, base: int) -> None:
         self.lines += block.count(b"\n")
