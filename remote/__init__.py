@@ -2,11 +2,13 @@
 
 ``connect("local")`` (this machine) or ``connect("myalias")`` / ``connect("user@host:port")``
 (over SSH, :mod:`remote.ssh`) returns a :class:`Box`; every method takes a ``timeout`` in seconds and
-raises the typed errors of :mod:`remote.errors`. Probes live in :mod:`remote.probes`.
+raises the typed errors of :mod:`remote.errors`. Probes live in :mod:`remote.probes`; which engine a
+process or a URL is (SGLang, the sandbox, vLLM) in :mod:`remote.engines` and
+:func:`remote.readiness.identify_server`.
 This package imports nothing from ``workbench``.
 """
 
-from . import errors
+from . import engines, errors
 from .box import DEFAULT_SERVER_PATTERN, DEFAULT_STATE_DIR, Box, port_from_argv
 from .connect import connect
 from .errors import (
@@ -44,6 +46,7 @@ __all__ = [
     "ServerStopped",
     "Transport",
     "connect",
+    "engines",
     "errors",
     "port_from_argv",
 ]

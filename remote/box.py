@@ -29,17 +29,22 @@ from .errors import (
     ServerDied,
     ServerError,
     ServerLaunchFailed,
+    ServerStartNotReady,
     ServerStartStuck,
     ServerStartTimedOut,
     ServerStopFailed,
 )
 from .result import FileStat, ProcessInfo, Result, ServerHandle, ServerProcess, ServerStopped
+from . import engines
 from .transport import CHUNK, Transport
 
 PathLike = Union[str, "os.PathLike[str]"]
 
-#: Default pattern of ``find_servers``: SGLang's entry points and the sandbox's.
-DEFAULT_SERVER_PATTERN = r"launch_server|sglang"
+#: Default pattern of ``find_servers``: SGLang's entry points and the sandbox's (``launch_server``,
+#: ``sglang``) and vLLM's (``vllm serve``, ``python -m vllm.entrypoints.openai.api_server``,
+#: ``python -m vllm.entrypoints.cli.main serve``). Loose on purpose: ``ServerProcess.engine`` says
+#: which matches are launchers.
+DEFAULT_SERVER_PATTERN = r"launch_server|sglang|vllm"
 #: Default state directory on the box (probe journal, server logs).
 DEFAULT_STATE_DIR = "~/.cache/eagle-workbench"
 
@@ -448,6 +453,18 @@ class Box:
             local_host = f"[{local_host}]"
         return f"http://{local_host}:{int(local_port)}"
 
+    def server_identity(self, port: int, *, host: str = "127.0.0.1", timeout: float = 10,
+                        headers: Optional[Mapping[str, str]] = None) -> "readiness.ServerIdentity":
+        """Which engine answers on the box's ``host:port`` (``remote.readiness.identify_server``:
+        ``/server_info``, ``/version``, ``/v1/models`` ``owned_by``, ``/metrics`` prefixes), through
+        :meth:`url` (a port forward over SSH); each request bounded by ``timeout`` seconds;
+        ``headers`` (e.g. ``Authorization`` for a vLLM ``--api-key``) sent with each. Raises the
+        transport's errors when the forward cannot be set up; HTTP failures are evidence, not errors."""
+        from . import readiness
+
+        with httpx.Client(trust_env=False, headers=dict(headers or {})) as client:
+            return readiness.identify_server(client, self.url(port, host, timeout=timeout), timeout=timeout)
+
     def listening_ports(self, *, timeout: float = 10) -> set[int]:
         """TCP ports in LISTEN state on the box (IPv4 and IPv6), read from ``/proc/net/tcp*``."""
         ports: set[int] = set()
@@ -486,15 +503,49 @@ class Box:
         return any(p.pgid == pgid and p.state != "Z" for p in self.transport.processes(argv=False, timeout=timeout))
 
     def find_servers(self, pattern: str = DEFAULT_SERVER_PATTERN, *, timeout: float = 30) -> list[ServerProcess]:
-        """Running processes whose command line matches the regex ``pattern``, with their argv,
-        process group, cwd, executable, ``--port`` and log file (where fd 2, else fd 1, points
-        when that is a regular file). Sorted by pid; zombies and kernel threads skipped.
+        """Running servers whose command line matches the regex ``pattern``, with their argv,
+        process group, cwd, executable, port, log file (where fd 2, else fd 1, points when that is a
+        regular file), engine (``remote.engines.launcher_engine``) and live descendants. Sorted by
+        pid; zombies and kernel threads skipped.
+
+        A server is listed once, not with its helper processes: a match whose ancestor is also a
+        match is left out when it is an engine helper (``remote.engines.helper_kind``: vLLM 0.32.0's
+        ``VLLM::EngineCore`` / ``VLLM::Worker`` and the ``multiprocessing`` resource tracker or
+        spawned children, whose argv holds the venv's path; SGLang's ``sglang::scheduler``) or runs
+        the very argv of that ancestor (a forked child); any other matching descendant (a second
+        launcher a wrapper started) is listed.
+
+        The port is ``--port`` of the argv; without one, the TCP port the process itself listens on
+        (``/proc/PID/fd`` sockets matched with ``/proc/net/tcp*``): the engine's default (vLLM
+        8000, ``FrontendArgs.port`` in vllm/entrypoints/launchers/cli_args.py; SGLang 30000) when
+        it is among them, else the only one, else ``None`` (all of them in ``listening_ports``).
+        Raises the transport's errors when the process table cannot be read.
         """
         rx = re.compile(pattern)
+        procs = [p for p in self.transport.processes(argv=True, timeout=timeout) if p.state != "Z"]
+        by_pid = {p.pid: p for p in procs}
+        kids: dict[int, list[int]] = {}
+        for p in procs:
+            kids.setdefault(p.ppid, []).append(p.pid)
+        matched = {p.pid for p in procs if p.argv and rx.search(" ".join(p.argv))}
+        listed = []
+        for pid in sorted(matched):
+            proc = by_pid[pid]
+            parent = _matched_ancestor(proc, by_pid, matched)
+            if parent is not None and (engines.is_helper_process(proc.argv) or proc.argv == parent.argv):
+                continue  # part of the server ``parent``
+            listed.append(proc)
+        sockets: Optional[dict[int, int]] = None
         found = []
-        for proc in self.transport.processes(argv=True, timeout=timeout):
-            if proc.state == "Z" or not proc.argv or not rx.search(" ".join(proc.argv)):
-                continue
+        for proc in listed:
+            port = port_from_argv(proc.argv)
+            engine = engines.launcher_engine(proc.argv)
+            listening: tuple[int, ...] = ()
+            if port is None:
+                if sockets is None:
+                    sockets = self._listening_inodes(timeout)
+                listening = self._ports_of(proc.pid, sockets, timeout)
+                port = _port_among(listening, engines.DEFAULT_PORTS.get(engine or ""))
             found.append(
                 ServerProcess(
                     pid=proc.pid,
@@ -502,11 +553,61 @@ class Box:
                     argv=proc.argv,
                     cwd=self._readlink_or_none(f"/proc/{proc.pid}/cwd", timeout),
                     exe=self._readlink_or_none(f"/proc/{proc.pid}/exe", timeout),
-                    port=port_from_argv(proc.argv),
+                    port=port,
                     log_path=self._log_of(proc.pid, timeout),
+                    engine=engine,
+                    children=tuple(sorted(_descendants(proc.pid, kids))),
+                    listening_ports=listening,
                 )
             )
-        return sorted(found, key=lambda s: s.pid)
+        return found
+
+    def _listening_inodes(self, timeout: float) -> dict[int, int]:
+        """``{socket inode: port}`` of every TCP socket in LISTEN state on the box (``/proc/net/tcp``
+        and ``tcp6``; column 10 is the inode)."""
+        out: dict[int, int] = {}
+        for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+            try:
+                text = self.transport.read_range(table, timeout=timeout).decode("ascii", "replace")
+            except RemoteFileNotFound:
+                continue
+            for line in text.splitlines()[1:]:
+                fields = line.split()
+                if len(fields) > 9 and fields[3] == _TCP_LISTEN and fields[9].isdigit():
+                    out[int(fields[9])] = int(fields[1].rsplit(":", 1)[1], 16)
+        return out
+
+    def _ports_of(self, pid: int, sockets: Mapping[int, int], timeout: float) -> tuple[int, ...]:
+        """The TCP ports process ``pid`` itself listens on (its ``/proc/PID/fd`` sockets found in
+        ``sockets``), sorted; empty when its fds cannot be read (another user's process)."""
+        try:
+            fds = self.transport.listdir(f"/proc/{pid}/fd", timeout=timeout)
+        except RemoteFileError:
+            return ()
+        ports = set()
+        for fd in fds:
+            target = self._readlink_or_none(f"/proc/{pid}/fd/{fd}", timeout)
+            if target and target.startswith("socket:["):
+                inode = target[8:-1]
+                if inode.isdigit() and int(inode) in sockets:
+                    ports.add(sockets[int(inode)])
+        return tuple(sorted(ports))
+
+    def listening_ports_of(self, pid: int, *, timeout: float = 30) -> tuple[int, ...]:
+        """The TCP ports process ``pid`` itself listens on (IPv4 and IPv6: its ``/proc/PID/fd``
+        sockets found LISTENing in ``/proc/net/tcp*``), sorted; empty when it listens on none, is
+        gone, or its fds may not be read (another user's process)."""
+        return self._ports_of(int(pid), self._listening_inodes(timeout), timeout)
+
+    def process_tree(self, pid: int, *, timeout: float = 30) -> list[ProcessInfo]:
+        """The live process ``pid``, every live process of its process group (when ``pid`` is gone:
+        of process group ``pid``, a launched server's own) and every live descendant of either (by
+        parent pid, also those that left the group with ``setsid`` or ``setpgid``), sorted by pid;
+        empty when nothing of it is left."""
+        procs = [p for p in self.transport.processes(argv=True, timeout=timeout) if p.state != "Z"]
+        pgid = _pgid_of(int(pid), procs)
+        pgid = int(pid) if pgid is None else pgid
+        return _tree(int(pid), pgid if pgid > 1 else None, procs)
 
     def _readlink_or_none(self, path: str, timeout: float) -> Optional[str]:
         try:
@@ -632,13 +733,19 @@ class Box:
         The check is generation-level (``remote.readiness.check_generation``): ``GET
         /health_generate`` (SGLang 0.5.23: 503 at once while starting, 200 once a 1-token
         generation got an answer from the scheduler), a 1-token ``POST /generate`` on an engine
-        without it, ``GET /health`` on one without either. ``path`` given: only ``GET path`` must
+        without it, ``GET /health`` then ``/v1/models`` and a 1-token ``POST /v1/completions`` on one
+        without either. A vLLM launch (``remote.engines.launch_engine`` of ``handle.argv``: ``vllm
+        serve``, ``python -m vllm.entrypoints.openai.api_server``, also as shell text with ``VAR=…``
+        assignments) is checked on vLLM's routes at once (``engine="vllm"``: a ``/health`` 503 is a
+        dead engine core, a 401 a missing API key, a 404 a missing route: ``ServerStartNotReady`` at
+        once). ``path`` given: only ``GET path`` must
         answer 200 (liveness only, the old behaviour). Each poll's read time-out is
         ``request_timeout`` (default ``min(30, timeout)``; connect at most 5 s). Between polls the
         process is checked and, when ``on_log`` is given, new log text is passed to it as it appears.
 
         Raises ``ServerDied`` (with the log's last ``tail_lines`` lines) as soon as the process
-        has exited, ``ServerStartStuck`` (a ``ServerStartTimedOut`` and a ``GenerationStuck``) as
+        has exited, ``ServerStartNotReady`` (a ``ServerStartTimedOut``; ``.routes``: the routes that
+        answered 404) as soon as a vLLM launch answers that it will not become ready, ``ServerStartStuck`` (a ``ServerStartTimedOut`` and a ``GenerationStuck``) as
         soon as HTTP answers but the 1-token generation does not return within ``request_timeout``
         (or the server's own health check gave up on its scheduler: a 503 after >= 1 s),
         ``ServerStartTimedOut`` (with the tail and what it last answered) when it never became
@@ -652,7 +759,9 @@ class Box:
             raise ValueError("wait_healthy needs a server launched with a port (handle.port is None)")
         per_request = request_timeout if request_timeout is not None else max(min(30.0, timeout), 1.0)
         base = self.url(handle.port)
-        url = base + (path or readiness.HEALTH_PATH)
+        engine = engines.launch_engine(handle.argv)
+        engine = engine if engine == engines.VLLM else None
+        url = base + (path or ("/health" if engine == engines.VLLM else readiness.HEALTH_PATH))
         log_offset = 0
         last = "no answer yet"
         with httpx.Client(timeout=httpx.Timeout(per_request, connect=min(5.0, per_request)), trust_env=False) as client:
@@ -679,10 +788,23 @@ class Box:
                             return time.monotonic() - start
                         last = f"HTTP {response.status_code}"
                 else:
-                    r = readiness.check_generation(client, base, timeout=per_request)
+                    r = readiness.check_generation(client, base, timeout=per_request, engine=engine)
                     if r.ready:
                         return time.monotonic() - start
                     last = r.detail
+                    if r.state == readiness.ERROR and engine == engines.VLLM:
+                        missing = r.missing_routes if r.status in (404, 405) else ()
+                        raise ServerStartNotReady(
+                            f"vLLM server at {base} answers but will not become ready: {r.detail}",
+                            pid=handle.pid,
+                            log_path=handle.log_path,
+                            log_tail=self._tail_or_empty(handle.log_path, tail_lines),
+                            timeout=timeout,
+                            url=base,
+                            last=r.detail,
+                            routes=missing,
+                            box=self.name,
+                        )
                     if r.state == readiness.STUCK and self.is_alive(handle.pid):
                         raise ServerStartStuck(
                             f"server at {base} answers HTTP but generation is stuck ({r.detail})",
@@ -709,14 +831,27 @@ class Box:
     def stop_server(
         self, handle_or_pid: Union[ServerHandle, ServerProcess, int], *, grace: float = 10, kill_wait: float = 10
     ) -> ServerStopped:
-        """Stop a server's whole process group: SIGTERM, wait up to ``grace`` seconds, then
-        SIGKILL and wait up to ``kill_wait`` seconds. Returns how it ended (``ServerStopped``).
+        """Stop a server as a whole: its process group AND every descendant of it, also those that
+        left the group (``setsid``/``setpgid``: signalled one by one). SIGTERM, wait up to ``grace``
+        seconds for all of them to be gone, then SIGKILL whatever is left and wait up to
+        ``kill_wait`` seconds. Descendants that appear while it waits (a worker forked during the
+        shutdown) are included. Returns how it ended (``ServerStopped``: ``stopped_pids`` lists every
+        process that was alive at the start, ``outside_group`` those that had left the group).
         Removes the handle's pid file.
 
-        A server that shares the caller's own process group (started by this process without a
-        new session) is signalled alone, never its group: the caller must survive.
+        On vLLM 0.32.0 the tree is api_server → resource_tracker, ``VLLM::EngineCore`` →
+        ``VLLM::Worker``, all in the api_server's group when it has its own session; on SIGTERM the
+        api_server terminates its engine processes itself and joins them for up to 5 s
+        (``vllm/v1/utils.py``: "[shutdown] Process manager: send sigterm to process EngineCore").
+        When its EngineCore died, the api_server exits and leaves the worker (and the resource
+        tracker) running in the group (observed here): those are stopped too.
 
-        Raises ``ServerError`` for pid <= 1, ``ServerStopFailed`` when processes survive SIGKILL.
+        A server that shares the caller's own process group (started by this process without a
+        new session) is signalled alone with its descendants, never its group: the caller must
+        survive.
+
+        Raises ``ServerError`` for pid <= 1, ``ServerStopFailed`` (``.survivors``: the pids) when
+        processes survive SIGKILL.
         """
         start = time.monotonic()
         if isinstance(handle_or_pid, (ServerHandle, ServerProcess)):
@@ -727,30 +862,56 @@ class Box:
             pgid = info.pgid if info is not None else pid
         if pid <= 1:
             raise ServerError(f"refusing to stop pid {pid}", box=self.name)
-        group = pgid > 1 and pgid not in self.transport.protected_pgids()
-        target = pgid if group else pid
+        protected = self.transport.protected_pgids()
+        group = pgid > 1 and pgid not in protected
         what = f"process group {pgid}" if group else f"process {pid}"
+        tracked: set[int] = set()  # every pid of the tree seen so far
 
-        def alive() -> bool:
-            return self.group_alive(pgid) if group else self.is_alive(pid)
+        def live_tree() -> list[ProcessInfo]:
+            procs = [p for p in self.transport.processes(argv=False) if p.state != "Z"]
+            return _tree(pid, pgid if group else None, procs, also=tracked)
 
+        def loners(tree: list[ProcessInfo]) -> list[int]:  # not reached by the group signal
+            return [p.pid for p in tree if not (group and p.pgid == pgid)]
+
+        first = live_tree()
+        tracked.update(p.pid for p in first)
+        outside = sorted(p.pid for p in first if group and p.pgid != pgid)
         signals: list[str] = []
         how = "already-exited"
-        if alive():
-            self.transport.kill(target, signal.SIGTERM, group=group)
+        remaining = first
+
+        def gone() -> bool:
+            nonlocal remaining
+            remaining = live_tree()
+            tracked.update(p.pid for p in remaining)
+            return not remaining
+
+        if first:
+            self._signal_tree(pid, pgid, group, loners(first), signal.SIGTERM)
             signals.append("TERM")
             how = "terminated"
-            if not self._wait_until_gone(alive, grace):
-                self.transport.kill(target, signal.SIGKILL, group=group)
+            if not self._wait_until_gone(lambda: not gone(), grace):
+                self._signal_tree(pid, pgid, group, loners(remaining) + [p.pid for p in remaining], signal.SIGKILL)
                 signals.append("KILL")
                 how = "killed"
-                if not self._wait_until_gone(alive, kill_wait):
+                if not self._wait_until_gone(lambda: not gone(), kill_wait):
+                    left = sorted(p.pid for p in remaining)
                     raise ServerStopFailed(
-                        f"{what} still alive {kill_wait:g}s after SIGKILL", pid=pid, pgid=pgid, box=self.name
+                        f"{what}: processes {left} still alive {kill_wait:g}s after SIGKILL", pid=pid, pgid=pgid,
+                        box=self.name, survivors=left,
                     )
         if isinstance(handle_or_pid, ServerHandle):
             self.remove(handle_or_pid.pid_path, missing_ok=True)
-        return ServerStopped(pid=pid, pgid=pgid, how=how, waited_s=time.monotonic() - start, signals=tuple(signals))
+        return ServerStopped(pid=pid, pgid=pgid, how=how, waited_s=time.monotonic() - start, signals=tuple(signals),
+                             stopped_pids=tuple(sorted(tracked)), outside_group=tuple(outside))
+
+    def _signal_tree(self, pid: int, pgid: int, group: bool, singles: Sequence[int], sig: int) -> None:
+        """``sig`` to process group ``pgid`` (``group``) or to ``pid`` alone, then to each pid of
+        ``singles`` (processes the group signal does not reach); a process already gone is fine."""
+        self.transport.kill(pgid if group else pid, sig, group=group)
+        for other in sorted(set(singles) - {pid}):
+            self.transport.kill(other, sig, group=False)
 
     @staticmethod
     def _wait_until_gone(alive: Callable[[], bool], seconds: float) -> bool:
@@ -777,3 +938,52 @@ def port_from_argv(argv: Sequence[str]) -> Optional[int]:
         if value is not None and value.isdigit():
             port = int(value)
     return port
+
+
+def _pgid_of(pid: int, procs: Sequence[ProcessInfo]) -> Optional[int]:
+    return next((p.pgid for p in procs if p.pid == pid), None)
+
+
+def _descendants(pid: int, kids: Mapping[int, Sequence[int]]) -> set[int]:
+    """Every pid below ``pid`` in the parent map ``kids`` (ppid -> child pids)."""
+    out: set[int] = set()
+    todo = list(kids.get(pid, ()))
+    while todo:
+        child = todo.pop()
+        if child not in out:
+            out.add(child)
+            todo.extend(kids.get(child, ()))
+    return out
+
+
+def _tree(pid: int, pgid: Optional[int], procs: Sequence[ProcessInfo], *, also: Sequence[int] = ()) -> list[ProcessInfo]:
+    """The processes of ``procs`` that are ``pid``, in process group ``pgid`` (``None``: none), in
+    ``also`` (pids tracked earlier), or descendants of any of those; sorted by pid."""
+    kids: dict[int, list[int]] = {}
+    for p in procs:
+        kids.setdefault(p.ppid, []).append(p.pid)
+    roots = {p.pid for p in procs if p.pid == pid or (pgid is not None and p.pgid == pgid) or p.pid in also}
+    members = set(roots)
+    for root in roots:
+        members |= _descendants(root, kids)
+    return sorted((p for p in procs if p.pid in members), key=lambda p: p.pid)
+
+
+def _matched_ancestor(proc: ProcessInfo, by_pid: Mapping[int, ProcessInfo], matched: set[int]) -> Optional[ProcessInfo]:
+    """The nearest ancestor of ``proc`` whose pid is in ``matched``, else ``None``."""
+    seen = {proc.pid}
+    ppid = proc.ppid
+    while ppid > 1 and ppid in by_pid and ppid not in seen:
+        if ppid in matched:
+            return by_pid[ppid]
+        seen.add(ppid)
+        ppid = by_pid[ppid].ppid
+    return None
+
+
+def _port_among(ports: Sequence[int], default: Optional[int]) -> Optional[int]:
+    """The server port among the ports a process listens on: ``default`` when listed, else the
+    only one, else ``None``."""
+    if default is not None and default in ports:
+        return default
+    return ports[0] if len(ports) == 1 else None

@@ -417,12 +417,40 @@ class ServerStartStuck(ServerStartTimedOut, GenerationStuck):
         RemoteError.__init__(self, _with_tail(f"{message} (pid {pid}, log {log_path})", self.log_tail), box=box)
 
 
-class ServerStopFailed(ServerError):
-    """The process group was still alive after TERM, the grace period and KILL."""
+class ServerRouteMissing(ServerNotReady):
+    """The server at ``.url`` answers, but not the route its readiness check needs: ``.routes`` are
+    the routes it answered 404/405 to (e.g. ``("/v1/models",)``: a server that is not
+    OpenAI-compatible; ``("/health",)``). ``.last``: what the check saw (``remote.readiness``)."""
 
-    def __init__(self, message: str, *, pid: int, pgid: int, box: str | None = None):
+    def __init__(self, message: str, *, url: str, timeout: float, last: str, routes: Sequence[str],
+                 box: str | None = None) -> None:
+        self.routes = tuple(routes)
+        super().__init__(message, url=url, timeout=timeout, last=last, box=box)
+
+
+class ServerStartNotReady(ServerStartTimedOut, ServerNotReady):
+    """A server just launched answers HTTP, and says it will not become ready (``Box.wait_healthy``
+    on vLLM: ``/health`` 503 is a dead engine core; a 401 from ``/v1/models`` wants an API key;
+    a route answers 404): a ``ServerStartTimedOut`` (callers that stop a server that did not start
+    catch it) and a ``ServerNotReady`` (``.url``, ``.last``); ``.routes``: the routes answered
+    404/405 (empty when none was missing)."""
+
+    def __init__(self, message: str, *, pid: int, log_path: str, log_tail: Sequence[str], timeout: float, url: str,
+                 last: str, routes: Sequence[str] = (), box: str | None = None):
+        self.pid, self.log_path, self.log_tail = pid, log_path, list(log_tail)
+        self.timeout, self.url, self.last, self.routes = timeout, url, last, tuple(routes)
+        RemoteError.__init__(self, _with_tail(f"{message} (pid {pid}, log {log_path})", self.log_tail), box=box)
+
+
+class ServerStopFailed(ServerError):
+    """Processes of the server's tree (its process group, its descendants) were still alive after
+    TERM, the grace period and KILL; ``.survivors`` are their pids (empty when not known)."""
+
+    def __init__(self, message: str, *, pid: int, pgid: int, box: str | None = None,
+                 survivors: Sequence[int] = ()):
         self.pid = pid
         self.pgid = pgid
+        self.survivors = tuple(survivors)
         super().__init__(message, box=box)
 
 

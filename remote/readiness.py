@@ -19,11 +19,24 @@ What SGLang 0.5.23 answers (``srt/entrypoints/http_server.py``):
 - Before uvicorn listens (the scheduler processes load the weights first) the port refuses
   connections; ``/generate`` and the OpenAI endpoints are served by the same event loop.
 
+What vLLM 0.32.0 answers (``vllm/entrypoints/``): no ``/health_generate``, ``/generate`` nor
+``/server_info`` (the last only with ``VLLM_SERVER_DEV_MODE=1``: ``launchers/api_server/routers.py``).
+Before its engine core is up the api_server does not listen (connection refused); then
+``GET /health`` answers 200, or **503 only when the engine is dead** (``EngineDeadError``:
+``serve/instrumentator/health.py``), never while starting. ``GET /v1/models`` lists the served
+model (``owned_by: "vllm"``), ``POST /v1/completions`` generates, ``GET /version`` answers
+``{"version": "0.32.0"}``, ``/metrics`` carries ``vllm:`` series. With ``--api-key`` the ``/v1``
+routes answer 401 without the key, ``/health`` does not need it.
+
 The check (:func:`check_generation`): ``GET /health_generate``; an engine without it (404, 405)
-gets a 1-token greedy ``POST /generate``; one without that either gets ``GET /health`` (not a
-generation check, said so in the detail). :func:`classify` turns one answer into a
-:class:`Readiness`; :func:`wait_ready` polls until ready, a start-up time-out, a stuck generation
-or a dead process.
+gets a 1-token greedy ``POST /generate``; one without that either gets ``GET /health`` and, when
+that is 200, the OpenAI route: ``GET /v1/models`` then a 1-token greedy ``POST /v1/completions``
+for its first model (vLLM's generation check); a server with no ``/v1/models`` either is checked by
+``/health`` alone (not a generation check, said so in the detail). ``engine="vllm"`` goes straight to
+``/health`` → ``/v1/models`` → ``/v1/completions`` and calls a missing route an error
+(``missing_routes``). :func:`classify` turns one answer into a :class:`Readiness`;
+:func:`wait_ready` polls until ready, a start-up time-out, a stuck generation or a dead process.
+:func:`identify_server` tells which engine answers at a URL.
 
 Units: seconds.
 """
@@ -37,11 +50,11 @@ from typing import Callable, Optional
 
 import httpx
 
-from .errors import GenerationStuck, ServerNotReady
+from .errors import GenerationStuck, ServerNotReady, ServerRouteMissing
 
 __all__ = [
     "Readiness", "classify", "check_generation", "wait_ready", "SGLANG_HEALTH_MIN_WAIT_S", "HEALTH_PATH",
-    "FALLBACK_GENERATE",
+    "FALLBACK_GENERATE", "ServerIdentity", "identify_server", "OPENAI_COMPLETION",
 ]
 
 #: The shortest time SGLang 0.5.23's ``health_generate`` takes to answer once the server is up:
@@ -52,6 +65,9 @@ SGLANG_HEALTH_MIN_WAIT_S = 1.0
 HEALTH_PATH = "/health_generate"
 #: The 1-token request sent to an engine without ``/health_generate``.
 FALLBACK_GENERATE = {"text": "\n", "sampling_params": {"max_new_tokens": 1, "temperature": 0}}
+
+#: The 1-token greedy OpenAI completion sent to a server with ``/v1/models`` (vLLM), ``model`` added.
+OPENAI_COMPLETION = {"prompt": "\n", "max_tokens": 1, "temperature": 0}
 
 READY, STARTING, STUCK, DOWN, ERROR = "ready", "starting", "stuck", "down", "error"
 
@@ -64,13 +80,16 @@ class Readiness:
     after ≥ :data:`SGLANG_HEALTH_MIN_WAIT_S`), ``error`` (any other answer: 4xx/5xx other than
     503, a broken connection); ``down`` is never returned by :func:`classify` (the caller knows the
     process exited). ``detail``: one line saying what was answered; ``status``: the HTTP status
-    (``None`` without one); ``elapsed_s``: seconds the request took; ``path``: what was asked."""
+    (``None`` without one); ``elapsed_s``: seconds the request took; ``path``: what was asked;
+    ``missing_routes``: the routes the server answered 404/405 to on the way (``("/v1/models",)``
+    for a vLLM-like server without it), so a caller can say which route is missing."""
 
     state: str
     detail: str
     path: str
     status: Optional[int] = None
     elapsed_s: float = 0.0
+    missing_routes: tuple[str, ...] = ()
 
     @property
     def ready(self) -> bool:
@@ -131,15 +150,27 @@ def _timed(call: Callable[[], httpx.Response]) -> tuple[Optional[httpx.Response]
         return None, exc, time.monotonic() - t0
 
 
-def check_generation(client: httpx.Client, base_url: str, *, timeout: float) -> Readiness:
+def check_generation(client: httpx.Client, base_url: str, *, timeout: float, engine: Optional[str] = None) -> Readiness:
     """One generation-level readiness check of the server at ``base_url`` (``http://host:port``)
-    through ``client``, every request bounded by ``timeout`` seconds (read; connect at most 5 s):
-    ``GET /health_generate``; on 404/405 a 1-token greedy ``POST /generate``
-    (:data:`FALLBACK_GENERATE`); when that is absent too (404/405/501), ``GET /health`` (its detail
-    says it is no generation check). Returns a :class:`Readiness` (:func:`classify`); raises
-    nothing for HTTP failures (they are states)."""
+    through ``client``, every request bounded by ``timeout`` seconds (read; connect at most 5 s).
+
+    ``engine=None`` or ``"sglang"``: ``GET /health_generate``; on 404/405 a 1-token greedy ``POST
+    /generate`` (:data:`FALLBACK_GENERATE`); when that is absent too (404/405/501), ``GET /health``
+    and, when it is 200, the OpenAI check below; a server without ``/v1/models`` is then ``ready``
+    on ``/health`` alone, its detail saying it is no generation check. ``engine="vllm"``: the OpenAI
+    check at once: ``GET /health`` (vLLM 0.32.0: 200, or 503 only for a dead engine: ``error``),
+    ``GET /v1/models`` (the first model's ``id``), a 1-token greedy ``POST /v1/completions``
+    (:data:`OPENAI_COMPLETION`); a route answering 404/405 is an ``error`` naming it in
+    ``missing_routes``, a 401/403 an ``error`` saying the server wants an API key.
+
+    Returns a :class:`Readiness` (:func:`classify`); raises nothing for HTTP failures (they are
+    states); ``ValueError`` for an engine other than ``None``, ``"sglang"``, ``"vllm"``."""
+    if engine not in (None, "sglang", "vllm"):
+        raise ValueError(f"engine must be None, 'sglang' or 'vllm', got {engine!r}")
     base = base_url.rstrip("/")
     t = httpx.Timeout(timeout, connect=min(5.0, timeout))
+    if engine == "vllm":
+        return _check_openai(client, base, t, timeout, strict=True, missing=())
     resp, err, took = _timed(lambda: client.get(base + HEALTH_PATH, timeout=t))
     if resp is None or resp.status_code not in (404, 405):
         return classify(HEALTH_PATH, status=None if resp is None else resp.status_code, error=err, elapsed_s=took,
@@ -151,11 +182,162 @@ def check_generation(client: httpx.Client, base_url: str, *, timeout: float) -> 
         if r.state == STUCK and r.status == 503:  # a plain /generate 503 is "not ready", whatever it took
             r = Readiness(STARTING, f"/generate (1 token): 503 after {took:.1f} s (not ready)", r.path, 503, took)
         return r
+    return _check_openai(client, base, t, timeout, strict=False, missing=(HEALTH_PATH, "/generate"))
+
+
+def _with(r: Readiness, *, detail: Optional[str] = None, state: Optional[str] = None,
+          missing: tuple[str, ...] = ()) -> Readiness:
+    return Readiness(state or r.state, detail if detail is not None else r.detail, r.path, r.status, r.elapsed_s,
+                     tuple(missing))
+
+
+def _check_openai(client: httpx.Client, base: str, t: httpx.Timeout, timeout: float, *, strict: bool,
+                  missing: tuple[str, ...]) -> Readiness:
+    """``/health`` → ``/v1/models`` → a 1-token ``/v1/completions`` (see :func:`check_generation`)."""
     resp, err, took = _timed(lambda: client.get(base + "/health", timeout=t))
     r = classify("/health", status=None if resp is None else resp.status_code, error=err, elapsed_s=took,
                  timeout=timeout)
-    return Readiness(r.state, r.detail + " (no /health_generate nor /generate here: liveness only, not a "
-                                          "generation check)", r.path, r.status, r.elapsed_s)
+    if resp is not None and resp.status_code in (404, 405):
+        return _with(r, state=ERROR, missing=missing + ("/health",),
+                     detail=f"/health: HTTP {resp.status_code}: the server has no /health route"
+                            + (f" (nor {', '.join(missing)})" if missing else ""))
+    if strict and resp is not None and resp.status_code == 503:
+        return _with(r, state=ERROR, missing=missing,
+                     detail="/health: 503: vLLM's engine is dead (it answers 503 only on EngineDeadError, never "
+                            "while starting: vllm/entrypoints/serve/instrumentator/health.py)")
+    if not r.ready:
+        return _with(r, missing=missing)
+    resp, err, took = _timed(lambda: client.get(base + "/v1/models", timeout=t))
+    if resp is not None and resp.status_code in (404, 405):
+        if not strict:  # an engine with /health only: liveness, the old behaviour
+            return _with(r, missing=missing + ("/v1/models",),
+                         detail=r.detail + " (no /health_generate nor /generate nor /v1/models here: liveness only, "
+                                           "not a generation check)")
+        return Readiness(ERROR, f"/v1/models: HTTP {resp.status_code}: the server has no /v1/models route (an "
+                                "OpenAI-compatible server such as vLLM serves it)", "/v1/models", resp.status_code,
+                         took, missing + ("/v1/models",))
+    if resp is None or resp.status_code != 200:
+        m = classify("/v1/models", status=None if resp is None else resp.status_code, error=err, elapsed_s=took,
+                     timeout=timeout)
+        if m.status in (401, 403):
+            return _with(m, state=ERROR, missing=missing,
+                         detail=f"/v1/models: HTTP {m.status}: the server wants an API key (vLLM --api-key): give "
+                                "the client its Authorization header")
+        return _with(m, missing=missing)
+    try:
+        models = resp.json().get("data") or []
+        model = models[0]["id"]
+    except (ValueError, AttributeError, LookupError, TypeError):
+        return Readiness(ERROR, f"/v1/models: 200 but no model listed ({resp.text[:200]!r})", "/v1/models", 200,
+                         took, missing)
+    body = {**OPENAI_COMPLETION, "model": model}
+    resp, err, took = _timed(lambda: client.post(base + "/v1/completions", json=body, timeout=t))
+    path = "/v1/completions (1 token)"
+    if resp is not None and resp.status_code in (404, 405):
+        return Readiness(ERROR, f"{path}: HTTP {resp.status_code}: the server has no /v1/completions route",
+                         path, resp.status_code, took, missing + ("/v1/completions",))
+    c = classify(path, status=None if resp is None else resp.status_code, error=err, elapsed_s=took, timeout=timeout)
+    if c.state == STUCK and c.status == 503:
+        c = Readiness(STARTING, f"{path}: 503 after {took:.1f} s (not ready)", path, 503, took)
+    if c.ready:
+        c = _with(c, detail=f"{path}: 200 after {took:.1f} s (model {model!r})")
+    return _with(c, missing=missing)
+
+
+@dataclass(frozen=True)
+class ServerIdentity:
+    """Which engine answers at a URL (:func:`identify_server`). ``engine``: ``"vllm"``,
+    ``"sglang"`` (the sandbox answers as SGLang), ``"unknown"`` (nothing told) or ``"conflicting"``
+    (the sources disagree: see ``evidence``); ``version``: the engine's version as the server
+    reports it (``None`` when not told); ``evidence``: one line per source asked, what it answered
+    and what it says; ``models``: the ids of ``/v1/models`` (empty without it)."""
+
+    engine: str
+    version: Optional[str]
+    evidence: tuple[str, ...]
+    models: tuple[str, ...] = ()
+
+
+def identify_server(client: httpx.Client, base_url: str, *, timeout: float = 10) -> ServerIdentity:
+    """Ask the server at ``base_url`` which engine it is, each request bounded by ``timeout``
+    seconds. Sources (every one asked; each adds an ``evidence`` line):
+
+    - ``GET /server_info``: SGLang 0.5.23 answers its server args with ``version`` (and
+      ``model_path``, ``internal_states``…); vLLM 0.32.0 serves it only in dev mode, with
+      ``vllm_config`` / ``vllm_env`` (``vllm/entrypoints/serve/dev/server_info/api_router.py``);
+    - ``GET /version``: vLLM 0.32.0 ``{"version": "0.32.0"}`` (``serve/instrumentator/basic.py``);
+      SGLang 0.5.23 has no such route;
+    - ``GET /v1/models``: ``owned_by`` is ``"vllm"`` (vLLM ``serve/engine/protocol.py``) or
+      ``"sglang"`` (SGLang ``srt/entrypoints/openai/protocol.py``);
+    - ``GET /metrics``: series named ``vllm:…`` or ``sglang:…`` (SGLang serves it only with
+      ``--enable-metrics``).
+
+    A failed request (refused, time-out, 404) is evidence too ("no /version"). Raises nothing for
+    HTTP failures."""
+    base = base_url.rstrip("/")
+    t = httpx.Timeout(timeout, connect=min(5.0, timeout))
+    votes: list[str] = []
+    evidence: list[str] = []
+    version: Optional[str] = None
+    models: tuple[str, ...] = ()
+
+    def get(path: str) -> Optional[httpx.Response]:
+        try:
+            resp = client.get(base + path, timeout=t)
+        except httpx.HTTPError as exc:
+            evidence.append(f"{path}: {type(exc).__name__}: {exc}")
+            return None
+        if resp.status_code != 200:
+            evidence.append(f"{path}: HTTP {resp.status_code}")
+            return None
+        return resp
+
+    def json_of(resp: httpx.Response, path: str):
+        try:
+            return resp.json()
+        except ValueError:
+            evidence.append(f"{path}: 200 but not JSON ({resp.text[:80]!r})")
+            return None
+
+    resp = get("/server_info")
+    data = json_of(resp, "/server_info") if resp is not None else None
+    if isinstance(data, dict):
+        if "vllm_config" in data or "vllm_env" in data:
+            votes.append("vllm")
+            evidence.append("/server_info: has vllm_config (vLLM in dev mode)")
+        elif "version" in data and any(k in data for k in ("model_path", "internal_states", "launch_command")):
+            votes.append("sglang")
+            version = str(data["version"])
+            evidence.append(f"/server_info: SGLang's server args, version {version}")
+        else:
+            evidence.append(f"/server_info: 200 with unknown keys {sorted(data)[:8]}")
+    resp = get("/version")
+    data = json_of(resp, "/version") if resp is not None else None
+    if isinstance(data, dict) and isinstance(data.get("version"), str) and len(data) == 1:
+        votes.append("vllm")
+        version = version or data["version"]
+        evidence.append(f"/version: {data['version']} (vLLM's route)")
+    elif resp is not None:
+        evidence.append(f"/version: 200 with unexpected body {str(data)[:80]!r}")
+    resp = get("/v1/models")
+    data = json_of(resp, "/v1/models") if resp is not None else None
+    if isinstance(data, dict) and isinstance(data.get("data"), list):
+        entries = [m for m in data["data"] if isinstance(m, dict)]
+        models = tuple(str(m.get("id")) for m in entries)
+        owners = sorted({str(m.get("owned_by")) for m in entries})
+        for owner in owners:
+            if owner in ("vllm", "sglang"):
+                votes.append(owner)
+        evidence.append(f"/v1/models: owned_by {', '.join(owners) or 'nothing'}")
+    resp = get("/metrics")
+    if resp is not None:
+        prefixes = sorted({name for name in ("vllm", "sglang")
+                           if any(line.startswith(name + ":") for line in resp.text.splitlines())})
+        votes.extend(prefixes)
+        evidence.append(f"/metrics: series prefixed {', '.join(p + ':' for p in prefixes) or 'by no engine'}")
+    engines = sorted(set(votes))
+    engine = engines[0] if len(engines) == 1 else ("unknown" if not engines else "conflicting")
+    return ServerIdentity(engine, version, tuple(evidence), models)
 
 
 def _stderr_line(text: str) -> None:
@@ -172,6 +354,7 @@ def wait_ready(
     poll_interval: float = 0.5,
     client: Optional[httpx.Client] = None,
     what: str = "server",
+    engine: Optional[str] = None,
 ) -> float:
     """Wait until the server at ``base_url`` generates (:func:`check_generation`); return the
     seconds waited (0.0-ish when it is ready at once).
@@ -182,13 +365,17 @@ def wait_ready(
     server's process still there?) is given and says so; without ``alive`` a refused connection
     fails at once. ``request_timeout``: each check's read time-out (the user's per-request
     time-out). ``client``: an ``httpx.Client`` (one with ``trust_env=False`` is made otherwise).
+    ``engine``: passed to :func:`check_generation` (``"vllm"``: ``/health`` → ``/v1/models`` → 1-token
+    ``/v1/completions``; ``None``: SGLang's routes first, then those).
 
     Raises :class:`remote.errors.GenerationStuck` as soon as a check is ``stuck`` (HTTP answers,
     the 1-token generation does not return within ``request_timeout``, or SGLang's own health wait
     gave up), :class:`remote.errors.ServerNotReady` when it never became ready within
     ``start_timeout`` (its ``.last`` is what it last answered), when ``alive`` says the process is
     gone, when nothing accepts connections and there is no live process to wait for, or on any
-    other answer (``error`` state: e.g. HTTP 500 from the health check).
+    other answer (``error`` state: e.g. HTTP 500 from the health check, vLLM's ``/health`` 503 of a
+    dead engine with ``engine="vllm"``); :class:`remote.errors.ServerRouteMissing` (a
+    ``ServerNotReady``; ``.routes``) when the route the check needs answers 404/405.
     """
     if not start_timeout >= 0:
         raise ValueError(f"start_timeout must be >= 0 seconds, got {start_timeout!r}")
@@ -201,12 +388,15 @@ def wait_ready(
     announced = False
     try:
         while True:
-            r = check_generation(client, base_url, timeout=request_timeout)
+            r = check_generation(client, base_url, timeout=request_timeout, engine=engine)
             if r.ready:
                 return time.monotonic() - start
             if r.state == STUCK:
                 raise GenerationStuck(f"{what} at {base_url}: HTTP is up but generation is stuck: {r.detail}",
                                       url=base_url, timeout=request_timeout, last=r.detail)
+            if r.state == ERROR and r.status in (404, 405):
+                raise ServerRouteMissing(f"{what} at {base_url} is not ready: {r.detail}", url=base_url,
+                                         timeout=start_timeout, last=r.detail, routes=r.missing_routes)
             if r.state == ERROR:
                 raise ServerNotReady(f"{what} at {base_url} is not ready: {r.detail}", url=base_url,
                                      timeout=start_timeout, last=r.detail)

@@ -92,9 +92,15 @@ class ServerHandle:
 class ServerProcess:
     """A running server found by ``Box.find_servers``.
 
-    ``port`` is parsed from ``--port N`` / ``--port=N`` in ``argv`` (``None`` when absent);
+    ``port`` is parsed from ``--port N`` / ``--port=N`` in ``argv``; without one, it is read from
+    the TCP sockets the process listens on (``listening_ports``): the engine's default port when it
+    is among them (vLLM 8000, SGLang 30000), else the only one; ``None`` when it cannot be told.
     ``log_path`` is where its stderr (else stdout) goes when that is a regular file.
-    ``cwd`` / ``exe`` are ``None`` when the box user may not read them.
+    ``cwd`` / ``exe`` are ``None`` when the box user may not read them. ``engine`` is ``"vllm"`` /
+    ``"sglang"`` when ``argv`` is that engine's launcher (``remote.engines.launcher_engine``; the
+    sandbox counts as ``"sglang"``), else ``None``. ``children``: the pids of its live descendants
+    (engine core, workers, resource tracker…) when it was found, sorted. ``listening_ports``: the TCP
+    ports it listens on, read only when ``argv`` names no port (else empty).
     """
 
     pid: int
@@ -104,6 +110,9 @@ class ServerProcess:
     exe: Optional[str]
     port: Optional[int]
     log_path: Optional[str]
+    engine: Optional[str] = None
+    children: tuple[int, ...] = ()
+    listening_ports: tuple[int, ...] = ()
 
     @property
     def command_line(self) -> str:
@@ -119,6 +128,10 @@ class ServerStopped:
 
     ``how`` is ``"already-exited"`` (nothing to stop), ``"terminated"`` (gone after SIGTERM within
     the grace period) or ``"killed"`` (needed SIGKILL). ``waited_s`` is the wall time in seconds.
+    ``stopped_pids``: every process of the server's tree that was alive when the stop began (its
+    process group and its descendants), sorted; ``outside_group``: those of them that had left the
+    process group (their own group or session), signalled one by one. All are gone when
+    ``stop_server`` returns.
     """
 
     pid: int
@@ -126,3 +139,5 @@ class ServerStopped:
     how: str
     waited_s: float
     signals: tuple[str, ...] = field(default_factory=tuple)
+    stopped_pids: tuple[int, ...] = ()
+    outside_group: tuple[int, ...] = ()

@@ -5,6 +5,7 @@
     WorkbenchError                      base of everything below; .exit_code (2: the command could not run)
     ├── WorkbenchInputError (ValueError)    bad input, named with where it was wrong
     │   ├── LaunchCommandError              a launch command that cannot be parsed or rewritten (.position, .token)
+    │   │   └── SpeculativeConfigError          vLLM's --speculative-config value is not a JSON object (.flag, .position)
     │   ├── RuleInputError                  a rule lacks what it needs (e.g. no draft path)
     │   ├── PromptSetError                  a prompt set that cannot be used (.path, .line)
     │   ├── SweepError                      a sweep grid or launch command the sweep cannot use
@@ -42,7 +43,7 @@ from __future__ import annotations
 from typing import Sequence
 
 __all__ = [
-    "WorkbenchError", "WorkbenchInputError", "LaunchCommandError", "RuleInputError", "PromptSetError", "SweepError",
+    "WorkbenchError", "WorkbenchInputError", "LaunchCommandError", "SpeculativeConfigError", "RuleInputError", "PromptSetError", "SweepError",
     "RunbookParameterError", "LogInputError", "FigureInputError", "VerdictSchemaError", "LedgerError",
     "CheckpointError", "ConfigUnreadable",
     "CheckpointUnreadable", "TensorNotFound", "EngineNotFound", "ServerChoiceError", "SourceLookupError", "DoctorError",
@@ -73,6 +74,18 @@ class LaunchCommandError(WorkbenchInputError):
         super().__init__(message)
         self.position = position
         self.token = token
+
+
+class SpeculativeConfigError(LaunchCommandError):
+    """vLLM's ``--speculative-config`` (``-sc``) value cannot be read: not JSON, or JSON that is not
+    an object (vLLM 0.32.0 parses it with ``json.loads``, ``vllm/engine/arg_utils.py``, and its
+    ``SpeculativeConfig(**dict)`` needs an object). ``flag``: the option as written;
+    ``position``: the 0-based character in the value where ``json`` stopped (``None`` when the
+    JSON parsed but is not an object); ``token``: the argument's token index when known."""
+
+    def __init__(self, message: str, *, flag: str, position: int | None = None, token: int | None = None):
+        super().__init__(message, position=position, token=token)
+        self.flag = flag
 
 
 class RuleInputError(WorkbenchInputError):

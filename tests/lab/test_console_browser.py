@@ -46,7 +46,7 @@ def test_console_restart_and_put_the_box_back_in_the_browser(lab, own_sandbox_se
                 # longer than the console's own wait for the relaunched original (its
                 # server_start_timeout, 300 s), so a relaunch that fails says why in the pane
                 lab.wait_for_text(".wb-console-restore-report", "relaunched", timeout=360,
-                                  also=(".wb-console-status", ".wb-console-journal"))
+                                  also=(".wb-console-status", ".wb-console-dropped", ".wb-console-journal"))
                 lab.wait_for_text(".wb-console-journal", "as found", timeout=30)
                 back = running_servers(box, port=srv.port)
                 assert len(back) == 1 and tuple(back[0].argv) == original

@@ -8,7 +8,7 @@ import httpx
 import pytest
 
 from remote.errors import GenerationStuck, ServerError, ServerNotReady, ServerStartStuck, ServerStartTimedOut
-from remote.readiness import SGLANG_HEALTH_MIN_WAIT_S, classify, wait_ready
+from remote.readiness import SGLANG_HEALTH_MIN_WAIT_S, check_generation, classify, wait_ready
 from testkit.ports import free_port
 
 PATH = "/health_generate"
@@ -134,3 +134,15 @@ def test_a_process_that_exits_while_waited_for_fails_saying_so():
 def test_wait_ready_refuses_bad_time_outs(kw):
     with pytest.raises(ValueError, match="timeout must be"):
         wait_ready("http://127.0.0.1:9", progress=None, **kw)
+
+
+def test_check_generation_refuses_an_unknown_engine():
+    with httpx.Client(trust_env=False) as client, pytest.raises(ValueError, match="engine must be"):
+        check_generation(client, "http://127.0.0.1:9", timeout=1, engine="tgi")
+
+
+def test_a_vllm_check_of_a_port_where_nothing_listens_is_starting_with_no_route_missing():
+    # vLLM's api_server listens only once its engine core is up: a refusal is "starting"
+    with httpx.Client(trust_env=False) as client:
+        r = check_generation(client, f"http://127.0.0.1:{free_port()}", timeout=2, engine="vllm")
+    assert (r.state, r.path, r.status, r.missing_routes) == ("starting", "/health", None, ())

@@ -6,10 +6,11 @@ start the loopback sshd, so they are slow; the local ones start the tiny server:
 
 import time
 
+import httpx
 import pytest
 
-from remote.errors import GenerationStuck, ServerNotReady, ServerStartStuck, ServerStartTimedOut
-from remote.readiness import wait_ready
+from remote.errors import GenerationStuck, ServerNotReady, ServerRouteMissing, ServerStartStuck, ServerStartTimedOut
+from remote.readiness import check_generation, wait_ready
 
 pytestmark = pytest.mark.slow
 
@@ -67,3 +68,25 @@ def test_a_launch_whose_generation_is_stuck_fails_as_stuck_within_the_request_ti
     assert 2 <= time.monotonic() - t0 < 2 + 8
     assert info.value.pid == h.pid and "no answer came within 2 s" in info.value.last
     assert isinstance(info.value, ServerStartTimedOut) and box.is_alive(h.pid)  # stopping it is the caller's job
+
+
+def test_a_server_with_health_only_is_live_but_not_a_vllm_server(box, free_port, tiny_server_argv, launched):
+    """The tiny server answers ``/health`` and 404 to the rest. Without an engine the check falls
+    through SGLang's routes to ``/health`` (liveness only, the missing routes named); asked as vLLM
+    it is not ready, and says which route is missing (``ServerRouteMissing``)."""
+    h = box.launch_server([*tiny_server_argv, "--port", str(free_port)], port=free_port)
+    launched.append(h)
+    box.wait_healthy(h, timeout=30, poll_interval=0.05)
+    url = box.url(free_port)
+    with httpx.Client(trust_env=False) as client:
+        r = check_generation(client, url, timeout=5)
+        assert r.ready and r.path == "/health" and "liveness only" in r.detail
+        assert r.missing_routes == ("/health_generate", "/generate", "/v1/models")
+        v = check_generation(client, url, timeout=5, engine="vllm")
+    assert (v.state, v.status, v.missing_routes) == ("error", 404, ("/v1/models",))
+    assert "no /v1/models route" in v.detail
+    t0 = time.monotonic()
+    with pytest.raises(ServerRouteMissing) as info:
+        wait_ready(url, start_timeout=30, request_timeout=5, engine="vllm", progress=None)
+    assert time.monotonic() - t0 < 5  # at once: waiting would not bring the route
+    assert info.value.routes == ("/v1/models",) and isinstance(info.value, ServerNotReady)

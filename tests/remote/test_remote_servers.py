@@ -1,6 +1,7 @@
 """Detached servers: launch, wait_healthy, find_servers, stop_server, with a real HTTP server."""
 
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -175,3 +176,64 @@ def test_server_outlives_the_session_that_launched_it(box, free_port, tiny_serve
         assert [s.pid for s in box.find_servers(rf"--port {free_port}\b")] == [pid]
     finally:
         box.stop_server(pid, grace=2)
+
+
+def _pid_after(box, h, label, timeout=20):
+    """The pid the tiny server printed as ``LABEL pid N`` in its log."""
+    deadline = time.monotonic() + timeout
+    while True:
+        for line in box.tail(h.log_path, 40):
+            if line.startswith(f"{label} pid "):
+                return int(line.split()[-1])
+        assert time.monotonic() < deadline, f"no '{label} pid' line in {h.log_path}"
+        time.sleep(0.05)
+
+
+def test_find_lists_the_server_once_not_its_forked_and_multiprocessing_children(box, free_port, tiny_server_argv,
+                                                                                  launched):
+    """The pattern matches every process the server's interpreter runs (as the default pattern's
+    ``vllm`` matches vLLM's helpers through the venv's path): the forked child (the same argv) and
+    the multiprocessing spawn child and resource tracker (``python -c "from multiprocessing…"``) are
+    part of the server, listed in its ``children``, not as servers."""
+    h = box.launch_server([*tiny_server_argv, "--port", str(free_port), "--fork-child", "--mp-child"], port=free_port)
+    launched.append(h)
+    box.wait_healthy(h, timeout=30, poll_interval=0.05)
+    fork_child, mp_child = _pid_after(box, h, "fork child"), _pid_after(box, h, "mp child")
+    tree = {p.pid: p for p in box.process_tree(h.pid)}
+    tracker = [pid for pid, p in tree.items() if any("resource_tracker" in a for a in p.argv)]
+    assert len(tracker) == 1 and {fork_child, mp_child} <= set(tree)
+    assert tree[fork_child].argv == tree[h.pid].argv  # a fork keeps the argv
+    assert any("--multiprocessing-fork" in a for a in tree[mp_child].argv)
+    mine = [s for s in box.find_servers(re.escape(sys.executable)) if s.pid in tree]
+    assert [s.pid for s in mine] == [h.pid]
+    assert set(mine[0].children) == {fork_child, mp_child, *tracker}
+    assert mine[0].engine is None  # the tiny server is no engine's launcher
+    stopped = box.stop_server(h, grace=5)
+    assert set(stopped.stopped_pids) == {h.pid, fork_child, mp_child, *tracker}
+    assert not any(box.is_alive(p) for p in stopped.stopped_pids)
+
+
+def test_stop_reaches_a_descendant_that_left_the_process_group(box, free_port, tiny_server_argv, launched):
+    h = box.launch_server([*tiny_server_argv, "--port", str(free_port), "--child", "--child-own-session"],
+                          port=free_port)
+    launched.append(h)
+    box.wait_healthy(h, timeout=30, poll_interval=0.05)
+    child, detached = _pid_after(box, h, "child"), _pid_after(box, h, "detached child")
+    assert box.process(detached).pgid == detached != h.pgid  # its own session and group
+    assert box.process(child).pgid == h.pgid
+    stopped = box.stop_server(h, grace=5)
+    assert stopped.how == "terminated"
+    assert stopped.outside_group == (detached,)
+    assert set(stopped.stopped_pids) == {h.pid, child, detached}
+    assert not box.is_alive(detached) and not box.is_alive(child) and not box.is_alive(h.pid)
+    assert not box.port_in_use(free_port)
+
+
+def test_find_reads_the_port_from_the_listening_socket_when_the_argv_names_none(box, free_port, tiny_server_argv,
+                                                                                 launched):
+    h = box.launch_server([*tiny_server_argv, "--listen", str(free_port)], port=free_port)
+    launched.append(h)
+    box.wait_healthy(h, timeout=30, poll_interval=0.05)
+    (s,) = [s for s in box.find_servers() if s.pid == h.pid]
+    assert "--port" not in s.argv
+    assert s.port == free_port and s.listening_ports == (free_port,)

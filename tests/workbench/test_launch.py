@@ -100,7 +100,7 @@ def test_sandbox_engine():
 
 @pytest.mark.parametrize(
     "text",
-    ["vllm serve m --speculative-config '{}'", "python -m eagle.evaluation.gen_ea_answer_llama3chat --use-eagle3",
+    ["vllm bench serve --model m", "python -m eagle.evaluation.gen_ea_answer_llama3chat --use-eagle3",
      "python train.py", "A=1 B=2"],
 )
 def test_not_an_sglang_command(text):
@@ -302,4 +302,4 @@ def test_a_comment_line_is_not_a_prompt():
     c = LaunchCommand.parse("# start the server\npython -m sglang.launch_server --model-path m")
     assert c.prompt == "" and c.get("--model-path") == "m"
     with pytest.raises(LaunchCommandError, match="not an SGLang launch command"):
-        LaunchCommand.parse("$ vllm serve m")
+        LaunchCommand.parse("$ vllm chat m")

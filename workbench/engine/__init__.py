@@ -1,8 +1,13 @@
 """The engine side: everything the workbench knows about SGLang and reads from it on the box.
 
 - :mod:`.launch` — launch-command parsing (``python -m sglang.launch_server …``, ``sglang serve``,
-  the sandbox's launcher): flags, aliases, prefixes, env prefixes, round-trip rewriting;
+  the sandbox's launcher; ``vllm serve``, ``python -m vllm.entrypoints.openai.api_server``): flags,
+  aliases, prefixes, env prefixes, round-trip rewriting, the engine-neutral accessors;
 - :mod:`.flags` — SGLang's flag table, as data (``data/sglang-<version>-flags.json``);
+- :mod:`.vllm_flags` — vLLM's flag table, dumped by the box's vLLM interpreter (its own parser),
+  and the shipped one (``data/vllm-0.32.0-flags.json``);
+- :mod:`.vllm_spec` — vLLM's speculative method names read from the box's ``config/speculative.py``
+  (``ast``), the shipped list, the method check and what vLLM does when no method is written;
 - :mod:`.flag_table` — the flags of any release 0.4.6 … 0.5.23 read from the box's own source
   (``ast``), argparse's prefix rules, and the shipped flag history of 20 releases
   (``data/sglang-flag-history.json``): what a flag means in which release, what it was renamed to;
@@ -21,7 +26,7 @@ Order inside: flags, flag_table ← launch ← source ← (modelled, locate) ←
 
 from workbench.engine.codepath import CodePathMap, PathEntry, code_path_map, map_for_launch
 from workbench.engine.flags import FLAGS, SGLANG_VERSION
-from workbench.engine.launch import LaunchCommand, canonical_flag, parse_launch_command
+from workbench.engine.launch import LaunchCommand, SpeculativeConfig, canonical_flag, normalise_method, parse_launch_command
 from workbench.engine.locate import (
     LOCATE_ENGINE_SCRIPT,
     EngineInfo,
@@ -48,10 +53,10 @@ from workbench.engine.recipes import (
     weights_unmatched,
 )
 from workbench.engine.source import CaptureRule, Definition, EngineSource, SourceExcerpt
-from workbench.errors import EngineNotFound, LaunchCommandError, SourceLookupError
+from workbench.errors import EngineNotFound, LaunchCommandError, SourceLookupError, SpeculativeConfigError
 
 __all__ = [
-    "LaunchCommand", "LaunchCommandError", "canonical_flag", "parse_launch_command", "FLAGS", "SGLANG_VERSION",
+    "LaunchCommand", "LaunchCommandError", "SpeculativeConfig", "SpeculativeConfigError", "normalise_method", "canonical_flag", "parse_launch_command", "FLAGS", "SGLANG_VERSION",
     "EngineInfo", "EngineNotFound", "find_engine", "engine_package", "is_launch_argv", "read_environ",
     "running_servers", "choose_server", "ServerChoiceError", "server_python", "LOCATE_ENGINE_SCRIPT", "EngineSource", "SourceLookupError", "CaptureRule", "Definition",
     "SourceExcerpt", "CodePathMap", "PathEntry", "code_path_map", "map_for_launch", "RECIPES", "Recipe",

@@ -53,7 +53,7 @@ from workbench.errors import WorkbenchInputError
 
 __all__ = ["FlagTable", "FlagTableError", "Resolution", "parse_flag_sources", "read_flag_table",
            "read_flag_table_dir", "shipped_flag_table", "flag_table_for_engine", "SHIPPED_TABLE",
-           "load_flag_history", "FLAG_HISTORY", "version_key", "flag_history", "lifetime", "replacements"]
+           "load_flag_history", "FLAG_HISTORY", "vllm_option_name", "version_key", "flag_history", "lifetime", "replacements"]
 
 #: The shipped table (generated from SGLang 0.5.23 by ``scripts/gen_sglang_flags.py``).
 SHIPPED_TABLE = "sglang-0.5.23-flags.json"
@@ -91,13 +91,17 @@ class Resolution:
 class FlagTable:
     """The flags of one release. ``version`` (``"0.5.9"``, ``"unknown"``), ``flags`` (``{flag:
     spec}``), ``origin`` (``"box"``: read from the engine's source; ``"shipped"``: the table in
-    ``workbench/engine/data``) and ``source`` (where, e.g. ``read from /…/sglang/srt/server_args.py``)."""
+    ``workbench/engine/data``), ``source`` (where, e.g. ``read from /…/sglang/srt/server_args.py``)
+    and ``engine`` (``"sglang"``, or ``"vllm"``: :mod:`workbench.engine.vllm_flags`; a vLLM table
+    resolves an option string as vLLM's ``FlexibleArgumentParser`` does, underscores written as
+    dashes first: :func:`vllm_option_name`)."""
 
     version: str
     flags: Mapping[str, dict]
     origin: str = "shipped"
     source: str = ""
     files: tuple[str, ...] = field(default=(), compare=False)
+    engine: str = "sglang"
 
     @cached_property
     def aliases(self) -> dict[str, str]:
@@ -135,7 +139,11 @@ class FlagTable:
         """How argparse (``allow_abbrev=True``) reads option string ``name`` (without ``=value``).
 
         Prefixes that match several option strings of one flag (``--model`` / ``--model-path``
-        aliases) count as that flag; several flags: ambiguous."""
+        aliases) count as that flag; several flags: ambiguous. On a vLLM table ``name`` is first
+        written as vLLM's parser rewrites it (:func:`vllm_option_name`: ``--speculative_config`` is
+        ``--speculative-config``)."""
+        if self.engine == "vllm":
+            name = vllm_option_name(name)
         if name in self.aliases:
             return Resolution(self.aliases[name])
         if name in self.negations:
@@ -152,8 +160,19 @@ class FlagTable:
         return Resolution(name, status="unknown")
 
     def describe(self) -> str:
-        """``sglang 0.5.9 (read from …)`` / ``sglang 0.5.23 (shipped table …)``."""
-        return f"sglang {self.version} ({self.source})" if self.source else f"sglang {self.version}"
+        """``sglang 0.5.9 (read from …)`` / ``sglang 0.5.23 (shipped table …)`` / ``vllm 0.32.0 (…)``."""
+        return f"{self.engine} {self.version} ({self.source})" if self.source else f"{self.engine} {self.version}"
+
+
+def vllm_option_name(name: str) -> str:
+    """An option string as vLLM's ``FlexibleArgumentParser.parse_args`` rewrites it before argparse
+    sees it (vLLM 0.32.0 ``vllm/utils/argparse_utils.py``): in a ``--`` option, the underscores
+    between the ``--`` and the first ``.`` become dashes (``--speculative_config.num_speculative_tokens``
+    → ``--speculative-config.num_speculative_tokens``); single-dash options are kept."""
+    if not name.startswith("--"):
+        return name
+    head, dot, tail = name[2:].partition(".")
+    return "--" + head.replace("_", "-") + dot + tail
 
 
 # ---------------------------------------------------------------------------------------------

@@ -73,8 +73,13 @@ def engine_package(launch: LaunchCommand) -> str:
 
 def is_launch_argv(argv: Sequence[str]) -> bool:
     """True when ``argv`` starts a server (``python -m sglang.launch_server``, ``sglang serve``, the
-    sandbox's): a process that merely mentions one (an editor, ``tail -f sglang.log``, this
-    workbench's own command line with a ``launch_command`` parameter) is not a server."""
+    sandbox's; vLLM's ``vllm serve``, ``python -m vllm.entrypoints.openai.api_server``,
+    ``python -m vllm.entrypoints.cli.main serve``: :meth:`LaunchCommand.parse`): a process that merely
+    mentions one (an editor, ``tail -f sglang.log``, ``vllm bench serve``, this workbench's own
+    command line with a ``launch_command`` parameter) is not a server. vLLM's child processes
+    (``VLLM::EngineCore``, ``VLLM::Worker``, the ``multiprocessing`` resource tracker) are not
+    launches either. A vLLM server whose ``--speculative-config`` is not valid JSON still is one (the
+    JSON is read only when asked: :attr:`LaunchCommand.speculative_config`)."""
     try:
         LaunchCommand.parse(list(argv))
     except LaunchCommandError:

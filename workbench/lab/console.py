@@ -377,10 +377,14 @@ class BoxConsole:
             done.set()
             ticker.join(timeout=2)
             self.status_line.value = final  # the outcome, never a last tick
-            for b in self._buttons:
-                b.disabled = False
-            self._busy = False
-            self.refresh()
+            # re-read the box BEFORE the buttons come back: a click the user makes once they look
+            # enabled must not fall inside this action (the click guard drops those as queued)
+            try:
+                self.refresh()
+            finally:
+                for b in self._buttons:
+                    b.disabled = False
+                self._busy = False
 
     def _log_now(self, exc: BaseException) -> Optional[list[str]]:
         """The end of the log of the server ``exc`` is about (``ServerDied`` / ``ServerStartTimedOut``
