@@ -18,11 +18,12 @@ from typing import Any
 
 from workbench.engine.drafts import DRAFT_CLASS_HISTORY, load_weights_facts
 from workbench.engine.load_weights import analyse_weights, analyse_with_source
+from workbench.errors import LaunchCommandError
 from workbench.rules.facts import Facts
 from workbench.rules.finding import Finding, ev
 from workbench.rules.fix import DraftRepair, Fix
 from workbench.rules.launch_flags import int_flag
-from workbench.rules.registry import Family, HypothesisSpec
+from workbench.rules.registry import ALL_ENGINES, Family, HypothesisSpec
 
 __all__ = ["FAMILY", "LLAMA_ROPE_THETA", "unknown_draft_architecture", "draft_config_vs_tensors",
            "hidden_size_mismatch", "vocab_size_mismatch", "context_length_mismatch", "rope_mismatch"]
@@ -217,7 +218,7 @@ def draft_config_vs_tensors(facts: Facts) -> list[Finding]:
                     + f" in {draft.config_path}", prevents_start=stops)]
 
 
-@FAMILY.rule("hidden-size-mismatch", severities=("error",), prevents_start="depends",
+@FAMILY.rule("hidden-size-mismatch", engines=ALL_ENGINES, severities=("error",), prevents_start="depends",
              summary="draft target_hidden_size (else hidden_size) ≠ the target's hidden size (text config for "
                      "multimodal targets)",
              fix="use the draft trained for this target")
@@ -260,7 +261,7 @@ def hidden_size_mismatch(facts: Facts) -> list[Finding]:
                     "use the draft trained for this target")]
 
 
-@FAMILY.rule("vocab-size-mismatch", severities=("error",),
+@FAMILY.rule("vocab-size-mismatch", engines=ALL_ENGINES, severities=("error",),
              summary="draft vocab_size ≠ target vocab_size",
              fix="use the draft trained for this target's tokenizer")
 def vocab_size_mismatch(facts: Facts) -> list[Finding]:
@@ -278,7 +279,7 @@ def vocab_size_mismatch(facts: Facts) -> list[Finding]:
                     "use the draft trained for this target's tokenizer")]
 
 
-@FAMILY.rule("context-length-mismatch", severities=("warning",),
+@FAMILY.rule("context-length-mismatch", engines=ALL_ENGINES, severities=("warning",),
              summary="draft max_position_embeddings < the context the server will serve (--context-length, else the "
                      "target's max_position_embeddings)",
              fix="raise the draft's max_position_embeddings, or serve a shorter context")
@@ -286,7 +287,10 @@ def context_length_mismatch(facts: Facts) -> list[Finding]:
     """The server serves ``--context-length`` tokens, else the target's
     ``max_position_embeddings``; a draft configured (and usually trained) for fewer positions
     accepts less and less on long prompts (SpecForge #271: a 2048 draft on a 40960 target). The
-    draft's value may sit in ``transformer_layer_config`` (speculators format)."""
+    draft's value may sit in ``transformer_layer_config`` (speculators format). On vLLM the served
+    length is ``--max-model-len``; vLLM 0.32.0 raises the draft's ``max_position_embeddings`` to it
+    (``config/speculative.py`` ``_maybe_override_draft_max_position_embeddings``: the rotary cache
+    no longer overflows, #48894), but positions the draft was never trained on stay untrained."""
     draft, target, launch = facts.draft, facts.target, facts.launch
     if draft is None or target is None:
         return []
@@ -294,21 +298,25 @@ def context_length_mismatch(facts: Facts) -> list[Finding]:
     if dmpe is None and isinstance(draft.config.get("transformer_layer_config"), dict):
         dmpe = draft.config["transformer_layer_config"].get("max_position_embeddings")
         dmpe_src = f"{draft.config_path}: transformer_layer_config.max_position_embeddings"
-    ctx_flag, _ = int_flag(launch, "--context-length") if launch is not None else (None, None)
-    ctx, csrc = (ctx_flag, "launch command: --context-length") if ctx_flag else (
+    flag = "--max-model-len" if facts.engine_name == "vllm" else "--context-length"
+    try:
+        ctx_flag, _ = int_flag(launch, flag) if launch is not None else (None, None)
+    except LaunchCommandError:  # a flag this command's table does not define: no served length from it
+        ctx_flag = None
+    ctx, csrc = (ctx_flag, f"launch command: {flag}") if ctx_flag else (
         target.max_position_embeddings, target.sources.get("max_position_embeddings"))
     if not (isinstance(dmpe, int) and ctx is not None and dmpe < ctx):
         return []
     fix = f"set max_position_embeddings to {ctx} in {draft.config_path}"
     if not ctx_flag:
-        fix += f", or serve with --context-length {dmpe}"
+        fix += f", or serve with {flag} {dmpe}"
     return [Finding("context-length-mismatch", "warning",
                     f"the draft's max_position_embeddings {dmpe} is below the {ctx}-token context the server "
                     "will serve: acceptance decays on long prompts",
                     {"draft_max_position_embeddings": ev(dmpe, dmpe_src), "served_context": ev(ctx, csrc)}, fix)]
 
 
-@FAMILY.rule("rope-mismatch", severities=("info",),
+@FAMILY.rule("rope-mismatch", engines=ALL_ENGINES, severities=("info",),
              summary="draft rope_theta or rope_scaling type differ from the target's",
              fix="align them, or confirm training used them")
 def rope_mismatch(facts: Facts) -> list[Finding]:
