@@ -276,3 +276,24 @@ def test_the_capture_point_follows_the_target(src, target, file, where):
     e = vllm_code_path_map(src, target_arch=target, keys=["target-capture-point"]).entry("target-capture-point")
     assert e.found and e.looked_in == file and where in e.detail
     assert Path(e.file).read_text().splitlines()[e.line - 1] == e.code
+
+
+def test_sglang_only_lookups_on_the_vllm_package_say_so(src):
+    """Issue 16 (fresh user): SGLang-only lookups (``srt/models``) on the real vLLM 0.32.0 package
+    leaked grep's "No such file or directory" (diagnose_acceptance crashed on it via the draft
+    registry). The registry is None there, a direct srt/ grep names the layout in plain words."""
+    from workbench.engine.drafts import registered_draft_classes
+    from workbench.errors import SourceLookupError
+
+    assert src.layout == "vllm"
+    assert registered_draft_classes(src) is None
+    assert registered_draft_classes(src, scope="eagle3", also=("Eagle3LlamaForCausalLM",)) is None
+    assert src.draft_classes(True) is None and src.draft_classes(False) is None
+    with pytest.raises(SourceLookupError) as err:
+        src.grep(["class LlamaForCausalLMEagle3"], under="srt/models")
+    msg = str(err.value)
+    assert "srt/models/ is not in the vllm package" in msg and "SGLang's srt/ tree" in msg
+    assert "grep:" not in msg
+    # the vLLM layout's own lookups still work: the draft's load_weights, found by grep + ast
+    (d,) = src.find_definition("Eagle3LlamaForCausalLM.load_weights")
+    assert d.file == src.path("model_executor/models/llama_eagle3.py")

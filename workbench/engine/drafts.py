@@ -291,13 +291,17 @@ def registered_draft_classes(src: Any, *, scope: str = "all", also: tuple[str, .
     ``capture_aux_hidden_states = True`` or call ``self.fc(``: the EAGLE-3 and EAGLE-1/2 drafts,
     about 60 KB on 0.5.23 against 400 KB for all), ``eagle3`` (only the first marker); ``also``:
     class names whose files are read whatever the scope (the draft's declared class). ``None``
-    when the engine has no ``srt/models`` directory. A file this Python cannot parse is skipped
+    when the engine has no ``srt/models`` directory, and on a vLLM package (``src.layout ==
+    "vllm"``: vLLM 0.32.0 registers its drafts in ``model_executor/models/registry.py``, not read here). A file this Python cannot parse is skipped
     and named in the ``__skipped__`` entry's ``why`` (never a silent gap)."""
     if scope not in ("all", "eagle", "eagle3"):
         raise ValueError(f"scope must be all, eagle or eagle3, got {scope!r}")
     markers = {"all": (), "eagle": _EAGLE_MARKERS, "eagle3": _EAGLE_MARKERS[:1]}[scope]
     also = tuple(a for a in also if a and re.fullmatch(r"\w+", a))
     tokens = ["EntryClass", "spec_info.hidden_states", *markers, *(f"class {a}(" for a in also)]
+    if getattr(src, "layout", "sglang") == "vllm":
+        return None  # SGLang's registry (EntryClass in srt/models); vLLM 0.32.0 registers drafts in
+        # model_executor/models/registry.py (_SPECULATIVE_DECODING_MODELS), which this does not read
     try:
         hits = src.grep(tokens, under="srt/models")
     except RemoteFileNotFound:

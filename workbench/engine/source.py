@@ -178,7 +178,9 @@ class EngineSource:
     def grep(self, tokens: Sequence[str], *, under: str | None = None) -> dict[str, list[tuple[str, int]]]:
         """``{token: [(relative file, line), ...]}`` for fixed strings in the ``*.py`` files under
         ``root/under`` (default :attr:`code_dir`): one ``grep -rnF`` on the box for all tokens.
-        Used only to pick candidate files; lines are then judged with :mod:`ast`."""
+        Used only to pick candidate files; lines are then judged with :mod:`ast`. Raises
+        :class:`SourceLookupError` when grep fails; when ``under`` is not in the package (an
+        SGLang-only ``srt/...`` lookup on a vLLM package) the message says that in plain words."""
         if under is None:
             under = self.code_dir
         tokens = [t for t in tokens if t]
@@ -193,6 +195,14 @@ class EngineSource:
             cmd += ["-e", t]
         cmd.append(posixpath.join(self.root, under))
         res = self.box.run(cmd, timeout=self.timeout, check=False)
+        if res.exit_code == 2 and "No such file or directory" in res.stderr and \
+                posixpath.join(self.root, under) in res.stderr:
+            # the directory searched is not in this package: an SGLang-only lookup (``srt/...``) run on
+            # a vLLM package (or the reverse) says so in plain words instead of grep's message
+            other = "SGLang's srt/ tree" if under.startswith("srt") else f"the {under}/ directory"
+            raise SourceLookupError(f"{under or '.'}/ is not in the {self.layout} package at {self.root}: this lookup "
+                                    f"reads {other}, which a {'vLLM' if self.layout == 'vllm' else 'SGLang'} "
+                                    "package does not have", where=posixpath.join(self.root, under))
         if res.exit_code not in (0, 1):
             raise SourceLookupError(f"grep over the engine source failed: {res.stderr.strip()[-200:]}",
                                     where=posixpath.join(self.root, under))
@@ -496,7 +506,8 @@ class EngineSource:
         """``{class name: file}`` of the draft classes this engine registers
         (:func:`workbench.engine.drafts.registered_draft_classes`: an ``EntryClass`` in any
         ``srt/models`` file that reads ``spec_info.hidden_states``): the EAGLE-3 ones (``eagle3``)
-        or the others (EAGLE-1/2 and MTP drafts). ``None`` without ``srt/models``."""
+        or the others (EAGLE-1/2 and MTP drafts). ``None`` without ``srt/models`` (a vLLM package:
+        its drafts are registered otherwise, ``model_executor/models/registry.py``)."""
         from workbench.engine.drafts import registered_draft_classes
 
         reg = registered_draft_classes(self)
