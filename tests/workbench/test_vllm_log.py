@@ -285,3 +285,46 @@ def test_reader_offsets_stay_exact_after_a_line_longer_than_it_holds():
     assert len(reader.records) == 3
     for r in reader.records:
         assert blob[r.offset:].startswith(r.line.encode())
+
+
+BAD_SPEC_LOG = FIXTURES / "logs" / "vllm" / "vllm-0.32.0-bad-spec-config.log"
+ENGINE_DEAD_LOG = FIXTURES / "logs" / "vllm" / "vllm-0.32.0-engine-dead.log"
+
+
+@pytest.mark.parametrize("chunk", [None, 997, 64])
+def test_fatal_errors_of_real_vllm_logs_are_read_in_any_block_size(chunk):
+    """The real logs of a server that died on its first request (draft aux ids [1, 3, 12]) and of
+    one whose --speculative-config failed validation: every exception line, in file order, with
+    its process; the shutdown after SIGTERM of the healthy server's log is no failure."""
+    dead = _read(ENGINE_DEAD_LOG, chunk).summary()
+    assert dead.failed and dead.engine_died and dead.tracebacks == 4
+    assert [(e.short_type, e.process, e.count) for e in dead.errors] == [
+        ("RuntimeError", "Worker", 2), ("RuntimeError", "EngineCore", 1), ("EngineDeadError", "APIServer", 1)]
+    assert dead.errors[0].message == "shape '[-1, 480]' is invalid for input of size 3520"
+    assert dead.errors[0].when == "12-02 17:03:00" and dead.errors[0].pid == 13425
+    assert "the server failed (RuntimeError in Worker)" in dead.notes[0]
+    bad = _read(BAD_SPEC_LOG, chunk).summary()
+    assert bad.failed and not bad.engine_died and bad.tracebacks == 1 and len(bad.errors) == 1
+    (e,) = bad.errors
+    assert e.exc_type == "pydantic_core._pydantic_core.ValidationError" and e.process is None and e.when is None
+    if chunk is None or chunk > 200:  # the two lines after it are read from the same block
+        assert e.message == ("1 validation error for SpeculativeConfig | num_speculative_tokens | Input should be "
+                             "greater than 0 [type=greater_than, input_value=0, input_type=int]")
+    ok = _read(REAL_LOG, chunk).summary()
+    assert not ok.failed and not ok.engine_died
+    assert [(x.short_type, x.after_stop) for x in ok.errors] == [("EngineDeadError", True)]
+
+
+def test_workbench_logs_reports_a_dead_vllm_engine_and_exits_1(cli):
+    res = cli("logs", str(ENGINE_DEAD_LOG))
+    assert res.code == 1, res.err
+    assert "FAILED        the engine died" in res.out
+    assert "RuntimeError: shape '[-1, 480]' is invalid for input of size 3520  (Worker pid=13425" in res.out
+    assert "speculative decoding is off" not in res.out and "speculative   unknown" in res.out
+    out = json.loads(cli("logs", str(ENGINE_DEAD_LOG), "--json").out)
+    assert out["failed"] and out["engine_died"] and out["errors"][2]["exc_type"].endswith("EngineDeadError")
+    bad = cli("logs", str(BAD_SPEC_LOG))
+    assert bad.code == 1 and "ValidationError: 1 validation error for SpeculativeConfig" in bad.out
+    assert "Input should be greater than 0" in bad.out and "speculative decoding is off" not in bad.out
+    ok = cli("logs", str(REAL_LOG))
+    assert ok.code == 0 and "FAILED" not in ok.out and "after a stop signal" in ok.out

@@ -185,7 +185,7 @@ def _vllm_result(vsum: Any, args: argparse.Namespace, path: str) -> ExitCode:
     out["host"] = args.host
     out["path"] = path
     print(json.dumps(out, indent=2, default=str) if args.json else render_vllm_text(vsum, findings))
-    return ExitCode.FAILURE if findings else ExitCode.OK
+    return ExitCode.FAILURE if findings or vsum.failed else ExitCode.OK
 
 
 def render_vllm_text(s: Any, findings: Sequence[Any] = ()) -> str:
@@ -196,8 +196,19 @@ def render_vllm_text(s: Any, findings: Sequence[Any] = ()) -> str:
     lines.append("engine        vLLM" + (f"; metrics-line wordings: {words}" if words else ""))
     if s.first:
         lines.append(f"time span     {s.first} -> {s.last} (vLLM's timestamps have no year)")
+    errors = [e for e in getattr(s, "errors", []) if not e.after_stop]
+    stopped = [e for e in getattr(s, "errors", []) if e.after_stop]
+    if errors:
+        lines.append(f"FAILED        {'the engine died' if s.engine_died else 'the server hit a fatal error'}: "
+                     f"{len(errors)} distinct error line(s), {s.tracebacks} traceback(s); the first (root cause "
+                     f"first in the log): {errors[0]}")
+        for e in errors[1:]:
+            lines.append(f"error         {e}")
+    if stopped:
+        lines.append(f"stopped       {len(stopped)} error line(s) after a stop signal (an ordinary shutdown), "
+                     f"e.g. {stopped[0]}")
     n = len(s.spec_lines)
-    lines.append(f"speculative   {'yes' if n else 'no'}: {n} 'SpecDecoding metrics' line(s)"
+    lines.append(f"speculative   {'yes' if n else ('unknown' if errors else 'no')}: {n} 'SpecDecoding metrics' line(s)"
                  + (" (V0 'Speculative metrics', cumulative counts)" if s.cumulative else ""))
     if s.drafts is not None:
         lines.append(f"drafts        {s.drafts:,} (verify steps with drafts, recovered per line), draft tokens "

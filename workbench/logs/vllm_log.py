@@ -69,7 +69,7 @@ import statistics
 from dataclasses import asdict, dataclass, field
 from typing import Iterable, Optional, Union
 
-__all__ = ["SpecDecodingLine", "VllmLogSummary", "VllmLogReader", "parse_spec_decoding_line",
+__all__ = ["SpecDecodingLine", "ErrorLine", "VllmLogSummary", "VllmLogReader", "parse_spec_decoding_line",
            "summarize_spec_lines", "WORDINGS", "looks_like_vllm_line", "SPEC_MARKERS", "summarize_box_window"]
 
 #: The wording ids (module docstring) and where each comes from.
@@ -99,6 +99,60 @@ _PREFIX_CORE = re.compile(rb"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\
 _VLLM_LINE = re.compile(
     rb"(?m)^[^\n]{0,64}?(?:\([^()\s\n]+ pid=\d+\) )?(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d"
     rb"(?:\.\d+)? \[?[^\s\]:\n]+\.py:\d+\] ")
+
+# A Python exception line, the last line of a traceback (``RuntimeError: shape '[-1, 480]' is invalid
+# ...``, ``vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue``,
+# ``pydantic_core._pydantic_core.ValidationError: 1 validation error for SpeculativeConfig``): at the
+# start of a line, or right after vLLM's ERROR/CRITICAL logger prefix (the engine's processes log
+# their tracebacks through the logger, one prefixed line per traceback line; vLLM 0.32.0
+# v1/executor/multiproc_executor.py, v1/engine/core.py, v1/engine/async_llm.py). A start-up failure
+# in the API server prints a bare traceback (no prefix).
+_EXC_LINE = re.compile(
+    rb"(?m)^(?:\((?P<proc>[^()\s\n]+) pid=(?P<pid>\d+)\) )?"
+    rb"(?:(?:ERROR|CRITICAL) (?P<when>\d\d-\d\d \d\d:\d\d:\d\d)(?:\.\d+)? \[?[^\s\]:\n]+:\d+\] )?"
+    rb"(?P<type>(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception|Exit))(?::[ \t]?(?P<msg>[^\n]*))?\r?$")
+_TRACEBACK = b"Traceback (most recent call last):"
+# A stop asked for (SIGTERM / SIGINT): vLLM 0.32.0 v1/engine/core.py:1455 logs "[shutdown] EngineCore:
+# trigger received signal=%s"; the API server then logs an EngineDeadError traceback as the engine
+# core exits. Errors after it are kept but do not make the log a failed one.
+_STOP_SIGNAL = b"received signal="
+MAX_ERRORS = 50  # distinct (type, message) pairs kept; the rest are counted
+
+
+@dataclass
+class ErrorLine:
+    """One fatal error a vLLM log shows: the last line of a traceback (``exc_type``: the exception's
+    name as printed, e.g. ``RuntimeError``, ``vllm.v1.engine.exceptions.EngineDeadError``;
+    ``message``: its text, for a pydantic ``ValidationError`` with the next two lines (the field and
+    why) appended after `` | ``), the process that logged it (``process`` / ``pid``, ``None`` for a
+    bare traceback), ``when`` (``MM-DD HH:MM:SS`` of the logger prefix, else ``None``), ``offset``
+    (byte offset of its first occurrence), ``count`` (identical lines seen) and ``after_stop``
+    (logged after a stop signal reached the engine: part of an ordinary shutdown, not a failure)."""
+
+    exc_type: str
+    message: str
+    process: Optional[str]
+    pid: Optional[int]
+    when: Optional[str]
+    offset: int
+    count: int = 1
+    after_stop: bool = False
+
+    @property
+    def short_type(self) -> str:
+        """The exception's class name without its module (``EngineDeadError``)."""
+        return self.exc_type.rsplit(".", 1)[-1]
+
+    def __str__(self) -> str:
+        who = f"{self.process} pid={self.pid}" if self.process else "no logger prefix"
+        return (f"{self.exc_type}: {self.message}".rstrip(": ") + f"  ({who}" + (f", {self.when}" if self.when else "")
+                + f", byte {self.offset}" + (f", {self.count}x" if self.count > 1 else "")
+                + (", after a stop signal" if self.after_stop else "") + ")")
+
+    def to_dict(self) -> dict:
+        return {"exc_type": self.exc_type, "message": self.message, "process": self.process, "pid": self.pid,
+                "when": self.when, "offset": self.offset, "count": self.count, "after_stop": self.after_stop}
+
 
 _V1_FIELDS = {
     "mean_acceptance_length": re.compile(rf"Mean acceptance length: ({_NUM})"),
@@ -330,7 +384,8 @@ class VllmLogSummary:
     ``num_spec_tokens``: k (from the lines); ``cumulative``: V0 counts (window = last − before);
     ``generation_throughput``: the ``Engine NNN: … Avg generation throughput`` values (tokens/s)
     seen; ``problems``: lines with the marker that could not be read whole (kept, with why);
-    ``notes``: caveats."""
+    ``notes``: caveats; ``errors``: the fatal errors (:class:`ErrorLine`, file order) and
+    ``tracebacks``: the ``Traceback`` lines seen (:attr:`failed`, :attr:`engine_died`)."""
 
     source: str
     lines: int
@@ -353,6 +408,21 @@ class VllmLogSummary:
     generation_throughput: list[float] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    errors: list[ErrorLine] = field(default_factory=list)
+    tracebacks: int = 0
+
+    @property
+    def failed(self) -> bool:
+        """Whether the log shows a fatal error (a traceback's exception line: :attr:`errors`) that
+        is not part of a shutdown asked for by a signal (:attr:`ErrorLine.after_stop`)."""
+        return any(not e.after_stop for e in self.errors)
+
+    @property
+    def engine_died(self) -> bool:
+        """Whether vLLM reported its engine dead (``EngineDeadError``, vLLM 0.32.0
+        ``vllm/v1/engine/exceptions.py``) or the engine core failed to start."""
+        return any((e.short_type == "EngineDeadError" or "Engine core initialization failed" in e.message)
+                   and not e.after_stop for e in self.errors)
 
     @property
     def speculative(self) -> bool:
@@ -368,7 +438,10 @@ class VllmLogSummary:
         d = {k: getattr(self, k) for k in (
             "source", "lines", "vllm_lines", "wordings", "first", "last", "accepted", "drafted", "drafts", "emitted",
             "per_position_accepted", "accept_length", "accept_rate", "per_position", "mean_acceptance_length",
-            "num_spec_tokens", "cumulative", "generation_throughput", "problems", "notes")}
+            "num_spec_tokens", "cumulative", "generation_throughput", "problems", "notes", "tracebacks")}
+        d["errors"] = [e.to_dict() for e in self.errors]
+        d["failed"] = self.failed
+        d["engine_died"] = self.engine_died
         d["engine"] = "vllm"
         d["speculative"] = self.speculative
         d["spec_lines"] = [r.to_dict() for r in self.spec_lines]
@@ -378,7 +451,8 @@ class VllmLogSummary:
 def summarize_spec_lines(records: Iterable[SpecDecodingLine], *, source: str = "log", lines: int = 0,
                          vllm_lines: int = 0, num_spec_tokens: Optional[int] = None,
                          before: Optional[SpecDecodingLine] = None,
-                         generation_throughput: Iterable[float] = ()) -> VllmLogSummary:
+                         generation_throughput: Iterable[float] = (), errors: Iterable[ErrorLine] = (),
+                         tracebacks: int = 0) -> VllmLogSummary:
     """Sum speculative-decoding lines into a :class:`VllmLogSummary` (module docstring).
 
     ``records``: the window's lines in file order; ``num_spec_tokens``: the server's k, if known
@@ -387,11 +461,19 @@ def summarize_spec_lines(records: Iterable[SpecDecodingLine], *, source: str = "
     ``lines`` / ``vllm_lines``: counts for the summary. A line that cannot be read whole is listed
     in ``problems`` and left out of the sums it cannot contribute to; the others still count."""
     recs = list(records)
-    out = VllmLogSummary(source, lines, vllm_lines, recs, {}, generation_throughput=list(generation_throughput))
+    out = VllmLogSummary(source, lines, vllm_lines, recs, {}, generation_throughput=list(generation_throughput),
+                         errors=list(errors), tracebacks=tracebacks)
     for r in recs:
         out.wordings[r.wording] = out.wordings.get(r.wording, 0) + 1
         if r.problems:
             out.problems.append(f"{r.when or 'line'} ({r.wording}): " + "; ".join(r.problems))
+    fatal = [e for e in out.errors if not e.after_stop]
+    if not recs and fatal:
+        first = fatal[0]
+        out.notes.append(f"no 'SpecDecoding metrics' line: the server failed ({first.exc_type}"
+                         + (f" in {first.process}" if first.process else "") + ") before any was logged, so "
+                         "this log cannot say whether speculative decoding works")
+        return out
     if not recs:
         out.notes.append("no 'SpecDecoding metrics' line: speculative decoding is off, the window had no verify "
                          "step, the logging level is above INFO, or the stat logger is disabled (--disable-log-stats)")
@@ -492,6 +574,10 @@ class VllmLogReader:
         self.vllm_lines = 0
         self.records: list[SpecDecodingLine] = []
         self.throughput: list[float] = []
+        self.errors: list[ErrorLine] = []
+        self.more_errors = 0
+        self.traceback_offsets: list[int] = []
+        self.stop_offset: Optional[int] = None
         self._held = b""
         self._held_at = offset
 
@@ -529,12 +615,42 @@ class VllmLogReader:
                 if rec is not None:
                     new.append(rec)
                 i = block.find(marker, z)
+        if _TRACEBACK in block:
+            i = block.find(_TRACEBACK)
+            while i >= 0:
+                self.traceback_offsets.append(base + i)
+                i = block.find(_TRACEBACK, i + 1)
+        if self.stop_offset is None and _STOP_SIGNAL in block:
+            self.stop_offset = base + block.find(_STOP_SIGNAL)
+        if b"Error" in block or b"Exception" in block or b"Exit" in block:
+            self._errors(block, base)
         if b"Avg generation throughput" in block:
             for m in _GEN.finditer(block):
                 v = _float(m.group(1).decode())
                 if v is not None:
                     self.throughput.append(v)
         self.records += sorted(new, key=lambda r: r.offset or 0)      # both markers' lines in file order
+
+    def _errors(self, block: bytes, base: int) -> None:
+        for m in _EXC_LINE.finditer(block):
+            typ = m.group("type").decode(errors="replace")
+            msg = (m.group("msg") or b"").decode(errors="replace").strip()
+            if typ.endswith("ValidationError"):  # pydantic: the field and the reason are the next two lines
+                nxt = block[m.end() + 1:].split(b"\n", 2)[:2]
+                msg = " | ".join([msg] + [_ANSI.sub("", x.decode(errors="replace")).strip() for x in nxt if x.strip()])
+            for e in self.errors:
+                if e.exc_type == typ and e.message == msg:
+                    e.count += 1
+                    break
+            else:
+                if len(self.errors) >= MAX_ERRORS:
+                    self.more_errors += 1
+                    continue
+                self.errors.append(ErrorLine(typ, msg, m.group("proc").decode() if m.group("proc") else None,
+                                             int(m.group("pid")) if m.group("pid") else None,
+                                             m.group("when").decode() if m.group("when") else None, base + m.start(),
+                                             after_stop=self.stop_offset is not None
+                                             and base + m.start() > self.stop_offset))
 
     def summary(self, *, source: str = "log", start: Optional[int] = None, end: Optional[int] = None,
                 num_spec_tokens: Optional[int] = None) -> VllmLogSummary:
@@ -548,7 +664,11 @@ class VllmLogReader:
             before = earlier[-1] if earlier else None
         return summarize_spec_lines(inside, source=source, lines=self.lines, vllm_lines=self.vllm_lines,
                                     num_spec_tokens=num_spec_tokens, before=before,
-                                    generation_throughput=self.throughput)
+                                    generation_throughput=self.throughput,
+                                    errors=[e for e in self.errors if (start is None or e.offset >= start)
+                                            and (end is None or e.offset < end)],
+                                    tracebacks=sum(1 for o in self.traceback_offsets if (start is None or o >= start)
+                                                   and (end is None or o < end)))
 
 
 def summarize_box_window(box, path: str, start: int = 0, end: Optional[int] = None, *, timeout: float = 30.0,
