@@ -135,7 +135,11 @@ def test_detect_engine_from_real_answers():
 def test_vllm_server_settings():
     s = vllm_server({"version": "0.32.0", "model": "m"}, _snap("metrics-after.txt"))
     assert s == {"engine": "vllm", "version": "0.32.0", "served_model_name": "m", "num_speculative_tokens": 3,
-                 "speculative_algorithm": "vllm speculative decoding", "speculative_num_draft_tokens": 4}
+                 "speculative_algorithm": "vllm speculative decoding", "speculative_num_draft_tokens": 4,
+                 "metrics_read": True}
+    # no /metrics snapshot: speculative decoding is not known, which the table says (not "off")
+    none = vllm_server({"version": "0.32.0", "model": "m"}, None)
+    assert none["metrics_read"] is False and none["speculative_algorithm"] is None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -300,3 +304,17 @@ def test_real_vllm_measure_generate_runs_unchanged(vllm_server):
     assert per.accept_length == pytest.approx(1 + sum(r.spec_num_correct_drafts for r in per.records) / per.verify_steps)
     assert per.accept_rate == pytest.approx(counters.accept_rate) and per.histogram == counters.histogram
     assert all(r.spec_verify_ct is None for r in counters.records) and "--per-request-spec-decode-metrics" in counters.note
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sources", [["openai"], ["generate"]])
+def test_real_vllm_measure_without_the_metrics_source_says_what_is_true(vllm_server, sources):
+    """Issue 16 (fresh user): ``--sources openai`` / ``generate`` on the real speculative vLLM
+    server printed "no speculative decoding (no vllm:spec_decode_* counters)" because /metrics was
+    not read. The server's settings are read from one /metrics snapshot all the same."""
+    srv = vllm_server()
+    m = measure(srv.url, "default", num_prompts=1, max_new_tokens=16, warmup=0, sources=sources, progress=False)
+    assert m.server["metrics_read"] is True
+    assert m.server["speculative_algorithm"] == "vllm speculative decoding" and m.server["num_speculative_tokens"] == 3
+    text = format_table(m)
+    assert "num_speculative_tokens=3" in text and "no speculative decoding" not in text

@@ -1036,7 +1036,14 @@ def measure_vllm(c: Any, *, texts: Sequence[str], label: str, wanted: list[str],
             bar.update(1)
     t1 = time.monotonic()
     after, after_error = _metrics(c) if "metrics" in wanted else (None, None)
-    server = vllm_server(facts, after if after is not None else before, records)
+    settings = after if after is not None else before
+    if settings is None and "metrics" not in wanted:
+        # the metrics source was not selected: one /metrics read after the window, only for the
+        # server's settings (whether vllm:spec_decode_* counters are declared, k); not a row
+        settings, settings_error = _metrics(c)
+        if settings is None:
+            notes.append(f"GET /metrics failed ({settings_error}): whether the server decodes speculatively is not known")
+    server = vllm_server(facts, settings, records)
     k = server.get("num_speculative_tokens") or next(
         (r.histogram and len(r.histogram) - 1 for r in records if r.histogram), None)
     if k and not server.get("num_speculative_tokens"):
@@ -1177,7 +1184,9 @@ def format_table(m: Measurement) -> str:
         s = m.server
         out.append(f"server: vLLM {s.get('version') or '(version unknown)'}  model={s.get('served_model_name')}  "
                    + (f"num_speculative_tokens={s.get('num_speculative_tokens')}" if s.get("speculative_algorithm")
-                      or s.get("num_speculative_tokens") else "no speculative decoding (no vllm:spec_decode_* counters)"))
+                      or s.get("num_speculative_tokens") else
+                      "speculative decoding not known (GET /metrics not read)" if s.get("metrics_read") is False else
+                      "no speculative decoding (GET /metrics declares no vllm:spec_decode_* counters)"))
     elif m.server:
         s = m.server
         out.append(f"server: {s.get('speculative_algorithm') or 'no speculative decoding'}"

@@ -140,7 +140,9 @@ def vllm_server(facts: dict, snapshot: Any = None, records: Sequence[RequestReco
     ``num_speculative_tokens`` (k: the ``position`` labels of :data:`M_PER_POS` in ``snapshot``, else a
     response's ``num_spec_tokens``), ``speculative_algorithm`` (``"vllm speculative decoding"`` when the
     counters exist, else ``None``: vLLM's /metrics declares them only with a speculative config) and
-    ``speculative_num_draft_tokens`` (k + 1, SGLang's D, so the SGLang-side code reads it)."""
+    ``speculative_num_draft_tokens`` (k + 1, SGLang's D, so the SGLang-side code reads it),
+    ``metrics_read`` (whether a ``/metrics`` snapshot was given: without one, ``speculative_algorithm``
+    ``None`` means "not known", not "off")."""
     k = None
     if snapshot is not None:
         positions = {labels.get("position") for labels, _ in snapshot.samples.get(M_PER_POS, [])}
@@ -150,7 +152,7 @@ def vllm_server(facts: dict, snapshot: Any = None, records: Sequence[RequestReco
     return {"engine": ENGINE_VLLM, "version": facts.get("version"), "served_model_name": facts.get("model"),
             "num_speculative_tokens": k,
             "speculative_algorithm": "vllm speculative decoding" if spec_declared else None,
-            "speculative_num_draft_tokens": k + 1 if k else None}
+            "speculative_num_draft_tokens": k + 1 if k else None, "metrics_read": snapshot is not None}
 
 
 def send_completion(c: Any, model: Optional[str], index: int, text: str, max_new_tokens: int,
