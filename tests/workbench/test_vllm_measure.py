@@ -318,3 +318,20 @@ def test_real_vllm_measure_without_the_metrics_source_says_what_is_true(vllm_ser
     assert m.server["speculative_algorithm"] == "vllm speculative decoding" and m.server["num_speculative_tokens"] == 3
     text = format_table(m)
     assert "num_speculative_tokens=3" in text and "no speculative decoding" not in text
+
+
+def test_measure_help_names_the_real_prompt_readme_and_both_default_ports():
+    """Issue 16 (fresh user): --help pointed to workbench/prompts/README.md (no such file) and
+    gave only SGLang's default port."""
+    import subprocess
+    import sys
+
+    import workbench
+
+    res = subprocess.run([sys.executable, "-m", "workbench.cli", "measure", "--help"], capture_output=True, text=True,
+                         timeout=120, env={**__import__("os").environ, "COLUMNS": "400"})
+    assert res.returncode == 0, res.stderr
+    assert "workbench/measure/prompt_sets/README.md" in res.stdout and "workbench/prompts/" not in res.stdout
+    assert (Path(workbench.__file__).parent / "measure" / "prompt_sets" / "README.md").is_file()
+    assert "SGLang's 30000 or vLLM's 8000" in res.stdout
+

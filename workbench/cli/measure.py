@@ -14,7 +14,8 @@ On a vLLM server (detected from the server: no SGLang ``/server_info``, ``/v1/mo
 started with ``--per-request-spec-decode-metrics summary``), ``metrics`` from the
 ``vllm:spec_decode_*`` counter deltas; accept length = 1 + accepted / drafts (bonus included) and
 per-position acceptance as on SGLang; ``generate`` and ``server_info`` are listed unavailable, with why.
-Over SSH (``--host``) the HTTP goes through a port forward on the box's connection. ``--timeout S``:
+Without ``--port``: the server on SGLang's default port 30000 or vLLM's 8000, whichever runs
+(30000 when neither; name one when both run). Over SSH (``--host``) the HTTP goes through a port forward on the box's connection. ``--timeout S``:
 seconds for each request (status reads and the readiness check included) and for opening the port
 forward (default 300). Before measuring, the server must generate (a 1-token check:
 ``/health_generate``, else ``/generate``): one still starting (503, or refusing connections while a
@@ -59,6 +60,7 @@ def _run(args: argparse.Namespace) -> ExitCode:
         raise CliError(str(exc)) from exc
     with open_box(args) as box:
         try:
+            args.port = _default_port(box, args.port, timeout=args.timeout)
             url = box.url(args.port, timeout=args.timeout)
             api_key = _server_api_key(box, args.port, timeout=args.timeout)
             m = measure(url, prompts, api_key=api_key, sources=sources, num_prompts=args.num_prompts,
@@ -78,6 +80,29 @@ def _run(args: argparse.Namespace) -> ExitCode:
     findings = m.findings()
     print(json.dumps(m.to_dict(), indent=2, default=str) if args.json else format_table(m))
     return ExitCode.FAILURE if findings else ExitCode.OK
+
+
+def _default_port(box: Any, port: int | None, *, timeout: float) -> int:
+    """``port`` when given; else the engines' default port a server runs on: SGLang's 30000
+    (``workbench.engine.launch.DEFAULT_PORT``) or vLLM's 8000 (``VLLM_DEFAULT_PORT``; vLLM 0.32.0
+    ``FrontendArgs.port``), whichever one of them a server process on ``box`` listens on (by its
+    command line or its listening socket: ``Box.find_servers``); 30000 when neither runs (or the
+    process table cannot be read). Raises :class:`CliError` when servers run on both: name one."""
+    from remote.errors import RemoteError
+    from workbench.engine.launch import DEFAULT_PORT, VLLM_DEFAULT_PORT
+    from workbench.engine.locate import running_servers
+
+    if port is not None:
+        return port
+    try:
+        running = {s.port for s in running_servers(box, timeout=timeout)}
+    except RemoteError:
+        return DEFAULT_PORT
+    both = [p for p in (DEFAULT_PORT, VLLM_DEFAULT_PORT) if p in running]
+    if len(both) == 2:
+        raise CliError(f"servers run on both SGLang's default port {DEFAULT_PORT} and vLLM's {VLLM_DEFAULT_PORT} on "
+                       f"{box.name}: pass --port to say which to measure")
+    return both[0] if both else DEFAULT_PORT
 
 
 def _server_alive(box: Any, port: int, *, timeout: float):
@@ -125,9 +150,11 @@ def add_parser(sub: Any) -> None:
                                        "/metrics (SGLang; vLLM: /v1/completions and its counters), warm-up excluded",
                        description=__doc__.split("\n\n")[0])
     add_box_options(p, timeout=300.0, timeout_help="each request to the server (and opening the port forward)")
-    add_port_option(p, "the server's port on the box (default 30000)", default=30000)
+    add_port_option(p, "the server's port on the box (default: SGLang's 30000 or vLLM's 8000, whichever a running "
+                       "server listens on; 30000 when neither)")
     p.add_argument("--prompts", default="default",
-                   help="chat, code, math, default (built in; see workbench/prompts/README.md) or a JSONL file "
+                   help="chat, code, math, default (built in; see workbench/measure/prompt_sets/README.md) or a JSONL "
+                        "file "
                         "with a 'text' per line")
     p.add_argument("--num-prompts", type=positive_int, metavar="N", help="use the first N prompts of the set "
                                                                          "(default: all)")
