@@ -328,3 +328,20 @@ def test_workbench_logs_reports_a_dead_vllm_engine_and_exits_1(cli):
     assert "Input should be greater than 0" in bad.out and "speculative decoding is off" not in bad.out
     ok = cli("logs", str(REAL_LOG))
     assert ok.code == 0 and "FAILED" not in ok.out and "after a stop signal" in ok.out
+
+
+COLORED_LOG = FIXTURES / "logs" / "vllm" / "vllm-0.32.0-colored.log"
+
+
+@pytest.mark.parametrize("chunk", [None, 100])
+def test_coloured_prefixes_are_counted_and_their_errors_read(chunk):
+    """vLLM's ColoredFormatter puts ANSI codes inside the prefix: ``logs`` said "7 lines (0 with
+    vLLM's logger prefix)" while it parsed the metrics line, and missed the error."""
+    r = _read(COLORED_LOG, chunk)
+    s = r.summary()
+    assert (r.lines, r.vllm_lines) == (7, 7) and len(s.spec_lines) == 1 and s.drafted == 168
+    (e,) = s.errors
+    assert (e.exc_type, e.process, e.when) == ("RuntimeError", "APIServer", "12-02 17:11:08")
+    assert e.message == "shape '[-1, 480]' is invalid for input of size 3520"
+    data = COLORED_LOG.read_bytes()
+    assert data[e.offset:].split(b"\n", 1)[0].endswith(b"RuntimeError: shape '[-1, 480]' is invalid for input of size 3520")

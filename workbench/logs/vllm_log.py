@@ -86,6 +86,7 @@ WORDINGS = {
 SPEC_MARKERS = (b"SpecDecoding metrics:", b"Speculative metrics:")
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
+_ANSI_B = re.compile(rb"\x1b\[[0-9;]*m")
 _NUM = r"(?:[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?|nan|inf|-inf)"
 # (APIServer pid=123) INFO 12-02 15:40:01 [metrics.py:123] ...  /  INFO 10-16 19:05:47 metrics.py:367] ...
 _PREFIX = re.compile(
@@ -604,7 +605,11 @@ class VllmLogReader:
 
     def _take(self, block: bytes, base: int) -> None:
         self.lines += block.count(b"\n")
-        self.vllm_lines += len(_PREFIX_CORE.findall(block))
+        # vLLM's ColoredFormatter (vLLM 0.32.0 vllm/logging_utils/formatter.py; VLLM_LOGGING_COLOR=1,
+        # FORCE_COLOR or a terminal) puts ANSI colour codes inside the prefix: count and read the
+        # errors on the text without them (lines are kept: the codes hold no newline)
+        plain = _ANSI_B.sub(b"", block) if b"\x1b[" in block else block
+        self.vllm_lines += len(_PREFIX_CORE.findall(plain))
         new: list[SpecDecodingLine] = []
         for marker in SPEC_MARKERS:
             i = block.find(marker)
@@ -622,8 +627,8 @@ class VllmLogReader:
                 i = block.find(_TRACEBACK, i + 1)
         if self.stop_offset is None and _STOP_SIGNAL in block:
             self.stop_offset = base + block.find(_STOP_SIGNAL)
-        if b"Error" in block or b"Exception" in block or b"Exit" in block:
-            self._errors(block, base)
+        if b"Error" in plain or b"Exception" in plain or b"Exit" in plain:
+            self._errors(plain, base, block if plain is not block else None)
         if b"Avg generation throughput" in block:
             for m in _GEN.finditer(block):
                 v = _float(m.group(1).decode())
@@ -631,8 +636,16 @@ class VllmLogReader:
                     self.throughput.append(v)
         self.records += sorted(new, key=lambda r: r.offset or 0)      # both markers' lines in file order
 
-    def _errors(self, block: bytes, base: int) -> None:
+    def _errors(self, block: bytes, base: int, original: Optional[bytes] = None) -> None:
+        """The exception lines of ``block`` (ANSI codes removed; ``original``: the block as read,
+        when they were, for the byte offsets)."""
         for m in _EXC_LINE.finditer(block):
+            at = base + m.start()
+            if original is not None:  # the same line's start in the bytes as read
+                n, pos = block.count(b"\n", 0, m.start()), 0
+                for _ in range(n):
+                    pos = original.index(b"\n", pos) + 1
+                at = base + pos
             typ = m.group("type").decode(errors="replace")
             msg = (m.group("msg") or b"").decode(errors="replace").strip()
             if typ.endswith("ValidationError"):  # pydantic: the field and the reason are the next two lines
@@ -648,9 +661,8 @@ class VllmLogReader:
                     continue
                 self.errors.append(ErrorLine(typ, msg, m.group("proc").decode() if m.group("proc") else None,
                                              int(m.group("pid")) if m.group("pid") else None,
-                                             m.group("when").decode() if m.group("when") else None, base + m.start(),
-                                             after_stop=self.stop_offset is not None
-                                             and base + m.start() > self.stop_offset))
+                                             m.group("when").decode() if m.group("when") else None, at,
+                                             after_stop=self.stop_offset is not None and at > self.stop_offset))
 
     def summary(self, *, source: str = "log", start: Optional[int] = None, end: Optional[int] = None,
                 num_spec_tokens: Optional[int] = None) -> VllmLogSummary:
