@@ -313,11 +313,14 @@ def test_real_vllm_measure_without_the_metrics_source_says_what_is_true(vllm_ser
     server printed "no speculative decoding (no vllm:spec_decode_* counters)" because /metrics was
     not read. The server's settings are read from one /metrics snapshot all the same."""
     srv = vllm_server()
-    m = measure(srv.url, "default", num_prompts=1, max_new_tokens=16, warmup=0, sources=sources, progress=False)
+    m = measure(srv.url, "default", num_prompts=1, max_new_tokens=16, warmup=1, sources=sources, progress=False,
+                flush_cache_after_warmup=True)
     assert m.server["metrics_read"] is True
     assert m.server["speculative_algorithm"] == "vllm speculative decoding" and m.server["num_speculative_tokens"] == 3
     text = format_table(m)
     assert "num_speculative_tokens=3" in text and "no speculative decoding" not in text
+    # --flush-cache: what it did (nothing, on vLLM) is said in the table too, not only in --json
+    assert m.flush_cache and f"note: {m.flush_cache}" in text and "does nothing on vLLM" in text
 
 
 def test_measure_help_names_the_real_prompt_readme_and_both_default_ports():

@@ -1217,6 +1217,8 @@ def format_table(m: Measurement) -> str:
             out.append(f"{r.source}: {r.reason}")
         for n in r.notes:
             out.append(f"{r.source}: note: {n}")
+    if m.flush_cache and m.server and m.server.get("engine") == "vllm":
+        out.append(f"note: {m.flush_cache}")  # SGLang's flush answer is in its server_info row already
     out += [f"note: {n}" for n in m.notes]
     for f in m.findings():
         where = (f.evidence.get("accept_length") or {}).get("source")
