@@ -51,6 +51,16 @@ becomes ``active``. A process killed at any point leaves either the original or 
 never half of one, and ``revert_all`` (``workbench probe revert --all``, from any later session)
 cleans up.
 
+Bytecode: Python may run the engine from a cached ``__pycache__/NAME.cpython-XY[.opt-N].pyc``
+(:func:`bytecode_caches` asks the box's python where, ``importlib.util.cache_from_source``). A
+timestamp cache (pip's default) or a checked-hash one is invalidated by the patched file (new
+mtime and size; new hash) and recompiled by the next import; an *unchecked-hash* cache (``py_compile
+--invalidation-mode unchecked-hash``, used by some distributions and container builds, e.g. with
+``SOURCE_DATE_EPOCH``) is trusted without looking at the source, so a probe would never run:
+``add_probe`` backs such a cache up next to the journal and removes it, and ``revert_probe``
+restores it byte for byte (``Probe.bytecode``). A sourceless module (only a ``.pyc``) cannot be
+probed: there is no ``.py`` to patch.
+
 ``revert_probe`` restores the backup byte for byte (mode and owner as recorded) and checks the
 sha256; it refuses, keeping the backup, when the file is neither the patched text nor the
 original (someone edited it). Probes on the same file stack: revert the newest first
@@ -121,6 +131,31 @@ _COMPILE_SNIPPET = (
     "print(st.st_uid, st.st_gid)\n"
 )
 
+#: Prints, as JSON, the bytecode caches of the source ``argv[1]`` the box's python would use
+#: (``importlib.util.cache_from_source`` for optimisation levels "", 1, 2: ``__pycache__`` or
+#: ``PYTHONPYCACHEPREFIX``): ``[{"cache", "flags", "kind", "magic_ok"}]`` for each that exists. The
+#: header (PEP 552): magic (4 bytes), flags (4: bit 0 hash-based, bit 1 check_source), then mtime +
+#: size or the source hash.
+_BYTECODE_SNIPPET = (
+    "import importlib.util, json, os, sys\n"
+    "out = []\n"
+    "for opt in ('', 1, 2):\n"
+    "    try:\n"
+    "        cache = importlib.util.cache_from_source(sys.argv[1], optimization=opt)\n"
+    "    except (NotImplementedError, ValueError):\n"
+    "        continue\n"
+    "    if not os.path.isfile(cache):\n"
+    "        continue\n"
+    "    with open(cache, 'rb') as f:\n"
+    "        head = f.read(16)\n"
+    "    flags = int.from_bytes(head[4:8], 'little') if len(head) >= 8 else -1\n"
+    "    kind = ('unreadable' if flags < 0 else 'timestamp' if not flags & 1 else\n"
+    "            'checked-hash' if flags & 2 else 'unchecked-hash')\n"
+    "    out.append({'cache': cache, 'flags': flags, 'kind': kind,\n"
+    "                'magic_ok': head[:4] == importlib.util.MAGIC_NUMBER})\n"
+    "print(json.dumps(out))\n"
+)
+
 #: Default of ``max_prints``: lines a ``once_per`` probe prints per process at most.
 MAX_PRINTS = 8
 
@@ -170,10 +205,13 @@ class Probe:
     owner_note: Optional[str] = None
     when: Optional[str] = None
     max_repr: int = MAX_REPR
+    bytecode: tuple = ()
+    bytecode_note: Optional[str] = None
 
     def to_dict(self) -> dict:
         d = dataclasses.asdict(self)
         d["exprs"] = list(self.exprs)
+        d["bytecode"] = [dict(b) for b in self.bytecode]
         return d
 
     @classmethod
@@ -201,6 +239,11 @@ class Probe:
             if data.get(name, 1) < 1:
                 raise ValueError(f"field {name!r} is {data[name]!r}, not a positive number")
         data["exprs"] = tuple(data["exprs"])
+        if "bytecode" in data:
+            if not all(isinstance(b, dict) and isinstance(b.get("cache"), str) and isinstance(b.get("backup"), str)
+                       and isinstance(b.get("sha256"), str) for b in data["bytecode"]):
+                raise ValueError("field 'bytecode' holds an entry without cache / backup / sha256")
+            data["bytecode"] = tuple(dict(b) for b in data["bytecode"])
         return cls(**data)
 
 
@@ -212,7 +255,7 @@ _FIELD_TYPES: dict[str, tuple[type, ...]] = {
     "journal_path": (str,), "block_lines": (int,), "created_at": (int, float), "state": (str,),
     "temp_path": (str, _NONE), "once_per": (str, _NONE), "max_prints": (int,), "mode": (int, _NONE),
     "owner_uid": (int, _NONE), "owner_gid": (int, _NONE), "owner_note": (str, _NONE), "when": (str, _NONE),
-    "max_repr": (int,),
+    "max_repr": (int,), "bytecode": (list, tuple), "bytecode_note": (str, _NONE),
 }
 
 
@@ -321,6 +364,8 @@ def _forget(box: Box, probe: Probe) -> None:
     """Drop a probe's backup, then its journal entry (in that order: an interrupted forget leaves
     an entry whose file already matches the original, which the next revert just drops)."""
     box.remove(probe.backup_path, missing_ok=True)
+    for b in probe.bytecode:
+        box.remove(b["backup"], missing_ok=True)
     box.remove(probe.journal_path, missing_ok=True)
 
 
@@ -1394,6 +1439,9 @@ def add_probe(
             of_original=True,
         )
     owner = _parse_owner(check.stdout)
+    caches = bytecode_caches(box, p, python=python, timeout=timeout)
+    moved = tuple({"cache": c["cache"], "backup": _bytecode_backup_path(box, tag, n), "kind": c["kind"]}
+                  for n, c in enumerate(c for c in caches if c["kind"] == "unchecked-hash"))
     lines = _split_lines(text)
     if any((m := _MARKER_RE.match(line)) and m.group(2) == tag for line in lines):
         raise ProbeError(
@@ -1429,10 +1477,18 @@ def add_probe(
         mode=mode,
         owner_uid=owner[0] if owner else None,
         owner_gid=owner[1] if owner else None,
+        bytecode_note=_describe_caches(caches),
     )
 
     box.makedirs(journal_dir(box), mode=0o700, timeout=timeout)
     box.write_file(probe.backup_path, original, mode=0o600, timeout=timeout)
+    if moved:
+        backed = []
+        for b in moved:
+            data = box.read_bytes(b["cache"], timeout=timeout)
+            box.write_file(b["backup"], data, mode=0o600, timeout=timeout)
+            backed.append({**b, "sha256": hashlib.sha256(data).hexdigest()})
+        probe = dataclasses.replace(probe, bytecode=tuple(backed))
     _save(box, probe)
     _crash_point("after-backup")
     try:
@@ -1464,10 +1520,64 @@ def add_probe(
         box.remove(probe.temp_path, missing_ok=True)
         _forget(box, probe)
         raise
+    for b in probe.bytecode:  # the source is patched: an unchecked-hash cache would still run the original
+        box.remove(b["cache"], missing_ok=True, timeout=timeout)
     _crash_point("after-replace")
     probe = dataclasses.replace(probe, state="active", temp_path=None, owner_note=note)
     _save(box, probe)
     return probe
+
+
+def bytecode_caches(box: Box, path: PathLike, *, python: Optional[str] = None, timeout: float = 30) -> list[dict]:
+    """The bytecode caches of the source file ``path`` on the box that ``python`` (default
+    ``box.python``) would use, each ``{"cache": path, "flags": int, "kind": "timestamp" |
+    "checked-hash" | "unchecked-hash" | "unreadable", "magic_ok": bool}`` (``magic_ok``: written by
+    this interpreter's version); ``[]`` when none exists. Raises ``ProbeError`` when the snippet
+    cannot run or prints something else (the message has its output)."""
+    res = box.run([python or box.python, "-B", "-c", _BYTECODE_SNIPPET, str(path)], timeout=timeout, check=False)
+    try:
+        if not res.ok:
+            raise ValueError(f"exit {res.exit_code}")
+        found = json.loads(res.stdout.strip().splitlines()[-1])
+        if not isinstance(found, list):
+            raise ValueError("not a list")
+    except (ValueError, IndexError) as exc:
+        raise ProbeError(f"could not list the bytecode caches of {path} ({exc}): "
+                         f"{(res.stderr or res.stdout).strip()[-300:]}", path=str(path), box=box.name) from None
+    return found
+
+
+def _bytecode_backup_path(box: Box, tag: str, n: int) -> str:
+    return f"{journal_dir(box)}/{tag}.pyc-{n}"
+
+
+def _describe_caches(caches: Sequence[dict]) -> Optional[str]:
+    if not caches:
+        return None
+    parts = []
+    for c in caches:
+        what = {"timestamp": "a timestamp cache: the patched file's new mtime and size invalidate it",
+                "checked-hash": "a checked-hash cache: the patched file's new hash invalidates it",
+                "unchecked-hash": "an unchecked-hash cache, trusted without the source: moved aside (restored "
+                                  "by the revert) so the patched source is what runs",
+                "unreadable": "unreadable"}.get(c.get("kind"), str(c.get("kind")))
+        parts.append(f"{c['cache']}: {what}")
+    return "; ".join(parts)
+
+
+def _restore_bytecode(box: Box, probe: Probe, *, timeout: float) -> None:
+    """Put back the bytecode caches ``add_probe`` moved aside, byte for byte (sha256 checked)."""
+    for b in probe.bytecode:
+        try:
+            data = box.read_bytes(b["backup"], timeout=timeout)
+        except RemoteFileNotFound:
+            raise ProbeConflict(f"probe {probe.tag!r}: the backup {b['backup']} of the bytecode cache {b['cache']} "
+                                "is gone; the source was restored, the cache not (Python recompiles it)",
+                                path=probe.path, box=box.name) from None
+        if hashlib.sha256(data).hexdigest() != b["sha256"]:
+            raise ProbeConflict(f"probe {probe.tag!r}: the backup {b['backup']} does not match the bytecode cache's "
+                                "sha256; not restoring it", path=probe.path, box=box.name)
+        box.write_file(b["cache"], data, mode=0o644, make_dirs=True, timeout=timeout)
 
 
 def default_tag(path: str, line: int, taken: set[str]) -> str:
@@ -1600,6 +1710,7 @@ def revert_probe(box: Box, probe: Union[Probe, str], *, timeout: float = 60) -> 
             box=box.name,
         ) from None
     if current == entry.original_sha256:  # never replaced (interrupted add) or already restored
+        _restore_bytecode(box, entry, timeout=timeout)
         _forget(box, entry)
         return dataclasses.replace(entry, owner_note=None)
     if current != entry.patched_sha256:
@@ -1650,6 +1761,7 @@ def revert_probe(box: Box, probe: Union[Probe, str], *, timeout: float = 60) -> 
             backup_path=entry.backup_path,
             box=box.name,
         )
+    _restore_bytecode(box, entry, timeout=timeout)
     _forget(box, entry)
     return dataclasses.replace(entry, owner_note=note)
 

@@ -9,7 +9,8 @@
     workbench probe add --host H --recipe NAME [--target-arch A] [--draft-arch A] [--tag TAG] [--once-per EXPR] [...]
                                                                   a named probe (or set of probes) on the EAGLE-3
                                                                   code path
-    workbench probe recipes [--json]                              the named probes and how to read them
+    workbench probe recipes [--engine sglang|vllm] [--json]       the named probes and how to read them (SGLang's
+                                                                  by default)
     workbench probe list --host H [--json]                        the probes in the box's journal and their files
     workbench probe revert --host H (--tag TAG | --file PATH | --all)   restore the files byte for byte
     workbench probe read --host H (--tag TAG | --recipe NAME) (--port N [--log FILE] | --log FILE [--pgid G]) [--json]
@@ -20,6 +21,12 @@ A probe is a marker-delimited block (:mod:`remote.probes`) put before one line o
 the engine, journalled on the box with the original's bytes; ``revert`` puts the file back byte
 for byte, unless someone else edited it since (then nothing is changed, and the message says how
 to go on). Every box call takes ``--timeout S`` (default 60).
+
+On a vLLM box (``--package vllm``, ``--python`` of vLLM's interpreter, or ``--port`` of a running
+vLLM server) the recipes are vLLM's (:data:`workbench.engine.recipes.VLLM_RECIPES`: the same names,
+anchored on vLLM's code path, :mod:`workbench.engine.codepath_vllm`); ``--draft-arch`` is the
+draft config's architecture, ``--method`` the ``--speculative-config`` method (default: the running
+server's, else eagle3).
 
 Every probe line names the process group that printed it (``[probe:TAG pgid=G pid=P]``): a
 launched server is its own group and its worker processes inherit it, so ``read --port N`` shows
@@ -71,7 +78,7 @@ def _probe_engine(box: Any, args: argparse.Namespace):
 def _probe_add(args: argparse.Namespace, box: Any) -> ExitCode:
     from remote import probes
     from remote.errors import ProbeError, RemoteFileNotFound
-    from workbench.engine.recipes import RECIPES
+    from workbench.engine.recipes import RECIPES, VLLM_RECIPES
     from workbench.engine import EngineNotFound
 
     file_opts = [name for name, value in (("--file", args.file), ("--before", args.before), ("--line", args.line),
@@ -79,8 +86,8 @@ def _probe_add(args: argparse.Namespace, box: Any) -> ExitCode:
     if args.recipe:
         if file_opts:
             raise CliError(f"--recipe sets the file, anchor and expressions itself; drop {', '.join(file_opts)}")
-        if args.recipe not in RECIPES:
-            raise CliError(f"no probe recipe {args.recipe!r} (recipes: {', '.join(RECIPES)}; "
+        if args.recipe not in RECIPES and args.recipe not in VLLM_RECIPES:
+            raise CliError(f"no probe recipe {args.recipe!r} (recipes: {', '.join(dict.fromkeys([*RECIPES, *VLLM_RECIPES]))}; "
                            "see `workbench probe recipes`)")
     else:
         if not args.file:
@@ -175,12 +182,24 @@ def _probe_add_recipe(args: argparse.Namespace, box: Any, engine: Any, python: s
     (:func:`workbench.engine.recipes.add_recipes`), anchored on the code-path map of ``engine``."""
     from remote import probes
     from workbench.engine.codepath import code_path_map, server_worker_inputs
-    from workbench.engine.recipes import RECIPES, add_recipes
+    from workbench.engine.recipes import add_recipes, recipes_for
 
-    recipe = RECIPES[args.recipe]
-    env, launch_args = server_worker_inputs(box, engine, timeout=args.timeout)  # which EAGLE worker runs
-    cmap = code_path_map(engine.source(box, timeout=args.timeout), target_arch=args.target_arch,
-                         draft_arch=args.draft_arch, keys=list(recipe.entries), env=env, launch_args=launch_args)
+    table = recipes_for(getattr(engine, "engine", "sglang"))
+    if args.recipe not in table:
+        raise CliError(f"no probe recipe {args.recipe!r} on {engine.engine} (its recipes: {', '.join(table)}; see "
+                       "`workbench probe recipes`)")
+    recipe = table[args.recipe]
+    env, launch_args = server_worker_inputs(box, engine, timeout=args.timeout)  # which EAGLE worker / model runner
+    if getattr(engine, "engine", "sglang") == "vllm":
+        from workbench.engine.codepath_vllm import vllm_code_path_map
+
+        keys = list(recipe.entries) + [k + ".v2" for k in recipe.entries]
+        cmap = vllm_code_path_map(engine.source(box, timeout=args.timeout), target_arch=args.target_arch,
+                                  draft_arch=args.draft_arch, method=args.method or _vllm_method(engine) or "eagle3",
+                                  env=env, keys=keys)
+    else:
+        cmap = code_path_map(engine.source(box, timeout=args.timeout), target_arch=args.target_arch,
+                             draft_arch=args.draft_arch, keys=list(recipe.entries), env=env, launch_args=launch_args)
     overrides = {k: v for k, v in (("once_per", args.once_per), ("when", args.when),
                                    ("max_prints", args.max_prints)) if v is not None}
     before = {p.tag: p for p in probes.list_probes(box, timeout=args.timeout)}
@@ -188,6 +207,21 @@ def _probe_add_recipe(args: argparse.Namespace, box: Any, engine: Any, python: s
                         overrides=overrides)
     rows = [(p, p.tag in before and before[p.tag].created_at == p.created_at) for p in added]
     return _report_added(args, box, rows, engine, python, engine_note, recipe)
+
+
+def _vllm_method(engine: Any) -> Optional[str]:
+    """The ``--speculative-config`` method of the server ``engine`` was located from (its command
+    line), lower-cased; ``None`` when unknown (no server, or a command the parser does not read)."""
+    from workbench.engine.launch import LaunchCommand
+    from workbench.errors import LaunchCommandError
+
+    if not getattr(engine, "launch", None):
+        return None
+    try:
+        method = getattr(LaunchCommand.parse(engine.launch), "speculative_method", None)
+    except LaunchCommandError:
+        return None
+    return method.lower() if isinstance(method, str) else None
 
 
 def _how_often(probe: Any) -> str:
@@ -257,12 +291,24 @@ def _report_added(args: argparse.Namespace, box: Any, rows: Sequence[tuple[Any, 
 
 
 def _probe_recipes(args: argparse.Namespace) -> ExitCode:
-    from workbench.engine.recipes import RECIPES
+    from workbench.engine.recipes import recipes_for
 
+    engine = args.engine or "sglang"
     if args.json:
-        print(json.dumps([r.to_dict() for r in RECIPES.values()], indent=2))
+        print(json.dumps([{**r.to_dict(), "engine": engine} for r in recipes_for(engine).values()], indent=2))
         return ExitCode.OK
-    for r in RECIPES.values():
+    if engine != "sglang":
+        print("vLLM's recipes (on its own code path, workbench.engine.codepath_vllm):")
+    _print_recipes(recipes_for(engine))
+    if engine == "sglang":
+        print("vLLM's recipes (same names, vLLM's code path): workbench probe recipes --engine vllm")
+    print("add one with: workbench probe add --host H --recipe NAME [--python P | --port N] [--package PKG]")
+    print("read it:      workbench probe read --host H --recipe NAME --port N   (the lines of the server running now)")
+    return ExitCode.OK
+
+
+def _print_recipes(table: dict) -> None:
+    for r in table.values():
         print(f"{r.name}")
         print(f"  shows:   {r.description}")
         for i, rp in enumerate(r.probes):
@@ -276,9 +322,6 @@ def _probe_recipes(args: argparse.Namespace) -> ExitCode:
         print(f"  reading: {r.reads}")
         if r.limits:
             print(f"  limits:  {r.limits}")
-    print("add one with: workbench probe add --host H --recipe NAME [--python P | --port N] [--package PKG]")
-    print("read it:      workbench probe read --host H --recipe NAME --port N   (the lines of the server running now)")
-    return ExitCode.OK
 
 
 def _probe_list(args: argparse.Namespace, box: Any) -> ExitCode:
@@ -443,14 +486,15 @@ def _probe_read(args: argparse.Namespace, box: Any) -> ExitCode:
     from remote import probes
     from remote.errors import RemoteFileNotFound, RemoteIsADirectory, RemotePermissionError
     from workbench.engine import running_servers
-    from workbench.engine.recipes import RECIPES, missing_required, params_left_at_init, recipe_of, weights_unmatched
+    from workbench.engine.recipes import RECIPES, VLLM_RECIPES, missing_required, params_left_at_init, recipe_of, \
+        weights_unmatched
 
     if (args.tag is None) == (args.recipe is None):
         raise CliError("give exactly one of --tag TAG or --recipe NAME")
     if args.tag is not None and not probes.TAG_RE.match(args.tag):
         raise CliError(f"--tag {args.tag!r} is not a probe tag (regex {probes.TAG_RE.pattern})")
-    if args.recipe is not None and args.recipe not in RECIPES:
-        raise CliError(f"no probe recipe {args.recipe!r} (recipes: {', '.join(RECIPES)})")
+    if args.recipe is not None and args.recipe not in RECIPES and args.recipe not in VLLM_RECIPES:
+        raise CliError(f"no probe recipe {args.recipe!r} (recipes: {', '.join(dict.fromkeys([*RECIPES, *VLLM_RECIPES]))})")
     if args.log is None and args.port is None:
         raise CliError("give --port N (the running server's lines in its log) or --log FILE [--pgid G]")
     if args.port is not None and args.pgid is not None:
@@ -477,12 +521,19 @@ def _probe_read(args: argparse.Namespace, box: Any) -> ExitCode:
         launch = f"launch pgid {pgid}"
 
     journal = probes.list_probes(box, timeout=args.timeout)
+    recipe_engine = "sglang"
     if args.recipe:
         mine = [p for p in journal if recipe_of(p) == args.recipe]
-        suffixes = {rp.exprs: rp.suffix for rp in RECIPES[args.recipe].probes}
+        # whose recipe: the engine whose probe expressions the journal holds (else the only one that has it)
+        vllm_exprs = {rp.exprs for rp in VLLM_RECIPES[args.recipe].probes} if args.recipe in VLLM_RECIPES else set()
+        if (mine and all(p.exprs in vllm_exprs for p in mine)) or args.recipe not in RECIPES:
+            recipe_engine = "vllm"
+        table = VLLM_RECIPES if recipe_engine == "vllm" else RECIPES
+        suffixes = {rp.exprs: rp.suffix for rp in table[args.recipe].probes}
+        mine = [p for p in mine if p.exprs in suffixes]
         bases = [p.tag[: len(p.tag) - len(suffixes[p.exprs])] for p in mine if p.tag.endswith(suffixes[p.exprs])]
         base = bases[0] if bases else args.recipe
-        targets: list = mine or [args.recipe + rp.suffix for rp in RECIPES[args.recipe].probes]
+        targets: list = mine or [args.recipe + rp.suffix for rp in table[args.recipe].probes]
     else:
         targets = [next((p for p in journal if p.tag == args.tag), args.tag)]
         base = None
@@ -500,7 +551,7 @@ def _probe_read(args: argparse.Namespace, box: Any) -> ExitCode:
     result = None
     missing: list = []
     if args.recipe:
-        missing = missing_required(args.recipe, readings, tag=base)
+        missing = missing_required(args.recipe, readings, tag=base, engine=recipe_engine)
         if args.recipe == "draft-weights-unmatched":
             result = {"unmatched": weights_unmatched(readings)}
         elif args.recipe == "draft-params-at-init":
@@ -638,9 +689,13 @@ def add_parser(sub: Any) -> None:
     q.add_argument("--recipe", help="a named probe on the EAGLE-3 code path (see `workbench probe recipes`)")
     q.add_argument("--target-arch", default="LlamaForCausalLM", help="with --recipe: the target's architecture")
     q.add_argument("--draft-arch", default="LlamaForCausalLMEagle3", help="with --recipe: the draft's architecture")
+    q.add_argument("--method", help="with --recipe on vLLM: the --speculative-config method the draft class is "
+                                    "looked up for (default: the running server's, else eagle3)")
     add_json_option(q, "the probe added")
 
     q = probe_sub.add_parser("recipes", help="the named probes on the EAGLE-3 code path")
+    q.add_argument("--engine", choices=("sglang", "vllm"), help="whose recipes: SGLang's (default; also the "
+                                                                 "sandbox box's) or vLLM's")
     add_json_option(q, "the recipes")
     set_command(q, _probe_recipes)
 

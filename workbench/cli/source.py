@@ -9,8 +9,11 @@
 
 BOX is ``--host SPEC`` (default local) with ``--python P`` (the interpreter that runs the
 server), ``--port N`` (take the server running on that port), ``--package PKG``
-(``workbench.sandbox`` for the sandbox box's engine) or ``--engine-root DIR`` (that sglang package
-directory, e.g. another release's unpacked wheel); ``--timeout S`` for each box call (default 30).
+(``workbench.sandbox`` for the sandbox box's engine, ``vllm`` for vLLM) or ``--engine-root DIR``
+(that sglang or vllm package directory, e.g. another release's unpacked wheel); ``--timeout S`` for
+each box call (default 30). On vLLM, ``map`` / ``scan`` read vLLM's code path
+(:mod:`workbench.engine.codepath_vllm`); ``--aux-ids`` are then the draft config's nested
+``eagle_config.eagle_aux_hidden_state_layer_ids`` (SGLang's layout, which vLLM's V1 runner reads).
 Exit codes: 0 done, 2 the command could not run (bad arguments, no engine, unreachable box).
 """
 
@@ -52,7 +55,8 @@ def _run(args: argparse.Namespace) -> ExitCode:
     (``EngineNotFound``, ``SourceLookupError``, ``CheckpointError``, ``LaunchCommandError``, the box
     layer's ``RemoteError``): the command line prints each as one line, exit 2."""
     from workbench.engine import find_engine
-    from workbench.engine.codepath import code_path_map, map_for_launch
+    from workbench.engine.codepath import code_path_map
+    from workbench.engine.codepath_vllm import map_for_engine
     from workbench.engine.launch import LaunchCommand
     from workbench.rules.engine_source import scan_swallowed
 
@@ -93,6 +97,9 @@ def _run(args: argparse.Namespace) -> ExitCode:
             notes: list[str] = []
             explicit = any(v is not None for v in (args.target_arch, args.draft_arch, args.aux_ids, args.num_layers))
             deployment = launch or (LaunchCommand.parse(engine.launch) if engine.launch else None)
+            is_vllm = getattr(engine, "engine", "sglang") == "vllm"
+            if is_vllm:
+                from workbench.engine.codepath_vllm import vllm_code_path_map
             if deployment is not None and not explicit:
                 # relative model paths: against the running server's cwd, else --cwd (default: this
                 # directory on the local box, the login directory over SSH), as `workbench doctor` does
@@ -103,8 +110,14 @@ def _run(args: argparse.Namespace) -> ExitCode:
                 # the running server's own environment decides the EAGLE worker (SGLANG_ENABLE_SPEC_V2)
                 environ = read_environ(box, engine.server_pid, timeout=args.timeout) \
                     if launch is None and engine.server_pid else None
-                cmap = map_for_launch(box, src, deployment, cwd=cwd, timeout=args.timeout, notes=notes,
-                                      environ=environ)
+                cmap = map_for_engine(box, src, deployment, engine=getattr(engine, "engine", "sglang"), cwd=cwd,
+                                      timeout=args.timeout, notes=notes, environ=environ)
+            elif is_vllm:
+                kw = {k: v for k, v in (("target_arch", args.target_arch), ("draft_arch", args.draft_arch),
+                                        ("num_layers", args.num_layers)) if v is not None}
+                if args.aux_ids is not None:
+                    kw["draft_config"] = {"eagle_config": {"eagle_aux_hidden_state_layer_ids": list(args.aux_ids)}}
+                cmap = vllm_code_path_map(src, **kw)
             else:
                 kw = {k: v for k, v in (("target_arch", args.target_arch), ("draft_arch", args.draft_arch),
                                         ("aux_ids", args.aux_ids), ("num_layers", args.num_layers)) if v is not None}

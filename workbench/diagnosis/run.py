@@ -43,7 +43,7 @@ from workbench.diagnosis.ledger import Evidence, Ledger
 from workbench.doctor import DoctorError, run_doctor
 from workbench.engine.codepath import CodePathMap, code_path_map
 from workbench.engine.launch import LaunchCommand
-from workbench.engine.recipes import (RECIPES, add_recipes, missing_required, params_left_at_init, read_recipes,
+from workbench.engine.recipes import (RECIPES, VLLM_RECIPES, recipes_for, add_recipes, missing_required, params_left_at_init, read_recipes,
                                       recipe_probes, weights_unmatched)
 from workbench.engine.source import EngineSource
 from workbench.errors import DiagnosisError, FigureInputError, LaunchRefused, SourceLookupError
@@ -632,14 +632,29 @@ class DiagnosisRun(BoxSession):
             kw["env"] = {**(self.inventory.server_env or {}), **dict(launch.env)} if launch is not None else \
                 self.inventory.server_env
             kw["launch_args"] = list(launch.arg_tokens) if launch is not None else None
-            self._code_path = code_path_map(src, **kw)
+            if self._engine_kind() == "vllm":
+                # vLLM's own code path: the draft's class and whole config from --speculative-config, the
+                # model runner from the server's environment (workbench.engine.codepath_vllm)
+                from workbench.engine.codepath_vllm import vllm_map_for_launch
+
+                self._code_path = vllm_map_for_launch(self.box, src, self.inventory.resolved or launch,
+                                                      cwd=self.inventory.server_cwd, timeout=30, notes=self.notes,
+                                                      environ=self.inventory.server_env)
+            else:
+                self._code_path = code_path_map(src, **kw)
         return self._code_path
+
+    def _engine_kind(self) -> str:
+        """``"vllm"`` when the box's engine package is vLLM, else ``"sglang"`` (SGLang and the
+        sandbox's mirror of it): whose code-path map and probe recipes the probe step uses."""
+        return "vllm" if (self.inventory.engine_package or "").split(".")[0] == "vllm" else "sglang"
 
     def _recipes_for(self, suspects: list[str]) -> list[str]:
         names = [PROBE_RECIPE]
         for hid in suspects:
             names += [p for p in self.specs[hid].probes if p not in names]
-        return [n for n in names if n in RECIPES]
+        table = recipes_for(self._engine_kind())
+        return [n for n in names if n in table]
 
     def probe(self) -> StepResult | None:
         """One probe launch showing the mechanism of the suspects on the engine's own code path:
@@ -742,8 +757,11 @@ class DiagnosisRun(BoxSession):
             "observed_widths": sorted({s[-1] for s in widths if s}),
             "lines": {tag: [r.log_line for r in rs] for tag, rs in readings.items()},
         }
-        cap = [_literal(r.raw.get("self.layers_to_capture")) for r in readings.get("target-capture-layers", [])
-               if not r.error]
+        # SGLang: the layer inputs the target tests (``self.layers_to_capture``); vLLM: the layers its
+        # model keeps (``self.aux_hidden_state_layers``: the hidden state after k layers)
+        cap = [_literal(r.raw.get("self.layers_to_capture", r.raw.get("self.aux_hidden_state_layers")))
+               for r in readings.get("target-capture-layers", [])
+               if not r.error and ("self.layers_to_capture" in r.raw or "self.aux_hidden_state_layers" in r.raw)]
         if cap:
             out["captured_layers"] = cap[0]
         d2t = [r.raw for r in readings.get("draft-d2t", []) if not r.error]
@@ -1605,12 +1623,14 @@ class DiagnosisRun(BoxSession):
 
 def d2t_words(raw: dict) -> str:
     """The ``draft-d2t`` probe's readings (``{expression: printed text}``, the expressions of
-    :data:`workbench.engine.recipes.RECIPES` ``["draft-d2t"]`` in their order: is-None, shape,
-    first 8 ids, last 4 ids) in plain words: ``"hot token map (d2t) loaded: no (draft token ids
+    :data:`workbench.engine.recipes.RECIPES` ``["draft-d2t"]`` — or, on vLLM, of
+    :data:`workbench.engine.recipes.VLLM_RECIPES` ``["draft-d2t"]`` (its ``draft_id_to_target_id``) —
+    in their order: is-None, shape, first 8 ids, last 4 ids) in plain words: ``"hot token map (d2t) loaded: no (draft token ids
     are used as target ids as they are)"``, or ``"hot token map (d2t) loaded: yes, shape (128,),
     ids [..] … [..]"``. A reading that is not there is said so, never guessed."""
-    exprs = RECIPES["draft-d2t"].probes[0].exprs
-    is_none, shape, head, tail = (_literal(raw.get(e)) for e in exprs)
+    exprs = next((r["draft-d2t"].probes[0].exprs for r in (RECIPES, VLLM_RECIPES)
+                  if r["draft-d2t"].probes[0].exprs[0] in raw), RECIPES["draft-d2t"].probes[0].exprs)
+    is_none, shape, head, tail = (_literal(raw.get(e)) for e in exprs[:4])
     if is_none is True or is_none == "True":
         return "hot token map (d2t) loaded: no (draft token ids are used as target ids as they are)"
     if is_none is False or is_none == "False":

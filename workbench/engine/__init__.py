@@ -18,13 +18,16 @@
   target's aux-layer offset rule evaluated from the box's own code);
 - :mod:`.codepath` — the EAGLE-3 code-path map (file, line, what happens there) and the swallowed
   errors on it;
-- :mod:`.recipes` — named probe recipes anchored on the map.
+- :mod:`.codepath_vllm` — vLLM's EAGLE-3 code-path map, read from the installed ``vllm`` package
+  (same :class:`CodePathMap` form, ``engine="vllm"``);
+- :mod:`.recipes` — named probe recipes anchored on the map (SGLang's and vLLM's).
 
 Layering: imports :mod:`remote`, :mod:`workbench.checkpoint` and :mod:`workbench.errors` only.
 Order inside: flags, flag_table ← launch ← source ← (modelled, locate) ← codepath ← recipes.
 """
 
 from workbench.engine.codepath import CodePathMap, PathEntry, code_path_map, map_for_launch
+from workbench.engine.codepath_vllm import map_for_engine, vllm_code_path_map, vllm_map_for_launch
 from workbench.engine.flags import FLAGS, SGLANG_VERSION
 from workbench.engine.launch import LaunchCommand, SpeculativeConfig, canonical_flag, normalise_method, parse_launch_command
 from workbench.engine.locate import (
@@ -41,6 +44,8 @@ from workbench.engine.locate import (
 )
 from workbench.engine.recipes import (
     RECIPES,
+    VLLM_RECIPES,
+    recipes_for,
     ParamsAtInit,
     ProbeSpec,
     Recipe,
@@ -59,7 +64,8 @@ __all__ = [
     "LaunchCommand", "LaunchCommandError", "SpeculativeConfig", "SpeculativeConfigError", "normalise_method", "canonical_flag", "parse_launch_command", "FLAGS", "SGLANG_VERSION",
     "EngineInfo", "EngineNotFound", "find_engine", "engine_package", "is_launch_argv", "read_environ",
     "running_servers", "choose_server", "ServerChoiceError", "server_python", "LOCATE_ENGINE_SCRIPT", "EngineSource", "SourceLookupError", "CaptureRule", "Definition",
-    "SourceExcerpt", "CodePathMap", "PathEntry", "code_path_map", "map_for_launch", "RECIPES", "Recipe",
+    "SourceExcerpt", "CodePathMap", "PathEntry", "code_path_map", "map_for_launch", "map_for_engine",
+    "vllm_code_path_map", "vllm_map_for_launch", "RECIPES", "VLLM_RECIPES", "recipes_for", "Recipe",
     "ProbeSpec", "recipe_probe", "add_recipe", "add_recipes", "read_recipes", "missing_required",
     "weights_unmatched", "ParamsAtInit", "params_left_at_init",
 ]

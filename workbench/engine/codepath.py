@@ -131,7 +131,11 @@ class PathEntry:
 class CodePathMap:
     """The map for one engine: ``root``/``version`` of the package, ``entries`` in path order,
     the ``target_arch``/``draft_arch`` the model-specific entries were read for; ``worker``: the
-    EAGLE worker the draft-worker entries were read in (:func:`eagle_worker`)."""
+    EAGLE worker the draft-worker entries were read in (:func:`eagle_worker`); ``engine``:
+    ``"sglang"`` (this module's map, also the sandbox's mirror of SGLang) or ``"vllm"``
+    (:func:`workbench.engine.codepath_vllm.vllm_code_path_map`); ``runner``: vLLM's model runner
+    (``"v1"`` / ``"v2"``) the runner-specific entries were chosen for (``None`` on SGLang);
+    ``method``: vLLM's speculative method the draft's class was looked up for (``None`` on SGLang)."""
 
     root: str
     version: Optional[str]
@@ -139,6 +143,9 @@ class CodePathMap:
     draft_arch: str
     entries: list[PathEntry] = field(default_factory=list)
     worker: Optional["WorkerChoice"] = None
+    engine: str = "sglang"
+    runner: Optional[str] = None
+    method: Optional[str] = None
 
     def entry(self, key: str) -> PathEntry:
         """The entry ``key``; raises ``KeyError`` naming the known keys."""
@@ -152,12 +159,14 @@ class CodePathMap:
         return [e.key for e in self.entries if not e.found]
 
     def to_dict(self) -> dict:
-        return {"root": self.root, "version": self.version, "target_arch": self.target_arch,
+        return {"engine": self.engine, "root": self.root, "version": self.version, "target_arch": self.target_arch,
                 "draft_arch": self.draft_arch, "worker": self.worker.to_dict() if self.worker else None,
-                "entries": [e.to_dict() for e in self.entries]}
+                "runner": self.runner, "method": self.method, "entries": [e.to_dict() for e in self.entries]}
 
     def to_text(self) -> str:
-        rows = [f"EAGLE-3 code path: {self.root} (version {self.version or 'unknown'}; "
+        engine = "" if self.engine == "sglang" else f" ({self.engine}" + (
+            f", {self.runner.upper()} model runner)" if self.runner else ")")
+        rows = [f"EAGLE-3 code path{engine}: {self.root} (version {self.version or 'unknown'}; "
                 f"target {self.target_arch}, draft {self.draft_arch})"]
         if self.worker is not None:
             rows.append(f"draft worker: {self.worker.cls} ({self.worker.file}): {self.worker.why}")
@@ -1374,7 +1383,7 @@ def swallowed_on_path(src: EngineSource, cmap: CodePathMap) -> list[Swallowed]:
                     fallback="; ".join(_seg(text, s) for s in h.body),
                     about="the draft's eagle_config" if "eagle_config" in reads else "its try block"))
     for e in cmap.entries:
-        if not e.found or not e.silent or e.key == "eagle-config-read":
+        if not e.found or not e.silent or (e.key == "eagle-config-read" and cmap.engine == "sglang"):
             continue
         lines = (src.read(src.rel(e.file)) or "").splitlines()
         for line in (e.line,) + e.also:
@@ -1385,3 +1394,4 @@ def swallowed_on_path(src: EngineSource, cmap: CodePathMap) -> list[Swallowed]:
             out.append(Swallowed("fallback", e.file, line, e.function, posixpath.relpath(e.file, src.root),
                                  code=code, what=e.what, detail=e.detail))
     return out
+

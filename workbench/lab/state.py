@@ -194,11 +194,11 @@ class BoxState:
         return key, self._sources[key]
 
     def code_path(self, notes: Optional[list[str]] = None):
-        """The code-path map for the running launch (:func:`workbench.engine.codepath.map_for_launch`
-        with the server's argv, cwd and environment), cached per pid and :meth:`source_stamp`: its
+        """The code-path map for the running launch (:func:`workbench.engine.codepath_vllm.map_for_engine`:
+        SGLang's or vLLM's, with the server's argv, cwd and environment), cached per pid and :meth:`source_stamp`: its
         lines are those of the files as they are now (with the probes in them, if any: each such
         entry's ``note`` says so); ``notes`` collects what could not be read (configs)."""
-        from workbench.engine.codepath import map_for_launch
+        from workbench.engine.codepath_vllm import map_for_engine
 
         key, source = self._source_now()
         server = self._need_server()
@@ -206,8 +206,8 @@ class BoxState:
             self._maps = {k: v for k, v in self._maps.items() if k[0] != key[0]}
             launch = LaunchCommand.parse(list(server.argv))
             environ = read_environ(self.box, server.pid, timeout=self.timeout)
-            self._maps[key] = map_for_launch(self.box, source, launch, cwd=server.cwd, timeout=self.timeout,
-                                             notes=notes, environ=environ)
+            self._maps[key] = map_for_engine(self.box, source, launch, engine=getattr(self.engine(), "engine", "sglang"),
+                                             cwd=server.cwd, timeout=self.timeout, notes=notes, environ=environ)
         return self._maps[key]
 
     def log_path(self) -> Optional[str]:
