@@ -261,7 +261,7 @@ def test_doctor_running_reads_the_server_command_line(models, tmp_path, cli):
         proc.wait(timeout=10)
     code, _, err = cli("doctor", "--running", "--port", str(port))
     assert code == 2
-    assert f"no SGLang server running on local on port {port}" in err
+    assert f"no SGLang or vLLM server running on local on port {port}" in err
 
 
 def test_doctor_over_ssh(models, ssh_env, cli):

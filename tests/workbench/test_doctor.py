@@ -151,9 +151,10 @@ def test_real_speculators_config_is_not_read_by_sglang(box, tmp_path, sglang_sou
     rep = doctor(box, launch(t, d), sglang_source)
     # SGLang 0.5.23 reads neither the speculators format nor a top-level id list, and its
     # Mistral3ForConditionalGeneration (mistral.py, a LlavaForConditionalGeneration) has no
-    # set_eagle3_layers_to_capture: all real findings for that engine.
-    assert serious(rep) == [("aux-config-unread", "warning"), ("target-no-aux-capture", "error"),
-                            ("unknown-draft-architecture", "error")], rep.to_text()
+    # set_eagle3_layers_to_capture: all real findings for that engine (draft-format-unread names
+    # the layout SGLang has no reader for: no "speculators" anywhere under its srt/).
+    assert serious(rep) == [("aux-config-unread", "warning"), ("draft-format-unread", "error"),
+                            ("target-no-aux-capture", "error"), ("unknown-draft-architecture", "error")], rep.to_text()
     f = by_rule(rep, "aux-config-unread")
     assert f.evidence["eagle_aux_hidden_state_layer_ids (top level)"]["value"] == [2, 44, 85]
     assert "[2, 44, 85]" in f.fix

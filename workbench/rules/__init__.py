@@ -8,6 +8,8 @@ Families, in the order the doctor runs and the catalogue lists them:
 - :mod:`.readability` — can the models the command names be read at all;
 - :mod:`.configs` — the draft's config against the target's and the engine's draft classes;
 - :mod:`.aux_layers` — aux hidden-state capture: which target layers feed the draft;
+- :mod:`.cross_engine` — a draft made for one engine served on the other (aux-id convention, draft
+  layout, vLLM's method), and vLLM's own start-up faults;
 - :mod:`.weights` — the draft's tensors against what ``load_weights`` keeps, and the token map;
 - :mod:`.engine_source` — what the engine source on the box does with the draft;
 - :mod:`.runtime` — what the running server measures (runtime rules, run on a measurement).
@@ -22,7 +24,7 @@ and :mod:`remote.errors`.
 """
 
 from workbench.errors import RuleInputError
-from workbench.rules import aux_layers, configs, engine_source, launch_flags, readability, runtime, weights
+from workbench.rules import aux_layers, configs, cross_engine, engine_source, launch_flags, readability, runtime, weights
 from workbench.rules.aux_layers import (
     aux_config_unread,
     aux_count_mismatch,
@@ -38,6 +40,12 @@ from workbench.rules.configs import (
     rope_mismatch,
     unknown_draft_architecture,
     vocab_size_mismatch,
+)
+from workbench.rules.cross_engine import (
+    aux_id_convention,
+    draft_format_unread,
+    method_draft_mismatch,
+    vllm_console_script_broken,
 )
 from workbench.rules.engine_source import norm_flags_unsupported, scan_swallowed, swallowed_config_error
 from workbench.rules.facts import Facts
@@ -55,7 +63,7 @@ from workbench.rules.runtime import acceptance_collapsed
 from workbench.rules.weights import check_draft_weights, check_token_map, weight_shape_mismatch
 
 #: The family modules, in the order the doctor runs them and the catalogue lists them.
-FAMILY_MODULES = (launch_flags, readability, configs, aux_layers, weights, engine_source, runtime)
+FAMILY_MODULES = (launch_flags, readability, configs, aux_layers, cross_engine, weights, engine_source, runtime)
 REGISTRY.arrange([m.FAMILY.name for m in FAMILY_MODULES])
 #: Every rule id, in catalogue order.
 RULE_IDS = REGISTRY.ids
@@ -67,5 +75,6 @@ __all__ = [
     "draft_config_vs_tensors", "aux_layer_ids_invalid", "weight_shape_mismatch", "hidden_size_mismatch", "vocab_size_mismatch", "context_length_mismatch", "rope_mismatch", "target_no_aux_capture",
     "aux_config_unread", "aux_layer_ids_out_of_range", "aux_layer_offset_convention", "aux_count_mismatch",
     "check_draft_weights", "check_token_map", "norm_flags_unsupported", "swallowed_config_error", "scan_swallowed",
-    "acceptance_collapsed",
+    "acceptance_collapsed", "aux_id_convention", "draft_format_unread", "method_draft_mismatch",
+    "vllm_console_script_broken",
 ]

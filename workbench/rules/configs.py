@@ -22,7 +22,7 @@ from workbench.rules.facts import Facts
 from workbench.rules.finding import Finding, ev
 from workbench.rules.fix import DraftRepair, Fix
 from workbench.rules.launch_flags import int_flag
-from workbench.rules.registry import Family, HypothesisSpec
+from workbench.rules.registry import ALL_ENGINES, Family, HypothesisSpec
 
 __all__ = ["FAMILY", "LLAMA_ROPE_THETA", "unknown_draft_architecture", "draft_config_vs_tensors",
            "hidden_size_mismatch", "vocab_size_mismatch", "context_length_mismatch", "rope_mismatch"]
@@ -217,7 +217,7 @@ def draft_config_vs_tensors(facts: Facts) -> list[Finding]:
                     + f" in {draft.config_path}", prevents_start=stops)]
 
 
-@FAMILY.rule("hidden-size-mismatch", severities=("error",), prevents_start="depends",
+@FAMILY.rule("hidden-size-mismatch", engines=ALL_ENGINES, severities=("error",), prevents_start="depends",
              summary="draft target_hidden_size (else hidden_size) ≠ the target's hidden size (text config for "
                      "multimodal targets)",
              fix="use the draft trained for this target")
@@ -260,7 +260,7 @@ def hidden_size_mismatch(facts: Facts) -> list[Finding]:
                     "use the draft trained for this target")]
 
 
-@FAMILY.rule("vocab-size-mismatch", severities=("error",),
+@FAMILY.rule("vocab-size-mismatch", engines=ALL_ENGINES, severities=("error",),
              summary="draft vocab_size ≠ target vocab_size",
              fix="use the draft trained for this target's tokenizer")
 def vocab_size_mismatch(facts: Facts) -> list[Finding]:
@@ -278,7 +278,7 @@ def vocab_size_mismatch(facts: Facts) -> list[Finding]:
                     "use the draft trained for this target's tokenizer")]
 
 
-@FAMILY.rule("context-length-mismatch", severities=("warning",),
+@FAMILY.rule("context-length-mismatch", engines=ALL_ENGINES, severities=("warning",),
              summary="draft max_position_embeddings < the context the server will serve (--context-length, else the "
                      "target's max_position_embeddings)",
              fix="raise the draft's max_position_embeddings, or serve a shorter context")
@@ -308,7 +308,7 @@ def context_length_mismatch(facts: Facts) -> list[Finding]:
                     {"draft_max_position_embeddings": ev(dmpe, dmpe_src), "served_context": ev(ctx, csrc)}, fix)]
 
 
-@FAMILY.rule("rope-mismatch", severities=("info",),
+@FAMILY.rule("rope-mismatch", engines=ALL_ENGINES, severities=("info",),
              summary="draft rope_theta or rope_scaling type differ from the target's",
              fix="align them, or confirm training used them")
 def rope_mismatch(facts: Facts) -> list[Finding]:

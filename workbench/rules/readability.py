@@ -16,7 +16,7 @@ from workbench.checkpoint import DraftFacts
 from workbench.rules.facts import Facts, TokenMap, UnreadableInput
 from workbench.rules.finding import Finding, ev
 from workbench.rules.fix import Fix
-from workbench.rules.registry import Family, HypothesisSpec
+from workbench.rules.registry import ALL_ENGINES, Family, HypothesisSpec
 
 __all__ = ["FAMILY", "checkpoint_unreadable", "model_not_on_box", "draft_checkpoint_findings",
            "token_map_unreadable_findings"]
@@ -56,7 +56,7 @@ def token_map_unreadable_findings(draft: DraftFacts, tm: TokenMap | None) -> lis
     return [Finding("checkpoint-unreadable", "error", f"d2t/t2d unreadable: {tm.error}", {"path": draft.path}, None)]
 
 
-@FAMILY.rule("checkpoint-unreadable", severities=("error",), prevents_start="always",
+@FAMILY.rule("checkpoint-unreadable", engines=ALL_ENGINES, severities=("error",), prevents_start="always",
              summary="a model path missing on the box, a config.json missing or not JSON, or a safetensors header "
                      "truncated, over 100 MB, not JSON, with an unknown dtype or data offsets past the end of the file",
              fix="fix the path, or re-export / re-download the checkpoint")
@@ -82,7 +82,7 @@ def checkpoint_unreadable(facts: Facts) -> list[Finding]:
     return out
 
 
-@FAMILY.rule("model-not-on-box", severities=("warning",),
+@FAMILY.rule("model-not-on-box", engines=ALL_ENGINES, severities=("warning",),
              summary="a Hugging Face repo id the box's cache does not hold (the server would download it; the doctor "
                      "cannot check what it would get)",
              fix="download it into the box's Hugging Face cache or pass a local directory")

@@ -35,7 +35,7 @@ from typing import Any, Callable, Iterator, Sequence
 from remote.errors import RemoteError
 from workbench.rules.finding import SEVERITIES, Finding
 
-__all__ = ["Rule", "Family", "Registry", "REGISTRY", "RuleFailure", "KINDS", "START_EFFECTS", "HypothesisSpec"]
+__all__ = ["ALL_ENGINES", "Rule", "Family", "Registry", "REGISTRY", "RuleFailure", "KINDS", "START_EFFECTS", "HypothesisSpec"]
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +47,10 @@ KINDS = ("static", "runtime")
 #: finding of the rule names a fault the engine raises or exits on while it starts up; the registry
 #: marks them), ``depends`` (the check marks each finding by the mechanism it found).
 START_EFFECTS = ("never", "always", "depends")
+
+#: Every engine a launch can run (:attr:`workbench.engine.launch.LaunchCommand.engine`): the
+#: ``engines`` of a rule that holds for both engines' code (``"sandbox"`` stands in for SGLang).
+ALL_ENGINES = ("sglang", "sandbox", "vllm")
 
 #: A static rule's check: ``(facts: workbench.rules.facts.Facts) -> list[Finding]`` (the facts
 #: type is not imported here: the facts import the engine, the registry imports nothing but findings).
@@ -64,7 +68,10 @@ class Rule:
     ``check``: the function (``Facts -> list[Finding]``) for static rules, ``None`` for runtime
     rules (run on a measurement by their own function, named in ``runtime_entry``); ``module``:
     where it is defined; ``prevents_start``: one of :data:`START_EFFECTS`, what the rule's error
-    findings mean for start-up (the launch guard refuses a launch on the ones that prevent it).
+    findings mean for start-up (the launch guard refuses a launch on the ones that prevent it);
+    ``engines``: the engines (:attr:`workbench.engine.launch.LaunchCommand.engine`) whose launches it
+    checks (default SGLang and the sandbox box standing in for it: a rule that encodes SGLang's own
+    code does not run on a vLLM launch; the engine-neutral ones add ``"vllm"``).
     """
 
     id: str
@@ -78,6 +85,7 @@ class Rule:
     module: str = ""
     runtime_entry: str | None = None
     prevents_start: str = "never"
+    engines: tuple[str, ...] = ("sglang", "sandbox")
 
     @property
     def severity(self) -> str:
@@ -139,11 +147,13 @@ class Family:
         return fixer
 
     def rule(self, rule_id: str, *, severities: Sequence[str], summary: str, fix: str = "—",
-             kind: str = "static", prevents_start: str = "never") -> Callable[[Check], Check]:
+             kind: str = "static", prevents_start: str = "never",
+             engines: Sequence[str] = ("sglang", "sandbox")) -> Callable[[Check], Check]:
         """Decorator registering the decorated check as rule ``rule_id`` of this family (the
         function is returned unchanged, so it stays callable with a :class:`Facts`).
         ``prevents_start``: one of :data:`START_EFFECTS` (what its error findings mean for
-        start-up; ``always`` needs an ``error`` severity). Raises ``ValueError`` for an unknown
+        start-up; ``always`` needs an ``error`` severity); ``engines``: the engines whose launches it
+        checks (:attr:`Rule.engines`). Raises ``ValueError`` for an unknown
         severity, kind or start effect, a duplicate id or a check without a docstring (the
         docstring is the rule's explanation)."""
 
@@ -154,7 +164,7 @@ class Family:
             self._add(Rule(rule_id, self.name, tuple(severities), summary, explanation, fix,
                            check if kind == "static" else None, kind, check.__module__,
                            f"{check.__module__}.{check.__qualname__}" if kind == "runtime" else None,
-                           prevents_start))
+                           prevents_start, tuple(engines)))
             return check
 
         return register
@@ -251,9 +261,15 @@ class Registry:
         items = [(h, fam) for fam in self.families for h in fam.hypotheses]
         return sorted(items, key=lambda hf: hf[0].order)
 
-    def static(self, family: str | None = None) -> list[Rule]:
-        """The rules the doctor runs (of ``family`` only, when given), in order."""
-        return [r for r in self if r.kind == "static" and (family is None or r.family == family)]
+    def static(self, family: str | None = None, engine: str | None = None) -> list[Rule]:
+        """The rules the doctor runs (of ``family`` only, when given; for a launch of ``engine`` only,
+        when given: :attr:`Rule.engines`), in order."""
+        return [r for r in self if r.kind == "static" and (family is None or r.family == family)
+                and (engine is None or engine in r.engines)]
+
+    def skipped_for(self, engine: str | None) -> list[Rule]:
+        """The static rules that do not check launches of ``engine`` (``[]`` for ``None``)."""
+        return [] if engine is None else [r for r in self if r.kind == "static" and engine not in r.engines]
 
     def run(self, facts: Any, *, family: str | None = None,
             failures: list[RuleFailure] | None = None) -> list[Finding]:
@@ -265,7 +281,8 @@ class Registry:
         does a finding marked ``prevents_start`` by a rule declared ``never``; a rule declared
         ``always`` has its error findings marked here."""
         out: list[Finding] = []
-        for r in self.static(family):
+        engine = getattr(facts, "engine_name", None)
+        for r in self.static(family, engine if isinstance(engine, str) else None):
             try:
                 found = r.check(facts)
             except RemoteError:

@@ -47,7 +47,7 @@ from workbench.rules.facts import Facts, TokenMap
 from workbench.rules.finding import Finding
 from workbench.rules.fix import DraftRepair, Fix, TensorData
 from workbench.rules.readability import draft_checkpoint_findings, token_map_unreadable_findings
-from workbench.rules.registry import Family, HypothesisSpec
+from workbench.rules.registry import ALL_ENGINES, Family, HypothesisSpec
 
 __all__ = ["FAMILY", "LEGACY_NAME_MAP", "STACKED", "MODELLED_ENGINE", "expected_parameters", "map_checkpoint_name",
            "check_token_map", "check_draft_weights", "token_map_summary"]
@@ -352,7 +352,7 @@ def head_dim_mismatch(facts: Facts) -> list[Finding]:
     return consequences_of_config(facts, shape_findings(w, "head-dim-mismatch")) if w is not None else []
 
 
-@FAMILY.rule("token-map-missing", severities=("error",),
+@FAMILY.rule("token-map-missing", engines=ALL_ENGINES, severities=("error",),
              summary="draft_vocab_size < vocab_size and the checkpoint has no d2t",
              fix="export d2t/t2d with the draft")
 def token_map_missing(facts: Facts) -> list[Finding]:
