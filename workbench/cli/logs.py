@@ -1,4 +1,4 @@
-"""``workbench logs``: what an SGLang server log says about acceptance, on any box.
+"""``workbench logs``: what an SGLang or vLLM server log says about acceptance, on any box.
 
     workbench logs FILE [--host SPEC] [--json] [--last N] [--follow SECONDS]
                         [--decode-log-interval N] [--buckets N] [--timeout S]
@@ -18,6 +18,11 @@ keeps reading what the server writes for that long (truncation and rotation hand
 new decode line; Ctrl-C ends it early. ``--decode-log-interval``: the server's value (default 40,
 SGLang's default) for the rule's verify-step count. ``--timeout S``: seconds for each box call
 (default 30).
+
+A vLLM log (vLLM's logger prefix, ``SpecDecoding metrics`` lines: :mod:`workbench.logs.vllm_log`,
+every wording from the V0 engine to 0.32) is summarised from its metrics lines: drafts, draft
+tokens, accepted tokens, accept length (1 + accepted / drafts, bonus included), accept rate and
+per-position acceptance, the printed mean lengths, and the same rule over the drafts.
 
 Exit codes: 0 the log was read and acceptance did not collapse, 1 ``acceptance-collapsed``
 fired, 2 the log could not be read (no such file, a directory, not an SGLang log, an unreachable
@@ -42,7 +47,7 @@ __all__ = ["add_parser", "main", "render_text"]
 
 def add_parser(sub: Any) -> None:
     """Register ``workbench logs`` on the CLI's subparsers (``argparse`` ``add_subparsers()``)."""
-    p = sub.add_parser("logs", help="accept length, accept rate and throughput from an SGLang server log",
+    p = sub.add_parser("logs", help="accept length, accept rate and throughput from an SGLang or vLLM server log",
                        description=__doc__.split("\n\n")[0] + "\n\n" + __doc__.split("\n\n", 2)[2],
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("file", metavar="FILE", help="the server's log file on the box")
@@ -72,6 +77,7 @@ def _run(args: argparse.Namespace) -> ExitCode:
     read) and what connecting raises."""
     from remote.errors import RemoteError, RemoteFileNotFound, RemoteIsADirectory
     from workbench.logs import LogFollower, LogScanner, parse_log_line, read_box, tail_bytes
+    from workbench.logs.vllm_log import VllmLogReader
 
     box = open_box(args)
     path = args.file
@@ -87,27 +93,41 @@ def _run(args: argparse.Namespace) -> ExitCode:
             raise CliError(f"{where} is not a regular file")
         scanner = LogScanner()
         follower = None
+        vllm = None
         if args.last:
             data, end = tail_bytes(box, path, args.last, timeout=args.timeout, end=st.size)
-            scanner.feed(data)
+            vllm = VllmLogReader(offset=end - len(data))
+            both = _Both(scanner, vllm)
+            both.feed(data)
             source = f"last {args.last} lines of {where}"
         elif args.follow:
             end = st.size
             source = f"{where}, from byte {end}"
         else:
-            end = read_box(box, path, scanner, timeout=args.timeout, end=st.size)
+            vllm = VllmLogReader()
+            both = _Both(scanner, vllm)
+            end = read_box(box, path, both, timeout=args.timeout, end=st.size)
             source = where
         if args.follow:
             held = scanner.held_length                     # the follower reads it whole (capped)
             scanner.drop_held()
+            if vllm is not None:
+                vllm.finish()                              # (a partial last line is read again by the follower)
+                vllm.records = [r for r in vllm.records if (r.offset or 0) < end - held]
+            else:
+                vllm = VllmLogReader(offset=end - held)
+            vllm.offset, vllm.bytes, vllm._held = end - held, 0, b""
+            both = _Both(scanner, vllm)
             follower = LogFollower(box, path, offset=end - held, timeout=args.timeout)
             started = time.monotonic()
-            _follow(follower, scanner, args, parse_log_line)
+            _follow(follower, both, args, parse_log_line)
             source += f", followed {time.monotonic() - started:.0f} s of {args.follow:g} s"
         else:
             scanner.finish()
+        vllm.finish()
         summary = scanner.summary(source=source, buckets=args.buckets, decode_log_interval=args.decode_log_interval,
                                   events=follower.events if follower else ())
+        vsum = vllm.summary(source=source)
     except RemoteIsADirectory as exc:
         raise CliError(f"{where} is a directory, not a log file") from exc
     except RemoteFileNotFound as exc:
@@ -116,13 +136,17 @@ def _run(args: argparse.Namespace) -> ExitCode:
         raise CliError(f"cannot read {where}: {exc}") from exc
     finally:
         box.close()
+    if vsum.looks_like_log and not (summary.decode_lines or summary.prefill_lines):
+        return _vllm_result(vsum, args, path)
     if not summary.looks_like_log:
         if not summary.bytes:
             if not args.follow:
                 raise CliError(f"{where} is empty: no log line yet")
         else:
-            raise CliError(f"{where} is not an SGLang server log: none of its {summary.lines} lines opens with "
-                           "SGLang's [YYYY-mm-dd HH:MM:SS] prefix or is a Decode/Prefill batch line")
+            raise CliError(f"{where} is not an SGLang server log, nor a vLLM one: none of its {summary.lines} lines opens "
+                           "with SGLang's [YYYY-mm-dd HH:MM:SS] prefix or is a Decode/Prefill batch line, nor carries "
+                           "vLLM's logger prefix ((PROCESS pid=N) LEVEL MM-DD HH:MM:SS [file.py:N]) or a "
+                           "'SpecDecoding metrics' line")
     out = summary.to_dict()
     if summary.accept_rate is not None:
         from workbench.logs.formats import accept_rate_meanings
@@ -132,6 +156,78 @@ def _run(args: argparse.Namespace) -> ExitCode:
     out["path"] = path
     print(json.dumps(out, indent=2) if args.json else render_text(summary))
     return ExitCode.FAILURE if summary.collapsed else ExitCode.OK
+
+
+class _Both:
+    """Feeds the same bytes to the SGLang scanner and the vLLM reader (one read of the file)."""
+
+    def __init__(self, scanner: Any, vllm: Any) -> None:
+        self.scanner, self.vllm = scanner, vllm
+
+    def feed(self, data: bytes) -> None:
+        self.scanner.feed(data)
+        self.vllm.feed(data)
+
+
+def _vllm_result(vsum: Any, args: argparse.Namespace, path: str) -> ExitCode:
+    """Print what a vLLM log says (:func:`render_vllm_text` or JSON) and apply the
+    ``acceptance-collapsed`` rule to its accept length over its drafts (verify steps)."""
+    from workbench.rules.runtime import acceptance_collapsed
+
+    findings = []
+    if vsum.accept_length is not None and vsum.drafts:
+        findings = acceptance_collapsed({"accept_length": vsum.accept_length, "verify_steps": vsum.drafts},
+                                        source=f"{vsum.source}: 1 + accepted / drafts over "
+                                               f"{len(vsum.spec_lines)} 'SpecDecoding metrics' lines")
+    out = vsum.to_dict()
+    out["findings"] = [f.to_dict() if hasattr(f, "to_dict") else f for f in findings]
+    out["collapsed"] = bool(findings)
+    out["host"] = args.host
+    out["path"] = path
+    print(json.dumps(out, indent=2, default=str) if args.json else render_vllm_text(vsum, findings))
+    return ExitCode.FAILURE if findings else ExitCode.OK
+
+
+def render_vllm_text(s: Any, findings: Sequence[Any] = ()) -> str:
+    """The plain-text report of a :class:`workbench.logs.vllm_log.VllmLogSummary` (what ``workbench
+    logs`` prints for a vLLM log without ``--json``)."""
+    lines = [f"{s.source}: {s.lines:,} lines ({s.vllm_lines:,} with vLLM's logger prefix)"]
+    words = ", ".join(f"{k} {v}" for k, v in s.wordings.items())
+    lines.append("engine        vLLM" + (f"; metrics-line wordings: {words}" if words else ""))
+    if s.first:
+        lines.append(f"time span     {s.first} -> {s.last} (vLLM's timestamps have no year)")
+    n = len(s.spec_lines)
+    lines.append(f"speculative   {'yes' if n else 'no'}: {n} 'SpecDecoding metrics' line(s)"
+                 + (" (V0 'Speculative metrics', cumulative counts)" if s.cumulative else ""))
+    if s.drafts is not None:
+        lines.append(f"drafts        {s.drafts:,} (verify steps with drafts, recovered per line), draft tokens "
+                     f"{s.drafted:,}, accepted {s.accepted:,}" + (f", emitted {s.emitted:,}" if s.emitted is not None else ""))
+    if s.accept_length is not None:
+        lines.append(f"accept length {s.accept_length:.3f}  (tokens per verify step, bonus included: "
+                     + ("emitted / drafts)" if s.cumulative else "1 + accepted / drafts; vLLM's mean acceptance length)"))
+    if s.accept_rate is not None:
+        lines.append(f"accept rate   {s.accept_rate:.3f}  (accepted / draft tokens: correct / proposed drafts)")
+    if s.per_position:
+        pos = ", ".join(f"k={k} {p:.3f} ({c})" for k, (p, c) in enumerate(zip(s.per_position, s.per_position_accepted), 1))
+        lines.append(f"per position  P(accepted >= k): {pos}")
+    if s.mean_acceptance_length:
+        m = s.mean_acceptance_length
+        lines.append(f"printed mean acceptance length per line: min {m['min']:.2f}, median {m['median']:.2f}, "
+                     f"max {m['max']:.2f}, last {m['last']:.2f} ({m['count']} lines)")
+    if s.generation_throughput:
+        busy = [v for v in s.generation_throughput if v > 0]
+        if busy:
+            lines.append(f"gen tok/s     median {sorted(busy)[len(busy) // 2]:.1f} over {len(busy)} busy "
+                         "'Avg generation throughput' lines")
+    for p in s.problems:
+        lines.append(f"problem: {p}")
+    for note in s.notes:
+        lines.append(f"note: {note}")
+    for f in findings:
+        lines.append(f"{f.rule} [{f.severity}] {f.message}")
+    if s.accept_length is not None and not findings:
+        lines.append(f"acceptance-collapsed: not fired (accept length {s.accept_length:.3f} over {s.drafts} drafts)")
+    return "\n".join(lines)
 
 
 def _follow(follower: Any, scanner: Any, args: argparse.Namespace, parse_line: Any) -> None:
@@ -149,12 +245,28 @@ def _follow(follower: Any, scanner: Any, args: argparse.Namespace, parse_line: A
                             rec = parse_line(line)
                             if rec is not None and rec.kind == "decode":
                                 print(_progress(rec), flush=True)
+                        elif b"SpecDecoding metrics:" in line or b"Speculative metrics:" in line:
+                            print(_vllm_progress(line), flush=True)
             left = deadline - time.monotonic()
             if left <= 0:
                 break
             time.sleep(min(args.poll, left))
     except KeyboardInterrupt:
         print(f"{args.prog}: stopped following (Ctrl-C)", file=sys.stderr)
+
+
+def _vllm_progress(line: bytes) -> str:
+    """One followed vLLM metrics line, shortened: time, drafts, accepted / drafted, mean length."""
+    from workbench.logs.vllm_log import parse_spec_decoding_line
+
+    rec = parse_spec_decoding_line(line)
+    d, _ = rec.drafts()
+    parts = [rec.when or "-", f"drafts {d if d is not None else '?'}", f"accepted {rec.accepted}/{rec.drafted}"]
+    if rec.mean_acceptance_length is not None:
+        parts.append(f"mean acceptance length {rec.mean_acceptance_length:.2f}")
+    if rec.per_position:
+        parts.append("per position " + ", ".join(f"{p:.3f}" for p in rec.per_position))
+    return "  ".join(parts + [f"({'; '.join(rec.problems)})"] if rec.problems else parts)
 
 
 def _progress(rec: Any) -> str:

@@ -1,4 +1,4 @@
-"""``workbench measure``: acceptance of a running server from every source it offers.
+"""``workbench measure``: acceptance of a running server (SGLang or vLLM) from every source it offers.
 
     workbench measure [--host SPEC] [--port N] [--prompts chat|code|math|default|FILE] [--num-prompts N]
                       [--max-new-tokens N] [--warmup K] [--sources generate,openai,server_info,metrics]
@@ -8,6 +8,12 @@
 Prints one row per source (accept length as SGLang defines it, accepted drafts per verify step,
 the EAGLE papers' τ, accept rate, tokens/s), the per-position acceptance and histogram, and why
 a source was unavailable (``workbench.measure`` has the definitions and their SGLang sources).
+On a vLLM server (detected from the server: no SGLang ``/server_info``, ``/v1/models`` owned by
+``vllm``, ``vllm:`` metrics) the rows come from vLLM's own sources (``workbench.measure.vllm``):
+``openai`` from ``/v1/completions`` with its per-request ``metrics.speculative_decoding`` (a server
+started with ``--per-request-spec-decode-metrics summary``), ``metrics`` from the
+``vllm:spec_decode_*`` counter deltas; accept length = 1 + accepted / drafts (bonus included) and
+per-position acceptance as on SGLang; ``generate`` and ``server_info`` are listed unavailable, with why.
 Over SSH (``--host``) the HTTP goes through a port forward on the box's connection. ``--timeout S``:
 seconds for each request (status reads and the readiness check included) and for opening the port
 forward (default 300). Before measuring, the server must generate (a 1-token check:
@@ -116,7 +122,7 @@ def _server_api_key(box: Any, port: int, *, timeout: float) -> str | None:
 def add_parser(sub: Any) -> None:
     """Register ``workbench measure`` on the CLI's subparsers (``argparse`` ``add_subparsers()``)."""
     p = sub.add_parser("measure", help="accept length from /generate, the OpenAI endpoints, /server_info and "
-                                       "/metrics, warm-up excluded",
+                                       "/metrics (SGLang; vLLM: /v1/completions and its counters), warm-up excluded",
                        description=__doc__.split("\n\n")[0])
     add_box_options(p, timeout=300.0, timeout_help="each request to the server (and opening the port forward)")
     add_port_option(p, "the server's port on the box (default 30000)", default=30000)

@@ -1,4 +1,4 @@
-"""SGLang server logs: parse the scheduler's ``Decode batch`` / ``Prefill batch`` lines of every
+"""Server logs (SGLang; vLLM in :mod:`.vllm_log`): parse the scheduler's ``Decode batch`` / ``Prefill batch`` lines of every
 release from 0.4.0 to 0.5.23, summarize a log of any size fast, tail it, follow it.
 
 Formats (read from the published ``sglang`` wheels; file and function named; samples of each in
@@ -92,6 +92,11 @@ module                what it holds
                       ``_check_file``, ``BLOCK``, ``TAIL_BLOCK``. Imports ``scanner`` and
                       ``summary`` (and :mod:`remote.errors` lazily).
 :mod:`.follow`        :class:`FollowEvent`, :class:`LogFollower`. Imports ``read``.
+:mod:`.vllm_log`      vLLM logs: the ``SpecDecoding metrics`` / ``Speculative metrics`` line of
+                      every wording (V1 0.32 back to 0.8, the V0 engine's cumulative one),
+                      :class:`~.vllm_log.SpecDecodingLine`, :class:`~.vllm_log.VllmLogReader`,
+                      :class:`~.vllm_log.VllmLogSummary` (drafts, accepted, accept length = 1 +
+                      accepted / drafts, per-position acceptance over a window). Standard library only.
 ====================  =========================================================================
 
 Every name below stays importable as ``from workbench.logs import X`` (what
@@ -127,6 +132,13 @@ from workbench.logs.read import (
     tail_bytes,
 )
 from workbench.logs.follow import FollowEvent, LogFollower, ServerLogFollower, TailUpdate
+from workbench.logs.vllm_log import (
+    SpecDecodingLine,
+    VllmLogReader,
+    VllmLogSummary,
+    parse_spec_decoding_line,
+    summarize_spec_lines,
+)
 
 __all__ = [
     "LogRecord", "ParsedLog", "LogAcceptance", "parse_log_line", "parse_log", "acceptance_from_log",
@@ -134,5 +146,6 @@ __all__ = [
     "summarize_bytes", "scan_file", "scan_box", "read_box", "tail_bytes", "tail_box", "epoch_seconds",
     "DEFAULT_DECODE_LOG_INTERVAL", "BLOCK", "TAIL_BLOCK", "read_decode_records", "MAX_LINE", "LineCapper",
     "cap_lines", "cut_length", "DECODE_LINE_FORMATS", "decode_line_format", "correct_draft_rate",
-    "engine_accept_rate",
+    "engine_accept_rate", "SpecDecodingLine", "VllmLogReader", "VllmLogSummary", "parse_spec_decoding_line",
+    "summarize_spec_lines",
 ]

@@ -281,6 +281,18 @@ def auth_headers(api_key: str | None) -> dict[str, str] | None:
     return {"Authorization": f"Bearer {api_key}"} if isinstance(api_key, str) and api_key else None
 
 
+class _NoGenerate(Exception):
+    """``POST /generate`` answered 404: the server has no such endpoint (a vLLM server)."""
+
+
+#: Called with ``(client, base_url, texts, max_new_tokens=, warmup=, timeout=, keep_text=)`` when
+#: ``POST /generate`` answers 404, in order, until one returns an :class:`AcceptanceMeasurement`
+#: (``None``: not its engine). :mod:`workbench.measure.sources` registers the vLLM one at import
+#: (every ``workbench.measure`` import does: the package imports it), so this module needs no
+#: import of it (no cycle).
+NO_GENERATE_HANDLERS: list[Callable[..., "AcceptanceMeasurement | None"]] = []
+
+
 def _post_generate(client: httpx.Client, url: str, prompt: str, max_new_tokens: int,
                    timeout: float) -> tuple[Any, float]:
     payload = {"text": prompt, "sampling_params": {"temperature": 0, "max_new_tokens": max_new_tokens}}
@@ -290,6 +302,8 @@ def _post_generate(client: httpx.Client, url: str, prompt: str, max_new_tokens: 
     except httpx.HTTPError as exc:
         raise AcceptanceError(timeout_message("POST", url, exc, timeout)) from exc
     wall = time.perf_counter() - t0
+    if resp.status_code == 404:
+        raise _NoGenerate(f"POST {url} answered 404: {resp.text[:200]}")
     if resp.status_code != 200:
         raise AcceptanceError(f"POST {url} answered {resp.status_code}: {resp.text[:500]}")
     try:
@@ -351,6 +365,10 @@ def measure_generate(
     generates (``remote.readiness.wait_ready``: ``/health_generate``, else a 1-token ``/generate``),
     while it answers 503 or, when ``alive`` (is the server's process still there?) says so, refuses
     connections, with one progress line on stderr; a server already ready costs one check.
+    On a server without ``/generate`` (404) that is vLLM (:func:`workbench.measure.vllm.detect_engine`)
+    the same measurement is made through ``/v1/completions`` and vLLM's counters
+    (:func:`workbench.measure.sources.measure_generate_vllm`): accept length = 1 + accepted / drafts.
+
     Raises :class:`AcceptanceError` on a connection failure, a non-200 answer, a request with no
     answer within ``timeout`` or a body that is not a ``/generate`` response;
     ``remote.errors.ServerNotReady`` when the server never became ready within ``start_timeout``
@@ -365,35 +383,53 @@ def measure_generate(
     own = client is None
     client = client or httpx.Client(timeout=timeout, trust_env=False, headers=auth_headers(api_key))
     try:
-        if start_timeout is not None:
-            from remote.readiness import wait_ready
-
-            wait_ready(base_url, start_timeout=start_timeout, request_timeout=timeout, alive=alive, client=client,
-                       progress=lambda line: print(line, file=sys.stderr, flush=True))
-        for i in range(warmup):
-            _post_generate(client, url, texts[i % len(texts)], max_new_tokens, timeout)
-        records = []
-        from tqdm.auto import tqdm
-
-        started = time.monotonic()
-        # papermill runbooks ("text"): no bar (its redraws would fill the exported report), one
-        # stdout line when done
-        bar = tqdm(texts, desc="requests", unit="req", disable=progress in (False, "text"), mininterval=1.0,
-                   leave=False)
-        pre = _server_info(client, base_url, timeout) if fetch_server_info else {}
-        steps, draft_tokens = _opt_int(pre.get("speculative_num_steps")), _opt_int(pre.get("speculative_num_draft_tokens"))
-        for i, text in enumerate(bar):
-            body, wall = _post_generate(client, url, text, max_new_tokens, timeout)
-            rec = record_from_response(i, body, wall, url=url, num_steps=steps, num_draft_tokens=draft_tokens)
-            if not keep_text:
-                rec.text = None
-            records.append(rec)
-        info = _server_info(client, base_url, timeout) if fetch_server_info else None
-        if progress == "text":
-            print(f"requests: {len(records)} in {time.monotonic() - started:.1f} s", flush=True)
+        return _measure_generate(client, base_url, url, texts, max_new_tokens=max_new_tokens, warmup=warmup,
+                                 timeout=timeout, fetch_server_info=fetch_server_info, keep_text=keep_text,
+                                 progress=progress, start_timeout=start_timeout, alive=alive)
+    except _NoGenerate as exc:
+        for handler in NO_GENERATE_HANDLERS:
+            result = handler(client, base_url, texts, max_new_tokens=max_new_tokens, warmup=warmup, timeout=timeout,
+                             keep_text=keep_text)
+            if result is not None:
+                return result
+        raise AcceptanceError(f"{exc}: this server has no /generate and is not a vLLM server either "
+                              "(workbench.measure.vllm.detect_engine)") from None
     finally:
         if own:
             client.close()
+
+
+def _measure_generate(client: httpx.Client, base_url: str, url: str, texts: Sequence[str], *, max_new_tokens: int,
+                      warmup: int, timeout: float, fetch_server_info: bool, keep_text: bool, progress: bool | str,
+                      start_timeout: float | None, alive: Callable[[], bool] | None) -> AcceptanceMeasurement:
+    """The body of :func:`measure_generate` on a server with ``/generate`` (raises ``_NoGenerate``
+    on a 404 from it)."""
+    if start_timeout is not None:
+        from remote.readiness import wait_ready
+
+        wait_ready(base_url, start_timeout=start_timeout, request_timeout=timeout, alive=alive, client=client,
+                   progress=lambda line: print(line, file=sys.stderr, flush=True))
+    for i in range(warmup):
+        _post_generate(client, url, texts[i % len(texts)], max_new_tokens, timeout)
+    records = []
+    from tqdm.auto import tqdm
+
+    started = time.monotonic()
+    # papermill runbooks ("text"): no bar (its redraws would fill the exported report), one
+    # stdout line when done
+    bar = tqdm(texts, desc="requests", unit="req", disable=progress in (False, "text"), mininterval=1.0,
+               leave=False)
+    pre = _server_info(client, base_url, timeout) if fetch_server_info else {}
+    steps, draft_tokens = _opt_int(pre.get("speculative_num_steps")), _opt_int(pre.get("speculative_num_draft_tokens"))
+    for i, text in enumerate(bar):
+        body, wall = _post_generate(client, url, text, max_new_tokens, timeout)
+        rec = record_from_response(i, body, wall, url=url, num_steps=steps, num_draft_tokens=draft_tokens)
+        if not keep_text:
+            rec.text = None
+        records.append(rec)
+    info = _server_info(client, base_url, timeout) if fetch_server_info else None
+    if progress == "text":
+        print(f"requests: {len(records)} in {time.monotonic() - started:.1f} s", flush=True)
     return summarize_responses(records, warmup=warmup, max_new_tokens=max_new_tokens, base_url=base_url,
                                server_info=info)
 

@@ -97,17 +97,24 @@ import httpx
 
 from workbench.errors import AcceptanceError, MeasureError, PromptSetError
 from workbench.measure.generate import (
-    RequestRecord, _opt_float, _opt_int, auth_headers, record_from_response, sum_histograms, timeout_message,
+    NO_GENERATE_HANDLERS, AcceptanceMeasurement, RequestRecord, _opt_float, _opt_int, auth_headers,
+    record_from_response, sum_histograms, summarize_responses, timeout_message,
 )
 from workbench.logs.formats import ACCEPT_RATE_DEFINITIONS, correct_draft_rate, decode_line_format
 from workbench.measure.fields import METRIC_NAMES, has_name
 from workbench.measure.prompts import BUILTIN_PROMPT_SETS, load_prompts
+from workbench.measure.vllm import (
+    ENGINE_VLLM, GENERATE_UNAVAILABLE, M_ACCEPTED, M_DRAFT_TOKENS, M_DRAFTS, M_EMITTED_V0, M_PER_POS, NO_PER_REQUEST,
+    SERVER_INFO_UNAVAILABLE, VLLM_METRICS, detect_engine, send_completion, vllm_server,
+)
+from workbench.measure.vllm import M_GEN_TOKENS as V_GEN_TOKENS, M_REQUESTS as V_REQUESTS, _SRC as _VLLM_SRC
 from workbench.rules.runtime import acceptance_collapsed
 
 __all__ = [
     "SOURCES", "BUILTIN_PROMPT_SETS", "MeasureError", "PromptSetError", "SourceAcceptance", "Measurement",
     "load_prompts", "measure", "acceptance_from_counts", "position_acceptance", "record_from_openai",
-    "parse_metrics", "MetricsSnapshot", "format_table", "summarize_records", "avg_accept_lengths",
+    "parse_metrics", "MetricsSnapshot", "format_table", "summarize_records", "avg_accept_lengths", "vllm_counter_row",
+    "measure_vllm", "measure_generate_vllm",
 ]
 
 SOURCES = ("generate", "openai", "server_info", "metrics")
@@ -609,6 +616,14 @@ def measure(
     ``api_key``: the server's ``--api-key`` (sent as ``Authorization: Bearer KEY``, as SGLang requires
     when it is set); ``None``: no header.
 
+    On a vLLM server (no SGLang ``/server_info``; ``/v1/models`` ``owned_by: "vllm"`` or ``vllm:``
+    metrics: :func:`workbench.measure.vllm.detect_engine`) the same rows come from vLLM's own sources
+    (:func:`workbench.measure.vllm.measure_vllm`): ``openai`` from ``/v1/completions`` with the
+    per-request ``metrics.speculative_decoding`` (servers started with
+    ``--per-request-spec-decode-metrics``), ``metrics`` from the ``vllm:spec_decode_*`` counter
+    deltas, each in the same definitions (accept length = 1 + accepted / drafts, bonus included);
+    ``generate`` and ``server_info`` are unavailable there, with the reason.
+
     Raises ``ValueError`` for bad arguments, :class:`PromptSetError` for a bad prompt set and
     :class:`MeasureError` when the server is unreachable or a request fails (non-200 other than
     404, not JSON, no token counts, no answer within ``timeout``); with ``start_timeout``,
@@ -656,6 +671,25 @@ def measure(
             wait_ready(base_url, start_timeout=start_timeout, request_timeout=timeout, alive=alive, client=c.http,
                        progress=lambda line: print(line, file=sys.stderr, flush=True))
         info, info_error = _server_info(c)
+        if info is None or "vllm_config" in info:
+            # no SGLang /server_info: a vLLM server? (workbench.measure.vllm.detect_engine)
+            engine, facts = detect_engine(c.get, server_info=False)
+            if info is not None:
+                facts["evidence"].insert(0, "GET /server_info answers vllm_config (VLLM_SERVER_DEV_MODE)")
+            if engine == ENGINE_VLLM:
+                bar = None
+                if _progress_enabled(progress):
+                    from tqdm.auto import tqdm
+
+                    bar = tqdm(total=warmup + len(texts), desc="measure", unit="req", leave=False)
+                try:
+                    return measure_vllm(c, texts=texts, label=label, wanted=wanted, warmup=warmup,
+                                        max_new_tokens=max_new_tokens, openai_endpoint=openai_endpoint,
+                                        flush_cache_after_warmup=flush_cache_after_warmup, facts=facts, notes=notes,
+                                        started=started, bar=bar)
+                finally:
+                    if bar is not None:
+                        bar.close()
         server = {k: info.get(k) for k in SERVER_KEYS if k in info} if info else None
         draft_tokens = _opt_int((server or {}).get("speculative_num_draft_tokens"))
         positions = draft_tokens - 1 if draft_tokens and draft_tokens > 1 else None
@@ -883,6 +917,236 @@ def _metrics_rows(before, before_error, after, after_error, server, window_s, n_
 
 
 # ---------------------------------------------------------------------------------------------
+# vLLM (the engine's facts: workbench.measure.vllm)
+# ---------------------------------------------------------------------------------------------
+
+
+def vllm_counter_row(before: Any, after: Any, error: Optional[str], *, window_s: float, n_sent: int, sent_tokens: int,
+                sent_steps: int) -> Any:
+    """The ``metrics`` row of a vLLM server: the spec-decode counters' after − before deltas
+    (:class:`~workbench.measure.sources.MetricsSnapshot` s; ``error``: why a snapshot is missing) in
+    the module docstring's definitions. ``n_sent`` / ``sent_tokens`` / ``sent_steps``: what this
+    measurement counted itself (requests, completion tokens, per-request drafts when known), to flag
+    other traffic in the window. Never raises for a missing counter: the row says what is missing."""
+    row = SourceAcceptance("metrics", "GET /metrics vllm:spec_decode_* counters (after − before)", "measured window",
+                           True)
+    if before is None or after is None:
+        row.available, row.reason = False, error or "GET /metrics failed"
+        return row
+    names = (M_DRAFTS, M_DRAFT_TOKENS, M_ACCEPTED, V_GEN_TOKENS, V_REQUESTS)
+    delta = {}
+    for n in names:
+        a, b = after.total(n), before.total(n)
+        delta[n] = None if a is None or b is None else a - b
+    row.raw = {"before": {n: before.total(n) for n in names}, "after": {n: after.total(n) for n in names},
+               "definitions": {n: VLLM_METRICS[n][0] for n in names}, "source": _VLLM_SRC}
+    if delta[M_DRAFTS] is None:
+        row.available = False
+        if after.declared(M_EMITTED_V0):
+            row.reason = (f"/metrics has {M_EMITTED_V0} but no {M_DRAFTS}: vLLM's V0 engine, whose accepted "
+                          "tokens count matches at any position; its accept length is emitted / (draft tokens / k) "
+                          "from the log's 'Speculative metrics' line (workbench logs)")
+        else:
+            row.reason = (f"/metrics has no {M_DRAFTS}: vLLM declares the spec-decode counters only with a "
+                          "--speculative-config (speculative decoding is off)")
+        return row
+    drafts = int(delta[M_DRAFTS])
+    accepted = int(delta[M_ACCEPTED] or 0)
+    tokens = int(delta[M_DRAFT_TOKENS] or 0)
+    row.requests = int(delta[V_REQUESTS]) if delta[V_REQUESTS] is not None else None
+    row.completion_tokens = int(delta[V_GEN_TOKENS]) if delta[V_GEN_TOKENS] is not None else None
+    row.wall_s = window_s
+    row.tokens_per_s = row.completion_tokens / window_s if row.completion_tokens is not None and window_s > 0 else None
+    if not drafts:
+        row.notes.append(f"{M_DRAFTS} did not grow: no verify step with drafts in the window; accept length "
+                         "unknown, not 1.0")
+        return row
+    row.verify_steps, row.correct_drafts, row.proposed_drafts = drafts, accepted, tokens
+    row.drafts_per_step = accepted / drafts
+    row.tau = row.accept_length = 1.0 + accepted / drafts
+    row.accept_rate = accepted / tokens if tokens else None
+    per_pos_after = {lb.get("position"): v for lb, v in _vllm_by_position(after)}
+    per_pos_before = {lb.get("position"): v for lb, v in _vllm_by_position(before)}
+    if per_pos_after:
+        k = len(per_pos_after)
+        counts = [int(per_pos_after.get(str(p), 0) - per_pos_before.get(str(p), 0)) for p in range(k)]
+        row.draft_positions = k
+        row.position_acceptance = [c / drafts for c in counts]
+        row.raw["per_position_accepted"] = counts
+        # steps accepting exactly j drafts, from the per-position counts (chain drafting: P(≥k) nested)
+        hist = [drafts - counts[0]] + [counts[j - 1] - counts[j] for j in range(1, k)] + [counts[k - 1]]
+        if all(h >= 0 for h in hist):
+            row.histogram = hist
+        else:
+            row.notes.append("per-position counts do not nest (tree drafting?): no histogram")
+    else:
+        row.notes.append(f"/metrics has no {M_PER_POS}: per-position acceptance unknown")
+    row.notes.append("accept length = 1 + accepted / drafts (vLLM's mean acceptance length, bonus included; equal "
+                     "to tau: vLLM's counters hold no prefill token and no cut tokens)")
+    if row.completion_tokens is not None:
+        row.notes.append(f"completion tokens / drafts = {row.completion_tokens / drafts:.3f} (SGLang's "
+                         "completion_tokens / spec_verify_ct, for comparison with an SGLang server)")
+    other = (row.requests is not None and row.requests != n_sent) or (
+        row.completion_tokens is not None and row.completion_tokens != sent_tokens) or (
+        sent_steps and drafts != sent_steps)
+    if other:
+        row.notes.append(f"the counters saw {row.requests} requests, {row.completion_tokens} tokens, {drafts} drafts; "
+                         f"this measurement counted {n_sent}, {sent_tokens}, {sent_steps or '?'}: other traffic "
+                         "reached the server during the window")
+    return row
+
+
+def _vllm_by_position(snap: Any) -> list[tuple[dict, float]]:
+    """The per-position samples summed over engines: [(labels with position only, value)]."""
+    sums: dict[str, float] = {}
+    for labels, v in snap.samples.get(M_PER_POS, []):
+        p = labels.get("position")
+        if p is not None:
+            sums[p] = sums.get(p, 0.0) + v
+    return [({"position": p}, v) for p, v in sums.items()]
+
+
+def measure_vllm(c: Any, *, texts: Sequence[str], label: str, wanted: list[str], warmup: int, max_new_tokens: int,
+                 openai_endpoint: str, flush_cache_after_warmup: bool, facts: dict, notes: list[str],
+                 started: float, bar: Any = None) -> Any:
+    """:func:`workbench.measure.sources.measure` on a vLLM server (module docstring): ``warmup``
+    uncounted requests, a ``/metrics`` snapshot, every text once through ``/v1/completions`` (the
+    only request source vLLM has), a second snapshot; rows ``generate`` / ``server_info``
+    unavailable with why, ``openai`` (per-request figures when the server gives them), ``metrics``
+    (counter deltas). ``c``: the measurement's HTTP client (``get``, ``post``, ``base``). Raises
+    :class:`MeasureError` when a request fails."""
+    model = facts.get("model")
+    endpoint = "POST /v1/" + ("chat/completions" if openai_endpoint == "chat" else "completions") + \
+        " metrics.speculative_decoding"
+    warm = {"requests": 0, "completion_tokens": 0, "verify_steps": 0}
+    for i in range(warmup):
+        rec = send_completion(c, model, i % len(texts), texts[i % len(texts)], max_new_tokens, openai_endpoint)
+        warm["requests"] += 1
+        warm["completion_tokens"] += rec.completion_tokens
+        warm["verify_steps"] += rec.spec_verify_ct or 0
+        if bar is not None:
+            bar.update(1)
+    flush_note = None
+    if flush_cache_after_warmup:
+        flush_note = "--flush-cache does nothing on vLLM: the /metrics counters' deltas already leave the warm-up out"
+    before, before_error = _metrics(c) if "metrics" in wanted else (None, None)
+    t0 = time.monotonic()
+    records = []
+    for i, text in enumerate(texts):
+        records.append(send_completion(c, model, i, text, max_new_tokens, openai_endpoint))
+        if bar is not None:
+            bar.update(1)
+    t1 = time.monotonic()
+    after, after_error = _metrics(c) if "metrics" in wanted else (None, None)
+    server = vllm_server(facts, after if after is not None else before, records)
+    k = server.get("num_speculative_tokens") or next(
+        (r.histogram and len(r.histogram) - 1 for r in records if r.histogram), None)
+    if k and not server.get("num_speculative_tokens"):
+        server["num_speculative_tokens"], server["speculative_num_draft_tokens"] = k, k + 1
+    rows = []
+    for src in ("generate", "openai", "server_info", "metrics"):
+        if src not in wanted:
+            continue
+        if src == "generate":
+            rows.append(SourceAcceptance("generate", "POST /generate", "measured window", None, available=False,
+                                         reason=GENERATE_UNAVAILABLE))
+        elif src == "server_info":
+            rows.append(SourceAcceptance("server_info", "GET /server_info", "lifetime", None, available=False,
+                                         reason=SERVER_INFO_UNAVAILABLE))
+        elif src == "openai":
+            row = summarize_records("openai", endpoint, records, k)
+            if row.verify_steps:
+                row.raw["completion_tokens_per_verify_step"] = row.accept_length
+                row.accept_length = row.tau
+                row.prefill_tokens = row.cut_tokens = None
+                row.notes = [n for n in row.notes if "SGLang" not in n]
+                row.notes.append("accept length = 1 + Σ num_accepted_draft_tokens / Σ num_spec_steps (vLLM's mean "
+                                 "acceptance length, bonus included, = tau); completion tokens / steps = "
+                                 f"{row.raw['completion_tokens_per_verify_step']:.3f} (SGLang's definition)")
+            elif records:
+                row.notes = [NO_PER_REQUEST]
+            rows.append(row)
+        else:
+            sent_steps = sum(r.spec_verify_ct or 0 for r in records) if all(r.spec_verify_ct for r in records) else 0
+            rows.append(vllm_counter_row(before, after, before_error or after_error, window_s=t1 - t0, n_sent=len(records),
+                                    sent_tokens=sum(r.completion_tokens for r in records), sent_steps=sent_steps))
+    if "openai" not in wanted:
+        notes.append("the openai source was not selected: /v1/completions drove the traffic (not reported as a row)")
+    notes.append("engine: vLLM (" + "; ".join(facts.get("evidence") or ["detected"]) + ")")
+    return Measurement(
+        base_url=c.base, prompt_set=label, num_prompts=len(texts), max_new_tokens=max_new_tokens, warmup=warmup,
+        sources=wanted, openai_endpoint=openai_endpoint, rows=rows, server=server, warmup_summary={"openai": warm},
+        records={"openai": [r.to_dict() for r in records]}, flush_cache=flush_note, window_s=t1 - t0,
+        duration_s=time.perf_counter() - started, notes=notes)
+
+
+def measure_generate_vllm(client: httpx.Client, base_url: str, texts: Sequence[str], *, max_new_tokens: int,
+                          warmup: int, timeout: float, keep_text: bool = False) -> AcceptanceMeasurement | None:
+    """:func:`workbench.measure.generate.measure_generate` on a vLLM server (it has no ``/generate``):
+    ``None`` when the server is not vLLM (:func:`workbench.measure.vllm.detect_engine`); else
+    ``warmup`` uncounted greedy ``/v1/completions``, then each text once, between two ``/metrics``
+    snapshots, as an :class:`AcceptanceMeasurement` in the same fields: ``verify_steps`` = drafts,
+    ``accept_length`` = 1 + accepted / drafts (bonus included), ``accept_rate`` = accepted / draft
+    tokens, ``histogram`` (steps accepting exactly j drafts), ``records`` (per request: the spec
+    fields when the server runs with ``--per-request-spec-decode-metrics``), ``server_info`` =
+    :func:`workbench.measure.vllm.vllm_server`, ``source`` naming what was read, ``note`` the caveats.
+    The numbers come from the per-request figures when every response has them, else from the
+    counters' deltas (the window's, warm-up excluded). Raises :class:`AcceptanceError` when a request
+    fails or neither source gives the counts."""
+    c = _Client(base_url, timeout, client)
+    try:
+        engine, facts = detect_engine(c.get)
+        if engine != ENGINE_VLLM:
+            return None
+        model = facts.get("model")
+        for i in range(warmup):
+            send_completion(c, model, i % len(texts), texts[i % len(texts)], max_new_tokens)
+        before, before_error = _metrics(c)
+        t0 = time.monotonic()
+        records = [send_completion(c, model, i, t, max_new_tokens) for i, t in enumerate(texts)]
+        window = time.monotonic() - t0
+        after, after_error = _metrics(c)
+    except MeasureError as exc:
+        raise AcceptanceError(str(exc)) from exc
+    for r in records:
+        r.text = r.text if keep_text else None
+    row = vllm_counter_row(before, after, before_error or after_error, window_s=window, n_sent=len(records),
+                           sent_tokens=sum(r.completion_tokens for r in records),
+                           sent_steps=sum(r.spec_verify_ct or 0 for r in records)
+                           if all(r.spec_verify_ct for r in records) else 0)
+    result = summarize_responses(records, warmup=warmup, max_new_tokens=max_new_tokens, base_url=base_url,
+                                 server_info=vllm_server(facts, after if after is not None else before, records))
+    notes = ["vLLM server (" + "; ".join(facts.get("evidence") or []) + "): no /generate; accept length = 1 + "
+             "accepted / drafts (vLLM's mean acceptance length, bonus included)"]
+    if result.speculative and result.requests_without_spec == 0:
+        correct = sum(r.spec_num_correct_drafts or 0 for r in records)
+        result.accept_length = 1.0 + correct / result.verify_steps
+        result.source = "POST /v1/completions metrics.speculative_decoding (vLLM)"
+        if row.available and row.verify_steps not in (None, result.verify_steps):
+            notes.append(f"the counters saw {row.verify_steps} drafts, the responses {result.verify_steps}: other "
+                         "traffic reached the server during the window")
+    elif row.available and row.verify_steps:
+        result.accept_length, result.accept_rate = row.accept_length, row.accept_rate
+        result.verify_steps, result.histogram, result.speculative = row.verify_steps, row.histogram, True
+        result.source = "POST /v1/completions + GET /metrics vllm:spec_decode_* deltas (vLLM)"
+        notes.append("per-request figures off (start vLLM with --per-request-spec-decode-metrics summary for them): "
+                     "the numbers are the counters' over the window")
+        notes += [n for n in row.notes if "other traffic" in n]
+    else:
+        result.accept_length = result.accept_rate = None
+        result.speculative = False
+        result.source = "POST /v1/completions (vLLM)"
+        notes.append(row.reason or (row.notes[0] if row.notes else "no spec-decode counts") +
+                     "; accept length unknown, not 1.0")
+    result.note = "; ".join(notes)
+    result.server_info["per_position_acceptance"] = row.position_acceptance if row.available else None
+    return result
+
+
+NO_GENERATE_HANDLERS.append(measure_generate_vllm)
+
+
+# ---------------------------------------------------------------------------------------------
 # Table
 # ---------------------------------------------------------------------------------------------
 
@@ -911,16 +1175,26 @@ def format_table(m: Measurement) -> str:
     widths = [max(len(row[i]) for row in lines_) for i in range(len(head))]
     out = [f"{m.base_url}  prompts={m.prompt_set} ({m.num_prompts})  max_new_tokens={m.max_new_tokens}  "
            f"warm-up={m.warmup} request(s) per request source"]
-    if m.server:
+    if m.server and m.server.get("engine") == "vllm":
+        s = m.server
+        out.append(f"server: vLLM {s.get('version') or '(version unknown)'}  model={s.get('served_model_name')}  "
+                   + (f"num_speculative_tokens={s.get('num_speculative_tokens')}" if s.get("speculative_algorithm")
+                      or s.get("num_speculative_tokens") else "no speculative decoding (no vllm:spec_decode_* counters)"))
+    elif m.server:
         s = m.server
         out.append(f"server: {s.get('speculative_algorithm') or 'no speculative decoding'}"
                    + (f" steps={s.get('speculative_num_steps')} topk={s.get('speculative_eagle_topk')} "
                       f"draft_tokens={s.get('speculative_num_draft_tokens')}" if s.get("speculative_algorithm") else "")
                    + f"  version={s.get('version')}")
     out += ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in lines_]
-    out.append("accept len = Σ completion_tokens / Σ spec_verify_ct (SGLang); drafts/step = Σ correct drafts / "
-               "Σ verify; tau = 1 + drafts/step (EAGLE papers; SGLang's server-side accept len); accept rate = "
-               "Σ correct / Σ proposed")
+    if m.server and m.server.get("engine") == "vllm":
+        out.append("accept len = 1 + Σ accepted / Σ drafts (vLLM's mean acceptance length, bonus included; = tau); "
+                   "verify = drafts (request verify steps with draft tokens); drafts/step = Σ accepted / Σ drafts; "
+                   "accept rate = Σ accepted / Σ draft tokens")
+    else:
+        out.append("accept len = Σ completion_tokens / Σ spec_verify_ct (SGLang); drafts/step = Σ correct drafts / "
+                   "Σ verify; tau = 1 + drafts/step (EAGLE papers; SGLang's server-side accept len); accept rate = "
+                   "Σ correct / Σ proposed")
     for r in m.rows:
         if r.available and r.position_acceptance:
             pos = ", ".join(f"k={k} {p:.3f}" for k, p in enumerate(r.position_acceptance, 1))

@@ -122,10 +122,44 @@ def parse_grid(text: str | dict, *, include_baseline: bool = True) -> list[SpecS
     return settings
 
 
+def _vllm_setting_launch(launch: LaunchCommand, setting: SpecSetting) -> LaunchCommand:
+    """:func:`setting_launch` for a vLLM command (``launch.engine == "vllm"``): vLLM drafts a chain of
+    ``num_speculative_tokens`` (k) tokens per verify step (vLLM 0.32.0 ``config/speculative.py``), so
+    ``steps`` is k, ``draft_tokens`` must be k + 1 (SGLang's D; ``auto`` is) and ``topk`` 1; the draft
+    is ``--speculative-config``'s ``model``; the baseline drops ``--speculative-config``. Raises
+    :class:`SweepError` for a setting vLLM has no equivalent of."""
+    if setting.baseline:
+        for flag in [f for f in launch.flags() if f.startswith("--speculative-config")]:
+            launch = launch.without_flag(flag)
+        return launch
+    if launch.speculative_config is None:
+        raise SweepError("the vLLM launch command has no --speculative-config: nothing to sweep")
+    if setting.topk not in (None, 1):
+        raise SweepError(f"{setting.label}: topk {setting.topk}: vLLM drafts a chain (num_speculative_tokens); "
+                         "sweep topk:1 on vLLM")
+    k = setting.steps
+    if k is None and setting.draft_tokens is not None:
+        k = setting.draft_tokens - 1
+    if k is not None and setting.draft_tokens is not None and setting.draft_tokens != k + 1:
+        raise SweepError(f"{setting.label}: draft_tokens {setting.draft_tokens} != steps + 1: on vLLM one verify step "
+                         f"checks num_speculative_tokens + 1 tokens (give draft_tokens:auto)")
+    if k is not None:
+        if k < 1:
+            raise SweepError(f"{setting.label}: num_speculative_tokens must be >= 1, got {k}")
+        launch = launch.with_speculative(num_speculative_tokens=k)
+    if setting.draft_path is not None:
+        launch = launch.with_draft_model(setting.draft_path)
+    return launch
+
+
 def setting_launch(launch: LaunchCommand, setting: SpecSetting) -> LaunchCommand:
     """``launch`` with the setting's three flags (replaced or added), or with every
-    ``--speculative-*`` flag removed for the baseline. Raises :class:`SweepError` when a
-    speculative setting is asked of a command without ``--speculative-algorithm``."""
+    ``--speculative-*`` flag removed for the baseline; a vLLM command (``engine == "vllm"``) through
+    :func:`_vllm_setting_launch` (``--speculative-config``'s ``num_speculative_tokens`` and
+    ``model``). Raises :class:`SweepError` when a speculative setting is asked of a command without
+    ``--speculative-algorithm`` (vLLM: ``--speculative-config``)."""
+    if getattr(launch, "engine", None) == "vllm":
+        return _vllm_setting_launch(launch, setting)
     if setting.baseline:
         for flag in [f for f in launch.flags() if f.startswith("--speculative-")]:
             launch = launch.without_flag(flag)
@@ -394,9 +428,12 @@ class SweepRun(BoxSession):
         cleanup: list[str] = []
         notes: list[str] = []
         try:
-            a = draft_a or inventory.resolved.get("--speculative-draft-model-path")
+            vllm = getattr(inventory.launch, "engine", None) == "vllm"
+            a = draft_a or (inventory.launch.draft_model if vllm else
+                            inventory.resolved.get("--speculative-draft-model-path"))
             if not a:
-                raise SweepError("the launch command names no --speculative-draft-model-path; give draft_a")
+                raise SweepError("the launch command names no " + ("--speculative-config model" if vllm else
+                                                                   "--speculative-draft-model-path") + "; give draft_a")
             if draft_b is None:
                 draft_b = f"{box.state_dir}/compare/{posixpath.basename(a.rstrip('/'))}-broken-token-map"
                 box.run(["rm", "-rf", "--", draft_b], timeout=60)
@@ -408,7 +445,8 @@ class SweepRun(BoxSession):
                 names = ("draft A (as given)", "draft B (token map shuffled)")
             else:
                 names = (f"draft A: {posixpath.basename(a.rstrip('/'))}", f"draft B: {posixpath.basename(draft_b.rstrip('/'))}")
-            algo = str(inventory.launch.get("--speculative-algorithm") or "").upper()
+            algo = str((inventory.launch.speculative_method if vllm else inventory.launch.get("--speculative-algorithm"))
+                       or "").upper()
             if algo != "EAGLE3":
                 notes.append(f"the server runs --speculative-algorithm {algo or '(none)'}: only EAGLE3 uses an EAGLE-3 "
                              "draft's own lm_head and d2t (any other algorithm gives the draft the target's lm_head), "
@@ -488,6 +526,8 @@ class SweepRun(BoxSession):
         row.ok = True
         row.accept_length, row.accept_rate = m.accept_length, m.accept_rate
         row.accepted_drafts_per_step = sum(correct) / m.verify_steps if m.verify_steps and correct else None
+        if row.accepted_drafts_per_step is None and m.accept_length is not None and "vLLM" in (m.source or ""):
+            row.accepted_drafts_per_step = m.accept_length - 1.0    # vLLM: accept length = 1 + accepted / drafts
         row.tau = 1 + row.accepted_drafts_per_step if row.accepted_drafts_per_step is not None else None
         row.tokens_per_s = m.tokens_per_s
         row.completion_tokens, row.verify_steps, row.requests = m.total_tokens, m.verify_steps, len(m.records)

