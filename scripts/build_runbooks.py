@@ -43,7 +43,7 @@ Run headless: `workbench runbook diagnose_acceptance -p host myalias` (papermill
     code("""
 host = "local"            # the box: "local", an ~/.ssh/config alias, user@host[:port]
 launch_command = None     # None: the server running on the box (or, when none runs, the sandbox box launched with --speculative-algorithm EAGLE)
-port = None               # None: the launch command's --port, else 30000
+port = None               # None: the launch command's --port, else the engine's default (SGLang 30000, vLLM 8000)
 allow_restart = True      # False: static checks only (no probe, no fix; the static root cause is still named)
 apply_fix = True          # relaunch with every derived fix and measure again
 keep_fix = False          # True: leave the fixed server (and its draft copy) running instead of putting the original back
@@ -58,6 +58,7 @@ max_new_tokens = 96
 server_start_timeout = 600
 request_timeout = 300.0   # seconds each request to the server may take (a stalled one fails after it)
 force_launch = False      # True: launch even what the doctor says will not start (the verdict records the findings overridden)
+engine = None             # no server running and launch_command None: the sandbox box on "sglang" (its SGLang-compatible server, the default) or "vllm" (vLLM's CPU build, port 8000)
 """, tags=["parameters"]),
     md("## 1. Inventory the box\nThe engine, its version and source, the running server and its command line."),
     code("""
@@ -73,10 +74,11 @@ run = DiagnosisRun.start(host=host, launch_command=launch_command, port=port, al
                          try_candidates=try_candidates, aux_layer_ids=aux_layer_ids,
                          expected_accept_length=expected_accept_length, prompts=prompts, num_prompts=num_prompts,
                          max_new_tokens=max_new_tokens, server_start_timeout=server_start_timeout,
-                         report_dir=report_dir, request_timeout=request_timeout, force_launch=force_launch)
+                         report_dir=report_dir, request_timeout=request_timeout, force_launch=force_launch,
+                         engine=engine)
 run.inventory
 """),
-    md("## 2. The symptom\nAccept length over the prompt set, as SGLang defines it: Σ completion tokens / Σ verify steps (bonus token included). A server that does not start is the symptom too: its exception and log tail are evidence."),
+    md("## 2. The symptom\nAccept length over the prompt set, as SGLang defines it: Σ completion tokens / Σ verify steps (bonus token included); on vLLM (no `/generate`) greedy `/v1/completions` and its `vllm:spec_decode_*` counters, 1 + accepted / drafts (the same quantity). A server that does not start is the symptom too: its exception and log tail are evidence."),
     code("""
 before = run.measure_symptom()
 before

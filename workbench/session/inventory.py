@@ -11,8 +11,8 @@ import httpx
 
 from remote.errors import CommandError, RemoteError
 from workbench.engine.launch import DEFAULT_PORT, LaunchCommand
-from workbench.engine.locate import (choose_server, engine_package, find_engine, is_launch_argv, read_environ,
-                                     server_python)
+from workbench.engine.locate import (choose_server, engine_of_package, engine_package, find_engine, is_launch_argv,
+                                     read_environ, server_python)
 from workbench.errors import DiagnosisError, EngineNotFound
 from workbench.redact import REDACTOR
 from workbench.report.tables import html_table
@@ -41,6 +41,8 @@ def absolutize(box, launch: LaunchCommand, cwd: str | None) -> LaunchCommand:
     value that is not a directory there (a Hugging Face repo id such as ``org/name``) is kept."""
     if not cwd:
         return launch
+    if launch.engine == "vllm":
+        return _absolutize_vllm(box, launch, cwd)
     for flag in ("--model-path", "--speculative-draft-model-path", "--tokenizer-path"):
         value = launch.get(flag)
         if isinstance(value, str) and value and not value.startswith(("/", "~")):
@@ -48,6 +50,31 @@ def absolutize(box, launch: LaunchCommand, cwd: str | None) -> LaunchCommand:
             if box.exists(candidate):
                 launch = launch.with_flag(flag, candidate)
     return launch
+
+
+def _absolutize_vllm(box, launch: LaunchCommand, cwd: str) -> LaunchCommand:
+    """:func:`absolutize` for a vLLM launch: ``--model`` (``vllm serve``'s positional model too,
+    rewritten as ``--model``), ``--tokenizer`` and the draft (``--speculative-config``'s ``"model"``,
+    :meth:`LaunchCommand.with_draft_model`, its form kept). A speculative config that cannot be read
+    is left as written (the doctor reports it)."""
+    from workbench.errors import LaunchCommandError
+
+    def rel(value: Any) -> str | None:
+        if isinstance(value, str) and value and not value.startswith(("/", "~")):
+            candidate = posixpath.normpath(posixpath.join(cwd, value))
+            if box.exists(candidate):
+                return candidate
+        return None
+
+    for flag in ("--model", "--tokenizer"):
+        new = rel(launch.get(flag))
+        if new is not None:
+            launch = launch.with_flag(flag, new)
+    try:
+        new = rel(launch.draft_model)
+    except LaunchCommandError:
+        return launch
+    return launch.with_draft_model(new) if new is not None else launch
 
 
 def launch_cwd(box, *, timeout: float = 30) -> str:
@@ -76,7 +103,8 @@ def _as_number(value: Any) -> Any:
 class Inventory:
     """What is on the box: the engine, its version and location, the server and its command line.
 
-    ``engine_package``: ``sglang`` or ``workbench.sandbox``; ``engine_root``: the installed
+    ``engine``: ``"sglang"``, ``"sandbox"`` or ``"vllm"``; ``engine_package``: ``sglang``,
+    ``workbench.sandbox`` or ``vllm``; ``engine_root``: the installed
     package directory on the box; ``launch``: the command as found (the server's own argv),
     ``resolved``: the same with relative model paths made absolute against the server's cwd (used
     to read files); ``server_pid`` is ``None`` when no server was running (the run then launches
@@ -201,9 +229,11 @@ def take_inventory(box, *, launch_command: str | None, port: int | None, default
     given = LaunchCommand.parse(launch_command) if launch_command else None
     if given is not None:
         REDACTOR.learn_launch(given)
-    want_port = port or (int(given.get("--port")) if given is not None and given.get("--port") else DEFAULT_PORT)
+    # the launch command's port, else its engine's default (SGLang 30000, vLLM 8000)
+    want_port = port or (given.port if given is not None else DEFAULT_PORT)
     servers = [s for s in box.find_servers(timeout=timeout) if is_launch_argv(s.argv)]
-    candidates = [s for s in servers if s.port == want_port or (s.port is None and want_port == DEFAULT_PORT)]
+    candidates = [s for s in servers if s.port == want_port or (
+        s.port is None and want_port == LaunchCommand.parse(list(s.argv)).default_port)]
     notes: list[str] = []
     if not candidates and port is None and given is None and len(servers) > 1:
         choose_server(servers, None, how=how, where=box.name)  # raises: several run, none named
@@ -232,7 +262,7 @@ def take_inventory(box, *, launch_command: str | None, port: int | None, default
             f"no server found on {box.name} (port {want_port or 'any'}) and no launch_command given: "
             "nothing to diagnose"
         )
-    final_port = int(launch.get("--port") or want_port or DEFAULT_PORT)
+    final_port = int(launch.get("--port") or want_port or launch.default_port)
     if server is not None:
         cwd = server.cwd
     else:
@@ -261,7 +291,14 @@ def take_inventory(box, *, launch_command: str | None, port: int | None, default
     server_env = read_environ(box, server.pid) if server else None
     REDACTOR.learn_env(server_env)
     server_info = server_health = None
-    if server is not None:
+    if server is not None and launch.engine == "vllm":
+        # vLLM has no /server_info (only the VLLM_SERVER_DEV_MODE config dump): its settings are its
+        # command line (workbench.measure.vllm); readiness as for SGLang (remote.readiness)
+        server_health = _health(base_url, timeout=timeout)
+        if server_health["state"] != "ready":
+            notes.append(f"the running server is not ready to generate ({server_health['state']}): "
+                         f"{server_health['detail']}")
+    elif server is not None:
         key = launch.get("--api-key")
         server_info = _get_json(base_url, "/server_info", "/get_server_info", notes=notes, timeout=timeout,
                                 api_key=key if isinstance(key, str) else None)
@@ -270,7 +307,7 @@ def take_inventory(box, *, launch_command: str | None, port: int | None, default
             notes.append(f"the running server is not ready to generate ({server_health['state']}): "
                          f"{server_health['detail']}")
     return Inventory(
-        host=box.name, engine="sandbox" if package.startswith("workbench") else "sglang",
+        host=box.name, engine=engine_of_package(package),
         engine_package=package, engine_version=engine_version, engine_root=engine_root, python=python,
         launch=launch, port=final_port, base_url=base_url, resolved=resolved,
         server_pid=server.pid if server else None, server_cwd=cwd,
