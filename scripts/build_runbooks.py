@@ -214,6 +214,7 @@ server_start_timeout = 300.0
 request_timeout = 300.0     # seconds each request to the server may take (a stalled one fails after it)
 report_dir = "reports"
 force_launch = False        # True: launch a setting even when the doctor says it will not start (else: a refused row, no launch)
+engine = None               # no server running and launch_command None: the sandbox box on "sglang" (default) or "vllm" (vLLM's CPU build, port 8000)
 """, tags=("parameters",)),
     code("""
 from workbench.runbook_params import check_runbook_parameters
@@ -226,7 +227,7 @@ run = SweepRun.start(host=host, launch_command=launch_command, port=port, grid=g
                      include_baseline=include_baseline, prompts=prompts, num_prompts=num_prompts,
                      max_new_tokens=max_new_tokens, warmup=warmup, server_start_timeout=server_start_timeout,
                      report_dir=report_dir, progress="text", request_timeout=request_timeout,
-                     force_launch=force_launch)
+                     force_launch=force_launch, engine=engine)
 print("settings:", [s.label for s in run.settings])
 run.inventory
 """),
@@ -267,7 +268,7 @@ acceptance shows what a wrong token map costs. The server found on the port is p
 host = "local"              # the box: local, an ~/.ssh/config alias, user@host[:port]
 launch_command = None       # default: the server running on `port` (none: the sandbox box with EAGLE3)
 port = None                 # default: the launch command's --port, else 30000
-draft_a = None              # default: the launch command's --speculative-draft-model-path
+draft_a = None              # default: the launch command's draft (--speculative-draft-model-path; vLLM: --speculative-config "model")
 draft_b = None              # default: draft A with its token map shuffled (written on the box, removed after)
 include_baseline = False    # also measure without speculative decoding
 prompts = None              # chat, code, math, default or a JSONL file (default: default; the sandbox's own on the sandbox)
@@ -278,6 +279,7 @@ server_start_timeout = 300.0
 request_timeout = 300.0     # seconds each request to the server may take (a stalled one fails after it)
 report_dir = "reports"
 force_launch = False        # True: launch a draft even when the doctor says it will not start (else: a refused row, no launch)
+engine = None               # no server running and launch_command None: the sandbox box on "sglang" (default) or "vllm" (vLLM's CPU build, port 8000)
 """, tags=("parameters",)),
     code("""
 from workbench.runbook_params import check_runbook_parameters
@@ -290,7 +292,7 @@ run = SweepRun.compare(host=host, launch_command=launch_command, port=port, draf
                        include_baseline=include_baseline, prompts=prompts, num_prompts=num_prompts,
                        max_new_tokens=max_new_tokens, warmup=warmup, server_start_timeout=server_start_timeout,
                        report_dir=report_dir, progress="text", request_timeout=request_timeout,
-                       force_launch=force_launch)
+                       force_launch=force_launch, engine=engine)
 for note in run.notes:
     print("note:", note)
 [(s.label, s.draft_path) for s in run.settings]

@@ -210,11 +210,11 @@ SCHEMAS: dict[str, dict[str, str]] = {
     },
     "measure_acceptance": {
         **_BOX, "grid": "grid", "include_baseline": "flag", **_RUN, "warmup": "non_negative",
-        "force_launch": "flag",
+        "force_launch": "flag", "engine": "engine",
     },
     "compare_drafts": {
         **_BOX, "draft_a": "box_path", "draft_b": "box_path", "include_baseline": "flag", **_RUN,
-        "warmup": "non_negative", "force_launch": "flag",
+        "warmup": "non_negative", "force_launch": "flag", "engine": "engine",
     },
     "preflight": {**_BOX, "report_dir": "report_dir"},
 }

@@ -61,8 +61,9 @@ from workbench.rules.fix import DraftRepair, Fix
 from workbench.rules.registry import HypothesisSpec
 from workbench.rules.runtime import COLLAPSED_ACCEPT_LENGTH, acceptance_collapsed
 from workbench.runbook_params import parse_layer_ids, runbook_parameter_problems
-from workbench.sandbox_box import sandbox_models_dir, sandbox_prompts_path
+from workbench.sandbox_box import sandbox_prompts_path
 from workbench.session import BoxSession, Inventory, Journal, open_box
+from workbench.session.inventory import serves_sandbox_target
 from workbench.session.box_session import check_run_parameters, sandbox_default_launch
 
 __all__ = ["DiagnosisError", "DiagnosisRun", "Measurement", "StepResult", "DRAFT_MODEL_FILE", "PROBE_RECIPE",
@@ -297,6 +298,7 @@ class DiagnosisRun(BoxSession):
         self.findings: list[Finding] = []
         self.probes: list = []  # remote.probes.Probe in place
         self.probe_result: dict[str, Any] = {}
+        self.probe_confirmed: set[str] = set()  # hypotheses the probe's readings confirmed on the code path
         self.fixes: list[Fix] = []
         self.applied: list[Fix] = []
         self.blocked: list[Fix] = []  # fixes whose launch the guard refused: not tried
@@ -904,6 +906,7 @@ class DiagnosisRun(BoxSession):
             self._decide(CROSS_ENGINE_AUX, "confirmed", f"probe: the target captures the states after {got} decoder "
                          f"layers; the draft was trained on those after {trained} (its ids written for the other "
                          "engine)", data=data, kind="probe")
+            self.probe_confirmed.add(CROSS_ENGINE_AUX)
         elif isinstance(trained, list) and got == sorted(trained):
             self._decide(CROSS_ENGINE_AUX, "refuted", f"probe: the target captures the states after {got} decoder "
                          "layers, those the draft was trained on", data=data, kind="probe")
@@ -1384,7 +1387,8 @@ class DiagnosisRun(BoxSession):
         first = dict(causes[0])
         first["mechanism_confirmed_by_probe"] = bool(
             self.probe_result.get("observed_hidden_size") is not None
-            and self.probe_result.get("observed_hidden_size") != self.probe_result.get("expected_hidden_size"))
+            and self.probe_result.get("observed_hidden_size") != self.probe_result.get("expected_hidden_size")) \
+            or first.get("hypothesis") in self.probe_confirmed
         return first
 
     def still_open(self) -> list[dict[str, Any]]:
@@ -1813,14 +1817,3 @@ def _method_label(launch: LaunchCommand) -> str:
     except WorkbenchInputError:
         return "vllm (speculative config unreadable)"
 
-
-def serves_sandbox_target(inventory: Inventory) -> bool:
-    """Whether the box serves the sandbox's target (a byte-level model of Python source, whose own
-    prompts are its workload): the sandbox box's server, or another engine (vLLM) given the sandbox
-    target's directory (:func:`workbench.sandbox_box.sandbox_models_dir`, a path compared, nothing
-    imported)."""
-    if inventory.engine == "sandbox":
-        return True
-    launch = inventory.resolved or inventory.launch
-    target = launch.target_model if launch is not None else None
-    return isinstance(target, str) and os.path.normpath(target) == os.path.normpath(str(sandbox_models_dir() / "target"))

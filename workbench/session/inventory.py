@@ -16,9 +16,9 @@ from workbench.engine.locate import (choose_server, engine_of_package, engine_pa
 from workbench.errors import DiagnosisError, EngineNotFound
 from workbench.redact import REDACTOR
 from workbench.report.tables import html_table
-from workbench.sandbox_box import SANDBOX_SERVER_MODULE, missing_sandbox_modules, sandbox_extra_message
+from workbench.sandbox_box import SANDBOX_SERVER_MODULE, missing_sandbox_modules, sandbox_extra_message, sandbox_models_dir
 
-__all__ = ["Inventory", "take_inventory", "absolutize", "launch_cwd", "learn_box_secrets"]
+__all__ = ["Inventory", "take_inventory", "serves_sandbox_target", "absolutize", "launch_cwd", "learn_box_secrets"]
 
 
 def learn_box_secrets(box, *, timeout: float = 30) -> int:
@@ -341,3 +341,15 @@ def _get_json(base_url: str, *paths: str, notes: list[str], timeout: float,
                 return response.json()
             notes.append(f"GET {path}: HTTP {response.status_code}")
     return None
+
+
+def serves_sandbox_target(inventory: "Inventory") -> bool:
+    """Whether the box serves the sandbox's target (a byte-level model of Python source, whose own
+    prompts are its workload): the sandbox box's server, or another engine (vLLM) given the sandbox
+    target's directory (:func:`workbench.sandbox_box.sandbox_models_dir`, a path compared, nothing
+    imported)."""
+    if inventory.engine == "sandbox":
+        return True
+    launch = inventory.resolved or inventory.launch
+    target = launch.target_model if launch is not None else None
+    return isinstance(target, str) and posixpath.normpath(target) == posixpath.normpath(str(sandbox_models_dir() / "target"))
