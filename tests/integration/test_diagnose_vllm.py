@@ -104,6 +104,7 @@ def test_diagnose_vllm_convention_fault_fixed_with_a_draft_copy_and_box_put_back
         html = (tmp_path / "reports" / "diagnose_acceptance.html").read_text()
         assert "aux-id-convention" in html and f"{before['accept_length']:.3f}" in html \
             and f"{after['accept_length']:.3f}" in html
+        assert f"{100 * 84 / 315:.1f} %" in html and f"{100 * 105 / 252:.1f} %" in html  # draft tokens accepted
 
         # the box as found: the original command back on the port (a new process, same argv and env),
         # nothing the run launched still alive, no probe, no journal

@@ -1611,6 +1611,12 @@ class DiagnosisRun(BoxSession):
             parts.append(f"<p>accept length as found: <b>{_fmt(before)}</b>" +
                          (f" of at most {ceiling:g} per verify step" if ceiling else "") +
                          (f"; with the fix: <b>{_fmt(after)}</b>" if after is not None else "") + "</p>")
+            rate_before = self.before.generate.accept_rate
+            rate_after = self.after.generate.accept_rate if self.after is not None else None
+            if rate_before is not None:  # correct / proposed draft tokens (vLLM's "draft acceptance rate")
+                parts.append(f"<p>draft tokens accepted as found: <b>{100 * rate_before:.1f} %</b>" +
+                             (f"; with the fix: <b>{100 * rate_after:.1f} %</b>" if rate_after is not None else "") +
+                             f" <small>({html.escape(str(self.before.generate.source or ''))})</small></p>")
         for failure in self.start_failures:
             if failure.refused is not None:
                 why = "; ".join(f"{f['rule']}: {f['message']}" for f in failure.refused)
