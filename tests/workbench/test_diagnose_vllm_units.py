@@ -127,3 +127,19 @@ def test_vllm_sandbox_static_run_names_the_convention_and_the_probe_reading_deci
         verdict = run.finish()
     assert verdict["inventory"]["engine"] == "vllm" and verdict["restarts"] == 0 and verdict["launches"] == []
     assert json.loads((tmp_path / "reports" / "diagnose_acceptance.json").read_text())["restarts"] == 0
+
+
+def test_inventory_rows_of_a_vllm_server_show_its_speculative_config():
+    from workbench.session.inventory import Inventory
+
+    launch = LaunchCommand.parse(sandbox_vllm_launch_command(port=8123))
+    inv = Inventory(host="local", engine="vllm", engine_package="vllm", engine_version="0.32.0", engine_root=None,
+                    python="python", launch=launch, port=8123, base_url="http://127.0.0.1:8123")
+    rows = dict(inv.rows())
+    assert rows["speculative method (--speculative-config)"] == "eagle3"
+    assert rows["draft"] == str(sandbox_models_dir() / "draft") and rows["num_speculative_tokens"] == 3
+    assert "speculative algorithm (resolved)" not in rows
+    broken = Inventory(host="local", engine="vllm", engine_package="vllm", engine_version=None, engine_root=None,
+                       python="python", launch=LaunchCommand.parse(VLLM + "'{oops'"), port=8000,
+                       base_url="http://127.0.0.1:8000")
+    assert dict(broken.rows())["--speculative-config"].startswith("unreadable: ")

@@ -1581,7 +1581,7 @@ class DiagnosisRun(BoxSession):
             "findings": [f.to_dict() for f in self.findings],
             "preflight": self.doctor_report.to_dict() if self.doctor_report is not None else None,
             "runtime_findings": [f.to_dict() for f in acceptance_collapsed(
-                self.before.generate, self.findings, source=f"/generate over the prompt set: {self.before.label}")]
+                self.before.generate, self.findings, source=f"{self.before.generate.source or '/generate'} over the prompt set: {self.before.label}")]
             if self.before is not None else [],
             "inventory": self.inventory.to_dict(),
             "code_path": self._code_path.to_dict() if self._code_path is not None else None,

@@ -147,15 +147,30 @@ class Inventory:
             ("launch command", self.launch.to_display()),
             ("working directory", (self.server_cwd or "(unknown)") + ("" if self.server_pid else
                                                                       " (where the run's launches start)")),
+        ] + (self._vllm_rows() if self.launch.engine == "vllm" else [
             ("speculative algorithm (resolved)", info.get("speculative_algorithm", self.launch.get("--speculative-algorithm"))),
             ("num steps / topk / draft tokens", tuple(  # numbers, as the server reports them (issue 15)
                 _as_number(info.get(key, self.launch.get(flag))) for key, flag in (
                     ("speculative_num_steps", "--speculative-num-steps"),
                     ("speculative_eagle_topk", "--speculative-eagle-topk"),
                     ("speculative_num_draft_tokens", "--speculative-num-draft-tokens")))),
+        ]) + [
             ("url", self.base_url),
         ] + ([("server health", f"{self.server_health['state']}: {self.server_health['detail']}")]
              if self.server_health else []) + [("note", n) for n in self.notes]
+
+    def _vllm_rows(self) -> list[tuple[str, Any]]:
+        """A vLLM launch's speculative settings as its ``--speculative-config`` writes them (vLLM has
+        no ``/server_info``): method, draft, ``num_speculative_tokens``; the parse error when the
+        JSON cannot be read."""
+        from workbench.errors import LaunchCommandError
+
+        try:
+            return [("speculative method (--speculative-config)", self.launch.speculative_method),
+                    ("draft", self.launch.draft_model),
+                    ("num_speculative_tokens", self.launch.num_speculative_tokens)]
+        except LaunchCommandError as exc:
+            return [("--speculative-config", f"unreadable: {exc}")]
 
     def to_dict(self) -> dict[str, Any]:
         """The inventory as plain JSON for the verdict, secrets redacted (:mod:`workbench.redact`:
@@ -190,7 +205,11 @@ def _check_default_launch_on_box(box, launch: LaunchCommand, python: str, *, por
     none of them), with ``find_spec`` run by that interpreter on the box
     (:func:`workbench.sandbox_box.missing_sandbox_modules`: nothing imported), and raise
     :class:`DiagnosisError` naming the extra and the missing modules."""
-    missing = [p for p in (python, launch.get("--model-path"), launch.get("--speculative-draft-model-path"))
+    try:  # SGLang's --model-path / --speculative-draft-model-path, vLLM's --model / --speculative-config "model"
+        models = (launch.target_model, launch.draft_model)
+    except ValueError:  # a vLLM config that cannot be read: the doctor reports it
+        models = (launch.target_model, None)
+    missing = [p for p in (python, *models)
                if isinstance(p, str) and p.startswith("/") and not box.exists(p, timeout=timeout)]
     if missing:
         raise DiagnosisError(
