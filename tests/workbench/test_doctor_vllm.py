@@ -162,7 +162,7 @@ def _draft_acceptance(url: str, model: str, prompts: list[str]) -> tuple[float, 
 
 
 @pytest.mark.slow
-def test_doctor_agrees_with_real_vllm_servers(box, vllm_server):
+def test_doctor_agrees_with_real_vllm_servers(box, vllm_server, cli):
     """Two real vLLM servers (the shared ones): the sandbox draft as shipped, and a copy with the ids the
     doctor proposes. vLLM's own log line says which layers it captures: [1, 3, 6] as shipped (the
     doctor's states_fed), [2, 4, 7] with the fix (the states the draft was trained on under SGLang);
@@ -171,6 +171,11 @@ def test_doctor_agrees_with_real_vllm_servers(box, vllm_server):
     env = " ".join(f"{k}={v}" for k, v in shipped.env.items() if k.startswith("VLLM_"))
     rep = run_doctor(box, f"{env} {shlex.join(shipped.argv)}")
     [f] = [f for f in rep.findings if f.rule == "aux-id-convention"]
+    # the same from the running server's own command line (Box.find_servers on this box)
+    code, out, err = cli("doctor", "--running", "--port", str(shipped.port), "--json")
+    assert code == 0, out + err
+    running = json.loads(out)
+    assert [(x["rule"], x["evidence"]["proposed_ids"]) for x in running["findings"]] == [("aux-id-convention", [2, 4, 7])]
     captured = re.findall(r"Using auxiliary layers from speculative config: \(([\d, ]+)\)", shipped.log())
     assert captured and [int(x) for x in captured[-1].split(",")] == f.evidence["states_fed"]["value"] == [1, 3, 6]
     fixed = vllm_server(aux_layer_ids=f.evidence["proposed_ids"])
@@ -202,3 +207,15 @@ def test_launch_guard_on_vllm_launches(box):
     assert [f.rule for f in exc.value.findings] == ["method-draft-mismatch"]
     ok = guard.check(LaunchCommand.parse(sandbox_vllm_launch_command(python=VLLM_PYTHON)), "as found")
     assert ok.decision == "allowed" and ok.findings == []
+
+
+def test_vllm_doctor_over_ssh(ssh_env, cli):
+    """The same vLLM doctor over SSH (the real loopback sshd): vLLM located and read through the SSH box,
+    the same finding and fix, bytes on the wire counted."""
+    code, out, err = cli("doctor", "--launch", sandbox_vllm_launch_command(python=VLLM_PYTHON), "--host",
+                         ssh_env.alias, "--json")
+    assert code == 0, out + err
+    rep = json.loads(out)
+    assert [(f["rule"], f["evidence"]["proposed_ids"]) for f in rep["findings"]] == [("aux-id-convention", [2, 4, 7])]
+    assert rep["engine_version"] == "0.32.0" and rep["engine_root"].endswith("site-packages/vllm")
+    assert rep["wire_bytes"] and rep["wire_bytes"] > 0

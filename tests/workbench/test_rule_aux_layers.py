@@ -333,3 +333,31 @@ def test_sandbox_engine_gate_is_an_early_return(box):
     rel = "srt/model_executor/model_runner_components/spec_aux_hidden_state.py"
     assert sw.read[:2] == (f"{root}/{rel}", 55)  # grep -n '"use_aux_hidden_state"' in the sandbox's file
     assert sw.gate[:2] == (f"{root}/{rel}", 66) and sw.condition == "not config.eagle_use_aux_hidden_state → return"
+
+
+def test_aux_count_mismatch_on_a_vllm_launch():
+    """vLLM counts aux states as SGLang does (llama_eagle3.py: num_aux_hidden_states, else the nested
+    ids, else 3) and has no width check: a 4-id draft whose fc takes 3 × hidden does not load there."""
+    import json as _json
+    import pathlib
+
+    from workbench.checkpoint.facts import draft_facts_from, target_facts_from
+    from workbench.checkpoint.readers import TensorInfo
+    from workbench.rules.aux_layers import aux_count_mismatch
+    from workbench.rules.facts import Facts
+    from workbench.rules.vllm_engine import shipped_vllm_engine
+
+    src = pathlib.Path("/work/main/.venv-vllm/lib/python3.11/site-packages/vllm/model_executor/models/llama_eagle3.py")
+    if src.exists():
+        assert "self.fc_input_size = target_hidden_size * self.num_aux_hidden_states" in src.read_text()
+    cfg = {"architectures": ["LlamaForCausalLMEagle3"], "hidden_size": 4096, "vocab_size": 128256,
+           "eagle_config": {"eagle_aux_hidden_state_layer_ids": [1, 10, 20, 28]}}
+    fc = {"fc.weight": TensorInfo("BF16", (4096, 3 * 4096), (0, 2 * 4096 * 3 * 4096), "/d/model.safetensors")}
+    draft = draft_facts_from("/d", "/d/config.json", _json.loads(_json.dumps(cfg)), fc)
+    target = target_facts_from("/t", "/t/config.json", {"architectures": ["LlamaForCausalLM"], "hidden_size": 4096,
+                                                         "num_hidden_layers": 32, "vocab_size": 128256})
+    facts = Facts.of(None, draft=draft, target=target, engine_name="vllm", speculative_method="eagle3",
+                     vllm=shipped_vllm_engine())
+    found = aux_count_mismatch(facts)
+    assert [(f.rule, f.severity) for f in found] == [("aux-count-mismatch", "error")]
+    assert "weight loader refuses" in found[0].message and found[0].evidence["num_aux"]["value"] == 4

@@ -204,3 +204,26 @@ def test_intermediate_size_and_kv_heads_from_a_public_config_are_read_off_the_te
     # the real config against the same tensors: nothing to say
     t2, d2 = deploy(tmp_path, QWEN3_30B, real, name="ok")
     assert "draft-config-vs-tensors" not in doctor(box, launch(t2, d2), sglang_source).rules
+
+
+def test_context_length_mismatch_on_vllm_reads_max_model_len():
+    """On vLLM the served length is --max-model-len (vLLM 0.32.0 then raises the draft's
+    max_position_embeddings, config/speculative.py); a 2048 draft served at 8192 still warns, at 512 not."""
+    from workbench.checkpoint.facts import draft_facts_from, target_facts_from
+    from workbench.engine.launch import LaunchCommand
+    from workbench.rules.configs import context_length_mismatch
+    from workbench.rules.facts import Facts
+
+    draft = draft_facts_from("/d", "/d/config.json", {"architectures": ["LlamaForCausalLMEagle3"],
+                                                      "max_position_embeddings": 2048})
+    target = target_facts_from("/t", "/t/config.json", {"architectures": ["LlamaForCausalLM"],
+                                                         "max_position_embeddings": 131072})
+    spec = "--speculative-config '{\"method\": \"eagle3\", \"model\": \"/d\"}'"
+    long = Facts.of(LaunchCommand.parse(f"vllm serve /t --max-model-len 8192 {spec}"), draft=draft, target=target)
+    [f] = context_length_mismatch(long)
+    assert f.rule == "context-length-mismatch" and f.evidence["served_context"] == {"value": 8192, "source": "launch command: --max-model-len"}
+    short = Facts.of(LaunchCommand.parse(f"vllm serve /t --max-model-len 512 {spec}"), draft=draft, target=target)
+    assert context_length_mismatch(short) == []
+    default = Facts.of(LaunchCommand.parse(f"vllm serve /t {spec}"), draft=draft, target=target)
+    assert context_length_mismatch(default)[0].evidence["served_context"]["value"] == 131072
+    assert "--max-model-len 2048" in context_length_mismatch(default)[0].fix

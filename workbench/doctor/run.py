@@ -21,7 +21,15 @@ engine's locate script and one ``grep`` per class over its model sources):
   never stops the other rules.
 
 then runs the registry (:data:`workbench.rules.REGISTRY`): each rule's check on the same
-:class:`workbench.rules.facts.Facts`. When the engine source cannot be located, the
+:class:`workbench.rules.facts.Facts`.
+
+A vLLM launch (``vllm serve MODEL …``, ``python -m vllm.entrypoints.openai.api_server …``) is read
+through the launch's engine-neutral accessors (``target_model``, ``draft_model``: the
+``--speculative-config`` JSON); vLLM's own facts come from the package the launch's interpreter
+imports (:mod:`workbench.rules.vllm_engine`: its draft-class registry, speculators types, method
+names, console script, the distributions providing it), its flags from its own parser (or the
+shipped table of the same build); the rules that encode SGLang's code do not run (a note lists
+them), the engine-neutral, cross-engine and vLLM rules do. When the engine source cannot be located, the
 source-dependent rules use the facts modelled from SGLang 0.5.23 (:mod:`workbench.engine.modelled`)
 and their evidence says so. A rule whose check fails is a note; the other rules still run.
 """

@@ -28,7 +28,7 @@ from workbench.engine.codepath import AuxSwitch, aux_capture_switch
 from workbench.rules.facts import Facts, ids_ok
 from workbench.rules.finding import Finding, ev
 from workbench.rules.fix import DraftRepair, Fix
-from workbench.rules.registry import Family, HypothesisSpec
+from workbench.rules.registry import ALL_ENGINES, Family, HypothesisSpec
 from workbench.rules.weights import shape_findings
 
 __all__ = ["FAMILY", "target_no_aux_capture", "aux_capture_disabled", "aux_config_unread", "aux_layer_ids_invalid",
@@ -440,7 +440,7 @@ def aux_ids_ignored(facts: Facts) -> list[Finding]:
                     f"trained on layers {cap.captured}")]
 
 
-@FAMILY.rule("aux-count-mismatch", severities=("error",), prevents_start="always",
+@FAMILY.rule("aux-count-mismatch", severities=("error",), prevents_start="always", engines=ALL_ENGINES,
              summary="number of aux layers (num_aux_hidden_states, else len(ids), else 3) × target hidden (the "
                      "draft's target_hidden_size if set, else the target's) ≠ fc.weight in_features",
              fix="—")
@@ -450,8 +450,15 @@ def aux_count_mismatch(facts: Facts) -> list[Finding]:
     concatenates that many captured states; a checkpoint ``fc.weight`` of another width either
     fails the loader's shape assert or (a 1×-wide input) is skipped by the width check. Also
     reported for a checkpoint whose ``fc.weight`` has the right rows but the wrong columns. For an EAGLE-1/2 draft (fc 2× hidden, ``DraftFacts.is_eagle1_like``)
-    the finding is ``evidence["consequence_of"] = "algorithm-mismatch"`` and gets no fix of its own."""
-    out = shape_findings(facts.weights, "aux-count-mismatch") if facts.weights is not None else []
+    the finding is ``evidence["consequence_of"] = "algorithm-mismatch"`` and gets no fix of its own.
+
+    vLLM 0.32.0 ``model_executor/models/llama_eagle3.py`` counts the same way (``num_aux_hidden_states``,
+    else ``len(eagle_config.eagle_aux_hidden_state_layer_ids)``, else 3; ``fc_input_size =
+    target_hidden_size * num_aux_hidden_states``) and has no width check: another ``fc.weight``
+    width stops the weight load. On a vLLM launch only that comparison runs (the tensor-shape
+    findings follow SGLang's ``load_weights``)."""
+    vllm = facts.engine_name == "vllm"
+    out = shape_findings(facts.weights, "aux-count-mismatch") if facts.weights is not None and not vllm else []
     if not _eagle3_pair(facts):
         return out
     draft, target = facts.draft, facts.target
@@ -467,10 +474,12 @@ def aux_count_mismatch(facts: Facts) -> list[Finding]:
     evidence = {"fc_in_features": ev(draft.fc_in_features, draft.sources.get("fc_in_features")),
                 "num_aux": ev(n_aux, n_aux_src), "target_hidden": th}
     if draft.is_eagle1_like:  # an EAGLE-1/2 fc (2× hidden) under EAGLE3: algorithm-mismatch's relaunch fixes it
-        evidence["consequence_of"] = "algorithm-mismatch"
+        evidence["consequence_of"] = "method-draft-mismatch" if vllm else "algorithm-mismatch"
+    effect = ("vLLM builds fc for that width and its weight loader refuses the checkpoint's (no width check: the "
+              "server does not start)" if vllm else "the draft fails to load or its fc is skipped")
     return [Finding("aux-count-mismatch", "error",
                     f"fc.weight takes {draft.fc_in_features} inputs but the engine feeds {n_aux} aux states × "
-                    f"{th} = {n_aux * th}: the draft fails to load or its fc is skipped", evidence, None)] + out
+                    f"{th} = {n_aux * th}: {effect}", evidence, None)] + out
 
 
 def _eagle_config_repair(facts: Facts, ids: list[int], why: str) -> DraftRepair:

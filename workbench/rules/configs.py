@@ -18,6 +18,7 @@ from typing import Any
 
 from workbench.engine.drafts import DRAFT_CLASS_HISTORY, load_weights_facts
 from workbench.engine.load_weights import analyse_weights, analyse_with_source
+from workbench.errors import LaunchCommandError
 from workbench.rules.facts import Facts
 from workbench.rules.finding import Finding, ev
 from workbench.rules.fix import DraftRepair, Fix
@@ -286,7 +287,10 @@ def context_length_mismatch(facts: Facts) -> list[Finding]:
     """The server serves ``--context-length`` tokens, else the target's
     ``max_position_embeddings``; a draft configured (and usually trained) for fewer positions
     accepts less and less on long prompts (SpecForge #271: a 2048 draft on a 40960 target). The
-    draft's value may sit in ``transformer_layer_config`` (speculators format)."""
+    draft's value may sit in ``transformer_layer_config`` (speculators format). On vLLM the served
+    length is ``--max-model-len``; vLLM 0.32.0 raises the draft's ``max_position_embeddings`` to it
+    (``config/speculative.py`` ``_maybe_override_draft_max_position_embeddings``: the rotary cache
+    no longer overflows, #48894), but positions the draft was never trained on stay untrained."""
     draft, target, launch = facts.draft, facts.target, facts.launch
     if draft is None or target is None:
         return []
@@ -294,14 +298,18 @@ def context_length_mismatch(facts: Facts) -> list[Finding]:
     if dmpe is None and isinstance(draft.config.get("transformer_layer_config"), dict):
         dmpe = draft.config["transformer_layer_config"].get("max_position_embeddings")
         dmpe_src = f"{draft.config_path}: transformer_layer_config.max_position_embeddings"
-    ctx_flag, _ = int_flag(launch, "--context-length") if launch is not None else (None, None)
-    ctx, csrc = (ctx_flag, "launch command: --context-length") if ctx_flag else (
+    flag = "--max-model-len" if facts.engine_name == "vllm" else "--context-length"
+    try:
+        ctx_flag, _ = int_flag(launch, flag) if launch is not None else (None, None)
+    except LaunchCommandError:  # a flag this command's table does not define: no served length from it
+        ctx_flag = None
+    ctx, csrc = (ctx_flag, f"launch command: {flag}") if ctx_flag else (
         target.max_position_embeddings, target.sources.get("max_position_embeddings"))
     if not (isinstance(dmpe, int) and ctx is not None and dmpe < ctx):
         return []
     fix = f"set max_position_embeddings to {ctx} in {draft.config_path}"
     if not ctx_flag:
-        fix += f", or serve with --context-length {dmpe}"
+        fix += f", or serve with {flag} {dmpe}"
     return [Finding("context-length-mismatch", "warning",
                     f"the draft's max_position_embeddings {dmpe} is below the {ctx}-token context the server "
                     "will serve: acceptance decays on long prompts",
