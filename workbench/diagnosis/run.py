@@ -821,9 +821,10 @@ class DiagnosisRun(BoxSession):
         }
         # SGLang: the layer inputs the target tests (``self.layers_to_capture``); vLLM: the layers its
         # model keeps (``self.aux_hidden_state_layers``: the hidden state after k layers)
-        cap = [_literal(r.raw.get("self.layers_to_capture", r.raw.get("self.aux_hidden_state_layers")))
-               for r in readings.get("target-capture-layers", [])
-               if not r.error and ("self.layers_to_capture" in r.raw or "self.aux_hidden_state_layers" in r.raw)]
+        # (a vLLM target with its own setter, DeepSeek-V2/V3, stores the runner's ``aux_layers`` as given)
+        rows = [r for r in readings.get("target-capture-layers", []) if not r.error]
+        cap = [_literal(r.raw[key]) for key in ("self.layers_to_capture", "self.aux_hidden_state_layers", "aux_layers")
+               for r in rows if key in r.raw][:1]
         if cap:
             out["captured_layers"] = cap[0]
         d2t = [r.raw for r in readings.get("draft-d2t", []) if not r.error]

@@ -587,8 +587,16 @@ def _capture_index(stmt, text) -> str:
 def _d_capture_point(stmt, parents, text, ctx):
     idx = _capture_index(stmt, text)
     loop = next((p for p in reversed(parents) if isinstance(p, ast.For)), None)
-    where = "after each layer of the loop" if loop is not None else "before the layer loop"
-    return (f"captured {where} with index `{idx}`: layer id k is the hidden state after k layers "
+    if loop is None:
+        where = "outside the layer loop"
+    else:
+        body = loop.body
+        calls_layer = [i for i, b in enumerate(body) if any(
+            isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "layer" for n in ast.walk(b))]
+        mine = next((i for i, b in enumerate(body) if b is stmt or any(n is stmt for n in ast.walk(b))), None)
+        where = ("in the layer loop" if not calls_layer or mine is None else
+                 "before each layer's call (its input)" if mine < calls_layer[0] else "after each layer's call")
+    return (f"captured {where}, tested with `{idx}`: layer id k is the hidden state after k layers "
             "(+ residual), i.e. the input of layer k (SGLang's llama id k is the input of layer k+1)")
 
 
@@ -716,7 +724,29 @@ def _draft(c: _VCtx):
 
 
 def _target(c: _VCtx):
-    return (c.target_file,)
+    """The target's model file, then the model files it imports (a wrapper such as Kimi-K2.5's
+    ``kimi_k25.py`` captures in the DeepSeek model it imports from ``deepseek_v2.py``)."""
+    if not c.target_file:
+        return ()
+    out = [c.target_file]
+    tree = c.src.tree(c.target_file)
+    # a wrapper that builds its language model from the registry (Kimi-K2.5: init_vllm_registered_model(...,
+    # architectures=["DeepseekV2ForCausalLM"]), kimi_k25.py:376): that architecture's file first
+    for node in (ast.walk(tree) if tree is not None else []):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "init_vllm_registered_model":
+            for kw in node.keywords:
+                if kw.arg == "architectures" and isinstance(kw.value, (ast.List, ast.Tuple)):
+                    for el in kw.value.elts:
+                        entry = (c.registry or {}).get(el.value) if isinstance(el, ast.Constant) else None
+                        if entry and entry["file"] and entry["file"] not in out:
+                            out.append(entry["file"])
+    for node in (tree.body if tree is not None else []):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            rel = c.src._module_file(c.target_file, node.module, node.level)
+            if rel and rel.startswith("model_executor/models/") and rel != INTERFACES and \
+                    not rel.endswith(("/utils.py", "/interfaces_base.py")) and rel not in out:
+                out.append(rel)
+    return tuple(out)
 
 
 VLLM_LANDMARKS: tuple[VLandmark, ...] = (

@@ -264,7 +264,10 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in (
 VLLM_RECIPES: dict[str, Recipe] = {r.name: r for r in (
     Recipe("target-capture-layers", (
         RecipeProbe("capture-set", ("self.aux_hidden_state_layers", "type(self).__name__", "len(self.layers)"),
-                    role="the layers the target's model keeps (sorted, de-duplicated), once per process"),
+                    required=False,
+                    role="the layers the target's model keeps (sorted, de-duplicated), once per process; a target "
+                         "with its own setter (DeepSeek-V2/V3, Kimi-K2.5: deepseek_v2.py set_aux_hidden_state_layers) "
+                         "never passes here"),
         RecipeProbe("capture-configured", ("aux_layers",), suffix=".config", needs="aux_layers",
                     role="the ids the model runner passes: the draft config's, else the target's defaults"),
     ),
@@ -274,7 +277,9 @@ VLLM_RECIPES: dict[str, Recipe] = {r.name: r for r in (
         "trained on SGLang (llama: input of layer k+1) needs ids + 1; `.config` equal to the target's defaults "
         "(2, L//2, L-3) while the draft's config has ids means the runner did not read them (V2 and SGLang's "
         "nested eagle_config)",
-        "shows the ids, not the tensors: which layers the draft was trained on is not in the checkpoint"),
+        "shows the ids, not the tensors: which layers the draft was trained on is not in the checkpoint; the model-side "
+        "line prints only for targets that keep the layers through EagleModelMixin (Llama, Qwen, ...): DeepSeek-V2/V3 "
+        "store the runner's tuple as given (unsorted), so .config is what they capture"),
     Recipe("draft-input-width", (
         RecipeProbe("draft-fc-apply",
                     ("hidden_states.shape", "self.model.use_aux_hidden_state", "self.model.fc_input_size",
