@@ -46,3 +46,45 @@ def test_settings_vllm_has_no_equivalent_of():
     plain = LaunchCommand.parse("python -m vllm.entrypoints.openai.api_server --model /m/target")
     with pytest.raises(SweepError, match="no --speculative-config"):
         setting_launch(plain, SpecSetting(steps=2, topk=1, draft_tokens=3))
+
+
+@pytest.mark.slow
+def test_sweep_launches_and_measures_a_real_vllm_server(tmp_path):
+    """The measure_acceptance runbook's sweep on vLLM, for real: the sandbox's vLLM command (the box
+    starts its own server, num_speculative_tokens 2 instead of 3), measured through /v1/completions
+    and vLLM's counters, the server stopped and the box left as found."""
+    from testkit.ports import free_port
+    from testkit.vllm_servers import require_vllm, vllm_python
+
+    require_vllm()
+    from workbench.measure.sweep import SweepRun
+    from workbench.sandbox_box import sandbox_vllm_launch_command
+
+    port = free_port()
+    cmd = sandbox_vllm_launch_command(port=port, python=str(vllm_python()))
+    run = SweepRun.start(host="local", launch_command=cmd, port=port, grid="steps:2 topk:1 draft_tokens:auto",
+                         include_baseline=False, prompts="default", num_prompts=3, max_new_tokens=32, warmup=1,
+                         server_start_timeout=900, report_dir=str(tmp_path), progress=False)
+    try:
+        run.run()
+    finally:
+        result = run.finish()
+    (row,) = result.rows
+    assert row.ok, row.error
+    assert '"num_speculative_tokens": 2' in row.launch_command
+    assert row.requests == 3 and row.completion_tokens == 96 and row.verify_steps > 0
+    assert len(row.per_position) == 2 and row.per_position[0] >= row.per_position[1]
+    assert row.tau == pytest.approx(row.accept_length) and 1.0 < row.accept_length <= 3.0
+    assert result.restore["clean"] and result.restore["problems"] == []
+    assert httpx_refused(port)
+
+
+def httpx_refused(port: int) -> bool:
+    """Nothing listens on ``port`` any more (the sweep's server was stopped)."""
+    import httpx
+
+    try:
+        httpx.get(f"http://127.0.0.1:{port}/health", timeout=5, trust_env=False)
+    except httpx.TransportError:
+        return True
+    return False

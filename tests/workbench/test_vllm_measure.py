@@ -36,20 +36,16 @@ def _records():
     return [record_from_vllm_completion(i, json.loads(ln)["response"], 0.5) for i, ln in enumerate(lines)]
 
 
-class _Answers:
-    """``path -> response`` from the captured answers (what ``detect_engine`` is given)."""
-
-    def __init__(self, **bodies):
-        self.bodies = bodies
-        self.asked = []
-
-    def __call__(self, path):
-        self.asked.append(path)
-        key = path.strip("/").replace("/", "_") or "root"
-        if key not in self.bodies:
+def _replay(**bodies) -> httpx.Client:
+    """An httpx client whose transport answers the given paths (``v1_models`` for ``/v1/models``)
+    with the captured real answers, 404 otherwise: the engine check reads only these."""
+    def answer(request):
+        key = request.url.path.strip("/").replace("/", "_")
+        if key not in bodies:
             return httpx.Response(404, text='{"detail":"Not Found"}')
-        body = self.bodies[key]
+        body = bodies[key]
         return httpx.Response(200, text=body if isinstance(body, str) else json.dumps(body))
+    return httpx.Client(transport=httpx.MockTransport(answer))
 
 
 def test_records_from_real_responses():
@@ -117,19 +113,23 @@ def test_counter_row_without_spec_counters_says_why():
 
 def test_detect_engine_from_real_answers():
     models = json.loads((FIXTURES / "models.json").read_text())
-    ask = _Answers(v1_models=models, version={"version": "0.32.0"}, metrics=(FIXTURES / "metrics-after.txt").read_text())
-    engine, facts = detect_engine(ask)
+    metrics = (FIXTURES / "metrics-after.txt").read_text()
+    version = json.loads((FIXTURES / "version.json").read_text())
+    engine, facts = detect_engine(_replay(v1_models=models, version=version, metrics=metrics), "http://vllm")
     assert engine == "vllm" and facts["version"] == "0.32.0" and facts["model"] == models["data"][0]["id"]
-    assert ask.asked[:2] == ["/server_info", "/get_server_info"]
+    assert any("owned_by vllm" in e for e in facts["evidence"])
     # /v1/models elsewhere (a proxy): the vllm: metrics decide
-    engine, facts = detect_engine(_Answers(metrics=(FIXTURES / "metrics-after.txt").read_text()))
-    assert engine == "vllm" and facts["evidence"] == ["GET /metrics has vllm: samples"]
+    engine, facts = detect_engine(_replay(metrics=metrics), "http://vllm")
+    assert engine == "vllm" and "model" not in facts
     # VLLM_SERVER_DEV_MODE's /server_info is vLLM's, not SGLang's
-    engine, _ = detect_engine(_Answers(server_info={"vllm_config": "...", "vllm_env": {}}, v1_models=models))
-    assert engine == "vllm"
-    engine, _ = detect_engine(_Answers(server_info={"model_path": "/m", "speculative_algorithm": "EAGLE3"}))
-    assert engine == "sglang"
-    assert detect_engine(_Answers())[0] is None
+    assert detect_engine(_replay(server_info={"vllm_config": "...", "vllm_env": {}}, v1_models=models),
+                         "http://vllm")[0] == "vllm"
+    sglang = {"model_path": "/m", "version": "0.5.23", "speculative_algorithm": "EAGLE3"}
+    assert detect_engine(_replay(server_info=sglang), "http://sglang")[0] == "sglang"
+    # nothing tells, or the sources disagree: not taken for either
+    assert detect_engine(_replay(), "http://x")[0] is None
+    engine, facts = detect_engine(_replay(server_info=sglang, v1_models=models), "http://x")
+    assert engine is None and facts["identity"] == "conflicting"
 
 
 def test_vllm_server_settings():

@@ -673,9 +673,7 @@ def measure(
         info, info_error = _server_info(c)
         if info is None or "vllm_config" in info:
             # no SGLang /server_info: a vLLM server? (workbench.measure.vllm.detect_engine)
-            engine, facts = detect_engine(c.get, server_info=False)
-            if info is not None:
-                facts["evidence"].insert(0, "GET /server_info answers vllm_config (VLLM_SERVER_DEV_MODE)")
+            engine, facts = detect_engine(c.http, c.base, timeout=c.timeout)
             if engine == ENGINE_VLLM:
                 bar = None
                 if _progress_enabled(progress):
@@ -1095,7 +1093,7 @@ def measure_generate_vllm(client: httpx.Client, base_url: str, texts: Sequence[s
     fails or neither source gives the counts."""
     c = _Client(base_url, timeout, client)
     try:
-        engine, facts = detect_engine(c.get)
+        engine, facts = detect_engine(c.http, c.base, timeout=c.timeout)
         if engine != ENGINE_VLLM:
             return None
         model = facts.get("model")

