@@ -199,6 +199,10 @@ with greedy `/generate` requests sent one at a time (warm-up excluded). Accept l
 completion tokens per verify step, bonus token included. The server found on the port is stopped
 first and put back at the end (also after an interruption: `workbench restore`). A setting the
 engine refuses to start is a row with its error.
+
+On vLLM the same runbook sweeps `num_speculative_tokens` in `--speculative-config` (steps; topk 1,
+draft tokens = steps + 1: vLLM drafts a chain) and measures through `/v1/completions` and the
+`vllm:spec_decode_*` counters (accept length = 1 + accepted / drafts).
 """),
     code("""
 host = "local"              # the box: local, an ~/.ssh/config alias, user@host[:port]
@@ -263,6 +267,7 @@ One launch per draft (and one without speculation when asked), greedy `/generate
 a time, warm-up excluded. Without `draft_b`, draft B is a copy of draft A whose `d2t` token map
 lists the same target ids in a shuffled order: every id valid, nothing fails at load, and
 acceptance shows what a wrong token map costs. The server found on the port is put back at the end.
+On vLLM the draft is `--speculative-config`'s `"model"`, and the requests go to `/v1/completions`.
 """),
     code("""
 host = "local"              # the box: local, an ~/.ssh/config alias, user@host[:port]
