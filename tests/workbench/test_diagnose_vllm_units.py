@@ -143,3 +143,29 @@ def test_inventory_rows_of_a_vllm_server_show_its_speculative_config():
                        python="python", launch=LaunchCommand.parse(VLLM + "'{oops'"), port=8000,
                        base_url="http://127.0.0.1:8000")
     assert dict(broken.rows())["--speculative-config"].startswith("unreadable: ")
+
+
+def test_vllm_method_eagle_with_an_eagle3_draft_is_the_static_root_cause_with_a_launch_fix(tmp_path, monkeypatch,
+                                                                                           free_port):
+    """``"method": "eagle"`` with the sandbox's EAGLE-3 draft (vLLM refuses it at start-up): with no
+    restarts allowed the doctor's ``method-draft-mismatch`` is the root cause, and the proposed
+    command is the same ``--speculative-config`` with ``"method": "eagle3"`` (form kept, draft kept)."""
+    require_vllm()
+    from workbench.diagnosis.run import DiagnosisRun
+
+    monkeypatch.setenv("EAGLE_WORKBENCH_STATE_DIR", str(tmp_path / "state"))
+    wrong = sandbox_vllm_launch_command(port=free_port).replace('"method": "eagle3"', '"method": "eagle"')
+    run = DiagnosisRun.start(launch_command=wrong, allow_restart=False, report_dir=tmp_path / "reports")
+    try:
+        assert run.inventory.engine == "vllm" and run.inventory.port == free_port
+        assert run.measure_symptom() is None
+        verdicts = {h: v for h, v, _ in run.check_hypotheses().rows}
+        assert verdicts["engine-reads-draft"] == "confirmed"
+    finally:
+        verdict = run.finish()
+    assert verdict["root_cause"]["rule"] == "method-draft-mismatch" and verdict["outcome"] == "cause-found"
+    proposed = LaunchCommand.parse(verdict["fix"]["launch_command"])
+    assert proposed.speculative_method == "eagle3" and proposed.draft_model == str(sandbox_models_dir() / "draft")
+    assert proposed.num_speculative_tokens == 3 and verdict["fix"]["applied"] is False
+    assert [d["flag"] for d in verdict["fix"]["diff"]] == ["--speculative-config"]
+    assert verdict["restarts"] == 0 and verdict["launches"] == []
