@@ -21,10 +21,12 @@ import pytest
 from remote import connect
 from remote.probes import list_probes, revert_all
 from testkit.sandbox_servers import DRAFT, TARGET
+from testkit.vllm_copies import MAP_FILES, pristine_copy
 from testkit.vllm_servers import copy_vllm_package, speculative_config, vllm_python
 from workbench.engine.codepath_vllm import vllm_code_path_map, vllm_map_for_launch
 from workbench.engine.locate import engine_at, find_engine, read_environ
 from workbench.engine.recipes import VLLM_RECIPES, add_recipes, missing_required, read_recipes, recipe_probes
+
 
 pytestmark = pytest.mark.slow
 
@@ -46,6 +48,9 @@ def _checkpoint_d2t() -> list[int]:
 def test_vllm_recipes_read_back_from_a_real_server(own_vllm_server, tmp_path, monkeypatch, cli):
     site = tmp_path / "site"
     root = copy_vllm_package(site)
+    # the probed files as pip installed them (another session may have a probe in the shared install)
+    pristine_copy(str(Path(find_engine(connect("local"), python=str(vllm_python()), package="vllm").root)), root,
+                  MAP_FILES)
     monkeypatch.setenv("EAGLE_WORKBENCH_STATE_DIR", str(tmp_path / "state"))  # the CLI's journal: the same
     box = connect("local", state_dir=tmp_path / "state", python=str(vllm_python()))
     engine = engine_at(box, str(root))

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -17,6 +16,7 @@ import pytest
 from remote import connect
 from remote.probes import list_probes, revert_all
 from testkit.sandbox_servers import DRAFT, TARGET
+from testkit.vllm_copies import MAP_FILES, pristine_copy
 from testkit.vllm_servers import require_vllm, vllm_python
 from workbench.engine.codepath_vllm import (
     aux_ids_read,
@@ -32,15 +32,6 @@ from workbench.engine.recipes import VLLM_RECIPES, add_recipes, recipe_probes
 from workbench.engine.source import EngineSource
 from workbench.errors import EngineNotFound
 
-#: The files of the vLLM package the map reads (copied for the tests that edit them).
-MAP_FILES = (
-    "config/__init__.py", "config/speculative.py", "config/vllm.py", "transformers_utils/__init__.py",
-    "transformers_utils/configs/eagle.py", "model_executor/__init__.py", "model_executor/models/registry.py",
-    "model_executor/models/interfaces.py", "model_executor/models/llama.py", "model_executor/models/llama_eagle3.py",
-    "v1/__init__.py", "v1/worker/gpu_model_runner.py", "v1/worker/gpu/model_runner.py",
-    "v1/worker/gpu/spec_decode/eagle/eagle3_utils.py", "v1/spec_decode/llm_base_proposer.py",
-    "v1/worker/gpu/spec_decode/target_dependent_ar/speculator.py", "__init__.py", "_version.py", "version.py",
-)
 
 
 @pytest.fixture(scope="module")
@@ -61,11 +52,9 @@ def src(box, vllm_root) -> EngineSource:
 
 @pytest.fixture()
 def tree_copy(tmp_path, vllm_root) -> Path:
-    """The map's files of the real vLLM package, copied to ``tmp_path/vllm``."""
+    """The map's files of the real vLLM package as installed (:func:`pristine_copy`), in ``tmp_path/vllm``."""
     dest = tmp_path / "vllm"
-    for rel in MAP_FILES:
-        (dest / rel).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(Path(vllm_root) / rel, dest / rel)
+    pristine_copy(vllm_root, dest, MAP_FILES)
     return dest
 
 

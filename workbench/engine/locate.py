@@ -257,12 +257,13 @@ def find_engine(box: Any, *, python: str | None = None, port: int | None = None,
     """Locate the engine package on ``box``.
 
     The interpreter, in order: ``python`` (a path on the box); the interpreter of ``launch``
-    (with its ``VAR=value`` prefixes); the running server's (on ``port``, or the only one
+    (with its ``VAR=value`` prefixes; for ``vllm serve`` / ``sglang serve`` the console script's
+    ``#!`` line, the script looked up on the command's own ``PATH``: :func:`script_python`); the running server's (on ``port``, or the only one
     running; :func:`server_python`), run in the server's cwd with its ``PYTHONPATH`` /
     ``PYTHONHOME``, so a checkout run with ``python -m`` is found as the server found it; else
     ``python3``. An explicit ``package`` without ``port`` never takes a running server's
     interpreter (``workbench.*`` on the local box: this workbench's interpreter). The package: ``package``, else the one the
-    launch command runs (:func:`engine_package`), else ``sglang``. Runs
+    launch command runs (:func:`engine_package`: ``vllm`` for vLLM's launchers), else ``sglang``. Runs
     :data:`LOCATE_ENGINE_SCRIPT` with that interpreter (``find_spec``; nothing is imported).
 
     ``how``: how the caller's user picks a port, ``N`` standing for the number (``"--port N"`` on
