@@ -29,12 +29,12 @@ from pathlib import Path
 from typing import Any, Iterable, Optional, Sequence
 
 from remote.errors import RemoteError
-from workbench.engine.launch import DEFAULT_PORT, LaunchCommand
+from workbench.engine.launch import LaunchCommand
 from workbench.errors import AcceptanceError, DiagnosisError, LaunchRefused, SweepError
 from workbench.measure.generate import measure_generate
 from workbench.measure.prompts import load_prompts
 from workbench.redact import REDACTOR
-from workbench.sandbox_box import sandbox_launch_command, sandbox_prompts_path
+from workbench.sandbox_box import sandbox_prompts_path
 from workbench.session import BoxSession, open_box, restore_box
 from workbench.session.box_session import check_run_parameters, sandbox_default_launch
 from workbench.session.inventory import serves_sandbox_target
