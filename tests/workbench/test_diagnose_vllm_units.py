@@ -169,3 +169,32 @@ def test_vllm_method_eagle_with_an_eagle3_draft_is_the_static_root_cause_with_a_
     assert proposed.num_speculative_tokens == 3 and verdict["fix"]["applied"] is False
     assert [d["flag"] for d in verdict["fix"]["diff"]] == ["--speculative-config"]
     assert verdict["restarts"] == 0 and verdict["launches"] == []
+
+
+def test_sglang_code_rules_are_said_not_run_on_vllm(tmp_path, monkeypatch, free_port):
+    """On vLLM the hypotheses whose every rule checks SGLang's code (the wrong --speculative-algorithm
+    and its silent fc skip) are refuted as not applying, never as "its rules ran and found nothing"."""
+    require_vllm()
+    from workbench.diagnosis.run import DiagnosisRun
+    from workbench.rules import REGISTRY
+
+    monkeypatch.setenv("EAGLE_WORKBENCH_STATE_DIR", str(tmp_path / "state"))
+    run = DiagnosisRun.start(engine="vllm", port=free_port, allow_restart=False, report_dir=tmp_path / "reports")
+    try:
+        rows = {h: (v, why) for h, v, why in run.check_hypotheses().rows}
+    finally:
+        run.finish()
+    skipped = {r.id for r in REGISTRY.skipped_for("vllm")}
+    assert "algorithm-mismatch" in skipped
+    verdict, why = rows["algorithm-flag"]  # nothing measured (no restarts, no server): acceptance not known low
+    assert verdict == "refuted" and "are not run on vLLM" in why and "ran and found" not in why
+    import re
+
+    for hid, (verdict, why) in rows.items():
+        said_ran = re.search(r"its rules ran and found nothing \(([^)]*)\)", why)
+        if said_ran:  # the rules named as run are rules that do run on vLLM
+            assert not set(said_ran.group(1).split(", ")) & skipped, (hid, why)
+    verdict, why = rows["config-vs-target"]  # mixed: engine-neutral rules run, the SGLang-code ones named as not run
+    ran, not_run = why.split("; not run on vllm: ")
+    assert "hidden-size-mismatch" in ran and set(not_run.split(", ")) == \
+        {r for r in ("unknown-draft-architecture", "draft-config-vs-tensors") if r in skipped} != set()

@@ -570,6 +570,9 @@ class DiagnosisRun(BoxSession):
         report = self.preflight()
         low = self.acceptance_low(self.before.accept_length if self.before is not None else None)
         unreadable = self.draft_facts is None
+        # on vLLM the SGLang-code rules are not run (Rule.engines): said so, never "ran and found nothing"
+        skipped_engine = "vllm" if self.inventory.launch.engine == "vllm" else None
+        skipped = {r.id for r in REGISTRY.skipped_for(skipped_engine)}
         rows = []
         for spec, _fam in REGISTRY.hypotheses():
             hid = spec.id
@@ -604,12 +607,24 @@ class DiagnosisRun(BoxSession):
                 self._decide(hid, verdict, why, findings=found)
             else:
                 warnings = [f for f in found if f.severity == "warning"]
+                not_run = [r for r in spec.rules if r in skipped]
                 if warnings and low:
                     verdict, why = "inconclusive", "; ".join(f.message for f in warnings)
+                elif not found and not_run and len(not_run) == len(spec.rules):
+                    # e.g. SGLang's silent fc width check: the rules model SGLang's code, which a vLLM
+                    # server does not run. Not checked statically: decided as the runtime-only
+                    # hypotheses are (the probe, the fix's measurement), refuted only by acceptance.
+                    rules = f"its rules ({', '.join(spec.rules)}) model SGLang's code and are not run on vLLM"
+                    if low:
+                        verdict, why = "inconclusive", f"{rules}; acceptance is low: the probe or the fix decides"
+                    else:
+                        verdict, why = "refuted", f"{rules}; acceptance is not low: nothing for it to explain"
                 else:
                     verdict = "refuted"
+                    ran = [r for r in spec.rules if r not in skipped]
                     why = ("its rules ran and found " + ("only: " + "; ".join(f"{f.severity} {f.rule}" for f in found)
-                                                         if found else "nothing") + f" ({', '.join(spec.rules)})")
+                                                         if found else "nothing") + f" ({', '.join(ran)})" +
+                           (f"; not run on {skipped_engine}: {', '.join(not_run)}" if not_run else ""))
                 self._decide(hid, verdict, why, findings=found)
             rows.append((hid, verdict, why))
         return HypothesisTable(rows, "Hypotheses after the static checks (no restart)")
