@@ -28,6 +28,7 @@ from testkit.ports import free_port as _free_port
 from testkit.vllm_servers import DRAFT, require_vllm, server_env
 from workbench.engine.launch import LaunchCommand
 from workbench.sandbox_box import sandbox_vllm_launch_command, vllm_python
+from workbench.report import check_self_contained
 from workbench.session.journal import Journal
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -105,6 +106,7 @@ def test_diagnose_vllm_convention_fault_fixed_with_a_draft_copy_and_box_put_back
         assert "aux-id-convention" in html and f"{before['accept_length']:.3f}" in html \
             and f"{after['accept_length']:.3f}" in html
         assert f"{100 * 84 / 315:.1f} %" in html and f"{100 * 105 / 252:.1f} %" in html  # draft tokens accepted
+        assert check_self_contained(html) == []  # readable offline, no <script src=
 
         # the box as found: the original command back on the port (a new process, same argv and env),
         # nothing the run launched still alive, no probe, no journal
