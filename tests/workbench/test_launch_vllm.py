@@ -342,3 +342,22 @@ def test_is_launch_argv_on_vllm_processes(argv, server):
 def test_a_pasted_prompt_before_a_vllm_command():
     c = LaunchCommand.parse("(venv) user@gpu-box:~$ vllm serve /t --port 8001")
     assert (c.prompt, c.engine, c.target_model, c.port) == ("(venv) user@gpu-box:~$", "vllm", "/t", 8001)
+
+
+def test_a_console_script_as_proc_shows_it_and_an_env_wrapper_are_launches():
+    """``/proc/PID/cmdline`` of ``vllm serve MODEL`` is the script's interpreter, then the script
+    (the kernel runs the #! line); ``env NAME=VALUE cmd`` is a wrapper script's form."""
+    from workbench.engine.locate import engine_package, is_launch_argv
+
+    argv = ["/v/bin/python", "/v/bin/vllm", "serve", "/m", "--port", "8001"]
+    launch = LaunchCommand.parse(argv)
+    assert (launch.engine, launch.module, launch.target_model, launch.port) == ("vllm", "vllm serve", "/m", 8001)
+    assert is_launch_argv(argv) and engine_package(launch) == "vllm" and launch.argv == argv
+    sg = LaunchCommand.parse(["/v/bin/python3.11", "/v/bin/sglang", "serve", "--model-path", "/m"])
+    assert (sg.engine, sg.target_model) == ("sglang", "/m")
+    wrapped = LaunchCommand.parse("env VLLM_HOST_IP=127.0.0.1 vllm serve /m -tp 2")
+    assert wrapped.env == (("VLLM_HOST_IP", "127.0.0.1"),) and wrapped.tensor_parallel_size == 2
+    with pytest.raises(LaunchCommandError):
+        LaunchCommand.parse("env -i vllm serve /m")  # env's options change the environment: not read
+    with pytest.raises(LaunchCommandError):
+        LaunchCommand.parse(["/v/bin/python", "/v/bin/vllm", "bench", "serve"])

@@ -349,6 +349,15 @@ class LaunchCommand:
                 break
             env.append((m.group(1), m.group(2)))
             i += 1
+        if i < len(tokens) and tokens[i].rsplit("/", 1)[-1] == "env":
+            # `env [-i] [NAME=VALUE ...] COMMAND` (a wrapper script's form): the settings are the command's
+            j = i + 1  # options of env (-i, -u NAME, ...) change the environment: not read, so refused below
+            while j < len(tokens) and _ENV_ASSIGN.match(tokens[j]):
+                m = _ENV_ASSIGN.match(tokens[j])
+                env.append((m.group(1), m.group(2)))
+                j += 1
+            if j < len(tokens):
+                i = j
         start = i
         if i >= len(tokens):
             raise LaunchCommandError(f"not an SGLang launch command: only environment settings in {source!r}")
@@ -366,6 +375,13 @@ class LaunchCommand:
                   and tokens[j + 2] == "serve"):
                 module, engine = f"{_VLLM_CLI_MODULE} serve", "vllm"
                 i = j + 3
+            elif (j + 1 < len(tokens) and tokens[j].rsplit("/", 1)[-1] in ("vllm", "sglang")
+                  and tokens[j + 1] == "serve"):
+                # a console script as the kernel runs it through its #! line: /proc/PID/cmdline of
+                # `vllm serve MODEL` is `/venv/bin/python /venv/bin/vllm serve MODEL`
+                name = tokens[j].rsplit("/", 1)[-1]
+                module, engine = f"{name} serve", name
+                i = j + 2
         elif exe == "sglang" and i + 1 < len(tokens) and tokens[i + 1] == "serve":
             module, engine = "sglang serve", "sglang"
             i += 2
