@@ -78,3 +78,44 @@ def test_speculative_config_keys_vllm_refuses(box, extra, fixed):
 def test_good_speculative_config_has_no_key_finding(box):
     rep = run_doctor(box, f"{API} --model {T} {sc(draft_tensor_parallel_size=1)}")
     assert "speculative-config-invalid" not in [f.rule for f in rep.findings]
+
+
+# -- 2. aux layer ids vLLM cannot feed ----------------------------------------------------------------
+
+def _draft_copy(tmp_path, name: str, **config) -> str:
+    """A copy of the sandbox draft with ``config`` merged into its config.json (``eagle_config``
+    merged key by key)."""
+    out = tmp_path / name
+    shutil.copytree(D, out)
+    cfg = json.loads((out / "config.json").read_text())
+    ec = config.pop("eagle_config", None)
+    cfg.update(config)
+    if ec is not None:
+        cfg["eagle_config"] = {**cfg["eagle_config"], **ec}
+    (out / "config.json").write_text(json.dumps(cfg))
+    return str(out)
+
+
+@pytest.mark.parametrize("ids, outside, repeated, states", [
+    ([1, 3, 12], [12], [], [1, 3]),     # measured: HTTP 500 "shape '[-1, 480]' is invalid for input of size 3520"
+    ([2, 2, 4], [], [2], [2, 4]),       # interfaces.py: tuple(sorted(set(layers)))
+    ([-1, 3, 6], [-1], [], [3, 6]),     # no id counts from the end
+])
+def test_aux_ids_vllm_cannot_feed_are_an_error(box, tmp_path, ids, outside, repeated, states):
+    draft = _draft_copy(tmp_path, "d", eagle_config={"eagle_aux_hidden_state_layer_ids": ids})
+    rep = run_doctor(box, f"{API} --model {T} {sc(model=draft)}")
+    f = _one(rep, "aux-layer-ids-out-of-range")
+    assert f.severity == "error" and rep.exit_code == 1
+    assert f.evidence["outside"] == outside and f.evidence["repeated"] == repeated
+    assert f.evidence["states_fed"]["value"] == states and f.evidence["valid_range"] == [0, 8]
+    assert f"'[-1, 480]'" in f.message  # fc takes 3 × 160
+    assert "aux-id-convention" not in [x.rule for x in rep.findings]  # no shifted fix of unusable ids
+
+
+@pytest.mark.parametrize("ids", [[0, 4, 8], [2, 4, 7]])
+def test_aux_ids_at_the_range_ends_are_fed(box, tmp_path, ids):
+    """0 (the embedding output) and 8 (the last layer's output) are states vLLM captures on 8 layers."""
+    draft = _draft_copy(tmp_path, "d", eagle_aux_hidden_state_layer_ids=ids, aux_layer_ids_convention="vllm",
+                        eagle_config={"eagle_aux_hidden_state_layer_ids": ids})
+    rep = run_doctor(box, f"{API} --model {T} {sc(model=draft)}")
+    assert "aux-layer-ids-out-of-range" not in [f.rule for f in rep.findings]

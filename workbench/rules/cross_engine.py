@@ -427,6 +427,12 @@ def aux_id_convention(facts: Facts) -> list[Finding]:
     runner = facts.vllm_runner if serving == "vllm" else "v1"
     served_ids, served_src = ids_read(serving, draft, runner or "v1")
     trained_ids, trained_src = ids_read(written_for, draft, "v1")
+    from workbench.rules.aux_layers import vllm_ids_fault
+
+    for eng, ids in ((serving, served_ids), (written_for, trained_ids)):
+        fault = vllm_ids_fault(ids, layers) if eng == "vllm" else None
+        if fault is not None and (fault[0] or fault[1]):
+            return []  # ids out of range or repeated on vLLM: aux-layer-ids-out-of-range's error, not a shift
     served = captured_states(serving, arch, layers, served_ids)
     trained = captured_states(written_for, arch, layers, trained_ids)
     v2 = None
