@@ -119,3 +119,37 @@ def test_aux_ids_at_the_range_ends_are_fed(box, tmp_path, ids):
                         eagle_config={"eagle_aux_hidden_state_layer_ids": ids})
     rep = run_doctor(box, f"{API} --model {T} {sc(model=draft)}")
     assert "aux-layer-ids-out-of-range" not in [f.rule for f in rep.findings]
+
+
+# -- 3. the convention fix never walks out of range, never shifts twice -------------------------------
+
+def test_draft_already_in_vllm_convention_is_not_shifted_again(box, tmp_path):
+    """[2, 4, 7] without the marker: read as SGLang's ids they would be the states after [3, 5, 8] layers,
+    and SGLang's capture loop never reaches 8 on an 8-layer target: not SGLang's convention, no shift to
+    [3, 5, 8] (the doctor's own repaired copy, minus the marker, was told to shift again before)."""
+    draft = _draft_copy(tmp_path, "d", eagle_config={"eagle_aux_hidden_state_layer_ids": [2, 4, 7]})
+    rep = run_doctor(box, f"{API} --model {T} {sc(model=draft)}")
+    assert [f.rule for f in rep.findings] == [], [(f.rule, f.fix) for f in rep.findings]
+    assert any("aux-id-convention" in n and "[3, 5, 8]" in n and "not written for sglang" in n for n in rep.notes)
+
+
+def test_presumed_convention_fix_is_a_candidate_in_range(box):
+    """The sandbox draft as shipped ([1, 3, 6], SGLang layout, no marker): the shift to [2, 4, 7] stays in
+    0..8 and is worded as a candidate to measure (the convention is presumed)."""
+    rep = run_doctor(box, f"{API} --model {T} {sc()}")
+    f = _one(rep, "aux-id-convention")
+    assert f.evidence["proposed_ids"] == [2, 4, 7]
+    assert "candidate to measure" in f.fix
+
+
+def test_kimi_specforge_ids_on_the_8_layer_target_get_no_shift(box, tmp_path):
+    """SpecForge's Kimi-K2 draft config ([2, 30, 58]) against the 8-layer sandbox target: no [3, 31, 59]
+    proposal; the ids are out of vLLM's range (an error)."""
+    kimi = json.loads((pathlib.Path(__file__).resolve().parents[1] / "fixtures" / "configs" /
+                       "sgl-project__SpecForge__configs_kimi-k2-eagle3.json").read_text())
+    draft = _draft_copy(tmp_path, "kimi", eagle_config=kimi["eagle_config"])
+    rep = run_doctor(box, f"{API} --model {T} {sc(model=draft)}")
+    rules = [f.rule for f in rep.findings]
+    assert "aux-id-convention" not in rules
+    assert _one(rep, "aux-layer-ids-out-of-range").evidence["outside"] == [30, 58]
+    assert "[3, 31, 59]" not in json.dumps([f.fix for f in rep.findings])

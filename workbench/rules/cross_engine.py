@@ -197,6 +197,16 @@ def effective_vllm_method(facts: Facts) -> tuple[str | None, str]:
     return infer_method(facts.draft_model_value, cfg)
 
 
+def _reach(engine: str, target_arch: str, num_layers: int, ids: Any) -> int:
+    """The last state ``engine`` can capture on ``num_layers`` layers: vLLM 0.32.0 ``num_layers`` (the
+    last layer's output, ``models/llama.py``); SGLang the capture loop's ``reachable_max`` for ``ids``
+    (:func:`workbench.engine.modelled.modelled_capture`, SGLang 0.5.23: ``L - 1`` without PR #32334)."""
+    if engine == "vllm":
+        return num_layers
+    rule = modelled_capture(target_arch, num_layers, ids)
+    return rule.reachable_max if rule.reachable_max is not None else num_layers - 1
+
+
 def _is_eagle3(facts: Facts) -> bool:
     fam = _engine_family(facts.engine_name)
     if fam == "vllm":
@@ -445,7 +455,25 @@ def aux_id_convention(facts: Facts) -> list[Finding]:
         trained = served  # written for this engine: its V1 reading is what the draft was trained on
     if served == trained and (v2 is None or v2[2] in (None, trained)):
         return []
+    top = _reach(written_for, arch, layers, trained_ids)
+    if any(s < 0 or s > top for s in trained):
+        # read as written_for reads them, the ids name states that engine never captures: the draft
+        # cannot have been trained that way (e.g. [2, 4, 7] on 8 layers read as SGLang's: state 8)
+        facts.notes.append(f"aux-id-convention: the draft's ids {trained_ids} read in {written_for}'s convention "
+                           f"would be the states after {trained} decoder layers, beyond what {written_for} captures on "
+                           f"{layers} layers (0..{top}): they were not written for {written_for}"
+                           + ("" if conv.recorded else f" (the {conv.basis.split(' (')[0]} is no proof of the "
+                              "convention); no shift proposed"))
+        return []
     new_ids = ids_for(serving, arch, layers, trained)
+    unreachable = None
+    if new_ids is not None:
+        fed = captured_states(serving, arch, layers, new_ids)
+        top_s = _reach(serving, arch, layers, new_ids)
+        if fed is None or len(set(new_ids)) < len(new_ids) or any(s < 0 or s > top_s for s in fed):
+            unreachable = (f"the ids that would feed states {trained} on {serving} ({new_ids}) are outside what "
+                           f"{serving} captures on {layers} layers (0..{top_s})")
+            new_ids = None
     names = {"sglang": f"SGLang ({SGLANG_VERSION} rule for {arch or 'this target'})", "vllm": f"vLLM ({VLLM_VERSION})"}
     evidence: dict[str, Any] = {
         "serving_engine": ev(serving, "launch command"),
@@ -469,7 +497,11 @@ def aux_id_convention(facts: Facts) -> list[Finding]:
              "eagle_aux_hidden_state_layer_ids (top level: both model runners read it"
              + (", and in eagle_config)" if draft.aux_layer_ids is not None else ")"))
     fix = (f"write {where} = {new_ids} (and {CONVENTION_KEY}: \"{serving}\") in a copy of the draft" if new_ids is not None
-           else f"no ids make {serving} feed states {trained}: retrain or serve the draft on {written_for}")
+           else f"no ids make {serving} feed states {trained}"
+           + (f" ({unreachable})" if unreachable else "") + f": retrain or serve the draft on {written_for}")
+    if new_ids is not None and not conv.recorded:
+        fix += (" — a candidate to measure against the draft as it is: the convention is "
+                + ("unknown" if conv.engine is None else f"presumed from {conv.basis.split(' (')[0]}, not recorded"))
     if conv.engine is None:
         msg = (f"nothing says which engine the draft's aux layer ids were written for: {names[serving]} feeds it the "
                f"states after {served} decoder layers, but if it was trained for {other} it expects those after "
