@@ -169,3 +169,32 @@ def test_corrected_command_runs_the_api_server_not_vllm_serve(box):
     assert fixed.target_model == T and fixed.get("--port") == "8011"
     assert fixed.speculative_config.raw["num_speculative_tokens"] == 3
     assert fixed.arg_tokens[:2] == ["--model", T]
+
+
+# -- 5. a vLLM launch that names no model vLLM reads --------------------------------------------------
+
+def test_api_server_positional_model_is_ignored_by_vllm(box):
+    """`python -m vllm.entrypoints.openai.api_server T SC`: the API server ignores model_tag (it logs
+    `non-default args: {'model_tag': ...}`) and loads ModelConfig's default, read from the box's source."""
+    rep = run_doctor(box, f"{API} {T} {sc()}")
+    f = _one(rep, "vllm-model-missing")
+    assert f.severity == "error" and rep.exit_code == 1
+    src = (pathlib.Path(VLLM_PYTHON).parents[1] / "lib/python3.11/site-packages/vllm/config/model.py").read_text()
+    assert 'model: str = "Qwen/Qwen3-0.6B"' in src
+    assert f.evidence["vllm_default_model"]["value"] == "Qwen/Qwen3-0.6B"
+    assert f.evidence["vllm_default_model"]["source"].endswith("vllm/config/model.py: ModelConfig.model")
+    fixed = LaunchCommand.parse(rep.corrected_launch())
+    assert fixed.target_model == T and fixed.positionals == []
+    assert fixed.speculative_config.model == D
+
+
+def test_no_model_at_all_names_the_default(box):
+    rep = run_doctor(box, f"{API} --port 8011 {sc()}")
+    f = _one(rep, "vllm-model-missing")
+    assert "Qwen/Qwen3-0.6B" in f.message and "--model" in f.fix
+
+
+def test_vllm_serve_positional_is_the_model(box):
+    rep = run_doctor(box, f"{pathlib.Path(VLLM_PYTHON).parent / 'vllm'} serve {T} {sc()}")
+    assert "vllm-model-missing" not in [f.rule for f in rep.findings]
+    assert rep.target_facts is not None and rep.target_facts.num_hidden_layers == 8

@@ -21,7 +21,7 @@ from typing import Any
 
 from workbench.checkpoint import read_draft_facts, read_target_facts
 from workbench.engine.flags import SGLANG_VERSION
-from workbench.engine.launch import LaunchCommand
+from workbench.engine.launch import Arg, LaunchCommand
 from workbench.engine.modelled import MTP_TARGETS, PAGE_TREE_BACKENDS
 from workbench.errors import ConfigUnreadable, LaunchCommandError, RuleInputError
 from workbench.redact import is_secret_flag
@@ -30,7 +30,7 @@ from workbench.rules.finding import Finding, ev
 from workbench.rules.fix import Fix
 from workbench.rules.registry import Family, HypothesisSpec
 
-__all__ = ["FAMILY", "DEFAULT_CHAIN_STEPS", "algorithm_mismatch", "check_algorithm_mismatch", "launch_flag_unknown", "spec_params_invalid",
+__all__ = ["FAMILY", "DEFAULT_CHAIN_STEPS", "vllm_model_missing", "vllm_default_model", "VLLM_DEFAULT_MODEL", "algorithm_mismatch", "check_algorithm_mismatch", "launch_flag_unknown", "spec_params_invalid",
            "draft_path_missing", "model_path_missing", "int_flag", "RuleInputError"]
 
 FAMILY = Family(
@@ -39,7 +39,8 @@ FAMILY = Family(
     hypotheses=(
         HypothesisSpec("spec-params", "The speculative parameters, the algorithm name or a flag are ones the engine "
                        "refuses or rewrites, or the draft path is missing.",
-                       rules=("spec-params-invalid", "launch-flag-unknown", "draft-path-missing", "model-path-missing"),
+                       rules=("spec-params-invalid", "launch-flag-unknown", "draft-path-missing", "model-path-missing",
+                              "vllm-model-missing"),
                        order=20),
         HypothesisSpec("algorithm-flag", "The --speculative-algorithm flag does not match the draft's architecture "
                        "(an EAGLE-3 draft launched as EAGLE, or the reverse): the target captures no aux hidden "
@@ -866,6 +867,70 @@ def model_path_missing(facts: Facts) -> list[Finding]:
                     "add --model-path <the target model's directory or Hugging Face repo id>")]
 
 
+#: vLLM 0.32.0 ``vllm/config/model.py`` ``ModelConfig``: ``model: str = "Qwen/Qwen3-0.6B"``, the model a
+#: launch that names none loads (the fallback when the box's source cannot be read).
+VLLM_DEFAULT_MODEL = "Qwen/Qwen3-0.6B"
+
+
+def vllm_default_model(facts: Facts) -> tuple[str, str]:
+    """``(model, source)``: the ``ModelConfig.model`` default of the box's vLLM, read from its
+    ``config/model.py`` (:attr:`Facts.vllm` ``root``; one ``read_text``), else vLLM 0.32.0's
+    :data:`VLLM_DEFAULT_MODEL` (the source says so). Never raises."""
+    from remote.errors import RemoteError
+
+    root = getattr(getattr(facts, "vllm", None), "root", None)
+    if root and facts.box is not None:
+        path = f"{root.rstrip('/')}/config/model.py"
+        try:
+            m = re.search(r"^\s+model: str = \"([^\"]+)\"", facts.box.read_text(path, timeout=facts.timeout or 30), re.M)
+        except RemoteError as exc:
+            facts.notes.append(f"vllm-model-missing: {path} could not be read ({exc}); vLLM 0.32.0's default is named")
+            m = None
+        if m:
+            return m.group(1), f"{path}: ModelConfig.model"
+    return VLLM_DEFAULT_MODEL, "vllm 0.32.0 config/model.py ModelConfig.model (shipped; the box's source not read)"
+
+
+@FAMILY.rule("vllm-model-missing", severities=("error",), engines=("vllm",),
+             summary="a vLLM launch that names no model vLLM reads: no --model (and for `vllm serve` no positional "
+                     "MODEL), or `python -m vllm.entrypoints.openai.api_server MODEL` whose positional model_tag that "
+                     "entry point ignores: vLLM serves its default model (Qwen/Qwen3-0.6B) instead",
+             fix="--model MODEL")
+def vllm_model_missing(facts: Facts) -> list[Finding]:
+    """vLLM 0.32.0: ``vllm serve [model_tag]`` copies the positional into ``args.model``
+    (``entrypoints/cli/serve.py``: ``if args.model_tag is not None: args.model = args.model_tag``); the
+    API server module (``entrypoints/openai/api_server.py`` → ``launchers/api_server/entry.py``) defines
+    ``model_tag`` (``launchers/cli_args.py``) but never copies it: the server logs ``non-default args:
+    {'model_tag': ...}`` and loads ``ModelConfig.model``'s default (``config/model.py``:
+    ``"Qwen/Qwen3-0.6B"``, read from the box's source: :func:`vllm_default_model`) — a download on a
+    box with a hub connection, a failure without one, never the model meant. An error (the server may
+    start, serving another model: not marked as preventing start). The fix moves the positional to
+    ``--model`` (API server) or names the missing model."""
+    launch = facts.launch
+    if launch is None or launch.engine != "vllm" or launch.target_model is not None:
+        return []
+    default, source = vllm_default_model(facts)
+    tag = launch.positionals[0] if not launch.module.endswith("serve") and launch.positionals else None
+    evidence = {"launcher": ev(" ".join(launch.launcher), "launch command"),
+                "vllm_default_model": ev(default, source)}
+    if tag is not None:
+        evidence["model_tag"] = ev(tag, "launch command: the first positional word")
+        args = list(launch.args)
+        at = next(k for k, a in enumerate(args) if a.flag is None and a.values == (tag,))
+        del args[at]
+        fixed = LaunchCommand(launch.env, launch.launcher, launch.engine, launch.module,
+                              (Arg("--model", "--model", (tag,), table=launch.table), *args), table=launch.table)
+        return [Finding("vllm-model-missing", "error",
+                        f"{tag} is a positional word: python -m {launch.module} reads it as model_tag and ignores it "
+                        f"(it logs non-default args: {{'model_tag': {tag!r}}}), so vLLM loads its default model "
+                        f"{default} instead of {tag}; give it as --model {tag}", evidence, fixed.to_string())]
+    how = ("`vllm serve` without a MODEL word or --model" if launch.module.endswith("serve")
+           else f"python -m {launch.module} without --model")
+    return [Finding("vllm-model-missing", "error",
+                    f"{how}: vLLM loads its default model {default}, not the target the draft was trained for",
+                    evidence, "add --model <the target model's directory or Hugging Face repo id>")]
+
+
 @FAMILY.fixes_with
 def launch_fixes(facts: Facts, findings: list[Finding], given: dict) -> list[Fix]:
     """The launch-command changes this family's error findings propose (the flags their ``fix``
@@ -876,9 +941,12 @@ def launch_fixes(facts: Facts, findings: list[Finding], given: dict) -> list[Fix
     for f in findings:
         if f.rule not in mine or f.severity != "error":
             continue
-        if f.rule == "model-path-missing":
+        if f.rule == "vllm-model-missing" and not (f.fix or "").startswith("add "):
+            pass  # a launch fix (the positional model_tag as --model): composed below
+        elif f.rule in ("model-path-missing", "vllm-model-missing"):
+            flag = "--model" if f.rule == "vllm-model-missing" else "--model-path"
             out.append(Fix("none", (f.rule,), "no target model to serve",
-                           missing="the target model: give launch_command with --model-path <its directory or repo id>",
+                           missing=f"the target model: give launch_command with {flag} <its directory or repo id>",
                            parameter="launch_command"))
             continue
         if f.rule == "draft-path-missing":
