@@ -198,3 +198,26 @@ def test_vllm_serve_positional_is_the_model(box):
     rep = run_doctor(box, f"{pathlib.Path(VLLM_PYTHON).parent / 'vllm'} serve {T} {sc()}")
     assert "vllm-model-missing" not in [f.rule for f in rep.findings]
     assert rep.target_facts is not None and rep.target_facts.num_hidden_layers == 8
+
+
+# -- 6. --engine-root for a vLLM launch --------------------------------------------------------------
+
+VLLM_PKG = str(pathlib.Path(VLLM_PYTHON).parents[1] / "lib" / "python3.11" / "site-packages" / "vllm")
+
+
+def test_engine_root_vllm_package_is_accepted(cli):
+    code, out, err = cli("doctor", "--launch", f"{API} --model {T} {sc()}", "--engine-root", VLLM_PKG, "--json")
+    assert code == 0, (out, err)
+    rep = json.loads(out)
+    assert rep["engine_root"] == VLLM_PKG and rep["engine_version"] == "0.32.0"
+
+
+def test_engine_root_of_the_sandbox_is_refused_for_vllm(cli, box):
+    from workbench.errors import EngineNotFound
+
+    sandbox_root = str(pathlib.Path(MODELS).parent)  # workbench/sandbox: SGLang's layout (srt/)
+    code, out, err = cli("doctor", "--launch", f"{API} --model {T} {sc()}", "--engine-root", sandbox_root)
+    assert code == 2
+    assert "EngineNotFound" in err and "SGLang-layout" in err and "site-packages/vllm" in err
+    with pytest.raises(EngineNotFound, match="launch command is vllm's"):
+        run_doctor(box, f"{API} --model {T} {sc()}", engine_root=sandbox_root, engine_version="0.5.23+sandbox")
