@@ -221,3 +221,30 @@ def test_engine_root_of_the_sandbox_is_refused_for_vllm(cli, box):
     assert "EngineNotFound" in err and "SGLang-layout" in err and "site-packages/vllm" in err
     with pytest.raises(EngineNotFound, match="launch command is vllm's"):
         run_doctor(box, f"{API} --model {T} {sc()}", engine_root=sandbox_root, engine_version="0.5.23+sandbox")
+
+
+# -- 7. SGLang's speculative flags on a vLLM launch ---------------------------------------------------
+
+@pytest.mark.parametrize("flags, tokens", [
+    (f"--speculative-algorithm EAGLE3 --speculative-draft-model-path {D} --speculative-num-steps 4", 4),
+    (f"--speculative-algorithm EAGLE3 --speculative-draft-model-path {D} --speculative-eagle-topk 1 "
+     "--speculative-num-draft-tokens 5", 4),                       # chain: draft tokens = steps + 1
+    (f"--speculative-algorithm EAGLE3 --speculative-draft-model-path {D}", 3),
+])
+def test_sglang_speculative_flags_become_speculative_config(box, flags, tokens):
+    """vLLM's argparse refuses them (exit 2); dropping them would launch without speculation: the fix is
+    the same speculation as vLLM's --speculative-config, and the corrected command is checked again."""
+    rep = run_doctor(box, f"{API} --model {T} {flags}")
+    f = _one(rep, "vllm-flag-unknown")
+    fixed = LaunchCommand.parse(f.fix)
+    assert fixed.unresolved() == []
+    spec = fixed.speculative_config
+    assert (spec.method, spec.model, spec.num_speculative_tokens) == ("eagle3", D, tokens)
+    again = run_doctor(box, f.fix)
+    assert {x.rule for x in again.findings} <= {"aux-id-convention"}  # only the draft's convention is left
+
+
+def test_sglang_flags_keep_what_speculative_config_gives(box):
+    rep = run_doctor(box, f"{API} --model {T} --speculative-num-steps 5 {sc()}")
+    spec = LaunchCommand.parse(rep.corrected_launch()).speculative_config
+    assert spec.num_speculative_tokens == 3 and spec.model == D

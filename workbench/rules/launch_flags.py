@@ -15,6 +15,7 @@ fallback) explained by the shipped flag history of 20 releases.
 from __future__ import annotations
 
 import difflib
+import json
 import re
 from dataclasses import replace
 from typing import Any
@@ -208,6 +209,15 @@ def vllm_flag_unknown(facts: Facts) -> list[Finding]:
     table = launch.table
     options = sorted(getattr(table, "option_strings", None) or getattr(table, "flags", {}) or ())
     fixed, per_flag = launch, []
+    sglang_spec = [a for a in bad if a.status == "unknown" and a.spelled.replace("_", "-") in _SGLANG_SPEC_TO_VLLM]
+    bad = [a for a in bad if a not in sglang_spec]
+    translated = None
+    if sglang_spec:
+        fixed, translated = _translate_sglang_spec(launch, sglang_spec, facts)
+        for a in sglang_spec:
+            per_flag.append({"flag": a.spelled, "status": a.status, "candidates": [],
+                             "closest": None, "sglang_flag": True,
+                             "vllm_key": _SGLANG_SPEC_TO_VLLM[a.spelled.replace("_", "-")]})
     for a in bad:
         close = difflib.get_close_matches(a.spelled.replace("_", "-"), options, n=1, cutoff=0.75)
         per_flag.append({"flag": a.spelled, "status": a.status, "candidates": list(a.candidates or ()),
@@ -220,13 +230,73 @@ def vllm_flag_unknown(facts: Facts) -> list[Finding]:
                 fixed = fixed.without_flag(a.spelled)
         except (LaunchCommandError, ValueError) as exc:  # the fix left in words for this flag; the finding stands
             facts.notes.append(f"vllm-flag-unknown: {a.spelled} could not be rewritten ({exc})")
-    words = ", ".join(f"{p['flag']} ({p['status']}" + (f"; did you mean {p['closest']}?" if p["closest"] else "") + ")"
-                      for p in per_flag)
+    words = ", ".join(f"{p['flag']} ({p['status']}" + (f"; did you mean {p['closest']}?" if p["closest"] else "")
+                      + ("; SGLang's speculative flag" if p.get("sglang_flag") else "") + ")" for p in per_flag)
     source = table.describe() if hasattr(table, "describe") else str(table)
-    return [Finding("vllm-flag-unknown", "error",
-                    f"vLLM's argparse refuses {words}: the server exits 2 before it starts",
-                    {"unknown_flags": ev([p["flag"] for p in per_flag], f"launch command, read against {source}"),
-                     "flags": per_flag}, fixed.to_string())]
+    evidence = {"unknown_flags": ev([p["flag"] for p in per_flag], f"launch command, read against {source}"),
+                "flags": per_flag}
+    msg = f"vLLM's argparse refuses {words}: the server exits 2 before it starts"
+    if translated is not None:
+        evidence["speculative_config"] = ev(translated, "translated from SGLang's speculative flags "
+                                                        "(vllm 0.32.0 config/speculative.py SpeculativeConfig)")
+        msg += (f"; vLLM takes speculative decoding as one --speculative-config object: "
+                f"{json.dumps(translated)}")
+    return [Finding("vllm-flag-unknown", "error", msg, evidence, fixed.to_string())]
+
+
+#: SGLang's speculative flags (SGLang 0.5.23 ``srt/arg_groups/fields/spec.py``) → the vLLM 0.32.0
+#: ``SpeculativeConfig`` key that means the same (``config/speculative.py``); ``None``: vLLM has no such
+#: setting (it drafts one chain: no top-k tree; the draft tokens are ``num_speculative_tokens + 1``).
+_SGLANG_SPEC_TO_VLLM = {"--speculative-algorithm": "method", "--speculative-draft-model-path": "model",
+                        "--speculative-num-steps": "num_speculative_tokens", "--speculative-eagle-topk": None,
+                        "--speculative-num-draft-tokens": None}
+
+#: SGLang's algorithm names (upper-cased as SGLang 0.5.23 reads them) → vLLM 0.32.0's methods.
+_SGLANG_ALGO_TO_VLLM = {"EAGLE3": "eagle3", "EAGLE": "eagle", "NEXTN": "mtp", "STANDALONE": "draft_model",
+                        "NGRAM": "ngram"}
+
+
+def _translate_sglang_spec(launch: LaunchCommand, args: list, facts: Facts) -> tuple[LaunchCommand, dict | None]:
+    """``(command, keys)``: ``launch`` without SGLang's speculative flags ``args`` and with the
+    equivalent keys set in its ``--speculative-config`` (:meth:`LaunchCommand.with_speculative`; keys
+    the command already gives are kept): the algorithm (:data:`_SGLANG_ALGO_TO_VLLM`), the draft path,
+    ``--speculative-num-steps`` as ``num_speculative_tokens`` (else ``--speculative-num-draft-tokens`` − 1,
+    else :data:`DEFAULT_CHAIN_STEPS`); top-k has no vLLM counterpart (a note). ``keys`` ``None`` when
+    the translation could not be written (the flags are then dropped, a note says why)."""
+    vals = {a.spelled.replace("_", "-"): (a.values[0] if a.values else None) for a in args}
+    out = launch
+    for a in args:
+        out = out.without_flag(a.spelled)
+    try:
+        current = out.speculative_config
+    except (LaunchCommandError, ValueError):
+        current = None
+    have = dict(current.raw) if current is not None and isinstance(current.raw, dict) else {}
+    keys: dict[str, Any] = {}
+    algo = vals.get("--speculative-algorithm")
+    if algo is not None and "method" not in have:
+        keys["method"] = _SGLANG_ALGO_TO_VLLM.get(str(algo).upper(), str(algo).lower())
+    if vals.get("--speculative-draft-model-path") is not None and "model" not in have:
+        keys["model"] = vals["--speculative-draft-model-path"]
+    if "num_speculative_tokens" not in have:
+        steps, ndt = vals.get("--speculative-num-steps"), vals.get("--speculative-num-draft-tokens")
+        try:
+            keys["num_speculative_tokens"] = (int(steps) if steps is not None else
+                                              int(ndt) - 1 if ndt is not None and int(ndt) >= 2 else DEFAULT_CHAIN_STEPS)
+        except ValueError:
+            keys["num_speculative_tokens"] = DEFAULT_CHAIN_STEPS
+    topk = vals.get("--speculative-eagle-topk")
+    if topk not in (None, "1"):
+        facts.notes.append(f"vllm-flag-unknown: --speculative-eagle-topk {topk} has no vLLM counterpart (vLLM 0.32.0 "
+                           "drafts one chain); the translated command drafts a chain")
+    if not keys:
+        return out, None
+    try:
+        return out.with_speculative(**keys), keys
+    except (LaunchCommandError, ValueError) as exc:
+        facts.notes.append(f"vllm-flag-unknown: SGLang's speculative flags could not be written as "
+                           f"--speculative-config ({exc})")
+        return out, None
 
 
 @FAMILY.rule("launch-flag-unknown", severities=("error", "warning"), prevents_start="always",
