@@ -248,3 +248,15 @@ def test_sglang_flags_keep_what_speculative_config_gives(box):
     rep = run_doctor(box, f"{API} --model {T} --speculative-num-steps 5 {sc()}")
     spec = LaunchCommand.parse(rep.corrected_launch()).speculative_config
     assert spec.num_speculative_tokens == 3 and spec.model == D
+
+
+# -- 8. an empty --speculative-config ----------------------------------------------------------------
+
+@pytest.mark.parametrize("value", ["''", "None"])
+def test_empty_speculative_config_means_no_speculation(box, value):
+    src = (pathlib.Path(VLLM_PKG) / "engine" / "arg_utils.py").read_text()
+    assert 'if val == "" or val == "None":' in src  # optional_type: no speculative config
+    rep = run_doctor(box, f"{API} --model {T} --speculative-config {value}")
+    f = _one(rep, "speculative-config-empty")
+    assert f.severity == "warning" and "without speculative decoding" in f.message
+    assert rep.exit_code == 0

@@ -466,3 +466,14 @@ def test_speculative_config_invalid_reads_the_real_source_messages(sandbox):
     mtp = draft_facts_from("/models/mtp", "/models/mtp/config.json", {**draft.config, "n_predict": 2}, None)
     assert speculative_config_invalid(Facts.of(cmd, draft=mtp, target=target, engine_name="vllm",
                                                vllm=shipped_vllm_engine())) == []
+
+
+def test_speculative_config_empty_only_when_nothing_else_speculates():
+    from workbench.engine.launch import LaunchCommand
+    from workbench.rules.cross_engine import speculative_config_empty
+
+    empty = LaunchCommand.parse("vllm serve /m --speculative-config ''")
+    assert [f.rule for f in speculative_config_empty(Facts.of(empty, engine_name="vllm"))] == ["speculative-config-empty"]
+    dotted = LaunchCommand.parse("vllm serve /m --speculative-config '' --speculative-config.method ngram "
+                                 "--speculative-config.num_speculative_tokens 3")
+    assert speculative_config_empty(Facts.of(dotted, engine_name="vllm")) == []

@@ -49,7 +49,7 @@ from workbench.rules.fix import DraftRepair, Fix
 from workbench.rules.registry import ALL_ENGINES, Family, HypothesisSpec
 from workbench.rules.vllm_engine import VLLM_VERSION, eagle_config_architecture
 
-__all__ = ["FAMILY", "CONVENTION_KEY", "speculative_config_unreadable", "speculative_config_invalid", "SGLANG_KEY_NAMES", "vllm_method_unknown", "vllm_draft_missing", "Convention", "draft_convention", "captured_states", "ids_read",
+__all__ = ["FAMILY", "CONVENTION_KEY", "speculative_config_unreadable", "speculative_config_invalid", "speculative_config_empty", "SGLANG_KEY_NAMES", "vllm_method_unknown", "vllm_draft_missing", "Convention", "draft_convention", "captured_states", "ids_read",
            "ids_for", "draft_layout", "aux_id_convention", "draft_format_unread", "method_draft_mismatch",
            "vllm_console_script_broken", "effective_vllm_method"]
 
@@ -60,7 +60,7 @@ FAMILY = Family(
         HypothesisSpec("engine-reads-draft", "The engine cannot start this draft as launched: a draft layout it does "
                        "not read, a speculative method that does not fit the draft, a --speculative-config it "
                        "cannot parse, or a console script that cannot start.",
-                       rules=("speculative-config-unreadable", "speculative-config-invalid", "vllm-method-unknown", "vllm-draft-missing", "draft-format-unread", "method-draft-mismatch",
+                       rules=("speculative-config-unreadable", "speculative-config-invalid", "speculative-config-empty", "vllm-method-unknown", "vllm-draft-missing", "draft-format-unread", "method-draft-mismatch",
                               "vllm-console-script-broken"), order=4),
         HypothesisSpec("aux-cross-engine-convention", "The draft's aux layer ids were written in the other engine's "
                        "convention: the target feeds it hidden states one layer off, silently (lower acceptance).",
@@ -334,6 +334,34 @@ def speculative_config_invalid(facts: Facts) -> list[Finding]:
                      "draft_n_predict": ev(draft_cfg.get("n_predict") if draft_cfg else None,
                                            facts.draft.config_path if facts.draft is not None else None)},
                     fix, prevents_start=True)]
+
+
+@FAMILY.rule("speculative-config-empty", severities=("warning",), engines=("vllm",),
+             summary="vLLM's --speculative-config is given as '' or 'None': vLLM reads that as no speculative config, "
+                     "and the server runs without speculative decoding",
+             fix="a --speculative-config JSON object with the method, the draft and num_speculative_tokens")
+def speculative_config_empty(facts: Facts) -> list[Finding]:
+    """vLLM 0.32.0 ``vllm/engine/arg_utils.py``: ``--speculative-config`` has ``type=optional_type(json.loads)``,
+    whose ``_optional_type`` returns ``None`` for ``""`` and ``"None"`` (``if val == "" or val == "None"``):
+    no speculative decoding, no error, no log line about it — a launch meant to speculate serves the
+    target alone (the :attr:`workbench.engine.launch.LaunchCommand.speculative_config` reader reads it
+    the same way). A warning: the server runs. Not reported when ``--spec-*`` or dotted keys give the
+    settings anyway."""
+    launch = facts.launch
+    if launch is None or _engine_family(facts.engine_name) != "vllm" or facts.speculative_config_error is not None:
+        return []
+    empty = [a for a in launch.args if a.flag == "--speculative-config" and not a.key
+             and len(a.values) == 1 and a.values[0] in ("", "None")]
+    if not empty or getattr(launch, "speculative_config", None) is not None:
+        return []
+    written = empty[-1]
+    return [Finding("speculative-config-empty", "warning",
+                    f"{written.spelled} {written.values[0]!r}: vLLM reads it as no speculative config (optional_type: "
+                    "'' and 'None' are None): the server runs without speculative decoding, silently",
+                    {"value": ev(written.values[0], f"launch command: {written.spelled}"),
+                     "engine_reads": ev(None, f"vllm {VLLM_VERSION} engine/arg_utils.py optional_type")},
+                    f"{written.spelled} '{{\"method\": \"eagle3\", \"model\": \"DRAFT\", \"num_speculative_tokens\": 3}}' "
+                    "(the draft's directory as model), or drop the flag if no speculation is meant")]
 
 
 @FAMILY.rule("vllm-method-unknown", severities=("error",), prevents_start="always", engines=("vllm",),
