@@ -260,3 +260,20 @@ def test_empty_speculative_config_means_no_speculation(box, value):
     f = _one(rep, "speculative-config-empty")
     assert f.severity == "warning" and "without speculative decoding" in f.message
     assert rep.exit_code == 0
+
+
+# -- the preflight runbook's call with relative paths ------------------------------------------------
+
+def test_preflight_reads_relative_paths_against_this_directory(monkeypatch):
+    """`workbench runbook preflight -p launch_command "$A SC"` with relative model paths: the runbook's
+    kernel runs in the directory the command was started in (papermill cwd); `preflight` read nothing
+    there (cwd None: both models `checkpoint-unreadable`), the doctor CLI did. Now both read them."""
+    from workbench.doctor import preflight
+
+    monkeypatch.chdir(MODELS.parent)
+    spec = json.dumps({"method": "eagle3", "model": "models/draft", "num_speculative_tokens": 3})
+    rep = preflight("local", f"{API} --model models/target --speculative-config '{spec}'")
+    rules = [f.rule for f in rep.findings]
+    assert "checkpoint-unreadable" not in rules and "model-not-on-box" not in rules, rules
+    assert rep.target_facts is not None and rep.draft_facts is not None
+    assert rep.target_facts.path == str(MODELS / "target")

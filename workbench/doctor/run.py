@@ -36,6 +36,7 @@ and their evidence says so. A rule whose check fails is a note; the other rules 
 
 from __future__ import annotations
 
+import os
 import shlex
 import time
 from typing import Any
@@ -372,18 +373,31 @@ def running_launch(box: Any, *, port: int | None = None, timeout: float = 30) ->
     return LaunchCommand.parse(list(servers[0].argv)), servers[0].cwd
 
 
+def launch_cwd(box: Any, cwd: str | None = None) -> str:
+    """The directory a given launch command's relative paths are read against: ``cwd`` when given,
+    else this process's working directory on the local box (where ``workbench doctor`` / ``workbench
+    runbook`` was started: the runbook's kernel inherits it), else the login directory over SSH — as
+    ``workbench doctor --launch`` does (``--cwd``)."""
+    if cwd:
+        return cwd
+    return os.getcwd() if getattr(box, "name", None) == "local" else box.expand_path("~")
+
+
 def preflight(host: str = "local", launch_command: str | None = None, *, port: int | None = None,
-              timeout: float = 30) -> DoctorReport:
+              timeout: float = 30, cwd: str | None = None) -> DoctorReport:
     """The preflight runbook's one call: connect to ``host`` (``remote.connect`` spec), take
     ``launch_command`` (else the running server's command line, else the embedded sandbox box's
     default launch with the wrong flag, as ``diagnose_acceptance`` does), run :func:`run_doctor`,
-    close the box. Raises :class:`DoctorError`, ``LaunchCommandError``, ``RemoteError``."""
+    close the box. Relative paths in ``launch_command`` are read against ``cwd``, default
+    :func:`launch_cwd` (this process's directory on the local box, the login directory over SSH);
+    a running server's against its own cwd. Raises :class:`DoctorError`, ``LaunchCommandError``,
+    ``RemoteError``."""
     from remote import connect
 
     box = connect(host)
     try:
-        cwd = None
         if launch_command is not None:
+            cwd = launch_cwd(box, cwd)
             launch = LaunchCommand.parse(launch_command)
         else:
             try:
