@@ -43,7 +43,7 @@ Run headless: `workbench runbook diagnose_acceptance -p host myalias` (papermill
     code("""
 host = "local"            # the box: "local", an ~/.ssh/config alias, user@host[:port]
 launch_command = None     # None: the server running on the box (or, when none runs, the sandbox box launched with --speculative-algorithm EAGLE)
-port = None               # None: the launch command's --port, else 30000
+port = None               # None: the launch command's --port, else the engine's default (SGLang 30000, vLLM 8000)
 allow_restart = True      # False: static checks only (no probe, no fix; the static root cause is still named)
 apply_fix = True          # relaunch with every derived fix and measure again
 keep_fix = False          # True: leave the fixed server (and its draft copy) running instead of putting the original back
@@ -58,6 +58,7 @@ max_new_tokens = 96
 server_start_timeout = 600
 request_timeout = 300.0   # seconds each request to the server may take (a stalled one fails after it)
 force_launch = False      # True: launch even what the doctor says will not start (the verdict records the findings overridden)
+engine = None             # no server running and launch_command None: the sandbox box on "sglang" (its SGLang-compatible server, the default) or "vllm" (vLLM's CPU build, port 8000)
 """, tags=["parameters"]),
     md("## 1. Inventory the box\nThe engine, its version and source, the running server and its command line."),
     code("""
@@ -73,10 +74,11 @@ run = DiagnosisRun.start(host=host, launch_command=launch_command, port=port, al
                          try_candidates=try_candidates, aux_layer_ids=aux_layer_ids,
                          expected_accept_length=expected_accept_length, prompts=prompts, num_prompts=num_prompts,
                          max_new_tokens=max_new_tokens, server_start_timeout=server_start_timeout,
-                         report_dir=report_dir, request_timeout=request_timeout, force_launch=force_launch)
+                         report_dir=report_dir, request_timeout=request_timeout, force_launch=force_launch,
+                         engine=engine)
 run.inventory
 """),
-    md("## 2. The symptom\nAccept length over the prompt set, as SGLang defines it: Σ completion tokens / Σ verify steps (bonus token included). A server that does not start is the symptom too: its exception and log tail are evidence."),
+    md("## 2. The symptom\nAccept length over the prompt set, as SGLang defines it: Σ completion tokens / Σ verify steps (bonus token included); on vLLM (no `/generate`) greedy `/v1/completions` and its `vllm:spec_decode_*` counters, 1 + accepted / drafts (the same quantity). A server that does not start is the symptom too: its exception and log tail are evidence."),
     code("""
 before = run.measure_symptom()
 before
@@ -197,6 +199,10 @@ with greedy `/generate` requests sent one at a time (warm-up excluded). Accept l
 completion tokens per verify step, bonus token included. The server found on the port is stopped
 first and put back at the end (also after an interruption: `workbench restore`). A setting the
 engine refuses to start is a row with its error.
+
+On vLLM the same runbook sweeps `num_speculative_tokens` in `--speculative-config` (steps; topk 1,
+draft tokens = steps + 1: vLLM drafts a chain) and measures through `/v1/completions` and the
+`vllm:spec_decode_*` counters (accept length = 1 + accepted / drafts).
 """),
     code("""
 host = "local"              # the box: local, an ~/.ssh/config alias, user@host[:port]
@@ -212,6 +218,7 @@ server_start_timeout = 300.0
 request_timeout = 300.0     # seconds each request to the server may take (a stalled one fails after it)
 report_dir = "reports"
 force_launch = False        # True: launch a setting even when the doctor says it will not start (else: a refused row, no launch)
+engine = None               # no server running and launch_command None: the sandbox box on "sglang" (default) or "vllm" (vLLM's CPU build, port 8000)
 """, tags=("parameters",)),
     code("""
 from workbench.runbook_params import check_runbook_parameters
@@ -224,7 +231,7 @@ run = SweepRun.start(host=host, launch_command=launch_command, port=port, grid=g
                      include_baseline=include_baseline, prompts=prompts, num_prompts=num_prompts,
                      max_new_tokens=max_new_tokens, warmup=warmup, server_start_timeout=server_start_timeout,
                      report_dir=report_dir, progress="text", request_timeout=request_timeout,
-                     force_launch=force_launch)
+                     force_launch=force_launch, engine=engine)
 print("settings:", [s.label for s in run.settings])
 run.inventory
 """),
@@ -260,12 +267,13 @@ One launch per draft (and one without speculation when asked), greedy `/generate
 a time, warm-up excluded. Without `draft_b`, draft B is a copy of draft A whose `d2t` token map
 lists the same target ids in a shuffled order: every id valid, nothing fails at load, and
 acceptance shows what a wrong token map costs. The server found on the port is put back at the end.
+On vLLM the draft is `--speculative-config`'s `"model"`, and the requests go to `/v1/completions`.
 """),
     code("""
 host = "local"              # the box: local, an ~/.ssh/config alias, user@host[:port]
 launch_command = None       # default: the server running on `port` (none: the sandbox box with EAGLE3)
 port = None                 # default: the launch command's --port, else 30000
-draft_a = None              # default: the launch command's --speculative-draft-model-path
+draft_a = None              # default: the launch command's draft (--speculative-draft-model-path; vLLM: --speculative-config "model")
 draft_b = None              # default: draft A with its token map shuffled (written on the box, removed after)
 include_baseline = False    # also measure without speculative decoding
 prompts = None              # chat, code, math, default or a JSONL file (default: default; the sandbox's own on the sandbox)
@@ -276,6 +284,7 @@ server_start_timeout = 300.0
 request_timeout = 300.0     # seconds each request to the server may take (a stalled one fails after it)
 report_dir = "reports"
 force_launch = False        # True: launch a draft even when the doctor says it will not start (else: a refused row, no launch)
+engine = None               # no server running and launch_command None: the sandbox box on "sglang" (default) or "vllm" (vLLM's CPU build, port 8000)
 """, tags=("parameters",)),
     code("""
 from workbench.runbook_params import check_runbook_parameters
@@ -288,7 +297,7 @@ run = SweepRun.compare(host=host, launch_command=launch_command, port=port, draf
                        include_baseline=include_baseline, prompts=prompts, num_prompts=num_prompts,
                        max_new_tokens=max_new_tokens, warmup=warmup, server_start_timeout=server_start_timeout,
                        report_dir=report_dir, progress="text", request_timeout=request_timeout,
-                       force_launch=force_launch)
+                       force_launch=force_launch, engine=engine)
 for note in run.notes:
     print("note:", note)
 [(s.label, s.draft_path) for s in run.settings]

@@ -165,12 +165,25 @@ def _report_dir(v: Any) -> Optional[str]:
     return f"{path} exists and is not a directory" if path.exists() and not path.is_dir() else None
 
 
+def _engine(v: Any) -> Optional[str]:
+    return None if v is None or v in SANDBOX_ENGINES else ""
+
+
+#: The engines the embedded sandbox box can be served by (the ``engine`` runbook parameter, used
+#: only when no server runs and ``launch_command`` is None): ``"sglang"`` its SGLang-compatible
+#: server (``workbench.sandbox_box.sandbox_launch_command``), ``"vllm"`` vLLM's CPU build
+#: (``sandbox_vllm_launch_command``).
+SANDBOX_ENGINES = ("sglang", "vllm")
+
+
 #: Every kind of runbook parameter value, by name.
 KINDS: dict[str, Kind] = {
     **{kind: _plain(kind) for kind in RUN_PARAMETER_KINDS},
     "port": Kind("None or a TCP port number 1-65535", _port),
     "host": Kind("a box: 'local', an ~/.ssh/config alias, user@host[:port] or ssh://user@host[:port]", _host),
-    "launch_command": Kind("None or an SGLang launch command (python -m sglang.launch_server ..., sglang serve ...)",
+    "engine": Kind("None, 'sglang' or 'vllm' (the engine serving the sandbox box when no server runs)", _engine),
+    "launch_command": Kind("None or an SGLang or vLLM launch command (python -m sglang.launch_server ..., sglang serve "
+                           "..., vllm serve MODEL ..., python -m vllm.entrypoints.openai.api_server ...)",
                            _launch_command),
     "prompts": Kind("None, a built-in prompt set (default, chat, code, math) or the path of a JSONL file of prompts",
                     _prompts),
@@ -193,15 +206,15 @@ SCHEMAS: dict[str, dict[str, str]] = {
     "diagnose_acceptance": {
         **_BOX, "allow_restart": "flag", "apply_fix": "flag", "keep_fix": "flag", "attribute_fixes": "flag",
         "try_candidates": "flag", "aux_layer_ids": "aux_layer_ids", "expected_accept_length": "accept_length",
-        **_RUN, "force_launch": "flag",
+        **_RUN, "force_launch": "flag", "engine": "engine",
     },
     "measure_acceptance": {
         **_BOX, "grid": "grid", "include_baseline": "flag", **_RUN, "warmup": "non_negative",
-        "force_launch": "flag",
+        "force_launch": "flag", "engine": "engine",
     },
     "compare_drafts": {
         **_BOX, "draft_a": "box_path", "draft_b": "box_path", "include_baseline": "flag", **_RUN,
-        "warmup": "non_negative", "force_launch": "flag",
+        "warmup": "non_negative", "force_launch": "flag", "engine": "engine",
     },
     "preflight": {**_BOX, "report_dir": "report_dir"},
 }

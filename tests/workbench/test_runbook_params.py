@@ -261,7 +261,8 @@ def test_host_refuses_an_alias_whose_config_uses_proxycommand(tmp_path, monkeypa
     assert "ProxyCommand" in problem and "not supported" in problem
 
 
-LAUNCH_WHAT = "launch_command must be None or an SGLang launch command (python -m sglang.launch_server ..., sglang serve ...)"
+LAUNCH_WHAT = ("launch_command must be None or an SGLang or vLLM launch command (python -m sglang.launch_server ..., "
+               "sglang serve ..., vllm serve MODEL ..., python -m vllm.entrypoints.openai.api_server ...)")
 
 
 @pytest.mark.parametrize("value", [None, sandbox_launch_command(algorithm="EAGLE"),

@@ -46,7 +46,7 @@ from workbench.engine.launch import LaunchCommand
 from workbench.engine.recipes import (RECIPES, VLLM_RECIPES, recipes_for, add_recipes, missing_required, params_left_at_init, read_recipes,
                                       recipe_probes, weights_unmatched)
 from workbench.engine.source import EngineSource
-from workbench.errors import DiagnosisError, FigureInputError, LaunchRefused, SourceLookupError
+from workbench.errors import DiagnosisError, FigureInputError, LaunchRefused, SourceLookupError, WorkbenchInputError
 from workbench.logs import read_decode_records
 from workbench.measure.generate import auth_headers, measure_generate
 from workbench.measure.prompts import load_prompts
@@ -63,7 +63,8 @@ from workbench.rules.runtime import COLLAPSED_ACCEPT_LENGTH, acceptance_collapse
 from workbench.runbook_params import parse_layer_ids, runbook_parameter_problems
 from workbench.sandbox_box import sandbox_prompts_path
 from workbench.session import BoxSession, Inventory, Journal, open_box
-from workbench.session.box_session import check_run_parameters
+from workbench.session.inventory import serves_sandbox_target
+from workbench.session.box_session import check_run_parameters, sandbox_default_launch
 
 __all__ = ["DiagnosisError", "DiagnosisRun", "Measurement", "StepResult", "DRAFT_MODEL_FILE", "PROBE_RECIPE",
            "LOW_ACCEPT_FRACTION", "SUFFICIENT_GAIN", "verify_ceiling"]
@@ -83,6 +84,13 @@ PROBE_RECIPE = "draft-input-width"
 LOW_ACCEPT_FRACTION = 0.45
 #: A fix is sufficient when acceptance is no longer low and rose by at least this factor.
 SUFFICIENT_GAIN = 1.1
+#: The cross-engine aux-id hypothesis (``workbench/rules/cross_engine.py``): a draft's aux layer ids
+#: written in the other engine's convention.
+CROSS_ENGINE_AUX = "aux-cross-engine-convention"
+#: Confirmed causes whose fix is applied and measured even when acceptance as found is not judged
+#: low: a convention shift shown on the code path is a certain fault whose cost only a measurement
+#: gives (the sandbox draft on vLLM sits near the low threshold either side).
+MEASURED_EVEN_IF_NOT_LOW = (CROSS_ENGINE_AUX,)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -223,7 +231,17 @@ def verify_ceiling(launch: LaunchCommand | None, server_info: dict | None = None
     accepted), each falling back on ``server_info`` (``GET /server_info``'s resolved
     ``speculative_num_draft_tokens`` / ``speculative_num_steps``) when the flag is absent;
     ``None`` when neither is known or a value is not a number (SGLang's ``server_args.py``:
-    ``speculative_num_draft_tokens`` verify slots per step)."""
+    ``speculative_num_draft_tokens`` verify slots per step). On a vLLM launch:
+    ``num_speculative_tokens`` + 1 from ``--speculative-config`` (vLLM drafts a chain of k
+    tokens per verify step), ``None`` when the config cannot be read."""
+    if launch is not None and launch.engine == "vllm":
+        # vLLM 0.32.0 chain drafting (vllm/config/speculative.py num_speculative_tokens; the
+        # proposer drafts k tokens per step, v1/spec_decode/llm_base_proposer.py): k + 1 per step
+        try:
+            k = launch.num_speculative_tokens
+        except WorkbenchInputError:
+            return None
+        return float(k) + 1 if isinstance(k, int) and k > 0 else None
     info = server_info or {}
     get = launch.get if launch is not None else (lambda _flag: None)
     ndt = get("--speculative-num-draft-tokens") or info.get("speculative_num_draft_tokens")
@@ -280,6 +298,7 @@ class DiagnosisRun(BoxSession):
         self.findings: list[Finding] = []
         self.probes: list = []  # remote.probes.Probe in place
         self.probe_result: dict[str, Any] = {}
+        self.probe_confirmed: set[str] = set()  # hypotheses the probe's readings confirmed on the code path
         self.fixes: list[Fix] = []
         self.applied: list[Fix] = []
         self.blocked: list[Fix] = []  # fixes whose launch the guard refused: not tried
@@ -308,10 +327,14 @@ class DiagnosisRun(BoxSession):
               expected_accept_length: float | None = None, prompts: str | None = None,
               num_prompts: int | None = None, max_new_tokens: int = 96, server_start_timeout: float = 300.0,
               report_dir: str | Path = "reports", request_timeout: float = 300.0,
-              force_launch: bool = False, how: str = "port = N in the parameters cell") -> "DiagnosisRun":
+              force_launch: bool = False, how: str = "port = N in the parameters cell",
+              engine: str | None = None) -> "DiagnosisRun":
         """Connect to ``host``, restore anything an interrupted earlier run left, take the
         inventory and open the journal. ``launch_command=None`` means the embedded sandbox box
-        launched with the wrong flag (when no server is running on ``port``). ``aux_layer_ids``:
+        launched with the wrong flag (when no server is running on ``port``); with ``engine="vllm"``
+        the sandbox box on vLLM's CPU build instead (its SGLang-convention draft as shipped:
+        :func:`workbench.sandbox_box.sandbox_vllm_launch_command`, port 8000 unless given).
+        ``aux_layer_ids``:
         a list of ints, or their text (``"1,3,6"``, ``"[1, 3, 6]"``). ``request_timeout``: seconds
         each request to the server may take (a stalled one fails after it). ``force_launch``: launch
         even what the launch guard refuses (the doctor's findings say it will not start); the
@@ -330,9 +353,11 @@ class DiagnosisRun(BoxSession):
         bad = runbook_parameter_problems("diagnose_acceptance", {"expected_accept_length": expected_accept_length})
         if bad:
             raise DiagnosisError("bad parameters: " + "; ".join(bad))
+        default_launch = sandbox_default_launch(engine, port)  # raises DiagnosisError for an unknown engine
         box, inventory, journal = open_box(host, launch_command=launch_command, port=port,
-                                           server_start_timeout=server_start_timeout, how=how)
-        if prompts is None and inventory.engine == "sandbox":
+                                           server_start_timeout=server_start_timeout, how=how,
+                                           default_launch=default_launch)
+        if prompts is None and serves_sandbox_target(inventory):
             # The sandbox target is a byte-level model of Python source: the built-in chat prompts
             # mean nothing to it, its own held-out code prompts are its workload.
             prompts = str(sandbox_prompts_path())
@@ -442,13 +467,18 @@ class DiagnosisRun(BoxSession):
             handle, failure = self._try_launch(self.inventory.launch, "as-found")
             if failure is not None:
                 return failure
-        self.before = self.measure("as found: " + str(self.inventory.launch.get("--speculative-algorithm")))
+        self.before = self.measure("as found: " + _method_label(self.inventory.launch))
         if self._speculation_off():
             info = getattr(self.before.generate, "server_info", None) or {}
-            self.notes.append("the server serves WITHOUT speculative decoding: no response carried spec_verify_ct "
-                              f"(/server_info speculative_algorithm: {info.get('speculative_algorithm')!r}); check that "
-                              "the launch command's --speculative-algorithm reaches the engine (a mistyped or "
-                              "dropped flag), so there is no speedup at all")
+            if self.inventory.launch.engine == "vllm":
+                self.notes.append("the server serves WITHOUT speculative decoding: its /metrics has no "
+                                  "vllm:spec_decode_* counts for the requests sent; check that the launch command's "
+                                  "--speculative-config reaches vLLM, so there is no speedup at all")
+            else:
+                self.notes.append("the server serves WITHOUT speculative decoding: no response carried spec_verify_ct "
+                                  f"(/server_info speculative_algorithm: {info.get('speculative_algorithm')!r}); check "
+                                  "that the launch command's --speculative-algorithm reaches the engine (a mistyped or "
+                                  "dropped flag), so there is no speedup at all")
         return self.before
 
     # -- static -----------------------------------------------------------------------------------
@@ -540,6 +570,9 @@ class DiagnosisRun(BoxSession):
         report = self.preflight()
         low = self.acceptance_low(self.before.accept_length if self.before is not None else None)
         unreadable = self.draft_facts is None
+        # on vLLM the SGLang-code rules are not run (Rule.engines): said so, never "ran and found nothing"
+        skipped_engine = "vllm" if self.inventory.launch.engine == "vllm" else None
+        skipped = {r.id for r in REGISTRY.skipped_for(skipped_engine)}
         rows = []
         for spec, _fam in REGISTRY.hypotheses():
             hid = spec.id
@@ -555,6 +588,8 @@ class DiagnosisRun(BoxSession):
                 self._decide(hid, verdict, why, findings=found)
             elif hid == "aux-eagle-config" and found and any(f.rule == "aux-config-unread" for f in found):
                 verdict, why = self._decide_eagle_config(found, low)
+            elif hid == CROSS_ENGINE_AUX and found:
+                verdict, why = self._decide_cross_engine(found, low)
             elif hid == "aux-offset-convention" and found:
                 verdict = "inconclusive" if low else "refuted"
                 why = ("acceptance is low and this engine captures other layers than the ids written: the other "
@@ -572,15 +607,47 @@ class DiagnosisRun(BoxSession):
                 self._decide(hid, verdict, why, findings=found)
             else:
                 warnings = [f for f in found if f.severity == "warning"]
+                not_run = [r for r in spec.rules if r in skipped]
                 if warnings and low:
                     verdict, why = "inconclusive", "; ".join(f.message for f in warnings)
+                elif not found and not_run and len(not_run) == len(spec.rules):
+                    # e.g. SGLang's silent fc width check: the rules model SGLang's code, which a vLLM
+                    # server does not run. Not checked statically: decided as the runtime-only
+                    # hypotheses are (the probe, the fix's measurement), refuted only by acceptance.
+                    rules = f"its rules ({', '.join(spec.rules)}) model SGLang's code and are not run on vLLM"
+                    if low:
+                        verdict, why = "inconclusive", f"{rules}; acceptance is low: the probe or the fix decides"
+                    else:
+                        verdict, why = "refuted", f"{rules}; acceptance is not low: nothing for it to explain"
                 else:
                     verdict = "refuted"
+                    ran = [r for r in spec.rules if r not in skipped]
                     why = ("its rules ran and found " + ("only: " + "; ".join(f"{f.severity} {f.rule}" for f in found)
-                                                         if found else "nothing") + f" ({', '.join(spec.rules)})")
+                                                         if found else "nothing") + f" ({', '.join(ran)})" +
+                           (f"; not run on {skipped_engine}: {', '.join(not_run)}" if not_run else ""))
                 self._decide(hid, verdict, why, findings=found)
             rows.append((hid, verdict, why))
         return HypothesisTable(rows, "Hypotheses after the static checks (no restart)")
+
+    def _decide_cross_engine(self, found: list[Finding], low: bool | None) -> tuple[str, str]:
+        """:data:`CROSS_ENGINE_AUX` from the doctor's ``aux-id-convention`` warning: when the draft's
+        convention is known (recorded, or presumed from its layout) the one-layer shift is certain
+        from the two engines' capture rules, only its cost is not: inconclusive whatever the
+        acceptance (the probe shows the layers the target captures, the fix measures the cost);
+        with the convention unknown, inconclusive only when acceptance is low (a candidate to
+        measure), refuted otherwise."""
+        finding = next(f for f in found if f.rule == "aux-id-convention")
+        known = (finding.evidence.get("draft_convention") or {}).get("value") is not None
+        if known:
+            verdict, why = "inconclusive", (f"{finding.message}; the shift follows from the two engines' rules, what it "
+                                            "costs does not: the probe shows the layers the target captures, the "
+                                            "repaired copy measures the cost")
+        elif low:
+            verdict, why = "inconclusive", f"{finding.message}; acceptance is low: the other convention is worth measuring"
+        else:
+            verdict, why = "refuted", f"{finding.message}; but nothing says whose convention and acceptance is not low"
+        self._decide(CROSS_ENGINE_AUX, verdict, why, findings=found)
+        return verdict, why
 
     def _decide_eagle_config(self, found: list[Finding], low: bool | None) -> tuple[str, str]:
         draft = self.draft_facts
@@ -719,14 +786,24 @@ class DiagnosisRun(BoxSession):
         """Send one request to the launch ``handle`` (bounded by ``request_timeout``) and read each
         recipe's lines printed by that launch (its process group: an earlier launch's lines are no
         evidence about this one): ``{recipe name: [ProbeReading, ...]}``."""
-        key = (self.current_launch or self.inventory.launch).get("--api-key")
+        launch = self.current_launch or self.inventory.launch
+        key = launch.get("--api-key")
         with httpx.Client(timeout=self.request_timeout, trust_env=False,
                           headers=auth_headers(key if isinstance(key, str) else None)) as client:
             try:
-                client.post(self.inventory.base_url + "/generate",
-                            json={"text": self.prompts[0]["text"],
-                                  "sampling_params": {"max_new_tokens": 8, "temperature": 0}})
-            except httpx.HTTPError as exc:
+                if launch.engine == "vllm":
+                    # vLLM has no /generate: one greedy /v1/completions for the served model
+                    # (vLLM 0.32.0 entrypoints/openai/completion; its id from GET /v1/models)
+                    models = client.get(self.inventory.base_url + "/v1/models").json().get("data") or []
+                    model = next((m.get("id") for m in models if isinstance(m, dict) and m.get("id")), None)
+                    body = {"prompt": self.prompts[0]["text"], "max_tokens": 8, "temperature": 0}
+                    client.post(self.inventory.base_url + "/v1/completions",
+                                json={**body, **({"model": model} if model else {})})
+                else:
+                    client.post(self.inventory.base_url + "/generate",
+                                json={"text": self.prompts[0]["text"],
+                                      "sampling_params": {"max_new_tokens": 8, "temperature": 0}})
+            except (httpx.HTTPError, ValueError, AttributeError) as exc:
                 self.notes.append(f"the probe request failed: {type(exc).__name__}: {exc}")
         deadline = time.monotonic() + 10
         out: dict[str, list] = {}
@@ -807,6 +884,7 @@ class DiagnosisRun(BoxSession):
             for hid in ("aux-eagle-config", "aux-layer-ids", "aux-offset-convention", "target-capture"):
                 self._add_evidence(hid, f"probe: the target captures layers {pr['captured_layers']}",
                                    {"captured_layers": pr["captured_layers"]})
+            self._probe_decides_cross_engine(pr["captured_layers"])
         if "d2t" in pr:
             self._add_evidence("token-map", f"probe: {d2t_words(pr['d2t'])}", {"d2t": pr["d2t"]})
         if "left_at_init" in pr:
@@ -818,6 +896,36 @@ class DiagnosisRun(BoxSession):
         if "unmatched" in pr:
             self._add_evidence("weights-loaded", f"probe: {unmatched_words(pr['unmatched'])}",
                                {"unmatched": pr["unmatched"]})
+
+    def _probe_decides_cross_engine(self, captured: Any) -> None:
+        """The ``target-capture-layers`` reading decides :data:`CROSS_ENGINE_AUX` when the doctor's
+        ``aux-id-convention`` finding named a known convention: the target capturing the states the
+        finding says the serving engine feeds (``states_fed``, which differ from those the draft was
+        trained on) confirms the shift on the engine's own code path; capturing the trained states
+        refutes it. Both as evidence ``kind="probe"``. Layer numbers are hidden states after k
+        decoder layers in both engines (SGLang's ``layers_to_capture`` = inputs of layer k; vLLM's
+        ``aux_hidden_state_layers``, vLLM 0.32.0 ``model_executor/models/interfaces.py``)."""
+        finding = next((f for f in self.findings if f.rule == "aux-id-convention"), None)
+        if finding is None or not isinstance(captured, (list, tuple)) or \
+                self.ledger.get(CROSS_ENGINE_AUX).verdict != "inconclusive":
+            return
+        ev = finding.evidence
+        if (ev.get("draft_convention") or {}).get("value") is None:
+            return
+        fed = (ev.get("states_fed") or {}).get("value")
+        trained = next(((v or {}).get("value") for k, v in ev.items() if k.startswith("states_under_")
+                        and k != "states_under_v2"), None)
+        got = sorted(int(x) for x in captured)
+        data = {"captured_layers": got, "states_fed": fed, "states_trained": trained,
+                "proposed_ids": ev.get("proposed_ids")}
+        if isinstance(fed, list) and isinstance(trained, list) and got == sorted(fed) and got != sorted(trained):
+            self._decide(CROSS_ENGINE_AUX, "confirmed", f"probe: the target captures the states after {got} decoder "
+                         f"layers; the draft was trained on those after {trained} (its ids written for the other "
+                         "engine)", data=data, kind="probe")
+            self.probe_confirmed.add(CROSS_ENGINE_AUX)
+        elif isinstance(trained, list) and got == sorted(trained):
+            self._decide(CROSS_ENGINE_AUX, "refuted", f"probe: the target captures the states after {got} decoder "
+                         "layers, those the draft was trained on", data=data, kind="probe")
 
     def _probe_text(self) -> str:
         pr = self.probe_result
@@ -885,13 +993,13 @@ class DiagnosisRun(BoxSession):
             for flag, value in fix.launch.items():
                 launch = launch.without_flag(flag) if value is None else launch.with_flag(flag, value)
         if draft_path:
-            launch = launch.with_flag("--speculative-draft-model-path", draft_path)
+            # SGLang: --speculative-draft-model-path; vLLM: --speculative-config's "model", its
+            # form kept (LaunchCommand.with_draft_model)
+            launch = launch.with_draft_model(draft_path)
         return launch
 
     def _draft_dir(self) -> str | None:
-        resolved = self.inventory.resolved or self.inventory.launch
-        value = resolved.get("--speculative-draft-model-path")
-        return value if isinstance(value, str) else None
+        return _draft_of(self.inventory.resolved or self.inventory.launch)
 
     def _copy_draft(self, repair: DraftRepair, label: str) -> str:
         """A repaired copy of the draft on the box (journalled; removed at the end unless kept)."""
@@ -935,7 +1043,9 @@ class DiagnosisRun(BoxSession):
         applicable = [f for f in fixes if f.kind in ("launch", "draft-copy")]
         candidates = [f for f in fixes if f.kind == "candidates"]
         result = None
-        if self.before is not None and self.acceptance_low(self.before.accept_length) is False:
+        measured_anyway = [h for h in MEASURED_EVEN_IF_NOT_LOW if self.ledger.get(h).verdict == "confirmed"
+                           and any(self._hypothesis_of(r) == h for f in applicable for r in f.rules)]
+        if self.before is not None and self.acceptance_low(self.before.accept_length) is False and not measured_anyway:
             # Nothing to prove: a relaunch with the fix could only show the same acceptance.
             if applicable:
                 self.notes.append(f"accept length {_fmt(self.before.accept_length)} is not low: the fixes of the "
@@ -1196,7 +1306,7 @@ class DiagnosisRun(BoxSession):
                 self.journal.mark_original_stopped(False)
                 for copy in self.draft_copies:
                     if copy.get("path") and self.fix_launch is not None and \
-                            self.fix_launch.get("--speculative-draft-model-path") == copy["path"]:
+                            _draft_of(self.fix_launch) == copy["path"]:
                         self.journal.remove_created(copy["path"])
                         copy["kept"] = True
                 self.current = None
@@ -1230,7 +1340,7 @@ class DiagnosisRun(BoxSession):
 
     def _copy_kept(self, copy: dict) -> bool:
         return bool(copy.get("kept")) or (not self.finished and self._keeps_fix() and self.fix_launch is not None
-                                          and self.fix_launch.get("--speculative-draft-model-path") == copy.get("path"))
+                                          and _draft_of(self.fix_launch) == copy.get("path"))
 
     def _revert_probes(self) -> None:
         for probe in reversed(self.probes):
@@ -1293,7 +1403,8 @@ class DiagnosisRun(BoxSession):
         first = dict(causes[0])
         first["mechanism_confirmed_by_probe"] = bool(
             self.probe_result.get("observed_hidden_size") is not None
-            and self.probe_result.get("observed_hidden_size") != self.probe_result.get("expected_hidden_size"))
+            and self.probe_result.get("observed_hidden_size") != self.probe_result.get("expected_hidden_size")) \
+            or first.get("hypothesis") in self.probe_confirmed
         return first
 
     def still_open(self) -> list[dict[str, Any]]:
@@ -1486,7 +1597,7 @@ class DiagnosisRun(BoxSession):
             "findings": [f.to_dict() for f in self.findings],
             "preflight": self.doctor_report.to_dict() if self.doctor_report is not None else None,
             "runtime_findings": [f.to_dict() for f in acceptance_collapsed(
-                self.before.generate, self.findings, source=f"/generate over the prompt set: {self.before.label}")]
+                self.before.generate, self.findings, source=f"{self.before.generate.source or '/generate'} over the prompt set: {self.before.label}")]
             if self.before is not None else [],
             "inventory": self.inventory.to_dict(),
             "code_path": self._code_path.to_dict() if self._code_path is not None else None,
@@ -1516,6 +1627,12 @@ class DiagnosisRun(BoxSession):
             parts.append(f"<p>accept length as found: <b>{_fmt(before)}</b>" +
                          (f" of at most {ceiling:g} per verify step" if ceiling else "") +
                          (f"; with the fix: <b>{_fmt(after)}</b>" if after is not None else "") + "</p>")
+            rate_before = self.before.generate.accept_rate
+            rate_after = self.after.generate.accept_rate if self.after is not None else None
+            if rate_before is not None:  # correct / proposed draft tokens (vLLM's "draft acceptance rate")
+                parts.append(f"<p>draft tokens accepted as found: <b>{100 * rate_before:.1f} %</b>" +
+                             (f"; with the fix: <b>{100 * rate_after:.1f} %</b>" if rate_after is not None else "") +
+                             f" <small>({html.escape(str(self.before.generate.source or ''))})</small></p>")
         for failure in self.start_failures:
             if failure.refused is not None:
                 why = "; ".join(f"{f['rule']}: {f['message']}" for f in failure.refused)
@@ -1696,3 +1813,29 @@ def _parse_ids(value: Any) -> list[int] | None:
         return parse_layer_ids(value)
     except ValueError:
         raise DiagnosisError(f"aux_layer_ids must be non-negative layer ids such as [1, 3, 6], got {value!r}") from None
+
+
+def _draft_of(launch: LaunchCommand | None) -> str | None:
+    """The draft directory ``launch`` serves: SGLang's ``--speculative-draft-model-path``, vLLM's
+    ``--speculative-config`` ``"model"`` (:attr:`LaunchCommand.draft_model`); ``None`` when there is
+    none or vLLM's config cannot be read (the doctor's ``speculative-config-unreadable`` says so)."""
+    if launch is None:
+        return None
+    try:
+        value = launch.draft_model
+    except WorkbenchInputError:
+        return None
+    return value if isinstance(value, str) else None
+
+
+def _method_label(launch: LaunchCommand) -> str:
+    """The speculative method as the launch writes it, for a measurement's label: SGLang's
+    ``--speculative-algorithm`` (``"None"`` when absent, as before), vLLM's ``--speculative-config``
+    method (``"vllm <method>"``)."""
+    if launch.engine != "vllm":
+        return str(launch.get("--speculative-algorithm"))
+    try:
+        return f"vllm {launch.speculative_method}"
+    except WorkbenchInputError:
+        return "vllm (speculative config unreadable)"
+

@@ -29,14 +29,15 @@ from pathlib import Path
 from typing import Any, Iterable, Optional, Sequence
 
 from remote.errors import RemoteError
-from workbench.engine.launch import DEFAULT_PORT, LaunchCommand
+from workbench.engine.launch import LaunchCommand
 from workbench.errors import AcceptanceError, DiagnosisError, LaunchRefused, SweepError
 from workbench.measure.generate import measure_generate
 from workbench.measure.prompts import load_prompts
 from workbench.redact import REDACTOR
-from workbench.sandbox_box import sandbox_launch_command, sandbox_prompts_path
+from workbench.sandbox_box import sandbox_prompts_path
 from workbench.session import BoxSession, open_box, restore_box
-from workbench.session.box_session import check_run_parameters
+from workbench.session.box_session import check_run_parameters, sandbox_default_launch
+from workbench.session.inventory import serves_sandbox_target
 
 __all__ = ["SpecSetting", "SweepError", "parse_grid", "setting_launch", "SweepRow", "SweepResult", "SweepRun",
            "per_position", "compare_settings", "break_token_map"]
@@ -371,9 +372,11 @@ class SweepRun(BoxSession):
               num_prompts: int | None = 8, max_new_tokens: int = 64, warmup: int = 1,
               server_start_timeout: float = 300.0, report_dir: str | Path = "reports",
               progress: bool | str = True, settings: Sequence[SpecSetting] | None = None,
-              request_timeout: float = 300.0, force_launch: bool = False) -> "SweepRun":
+              request_timeout: float = 300.0, force_launch: bool = False,
+              engine: str | None = None) -> "SweepRun":
         """Connect, restore what an interrupted run left, find the server (``launch_command=None``:
-        the one running on ``port``; with none, the embedded sandbox box with EAGLE3) and open the
+        the one running on ``port``; with none, the embedded sandbox box with EAGLE3, or with
+        ``engine="vllm"`` the sandbox box on vLLM's CPU build, method eagle3) and open the
         journal. ``grid``: see :func:`parse_grid`. ``prompts``: a JSONL path (default: the
         built-in prompts; on the sandbox box its own code prompts). ``settings``: an explicit list
         instead of ``grid`` (:func:`compare_settings` builds one per draft). ``request_timeout``:
@@ -389,8 +392,7 @@ class SweepRun(BoxSession):
         # with no server running and no command given: the embedded sandbox box, working configuration
         box, inventory, journal = open_box(host, launch_command=launch_command, port=port,
                                            server_start_timeout=server_start_timeout,
-                                           default_launch=sandbox_launch_command(algorithm="EAGLE3",
-                                                                                 port=port or DEFAULT_PORT))
+                                           default_launch=sandbox_default_launch(engine, port, algorithm="EAGLE3"))
         try:
             for setting in settings:
                 setting_launch(inventory.launch, setting)  # validate early
@@ -409,13 +411,13 @@ class SweepRun(BoxSession):
                 prompts: str | None = None, num_prompts: int | None = 8, max_new_tokens: int = 64, warmup: int = 1,
                 server_start_timeout: float = 300.0, report_dir: str | Path = "reports",
                 progress: bool | str = True, request_timeout: float = 300.0,
-                force_launch: bool = False) -> "SweepRun":
+                force_launch: bool = False, engine: str | None = None) -> "SweepRun":
         """Two drafts on the same target and settings (everything but ``--speculative-draft-model-path``
         as the launch command has it). ``draft_a``: default the launch command's draft; ``draft_b``:
         default a copy of ``draft_a`` with its token map broken (:func:`break_token_map`, written
         under the box's state dir and removed by :meth:`finish`), which shows what a wrong ``d2t``
         does to acceptance. ``request_timeout``: seconds each measured request may take.
-        ``force_launch``: as for :meth:`start`. Raises :class:`SweepError`, ``DiagnosisError``,
+        ``force_launch``, ``engine``: as for :meth:`start`. Raises :class:`SweepError`, ``DiagnosisError``,
         ``RemoteError``."""
         check_run_parameters(flags={"include_baseline": include_baseline}, counts={"max_new_tokens": max_new_tokens},
                              optional_counts={"num_prompts": num_prompts}, non_negative={"warmup": warmup},
@@ -423,8 +425,7 @@ class SweepRun(BoxSession):
                                       "request_timeout": request_timeout})
         box, inventory, journal = open_box(host, launch_command=launch_command, port=port,
                                            server_start_timeout=server_start_timeout,
-                                           default_launch=sandbox_launch_command(algorithm="EAGLE3",
-                                                                                 port=port or DEFAULT_PORT))
+                                           default_launch=sandbox_default_launch(engine, port, algorithm="EAGLE3"))
         cleanup: list[str] = []
         notes: list[str] = []
         try:
@@ -560,7 +561,7 @@ def _prompt_set(inventory, prompts: str | None, num_prompts: int | None) -> list
     or a JSONL path: :func:`workbench.measure.prompts.load_prompts`), else ``default``, on the sandbox box
     its own code prompts; the first ``num_prompts``."""
     if prompts is None:
-        prompts = str(sandbox_prompts_path()) if inventory.engine == "sandbox" else "default"
+        prompts = str(sandbox_prompts_path()) if serves_sandbox_target(inventory) else "default"
     prompt_set = load_prompts(prompts)
     return prompt_set[:num_prompts] if num_prompts else prompt_set
 

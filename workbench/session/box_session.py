@@ -20,7 +20,7 @@ from remote.errors import RemoteError, ServerDied, ServerStartTimedOut
 from workbench.engine.launch import DEFAULT_PORT, LaunchCommand
 from workbench.errors import DiagnosisError
 from workbench.redact import REDACTOR
-from workbench.sandbox_box import sandbox_launch_command
+from workbench.sandbox_box import VLLM_DEFAULT_PORT, sandbox_launch_command, sandbox_vllm_launch_command
 from workbench.session.guard import LaunchGuard
 from workbench.session.inventory import Inventory, take_inventory
 from workbench.session.journal import Journal, RestoreReport, restore_box
@@ -318,6 +318,19 @@ def launch_env_delta(box, env: dict[str, str] | None, *, timeout: float = 30) ->
         return dict(env)
     base = dict(item.split("=", 1) for item in result.stdout.split("\0") if "=" in item)
     return {k: v for k, v in env.items() if base.get(k) != v}
+
+
+def sandbox_default_launch(engine: str | None, port: int | None, *, algorithm: str = "EAGLE") -> str:
+    """The embedded sandbox box's launch command for ``engine``: ``None``/``"sglang"`` its
+    SGLang-compatible server with ``--speculative-algorithm ALGORITHM`` on ``port`` (default
+    30000); ``"vllm"`` vLLM's CPU build serving the same target and draft as shipped
+    (:func:`workbench.sandbox_box.sandbox_vllm_launch_command`, default port 8000). Raises
+    :class:`DiagnosisError` for another engine."""
+    if engine in (None, "sglang"):
+        return sandbox_launch_command(algorithm=algorithm, port=port or DEFAULT_PORT)
+    if engine == "vllm":
+        return sandbox_vllm_launch_command(port=port or VLLM_DEFAULT_PORT)
+    raise DiagnosisError(f"engine must be None, 'sglang' or 'vllm' (the sandbox box's engine), got {engine!r}")
 
 
 def open_box(host: str, *, launch_command: str | None, port: int | None,

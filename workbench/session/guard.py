@@ -84,7 +84,10 @@ class LaunchGuard:
     @staticmethod
     def key(launch: LaunchCommand) -> tuple:
         """The cache key: the environment prefix, the program and arguments, and the draft path."""
-        draft = launch.get("--speculative-draft-model-path")
+        try:  # SGLang's --speculative-draft-model-path, vLLM's --speculative-config "model"
+            draft = launch.draft_model
+        except ValueError:  # vLLM's config unreadable (SpeculativeConfigError): the argv keys it
+            draft = None
         return tuple(launch.env), tuple(launch.exec_argv), draft if isinstance(draft, str) else None
 
     def report(self, launch: LaunchCommand) -> tuple[Any, bool]:

@@ -11,14 +11,14 @@ import httpx
 
 from remote.errors import CommandError, RemoteError
 from workbench.engine.launch import DEFAULT_PORT, LaunchCommand
-from workbench.engine.locate import (choose_server, engine_package, find_engine, is_launch_argv, read_environ,
-                                     server_python)
+from workbench.engine.locate import (choose_server, engine_of_package, engine_package, find_engine, is_launch_argv,
+                                     read_environ, server_python)
 from workbench.errors import DiagnosisError, EngineNotFound
 from workbench.redact import REDACTOR
 from workbench.report.tables import html_table
-from workbench.sandbox_box import SANDBOX_SERVER_MODULE, missing_sandbox_modules, sandbox_extra_message
+from workbench.sandbox_box import SANDBOX_SERVER_MODULE, missing_sandbox_modules, sandbox_extra_message, sandbox_models_dir
 
-__all__ = ["Inventory", "take_inventory", "absolutize", "launch_cwd", "learn_box_secrets"]
+__all__ = ["Inventory", "take_inventory", "serves_sandbox_target", "absolutize", "launch_cwd", "learn_box_secrets"]
 
 
 def learn_box_secrets(box, *, timeout: float = 30) -> int:
@@ -41,6 +41,8 @@ def absolutize(box, launch: LaunchCommand, cwd: str | None) -> LaunchCommand:
     value that is not a directory there (a Hugging Face repo id such as ``org/name``) is kept."""
     if not cwd:
         return launch
+    if launch.engine == "vllm":
+        return _absolutize_vllm(box, launch, cwd)
     for flag in ("--model-path", "--speculative-draft-model-path", "--tokenizer-path"):
         value = launch.get(flag)
         if isinstance(value, str) and value and not value.startswith(("/", "~")):
@@ -48,6 +50,31 @@ def absolutize(box, launch: LaunchCommand, cwd: str | None) -> LaunchCommand:
             if box.exists(candidate):
                 launch = launch.with_flag(flag, candidate)
     return launch
+
+
+def _absolutize_vllm(box, launch: LaunchCommand, cwd: str) -> LaunchCommand:
+    """:func:`absolutize` for a vLLM launch: ``--model`` (``vllm serve``'s positional model too,
+    rewritten as ``--model``), ``--tokenizer`` and the draft (``--speculative-config``'s ``"model"``,
+    :meth:`LaunchCommand.with_draft_model`, its form kept). A speculative config that cannot be read
+    is left as written (the doctor reports it)."""
+    from workbench.errors import LaunchCommandError
+
+    def rel(value: Any) -> str | None:
+        if isinstance(value, str) and value and not value.startswith(("/", "~")):
+            candidate = posixpath.normpath(posixpath.join(cwd, value))
+            if box.exists(candidate):
+                return candidate
+        return None
+
+    for flag in ("--model", "--tokenizer"):
+        new = rel(launch.get(flag))
+        if new is not None:
+            launch = launch.with_flag(flag, new)
+    try:
+        new = rel(launch.draft_model)
+    except LaunchCommandError:
+        return launch
+    return launch.with_draft_model(new) if new is not None else launch
 
 
 def launch_cwd(box, *, timeout: float = 30) -> str:
@@ -76,7 +103,8 @@ def _as_number(value: Any) -> Any:
 class Inventory:
     """What is on the box: the engine, its version and location, the server and its command line.
 
-    ``engine_package``: ``sglang`` or ``workbench.sandbox``; ``engine_root``: the installed
+    ``engine``: ``"sglang"``, ``"sandbox"`` or ``"vllm"``; ``engine_package``: ``sglang``,
+    ``workbench.sandbox`` or ``vllm``; ``engine_root``: the installed
     package directory on the box; ``launch``: the command as found (the server's own argv),
     ``resolved``: the same with relative model paths made absolute against the server's cwd (used
     to read files); ``server_pid`` is ``None`` when no server was running (the run then launches
@@ -119,15 +147,30 @@ class Inventory:
             ("launch command", self.launch.to_display()),
             ("working directory", (self.server_cwd or "(unknown)") + ("" if self.server_pid else
                                                                       " (where the run's launches start)")),
+        ] + (self._vllm_rows() if self.launch.engine == "vllm" else [
             ("speculative algorithm (resolved)", info.get("speculative_algorithm", self.launch.get("--speculative-algorithm"))),
             ("num steps / topk / draft tokens", tuple(  # numbers, as the server reports them (issue 15)
                 _as_number(info.get(key, self.launch.get(flag))) for key, flag in (
                     ("speculative_num_steps", "--speculative-num-steps"),
                     ("speculative_eagle_topk", "--speculative-eagle-topk"),
                     ("speculative_num_draft_tokens", "--speculative-num-draft-tokens")))),
+        ]) + [
             ("url", self.base_url),
         ] + ([("server health", f"{self.server_health['state']}: {self.server_health['detail']}")]
              if self.server_health else []) + [("note", n) for n in self.notes]
+
+    def _vllm_rows(self) -> list[tuple[str, Any]]:
+        """A vLLM launch's speculative settings as its ``--speculative-config`` writes them (vLLM has
+        no ``/server_info``): method, draft, ``num_speculative_tokens``; the parse error when the
+        JSON cannot be read."""
+        from workbench.errors import LaunchCommandError
+
+        try:
+            return [("speculative method (--speculative-config)", self.launch.speculative_method),
+                    ("draft", self.launch.draft_model),
+                    ("num_speculative_tokens", self.launch.num_speculative_tokens)]
+        except LaunchCommandError as exc:
+            return [("--speculative-config", f"unreadable: {exc}")]
 
     def to_dict(self) -> dict[str, Any]:
         """The inventory as plain JSON for the verdict, secrets redacted (:mod:`workbench.redact`:
@@ -162,7 +205,11 @@ def _check_default_launch_on_box(box, launch: LaunchCommand, python: str, *, por
     none of them), with ``find_spec`` run by that interpreter on the box
     (:func:`workbench.sandbox_box.missing_sandbox_modules`: nothing imported), and raise
     :class:`DiagnosisError` naming the extra and the missing modules."""
-    missing = [p for p in (python, launch.get("--model-path"), launch.get("--speculative-draft-model-path"))
+    try:  # SGLang's --model-path / --speculative-draft-model-path, vLLM's --model / --speculative-config "model"
+        models = (launch.target_model, launch.draft_model)
+    except ValueError:  # a vLLM config that cannot be read: the doctor reports it
+        models = (launch.target_model, None)
+    missing = [p for p in (python, *models)
                if isinstance(p, str) and p.startswith("/") and not box.exists(p, timeout=timeout)]
     if missing:
         raise DiagnosisError(
@@ -201,9 +248,11 @@ def take_inventory(box, *, launch_command: str | None, port: int | None, default
     given = LaunchCommand.parse(launch_command) if launch_command else None
     if given is not None:
         REDACTOR.learn_launch(given)
-    want_port = port or (int(given.get("--port")) if given is not None and given.get("--port") else DEFAULT_PORT)
+    # the launch command's port, else its engine's default (SGLang 30000, vLLM 8000)
+    want_port = port or (given.port if given is not None else DEFAULT_PORT)
     servers = [s for s in box.find_servers(timeout=timeout) if is_launch_argv(s.argv)]
-    candidates = [s for s in servers if s.port == want_port or (s.port is None and want_port == DEFAULT_PORT)]
+    candidates = [s for s in servers if s.port == want_port or (
+        s.port is None and want_port == LaunchCommand.parse(list(s.argv)).default_port)]
     notes: list[str] = []
     if not candidates and port is None and given is None and len(servers) > 1:
         choose_server(servers, None, how=how, where=box.name)  # raises: several run, none named
@@ -232,7 +281,7 @@ def take_inventory(box, *, launch_command: str | None, port: int | None, default
             f"no server found on {box.name} (port {want_port or 'any'}) and no launch_command given: "
             "nothing to diagnose"
         )
-    final_port = int(launch.get("--port") or want_port or DEFAULT_PORT)
+    final_port = int(launch.get("--port") or want_port or launch.default_port)
     if server is not None:
         cwd = server.cwd
     else:
@@ -261,7 +310,14 @@ def take_inventory(box, *, launch_command: str | None, port: int | None, default
     server_env = read_environ(box, server.pid) if server else None
     REDACTOR.learn_env(server_env)
     server_info = server_health = None
-    if server is not None:
+    if server is not None and launch.engine == "vllm":
+        # vLLM has no /server_info (only the VLLM_SERVER_DEV_MODE config dump): its settings are its
+        # command line (workbench.measure.vllm); readiness as for SGLang (remote.readiness)
+        server_health = _health(base_url, timeout=timeout)
+        if server_health["state"] != "ready":
+            notes.append(f"the running server is not ready to generate ({server_health['state']}): "
+                         f"{server_health['detail']}")
+    elif server is not None:
         key = launch.get("--api-key")
         server_info = _get_json(base_url, "/server_info", "/get_server_info", notes=notes, timeout=timeout,
                                 api_key=key if isinstance(key, str) else None)
@@ -270,7 +326,7 @@ def take_inventory(box, *, launch_command: str | None, port: int | None, default
             notes.append(f"the running server is not ready to generate ({server_health['state']}): "
                          f"{server_health['detail']}")
     return Inventory(
-        host=box.name, engine="sandbox" if package.startswith("workbench") else "sglang",
+        host=box.name, engine=engine_of_package(package),
         engine_package=package, engine_version=engine_version, engine_root=engine_root, python=python,
         launch=launch, port=final_port, base_url=base_url, resolved=resolved,
         server_pid=server.pid if server else None, server_cwd=cwd,
@@ -304,3 +360,15 @@ def _get_json(base_url: str, *paths: str, notes: list[str], timeout: float,
                 return response.json()
             notes.append(f"GET {path}: HTTP {response.status_code}")
     return None
+
+
+def serves_sandbox_target(inventory: "Inventory") -> bool:
+    """Whether the box serves the sandbox's target (a byte-level model of Python source, whose own
+    prompts are its workload): the sandbox box's server, or another engine (vLLM) given the sandbox
+    target's directory (:func:`workbench.sandbox_box.sandbox_models_dir`, a path compared, nothing
+    imported)."""
+    if inventory.engine == "sandbox":
+        return True
+    launch = inventory.resolved or inventory.launch
+    target = launch.target_model if launch is not None else None
+    return isinstance(target, str) and posixpath.normpath(target) == posixpath.normpath(str(sandbox_models_dir() / "target"))
