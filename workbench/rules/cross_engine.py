@@ -49,7 +49,7 @@ from workbench.rules.fix import DraftRepair, Fix
 from workbench.rules.registry import ALL_ENGINES, Family, HypothesisSpec
 from workbench.rules.vllm_engine import VLLM_VERSION, eagle_config_architecture
 
-__all__ = ["FAMILY", "CONVENTION_KEY", "speculative_config_unreadable", "speculative_config_invalid", "speculative_config_empty", "SGLANG_KEY_NAMES", "vllm_method_unknown", "vllm_draft_missing", "Convention", "draft_convention", "captured_states", "ids_read",
+__all__ = ["FAMILY", "CONVENTION_KEY", "speculative_config_unreadable", "speculative_config_invalid", "speculative_config_empty", "vllm_ids_fault", "SGLANG_KEY_NAMES", "vllm_method_unknown", "vllm_draft_missing", "Convention", "draft_convention", "captured_states", "ids_read",
            "ids_for", "draft_layout", "aux_id_convention", "draft_format_unread", "method_draft_mismatch",
            "vllm_console_script_broken", "effective_vllm_method"]
 
@@ -138,6 +138,25 @@ def ids_read(engine: str, draft: Any, runner: str = "v1") -> tuple[Any, str | No
         nested = draft.aux_layer_ids
         return (nested, draft.sources.get("aux_layer_ids")) if nested else (None, None)
     return draft.aux_layer_ids, draft.sources.get("aux_layer_ids")
+
+
+def vllm_ids_fault(ids: Any, num_layers: int) -> tuple[list[int], list[int], list[int]] | None:
+    """``(outside, repeated, states)`` of aux layer ids as vLLM 0.32.0 reads them for a target of
+    ``num_layers`` decoder layers; ``None`` when the ids are not a usable int list (or are the
+    default). vLLM captures state ``k`` = the hidden state after ``k`` decoder layers, ``k`` in
+    ``0..num_layers`` (``models/llama.py`` ``LlamaModel.forward``: ``_maybe_add_hidden_state(...,
+    start_layer, ...)`` before the first layer — 0 is the embedding output — and ``idx + 1`` after layer
+    ``idx``; ``interfaces.py`` ``_maybe_add_hidden_state`` tests ``layer_idx in
+    self.aux_hidden_state_layers``), so an id outside that range (negative ids included: no
+    counting from the end) never fires; ``_set_aux_hidden_state_layers`` stores
+    ``tuple(sorted(set(layers)))`` (``interfaces.py``), so repeated ids give one state.
+    ``states``: the states vLLM feeds, in order."""
+    if not ids or not ids_ok(ids):
+        return None
+    outside = [i for i in ids if i < 0 or i > num_layers]
+    repeated = sorted({i for i in ids if ids.count(i) > 1})
+    states = [i for i in sorted(set(ids)) if 0 <= i <= num_layers]
+    return outside, repeated, states
 
 
 def captured_states(engine: str, target_arch: str, num_layers: int, ids: Any) -> list[int] | None:
@@ -465,8 +484,6 @@ def aux_id_convention(facts: Facts) -> list[Finding]:
     runner = facts.vllm_runner if serving == "vllm" else "v1"
     served_ids, served_src = ids_read(serving, draft, runner or "v1")
     trained_ids, trained_src = ids_read(written_for, draft, "v1")
-    from workbench.rules.aux_layers import vllm_ids_fault
-
     for eng, ids in ((serving, served_ids), (written_for, trained_ids)):
         fault = vllm_ids_fault(ids, layers) if eng == "vllm" else None
         if fault is not None and (fault[0] or fault[1]):
