@@ -446,3 +446,34 @@ def test_unknown_convention_fix_is_a_candidate_and_sglang_leaves_it_to_aux_confi
     (fix,) = cross_engine_fixes(facts, aux_id_convention(facts), {})
     assert fix.kind == "candidates" and fix.candidates[0]["repair"].config["eagle_aux_hidden_state_layer_ids"] == [2, 16, 29]
     assert aux_id_convention(_facts("sglang", draft, target, method="EAGLE3")) == []
+
+
+def test_speculative_config_invalid_reads_the_real_source_messages(sandbox):
+    """The faults speculative-config-invalid names are vLLM's own (its config/speculative.py); an MTP-style
+    draft with n_predict may leave num_speculative_tokens out (vLLM defaults it), the sandbox draft may not.
+    End-to-end cases: tests/workbench/test_doctor_vllm_fixes.py."""
+    from workbench.engine.launch import LaunchCommand
+    from workbench.rules.cross_engine import speculative_config_invalid
+
+    src = (VLLM_PKG / "config/speculative.py").read_text()
+    assert "`num_speculative_tokens` was not provided" in src and "Please pass 'draft_tensor_parallel_size'" in src
+    draft, target = sandbox
+    cmd = LaunchCommand.parse(f"vllm serve /m --speculative-config '{{\"method\": \"eagle3\", \"model\": \"{draft.path}\"}}'")
+    found = speculative_config_invalid(Facts.of(cmd, draft=draft, target=target, engine_name="vllm",
+                                                vllm=shipped_vllm_engine()))
+    assert [(f.rule, f.severity) for f in found] == [("speculative-config-invalid", "error")]
+    assert LaunchCommand.parse(found[0].fix).speculative_config.raw["num_speculative_tokens"] == 3
+    mtp = draft_facts_from("/models/mtp", "/models/mtp/config.json", {**draft.config, "n_predict": 2}, None)
+    assert speculative_config_invalid(Facts.of(cmd, draft=mtp, target=target, engine_name="vllm",
+                                               vllm=shipped_vllm_engine())) == []
+
+
+def test_speculative_config_empty_only_when_nothing_else_speculates():
+    from workbench.engine.launch import LaunchCommand
+    from workbench.rules.cross_engine import speculative_config_empty
+
+    empty = LaunchCommand.parse("vllm serve /m --speculative-config ''")
+    assert [f.rule for f in speculative_config_empty(Facts.of(empty, engine_name="vllm"))] == ["speculative-config-empty"]
+    dotted = LaunchCommand.parse("vllm serve /m --speculative-config '' --speculative-config.method ngram "
+                                 "--speculative-config.num_speculative_tokens 3")
+    assert speculative_config_empty(Facts.of(dotted, engine_name="vllm")) == []

@@ -712,3 +712,17 @@ def test_vllm_flag_unknown_against_the_box_vllm_parser(box):
     assert [x.evidence["unknown_flags"]["value"] for x in auto.findings if x.rule == "vllm-flag-unknown"] == \
         [["--max-modle-len", "--enforce_eagr"]]
     assert any("without importing vLLM" in n for n in auto.notes)
+
+
+def test_vllm_model_missing_keeps_vllm_serve_positional():
+    """The API server's positional is model_tag, which it ignores; `vllm serve MODEL` reads it as the model
+    (vLLM 0.32.0 entrypoints/cli/serve.py). Rule-level: no box, the shipped default named."""
+    from workbench.engine.launch import LaunchCommand
+    from workbench.rules.launch_flags import VLLM_DEFAULT_MODEL, vllm_model_missing
+
+    api = LaunchCommand.parse("python -m vllm.entrypoints.openai.api_server /m/target --port 8011")
+    found = vllm_model_missing(Facts.of(api, engine_name="vllm"))
+    assert [(f.rule, f.severity) for f in found] == [("vllm-model-missing", "error")]
+    assert found[0].evidence["vllm_default_model"]["value"] == VLLM_DEFAULT_MODEL == "Qwen/Qwen3-0.6B"
+    assert LaunchCommand.parse(found[0].fix).target_model == "/m/target"
+    assert vllm_model_missing(Facts.of(LaunchCommand.parse("vllm serve /m/target"), engine_name="vllm")) == []

@@ -36,6 +36,7 @@ and their evidence says so. A rule whose check fails is a note; the other rules 
 
 from __future__ import annotations
 
+import os
 import shlex
 import time
 from typing import Any
@@ -183,6 +184,8 @@ def gather_facts(box: Any, launch: LaunchCommand, *, timeout: float = 30, engine
         notes.append(f"{len(skipped)} rules encode SGLang's own code and do not check a vLLM launch "
                      f"({', '.join(r.id for r in skipped)}); the engine-neutral and vLLM rules ran")
         return facts
+    if engine_root is not None:
+        check_engine_root(box, engine_root, "sglang", timeout=timeout)
     if engine_root is None:
         try:
             located = find_engine(box, launch=launch, timeout=timeout)
@@ -209,6 +212,33 @@ def gather_facts(box: Any, launch: LaunchCommand, *, timeout: float = 30, engine
                   unreadable=unreadable, box=box, timeout=timeout, notes=notes)
     facts.flag_table = table
     return facts
+
+
+#: What marks each engine's package directory (relative to it): vLLM 0.32.0's model registry, SGLang's
+#: ``srt/`` runtime package (the sandbox's engine, ``workbench/sandbox``, has ``srt/`` too: SGLang's layout).
+_ENGINE_MARKERS = {"vllm": "model_executor/models/registry.py", "sglang": "srt"}
+
+
+def check_engine_root(box: Any, root: str, engine: str, *, timeout: float = 30) -> None:
+    """Refuse an ``engine_root`` (``--engine-root``) that is not a package directory of the launch's
+    ``engine`` (``"vllm"``: ``model_executor/models/registry.py`` in it; ``"sglang"``: ``srt/``): the
+    rules of one engine read against the other's tree (``workbench/sandbox``, SGLang-shaped, for a vLLM
+    launch was read as "vLLM 0.5.23+sandbox") would report facts of neither. Raises
+    :class:`workbench.errors.EngineNotFound` naming the directory, what it is and what to give; a
+    ``root`` of neither layout is refused for vLLM, left to the readers for SGLang (old releases' trees)."""
+    base = root.rstrip("/") or "/"
+    if box.exists(f"{base}/{_ENGINE_MARKERS[engine]}", timeout=timeout):
+        return
+    other = "sglang" if engine == "vllm" else "vllm"
+    if box.exists(f"{base}/{_ENGINE_MARKERS[other]}", timeout=timeout):
+        what = {"sglang": "an SGLang-layout package directory (srt/ in it; the sandbox's engine has this layout)",
+                "vllm": "a vLLM package directory (model_executor/models/registry.py in it)"}[other]
+        raise EngineNotFound(f"--engine-root {root} is {what}, but the launch command is {engine}'s: give the {engine} "
+                             f"package directory (e.g. .../site-packages/{engine}), or leave --engine-root out to "
+                             "locate it with the launch's interpreter", where=getattr(box, "name", ""))
+    if engine == "vllm":  # SGLang trees of other shapes (old releases) are the engine-source readers' to judge
+        raise EngineNotFound(f"--engine-root {root} is not a vllm package directory (no {_ENGINE_MARKERS[engine]} in "
+                             f"it): give .../site-packages/vllm", where=getattr(box, "name", ""))
 
 
 def _draft_value(launch: LaunchCommand, notes: list[str]) -> str | None:
@@ -262,6 +292,8 @@ def _vllm_facts(box: Any, launch: LaunchCommand, env: dict, timeout: float, inpu
     (:func:`workbench.rules.vllm_engine.read_vllm_engine`); vLLM 0.32.0's shipped table, with a note
     saying why, when it cannot be located."""
     root, version, dists = engine_root, engine_version, None
+    if root is not None:
+        check_engine_root(box, root, "vllm", timeout=timeout)
     python = _vllm_python(box, launch, env, timeout)
     if root is None:
         if python is None:
@@ -341,18 +373,31 @@ def running_launch(box: Any, *, port: int | None = None, timeout: float = 30) ->
     return LaunchCommand.parse(list(servers[0].argv)), servers[0].cwd
 
 
+def launch_cwd(box: Any, cwd: str | None = None) -> str:
+    """The directory a given launch command's relative paths are read against: ``cwd`` when given,
+    else this process's working directory on the local box (where ``workbench doctor`` / ``workbench
+    runbook`` was started: the runbook's kernel inherits it), else the login directory over SSH — as
+    ``workbench doctor --launch`` does (``--cwd``)."""
+    if cwd:
+        return cwd
+    return os.getcwd() if getattr(box, "name", None) == "local" else box.expand_path("~")
+
+
 def preflight(host: str = "local", launch_command: str | None = None, *, port: int | None = None,
-              timeout: float = 30) -> DoctorReport:
+              timeout: float = 30, cwd: str | None = None) -> DoctorReport:
     """The preflight runbook's one call: connect to ``host`` (``remote.connect`` spec), take
     ``launch_command`` (else the running server's command line, else the embedded sandbox box's
     default launch with the wrong flag, as ``diagnose_acceptance`` does), run :func:`run_doctor`,
-    close the box. Raises :class:`DoctorError`, ``LaunchCommandError``, ``RemoteError``."""
+    close the box. Relative paths in ``launch_command`` are read against ``cwd``, default
+    :func:`launch_cwd` (this process's directory on the local box, the login directory over SSH);
+    a running server's against its own cwd. Raises :class:`DoctorError`, ``LaunchCommandError``,
+    ``RemoteError``."""
     from remote import connect
 
     box = connect(host)
     try:
-        cwd = None
         if launch_command is not None:
+            cwd = launch_cwd(box, cwd)
             launch = LaunchCommand.parse(launch_command)
         else:
             try:

@@ -881,7 +881,9 @@ class LaunchCommand:
         earlier fix's) stays. A changed flag is replaced where it first stands in ``self`` (later
         occurrences dropped); a dropped one is removed; a new one is inserted after the argument
         that precedes it in ``proposed`` (so a flag a fix replaced in place keeps its position),
-        at the end when none does; a positional word ``proposed`` no longer has is removed. Works on
+        at the end when none does; a positional word ``proposed`` no longer has is removed; a launcher
+        ``proposed`` changes (``vllm serve`` → ``python -m vllm.entrypoints.openai.api_server``) is taken,
+        with ``serve``'s positional model written ``--model`` for a launcher that reads no positional. Works on
         the arguments as written, never re-resolving a flag,
         so an unknown or ambiguous flag never raises."""
         args = list(self.args)
@@ -928,7 +930,16 @@ class LaunchCommand:
             at = next((k for k, a in enumerate(args) if a.flag is None and a.values == values), None)
             if at is not None:
                 del args[at]
-        out = LaunchCommand(self.env, self.launcher, self.engine, self.module, tuple(args), table=self.table)
+        launcher, engine, module = self.launcher, self.engine, self.module
+        if proposed.launcher != original.launcher and proposed.engine == self.engine:
+            # the fix starts the server another way (vLLM: `vllm serve` → `python -m ...api_server`):
+            # its launcher holds; a model given as `serve`'s positional becomes `--model` where the new
+            # launcher does not read a positional model (vLLM 0.32.0 api_server: `model_tag` is ignored)
+            launcher, module = proposed.launcher, proposed.module
+            if not module.endswith("serve"):
+                args = [replace(a, spelled="--model", positional=False) if a.flag == "--model" and a.positional else a
+                        for a in args]
+        out = LaunchCommand(self.env, launcher, engine, module, tuple(args), table=self.table)
         if spec_changes:
             try:
                 out = _vllm_with_speculative(out, spec_changes)

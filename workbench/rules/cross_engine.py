@@ -39,14 +39,17 @@ from dataclasses import dataclass
 from typing import Any
 
 from workbench.engine.modelled import SGLANG_VERSION, modelled_capture
-from workbench.engine.vllm_spec import MethodNames, check_method, infer_method
+from workbench.engine.vllm_spec import (
+    MethodNames, MethodNamesError, check_method, check_speculative_keys, infer_method, read_method_names,
+    shipped_method_names,
+)
 from workbench.rules.facts import Facts, ids_ok
 from workbench.rules.finding import Finding, ev
 from workbench.rules.fix import DraftRepair, Fix
 from workbench.rules.registry import ALL_ENGINES, Family, HypothesisSpec
 from workbench.rules.vllm_engine import VLLM_VERSION, eagle_config_architecture
 
-__all__ = ["FAMILY", "CONVENTION_KEY", "speculative_config_unreadable", "vllm_method_unknown", "vllm_draft_missing", "Convention", "draft_convention", "captured_states", "ids_read",
+__all__ = ["FAMILY", "CONVENTION_KEY", "speculative_config_unreadable", "speculative_config_invalid", "speculative_config_empty", "vllm_ids_fault", "SGLANG_KEY_NAMES", "vllm_method_unknown", "vllm_draft_missing", "Convention", "draft_convention", "captured_states", "ids_read",
            "ids_for", "draft_layout", "aux_id_convention", "draft_format_unread", "method_draft_mismatch",
            "vllm_console_script_broken", "effective_vllm_method"]
 
@@ -57,7 +60,7 @@ FAMILY = Family(
         HypothesisSpec("engine-reads-draft", "The engine cannot start this draft as launched: a draft layout it does "
                        "not read, a speculative method that does not fit the draft, a --speculative-config it "
                        "cannot parse, or a console script that cannot start.",
-                       rules=("speculative-config-unreadable", "vllm-method-unknown", "vllm-draft-missing", "draft-format-unread", "method-draft-mismatch",
+                       rules=("speculative-config-unreadable", "speculative-config-invalid", "speculative-config-empty", "vllm-method-unknown", "vllm-draft-missing", "draft-format-unread", "method-draft-mismatch",
                               "vllm-console-script-broken"), order=4),
         HypothesisSpec("aux-cross-engine-convention", "The draft's aux layer ids were written in the other engine's "
                        "convention: the target feeds it hidden states one layer off, silently (lower acceptance).",
@@ -137,6 +140,25 @@ def ids_read(engine: str, draft: Any, runner: str = "v1") -> tuple[Any, str | No
     return draft.aux_layer_ids, draft.sources.get("aux_layer_ids")
 
 
+def vllm_ids_fault(ids: Any, num_layers: int) -> tuple[list[int], list[int], list[int]] | None:
+    """``(outside, repeated, states)`` of aux layer ids as vLLM 0.32.0 reads them for a target of
+    ``num_layers`` decoder layers; ``None`` when the ids are not a usable int list (or are the
+    default). vLLM captures state ``k`` = the hidden state after ``k`` decoder layers, ``k`` in
+    ``0..num_layers`` (``models/llama.py`` ``LlamaModel.forward``: ``_maybe_add_hidden_state(...,
+    start_layer, ...)`` before the first layer — 0 is the embedding output — and ``idx + 1`` after layer
+    ``idx``; ``interfaces.py`` ``_maybe_add_hidden_state`` tests ``layer_idx in
+    self.aux_hidden_state_layers``), so an id outside that range (negative ids included: no
+    counting from the end) never fires; ``_set_aux_hidden_state_layers`` stores
+    ``tuple(sorted(set(layers)))`` (``interfaces.py``), so repeated ids give one state.
+    ``states``: the states vLLM feeds, in order."""
+    if not ids or not ids_ok(ids):
+        return None
+    outside = [i for i in ids if i < 0 or i > num_layers]
+    repeated = sorted({i for i in ids if ids.count(i) > 1})
+    states = [i for i in sorted(set(ids)) if 0 <= i <= num_layers]
+    return outside, repeated, states
+
+
 def captured_states(engine: str, target_arch: str, num_layers: int, ids: Any) -> list[int] | None:
     """The states ``engine`` feeds the draft for ``ids`` (as that engine read them), as "after k
     decoder layers" indices; ``None`` when the ids are not usable ints (other rules say so).
@@ -194,6 +216,16 @@ def effective_vllm_method(facts: Facts) -> tuple[str | None, str]:
     return infer_method(facts.draft_model_value, cfg)
 
 
+def _reach(engine: str, target_arch: str, num_layers: int, ids: Any) -> int:
+    """The last state ``engine`` can capture on ``num_layers`` layers: vLLM 0.32.0 ``num_layers`` (the
+    last layer's output, ``models/llama.py``); SGLang the capture loop's ``reachable_max`` for ``ids``
+    (:func:`workbench.engine.modelled.modelled_capture`, SGLang 0.5.23: ``L - 1`` without PR #32334)."""
+    if engine == "vllm":
+        return num_layers
+    rule = modelled_capture(target_arch, num_layers, ids)
+    return rule.reachable_max if rule.reachable_max is not None else num_layers - 1
+
+
 def _is_eagle3(facts: Facts) -> bool:
     fam = _engine_family(facts.engine_name)
     if fam == "vllm":
@@ -219,6 +251,136 @@ def speculative_config_unreadable(facts: Facts) -> list[Finding]:
                                                                         f"launch command: {flag} value")},
                     f"write {flag} as one JSON object, e.g. '{{\"method\": \"eagle3\", \"model\": \"DRAFT\", "
                     "\"num_speculative_tokens\": 3}' (quoted for the shell)")]
+
+
+#: Keys of SGLang's (or older vLLM's) vocabulary written into a vLLM ``--speculative-config``,
+#: with the vLLM 0.32.0 ``SpeculativeConfig`` field that means the same (``config/speculative.py``):
+#: SGLang's ``--speculative-num-steps`` is the chain of draft tokens one verify step proposes.
+SGLANG_KEY_NAMES = {"num_steps": "num_speculative_tokens", "speculative_num_steps": "num_speculative_tokens",
+                    "num_spec_tokens": "num_speculative_tokens", "draft_model": "model",
+                    "speculative_draft_model_path": "model", "draft_model_path": "model", "algorithm": "method",
+                    "speculative_algorithm": "method"}
+
+#: Draft tokens per verify step a fix proposes when the written value is unusable (the chain the
+#: sandbox and the bench launches use; ``workbench.rules.launch_flags.DEFAULT_CHAIN_STEPS``).
+_DEFAULT_TOKENS = 3
+
+
+def _spec_names(facts: Facts) -> MethodNames:
+    """The ``SpeculativeConfig`` fields of the box's vLLM (``config/speculative.py`` read from
+    :attr:`Facts.vllm` ``root``), else vLLM 0.32.0's shipped list (a note says why)."""
+    vllm = facts.vllm
+    root = getattr(vllm, "root", None)
+    if root and facts.box is not None:
+        try:
+            names = read_method_names(facts.box, root, vllm.version or VLLM_VERSION, timeout=facts.timeout or 30)
+            if names.config_fields:
+                return names
+        except MethodNamesError as exc:
+            facts.notes.append(f"speculative-config-invalid: the box's SpeculativeConfig fields could not be read "
+                               f"({exc}); vLLM {VLLM_VERSION}'s shipped list is used")
+    return shipped_method_names()
+
+
+@FAMILY.rule("speculative-config-invalid", severities=("error",), prevents_start="always", engines=("vllm",),
+             summary="vLLM's --speculative-config has a key its SpeculativeConfig refuses (an unknown key such as "
+                     "SGLang's num_steps, tensor_parallel_size), num_speculative_tokens not a positive integer or "
+                     "left out (a draft model without n_predict), or a key given twice (--spec-* and the JSON)",
+             fix="the --speculative-config vLLM accepts (the key it means, a positive num_speculative_tokens)")
+def speculative_config_invalid(facts: Facts) -> list[Finding]:
+    """vLLM 0.32.0 ``vllm/config/speculative.py``: ``SpeculativeConfig`` is a pydantic dataclass with
+    ``extra="forbid"`` (``vllm/config/utils.py`` ``config``), so an unknown key exits the server
+    (``unexpected_keyword_argument``); ``num_speculative_tokens: int = Field(default=None, gt=0)``
+    refuses 0 and -1; ``_verify_args`` refuses ``tensor_parallel_size`` ("Please pass
+    'draft_tensor_parallel_size' instead"); ``__post_init__`` raises "A speculative model was
+    provided, but `num_speculative_tokens` was not provided" when it is left out and the draft's
+    config has no ``n_predict`` (an MTP / DSpark draft supplies its own). Checks:
+    :func:`workbench.engine.vllm_spec.check_speculative_keys` against the fields of the box's
+    ``SpeculativeConfig`` (read from its source; vLLM 0.32.0's shipped list otherwise), plus
+    :attr:`workbench.engine.launch.SpeculativeConfig.problems` (a key given by ``--spec-*`` and in the
+    JSON). One finding lists every fault; the fix renames SGLang's keys (:data:`SGLANG_KEY_NAMES`)
+    and close misspellings, drops the other unknown keys, moves ``tensor_parallel_size`` to
+    ``draft_tensor_parallel_size`` and sets ``num_speculative_tokens`` to a positive value (the one
+    a renamed key gave, else 3)."""
+    launch = facts.launch
+    if launch is None or _engine_family(facts.engine_name) != "vllm" or facts.speculative_config_error is not None:
+        return []
+    sc = getattr(launch, "speculative_config", None)
+    if sc is None or not isinstance(sc.raw, dict):
+        return []
+    names = _spec_names(facts)
+    checks = check_speculative_keys(sc.raw, names)
+    problems: list[str] = [c.message for c in checks] + list(sc.problems)
+    changes: dict[str, Any] = {}
+    per_key: list[dict] = []
+    for c in checks:
+        value = sc.raw.get(c.key)
+        meant = SGLANG_KEY_NAMES.get(c.key) or c.suggestion
+        if c.key in ("num_speculative_tokens", "draft_tensor_parallel_size"):  # a value vLLM refuses
+            changes[c.key] = _DEFAULT_TOKENS if c.key == "num_speculative_tokens" else 1
+            per_key.append({"key": c.key, "value": value, "fix": f"{c.key} {changes[c.key]}"})
+            continue
+        changes[c.key] = None
+        if meant and meant not in sc.raw and meant not in changes:
+            changes[meant] = value
+            if c.key in SGLANG_KEY_NAMES:
+                problems[problems.index(c.message)] += f" (SGLang's name: vLLM calls it {meant!r})"
+        per_key.append({"key": c.key, "value": value, "fix": f"{c.key} → {meant}" if meant else f"drop {c.key}"})
+    model = sc.model
+    tokens = changes.get("num_speculative_tokens", sc.raw.get("num_speculative_tokens"))
+    draft_cfg = facts.draft.config if facts.draft is not None and isinstance(facts.draft.config, dict) else None
+    method = (sc.method_written or "").lower()
+    if model and tokens is None and method not in ("dspark",) and not (draft_cfg and draft_cfg.get("n_predict")):
+        problems.append("num_speculative_tokens is left out: vLLM raises ValueError ('A speculative model was provided, "
+                        "but `num_speculative_tokens` was not provided') before the server starts"
+                        + (" — the draft's config has no n_predict to default it from" if draft_cfg is not None else ""))
+        changes["num_speculative_tokens"] = _DEFAULT_TOKENS
+        per_key.append({"key": "num_speculative_tokens", "value": None, "fix": f"num_speculative_tokens {_DEFAULT_TOKENS}"})
+    if not problems:
+        return []
+    fix = None
+    if changes and hasattr(launch, "with_speculative"):
+        try:
+            fix = launch.with_speculative(**changes).to_string()
+        except Exception as exc:  # noqa: BLE001 - the fix stays in words; said in the notes
+            facts.notes.append(f"speculative-config-invalid: the corrected command could not be written ({exc})")
+    if fix is None:
+        fix = "; ".join(p["fix"] for p in per_key) or "give each speculative key once (in --speculative-config)"
+    return [Finding("speculative-config-invalid", "error", "; ".join(problems),
+                    {"speculative_config": ev(dict(sc.raw), f"launch command: {sc.flag or '--speculative-config'}"),
+                     "keys": per_key,
+                     "config_fields": ev(list(names.config_fields), names.source or "vllm config/speculative.py"),
+                     "draft_n_predict": ev(draft_cfg.get("n_predict") if draft_cfg else None,
+                                           facts.draft.config_path if facts.draft is not None else None)},
+                    fix, prevents_start=True)]
+
+
+@FAMILY.rule("speculative-config-empty", severities=("warning",), engines=("vllm",),
+             summary="vLLM's --speculative-config is given as '' or 'None': vLLM reads that as no speculative config, "
+                     "and the server runs without speculative decoding",
+             fix="a --speculative-config JSON object with the method, the draft and num_speculative_tokens")
+def speculative_config_empty(facts: Facts) -> list[Finding]:
+    """vLLM 0.32.0 ``vllm/engine/arg_utils.py``: ``--speculative-config`` has ``type=optional_type(json.loads)``,
+    whose ``_optional_type`` returns ``None`` for ``""`` and ``"None"`` (``if val == "" or val == "None"``):
+    no speculative decoding, no error, no log line about it — a launch meant to speculate serves the
+    target alone (the :attr:`workbench.engine.launch.LaunchCommand.speculative_config` reader reads it
+    the same way). A warning: the server runs. Not reported when ``--spec-*`` or dotted keys give the
+    settings anyway."""
+    launch = facts.launch
+    if launch is None or _engine_family(facts.engine_name) != "vllm" or facts.speculative_config_error is not None:
+        return []
+    empty = [a for a in launch.args if a.flag == "--speculative-config" and not a.key
+             and len(a.values) == 1 and a.values[0] in ("", "None")]
+    if not empty or getattr(launch, "speculative_config", None) is not None:
+        return []
+    written = empty[-1]
+    return [Finding("speculative-config-empty", "warning",
+                    f"{written.spelled} {written.values[0]!r}: vLLM reads it as no speculative config (optional_type: "
+                    "'' and 'None' are None): the server runs without speculative decoding, silently",
+                    {"value": ev(written.values[0], f"launch command: {written.spelled}"),
+                     "engine_reads": ev(None, f"vllm {VLLM_VERSION} engine/arg_utils.py optional_type")},
+                    f"{written.spelled} '{{\"method\": \"eagle3\", \"model\": \"DRAFT\", \"num_speculative_tokens\": 3}}' "
+                    "(the draft's directory as model), or drop the flag if no speculation is meant")]
 
 
 @FAMILY.rule("vllm-method-unknown", severities=("error",), prevents_start="always", engines=("vllm",),
@@ -322,6 +484,10 @@ def aux_id_convention(facts: Facts) -> list[Finding]:
     runner = facts.vllm_runner if serving == "vllm" else "v1"
     served_ids, served_src = ids_read(serving, draft, runner or "v1")
     trained_ids, trained_src = ids_read(written_for, draft, "v1")
+    for eng, ids in ((serving, served_ids), (written_for, trained_ids)):
+        fault = vllm_ids_fault(ids, layers) if eng == "vllm" else None
+        if fault is not None and (fault[0] or fault[1]):
+            return []  # ids out of range or repeated on vLLM: aux-layer-ids-out-of-range's error, not a shift
     served = captured_states(serving, arch, layers, served_ids)
     trained = captured_states(written_for, arch, layers, trained_ids)
     v2 = None
@@ -334,7 +500,25 @@ def aux_id_convention(facts: Facts) -> list[Finding]:
         trained = served  # written for this engine: its V1 reading is what the draft was trained on
     if served == trained and (v2 is None or v2[2] in (None, trained)):
         return []
+    top = _reach(written_for, arch, layers, trained_ids)
+    if any(s < 0 or s > top for s in trained):
+        # read as written_for reads them, the ids name states that engine never captures: the draft
+        # cannot have been trained that way (e.g. [2, 4, 7] on 8 layers read as SGLang's: state 8)
+        facts.notes.append(f"aux-id-convention: the draft's ids {trained_ids} read in {written_for}'s convention "
+                           f"would be the states after {trained} decoder layers, beyond what {written_for} captures on "
+                           f"{layers} layers (0..{top}): they were not written for {written_for}"
+                           + ("" if conv.recorded else f" (the {conv.basis.split(' (')[0]} is no proof of the "
+                              "convention); no shift proposed"))
+        return []
     new_ids = ids_for(serving, arch, layers, trained)
+    unreachable = None
+    if new_ids is not None:
+        fed = captured_states(serving, arch, layers, new_ids)
+        top_s = _reach(serving, arch, layers, new_ids)
+        if fed is None or len(set(new_ids)) < len(new_ids) or any(s < 0 or s > top_s for s in fed):
+            unreachable = (f"the ids that would feed states {trained} on {serving} ({new_ids}) are outside what "
+                           f"{serving} captures on {layers} layers (0..{top_s})")
+            new_ids = None
     names = {"sglang": f"SGLang ({SGLANG_VERSION} rule for {arch or 'this target'})", "vllm": f"vLLM ({VLLM_VERSION})"}
     evidence: dict[str, Any] = {
         "serving_engine": ev(serving, "launch command"),
@@ -358,7 +542,11 @@ def aux_id_convention(facts: Facts) -> list[Finding]:
              "eagle_aux_hidden_state_layer_ids (top level: both model runners read it"
              + (", and in eagle_config)" if draft.aux_layer_ids is not None else ")"))
     fix = (f"write {where} = {new_ids} (and {CONVENTION_KEY}: \"{serving}\") in a copy of the draft" if new_ids is not None
-           else f"no ids make {serving} feed states {trained}: retrain or serve the draft on {written_for}")
+           else f"no ids make {serving} feed states {trained}"
+           + (f" ({unreachable})" if unreachable else "") + f": retrain or serve the draft on {written_for}")
+    if new_ids is not None and not conv.recorded:
+        fix += (" — a candidate to measure against the draft as it is: the convention is "
+                + ("unknown" if conv.engine is None else f"presumed from {conv.basis.split(' (')[0]}, not recorded"))
     if conv.engine is None:
         msg = (f"nothing says which engine the draft's aux layer ids were written for: {names[serving]} feeds it the "
                f"states after {served} decoder layers, but if it was trained for {other} it expects those after "

@@ -15,13 +15,14 @@ fallback) explained by the shipped flag history of 20 releases.
 from __future__ import annotations
 
 import difflib
+import json
 import re
 from dataclasses import replace
 from typing import Any
 
 from workbench.checkpoint import read_draft_facts, read_target_facts
 from workbench.engine.flags import SGLANG_VERSION
-from workbench.engine.launch import LaunchCommand
+from workbench.engine.launch import Arg, LaunchCommand
 from workbench.engine.modelled import MTP_TARGETS, PAGE_TREE_BACKENDS
 from workbench.errors import ConfigUnreadable, LaunchCommandError, RuleInputError
 from workbench.redact import is_secret_flag
@@ -30,7 +31,7 @@ from workbench.rules.finding import Finding, ev
 from workbench.rules.fix import Fix
 from workbench.rules.registry import Family, HypothesisSpec
 
-__all__ = ["FAMILY", "DEFAULT_CHAIN_STEPS", "algorithm_mismatch", "check_algorithm_mismatch", "launch_flag_unknown", "spec_params_invalid",
+__all__ = ["FAMILY", "DEFAULT_CHAIN_STEPS", "vllm_model_missing", "vllm_default_model", "VLLM_DEFAULT_MODEL", "algorithm_mismatch", "check_algorithm_mismatch", "launch_flag_unknown", "spec_params_invalid",
            "draft_path_missing", "model_path_missing", "int_flag", "RuleInputError"]
 
 FAMILY = Family(
@@ -39,7 +40,8 @@ FAMILY = Family(
     hypotheses=(
         HypothesisSpec("spec-params", "The speculative parameters, the algorithm name or a flag are ones the engine "
                        "refuses or rewrites, or the draft path is missing.",
-                       rules=("spec-params-invalid", "launch-flag-unknown", "draft-path-missing", "model-path-missing"),
+                       rules=("spec-params-invalid", "launch-flag-unknown", "draft-path-missing", "model-path-missing",
+                              "vllm-model-missing"),
                        order=20),
         HypothesisSpec("algorithm-flag", "The --speculative-algorithm flag does not match the draft's architecture "
                        "(an EAGLE-3 draft launched as EAGLE, or the reverse): the target captures no aux hidden "
@@ -207,6 +209,15 @@ def vllm_flag_unknown(facts: Facts) -> list[Finding]:
     table = launch.table
     options = sorted(getattr(table, "option_strings", None) or getattr(table, "flags", {}) or ())
     fixed, per_flag = launch, []
+    sglang_spec = [a for a in bad if a.status == "unknown" and a.spelled.replace("_", "-") in _SGLANG_SPEC_TO_VLLM]
+    bad = [a for a in bad if a not in sglang_spec]
+    translated = None
+    if sglang_spec:
+        fixed, translated = _translate_sglang_spec(launch, sglang_spec, facts)
+        for a in sglang_spec:
+            per_flag.append({"flag": a.spelled, "status": a.status, "candidates": [],
+                             "closest": None, "sglang_flag": True,
+                             "vllm_key": _SGLANG_SPEC_TO_VLLM[a.spelled.replace("_", "-")]})
     for a in bad:
         close = difflib.get_close_matches(a.spelled.replace("_", "-"), options, n=1, cutoff=0.75)
         per_flag.append({"flag": a.spelled, "status": a.status, "candidates": list(a.candidates or ()),
@@ -219,13 +230,73 @@ def vllm_flag_unknown(facts: Facts) -> list[Finding]:
                 fixed = fixed.without_flag(a.spelled)
         except (LaunchCommandError, ValueError) as exc:  # the fix left in words for this flag; the finding stands
             facts.notes.append(f"vllm-flag-unknown: {a.spelled} could not be rewritten ({exc})")
-    words = ", ".join(f"{p['flag']} ({p['status']}" + (f"; did you mean {p['closest']}?" if p["closest"] else "") + ")"
-                      for p in per_flag)
+    words = ", ".join(f"{p['flag']} ({p['status']}" + (f"; did you mean {p['closest']}?" if p["closest"] else "")
+                      + ("; SGLang's speculative flag" if p.get("sglang_flag") else "") + ")" for p in per_flag)
     source = table.describe() if hasattr(table, "describe") else str(table)
-    return [Finding("vllm-flag-unknown", "error",
-                    f"vLLM's argparse refuses {words}: the server exits 2 before it starts",
-                    {"unknown_flags": ev([p["flag"] for p in per_flag], f"launch command, read against {source}"),
-                     "flags": per_flag}, fixed.to_string())]
+    evidence = {"unknown_flags": ev([p["flag"] for p in per_flag], f"launch command, read against {source}"),
+                "flags": per_flag}
+    msg = f"vLLM's argparse refuses {words}: the server exits 2 before it starts"
+    if translated is not None:
+        evidence["speculative_config"] = ev(translated, "translated from SGLang's speculative flags "
+                                                        "(vllm 0.32.0 config/speculative.py SpeculativeConfig)")
+        msg += (f"; vLLM takes speculative decoding as one --speculative-config object: "
+                f"{json.dumps(translated)}")
+    return [Finding("vllm-flag-unknown", "error", msg, evidence, fixed.to_string())]
+
+
+#: SGLang's speculative flags (SGLang 0.5.23 ``srt/arg_groups/fields/spec.py``) → the vLLM 0.32.0
+#: ``SpeculativeConfig`` key that means the same (``config/speculative.py``); ``None``: vLLM has no such
+#: setting (it drafts one chain: no top-k tree; the draft tokens are ``num_speculative_tokens + 1``).
+_SGLANG_SPEC_TO_VLLM = {"--speculative-algorithm": "method", "--speculative-draft-model-path": "model",
+                        "--speculative-num-steps": "num_speculative_tokens", "--speculative-eagle-topk": None,
+                        "--speculative-num-draft-tokens": None}
+
+#: SGLang's algorithm names (upper-cased as SGLang 0.5.23 reads them) → vLLM 0.32.0's methods.
+_SGLANG_ALGO_TO_VLLM = {"EAGLE3": "eagle3", "EAGLE": "eagle", "NEXTN": "mtp", "STANDALONE": "draft_model",
+                        "NGRAM": "ngram"}
+
+
+def _translate_sglang_spec(launch: LaunchCommand, args: list, facts: Facts) -> tuple[LaunchCommand, dict | None]:
+    """``(command, keys)``: ``launch`` without SGLang's speculative flags ``args`` and with the
+    equivalent keys set in its ``--speculative-config`` (:meth:`LaunchCommand.with_speculative`; keys
+    the command already gives are kept): the algorithm (:data:`_SGLANG_ALGO_TO_VLLM`), the draft path,
+    ``--speculative-num-steps`` as ``num_speculative_tokens`` (else ``--speculative-num-draft-tokens`` − 1,
+    else :data:`DEFAULT_CHAIN_STEPS`); top-k has no vLLM counterpart (a note). ``keys`` ``None`` when
+    the translation could not be written (the flags are then dropped, a note says why)."""
+    vals = {a.spelled.replace("_", "-"): (a.values[0] if a.values else None) for a in args}
+    out = launch
+    for a in args:
+        out = out.without_flag(a.spelled)
+    try:
+        current = out.speculative_config
+    except (LaunchCommandError, ValueError):
+        current = None
+    have = dict(current.raw) if current is not None and isinstance(current.raw, dict) else {}
+    keys: dict[str, Any] = {}
+    algo = vals.get("--speculative-algorithm")
+    if algo is not None and "method" not in have:
+        keys["method"] = _SGLANG_ALGO_TO_VLLM.get(str(algo).upper(), str(algo).lower())
+    if vals.get("--speculative-draft-model-path") is not None and "model" not in have:
+        keys["model"] = vals["--speculative-draft-model-path"]
+    if "num_speculative_tokens" not in have:
+        steps, ndt = vals.get("--speculative-num-steps"), vals.get("--speculative-num-draft-tokens")
+        try:
+            keys["num_speculative_tokens"] = (int(steps) if steps is not None else
+                                              int(ndt) - 1 if ndt is not None and int(ndt) >= 2 else DEFAULT_CHAIN_STEPS)
+        except ValueError:
+            keys["num_speculative_tokens"] = DEFAULT_CHAIN_STEPS
+    topk = vals.get("--speculative-eagle-topk")
+    if topk not in (None, "1"):
+        facts.notes.append(f"vllm-flag-unknown: --speculative-eagle-topk {topk} has no vLLM counterpart (vLLM 0.32.0 "
+                           "drafts one chain); the translated command drafts a chain")
+    if not keys:
+        return out, None
+    try:
+        return out.with_speculative(**keys), keys
+    except (LaunchCommandError, ValueError) as exc:
+        facts.notes.append(f"vllm-flag-unknown: SGLang's speculative flags could not be written as "
+                           f"--speculative-config ({exc})")
+        return out, None
 
 
 @FAMILY.rule("launch-flag-unknown", severities=("error", "warning"), prevents_start="always",
@@ -866,6 +937,70 @@ def model_path_missing(facts: Facts) -> list[Finding]:
                     "add --model-path <the target model's directory or Hugging Face repo id>")]
 
 
+#: vLLM 0.32.0 ``vllm/config/model.py`` ``ModelConfig``: ``model: str = "Qwen/Qwen3-0.6B"``, the model a
+#: launch that names none loads (the fallback when the box's source cannot be read).
+VLLM_DEFAULT_MODEL = "Qwen/Qwen3-0.6B"
+
+
+def vllm_default_model(facts: Facts) -> tuple[str, str]:
+    """``(model, source)``: the ``ModelConfig.model`` default of the box's vLLM, read from its
+    ``config/model.py`` (:attr:`Facts.vllm` ``root``; one ``read_text``), else vLLM 0.32.0's
+    :data:`VLLM_DEFAULT_MODEL` (the source says so). Never raises."""
+    from remote.errors import RemoteError
+
+    root = getattr(getattr(facts, "vllm", None), "root", None)
+    if root and facts.box is not None:
+        path = f"{root.rstrip('/')}/config/model.py"
+        try:
+            m = re.search(r"^\s+model: str = \"([^\"]+)\"", facts.box.read_text(path, timeout=facts.timeout or 30), re.M)
+        except RemoteError as exc:
+            facts.notes.append(f"vllm-model-missing: {path} could not be read ({exc}); vLLM 0.32.0's default is named")
+            m = None
+        if m:
+            return m.group(1), f"{path}: ModelConfig.model"
+    return VLLM_DEFAULT_MODEL, "vllm 0.32.0 config/model.py ModelConfig.model (shipped; the box's source not read)"
+
+
+@FAMILY.rule("vllm-model-missing", severities=("error",), engines=("vllm",),
+             summary="a vLLM launch that names no model vLLM reads: no --model (and for `vllm serve` no positional "
+                     "MODEL), or `python -m vllm.entrypoints.openai.api_server MODEL` whose positional model_tag that "
+                     "entry point ignores: vLLM serves its default model (Qwen/Qwen3-0.6B) instead",
+             fix="--model MODEL")
+def vllm_model_missing(facts: Facts) -> list[Finding]:
+    """vLLM 0.32.0: ``vllm serve [model_tag]`` copies the positional into ``args.model``
+    (``entrypoints/cli/serve.py``: ``if args.model_tag is not None: args.model = args.model_tag``); the
+    API server module (``entrypoints/openai/api_server.py`` → ``launchers/api_server/entry.py``) defines
+    ``model_tag`` (``launchers/cli_args.py``) but never copies it: the server logs ``non-default args:
+    {'model_tag': ...}`` and loads ``ModelConfig.model``'s default (``config/model.py``:
+    ``"Qwen/Qwen3-0.6B"``, read from the box's source: :func:`vllm_default_model`) — a download on a
+    box with a hub connection, a failure without one, never the model meant. An error (the server may
+    start, serving another model: not marked as preventing start). The fix moves the positional to
+    ``--model`` (API server) or names the missing model."""
+    launch = facts.launch
+    if launch is None or launch.engine != "vllm" or launch.target_model is not None:
+        return []
+    default, source = vllm_default_model(facts)
+    tag = launch.positionals[0] if not launch.module.endswith("serve") and launch.positionals else None
+    evidence = {"launcher": ev(" ".join(launch.launcher), "launch command"),
+                "vllm_default_model": ev(default, source)}
+    if tag is not None:
+        evidence["model_tag"] = ev(tag, "launch command: the first positional word")
+        args = list(launch.args)
+        at = next(k for k, a in enumerate(args) if a.flag is None and a.values == (tag,))
+        del args[at]
+        fixed = LaunchCommand(launch.env, launch.launcher, launch.engine, launch.module,
+                              (Arg("--model", "--model", (tag,), table=launch.table), *args), table=launch.table)
+        return [Finding("vllm-model-missing", "error",
+                        f"{tag} is a positional word: python -m {launch.module} reads it as model_tag and ignores it "
+                        f"(it logs non-default args: {{'model_tag': {tag!r}}}), so vLLM loads its default model "
+                        f"{default} instead of {tag}; give it as --model {tag}", evidence, fixed.to_string())]
+    how = ("`vllm serve` without a MODEL word or --model" if launch.module.endswith("serve")
+           else f"python -m {launch.module} without --model")
+    return [Finding("vllm-model-missing", "error",
+                    f"{how}: vLLM loads its default model {default}, not the target the draft was trained for",
+                    evidence, "add --model <the target model's directory or Hugging Face repo id>")]
+
+
 @FAMILY.fixes_with
 def launch_fixes(facts: Facts, findings: list[Finding], given: dict) -> list[Fix]:
     """The launch-command changes this family's error findings propose (the flags their ``fix``
@@ -876,9 +1011,12 @@ def launch_fixes(facts: Facts, findings: list[Finding], given: dict) -> list[Fix
     for f in findings:
         if f.rule not in mine or f.severity != "error":
             continue
-        if f.rule == "model-path-missing":
+        if f.rule == "vllm-model-missing" and not (f.fix or "").startswith("add "):
+            pass  # a launch fix (the positional model_tag as --model): composed below
+        elif f.rule in ("model-path-missing", "vllm-model-missing"):
+            flag = "--model" if f.rule == "vllm-model-missing" else "--model-path"
             out.append(Fix("none", (f.rule,), "no target model to serve",
-                           missing="the target model: give launch_command with --model-path <its directory or repo id>",
+                           missing=f"the target model: give launch_command with {flag} <its directory or repo id>",
                            parameter="launch_command"))
             continue
         if f.rule == "draft-path-missing":
