@@ -33,8 +33,14 @@ from typing import Sequence
 import nbformat
 
 from testkit import ports
+from workbench.lab.clicks import SETTLE_S, SLACK_S
 
 REPO = Path(__file__).resolve().parents[2]
+
+#: Seconds :meth:`Lab.click` waits after a button is enabled before clicking it: past the click
+#: guard's window for queued clicks (``workbench.lab.clicks``: ``SLACK_S`` 0.25 s after an action's
+#: end on the browser's clock, ``SETTLE_S`` 0.3 s for a click with no send time).
+CLICK_AFTER_ENABLED_S = max(SLACK_S, SETTLE_S) + 0.3
 
 #: Settings written into the temp user-settings dir (JupyterLab 4 plugin ids): every cell in the
 #: DOM (no windowing, so ``[*]`` prompts and outputs of off-screen cells can be read) and no
@@ -321,8 +327,22 @@ class Lab:
 
     def click(self, selector: str, timeout: float = 30.0) -> None:
         """Click the widget ``selector`` names: the element itself when it is a ``<button>`` (an
-        ipywidgets Button's class sits on the button), else the first button inside it."""
-        self._one(selector, "button").click(timeout=timeout * 1000)
+        ipywidgets Button's class sits on the button), else the first button inside it.
+
+        Clicks as a person does: once the button is enabled, and not within the first instant
+        after (:data:`CLICK_AFTER_ENABLED_S`). The console's click guard (``workbench.lab.clicks``)
+        drops a click sent less than its slack after the last action ended as one queued during
+        it; Playwright clicks within milliseconds of the button coming back, which under load fell
+        inside that window (the restore click of the console test, CI stop 23)."""
+        loc = self._one(selector, "button")
+        deadline = time.monotonic() + timeout
+        loc.wait_for(state="visible", timeout=timeout * 1000)
+        while not loc.is_enabled():
+            if time.monotonic() > deadline:
+                raise LabError(f"{selector} stayed disabled for {timeout:.0f} s")
+            time.sleep(0.1)
+        time.sleep(CLICK_AFTER_ENABLED_S)
+        loc.click(timeout=max(1.0, deadline - time.monotonic()) * 1000)
 
     def fill(self, selector: str, text: str, timeout: float = 30.0) -> None:
         """Type ``text`` into the Text/Textarea widget ``selector`` names (its ``input`` or
