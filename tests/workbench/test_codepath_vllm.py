@@ -226,6 +226,7 @@ def test_source_map_for_the_sandbox_vllm_launch(cli):
     found through the command's interpreter, the draft's config read from ``--speculative-config``."""
     from workbench.sandbox_box import sandbox_vllm_launch_command
 
+    require_vllm()
     cmd = sandbox_vllm_launch_command(python=str(vllm_python()))
     code, out, err = cli("source", "map", "--launch", cmd, "--json")
     assert code == 0, err
