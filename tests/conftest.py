@@ -8,6 +8,10 @@ they start things themselves. ``make test-fast`` runs ``pytest -m "not slow"``; 
 deselects ``slow`` the guard of ``testkit.fast_guard`` is on and a test that starts anything fails.
 """
 
+import os
+import shutil
+import tempfile
+
 import pytest
 
 from sshd import LoopbackSSHD, keygen, make_client, sshd_missing_reason
@@ -31,8 +35,28 @@ STARTS_BY_FIXTURE = {
 }
 
 
+def _isolate_worker_state() -> None:
+    """Give this pytest process (one xdist worker, or the only process) box state of its own: the
+    workbench's state dir (``$EAGLE_WORKBENCH_STATE_DIR``: run lock, journals, probe records, server
+    logs) under a fresh temporary directory, so that two workers never take each other's run lock or
+    see each other's journal, and no test touches the user's ``~/.cache/eagle-workbench``. Tests
+    that need a state dir of their own still set it themselves (``state_dir`` fixtures)."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+    base = tempfile.mkdtemp(prefix=f"ewb-tests-{worker}-")
+    os.environ["EAGLE_WORKBENCH_STATE_DIR"] = os.path.join(base, "state")
+    return base
+
+
 def pytest_configure(config):
     config._ewb_guard = None
+    config._ewb_fast_guard = "not slow" in (config.getoption("markexpr") or "").replace("  ", " ")
+    config._ewb_state_base = _isolate_worker_state()
+
+
+def pytest_unconfigure(config):
+    base = getattr(config, "_ewb_state_base", None)
+    if base:
+        shutil.rmtree(base, ignore_errors=True)  # servers stopped by now; a file still written is left
     config._ewb_fast_guard = "not slow" in (config.getoption("markexpr") or "").replace("  ", " ")
 
 
@@ -60,6 +84,13 @@ def _fast_run_guard(request):
             yield guard
         finally:
             request.config._ewb_guard = None
+
+
+def pytest_runtest_setup(item):
+    """A test marked ``vllm`` reads or runs vLLM's CPU build (``.venv-vllm``, ``make vllm``): skipped
+    without it, failed under ``WORKBENCH_REQUIRE_VLLM=1`` (as ``make test`` runs)."""
+    if item.get_closest_marker("vllm") is not None:
+        require_vllm()
 
 
 @pytest.hookimpl(hookwrapper=True)
