@@ -170,25 +170,32 @@ def flag_tables() -> list:
     """The flag tables an option string is resolved against when :func:`is_secret_flag` is given
     none: every table registered by :func:`register_flag_table` (the shipped SGLang 0.5.23 and vLLM
     tables once the engine layer is imported, and the tables read from boxes), in order."""
-    with _TABLES_LOCK:
-        items = list(_REGISTERED.items())
-    out = []
-    for key, table in items:
-        if not hasattr(table, "resolve"):  # a factory: made once
-            try:
+    made_any = True
+    while made_any:  # a factory may register more tables (importing the engine layer registers both shipped ones)
+        made_any = False
+        with _TABLES_LOCK:
+            items = list(_REGISTERED.items())
+        for key, table in items:
+            if hasattr(table, "resolve"):
+                continue
+            made_any = True
+            try:  # a factory: made once
                 made = table()
             except Exception as exc:  # a damaged shipped table: redaction goes on by the kind rule, the reason kept
                 TABLE_ERRORS.append(f"{key[-1]}: {type(exc).__name__}: {exc}")
                 made = None
             with _TABLES_LOCK:
-                if made is None:
+                if made is None or not hasattr(made, "resolve"):
                     _REGISTERED.pop(key, None)
                 else:
                     _REGISTERED[key] = made
-            if made is None:
-                continue
-            table = made
-        out.append(table)
+                _SECRET_CACHE.clear()
+    with _TABLES_LOCK:
+        out, seen = [], set()
+        for table in _REGISTERED.values():
+            if id(table) not in seen:
+                seen.add(id(table))
+                out.append(table)
     return out
 
 
@@ -495,8 +502,9 @@ class Redactor:
 
     def learn_argv(self, argv: Sequence[str], table: Any = None) -> None:
         """Learn the values of the secret flags (``--flag V``, ``--flag=V``; resolved as
-        :func:`is_secret_flag` does, against ``table`` when given: the command's engine's flags) and
-        secret ``NAME=V`` env prefixes in ``argv`` (a list of tokens)."""
+        :func:`is_secret_flag` does, against ``table`` when given: the command's engine's flags),
+        secret ``NAME=V`` env prefixes, and the values under secret-named keys of a JSON value
+        (vLLM's ``--kv-transfer-config '{…"api_key": "V"…}'``) in ``argv`` (a list of tokens)."""
         tokens = [str(t) for t in argv]
         for i, tok in enumerate(tokens):
             if tok.startswith("-"):
@@ -510,8 +518,33 @@ class Redactor:
                 m = re.match(r"^([A-Za-z_][A-Za-z0-9_]*)=(.*)$", tok, re.S)
                 if m and is_secret_env(m.group(1)):
                     self.learn_value(m.group(2))
+            value = tok.partition("=")[2] if tok.startswith("-") else tok
+            if value.startswith("{"):  # a JSON flag's value (vLLM): its secret-named keys' values
+                self._learn_json(value)
         for m in _SHAPES.finditer(" ".join(tokens)):
             self.learn_value(m.group(0))
+
+    def _learn_json(self, text: str) -> None:
+        """Learn the string values under secret-named keys of a JSON object given as a flag's value
+        (vLLM's ``--kv-transfer-config '{"kv_connector_extra_config": {"api_key": "…"}}'``); text
+        that is no JSON teaches nothing (the key-value rules still redact it where it stands)."""
+        import json
+
+        try:
+            doc = json.loads(text)
+        except ValueError:
+            return
+        stack = [doc]
+        while stack:
+            node = stack.pop()
+            if isinstance(node, dict):
+                for k, v in node.items():
+                    if isinstance(v, str) and _is_secret_text_name(str(k)):
+                        self.learn_value(v)
+                    elif isinstance(v, (dict, list)):
+                        stack.append(v)
+            elif isinstance(node, list):
+                stack.extend(node)
 
     def learn_env(self, env: Mapping[str, str] | None) -> None:
         """Learn the values of the secret variables of an environment mapping."""

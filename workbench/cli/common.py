@@ -23,7 +23,20 @@ from typing import Any, Callable, Optional
 
 from workbench.cli.argtypes import positive_seconds, tcp_port
 from workbench.errors import WorkbenchError
-from workbench.redact import RedactingStream
+from workbench.redact import RedactingStream, register_flag_table
+
+
+def _engine_flag_table() -> Any:
+    """The shipped SGLang table, importing the engine layer (which registers the vLLM one too):
+    what the redaction of printed text resolves option strings against (``--api-k`` is
+    ``--api-key``). Registered as a factory: made only when a printed line holds a flag, so a
+    command that prints none (``workbench report``) does not load the engine layer."""
+    from workbench.engine.launch import DEFAULT_TABLE
+
+    return DEFAULT_TABLE
+
+
+register_flag_table(_engine_flag_table)
 
 __all__ = [
     "ExitCode", "CliError", "exit_code_for", "reworded", "run_command", "set_command", "add_box_options",
