@@ -94,10 +94,11 @@ class UnknownSSHHost(BoxSpecError):
     def __init__(self, spec: str, *, config_files: Sequence[str], aliases: Sequence[str]) -> None:
         self.config_files = list(config_files)
         self.aliases = list(aliases)
-        where = ", ".join(self.config_files) or "no ssh config file (none exists)"
         known = ", ".join(self.aliases[:20]) or "none"
+        where = (f"in {', '.join(self.config_files)} (aliases defined: {known})" if self.config_files else
+                 "(no ssh config file exists: ~/.ssh/config, or the file $EAGLE_WORKBENCH_SSH_CONFIG names)")
         super().__init__(
-            f"{spec!r} is not a Host alias in {where} (aliases defined: {known}) and not a name in /etc/hosts; "
+            f"{spec!r} is not a Host alias {where} and not a name in /etc/hosts; "
             f"for a plain host name write user@{spec} or its fully qualified name",
             spec=spec,
         )
