@@ -205,7 +205,9 @@ def run_runbook(name: str, parameters: dict[str, Any], report_dir: str | Path, *
     retrieved" for a task that died of the interrupt is dropped.
 
     Before the run, one line on stderr when a run left the box changed or another run is using
-    it (:func:`workbench.cli.common.pending_notice`). The kernel gets ``EAGLE_WORKBENCH_RUNBOOK``
+    it (:func:`workbench.cli.common.pending_notice`); a box that cannot be reached at all raises
+    :class:`~workbench.cli.common.BoxUnreachable` then, before any kernel starts or any file is
+    written (nothing was changed: no restore). The kernel gets ``EAGLE_WORKBENCH_RUNBOOK``
     (the runbook's name, shown to a run that finds the box taken) and ``EAGLE_WORKBENCH_DRIVER``.
     """
     import papermill
