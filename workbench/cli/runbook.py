@@ -17,7 +17,8 @@ before any kernel starts: every bad one is named at once with what it must be (e
 
 Exit codes: 0 the runbook ran, 1 a cell failed (the box restored), 2 the command could not run (no
 such runbook or parameter, a parameter value the runbook does not take, ``--host`` and ``-p host``
-disagree), 130 interrupted (the box restored, or the ``workbench restore`` to run).
+disagree, a box that cannot be reached at all: ``cannot reach box SPEC: WHY; nothing was changed``,
+before any kernel starts), 130 interrupted (the box restored, or the ``workbench restore`` to run).
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ import sys
 from pathlib import Path
 from typing import Any, Callable
 
-from workbench.cli.common import CliError, ExitCode, HOST_HELP, add_box_options, set_command
+from workbench.cli.common import BoxUnreachable, CliError, ExitCode, HOST_HELP, add_box_options, set_command
 
 __all__ = ["DRIVER_ENV", "RunbookInterrupted", "add_parser", "coerce_parameter", "run_runbook",
            "runbooks_dir"]
@@ -204,7 +205,9 @@ def run_runbook(name: str, parameters: dict[str, Any], report_dir: str | Path, *
     retrieved" for a task that died of the interrupt is dropped.
 
     Before the run, one line on stderr when a run left the box changed or another run is using
-    it (:func:`workbench.cli.common.pending_notice`). The kernel gets ``EAGLE_WORKBENCH_RUNBOOK``
+    it (:func:`workbench.cli.common.pending_notice`); a box that cannot be reached at all raises
+    :class:`~workbench.cli.common.BoxUnreachable` then, before any kernel starts or any file is
+    written (nothing was changed: no restore). The kernel gets ``EAGLE_WORKBENCH_RUNBOOK``
     (the runbook's name, shown to a run that finds the box taken) and ``EAGLE_WORKBENCH_DRIVER``.
     """
     import papermill
@@ -379,18 +382,14 @@ def _restore_after_failure(host: str, *, server_start_timeout: float = 600.0, ti
 def _notice_pending(host: str, *, timeout: float, connect_timeout: float | None) -> None:
     """Say on stderr, in one line, when a run left ``host`` changed (this run restores it first,
     in :func:`workbench.session.open_box`) or another run is using it
-    (:func:`workbench.cli.common.pending_notice`). A box that cannot be reached is left to the
-    run to report."""
-    from remote import connect
-    from remote.errors import RemoteError
+    (:func:`workbench.cli.common.pending_notice`). Raises
+    :class:`~workbench.cli.common.BoxUnreachable` when the box cannot be reached at all (an unknown
+    alias, a refused or timed-out connection, a name that does not resolve, an untrusted host key,
+    no key accepted): the run then never starts, nothing was changed and nothing is to restore."""
+    from workbench.cli.common import connect_box, pending_notice
 
-    from workbench.cli.common import pending_notice
-
-    try:
-        with connect(host, connect_timeout=connect_timeout) as box:
-            line = pending_notice(box, host, timeout=min(timeout, 10.0))
-    except (RemoteError, OSError, ValueError):
-        return  # the run connects itself and says why it cannot
+    with connect_box(host, connect_timeout=connect_timeout) as box:
+        line = pending_notice(box, host, timeout=min(timeout, 10.0))
     if line:
         print(f"workbench runbook: {line}", file=sys.stderr)
 
@@ -434,7 +433,43 @@ def _check_parameters(name: str, params: dict[str, Any]) -> None:
     except RunbookParameterError as exc:
         problems.append(str(exc))
     if problems:
+        host = params.get("host")
+        spec_error = _host_spec_error(host)
+        if spec_error is not None and len(problems) == 1 and not unknown and _parameters_ok(
+                name, {k: v for k, v in params.items() if k != "host"}):
+            # the host is all that is wrong (a mistyped alias): said as connecting says it; with
+            # other bad values every one is named below, the host among them
+            raise BoxUnreachable(str(host), spec_error)
         raise CliError("; ".join(problems))
+
+
+def _parameters_ok(name: str, params: dict[str, Any]) -> bool:
+    """Whether the runbook's schema takes every value of ``params``."""
+    from workbench.errors import RunbookParameterError
+    from workbench.runbook_params import check_runbook_parameters
+
+    try:
+        check_runbook_parameters(name, params)
+    except RunbookParameterError:
+        return False
+    return True
+
+
+def _host_spec_error(host: Any) -> Any:
+    """The ``remote.errors.BoxSpecError`` resolving ``host`` against the ssh config raises (no
+    network: an alias no config defines, a port that is no number), ``None`` when it resolves or
+    is no SSH spec."""
+    from remote.connect import LOCAL_SPECS
+    from remote.errors import BoxSpecError
+    from remote.ssh import config_path, load_ssh_config, resolve_target
+
+    if not isinstance(host, str) or not host.strip() or host.strip() in LOCAL_SPECS:
+        return None
+    try:
+        resolve_target(host.strip(), load_ssh_config(config_path()))
+    except BoxSpecError as exc:
+        return exc
+    return None
 
 
 def _run(args: argparse.Namespace) -> ExitCode:
