@@ -63,7 +63,7 @@ test: browser vllm
 	$(call venv,test sandbox)
 	@start=$$(date +%s); status=0; \
 	WORKBENCH_REQUIRE_VLLM=1 $(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadgroup \
-	  --durations=25 --durations-min=1 $(PYTEST_ARGS) || status=$$?; \
+	  --durations=25 --durations-min=1 --junitxml=$(REPORT_DIR)/junit.xml $(PYTEST_ARGS) || status=$$?; \
 	echo "make test: wall time $$(( $$(date +%s) - start )) s with $(TEST_WORKERS) workers (exit $$status)"; \
 	exit $$status
 
@@ -72,7 +72,7 @@ test: browser vllm
 # makes any such start fail the test, so a test missing its mark is caught here. One worker per
 # core (pytest-xdist).
 test-fast: setup
-	$(PY) -m pytest -q -p no:cacheprovider -m "not slow" -n auto $(PYTEST_ARGS)
+	$(PY) -m pytest -q -p no:cacheprovider -m "not slow" -n auto --dist loadgroup $(PYTEST_ARGS)
 
 # All benchmarks always run; make fails (exit 1) when one misses a goal.
 bench:

@@ -67,6 +67,82 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if any(name in STARTS_BY_FIXTURE for name in getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.slow)
+        group = xdist_group_of(item)
+        if group:
+            item.add_marker(pytest.mark.xdist_group(group))
+    items[:] = longest_files_first(items)
+
+
+#: Test files that patch the sandbox box's engine source in this checkout (probes in
+#: ``workbench/sandbox/srt``, inserted by a diagnosis, a walkthrough, a console or ``workbench probe``)
+#: or assert it unchanged byte for byte. That source is one per machine, as an installed SGLang is
+#: one per box: two workers probing it at once would see each other's markers (a per-worker state
+#: dir hides the other's run lock and probe journal). Under ``--dist loadgroup`` they all run on one
+#: worker, one after another.
+SANDBOX_ENGINE_FILES = (
+    "tests/integration/test_diagnose_edges.py", "tests/integration/test_diagnose_sandbox.py",
+    "tests/integration/test_fault_injection.py", "tests/integration/test_fault_matrix.py",
+    "tests/integration/test_launch_guard_sandbox.py", "tests/integration/test_probe_recipes_sandbox.py",
+    "tests/integration/test_secrets.py", "tests/integration/test_ssh_fault_run.py",
+    "tests/integration/test_walkthrough_papermill.py", "tests/integration/test_walkthrough_rerun.py",
+    "tests/integration/test_sweep_sandbox.py",
+    "tests/lab/test_console_panes_browser.py", "tests/lab/test_engine_probes_browser.py",
+    "tests/lab/test_panel_browser.py", "tests/lab/test_walkthrough_browser.py",
+    "tests/lab/test_console_browser.py", "tests/lab/test_console_clicks_browser.py",
+    "tests/test_notebooks.py",
+    "tests/workbench/test_probe_cli.py", "tests/workbench/test_engine_source.py",
+    "tests/workbench/test_lab_console.py", "tests/workbench/test_lab_console_fixes.py",
+    "tests/workbench/test_lab_panes.py", "tests/workbench/test_lab_panel.py",
+    "tests/workbench/test_lab_walkthrough.py", "tests/workbench/test_kernel_shutdown_restore.py",
+    "tests/workbench/test_diagnose_units.py", "tests/workbench/test_diagnose_outcome.py",
+    "tests/workbench/test_port_none.py", "tests/workbench/test_runlock.py", "tests/workbench/test_source_cli.py",
+)
+#: Fixtures of real vLLM servers, and test files that start vLLM servers or probe the shared
+#: ``.venv-vllm``: one worker runs them all (at most two shared vLLM servers at once, ~2.5 GB each,
+#: and no server imports a file another test has a probe in).
+VLLM_FIXTURES = ("vllm_server", "own_vllm_server")
+VLLM_FILES = ("tests/integration/test_diagnose_vllm.py", "tests/integration/test_runbooks_vllm.py",
+              "tests/integration/test_vllm_probes_real_server.py", "tests/workbench/test_diagnose_vllm_units.py",
+              "tests/workbench/test_codepath_vllm.py", "tests/workbench/test_sweep_vllm.py")
+
+
+def xdist_group_of(item):
+    """The pytest-xdist group of ``item``: ``"sandbox-engine"``, ``"vllm-engine"`` or None (any
+    worker)."""
+    path = item.nodeid.split("::", 1)[0]
+    if path in VLLM_FILES or any(f in VLLM_FIXTURES for f in getattr(item, "fixturenames", ())):
+        return "vllm-engine"
+    if path in SANDBOX_ENGINE_FILES:
+        return "sandbox-engine"
+    return None
+
+
+#: seconds per test file of the last measured run (``scripts/test_durations.py``); a file it does not
+#: list counts as this many seconds when one of its tests is ``slow``, as none when none is
+UNMEASURED_SLOW_FILE_S = 60.0
+
+
+def longest_files_first(items):
+    """``items`` reordered file by file, the files that took longest (``tests/durations.json``)
+    first, each file's own order kept: under pytest-xdist the long files then start at once and the
+    short ones fill the gaps, rather than a long file starting last while the other workers idle.
+    Deterministic (every worker must collect the same order)."""
+    import json
+    import pathlib
+
+    path = pathlib.Path(__file__).with_name("durations.json")
+    seconds = json.loads(path.read_text()) if path.exists() else {}
+    by_file: dict = {}
+    for item in items:
+        by_file.setdefault(item.nodeid.split("::", 1)[0], []).append(item)
+
+    def cost(name):
+        if name in seconds:
+            return float(seconds[name])
+        return UNMEASURED_SLOW_FILE_S if any(i.get_closest_marker("slow") for i in by_file[name]) else 0.0
+
+    order = sorted(by_file, key=lambda name: (-cost(name), name))
+    return [item for name in order for item in by_file[name]]
 
 
 @pytest.fixture(scope="session", autouse=True)
