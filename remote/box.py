@@ -834,7 +834,8 @@ class Box:
         """Stop a server as a whole: its process group AND every descendant of it, also those that
         left the group (``setsid``/``setpgid``: signalled one by one). SIGTERM, wait up to ``grace``
         seconds for all of them to be gone, then SIGKILL whatever is left and wait up to
-        ``kill_wait`` seconds. Descendants that appear while it waits (a worker forked during the
+        ``kill_wait`` seconds. A stopped process (SIGSTOP) among them gets SIGCONT right after the
+        SIGTERM, so it handles it. Descendants that appear while it waits (a worker forked during the
         shutdown) are included. Returns how it ended (``ServerStopped``: ``stopped_pids`` lists every
         process that was alive at the start, ``outside_group`` those that had left the group).
         Removes the handle's pid file.
@@ -890,6 +891,11 @@ class Box:
         if first:
             self._signal_tree(pid, pgid, group, loners(first), signal.SIGTERM)
             signals.append("TERM")
+            if any(p.state in ("T", "t") for p in first):
+                # A stopped process (SIGSTOP, a debugger) keeps SIGTERM pending until it runs again:
+                # continue it, so it can shut down within the grace period instead of waiting for SIGKILL.
+                self._signal_tree(pid, pgid, group, loners(first), signal.SIGCONT)
+                signals.append("CONT")
             how = "terminated"
             if not self._wait_until_gone(lambda: not gone(), grace):
                 self._signal_tree(pid, pgid, group, loners(remaining) + [p.pid for p in remaining], signal.SIGKILL)
