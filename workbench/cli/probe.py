@@ -41,8 +41,9 @@ earlier launch (exit 1).
 Exit codes: 0 done, 1 a failure (a revert refused because someone else edited the file, an
 unreadable journal entry, a probe that has not printed yet, or not from the server running now,
 a recipe whose required probes have not all printed), 2 the command could not run (an
-unreachable box, another run holding the box (add, revert), an unknown tag or recipe, no engine found, an anchor that matches no line or
-several, an expression that is not Python or would change state, a file that is not Python source).
+unreachable box, another run holding the box (add, revert), an unknown tag or recipe, no engine
+found, an anchor that matches no line or several, an expression that is not Python or would change
+state, a file that is not Python source).
 """
 
 from __future__ import annotations
