@@ -65,8 +65,8 @@ class _Injector:
 
     def _watch(self) -> None:
         while not self.stop.is_set():
-            launch = next((l for l in list(self.diagnosis.launches) if l.get("label") == self.label and l.get("pid")),
-                          None)
+            launch = next((l for l in list(self.diagnosis.launches) if l.get("label") == self.label and l.get("pid")
+                           and l.get("healthy_after_s") is not None), None)  # not a launch that failed to start
             if launch is not None:
                 os.killpg(os.getpgid(launch["pid"]), self.sig)
                 self.hit = launch
@@ -146,7 +146,7 @@ def test_the_fix_server_sigstopped_ends_inconclusive_and_the_original_comes_back
             assert run.probe().verdict == "done"
             started = time.monotonic()
             step = run.apply_fixes()
-            assert injector.hit is not None, "the fix server was never launched"
+            assert injector.hit is not None, f"the fix server never got healthy: {run.start_failures}"
             assert time.monotonic() - started < 120
             assert step.verdict == "inconclusive", step
             assert run.attribute() is None
