@@ -96,7 +96,7 @@ def test_the_as_found_server_killed_mid_measurement_ends_inconclusive(tmp_path, 
     injector = _Injector(run, "as-found", signal.SIGKILL)
     try:
         step = run.measure_symptom()
-        assert injector.hit is not None
+        assert injector.hit is not None, f"the as-found server never got healthy: {run.start_failures}"
         pid = injector.hit["pid"]
         assert step.verdict == "inconclusive" and step.summary.startswith(SERVER_STOPPED_ANSWERING), step.summary
         run.check_hypotheses()  # static: still decided from the files
