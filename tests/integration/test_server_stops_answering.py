@@ -134,60 +134,66 @@ def test_the_fix_server_sigstopped_ends_inconclusive_and_the_original_comes_back
     names the fix server as stopped, and the restore stops it (SIGTERM with SIGCONT, no 10 s wait
     for SIGKILL), reverts the probes and relaunches the original."""
     box = connect("local")
-    relaunched = []
     with own_sandbox_server(tmp_path / "original", *sandbox_flags(**EAGLE)) as srv:
-        original = next(tuple(p.argv) for p in box.find_servers(timeout=30) if p.pid == srv.pid)
-        run = DiagnosisRun.start(port=srv.port, report_dir=tmp_path / "reports", request_timeout=REQUEST_TIMEOUT,
-                                 **PROMPTS)
-        run.progress = False
-        injector = _Injector(run, "fix", signal.SIGSTOP)
         try:
-            assert run.measure_symptom().accept_length < 1.1  # the wrong flag: the symptom
-            run.check_hypotheses()
-            assert run.probe().verdict == "done"
-            started = time.monotonic()
-            step = run.apply_fixes()
-            assert injector.hit is not None, f"the fix server never got healthy: {run.start_failures}"
-            assert time.monotonic() - started < 120
-            assert step.verdict == "inconclusive", step
-            assert run.attribute() is None
-            finished = time.monotonic()
-            verdict = run.finish()
-            restore_took = time.monotonic() - finished
+            _fix_server_sigstopped(box, srv, tmp_path)
         finally:
-            injector.stop.set()
-            if not run.finished:
-                run.finish()
-        try:
-            pid = injector.hit["pid"]
-            assert verdict["outcome"] == "inconclusive"
-            detail = verdict["outcome_detail"]
-            assert detail.startswith(
-                f"{SERVER_STOPPED_ANSWERING}: the fix server (pid {pid}, port {srv.port}) is stopped (SIGSTOP: it "
-                "accepts connections and never answers) during apply_fixes (measuring: fix): "), detail
-            assert "the box was restored (the original server relaunched)" in detail, detail
-            lost = verdict["server_stopped_answering"]
-            assert (lost["state"], lost["step"], lost["server"]) == ("stopped", "apply_fixes", "the fix server")
-            assert "ReadTimeout" in lost["error"] or "stuck" in lost["error"].lower(), lost["error"]
-            assert verdict["fix"]["applied"] is True and verdict["fix"]["sufficient"] is None
-            assert verdict["acceptance"]["after"]["accept_length"] is None
-            assert verdict["restore"]["clean"], verdict["restore"]
-            stopped = [a for a in verdict["restore"]["actions"] if f"server pid {pid}" in a]
-            assert stopped and "(terminated)" in stopped[0], verdict["restore"]["actions"]  # SIGCONT: no SIGKILL
-            assert restore_took < 60, restore_took
-            assert not box.is_alive(pid)
-            _box_restored(box, srv.port)
-            deadline = time.monotonic() + 120
-            while not (relaunched := [p for p in _servers_on(box, srv.port) if tuple(p.argv) == original]):
-                assert time.monotonic() < deadline, "the original server was not relaunched"
-                time.sleep(0.2)
-            assert len(relaunched) == 1 and relaunched[0].pid != srv.pid
-            health = httpx.get(f"http://127.0.0.1:{srv.port}/health", timeout=10, trust_env=False)
-            assert health.status_code == 200
-        finally:
-            for p in relaunched or [p for p in _servers_on(box, srv.port) if p.pid != srv.pid]:
-                box.stop_server(p.pid, grace=10)
+            # whatever failed above: no server of this test outlives it (the relaunched original
+            # is no process of the fixture's)
+            for p in _servers_on(box, srv.port):
+                if p.pid != srv.pid:
+                    box.stop_server(p.pid, grace=10)
             box.close()
+
+
+def _fix_server_sigstopped(box, srv, tmp_path: Path) -> None:
+    original = next(tuple(p.argv) for p in box.find_servers(timeout=30) if p.pid == srv.pid)
+    run = DiagnosisRun.start(port=srv.port, report_dir=tmp_path / "reports", request_timeout=REQUEST_TIMEOUT,
+                             **PROMPTS)
+    run.progress = False
+    injector = _Injector(run, "fix", signal.SIGSTOP)
+    try:
+        assert run.measure_symptom().accept_length < 1.1  # the wrong flag: the symptom
+        run.check_hypotheses()
+        assert run.probe().verdict == "done"
+        started = time.monotonic()
+        step = run.apply_fixes()
+        assert injector.hit is not None, f"the fix server never got healthy: {run.start_failures}"
+        assert time.monotonic() - started < 120
+        assert step.verdict == "inconclusive", step
+        assert run.attribute() is None
+        finished = time.monotonic()
+        verdict = run.finish()
+        restore_took = time.monotonic() - finished
+    finally:
+        injector.stop.set()
+        if not run.finished:
+            run.finish()
+    pid = injector.hit["pid"]
+    assert verdict["outcome"] == "inconclusive"
+    detail = verdict["outcome_detail"]
+    assert detail.startswith(
+        f"{SERVER_STOPPED_ANSWERING}: the fix server (pid {pid}, port {srv.port}) is stopped (SIGSTOP: it "
+        "accepts connections and never answers) during apply_fixes (measuring: fix): "), detail
+    assert "the box was restored (the original server relaunched)" in detail, detail
+    lost = verdict["server_stopped_answering"]
+    assert (lost["state"], lost["step"], lost["server"]) == ("stopped", "apply_fixes", "the fix server")
+    assert "ReadTimeout" in lost["error"] or "stuck" in lost["error"].lower(), lost["error"]
+    assert verdict["fix"]["applied"] is True and verdict["fix"]["sufficient"] is None
+    assert verdict["acceptance"]["after"]["accept_length"] is None
+    assert verdict["restore"]["clean"], verdict["restore"]
+    stopped = [a for a in verdict["restore"]["actions"] if f"server pid {pid}" in a]
+    assert stopped and "(terminated)" in stopped[0], verdict["restore"]["actions"]  # SIGCONT: no SIGKILL
+    assert restore_took < 60, restore_took
+    assert not box.is_alive(pid)
+    _box_restored(box, srv.port)
+    deadline = time.monotonic() + 120
+    while not (relaunched := [p for p in _servers_on(box, srv.port) if tuple(p.argv) == original]):
+        assert time.monotonic() < deadline, "the original server was not relaunched"
+        time.sleep(0.2)
+    assert len(relaunched) == 1 and relaunched[0].pid != srv.pid
+    health = httpx.get(f"http://127.0.0.1:{srv.port}/health", timeout=10, trust_env=False)
+    assert health.status_code == 200
 
 
 def test_the_runbook_ends_with_an_inconclusive_verdict_and_its_report(tmp_path, free_port):
