@@ -53,8 +53,8 @@ demo:
 	@echo "report: $(REPORT_DIR)/diagnose_acceptance.html  verdict: $(REPORT_DIR)/diagnose_acceptance.json"
 
 # The whole suite, in parallel (pytest-xdist, TEST_WORKERS processes; each has its own ports, state
-# dir, sshd, JupyterLab and shared servers: tests/conftest.py). `--dist loadgroup` keeps the tests
-# of one xdist_group (e.g. those that share the vLLM servers) on one worker. Prints the 25 slowest
+# dir, sshd, JupyterLab and shared servers: tests/conftest.py, whose scheduler keeps the tests that
+# patch the sandbox engine, and those that run vLLM, each on one worker). Prints the 25 slowest
 # tests and the suite's wall time. The vLLM tests need vLLM's CPU build (`make vllm`); under
 # WORKBENCH_REQUIRE_VLLM=1 a missing one fails them instead of skipping them.
 # One part: `make test PYTEST_ARGS=tests/remote` (or a file, or `-k NAME`).
@@ -62,7 +62,7 @@ TEST_WORKERS ?= 3
 test: browser vllm
 	$(call venv,test sandbox)
 	@start=$$(date +%s); status=0; \
-	WORKBENCH_REQUIRE_VLLM=1 $(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadgroup \
+	WORKBENCH_REQUIRE_VLLM=1 $(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) \
 	  --durations=25 --durations-min=1 --junitxml=$(REPORT_DIR)/junit.xml $(PYTEST_ARGS) || status=$$?; \
 	echo "make test: wall time $$(( $$(date +%s) - start )) s with $(TEST_WORKERS) workers (exit $$status)"; \
 	exit $$status
@@ -72,7 +72,7 @@ test: browser vllm
 # makes any such start fail the test, so a test missing its mark is caught here. One worker per
 # core (pytest-xdist).
 test-fast: setup
-	$(PY) -m pytest -q -p no:cacheprovider -m "not slow" -n auto --dist loadgroup $(PYTEST_ARGS)
+	$(PY) -m pytest -q -p no:cacheprovider -m "not slow" -n auto $(PYTEST_ARGS)
 
 # All benchmarks always run; make fails (exit 1) when one misses a goal.
 bench:

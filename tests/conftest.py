@@ -67,9 +67,6 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if any(name in STARTS_BY_FIXTURE for name in getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.slow)
-        group = xdist_group_of(item)
-        if group:
-            item.add_marker(pytest.mark.xdist_group(group))
     items[:] = longest_files_first(items)
 
 
@@ -77,8 +74,7 @@ def pytest_collection_modifyitems(config, items):
 #: ``workbench/sandbox/srt``, inserted by a diagnosis, a walkthrough, a console or ``workbench probe``)
 #: or assert it unchanged byte for byte. That source is one per machine, as an installed SGLang is
 #: one per box: two workers probing it at once would see each other's markers (a per-worker state
-#: dir hides the other's run lock and probe journal). Under ``--dist loadgroup`` they all run on one
-#: worker, one after another.
+#: dir hides the other's run lock and probe journal). One worker runs them all, one after another.
 SANDBOX_ENGINE_FILES = (
     "tests/integration/test_diagnose_edges.py", "tests/integration/test_diagnose_sandbox.py",
     "tests/integration/test_fault_injection.py", "tests/integration/test_fault_matrix.py",
@@ -98,24 +94,42 @@ SANDBOX_ENGINE_FILES = (
     "tests/workbench/test_diagnose_units.py", "tests/workbench/test_diagnose_outcome.py",
     "tests/workbench/test_port_none.py", "tests/workbench/test_runlock.py", "tests/workbench/test_source_cli.py",
 )
-#: Fixtures of real vLLM servers, and test files that start vLLM servers or probe the shared
-#: ``.venv-vllm``: one worker runs them all (at most two shared vLLM servers at once, ~2.5 GB each,
-#: and no server imports a file another test has a probe in).
-VLLM_FIXTURES = ("vllm_server", "own_vllm_server")
+#: Test files that start real vLLM servers (the ``vllm_server`` / ``own_vllm_server`` fixtures, or a
+#: diagnosis or runbook that launches one) or probe the shared ``.venv-vllm``: one worker runs them
+#: all (at most two shared vLLM servers at once, ~2.5 GB each, and no server imports a file another
+#: test has a probe in).
 VLLM_FILES = ("tests/integration/test_diagnose_vllm.py", "tests/integration/test_runbooks_vllm.py",
               "tests/integration/test_vllm_probes_real_server.py", "tests/workbench/test_diagnose_vllm_units.py",
-              "tests/workbench/test_codepath_vllm.py", "tests/workbench/test_sweep_vllm.py")
+              "tests/workbench/test_codepath_vllm.py", "tests/workbench/test_sweep_vllm.py",
+              "tests/remote/test_vllm_box.py", "tests/sandbox/test_vllm_sandbox.py",
+              "tests/workbench/test_doctor_vllm.py", "tests/workbench/test_vllm_measure.py")
 
 
-def xdist_group_of(item):
-    """The pytest-xdist group of ``item``: ``"sandbox-engine"``, ``"vllm-engine"`` or None (any
-    worker)."""
-    path = item.nodeid.split("::", 1)[0]
-    if path in VLLM_FILES or any(f in VLLM_FIXTURES for f in getattr(item, "fixturenames", ())):
+def xdist_group_of(nodeid: str):
+    """The group of the test ``nodeid`` (``tests/x/test_y.py::test_z[...]``) that one pytest-xdist
+    worker runs whole, one test after another: ``"sandbox-engine"``, ``"vllm-engine"``, or None
+    (any worker, test by test)."""
+    path = nodeid.split("::", 1)[0]
+    if path in VLLM_FILES:
         return "vllm-engine"
     if path in SANDBOX_ENGINE_FILES:
         return "sandbox-engine"
     return None
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """pytest-xdist's scheduler for this suite: each group of :func:`xdist_group_of` is one unit of
+    work for one worker, every other test a unit of its own; the groups go first (the most tests
+    first), then the rest in collection order (longest files first). Built on xdist's
+    ``LoadScopeScheduling``; the ``xdist_group`` mark is not used because pytest-xdist 3.8 tags it
+    onto ``item._nodeid``, which pytest 9.2's ``nodeid`` no longer reads."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class GroupScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return xdist_group_of(nodeid) or nodeid
+
+    return GroupScheduling(config, log)
 
 
 #: seconds per test file of the last measured run (``scripts/test_durations.py``); a file it does not
