@@ -62,6 +62,18 @@ def _fast_run_guard(request):
             request.config._ewb_guard = None
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _no_watchdog_outlives_the_session(tmp_path_factory):
+    """At the end of the session, stop every run watchdog (``workbench.session.watchdog``) still
+    watching a state dir of this session's temporary directories: a test that left a run's lock
+    behind must not have its watchdog restore that box after the tests ended. Only those: a
+    watchdog of another pytest process (another state dir) is left alone."""
+    yield
+    from testkit.watchdogs import stop_watchdogs_under
+
+    stop_watchdogs_under(str(tmp_path_factory.getbasetemp()))
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):
     guard = getattr(item.config, "_ewb_guard", None)

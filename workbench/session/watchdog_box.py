@@ -1021,6 +1021,11 @@ def _daemonize(layout, cfg):
 def _run_daemon(layout, cfg, w):
     os.chdir("/")
     null = os.open(os.devnull, os.O_RDWR)
+    try:
+        if os.path.getsize(layout.log) > 256 * 1024:  # the log of every watchdog of the box: kept short
+            os.unlink(layout.log)
+    except FileNotFoundError:
+        pass  # no log yet
     old = os.umask(0o077)
     log = os.open(layout.log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     os.umask(old)
@@ -1040,6 +1045,10 @@ def _run_daemon(layout, cfg, w):
         os.close(w)
         answered.append(answer)
 
+    h, _m = read_lock(layout)
+    if h is None or h.get("run_id") != cfg["run_id"]:
+        announce({"status": "not-held", "holder": h})  # no waiting for a run that holds nothing
+        return
     fd = os.open(layout.watchdog_lock, os.O_RDWR | os.O_CREAT, 0o600)
     deadline = time.monotonic() + float(cfg["wait_s"])
     while True:
