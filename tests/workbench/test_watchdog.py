@@ -484,3 +484,37 @@ def test_the_watchdogs_restore_and_restore_box_agree(b0):
         return sorted(re.sub(r"\d+|/\S+|\(.*\)", "", x).split(":")[0].strip() for x in actions)
 
     assert kinds(by_restore_box.actions) == kinds(by_watchdog["actions"])
+
+
+# -- the parameter on the runbooks and the command line ------------------------------------------
+
+
+@pytest.mark.parametrize("runbook", ["diagnose_acceptance", "measure_acceptance", "compare_drafts"])
+def test_the_runbooks_that_change_the_box_take_watchdog_after_s(runbook):
+    from workbench.errors import RunbookParameterError
+    from workbench.runbook_params import SCHEMAS, check_runbook_parameters
+
+    assert SCHEMAS[runbook]["watchdog_after_s"] == "watchdog"
+    check_runbook_parameters(runbook, {"watchdog_after_s": 0})
+    check_runbook_parameters(runbook, {"watchdog_after_s": 3.5})
+    for bad in (0.2, -5, "300", True):
+        with pytest.raises(RunbookParameterError, match="watchdog_after_s must be 0 \\(no watchdog\\)"):
+            check_runbook_parameters(runbook, {"watchdog_after_s": bad})
+
+
+def test_workbench_runbook_watchdog_after(cli):
+    code, out, err = cli("runbook", "diagnose_acceptance", "--watchdog-after", "0.3")
+    assert code == 2 and "--watchdog-after: must be 0 (no watchdog)" in err, err
+    code, out, err = cli("runbook", "diagnose_acceptance", "--watchdog-after", "5", "-p", "watchdog_after_s", "6")
+    assert code == 2 and "--watchdog-after 5 and -p watchdog_after_s 6 disagree" in err, err
+    code, out, err = cli("runbook", "preflight", "--watchdog-after", "5")
+    assert code == 2 and "preflight has no parameter 'watchdog_after_s'" in err, err
+
+
+def test_open_box_refuses_a_bad_watchdog_after_s_before_touching_the_box(tmp_path, monkeypatch):
+    from workbench.session.box_session import open_box
+
+    monkeypatch.setenv("EAGLE_WORKBENCH_STATE_DIR", str(tmp_path / "s"))
+    with pytest.raises(DiagnosisError, match="watchdog_after_s must be 0"):
+        open_box("local", launch_command=None, port=1, watchdog_after_s=-1)
+    assert not (tmp_path / "s").exists()
