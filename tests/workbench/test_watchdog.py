@@ -349,6 +349,8 @@ def test_it_exits_at_once_when_the_run_releases_the_lock(tmp_path):
     assert time.monotonic() - released < 1.5
     assert not Path(watchdog.report_path(box)).exists()
     assert runlock.box_status(box).watchdog is None  # its state file goes with it
+    assert _wait(lambda: sorted(os.listdir(tmp_path / "s" / "diagnosis")) == [], 2), \
+        os.listdir(tmp_path / "s" / "diagnosis")  # nothing of it is left: no lock, log or state file
 
 
 @pytest.mark.slow

@@ -77,7 +77,7 @@ JOURNAL_NAME = "journal.json"
 LOCK_NAME = "run.lock"
 #: the probe journal's directory, under the state dir (``remote.probes.journal_dir``)
 PROBES_DIR = "probes"
-#: held with ``flock`` by the live watchdog for its whole life
+#: held with ``flock`` by the live watchdog for its whole life (it removes it as it exits)
 WATCHDOG_LOCK_NAME = "watchdog.lock"
 #: who watches: ``{"pid", "pid_start", "boot_id", "run_id", "after_s", "poll_s", "started_at", "state"}``
 WATCHDOG_STATE_NAME = "watchdog.json"
@@ -1018,14 +1018,52 @@ def _daemonize(layout, cfg):
     return json.loads(text.splitlines()[0])
 
 
+def _flock_file(path, wait_s):
+    """``flock`` the file ``path`` (created 0600) for this process's life, waiting up to ``wait_s``
+    seconds. The file is removed by its holder when it exits (:func:`_unlock_file`), so a lock taken
+    on a file that was removed meanwhile is let go and taken again on the new one (the inode checked
+    after each ``flock``). Returns the fd, or None when another process still holds it."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            os.close(fd)
+            if exc.errno not in (errno.EAGAIN, errno.EACCES):
+                raise
+            if time.monotonic() >= deadline:
+                return None
+            time.sleep(0.05)
+            continue
+        try:
+            same = os.stat(path).st_ino == os.fstat(fd).st_ino
+        except FileNotFoundError:
+            same = False
+        if same:
+            return fd
+        os.close(fd)  # its holder removed it as we took it: take the new one
+
+
+def _unlock_file(path, fd):
+    """Remove the lock file, then let go of it (in that order: see :func:`_flock_file`)."""
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass  # removed already (a state dir deleted under us)
+    os.close(fd)
+
+
 def _run_daemon(layout, cfg, w):
     os.chdir("/")
     null = os.open(os.devnull, os.O_RDWR)
     try:
-        if os.path.getsize(layout.log) > 256 * 1024:  # the log of every watchdog of the box: kept short
+        log_start = os.path.getsize(layout.log)
+        if log_start > 256 * 1024:  # the log of the box's watchdogs: kept short
             os.unlink(layout.log)
+            log_start = 0
     except FileNotFoundError:
-        pass  # no log yet
+        log_start = 0
     old = os.umask(0o077)
     log = os.open(layout.log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     os.umask(old)
@@ -1045,31 +1083,34 @@ def _run_daemon(layout, cfg, w):
         os.close(w)
         answered.append(answer)
 
+    def quiet_exit():
+        # nothing worth keeping happened: leave the state dir as found (no log lines of ours)
+        try:
+            if log_start == 0:
+                os.unlink(layout.log)
+            else:
+                os.truncate(layout.log, log_start)
+        except FileNotFoundError:
+            return
+
     h, _m = read_lock(layout)
     if h is None or h.get("run_id") != cfg["run_id"]:
         announce({"status": "not-held", "holder": h})  # no waiting for a run that holds nothing
+        quiet_exit()
         return
-    fd = os.open(layout.watchdog_lock, os.O_RDWR | os.O_CREAT, 0o600)
-    deadline = time.monotonic() + float(cfg["wait_s"])
-    while True:
+    fd = _flock_file(layout.watchdog_lock, float(cfg["wait_s"]))
+    if fd is None:
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            break
-        except OSError as exc:
-            if exc.errno not in (errno.EAGAIN, errno.EACCES):
-                raise
-            if time.monotonic() >= deadline:
-                try:
-                    with open(layout.watchdog_state) as f:
-                        other = json.load(f)
-                except (OSError, ValueError):
-                    other = None
-                announce({"status": "busy", "watchdog": other})
-                return
-            time.sleep(0.05)
+            with open(layout.watchdog_state) as f:
+                other = json.load(f)
+        except (OSError, ValueError):
+            other = None
+        announce({"status": "busy", "watchdog": other})
+        return
     stamp = time.strftime("%Y-%m-%d %H:%M:%S")
     print("%s watchdog pid %d watching run %s (acts after %gs of silence)" % (stamp, os.getpid(), cfg["run_id"],
                                                                                float(cfg["after_s"])))
+    result = {"status": "error"}
     try:
         result = watch(layout, cfg, announce)
     finally:
@@ -1082,10 +1123,14 @@ def _run_daemon(layout, cfg, w):
             os.unlink(layout.watchdog_state)
         if not answered:
             announce({"status": "error", "error": "the watchdog ended before it watched"})
-    report = result.get("report") or {}
-    print("%s watchdog pid %d: %s%s" % (time.strftime("%Y-%m-%d %H:%M:%S"), os.getpid(), result["status"],
-                                        "" if not report else " (%d actions, %d problems)"
-                                        % (len(report.get("actions", [])), len(report.get("problems", [])))))
+        if result["status"] in ("released", "taken-over", "not-held"):
+            quiet_exit()
+        else:
+            report = result.get("report") or {}
+            print("%s watchdog pid %d: %s%s" % (time.strftime("%Y-%m-%d %H:%M:%S"), os.getpid(), result["status"],
+                                                "" if not report else " (%d actions, %d problems)"
+                                                % (len(report.get("actions", [])), len(report.get("problems", [])))))
+        _unlock_file(layout.watchdog_lock, fd)
 
 
 def main(argv):
