@@ -52,18 +52,27 @@ demo:
 	$(VENV)/bin/workbench runbook diagnose_acceptance --report-dir "$(REPORT_DIR)"
 	@echo "report: $(REPORT_DIR)/diagnose_acceptance.html  verdict: $(REPORT_DIR)/diagnose_acceptance.json"
 
-# The vLLM tests need vLLM's CPU build (`make vllm`); under WORKBENCH_REQUIRE_VLLM=1 a missing
-# one fails them instead of skipping them.
+# The whole suite, in parallel (pytest-xdist, TEST_WORKERS processes; each has its own ports, state
+# dir, sshd, JupyterLab and shared servers: tests/conftest.py). `--dist loadgroup` keeps the tests
+# of one xdist_group (e.g. those that share the vLLM servers) on one worker. Prints the 25 slowest
+# tests and the suite's wall time. The vLLM tests need vLLM's CPU build (`make vllm`); under
+# WORKBENCH_REQUIRE_VLLM=1 a missing one fails them instead of skipping them.
+# One part: `make test PYTEST_ARGS=tests/remote` (or a file, or `-k NAME`).
+TEST_WORKERS ?= 3
 test: browser vllm
 	$(call venv,test sandbox)
-	WORKBENCH_REQUIRE_VLLM=1 $(PY) -m pytest -q $(PYTEST_ARGS)
+	@start=$$(date +%s); status=0; \
+	WORKBENCH_REQUIRE_VLLM=1 $(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadgroup \
+	  --durations=25 --durations-min=1 --junitxml=$(REPORT_DIR)/junit.xml $(PYTEST_ARGS) || status=$$?; \
+	echo "make test: wall time $$(( $$(date +%s) - start )) s with $(TEST_WORKERS) workers (exit $$status)"; \
+	exit $$status
 
 # The edit-test loop: only the tests that start nothing (no server, sshd, notebook kernel or
 # browser; those are marked slow, see tests/conftest.py), in seconds. Under "not slow" a guard
 # makes any such start fail the test, so a test missing its mark is caught here. One worker per
 # core (pytest-xdist).
 test-fast: setup
-	$(PY) -m pytest -q -p no:cacheprovider -m "not slow" -n auto $(PYTEST_ARGS)
+	$(PY) -m pytest -q -p no:cacheprovider -m "not slow" -n auto --dist loadgroup $(PYTEST_ARGS)
 
 # All benchmarks always run; make fails (exit 1) when one misses a goal.
 bench:

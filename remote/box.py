@@ -26,6 +26,7 @@ from .errors import (
     RemoteFileNotFound,
     RemoteIsADirectory,
     PortInUse,
+    RemoteError,
     ServerDied,
     ServerError,
     ServerLaunchFailed,
@@ -747,7 +748,9 @@ class Box:
         has exited, ``ServerStartNotReady`` (a ``ServerStartTimedOut``; ``.routes``: the routes that
         answered 404) as soon as a vLLM launch answers that it will not become ready, ``ServerStartStuck`` (a ``ServerStartTimedOut`` and a ``GenerationStuck``) as
         soon as HTTP answers but the 1-token generation does not return within ``request_timeout``
-        (or the server's own health check gave up on its scheduler: a 503 after >= 1 s),
+        (or the server's own health check gave up on its scheduler: a 503 after >= 1 s with SGLang's
+        ``Health check failed`` line in the log; a slow 503 without it is a server still starting
+        whose event loop was slow to answer, waited for),
         ``ServerStartTimedOut`` (with the tail and what it last answered) when it never became
         ready within ``timeout`` seconds.
         """
@@ -805,7 +808,13 @@ class Box:
                             routes=missing,
                             box=self.name,
                         )
-                    if r.state == readiness.STUCK and self.is_alive(handle.pid):
+                    if r.state == readiness.STUCK and r.status == 503 and not self._health_check_failed_logged(
+                            handle.log_path, tail_lines):
+                        # A 503 that took long to arrive, but no "Health check failed" line: the server's
+                        # event loop was slow to answer its "starting" 503 (model loading holds the CPU
+                        # or the GIL), it did not give up on its scheduler. Still starting.
+                        last = f"{r.detail}; no 'Health check failed' line in its log: still starting"
+                    elif r.state == readiness.STUCK and self.is_alive(handle.pid):
                         raise ServerStartStuck(
                             f"server at {base} answers HTTP but generation is stuck ({r.detail})",
                             pid=handle.pid,
@@ -834,7 +843,8 @@ class Box:
         """Stop a server as a whole: its process group AND every descendant of it, also those that
         left the group (``setsid``/``setpgid``: signalled one by one). SIGTERM, wait up to ``grace``
         seconds for all of them to be gone, then SIGKILL whatever is left and wait up to
-        ``kill_wait`` seconds. Descendants that appear while it waits (a worker forked during the
+        ``kill_wait`` seconds. A stopped process (SIGSTOP) among them gets SIGCONT right after the
+        SIGTERM, so it handles it. Descendants that appear while it waits (a worker forked during the
         shutdown) are included. Returns how it ended (``ServerStopped``: ``stopped_pids`` lists every
         process that was alive at the start, ``outside_group`` those that had left the group).
         Removes the handle's pid file.
@@ -890,6 +900,11 @@ class Box:
         if first:
             self._signal_tree(pid, pgid, group, loners(first), signal.SIGTERM)
             signals.append("TERM")
+            if any(p.state in ("T", "t") for p in first):
+                # A stopped process (SIGSTOP, a debugger) keeps SIGTERM pending until it runs again:
+                # continue it, so it can shut down within the grace period instead of waiting for SIGKILL.
+                self._signal_tree(pid, pgid, group, loners(first), signal.SIGCONT)
+                signals.append("CONT")
             how = "terminated"
             if not self._wait_until_gone(lambda: not gone(), grace):
                 self._signal_tree(pid, pgid, group, loners(remaining) + [p.pid for p in remaining], signal.SIGKILL)
@@ -905,6 +920,20 @@ class Box:
             self.remove(handle_or_pid.pid_path, missing_ok=True)
         return ServerStopped(pid=pid, pgid=pgid, how=how, waited_s=time.monotonic() - start, signals=tuple(signals),
                              stopped_pids=tuple(sorted(tracked)), outside_group=tuple(outside))
+
+    #: What SGLang 0.5.23's ``health_generate`` logs when it answers 503 because its scheduler did
+    #: not answer (http_server.py: ``Health check failed. Server couldn't get a response from
+    #: detokenizer for last N seconds``); the 503 it answers while starting logs nothing.
+    HEALTH_CHECK_FAILED = "Health check failed"
+
+    def _health_check_failed_logged(self, log_path: str, lines: int) -> bool:
+        """Whether the last ``max(lines, 200)`` lines of the server's log hold SGLang's
+        :data:`HEALTH_CHECK_FAILED` line (a log that cannot be read: True, the 503 is taken as
+        SGLang's verdict)."""
+        try:
+            return any(self.HEALTH_CHECK_FAILED in line for line in self.tail(log_path, max(lines, 200)))
+        except RemoteError:
+            return True
 
     def _signal_tree(self, pid: int, pgid: int, group: bool, singles: Sequence[int], sig: int) -> None:
         """``sig`` to process group ``pgid`` (``group``) or to ``pid`` alone, then to each pid of

@@ -94,10 +94,11 @@ class UnknownSSHHost(BoxSpecError):
     def __init__(self, spec: str, *, config_files: Sequence[str], aliases: Sequence[str]) -> None:
         self.config_files = list(config_files)
         self.aliases = list(aliases)
-        where = ", ".join(self.config_files) or "no ssh config file (none exists)"
         known = ", ".join(self.aliases[:20]) or "none"
+        where = (f"in {', '.join(self.config_files)} (aliases defined: {known})" if self.config_files else
+                 "(no ssh config file exists: ~/.ssh/config, or the file $EAGLE_WORKBENCH_SSH_CONFIG names)")
         super().__init__(
-            f"{spec!r} is not a Host alias in {where} (aliases defined: {known}) and not a name in /etc/hosts; "
+            f"{spec!r} is not a Host alias {where} and not a name in /etc/hosts; "
             f"for a plain host name write user@{spec} or its fully qualified name",
             spec=spec,
         )
@@ -149,20 +150,83 @@ class HostKeyError(SSHError):
 
 
 class HostKeyUnknown(HostKeyError):
-    """No known_hosts entry for the host: the key is refused (checking is on by default). Verify the
-    fingerprint out of band, then add it (``ssh-keyscan``/``ssh`` once) or opt in to trust on first
-    use (``connect(spec, trust_unknown_hosts=True)`` or ``StrictHostKeyChecking accept-new``)."""
+    """No known_hosts entry for the host: the key is refused (checking is on by default).
+
+    The message says what to do, as commands that work as written: check the fingerprint on the
+    box, then record the key with ``ssh-keyscan -p PORT -t TYPE HOST >> KNOWN_HOSTS`` (the first
+    user known_hosts file the workbench reads: the config's ``UserKnownHostsFile``, else
+    ``~/.ssh/known_hosts``), or with one OpenSSH login (``ssh -o StrictHostKeyChecking=accept-new
+    [-F CONFIG] DEST exit``, which writes the same file), or let the workbench record it on first use:
+    ``StrictHostKeyChecking accept-new`` under the box's ``Host`` in the ssh config (Python:
+    ``connect(spec, trust_unknown_hosts=True)``). ``hostname``/``port``: the destination
+    (``HostName``, ``Port``: what ``ssh-keyscan`` asks); ``config_host``: the host as the spec wrote
+    it (an alias or a name: the ``Host`` line the option goes under); ``ssh_destination``: the
+    ``ssh`` arguments reaching the same box (``("alias",)``, ``("-p", "2222", "me@10.0.0.5")``);
+    ``known_hosts_file``: where a trusted key goes; ``config_file``: the ssh config read (``None``:
+    none exists, ``~/.ssh/config`` is where one goes).
+    """
 
     def __init__(self, *, where: str, host_port: str, key_type: str, fingerprint: str,
-                 known_hosts: Sequence[str], box: str | None = None) -> None:
+                 known_hosts: Sequence[str], box: str | None = None, hostname: str | None = None,
+                 port: int | None = None, config_host: str | None = None, ssh_destination: Sequence[str] = (),
+                 known_hosts_file: str | None = None, config_file: str | None = None) -> None:
+        self.hostname = hostname
+        self.port = port
+        self.config_host = config_host
+        self.ssh_destination = tuple(ssh_destination)
+        self.known_hosts_file = known_hosts_file
+        self.config_file = config_file
         files = ", ".join(known_hosts) or "none"
         super().__init__(
             f"host key of {host_port} is unknown ({key_type} {fingerprint}; known_hosts read: {files}); "
-            "refusing to connect. Check the fingerprint on the box (ssh-keygen -lf /etc/ssh/ssh_host_*_key.pub), "
-            "then add it to known_hosts or pass trust_unknown_hosts=True / StrictHostKeyChecking accept-new",
+            f"refusing to connect. {unknown_host_key_advice(self, key_type)}",
             where=where, host_port=host_port, key_type=key_type, fingerprint=fingerprint,
             known_hosts=known_hosts, box=box,
         )
+
+
+#: ``ssh-keyscan -t`` names of the host key algorithms paramiko reports (``PKey.get_name()``).
+_KEYSCAN_TYPES = {"ssh-ed25519": "ed25519", "ssh-rsa": "rsa", "ecdsa-sha2-nistp256": "ecdsa",
+                  "ecdsa-sha2-nistp384": "ecdsa", "ecdsa-sha2-nistp521": "ecdsa"}
+
+
+def _sh(word: str) -> str:
+    import shlex
+
+    return shlex.quote(word)
+
+
+def unknown_host_key_advice(err: "HostKeyUnknown", key_type: str) -> str:
+    """The remedies of an unknown host key, as commands that work when pasted (see
+    :class:`HostKeyUnknown`). Without the destination (an error made by hand) the general advice."""
+    import os
+
+    if not err.hostname:
+        return ("Check the fingerprint on the box (ssh-keygen -lf /etc/ssh/ssh_host_*_key.pub), then add the key to "
+                "known_hosts (ssh-keyscan, or ssh once) or set StrictHostKeyChecking accept-new for the host in "
+                "the ssh config (Python: connect(spec, trust_unknown_hosts=True))")
+    port = err.port or 22
+    scan_type = _KEYSCAN_TYPES.get(key_type)
+    known = err.known_hosts_file or os.path.expanduser("~/.ssh/known_hosts")
+    keyscan = " ".join(["ssh-keyscan", *(["-p", str(port)] if port != 22 else []),
+                        *(["-t", scan_type] if scan_type else []), _sh(err.hostname), ">>", _sh(known)])
+    folder = os.path.dirname(known)
+    if folder and not os.path.isdir(folder):  # `>>` does not make the directory (a fresh ~/.ssh)
+        keyscan = f"mkdir -p -m 700 {_sh(folder)} && {keyscan}"
+    default_config = os.path.expanduser("~/.ssh/config")
+    config = err.config_file or default_config
+    dest = err.ssh_destination or ((["-p", str(port)] if port != 22 else []) + [err.hostname])
+    ssh = " ".join(["ssh", "-o", "StrictHostKeyChecking=accept-new",
+                    *(["-F", _sh(config)] if err.config_file and os.path.abspath(config) != default_config else []),
+                    *[_sh(d) for d in dest], "exit"])
+    host = err.config_host or err.hostname
+    pub = f"/etc/ssh/ssh_host_{scan_type}_key.pub" if scan_type else "/etc/ssh/ssh_host_*_key.pub"
+    return (f"Check the fingerprint on the box (`ssh-keygen -lf {pub}` there), then trust the key in one of "
+            f"three ways: record it with `{keyscan}`; or log in once with OpenSSH, which records it in the same "
+            f"file: `{ssh}`; or let the workbench record it on first use: add the line `StrictHostKeyChecking "
+            f"accept-new` under `Host {host}` in {config}{'' if err.config_file else ' (create the file)'} "
+            f"(the key is appended to {known}, the first UserKnownHostsFile; Python: connect(spec, "
+            f"trust_unknown_hosts=True))")
 
 
 class HostKeyChanged(HostKeyError):

@@ -105,7 +105,8 @@ run.code_path()
 after = run.apply_fixes()
 for fix in run.fixes:
     print(f"{fix.kind:10} {', '.join(fix.rules)}: {fix.summary}" + (f"  — missing: {fix.missing}" if fix.missing else ""))
-after if after is not None else "no fix applied (apply_fix or allow_restart is False, or no fix could be derived)"
+after if after is not None else ("no fix applied: the run ended early, " + str(run.server_lost) if run.server_lost
+                                 else "no fix applied (apply_fix or allow_restart is False, or no fix could be derived)")
 """),
     md("### What each fix contributed (only with `attribute_fixes`)"),
     code("""
@@ -269,6 +270,9 @@ One launch per draft (and one without speculation when asked), greedy `/generate
 a time, warm-up excluded. Without `draft_b`, draft B is a copy of draft A whose `d2t` token map
 lists the same target ids in a shuffled order: every id valid, nothing fails at load, and
 acceptance shows what a wrong token map costs. The server found on the port is put back at the end.
+The best draft is the one with the higher accept length (tokens per verify step: the drafts' quality,
+which the box's load does not move); tokens/s is shown beside it and decides only between accept lengths
+that tie (within 0.005). The table, `compare_drafts.json` (`best`, `best_by`, `ranking`) say which figure decided.
 On vLLM the draft is `--speculative-config`'s `"model"`, and the requests go to `/v1/completions`.
 """),
     code("""
@@ -321,6 +325,8 @@ for line in result.restore["actions"] + result.restore["problems"]:
     print(" -", line)
 for note in result.notes:
     print("note:", note)
+ranking = result.ranking()
+print(f"best: {result.best.label if result.best else None} (decided by {ranking['decided_by']}): {ranking['reason']}")
 result.check()  # fails the run when no draft could be measured
 """),
 ]

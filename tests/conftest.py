@@ -8,6 +8,10 @@ they start things themselves. ``make test-fast`` runs ``pytest -m "not slow"``; 
 deselects ``slow`` the guard of ``testkit.fast_guard`` is on and a test that starts anything fails.
 """
 
+import os
+import shutil
+import tempfile
+
 import pytest
 
 from sshd import LoopbackSSHD, keygen, make_client, sshd_missing_reason
@@ -31,8 +35,28 @@ STARTS_BY_FIXTURE = {
 }
 
 
+def _isolate_worker_state() -> None:
+    """Give this pytest process (one xdist worker, or the only process) box state of its own: the
+    workbench's state dir (``$EAGLE_WORKBENCH_STATE_DIR``: run lock, journals, probe records, server
+    logs) under a fresh temporary directory, so that two workers never take each other's run lock or
+    see each other's journal, and no test touches the user's ``~/.cache/eagle-workbench``. Tests
+    that need a state dir of their own still set it themselves (``state_dir`` fixtures)."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+    base = tempfile.mkdtemp(prefix=f"ewb-tests-{worker}-")
+    os.environ["EAGLE_WORKBENCH_STATE_DIR"] = os.path.join(base, "state")
+    return base
+
+
 def pytest_configure(config):
     config._ewb_guard = None
+    config._ewb_fast_guard = "not slow" in (config.getoption("markexpr") or "").replace("  ", " ")
+    config._ewb_state_base = _isolate_worker_state()
+
+
+def pytest_unconfigure(config):
+    base = getattr(config, "_ewb_state_base", None)
+    if base:
+        shutil.rmtree(base, ignore_errors=True)  # servers stopped by now; a file still written is left
     config._ewb_fast_guard = "not slow" in (config.getoption("markexpr") or "").replace("  ", " ")
 
 
@@ -43,6 +67,83 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if any(name in STARTS_BY_FIXTURE for name in getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.slow)
+        group = xdist_group_of(item)
+        if group:
+            item.add_marker(pytest.mark.xdist_group(group))
+    items[:] = longest_files_first(items)
+
+
+#: Test files that patch the sandbox box's engine source in this checkout (probes in
+#: ``workbench/sandbox/srt``, inserted by a diagnosis, a walkthrough, a console or ``workbench probe``)
+#: or assert it unchanged byte for byte. That source is one per machine, as an installed SGLang is
+#: one per box: two workers probing it at once would see each other's markers (a per-worker state
+#: dir hides the other's run lock and probe journal). Under ``--dist loadgroup`` they all run on one
+#: worker, one after another.
+SANDBOX_ENGINE_FILES = (
+    "tests/integration/test_diagnose_edges.py", "tests/integration/test_diagnose_sandbox.py",
+    "tests/integration/test_fault_injection.py", "tests/integration/test_fault_matrix.py",
+    "tests/integration/test_launch_guard_sandbox.py", "tests/integration/test_probe_recipes_sandbox.py",
+    "tests/integration/test_secrets.py", "tests/integration/test_ssh_fault_run.py",
+    "tests/integration/test_walkthrough_papermill.py", "tests/integration/test_walkthrough_rerun.py",
+    "tests/integration/test_sweep_sandbox.py", "tests/integration/test_server_stops_answering.py",
+    "tests/integration/test_runbook_restore_connections.py", "tests/workbench/test_probe_run_lock.py",
+    "tests/lab/test_console_panes_browser.py", "tests/lab/test_engine_probes_browser.py",
+    "tests/lab/test_panel_browser.py", "tests/lab/test_walkthrough_browser.py",
+    "tests/lab/test_console_browser.py", "tests/lab/test_console_clicks_browser.py",
+    "tests/test_notebooks.py",
+    "tests/workbench/test_probe_cli.py", "tests/workbench/test_engine_source.py",
+    "tests/workbench/test_lab_console.py", "tests/workbench/test_lab_console_fixes.py",
+    "tests/workbench/test_lab_panes.py", "tests/workbench/test_lab_panel.py",
+    "tests/workbench/test_lab_walkthrough.py", "tests/workbench/test_kernel_shutdown_restore.py",
+    "tests/workbench/test_diagnose_units.py", "tests/workbench/test_diagnose_outcome.py",
+    "tests/workbench/test_port_none.py", "tests/workbench/test_runlock.py", "tests/workbench/test_source_cli.py",
+)
+#: Fixtures of real vLLM servers, and test files that start vLLM servers or probe the shared
+#: ``.venv-vllm``: one worker runs them all (at most two shared vLLM servers at once, ~2.5 GB each,
+#: and no server imports a file another test has a probe in).
+VLLM_FIXTURES = ("vllm_server", "own_vllm_server")
+VLLM_FILES = ("tests/integration/test_diagnose_vllm.py", "tests/integration/test_runbooks_vllm.py",
+              "tests/integration/test_vllm_probes_real_server.py", "tests/workbench/test_diagnose_vllm_units.py",
+              "tests/workbench/test_codepath_vllm.py", "tests/workbench/test_sweep_vllm.py")
+
+
+def xdist_group_of(item):
+    """The pytest-xdist group of ``item``: ``"sandbox-engine"``, ``"vllm-engine"`` or None (any
+    worker)."""
+    path = item.nodeid.split("::", 1)[0]
+    if path in VLLM_FILES or any(f in VLLM_FIXTURES for f in getattr(item, "fixturenames", ())):
+        return "vllm-engine"
+    if path in SANDBOX_ENGINE_FILES:
+        return "sandbox-engine"
+    return None
+
+
+#: seconds per test file of the last measured run (``scripts/test_durations.py``); a file it does not
+#: list counts as this many seconds when one of its tests is ``slow``, as none when none is
+UNMEASURED_SLOW_FILE_S = 60.0
+
+
+def longest_files_first(items):
+    """``items`` reordered file by file, the files that took longest (``tests/durations.json``)
+    first, each file's own order kept: under pytest-xdist the long files then start at once and the
+    short ones fill the gaps, rather than a long file starting last while the other workers idle.
+    Deterministic (every worker must collect the same order)."""
+    import json
+    import pathlib
+
+    path = pathlib.Path(__file__).with_name("durations.json")
+    seconds = json.loads(path.read_text()) if path.exists() else {}
+    by_file: dict = {}
+    for item in items:
+        by_file.setdefault(item.nodeid.split("::", 1)[0], []).append(item)
+
+    def cost(name):
+        if name in seconds:
+            return float(seconds[name])
+        return UNMEASURED_SLOW_FILE_S if any(i.get_closest_marker("slow") for i in by_file[name]) else 0.0
+
+    order = sorted(by_file, key=lambda name: (-cost(name), name))
+    return [item for name in order for item in by_file[name]]
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -63,7 +164,7 @@ def _fast_run_guard(request):
 
 
 @pytest.fixture(scope="session", autouse=True)
-def _no_watchdog_outlives_the_session(tmp_path_factory):
+def _no_watchdog_outlives_the_session(request, tmp_path_factory):
     """At the end of the session, stop every run watchdog (``workbench.session.watchdog``) still
     watching a state dir of this session's temporary directories: a test that left a run's lock
     behind must not have its watchdog restore that box after the tests ended. Only those: a
@@ -72,6 +173,16 @@ def _no_watchdog_outlives_the_session(tmp_path_factory):
     from testkit.watchdogs import stop_watchdogs_under
 
     stop_watchdogs_under(str(tmp_path_factory.getbasetemp()))
+    base = getattr(request.config, "_ewb_state_base", None)  # this process's own state dir
+    if base:
+        stop_watchdogs_under(str(base))
+
+
+def pytest_runtest_setup(item):
+    """A test marked ``vllm`` reads or runs vLLM's CPU build (``.venv-vllm``, ``make vllm``): skipped
+    without it, failed under ``WORKBENCH_REQUIRE_VLLM=1`` (as ``make test`` runs)."""
+    if item.get_closest_marker("vllm") is not None:
+        require_vllm()
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -27,7 +27,8 @@
     │   └── WatchdogError                   the run's watchdog could not start on the box, or restored it (.status)
     ├── DraftCopyError (RuntimeError)   a repaired draft copy could not be made or proved (.path, .problems)
     ├── DiagnosisError (RuntimeError)   a session or diagnosis step cannot run
-    │   └── LaunchRefused                   a launch the doctor says will not start, refused (.findings, .label)
+    │   ├── LaunchRefused                   a launch the doctor says will not start, refused (.findings, .label)
+    │   └── ServerStoppedAnswering          the server under measurement died or hung mid-run (.server, .port, .pid, .state, .step)
     └── ReportError (RuntimeError)      a report could not be exported, or would not be self-contained
         ├── BrowserNotFound                 no Chromium binary on this machine
         └── BrowserError                    Chromium ran but failed or timed out (.stderr)
@@ -48,7 +49,8 @@ __all__ = [
     "RunbookParameterError", "LogInputError", "FigureInputError", "VerdictSchemaError", "LedgerError",
     "CheckpointError", "ConfigUnreadable",
     "CheckpointUnreadable", "TensorNotFound", "EngineNotFound", "ServerChoiceError", "SourceLookupError", "DoctorError",
-    "AcceptanceError", "MeasureError", "JournalError", "WatchdogError", "DraftCopyError", "DiagnosisError", "LaunchRefused", "ReportError",
+    "AcceptanceError", "MeasureError", "JournalError", "WatchdogError", "DraftCopyError", "DiagnosisError", "LaunchRefused",
+    "ServerStoppedAnswering", "ReportError",
     "BrowserNotFound", "BrowserError",
 ]
 
@@ -274,6 +276,47 @@ class LaunchRefused(DiagnosisError):
         reasons = "; ".join(f"{f.rule}: {f.message}" for f in self.findings)
         super().__init__(f"launch refused ({label}): the doctor's findings say the server would not start — "
                          f"{reasons} (force_launch=True launches anyway)")
+
+
+class ServerStoppedAnswering(DiagnosisError):
+    """The server a diagnosis step was talking to stopped answering in the middle of the run: its
+    process exited (killed, crashed), or it still exists but answers nothing (stopped by SIGSTOP,
+    hung) within the per-request time-out. Raised inside :class:`workbench.diagnosis.DiagnosisRun`
+    and turned there into the verdict ``inconclusive: server stopped answering`` (never out of a
+    step).
+
+    ``server``: which server (``"the server as found"``, ``"the probe server"``, ``"the fix
+    server"``, ...); ``port``: its TCP port; ``pid``: its process id (``None`` when unknown);
+    ``state``: what the box said of that process after the failure (``"exited"``, ``"stopped"``
+    — SIGSTOP, state T —, ``"running"``: it lives and does not answer, ``"unknown"``); ``step``:
+    the diagnosis step (``measure_symptom``, ``probe``, ``apply_fixes``, ``attribute``) and
+    ``what``: what it was doing (``measuring: as found ...``); ``error``: the failed request, one
+    line; ``log_tail``: the server log's last lines (possibly empty); ``log_path``."""
+
+    def __init__(self, *, server: str, port: int | None, pid: int | None, state: str, step: str, what: str,
+                 error: str, log_tail: Sequence[str] = (), log_path: str | None = None):
+        self.server, self.port, self.pid, self.state = server, port, pid, state
+        self.step, self.what, self.error = step, what, error
+        self.log_tail = list(log_tail)
+        self.log_path = log_path
+        super().__init__(self.describe())
+
+    def describe(self) -> str:
+        """One line: ``server stopped answering: the fix server (pid 123, port 30000) exited during
+        apply_fixes (measuring: fix): POST ... failed: ...``."""
+        where = ", ".join(x for x in (f"pid {self.pid}" if self.pid is not None else "",
+                                       f"port {self.port}" if self.port is not None else "") if x)
+        state = {"exited": "exited", "stopped": "is stopped (SIGSTOP: it accepts connections and never answers)",
+                 "running": "still runs but answers nothing", "unknown": "is in an unknown state"}.get(
+            self.state, self.state)
+        return (f"server stopped answering: {self.server} ({where}) {state} during {self.step} ({self.what}): "
+                f"{self.error}")
+
+    def to_dict(self) -> dict:
+        """The fields as plain JSON (``message`` is :meth:`describe`)."""
+        return {"server": self.server, "port": self.port, "pid": self.pid, "state": self.state, "step": self.step,
+                "what": self.what, "error": self.error, "log_path": self.log_path, "log_tail": list(self.log_tail),
+                "message": self.describe()}
 
 
 class ReportError(WorkbenchError, RuntimeError):

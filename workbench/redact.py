@@ -72,7 +72,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 __all__ = [
     "PLACEHOLDER", "MIN_LEARNED_LENGTH", "TOKEN_SHAPES", "Redactor", "REDACTOR", "RedactingStream",
-    "is_secret_flag", "is_secret_env", "is_secret_key", "redact_argv", "redact_env", "redact_text",
+    "is_secret_flag", "register_flag_table", "flag_tables", "is_secret_env", "is_secret_key", "redact_argv", "redact_env", "redact_text",
     "redact_obj", "redact_shell",
 ]
 
@@ -124,20 +124,151 @@ def _words(name: str) -> list[str]:
     return [w for w in re.split(r"[-_.\s]+", name.strip().lstrip("-").lower()) if w]
 
 
-def is_secret_flag(flag: str) -> bool:
-    """Whether a command-line flag carries a secret value (module docstring: its last word).
-
-    ``is_secret_flag("--api-key") is True``; ``is_secret_flag("--ssl-keyfile-password") is True``;
-    ``is_secret_flag("--speculative-token-map") is False``; ``is_secret_flag("--max-total-tokens")
-    is False``. ``flag``: the option as written, with or without leading dashes (an ``=value`` part
-    is ignored)."""
+def _secret_name(flag: str) -> bool:
+    """The kind rule on a flag's NAME alone (module docstring): its last word is a secret word and no
+    earlier word makes it a count or a time. What :func:`is_secret_flag` falls back on for an option
+    no engine table knows."""
     words = _words(flag.split("=", 1)[0])
     if not words:
         return False
     last = words[-1]
-    if len(words) > 1 and words[-2] in _COUNT_WORDS:
+    if any(w in _COUNT_WORDS for w in words[:-1]):
         return False
     return last in _SECRET_WORDS or (last.endswith(_SUFFIXES) and len(last) > 6)
+
+
+_TABLES_LOCK = threading.Lock()
+_REGISTERED: dict[tuple, Any] = {}
+_SECRET_CACHE: dict[tuple, bool] = {}
+#: Why a registered table factory could not be made (redaction then uses the kind rule on names).
+TABLE_ERRORS: list[str] = []
+
+
+def register_flag_table(table: Any) -> None:
+    """Add an engine's flag table (a :class:`workbench.engine.flag_table.FlagTable`, or a zero-argument
+    callable returning one, called once when first needed) to the tables :func:`is_secret_flag`
+    resolves option strings against when no table is given (free text, JSON). The engine layer
+    registers its shipped SGLang and vLLM tables when :mod:`workbench.engine.launch` is imported,
+    and every table it reads from a box (this module sits below the engine layer and imports
+    none of it). Idempotent."""
+    if table is None:
+        return
+    if callable(table) and not hasattr(table, "resolve"):
+        key: tuple = ("factory", getattr(table, "__module__", ""), getattr(table, "__qualname__", repr(table)))
+    elif hasattr(table, "resolve"):
+        key = (getattr(table, "engine", ""), getattr(table, "version", ""), getattr(table, "source", ""),
+               len(getattr(table, "flags", ()) or ()))
+    else:
+        raise TypeError(f"register_flag_table takes a FlagTable or a callable returning one, not {type(table).__name__}")
+    with _TABLES_LOCK:
+        if key not in _REGISTERED:
+            _REGISTERED[key] = table
+            _SECRET_CACHE.clear()
+
+
+def flag_tables() -> list:
+    """The flag tables an option string is resolved against when :func:`is_secret_flag` is given
+    none: every table registered by :func:`register_flag_table` (the shipped SGLang 0.5.23 and vLLM
+    tables once the engine layer is imported, and the tables read from boxes), in order."""
+    made_any = True
+    while made_any:  # a factory may register more tables (importing the engine layer registers both shipped ones)
+        made_any = False
+        with _TABLES_LOCK:
+            items = list(_REGISTERED.items())
+        for key, table in items:
+            if hasattr(table, "resolve"):
+                continue
+            made_any = True
+            try:  # a factory: made once
+                made = table()
+            except Exception as exc:  # a damaged shipped table: redaction goes on by the kind rule, the reason kept
+                TABLE_ERRORS.append(f"{key[-1]}: {type(exc).__name__}: {exc}")
+                made = None
+            with _TABLES_LOCK:
+                if made is None or not hasattr(made, "resolve"):
+                    _REGISTERED.pop(key, None)
+                else:
+                    _REGISTERED[key] = made
+                _SECRET_CACHE.clear()
+    with _TABLES_LOCK:
+        out, seen = [], set()
+        for table in _REGISTERED.values():
+            if id(table) not in seen:
+                seen.add(id(table))
+                out.append(table)
+    return out
+
+
+def _secret_in_table(name: str, table: Any) -> bool | None:
+    """Whether option string ``name`` carries a secret in ``table``, argparse's way: resolved
+    (exact option string, alias, or unique prefix) to a flag that takes a value and whose name (or
+    an alias's) is a secret one -> ``True``; to any other flag -> ``False`` (a switch such as vLLM's
+    ``--allow-credentials`` takes no value); an ambiguous prefix -> whether any of the flags it
+    could match is secret; a flag the table does not know -> ``None``."""
+    r = table.resolve(name)
+    if r.status == "known":
+        spec = table.spec(r.canon) or {}
+        if r.negated or spec.get("kind") in ("store_true", "bool_optional"):
+            return False
+        return _secret_name(r.canon) or any(_secret_name(a) for a in spec.get("aliases") or ())
+    if r.status == "ambiguous":
+        flags = {table.aliases.get(c) or table.negations.get(c) for c in r.candidates} - {None}
+        return any(_secret_in_table(f, table) for f in flags)
+    return None
+
+
+def is_secret_flag(flag: str, table: Any = None) -> bool:
+    """Whether a command-line flag carries a secret value: resolved against the engines' flag
+    tables the way argparse resolves it (``allow_abbrev``: an exact option string, an alias, or a
+    unique prefix), then the flag it IS decides (:func:`_secret_in_table`).
+
+    ``is_secret_flag("--api-key")``, ``is_secret_flag("--api-k")`` (a prefix of ``--api-key``) and
+    ``is_secret_flag("--ssl-keyfile-password")`` are ``True``; ``is_secret_flag(
+    "--speculative-num-draft-token")`` (a prefix of ``--speculative-num-draft-tokens``), ``
+    is_secret_flag("--speculative-token-map")`` and ``is_secret_flag("--allow-credentials")`` (a
+    switch) are ``False``.
+
+    ``table``: the command's own flag table (its engine on the box); ``None``: every table of
+    :func:`flag_tables`: a flag that some table resolves to one flag is secret when it is so in any
+    of those (an ambiguous prefix counts only where no table resolves it: ``--ssl-key`` is vLLM's
+    ``--ssl-keyfile``, a path, though SGLang finds it ambiguous). An option no table resolves to
+    one flag gets the kind rule on its name too (:func:`_secret_name`: ``--token``, ``--db-password``
+    of another tool). A vLLM dotted option (``--kv-transfer-config.kv_connector_extra_config.api_key``) is
+    secret when its last key names a secret. ``flag``: the option as written, with or without
+    leading dashes (an ``=value`` part is ignored)."""
+    name = flag.split("=", 1)[0].strip()
+    if not name.lstrip("-"):
+        return False
+    if not name.startswith("-"):
+        name = "--" + name.replace("_", "-")
+    base, dot, path = name.partition(".")
+    if dot and not base.startswith("--"):
+        dot = ""
+    if dot:
+        last = path.rstrip("+").rsplit(".", 1)[-1]
+        return _is_secret_text_name(last) or is_secret_flag(base, table)
+    tables = [table] if table is not None else None
+    key = (name, id(table)) if table is not None else (name, None)
+    with _TABLES_LOCK:
+        hit = _SECRET_CACHE.get(key) if table is None else None
+    if hit is not None:
+        return hit
+    known, ambiguous = [], []
+    for t in tables or flag_tables():
+        answer = _secret_in_table(name, t)
+        if answer is not None:
+            (known if t.resolve(name).status == "known" else ambiguous).append(answer)
+    # a flag some engine resolves outright decides (a secret in any such table wins); an option
+    # no engine resolves to one flag (an ambiguous prefix, which argparse refuses, or a flag of
+    # another tool: `huggingface-cli login --token X`) is secret when a flag it could match is, or
+    # by the kind rule on its name
+    secret = any(known) if known else (any(ambiguous) or _secret_name(name))
+    if table is None:
+        with _TABLES_LOCK:
+            if len(_SECRET_CACHE) > 4096:
+                _SECRET_CACHE.clear()
+            _SECRET_CACHE[key] = secret
+    return secret
 
 
 #: English words ending in ``PASS`` that are no password (``SKIP_BYPASS``, ``USE_COMPASS``).
@@ -193,12 +324,12 @@ def is_secret_key(key: str) -> bool:
         return False
     if len(words) == 1:
         return words[0] in _SINGLE_KEY_WORDS
-    return is_secret_flag(key) or is_secret_env(key)
+    return _secret_name(key) or is_secret_env(key)
 
 
 # -- text rules ----------------------------------------------------------------------------------
 
-_FLAG_NAME = r"--[A-Za-z][A-Za-z0-9_-]*"
+_FLAG_NAME = r"--[A-Za-z][A-Za-z0-9_-]*(?:\.[A-Za-z_][A-Za-z0-9_-]*)*\+?"  # vLLM's --flag.key.sub[+] too
 # --flag=value / --flag value (value: quoted or one shell word; not another option)
 _FLAG_VALUE = re.compile(
     r"(?<![\w-])(?P<flag>" + _FLAG_NAME + r")(?P<sep>=|[ \t]+)(?P<value>\"[^\"]*\"|'[^']*'|['\"]?(?!-)[^\s'\"`,;)\]}]+)"
@@ -369,14 +500,16 @@ class Redactor:
                 ordered = sorted(self._values, key=len, reverse=True)
                 self._pattern = re.compile("|".join(re.escape(v) for v in ordered))
 
-    def learn_argv(self, argv: Sequence[str]) -> None:
-        """Learn the values of the secret flags (``--flag V``, ``--flag=V``) and secret
-        ``NAME=V`` env prefixes in ``argv`` (a list of tokens)."""
+    def learn_argv(self, argv: Sequence[str], table: Any = None) -> None:
+        """Learn the values of the secret flags (``--flag V``, ``--flag=V``; resolved as
+        :func:`is_secret_flag` does, against ``table`` when given: the command's engine's flags),
+        secret ``NAME=V`` env prefixes, and the values under secret-named keys of a JSON value
+        (vLLM's ``--kv-transfer-config '{…"api_key": "V"…}'``) in ``argv`` (a list of tokens)."""
         tokens = [str(t) for t in argv]
         for i, tok in enumerate(tokens):
             if tok.startswith("-"):
                 name, eq, inline = tok.partition("=")
-                if is_secret_flag(name):
+                if is_secret_flag(name, table):
                     if eq:
                         self.learn_value(inline)
                     elif i + 1 < len(tokens) and not tokens[i + 1].startswith("-"):
@@ -385,8 +518,33 @@ class Redactor:
                 m = re.match(r"^([A-Za-z_][A-Za-z0-9_]*)=(.*)$", tok, re.S)
                 if m and is_secret_env(m.group(1)):
                     self.learn_value(m.group(2))
+            value = tok.partition("=")[2] if tok.startswith("-") else tok
+            if value.startswith("{"):  # a JSON flag's value (vLLM): its secret-named keys' values
+                self._learn_json(value)
         for m in _SHAPES.finditer(" ".join(tokens)):
             self.learn_value(m.group(0))
+
+    def _learn_json(self, text: str) -> None:
+        """Learn the string values under secret-named keys of a JSON object given as a flag's value
+        (vLLM's ``--kv-transfer-config '{"kv_connector_extra_config": {"api_key": "…"}}'``); text
+        that is no JSON teaches nothing (the key-value rules still redact it where it stands)."""
+        import json
+
+        try:
+            doc = json.loads(text)
+        except ValueError:
+            return
+        stack = [doc]
+        while stack:
+            node = stack.pop()
+            if isinstance(node, dict):
+                for k, v in node.items():
+                    if isinstance(v, str) and _is_secret_text_name(str(k)):
+                        self.learn_value(v)
+                    elif isinstance(v, (dict, list)):
+                        stack.append(v)
+            elif isinstance(node, list):
+                stack.extend(node)
 
     def learn_env(self, env: Mapping[str, str] | None) -> None:
         """Learn the values of the secret variables of an environment mapping."""
@@ -405,7 +563,7 @@ class Redactor:
                 self.learn_argv(launch.split())
             return
         argv = getattr(launch, "argv", launch)
-        self.learn_argv(list(argv))
+        self.learn_argv(list(argv), getattr(launch, "table", None))  # None: every registered table
 
     @property
     def learned(self) -> int:
@@ -434,19 +592,20 @@ class Redactor:
             text = pattern.sub(PLACEHOLDER, text)
         return _SHAPES.sub(PLACEHOLDER, text)
 
-    def argv(self, argv: Sequence[str]) -> list[str]:
-        """A copy of ``argv`` with the values of secret flags (both forms) and secret env
-        prefixes replaced, then every token redacted as text. ``len`` is kept."""
+    def argv(self, argv: Sequence[str], table: Any = None) -> list[str]:
+        """A copy of ``argv`` with the values of secret flags (both forms; :func:`is_secret_flag`,
+        against ``table`` when given: the command's engine's flags) and secret env prefixes
+        replaced, then every token redacted as text. ``len`` is kept."""
         tokens = [str(t) for t in argv]
         out: list[str] = []
         for i, tok in enumerate(tokens):
             prev = tokens[i - 1] if i else ""
-            if prev.startswith("-") and "=" not in prev and is_secret_flag(prev) and not tok.startswith("-"):
+            if prev.startswith("-") and "=" not in prev and is_secret_flag(prev, table) and not tok.startswith("-"):
                 out.append(PLACEHOLDER)
                 continue
             if tok.startswith("-") and "=" in tok:
                 name, _, _ = tok.partition("=")
-                if is_secret_flag(name):
+                if is_secret_flag(name, table):
                     out.append(f"{name}={PLACEHOLDER}")
                     continue
             m = re.match(r"^([A-Za-z_][A-Za-z0-9_]*)=(.*)$", tok, re.S)

@@ -93,8 +93,13 @@ class _HostKeyPolicy(paramiko.MissingHostKeyPolicy):
                                  known_hosts=[line.where], box=self.box)
         hostname = name
         if not self.trust:
-            raise HostKeyUnknown(where=self.target.where, host_port=hostname, key_type=key.get_name(),
-                                 fingerprint=key.fingerprint, known_hosts=self.files_read, box=self.box)
+            t = self.target
+            raise HostKeyUnknown(where=t.where, host_port=hostname, key_type=key.get_name(),
+                                 fingerprint=key.fingerprint, known_hosts=self.files_read, box=self.box,
+                                 hostname=t.hostname, port=t.port, config_host=t.alias,
+                                 ssh_destination=t.ssh_destination,
+                                 known_hosts_file=t.known_hosts[0] if t.known_hosts else None,
+                                 config_file=t.config_file)
         if not self.target.known_hosts:
             raise SSHConfigError("trust on first use needs a UserKnownHostsFile to record the key in",
                                  spec=self.target.spec, option="UserKnownHostsFile")

@@ -172,7 +172,10 @@ class SSHTarget:
     (``ServerAliveCountMax``: the box is declared dead after ``keepalive * keepalive_count``
     seconds without a byte from it, as ssh_config(5) defines), ``known_hosts`` (user files; the first receives trust-on-first-use
     entries) and ``global_known_hosts``, ``accept_new`` (trust on first use allowed by the config),
-    ``hash_known_hosts`` (``HashKnownHosts``: write trusted names hashed).
+    ``hash_known_hosts`` (``HashKnownHosts``: write trusted names hashed), ``config_file`` (the ssh
+    config file read, ``None`` when none exists), ``ssh_destination`` (the arguments that make
+    OpenSSH's ``ssh`` with the same config reach the same box: the host as the spec wrote it, an
+    alias or a name, with ``-p PORT`` and ``user@`` when the spec gave them).
     """
 
     spec: str
@@ -190,6 +193,8 @@ class SSHTarget:
     global_known_hosts: tuple[str, ...] = ()
     accept_new: bool = False
     hash_known_hosts: bool = False
+    config_file: Optional[str] = None
+    ssh_destination: tuple[str, ...] = ()
 
     @property
     def where(self) -> str:
@@ -260,6 +265,7 @@ def resolve_target(spec: str, configs: SSHConfigFiles, *, jump_override: Optiona
         except ValueError:
             raise SSHConfigError(f"not a number: {opts[key]!r}", spec=spec, option=key) from None
 
+    spec_port = port
     if port is None:
         port = int(number("port", 22))
     jumps: tuple[str, ...]
@@ -304,6 +310,9 @@ def resolve_target(spec: str, configs: SSHConfigFiles, *, jump_override: Optiona
         global_known_hosts=global_known,
         accept_new=strict in ("accept-new", "no", "off"),
         hash_known_hosts=_yes(opts.get("hashknownhosts")),
+        config_file=configs.files[0] if configs.files else None,
+        ssh_destination=(*((["-p", str(port)]) if spec_port is not None else []),
+                         f"{user}@{host}" if user else host),
     )
 
 

@@ -302,8 +302,10 @@ def _wait_gone(state_dir: Path, dep_root: Path, kinds: tuple[str, ...], timeout:
 
 
 def test_server_killed_mid_measurement(tmp_path):
-    """The server the run launched dies while the symptom is measured: the run fails (or, when the
-    measurement was already done, goes on), and the box is left as found either way, no help."""
+    """The server the run launched dies while the symptom is measured: the run ends with the verdict
+    ``inconclusive: server stopped answering`` (or, killed while it was still getting ready, the
+    server does not start as found), never with a failed cell, and the box is left as found either
+    way, no help."""
     started = time.monotonic()
     state_dir = tmp_path / "box-state"
     env = dict(os.environ, EAGLE_WORKBENCH_STATE_DIR=str(state_dir))
@@ -330,8 +332,16 @@ def test_server_killed_mid_measurement(tmp_path):
         server = _wait("the as-found server serving the measurement", serving, driver)
         os.killpg(server["pgid"], signal.SIGKILL)
         out, err = driver.communicate(timeout=STEP_TIMEOUT)
-        assert driver.returncode in (0, 1), err[-3000:]
-        assert "Traceback" not in err.split("cell ")[0], err[-3000:]
+        assert driver.returncode == 0, err[-3000:]
+        assert "Traceback" not in err, err[-3000:]
+        verdict = json.loads((tmp_path / "reports" / "diagnose_acceptance.json").read_text())
+        if verdict["outcome"] == "inconclusive":
+            assert verdict["outcome_detail"].startswith(
+                f"server stopped answering: the server the run launched as found (pid {server['pid']}, port {port}) "
+                "exited during measure_symptom"), verdict["outcome_detail"]
+        else:  # killed before it answered a generation: a start failure of the server as found
+            assert verdict["start_failures"] and verdict["start_failures"][0]["label"] == "as-found", verdict
+        assert (tmp_path / "reports" / "diagnose_acceptance.html").exists()
         _assert_as_found(box, state_dir, dep, before, err)
         _TALLY.append({"step": "measurement", "target": "server-SIGKILL", "clean": "without help",
                        "seconds": round(time.monotonic() - started, 1)})

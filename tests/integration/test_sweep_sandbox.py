@@ -74,10 +74,45 @@ def test_compare_drafts_runbook_trained_against_a_broken_token_map(tmp_path, fre
     assert "shuffled order (128 of 128 draft ids moved)" in doc["notes"][0]
     assert not (tmp_path / "state" / "compare" / "draft-broken-token-map").exists()
     assert before == {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in draft.iterdir()}
-    assert "Per-position acceptance" in (tmp_path / "out" / "compare_drafts.html").read_text()
+    html = (tmp_path / "out" / "compare_drafts.html").read_text()
+    assert "Per-position acceptance" in html
+    # the best draft is picked by accept length, tokens/s beside it, and the report says which decided
+    assert (doc["best"], doc["best_by"]) == ("draft A (as given)", "accept_length")
+    assert doc["ranking"]["order"] == ["draft A (as given)", "draft B (token map shuffled)"]
+    assert a["tokens_per_s"] > 0 and b["tokens_per_s"] > 0
+    assert "decided by <b>accept length</b>" in html and "best: draft A (as given) (decided by accept_length)" in html
     with open(tmp_path / "out" / "compare_drafts.csv") as f:
         table = list(csv.DictReader(f))
     assert [t["draft_path"] for t in table][0] == str(draft) and json.loads(table[0]["per_position"])[0] > 0.4
+
+
+def test_compare_two_drafts_picks_the_higher_accept_length(tmp_path, free_port, monkeypatch):
+    """Two real drafts of the sandbox target, on the same settings: the trained draft and its
+    control whose aux-state weights are zeroed (``draft-aux-zeroed``). The best is the one with the
+    higher accept length, decided by accept length (not a tie), with tokens/s measured beside it;
+    the JSON says which figure decided."""
+    from workbench.measure.sweep import SweepRun
+
+    monkeypatch.setenv("EAGLE_WORKBENCH_STATE_DIR", str(tmp_path / "state"))
+    models = ROOT / "workbench" / "sandbox" / "models"
+    run = SweepRun.compare(port=free_port, draft_a=str(models / "draft"), draft_b=str(models / "draft-aux-zeroed"),
+                           num_prompts=3, max_new_tokens=48, report_dir=tmp_path / "out", progress=False)
+    try:
+        result = run.run()
+    finally:
+        result = run.finish("compare_drafts")
+    a, b = result.rows
+    assert (a.label, b.label) == ("draft A: draft", "draft B: draft-aux-zeroed")
+    assert a.ok and b.ok and a.tokens_per_s > 0 and b.tokens_per_s > 0
+    print(f"\naccept length: draft {a.accept_length:.3f} ({a.tokens_per_s:.1f} tokens/s), "
+          f"draft-aux-zeroed {b.accept_length:.3f} ({b.tokens_per_s:.1f} tokens/s)")
+    assert a.accept_length - b.accept_length > 0.1  # not a tie: accept length decides
+    doc = json.loads((tmp_path / "out" / "compare_drafts.json").read_text())
+    assert (doc["best"], doc["best_by"]) == ("draft A: draft", "accept_length")
+    assert doc["ranking"]["reason"].startswith(f"draft A: draft by accept length, tokens per verify step "
+                                               f"(accept length {a.accept_length:.3f}, {a.tokens_per_s:.1f} tokens/s; "
+                                               f"draft B: draft-aux-zeroed: accept length {b.accept_length:.3f}")
+    assert doc["restore"]["clean"]
 
 
 def test_compare_drafts_killed_mid_run_leaves_nothing_after_restore(tmp_path, free_port):

@@ -44,6 +44,17 @@ def test_a_measurement_waits_through_refused_and_503_over_the_boxs_url(box, free
     assert len(lines) == 1 and lines[0].startswith("waiting up to 30 s for the server at " + box.url(free_port))
 
 
+def test_a_slow_starting_503_without_a_health_check_failure_is_waited_for(box, free_port, tiny_server_argv, launched):
+    """A loaded box: the server's "still starting" 503s take 1.5 s each to arrive (its event loop is
+    starved while the models load) and nothing logs SGLang's "Health check failed". That is no stuck
+    server: the launch is waited for until it answers 200."""
+    h = box.launch_server([*tiny_server_argv, "--port", str(free_port), "--starting", "3", "--slow-503", "1.5"],
+                          port=free_port)
+    launched.append(h)
+    waited = box.wait_healthy(h, timeout=60, poll_interval=0.05)
+    assert waited >= 3 - 0.2
+
+
 def test_a_launch_that_stays_503_times_out_with_what_it_answered(box, free_port, tiny_server_argv, launched):
     h = box.launch_server([*tiny_server_argv, "--port", str(free_port), "--starting", "600"], port=free_port)
     launched.append(h)

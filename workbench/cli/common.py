@@ -23,10 +23,23 @@ from typing import Any, Callable, Optional
 
 from workbench.cli.argtypes import positive_seconds, tcp_port
 from workbench.errors import WorkbenchError
-from workbench.redact import RedactingStream
+from workbench.redact import RedactingStream, register_flag_table
+
+
+def _engine_flag_table() -> Any:
+    """The shipped SGLang table, importing the engine layer (which registers the vLLM one too):
+    what the redaction of printed text resolves option strings against (``--api-k`` is
+    ``--api-key``). Registered as a factory: made only when a printed line holds a flag, so a
+    command that prints none (``workbench report``) does not load the engine layer."""
+    from workbench.engine.launch import DEFAULT_TABLE
+
+    return DEFAULT_TABLE
+
+
+register_flag_table(_engine_flag_table)
 
 __all__ = [
-    "ExitCode", "CliError", "exit_code_for", "reworded", "run_command", "set_command", "add_box_options",
+    "ExitCode", "CliError", "BoxUnreachable", "connect_box", "unreachable_reason", "exit_code_for", "reworded", "run_command", "set_command", "add_box_options",
     "add_port_option", "add_json_option", "open_box", "one_line", "pending_notice", "HOST_HELP",
 ]
 
@@ -56,6 +69,57 @@ class CliError(WorkbenchError):
     def __init__(self, message: str, code: int = ExitCode.CANNOT_RUN):
         super().__init__(message)
         self.exit_code = ExitCode(code)
+
+
+class BoxUnreachable(CliError):
+    """The box could not be reached at all (:func:`connect_box`): the spec names no box (a mistyped
+    alias, a bad port), the name does not resolve, the connection is refused or times out, the host
+    key is not trusted, or no key is accepted. Nothing on the box was touched, so there is nothing
+    to restore: one line, ``cannot reach box SPEC[ (user@host:port)]: WHY; nothing was changed``,
+    exit ``CANNOT_RUN``. ``spec``: the box as given; ``cause``: the box layer's error (a
+    ``remote.errors.BoxSpecError`` or ``SSHError``)."""
+
+    def __init__(self, spec: str, cause: BaseException, *, tail: str = "nothing was changed"):
+        self.spec = spec
+        self.cause = cause
+        super().__init__(f"cannot reach box {spec}{_destination(spec, cause)}: {unreachable_reason(cause)}; {tail}",
+                         ExitCode.CANNOT_RUN)
+
+
+def _destination(spec: str, exc: BaseException) -> str:
+    where = getattr(exc, "where", None)
+    return f" ({where})" if where and where != spec else ""
+
+
+def unreachable_reason(exc: BaseException) -> str:
+    """Why connecting failed, in one line, without the box's name that :class:`BoxUnreachable`
+    already gives: an ``SSHConnectFailed``'s reason (``connection refused: nothing listens on
+    127.0.0.1:1``, ``cannot resolve host name …``, ``timed out …``), else the error's message
+    without its ``[box] user@host:port:`` prefix (an unknown host key, a refused key, a mistyped
+    alias)."""
+    reason = getattr(exc, "reason", None)
+    if isinstance(reason, str) and reason:
+        return one_line(reason)
+    text = str(getattr(exc, "message", None) or exc)
+    where = getattr(exc, "where", None)
+    if where and text.startswith(f"{where}: "):
+        text = text[len(where) + 2:]
+    return one_line(text)
+
+
+def connect_box(spec: str, *, connect_timeout: Optional[float] = None, tail: str = "nothing was changed") -> Any:
+    """``remote.connect(spec, connect_timeout=…)``, with every error of connecting itself (raised
+    before anything on the box is read or changed: ``BoxSpecError`` — an unknown alias, a bad spec
+    —, ``SSHConnectFailed`` — refused, unresolvable, timed out —, ``HostKeyError``,
+    ``AuthenticationFailed``) raised as :class:`BoxUnreachable` (``tail``: what the line ends
+    with)."""
+    from remote import connect
+    from remote.errors import RemoteError
+
+    try:
+        return connect(spec, connect_timeout=connect_timeout)
+    except RemoteError as exc:
+        raise BoxUnreachable(str(spec), exc, tail=tail) from exc
 
 
 def exit_code_for(exc: BaseException) -> Optional[ExitCode]:
@@ -185,17 +249,16 @@ def add_json_option(parser: argparse.ArgumentParser, what: str = "the result") -
     parser.add_argument("--json", action="store_true", help=f"print {what} as JSON")
 
 
-def open_box(args: argparse.Namespace, host: Optional[str] = None, *, notice: bool = True) -> Any:
+def open_box(args: argparse.Namespace, host: Optional[str] = None, *, notice: bool = True,
+             unreachable: str = "nothing was changed") -> Any:
     """``remote.connect(host or args.host, connect_timeout=args.connect_timeout)``: the box of a
-    subcommand with :func:`add_box_options`. Raises what ``connect`` raises (``BoxSpecError``,
-    the ``SSHError`` family).
+    subcommand with :func:`add_box_options`. A box that cannot be reached at all raises
+    :class:`BoxUnreachable` (:func:`connect_box`; ``unreachable``: what its line ends with).
 
     ``notice``: say on stderr, in one line, when a run left the box changed
     (:func:`pending_notice`: one small read of the box's run lock and journal)."""
-    from remote import connect
-
     spec = host if host is not None else args.host
-    box = connect(spec, connect_timeout=args.connect_timeout)
+    box = connect_box(spec, connect_timeout=args.connect_timeout, tail=unreachable)
     if notice:
         line = pending_notice(box, spec, timeout=min(float(getattr(args, "timeout", None) or 10.0), 10.0))
         if line:

@@ -28,6 +28,11 @@ anchored on vLLM's code path, :mod:`workbench.engine.codepath_vllm`); ``--draft-
 draft config's architecture, ``--method`` the ``--speculative-config`` method (default: the running
 server's, else eagle3).
 
+``add`` and ``revert`` hold the box's run lock while they run (:mod:`workbench.session.runlock`,
+the one the runbooks take): while a runbook uses the box they change nothing and exit 2, naming
+the run that holds it (run id, pid, host, runbook, since when); ``list``, ``read`` and ``recipes``
+only read and take no lock.
+
 Every probe line names the process group that printed it (``[probe:TAG pgid=G pid=P]``): a
 launched server is its own group and its worker processes inherit it, so ``read --port N`` shows
 only what the server running now printed, and says so when the log holds the tag only from an
@@ -36,8 +41,9 @@ earlier launch (exit 1).
 Exit codes: 0 done, 1 a failure (a revert refused because someone else edited the file, an
 unreadable journal entry, a probe that has not printed yet, or not from the server running now,
 a recipe whose required probes have not all printed), 2 the command could not run (an
-unreachable box, an unknown tag or recipe, no engine found, an anchor that matches no line or
-several, an expression that is not Python or would change state, a file that is not Python source).
+unreachable box, another run holding the box (add, revert), an unknown tag or recipe, no engine
+found, an anchor that matches no line or several, an expression that is not Python or would change
+state, a file that is not Python source).
 """
 
 from __future__ import annotations
@@ -627,18 +633,31 @@ def _compile_error_message(exc: Any) -> str:
             + (f" (at line {where[-1]} of {text})" if where else "") + written)
 
 
+#: The probe subcommands that change the box: they hold its run lock while they run.
+LOCKED_COMMANDS = ("add", "revert")
+
+
 def _run_on_box(args: argparse.Namespace) -> ExitCode:
     """``workbench probe add|list|revert|read``: ``args.probe_func(args, box)`` on the ``--host``
-    box. The box layer's and the engine lookup's errors are worded in one line (a
-    ``RemoteError`` outside the probe family with its class name, a compile error with the
-    compiler's line); their exit codes are :func:`~workbench.cli.common.exit_code_for`'s
-    (``ProbeConflict`` 1, the rest 2)."""
+    box. ``add`` and ``revert`` change the engine's files, so they hold the box's run lock while
+    they run (:func:`workbench.session.box_session.holding_run_lock`, as the runbooks do): while a
+    runbook (or another ``probe add``) holds it they refuse with
+    :class:`~workbench.session.runlock.RunLocked`, exit 2, naming the holder, before anything is
+    changed. ``list`` and ``read`` only read: no lock. The box layer's and the engine lookup's
+    errors are worded in one line (a ``RemoteError`` outside the probe family with its class name,
+    a compile error with the compiler's line); their exit codes are
+    :func:`~workbench.cli.common.exit_code_for`'s (``ProbeConflict`` 1, the rest 2)."""
     from remote.errors import ProbeCompileError, ProbeError, RemoteError, RemoteFileNotFound
     from workbench.engine import EngineNotFound, SourceLookupError
+    from workbench.session.box_session import holding_run_lock
 
     try:
         with open_box(args) as box:
-            return args.probe_func(args, box)
+            if args.probe_command not in LOCKED_COMMANDS:
+                return args.probe_func(args, box)
+            with holding_run_lock(box, args.host, f"workbench probe {args.probe_command}",
+                                  timeout=min(float(args.timeout), 30.0)):
+                return args.probe_func(args, box)
     except ProbeCompileError as exc:
         raise reworded(exc, _compile_error_message(exc)) from exc
     except (ProbeError, EngineNotFound, SourceLookupError, RemoteFileNotFound) as exc:

@@ -41,7 +41,9 @@ def _run(args: argparse.Namespace) -> ExitCode:
     from workbench.session.journal import Journal, JournalError, pending_summary, restore_box
     from workbench.session.watchdog import acknowledge_report, read_report, report_lines
 
-    with open_box(args, notice=False) as box:
+    # unreachable: this command changed nothing, and what an earlier run left (if anything) is still there
+    with open_box(args, notice=False, unreachable="nothing was changed (and nothing restored: run it again once "
+                                                  "the box answers)") as box:
         try:
             # What it prints names the original server's command line: learn its secrets first.
             original = Journal(box, timeout=args.timeout).data.get("original_server") or {}

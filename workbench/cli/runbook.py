@@ -21,7 +21,8 @@ before any kernel starts: every bad one is named at once with what it must be (e
 
 Exit codes: 0 the runbook ran, 1 a cell failed (the box restored), 2 the command could not run (no
 such runbook or parameter, a parameter value the runbook does not take, ``--host`` and ``-p host``
-disagree), 130 interrupted (the box restored, or the ``workbench restore`` to run).
+disagree, a box that cannot be reached at all: ``cannot reach box SPEC: WHY; nothing was changed``,
+before any kernel starts), 130 interrupted (the box restored, or the ``workbench restore`` to run).
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from workbench.cli.argtypes import watchdog_seconds
-from workbench.cli.common import CliError, ExitCode, HOST_HELP, add_box_options, set_command
+from workbench.cli.common import BoxUnreachable, CliError, ExitCode, HOST_HELP, add_box_options, set_command
 
 __all__ = ["DRIVER_ENV", "RunbookInterrupted", "add_parser", "coerce_parameter", "run_runbook",
            "runbooks_dir"]
@@ -72,13 +73,16 @@ class RunbookInterrupted(KeyboardInterrupt):
     """A runbook run ended by an interrupt: a signal to the driver (SIGINT, SIGTERM, SIGHUP), the
     kernel interrupted or dead, or whatever papermill/ZMQ raised while the run was being
     interrupted. ``reason``: one line (``SIGTERM to the driver``, ``the kernel died``);
-    ``restored``: True when the box was restored (or nothing was left changed), else why not.
+    ``restored``: True when the box was restored (or nothing was left changed), else why not;
+    ``pending``: what the journal said right after the restore, read over the restore's own
+    connection (False: nothing pending, True: pending, a string: why it could not be read).
     Raised by :func:`run_runbook` after the kernel was killed and the box restored."""
 
-    def __init__(self, reason: str, restored: "bool | str" = True):
+    def __init__(self, reason: str, restored: "bool | str" = True, pending: "bool | str" = False):
         super().__init__(reason)
         self.reason = reason
         self.restored = restored
+        self.pending = pending
 
 
 _SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -209,8 +213,16 @@ def run_runbook(name: str, parameters: dict[str, Any], report_dir: str | Path, *
     retrieved" for a task that died of the interrupt is dropped.
 
     Before the run, one line on stderr when a run left the box changed or another run is using
-    it (:func:`workbench.cli.common.pending_notice`). The kernel gets ``EAGLE_WORKBENCH_RUNBOOK``
+    it (:func:`workbench.cli.common.pending_notice`); a box that cannot be reached at all raises
+    :class:`~workbench.cli.common.BoxUnreachable` then, before any kernel starts or any file is
+    written (nothing was changed: no restore). The kernel gets ``EAGLE_WORKBENCH_RUNBOOK``
     (the runbook's name, shown to a run that finds the box taken) and ``EAGLE_WORKBENCH_DRIVER``.
+
+    Connections the driver itself opens to the box (the kernel opens its own): one before the run
+    (the pending notice and the secrets to redact, :func:`_before_run`), and, when the run failed
+    or was interrupted, one for the restore (the restore and the journal's last word read over it,
+    :func:`_restore_after_failure`). Over SSH each costs a handshake; a box that cannot be reached
+    costs one ``connect_timeout`` each.
     """
     import papermill
 
@@ -227,7 +239,7 @@ def run_runbook(name: str, parameters: dict[str, Any], report_dir: str | Path, *
     params = dict(parameters)
     params.setdefault("report_dir", str(out_dir))
     host = params.get("host") or "local"
-    _notice_pending(host, timeout=timeout, connect_timeout=connect_timeout)
+    _before_run(host, params, timeout=timeout, connect_timeout=connect_timeout)
     # SIGINT (Ctrl-C), SIGTERM (a kill) and SIGHUP (a closed terminal, a dropped SSH session) end the
     # run alike, and are remembered: whatever papermill or ZMQ raises while the run is being
     # interrupted is the interrupt, not a bug. A signal the caller set to be ignored (``nohup``
@@ -241,7 +253,6 @@ def run_runbook(name: str, parameters: dict[str, Any], report_dir: str | Path, *
     previous = {sig: signal.signal(sig, on_signal) for sig in _SIGNALS if signal.getsignal(sig) is not signal.SIG_IGN}
     # A verdict from an earlier run must not sit beside the report of this one if this one fails.
     (out_dir / f"{name}.json").unlink(missing_ok=True)
-    _learn_secrets(params, timeout=timeout, connect_timeout=connect_timeout)
     os.environ[DRIVER_ENV] = "1"
     os.environ[RUNBOOK_ENV] = name
     kernel_log = out_dir / f"{name}.kernel.log"
@@ -276,11 +287,11 @@ def run_runbook(name: str, parameters: dict[str, Any], report_dir: str | Path, *
             except Exception as kill_exc:  # noqa: BLE001 - reported, the run's error follows
                 print(f"workbench runbook: could not kill the kernel: {kill_exc!r}", file=sys.stderr)
             try:
-                restored = _restore_after_failure(host, server_start_timeout=float(params.get("server_start_timeout")
-                                                                                   or 600),
-                                                  timeout=timeout, connect_timeout=connect_timeout)
+                restored, pending = _restore_after_failure(
+                    host, server_start_timeout=float(params.get("server_start_timeout") or 600), timeout=timeout,
+                    connect_timeout=connect_timeout)
             except Exception as restore_exc:  # noqa: BLE001 - reported, the run's error follows
-                restored = f"restore failed: {type(restore_exc).__name__}: {restore_exc}"
+                restored = pending = f"restore failed: {type(restore_exc).__name__}: {restore_exc}"
                 print(f"restore FAILED: {type(restore_exc).__name__}: {restore_exc}\n"
                       f"run `workbench restore --host {host}` once the cause is fixed", file=sys.stderr)
             _redact_outputs(notebook, out_dir / f"{name}.json")
@@ -293,7 +304,7 @@ def run_runbook(name: str, parameters: dict[str, Any], report_dir: str | Path, *
             for sig, handler in held.items():
                 signal.signal(sig, handler)
         if reason is not None:
-            raise RunbookInterrupted(reason, restored) from exc
+            raise RunbookInterrupted(reason, restored, pending) from exc
         raise
     finally:
         for logger_name, propagate in saved_loggers.items():
@@ -311,22 +322,33 @@ def run_runbook(name: str, parameters: dict[str, Any], report_dir: str | Path, *
     return paths
 
 
-def _learn_secrets(params: dict[str, Any], *, timeout: float, connect_timeout: float | None) -> None:
-    """Teach this process's redactor the secrets of the run: the ``launch_command`` parameter's and
-    those of the servers running on the box (argv and environment), so that the executed notebook,
-    the verdict and the HTML this driver writes hold none of them even where the kernel printed one
-    (:func:`workbench.session.inventory.learn_box_secrets`). A box that cannot be read is reported
-    on stderr; the kind rules (flags, variables, token shapes) still apply then."""
-    from remote import connect
-    from remote.errors import RemoteError
+def _before_run(host: str, params: dict[str, Any], *, timeout: float, connect_timeout: float | None) -> None:
+    """What the driver reads on the box before the run, over ONE connection: the pending notice
+    (:func:`_notice_pending`) and the secrets to redact (:func:`_learn_secrets`). A box that cannot
+    be reached at all raises :class:`~workbench.cli.common.BoxUnreachable` (an unknown alias, a
+    refused or timed-out connection, a name that does not resolve, an untrusted host key, no key
+    accepted): the run then never starts, nothing was changed and nothing is to restore."""
+    from workbench.cli.common import connect_box
     from workbench.redact import REDACTOR
-    from workbench.session.inventory import learn_box_secrets
 
     if isinstance(params.get("launch_command"), str):
         REDACTOR.learn_launch(params["launch_command"])
+    with connect_box(host, connect_timeout=connect_timeout) as box:
+        _notice_pending(box, host, timeout=timeout)
+        _learn_secrets(box, timeout=timeout)
+
+
+def _learn_secrets(box: Any, *, timeout: float) -> None:
+    """Teach this process's redactor the secrets of the servers running on ``box`` (argv and
+    environment; the ``launch_command`` parameter's are learnt by :func:`_before_run`), so that the
+    executed notebook, the verdict and the HTML this driver writes hold none of them even where the
+    kernel printed one (:func:`workbench.session.inventory.learn_box_secrets`). A box that cannot be
+    read is reported on stderr; the kind rules (flags, variables, token shapes) still apply then."""
+    from remote.errors import RemoteError
+    from workbench.session.inventory import learn_box_secrets
+
     try:
-        with connect(params.get("host") or "local", connect_timeout=connect_timeout) as box:
-            learn_box_secrets(box, timeout=timeout)
+        learn_box_secrets(box, timeout=timeout)
     except (RemoteError, OSError, ValueError) as exc:
         print(f"workbench runbook: could not read the box's servers to learn their secrets ({type(exc).__name__}: "
               f"{exc}); only secrets recognised by their kind are redacted in the report", file=sys.stderr)
@@ -355,10 +377,13 @@ def _redact_outputs(notebook: Path, verdict: Path) -> None:
 
 
 def _restore_after_failure(host: str, *, server_start_timeout: float = 600.0, timeout: float = 30.0,
-                           connect_timeout: float | None = None) -> "bool | str":
-    """Restore ``host`` from its journal after a failed run, saying what was done on stderr.
-    Returns True when nothing is left changed, else what is (one line). Raises what connecting
-    (other than a spec that names no box) or the restore raises."""
+                           connect_timeout: float | None = None) -> "tuple[bool | str, bool | str]":
+    """Restore ``host`` from its journal after a failed run, over ONE connection, saying what was
+    done on stderr; then read the journal once more over the same connection (the run's last word:
+    is anything still pending?). Returns ``(restored, pending)``: ``restored`` True when nothing is
+    left changed, else what is (one line); ``pending`` False (journal empty), True (pending) or why
+    it could not be read (a string). Raises what connecting (other than a spec that names no box)
+    or the restore raises."""
     from remote import connect
     from remote.errors import BoxSpecError
     from workbench.session.journal import restore_box
@@ -367,35 +392,28 @@ def _restore_after_failure(host: str, *, server_start_timeout: float = 600.0, ti
         box = connect(host, connect_timeout=connect_timeout)
     except BoxSpecError as exc:
         print(f"restore: nothing to restore, the box was never reached ({exc})", file=sys.stderr)
-        return True
+        return True, False
     try:
         # The kernel was killed above, so its journal's owner is gone; a journal owned by another
         # diagnosis that still runs is left alone.
         report = restore_box(box, server_start_timeout=server_start_timeout, timeout=timeout, unless_owner_alive=True)
+        pending = _journal_pending(box, timeout=timeout)
     finally:
         box.close()
     for line in report.actions:
         print(f"restore: {line}", file=sys.stderr)
     for line in report.problems:
         print(f"restore FAILED: {line}", file=sys.stderr)
-    return True if report.clean else "; ".join(report.problems)
+    return (True if report.clean else "; ".join(report.problems)), pending
 
 
-def _notice_pending(host: str, *, timeout: float, connect_timeout: float | None) -> None:
-    """Say on stderr, in one line, when a run left ``host`` changed (this run restores it first,
-    in :func:`workbench.session.open_box`) or another run is using it
-    (:func:`workbench.cli.common.pending_notice`). A box that cannot be reached is left to the
-    run to report."""
-    from remote import connect
-    from remote.errors import RemoteError
-
+def _notice_pending(box: Any, host: str, *, timeout: float) -> None:
+    """Say on stderr, in one line, when a run left ``box`` (the spec ``host``) changed (this run
+    restores it first, in :func:`workbench.session.open_box`) or another run is using it
+    (:func:`workbench.cli.common.pending_notice`, which never raises for a box it cannot read)."""
     from workbench.cli.common import pending_notice
 
-    try:
-        with connect(host, connect_timeout=connect_timeout) as box:
-            line = pending_notice(box, host, timeout=min(timeout, 10.0))
-    except (RemoteError, OSError, ValueError):
-        return  # the run connects itself and says why it cannot
+    line = pending_notice(box, host, timeout=min(timeout, 10.0))
     if line:
         print(f"workbench runbook: {line}", file=sys.stderr)
 
@@ -407,16 +425,14 @@ def _runbook_parameters(name: str) -> list[str]:
     return list(papermill.inspect_notebook(str(runbooks_dir() / f"{name}.ipynb")))
 
 
-def _journal_pending(host: str, *, timeout: float, connect_timeout: float | None) -> bool | str:
-    """False when the box's journal has nothing pending, True when it has, else why it could not
+def _journal_pending(box: Any, *, timeout: float) -> bool | str:
+    """False when ``box``'s journal has nothing pending, True when it has, else why it could not
     be read (a string)."""
-    from remote import connect
     from remote.errors import RemoteError
     from workbench.session.journal import Journal, JournalError
 
     try:
-        with connect(host, connect_timeout=connect_timeout) as box:
-            return bool(Journal(box, timeout=timeout).pending)
+        return bool(Journal(box, timeout=timeout).pending)
     except (RemoteError, OSError, ValueError, JournalError) as exc:
         return f"could not read the journal: {type(exc).__name__}: {exc}"
 
@@ -439,7 +455,43 @@ def _check_parameters(name: str, params: dict[str, Any]) -> None:
     except RunbookParameterError as exc:
         problems.append(str(exc))
     if problems:
+        host = params.get("host")
+        spec_error = _host_spec_error(host)
+        if spec_error is not None and len(problems) == 1 and not unknown and _parameters_ok(
+                name, {k: v for k, v in params.items() if k != "host"}):
+            # the host is all that is wrong (a mistyped alias): said as connecting says it; with
+            # other bad values every one is named below, the host among them
+            raise BoxUnreachable(str(host), spec_error)
         raise CliError("; ".join(problems))
+
+
+def _parameters_ok(name: str, params: dict[str, Any]) -> bool:
+    """Whether the runbook's schema takes every value of ``params``."""
+    from workbench.errors import RunbookParameterError
+    from workbench.runbook_params import check_runbook_parameters
+
+    try:
+        check_runbook_parameters(name, params)
+    except RunbookParameterError:
+        return False
+    return True
+
+
+def _host_spec_error(host: Any) -> Any:
+    """The ``remote.errors.BoxSpecError`` resolving ``host`` against the ssh config raises (no
+    network: an alias no config defines, a port that is no number), ``None`` when it resolves or
+    is no SSH spec."""
+    from remote.connect import LOCAL_SPECS
+    from remote.errors import BoxSpecError
+    from remote.ssh import config_path, load_ssh_config, resolve_target
+
+    if not isinstance(host, str) or not host.strip() or host.strip() in LOCAL_SPECS:
+        return None
+    try:
+        resolve_target(host.strip(), load_ssh_config(config_path()))
+    except BoxSpecError as exc:
+        return exc
+    return None
 
 
 def _run(args: argparse.Namespace) -> ExitCode:
@@ -481,17 +533,16 @@ def _run(args: argparse.Namespace) -> ExitCode:
                        ExitCode.FAILURE) from exc
     except KeyboardInterrupt as exc:
         # RunbookInterrupted (a signal, the kernel interrupted or dead): the kernel is killed and the
-        # box restored already. The journal is read once more for the last word; more signals
-        # wait until that line is printed.
+        # box restored already, and the journal read once more for the last word over the
+        # restore's own connection (no second connection: exc.pending).
         host = params.get("host") or "local"
         reason = getattr(exc, "reason", None) or "Ctrl-C (SIGINT)"
-        held = {sig: signal.signal(sig, signal.SIG_IGN) for sig in _SIGNALS}
-        try:
-            pending = _journal_pending(host, timeout=args.timeout, connect_timeout=args.connect_timeout)
-        finally:
-            for sig, handler in held.items():
-                signal.signal(sig, handler)
-        restored = getattr(exc, "restored", True)
+        if not isinstance(exc, RunbookInterrupted):
+            # interrupted before papermill started the kernel (the secrets being read): this run
+            # changed nothing on the box
+            raise CliError(f"interrupted: {reason}, before the runbook started; this run changed nothing on the box",
+                           ExitCode.INTERRUPTED) from exc
+        pending, restored = exc.pending, exc.restored
         if pending is False and restored is not True:
             pending = restored  # the journal is empty, but the restore did not finish (it says why)
         if pending is False:

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import functools
 import html
 import os
 import time
@@ -38,7 +39,8 @@ from typing import Any
 import httpx
 
 from remote import probes as remote_probes
-from remote.errors import PortInUse, RemoteError, ServerDied, ServerStartTimedOut
+from remote.errors import (GenerationStuck, PortInUse, RemoteError, ServerDied, ServerNotReady,
+                           ServerStartTimedOut)
 from workbench.diagnosis.ledger import Evidence, Ledger
 from workbench.doctor import DoctorError, run_doctor
 from workbench.engine.codepath import CodePathMap, code_path_map
@@ -46,8 +48,9 @@ from workbench.engine.launch import LaunchCommand
 from workbench.engine.recipes import (RECIPES, VLLM_RECIPES, recipes_for, add_recipes, missing_required, params_left_at_init, read_recipes,
                                       recipe_probes, weights_unmatched)
 from workbench.engine.source import EngineSource
+from workbench.errors import (AcceptanceError, DiagnosisError, FigureInputError, LaunchRefused, MeasureError,
+                              ServerStoppedAnswering, SourceLookupError, WorkbenchInputError)
 from workbench.session.watchdog import WATCHDOG_AFTER_S
-from workbench.errors import DiagnosisError, FigureInputError, LaunchRefused, SourceLookupError, WorkbenchInputError
 from workbench.logs import read_decode_records
 from workbench.measure.generate import auth_headers, measure_generate
 from workbench.measure.prompts import load_prompts
@@ -68,7 +71,7 @@ from workbench.session.inventory import serves_sandbox_target
 from workbench.session.box_session import check_run_parameters, sandbox_default_launch
 
 __all__ = ["DiagnosisError", "DiagnosisRun", "Measurement", "StepResult", "DRAFT_MODEL_FILE", "PROBE_RECIPE",
-           "LOW_ACCEPT_FRACTION", "SUFFICIENT_GAIN", "verify_ceiling"]
+           "LOW_ACCEPT_FRACTION", "SUFFICIENT_GAIN", "SERVER_STOPPED_ANSWERING", "verify_ceiling"]
 
 #: The draft model file, relative to the engine package root: SGLang 0.5.23
 #: ``srt/models/llama_eagle3.py`` (the sandbox mirrors the path).
@@ -92,6 +95,32 @@ CROSS_ENGINE_AUX = "aux-cross-engine-convention"
 #: low: a convention shift shown on the code path is a certain fault whose cost only a measurement
 #: gives (the sandbox draft on vLLM sits near the low threshold either side).
 MEASURED_EVEN_IF_NOT_LOW = (CROSS_ENGINE_AUX,)
+#: The verdict's ``outcome_detail`` starts with this when the server under measurement stopped
+#: answering mid-run (killed, crashed, SIGSTOPped, hung): the run ends there, ``inconclusive``.
+SERVER_STOPPED_ANSWERING = "server stopped answering"
+#: Lines of the server's log kept as evidence when it stopped answering.
+LOST_LOG_TAIL = 20
+
+
+def _ends_on_server_loss(step: str):
+    """Decorate a :class:`DiagnosisRun` step that talks to a server: a
+    :class:`~workbench.errors.ServerStoppedAnswering` raised inside it is recorded
+    (:meth:`DiagnosisRun._lost`) and the step returns a :class:`StepResult` (``inconclusive``)
+    instead of raising; once the server was lost, the step is skipped (``None``, with a note), so
+    the runbook's later cells run on to :meth:`DiagnosisRun.finish` and its verdict."""
+    def wrap(method):
+        @functools.wraps(method)
+        def run_step(self, *args, **kwargs):
+            self._require_open(step)
+            if self.server_lost is not None:
+                self.notes.append(f"no {step}: {self.server_lost.describe()}")
+                return None
+            try:
+                return method(self, *args, **kwargs)
+            except ServerStoppedAnswering as exc:
+                return self._lost(exc, step)
+        return run_step
+    return wrap
 
 
 # ----------------------------------------------------------------------------------------------
@@ -313,6 +342,7 @@ class DiagnosisRun(BoxSession):
         self.kept_server: dict | None = None  # the fixed server finish() left running (keep_fix)
         self.notes: list[str] = []
         self.verdict: dict | None = None
+        self.server_lost: ServerStoppedAnswering | None = None  # the server stopped answering: the run ended there
         self.draft_facts = None
         self.target_facts = None
         self._code_path: CodePathMap | None = None
@@ -381,17 +411,28 @@ class DiagnosisRun(BoxSession):
         A server still starting (the one found running, typically) is waited for up to
         ``server_start_timeout`` while its process lives; raises ``remote.errors.ServerNotReady``
         when it never gets ready, ``remote.errors.GenerationStuck`` when its HTTP answers and a
-        1-token generation does not return."""
+        1-token generation does not return (a server that starts, found still starting).
+
+        Raises :class:`~workbench.errors.ServerStoppedAnswering` when the server stops answering
+        in the middle (its process exited, or it lives and answers nothing within
+        ``request_timeout``: SIGSTOPped, hung); the steps turn it into the verdict
+        ``inconclusive: server stopped answering``."""
         self._require_open("measure")
         base_url, log_path, launch = self._serving()
         offset = self.box.file_size(log_path) if log_path and self.box.exists(log_path) else 0
         pid = self.current.pid if self.current is not None else self.inventory.server_pid
         key = launch.get("--api-key")
-        result = measure_generate(base_url, self.prompts, max_new_tokens=self.max_new_tokens, warmup=1,
-                                  progress=self.progress, timeout=self.request_timeout,
-                                  start_timeout=self.server_start_timeout,
-                                  alive=(lambda: self.box.is_alive(pid)) if pid else None,
-                                  api_key=key if isinstance(key, str) else None)
+        try:
+            result = measure_generate(base_url, self.prompts, max_new_tokens=self.max_new_tokens, warmup=1,
+                                      progress=self.progress, timeout=self.request_timeout,
+                                      start_timeout=self.server_start_timeout,
+                                      alive=(lambda: self.box.is_alive(pid)) if pid else None,
+                                      api_key=key if isinstance(key, str) else None)
+        except (AcceptanceError, MeasureError, ServerNotReady, GenerationStuck) as exc:
+            lost = self._stopped_answering(exc, what=f"measuring: {label}", pid=pid, log_path=log_path)
+            if lost is None:
+                raise
+            raise lost from exc
         records: list[dict] = []
         if log_path:
             # bounded whatever the log holds (a 500 MB line costs 64 KiB): workbench.logs.bounded
@@ -456,12 +497,67 @@ class DiagnosisRun(BoxSession):
             self.current = None
             self.current_launch = None
 
-    def measure_symptom(self) -> Measurement | StartFailure | None:
+    def _serving_label(self) -> str:
+        """Which server answers now, in words: ``the probe server`` (a launch of the run, by its
+        label), ``the server as found`` (the one running before the run, never launched by it)."""
+        if self.current is not None:
+            label = next((l["label"] for l in reversed(self.launches) if l.get("pid") == self.current.pid), None)
+            if label is None:
+                label = next((s.get("label") for s in self.journal.data.get("started_servers") or []
+                              if s.get("pid") == self.current.pid), None) or "run's"
+            return "the server the run launched as found" if label == "as-found" else f"the {label} server"
+        return "the server as found"
+
+    def _stopped_answering(self, exc: BaseException, *, what: str, pid: int | None,
+                           log_path: str | None) -> ServerStoppedAnswering | None:
+        """The :class:`ServerStoppedAnswering` that ``exc`` (a failed request to the server that
+        serves now) means, or ``None`` when the server did answer (an error status, a body that is
+        no ``/generate`` response: a failure of another kind, raised as it is). No answer at all —
+        a connection refused or reset, a read time-out, a server not ready or stuck — is a server
+        that stopped answering; what its process is doing then is read on the box (exited, stopped
+        by SIGSTOP, still running) with the log's last :data:`LOST_LOG_TAIL` lines. Each box call is
+        bounded (10 s for the process, 30 s for the log)."""
+        if isinstance(exc, (AcceptanceError, MeasureError)) and not isinstance(exc.__cause__, httpx.TransportError):
+            return None
+        state = "unknown"
+        if pid is not None:
+            try:
+                info = self.box.process(pid, timeout=10)
+                state = ("exited" if info is None or info.state in ("Z", "X") else
+                         "stopped" if info.state in ("T", "t") else "running")
+            except RemoteError as err:
+                self.notes.append(f"the state of server pid {pid} could not be read: {err}")
+        tail: list[str] = []
+        if log_path:
+            try:
+                tail = self.box.tail(log_path, LOST_LOG_TAIL, timeout=30)
+            except RemoteError as err:
+                self.notes.append(f"the log {log_path} could not be read: {err}")
+        return ServerStoppedAnswering(server=self._serving_label(), port=self.inventory.port, pid=pid, state=state,
+                                      step="", what=what, error=" ".join(str(exc).split())[:500],
+                                      log_tail=REDACTOR.obj(tail), log_path=log_path)
+
+    def _lost(self, exc: ServerStoppedAnswering, step: str) -> StepResult:
+        """Record that the server stopped answering during ``step`` (the run ends there: every
+        later step is skipped, :meth:`finish` restores the box and writes the verdict
+        ``inconclusive``). A server the run launched is stopped at the restore, the original
+        relaunched if the run had stopped it; the server as found is left as it is (the run did
+        not start it and does not kill it). Returns the step's result."""
+        exc.step = exc.step or step
+        self.server_lost = exc
+        if self.applied and self.after is None and not self.fix_result:
+            self.fix_result = {"applied": True, "sufficient": None,
+                               "why": f"nothing was measured with the fix: {SERVER_STOPPED_ANSWERING}"}
+        return StepResult(step, "inconclusive", exc.describe(), data=exc.to_dict())
+
+    @_ends_on_server_loss("measure_symptom")
+    def measure_symptom(self) -> Measurement | StartFailure | StepResult | None:
         """The symptom: acceptance of the server as found (launched by the run when none runs). A
         server that does not start is the symptom then (:class:`StartFailure`: its exception and
         log tail become evidence). With no server running and ``allow_restart`` False there is
-        nothing to measure: ``None``, and the static checks still run."""
-        self._require_open("measure_symptom")
+        nothing to measure: ``None``, and the static checks still run. A server that stops answering
+        while it is measured ends the run: a :class:`StepResult` (``inconclusive``), the later steps
+        skipped, the verdict ``inconclusive: server stopped answering``."""
         original = self.journal.data.get("original_server")
         if self.current is None and not (original and not original.get("stopped")):
             if not self.allow_restart:
@@ -726,6 +822,7 @@ class DiagnosisRun(BoxSession):
         table = recipes_for(self._engine_kind())
         return [n for n in names if n in table]
 
+    @_ends_on_server_loss("probe")
     def probe(self) -> StepResult | None:
         """One probe launch showing the mechanism of the suspects on the engine's own code path:
         the recipes of every confirmed or undecided hypothesis (the width reaching ``fc`` always),
@@ -734,8 +831,8 @@ class DiagnosisRun(BoxSession):
         acceptance is not low (a healthy deployment costs no restart), when the engine source was
         not located, or when the server does not start as found (the start-up failure is the
         evidence). The probes stay in place for the fix relaunch (the fixed server shows its
-        mechanism too) when fixes will be applied, and are reverted otherwise."""
-        self._require_open("probe")
+        mechanism too) when fixes will be applied, and are reverted otherwise. A probe server that
+        stops answering ends the run (``inconclusive``, see :meth:`measure_symptom`)."""
         if not self.allow_restart:
             self.notes.append("no probe: allow_restart is False")
             return None
@@ -807,6 +904,10 @@ class DiagnosisRun(BoxSession):
                                 json={"text": self.prompts[0]["text"],
                                       "sampling_params": {"max_new_tokens": 8, "temperature": 0}})
             except (httpx.HTTPError, ValueError, AttributeError) as exc:
+                lost = (self._stopped_answering(exc, what="the probe request", pid=handle.pid, log_path=handle.log_path)
+                        if isinstance(exc, httpx.TransportError) else None)
+                if lost is not None:
+                    raise lost from exc
                 self.notes.append(f"the probe request failed: {type(exc).__name__}: {exc}")
         deadline = time.monotonic() + 10
         out: dict[str, list] = {}
@@ -1030,15 +1131,16 @@ class DiagnosisRun(BoxSession):
             return launch, failure
         return launch, self.measure(label)
 
-    def apply_fixes(self) -> Measurement | StartFailure | None:
+    @_ends_on_server_loss("apply_fixes")
+    def apply_fixes(self) -> Measurement | StartFailure | StepResult | None:
         """Apply every derivable fix of the confirmed causes in ONE relaunch (launch changes, and a
         single repaired copy of the draft carrying every repair), read the probes on the fixed
         server, measure. Sufficient when acceptance is no longer low and rose by
         :data:`SUFFICIENT_GAIN` (or, when nothing could be measured before, is simply not low);
         otherwise the fix is reported as insufficient and the causes stay open. Then, when allowed,
         the candidates of the undecided hypotheses (the offset convention) are tried, each measured
-        on top of the fix, and the best one that helps is kept. ``None`` when nothing was applied."""
-        self._require_open("apply_fixes")
+        on top of the fix, and the best one that helps is kept. ``None`` when nothing was applied.
+        A fixed server that stops answering ends the run (``inconclusive``, see :meth:`measure_symptom`)."""
         if not (self.apply_fix_enabled and self.allow_restart):
             self._revert_probes()
             return None
@@ -1074,6 +1176,8 @@ class DiagnosisRun(BoxSession):
                         self.probe_result["after_fix"] = {k: v for k, v in after.items() if k != "lines"}
                         self.probe_result["after_fix_lines"] = after.get("lines")
                     self.after = result
+            except ServerStoppedAnswering:
+                raise
             except DiagnosisError as exc:
                 self.notes.append(f"the fix could not be applied: {exc}")
         unfixed = [hid for hid in self.specs if self.ledger.get(hid).verdict == "confirmed"
@@ -1240,11 +1344,12 @@ class DiagnosisRun(BoxSession):
                     hids.append(hid)
         return hids
 
-    def attribute(self) -> list[dict] | None:
+    @_ends_on_server_loss("attribute")
+    def attribute(self) -> list[dict] | StepResult | None:
         """With ``attribute_fixes``: relaunch once per fix, cumulatively in the order the causes
         act (as found → + the first fix → + the second → …), and measure each: what each fix
-        contributed (the ladder; the last rung is the fix already measured). ``None`` otherwise."""
-        self._require_open("attribute")
+        contributed (the ladder; the last rung is the fix already measured). ``None`` otherwise.
+        A rung's server that stops answering ends the run (``inconclusive``, see :meth:`measure_symptom`)."""
         if not (self.attribute_enabled and self.allow_restart and self.applied):
             return None
         ladder = [{"label": "as found", "accept_length": self.before.accept_length if self.before else None,
@@ -1458,7 +1563,10 @@ class DiagnosisRun(BoxSession):
         nothing confirmed), ``inconclusive`` (nothing confirmed, and the symptom was not measured
         or acceptance is not low while a hypothesis is still undecided: :meth:`outcome_detail`
         says which). ``healthy`` only when acceptance was measured, is not low and every
-        hypothesis was decided."""
+        hypothesis was decided. A run whose server stopped answering mid-run (:attr:`server_lost`)
+        is ``inconclusive`` whatever else it found: its measurements were cut off."""
+        if self.server_lost is not None:
+            return "inconclusive"
         causes = self.root_causes()
         low = self.acceptance_low(self.before.accept_length if self.before is not None else None)
         if self._speculation_off():
@@ -1489,9 +1597,24 @@ class DiagnosisRun(BoxSession):
         ``"symptom not measured"`` when no accept length as found was measured (Measure symptom
         did not run), else ``"N hypotheses still open"`` (``"1 hypothesis still open"``) naming
         them — a run whose symptom or hypotheses were never decided is never called healthy
-        (issue 15, trial finding 2)."""
+        (issue 15, trial finding 2). When the server under measurement stopped answering:
+        ``"server stopped answering: the fix server (pid P, port N) exited during apply_fixes
+        (measuring: fix): <the failed request>; its log ends: <last line>"``, then what the
+        restore did with the box (:data:`SERVER_STOPPED_ANSWERING`)."""
         if self.outcome() != "inconclusive":
             return None
+        if self.server_lost is not None:
+            lost = self.server_lost
+            last = next((line.strip() for line in reversed(lost.log_tail) if line.strip()), None)
+            detail = lost.describe() + (f"; its log ends: {last[:300]}" if last else "; its log is empty or unread")
+            if lost.server == "the server as found":
+                detail += "; the run did not start that server and left it as it is"
+            report = self.restore_report
+            if report is not None:
+                relaunched = any(a.startswith("relaunched") or "already runs" in a for a in report.actions)
+                detail += ("; the box was restored" + (" (the original server relaunched)" if relaunched else "")
+                           if report.clean else "; the restore left problems: " + "; ".join(report.problems))
+            return detail
         if self.acceptance_low(self.before.accept_length if self.before is not None else None) is None:
             return "symptom not measured"
         open_ids = self._undecided()
@@ -1594,6 +1717,7 @@ class DiagnosisRun(BoxSession):
             "candidate_trials": self.candidate_trials,
             "ladder": self.ladder,
             "start_failures": [f.to_dict() for f in self.start_failures],
+            "server_stopped_answering": self.server_lost.to_dict() if self.server_lost is not None else None,
             "healthy": ({"accept_length": before, "ceiling": ceiling,
                          "note": "no cause found and acceptance is not low; the measure_acceptance runbook sweeps the "
                                  "speculative settings for more"} if self.outcome() == "healthy" else None),
@@ -1623,6 +1747,13 @@ class DiagnosisRun(BoxSession):
                 "unexplained": "Acceptance is low and no cause is confirmed",
                 "inconclusive": f"Inconclusive: {self.outcome_detail()}"}[out]
         parts = [f"<h3>Summary: {html.escape(head)}</h3>"]
+        if self.server_lost is not None:
+            lost = self.server_lost
+            tail = "\n".join(lost.log_tail[-10:])
+            parts.append(f"<p><b>The run ended early</b>: {html.escape(lost.describe())}. Nothing after that step was "
+                         "measured; the box is put back at Finish.</p>"
+                         + (f"<p>the end of its log ({html.escape(str(lost.log_path))}):</p><pre>{html.escape(tail)}</pre>"
+                            if tail else ""))
         before = self.before.accept_length if self.before is not None else None
         after = self.after.accept_length if self.after is not None else None
         ceiling = self.ceiling()

@@ -50,6 +50,7 @@ from typing import Any, Callable, Mapping
 from remote.errors import RemoteError, RemoteFileError, RemoteFileNotFound
 from workbench.engine.flags import read_data_json
 from workbench.errors import WorkbenchInputError
+from workbench.redact import register_flag_table
 
 __all__ = ["FlagTable", "FlagTableError", "Resolution", "parse_flag_sources", "read_flag_table",
            "read_flag_table_dir", "shipped_flag_table", "flag_table_for_engine", "SHIPPED_TABLE",
@@ -536,6 +537,7 @@ def flag_table_for_engine(engine: Any, *, notes: list[str] | None = None) -> Fla
             _ENGINE_TABLES[key] = _read(engine.read, lambda rel: engine.box.listdir(engine.path(rel),
                                                                                    timeout=engine.timeout),
                                         engine.root, engine.version)
+            register_flag_table(_ENGINE_TABLES[key])  # redaction resolves the box's flags too
         except FlagTableError as exc:
             if notes is not None:
                 notes.append(f"launch flags: the box's engine source could not be read ({exc}); "

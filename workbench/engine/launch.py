@@ -55,7 +55,7 @@ from typing import Any, Iterable, Mapping, Sequence
 from workbench.engine.flag_table import FlagTable, Resolution, vllm_option_name
 from workbench.engine.flags import FLAG_TABLE, FLAGS, SGLANG_VERSION
 from workbench.errors import LaunchCommandError, SpeculativeConfigError
-from workbench.redact import PLACEHOLDER, REDACTOR, Redactor
+from workbench.redact import PLACEHOLDER, REDACTOR, Redactor, register_flag_table
 
 __all__ = ["LaunchCommand", "LaunchCommandError", "SpeculativeConfigError", "SpeculativeConfig", "Arg", "canonical_flag",
            "normalise_method", "SGLANG_VERSION", "DEFAULT_TABLE", "DEFAULT_PORT", "VLLM_DEFAULT_PORT"]
@@ -70,6 +70,18 @@ DEFAULT_PORT = 30000
 
 #: The shipped table (SGLang 0.5.23), used when no table is given.
 DEFAULT_TABLE = FlagTable(SGLANG_VERSION, FLAGS, "shipped", f"shipped table workbench/engine/data/{FLAG_TABLE}")
+
+
+def _shipped_vllm_table() -> FlagTable:
+    from workbench.engine.vllm_flags import shipped_vllm_flag_table
+
+    return shipped_vllm_flag_table()
+
+
+# the redaction of free text and JSON resolves option strings against the engines' flags (argparse's
+# prefixes: `--api-k` is `--api-key`, `--speculative-num-draft-token` no secret): workbench.redact
+register_flag_table(DEFAULT_TABLE)
+register_flag_table(_shipped_vllm_table)
 _NEGATIVE_NUMBER = re.compile(r"^-\d+$|^-\d*\.\d+$")
 _ENV_ASSIGN = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=(.*)$", re.S)
 _PYTHON = re.compile(r"^python(\d+(\.\d+)*)?$")
@@ -475,15 +487,28 @@ class LaunchCommand:
         def quote(text: str) -> str:  # the placeholder unquoted: `--api-key ***`, not `'***'`
             return text if text == PLACEHOLDER else shlex.quote(text)
 
+        env = [f"{k}={quote(r.env({k: v})[k])}" for k, v in self.env]
+        tokens = [r.text(t) for t in self.launcher]
+        for a in self.args:
+            if a.flag and a.values and not a.positional and self._secret_arg(a):
+                a = replace(a, values=tuple(PLACEHOLDER for _ in a.values))
+            tokens += [t if t == PLACEHOLDER or (t.startswith("-") and t.endswith("=" + PLACEHOLDER)) else r.text(t)
+                       for t in a.tokens()]
+        return " ".join(env + [t if t.endswith("=" + PLACEHOLDER) and t.startswith("-") else quote(t) for t in tokens])
+
+    def _secret_arg(self, a: Arg) -> bool:
+        """Whether argument ``a`` carries a secret value: decided by the flag it IS in this command's
+        table (argparse's resolution: ``--api-k`` is ``--api-key``, ``--speculative-num-draft-token``
+        is ``--speculative-num-draft-tokens`` and no secret), an unknown or ambiguous one by
+        :func:`workbench.redact.is_secret_flag` on its spelling, a vLLM dotted key by its last key."""
         from workbench.redact import is_secret_flag
 
-        env = [f"{k}={quote(r.env({k: v})[k])}" for k, v in self.env]
-        # a secret flag written as argparse's prefix (`--api-ke S`) or a vLLM dotted key: its canonical
-        # flag says it is secret, though the spelling does not
-        args = [replace(a, values=tuple(PLACEHOLDER for _ in a.values))
-                if a.flag and a.values and not a.positional and is_secret_flag(a.flag) else a for a in self.args]
-        tokens = r.argv(list(self.launcher) + [t for a in args for t in a.tokens()])
-        return " ".join(env + [t if t.endswith("=" + PLACEHOLDER) and t.startswith("-") else quote(t) for t in tokens])
+        table = self.table or DEFAULT_TABLE
+        if a.key:
+            return is_secret_flag(a.spelled or a.flag, table)
+        if a.status is None:
+            return is_secret_flag(a.flag, table)
+        return is_secret_flag(a.spelled or a.flag, table) or is_secret_flag(a.spelled or a.flag)
 
     def _canon(self, flag: str) -> str:
         """The canonical flag in this command's table; an ambiguous prefix as written (it then

@@ -30,6 +30,7 @@ from typing import Any
 
 from workbench.engine.flag_table import FlagTable, FlagTableError
 from workbench.engine.flags import read_data_json
+from workbench.redact import register_flag_table
 
 __all__ = ["DUMP_VLLM_FLAGS_SCRIPT", "VLLM_FLAG_TABLE", "VLLM_VERSION", "shipped_vllm_flag_table",
            "read_vllm_flag_table", "vllm_flag_table_from_json", "vllm_flag_table_for"]
@@ -199,6 +200,7 @@ def vllm_flag_table_for(box: Any, python: str | None, *, notes: list[str] | None
     if key not in _BOX_TABLES:
         try:
             _BOX_TABLES[key] = read_vllm_flag_table(box, python, timeout=timeout)
+            register_flag_table(_BOX_TABLES[key])  # redaction resolves the box's flags too
         except FlagTableError as exc:
             if notes is not None:
                 notes.append(f"launch flags: the box's vLLM flags could not be read ({exc}); the shipped table "

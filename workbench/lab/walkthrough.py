@@ -97,7 +97,7 @@ class Symptom:
     """The symptom in numbers: ``accept_length`` (tokens per verify step, bonus token included;
     ``None`` when nothing was measured), ``ceiling`` (the most one verify step yields, or ``None``
     when the launch does not say), ``low`` (:meth:`DiagnosisRun.acceptance_low`), ``failure`` (the
-    server did not start: its error), ``measurement_html`` (the run's own table of the
+    server did not start, or stopped answering while it was measured: its error), ``measurement_html`` (the run's own table of the
     measurement), ``again`` (a re-run: shown, not measured again)."""
 
     accept_length: Optional[float]
@@ -126,6 +126,9 @@ class Symptom:
     def reading(self) -> str:
         """What the numbers mean, in one sentence (the thresholds: :data:`NEAR_ONE_FRACTION`,
         ``LOW_ACCEPT_FRACTION`` 0.45 of the ceiling, from :mod:`workbench.diagnosis.run`)."""
+        if self.failure is not None and self.failure.startswith("server stopped answering"):
+            return (f"The measurement was cut off: {self.failure}. The run ends there (inconclusive): nothing "
+                    "was measured, and Finish puts the box back.")
         if self.failure is not None:
             return (f"The server did not start: {self.failure}. That is the symptom; its log tail is the "
                     "evidence the hypotheses below are decided on.")
@@ -171,10 +174,14 @@ def symptom(run: DiagnosisRun) -> Symptom:
     """Step 1: :meth:`DiagnosisRun.measure_symptom` (the server as found, launched by the run when
     none runs), once per run; a re-run shows the first measurement. Returns :class:`Symptom`.
     Raises :class:`DiagnosisError` (as a notebook message) when ``run`` finished before the
-    symptom was measured, and what the measurement raises (``remote.errors.ServerNotReady``...)."""
+    symptom was measured, and what the measurement raises (``remote.errors.ServerNotReady``...). A
+    server that stopped answering while it was measured is the ``failure`` (the run ends there)."""
     again = run.before is not None or bool(run.start_failures)
     with shown_as_message():
         result = run.measure_symptom() if not again else (run.before or run.start_failures[0])
+    if run.server_lost is not None and not isinstance(result, (Measurement, StartFailure)):
+        # the server stopped answering while it was measured: the run ends there (inconclusive)
+        return Symptom(None, run.ceiling(), None, failure=str(run.server_lost), measurement_html="", again=again)
     if isinstance(result, StartFailure):
         return Symptom(None, run.ceiling(), None, failure=result.exception or result.error,
                        measurement_html=result._repr_html_(), again=again)

@@ -41,9 +41,18 @@ from workbench.session.inventory import serves_sandbox_target
 from workbench.session.watchdog import WATCHDOG_AFTER_S
 
 __all__ = ["SpecSetting", "SweepError", "parse_grid", "setting_launch", "SweepRow", "SweepResult", "SweepRun",
-           "per_position", "compare_settings", "break_token_map"]
+           "per_position", "compare_settings", "break_token_map", "rank_rows", "RANK_FIGURES", "ACCEPT_LENGTH_TIE"]
 
 SPEC_FLAGS = ("--speculative-num-steps", "--speculative-eagle-topk", "--speculative-num-draft-tokens")
+
+#: What may decide the best row: a sweep of the settings ranks by ``tokens_per_s`` (more draft tokens
+#: always raise accept length; what they cost in verify time only throughput shows); a comparison of
+#: drafts by ``accept_length`` (the drafts' quality on the same target and settings, tokens per verify
+#: step: it does not move with the box's load, which tokens/s on a shared box does).
+RANK_FIGURES = ("tokens_per_s", "accept_length")
+#: Accept lengths within this many tokens per verify step of the best are a tie (equal at the two
+#: decimals the report prints): among the tied rows tokens/s decides.
+ACCEPT_LENGTH_TIE = 0.005
 
 
 @dataclass(frozen=True)
@@ -223,9 +232,60 @@ CSV_COLUMNS = ("label", "baseline", "steps", "topk", "draft_tokens", "draft_path
                "verify_steps", "requests", "per_position", "histogram", "healthy_after_s", "error", "launch_command")
 
 
+def rank_rows(rows: Sequence["SweepRow"], rank_by: str = "tokens_per_s") -> tuple[list["SweepRow"], Optional[str], str]:
+    """Rank the measured speculative rows (``ok``, not the baseline, with the figure measured) best
+    first. Returns ``(ranked, decided_by, reason)``: ``decided_by`` is the figure that picked the
+    first row — ``rank_by``, or ``"tokens_per_s"`` when ranking by accept length and the best rows'
+    accept lengths tie (within :data:`ACCEPT_LENGTH_TIE` tokens per verify step) — or ``None`` when no
+    row was measured; ``reason`` says it in words with both figures of the first two rows.
+
+    ``rank_by``: one of :data:`RANK_FIGURES` (``tokens_per_s``: highest tokens/s first;
+    ``accept_length``: highest accept length first, ties by tokens/s). Raises ``ValueError`` for
+    another figure."""
+    if rank_by not in RANK_FIGURES:
+        raise ValueError(f"rank_by must be one of {', '.join(RANK_FIGURES)}, got {rank_by!r}")
+    measured = [r for r in rows if r.ok and not r.baseline and getattr(r, rank_by) is not None]
+    if rank_by == "tokens_per_s":
+        measured = [r for r in measured if r.tokens_per_s]
+    if not measured:
+        return [], None, "no setting was measured: no best"
+
+    def tps(r: "SweepRow") -> float:
+        return r.tokens_per_s if r.tokens_per_s is not None else float("-inf")
+
+    if rank_by == "tokens_per_s":
+        ranked = sorted(measured, key=tps, reverse=True)
+        decided = "tokens_per_s"
+    else:
+        by_accept = sorted(measured, key=lambda r: (r.accept_length, tps(r)), reverse=True)
+        top = by_accept[0].accept_length
+        tied = [r for r in by_accept if top - r.accept_length <= ACCEPT_LENGTH_TIE]
+        ranked = sorted(tied, key=tps, reverse=True) + [r for r in by_accept if r not in tied]
+        decided = "tokens_per_s" if len(tied) > 1 else "accept_length"
+
+    def figures(r: "SweepRow") -> str:
+        al = f"accept length {r.accept_length:.3f}" if r.accept_length is not None else "accept length not measured"
+        return al + (f", {r.tokens_per_s:.1f} tokens/s" if r.tokens_per_s is not None else ", tokens/s not measured")
+
+    best = ranked[0]
+    if len(ranked) == 1:
+        reason = f"{best.label} is the only one measured ({figures(best)})"
+    elif decided == "accept_length":
+        reason = (f"{best.label} by accept length, tokens per verify step ({figures(best)}; {ranked[1].label}: "
+                  f"{figures(ranked[1])}); tokens/s is shown beside it and did not decide")
+    elif rank_by == "accept_length":
+        reason = (f"{best.label} by tokens/s: the accept lengths tie within {ACCEPT_LENGTH_TIE:g} tokens per verify "
+                  f"step ({figures(best)}; {ranked[1].label}: {figures(ranked[1])})")
+    else:
+        reason = f"{best.label} by tokens/s ({figures(best)}; {ranked[1].label}: {figures(ranked[1])})"
+    return ranked, decided, reason
+
+
 @dataclass
 class SweepResult:
-    """The sweep's table (``rows``, baseline first) and what it ran on."""
+    """The sweep's table (``rows``, baseline first) and what it ran on. ``rank_by``: the figure
+    that picks :attr:`best` (:data:`RANK_FIGURES`: a sweep of the settings ``tokens_per_s``, a
+    comparison of drafts ``accept_length``, ties broken by tokens/s: :func:`rank_rows`)."""
 
     rows: list[SweepRow]
     host: str
@@ -238,6 +298,7 @@ class SweepResult:
     restore: Optional[dict] = None
     notes: list[str] = field(default_factory=list)
     launch_guard: Optional[dict] = None
+    rank_by: str = "tokens_per_s"
 
     @property
     def baseline(self) -> Optional[SweepRow]:
@@ -245,9 +306,17 @@ class SweepResult:
 
     @property
     def best(self) -> Optional[SweepRow]:
-        """The speculative row with the highest tokens/s."""
-        rows = [r for r in self.rows if r.ok and not r.baseline and r.tokens_per_s]
-        return max(rows, key=lambda r: r.tokens_per_s) if rows else None
+        """The best measured speculative row by :attr:`rank_by` (:func:`rank_rows`), or ``None``."""
+        ranked, _, _ = rank_rows(self.rows, self.rank_by)
+        return ranked[0] if ranked else None
+
+    def ranking(self) -> dict:
+        """How :attr:`best` was picked: ``{"rank_by", "decided_by", "reason", "order"}`` — the
+        figure asked to rank by, the figure that decided (``tokens_per_s`` when accept lengths tied;
+        ``None`` when nothing was measured), the reason in words (both figures of the first two
+        rows) and the measured rows' labels, best first."""
+        ranked, decided, reason = rank_rows(self.rows, self.rank_by)
+        return {"rank_by": self.rank_by, "decided_by": decided, "reason": reason, "order": [r.label for r in ranked]}
 
     def check(self) -> None:
         """Raise :class:`SweepError` when no speculative setting was measured (every one failed to
@@ -262,7 +331,8 @@ class SweepResult:
         return REDACTOR.obj({"rows": [r.to_dict() for r in self.rows], "host": self.host, "port": self.port,
                 "prompts": self.prompts, "max_new_tokens": self.max_new_tokens, "warmup": self.warmup,
                 "base_launch": self.base_launch, "duration_s": self.duration_s, "restore": self.restore,
-                "best": self.best.label if self.best else None, "notes": list(self.notes),
+                "best": self.best.label if self.best else None, "best_by": self.ranking()["decided_by"],
+                "ranking": self.ranking(), "notes": list(self.notes),
                 "launch_guard": self.launch_guard})
 
     def to_csv(self) -> str:
@@ -335,6 +405,9 @@ class SweepResult:
 
         cols = ("label", "ok", "accept_length", "tau", "accepted_drafts_per_step", "accept_rate", "tokens_per_s",
                 "speedup", "error")
+        if self.rank_by == "accept_length":  # the deciding figure first, tokens/s beside it
+            cols = ("label", "ok", "accept_length", "tokens_per_s", "tau", "accepted_drafts_per_step", "accept_rate",
+                    "speedup", "error")
         from workbench.report.tables import scroll_box
 
         def align(c: str) -> str:  # numbers right-aligned, labels and errors left (JupyterLab right-aligns all)
@@ -343,7 +416,12 @@ class SweepResult:
         head = "".join(f"<th style='{align(c)}'>{c}</th>" for c in cols)
         body = "".join("<tr>" + "".join(f"<td style='{align(c)}'>{cell(getattr(r, c))}</td>" for c in cols) + "</tr>"
                        for r in self.rows)
-        return REDACTOR.text(scroll_box(f"<table><tr>{head}</tr>{body}</table>"))
+        ranking = self.ranking()
+        deciding = {"accept_length": "accept length", "tokens_per_s": "tokens/s"}
+        best = (f"<p>Best: <b>{html.escape(ranking['order'][0])}</b>, decided by "
+                f"<b>{deciding[ranking['decided_by']]}</b> — {html.escape(ranking['reason'])}.</p>"
+                if ranking["decided_by"] else f"<p>{html.escape(ranking['reason'])}.</p>")
+        return REDACTOR.text(best + scroll_box(f"<table><tr>{head}</tr>{body}</table>"))
 
 
 class SweepRun(BoxSession):
@@ -366,6 +444,7 @@ class SweepRun(BoxSession):
         self.result: Optional[SweepResult] = None
         self.cleanup_dirs: list[str] = []  # directories on the box the run created (journalled; restore removes them)
         self.notes: list[str] = []
+        self.rank_by = "tokens_per_s"  # what picks the best row (a comparison of drafts: accept_length)
 
     @classmethod
     def start(cls, *, host: str = "local", launch_command: str | None = None, port: int | None = None,
@@ -422,7 +501,10 @@ class SweepRun(BoxSession):
         default a copy of ``draft_a`` with its token map broken (:func:`break_token_map`, written
         under the box's state dir and removed by :meth:`finish`), which shows what a wrong ``d2t``
         does to acceptance. ``request_timeout``: seconds each measured request may take.
-        ``force_launch``, ``engine``, ``watchdog_after_s``: as for :meth:`start`. Raises :class:`SweepError`, ``DiagnosisError``,
+        ``force_launch``, ``engine``, ``watchdog_after_s``: as for :meth:`start`. The result's best draft is the one with
+        the higher accept length (``rank_by="accept_length"``; accept lengths within
+        :data:`ACCEPT_LENGTH_TIE` tie, and tokens/s decides between them), tokens/s shown beside
+        it; the result says which figure decided (:meth:`SweepResult.ranking`). Raises :class:`SweepError`, ``DiagnosisError``,
         ``RemoteError``."""
         check_run_parameters(flags={"include_baseline": include_baseline}, counts={"max_new_tokens": max_new_tokens},
                              optional_counts={"num_prompts": num_prompts}, non_negative={"warmup": warmup},
@@ -470,6 +552,7 @@ class SweepRun(BoxSession):
                   warmup=warmup, server_start_timeout=server_start_timeout, report_dir=report_dir, progress=progress,
                   request_timeout=request_timeout, force_launch=force_launch)
         run.cleanup_dirs, run.notes = cleanup, notes
+        run.rank_by = "accept_length"  # the drafts' quality decides; tokens/s shown beside, ties broken by it
         return run
 
     def run(self) -> SweepResult:
@@ -550,7 +633,7 @@ class SweepRun(BoxSession):
                            round(time.monotonic() - self.started_at, 2),
                            # the restore's actions name the original command line, key included
                            REDACTOR.obj(self.restore_report.to_dict()) if self.restore_report else None,
-                           REDACTOR.obj(list(self.notes)), REDACTOR.obj(self.guard.summary()))
+                           REDACTOR.obj(list(self.notes)), REDACTOR.obj(self.guard.summary()), self.rank_by)
 
     def finish(self, name: str = "measure_acceptance") -> SweepResult:
         """Put the box back as found, then write ``report_dir/NAME.json`` and ``NAME.csv``."""

@@ -411,7 +411,7 @@ def _unknown_flags(facts: Facts) -> list[Finding]:
                     else "warning")
     else:
         severity = "warning"
-    secret_flags = [f for f in table.flags if is_secret_flag(f)]
+    secret_flags = [f for f in table.flags if is_secret_flag(f, table)]
     where = (f"on {release}, the box's release" if box_release
              else f"in sglang {release}'s shipped table (the box's engine source was not read"
                   + (f"; the box reports {engine_version})" if engine_version else ")"))

@@ -29,8 +29,8 @@ from workbench.session.watchdog import (WATCHDOG_AFTER_EXPECTED, WATCHDOG_AFTER_
                                         heartbeat_interval, read_report, report_notice, start_watchdog,
                                         watchdog_after_ok)
 
-__all__ = ["BoxSession", "open_box", "launch_env_delta", "check_run_parameters", "run_parameter_problem",
-           "RUN_PARAMETER_KINDS", "MAX_RUN_SECONDS"]
+__all__ = ["BoxSession", "open_box", "holding_run_lock", "launch_env_delta", "check_run_parameters",
+           "run_parameter_problem", "RUN_PARAMETER_KINDS", "MAX_RUN_SECONDS"]
 
 
 class BoxSession:
@@ -336,6 +336,34 @@ def sandbox_default_launch(engine: str | None, port: int | None, *, algorithm: s
     if engine == "vllm":
         return sandbox_vllm_launch_command(port=port or VLLM_DEFAULT_PORT)
     raise DiagnosisError(f"engine must be None, 'sglang' or 'vllm' (the sandbox box's engine), got {engine!r}")
+
+
+@contextlib.contextmanager
+def holding_run_lock(box, host: str, name: str, *, timeout: float = 10.0):
+    """Hold ``box``'s run lock (:mod:`workbench.session.runlock`) for the block: what a command
+    that changes the box outside a runbook (``workbench probe add`` / ``revert``) takes, so it
+    never changes a box a runbook is using, nor a runbook one it is changing. ``host``: the box's
+    spec (a holder on another machine than the box heartbeats over its own connection); ``name``:
+    what the lock names as the holder (shown to a run that finds the box taken); ``timeout``:
+    seconds for each lock call on the box. Yields the :class:`~workbench.session.runlock.RunLock`.
+
+    Raises :class:`~workbench.session.runlock.RunLocked` (exit 2) naming the live holder (run id,
+    pid, host, runbook, since when) before the block runs, nothing on the box changed;
+    ``JournalError`` / ``RemoteError`` when the lock cannot be taken. A release that fails after
+    the block is reported on stderr, never raised over the block's own result or error (the lock of
+    a process that has ended is taken over by the next run: its holder is dead)."""
+    from workbench.errors import JournalError
+    from workbench.session import runlock
+
+    lock = runlock.acquire(box, host, uuid.uuid4().hex[:12], timeout=timeout, name=name)
+    try:
+        yield lock
+    finally:
+        try:
+            lock.release(timeout=timeout)
+        except (RemoteError, JournalError) as exc:
+            print(f"[eagle-workbench] could not release the run lock on {box.name} ({exc}); it is taken over "
+                  "once this process has ended", file=sys.stderr)
 
 
 def open_box(host: str, *, launch_command: str | None, port: int | None,

@@ -433,17 +433,21 @@ def run_name() -> str:
             or os.path.basename(sys.argv[0] or "python") or "python")
 
 
-def acquire(box, host: str, run_id: str, *, timeout: float = 10.0, heartbeat_s: Optional[float] = None) -> RunLock:
+def acquire(box, host: str, run_id: str, *, timeout: float = 10.0, name: Optional[str] = None,
+            heartbeat_s: Optional[float] = None) -> RunLock:
     """Take the run lock on ``box`` for ``run_id`` (this process), taking over a stale one.
-    ``heartbeat_s``: heartbeat every that many seconds wherever this process runs (a run a watchdog
-    watches: :func:`workbench.session.watchdog.heartbeat_interval`); ``None``: every
-    :data:`HEARTBEAT_S` s, and only when this process runs on another machine than the box.
+    ``name``: what the lock names as the holder's runbook (default :func:`run_name`; a command
+    that is no runbook passes its own, e.g. ``workbench probe add``). ``heartbeat_s``: heartbeat
+    every that many seconds wherever this process runs (a run a watchdog watches:
+    :func:`workbench.session.watchdog.heartbeat_interval`); ``None``: every :data:`HEARTBEAT_S` s,
+    and only when this process runs on another machine than the box.
 
     Raises :class:`RunLocked` naming the live holder (run id, pid, host it was started from, since
     when, which runbook) when another run holds it; :class:`JournalError` when the lock script
     cannot run on the box."""
     me = self_identity()
-    holder = {"run_id": run_id, **me, "host": socket.gethostname(), "runbook": run_name(), "started_at": time.time()}
+    holder = {"run_id": run_id, **me, "host": socket.gethostname(), "runbook": name or run_name(),
+              "started_at": time.time()}
     status = box_status(box, timeout=timeout)
     holder["heartbeat"] = heartbeat_s is not None or me["boot_id"] is None or me["boot_id"] != status.box_boot_id
     dead = status.holder.run_id if status.holder is not None and status.holder.alive is False else None
