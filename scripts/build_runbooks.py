@@ -59,6 +59,7 @@ server_start_timeout = 600
 request_timeout = 300.0   # seconds each request to the server may take (a stalled one fails after it)
 force_launch = False      # True: launch even what the doctor says will not start (the verdict records the findings overridden)
 engine = None             # no server running and launch_command None: the sandbox box on "sglang" (its SGLang-compatible server, the default) or "vllm" (vLLM's CPU build, port 8000)
+watchdog_after_s = 300    # seconds of silence of this run's heartbeat (its driver killed, its connection lost) after which a watchdog on the box restores it; 0: no watchdog
 """, tags=["parameters"]),
     md("## 1. Inventory the box\nThe engine, its version and source, the running server and its command line."),
     code("""
@@ -75,7 +76,7 @@ run = DiagnosisRun.start(host=host, launch_command=launch_command, port=port, al
                          expected_accept_length=expected_accept_length, prompts=prompts, num_prompts=num_prompts,
                          max_new_tokens=max_new_tokens, server_start_timeout=server_start_timeout,
                          report_dir=report_dir, request_timeout=request_timeout, force_launch=force_launch,
-                         engine=engine)
+                         engine=engine, watchdog_after_s=watchdog_after_s)
 run.inventory
 """),
     md("## 2. The symptom\nAccept length over the prompt set, as SGLang defines it: Σ completion tokens / Σ verify steps (bonus token included); on vLLM (no `/generate`) greedy `/v1/completions` and its `vllm:spec_decode_*` counters, 1 + accepted / drafts (the same quantity). A server that does not start is the symptom too: its exception and log tail are evidence."),
@@ -220,6 +221,7 @@ request_timeout = 300.0     # seconds each request to the server may take (a sta
 report_dir = "reports"
 force_launch = False        # True: launch a setting even when the doctor says it will not start (else: a refused row, no launch)
 engine = None               # no server running and launch_command None: the sandbox box on "sglang" (default) or "vllm" (vLLM's CPU build, port 8000)
+watchdog_after_s = 300      # seconds of silence of this run's heartbeat (its driver killed, its connection lost) after which a watchdog on the box restores it; 0: no watchdog
 """, tags=("parameters",)),
     code("""
 from workbench.runbook_params import check_runbook_parameters
@@ -232,7 +234,7 @@ run = SweepRun.start(host=host, launch_command=launch_command, port=port, grid=g
                      include_baseline=include_baseline, prompts=prompts, num_prompts=num_prompts,
                      max_new_tokens=max_new_tokens, warmup=warmup, server_start_timeout=server_start_timeout,
                      report_dir=report_dir, progress="text", request_timeout=request_timeout,
-                     force_launch=force_launch, engine=engine)
+                     force_launch=force_launch, engine=engine, watchdog_after_s=watchdog_after_s)
 print("settings:", [s.label for s in run.settings])
 run.inventory
 """),
@@ -289,6 +291,7 @@ request_timeout = 300.0     # seconds each request to the server may take (a sta
 report_dir = "reports"
 force_launch = False        # True: launch a draft even when the doctor says it will not start (else: a refused row, no launch)
 engine = None               # no server running and launch_command None: the sandbox box on "sglang" (default) or "vllm" (vLLM's CPU build, port 8000)
+watchdog_after_s = 300      # seconds of silence of this run's heartbeat (its driver killed, its connection lost) after which a watchdog on the box restores it; 0: no watchdog
 """, tags=("parameters",)),
     code("""
 from workbench.runbook_params import check_runbook_parameters
@@ -301,7 +304,7 @@ run = SweepRun.compare(host=host, launch_command=launch_command, port=port, draf
                        include_baseline=include_baseline, prompts=prompts, num_prompts=num_prompts,
                        max_new_tokens=max_new_tokens, warmup=warmup, server_start_timeout=server_start_timeout,
                        report_dir=report_dir, progress="text", request_timeout=request_timeout,
-                       force_launch=force_launch, engine=engine)
+                       force_launch=force_launch, engine=engine, watchdog_after_s=watchdog_after_s)
 for note in run.notes:
     print("note:", note)
 [(s.label, s.draft_path) for s in run.settings]

@@ -177,6 +177,21 @@ def _fast_run_guard(request):
             request.config._ewb_guard = None
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _no_watchdog_outlives_the_session(request, tmp_path_factory):
+    """At the end of the session, stop every run watchdog (``workbench.session.watchdog``) still
+    watching a state dir of this session's temporary directories: a test that left a run's lock
+    behind must not have its watchdog restore that box after the tests ended. Only those: a
+    watchdog of another pytest process (another state dir) is left alone."""
+    yield
+    from testkit.watchdogs import stop_watchdogs_under
+
+    stop_watchdogs_under(str(tmp_path_factory.getbasetemp()))
+    base = getattr(request.config, "_ewb_state_base", None)  # this process's own state dir
+    if base:
+        stop_watchdogs_under(str(base))
+
+
 def pytest_runtest_setup(item):
     """A test marked ``vllm`` reads or runs vLLM's CPU build (``.venv-vllm``, ``make vllm``): skipped
     without it, failed under ``WORKBENCH_REQUIRE_VLLM=1`` (as ``make test`` runs)."""

@@ -24,6 +24,7 @@
     ├── AcceptanceError (RuntimeError)  a /generate measurement could not be made
     ├── MeasureError (RuntimeError)     no source of a measurement answered
     ├── JournalError (RuntimeError)     the box's journal is unreadable or another run's is open
+    │   └── WatchdogError                   the run's watchdog could not start on the box, or restored it (.status)
     ├── DraftCopyError (RuntimeError)   a repaired draft copy could not be made or proved (.path, .problems)
     ├── DiagnosisError (RuntimeError)   a session or diagnosis step cannot run
     │   ├── LaunchRefused                   a launch the doctor says will not start, refused (.findings, .label)
@@ -48,7 +49,7 @@ __all__ = [
     "RunbookParameterError", "LogInputError", "FigureInputError", "VerdictSchemaError", "LedgerError",
     "CheckpointError", "ConfigUnreadable",
     "CheckpointUnreadable", "TensorNotFound", "EngineNotFound", "ServerChoiceError", "SourceLookupError", "DoctorError",
-    "AcceptanceError", "MeasureError", "JournalError", "DraftCopyError", "DiagnosisError", "LaunchRefused",
+    "AcceptanceError", "MeasureError", "JournalError", "WatchdogError", "DraftCopyError", "DiagnosisError", "LaunchRefused",
     "ServerStoppedAnswering", "ReportError",
     "BrowserNotFound", "BrowserError",
 ]
@@ -226,6 +227,17 @@ class MeasureError(WorkbenchError, RuntimeError):
 
 class JournalError(WorkbenchError, RuntimeError):
     """The journal on the box is unreadable, or another run's journal is still open."""
+
+
+class WatchdogError(JournalError):
+    """The run's watchdog on the box (:mod:`workbench.session.watchdog`) could not be started, or
+    it restored the box while this run still went on (its heartbeat was silent too long: the run
+    lost the box and must change nothing more). ``status``: the watchdog's answer (``busy``,
+    ``not-held``, ``error``, ``lost``)."""
+
+    def __init__(self, message: str, status: str = "error"):
+        super().__init__(message)
+        self.status = status
 
 
 class DraftCopyError(WorkbenchError, RuntimeError):

@@ -198,23 +198,27 @@ KINDS: dict[str, Kind] = {
 _BOX = {"host": "host", "launch_command": "launch_command", "port": "port"}
 _RUN = {"prompts": "prompts", "num_prompts": "optional_count", "max_new_tokens": "count",
         "server_start_timeout": "seconds", "request_timeout": "seconds", "report_dir": "report_dir"}
+#: the runbooks that change the box: their run's watchdog (``workbench.session.watchdog``)
+_WATCHDOG = {"watchdog_after_s": "watchdog"}
 
 #: Each runbook's parameters and their kinds (a key of :data:`KINDS`), in the order of its
 #: ``parameters`` cell. ``force_launch`` (diagnose_acceptance, measure_acceptance, compare_drafts)
 #: is a flag added to those notebooks by issue 13; until a notebook has it, it is skipped.
+#: ``watchdog_after_s`` (the same three, issue 26): seconds of heartbeat silence before the run's
+#: watchdog on the box restores it, 0 for none (``workbench runbook --watchdog-after``).
 SCHEMAS: dict[str, dict[str, str]] = {
     "diagnose_acceptance": {
         **_BOX, "allow_restart": "flag", "apply_fix": "flag", "keep_fix": "flag", "attribute_fixes": "flag",
         "try_candidates": "flag", "aux_layer_ids": "aux_layer_ids", "expected_accept_length": "accept_length",
-        **_RUN, "force_launch": "flag", "engine": "engine",
+        **_RUN, "force_launch": "flag", "engine": "engine", **_WATCHDOG,
     },
     "measure_acceptance": {
         **_BOX, "grid": "grid", "include_baseline": "flag", **_RUN, "warmup": "non_negative",
-        "force_launch": "flag", "engine": "engine",
+        "force_launch": "flag", "engine": "engine", **_WATCHDOG,
     },
     "compare_drafts": {
         **_BOX, "draft_a": "box_path", "draft_b": "box_path", "include_baseline": "flag", **_RUN,
-        "warmup": "non_negative", "force_launch": "flag", "engine": "engine",
+        "warmup": "non_negative", "force_launch": "flag", "engine": "engine", **_WATCHDOG,
     },
     "preflight": {**_BOX, "report_dir": "report_dir"},
 }

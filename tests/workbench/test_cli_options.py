@@ -22,6 +22,7 @@ pytestmark = pytest.mark.usefixtures("state_dir")
 BOX_COMMANDS = {
     "runbook": ["runbook", "diagnose_acceptance"],
     "restore": ["restore"],
+    "status": ["status"],
     "doctor": ["doctor", "--running"],
     "probe add": ["probe", "add", "--recipe", "draft-input-width"],
     "probe list": ["probe", "list"],

@@ -4,6 +4,8 @@
                                                                   papermill, then export NAME.html beside NAME.json
     workbench report NOTEBOOK [--html OUT]                        export an executed notebook to one HTML file
     workbench restore [--host SPEC]                               undo what an interrupted diagnosis left
+    workbench status [--host SPEC] [--json]                       the box's run lock, what is left changed, and
+                                                                  what the run's watchdog did
     workbench doctor --launch "CMD" [--cwd DIR] | --running [--port N] [--host SPEC] [--json]   every preflight
                                                                   rule on a launch command or the running server
     workbench probe add --host H --file PATH (--before REGEX | --line N) [--function F] --print EXPR...
@@ -29,14 +31,14 @@
 Every subcommand that talks to a box takes ``--host SPEC`` (default local: this machine; an
 ``~/.ssh/config`` alias, ``user@host[:port]``) and ``--timeout S`` (positive seconds for each call
 to the box; given, it also bounds connecting); ``--port N`` is a TCP port, 1..65535. Each
-subcommand is a module of this package (``runbook``, ``report``, ``restore``, ``doctor``, ``probe``,
+subcommand is a module of this package (``runbook``, ``report``, ``restore``, ``status``, ``doctor``, ``probe``,
 ``logs``, ``measure``, ``source``) with its own usage; ``common`` holds what they share.
 
 Exit codes (:class:`~workbench.cli.common.ExitCode`): 0 success (doctor: no error finding), 1 the
 command ran and found a failure (doctor: at least one error finding; logs, measure: acceptance
 collapsed; probe: a revert refused because someone else edited the file, an unreadable journal
-entry, or a probe that has not printed yet; restore: something could not be undone; runbook: a
-cell failed), 2 the command itself could not run (bad arguments, unreachable box, unknown tag or
+entry, or a probe that has not printed yet; restore: something could not be undone; status: a
+run no longer alive left the box changed; runbook: a cell failed), 2 the command itself could not run (bad arguments, unreachable box, unknown tag or
 recipe, no engine found, an anchor that matches no line or several, an expression that is not
 Python or would change state, a file that is not Python source), 130 interrupted (runbook). The
 error that ends a command is one line on stderr, ``workbench <subcommand>: <message>``.
@@ -57,11 +59,11 @@ def build_parser() -> argparse.ArgumentParser:
     subcommand with ``add_parser(sub)``, in the order ``workbench --help`` lists them."""
     # Imported here, not at the top: `python -m workbench.cli.logs` must not find its module
     # already imported by this package.
-    from workbench.cli import doctor, logs, measure, probe, report, restore, runbook, source
+    from workbench.cli import doctor, logs, measure, probe, report, restore, runbook, source, status
 
     parser = argparse.ArgumentParser(prog="workbench", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
-    for module in (runbook, report, restore, doctor, probe, source, logs, measure):
+    for module in (runbook, report, restore, status, doctor, probe, source, logs, measure):
         module.add_parser(sub)
     return parser
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import argparse
 
-__all__ = ["positive_int", "non_negative_int", "positive_seconds", "non_negative_seconds", "tcp_port", "layer_ids",
-           "MAX_SECONDS"]
+__all__ = ["positive_int", "non_negative_int", "positive_seconds", "non_negative_seconds", "watchdog_seconds",
+           "tcp_port", "layer_ids", "MAX_SECONDS"]
 
 #: The longest time-out taken, in seconds (11.6 days): the waits underneath (``select``/``poll``,
 #: Paramiko's channel time-outs) take milliseconds in a C int and overflow above about 2.1e6 s.
@@ -61,6 +61,20 @@ def non_negative_seconds(text: str) -> float:
     if not value > 0:
         raise argparse.ArgumentTypeError(f"must be 0 or a positive number of seconds, got {text}")
     return positive_seconds(text)
+
+
+def watchdog_seconds(text: str) -> float:
+    """A watchdog's silence (``--watchdog-after``): 0 (no watchdog) or a number of seconds from
+    ``workbench.session.watchdog.MIN_WATCHDOG_AFTER_S`` to :data:`MAX_SECONDS`."""
+    from workbench.session.watchdog import WATCHDOG_AFTER_EXPECTED, watchdog_after_ok
+
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    if not watchdog_after_ok(value):
+        raise argparse.ArgumentTypeError(f"must be {WATCHDOG_AFTER_EXPECTED}, got {text}")
+    return value
 
 
 def tcp_port(text: str) -> int:

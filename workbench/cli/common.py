@@ -269,7 +269,8 @@ def open_box(args: argparse.Namespace, host: Optional[str] = None, *, notice: bo
 def pending_notice(box: Any, spec: str, *, timeout: float = 10.0) -> Optional[str]:
     """One line when a diagnosis or sweep that is no longer alive left ``box`` changed (its
     journal pending), naming the run (id, when it started) and offering ``workbench restore
-    --host SPEC``. ``None`` when nothing is pending, or when the run is still alive (it holds the
+    --host SPEC``; else, when the run's watchdog restored the box on its own and its report was not
+    shown yet, that (:func:`workbench.session.watchdog.report_notice`). ``None`` when nothing is pending, or when the run is still alive (it holds the
     run lock, or, without one, the journal's owner still runs here): it restores the box itself. A box whose
     state cannot be read gets a line saying so (never an exception: the command goes on)."""
     from remote.errors import RemoteError
@@ -286,6 +287,11 @@ def pending_notice(box: Any, spec: str, *, timeout: float = 10.0) -> Optional[st
     if holder is not None and holder.alive:
         return None  # a run in progress: its journal is its own business (it restores the box itself)
     if journal is None:
+        from workbench.session.watchdog import parse_report, report_notice
+
+        report = parse_report(status.watchdog_report_text)
+        if report is not None:  # the watchdog restored the box on its own: say so until it is shown
+            return f"{report_notice(report)}; `workbench status --host {spec}` shows what it did"
         return None
     if holder is None and "unreadable" not in journal and journal_owner_alive(journal):
         return None  # a journal without a run lock (an older workbench's run) whose owner still runs here

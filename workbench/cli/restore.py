@@ -7,6 +7,11 @@ the run started, reverts its probes, removes what it created under the state dir
 server it stopped; prints each action (``nothing to restore`` when the journal is empty) and each
 problem on stderr. Idempotent: run it again after fixing what a problem names.
 
+When the run's watchdog (:mod:`workbench.session.watchdog`) restored the box on its own (the run's
+heartbeat went silent), its report comes first (``the watchdog restored the box at ...``, each
+action, each problem), shown once: ``workbench status`` shows it again. While the watchdog is
+restoring the box, the command waits for it.
+
 A run that is still alive (it holds the box's run lock, :mod:`workbench.session.runlock`: decided on
 the box) is never undone: the command names it and refuses; it restores the box itself at its end.
 ``--force`` undoes it anyway, after saying what it is about to undo (the live run then fails).
@@ -34,6 +39,7 @@ def _run(args: argparse.Namespace) -> ExitCode:
     from workbench.redact import REDACTOR
     from workbench.session import runlock
     from workbench.session.journal import Journal, JournalError, pending_summary, restore_box
+    from workbench.session.watchdog import acknowledge_report, read_report, report_lines
 
     # unreachable: this command changed nothing, and what an earlier run left (if anything) is still there
     with open_box(args, notice=False, unreachable="nothing was changed (and nothing restored: run it again once "
@@ -46,7 +52,9 @@ def _run(args: argparse.Namespace) -> ExitCode:
         REDACTOR.learn_argv([str(a) for a in original.get("argv") or []])
         REDACTOR.learn_env(original.get("env") if isinstance(original.get("env"), dict) else None)
         holder = runlock.box_status(box, timeout=min(args.timeout, 30.0)).holder
-        if holder is not None and holder.alive and not runlock.is_mine(holder):
+        if holder is not None and holder.alive and holder.watchdog_of:
+            print(f"{holder.describe()}: waiting for it", file=sys.stderr)
+        elif holder is not None and holder.alive and not runlock.is_mine(holder):
             journal = Journal(box, timeout=args.timeout)
             changed = pending_summary(journal.data) if journal.pending else "nothing journalled yet"
             if not args.force:
@@ -57,7 +65,13 @@ def _run(args: argparse.Namespace) -> ExitCode:
             print(f"--force: undoing the changes of {holder.describe()}, which is still running: {changed}",
                   file=sys.stderr)
         report = restore_box(box, timeout=args.timeout)
-    if not report.actions and not report.problems:
+        shown = read_report(box, timeout=min(args.timeout, 30.0))
+        if shown is not None:
+            REDACTOR.learn_argv([str(a) for a in shown.get("original_argv") or []])
+            for line in report_lines(shown):
+                print(line)
+            acknowledge_report(box, timeout=min(args.timeout, 30.0))
+    if not report.actions and not report.problems and shown is None:
         print("nothing to restore")
     for line in report.actions:
         print(line)

@@ -1,14 +1,18 @@
 """``workbench runbook``: run a papermill runbook, export its HTML report, restore the box when the
 run fails or is interrupted.
 
-    workbench runbook NAME [-p KEY VALUE]... [--host SPEC] [--force-launch] [--report-dir DIR] [--timeout S]
+    workbench runbook NAME [-p KEY VALUE]... [--host SPEC] [--force-launch] [--watchdog-after S] [--report-dir DIR]
+                      [--timeout S]
 
 Runs ``runbooks/NAME.ipynb`` into ``DIR/NAME.ipynb`` (default ``reports/``) and exports
 ``DIR/NAME.html`` beside the ``NAME.json`` the runbook writes. ``-p`` values are read as papermill's
 CLI reads them (``True``/``False``/``None``, JSON when it parses, else the text); a key the
 runbook's ``parameters`` cell does not have is refused; ``--host SPEC`` is short for ``-p host
 SPEC``, ``--force-launch`` for ``-p force_launch True`` (the runbooks that launch servers: launch
-even what the doctor's findings say will not start). When a cell fails or the run is interrupted (Ctrl-C, SIGTERM, SIGHUP) the kernel is
+even what the doctor's findings say will not start), ``--watchdog-after S`` for ``-p watchdog_after_s S``
+(the runbooks that change the box: seconds of silence of the run's heartbeat after which its
+watchdog on the box restores the box itself, default 300, 0 for no watchdog:
+:mod:`workbench.session.watchdog`). When a cell fails or the run is interrupted (Ctrl-C, SIGTERM, SIGHUP) the kernel is
 killed and the box restored from its journal (``--timeout``: seconds for each box call of that
 restore), and the executed notebook is still written and exported.
 
@@ -33,6 +37,7 @@ import sys
 from pathlib import Path
 from typing import Any, Callable
 
+from workbench.cli.argtypes import watchdog_seconds
 from workbench.cli.common import BoxUnreachable, CliError, ExitCode, HOST_HELP, add_box_options, set_command
 
 __all__ = ["DRIVER_ENV", "RunbookInterrupted", "add_parser", "coerce_parameter", "run_runbook",
@@ -505,6 +510,11 @@ def _run(args: argparse.Namespace) -> ExitCode:
         if params.get("force_launch", True) is not True:
             raise CliError(f"--force-launch and -p force_launch {params['force_launch']} disagree; give one")
         params["force_launch"] = True
+    if args.watchdog_after is not None:
+        if "watchdog_after_s" in params and params["watchdog_after_s"] != args.watchdog_after:
+            raise CliError(f"--watchdog-after {args.watchdog_after:g} and -p watchdog_after_s "
+                           f"{params['watchdog_after_s']} disagree; give one")
+        params["watchdog_after_s"] = args.watchdog_after
     # One place for the notebook, the HTML and the verdict: -p report_dir is the same thing as --report-dir.
     given = params.get("report_dir")
     if given is not None and args.report_dir is not None and Path(str(given)).resolve() != Path(args.report_dir).resolve():
@@ -560,4 +570,8 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--force-launch", action="store_true",
                    help="launch even what the doctor's findings say will not start (the same as -p force_launch True; "
                         "diagnose_acceptance, measure_acceptance, compare_drafts)")
+    p.add_argument("--watchdog-after", type=watchdog_seconds, default=None, metavar="S",
+                   help="seconds of silence of the run's heartbeat (driver killed, connection lost) after which a "
+                        "watchdog on the box restores it; 0: no watchdog (the same as -p watchdog_after_s S; default "
+                        "300; diagnose_acceptance, measure_acceptance, compare_drafts)")
     set_command(p, _run)

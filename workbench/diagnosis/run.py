@@ -50,6 +50,7 @@ from workbench.engine.recipes import (RECIPES, VLLM_RECIPES, recipes_for, add_re
 from workbench.engine.source import EngineSource
 from workbench.errors import (AcceptanceError, DiagnosisError, FigureInputError, LaunchRefused, MeasureError,
                               ServerStoppedAnswering, SourceLookupError, WorkbenchInputError)
+from workbench.session.watchdog import WATCHDOG_AFTER_S
 from workbench.logs import read_decode_records
 from workbench.measure.generate import auth_headers, measure_generate
 from workbench.measure.prompts import load_prompts
@@ -358,7 +359,7 @@ class DiagnosisRun(BoxSession):
               num_prompts: int | None = None, max_new_tokens: int = 96, server_start_timeout: float = 300.0,
               report_dir: str | Path = "reports", request_timeout: float = 300.0,
               force_launch: bool = False, how: str = "port = N in the parameters cell",
-              engine: str | None = None) -> "DiagnosisRun":
+              engine: str | None = None, watchdog_after_s: float = WATCHDOG_AFTER_S) -> "DiagnosisRun":
         """Connect to ``host``, restore anything an interrupted earlier run left, take the
         inventory and open the journal. ``launch_command=None`` means the embedded sandbox box
         launched with the wrong flag (when no server is running on ``port``); with ``engine="vllm"``
@@ -368,7 +369,9 @@ class DiagnosisRun(BoxSession):
         a list of ints, or their text (``"1,3,6"``, ``"[1, 3, 6]"``). ``request_timeout``: seconds
         each request to the server may take (a stalled one fails after it). ``force_launch``: launch
         even what the launch guard refuses (the doctor's findings say it will not start); the
-        verdict's ``launch_guard`` records what was overridden. Raises :class:`DiagnosisError` for
+        verdict's ``launch_guard`` records what was overridden. ``watchdog_after_s``: seconds of
+        silence of this run's heartbeat after which its watchdog on the box restores the box
+        (:mod:`workbench.session.watchdog`; 0: no watchdog). Raises :class:`DiagnosisError` for
         parameters that are no such values (before anything changes on the box);
         :class:`~workbench.errors.ServerChoiceError` when ``port`` is ``None``, no server runs on
         the default port and several run elsewhere (the message lists them and says how to pick
@@ -386,7 +389,7 @@ class DiagnosisRun(BoxSession):
         default_launch = sandbox_default_launch(engine, port)  # raises DiagnosisError for an unknown engine
         box, inventory, journal = open_box(host, launch_command=launch_command, port=port,
                                            server_start_timeout=server_start_timeout, how=how,
-                                           default_launch=default_launch)
+                                           default_launch=default_launch, watchdog_after_s=watchdog_after_s)
         if prompts is None and serves_sandbox_target(inventory):
             # The sandbox target is a byte-level model of Python source: the built-in chat prompts
             # mean nothing to it, its own held-out code prompts are its workload.

@@ -38,6 +38,7 @@ from workbench.sandbox_box import sandbox_prompts_path
 from workbench.session import BoxSession, open_box, restore_box
 from workbench.session.box_session import check_run_parameters, sandbox_default_launch
 from workbench.session.inventory import serves_sandbox_target
+from workbench.session.watchdog import WATCHDOG_AFTER_S
 
 __all__ = ["SpecSetting", "SweepError", "parse_grid", "setting_launch", "SweepRow", "SweepResult", "SweepRun",
            "per_position", "compare_settings", "break_token_map", "rank_rows", "RANK_FIGURES", "ACCEPT_LENGTH_TIE"]
@@ -452,7 +453,7 @@ class SweepRun(BoxSession):
               server_start_timeout: float = 300.0, report_dir: str | Path = "reports",
               progress: bool | str = True, settings: Sequence[SpecSetting] | None = None,
               request_timeout: float = 300.0, force_launch: bool = False,
-              engine: str | None = None) -> "SweepRun":
+              engine: str | None = None, watchdog_after_s: float = WATCHDOG_AFTER_S) -> "SweepRun":
         """Connect, restore what an interrupted run left, find the server (``launch_command=None``:
         the one running on ``port``; with none, the embedded sandbox box with EAGLE3, or with
         ``engine="vllm"`` the sandbox box on vLLM's CPU build, method eagle3) and open the
@@ -461,7 +462,9 @@ class SweepRun(BoxSession):
         instead of ``grid`` (:func:`compare_settings` builds one per draft). ``request_timeout``:
         seconds each measured request may take. ``force_launch``: launch a setting even when the
         launch guard's doctor says it will not start (recorded in ``launch_guard``); otherwise such
-        a setting is a row with ``refused`` and no launch. Raises
+        a setting is a row with ``refused`` and no launch. ``watchdog_after_s``: seconds of silence
+        of the run's heartbeat after which its watchdog on the box restores the box
+        (:mod:`workbench.session.watchdog`; 0: no watchdog). Raises
         :class:`SweepError`, ``DiagnosisError``, ``remote.errors.RemoteError``."""
         check_run_parameters(flags={"include_baseline": include_baseline}, counts={"max_new_tokens": max_new_tokens},
                              optional_counts={"num_prompts": num_prompts}, non_negative={"warmup": warmup},
@@ -471,7 +474,8 @@ class SweepRun(BoxSession):
         # with no server running and no command given: the embedded sandbox box, working configuration
         box, inventory, journal = open_box(host, launch_command=launch_command, port=port,
                                            server_start_timeout=server_start_timeout,
-                                           default_launch=sandbox_default_launch(engine, port, algorithm="EAGLE3"))
+                                           default_launch=sandbox_default_launch(engine, port, algorithm="EAGLE3"),
+                                           watchdog_after_s=watchdog_after_s)
         try:
             for setting in settings:
                 setting_launch(inventory.launch, setting)  # validate early
@@ -490,13 +494,14 @@ class SweepRun(BoxSession):
                 prompts: str | None = None, num_prompts: int | None = 8, max_new_tokens: int = 64, warmup: int = 1,
                 server_start_timeout: float = 300.0, report_dir: str | Path = "reports",
                 progress: bool | str = True, request_timeout: float = 300.0,
-                force_launch: bool = False, engine: str | None = None) -> "SweepRun":
+                force_launch: bool = False, engine: str | None = None,
+                watchdog_after_s: float = WATCHDOG_AFTER_S) -> "SweepRun":
         """Two drafts on the same target and settings (everything but ``--speculative-draft-model-path``
         as the launch command has it). ``draft_a``: default the launch command's draft; ``draft_b``:
         default a copy of ``draft_a`` with its token map broken (:func:`break_token_map`, written
         under the box's state dir and removed by :meth:`finish`), which shows what a wrong ``d2t``
         does to acceptance. ``request_timeout``: seconds each measured request may take.
-        ``force_launch``, ``engine``: as for :meth:`start`. The result's best draft is the one with
+        ``force_launch``, ``engine``, ``watchdog_after_s``: as for :meth:`start`. The result's best draft is the one with
         the higher accept length (``rank_by="accept_length"``; accept lengths within
         :data:`ACCEPT_LENGTH_TIE` tie, and tokens/s decides between them), tokens/s shown beside
         it; the result says which figure decided (:meth:`SweepResult.ranking`). Raises :class:`SweepError`, ``DiagnosisError``,
@@ -507,7 +512,8 @@ class SweepRun(BoxSession):
                                       "request_timeout": request_timeout})
         box, inventory, journal = open_box(host, launch_command=launch_command, port=port,
                                            server_start_timeout=server_start_timeout,
-                                           default_launch=sandbox_default_launch(engine, port, algorithm="EAGLE3"))
+                                           default_launch=sandbox_default_launch(engine, port, algorithm="EAGLE3"),
+                                           watchdog_after_s=watchdog_after_s)
         cleanup: list[str] = []
         notes: list[str] = []
         try:

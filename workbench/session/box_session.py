@@ -24,6 +24,10 @@ from workbench.sandbox_box import VLLM_DEFAULT_PORT, sandbox_launch_command, san
 from workbench.session.guard import LaunchGuard
 from workbench.session.inventory import Inventory, take_inventory
 from workbench.session.journal import Journal, RestoreReport, restore_box
+from workbench.errors import WatchdogError
+from workbench.session.watchdog import (WATCHDOG_AFTER_EXPECTED, WATCHDOG_AFTER_S, check_watchdog_after,
+                                        heartbeat_interval, read_report, report_notice, start_watchdog,
+                                        watchdog_after_ok)
 
 __all__ = ["BoxSession", "open_box", "holding_run_lock", "launch_env_delta", "check_run_parameters",
            "run_parameter_problem", "RUN_PARAMETER_KINDS", "MAX_RUN_SECONDS"]
@@ -267,6 +271,7 @@ RUN_PARAMETER_KINDS: dict[str, tuple[str, Callable[[Any], bool]]] = {
     "optional_count": ("None (all) or a whole number ≥ 1", lambda v: v is None or (_is_int(v) and v >= 1)),
     "non_negative": ("a whole number ≥ 0", lambda v: _is_int(v) and v >= 0),
     "seconds": (f"a number of seconds > 0 (at most {MAX_RUN_SECONDS:.0f})", _is_seconds),
+    "watchdog": (WATCHDOG_AFTER_EXPECTED, watchdog_after_ok),
 }
 
 
@@ -363,13 +368,21 @@ def holding_run_lock(box, host: str, name: str, *, timeout: float = 10.0):
 
 def open_box(host: str, *, launch_command: str | None, port: int | None,
              server_start_timeout: float = 300.0, default_launch: str | None = None,
-             how: str = "port = N in the parameters cell") -> tuple[Any, Inventory, Journal]:
+             how: str = "port = N in the parameters cell",
+             watchdog_after_s: float = WATCHDOG_AFTER_S) -> tuple[Any, Inventory, Journal]:
     """Connect to ``host``, take the box's run lock (one run per box, decided atomically on the
-    box before anything changes: :mod:`workbench.session.runlock`), restore anything a dead
-    earlier run left, take the inventory (``launch_command=None``: the server running on ``port``,
-    else ``default_launch``, by default the embedded sandbox box with the wrong flag) and open the
-    journal with the original server recorded. The lock is ``journal.run_lock`` (released by the
-    session's restore, :func:`restore_box`, once everything is undone).
+    box before anything changes: :mod:`workbench.session.runlock`), start the run's watchdog on
+    the box, restore anything a dead earlier run left, take the inventory (``launch_command=None``:
+    the server running on ``port``, else ``default_launch``, by default the embedded sandbox box
+    with the wrong flag) and open the journal with the original server recorded. The lock is
+    ``journal.run_lock`` (released by the session's restore, :func:`restore_box`, once everything
+    is undone; the watchdog, ``journal.run_lock.watchdog``, then exits).
+
+    ``watchdog_after_s``: seconds of heartbeat silence after which the watchdog restores the box
+    itself (:mod:`workbench.session.watchdog`; the run then heartbeats every
+    :func:`~workbench.session.watchdog.heartbeat_interval` seconds); ``0`` runs no watchdog. A
+    watchdog that cannot start (another still watches the box) is said on stderr; the run goes on
+    without one.
 
     Raises :class:`~workbench.session.runlock.RunLocked` (a :class:`DiagnosisError`) naming the
     live run (run id, pid, host, runbook, since when) when another run holds the box — nothing
@@ -381,15 +394,28 @@ def open_box(host: str, *, launch_command: str | None, port: int | None,
 
     if port is not None and (isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535):
         raise DiagnosisError(f"port must be a TCP port number 1-65535, got {port!r}")
+    after_s = check_watchdog_after(watchdog_after_s)
     box = connect(host)
     run_id = uuid.uuid4().hex[:12]
     try:
-        lock = runlock.acquire(box, host, run_id)
+        lock = runlock.acquire(box, host, run_id, heartbeat_s=heartbeat_interval(after_s) if after_s else None)
     except BaseException:
         box.close()
         raise
     journal = None
     try:
+        if after_s:
+            try:
+                lock.watchdog = start_watchdog(box, run_id, after_s=after_s, server_start_timeout=server_start_timeout)
+            except WatchdogError as exc:
+                print(f"[eagle-workbench] no watchdog for run {run_id}: {exc}", file=sys.stderr)
+        try:
+            shown = read_report(box)
+        except RemoteError as exc:
+            shown = {"unreadable": str(exc)}
+        if shown is not None:
+            print(f"[eagle-workbench] {report_notice(shown)}; `workbench status --host {host}` shows what it did",
+                  file=sys.stderr)
         leftover = Journal(box)
         if leftover.pending:
             # The lock is ours: whoever left this journal is dead (or ran before run locks existed:

@@ -33,14 +33,16 @@ from typing import Any, Callable
 
 from remote.errors import RemoteError, RemoteFileDecodeError, RemoteFileNotFound
 from remote.result import ServerHandle, ServerProcess
-from workbench.errors import JournalError
-from workbench.session import runlock
+from workbench.errors import JournalError, WatchdogError
+from workbench.session import runlock, watchdog_box
 
-JOURNAL_NAME = "journal.json"
+#: The journal's file name, in ``<state_dir>/diagnosis`` (the watchdog on the box reads the same:
+#: :mod:`workbench.session.watchdog_box` holds the layout).
+JOURNAL_NAME = watchdog_box.JOURNAL_NAME
 #: The journal's permission bits: it holds the original server's secrets (needed to relaunch it).
-JOURNAL_MODE = 0o600
+JOURNAL_MODE = watchdog_box.JOURNAL_MODE
 #: The journal directory's permission bits when the workbench creates it.
-JOURNAL_DIR_MODE = 0o700
+JOURNAL_DIR_MODE = watchdog_box.DIR_MODE
 
 
 @dataclass
@@ -61,7 +63,7 @@ class RestoreReport:
 
 def journal_path(box) -> str:
     """The journal's absolute path on ``box``: ``<box.state_dir>/diagnosis/journal.json``."""
-    return f"{box.state_dir}/diagnosis/{JOURNAL_NAME}"
+    return f"{box.state_dir}/{watchdog_box.DIAGNOSIS_DIR}/{JOURNAL_NAME}"
 
 
 class Journal:
@@ -199,7 +201,15 @@ class Journal:
     def _write(self) -> None:
         """Write the journal atomically, mode 0600 (it holds the original server's argv and the
         environment it needs, secrets included: only its owner may read it), its directory made
-        0700 (created so, or tightened once when it already existed with looser bits)."""
+        0700 (created so, or tightened once when it already existed with looser bits).
+
+        Raises :class:`WatchdogError` (``status`` ``"lost"``), writing nothing, when the run lock
+        taken for this journal was lost (the watchdog found the run silent and restored the box:
+        the journal on the box is no longer this run's)."""
+        lost = getattr(self.run_lock, "lost", None)
+        if lost:
+            raise WatchdogError(f"run {self.data.get('run_id')} lost {self.box.name}: {lost} (its heartbeat was "
+                                "silent for longer than watchdog_after_s); it changes nothing more", "lost")
         directory = self.path.rsplit("/", 1)[0]
         if not self._dir_private:
             # once per journal: a state directory an older release created 0755 becomes 0700 too
@@ -334,6 +344,12 @@ def restore_box(box, *, server_start_timeout: float = 600.0, timeout: float = 30
     run lock is released if this process holds it or its holder is dead (``release_lock=False``:
     kept, for a run that restores what a dead run left before it starts).
 
+    The run's watchdog on the box (:mod:`workbench.session.watchdog`): while it restores the box
+    (it holds the lock) this waits for it to finish first (up to ``server_start_timeout`` + 60 s),
+    so two restorers never act on one journal; while it still watches a dead run whose box this
+    restores, the dead run's heartbeat is beaten between the steps, so it keeps away (a watchdog
+    whose run's lock is released by the end of this restore then exits).
+
     Returns a :class:`RestoreReport`; never raises for an individual action that failed (the
     failure is in ``problems``, and the journal is kept so a later call can retry), raises
     :class:`JournalError` only when the journal is unreadable.
@@ -341,12 +357,18 @@ def restore_box(box, *, server_start_timeout: float = 600.0, timeout: float = 30
     from remote import probes as remote_probes
 
     report = RestoreReport()
-    journal = Journal(box, timeout=timeout)
+    watched = None  # the run a live watchdog watches
     try:
-        holder = runlock.box_status(box, timeout=min(timeout, 30.0)).holder
+        status = runlock.box_status(box, timeout=min(timeout, 30.0))
+        holder = status.holder
+        if status.watchdog_alive:
+            watched = (status.watchdog or {}).get("run_id")
     except (RemoteError, JournalError) as exc:
         holder = None
         report.actions.append(f"could not read the run lock ({exc}); deciding by the journal's owner")
+    if holder is not None and holder.alive and holder.watchdog_of and not runlock.is_mine(holder):
+        holder = _wait_for_watchdog(box, holder, report, wait_s=server_start_timeout + 60.0, timeout=timeout)
+    journal = Journal(box, timeout=timeout)
     if unless_owner_alive:
         if holder is not None and holder.alive and not runlock.is_mine(holder):
             report.actions.append(f"the box is held by a run still alive, {holder.describe()}; left alone")
@@ -355,15 +377,28 @@ def restore_box(box, *, server_start_timeout: float = 600.0, timeout: float = 30
             report.actions.append(f"the journal belongs to a diagnosis still running (pid "
                                   f"{journal.data['owner']['pid']}); left alone")
             return report
+    def beat() -> None:
+        # Restoring a dead run's box: beat its heartbeat between the steps, so its watchdog (if it
+        # still watches) never starts restoring the same journal meanwhile.
+        if holder is not None and holder.alive is False and watched is not None and watched == holder.run_id:
+            try:
+                runlock.heartbeat(box, holder.run_id, timeout=min(timeout, 30.0))
+            except (RemoteError, JournalError) as exc:
+                report.actions.append(f"could not beat the heartbeat of run {holder.run_id} ({exc})")
+
+    beat()
     try:
         probed_files = sorted({p.path for p in remote_probes.list_probes(box, timeout=timeout)})
     except RemoteError as exc:
         probed_files = []
         report.actions.append(f"could not list the probes before reverting them ({exc})")
     for server in list(journal.data.get("started_servers") or []):
+        beat()
         _stop_started(box, journal, server, report, timeout)
     if journal.data.get("launching"):
+        beat()
         _stop_unrecorded_launch(box, journal, journal.data["launching"], report, timeout)
+    beat()
     try:
         reverted = remote_probes.revert_all(box, timeout=timeout)
     except RemoteError as exc:
@@ -409,8 +444,31 @@ def restore_box(box, *, server_start_timeout: float = 600.0, timeout: float = 30
     return report
 
 
+#: how often :func:`_wait_for_watchdog` looks (seconds)
+WATCHDOG_WAIT_POLL_S = 0.25
+
+
+def _wait_for_watchdog(box, holder: "runlock.Holder", report: RestoreReport, *, wait_s: float, timeout: float):
+    """The box's watchdog is restoring it (it holds the run lock): wait until it is done (the lock
+    released, or its process gone), at most ``wait_s`` seconds, so two restorers never act on the
+    same journal at once. Returns the lock's holder then (None: free)."""
+    started = time.monotonic()
+    while holder is not None and holder.alive and holder.watchdog_of:
+        if time.monotonic() - started > wait_s:
+            report.actions.append(f"{holder.describe()} is still at it after {wait_s:g} s; restoring anyway")
+            return holder
+        time.sleep(WATCHDOG_WAIT_POLL_S)
+        try:
+            holder = runlock.box_status(box, timeout=min(timeout, 30.0)).holder
+        except (RemoteError, JournalError) as exc:
+            report.actions.append(f"could not read the run lock while waiting for the watchdog ({exc})")
+            return None
+    report.actions.append(f"waited {time.monotonic() - started:.1f} s for the box's watchdog to finish restoring it")
+    return holder
+
+
 #: the temporary file of an atomic write on the box (``remote.box.Box.temp_path_for``): ``.NAME.ewb-tmp-HEX``
-_WRITE_TEMP = re.compile(r"^\.(?P<name>.+)\.ewb-tmp-[0-9a-f]{8}$")
+_WRITE_TEMP = re.compile(watchdog_box.WRITE_TEMP_PATTERN)
 
 
 def _remove_write_leftovers(box, probed_files: list[str], report: RestoreReport, timeout: float) -> None:

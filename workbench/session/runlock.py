@@ -17,6 +17,13 @@ Whether the holder lives is decided ON THE BOX, so the driver may run on another
   thread with its own connection, :class:`RunLock`); alive while the file's mtime, by the box's
   clock, is younger than :data:`STALE_AFTER_S`.
 
+A run watched by a watchdog on the box (:mod:`workbench.session.watchdog`) heartbeats wherever it
+runs, every :func:`workbench.session.watchdog.heartbeat_interval` seconds (``acquire(...,
+heartbeat_s=...)``): the watchdog's signs of life are the lock file's mtime changing and, for a
+holder on the box's kernel, its process alive. When the watchdog restores the box it takes the
+lock over (holder ``runbook`` ``watchdog``, ``watchdog_of`` the run's id); the run's heartbeat then
+finds the lock lost (:attr:`RunLock.lost`) and its journal refuses every further change.
+
 A holder that ran on the machine asking is checked there too (pid and start time): the driver
 that just killed its kernel knows it is dead before the heartbeat goes stale. A stale lock
 (holder dead) is taken over under the same ``flock``: two contenders can never both take it. The lock file is ``{"run_id", "pid", "pid_start", "boot_id", "host", "runbook",
@@ -36,9 +43,11 @@ from typing import Any, Optional
 
 from remote.errors import RemoteError
 from workbench.errors import DiagnosisError, JournalError
+from workbench.session.watchdog_box import (DIAGNOSIS_DIR, JOURNAL_NAME, LOCK_NAME, REPORT_NAME,
+                                            WATCHDOG_RUNBOOK, WATCHDOG_STATE_NAME)
 
 __all__ = ["HEARTBEAT_S", "STALE_AFTER_S", "RUNBOOK_ENV", "Holder", "BoxStatus", "RunLock", "RunLocked",
-           "acquire", "box_status", "release", "lock_path", "describe_holder", "is_mine", "self_identity", "run_name",
+           "acquire", "box_status", "release", "heartbeat", "lock_path", "describe_holder", "is_mine", "self_identity", "run_name",
            "JUPYTER_SESSION_ENV"]
 
 #: seconds between two heartbeats of a holder that runs on another machine than the box
@@ -149,6 +158,11 @@ class Holder:
     alive: Optional[bool]
     raw: dict
 
+    @property
+    def watchdog_of(self) -> Optional[str]:
+        """The run whose watchdog this holder is (it restores the box for it), else None."""
+        return self.raw.get("watchdog_of") if self.raw.get("runbook") == WATCHDOG_RUNBOOK else None
+
     @classmethod
     def from_box(cls, h: Optional[dict], alive: Optional[bool]) -> Optional["Holder"]:
         if h is None:
@@ -160,6 +174,9 @@ class Holder:
         """``run 1a2b3c (pid 123 on laptop, runbook diagnose_acceptance, since 15:02:11 UTC, 40 s ago)``."""
         if "_unreadable" in self.raw:
             return f"a run whose lock file is unreadable ({self.raw['_unreadable']})"
+        if self.watchdog_of:
+            return (f"the watchdog of run {self.watchdog_of} (pid {self.pid} on {self.host}), restoring the box since "
+                    f"{time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime(self.started_at or 0))}")
         since = ""
         if isinstance(self.started_at, (int, float)):
             stamp = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(self.started_at))
@@ -170,20 +187,25 @@ class Holder:
 @dataclass
 class BoxStatus:
     """One small read of a box's run state (:func:`box_status`): the lock's holder (or None), the
-    journal's text (or None: no journal), the box's boot id."""
+    journal's text (or None: no journal), the box's boot id; the watchdog's state file
+    (``watchdog``: ``{"pid", "run_id", "after_s", "state", ...}`` or None) and whether its process
+    lives (``watchdog_alive``), the text of the watchdog's report not yet shown (or None)."""
 
     holder: Optional[Holder]
     journal_text: Optional[str]
     box_boot_id: Optional[str]
+    watchdog: Optional[dict] = None
+    watchdog_alive: Optional[bool] = None
+    watchdog_report_text: Optional[str] = None
 
 
 def lock_path(box) -> str:
     """``<box.state_dir>/diagnosis/run.lock``."""
-    return f"{box.state_dir}/diagnosis/run.lock"
+    return f"{box.state_dir}/{DIAGNOSIS_DIR}/{LOCK_NAME}"
 
 
 def _run_script(box, op: str, arg: Optional[str] = None, *, timeout: float) -> dict:
-    argv = [box.python, "-I", "-S", "-", op, f"{box.state_dir}/diagnosis"]
+    argv = [box.python, "-I", "-S", "-", op, f"{box.state_dir}/{DIAGNOSIS_DIR}"]
     if arg is not None:
         argv += [arg, str(STALE_AFTER_S)]
     res = box.run(argv, stdin=_SCRIPT, timeout=timeout, check=False)
@@ -197,18 +219,26 @@ def _run_script(box, op: str, arg: Optional[str] = None, *, timeout: float) -> d
 
 
 #: ``box_status``'s one read, in the shell (no interpreter start: it runs before every command):
-#: the box's boot id and clock, the lock file with its mtime and its holder's /proc stat line, the journal.
+#: the box's boot id and clock, the lock file with its mtime and its holder's /proc stat line, the
+#: watchdog's state file and its process's stat line, the watchdog's report not yet shown, the journal.
 _STATUS_SH = r"""d=$1
 printf 'BOOT %s\n' "$(cat /proc/sys/kernel/random/boot_id 2>/dev/null)"
 printf 'NOW %s\n' "$(date +%s)"
-if [ -f "$d/run.lock" ]; then
-  printf 'MTIME %s\n' "$(stat -c %Y "$d/run.lock")"
-  pid=$(sed -n 's/.*"pid": *\([0-9][0-9]*\).*/\1/p' "$d/run.lock" | head -n 1)
+if [ -f "$d/@LOCK@" ]; then
+  printf 'MTIME %s\n' "$(stat -c %Y "$d/@LOCK@")"
+  pid=$(sed -n 's/.*"pid": *\([0-9][0-9]*\).*/\1/p' "$d/@LOCK@" | head -n 1)
   if [ -n "$pid" ] && [ -r "/proc/$pid/stat" ]; then printf 'STAT %s\n' "$(cat "/proc/$pid/stat" 2>/dev/null)"; fi
-  printf 'LOCK %s\n' "$(tr '\n' ' ' < "$d/run.lock")"
+  printf 'LOCK %s\n' "$(tr '\n' ' ' < "$d/@LOCK@")"
 fi
-if [ -f "$d/journal.json" ]; then echo JOURNAL; head -c 1048576 "$d/journal.json"; fi
-"""
+if [ -f "$d/@WATCHDOG@" ]; then
+  printf 'WATCHDOG %s\n' "$(tr '\n' ' ' < "$d/@WATCHDOG@")"
+  pid=$(tr '\n' ' ' < "$d/@WATCHDOG@" | sed -n 's/.*"pid": *\([0-9][0-9]*\).*/\1/p' | head -n 1)
+  if [ -n "$pid" ] && [ -r "/proc/$pid/stat" ]; then printf 'WSTAT %s\n' "$(cat "/proc/$pid/stat" 2>/dev/null)"; fi
+fi
+if [ -f "$d/@REPORT@" ]; then printf 'REPORT %s\n' "$(head -c 262144 "$d/@REPORT@" | tr '\n' ' ')"; fi
+if [ -f "$d/@JOURNAL@" ]; then echo JOURNAL; head -c 1048576 "$d/@JOURNAL@"; fi
+""".replace("@WATCHDOG@", WATCHDOG_STATE_NAME).replace("@REPORT@", REPORT_NAME).replace(
+    "@LOCK@", LOCK_NAME).replace("@JOURNAL@", JOURNAL_NAME)
 
 
 def _alive_from(holder: dict, box_boot: Optional[str], stat_line: Optional[str], mtime: float, now: float) -> bool:
@@ -246,10 +276,11 @@ def _alive_here(holder: dict, box_says: bool) -> bool:
 
 def box_status(box, *, timeout: float = 10.0) -> BoxStatus:
     """The lock's holder, whether it lives (decided from what the box reports: its boot id, the
-    holder's ``/proc`` start time, the lock's mtime by the box's clock) and the journal's text, in
-    one shell call on the box (no interpreter started). Raises :class:`JournalError` when the box's
-    answer cannot be read, ``RemoteError`` for the box."""
-    res = box.run(["bash", "-c", _STATUS_SH, "status", f"{box.state_dir}/diagnosis"], timeout=timeout, check=False)
+    holder's ``/proc`` start time, the lock's mtime by the box's clock), the journal's text, the
+    watchdog's state and report, in one shell call on the box (no interpreter started). Raises
+    :class:`JournalError` when the box's answer cannot be read, ``RemoteError`` for the box."""
+    res = box.run(["bash", "-c", _STATUS_SH, "status", f"{box.state_dir}/{DIAGNOSIS_DIR}"], timeout=timeout,
+                  check=False)
     if res.exit_code != 0:
         raise JournalError(f"could not read the run state on {box} (exit {res.exit_code}): {res.stderr.strip()[-300:]}")
     head, _, journal = res.stdout.partition("JOURNAL\n")
@@ -273,8 +304,30 @@ def box_status(box, *, timeout: float = 10.0) -> BoxStatus:
         alive = _alive_from(holder, info.get("BOOT") or None, info.get("STAT"), mtime, now)
         if alive:
             alive = _alive_here(holder, alive)
+    watchdog = watchdog_alive = None
+    if "WATCHDOG" in info:
+        try:
+            watchdog = json.loads(info["WATCHDOG"])
+            if not isinstance(watchdog, dict):
+                raise ValueError("not a JSON object")
+            watchdog_alive = _stat_matches(info.get("WSTAT"), watchdog.get("pid"), watchdog.get("pid_start"))
+        except ValueError as exc:
+            watchdog, watchdog_alive = {"_unreadable": str(exc)}, None
     return BoxStatus(Holder.from_box(holder, alive), journal if "JOURNAL\n" in res.stdout else None,
-                     info.get("BOOT") or None)
+                     info.get("BOOT") or None, watchdog=watchdog, watchdog_alive=watchdog_alive,
+                     watchdog_report_text=info.get("REPORT"))
+
+
+def _stat_matches(stat_line: Optional[str], pid: Any, pid_start: Any) -> bool:
+    """True when ``stat_line`` (``/proc/PID/stat``) is of live process ``pid`` started at ``pid_start``."""
+    if not stat_line:
+        return False
+    try:
+        fields = stat_line.rsplit(") ", 1)[1].split()
+    except IndexError:
+        return False
+    return (len(fields) >= 20 and fields[0] not in ("Z", "X") and fields[19] == str(pid_start)
+            and stat_line.split(" ", 1)[0] == str(pid))
 
 
 def self_identity() -> dict:
@@ -301,18 +354,25 @@ def is_mine(holder: Optional[Holder]) -> bool:
 
 class RunLock:
     """The run lock this process holds on ``box`` (from :func:`acquire`). ``heartbeat`` is True
-    when this process runs on another machine than the box: a daemon thread then touches the lock
-    every :data:`HEARTBEAT_S` s over its own connection (``remote.connect(host)``).
-    :meth:`release` is idempotent."""
+    when this process runs on another machine than the box, or a watchdog watches the run: a
+    daemon thread then touches the lock every ``heartbeat_s`` seconds (default
+    :data:`HEARTBEAT_S`) over its own connection (``remote.connect(host)``). ``lost`` is set when
+    the heartbeat finds the lock no longer this run's (the watchdog restored the box: the journal
+    then refuses every change, :class:`workbench.errors.WatchdogError`). ``watchdog``: the run's
+    :class:`workbench.session.watchdog.Watchdog` on the box, or None. :meth:`release` is idempotent."""
 
-    def __init__(self, box, host: str, holder: dict, heartbeat: bool):
+    def __init__(self, box, host: str, holder: dict, heartbeat: bool, *, heartbeat_s: float = HEARTBEAT_S):
         self.box = box
         self.host = host
         self.holder = holder
         self.run_id = holder["run_id"]
         self.released = False
+        self.heartbeat_s = float(heartbeat_s)
+        self.lost: Optional[str] = None
+        self.watchdog = None
         self._stop = threading.Event()
         self._thread = None
+        _MINE[self.run_id] = self
         if heartbeat:
             self._thread = threading.Thread(target=self._beat, name=f"run-lock-heartbeat-{self.run_id}", daemon=True)
             self._thread.start()
@@ -326,17 +386,21 @@ class RunLock:
             print(f"[eagle-workbench] run lock heartbeat: cannot connect to {self.host}: {exc}", file=sys.stderr)
             return
         try:
-            while not self._stop.wait(HEARTBEAT_S):
+            while not self._stop.wait(self.heartbeat_s):
                 try:
-                    out = _run_script(box, "heartbeat", self.run_id, timeout=max(HEARTBEAT_S, 30.0))
+                    out = _run_script(box, "heartbeat", self.run_id, timeout=max(self.heartbeat_s, 30.0))
                 except (RemoteError, JournalError) as exc:
                     print(f"[eagle-workbench] run lock heartbeat failed: {exc}", file=sys.stderr)
                     continue
                 if out.get("status") != "ours":
-                    if out.get("holder") is None:
-                        return  # released (the run restored the box): nothing to say
-                    print(f"[eagle-workbench] the run lock on {self.box} is no longer run {self.run_id}'s "
-                          f"(now: {out.get('holder')}); heartbeat stopped", file=sys.stderr)
+                    if self._stop.is_set() or self.released:
+                        return  # released by the run itself meanwhile: nothing to say
+                    # not released by this run (release() marks it): the watchdog took it over, or
+                    # restored the box and released it
+                    other = Holder.from_box(out.get("holder"), None)
+                    self.lost = (f"the run lock on {self.box.name} is now held by {other.describe()}" if other
+                                 else f"the run lock on {self.box.name} was released by someone else")
+                    print(f"[eagle-workbench] run {self.run_id}: {self.lost}; heartbeat stopped", file=sys.stderr)
                     return
         finally:
             box.close()
@@ -346,7 +410,8 @@ class RunLock:
         self._stop.set()
 
     def release(self, *, timeout: float = 10.0) -> None:
-        """Remove the lock if it is still this run's. Raises ``RemoteError``/``JournalError``."""
+        """Remove the lock if it is still this run's (its watchdog then exits within a poll).
+        Raises ``RemoteError``/``JournalError``."""
         self._stop.set()
         if not self.released:
             release(self.box, self.run_id, timeout=timeout)
@@ -368,10 +433,14 @@ def run_name() -> str:
             or os.path.basename(sys.argv[0] or "python") or "python")
 
 
-def acquire(box, host: str, run_id: str, *, timeout: float = 10.0, name: Optional[str] = None) -> RunLock:
+def acquire(box, host: str, run_id: str, *, timeout: float = 10.0, name: Optional[str] = None,
+            heartbeat_s: Optional[float] = None) -> RunLock:
     """Take the run lock on ``box`` for ``run_id`` (this process), taking over a stale one.
     ``name``: what the lock names as the holder's runbook (default :func:`run_name`; a command
-    that is no runbook passes its own, e.g. ``workbench probe add``).
+    that is no runbook passes its own, e.g. ``workbench probe add``). ``heartbeat_s``: heartbeat
+    every that many seconds wherever this process runs (a run a watchdog watches:
+    :func:`workbench.session.watchdog.heartbeat_interval`); ``None``: every :data:`HEARTBEAT_S` s,
+    and only when this process runs on another machine than the box.
 
     Raises :class:`RunLocked` naming the live holder (run id, pid, host it was started from, since
     when, which runbook) when another run holds it; :class:`JournalError` when the lock script
@@ -380,20 +449,40 @@ def acquire(box, host: str, run_id: str, *, timeout: float = 10.0, name: Optiona
     holder = {"run_id": run_id, **me, "host": socket.gethostname(), "runbook": name or run_name(),
               "started_at": time.time()}
     status = box_status(box, timeout=timeout)
-    holder["heartbeat"] = me["boot_id"] is None or me["boot_id"] != status.box_boot_id
+    holder["heartbeat"] = heartbeat_s is not None or me["boot_id"] is None or me["boot_id"] != status.box_boot_id
     dead = status.holder.run_id if status.holder is not None and status.holder.alive is False else None
     out = _run_script(box, "acquire", json.dumps({"holder": holder, "dead": dead}), timeout=timeout)
     if out.get("status") != "acquired":
         other = Holder.from_box(out.get("holder"), True)
         raise RunLocked(f"another run is using {box.name}: {other.describe()}; wait for it to finish "
                         f"(it restores the box itself at its end)", other)
-    return RunLock(box, host, holder, heartbeat=holder["heartbeat"])
+    return RunLock(box, host, holder, heartbeat=holder["heartbeat"],
+                   heartbeat_s=HEARTBEAT_S if heartbeat_s is None else heartbeat_s)
+
+
+def heartbeat(box, run_id: str, *, timeout: float = 10.0) -> bool:
+    """Touch the lock once for ``run_id`` (when it still holds it): what the heartbeat thread does,
+    and what ``restore_box`` does between its steps while it restores a dead run's box (its
+    watchdog then keeps away). Returns whether the lock was ``run_id``'s. Raises
+    ``RemoteError``/``JournalError``."""
+    return _run_script(box, "heartbeat", run_id, timeout=timeout).get("status") == "ours"
+
+
+#: the run locks this process took, by run id: a release through :func:`release` (``restore_box``)
+#: marks its :class:`RunLock` released, so its heartbeat does not take the release for a loss
+_MINE: dict[str, RunLock] = {}
 
 
 def release(box, run_id: str, *, timeout: float = 10.0) -> bool:
     """Remove the lock when ``run_id`` holds it (``"*dead*"``: when its holder is dead). Returns
-    whether it was removed."""
-    return _run_script(box, "release", run_id, timeout=timeout).get("status") == "released"
+    whether it was removed. Raises ``RemoteError``/``JournalError``."""
+    mine = _MINE.get(run_id)
+    if mine is not None:
+        mine._stop.set()  # before the release: its heartbeat must not find the lock gone and call it lost
+    released = _run_script(box, "release", run_id, timeout=timeout).get("status") == "released"
+    if mine is not None and released:
+        mine.released = True
+    return released
 
 
 def describe_holder(holder: Optional[Holder]) -> str:
