@@ -30,6 +30,7 @@ from .errors import (
     ServerError,
     ServerLaunchFailed,
     ServerStartNotReady,
+    ServerStartStalled,
     ServerStartStuck,
     ServerStartTimedOut,
     ServerStopFailed,
@@ -48,6 +49,9 @@ DEFAULT_SERVER_PATTERN = r"launch_server|sglang|vllm"
 #: Default state directory on the box (probe journal, server logs).
 DEFAULT_STATE_DIR = "~/.cache/eagle-workbench"
 
+#: Clock ticks per second of the CPU times in ``/proc/PID/stat`` (Linux's ``USER_HZ``: 100 on every
+#: architecture the kernel exports to user space).
+USER_HZ = 100
 _TAIL_BLOCK = 64 * 1024
 _TCP_LISTEN = "0A"
 
@@ -498,6 +502,40 @@ class Box:
         info = self.transport.process(int(pid), argv=False, timeout=timeout)
         return info is not None and info.state != "Z"
 
+    def cpu_seconds(self, pgid: int, *, timeout: float = 30) -> Optional[float]:
+        """CPU seconds (user + system, children reaped included) used so far by the live processes
+        of process group ``pgid``, read from ``/proc/PID/stat`` (fields 14-17, in
+        :data:`USER_HZ` ticks); ``None`` when no process of the group is left."""
+        total, seen = 0, False
+        for proc in self.transport.processes(argv=False, timeout=timeout):
+            if proc.pgid != pgid or proc.state == "Z":
+                continue
+            try:
+                text = self.transport.read_range(f"/proc/{proc.pid}/stat", timeout=timeout).decode("ascii", "replace")
+            except RemoteFileError:  # vanished between the listing and the read
+                continue
+            fields = text[text.rfind(")") + 2:].split()
+            try:
+                total += sum(int(f) for f in fields[11:15])
+            except ValueError:
+                continue
+            seen = True
+        return total / USER_HZ if seen else None
+
+    def activity(self, pgid: Optional[int], log_path: Optional[str], *, timeout: float = 30) -> tuple:
+        """What a server has done so far, for stall detection: ``(log size in bytes or None, CPU
+        seconds of process group pgid or None)`` (:meth:`cpu_seconds`). Two snapshots differ when
+        it made progress: its log grew, or it used CPU time. Raises nothing for a missing log or
+        a gone group (``None`` in their place)."""
+        size = None
+        if log_path:
+            try:
+                size = self.transport.stat(self._p(log_path), timeout=timeout).size
+            except RemoteFileError:
+                size = None
+        cpu = self.cpu_seconds(pgid, timeout=timeout) if pgid is not None else None
+        return size, cpu
+
     def group_alive(self, pgid: int, *, timeout: float = 30) -> bool:
         """True when any non-zombie process is in process group ``pgid``."""
         return any(p.pgid == pgid and p.state != "Z" for p in self.transport.processes(argv=False, timeout=timeout))
@@ -726,6 +764,7 @@ class Box:
         on_log: Optional[Callable[[str], None]] = None,
         tail_lines: int = 40,
         request_timeout: Optional[float] = None,
+        stall_timeout: Optional[float] = None,
     ) -> float:
         """Poll the server launched as ``handle`` until it is ready to generate; return the seconds
         waited.
@@ -743,13 +782,24 @@ class Box:
         ``request_timeout`` (default ``min(30, timeout)``; connect at most 5 s). Between polls the
         process is checked and, when ``on_log`` is given, new log text is passed to it as it appears.
 
+        ``timeout``: seconds the whole wait may take. ``stall_timeout`` (seconds, ``None``: no stall
+        check): the launch is given up as soon as it has made no progress for that long: its log did
+        not grow, its process group used no CPU time (less than
+        ``remote.readiness.MIN_CPU_PROGRESS_S`` per second) and its answer did not change
+        (``remote.readiness.StallClock`` over :meth:`activity`, looked at about once a second). So a
+        server that starts slowly on a busy machine is waited for while it works, and one that
+        hangs is given up after ``stall_timeout``, whatever the machine's load.
+
         Raises ``ServerDied`` (with the log's last ``tail_lines`` lines) as soon as the process
         has exited, ``ServerStartNotReady`` (a ``ServerStartTimedOut``; ``.routes``: the routes that
-        answered 404) as soon as a vLLM launch answers that it will not become ready, ``ServerStartStuck`` (a ``ServerStartTimedOut`` and a ``GenerationStuck``) as
-        soon as HTTP answers but the 1-token generation does not return within ``request_timeout``
-        (or the server's own health check gave up on its scheduler: a 503 after >= 1 s),
-        ``ServerStartTimedOut`` (with the tail and what it last answered) when it never became
-        ready within ``timeout`` seconds.
+        answered 404) as soon as a vLLM launch answers that it will not become ready,
+        ``ServerStartStuck`` (a ``ServerStartTimedOut`` and a ``GenerationStuck``) as soon as HTTP
+        answers but the 1-token generation does not return within ``request_timeout``, or when the
+        server's own health check gave up on its scheduler (a 503 after >= 1 s) on
+        ``remote.readiness.STUCK_CONFIRMATIONS`` consecutive checks (one slow 503 may be a busy
+        machine), ``ServerStartStalled`` (a ``ServerStartTimedOut``; ``.stalled_s``) when it made no
+        progress for ``stall_timeout`` seconds, ``ServerStartTimedOut`` (with the tail and what it
+        last answered) when it never became ready within ``timeout`` seconds.
         """
         from . import readiness
 
@@ -757,6 +807,8 @@ class Box:
         deadline = start + timeout
         if handle.port is None:
             raise ValueError("wait_healthy needs a server launched with a port (handle.port is None)")
+        if stall_timeout is not None and not stall_timeout > 0:
+            raise ValueError(f"stall_timeout must be > 0 seconds, got {stall_timeout!r}")
         per_request = request_timeout if request_timeout is not None else max(min(30.0, timeout), 1.0)
         base = self.url(handle.port)
         engine = engines.launch_engine(handle.argv)
@@ -764,6 +816,9 @@ class Box:
         url = base + (path or ("/health" if engine == engines.VLLM else readiness.HEALTH_PATH))
         log_offset = 0
         last = "no answer yet"
+        stuck_seen = 0
+        stall = None if stall_timeout is None else readiness.StallClock(
+            lambda: self.activity(handle.pgid, handle.log_path), interval=min(1.0, stall_timeout / 3))
         with httpx.Client(timeout=httpx.Timeout(per_request, connect=min(5.0, per_request)), trust_env=False) as client:
             while True:
                 if on_log is not None:
@@ -778,20 +833,24 @@ class Box:
                         log_tail=self._tail_or_empty(handle.log_path, tail_lines),
                         box=self.name,
                     )
+                answer: object = None
                 if path is not None:
                     try:
                         response = client.get(url)
                     except httpx.HTTPError as exc:
                         last = f"{type(exc).__name__}: {exc}"
+                        answer = type(exc).__name__
                     else:
                         if response.status_code == 200:
                             return time.monotonic() - start
                         last = f"HTTP {response.status_code}"
+                        answer = response.status_code
                 else:
                     r = readiness.check_generation(client, base, timeout=per_request, engine=engine)
                     if r.ready:
                         return time.monotonic() - start
                     last = r.detail
+                    answer = (r.state, r.status)
                     if r.state == readiness.ERROR and engine == engines.VLLM:
                         missing = r.missing_routes if r.status in (404, 405) else ()
                         raise ServerStartNotReady(
@@ -805,9 +864,12 @@ class Box:
                             routes=missing,
                             box=self.name,
                         )
-                    if r.state == readiness.STUCK and self.is_alive(handle.pid):
+                    stuck_seen = stuck_seen + 1 if r.state == readiness.STUCK else 0
+                    confirmed = r.status != 503 or stuck_seen >= readiness.STUCK_CONFIRMATIONS
+                    if r.state == readiness.STUCK and confirmed and self.is_alive(handle.pid):
                         raise ServerStartStuck(
-                            f"server at {base} answers HTTP but generation is stuck ({r.detail})",
+                            f"server at {base} answers HTTP but generation is stuck ({r.detail})"
+                            + (f", {stuck_seen} checks in a row" if stuck_seen > 1 else ""),
                             pid=handle.pid,
                             log_path=handle.log_path,
                             log_tail=self._tail_or_empty(handle.log_path, tail_lines),
@@ -816,7 +878,22 @@ class Box:
                             last=r.detail,
                             box=self.name,
                         )
+                    if r.state == readiness.STUCK:
+                        continue  # re-check at once: one slow 503 decides nothing
                 now = time.monotonic()
+                if stall is not None:
+                    stall.look(answer)
+                    if stall.idle_s >= stall_timeout:
+                        raise ServerStartStalled(
+                            f"server at {base} made no progress for {stall.idle_s:.1f} s (stall time-out "
+                            f"{stall_timeout:g} s: no new log bytes, no CPU time used, the same answer; last: {last})",
+                            pid=handle.pid,
+                            log_path=handle.log_path,
+                            log_tail=self._tail_or_empty(handle.log_path, tail_lines),
+                            timeout=stall_timeout,
+                            stalled_s=stall.idle_s,
+                            box=self.name,
+                        )
                 if now >= deadline:
                     raise ServerStartTimedOut(
                         f"server at {base} never became ready in {timeout:g}s (last: {last})",

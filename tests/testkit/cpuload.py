@@ -22,8 +22,9 @@ from dataclasses import dataclass, field
 
 __all__ = ["CpuLoad", "calibration_step", "doubling_load", "STEP_ITERATIONS"]
 
-#: The calibration step's iterations: ~0.1-0.3 s of Python on an idle core of this machine.
-STEP_ITERATIONS = 1_500_000
+#: The calibration step's iterations: ~0.3-0.5 s of Python on this machine (long enough that the
+#: scheduler's bonus for a process that just woke up does not hide the load).
+STEP_ITERATIONS = 4_000_000
 
 _BUSY = ("import time\n"
          "end = time.monotonic() + {max_s}\n"
@@ -95,10 +96,10 @@ def doubling_load(factor: float = 2.0, *, max_processes: int | None = None, max_
     """A started :class:`CpuLoad` under which :func:`calibration_step` takes at least ``factor``
     times as long as without it, and the two step times ``(load, unloaded_s, loaded_s)`` in
     seconds. Starts as many loops as cores, then adds one at a time up to ``max_processes``
-    (default 4 × cores); raises ``RuntimeError`` (the load stopped) when even that does not slow
+    (default 8 × cores: other jobs' processes share the cores too); raises ``RuntimeError`` (the load stopped) when even that does not slow
     the step down by ``factor``."""
     cores = len(os.sched_getaffinity(0))
-    limit = max_processes or 4 * cores
+    limit = max_processes or 8 * cores
     unloaded = calibration_step()
     load = CpuLoad(cores, max_s=max_s).start()
     try:
