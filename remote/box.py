@@ -52,6 +52,10 @@ DEFAULT_STATE_DIR = "~/.cache/eagle-workbench"
 #: Clock ticks per second of the CPU times in ``/proc/PID/stat`` (Linux's ``USER_HZ``: 100 on every
 #: architecture the kernel exports to user space).
 USER_HZ = 100
+#: An access-log line of a readiness check (uvicorn's ``"GET /health_generate HTTP/1.1" 503``, the
+#: tiny test server's ``request: "GET /health ..."``): the echo of a poll, no progress of the server.
+POLL_LINE = re.compile(rb'"(?:GET|POST) /(?:health_generate|health|generate|v1/models|v1/completions)[ ?"]')
+
 _TAIL_BLOCK = 64 * 1024
 _TCP_LISTEN = "0A"
 
@@ -522,19 +526,41 @@ class Box:
             seen = True
         return total / USER_HZ if seen else None
 
-    def activity(self, pgid: Optional[int], log_path: Optional[str], *, timeout: float = 30) -> tuple:
-        """What a server has done so far, for stall detection: ``(log size in bytes or None, CPU
-        seconds of process group pgid or None)`` (:meth:`cpu_seconds`). Two snapshots differ when
-        it made progress: its log grew, or it used CPU time. Raises nothing for a missing log or
-        a gone group (``None`` in their place)."""
-        size = None
-        if log_path:
-            try:
-                size = self.transport.stat(self._p(log_path), timeout=timeout).size
-            except RemoteFileError:
-                size = None
-        cpu = self.cpu_seconds(pgid, timeout=timeout) if pgid is not None else None
-        return size, cpu
+    def activity_probe(self, pgid: Optional[int], log_path: Optional[str], *,
+                       timeout: float = 30) -> Callable[[], tuple]:
+        """A callable for stall detection (``remote.readiness.StallClock``): each call returns what
+        the server has done so far, ``(log bytes of progress or None, CPU seconds of process group
+        pgid or None)`` (:meth:`cpu_seconds`). Log bytes of progress count the new lines of its log
+        except the access-log lines of the readiness checks themselves (:data:`POLL_LINE`: a
+        ``"GET /health_generate"`` line is the poll's echo, not the server's progress), read from
+        where the previous call stopped (at most the last 64 KiB of what is new). Raises nothing
+        for a missing log or a gone group (``None`` in their place)."""
+        state = {"offset": None, "progress": 0}
+
+        def look() -> tuple:
+            size = None
+            if log_path:
+                try:
+                    size = self.transport.stat(self._p(log_path), timeout=timeout).size
+                except RemoteFileError:
+                    size = None
+            if size is not None:
+                start = state["offset"]
+                if start is None or size < start:  # first look, or a log truncated: from its end
+                    state["offset"] = size
+                elif size > start:
+                    begin = max(start, size - _TAIL_BLOCK)
+                    try:
+                        new = self.transport.read_range(self._p(log_path), begin, size - begin, timeout=timeout)
+                    except RemoteFileError:
+                        new = b""
+                    state["progress"] += (begin - start) + sum(
+                        len(line) + 1 for line in new.split(b"\n") if line.strip() and not POLL_LINE.search(line))
+                    state["offset"] = size
+            cpu = self.cpu_seconds(pgid, timeout=timeout) if pgid is not None else None
+            return (state["progress"] if size is not None else None), cpu
+
+        return look
 
     def group_alive(self, pgid: int, *, timeout: float = 30) -> bool:
         """True when any non-zombie process is in process group ``pgid``."""
@@ -786,7 +812,7 @@ class Box:
         check): the launch is given up as soon as it has made no progress for that long: its log did
         not grow, its process group used no CPU time (less than
         ``remote.readiness.MIN_CPU_PROGRESS_S`` per second) and its answer did not change
-        (``remote.readiness.StallClock`` over :meth:`activity`, looked at about once a second). So a
+        (``remote.readiness.StallClock`` over :meth:`activity_probe`, looked at about once a second). So a
         server that starts slowly on a busy machine is waited for while it works, and one that
         hangs is given up after ``stall_timeout``, whatever the machine's load.
 
@@ -818,7 +844,7 @@ class Box:
         last = "no answer yet"
         stuck_seen = 0
         stall = None if stall_timeout is None else readiness.StallClock(
-            lambda: self.activity(handle.pgid, handle.log_path), interval=min(1.0, stall_timeout / 3))
+            self.activity_probe(handle.pgid, handle.log_path), interval=min(1.0, stall_timeout / 3))
         with httpx.Client(timeout=httpx.Timeout(per_request, connect=min(5.0, per_request)), trust_env=False) as client:
             while True:
                 if on_log is not None:

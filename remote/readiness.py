@@ -88,8 +88,8 @@ class StallClock:
     the total time (issue 26: on a machine twice as busy a start takes twice as long; a stalled
     server never ends).
 
-    ``activity``: a callable returning a snapshot ``(log size in bytes or None, CPU seconds of the
-    server's process group or None)`` (``remote.box.Box.activity``), or ``None`` (then only a change
+    ``activity``: a callable returning a snapshot ``(log bytes of progress or None, CPU seconds of the
+    server's process group or None)`` (``remote.box.Box.activity_probe``), or ``None`` (then only a change
     of the answer is progress). :meth:`look` takes a snapshot (at most every ``interval`` seconds)
     and the server's current answer (any hashable: e.g. ``(state, status)``); progress, between
     two snapshots, is a log that grew, CPU time used at a rate of at least ``min_cpu_s`` seconds
@@ -425,8 +425,8 @@ def wait_ready(
 
     While it is ``starting`` (503 at once, connection refused) it is waited for, up to
     ``start_timeout`` seconds, with ONE ``progress`` line (``None``: silent) when the first answer
-    is not ready. With ``activity`` (a callable returning ``(log size in bytes, CPU seconds of the
-    server's process group)``, either ``None`` when unknown: ``remote.box.Box.activity``) the
+    is not ready. With ``activity`` (a callable returning ``(log bytes of progress, CPU seconds of the
+    server's process group)``, either ``None`` when unknown: ``remote.box.Box.activity_probe``) the
     ``start_timeout`` counts seconds WITHOUT progress instead (:class:`StallClock`: no new log
     bytes, no CPU time used, the same answer), and ``max_wait`` (seconds, default 4 ×
     ``start_timeout``) bounds the whole wait: a server starting slowly on a busy machine is waited

@@ -386,7 +386,7 @@ class DiagnosisRun(BoxSession):
         Σ completion_tokens / Σ spec_verify_ct), with the decode log lines written meanwhile (read
         once the log has settled: ``workbench.logs.read_when_settled``). A server still starting (the
         one found running, typically) is waited for while it makes progress (new log bytes, CPU
-        time of its process group: ``remote.box.Box.activity``), given up after
+        time of its process group: ``remote.box.Box.activity_probe``), given up after
         ``server_start_timeout`` seconds without (``START_WAIT_FACTOR`` times that in all). An
         accept length within :data:`NEAR_THRESHOLD_BAND` of a threshold a decision compares it with
         (:meth:`decision_thresholds`) is measured once more and both are pooled
@@ -408,7 +408,7 @@ class DiagnosisRun(BoxSession):
                                     progress=self.progress, timeout=self.request_timeout,
                                     start_timeout=self.server_start_timeout,
                                     alive=(lambda: self.box.is_alive(pid)) if pid else None,
-                                    activity=(lambda: self.box.activity(pgid, log_path)) if pgid else None,
+                                    activity=self.box.activity_probe(pgid, log_path) if pgid else None,
                                     api_key=key if isinstance(key, str) else None)
 
         result = once()

@@ -366,7 +366,7 @@ def measure_generate(
     generates (``remote.readiness.wait_ready``: ``/health_generate``, else a 1-token ``/generate``),
     while it answers 503 or, when ``alive`` (is the server's process still there?) says so, refuses
     connections, with one progress line on stderr; a server already ready costs one check.
-    ``activity`` (``remote.box.Box.activity`` of the server: its log size and CPU seconds): the
+    ``activity`` (``remote.box.Box.activity_probe`` of the server: its log progress and CPU seconds): the
     ``start_timeout`` then counts seconds without progress (a server starting slowly on a busy
     machine is waited for while it works; ``wait_ready``'s ``max_wait``, 4 × ``start_timeout``,
     bounds the whole wait).
