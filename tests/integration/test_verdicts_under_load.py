@@ -26,7 +26,7 @@ from workbench.diagnosis import DiagnosisRun
 
 pytestmark = pytest.mark.slow
 
-PROMPTS = dict(num_prompts=2, max_new_tokens=32)
+PROMPTS = dict(num_prompts=4, max_new_tokens=64)  # the fault matrix's: healthy is healthy on it
 #: static-only (refused as found), probe-needed, stacked
 CASE_NAMES = ("spec-params", "algorithm-flag", "layered-flag-and-token-map")
 
