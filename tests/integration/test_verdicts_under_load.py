@@ -54,6 +54,8 @@ def signature(verdict: dict) -> dict:
         "start_failures": [f["label"] for f in verdict["start_failures"]],
         "accept_length": (verdict["acceptance"]["before"]["accept_length"],
                           verdict["acceptance"]["after"]["accept_length"]),
+        "probe": {k: verdict["probe"].get(k) for k in ("observed_hidden_size", "expected_hidden_size",
+                                                        "observed_widths", "captured_layers", "after_fix_widths")},
     }
 
 
@@ -106,5 +108,8 @@ def test_verdicts_are_the_same_under_a_load_that_doubles_every_step(tmp_path, mo
         assert quiet[name]["outcome"] == c.outcome, (name, quiet[name])
         assert [h for h, _rule in quiet[name]["root_causes"]] == list(c.causes), (name, quiet[name])
         assert quiet[name]["fix_kinds"] == sorted(c.kinds), (name, quiet[name])
+    # the probe-needed cases showed the mechanism: one 160-wide state instead of 3 x 160
+    for name in ("algorithm-flag", "layered-flag-and-token-map"):
+        assert quiet[name]["probe"]["observed_widths"] == [160], (name, quiet[name]["probe"])
     for name in quiet:
         assert busy[name] == quiet[name], (name, busy[name], quiet[name])
