@@ -31,6 +31,7 @@ from .errors import (
     ServerError,
     ServerLaunchFailed,
     ServerStartNotReady,
+    ServerStartStalled,
     ServerStartStuck,
     ServerStartTimedOut,
     ServerStopFailed,
@@ -48,6 +49,13 @@ PathLike = Union[str, "os.PathLike[str]"]
 DEFAULT_SERVER_PATTERN = r"launch_server|sglang|vllm"
 #: Default state directory on the box (probe journal, server logs).
 DEFAULT_STATE_DIR = "~/.cache/eagle-workbench"
+
+#: Clock ticks per second of the CPU times in ``/proc/PID/stat`` (Linux's ``USER_HZ``: 100 on every
+#: architecture the kernel exports to user space).
+USER_HZ = 100
+#: An access-log line of a readiness check (uvicorn's ``"GET /health_generate HTTP/1.1" 503``, the
+#: tiny test server's ``request: "GET /health ..."``): the echo of a poll, no progress of the server.
+POLL_LINE = re.compile(rb'"(?:GET|POST) /(?:health_generate|health|generate|v1/models|v1/completions)[ ?"]')
 
 _TAIL_BLOCK = 64 * 1024
 _TCP_LISTEN = "0A"
@@ -499,6 +507,62 @@ class Box:
         info = self.transport.process(int(pid), argv=False, timeout=timeout)
         return info is not None and info.state != "Z"
 
+    def cpu_seconds(self, pgid: int, *, timeout: float = 30) -> Optional[float]:
+        """CPU seconds (user + system, children reaped included) used so far by the live processes
+        of process group ``pgid``, read from ``/proc/PID/stat`` (fields 14-17, in
+        :data:`USER_HZ` ticks); ``None`` when no process of the group is left."""
+        total, seen = 0, False
+        for proc in self.transport.processes(argv=False, timeout=timeout):
+            if proc.pgid != pgid or proc.state == "Z":
+                continue
+            try:
+                text = self.transport.read_range(f"/proc/{proc.pid}/stat", timeout=timeout).decode("ascii", "replace")
+            except RemoteFileError:  # vanished between the listing and the read
+                continue
+            fields = text[text.rfind(")") + 2:].split()
+            try:
+                total += sum(int(f) for f in fields[11:15])
+            except ValueError:
+                continue
+            seen = True
+        return total / USER_HZ if seen else None
+
+    def activity_probe(self, pgid: Optional[int], log_path: Optional[str], *,
+                       timeout: float = 30) -> Callable[[], tuple]:
+        """A callable for stall detection (``remote.readiness.StallClock``): each call returns what
+        the server has done so far, ``(log bytes of progress or None, CPU seconds of process group
+        pgid or None)`` (:meth:`cpu_seconds`). Log bytes of progress count the new lines of its log
+        except the access-log lines of the readiness checks themselves (:data:`POLL_LINE`: a
+        ``"GET /health_generate"`` line is the poll's echo, not the server's progress), read from
+        where the previous call stopped (at most the last 64 KiB of what is new). Raises nothing
+        for a missing log or a gone group (``None`` in their place)."""
+        state = {"offset": None, "progress": 0}
+
+        def look() -> tuple:
+            size = None
+            if log_path:
+                try:
+                    size = self.transport.stat(self._p(log_path), timeout=timeout).size
+                except RemoteFileError:
+                    size = None
+            if size is not None:
+                start = state["offset"]
+                if start is None or size < start:  # first look, or a log truncated: from its end
+                    state["offset"] = size
+                elif size > start:
+                    begin = max(start, size - _TAIL_BLOCK)
+                    try:
+                        new = self.transport.read_range(self._p(log_path), begin, size - begin, timeout=timeout)
+                    except RemoteFileError:
+                        new = b""
+                    state["progress"] += (begin - start) + sum(
+                        len(line) + 1 for line in new.split(b"\n") if line.strip() and not POLL_LINE.search(line))
+                    state["offset"] = size
+            cpu = self.cpu_seconds(pgid, timeout=timeout) if pgid is not None else None
+            return (state["progress"] if size is not None else None), cpu
+
+        return look
+
     def group_alive(self, pgid: int, *, timeout: float = 30) -> bool:
         """True when any non-zombie process is in process group ``pgid``."""
         return any(p.pgid == pgid and p.state != "Z" for p in self.transport.processes(argv=False, timeout=timeout))
@@ -727,6 +791,7 @@ class Box:
         on_log: Optional[Callable[[str], None]] = None,
         tail_lines: int = 40,
         request_timeout: Optional[float] = None,
+        stall_timeout: Optional[float] = None,
     ) -> float:
         """Poll the server launched as ``handle`` until it is ready to generate; return the seconds
         waited.
@@ -744,15 +809,26 @@ class Box:
         ``request_timeout`` (default ``min(30, timeout)``; connect at most 5 s). Between polls the
         process is checked and, when ``on_log`` is given, new log text is passed to it as it appears.
 
+        ``timeout``: seconds the whole wait may take. ``stall_timeout`` (seconds, ``None``: no stall
+        check): the launch is given up as soon as it has made no progress for that long: its log did
+        not grow, its process group used no CPU time (less than
+        ``remote.readiness.MIN_CPU_PROGRESS_S`` per second) and its answer did not change
+        (``remote.readiness.StallClock`` over :meth:`activity_probe`, looked at about once a second). So a
+        server that starts slowly on a busy machine is waited for while it works, and one that
+        hangs is given up after ``stall_timeout``, whatever the machine's load.
+
         Raises ``ServerDied`` (with the log's last ``tail_lines`` lines) as soon as the process
         has exited, ``ServerStartNotReady`` (a ``ServerStartTimedOut``; ``.routes``: the routes that
-        answered 404) as soon as a vLLM launch answers that it will not become ready, ``ServerStartStuck`` (a ``ServerStartTimedOut`` and a ``GenerationStuck``) as
-        soon as HTTP answers but the 1-token generation does not return within ``request_timeout``
-        (or the server's own health check gave up on its scheduler: a 503 after >= 1 s with SGLang's
-        ``Health check failed`` line in the log; a slow 503 without it is a server still starting
-        whose event loop was slow to answer, waited for),
-        ``ServerStartTimedOut`` (with the tail and what it last answered) when it never became
-        ready within ``timeout`` seconds.
+        answered 404) as soon as a vLLM launch answers that it will not become ready,
+        ``ServerStartStuck`` (a ``ServerStartTimedOut`` and a ``GenerationStuck``) as soon as HTTP
+        answers but the 1-token generation does not return within ``request_timeout``, or when the
+        server's own health check gave up on its scheduler: a 503 after >= 1 s on
+        ``remote.readiness.STUCK_CONFIRMATIONS`` consecutive checks (one slow 503 may be a busy
+        machine) with SGLang's ``Health check failed`` line in the log (a slow 503 without it is a
+        server still starting whose event loop was slow to answer: waited for),
+        ``ServerStartStalled`` (a ``ServerStartTimedOut``; ``.stalled_s``) when it made no
+        progress for ``stall_timeout`` seconds, ``ServerStartTimedOut`` (with the tail and what it
+        last answered) when it never became ready within ``timeout`` seconds.
         """
         from . import readiness
 
@@ -760,6 +836,8 @@ class Box:
         deadline = start + timeout
         if handle.port is None:
             raise ValueError("wait_healthy needs a server launched with a port (handle.port is None)")
+        if stall_timeout is not None and not stall_timeout > 0:
+            raise ValueError(f"stall_timeout must be > 0 seconds, got {stall_timeout!r}")
         per_request = request_timeout if request_timeout is not None else max(min(30.0, timeout), 1.0)
         base = self.url(handle.port)
         engine = engines.launch_engine(handle.argv)
@@ -767,6 +845,9 @@ class Box:
         url = base + (path or ("/health" if engine == engines.VLLM else readiness.HEALTH_PATH))
         log_offset = 0
         last = "no answer yet"
+        stuck_seen = 0
+        stall = None if stall_timeout is None else readiness.StallClock(
+            self.activity_probe(handle.pgid, handle.log_path), interval=min(1.0, stall_timeout / 3))
         with httpx.Client(timeout=httpx.Timeout(per_request, connect=min(5.0, per_request)), trust_env=False) as client:
             while True:
                 if on_log is not None:
@@ -781,20 +862,24 @@ class Box:
                         log_tail=self._tail_or_empty(handle.log_path, tail_lines),
                         box=self.name,
                     )
+                answer: object = None
                 if path is not None:
                     try:
                         response = client.get(url)
                     except httpx.HTTPError as exc:
                         last = f"{type(exc).__name__}: {exc}"
+                        answer = type(exc).__name__
                     else:
                         if response.status_code == 200:
                             return time.monotonic() - start
                         last = f"HTTP {response.status_code}"
+                        answer = response.status_code
                 else:
                     r = readiness.check_generation(client, base, timeout=per_request, engine=engine)
                     if r.ready:
                         return time.monotonic() - start
                     last = r.detail
+                    answer = (r.state, r.status)
                     if r.state == readiness.ERROR and engine == engines.VLLM:
                         missing = r.missing_routes if r.status in (404, 405) else ()
                         raise ServerStartNotReady(
@@ -808,15 +893,18 @@ class Box:
                             routes=missing,
                             box=self.name,
                         )
-                    if r.state == readiness.STUCK and r.status == 503 and not self._health_check_failed_logged(
-                            handle.log_path, tail_lines):
-                        # A 503 that took long to arrive, but no "Health check failed" line: the server's
-                        # event loop was slow to answer its "starting" 503 (model loading holds the CPU
-                        # or the GIL), it did not give up on its scheduler. Still starting.
+                    stuck_seen = stuck_seen + 1 if r.state == readiness.STUCK else 0
+                    confirmed = r.status != 503 or stuck_seen >= readiness.STUCK_CONFIRMATIONS
+                    if (r.state == readiness.STUCK and r.status == 503 and confirmed
+                            and not self._health_check_failed_logged(handle.log_path, tail_lines)):
+                        # Slow 503s, but no "Health check failed" line: the server's event loop was
+                        # slow to answer its "starting" 503 (model loading holds the CPU or the GIL),
+                        # it did not give up on its scheduler. Still starting.
                         last = f"{r.detail}; no 'Health check failed' line in its log: still starting"
-                    elif r.state == readiness.STUCK and self.is_alive(handle.pid):
+                    elif r.state == readiness.STUCK and confirmed and self.is_alive(handle.pid):
                         raise ServerStartStuck(
-                            f"server at {base} answers HTTP but generation is stuck ({r.detail})",
+                            f"server at {base} answers HTTP but generation is stuck ({r.detail})"
+                            + (f", {stuck_seen} checks in a row" if stuck_seen > 1 else ""),
                             pid=handle.pid,
                             log_path=handle.log_path,
                             log_tail=self._tail_or_empty(handle.log_path, tail_lines),
@@ -825,7 +913,22 @@ class Box:
                             last=r.detail,
                             box=self.name,
                         )
+                    if r.state == readiness.STUCK:
+                        continue  # re-check at once: one slow 503 decides nothing
                 now = time.monotonic()
+                if stall is not None:
+                    stall.look(answer)
+                    if stall.idle_s >= stall_timeout:
+                        raise ServerStartStalled(
+                            f"server at {base} made no progress for {stall.idle_s:.1f} s (stall time-out "
+                            f"{stall_timeout:g} s: no new log bytes, no CPU time used, the same answer; last: {last})",
+                            pid=handle.pid,
+                            log_path=handle.log_path,
+                            log_tail=self._tail_or_empty(handle.log_path, tail_lines),
+                            timeout=stall_timeout,
+                            stalled_s=stall.idle_s,
+                            box=self.name,
+                        )
                 if now >= deadline:
                     raise ServerStartTimedOut(
                         f"server at {base} never became ready in {timeout:g}s (last: {last})",

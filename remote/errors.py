@@ -443,6 +443,17 @@ class ServerStartTimedOut(ServerError):
         super().__init__(_with_tail(f"{message} (pid {pid}, log {log_path})", self.log_tail), box=box)
 
 
+class ServerStartStalled(ServerStartTimedOut):
+    """A server just launched made no progress for ``.stalled_s`` seconds (``Box.wait_healthy``
+    with ``stall_timeout``): its log did not grow, its process group used no CPU time and its
+    answer did not change in that time. ``.timeout`` is the stall time-out (seconds)."""
+
+    def __init__(self, message: str, *, pid: int, log_path: str, log_tail: Sequence[str], timeout: float,
+                 stalled_s: float, box: str | None = None):
+        self.stalled_s = stalled_s
+        super().__init__(message, pid=pid, log_path=log_path, log_tail=log_tail, timeout=timeout, box=box)
+
+
 class ServerNotReady(ServerError):
     """The server at ``.url`` did not become ready to generate: still starting (503, connection
     refused) after ``.timeout`` seconds, its process gone, nothing listening, or an error answer

@@ -54,7 +54,8 @@ from .errors import GenerationStuck, ServerNotReady, ServerRouteMissing
 
 __all__ = [
     "Readiness", "classify", "check_generation", "wait_ready", "SGLANG_HEALTH_MIN_WAIT_S", "HEALTH_PATH",
-    "FALLBACK_GENERATE", "ServerIdentity", "identify_server", "OPENAI_COMPLETION",
+    "FALLBACK_GENERATE", "ServerIdentity", "identify_server", "OPENAI_COMPLETION", "StallClock",
+    "STUCK_CONFIRMATIONS", "MIN_CPU_PROGRESS_S",
 ]
 
 #: The shortest time SGLang 0.5.23's ``health_generate`` takes to answer once the server is up:
@@ -70,6 +71,67 @@ FALLBACK_GENERATE = {"text": "\n", "sampling_params": {"max_new_tokens": 1, "tem
 OPENAI_COMPLETION = {"prompt": "\n", "max_tokens": 1, "temperature": 0}
 
 READY, STARTING, STUCK, DOWN, ERROR = "ready", "starting", "stuck", "down", "error"
+
+#: How many consecutive answers of SGLang's own health wait giving up (a 503 after >=
+#: :data:`SGLANG_HEALTH_MIN_WAIT_S`) make a server stuck. One such answer may be a busy machine
+#: delaying the "at once" 503 of a server still loading (its loader thread holding the GIL while
+#: other jobs share the cores); the health wait of a stuck scheduler answers so every time. A read
+#: time-out (no byte within the request time-out) is a stall measured already: stuck at once.
+STUCK_CONFIRMATIONS = 2
+#: CPU seconds a server's process group must use between two looks to count as progress
+#: (:class:`StallClock`): more than an idle Python server's housekeeping.
+MIN_CPU_PROGRESS_S = 0.05
+
+
+class StallClock:
+    """Seconds since a server last made progress, for time-outs that measure a stall instead of
+    the total time (issue 26: on a machine twice as busy a start takes twice as long; a stalled
+    server never ends).
+
+    ``activity``: a callable returning a snapshot ``(log bytes of progress or None, CPU seconds of the
+    server's process group or None)`` (``remote.box.Box.activity_probe``), or ``None`` (then only a change
+    of the answer is progress). :meth:`look` takes a snapshot (at most every ``interval`` seconds)
+    and the server's current answer (any hashable: e.g. ``(state, status)``); progress, between
+    two snapshots, is a log that grew, CPU time used at a rate of at least ``min_cpu_s`` seconds
+    per second (default :data:`MIN_CPU_PROGRESS_S`: a process that only keeps house uses less), or
+    a different answer. :attr:`idle_s`: seconds since the last progress (or since the clock
+    started). Errors of ``activity`` propagate (``remote.errors.RemoteError``)."""
+
+    def __init__(self, activity: Optional[Callable[[], tuple]] = None, *, interval: float = 1.0,
+                 min_cpu_s: float = MIN_CPU_PROGRESS_S, clock: Callable[[], float] = time.monotonic):
+        self.activity, self.interval, self.min_cpu_s, self.clock = activity, interval, min_cpu_s, clock
+        self.started = self.last_progress = clock()
+        self._looked: Optional[float] = None
+        self._size: Optional[int] = None
+        self._cpu: Optional[float] = None
+        self._answer: object = None
+        self.progress_events = 0
+
+    @property
+    def idle_s(self) -> float:
+        """Seconds since the last progress (or since the clock started)."""
+        return self.clock() - self.last_progress
+
+    def look(self, answer: object = None) -> bool:
+        """Take a snapshot; True when it shows progress since the previous one."""
+        now = self.clock()
+        first = self._looked is None
+        moved = not first and answer != self._answer
+        self._answer = answer
+        if first or (self.activity is not None and now - self._looked >= self.interval):
+            if self.activity is not None:
+                size, cpu = self.activity()
+                if not first:
+                    dt = max(now - self._looked, 1e-6)
+                    moved = moved or (size is not None and self._size is not None and size > self._size)
+                    moved = moved or (cpu is not None and self._cpu is not None
+                                      and (cpu - self._cpu) / dt >= self.min_cpu_s)
+                self._size, self._cpu = size, cpu
+            self._looked = now
+        if moved:
+            self.last_progress = now
+            self.progress_events += 1
+        return moved
 
 
 @dataclass(frozen=True)
@@ -355,24 +417,33 @@ def wait_ready(
     client: Optional[httpx.Client] = None,
     what: str = "server",
     engine: Optional[str] = None,
+    activity: Optional[Callable[[], tuple]] = None,
+    max_wait: Optional[float] = None,
 ) -> float:
     """Wait until the server at ``base_url`` generates (:func:`check_generation`); return the
     seconds waited (0.0-ish when it is ready at once).
 
     While it is ``starting`` (503 at once, connection refused) it is waited for, up to
     ``start_timeout`` seconds, with ONE ``progress`` line (``None``: silent) when the first answer
-    is not ready. A refused connection is waited for only when ``alive`` (a callable: is the
+    is not ready. With ``activity`` (a callable returning ``(log bytes of progress, CPU seconds of the
+    server's process group)``, either ``None`` when unknown: ``remote.box.Box.activity_probe``) the
+    ``start_timeout`` counts seconds WITHOUT progress instead (:class:`StallClock`: no new log
+    bytes, no CPU time used, the same answer), and ``max_wait`` (seconds, default 4 ×
+    ``start_timeout``) bounds the whole wait: a server starting slowly on a busy machine is waited
+    for while it works. A refused connection is waited for only when ``alive`` (a callable: is the
     server's process still there?) is given and says so; without ``alive`` a refused connection
     fails at once. ``request_timeout``: each check's read time-out (the user's per-request
     time-out). ``client``: an ``httpx.Client`` (one with ``trust_env=False`` is made otherwise).
     ``engine``: passed to :func:`check_generation` (``"vllm"``: ``/health`` → ``/v1/models`` → 1-token
     ``/v1/completions``; ``None``: SGLang's routes first, then those).
 
-    Raises :class:`remote.errors.GenerationStuck` as soon as a check is ``stuck`` (HTTP answers,
-    the 1-token generation does not return within ``request_timeout``, or SGLang's own health wait
-    gave up), :class:`remote.errors.ServerNotReady` when it never became ready within
-    ``start_timeout`` (its ``.last`` is what it last answered), when ``alive`` says the process is
-    gone, when nothing accepts connections and there is no live process to wait for, or on any
+    Raises :class:`remote.errors.GenerationStuck` as soon as a check is ``stuck`` by a read
+    time-out (HTTP answers, the 1-token generation does not return within ``request_timeout``), or
+    when SGLang's own health wait gave up (a 503 after >= :data:`SGLANG_HEALTH_MIN_WAIT_S`) on
+    :data:`STUCK_CONFIRMATIONS` consecutive checks; :class:`remote.errors.ServerNotReady` when it
+    never became ready within ``start_timeout`` (with ``activity``: made no progress for that long,
+    or ``max_wait`` passed; its ``.last`` is what it last answered), when ``alive`` says the process
+    is gone, when nothing accepts connections and there is no live process to wait for, or on any
     other answer (``error`` state: e.g. HTTP 500 from the health check, vLLM's ``/health`` 503 of a
     dead engine with ``engine="vllm"``); :class:`remote.errors.ServerRouteMissing` (a
     ``ServerNotReady``; ``.routes``) when the route the check needs answers 404/405.
@@ -382,18 +453,25 @@ def wait_ready(
     if not request_timeout > 0:
         raise ValueError(f"request_timeout must be > 0 seconds, got {request_timeout!r}")
     start = time.monotonic()
-    deadline = start + start_timeout
+    total = start_timeout if activity is None else (max_wait if max_wait is not None else 4 * start_timeout)
+    deadline = start + total
+    stall = None if activity is None else StallClock(activity, interval=min(1.0, max(start_timeout, 0.01) / 3))
     own = client is None
     client = client or httpx.Client(trust_env=False)
     announced = False
+    stuck_seen = 0
     try:
         while True:
             r = check_generation(client, base_url, timeout=request_timeout, engine=engine)
             if r.ready:
                 return time.monotonic() - start
-            if r.state == STUCK:
-                raise GenerationStuck(f"{what} at {base_url}: HTTP is up but generation is stuck: {r.detail}",
+            stuck_seen = stuck_seen + 1 if r.state == STUCK else 0
+            if r.state == STUCK and (r.status != 503 or stuck_seen >= STUCK_CONFIRMATIONS):
+                raise GenerationStuck(f"{what} at {base_url}: HTTP is up but generation is stuck: {r.detail}"
+                                      + (f" ({stuck_seen} checks in a row)" if stuck_seen > 1 else ""),
                                       url=base_url, timeout=request_timeout, last=r.detail)
+            if r.state == STUCK:
+                continue  # one slow 503 decides nothing: ask again at once
             if r.state == ERROR and r.status in (404, 405):
                 raise ServerRouteMissing(f"{what} at {base_url} is not ready: {r.detail}", url=base_url,
                                          timeout=start_timeout, last=r.detail, routes=r.missing_routes)
@@ -408,12 +486,20 @@ def wait_ready(
                 raise ServerNotReady(f"{what} at {base_url}: its process exited before it became ready (last: "
                                      f"{r.detail})", url=base_url, timeout=start_timeout, last=r.detail)
             now = time.monotonic()
+            if stall is not None:
+                stall.look((r.state, r.status))
+                if stall.idle_s >= start_timeout:
+                    raise ServerNotReady(f"{what} at {base_url} made no progress for {stall.idle_s:.1f} s (no new log "
+                                         f"bytes, no CPU time used, the same answer; stall time-out {start_timeout:g} s;"
+                                         f" last answer: {r.detail})", url=base_url, timeout=start_timeout,
+                                         last=r.detail)
             if now >= deadline:
-                raise ServerNotReady(f"{what} at {base_url} never became ready in {start_timeout:g} s (last answer: "
+                raise ServerNotReady(f"{what} at {base_url} never became ready in {total:g} s (last answer: "
                                      f"{r.detail})", url=base_url, timeout=start_timeout, last=r.detail)
             if not announced and progress is not None:
-                progress(f"waiting up to {start_timeout:g} s for the {what} at {base_url} to finish starting "
-                         f"({r.detail})")
+                how = (f"while it makes progress (given up after {start_timeout:g} s without, {total:g} s at most)"
+                       if stall is not None else f"up to {start_timeout:g} s")
+                progress(f"waiting {how} for the {what} at {base_url} to finish starting ({r.detail})")
                 announced = True
             time.sleep(min(poll_interval, max(0.0, deadline - now)))
     finally:

@@ -50,11 +50,14 @@ def _nothing_left(port: int) -> None:
 def test_a_server_slower_than_the_start_timeout_is_stopped_not_left(tmp_path, state_dir, free_port):
     """server_start_timeout shorter than the sandbox's start-up: the launch times out, the run stops
     the server it launched (it would hold the port and every later launch would fail), and the
-    verdict says the server does not start, never that a fix was applied and measured."""
+    verdict says the server does not start, never that a fix was applied and measured. 0.3 s is
+    the stall time-out (no log line, no CPU time for 0.3 s: ``ServerStartStalled``, on a machine
+    busy enough to starve the start) and 1.2 s the whole wait (``ServerStartTimedOut``): either."""
     dep = build_deployment(tmp_path / "deployment", "eagle-flag")
     verdict, run = _run(tmp_path, dep.launch_command(free_port), free_port, server_start_timeout=0.3)
     assert verdict["outcome"] in ("server-does-not-start", "cause-found"), verdict["outcome"]
-    assert verdict["start_failures"] and verdict["start_failures"][0]["error"].startswith("ServerStartTimedOut")
+    assert verdict["start_failures"] and \
+        verdict["start_failures"][0]["error"].startswith(("ServerStartTimedOut", "ServerStartStalled"))
     assert verdict["fix"]["sufficient"] is not True and verdict["acceptance"]["after"]["accept_length"] is None
     for launch in verdict["launches"]:
         assert launch.get("pid") is None or not _alive(launch["pid"]), launch

@@ -16,6 +16,10 @@ that leaves the group first (``setsid``: as a server's helper that detaches), it
 ``--mp-child`` starts a ``multiprocessing`` spawn child (and so Python's resource tracker: both run
 ``python -c "from multiprocessing…"``, as vLLM's helpers do), their pids printed. ``--claim-engines`` (a stand-in, named so: no engine answers like this) serves
 SGLang's ``/server_info`` AND vLLM's ``/version`` at once, for the identity check's "conflicting".
+While ``--starting``, ``--log-every S`` prints a "loading step N" line every S seconds and
+``--spin-while-starting`` keeps a thread busy on the CPU (no line): a start that makes progress
+slowly; without either a 503-answering start does nothing (stalled). ``--slow-first-503 S`` delays
+the first 503 by S seconds (a busy machine delaying an "at once" answer; the next ones come at once).
 ``--listen P`` is ``--port P`` under another name: the argv then names no
 ``--port``, so a finder must read the port from the listening socket.
 """
@@ -35,6 +39,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
     stuck = False
 
     claim_engines = False
+    slow_first_503 = 0.0
 
     def do_GET(self):
         if self.claim_engines and self.path in ("/server_info", "/version"):
@@ -53,6 +58,9 @@ class Handler(http.server.BaseHTTPRequestHandler):
             code = 503 if time.monotonic() < self.starting_until else 200
             if code == 503:
                 time.sleep(self.slow_503)
+            if code == 503 and Handler.slow_first_503:
+                delay, Handler.slow_first_503 = Handler.slow_first_503, 0.0
+                time.sleep(delay)
         else:
             code = 200 if self.path == "/health" else 404
         body = b"ok\n" if code == 200 else b"not found\n"
@@ -82,6 +90,9 @@ def main() -> int:
     ap.add_argument("--starting", type=float, default=None)
     ap.add_argument("--slow-503", type=float, default=0.0)
     ap.add_argument("--stuck", action="store_true")
+    ap.add_argument("--log-every", type=float, default=None)
+    ap.add_argument("--spin-while-starting", action="store_true")
+    ap.add_argument("--slow-first-503", type=float, default=0.0)
     args = ap.parse_args()
     if (args.port is None) == (args.listen is None):
         ap.error("give exactly one of --port and --listen")
@@ -117,8 +128,28 @@ def main() -> int:
     Handler.stuck = args.stuck
     Handler.slow_503 = args.slow_503
     Handler.claim_engines = args.claim_engines
+    Handler.slow_first_503 = args.slow_first_503
     if args.starting is not None:
         Handler.starting_until = time.monotonic() + args.starting
+        import threading
+
+        def log_steps():
+            n = 0
+            while time.monotonic() < Handler.starting_until:
+                time.sleep(args.log_every)
+                n += 1
+                print(f"loading step {n}", file=sys.stderr, flush=True)
+
+        def spin():
+            x = 0
+            while time.monotonic() < Handler.starting_until:
+                for _ in range(10000):
+                    x += 1
+
+        if args.log_every:
+            threading.Thread(target=log_steps, daemon=True).start()
+        if args.spin_while_starting:
+            threading.Thread(target=spin, daemon=True).start()
     print(f"listening on {args.host}:{args.port}", file=sys.stderr, flush=True)
     server.serve_forever()
     return 0

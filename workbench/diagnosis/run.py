@@ -51,7 +51,7 @@ from workbench.engine.source import EngineSource
 from workbench.errors import (AcceptanceError, DiagnosisError, FigureInputError, LaunchRefused, MeasureError,
                               ServerStoppedAnswering, SourceLookupError, WorkbenchInputError)
 from workbench.session.watchdog import WATCHDOG_AFTER_S
-from workbench.logs import read_decode_records
+from workbench.logs import read_decode_records, read_when_settled
 from workbench.measure.generate import auth_headers, measure_generate
 from workbench.measure.prompts import load_prompts
 from workbench.report import figures
@@ -71,7 +71,8 @@ from workbench.session.inventory import serves_sandbox_target
 from workbench.session.box_session import check_run_parameters, sandbox_default_launch
 
 __all__ = ["DiagnosisError", "DiagnosisRun", "Measurement", "StepResult", "DRAFT_MODEL_FILE", "PROBE_RECIPE",
-           "LOW_ACCEPT_FRACTION", "SUFFICIENT_GAIN", "SERVER_STOPPED_ANSWERING", "verify_ceiling"]
+           "LOW_ACCEPT_FRACTION", "SUFFICIENT_GAIN", "SERVER_STOPPED_ANSWERING", "NEAR_THRESHOLD_BAND", "verify_ceiling",
+           "pooled_measurement"]
 
 #: The draft model file, relative to the engine package root: SGLang 0.5.23
 #: ``srt/models/llama_eagle3.py`` (the sandbox mirrors the path).
@@ -88,6 +89,12 @@ PROBE_RECIPE = "draft-input-width"
 LOW_ACCEPT_FRACTION = 0.45
 #: A fix is sufficient when acceptance is no longer low and rose by at least this factor.
 SUFFICIENT_GAIN = 1.1
+#: A measured accept length within this fraction of a threshold a decision compares it with (low:
+#: 90 % of ``expected_accept_length`` or :data:`LOW_ACCEPT_FRACTION` of the ceiling, collapsed;
+#: a fix's gain: :data:`SUFFICIENT_GAIN` × the accept length before) is measured once more and the
+#: decision taken on both measurements pooled (Σ tokens / Σ verify steps): one measurement near a
+#: threshold never decides alone (issue 26).
+NEAR_THRESHOLD_BAND = 0.03
 #: The cross-engine aux-id hypothesis (``workbench/rules/cross_engine.py``): a draft's aux layer ids
 #: written in the other engine's convention.
 CROSS_ENGINE_AUX = "aux-cross-engine-convention"
@@ -137,6 +144,9 @@ class Measurement:
     generate: Any  # workbench.measure.generate.AcceptanceMeasurement
     log_records: list[dict]
     log_path: str | None
+    #: when the first accept length was within NEAR_THRESHOLD_BAND of a threshold: each
+    #: measurement's accept length and the thresholds (``generate`` is then both pooled)
+    remeasured: dict | None = None
 
     @property
     def accept_length(self) -> float | None:
@@ -145,7 +155,7 @@ class Measurement:
     def to_dict(self) -> dict[str, Any]:
         out = self.generate.to_dict()
         out.update({"label": self.label, "launch_command": self.launch_command, "log_path": self.log_path,
-                    "log_decode_records": len(self.log_records)})
+                    "log_decode_records": len(self.log_records), "remeasured": self.remeasured})
         if self.log_records:
             lens = [r["accept_len"] for r in self.log_records if r.get("accept_len") is not None]
             out["log_accept_len_last"] = lens[-1] if lens else None
@@ -407,11 +417,16 @@ class DiagnosisRun(BoxSession):
 
     def measure(self, label: str) -> Measurement:
         """Accept length over the prompt set through ``/generate`` (SGLang's definition:
-        Σ completion_tokens / Σ spec_verify_ct), with the decode log lines written meanwhile.
-        A server still starting (the one found running, typically) is waited for up to
-        ``server_start_timeout`` while its process lives; raises ``remote.errors.ServerNotReady``
-        when it never gets ready, ``remote.errors.GenerationStuck`` when its HTTP answers and a
-        1-token generation does not return (a server that starts, found still starting).
+        Σ completion_tokens / Σ spec_verify_ct), with the decode log lines written meanwhile (read
+        once the log has settled: ``workbench.logs.read_when_settled``). A server still starting (the
+        one found running, typically) is waited for while it makes progress (new log bytes, CPU
+        time of its process group: ``remote.box.Box.activity_probe``), given up after
+        ``server_start_timeout`` seconds without (``START_WAIT_FACTOR`` times that in all). An
+        accept length within :data:`NEAR_THRESHOLD_BAND` of a threshold a decision compares it with
+        (:meth:`decision_thresholds`) is measured once more and both are pooled
+        (:func:`pooled_measurement`; ``Measurement.remeasured`` says so). Raises
+        ``remote.errors.ServerNotReady`` when it never gets ready, ``remote.errors.GenerationStuck``
+        when its HTTP answers and a 1-token generation does not return.
 
         Raises :class:`~workbench.errors.ServerStoppedAnswering` when the server stops answering
         in the middle (its process exited, or it lives and answers nothing within
@@ -421,24 +436,67 @@ class DiagnosisRun(BoxSession):
         base_url, log_path, launch = self._serving()
         offset = self.box.file_size(log_path) if log_path and self.box.exists(log_path) else 0
         pid = self.current.pid if self.current is not None else self.inventory.server_pid
+        pgid = self.current.pgid if self.current is not None else None
+        if pgid is None and pid:
+            info = self.box.process(pid)
+            pgid = info.pgid if info is not None else None
         key = launch.get("--api-key")
-        try:
-            result = measure_generate(base_url, self.prompts, max_new_tokens=self.max_new_tokens, warmup=1,
-                                      progress=self.progress, timeout=self.request_timeout,
-                                      start_timeout=self.server_start_timeout,
-                                      alive=(lambda: self.box.is_alive(pid)) if pid else None,
-                                      api_key=key if isinstance(key, str) else None)
-        except (AcceptanceError, MeasureError, ServerNotReady, GenerationStuck) as exc:
-            lost = self._stopped_answering(exc, what=f"measuring: {label}", pid=pid, log_path=log_path)
-            if lost is None:
-                raise
-            raise lost from exc
+
+        def once():
+            return measure_generate(base_url, self.prompts, max_new_tokens=self.max_new_tokens, warmup=1,
+                                    progress=self.progress, timeout=self.request_timeout,
+                                    start_timeout=self.server_start_timeout,
+                                    alive=(lambda: self.box.is_alive(pid)) if pid else None,
+                                    activity=self.box.activity_probe(pgid, log_path) if pgid else None,
+                                    api_key=key if isinstance(key, str) else None)
+
+        def guarded():
+            try:
+                return once()
+            except (AcceptanceError, MeasureError, ServerNotReady, GenerationStuck) as exc:
+                lost = self._stopped_answering(exc, what=f"measuring: {label}", pid=pid, log_path=log_path)
+                if lost is None:
+                    raise
+                raise lost from exc
+
+        result = guarded()
+        remeasured = None
+        near = [t for t in self.decision_thresholds(launch)
+                if result.accept_length is not None and abs(result.accept_length - t) <= NEAR_THRESHOLD_BAND * t]
+        if near:
+            again = guarded()
+            remeasured = {"accept_lengths": [result.accept_length, again.accept_length], "near": near}
+            result = pooled_measurement(result, again)
+            remeasured["pooled"] = result.accept_length
+            self.notes.append(f"{label}: accept length {remeasured['accept_lengths'][0]:.3f} within "
+                              f"{NEAR_THRESHOLD_BAND:.0%} of {', '.join(f'{t:.3f}' for t in near)}: measured again "
+                              f"({_fmt(again.accept_length)}), decided on both pooled ({_fmt(result.accept_length)})")
         records: list[dict] = []
         if log_path:
-            # bounded whatever the log holds (a 500 MB line costs 64 KiB): workbench.logs.bounded
-            records = [r.to_dict() for r in read_decode_records(self.box, log_path, offset, missing_ok=True)]
+            # bounded whatever the log holds (a 500 MB line costs 64 KiB): workbench.logs.bounded;
+            # read once the log stopped growing (its last decode line written)
+            got, _settled = read_when_settled(self.box, log_path,
+                                              lambda: read_decode_records(self.box, log_path, offset, missing_ok=True))
+            records = [r.to_dict() for r in got]
         return Measurement(label=label, launch_command=launch.to_display(), generate=result,
-                           log_records=records, log_path=log_path)
+                           log_records=records, log_path=log_path, remeasured=remeasured)
+
+    def decision_thresholds(self, launch: LaunchCommand | None = None) -> list[float]:
+        """The accept lengths a decision compares a measurement of ``launch`` with: the low line
+        (90 % of ``expected_accept_length``; else the collapse line and :data:`LOW_ACCEPT_FRACTION`
+        of the ceiling) and, once acceptance before was measured, the fix's gain line
+        (:data:`SUFFICIENT_GAIN` × before)."""
+        out: list[float] = []
+        if self.expected_accept_length:
+            out.append(0.9 * self.expected_accept_length)
+        else:
+            out.append(COLLAPSED_ACCEPT_LENGTH)
+            ceiling = self.ceiling(launch)
+            if ceiling:
+                out.append(LOW_ACCEPT_FRACTION * ceiling)
+        if self.before is not None and self.before.accept_length:
+            out.append(self.before.accept_length * SUFFICIENT_GAIN)
+        return out
 
     def ceiling(self, launch: LaunchCommand | None = None) -> float | None:
         """The most tokens one verify step can yield with ``launch`` (default: as found):
@@ -885,7 +943,10 @@ class DiagnosisRun(BoxSession):
     def _read_probes(self, handle) -> dict[str, list]:
         """Send one request to the launch ``handle`` (bounded by ``request_timeout``) and read each
         recipe's lines printed by that launch (its process group: an earlier launch's lines are no
-        evidence about this one): ``{recipe name: [ProbeReading, ...]}``."""
+        evidence about this one): ``{recipe name: [ProbeReading, ...]}``. Read once the log has
+        settled (``workbench.logs.read_when_settled``: not grown for 0.5 s with the width line in
+        it), or given up when it has not grown for 10 s without it: no fixed deadline a busy
+        machine could overrun."""
         launch = self.current_launch or self.inventory.launch
         key = launch.get("--api-key")
         with httpx.Client(timeout=self.request_timeout, trust_env=False,
@@ -909,17 +970,18 @@ class DiagnosisRun(BoxSession):
                 if lost is not None:
                     raise lost from exc
                 self.notes.append(f"the probe request failed: {type(exc).__name__}: {exc}")
-        deadline = time.monotonic() + 10
-        out: dict[str, list] = {}
-        while True:
-            try:
-                out = read_recipes(self.box, handle.log_path, self.probes, pgid=handle, timeout=30)
-            except RemoteError as exc:
-                self.notes.append(f"the probe lines could not be read: {exc}")
-                return out
-            if out.get(PROBE_RECIPE) or time.monotonic() > deadline:
-                return out
-            time.sleep(0.2)
+        # Read once the log has settled: the lines of every recipe the request printed, never a
+        # partial read of a log still being written; given up when it has not grown for
+        # SETTLE_STALL_S without the width line (a stall, not a total time: a busy box is slower).
+        try:
+            out, _settled = read_when_settled(
+                self.box, handle.log_path,
+                lambda: read_recipes(self.box, handle.log_path, self.probes, pgid=handle, timeout=30),
+                done=lambda readings: bool(readings.get(PROBE_RECIPE)), timeout=30)
+        except RemoteError as exc:
+            self.notes.append(f"the probe lines could not be read: {exc}")
+            return {}
+        return out
 
     def _probe_summary(self, readings: dict[str, list], *, before: bool) -> dict[str, Any]:
         widths: list[tuple[int, ...]] = []
@@ -1871,6 +1933,29 @@ class DiagnosisRun(BoxSession):
         for note in self.notes:
             parts.append(f"<p><small>note: {html.escape(note)}</small></p>")
         return REDACTOR.text("".join(parts))
+
+
+def pooled_measurement(a, b):
+    """Two acceptance measurements of the same server pooled into one
+    (``workbench.measure.generate.AcceptanceMeasurement``): through ``/generate`` every number
+    recomputed over both requests' records (``summarize_responses``: Σ tokens / Σ verify steps);
+    from another source (vLLM's counters) accept length weighted by each one's verify steps. Either
+    without an accept length: ``a`` unchanged."""
+    from workbench.measure.generate import summarize_responses
+
+    if a.accept_length is None or b.accept_length is None or not a.verify_steps or not b.verify_steps:
+        return a
+    if a.source == "/generate" and b.source == "/generate" and a.records and b.records:
+        return summarize_responses(list(a.records) + list(b.records), warmup=a.warmup, max_new_tokens=a.max_new_tokens,
+                                   base_url=a.base_url, server_info=b.server_info)
+    steps = a.verify_steps + b.verify_steps
+    wall = a.wall_s + b.wall_s
+    return dataclasses.replace(
+        a, accept_length=(a.accept_length * a.verify_steps + b.accept_length * b.verify_steps) / steps,
+        accept_rate=None, verify_steps=steps, total_tokens=a.total_tokens + b.total_tokens, wall_s=wall,
+        tokens_per_s=(a.total_tokens + b.total_tokens) / wall if wall > 0 else None,
+        records=list(a.records) + list(b.records), histogram=None,
+        note=(a.note + "; " if a.note else "") + "two measurements pooled: accept length weighted by verify steps")
 
 
 def d2t_words(raw: dict) -> str:

@@ -131,7 +131,7 @@ from workbench.logs.read import (
     tail_box,
     tail_bytes,
 )
-from workbench.logs.follow import FollowEvent, LogFollower, ServerLogFollower, TailUpdate
+from workbench.logs.follow import FollowEvent, LogFollower, ServerLogFollower, TailUpdate, read_when_settled
 from workbench.logs.vllm_log import (
     SpecDecodingLine,
     VllmLogReader,
@@ -143,6 +143,7 @@ from workbench.logs.vllm_log import (
 __all__ = [
     "LogRecord", "ParsedLog", "LogAcceptance", "parse_log_line", "parse_log", "acceptance_from_log",
     "LogScanner", "LogSummary", "Stat", "FollowEvent", "LogFollower", "ServerLogFollower", "TailUpdate", "LogInputError",
+    "read_when_settled",
     "summarize_bytes", "scan_file", "scan_box", "read_box", "tail_bytes", "tail_box", "epoch_seconds",
     "DEFAULT_DECODE_LOG_INTERVAL", "BLOCK", "TAIL_BLOCK", "read_decode_records", "MAX_LINE", "LineCapper",
     "cap_lines", "cut_length", "DECODE_LINE_FORMATS", "decode_line_format", "correct_draft_rate",

@@ -262,3 +262,48 @@ class ServerLogFollower:
             elif ev.kind == "missing":
                 notes.append(f"log {ev.path} is missing (waiting for it)")
         return TailUpdate(lines, notes, path)
+
+
+#: A log that did not grow for this long (seconds) after the request that prints into it returned
+#: holds every line of that request: the server writes them before or just after its answer.
+SETTLE_QUIET_S = 0.5
+#: A log that did not grow for this long (seconds) while the lines looked for are still missing:
+#: the server printed nothing more, the lines are not coming (a stall measured, not a total time).
+SETTLE_STALL_S = 10.0
+
+
+def read_when_settled(box: Any, path: str, read, *, done=None, quiet_s: float = SETTLE_QUIET_S,
+                      stall_s: float = SETTLE_STALL_S, poll_s: float = 0.2, timeout: float = 30.0,
+                      max_s: float = 120.0) -> tuple[Any, bool]:
+    """Read a log a server may still be writing, once it has settled (issue 26: never decide from a
+    partial read of a log still being written, and never give up on lines a busy machine delays).
+
+    ``read()`` reads what the caller wants from the log at ``path`` on ``box`` (e.g.
+    ``workbench.engine.recipes.read_recipes``); it is called again each time the log grew
+    (``Box.file_size``, ``timeout`` seconds each). Returns ``(reading, settled)``: ``settled`` True
+    as soon as ``done(reading)`` holds (default: always) and the log has not grown for ``quiet_s``
+    seconds since that reading; False when the log has not grown for ``stall_s`` seconds and
+    ``done`` still does not hold (the lines are not coming: the last reading is returned), or when
+    ``max_s`` seconds passed in all (a log that never stops growing). A log that does not exist
+    counts as size 0. Errors of ``read`` and of the box propagate (``remote.errors.RemoteError``)."""
+    import time
+
+    def size() -> int:
+        return box.file_size(path, timeout=timeout) if box.exists(path, timeout=timeout) else 0
+
+    start = last_growth = time.monotonic()
+    last_size = size()
+    reading = read()
+    while True:
+        time.sleep(poll_s)
+        now_size = size()
+        now = time.monotonic()
+        if now_size != last_size:
+            last_size, last_growth = now_size, now
+            reading = read()
+        quiet = now - last_growth
+        ok = done(reading) if done is not None else True
+        if ok and quiet >= quiet_s:
+            return reading, True
+        if quiet >= stall_s or now - start >= max_s:
+            return reading, bool(ok)

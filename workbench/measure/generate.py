@@ -348,6 +348,7 @@ def measure_generate(
     start_timeout: float | None = None,
     alive: Callable[[], bool] | None = None,
     api_key: str | None = None,
+    activity: Callable[[], tuple] | None = None,
 ) -> AcceptanceMeasurement:
     """Measure accept length on a running server with greedy ``POST /generate`` requests.
 
@@ -365,6 +366,10 @@ def measure_generate(
     generates (``remote.readiness.wait_ready``: ``/health_generate``, else a 1-token ``/generate``),
     while it answers 503 or, when ``alive`` (is the server's process still there?) says so, refuses
     connections, with one progress line on stderr; a server already ready costs one check.
+    ``activity`` (``remote.box.Box.activity_probe`` of the server: its log progress and CPU seconds): the
+    ``start_timeout`` then counts seconds without progress (a server starting slowly on a busy
+    machine is waited for while it works; ``wait_ready``'s ``max_wait``, 4 × ``start_timeout``,
+    bounds the whole wait).
     On a server without ``/generate`` (404) that is vLLM (:func:`workbench.measure.vllm.detect_engine`)
     the same measurement is made through ``/v1/completions`` and vLLM's counters
     (:func:`workbench.measure.sources.measure_generate_vllm`): accept length = 1 + accepted / drafts.
@@ -385,7 +390,8 @@ def measure_generate(
     try:
         return _measure_generate(client, base_url, url, texts, max_new_tokens=max_new_tokens, warmup=warmup,
                                  timeout=timeout, fetch_server_info=fetch_server_info, keep_text=keep_text,
-                                 progress=progress, start_timeout=start_timeout, alive=alive)
+                                 progress=progress, start_timeout=start_timeout, alive=alive,
+                                 activity=activity)
     except _NoGenerate as exc:
         for handler in NO_GENERATE_HANDLERS:
             result = handler(client, base_url, texts, max_new_tokens=max_new_tokens, warmup=warmup, timeout=timeout,
@@ -401,14 +407,15 @@ def measure_generate(
 
 def _measure_generate(client: httpx.Client, base_url: str, url: str, texts: Sequence[str], *, max_new_tokens: int,
                       warmup: int, timeout: float, fetch_server_info: bool, keep_text: bool, progress: bool | str,
-                      start_timeout: float | None, alive: Callable[[], bool] | None) -> AcceptanceMeasurement:
+                      start_timeout: float | None, alive: Callable[[], bool] | None,
+                      activity: Callable[[], tuple] | None = None) -> AcceptanceMeasurement:
     """The body of :func:`measure_generate` on a server with ``/generate`` (raises ``_NoGenerate``
     on a 404 from it)."""
     if start_timeout is not None:
         from remote.readiness import wait_ready
 
         wait_ready(base_url, start_timeout=start_timeout, request_timeout=timeout, alive=alive, client=client,
-                   progress=lambda line: print(line, file=sys.stderr, flush=True))
+                   progress=lambda line: print(line, file=sys.stderr, flush=True), activity=activity)
     for i in range(warmup):
         _post_generate(client, url, texts[i % len(texts)], max_new_tokens, timeout)
     records = []

@@ -29,8 +29,15 @@ from workbench.session.watchdog import (WATCHDOG_AFTER_EXPECTED, WATCHDOG_AFTER_
                                         heartbeat_interval, read_report, report_notice, start_watchdog,
                                         watchdog_after_ok)
 
-__all__ = ["BoxSession", "open_box", "holding_run_lock", "launch_env_delta", "check_run_parameters",
-           "run_parameter_problem", "RUN_PARAMETER_KINDS", "MAX_RUN_SECONDS"]
+__all__ = ["BoxSession", "open_box", "holding_run_lock", "launch_env_delta", "check_run_parameters", "run_parameter_problem",
+           "RUN_PARAMETER_KINDS", "MAX_RUN_SECONDS", "START_WAIT_FACTOR"]
+
+#: A launch (or a server found still starting) is given up after ``server_start_timeout`` seconds
+#: WITHOUT progress (no new log bytes, no CPU time used by its process group, the same answer:
+#: ``remote.readiness.StallClock``), and after this many times ``server_start_timeout`` in all (a
+#: server that keeps busy and never gets ready). So a start twice as slow on a busy machine is
+#: waited for, and a hung one is given up after the same time on any machine (issue 26).
+START_WAIT_FACTOR = 4
 
 
 class BoxSession:
@@ -38,8 +45,8 @@ class BoxSession:
     own on the same port, and must leave the box as found (:meth:`restore`, also at interpreter
     exit). Shared by :class:`DiagnosisRun` and :class:`workbench.sweep.SweepRun`; open the box with
     :func:`open_box`. ``restarts`` counts launches of something other than what was running.
-    ``server_start_timeout``: seconds a launch (or a server found still starting) may take to get
-    ready; ``request_timeout``: seconds each HTTP request to the server may take (the measurements'
+    ``server_start_timeout``: seconds a launch (or a server found still starting) may go without
+    progress before it is given up (:data:`START_WAIT_FACTOR` times that in all); ``request_timeout``: seconds each HTTP request to the server may take (the measurements'
     requests, the probe request).
 
     Every launch passes the launch guard first (:attr:`guard`, :class:`workbench.session.guard.LaunchGuard`):
@@ -116,7 +123,9 @@ class BoxSession:
             self.restarts += 1  # launching what was not running is not a restart
         started = time.time()
         try:
-            waited = self.box.wait_healthy(handle, timeout=self.server_start_timeout)
+            # a stall time-out: a start slowed down by a busy machine keeps its log and CPU moving
+            waited = self.box.wait_healthy(handle, timeout=START_WAIT_FACTOR * self.server_start_timeout,
+                                           stall_timeout=self.server_start_timeout)
         except (ServerDied, ServerStartTimedOut):
             # Ours either way: a server that did not answer in time still runs (and holds the
             # port), one that died may leave workers in its process group. Stop the whole group
