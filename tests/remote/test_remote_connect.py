@@ -14,7 +14,8 @@ def test_connect_local(tmp_path):
         assert box.run("echo ok").stdout == "ok\n"
 
 
-def test_default_state_dir_is_under_the_box_home():
+def test_default_state_dir_is_under_the_box_home(monkeypatch):
+    monkeypatch.delenv("EAGLE_WORKBENCH_STATE_DIR", raising=False)  # the tests set one per worker
     box = connect("local")
     assert box.state_dir.endswith("/.cache/eagle-workbench") and not box.state_dir.startswith("~")
 
