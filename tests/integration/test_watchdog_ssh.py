@@ -15,7 +15,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -27,7 +26,7 @@ import pytest
 from remote import connect
 from remote import probes as remote_probes
 from testkit.sandbox_servers import EAGLE, sandbox_flags
-from testkit.watchdogs import stop_watchdogs_under
+from testkit.watchdogs import driver_until_ready, kill_all, stop_watchdogs_under
 from workbench.session import runlock, watchdog
 from workbench.session.journal import journal_path
 
@@ -64,13 +63,7 @@ def _children(pid: int) -> list[int]:
 def _cut_ssh(sshd) -> list[int]:
     """SIGKILL every session process of the loopback sshd (its listener survives): every SSH
     connection to it is cut, the box side first."""
-    pids = _children(sshd.server.proc.pid)
-    for pid in pids:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            continue
-    return pids
+    return kill_all(_children(sshd.server.proc.pid))
 
 
 def _healthy(port: int) -> bool:
@@ -86,18 +79,8 @@ def _driver(host: str, port: int, probe_file: Path, stage: str, state_dir: Path)
                              "--probe-file", str(probe_file), "--stage", stage, "--start-timeout", "120"],
                             env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             cwd=ROOT)
-    said: dict = {}
-    for line in proc.stdout:
-        if line.startswith("run "):
-            _, said["run_id"], _, pid = line.split()
-            said["watchdog_pid"] = int(pid)
-        elif line.startswith("fix pid "):
-            said["fix_pid"] = int(line.split()[-1])
-        elif line.strip() == "ready":
-            return proc, said
-    proc.wait(timeout=10)
-    err = [line for line in proc.stderr.read().splitlines() if not line.startswith("[20")]  # not the server's log
-    raise AssertionError(f"the driver ended before {stage}: " + "\n".join(err[-60:]))
+    # the server's log lines ("[2026-...") are not the driver's
+    return proc, driver_until_ready(proc, stage, err_filter=lambda line: not line.startswith("[20"))
 
 
 @pytest.mark.parametrize("stage", ["original-stopped", "probe-inserted", "fix-running"])

@@ -26,12 +26,34 @@ def watchdog_pids(state_prefix: str) -> list[int]:
     return out
 
 
-def stop_watchdogs_under(state_prefix: str) -> list[int]:
-    """SIGKILL each watchdog of :func:`watchdog_pids`; returns their pids."""
-    pids = watchdog_pids(state_prefix)
+def kill_all(pids: list[int]) -> list[int]:
+    """SIGKILL each of ``pids`` (one already gone is skipped); returns ``pids``."""
     for pid in pids:
         try:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
             continue
     return pids
+
+
+def stop_watchdogs_under(state_prefix: str) -> list[int]:
+    """SIGKILL each watchdog of :func:`watchdog_pids`; returns their pids."""
+    return kill_all(watchdog_pids(state_prefix))
+
+
+def driver_until_ready(proc, stage: str, *, err_filter=None) -> dict:
+    """Read what ``tests/testkit/watchdog_driver.py`` (``proc``, stdout a text pipe) says until its
+    ``ready`` line: ``{"run_id", "watchdog_pid", "fix_pid"}`` (those it said). Raises
+    ``AssertionError`` with its stderr (lines kept by ``err_filter``, last 60) when it ended before ``stage``."""
+    said: dict = {}
+    for line in proc.stdout:
+        if line.startswith("run "):
+            _, said["run_id"], _, pid = line.split()
+            said["watchdog_pid"] = int(pid)
+        elif line.startswith("fix pid "):
+            said["fix_pid"] = int(line.split()[-1])
+        elif line.strip() == "ready":
+            return said
+    proc.wait(timeout=10)
+    err = [line for line in proc.stderr.read().splitlines() if err_filter is None or err_filter(line)]
+    raise AssertionError(f"the driver ended before {stage}: " + "\n".join(err[-60:]))

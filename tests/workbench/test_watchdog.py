@@ -28,7 +28,7 @@ from remote import connect
 from remote import probes as remote_probes
 from remote.box import Box
 from testkit.ports import free_port
-from testkit.watchdogs import watchdog_pids
+from testkit.watchdogs import driver_until_ready, watchdog_pids
 from workbench.errors import DiagnosisError, WatchdogError
 from workbench.session import runlock, watchdog, watchdog_box
 from workbench.session.box_session import MAX_RUN_SECONDS
@@ -136,17 +136,7 @@ def _driver(b: Box0, stage: str, *, mode: str = "low", host: str = "local", afte
                              "--probe-file", str(b.probe_file), "--stage", stage, "--fix-argv",
                              json.dumps(b.fix_argv()), *extra],
                             env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    said: dict = {}
-    for line in proc.stdout:
-        if line.startswith("run "):
-            _, said["run_id"], _, pid = line.split()
-            said["watchdog_pid"] = int(pid)
-        elif line.startswith("fix pid "):
-            said["fix_pid"] = int(line.split()[-1])
-        elif line.strip() == "ready":
-            return proc, said
-    proc.wait(timeout=10)
-    raise AssertionError(f"the driver ended before {stage}: {proc.stderr.read()}")
+    return proc, driver_until_ready(proc, stage)
 
 
 def _kill(proc: subprocess.Popen) -> float:
