@@ -6,6 +6,8 @@ written by a thread). Pooling two acceptance measurements taken near a threshold
 import threading
 import time
 
+import pytest
+
 from remote import connect
 from workbench.diagnosis.run import pooled_measurement
 from workbench.logs import read_when_settled
@@ -68,3 +70,16 @@ def test_two_measurements_pool_to_tokens_over_verify_steps():
     assert len(pooled.records) == 4 and pooled.warmup == 1
     nothing = summarize_responses([], warmup=1)
     assert pooled_measurement(a, nothing) is a  # nothing to pool with
+
+
+def test_counter_measurements_pool_accept_rate_by_verify_steps():
+    """vLLM's counters (no per-request records): accept length and accept rate (accepted / drafted,
+    the same tokens drafted per step) weighted by verify steps; a rate was kept None before."""
+    import dataclasses
+
+    base = summarize_responses([_record(0, 64, 40)], warmup=0, max_new_tokens=64)
+    a = dataclasses.replace(base, source="metrics", records=[], accept_length=1.8, accept_rate=0.25, verify_steps=100)
+    b = dataclasses.replace(base, source="metrics", records=[], accept_length=2.0, accept_rate=1 / 3, verify_steps=50)
+    pooled = pooled_measurement(a, b)
+    assert pooled.accept_length == pytest.approx((1.8 * 100 + 2.0 * 50) / 150)
+    assert pooled.accept_rate == pytest.approx((0.25 * 100 + 50 / 3) / 150)

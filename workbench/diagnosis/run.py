@@ -1939,7 +1939,8 @@ def pooled_measurement(a, b):
     """Two acceptance measurements of the same server pooled into one
     (``workbench.measure.generate.AcceptanceMeasurement``): through ``/generate`` every number
     recomputed over both requests' records (``summarize_responses``: Σ tokens / Σ verify steps);
-    from another source (vLLM's counters) accept length weighted by each one's verify steps. Either
+    from another source (vLLM's counters) accept length and accept rate weighted by each one's verify
+    steps (the same server drafts the same tokens per step). Either
     without an accept length: ``a`` unchanged."""
     from workbench.measure.generate import summarize_responses
 
@@ -1950,9 +1951,13 @@ def pooled_measurement(a, b):
                                    base_url=a.base_url, server_info=b.server_info)
     steps = a.verify_steps + b.verify_steps
     wall = a.wall_s + b.wall_s
+    # accepted / drafted: the same server drafts the same number of tokens per verify step, so the
+    # rates pool weighted by verify steps too
+    rate = (None if a.accept_rate is None or b.accept_rate is None
+            else (a.accept_rate * a.verify_steps + b.accept_rate * b.verify_steps) / steps)
     return dataclasses.replace(
         a, accept_length=(a.accept_length * a.verify_steps + b.accept_length * b.verify_steps) / steps,
-        accept_rate=None, verify_steps=steps, total_tokens=a.total_tokens + b.total_tokens, wall_s=wall,
+        accept_rate=rate, verify_steps=steps, total_tokens=a.total_tokens + b.total_tokens, wall_s=wall,
         tokens_per_s=(a.total_tokens + b.total_tokens) / wall if wall > 0 else None,
         records=list(a.records) + list(b.records), histogram=None,
         note=(a.note + "; " if a.note else "") + "two measurements pooled: accept length weighted by verify steps")
