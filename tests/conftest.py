@@ -120,6 +120,7 @@ def xdist_group_of(nodeid: str):
     return None
 
 
+@pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist: no error where it is not installed
 def pytest_xdist_make_scheduler(config, log):
     """pytest-xdist's scheduler for this suite: each group of :func:`xdist_group_of` is one unit of
     work for one worker, every other test a unit of its own; the groups go first (the most tests
