@@ -73,3 +73,12 @@ class ReadCounter:
 @pytest.fixture
 def read_counter(box, monkeypatch):
     return ReadCounter(box, monkeypatch)
+
+
+@pytest.fixture
+def launched(box):
+    """Server handles a test launched on ``box`` (append each): stopped at the test's end."""
+    handles = []
+    yield handles
+    for h in handles:
+        box.stop_server(h, grace=2)

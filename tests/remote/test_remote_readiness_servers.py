@@ -15,14 +15,6 @@ from remote.readiness import check_generation, wait_ready
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture
-def launched(box):
-    handles = []
-    yield handles
-    for h in handles:
-        box.stop_server(h, grace=2)
-
-
 def test_a_launch_is_ready_only_once_health_generate_answers_200(box, free_port, tiny_server_argv, launched):
     h = box.launch_server([*tiny_server_argv, "--port", str(free_port), "--delay", "0.5", "--starting", "1.5"],
                           port=free_port)

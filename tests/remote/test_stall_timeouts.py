@@ -18,14 +18,6 @@ STALL = 1.5  # seconds without progress that give a start up
 SLACK = 6.0  # seconds: a 2-core machine shared with other test runs
 
 
-@pytest.fixture
-def launched(box):
-    handles = []
-    yield handles
-    for h in handles:
-        box.stop_server(h, grace=2)
-
-
 def _launch(box, argv, port, launched, *flags):
     h = box.launch_server([*argv, "--port", str(port), *flags], port=port)
     launched.append(h)
