@@ -47,15 +47,30 @@ def _isolate_worker_state() -> None:
     return base
 
 
+def _runs_tests(config) -> bool:
+    """Whether this pytest process runs tests: an xdist worker, or a run without ``-n``; not the
+    xdist controller, which only schedules them."""
+    return "PYTEST_XDIST_WORKER" in os.environ or not getattr(config.option, "numprocesses", None)
+
+
 def pytest_configure(config):
     config._ewb_guard = None
     config._ewb_fast_guard = "not slow" in (config.getoption("markexpr") or "").replace("  ", " ")
     config._ewb_state_base = _isolate_worker_state()
+    if _runs_tests(config):
+        # the sandbox box's engine of this process (testkit.engine_copy): its servers, kernels and
+        # CLIs import a copy of `workbench`, so probes of two workers never meet in one file
+        from pathlib import Path
+
+        from testkit.engine_copy import make_engine_checkout, use_engine_checkout
+
+        use_engine_checkout(make_engine_checkout(Path(config._ewb_state_base)))
 
 
 def pytest_unconfigure(config):
     base = getattr(config, "_ewb_state_base", None)
     if base:
+        os.chdir(config.invocation_params.dir)  # out of the engine checkout before it is removed
         shutil.rmtree(base, ignore_errors=True)  # servers stopped by now; a file still written is left
     config._ewb_fast_guard = "not slow" in (config.getoption("markexpr") or "").replace("  ", " ")
 
@@ -70,33 +85,10 @@ def pytest_collection_modifyitems(config, items):
     items[:] = longest_files_first(items)
 
 
-#: Test files that patch the sandbox box's engine source in this checkout (probes in
-#: ``workbench/sandbox/srt``, inserted by a diagnosis, a walkthrough, a console or ``workbench probe``)
-#: or assert it unchanged byte for byte. That source is one per machine, as an installed SGLang is
-#: one per box: two workers probing it at once would see each other's markers (a per-worker state
-#: dir hides the other's run lock and probe journal). One worker runs them all, one after another.
-SANDBOX_ENGINE_FILES = (
-    "tests/integration/test_diagnose_edges.py", "tests/integration/test_diagnose_sandbox.py",
-    "tests/integration/test_fault_injection.py", "tests/integration/test_fault_matrix.py",
-    "tests/integration/test_launch_guard_sandbox.py", "tests/integration/test_probe_recipes_sandbox.py",
-    "tests/integration/test_secrets.py", "tests/integration/test_ssh_fault_run.py",
-    "tests/integration/test_walkthrough_papermill.py", "tests/integration/test_walkthrough_rerun.py",
-    "tests/integration/test_sweep_sandbox.py", "tests/integration/test_server_stops_answering.py",
-    "tests/integration/test_runbook_restore_connections.py", "tests/workbench/test_probe_run_lock.py",
-    "tests/integration/test_verdicts_under_load.py",
-    # reads a shared server's log and requires every line in SGLang's format (a probe line is not)
-    "tests/sandbox/test_sandbox_server.py",
-    "tests/lab/test_console_panes_browser.py", "tests/lab/test_engine_probes_browser.py",
-    "tests/lab/test_panel_browser.py", "tests/lab/test_walkthrough_browser.py",
-    "tests/lab/test_console_browser.py", "tests/lab/test_console_clicks_browser.py",
-    "tests/test_notebooks.py",
-    "tests/workbench/test_probe_cli.py", "tests/workbench/test_engine_source.py",
-    "tests/workbench/test_lab_console.py", "tests/workbench/test_lab_console_fixes.py",
-    "tests/workbench/test_lab_panes.py", "tests/workbench/test_lab_panel.py",
-    "tests/workbench/test_lab_walkthrough.py", "tests/workbench/test_kernel_shutdown_restore.py",
-    "tests/workbench/test_diagnose_units.py", "tests/workbench/test_diagnose_outcome.py",
-    "tests/workbench/test_port_none.py", "tests/workbench/test_runlock.py", "tests/workbench/test_source_cli.py",
-)
+#: The sandbox box's engine (``workbench/sandbox/srt``, which probes patch) is one per pytest
+#: process: each imports a copy of its own (``testkit.engine_copy``, set up in ``pytest_configure``),
+#: so the tests that probe it run on any worker, as two boxes each have their own SGLang.
+
 #: Test files that start real vLLM servers (the ``vllm_server`` / ``own_vllm_server`` fixtures, or a
 #: diagnosis or runbook that launches one) or probe the shared ``.venv-vllm``: one worker runs them
 #: all (at most two shared vLLM servers at once, ~2.5 GB each, and no server imports a file another
@@ -110,13 +102,11 @@ VLLM_FILES = ("tests/integration/test_diagnose_vllm.py", "tests/integration/test
 
 def xdist_group_of(nodeid: str):
     """The group of the test ``nodeid`` (``tests/x/test_y.py::test_z[...]``) that one pytest-xdist
-    worker runs whole, one test after another: ``"sandbox-engine"``, ``"vllm-engine"``, or None
+    worker runs whole, one test after another: ``"vllm-engine"``, or None
     (any worker, test by test)."""
     path = nodeid.split("::", 1)[0]
     if path in VLLM_FILES:
         return "vllm-engine"
-    if path in SANDBOX_ENGINE_FILES:
-        return "sandbox-engine"
     return None
 
 

@@ -88,6 +88,9 @@ class LoopbackSSHD:
             "UseDNS no\n"
             f"LogLevel {self.log_level}\n"
             "Subsystem sftp internal-sftp\n"
+            # a session imports what this process's children import: the pytest process's engine
+            # checkout first (testkit.engine_copy), as a login on a box finds that box's engine
+            + (f'SetEnv PYTHONPATH="{os.environ["PYTHONPATH"]}"\n' if os.environ.get("PYTHONPATH") else "")
             + self.extra_config
         )
         self.log = self.workdir / "sshd.log"

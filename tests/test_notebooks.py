@@ -6,6 +6,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from testkit.engine_copy import sandbox_engine_dir
 
 ROOT = Path(__file__).resolve().parents[1]
 spec = importlib.util.spec_from_file_location("build_runbooks", ROOT / "scripts" / "build_runbooks.py")
@@ -70,7 +71,7 @@ def test_engine_probes_notebook_on_the_sandbox_engine(tmp_path, monkeypatch, exe
     import hashlib
     import sys
 
-    sandbox = ROOT / "workbench" / "sandbox" / "srt"
+    sandbox = sandbox_engine_dir() / "srt"  # the engine this process's kernels import
     before = {p: hashlib.sha256(p.read_bytes()).hexdigest() for p in sandbox.rglob("*.py")}
     monkeypatch.setenv("EAGLE_WORKBENCH_STATE_DIR", str(tmp_path / "state"))
     out = tmp_path / "engine_probes.ipynb"

@@ -37,11 +37,12 @@ from remote import probes as remote_probes
 from testkit.faults import build_deployment
 from testkit.ports import free_port
 from workbench.session.journal import Journal, restore_box
+from testkit.engine_copy import sandbox_engine_dir
 
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[2]
-SANDBOX = ROOT / "workbench" / "sandbox"
+SANDBOX = sandbox_engine_dir()  # this process's engine (testkit.engine_copy); its models/ a symlink
 FAULTS = ("eagle-flag", "d2t-minus-arange")
 STEP_TIMEOUT = 300.0
 
@@ -215,7 +216,7 @@ def _assert_as_found(box, state_dir: Path, dep, before: dict, err: str) -> None:
     while _run_processes(state_dir, dep.root) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert _run_processes(state_dir, dep.root) == [], err[-3000:]
-    assert _tree_digests(SANDBOX, dep.root) == before, err[-3000:]
+    assert _tree_digests(SANDBOX, SANDBOX / "models", dep.root) == before, err[-3000:]
     assert remote_probes.list_probes(box) == []
     assert not Journal(box).pending, _journal(state_dir)
     assert _left_in_state_dir(state_dir) == [], err[-3000:]
@@ -229,7 +230,7 @@ def test_killed_at_each_step_leaves_the_box_as_found(tmp_path, step, target):
     dep = build_deployment(tmp_path / "deployment", *FAULTS)
     port = free_port()
     box = connect("local", state_dir=state_dir)
-    before = _tree_digests(SANDBOX, dep.root)
+    before = _tree_digests(SANDBOX, SANDBOX / "models", dep.root)
     notebook = tmp_path / "reports" / "diagnose_acceptance.ipynb"
     driver = _start(tmp_path, dep, port, env)
     try:
@@ -312,7 +313,7 @@ def test_server_killed_mid_measurement(tmp_path):
     dep = build_deployment(tmp_path / "deployment", *FAULTS)
     port = free_port()
     box = connect("local", state_dir=state_dir)
-    before = _tree_digests(SANDBOX, dep.root)
+    before = _tree_digests(SANDBOX, SANDBOX / "models", dep.root)
     notebook = tmp_path / "reports" / "diagnose_acceptance.ipynb"
     driver = _start(tmp_path, dep, port, env)
 
@@ -358,7 +359,7 @@ def test_two_runs_at_once_one_waits(tmp_path):
     dep = build_deployment(tmp_path / "deployment", *FAULTS)
     port = free_port()
     box = connect("local", state_dir=state_dir)
-    before = _tree_digests(SANDBOX, dep.root)
+    before = _tree_digests(SANDBOX, SANDBOX / "models", dep.root)
     runs = [_start(tmp_path / f"run{i}", dep, port, env) for i in (1, 2)]
     try:
         results = [(r, *r.communicate(timeout=600)) for r in runs]

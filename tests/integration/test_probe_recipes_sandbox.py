@@ -32,9 +32,10 @@ from workbench.cli import main
 from workbench.engine import running_servers
 from workbench.engine.recipes import TARGET_CAPTURES_AUX
 from workbench.sandbox_box import sandbox_launch_command
+from testkit.engine_copy import sandbox_engine_dir
 
 ROOT = Path(__file__).resolve().parents[2]
-SANDBOX = ROOT / "workbench" / "sandbox"
+SANDBOX = sandbox_engine_dir()  # this process's engine (testkit.engine_copy)
 PROBED = {  # recipe -> the sandbox file its map entry lies in
     "draft-input-width": "srt/models/llama_eagle3.py",
     "target-capture-layers": "srt/models/llama.py",

@@ -24,9 +24,10 @@ from remote import connect
 from remote import probes as remote_probes
 from testkit.blackhole import Relay
 from workbench.session.journal import Journal, restore_box
+from testkit.engine_copy import sandbox_engine_dir
 
 ROOT = Path(__file__).resolve().parents[2]
-SANDBOX = ROOT / "workbench" / "sandbox"
+SANDBOX = sandbox_engine_dir()  # this process's engine (testkit.engine_copy); its models/ a symlink
 
 pytestmark = pytest.mark.slow
 
@@ -64,7 +65,7 @@ def test_a_run_whose_ssh_dies_fails_in_bounded_time_and_restore_leaves_the_box_c
                                       ServerAliveCountMax=str(COUNT)))
     env = dict(os.environ, EAGLE_WORKBENCH_STATE_DIR=str(state_dir), EAGLE_WORKBENCH_SSH_CONFIG=str(config))
     local = connect("local", state_dir=state_dir)
-    before = _tree_digest(SANDBOX)
+    before = {**_tree_digest(SANDBOX), **_tree_digest(SANDBOX / "models")}
     driver = None
     try:
         driver = subprocess.Popen(
@@ -113,7 +114,7 @@ def test_a_run_whose_ssh_dies_fails_in_bounded_time_and_restore_leaves_the_box_c
         restore = subprocess.run([sys.executable, "-m", "workbench.cli", "restore", "--host", "flaky",
                                   "--timeout", "60"], env=env, cwd=ROOT, capture_output=True, text=True, timeout=600)
         assert restore.returncode == 0, restore.stdout + restore.stderr
-        assert _tree_digest(SANDBOX) == before
+        assert {**_tree_digest(SANDBOX), **_tree_digest(SANDBOX / "models")} == before
         assert _servers_on(local, free_port) == []
         assert remote_probes.list_probes(local) == []
         assert not Journal(local).pending

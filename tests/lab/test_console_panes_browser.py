@@ -21,9 +21,10 @@ from workbench.lab.accept_pane import WINDOW
 from workbench.lab.state import BoxState
 from workbench.logs import parse_log
 from workbench.session.journal import Journal
+from testkit.engine_copy import sandbox_engine_dir
 
 ROOT = Path(__file__).resolve().parents[2]
-SANDBOX_SRT = ROOT / "workbench" / "sandbox" / "srt"
+SANDBOX_SRT = sandbox_engine_dir() / "srt"  # the engine this process's servers import (testkit.engine_copy)
 
 
 def _hashes() -> dict[Path, str]:

@@ -9,9 +9,10 @@ import hashlib
 from pathlib import Path
 
 import pytest
+from testkit.engine_copy import sandbox_engine_dir
 
 REPO = Path(__file__).resolve().parents[2]
-SANDBOX_SRT = REPO / "workbench" / "sandbox" / "srt"
+SANDBOX_SRT = sandbox_engine_dir() / "srt"  # the engine this process's kernels import (testkit.engine_copy)
 
 
 def _hashes():

@@ -28,6 +28,7 @@ from workbench.engine.recipes import RECIPES, add_recipes, recipe_probes
 from workbench.engine.releases import COVERED_RELEASES
 from workbench.engine.source import EngineSource
 from workbench.errors import SourceLookupError
+from testkit.engine_copy import sandbox_engine_dir
 
 MR = "srt/model_executor/model_runner.py"
 AUX = "srt/model_executor/model_runner_components/spec_aux_hidden_state.py"
@@ -507,7 +508,7 @@ def test_server_worker_inputs_read_the_running_process_environment(box, sglang_r
         proc.wait(timeout=10)
 
 
-SANDBOX_ROOT = pathlib.Path(__file__).resolve().parents[2] / "workbench" / "sandbox"
+SANDBOX_ROOT = sandbox_engine_dir()  # the engine this process's box finds (testkit.engine_copy)
 
 
 @pytest.mark.parametrize("version", COVERED_RELEASES + ("sandbox",))

@@ -16,8 +16,9 @@ from workbench.engine.recipes import RECIPES, recipe_probe, recipe_probes
 from workbench.engine.codepath import code_path_map, map_for_launch
 from workbench.rules.engine_source import scan_swallowed
 from workbench.engine import EngineNotFound, EngineSource, SourceLookupError, find_engine
+from testkit.engine_copy import sandbox_engine_dir
 
-SANDBOX_ROOT = pathlib.Path(__file__).resolve().parents[2] / "workbench" / "sandbox"
+SANDBOX_ROOT = sandbox_engine_dir()  # the engine this process's box finds (testkit.engine_copy)
 
 # Where each entry is in SGLang 0.5.23, and the text of that line (checked against the file too).
 EXPECTED_0_5_23 = {

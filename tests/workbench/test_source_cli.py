@@ -6,9 +6,10 @@ import pathlib
 import sys
 
 import pytest
+from testkit.engine_copy import sandbox_engine_dir
 
 
-SANDBOX = pathlib.Path(__file__).resolve().parents[2] / "workbench" / "sandbox"
+SANDBOX = sandbox_engine_dir()  # the engine this process's box finds (testkit.engine_copy)
 ON_SANDBOX = ["--package", "workbench.sandbox", "--python", sys.executable]
 
 
