@@ -6,7 +6,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from testkit.engine_copy import sandbox_engine_dir
+from testkit.engine_copy import checkout_dir, sandbox_engine_dir
 
 ROOT = Path(__file__).resolve().parents[1]
 spec = importlib.util.spec_from_file_location("build_runbooks", ROOT / "scripts" / "build_runbooks.py")
@@ -54,7 +54,7 @@ def test_preflight_runbook_on_the_sandbox_with_the_wrong_flag(tmp_path, execute_
     out = tmp_path / "preflight.ipynb"
     execute_notebook(ROOT / "runbooks" / "preflight.ipynb", out,
                      parameters={"launch_command": sandbox_launch_command(algorithm="EAGLE"),
-                                 "report_dir": str(tmp_path)}, cwd=str(ROOT))
+                                 "report_dir": str(tmp_path)}, cwd=str(checkout_dir()))
     result = json.loads((tmp_path / "preflight.json").read_text())
     assert [(f["rule"], f["severity"]) for f in result["findings"] if f["severity"] != "info"] == [
         ("algorithm-mismatch", "error")]
@@ -76,7 +76,7 @@ def test_engine_probes_notebook_on_the_sandbox_engine(tmp_path, monkeypatch, exe
     monkeypatch.setenv("EAGLE_WORKBENCH_STATE_DIR", str(tmp_path / "state"))
     out = tmp_path / "engine_probes.ipynb"
     execute_notebook(ROOT / "notebooks" / "engine_probes.ipynb", out,
-                     parameters={"package": "workbench.sandbox", "python": sys.executable}, cwd=str(ROOT))
+                     parameters={"package": "workbench.sandbox", "python": sys.executable}, cwd=str(checkout_dir()))
     texts = []
     for cell in nbformat.read(str(out), as_version=4).cells:
         for o in cell.get("outputs", []):

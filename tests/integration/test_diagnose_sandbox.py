@@ -25,6 +25,7 @@ from workbench.diagnosis.run import DRAFT_MODEL_FILE
 from workbench.sandbox_box import sandbox_launch_command
 from workbench.session.journal import Journal
 from workbench.report import check_self_contained, count_plotly_figures, render_dom
+from testkit.engine_copy import checkout_dir
 
 ROOT = Path(__file__).resolve().parents[2]
 DRAFT_FILE = ROOT / "workbench" / "sandbox" / DRAFT_MODEL_FILE
@@ -47,7 +48,7 @@ def _run_runbook(tmp_path, port, state_dir, extra=()):
     cmd = [sys.executable, "-m", "workbench.cli", "runbook", "diagnose_acceptance", "--report-dir",
            str(tmp_path / "reports"), "-p", "port", str(port), "-p", "num_prompts", "4",
            "-p", "max_new_tokens", "64", *extra]
-    return subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True, timeout=900)
+    return subprocess.run(cmd, env=env, cwd=checkout_dir(), capture_output=True, text=True, timeout=900)
 
 
 def _assert_sandbox_verdict(verdict):
@@ -172,7 +173,7 @@ def test_interrupted_run_leaves_the_box_as_found(tmp_path, free_port, state_dir,
             [sys.executable, "-m", "workbench.cli", "runbook", "diagnose_acceptance", "--report-dir",
              str(tmp_path / "reports"), "-p", "port", str(free_port), "-p", "num_prompts", "2",
              "-p", "max_new_tokens", "32"],
-            env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            env=env, cwd=checkout_dir(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
             # Ctrl-C in a terminal: SIGINT at its default even when this test runs in a background
             # job of a shell without job control (which starts it ignored, and the driver with it).
             preexec_fn=_sigint_default)

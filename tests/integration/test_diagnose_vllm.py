@@ -30,6 +30,7 @@ from workbench.engine.launch import LaunchCommand
 from workbench.sandbox_box import sandbox_vllm_launch_command, vllm_python
 from workbench.report import check_self_contained
 from workbench.session.journal import Journal
+from testkit.engine_copy import checkout_dir
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -68,7 +69,7 @@ def test_diagnose_vllm_convention_fault_fixed_with_a_draft_copy_and_box_put_back
         cmd = [sys.executable, "-m", "workbench.cli", "runbook", "diagnose_acceptance", "--report-dir",
                str(tmp_path / "reports"), "-p", "port", str(port), "-p", "num_prompts", "4",
                "-p", "max_new_tokens", "48", "-p", "server_start_timeout", "900"]
-        result = subprocess.run(cmd, env=run_env, cwd=ROOT, capture_output=True, text=True, timeout=2400)
+        result = subprocess.run(cmd, env=run_env, cwd=checkout_dir(), capture_output=True, text=True, timeout=2400)
         assert result.returncode == 0, result.stderr[-4000:] + result.stdout[-2000:]
         verdict = json.loads((tmp_path / "reports" / "diagnose_acceptance.json").read_text())
 

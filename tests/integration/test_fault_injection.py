@@ -37,7 +37,7 @@ from remote import probes as remote_probes
 from testkit.faults import build_deployment
 from testkit.ports import free_port
 from workbench.session.journal import Journal, restore_box
-from testkit.engine_copy import sandbox_engine_dir
+from testkit.engine_copy import checkout_dir, sandbox_engine_dir
 
 pytestmark = pytest.mark.slow
 
@@ -199,7 +199,7 @@ def _kernel_of(driver: subprocess.Popen) -> psutil.Process:
 
 
 def _cli(*argv: str, env: dict, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "workbench.cli", *argv], env=env, cwd=ROOT, capture_output=True,
+    return subprocess.run([sys.executable, "-m", "workbench.cli", *argv], env=env, cwd=checkout_dir(), capture_output=True,
                           text=True, timeout=timeout)
 
 
@@ -208,7 +208,7 @@ def _start(tmp_path: Path, dep, port: int, env: dict, *extra: str) -> subprocess
         [sys.executable, "-m", "workbench.cli", "runbook", "diagnose_acceptance", "--report-dir",
          str(tmp_path / "reports"), "-p", "launch_command", dep.launch_command(port), "-p", "port", str(port),
          "-p", "num_prompts", "1", "-p", "max_new_tokens", "8", *extra],
-        env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=_sigint_default)
+        env=env, cwd=checkout_dir(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=_sigint_default)
 
 
 def _assert_as_found(box, state_dir: Path, dep, before: dict, err: str) -> None:

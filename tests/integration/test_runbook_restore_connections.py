@@ -28,6 +28,7 @@ from remote import connect
 from remote import probes as remote_probes
 from testkit.faults import build_deployment
 from workbench.session.journal import Journal, restore_box
+from testkit.engine_copy import checkout_dir
 
 pytestmark = pytest.mark.slow
 
@@ -71,7 +72,7 @@ def test_an_interrupted_runbook_restores_the_box_over_one_connection(tmp_path, f
         [sys.executable, "-c", DRIVER, "runbook", "diagnose_acceptance", "--host", ssh_env.alias,
          "--report-dir", str(tmp_path / "reports"), "-p", "launch_command", dep.launch_command(free_port),
          "-p", "port", str(free_port), "-p", "num_prompts", "2", "-p", "max_new_tokens", "32"],
-        env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        env=env, cwd=checkout_dir(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 300
         # mid-run: the server the run launched (as found) is journalled and serving

@@ -26,6 +26,7 @@ from testkit.ports import free_port as _free_port
 from testkit.vllm_servers import require_vllm, draft_with_aux_ids
 from workbench.engine.launch import LaunchCommand
 from workbench.session.journal import Journal
+from testkit.engine_copy import checkout_dir
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -37,7 +38,7 @@ def _runbook(name, tmp_path, state_dir, port, *params):
     cmd = [sys.executable, "-m", "workbench.cli", "runbook", name, "--report-dir", str(tmp_path / "reports"),
            "-p", "engine", "vllm", "-p", "port", str(port), "-p", "num_prompts", "4", "-p", "max_new_tokens", "48",
            "-p", "server_start_timeout", "900", *params]
-    result = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True, timeout=2400)
+    result = subprocess.run(cmd, env=env, cwd=checkout_dir(), capture_output=True, text=True, timeout=2400)
     assert result.returncode == 0, result.stderr[-4000:] + result.stdout[-2000:]
     return json.loads((tmp_path / "reports" / f"{name}.json").read_text())
 

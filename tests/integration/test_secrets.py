@@ -27,6 +27,7 @@ from remote import connect
 from workbench.engine.locate import read_environ
 from workbench.sandbox_box import sandbox_launch_command
 from workbench.session.journal import Journal
+from testkit.engine_copy import checkout_dir
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -40,7 +41,7 @@ PLANTED = (API_KEY, HF_TOKEN, MY_SECRET)
 
 def _cli(*args, state_dir, timeout=600):
     env = dict(os.environ, EAGLE_WORKBENCH_STATE_DIR=str(state_dir))
-    return subprocess.run([sys.executable, "-m", "workbench.cli", *args], env=env, cwd=ROOT, capture_output=True,
+    return subprocess.run([sys.executable, "-m", "workbench.cli", *args], env=env, cwd=checkout_dir(), capture_output=True,
                           text=True, timeout=timeout)
 
 
@@ -66,7 +67,7 @@ def test_no_planted_secret_in_any_artefact_and_the_box_is_put_back(tmp_path, fre
         env = dict(os.environ, EAGLE_WORKBENCH_STATE_DIR=str(state_dir))
         cmd = [sys.executable, "-m", "workbench.cli", "runbook", "diagnose_acceptance", "--report-dir", str(reports),
                "-p", "port", str(free_port), "-p", "num_prompts", "4", "-p", "max_new_tokens", "64"]
-        proc = subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        proc = subprocess.Popen(cmd, env=env, cwd=checkout_dir(), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         # Watch the journal while the run is pending (the original server stopped).
         journal_file = Path(Journal(box).path)
         seen = None

@@ -33,6 +33,7 @@ from testkit.sandbox_servers import EAGLE, sandbox_flags
 from workbench.diagnosis import DiagnosisRun
 from workbench.diagnosis.run import SERVER_STOPPED_ANSWERING
 from workbench.session import Journal
+from testkit.engine_copy import checkout_dir
 
 pytestmark = pytest.mark.slow
 
@@ -211,7 +212,7 @@ def test_the_runbook_ends_with_an_inconclusive_verdict_and_its_report(tmp_path, 
          "-p", "launch_command", dep.launch_command(free_port), "-p", "port", str(free_port),
          "-p", "num_prompts", str(PROMPTS["num_prompts"]), "-p", "max_new_tokens", str(PROMPTS["max_new_tokens"]),
          "-p", "request_timeout", str(REQUEST_TIMEOUT)],
-        env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        env=env, cwd=checkout_dir(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     box = connect("local", state_dir=state)
     try:
         deadline = time.monotonic() + 300

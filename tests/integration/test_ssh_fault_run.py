@@ -24,7 +24,7 @@ from remote import connect
 from remote import probes as remote_probes
 from testkit.blackhole import Relay
 from workbench.session.journal import Journal, restore_box
-from testkit.engine_copy import sandbox_engine_dir
+from testkit.engine_copy import checkout_dir, sandbox_engine_dir
 
 ROOT = Path(__file__).resolve().parents[2]
 SANDBOX = sandbox_engine_dir()  # this process's engine (testkit.engine_copy); its models/ a symlink
@@ -72,7 +72,7 @@ def test_a_run_whose_ssh_dies_fails_in_bounded_time_and_restore_leaves_the_box_c
             [sys.executable, "-m", "workbench.cli", "runbook", "diagnose_acceptance", "--host", "flaky",
              "--report-dir", str(tmp_path / "reports"), "-p", "port", str(free_port),
              "-p", "num_prompts", "1", "-p", "max_new_tokens", "8"],
-            env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            env=env, cwd=checkout_dir(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         deadline = time.monotonic() + 600
         # mid-run: the as-found server was launched and measured, and the run's next launch (the
         # probed or the fixed server) is up: the journal holds servers and maybe a probe to undo
@@ -112,7 +112,7 @@ def test_a_run_whose_ssh_dies_fails_in_bounded_time_and_restore_leaves_the_box_c
 
         relay.thaw()
         restore = subprocess.run([sys.executable, "-m", "workbench.cli", "restore", "--host", "flaky",
-                                  "--timeout", "60"], env=env, cwd=ROOT, capture_output=True, text=True, timeout=600)
+                                  "--timeout", "60"], env=env, cwd=checkout_dir(), capture_output=True, text=True, timeout=600)
         assert restore.returncode == 0, restore.stdout + restore.stderr
         assert {**_tree_digest(SANDBOX), **_tree_digest(SANDBOX / "models")} == before
         assert _servers_on(local, free_port) == []

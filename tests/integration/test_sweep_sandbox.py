@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from testkit.engine_copy import checkout_dir
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -21,7 +22,7 @@ def test_measure_acceptance_runbook_on_the_sandbox(tmp_path, free_port):
     proc = subprocess.run([sys.executable, "-m", "workbench.cli", "runbook", "measure_acceptance",
                            "-p", "port", str(free_port), "-p", "grid", "steps:1,3 topk:1,2", "-p", "num_prompts", "3",
                            "-p", "max_new_tokens", "32", "--report-dir", str(tmp_path / "out")],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+                          cwd=checkout_dir(), env=env, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
     doc = json.loads((tmp_path / "out" / "measure_acceptance.json").read_text())
     rows = {r["label"]: r for r in doc["rows"]}
@@ -62,7 +63,7 @@ def test_compare_drafts_runbook_trained_against_a_broken_token_map(tmp_path, fre
     proc = subprocess.run([sys.executable, "-m", "workbench.cli", "runbook", "compare_drafts",
                            "-p", "port", str(free_port), "-p", "num_prompts", "4", "-p", "max_new_tokens", "48",
                            "--report-dir", str(tmp_path / "out")],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+                          cwd=checkout_dir(), env=env, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
     doc = json.loads((tmp_path / "out" / "compare_drafts.json").read_text())
     a, b = doc["rows"]
@@ -124,7 +125,7 @@ def test_compare_drafts_killed_mid_run_leaves_nothing_after_restore(tmp_path, fr
     env = {**os.environ, "EAGLE_WORKBENCH_STATE_DIR": str(tmp_path / "state")}
     proc = subprocess.Popen([sys.executable, "-m", "workbench.cli", "runbook", "compare_drafts",
                              "-p", "port", str(free_port), "-p", "num_prompts", "2", "-p", "max_new_tokens", "16",
-                             "--report-dir", str(tmp_path / "out")], cwd=ROOT, env=env, start_new_session=True,
+                             "--report-dir", str(tmp_path / "out")], cwd=checkout_dir(), env=env, start_new_session=True,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     copy = tmp_path / "state" / "compare" / "draft-broken-token-map"
     deadline = time.monotonic() + 300
@@ -133,12 +134,12 @@ def test_compare_drafts_killed_mid_run_leaves_nothing_after_restore(tmp_path, fr
     assert (copy / "model.safetensors").exists(), "the run never wrote draft B"
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait(timeout=30)
-    out = subprocess.run([sys.executable, "-m", "workbench.cli", "restore"], cwd=ROOT, env=env,
+    out = subprocess.run([sys.executable, "-m", "workbench.cli", "restore"], cwd=checkout_dir(), env=env,
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     assert f"removed {copy} (created by the run)" in out.stdout
     assert not copy.exists()
-    again = subprocess.run([sys.executable, "-m", "workbench.cli", "restore"], cwd=ROOT, env=env,
+    again = subprocess.run([sys.executable, "-m", "workbench.cli", "restore"], cwd=checkout_dir(), env=env,
                            capture_output=True, text=True, timeout=120)
     assert again.stdout.strip() == "nothing to restore"
 

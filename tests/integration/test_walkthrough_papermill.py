@@ -18,6 +18,7 @@ from remote import probes as remote_probes
 from workbench.diagnosis.run import DRAFT_MODEL_FILE
 from workbench.sandbox_box import sandbox_launch_command
 from workbench.session.journal import Journal
+from testkit.engine_copy import checkout_dir
 
 ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOK = ROOT / "notebooks" / "walkthrough.ipynb"
@@ -53,7 +54,7 @@ def test_walkthrough_diagnoses_fixes_and_puts_the_box_back(tmp_path, free_port, 
         box.wait_healthy(handle, timeout=180)
         sha_before = box.sha256(DRAFT_FILE)
         out = tmp_path / "walkthrough.ipynb"
-        execute_notebook(NOTEBOOK, out, cwd=str(ROOT),
+        execute_notebook(NOTEBOOK, out, cwd=str(checkout_dir()),
                          parameters={"port": free_port, "report_dir": str(tmp_path / "reports"),
                                      "num_prompts": 3, "max_new_tokens": 48})
         verdict = json.loads((tmp_path / "reports" / "diagnose_acceptance.json").read_text())

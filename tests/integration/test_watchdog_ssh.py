@@ -29,6 +29,7 @@ from testkit.sandbox_servers import EAGLE, sandbox_flags
 from testkit.watchdogs import driver_until_ready, kill_all, stop_watchdogs_under
 from workbench.session import runlock, watchdog
 from workbench.session.journal import journal_path
+from testkit.engine_copy import checkout_dir
 
 ROOT = Path(__file__).resolve().parents[2]
 DRIVER = ROOT / "tests" / "testkit" / "watchdog_driver.py"
@@ -78,7 +79,7 @@ def _driver(host: str, port: int, probe_file: Path, stage: str, state_dir: Path)
     proc = subprocess.Popen([sys.executable, str(DRIVER), "session", host, "--port", str(port), "--after", str(AFTER),
                              "--probe-file", str(probe_file), "--stage", stage, "--start-timeout", "120"],
                             env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            cwd=ROOT)
+                            cwd=checkout_dir())
     # the server's log lines ("[2026-...") are not the driver's
     return proc, driver_until_ready(proc, stage, err_filter=lambda line: not line.startswith("[20"))
 

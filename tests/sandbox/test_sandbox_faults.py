@@ -35,6 +35,7 @@ from testkit import faults as fk
 from testkit.faults import FAULTS, build_deployment, committed_digests
 from testkit.ports import free_port
 from testkit.sandbox_servers import start_sandbox_server
+from testkit.engine_copy import checkout_dir
 
 pytestmark = pytest.mark.usefixtures("models_present")
 
@@ -348,7 +349,7 @@ def doctor_reports(built):
 
     box = connect("local")
     try:
-        return {name: run_doctor(box, dep.launch_command(30000), cwd=str(ROOT)) for name, dep in built[0].items()}
+        return {name: run_doctor(box, dep.launch_command(30000), cwd=str(checkout_dir())) for name, dep in built[0].items()}
     finally:
         box.close()
 
@@ -456,7 +457,7 @@ def _box_wait_healthy(dep, log_dir):
 
     box = connect("local")
     port = free_port()
-    handle = box.launch_server(dep.argv(port), port=port, log_path=log_dir / "box.log", cwd=ROOT)
+    handle = box.launch_server(dep.argv(port), port=port, log_path=log_dir / "box.log", cwd=checkout_dir())
     try:
         box.wait_healthy(handle, timeout=240)
     except ServerDied as exc:
@@ -488,7 +489,7 @@ def matrix(built, own_sandbox_server, tmp_path_factory):
 def _launcher_refusal(dep):
     import subprocess
 
-    return subprocess.run(dep.argv(free_port()), cwd=ROOT, capture_output=True, text=True, timeout=120)
+    return subprocess.run(dep.argv(free_port()), cwd=checkout_dir(), capture_output=True, text=True, timeout=120)
 
 
 def test_healthy_draft_accepts(matrix):

@@ -38,6 +38,7 @@ from workbench.errors import AcceptanceError, MeasureError
 from workbench.measure import measure
 from workbench.measure.generate import measure_generate
 from workbench.measure.prompts import load_prompts
+from testkit.engine_copy import checkout_dir
 
 pytestmark = pytest.mark.slow
 
@@ -63,7 +64,7 @@ def _launch(log_dir: Path, stall_file: Path, *, env: dict | None = None) -> Sand
     argv = launch_argv(*FLAGS, port=port)
     full_env = {**_server_env(), "SANDBOX_FAULT_STALL_FILE": str(stall_file), **(env or {})}
     with open(log_path, "w") as log:
-        proc = subprocess.Popen(argv, cwd=ROOT, stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=full_env,
+        proc = subprocess.Popen(argv, cwd=checkout_dir(), stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=full_env,
                                 start_new_session=True)
     return SandboxServer(proc, port, log_path, [], FLAGS, argv)
 
@@ -169,7 +170,7 @@ def test_wait_healthy_of_a_launch_that_stays_starting_times_out_saying_what_it_a
     stall.touch()
     port = free_port()
     with connect("local") as box:
-        handle = box.launch_server(launch_argv(*FLAGS, port=port), port=port, cwd=str(ROOT),
+        handle = box.launch_server(launch_argv(*FLAGS, port=port), port=port, cwd=str(checkout_dir()),
                                    log_path=str(tmp_path / "launch.log"),
                                    env={"SANDBOX_FAULT_STALL_FILE": str(stall), "PYTHONUNBUFFERED": "1"})
         try:

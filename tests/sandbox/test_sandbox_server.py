@@ -17,6 +17,7 @@ import pytest
 from sandbox_helpers import DRAFT, ROOT, SPEC_FLAGS, TARGET, launch_argv
 from testkit.ports import free_port
 from testkit.sandbox_servers import PLAIN
+from testkit.engine_copy import checkout_dir
 
 pytestmark = pytest.mark.usefixtures("models_present")
 
@@ -173,7 +174,7 @@ def test_log_ms_env_adds_milliseconds():
     import os
 
     env = dict(os.environ, SGLANG_LOG_MS="1")
-    p = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+    p = subprocess.run([sys.executable, "-c", code], cwd=checkout_dir(), env=env, capture_output=True, text=True, timeout=60)
     assert re.match(r"^\[\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}\.\d{3}\] hello$", p.stderr.strip()), p.stderr
 
 
@@ -192,7 +193,7 @@ def test_log_ms_env_adds_milliseconds():
 )
 @pytest.mark.slow  # starts the server module (which refuses the flags and exits)
 def test_bad_flag_values_exit_with_clear_error(flags, message):
-    p = subprocess.run(launch_argv(*flags, port=free_port()), cwd=ROOT, capture_output=True, text=True, timeout=60)
+    p = subprocess.run(launch_argv(*flags, port=free_port()), cwd=checkout_dir(), capture_output=True, text=True, timeout=60)
     assert p.returncode == 2
     assert message in p.stderr
 

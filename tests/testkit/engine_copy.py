@@ -26,7 +26,7 @@ import os
 import shutil
 from pathlib import Path
 
-__all__ = ["ROOT", "ENV", "make_engine_checkout", "use_engine_checkout", "sandbox_engine_dir"]
+__all__ = ["ROOT", "ENV", "make_engine_checkout", "use_engine_checkout", "checkout_dir", "sandbox_engine_dir"]
 
 #: the project checkout the tests run from
 ROOT = Path(__file__).resolve().parents[2]
@@ -64,5 +64,13 @@ def sandbox_engine_dir() -> Path:
     """The sandbox engine root this process's servers import: ``<checkout>/workbench/sandbox``
     (its ``srt/`` is what probes change), or the project's own when no checkout is in use (a
     run outside ``tests/conftest.py``)."""
+    return checkout_dir() / "workbench" / "sandbox"
+
+
+def checkout_dir() -> Path:
+    """This process's checkout (``$EWB_TEST_ENGINE_CHECKOUT``), else the project's: the working
+    directory to give a subprocess that runs ``python -m workbench...`` (``python -m`` puts its
+    working directory first on ``sys.path``: run from the project, it would import the project's
+    engine, which another worker may be probing)."""
     checkout = os.environ.get(ENV)
-    return (Path(checkout) if checkout else ROOT) / "workbench" / "sandbox"
+    return Path(checkout) if checkout else ROOT

@@ -26,6 +26,7 @@ from typing import Iterator, Sequence
 import httpx
 
 from testkit.ports import free_port
+from testkit.engine_copy import checkout_dir
 
 ROOT = Path(__file__).resolve().parents[2]
 MODELS = ROOT / "workbench" / "sandbox" / "models"
@@ -165,7 +166,7 @@ def start_sandbox_server(log_dir: Path, *flags: str, timeout: float = START_TIME
     log_path = log_dir / f"server_{port}.log"
     argv = launch_argv(*flags, port=port)
     with open(log_path, "w") as log:
-        proc = subprocess.Popen(argv, cwd=ROOT, stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=_server_env(),
+        proc = subprocess.Popen(argv, cwd=checkout_dir(), stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=_server_env(),
                                 start_new_session=True)
     server = SandboxServer(proc, port, log_path, [], tuple(flags), argv)
     refused: Exception | None = None

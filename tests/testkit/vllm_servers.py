@@ -35,6 +35,7 @@ import httpx
 
 from testkit.ports import free_port
 from testkit.sandbox_servers import DRAFT, MODELS, ROOT, TARGET, _group_members, _signal_group
+from testkit.engine_copy import checkout_dir
 
 START_TIMEOUT = 900.0  # seconds; ~50 s on an idle 2-core machine, minutes when the suite loads it
 MAX_SHARED = 2
@@ -174,7 +175,7 @@ def start_vllm_server(log_dir: Path, *, spec: Mapping | None, extra: Sequence[st
     argv = launch_argv(port, spec=spec, extra=extra)
     full_env = server_env(env)
     with open(log_path, "w") as log:
-        proc = subprocess.Popen(argv, cwd=ROOT, stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=full_env,
+        proc = subprocess.Popen(argv, cwd=checkout_dir(), stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=full_env,
                                 start_new_session=True)
     server = VllmServer(proc, port, log_path, argv, {k: full_env[k] for k in full_env if k not in os.environ
                                                      or os.environ[k] != full_env[k]}, spec)

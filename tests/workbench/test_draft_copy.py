@@ -37,6 +37,7 @@ from workbench.session import (
     restore_box,
 )
 from workbench.session import draft_copy
+from testkit.engine_copy import checkout_dir
 
 st = pytest.importorskip("safetensors.numpy")
 
@@ -505,7 +506,7 @@ def test_a_kill_mid_copy_is_cleaned_up_by_restore(setup, tmp_path):
         make_repaired_copy(box, Journal(box), {str(setup.draft)!r}, DraftRepair(renames={{"fc.weight": "fc.w"}}),
                            python={str(slow_python)!r})
         """)
-    proc = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, start_new_session=True)
+    proc = subprocess.Popen([sys.executable, "-c", code], cwd=checkout_dir(), start_new_session=True)
     wrapper = None
     try:
         deadline = time.monotonic() + 60

@@ -22,6 +22,7 @@ from workbench.engine.locate import running_servers
 from workbench.errors import LaunchRefused
 from workbench.lab.console import BoxConsole
 from workbench.session import Journal
+from testkit.engine_copy import checkout_dir
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -169,7 +170,7 @@ def test_interpreter_exit_puts_the_box_back(own_sandbox_server, tmp_path, state_
         back = None
         try:
             child = subprocess.run([sys.executable, "-c", CHILD, str(srv.port)], capture_output=True, text=True,
-                                   timeout=400, cwd=str(ROOT))
+                                   timeout=400, cwd=str(checkout_dir()))
             assert child.returncode == 0, child.stderr[-2000:]
             said = json.loads(child.stdout.strip().splitlines()[-1])
             assert said["pid"] is not None, said["status"]

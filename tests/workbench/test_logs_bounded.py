@@ -21,6 +21,7 @@ from remote import connect
 from remote.errors import RemoteFileNotFound
 from workbench.logs.bounded import MARK_ROOM
 from workbench.logs import (
+from testkit.engine_copy import checkout_dir
     MAX_LINE,
     LineCapper,
     LogFollower,
@@ -134,7 +135,7 @@ DECODE_READER = ("import sys; from remote import connect; from workbench.logs im
 
 def _peak(argv: list[str], env=None) -> dict:
     out = subprocess.run([sys.executable, "-c", PEAK, *argv], capture_output=True, text=True, timeout=900, env=env,
-                         cwd=REPO)
+                         cwd=checkout_dir())
     assert out.returncode == 0, out.stderr
     return json.loads(out.stdout)
 

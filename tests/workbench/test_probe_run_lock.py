@@ -25,6 +25,7 @@ from remote import connect
 from remote.probes import CRASH_ENV
 from sglang_files import AUX_REL, DRAFT_REL
 from workbench.session import runlock
+from testkit.engine_copy import checkout_dir
 
 REPO = Path(__file__).resolve().parents[2]
 WIDTH_RX = r"if hidden_states\.shape\[-1\] != embeds"
@@ -60,7 +61,7 @@ def _sha(path: Path) -> str:
 
 
 def _holder() -> subprocess.Popen:
-    proc = subprocess.Popen([sys.executable, "-c", HOLDER], cwd=REPO, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+    proc = subprocess.Popen([sys.executable, "-c", HOLDER], cwd=checkout_dir(), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     line = proc.stdout.readline()
     assert line.strip() == "held", proc.stderr.read()

@@ -23,6 +23,7 @@ from workbench.runbook_params import (KINDS, SCHEMAS, check_runbook_parameters, 
                                       runbook_parameter_problems)
 from workbench.sandbox_box import sandbox_launch_command
 from workbench.session.box_session import check_run_parameters
+from testkit.engine_copy import checkout_dir
 
 ROOT = Path(__file__).resolve().parents[2]
 RUNBOOKS = sorted(p.stem for p in runbooks_dir().glob("*.ipynb"))
@@ -459,7 +460,7 @@ def test_papermill_without_the_cli_fails_in_the_first_cell_with_the_same_message
     proc = subprocess.run([str(papermill_cli), str(ROOT / "runbooks" / "diagnose_acceptance.ipynb"), str(out),
                            "-k", "python3", "-p", "num_prompts", "-3", "-p", "port", "abc",
                            "-p", "report_dir", str(tmp_path / "reports")],
-                          capture_output=True, text=True, cwd=ROOT, timeout=300,
+                          capture_output=True, text=True, cwd=checkout_dir(), timeout=300,
                           env={**os.environ, "EAGLE_WORKBENCH_STATE_DIR": str(state)})
     assert proc.returncode != 0
     nb = json.loads(out.read_text())
