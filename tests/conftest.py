@@ -100,20 +100,46 @@ VLLM_FILES = ("tests/integration/test_diagnose_vllm.py", "tests/integration/test
               "tests/workbench/test_doctor_vllm.py", "tests/workbench/test_vllm_measure.py")
 
 
+#: Test files under this folder drive a real JupyterLab in Chromium (the session-scoped
+#: ``lab_server`` and browser of ``tests/lab/conftest.py``): one worker runs them all, so one
+#: JupyterLab and one Chromium start per suite rather than one per worker.
+LAB_DIR = "tests/lab/"
+
+
 def xdist_group_of(nodeid: str):
     """The group of the test ``nodeid`` (``tests/x/test_y.py::test_z[...]``) that one pytest-xdist
-    worker runs whole, one test after another: ``"vllm-engine"``, or None
+    worker runs whole, one test after another: ``"vllm-engine"``, ``"jupyterlab"``, or None
     (any worker, test by test)."""
     path = nodeid.split("::", 1)[0]
     if path in VLLM_FILES:
         return "vllm-engine"
+    if path.startswith(LAB_DIR):
+        return "jupyterlab"
     return None
+
+
+#: Test files whose module-scoped fixtures start servers or kernels (the fault-per-server
+#: ``matrix`` of test_sandbox_faults.py starts ~15): each runs whole on one worker, so those start
+#: once, not once per worker that gets one of its tests. (test_fault_matrix.py's module fixture
+#: is one diagnosis, and its cases are the suite's longest tests: they stay spread.)
+FILE_SCOPED_FILES = ("tests/sandbox/test_sandbox_faults.py", "tests/sandbox/test_sandbox_readiness.py",
+                     "tests/sandbox/test_sandbox_server.py", "tests/sandbox/test_sandbox_mechanism.py",
+                     "tests/workbench/test_report.py", "tests/workbench/test_port_none.py",
+                     "tests/remote/test_remote_ssh.py")
+
+
+def xdist_scope_of(nodeid: str) -> str:
+    """The unit of work ``nodeid`` belongs to under pytest-xdist: its group
+    (:func:`xdist_group_of`), else its file when in :data:`FILE_SCOPED_FILES`, else itself."""
+    path = nodeid.split("::", 1)[0]
+    return xdist_group_of(nodeid) or (path if path in FILE_SCOPED_FILES else nodeid)
 
 
 @pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist: no error where it is not installed
 def pytest_xdist_make_scheduler(config, log):
-    """pytest-xdist's scheduler for this suite: each group of :func:`xdist_group_of` is one unit of
-    work for one worker, every other test a unit of its own; the groups go first (the most tests
+    """pytest-xdist's scheduler for this suite: each group of :func:`xdist_group_of` and each file
+    of :data:`FILE_SCOPED_FILES` is one unit of work for one worker, every other test a unit of its
+    own (:func:`xdist_scope_of`); the groups go first (the most tests
     first), then the rest in collection order (longest files first). Built on xdist's
     ``LoadScopeScheduling``; the ``xdist_group`` mark is not used because pytest-xdist 3.8 tags it
     onto ``item._nodeid``, which pytest 9.2's ``nodeid`` no longer reads."""
@@ -121,7 +147,7 @@ def pytest_xdist_make_scheduler(config, log):
 
     class GroupScheduling(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
-            return xdist_group_of(nodeid) or nodeid
+            return xdist_scope_of(nodeid)
 
     return GroupScheduling(config, log)
 

@@ -25,10 +25,10 @@ from workbench.diagnosis.run import DRAFT_MODEL_FILE
 from workbench.sandbox_box import sandbox_launch_command
 from workbench.session.journal import Journal
 from workbench.report import check_self_contained, count_plotly_figures, render_dom
-from testkit.engine_copy import checkout_dir
+from testkit.engine_copy import sandbox_engine_dir, checkout_dir
 
 ROOT = Path(__file__).resolve().parents[2]
-DRAFT_FILE = ROOT / "workbench" / "sandbox" / DRAFT_MODEL_FILE
+DRAFT_FILE = sandbox_engine_dir() / DRAFT_MODEL_FILE  # the file the probe patches, in this process's engine
 TARGET_CONFIG = ROOT / "workbench" / "sandbox" / "models" / "target" / "config.json"
 
 pytestmark = pytest.mark.slow
@@ -211,24 +211,37 @@ def test_interrupted_run_leaves_the_box_as_found(tmp_path, free_port, state_dir,
 
 def test_runbook_over_ssh_reaches_the_same_verdict(tmp_path, free_port, state_dir, ssh_env):
     """``host`` set to an alias of the loopback sshd (which serves this machine, so the sandbox box
-    is there): the unchanged runbook reaches the same verdict through SSH (commands over exec
-    channels, files over SFTP, HTTP through a port forward) and leaves the box as found."""
+    is there): the unchanged runbook diagnoses the layered case (the wrong flag and a broken token
+    map, ``testkit.faults``) through SSH (commands over exec channels, files over SFTP, HTTP through
+    a port forward): both causes in the order they act, both fixed in one relaunch, and the box left
+    as found. (The one end-to-end run over SSH: the fault matrix's layered case runs locally.)"""
+    from testkit.faults import build_deployment
+
+    dep = build_deployment(tmp_path / "deployment", "eagle-flag", "d2t-minus-arange")
     with connect(ssh_env.alias, state_dir=state_dir) as box:
         sha_before = box.sha256(DRAFT_FILE)
-        result = _run_runbook(tmp_path, free_port, state_dir, extra=("-p", "host", ssh_env.alias))
+        result = _run_runbook(tmp_path, free_port, state_dir,
+                              extra=("-p", "host", ssh_env.alias, "-p", "launch_command", dep.launch_command(free_port)))
         assert result.returncode == 0, result.stderr[-4000:]
         verdict = json.loads((tmp_path / "reports" / "diagnose_acceptance.json").read_text())
-        _assert_sandbox_verdict(verdict)
+        assert [c["hypothesis"] for c in verdict["root_causes"]] == ["algorithm-flag", "token-map"], verdict["root_causes"]
+        assert verdict["root_cause"]["rule"] == "algorithm-mismatch"
+        assert verdict["outcome"] == "fixed" and verdict["fix"]["kinds"] == ["draft-copy", "launch"], verdict["fixes"]
+        assert verdict["acceptance"]["before"]["accept_length"] <= 1.2
+        assert verdict["acceptance"]["after"]["accept_length"] >= 2.0
+        hidden = json.loads(TARGET_CONFIG.read_text())["hidden_size"]
+        assert verdict["probe"]["observed_hidden_size"] == hidden and verdict["probe"]["expected_hidden_size"] == 3 * hidden
         inventory = verdict["inventory"]
         assert inventory["host"] == ssh_env.alias
         # the server was reached through a local port forward, not its own port
         assert inventory["base_url"].startswith("http://127.0.0.1:") and not inventory["base_url"].endswith(
             f":{free_port}")
-        assert verdict["restarts"] == 2
+        assert verdict["restarts"] == 2, [launch["label"] for launch in verdict["launches"]]  # the probe, the fix
         # the report is not cluttered by the forward's refused connections while servers started
         assert "open FAILED" not in (tmp_path / "reports" / "diagnose_acceptance.ipynb").read_text()
 
-        # the box as found, seen through SSH and directly
+        # the box as found, seen through SSH and directly: no server, no probe, no journal, the
+        # committed draft byte for byte
         assert _servers_on(box, free_port) == []
         assert box.sha256(DRAFT_FILE) == sha_before
         assert remote_probes.list_probes(box) == []

@@ -18,11 +18,11 @@ from remote import probes as remote_probes
 from workbench.diagnosis.run import DRAFT_MODEL_FILE
 from workbench.sandbox_box import sandbox_launch_command
 from workbench.session.journal import Journal
-from testkit.engine_copy import checkout_dir
+from testkit.engine_copy import sandbox_engine_dir, checkout_dir
 
 ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOK = ROOT / "notebooks" / "walkthrough.ipynb"
-DRAFT_FILE = ROOT / "workbench" / "sandbox" / DRAFT_MODEL_FILE
+DRAFT_FILE = sandbox_engine_dir() / DRAFT_MODEL_FILE  # the file the probe patches, in this process's engine
 TARGET_CONFIG = ROOT / "workbench" / "sandbox" / "models" / "target" / "config.json"
 
 pytestmark = pytest.mark.slow
