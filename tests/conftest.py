@@ -85,54 +85,7 @@ def pytest_collection_modifyitems(config, items):
     items[:] = longest_files_first(items)
 
 
-#: The sandbox box's engine (``workbench/sandbox/srt``, which probes patch) is one per pytest
-#: process: each imports a copy of its own (``testkit.engine_copy``, set up in ``pytest_configure``),
-#: so the tests that probe it run on any worker, as two boxes each have their own SGLang.
-
-#: Test files that start real vLLM servers (the ``vllm_server`` / ``own_vllm_server`` fixtures, or a
-#: diagnosis or runbook that launches one) or probe the shared ``.venv-vllm``: one worker runs them
-#: all (at most two shared vLLM servers at once, ~2.5 GB each, and no server imports a file another
-#: test has a probe in).
-VLLM_FILES = ("tests/integration/test_diagnose_vllm.py", "tests/integration/test_runbooks_vllm.py",
-              "tests/integration/test_vllm_probes_real_server.py", "tests/workbench/test_diagnose_vllm_units.py",
-              "tests/workbench/test_codepath_vllm.py", "tests/workbench/test_sweep_vllm.py",
-              "tests/remote/test_vllm_box.py", "tests/sandbox/test_vllm_sandbox.py",
-              "tests/workbench/test_doctor_vllm.py", "tests/workbench/test_vllm_measure.py")
-
-
-#: Test files under this folder drive a real JupyterLab in Chromium (the session-scoped
-#: ``lab_server`` and browser of ``tests/lab/conftest.py``): one worker runs them all, so one
-#: JupyterLab and one Chromium start per suite rather than one per worker.
-LAB_DIR = "tests/lab/"
-
-
-def xdist_group_of(nodeid: str):
-    """The group of the test ``nodeid`` (``tests/x/test_y.py::test_z[...]``) that one pytest-xdist
-    worker runs whole, one test after another: ``"vllm-engine"``, ``"jupyterlab"``, or None
-    (any worker, test by test)."""
-    path = nodeid.split("::", 1)[0]
-    if path in VLLM_FILES:
-        return "vllm-engine"
-    if path.startswith(LAB_DIR):
-        return "jupyterlab"
-    return None
-
-
-#: Test files whose module-scoped fixtures start servers or kernels (the fault-per-server
-#: ``matrix`` of test_sandbox_faults.py starts ~15): each runs whole on one worker, so those start
-#: once, not once per worker that gets one of its tests. (test_fault_matrix.py's module fixture
-#: is one diagnosis, and its cases are the suite's longest tests: they stay spread.)
-FILE_SCOPED_FILES = ("tests/sandbox/test_sandbox_faults.py", "tests/sandbox/test_sandbox_readiness.py",
-                     "tests/sandbox/test_sandbox_server.py", "tests/sandbox/test_sandbox_mechanism.py",
-                     "tests/workbench/test_report.py", "tests/workbench/test_port_none.py",
-                     "tests/remote/test_remote_ssh.py")
-
-
-def xdist_scope_of(nodeid: str) -> str:
-    """The unit of work ``nodeid`` belongs to under pytest-xdist: its group
-    (:func:`xdist_group_of`), else its file when in :data:`FILE_SCOPED_FILES`, else itself."""
-    path = nodeid.split("::", 1)[0]
-    return xdist_group_of(nodeid) or (path if path in FILE_SCOPED_FILES else nodeid)
+from testkit.xdist_scopes import xdist_scope_of  # noqa: E402  (the groups and file-scoped files are listed there)
 
 
 @pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist: no error where it is not installed

@@ -88,10 +88,7 @@ class LoopbackSSHD:
             "UseDNS no\n"
             f"LogLevel {self.log_level}\n"
             "Subsystem sftp internal-sftp\n"
-            # a session imports what this process's children import: the pytest process's engine
-            # checkout first (testkit.engine_copy), as a login on a box finds that box's engine
-            + (f'SetEnv PYTHONPATH="{os.environ["PYTHONPATH"]}"\n' if os.environ.get("PYTHONPATH") else "")
-            + self.extra_config
+            + self._config_with_env()
         )
         self.log = self.workdir / "sshd.log"
         self.proc = subprocess.Popen([SSHD, "-D", "-f", str(config), "-E", str(self.log)],
@@ -110,6 +107,21 @@ class LoopbackSSHD:
                 if time.monotonic() > deadline:
                     raise
             time.sleep(0.05)
+
+    def _config_with_env(self) -> str:
+        """``extra_config`` with one ``SetEnv`` line (sshd uses only the first): its own variables
+        and, first, ``PYTHONPATH`` of this process, so that a session imports what this process's
+        children import (the pytest process's engine checkout, testkit.engine_copy), as a login on
+        a box finds that box's engine."""
+        setenv, rest = [], []
+        for line in self.extra_config.splitlines(keepends=True):
+            if line.split(None, 1)[:1] == ["SetEnv"]:
+                setenv += line.split()[1:]
+            else:
+                rest.append(line)
+        if os.environ.get("PYTHONPATH") and not any(v.startswith("PYTHONPATH=") for v in setenv):
+            setenv.insert(0, f'PYTHONPATH="{os.environ["PYTHONPATH"]}"')
+        return (f"SetEnv {' '.join(setenv)}\n" if setenv else "") + "".join(rest)
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from testkit.engine_copy import checkout_dir
+from testkit.engine_copy import checkout_dir, sandbox_engine_dir
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -57,7 +57,7 @@ def test_compare_drafts_runbook_trained_against_a_broken_token_map(tmp_path, fre
     is removed afterwards and the sandbox draft is untouched."""
     import hashlib
 
-    draft = ROOT / "workbench" / "sandbox" / "models" / "draft"
+    draft = sandbox_engine_dir() / "models" / "draft"  # as the runbook's kernel finds it (testkit.engine_copy)
     before = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in draft.iterdir()}
     env = {**os.environ, "EAGLE_WORKBENCH_STATE_DIR": str(tmp_path / "state")}
     proc = subprocess.run([sys.executable, "-m", "workbench.cli", "runbook", "compare_drafts",

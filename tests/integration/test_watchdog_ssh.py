@@ -121,7 +121,8 @@ def test_the_box_is_back_without_any_command_after_the_driver_and_its_ssh_die(
             assert took >= AFTER - 0.5
             # the original: same argv, cwd and log, answering
             (orig,) = [s for s in local.find_servers() if list(s.argv) == list(srv.argv)]
-            assert orig.pid != srv.pid and orig.cwd == str(ROOT) and orig.log_path == str(srv.log_path)
+            # (the original was started in this process's checkout: testkit.sandbox_servers, testkit.engine_copy)
+            assert orig.pid != srv.pid and orig.cwd == str(checkout_dir()) and orig.log_path == str(srv.log_path)
             assert hashlib.sha256(probe_file.read_bytes()).hexdigest() == probe_sha
             assert remote_probes.list_probes(local) == []
             if "fix_pid" in said:

@@ -20,8 +20,8 @@ import pytest
 from remote import connect
 from remote.errors import RemoteFileNotFound
 from workbench.logs.bounded import MARK_ROOM
-from workbench.logs import (
 from testkit.engine_copy import checkout_dir
+from workbench.logs import (
     MAX_LINE,
     LineCapper,
     LogFollower,
