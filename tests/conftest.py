@@ -57,7 +57,7 @@ def pytest_configure(config):
     config._ewb_guard = None
     config._ewb_fast_guard = "not slow" in (config.getoption("markexpr") or "").replace("  ", " ")
     config._ewb_state_base = _isolate_worker_state()
-    if _runs_tests(config):
+    if _runs_tests(config) and engine_copies_on():
         # the sandbox box's engine of this process (testkit.engine_copy): its servers, kernels and
         # CLIs import a copy of `workbench`, so probes of two workers never meet in one file
         from pathlib import Path
@@ -85,7 +85,7 @@ def pytest_collection_modifyitems(config, items):
     items[:] = longest_files_first(items)
 
 
-from testkit.xdist_scopes import xdist_scope_of  # noqa: E402  (the groups and file-scoped files are listed there)
+from testkit.xdist_scopes import engine_copies_on, xdist_scope_of  # noqa: E402  (the groups and file-scoped files are listed there)
 
 
 @pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist: no error where it is not installed

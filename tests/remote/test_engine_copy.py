@@ -8,10 +8,14 @@ import os
 import sys
 from pathlib import Path
 
+import pytest
+
 from testkit.engine_copy import ENV, ROOT, sandbox_engine_dir
+from testkit.xdist_scopes import COPIES_ENV, engine_copies_on
 from workbench.engine import find_engine
 
 
+@pytest.mark.skipif(not engine_copies_on(), reason=f"engine copies are off (set {COPIES_ENV}=1)")
 def test_the_sandbox_engine_found_on_the_box_is_this_processs_copy(box):
     found = find_engine(box, package="workbench.sandbox", python=sys.executable)
     assert os.environ.get(ENV), "tests/conftest.py did not set up the engine checkout"
