@@ -33,7 +33,7 @@ from remote.readiness import STUCK_CONFIRMATIONS
 from remote.errors import GenerationStuck, ServerNotReady, ServerStartTimedOut
 from remote.readiness import wait_ready
 from testkit.ports import free_port
-from testkit.sandbox_servers import ROOT, SandboxServer, _server_env, launch_argv, models_missing_reason, sandbox_flags
+from testkit.sandbox_servers import SandboxServer, _server_env, launch_argv, models_missing_reason, sandbox_flags
 from workbench.errors import AcceptanceError, MeasureError
 from workbench.measure import measure
 from workbench.measure.generate import measure_generate

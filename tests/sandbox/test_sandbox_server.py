@@ -14,7 +14,7 @@ import time
 import httpx
 import pytest
 
-from sandbox_helpers import DRAFT, ROOT, SPEC_FLAGS, TARGET, launch_argv
+from sandbox_helpers import DRAFT, SPEC_FLAGS, TARGET, launch_argv
 from testkit.ports import free_port
 from testkit.sandbox_servers import PLAIN
 from testkit.engine_copy import checkout_dir
