@@ -57,6 +57,7 @@ paths relative to the ``vllm`` package):
 
 from __future__ import annotations
 
+import logging
 import ast
 import copy
 import posixpath
@@ -76,6 +77,8 @@ from workbench.engine.codepath import (
     _seg,
 )
 from workbench.engine.source import EngineSource, _strip_annotations, _walk_definitions
+
+_log = logging.getLogger(__name__)
 
 __all__ = ["VLLM_ENGINE", "vllm_code_path_map", "vllm_registry", "vllm_method_names", "aux_ids_read",
            "default_aux_layers", "draft_arch_for_method", "model_runner_choice", "is_vllm_root", "VLLM_LANDMARKS",
@@ -347,7 +350,9 @@ def default_aux_layers(src: EngineSource, num_layers: int, *, target_file: Optio
                 try:
                     got = eval(compile(ast.Expression(body=rets[-1].value), "<default-aux>", "eval"),  # noqa: S307
                                {"__builtins__": _SAFE, "num_layers": int(num_layers)})
-                except Exception:  # noqa: BLE001 - reads more than num_layers (a model attribute): not evaluable
+                except Exception as exc:  # noqa: BLE001 - reads more than num_layers (a model attribute): not evaluable
+                    _log.debug("default aux layers at %s:%s not evaluable from num_layers alone: %s: %s",
+                               src.path(rel), rets[-1].lineno, type(exc).__name__, exc)
                     continue
                 if isinstance(got, (tuple, list)):
                     return tuple(got), f"{src.path(rel)}:{rets[-1].lineno}"
