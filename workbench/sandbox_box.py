@@ -51,9 +51,16 @@ for name in sys.argv[1:]:
 print(json.dumps({"python": sys.executable, "missing": missing}))
 """
 def sandbox_models_dir() -> Path:
-    """The committed sandbox models (``workbench/sandbox/models``) on this machine. A path only:
-    the diagnosis never imports the sandbox."""
-    return Path(__file__).resolve().parent / "sandbox" / "models"
+    """The committed sandbox models (``workbench/sandbox/models``) on this machine, every symlink
+    resolved. A path only: the diagnosis never imports the sandbox.
+
+    Resolved because the path is an identity, not only a place: the launch commands built here name
+    it, and :func:`workbench.session.inventory.serves_sandbox_target` compares a server's model path
+    with it (a string, on whatever box) to choose the sandbox's own prompts. A ``workbench`` imported
+    from a tree whose ``models`` is a link (the test suite's engine copies, ``tests/testkit/engine_copy.py``)
+    would otherwise spell the same directory differently from a server launched through the real
+    tree, miss it, and measure the built-in chat prompts instead."""
+    return (Path(__file__).resolve().parent / "sandbox" / "models").resolve()
 
 
 def sandbox_prompts_path() -> Path:

@@ -4,13 +4,15 @@ engine that this pytest process finds, probes and launches is its own copy, neve
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from testkit.engine_copy import ENV, ROOT, sandbox_engine_dir
+from testkit.engine_copy import ENV, ROOT, make_engine_checkout, sandbox_engine_dir
 from testkit.xdist_scopes import COPIES_ENV, engine_copies_on
 from workbench.engine import find_engine
 
@@ -27,3 +29,40 @@ def test_the_sandbox_engine_found_on_the_box_is_this_processs_copy(box):
         (ROOT / "workbench" / "sandbox" / "srt" / "models" / "llama_eagle3.py").read_bytes()
     # the committed models are the project's (a symlink: no test may change them)
     assert (Path(found.root) / "models").resolve() == (ROOT / "workbench" / "sandbox" / "models").resolve()
+
+
+#: run in an engine checkout: which ``workbench`` it imports, its sandbox models, and whether a vLLM
+#: server launched by the project's own ``workbench`` (``argv[1]``) counts as serving the sandbox target
+_IN_CHECKOUT = r"""
+import json, sys
+import workbench
+from workbench.engine.launch import LaunchCommand
+from workbench.sandbox_box import sandbox_models_dir
+from workbench.session.inventory import Inventory, serves_sandbox_target
+launch = LaunchCommand.parse(sys.argv[1])
+inv = Inventory(host="local", engine="vllm", engine_package="vllm", engine_version="0.32.0", engine_root=None,
+                python="python", launch=launch, port=8123, base_url="http://127.0.0.1:8123")
+print(json.dumps({"workbench": workbench.__file__, "models": str(sandbox_models_dir()),
+                  "serves_sandbox_target": serves_sandbox_target(inv)}))
+"""
+
+
+def test_a_workbench_imported_from_an_engine_checkout_knows_the_projects_sandbox_target(tmp_path):
+    """The engine checkout's ``workbench/sandbox/models`` is a link to the project's: a diagnosis run
+    from the checkout must still recognise a vLLM server launched on the project's models as the
+    sandbox target (and measure the sandbox's own prompts). It once compared the link's spelling with
+    the real path, missed, and measured the built-in chat prompts: accept rate 0.225, not 84/315, in
+    tests/integration/test_diagnose_vllm.py under engine copies."""
+    from workbench.sandbox_box import sandbox_vllm_launch_command
+
+    checkout = make_engine_checkout(tmp_path)
+    command = sandbox_vllm_launch_command(port=8123, python="python")  # this process's workbench: the project's
+    env = {**os.environ, "PYTHONPATH": str(checkout)}
+    env.pop(ENV, None)
+    out = subprocess.run([sys.executable, "-B", "-c", _IN_CHECKOUT, command], cwd=checkout, env=env,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    seen = json.loads(out.stdout)
+    assert Path(seen["workbench"]).parent == checkout / "workbench"  # the copy was imported
+    assert seen["models"] == str((ROOT / "workbench" / "sandbox" / "models").resolve())
+    assert seen["serves_sandbox_target"] is True

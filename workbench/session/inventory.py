@@ -365,8 +365,8 @@ def _get_json(base_url: str, *paths: str, notes: list[str], timeout: float,
 def serves_sandbox_target(inventory: "Inventory") -> bool:
     """Whether the box serves the sandbox's target (a byte-level model of Python source, whose own
     prompts are its workload): the sandbox box's server, or another engine (vLLM) given the sandbox
-    target's directory (:func:`workbench.sandbox_box.sandbox_models_dir`, a path compared, nothing
-    imported)."""
+    target's directory (:func:`workbench.sandbox_box.sandbox_models_dir`, its symlinks resolved: a
+    path compared, nothing imported)."""
     if inventory.engine == "sandbox":
         return True
     launch = inventory.resolved or inventory.launch
