@@ -9,10 +9,14 @@ __all__ = ["VLLM_FILES", "LAB_DIR", "FILE_SCOPED_FILES", "SANDBOX_ENGINE_FILES",
            "engine_copies_on", "xdist_group_of", "xdist_scope_of"]
 
 #: ``1``: each pytest process imports its own copy of the sandbox engine (``testkit.engine_copy``)
-#: and the tests that probe it spread over every worker. Off by default: with it on, the vLLM
-#: diagnosis (tests/integration/test_diagnose_vllm.py) measured a different accept rate
-#: (0.225 instead of 84/315, deterministic), not yet explained; and on 2 cores the suite is
-#: CPU-bound either way (108 core-min at 98.8 %), so the copies did not shorten it.
+#: and the tests that probe it spread over every worker. Off by default. With it on, the vLLM
+#: diagnosis (tests/integration/test_diagnose_vllm.py) once measured a different accept rate
+#: (0.225 instead of 84/315, deterministic): the copy's ``workbench/sandbox/models`` is a link, and
+#: ``workbench.sandbox_box.sandbox_models_dir()`` spelled it through the link, so the diagnosis did
+#: not recognise the server's (real) target path as the sandbox's and measured the built-in chat
+#: prompts instead of ``bench.jsonl``; fixed there (symlinks resolved), caught by
+#: ``tests/remote/test_engine_copy.py``. On 2 cores the suite is CPU-bound either way (108 core-min
+#: at 98.8 %), so the copies did not shorten it.
 COPIES_ENV = "WORKBENCH_TEST_ENGINE_COPIES"
 
 
