@@ -62,7 +62,8 @@ def test_vllm_recipes_read_back_from_a_real_server(own_vllm_server, tmp_path, mo
                               num_layers=target_config["num_hidden_layers"])
     files = sorted({e.file for e in cmap.entries if e.found})
     # the probed files as a deployment may ship them: unchecked-hash bytecode, which Python trusts without
-    # reading the source (a probe in the .py alone would never run); the copy has no other __pycache__
+    # reading the source (a probe in the .py alone would never run); each replaces the timestamp cache pip
+    # wrote for that file (copied with the package), so it is that file's only cache
     probed = sorted({s.path for r in VLLM_RECIPES for s in recipe_probes(cmap, r)})
     compile_ = ("import py_compile, sys; [print(py_compile.compile(f, doraise=True, "
                 "invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH)) for f in sys.argv[1:]]")
