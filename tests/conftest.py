@@ -62,9 +62,10 @@ def pytest_configure(config):
         # CLIs import a copy of `workbench`, so probes of two workers never meet in one file
         from pathlib import Path
 
-        from testkit.engine_copy import make_engine_checkout, use_engine_checkout
+        from testkit.engine_copy import make_engine_checkout, use_engine_checkout, venv_of
+        from testkit.vllm_servers import vllm_python
 
-        use_engine_checkout(make_engine_checkout(Path(config._ewb_state_base)))
+        use_engine_checkout(make_engine_checkout(Path(config._ewb_state_base), vllm_venv=venv_of(vllm_python())))
 
 
 def pytest_unconfigure(config):

@@ -1,31 +1,72 @@
-"""The suite's own pytest-xdist units of work (tests/scopes.py): which tests one worker runs
-together, and which go to any worker one by one."""
+"""The suite's own pytest-xdist units of work (tests/testkit/xdist_scopes.py): which tests one worker
+runs together, and which go to any worker one by one."""
 
 from pathlib import Path
+
+import pytest
 
 from testkit import xdist_scopes as scopes
 
 ROOT = Path(__file__).resolve().parents[1]
 
+PROBING = ("tests/integration/test_fault_matrix.py::test_fault_matrix[algorithm-flag]",
+           "tests/integration/test_fault_injection.py::test_two_runs_at_once_one_waits",
+           "tests/workbench/test_probe_cli.py::test_add")
 
-def test_vllm_and_lab_tests_are_groups_and_file_scoped_files_stay_whole(monkeypatch):
-    monkeypatch.setenv(scopes.COPIES_ENV, "1")
-    assert scopes.xdist_scope_of("tests/workbench/test_doctor_vllm.py::test_x[a]") == "vllm-engine"
+
+def test_lab_tests_are_one_group_and_file_scoped_files_stay_whole(monkeypatch):
+    monkeypatch.delenv(scopes.COPIES_ENV, raising=False)
     assert scopes.xdist_scope_of("tests/lab/test_console_browser.py::test_y") == "jupyterlab"
     assert scopes.xdist_scope_of("tests/lab/test_lab_harness.py::test_z") == "jupyterlab"
     # a file whose module fixture starts ~15 servers: one unit, so they start once
     assert scopes.xdist_scope_of("tests/sandbox/test_sandbox_faults.py::test_a[b]") == \
         scopes.xdist_scope_of("tests/sandbox/test_sandbox_faults.py::test_c") == "tests/sandbox/test_sandbox_faults.py"
-    probing = ("tests/integration/test_fault_matrix.py::test_fault_matrix[algorithm-flag]",
-               "tests/integration/test_fault_injection.py::test_two_runs_at_once_one_waits",
-               "tests/workbench/test_probe_cli.py::test_add")
-    # without engine copies the tests that probe the one sandbox engine are one group ...
-    monkeypatch.delenv(scopes.COPIES_ENV, raising=False)
-    assert {scopes.xdist_scope_of(n) for n in probing} == {"sandbox-engine"}
-    # ... with them (testkit.engine_copy: an engine per process) they spread test by test
-    monkeypatch.setenv(scopes.COPIES_ENV, "1")
-    for nodeid in probing:
-        assert scopes.xdist_scope_of(nodeid) == nodeid
     # every file named exists (a renamed one would silently spread again)
-    assert [p for p in scopes.FILE_SCOPED_FILES + scopes.VLLM_FILES if not (ROOT / p).is_file()] == []
+    named = scopes.FILE_SCOPED_FILES + scopes.VLLM_FILES + scopes.SANDBOX_ENGINE_FILES
+    assert [p for p in named if not (ROOT / p).is_file()] == []
     assert not set(scopes.FILE_SCOPED_FILES) & set(scopes.VLLM_FILES)
+    assert len(set(scopes.VLLM_FILES)) == len(scopes.VLLM_FILES)
+
+
+def test_engine_copies_are_on_by_default_and_spread_the_probing_tests(monkeypatch):
+    monkeypatch.delenv(scopes.COPIES_ENV, raising=False)
+    assert scopes.engine_copies_on()
+    for nodeid in PROBING:  # an engine per process (testkit.engine_copy): test by test
+        assert scopes.xdist_scope_of(nodeid) == nodeid
+    # without engine copies the tests that probe the one sandbox engine are one group
+    monkeypatch.setenv(scopes.COPIES_ENV, "0")
+    assert not scopes.engine_copies_on() and not scopes.vllm_copies_on()
+    assert {scopes.xdist_scope_of(n) for n in PROBING} == {"sandbox-engine"}
+
+
+@pytest.mark.parametrize("copies", [True, False], ids=["vllm-venv-per-process", "one-vllm-venv"])
+def test_vllm_groups(monkeypatch, copies):
+    """With a vLLM venv per process the shared-server readers are one group (each configuration starts
+    once), the files that start their own servers another (memory), the readers spread; with one venv
+    every vLLM file is one group (a probe in the venv would reach every server)."""
+    monkeypatch.setattr(scopes, "vllm_copies_on", lambda: copies)
+    groups = {path: scopes.xdist_scope_of(f"{path}::test_x[a]") for path in scopes.VLLM_FILES}
+    if copies:
+        assert {groups[p] for p in scopes.VLLM_SHARED_FILES} == {"vllm-shared"}
+        assert {groups[p] for p in scopes.VLLM_OWN_FILES} == {"vllm-own"}
+        assert [groups[p] for p in scopes.VLLM_READ_FILES] == [f"{p}::test_x[a]" for p in scopes.VLLM_READ_FILES]
+    else:
+        assert set(groups.values()) == {"vllm-engine"}
+
+
+def test_vllm_copies_follow_the_filesystem_of_the_venv(monkeypatch, tmp_path):
+    """A venv on the temporary directory's filesystem can be hard-linked; none (no venv) cannot."""
+    import testkit.vllm_servers as vs
+
+    monkeypatch.delenv(scopes.COPIES_ENV, raising=False)
+    monkeypatch.setattr(vs, "vllm_python", lambda: tmp_path / "nowhere" / "bin" / "python")
+    assert not scopes.vllm_copies_on()
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "pyvenv.cfg").write_text("home = /usr/bin\n")
+    monkeypatch.setattr(vs, "vllm_python", lambda: venv / "bin" / "python")
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", None)  # gettempdir() reads TMPDIR again
+    assert scopes.vllm_copies_on()

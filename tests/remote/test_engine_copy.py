@@ -66,3 +66,49 @@ def test_a_workbench_imported_from_an_engine_checkout_knows_the_projects_sandbox
     assert Path(seen["workbench"]).parent == checkout / "workbench"  # the copy was imported
     assert seen["models"] == str((ROOT / "workbench" / "sandbox" / "models").resolve())
     assert seen["serves_sandbox_target"] is True
+
+
+@pytest.mark.vllm
+@pytest.mark.skipif(not engine_copies_on(), reason=f"engine copies are off ({COPIES_ENV}=0)")
+def test_the_vllm_this_process_runs_is_its_own_venv_copy():
+    """The checkout's ``.venv-vllm`` is a venv of hard links (not a link to the shared one), its
+    interpreter is the one every test and workbench call uses, and it imports vLLM from the copy."""
+    from testkit.engine_copy import VLLM_ENV, vllm_copied
+    from testkit.vllm_servers import vllm_python
+    from testkit.xdist_scopes import vllm_copies_on
+    from workbench.sandbox_box import vllm_python as workbench_vllm_python
+
+    if not vllm_copies_on():
+        pytest.skip("vLLM's venv is on another filesystem than the temporary directory: no hard links")
+    checkout = Path(os.environ[ENV])
+    assert vllm_copied(checkout) and not (checkout / ".venv-vllm").is_symlink()
+    python = checkout / ".venv-vllm" / "bin" / "python"
+    assert os.environ[VLLM_ENV] == str(python) == str(vllm_python()) == workbench_vllm_python()
+    out = subprocess.run([str(python), "-B", "-c", "import importlib.util as u; print(u.find_spec('vllm').origin)"],
+                         capture_output=True, text=True, timeout=120, check=True).stdout.strip()
+    assert Path(out).is_relative_to(checkout / ".venv-vllm")
+    shared = ROOT / ".venv-vllm" / Path(out).relative_to(checkout / ".venv-vllm")
+    assert os.path.samefile(out, shared)  # a hard link: no data copied
+
+
+def test_a_file_replaced_in_a_linked_venv_leaves_the_original_as_it_was(tmp_path):
+    """What a probe does to an engine file (a new file renamed over it, ``remote.probes``) changes the
+    copy only: the original venv's file keeps its bytes and inode."""
+    from testkit.engine_copy import link_venv
+
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "pyvenv.cfg").write_text("home = /usr/bin\n")
+    (venv / "bin" / "python").symlink_to(sys.executable)
+    module = venv / "lib" / "site-packages" / "engine" / "model.py"
+    module.parent.mkdir(parents=True)
+    module.write_text("ORIGINAL = 1\n")
+    assert link_venv(venv, tmp_path / "copy")
+    copied = tmp_path / "copy" / "lib" / "site-packages" / "engine" / "model.py"
+    assert os.path.samefile(copied, module) and (tmp_path / "copy" / "bin" / "python").is_symlink()
+    inode = module.stat().st_ino
+    tmp = copied.with_name("model.py.probe-tmp")
+    tmp.write_text("ORIGINAL = 1\nprint('probe')\n")
+    os.replace(tmp, copied)
+    assert module.read_text() == "ORIGINAL = 1\n" and module.stat().st_ino == inode
+    assert copied.read_text().endswith("print('probe')\n")

@@ -18,6 +18,15 @@ makes it the working directory (``python -m`` and ``python -c`` put the working 
 through the loopback sshd (``SetEnv``, ``tests/sshd.py``), imports the copy; the test process keeps
 the ``workbench`` it imported at start (the same code). :func:`sandbox_engine_dir` is the copy's
 ``workbench/sandbox``, the engine root the box reports.
+
+vLLM, the box's second engine, gets the same: the checkout's ``.venv-vllm`` is a copy of vLLM's
+virtual environment made of hard links (:func:`link_venv`: ~2 s for its ~64,000 files, no data
+copied), and :func:`use_engine_checkout` names its interpreter in ``$WORKBENCH_VLLM_PYTHON``. A
+probe never writes into a file in place (``remote.probes`` writes a new file and renames it over the
+old one, and moves bytecode aside by renaming), so a probe in one worker's vLLM replaces that
+worker's link and leaves every other copy and the installed venv as they are. Where hard links
+cannot be made (another filesystem) the checkout keeps a symlink to the shared venv, and
+:func:`vllm_copied` says so (the scheduler then keeps the tests that probe vLLM on one worker).
 """
 
 from __future__ import annotations
@@ -26,23 +35,62 @@ import os
 import shutil
 from pathlib import Path
 
-__all__ = ["ROOT", "ENV", "make_engine_checkout", "use_engine_checkout", "checkout_dir", "sandbox_engine_dir"]
+__all__ = ["ROOT", "ENV", "VLLM_ENV", "make_engine_checkout", "use_engine_checkout", "checkout_dir",
+           "sandbox_engine_dir", "link_venv", "venv_of", "vllm_copied"]
 
 #: the project checkout the tests run from
 ROOT = Path(__file__).resolve().parents[2]
 #: the environment variable naming this process's engine checkout (set by :func:`use_engine_checkout`)
 ENV = "EWB_TEST_ENGINE_CHECKOUT"
+#: the environment variable naming vLLM's interpreter (read by ``workbench.sandbox_box.vllm_python``
+#: and ``testkit.vllm_servers.vllm_python``)
+VLLM_ENV = "WORKBENCH_VLLM_PYTHON"
 
 
-def make_engine_checkout(base: Path, root: Path = ROOT) -> Path:
-    """Build ``base/checkout`` (see the module docstring) and return it. Raises ``FileExistsError``
-    when it exists already, ``OSError`` from the copy."""
+def venv_of(python: str | os.PathLike) -> Path | None:
+    """The virtual environment ``python`` belongs to (``<venv>/bin/python``: the directory holding
+    ``pyvenv.cfg``, symlinks resolved), or ``None`` when it is not a venv's interpreter."""
+    venv = Path(python).parent.parent
+    return venv.resolve() if (venv / "pyvenv.cfg").is_file() else None
+
+
+def link_venv(venv: Path, dest: Path) -> bool:
+    """Make ``dest`` a copy of the virtual environment ``venv`` whose files are hard links to the
+    originals (directories and symlinks made anew). Python finds its prefix from the interpreter's
+    path (``dest/bin/python``, a symlink to the base interpreter, and ``dest/pyvenv.cfg``), so
+    ``dest/bin/python`` imports the copy's site-packages. Returns ``False``, with nothing left at
+    ``dest``, when hard links cannot be made there (another filesystem); other ``OSError`` raise."""
+    import errno
+
+    try:
+        shutil.copytree(venv, dest, symlinks=True, copy_function=os.link)
+    except shutil.Error as exc:  # copytree collects the per-file errors
+        shutil.rmtree(dest, ignore_errors=True)
+        if all(isinstance(e[2], str) and ("Invalid cross-device link" in e[2] or "Operation not permitted" in e[2])
+               for e in exc.args[0]):
+            return False
+        raise
+    except OSError as exc:
+        shutil.rmtree(dest, ignore_errors=True)
+        if exc.errno in (errno.EXDEV, errno.EPERM):
+            return False
+        raise
+    return True
+
+
+def make_engine_checkout(base: Path, root: Path = ROOT, *, vllm_venv: Path | None = None) -> Path:
+    """Build ``base/checkout`` (see the module docstring) and return it: ``vllm_venv`` (the venv of
+    vLLM's interpreter, :func:`venv_of`), when given, becomes its ``.venv-vllm`` as hard links
+    (:func:`link_venv`; a symlink to it where links cannot be made). Raises ``FileExistsError``
+    when the checkout exists already, ``OSError`` from the copy."""
     checkout = Path(base) / "checkout"
     checkout.mkdir(parents=True)
     for entry in sorted(root.iterdir()):
-        if entry.name == "workbench":
+        if entry.name == "workbench" or (vllm_venv is not None and entry.name == ".venv-vllm"):
             continue
         (checkout / entry.name).symlink_to(entry, target_is_directory=entry.is_dir())
+    if vllm_venv is not None and not link_venv(vllm_venv, checkout / ".venv-vllm"):
+        (checkout / ".venv-vllm").symlink_to(vllm_venv, target_is_directory=True)
     models = root / "workbench" / "sandbox" / "models"
     shutil.copytree(root / "workbench", checkout / "workbench", symlinks=True,
                     ignore=lambda d, names: [n for n in names if n == "__pycache__"
@@ -53,11 +101,27 @@ def make_engine_checkout(base: Path, root: Path = ROOT) -> Path:
 
 def use_engine_checkout(checkout: Path) -> None:
     """Make ``checkout`` what this process's children import ``workbench`` from: first on
-    ``PYTHONPATH``, the working directory, and ``$EWB_TEST_ENGINE_CHECKOUT``."""
+    ``PYTHONPATH``, the working directory, and ``$EWB_TEST_ENGINE_CHECKOUT``; and, when the checkout
+    has a venv copy of vLLM of its own (:func:`vllm_copied`), its interpreter
+    ``$WORKBENCH_VLLM_PYTHON``."""
     old = os.environ.get("PYTHONPATH")
     os.environ["PYTHONPATH"] = str(checkout) + (os.pathsep + old if old else "")
     os.environ[ENV] = str(checkout)
+    if vllm_copied(checkout):
+        os.environ[VLLM_ENV] = str(checkout / ".venv-vllm" / "bin" / "python")
     os.chdir(checkout)
+
+
+def vllm_copied(checkout: Path | None = None) -> bool:
+    """Whether ``checkout`` (default: this process's, ``$EWB_TEST_ENGINE_CHECKOUT``) has a vLLM venv
+    of its own (hard links, not a symlink to the shared one)."""
+    if checkout is None:
+        given = os.environ.get(ENV)
+        if not given:
+            return False
+        checkout = Path(given)
+    venv = Path(checkout) / ".venv-vllm"
+    return venv.is_dir() and not venv.is_symlink() and (venv / "pyvenv.cfg").is_file()
 
 
 def sandbox_engine_dir() -> Path:

@@ -5,24 +5,47 @@ from __future__ import annotations
 
 import os
 
-__all__ = ["VLLM_FILES", "LAB_DIR", "FILE_SCOPED_FILES", "SANDBOX_ENGINE_FILES", "COPIES_ENV",
-           "engine_copies_on", "xdist_group_of", "xdist_scope_of"]
+__all__ = ["VLLM_FILES", "VLLM_SHARED_FILES", "VLLM_OWN_FILES", "VLLM_READ_FILES", "LAB_DIR",
+           "FILE_SCOPED_FILES", "SANDBOX_ENGINE_FILES", "COPIES_ENV", "engine_copies_on", "vllm_copies_on",
+           "xdist_group_of", "xdist_scope_of"]
 
-#: ``1``: each pytest process imports its own copy of the sandbox engine (``testkit.engine_copy``)
-#: and the tests that probe it spread over every worker. Off by default. With it on, the vLLM
-#: diagnosis (tests/integration/test_diagnose_vllm.py) once measured a different accept rate
-#: (0.225 instead of 84/315, deterministic): the copy's ``workbench/sandbox/models`` is a link, and
-#: ``workbench.sandbox_box.sandbox_models_dir()`` spelled it through the link, so the diagnosis did
-#: not recognise the server's (real) target path as the sandbox's and measured the built-in chat
-#: prompts instead of ``bench.jsonl``; fixed there (symlinks resolved), caught by
-#: ``tests/remote/test_engine_copy.py``. On 2 cores the suite is CPU-bound either way (108 core-min
-#: at 98.8 %), so the copies did not shorten it.
+#: ``0`` turns off what is on by default: each pytest process imports its own copy of the sandbox
+#: engine, and has a vLLM venv of its own (``testkit.engine_copy``: a checkout per process, its
+#: ``.venv-vllm`` hard links), so the tests that probe either engine spread over every worker, as
+#: two boxes each have their own SGLang and vLLM. With ``0`` the tests that probe the one sandbox
+#: engine, and those that probe or serve the one vLLM, each run on one worker (two long lanes).
+#: (Copies once changed the vLLM diagnosis's accept rate, 0.225 instead of 84/315: the copy's
+#: ``workbench/sandbox/models`` is a link and ``sandbox_models_dir()`` spelled it through the link,
+#: so the diagnosis measured the built-in chat prompts instead of ``bench.jsonl``; fixed there,
+#: caught by ``tests/remote/test_engine_copy.py``.)
 COPIES_ENV = "WORKBENCH_TEST_ENGINE_COPIES"
 
 
 def engine_copies_on() -> bool:
-    """Whether ``$WORKBENCH_TEST_ENGINE_COPIES`` is ``1`` (see :data:`COPIES_ENV`)."""
-    return os.environ.get(COPIES_ENV) == "1"
+    """Whether engine copies are on: unless ``$WORKBENCH_TEST_ENGINE_COPIES`` is ``0`` (see
+    :data:`COPIES_ENV`)."""
+    return os.environ.get(COPIES_ENV, "1") != "0"
+
+
+def vllm_copies_on() -> bool:
+    """Whether each pytest process gets a vLLM venv of its own: engine copies are on and vLLM's venv
+    (``testkit.vllm_servers.vllm_python``) is on the filesystem of the temporary directory, where
+    ``testkit.engine_copy.link_venv`` makes its hard links. Decided the same way in the xdist
+    controller (which schedules) and the workers (which make the copies)."""
+    import tempfile
+
+    from testkit.engine_copy import venv_of
+    from testkit.vllm_servers import vllm_python
+
+    if not engine_copies_on():
+        return False
+    venv = venv_of(vllm_python())
+    if venv is None:
+        return False
+    try:
+        return os.stat(venv).st_dev == os.stat(tempfile.gettempdir()).st_dev
+    except OSError:
+        return False
 
 
 #: Test files that patch the sandbox box's engine source in this checkout (probes in
@@ -57,15 +80,22 @@ SANDBOX_ENGINE_FILES = (
 #: process: each imports a copy of its own (``testkit.engine_copy``, set up in ``pytest_configure``),
 #: so the tests that probe it run on any worker, as two boxes each have their own SGLang.
 
-#: Test files that start real vLLM servers (the ``vllm_server`` / ``own_vllm_server`` fixtures, or a
-#: diagnosis or runbook that launches one) or probe the shared ``.venv-vllm``: one worker runs them
-#: all (at most two shared vLLM servers at once, ~2.5 GB each, and no server imports a file another
-#: test has a probe in).
-VLLM_FILES = ("tests/integration/test_diagnose_vllm.py", "tests/integration/test_runbooks_vllm.py",
-              "tests/integration/test_vllm_probes_real_server.py", "tests/workbench/test_diagnose_vllm_units.py",
-              "tests/workbench/test_codepath_vllm.py", "tests/workbench/test_sweep_vllm.py",
-              "tests/remote/test_vllm_box.py", "tests/sandbox/test_vllm_sandbox.py",
-              "tests/workbench/test_doctor_vllm.py", "tests/workbench/test_vllm_measure.py")
+#: Test files that read from the session's shared vLLM servers (the ``vllm_server`` fixture,
+#: ``testkit.vllm_servers.VllmServers``: at most two at once, ~2.5-3 GB each): one worker runs them
+#: all, so each configuration starts once per suite, not once per worker.
+VLLM_SHARED_FILES = ("tests/workbench/test_vllm_measure.py", "tests/workbench/test_doctor_vllm.py",
+                     "tests/sandbox/test_vllm_sandbox.py")
+#: Test files that start vLLM servers of their own (``own_vllm_server``, or a diagnosis, runbook or
+#: sweep that launches one) and probe vLLM's files: one worker runs them all, so that with the shared
+#: ones at most three or four vLLM servers run at once on the machine (memory).
+VLLM_OWN_FILES = ("tests/integration/test_diagnose_vllm.py", "tests/integration/test_runbooks_vllm.py",
+                  "tests/integration/test_vllm_probes_real_server.py", "tests/remote/test_vllm_box.py",
+                  "tests/workbench/test_sweep_vllm.py")
+#: Test files that read vLLM's installed files or start a diagnosis that refuses to launch: no server,
+#: any worker (with a vLLM venv per process; else with the others, which may probe the one venv).
+VLLM_READ_FILES = ("tests/workbench/test_diagnose_vllm_units.py", "tests/workbench/test_codepath_vllm.py")
+#: Every test file that reads or runs vLLM's CPU build.
+VLLM_FILES = VLLM_SHARED_FILES + VLLM_OWN_FILES + VLLM_READ_FILES
 
 
 #: Test files under this folder drive a real JupyterLab in Chromium (the session-scoped
@@ -76,12 +106,19 @@ LAB_DIR = "tests/lab/"
 
 def xdist_group_of(nodeid: str):
     """The group of the test ``nodeid`` (``tests/x/test_y.py::test_z[...]``) that one pytest-xdist
-    worker runs whole, one test after another: ``"vllm-engine"``, ``"sandbox-engine"`` (without engine
-    copies), ``"jupyterlab"``, or None
-    (any worker, test by test)."""
+    worker runs whole, one test after another, or None (any worker, test by test). With a vLLM venv
+    per process (:func:`vllm_copies_on`): ``"vllm-shared"`` and ``"vllm-own"``; without: every vLLM
+    file in ``"vllm-engine"``. Without engine copies: ``"sandbox-engine"`` for the files that probe
+    the sandbox engine. ``"jupyterlab"`` for the browser tests."""
     path = nodeid.split("::", 1)[0]
     if path in VLLM_FILES:
-        return "vllm-engine"
+        if not vllm_copies_on():
+            return "vllm-engine"
+        if path in VLLM_SHARED_FILES:
+            return "vllm-shared"
+        if path in VLLM_OWN_FILES:
+            return "vllm-own"
+        return None
     if path in SANDBOX_ENGINE_FILES and not engine_copies_on():
         return "sandbox-engine"
     if path.startswith(LAB_DIR):
