@@ -11,8 +11,8 @@ One verify step (S = speculative_num_steps, num_draft_tokens = S + 1):
    check) and produce d_2..d_S;
 2. verify: one target forward over [x_n, d_1..d_S] with the target KV cache;
 3. accept the longest prefix with d_{i+1} == argmax_i, plus one bonus token from the target;
-4. crop the rejected tail from the target KV cache (`DynamicCache.crop(-n)`: transformers
-   5.24 removes n tokens for a negative argument) and the speculative entries from the draft KV cache;
+4. crop the rejected tail from the target KV cache (`crop(n)` removes the last n positions) and
+   the speculative entries from the draft KV cache;
 5. draft extend over the accepted tokens with the target's hidden states (aux capture under
    EAGLE3: width 3H -> `fc` runs; final normed state under EAGLE: width H -> `fc` skipped).
 
@@ -62,17 +62,6 @@ def as_input_ids(ids) -> torch.Tensor:
     return torch.stack(parts)[None]
 
 
-def crop_target_cache(cache, tokens_to_remove: int) -> None:
-    """Drop the last `tokens_to_remove` positions of a transformers `DynamicCache`.
-
-    transformers 5.24 `DynamicLayer.crop(n)`: n must be NEGATIVE (-k removes k tokens); a
-    positive n is the legacy "final length" form and raises. Checked against the installed
-    version (transformers/cache_utils.py).
-    """
-    if tokens_to_remove > 0:
-        cache.crop(-tokens_to_remove)
-
-
 @dataclass
 class DecodeState:
     """Per-request state across steps. `seq_len` = tokens in the target KV cache."""
@@ -105,14 +94,13 @@ class TargetWorker:
 
         self.hf_config = AutoConfig.from_pretrained(model_path)
         self.model_cls, self.architecture = get_model_architecture(self.hf_config)
-        self.model = self.model_cls.from_pretrained(model_path)
+        self.model = self.model_cls.from_pretrained(model_path, config=self.hf_config)
         self.model_path = model_path
 
     def new_cache(self):
-        """A fresh transformers `DynamicCache` for one request."""
-        from transformers import DynamicCache
-
-        return DynamicCache(config=self.model.config)
+        """A fresh KV cache for one request: the target class's own (`KVCache` of
+        srt/models/llama.py; `GraniteKVCache` of srt/models/granite.py), with `crop(n)`."""
+        return self.model.new_cache()
 
     def forward(self, ids: List, start: int, cache) -> Tuple[torch.Tensor, torch.Tensor]:
         """Extend `cache` with `ids` (ints or 0-dim tensors) at positions start.. -> (logits
@@ -272,7 +260,7 @@ class EAGLEWorker:
         bonus = predictions[accepted]
         new_tokens = predictions[:accepted] + [bonus]  # the accepted drafts are these same target ids
         # crop the rejected tail: target cache held n + S + 1 entries, keep n + accepted + 1
-        crop_target_cache(state.target_cache, len(drafts) - accepted)
+        state.target_cache.crop(len(drafts) - accepted)
         state.draft_cache.crop(self.num_steps - 1)
         state.seq_len = n + accepted + 1
         state.last_token = bonus
