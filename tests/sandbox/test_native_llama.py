@@ -4,12 +4,15 @@ captured aux states bitwise equal (`torch.equal`) over a prefill, one-token deco
 multi-token extends over the cache (verify steps) and crops of the cache, on the committed target
 and on random Llama configs that reach the branches it does not (GQA, biases, tied embeddings,
 another rope_theta, head_dim != hidden / heads, head_dim > 256). Also: what the loader does with
-missing, unexpected and mis-shaped tensors, and the cache's crop."""
+missing, unexpected and mis-shaped tensors, the cache's crop, and that a server's start path
+imports nothing of transformers."""
 
 from __future__ import annotations
 
 import json
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -17,6 +20,7 @@ import torch
 
 from sandbox_helpers import ROOT, TARGET
 from workbench.sandbox.srt.models.llama import KVCache, LlamaForCausalLM
+from workbench.sandbox.srt.utils.hf_transformers_utils import get_config
 
 pytestmark = pytest.mark.usefixtures("models_present")
 
@@ -67,7 +71,7 @@ class HFTarget:
 
 
 def _native(path: Path) -> LlamaForCausalLM:
-    return LlamaForCausalLM.from_pretrained(str(path), config=transformers.AutoConfig.from_pretrained(str(path)))
+    return LlamaForCausalLM.from_pretrained(str(path), config=get_config(str(path)))
 
 
 def _run(native, hf, ids, start, n_cache, h_cache, layers):
@@ -220,3 +224,32 @@ def test_other_rope_types_and_activations_are_refused(tmp_path):
     base.update(rope_parameters={"rope_type": "default", "rope_theta": 10000.0}, hidden_act="gelu")
     with pytest.raises(ValueError, match="Unsupported activation: gelu. Only silu is supported for now."):
         LlamaForCausalLM(SimpleNamespace(**base))
+
+
+START_PATH = """
+import json, sys
+import uvicorn
+from workbench.sandbox.srt.entrypoints.http_server import decode, encode
+from workbench.sandbox.srt.managers.scheduler import SamplingParams, Scheduler
+from workbench.sandbox.srt.server_args import prepare_server_args
+for argv in json.loads(sys.argv[1]):
+    out = Scheduler(prepare_server_args(argv)).generate(encode("The capital city of France is"),
+                                                        SamplingParams(max_new_tokens=8, temperature=0), decode)
+    assert out["meta_info"]["completion_tokens"] == 8
+print(sorted(m for m in sys.modules if m == "transformers" or m.startswith("transformers.")))
+"""
+
+
+def test_start_path_imports_no_transformers():
+    """What a server start runs (the launcher's modules, uvicorn, the scheduler loading the committed
+    target and draft, SGLang's warm-up request), without speculation, under EAGLE3 and under EAGLE,
+    in a fresh interpreter: no transformers module gets imported."""
+    from sandbox_helpers import DRAFT, SPEC_FLAGS
+
+    base = ["--model-path", str(TARGET)]
+    runs = [base] + [base + ["--speculative-algorithm", algo, "--speculative-draft-model-path", str(DRAFT), *SPEC_FLAGS]
+                     for algo in ("EAGLE3", "EAGLE")]
+    proc = subprocess.run([sys.executable, "-c", START_PATH, json.dumps(runs)], cwd=ROOT, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip().splitlines()[-1] == "[]"

@@ -24,7 +24,8 @@ Draft token ids keep the dtype the token map gives them (`hot_token_id[topk_inde
 worker does) and enter the draft and target forwards as tensors: a float `d2t` fails in the next
 embedding lookup, as it does in SGLang, instead of being rounded to an int here. The classes come
 from the model registry (`srt/models/registry.py`) by each config's `architectures`, as SGLang's
-`get_model_architecture` resolves them.
+`get_model_architecture` resolves them. Configs are read as transformers reads them (the target's
+as `AutoConfig`, the draft's as `LlamaConfig`; `srt/utils/hf_transformers_utils.py`).
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ from workbench.sandbox.srt.models.llama_eagle3 import (
     LlamaForCausalLMEagle3,
     SpecInput,
 )
+from workbench.sandbox.srt.utils.hf_transformers_utils import get_config, get_llama_config
 
 logger = logging.getLogger(__name__)
 
@@ -90,9 +92,7 @@ class TargetWorker:
     cannot resolve, with SGLang's message."""
 
     def __init__(self, model_path: str) -> None:
-        from transformers import AutoConfig
-
-        self.hf_config = AutoConfig.from_pretrained(model_path)
+        self.hf_config = get_config(model_path)
         self.model_cls, self.architecture = get_model_architecture(self.hf_config)
         self.model = self.model_cls.from_pretrained(model_path, config=self.hf_config)
         self.model_path = model_path
@@ -142,7 +142,6 @@ class EAGLEWorker:
 
     def __init__(self, server_args, target_worker: TargetWorker, spec_algorithm) -> None:
         from safetensors.torch import safe_open
-        from transformers import LlamaConfig
 
         self.server_args = server_args
         self.target_worker = target_worker
@@ -151,7 +150,7 @@ class EAGLEWorker:
         self.num_draft_tokens = server_args.speculative_num_draft_tokens
         draft_path = server_args.speculative_draft_model_path
 
-        self.draft_hf_config = LlamaConfig.from_pretrained(draft_path)
+        self.draft_hf_config = get_llama_config(draft_path)
         draft_cls, draft_arch = get_model_architecture(self.draft_hf_config)
         if not issubclass(draft_cls, LlamaForCausalLMEagle3):
             raise ValueError(
