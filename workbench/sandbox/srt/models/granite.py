@@ -64,13 +64,14 @@ class GraniteForCausalLM(nn.Module):
 
     @classmethod
     def from_pretrained(cls, path: str, config=None) -> "GraniteForCausalLM":
-        """Load a HF Granite directory (config.json + model.safetensors) in fp32, eval mode
-        (``config``: the directory's config already read, passed on to transformers)."""
+        """Load a HF Granite directory (config.json + model.safetensors) in fp32, eval mode.
+        ``config`` (the config the worker read) is not used: transformers' `GraniteForCausalLM`
+        reads the directory's config itself, as its `from_pretrained` does."""
         from transformers import GraniteForCausalLM as HFGranite
         from transformers.utils import logging as hf_logging
 
         hf_logging.disable_progress_bar()  # a tqdm bar on stderr would break SGLang's log format
-        hf_model = HFGranite.from_pretrained(path, config=config, dtype=torch.float32)
+        hf_model = HFGranite.from_pretrained(path, dtype=torch.float32)
         hf_model.eval()
         return cls(hf_model)
 
