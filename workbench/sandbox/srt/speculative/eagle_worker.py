@@ -11,8 +11,8 @@ One verify step (S = speculative_num_steps, num_draft_tokens = S + 1):
    check) and produce d_2..d_S;
 2. verify: one target forward over [x_n, d_1..d_S] with the target KV cache;
 3. accept the longest prefix with d_{i+1} == argmax_i, plus one bonus token from the target;
-4. crop the rejected tail from the target KV cache (`DynamicCache.crop(-n)`: transformers
-   5.24 removes n tokens for a negative argument) and the speculative entries from the draft KV cache;
+4. crop the rejected tail from the target KV cache (`crop(n)` removes the last n positions) and
+   the speculative entries from the draft KV cache;
 5. draft extend over the accepted tokens with the target's hidden states (aux capture under
    EAGLE3: width 3H -> `fc` runs; final normed state under EAGLE: width H -> `fc` skipped).
 
@@ -24,7 +24,8 @@ Draft token ids keep the dtype the token map gives them (`hot_token_id[topk_inde
 worker does) and enter the draft and target forwards as tensors: a float `d2t` fails in the next
 embedding lookup, as it does in SGLang, instead of being rounded to an int here. The classes come
 from the model registry (`srt/models/registry.py`) by each config's `architectures`, as SGLang's
-`get_model_architecture` resolves them.
+`get_model_architecture` resolves them. Configs are read as transformers reads them (the target's
+as `AutoConfig`, the draft's as `LlamaConfig`; `srt/utils/hf_transformers_utils.py`).
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ from workbench.sandbox.srt.models.llama_eagle3 import (
     LlamaForCausalLMEagle3,
     SpecInput,
 )
+from workbench.sandbox.srt.utils.hf_transformers_utils import get_config, get_llama_config
 
 logger = logging.getLogger(__name__)
 
@@ -60,17 +62,6 @@ def as_input_ids(ids) -> torch.Tensor:
         return torch.tensor([list(ids)], dtype=torch.long)
     parts = [i.reshape(()) if isinstance(i, torch.Tensor) else torch.tensor(int(i), dtype=torch.long) for i in ids]
     return torch.stack(parts)[None]
-
-
-def crop_target_cache(cache, tokens_to_remove: int) -> None:
-    """Drop the last `tokens_to_remove` positions of a transformers `DynamicCache`.
-
-    transformers 5.24 `DynamicLayer.crop(n)`: n must be NEGATIVE (-k removes k tokens); a
-    positive n is the legacy "final length" form and raises. Checked against the installed
-    version (transformers/cache_utils.py).
-    """
-    if tokens_to_remove > 0:
-        cache.crop(-tokens_to_remove)
 
 
 @dataclass
@@ -101,18 +92,15 @@ class TargetWorker:
     cannot resolve, with SGLang's message."""
 
     def __init__(self, model_path: str) -> None:
-        from transformers import AutoConfig
-
-        self.hf_config = AutoConfig.from_pretrained(model_path)
+        self.hf_config = get_config(model_path)
         self.model_cls, self.architecture = get_model_architecture(self.hf_config)
-        self.model = self.model_cls.from_pretrained(model_path)
+        self.model = self.model_cls.from_pretrained(model_path, config=self.hf_config)
         self.model_path = model_path
 
     def new_cache(self):
-        """A fresh transformers `DynamicCache` for one request."""
-        from transformers import DynamicCache
-
-        return DynamicCache(config=self.model.config)
+        """A fresh KV cache for one request: the target class's own (`KVCache` of
+        srt/models/llama.py; `GraniteKVCache` of srt/models/granite.py), with `crop(n)`."""
+        return self.model.new_cache()
 
     def forward(self, ids: List, start: int, cache) -> Tuple[torch.Tensor, torch.Tensor]:
         """Extend `cache` with `ids` (ints or 0-dim tensors) at positions start.. -> (logits
@@ -154,7 +142,6 @@ class EAGLEWorker:
 
     def __init__(self, server_args, target_worker: TargetWorker, spec_algorithm) -> None:
         from safetensors.torch import safe_open
-        from transformers import LlamaConfig
 
         self.server_args = server_args
         self.target_worker = target_worker
@@ -163,7 +150,7 @@ class EAGLEWorker:
         self.num_draft_tokens = server_args.speculative_num_draft_tokens
         draft_path = server_args.speculative_draft_model_path
 
-        self.draft_hf_config = LlamaConfig.from_pretrained(draft_path)
+        self.draft_hf_config = get_llama_config(draft_path)
         draft_cls, draft_arch = get_model_architecture(self.draft_hf_config)
         if not issubclass(draft_cls, LlamaForCausalLMEagle3):
             raise ValueError(
@@ -272,7 +259,7 @@ class EAGLEWorker:
         bonus = predictions[accepted]
         new_tokens = predictions[:accepted] + [bonus]  # the accepted drafts are these same target ids
         # crop the rejected tail: target cache held n + S + 1 entries, keep n + accepted + 1
-        crop_target_cache(state.target_cache, len(drafts) - accepted)
+        state.target_cache.crop(len(drafts) - accepted)
         state.draft_cache.crop(self.num_steps - 1)
         state.seq_len = n + accepted + 1
         state.last_token = bonus
