@@ -103,7 +103,11 @@ def test_a_file_replaced_in_a_linked_venv_leaves_the_original_as_it_was(tmp_path
     module = venv / "lib" / "site-packages" / "engine" / "model.py"
     module.parent.mkdir(parents=True)
     module.write_text("ORIGINAL = 1\n")
+    (venv / "bin" / "engine").write_text(f"#!{venv}/bin/python\nimport engine\n")
     assert link_venv(venv, tmp_path / "copy")
+    # a console script names the copy's interpreter (the venv's own is left as it was)
+    assert (tmp_path / "copy" / "bin" / "engine").read_text() == f"#!{tmp_path / 'copy'}/bin/python\nimport engine\n"
+    assert (venv / "bin" / "engine").read_text() == f"#!{venv}/bin/python\nimport engine\n"
     copied = tmp_path / "copy" / "lib" / "site-packages" / "engine" / "model.py"
     assert os.path.samefile(copied, module) and (tmp_path / "copy" / "bin" / "python").is_symlink()
     inode = module.stat().st_ino

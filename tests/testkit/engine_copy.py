@@ -64,6 +64,7 @@ def link_venv(venv: Path, dest: Path) -> bool:
 
     try:
         shutil.copytree(venv, dest, symlinks=True, copy_function=os.link)
+        _repoint_scripts(venv, dest)
     except shutil.Error as exc:  # copytree collects the per-file errors
         shutil.rmtree(dest, ignore_errors=True)
         if all(isinstance(e[2], str) and ("Invalid cross-device link" in e[2] or "Operation not permitted" in e[2])
@@ -76,6 +77,26 @@ def link_venv(venv: Path, dest: Path) -> bool:
             return False
         raise
     return True
+
+
+def _repoint_scripts(venv: Path, dest: Path) -> None:
+    """The console scripts of ``dest/bin`` (``vllm``, ``pip``...) name their interpreter in their
+    first line, ``#!<venv>/bin/python``: each becomes a file of its own (not a link) naming
+    ``dest/bin/python``, as if the venv had been made at ``dest``. ``vllm serve`` then runs the
+    copy's vLLM, as the copy's ``python -m`` does."""
+    old = f"#!{venv}/bin/".encode()
+    for script in (dest / "bin").iterdir():
+        if script.is_symlink() or not script.is_file():
+            continue
+        with open(script, "rb") as f:
+            head = f.read(len(old))
+        if head != old:
+            continue
+        data = script.read_bytes()
+        mode = script.stat().st_mode
+        script.unlink()  # the copy's own file from here on: the venv's stays as it is
+        script.write_bytes(f"#!{dest}/bin/".encode() + data[len(old):])
+        script.chmod(mode)
 
 
 def make_engine_checkout(base: Path, root: Path = ROOT, *, vllm_venv: Path | None = None) -> Path:
