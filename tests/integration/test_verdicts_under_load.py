@@ -2,23 +2,30 @@
 
 The same faulty deployments (``testkit.faults``, rows of ``testkit.matrix``) are diagnosed in-process
 (``DiagnosisRun``, as ``test_fault_matrix.py`` does) twice: on the machine as it is, then under a
-CPU load that at least doubles the time of a calibration step (``testkit.cpuload``: busy loops,
-their number measured in this test against the step's time without them). The verdicts must be
-identical: outcome, root causes in order (hypothesis and rule), every hypothesis' verdict, the fix
-kinds and whether the fix was sufficient, the restarts. A representative subset: a healthy draft,
-a static-only case (the guard refuses the as-found launch), a probe-needed case, and stacked faults.
-The step times with and without the load are printed (``-s``) for the record.
+load that at least doubles the time of every step. The verdicts must be identical: outcome, root
+causes in order (hypothesis and rule), every hypothesis' verdict, the fix kinds and whether the fix
+was sufficient, the restarts. A representative subset: a healthy draft, a static-only case (the
+guard refuses the as-found launch), a probe-needed case, and stacked faults.
+
+The load (``testkit.cpuload.slowing_load``): a CPU quota on this test's own process tree (a cgroup
+this pytest process moves into for the loaded half, so the diagnosis in process and every server and
+child it starts run under the quota, and moves out of afterwards, whatever happens), tightened until
+a calibration step in the limited process takes at least twice as long as just before without it.
+It burns no CPU: the cores it withholds go to the other jobs on the machine. Where no writable cgroup
+``cpu`` controller exists it falls back to busy-loop processes, and says so. The load and the step
+times with and without it are printed (``-s``) for the record.
 """
 
 from __future__ import annotations
 
 import sys
 import time
+import warnings
 from pathlib import Path
 
 import pytest
 
-from testkit.cpuload import calibration_step, doubling_load
+from testkit.cpuload import calibration_step, slowing_load
 from testkit.faults import build_deployment
 from testkit.matrix import case
 from testkit.ports import free_port
@@ -90,13 +97,18 @@ def test_verdicts_are_the_same_under_a_load_that_doubles_every_step(tmp_path, mo
     monkeypatch.setenv("EAGLE_WORKBENCH_STATE_DIR", str(tmp_path / "box-state"))
     quiet, quiet_steps, quiet_walls, expected = _all(tmp_path, "quiet", None)
     assert quiet["healthy"]["outcome"] == "healthy" and expected and expected > 1.5, quiet["healthy"]
-    load, unloaded_s, loaded_s = doubling_load(2.0)
+    load = slowing_load(2.0)
+    print(f"busy half under {load.describe()}", file=sys.stderr, flush=True)
+    if load.kind != "cpu quota":  # said in the summary too: the fallback burns CPU other tests lack
+        warnings.warn(f"test_verdicts_under_load: no CPU quota, {load.describe()}")
     try:
         busy, busy_steps, busy_walls, _ = _all(tmp_path, "busy", expected)
         still_s = calibration_step()  # the load at the end of the loaded runs
     finally:
         load.stop()
-    print(f"\ncalibration step: {unloaded_s:.3f} s without, {loaded_s:.3f} s under {load.n} busy loops "
+    unloaded_s, loaded_s = load.unloaded_s, load.loaded_s
+    print(f"\nload: {load.describe()}")
+    print(f"calibration step: {unloaded_s:.3f} s without, {loaded_s:.3f} s under the {load.kind} "
           f"({loaded_s / unloaded_s:.2f}x; {still_s / unloaded_s:.2f}x at the end)")
     for name in quiet:
         print(f"{name}: wall {quiet_walls[name]} s -> {busy_walls[name]} s; steps {quiet_steps[name]} -> "

@@ -12,4 +12,6 @@ through ``tests/conftest.py``). Plain functions and classes; the fixtures built 
   (each fault by the engine's own mechanism, its public report named).
 - ``testkit.matrix``: the fault matrix's rows (``CASES``), shared by the matrix test and
   ``benchmarks/bench_diagnose.py``.
+- ``testkit.cpuload``: a load that at least doubles every step's time: a CPU quota on the test's own
+  process tree (cgroups), busy loops where no writable ``cpu`` controller exists.
 """
