@@ -70,3 +70,22 @@ def test_vllm_copies_follow_the_filesystem_of_the_venv(monkeypatch, tmp_path):
 
     monkeypatch.setattr(tempfile, "tempdir", None)  # gettempdir() reads TMPDIR again
     assert scopes.vllm_copies_on()
+
+
+def test_run_after_moves_a_file_right_after_the_files_it_needs():
+    rules = {"c.py": ("a.py", "d.py")}
+    assert scopes.run_after(["c.py", "a.py", "b.py", "d.py", "e.py"], rules) == ["a.py", "b.py", "d.py", "c.py", "e.py"]
+    assert scopes.run_after(["a.py", "d.py", "c.py"], rules) == ["a.py", "d.py", "c.py"]  # already after: kept
+    assert scopes.run_after(["c.py", "b.py"], rules) == ["c.py", "b.py"]  # nothing it needs is collected
+    assert scopes.run_after(["b.py"], rules) == ["b.py"]
+
+
+def test_the_under_load_test_runs_after_the_fault_matrix_whatever_the_durations():
+    """test_verdicts_under_load.py reuses the fault matrix's published quiet runs: it is collected (and
+    so handed out by pytest-xdist) after every test of test_fault_matrix.py, even when the durations
+    would put it first."""
+    under, matrix = "tests/integration/test_verdicts_under_load.py", "tests/integration/test_fault_matrix.py"
+    assert scopes.RUN_AFTER[under] == (matrix,)
+    assert all((ROOT / p).is_file() for p in (under, *scopes.RUN_AFTER[under]))
+    order = scopes.run_after([under, "tests/x.py", matrix, "tests/y.py"])
+    assert order.index(under) == order.index(matrix) + 1

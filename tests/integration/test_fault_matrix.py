@@ -8,6 +8,11 @@ and asserts the verdict's rules, its root causes in the order they act, the kind
 the fixable ones, that accept length after the fix is within 10 % of the healthy draft's, measured
 in the same run. After every case the box is as found: the deployment's files and the committed
 models byte for byte, no server on the port, no probe, no draft copy, no pending journal.
+
+A case whose assertions all passed publishes its run for the rest of the session
+(``testkit.session_share``: the run's inputs and its verdict's ``testkit.matrix.signature``, the
+healthy accept length with the healthy one), so tests/integration/test_verdicts_under_load.py
+compares its loaded runs with these rather than running the same diagnoses again.
 """
 
 from __future__ import annotations
@@ -21,7 +26,8 @@ import pytest
 from remote import connect
 from remote import probes as remote_probes
 from testkit.faults import build_deployment
-from testkit.matrix import CASES
+from testkit.matrix import CASES, PROMPTS, entry_name, run_inputs, signature, step_times
+from testkit.session_share import Publication
 from workbench.diagnosis import DiagnosisRun
 from workbench.session import Journal
 
@@ -29,7 +35,6 @@ pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[2]
 MODELS = ROOT / "workbench" / "sandbox" / "models"
-PROMPTS = dict(num_prompts=4, max_new_tokens=64)
 
 
 def _digests(*roots: Path) -> dict[str, str]:
@@ -77,7 +82,20 @@ def state_dir_module(tmp_path_factory):
         os.environ["EAGLE_WORKBENCH_STATE_DIR"] = old
 
 
-def test_a_healthy_draft_gets_a_healthy_verdict(healthy):
+@pytest.fixture
+def publication(request, tmp_path_factory):
+    """This test's session-shared entry (``testkit.session_share.Publication``, named by
+    ``testkit.matrix.entry_name``: the case's name, ``healthy`` for the healthy test): marked
+    running now and done at teardown, passed or not; the test publishes its run into it only
+    after its own assertions passed."""
+    callspec = getattr(request.node, "callspec", None)
+    pub = Publication(tmp_path_factory, entry_name(callspec.params["case"].name if callspec else "healthy"))
+    pub.running()
+    yield pub
+    pub.done()
+
+
+def test_a_healthy_draft_gets_a_healthy_verdict(healthy, publication):
     """No root cause, no false alarm, no restart: accept length against its ceiling, a pointer to
     the sweep runbook."""
     assert healthy["outcome"] == "healthy" and healthy["root_causes"] == [] and healthy["root_cause"]["rule"] is None
@@ -86,6 +104,9 @@ def test_a_healthy_draft_gets_a_healthy_verdict(healthy):
     assert healthy["healthy"]["accept_length"] == healthy["acceptance"]["before"]["accept_length"] > 1.8
     assert healthy["healthy"]["ceiling"] == 4.0 and "measure_acceptance" in healthy["healthy"]["note"]
     assert [f["rule"] for f in healthy["findings"] if f["severity"] == "error"] == []
+    publication.publish({"inputs": run_inputs((), {}, None), "signature": signature(healthy),
+                         "accept_length": healthy["acceptance"]["before"]["accept_length"],
+                         "steps": step_times(healthy), "wall_s": healthy["duration_s"]})
 
 
 def _box_as_found(box, port: int, state_dir: Path, digests_before: dict, roots: tuple[Path, ...]) -> None:
@@ -98,7 +119,7 @@ def _box_as_found(box, port: int, state_dir: Path, digests_before: dict, roots: 
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
-def test_fault_matrix(case, healthy, tmp_path, state_dir_module, free_port):
+def test_fault_matrix(case, healthy, tmp_path, state_dir_module, free_port, publication):
     box = connect("local")
     before_models = _digests(MODELS)
     dep = build_deployment(tmp_path / "deployment", *case.faults)
@@ -170,6 +191,8 @@ def test_fault_matrix(case, healthy, tmp_path, state_dir_module, free_port):
     # the box as found
     _box_as_found(box, free_port, state_dir_module, before_deployment, (dep.root,))
     assert _digests(MODELS) == before_models
+    publication.publish({"inputs": run_inputs(case.faults, case.params, healthy_length),
+                         "signature": signature(verdict), "steps": step_times(verdict), "wall_s": round(wall, 1)})
     print(f"\n{case.name}: outcome {verdict['outcome']}, restarts {verdict['restarts']}, "
           f"{_acc(verdict['acceptance']['before'])} → {_acc(verdict['acceptance']['after'])} "
           f"(healthy {healthy_length:.3f}), {wall:.1f} s")

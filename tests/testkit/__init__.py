@@ -11,7 +11,9 @@ through ``tests/conftest.py``). Plain functions and classes; the fixtures built 
 - ``testkit.faults``: ``build_deployment(dest, *faults)``, faulty copies of the sandbox deployment
   (each fault by the engine's own mechanism, its public report named).
 - ``testkit.matrix``: the fault matrix's rows (``CASES``), shared by the matrix test and
-  ``benchmarks/bench_diagnose.py``.
+  ``benchmarks/bench_diagnose.py``; what a verdict decides (``signature``).
 - ``testkit.cpuload``: a load that at least doubles every step's time: a CPU quota on the test's own
   process tree (cgroups), busy loops where no writable ``cpu`` controller exists.
+- ``testkit.session_share``: results one test publishes for the others of the same session (across
+  pytest-xdist workers), so that an end-to-end run two tests need runs once.
 """

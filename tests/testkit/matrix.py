@@ -1,12 +1,21 @@
 """The fault matrix's rows (issue 12), shared by ``tests/integration/test_fault_matrix.py`` and
 ``benchmarks/bench_diagnose.py``: per case the faults injected (``testkit.faults``), the runbook
-parameters, and what the verdict must say."""
+parameters, and what the verdict must say.
+
+Also what the matrix publishes for the other tests of the session that need one of its runs
+(``testkit.session_share``; tests/integration/test_verdicts_under_load.py): :data:`PROMPTS`, the
+run's inputs (:func:`run_inputs`) and what its verdict decided (:func:`signature`), under
+:func:`entry_name`."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 
-__all__ = ["Case", "CASES", "case", "GUARD_REFUSES"]
+__all__ = ["Case", "CASES", "case", "GUARD_REFUSES", "PROMPTS", "signature", "step_times", "run_inputs", "entry_name"]
+
+#: the prompts every matrix diagnosis measures with (the healthy draft is healthy on them)
+PROMPTS = dict(num_prompts=4, max_new_tokens=64)
 
 
 @dataclass(frozen=True)
@@ -95,3 +104,47 @@ GUARD_REFUSES = {
     "truncated-checkpoint": {"checkpoint-unreadable"}, "eagle-flag": set(),
     "spec-params-without-steps": {"spec-params-invalid"}, "spec-steps-zero": set(),
 }
+
+
+def signature(verdict: dict) -> dict:
+    """What a verdict decides (never how long anything took), in JSON's types (lists, not tuples),
+    so that a signature read back from a published file compares equal to a fresh one."""
+    return json.loads(json.dumps({
+        "outcome": verdict["outcome"],
+        "root_causes": [(c["hypothesis"], c["rule"]) for c in verdict["root_causes"]],
+        "hypotheses": {h["id"]: h["verdict"] for h in verdict["hypotheses"]},
+        "fix_kinds": verdict["fix"]["kinds"],
+        "fix_sufficient": verdict["fix"]["sufficient"],
+        "restarts": verdict["restarts"],
+        "start_failures": [f["label"] for f in verdict["start_failures"]],
+        "accept_length": (verdict["acceptance"]["before"]["accept_length"],
+                          verdict["acceptance"]["after"]["accept_length"]),
+        "probe": {k: verdict["probe"].get(k) for k in ("observed_hidden_size", "expected_hidden_size",
+                                                        "observed_widths", "captured_layers", "after_fix_widths")},
+    }))
+
+
+def step_times(verdict: dict) -> dict:
+    """The step times of a verdict (seconds): each launch's wait until healthy, each measurement's
+    requests (for the record: what a load changes)."""
+    out = {f"start {launch['label']}": launch.get("healthy_after_s") for launch in verdict["launches"]
+           if launch.get("healthy_after_s") is not None}
+    for key in ("before", "after"):
+        wall = verdict["acceptance"][key].get("wall_s")
+        if wall is not None:
+            out[f"measure {key}"] = round(wall, 2)
+    return out
+
+
+def run_inputs(faults, params: dict, expected_accept_length) -> dict:
+    """Everything a matrix diagnosis depends on besides the code: the entry point (``DiagnosisRun``
+    in process on the local box), the faults, the runbook parameters, :data:`PROMPTS` and the
+    expected accept length. Two runs with equal inputs are the same run."""
+    return json.loads(json.dumps({"entry": "DiagnosisRun(host=local).run_all", "faults": list(faults),
+                                  "params": params, "prompts": PROMPTS,
+                                  "expected_accept_length": expected_accept_length}, sort_keys=True))
+
+
+def entry_name(name: str) -> str:
+    """The session-shared entry of the matrix's run ``name`` (a case's name, or ``"healthy"``)."""
+    return f"fault-matrix-{name}"

@@ -7,7 +7,7 @@ import os
 
 __all__ = ["VLLM_FILES", "VLLM_SHARED_FILES", "VLLM_OWN_FILES", "VLLM_READ_FILES", "LAB_DIR",
            "FILE_SCOPED_FILES", "SANDBOX_ENGINE_FILES", "COPIES_ENV", "engine_copies_on", "vllm_copies_on",
-           "xdist_group_of", "xdist_scope_of"]
+           "xdist_group_of", "xdist_scope_of", "RUN_AFTER", "run_after"]
 
 #: ``0`` turns off what is on by default: each pytest process imports its own copy of the sandbox
 #: engine, and has a vLLM venv of its own (``testkit.engine_copy``: a checkout per process, its
@@ -141,3 +141,26 @@ def xdist_scope_of(nodeid: str) -> str:
     (:func:`xdist_group_of`), else its file when in :data:`FILE_SCOPED_FILES`, else itself."""
     path = nodeid.split("::", 1)[0]
     return xdist_group_of(nodeid) or (path if path in FILE_SCOPED_FILES else nodeid)
+
+
+#: test file -> the files it runs after (collection order, so also the order pytest-xdist hands the
+#: tests out in): test_verdicts_under_load.py compares its loaded runs with the fault matrix's
+#: quiet ones, which the matrix publishes for the session (``testkit.session_share``) once each case
+#: passed; after the matrix they are there (or running: it waits), rather than run twice.
+RUN_AFTER = {"tests/integration/test_verdicts_under_load.py": ("tests/integration/test_fault_matrix.py",)}
+
+
+def run_after(order, rules=None):
+    """``order`` (test files) with each file of ``rules`` (default :data:`RUN_AFTER`) moved to just
+    after the last of the files it runs after, when that one comes later; the others keep their
+    order. A file whose predecessors are not in ``order`` stays where it is."""
+    rules = RUN_AFTER if rules is None else rules
+    order = list(order)
+    for name, before in rules.items():
+        if name not in order:
+            continue
+        last = max((order.index(b) for b in before if b in order), default=-1)
+        if last > order.index(name):
+            order.remove(name)  # the predecessor moves up one: inserting at `last` puts it right after
+            order.insert(last, name)
+    return order
