@@ -13,7 +13,10 @@ Three parts:
   drafts than the healthy draft measured in the same run (``/generate`` meta_info, accept length =
   completion tokens / spec_verify_ct over the sandbox's own bench prompts); a start-up fault
   exits non-zero (SIGKILL: SGLang's launcher kills itself) with the exception in its log, and
-  ``remote``'s ``wait_healthy`` sees ``ServerDied``, never a server hanging at 503.
+  ``remote``'s ``wait_healthy`` sees ``ServerDied``, never a server hanging at 503. The launch
+  guard's table (``testkit.matrix.GUARD_REFUSES``) against the same launches: every fault of
+  ``testkit.faults`` is launched here as is (no guard), and it dies while starting up exactly when
+  the guard refuses it.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ import pytest
 from sandbox_helpers import ROOT
 from testkit import faults as fk
 from testkit.faults import FAULTS, build_deployment, committed_digests
+from testkit.matrix import GUARD_REFUSES
 from testkit.ports import free_port
 from testkit.sandbox_servers import start_sandbox_server
 from testkit.engine_copy import checkout_dir
@@ -379,8 +383,9 @@ def test_doctor_evidence_shows_the_captured_layers(doctor_reports):
 # Real servers: the matrix (slow)
 # ---------------------------------------------------------------------------------------------
 
+#: faults the server starts and serves with (measured on the bench prompts)
 SILENT = ("healthy", "no-eagle-config", "aux-ids-top-level", "aux-ids-shifted", "renamed-tensor", "d2t-minus-arange",
-          "d2t-missing", "vocab-mismatch", "eagle-flag", "spec-steps-zero")
+          "d2t-shuffled", "d2t-missing", "vocab-mismatch", "eagle-flag", "spec-steps-zero")
 #: start-up faults: the exception in the log, and which launcher handler killed the process
 DEATHS = {
     "aux-ids-out-of-range": (r"RuntimeError: mat1 and mat2 shapes cannot be multiplied \(\d+x320 and 480x160\)", SERVING),
@@ -468,28 +473,28 @@ def _box_wait_healthy(dep, log_dir):
     return None
 
 
+#: the start-up fault the launcher itself refuses, before loading anything (argparse-level)
+LAUNCHER_REFUSES = "spec-params-without-steps"
+
+
 @pytest.fixture(scope="module")
 def matrix(built, own_sandbox_server, tmp_path_factory):
     """Every fault's server, each started once, two at a time (one torch thread each on this
-    2-core machine): ``{name: Outcome}``, plus ``"box"`` (``ServerDied`` from ``wait_healthy``)."""
+    2-core machine): ``{name: Outcome}`` for every fault of ``testkit.faults`` (:data:`SILENT`
+    served and measured, :data:`DEATHS` and :data:`LAUNCHER_REFUSES` dead while starting) and
+    ``granite-eagle``, plus ``"box"`` (``ServerDied`` from ``wait_healthy``: aux-ids-out-of-range
+    once more, through the box layer)."""
     deps, _ = built
     logs = tmp_path_factory.mktemp("matrix")
     jobs = {}
     with ThreadPoolExecutor(max_workers=2) as pool:
         for name in SILENT:
             jobs[name] = pool.submit(_serve_and_measure, name, deps[name], logs / name, own_sandbox_server)
-        for name in DEATHS:
+        for name in (*DEATHS, LAUNCHER_REFUSES):
             jobs[name] = pool.submit(_expect_death, name, deps[name], logs / name)
         (logs / "box").mkdir()
         jobs["box"] = pool.submit(_box_wait_healthy, deps["aux-ids-out-of-range"], logs / "box")
-        jobs["no-steps"] = pool.submit(_launcher_refusal, deps["spec-params-without-steps"])
     return {name: job.result() for name, job in jobs.items()}
-
-
-def _launcher_refusal(dep):
-    import subprocess
-
-    return subprocess.run(dep.argv(free_port()), cwd=checkout_dir(), capture_output=True, text=True, timeout=120)
 
 
 def test_healthy_draft_accepts(matrix):
@@ -555,8 +560,28 @@ def test_wait_healthy_sees_server_died(matrix):
 
 
 def test_spec_params_without_steps_refused_before_loading(matrix):
-    proc = matrix["no-steps"]
-    assert proc.returncode == 2 and "AssertionError" in proc.stderr and "Load weight begin" not in proc.stderr
+    out = matrix[LAUNCHER_REFUSES]
+    assert out.returncode == 2 and "AssertionError" in out.log and "Load weight begin" not in out.log
+
+
+def test_every_fault_is_launched_by_the_matrix_and_in_the_guard_table():
+    """Each fault of ``testkit.faults`` has one launch of its own in ``matrix`` (served, or dead while
+    starting), and a row in the guard's table."""
+    launched = [*SILENT, *DEATHS, LAUNCHER_REFUSES]
+    assert len(launched) == len(set(launched)) and set(FAULTS) <= set(launched)
+    assert set(GUARD_REFUSES) == set(FAULTS)
+
+
+@pytest.mark.parametrize("fault", sorted(GUARD_REFUSES))
+def test_the_guard_refuses_exactly_what_the_engine_dies_on(matrix, fault):
+    """The launch guard's table (``testkit.matrix.GUARD_REFUSES``) against the real engine: the
+    matrix launched each fault's deployment as is (the sandbox launcher on loopback, no guard): it
+    died while starting up (exited before answering /health 200) exactly when the guard refuses it,
+    and served otherwise. The decision is the mechanism's, not a list of examples."""
+    out = matrix[fault]
+    started = out.started
+    assert started == (not GUARD_REFUSES[fault]), (fault, started, out.returncode, GUARD_REFUSES[fault],
+                                                   out.log[-2000:])
 
 
 def test_matrix_left_the_committed_models_byte_identical(matrix, built):

@@ -88,7 +88,7 @@ def case(name: str) -> Case:
 
 #: Every fault of ``testkit.faults`` and the rules whose findings make the launch guard refuse its
 #: launch: exactly the faults the sandbox engine dies on while it starts (``starts_as_found=False``
-#: above; tests/integration/test_launch_guard_sandbox.py launches each to show it), none of those
+#: above; tests/sandbox/test_sandbox_faults.py launches each to show it), none of those
 #: it serves with (they lower acceptance, and the diagnosis needs that launch to measure it).
 GUARD_REFUSES = {
     "healthy": set(), "no-eagle-config": set(), "aux-ids-top-level": set(),

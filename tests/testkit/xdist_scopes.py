@@ -127,7 +127,7 @@ def xdist_group_of(nodeid: str):
 
 
 #: Test files whose module-scoped fixtures start servers or kernels (the fault-per-server
-#: ``matrix`` of test_sandbox_faults.py starts ~15): each runs whole on one worker, so those start
+#: ``matrix`` of test_sandbox_faults.py starts ~22): each runs whole on one worker, so those start
 #: once, not once per worker that gets one of its tests. (test_fault_matrix.py's module fixture
 #: is one diagnosis, and its cases are the suite's longest tests: they stay spread.)
 FILE_SCOPED_FILES = ("tests/sandbox/test_sandbox_faults.py", "tests/sandbox/test_sandbox_readiness.py",

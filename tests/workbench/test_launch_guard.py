@@ -1,7 +1,8 @@
 """The launch guard's decision (issue 13): which findings refuse a launch, decided by the rule's
 mechanism (``prevents_start``), and the guard itself on the real doctor over real deployments on
 disk (``testkit.faults``: the sandbox's committed models, faults injected). Nothing is launched
-here: the slow tests (tests/integration/test_launch_guard_sandbox.py) show the sandbox engine agrees."""
+here: the slow tests (tests/sandbox/test_sandbox_faults.py, every fault launched; the diagnosis and the
+sweep in tests/integration/test_launch_guard_sandbox.py) show the sandbox engine agrees."""
 
 from __future__ import annotations
 
