@@ -57,6 +57,12 @@ def pytest_configure(config):
     config._ewb_guard = None
     config._ewb_fast_guard = "not slow" in (config.getoption("markexpr") or "").replace("  ", " ")
     config._ewb_state_base = _isolate_worker_state()
+    if not _runs_tests(config):
+        # the xdist controller, before its workers start: pytest's rewritten test modules cached
+        # once for all of them (under PYTHONDONTWRITEBYTECODE each rewrote every file itself)
+        from testkit.rewrite_cache import precompile_rewritten
+
+        precompile_rewritten(config)
     if _runs_tests(config) and engine_copies_on():
         # the sandbox box's engine of this process (testkit.engine_copy): its servers, kernels and
         # CLIs import a copy of `workbench`, so probes of two workers never meet in one file

@@ -13,6 +13,7 @@ functions: a lazy import is still an import), never by importing the modules:
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 import pytest
@@ -74,7 +75,13 @@ def _imports(name: str, path: Path) -> set[str]:
     return found
 
 
-GRAPH = {name: _imports(name, path) for name, path in MODULES.items()}
+@functools.lru_cache(maxsize=None)
+def graph() -> dict[str, set[str]]:
+    """The import graph: each project module -> the project modules it imports (:func:`_imports`).
+    Built on first use, not at import: parsing all ~2.5 MB of ``remote/`` and ``workbench/`` costs
+    ~1.2 s of CPU, and every pytest process imports this module to collect it (each xdist worker),
+    while only the one that runs these tests needs the graph."""
+    return {name: _imports(name, path) for name, path in MODULES.items()}
 
 
 def _in_sandbox(module: str) -> bool:
@@ -96,7 +103,7 @@ def test_every_workbench_module_has_a_layer():
 def test_no_import_cycle():
     # a package's __init__ importing its own submodules (and they the package) is not a cycle
     def edges(m):
-        return {d for d in GRAPH[m] if not d.startswith(m + ".") and not m.startswith(d + ".")}
+        return {d for d in graph()[m] if not d.startswith(m + ".") and not m.startswith(d + ".")}
 
     state: dict[str, int] = {}
     cycles = []
@@ -110,34 +117,34 @@ def test_no_import_cycle():
                 visit(d, stack + [d])
         state[m] = 2
 
-    for m in sorted(GRAPH):
+    for m in sorted(graph()):
         if m not in state:
             visit(m, [m])
     assert cycles == [], "import cycles: " + "; ".join(" -> ".join(c) for c in cycles)
 
 
 def test_remote_never_imports_workbench():
-    bad = {m: sorted(d for d in deps if d.startswith("workbench")) for m, deps in GRAPH.items() if m.startswith("remote")}
+    bad = {m: sorted(d for d in deps if d.startswith("workbench")) for m, deps in graph().items() if m.startswith("remote")}
     assert {m: d for m, d in bad.items() if d} == {}
 
 
 def test_the_sandbox_stands_alone():
-    inside = {m for m in GRAPH if _in_sandbox(m)}
-    out_of_sandbox = {m: sorted(d for d in GRAPH[m] if d not in inside and d != "workbench") for m in inside}
+    inside = {m for m in graph() if _in_sandbox(m)}
+    out_of_sandbox = {m: sorted(d for d in graph()[m] if d not in inside and d != "workbench") for m in inside}
     assert {m: d for m, d in out_of_sandbox.items() if d} == {}
-    into_sandbox = {m: sorted(d for d in deps if d in inside) for m, deps in GRAPH.items() if m not in inside}
+    into_sandbox = {m: sorted(d for d in deps if d in inside) for m, deps in graph().items() if m not in inside}
     assert {m: d for m, d in into_sandbox.items() if d} == {}
 
 
 def test_workbench_package_itself_imports_nothing():
     # `python -m workbench.sandbox.launch_server` must load nothing but the sandbox
-    assert GRAPH["workbench"] == set()
+    assert graph()["workbench"] == set()
 
 
 @pytest.mark.parametrize("part", sorted(RANK))
 def test_each_part_imports_only_lower_layers(part):
     wrong = {}
-    for m, deps in GRAPH.items():
+    for m, deps in graph().items():
         if _part(m) != part:
             continue
         for d in deps:
@@ -151,10 +158,10 @@ def test_each_part_imports_only_lower_layers(part):
 
 def test_the_graph_is_read():
     # the checks above are only as good as the graph: a few edges the design relies on
-    assert "workbench.rules.runtime" in GRAPH["workbench.logs.summary"]
-    assert "workbench.session" in GRAPH["workbench.measure.sweep"] or \
-        "workbench.session.box_session" in GRAPH["workbench.measure.sweep"]
-    assert "remote.errors" in GRAPH["workbench.checkpoint.readers"]
+    assert "workbench.rules.runtime" in graph()["workbench.logs.summary"]
+    assert "workbench.session" in graph()["workbench.measure.sweep"] or \
+        "workbench.session.box_session" in graph()["workbench.measure.sweep"]
+    assert "remote.errors" in graph()["workbench.checkpoint.readers"]
     assert len([m for m in MODULES if m.startswith("workbench.rules.")]) >= 6
 
 
