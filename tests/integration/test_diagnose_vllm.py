@@ -9,7 +9,9 @@ vLLM's convention ([2, 4, 7]), relaunched and measured, and the original server 
 argv, its own environment). Everything is looked at from outside too: the processes on the port,
 the draft's files, the journal.
 
-One test, four vLLM starts (original, probe, fix, restore: each ~30–90 s here), so it is slow.
+One test, four vLLM starts (original, probe, fix, restore: each ~30–90 s here), so it is slow. The
+original server runs with the test servers' environment (``testkit.vllm_servers.server_env``: the model
+in ``VLLM::EngineCore``, as vLLM runs one GPU), which the diagnosis's launches carry over.
 """
 
 from __future__ import annotations
@@ -59,7 +61,7 @@ def test_diagnose_vllm_convention_fault_fixed_with_a_draft_copy_and_box_put_back
     box = connect("local", state_dir=state_dir)
     command = LaunchCommand.parse(sandbox_vllm_launch_command(port=port, python=str(vllm_python())))
     draft_config_before = (DRAFT / "config.json").read_bytes()
-    env = server_env()  # VLLM_HOST_IP=127.0.0.1, VLLM_CPU_KVCACHE_SPACE=1, offline
+    env = server_env()  # VLLM_HOST_IP=127.0.0.1, VLLM_CPU_KVCACHE_SPACE=1, offline; the model in the engine core
     handle = box.launch_server(list(command.exec_argv), port=port, log_path=tmp_path / "original.log", env=env)
     restored = None
     try:
