@@ -135,6 +135,32 @@ def server_env(extra: Mapping[str, str] | None = None, *, executor: str = "uni")
     return env
 
 
+def shared_vllm_cache_root() -> Path:
+    """The cache root of the test servers' vLLM: ``$XDG_CACHE_HOME/vllm``, else ``~/.cache/vllm``
+    (vLLM 0.32.0 ``envs.py`` ``VLLM_CACHE_ROOT``; :func:`server_env` drops a ``VLLM_CACHE_ROOT`` of
+    this environment). Every server of every pytest process shares it, as the servers of one box do."""
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "vllm"
+
+
+def private_vllm_cache(dest: Path) -> dict[str, str]:
+    """``{"VLLM_CACHE_ROOT": dest}`` for a server whose model files a test probes, ``dest`` seeded
+    with the shared root's ``modelinfos`` (:func:`shared_vllm_cache_root`).
+
+    vLLM caches each model class's ``_ModelInfo`` in ``modelinfos/<module>-<class>.json``, one entry
+    per class, valid for one hash of the class's module file (vLLM 0.32.0
+    ``model_executor/models/registry.py`` ``_LazyRegisteredModel.inspect_model_cls``); on a miss the
+    API server runs ``python -m vllm.model_executor.models.registry`` (a third ``import vllm``, ~11 s
+    of CPU here) and rewrites the entry. A probe in ``llama.py`` or ``llama_eagle3.py`` changes the
+    file's hash, so the probed server misses, as on any box, and its entry then names the probed
+    file: in the shared root the next unprobed server, in any test, missed again. Here the probed
+    servers miss (and, once the probe is reverted, miss back) in ``dest`` only."""
+    dest.mkdir(parents=True, exist_ok=True)
+    shared = shared_vllm_cache_root() / "modelinfos"
+    if shared.is_dir():
+        shutil.copytree(shared, dest / "modelinfos", dirs_exist_ok=True)
+    return {"VLLM_CACHE_ROOT": str(dest)}
+
+
 def draft_with_aux_ids(dest: Path, layer_ids: Sequence[int], source: Path = DRAFT) -> Path:
     """A copy of the draft ``source`` in ``dest`` whose ``eagle_config.eagle_aux_hidden_state_layer_ids``
     is ``layer_ids`` (config rewritten; the weights linked, not copied). Returns ``dest``."""
