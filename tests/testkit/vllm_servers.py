@@ -286,6 +286,7 @@ class VllmServers:
         self.servers: dict[str, VllmServer] = {}
         self.failed: dict[str, str] = {}
         self.requests: dict[str, int] = {}
+        self.started: dict[str, int] = {}  # starts per configuration: more than 1 = restarted after eviction
         self.starts = 0
         atexit.register(self.close)
 
@@ -320,6 +321,7 @@ class VllmServers:
             raise
         finally:
             self.starts += 1
+            self.started[key] = self.started.get(key, 0) + 1
         self.servers[key] = server
         return server
 
@@ -336,8 +338,10 @@ class VllmServers:
             raise RuntimeError("; ".join(errors))
 
     def summary(self) -> list[str]:
-        """One line per configuration asked for this session: how many tests asked, how many starts."""
-        return [f"vLLM: {n} requests: {key.replace(str(MODELS) + os.sep, '')}" for key, n in self.requests.items()]
+        """One line per configuration asked for this session: how many tests asked, how many starts
+        (one each unless the tests' order made the LRU stop a configuration that was asked for again)."""
+        return [f"vLLM: {n} requests, {self.started.get(key, 0)} starts: {key.replace(str(MODELS) + os.sep, '')}"
+                for key, n in self.requests.items()]
 
 
 def copy_vllm_package(dest: Path) -> Path:
