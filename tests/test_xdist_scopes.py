@@ -70,3 +70,13 @@ def test_vllm_copies_follow_the_filesystem_of_the_venv(monkeypatch, tmp_path):
 
     monkeypatch.setattr(tempfile, "tempdir", None)  # gettempdir() reads TMPDIR again
     assert scopes.vllm_copies_on()
+
+
+def test_the_shared_vllm_readers_keep_their_order_whatever_the_durations():
+    """The files of VLLM_SHARED_FILES run in their listed order (each shared vLLM configuration then
+    starts once), in the places the durations give them (``longest_files_first``, tests/conftest.py)."""
+    files = ["tests/a.py", *reversed(scopes.VLLM_SHARED_FILES), "tests/b.py"]
+    assert scopes.shared_vllm_files_in_order(files) == ["tests/a.py", *scopes.VLLM_SHARED_FILES, "tests/b.py"]
+    mixed = [scopes.VLLM_SHARED_FILES[2], "tests/a.py", scopes.VLLM_SHARED_FILES[0], "tests/b.py"]
+    assert scopes.shared_vllm_files_in_order(mixed) == \
+        [scopes.VLLM_SHARED_FILES[0], "tests/a.py", scopes.VLLM_SHARED_FILES[2], "tests/b.py"]
