@@ -92,7 +92,7 @@ def pytest_collection_modifyitems(config, items):
     items[:] = longest_files_first(items)
 
 
-from testkit.xdist_scopes import engine_copies_on, run_after, xdist_scope_of  # noqa: E402  (the groups and file-scoped files are listed there)
+from testkit.xdist_scopes import engine_copies_on, run_after, shared_vllm_files_in_order, xdist_scope_of  # noqa: E402  (the groups and file-scoped files are listed there)
 
 
 @pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist: no error where it is not installed
@@ -121,9 +121,10 @@ def longest_files_first(items):
     """``items`` reordered file by file, the files that took longest (``tests/durations.json``)
     first, each file's own order kept: under pytest-xdist the long files then start at once and the
     short ones fill the gaps, rather than a long file starting last while the other workers idle.
-    Then the explicit rules of ``testkit.xdist_scopes.RUN_AFTER`` (a file that uses another's
-    published runs goes after it, whatever the durations say). Deterministic (every worker must
-    collect the same order)."""
+    The readers of the shared vLLM servers keep their order among themselves
+    (``testkit.xdist_scopes.shared_vllm_files_in_order``); then the explicit rules of
+    ``testkit.xdist_scopes.RUN_AFTER`` (a file that uses another's published runs goes after it,
+    whatever the durations say). Deterministic (every worker must collect the same order)."""
     import json
     import pathlib
 
@@ -138,7 +139,7 @@ def longest_files_first(items):
             return float(seconds[name])
         return UNMEASURED_SLOW_FILE_S if any(i.get_closest_marker("slow") for i in by_file[name]) else 0.0
 
-    order = run_after(sorted(by_file, key=lambda name: (-cost(name), name)))
+    order = run_after(shared_vllm_files_in_order(sorted(by_file, key=lambda name: (-cost(name), name))))
     return [item for name in order for item in by_file[name]]
 
 

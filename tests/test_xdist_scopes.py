@@ -89,3 +89,13 @@ def test_the_under_load_test_runs_after_the_fault_matrix_whatever_the_durations(
     assert all((ROOT / p).is_file() for p in (under, *scopes.RUN_AFTER[under]))
     order = scopes.run_after([under, "tests/x.py", matrix, "tests/y.py"])
     assert order.index(under) == order.index(matrix) + 1
+
+
+def test_the_shared_vllm_readers_keep_their_order_whatever_the_durations():
+    """The files of VLLM_SHARED_FILES run in their listed order (each shared vLLM configuration then
+    starts once), in the places the durations give them (``longest_files_first``, tests/conftest.py)."""
+    files = ["tests/a.py", *reversed(scopes.VLLM_SHARED_FILES), "tests/b.py"]
+    assert scopes.shared_vllm_files_in_order(files) == ["tests/a.py", *scopes.VLLM_SHARED_FILES, "tests/b.py"]
+    mixed = [scopes.VLLM_SHARED_FILES[2], "tests/a.py", scopes.VLLM_SHARED_FILES[0], "tests/b.py"]
+    assert scopes.shared_vllm_files_in_order(mixed) == \
+        [scopes.VLLM_SHARED_FILES[0], "tests/a.py", scopes.VLLM_SHARED_FILES[2], "tests/b.py"]

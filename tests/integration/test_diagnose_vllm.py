@@ -9,7 +9,9 @@ vLLM's convention ([2, 4, 7]), relaunched and measured, and the original server 
 argv, its own environment). Everything is looked at from outside too: the processes on the port,
 the draft's files, the journal.
 
-One test, four vLLM starts (original, probe, fix, restore: each ~30–90 s here), so it is slow.
+One test, four vLLM starts (original, probe, fix, restore: each ~30–90 s here), so it is slow. The
+original server runs with the test servers' environment (``testkit.vllm_servers.server_env``: the model
+in ``VLLM::EngineCore``, as vLLM runs one GPU), which the diagnosis's launches carry over.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ import pytest
 from remote import connect
 from remote import probes as remote_probes
 from testkit.ports import free_port as _free_port
-from testkit.vllm_servers import DRAFT, require_vllm, server_env
+from testkit.vllm_servers import DRAFT, private_vllm_cache, require_vllm, server_env
 from workbench.engine.launch import LaunchCommand
 from workbench.sandbox_box import sandbox_vllm_launch_command, vllm_python
 from workbench.report import check_self_contained
@@ -59,7 +61,9 @@ def test_diagnose_vllm_convention_fault_fixed_with_a_draft_copy_and_box_put_back
     box = connect("local", state_dir=state_dir)
     command = LaunchCommand.parse(sandbox_vllm_launch_command(port=port, python=str(vllm_python())))
     draft_config_before = (DRAFT / "config.json").read_bytes()
-    env = server_env()  # VLLM_HOST_IP=127.0.0.1, VLLM_CPU_KVCACHE_SPACE=1, offline
+    # VLLM_HOST_IP=127.0.0.1, VLLM_CPU_KVCACHE_SPACE=1, offline; the model in the engine core (UNIPROC_ENV);
+    # vLLM's model-info cache of its own (its probes change llama_eagle3.py, whose hash keys it: private_vllm_cache)
+    env = server_env(private_vllm_cache(tmp_path / "vllm-cache"))
     handle = box.launch_server(list(command.exec_argv), port=port, log_path=tmp_path / "original.log", env=env)
     restored = None
     try:

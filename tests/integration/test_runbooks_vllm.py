@@ -8,7 +8,9 @@ convention ([2, 4, 7]: what the diagnosis's fix writes) are compared. On the 4 s
 the counts the diagnosis measured on the same prompts (``test_diagnose_vllm.py``) and the doctor
 helper measured independently; greedy decoding on vLLM is deterministic here.
 
-Three vLLM starts (one setting, two drafts); the box has no server before and none after.
+Three vLLM starts (one setting, two drafts); the box has no server before and none after. The box's
+environment (the runbook's, which its launches inherit) has the test servers' ``UNIPROC_ENV``: the
+model in the engine core, as vLLM runs one GPU.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import pytest
 
 from remote import connect
 from testkit.ports import free_port as _free_port
-from testkit.vllm_servers import require_vllm, draft_with_aux_ids
+from testkit.vllm_servers import UNIPROC_ENV, require_vllm, draft_with_aux_ids
 from workbench.engine.launch import LaunchCommand
 from workbench.session.journal import Journal
 from testkit.engine_copy import checkout_dir
@@ -34,7 +36,7 @@ pytestmark = pytest.mark.slow
 
 
 def _runbook(name, tmp_path, state_dir, port, *params):
-    env = dict(os.environ, EAGLE_WORKBENCH_STATE_DIR=str(state_dir))
+    env = dict(os.environ, EAGLE_WORKBENCH_STATE_DIR=str(state_dir), **UNIPROC_ENV)
     cmd = [sys.executable, "-m", "workbench.cli", "runbook", name, "--report-dir", str(tmp_path / "reports"),
            "-p", "engine", "vllm", "-p", "port", str(port), "-p", "num_prompts", "4", "-p", "max_new_tokens", "48",
            "-p", "server_start_timeout", "900", *params]

@@ -22,7 +22,7 @@ from remote import connect
 from remote.probes import list_probes, revert_all
 from testkit.sandbox_servers import DRAFT, TARGET
 from testkit.vllm_copies import MAP_FILES, pristine_copy
-from testkit.vllm_servers import copy_vllm_package, speculative_config, vllm_python
+from testkit.vllm_servers import copy_vllm_package, private_vllm_cache, speculative_config, vllm_python
 from workbench.engine.codepath_vllm import vllm_code_path_map, vllm_map_for_launch
 from workbench.engine.locate import engine_at, find_engine, read_environ
 from workbench.engine.recipes import VLLM_RECIPES, add_recipes, missing_required, read_recipes, recipe_probes
@@ -75,7 +75,9 @@ def test_vllm_recipes_read_back_from_a_real_server(own_vllm_server, tmp_path, mo
         moved = [b["cache"] for p in probes for b in p.bytecode]
         assert sorted(moved) == sorted(caches)  # each file's cache moved aside once (by its first probe)
         assert not any(Path(c).exists() for c in caches)
-        with own_vllm_server(tmp_path / "server", spec=speculative_config(), env={"PYTHONPATH": str(site)}) as srv:
+        # the probed llama_eagle3.py changes the hash vLLM's model-info cache is keyed by: a cache of its own
+        env = {"PYTHONPATH": str(site), **private_vllm_cache(tmp_path / "vllm-cache")}
+        with own_vllm_server(tmp_path / "server", spec=speculative_config(), env=env) as srv:
             res = httpx.post(f"{srv.url}/v1/completions", json={
                 "model": str(TARGET), "prompt": "the quick brown fox jumps over the lazy dog. " * 2,
                 "max_tokens": 24, "temperature": 0}, timeout=300, trust_env=False)

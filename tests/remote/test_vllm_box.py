@@ -1,8 +1,14 @@
 """The box layer on a REAL vLLM server (vLLM's CPU build, ``make vllm``; the sandbox target with its
-EAGLE-3 draft): found once with its helpers (api_server → resource_tracker, ``VLLM::EngineCore`` →
-``VLLM::Worker``), its port, log and engine; ready through vLLM's own routes; identified as vLLM;
-stopped as a whole with nothing left and every port freed. Locally on a server started outside the
-box (the testkit's launcher), and over the real loopback sshd on one the box launches itself.
+EAGLE-3 draft): found once with its helpers, its port, log and engine; ready through vLLM's own
+routes; identified as vLLM; stopped as a whole with nothing left and every port freed. Locally on a
+server started outside the box (the testkit's launcher), and over the real loopback sshd on one the
+box launches itself.
+
+Both process trees a one-GPU-sized vLLM server has: the CPU build's default executor, ``mp``
+(api_server → resource_tracker, ``VLLM::EngineCore`` → ``VLLM::Worker``: the local test and the
+engine-core-killed test, where the worker outlives the api_server), and the uniprocess executor vLLM
+uses for one GPU (api_server → resource_tracker, ``VLLM::EngineCore`` running the model:
+``testkit.vllm_servers.UNIPROC_ENV``, the SSH test).
 
 Each test owns its server (a stop test needs its own) and they run one after the other: at most one
 vLLM server (~2.7 GB) at a time. Timings are printed (``-s``) as ``vLLM box timing: …``.
@@ -24,6 +30,7 @@ from testkit.sandbox_servers import TARGET
 from testkit.vllm_servers import (
     LOG_STATS_INTERVAL,
     START_TIMEOUT,
+    UNIPROC_ENV,
     launch_argv,
     require_vllm,
     speculative_config,
@@ -36,6 +43,8 @@ pytestmark = pytest.mark.slow
 VLLM_ENV = {"VLLM_HOST_IP": "127.0.0.1", "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_LOG_STATS_INTERVAL": LOG_STATS_INTERVAL,
             "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
             "PYTHONUNBUFFERED": "1"}
+#: The process titles under the api_server, per executor (vLLM 0.32.0, one worker).
+TITLES = {"mp": ["VLLM::EngineCore", "VLLM::Worker"], "uni": ["VLLM::EngineCore"]}
 
 
 def installed_vllm_version():
@@ -48,12 +57,13 @@ def report(what, **numbers):
     print("vLLM box timing:", what, " ".join(f"{k}={v}" for k, v in numbers.items()))
 
 
-def check_found_ready_identified_stopped(box, pid, port, log_path):
-    """The whole contract on one live vLLM server (api_server ``pid`` on ``port``, log ``log_path``)."""
+def check_found_ready_identified_stopped(box, pid, port, log_path, executor):
+    """The whole contract on one live vLLM server (api_server ``pid`` on ``port``, log ``log_path``,
+    its executor ``"mp"`` or ``"uni"``: :data:`TITLES`)."""
     # -- found once, with its helpers ------------------------------------------------------------
     tree = {p.pid: p for p in box.process_tree(pid)}
     titles = sorted(p.argv[0] for p in tree.values() if p.argv and "::" in p.argv[0])
-    assert titles == ["VLLM::EngineCore", "VLLM::Worker"], tree
+    assert titles == TITLES[executor], tree
     trackers = [q for q, p in tree.items() if any("multiprocessing.resource_tracker" in a for a in p.argv)]
     assert len(trackers) == 1
     assert {p.pgid for p in tree.values()} == {pid}  # one process group, the api_server's
@@ -101,14 +111,16 @@ def check_found_ready_identified_stopped(box, pid, port, log_path):
 
 
 def test_a_vllm_server_started_elsewhere_is_found_ready_identified_and_stopped_locally(own_vllm_server, tmp_path):
-    with own_vllm_server(tmp_path / "logs", spec=speculative_config()) as server, connect("local") as box:
-        numbers = check_found_ready_identified_stopped(box, server.pid, server.port, server.log_path)
+    with own_vllm_server(tmp_path / "logs", spec=speculative_config(), executor="mp") as server, \
+            connect("local") as box:
+        numbers = check_found_ready_identified_stopped(box, server.pid, server.port, server.log_path, "mp")
         report("local", started_s=round(server.started_s, 1), **numbers)
 
 
 def test_a_vllm_server_launched_over_ssh_is_ready_found_and_stopped_as_a_whole(ssh_env, tmp_path):
     """Launched over SSH with its port in a ``--config`` YAML (vLLM 0.32.0 ``FlexibleArgumentParser.
-    _pull_args_from_config``), so its argv names no ``--port``: found on the port it listens on."""
+    _pull_args_from_config``), so its argv names no ``--port``: found on the port it listens on. With
+    the uniprocess executor (``UNIPROC_ENV``): the model in ``VLLM::EngineCore``, no worker."""
     require_vllm()
     port = free_port()
     log = tmp_path / "vllm over ssh.log"
@@ -119,12 +131,12 @@ def test_a_vllm_server_launched_over_ssh_is_ready_found_and_stopped_as_a_whole(s
     argv[at:at + 2] = ["--config", str(config)]
     with connect(ssh_env.alias, state_dir=tmp_path / "state") as box:
         t0 = time.monotonic()
-        h = box.launch_server(argv, port=port, log_path=log, env=VLLM_ENV)
+        h = box.launch_server(argv, port=port, log_path=log, env={**VLLM_ENV, **UNIPROC_ENV})
         try:
             assert box.process(h.pid).pgid == h.pid  # its own session and group
             waited = box.wait_healthy(h, timeout=START_TIMEOUT)
             assert any("Application startup complete" in line for line in box.tail(h.log_path, 200))
-            numbers = check_found_ready_identified_stopped(box, h.pid, port, log)
+            numbers = check_found_ready_identified_stopped(box, h.pid, port, log, "uni")
         finally:
             box.stop_server(h, grace=30)
         assert not (tmp_path / "vllm over ssh.log.pid").exists()

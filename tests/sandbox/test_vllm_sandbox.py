@@ -59,13 +59,15 @@ def test_sandbox_launch_command_serves_on_vllm_greedy_equal_to_the_sandbox_serve
     """One real vLLM server started from the command the workbench gives: it reads the draft's aux
     layer ids from eagle_config (vLLM 0.32.0 logs "Using auxiliary layers from speculative config"),
     and its greedy text equals the sandbox server's (no speculation there) for the same prompts —
-    speculative decoding is lossless under greedy, so a wrong tokenizer or a mis-loaded target shows."""
+    speculative decoding is lossless under greedy, so a wrong tokenizer or a mis-loaded target shows.
+    The command as a user runs it: vLLM's CPU default executor (``mp``, a ``VLLM::Worker``), nothing
+    of the test servers' ``UNIPROC_ENV`` added."""
     require_vllm()
     plain = sandbox_server(**PLAIN)
     port = free_port()
     cmd = sandbox_vllm_launch_command(port=port, python=str(vllm_python()))
     log_path = tmp_path / "vllm.log"
-    env = server_env()
+    env = server_env(executor="mp")
     for k, _ in VLLM_SANDBOX_ENV:
         env.pop(k)  # the command sets them itself
     with open(log_path, "w") as log:
@@ -107,11 +109,14 @@ def _argv(pid: int) -> str:
 
 def test_shared_vllm_server_runs_the_draft_as_shipped_in_its_own_process_group(vllm_server):
     """The session's shared server (``vllm_server()``): the draft as shipped, its aux layer ids
-    read as written, api_server → EngineCore in one process group of its own."""
+    read as written, api_server → EngineCore in one process group of its own; the engine core runs
+    the model itself (the uniprocess executor of ``UNIPROC_ENV``: no ``VLLM::Worker``, one
+    ``import vllm`` less per start — were vLLM to ignore the variables, this says so)."""
     server = vllm_server()
     assert httpx.get(server.url + "/health", timeout=30, trust_env=False).status_code == 200
     assert "Using auxiliary layers from speculative config: (1, 3, 6)" in server.log()
     names = [_argv(pid) for pid in server.group()]
     assert any("vllm.entrypoints.openai.api_server" in n for n in names), names
     assert any(n.startswith("VLLM::EngineCore") for n in names), names
+    assert not any(n.startswith("VLLM::Worker") for n in names), names
     assert os.getpgid(server.pid) == server.pid

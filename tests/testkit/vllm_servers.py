@@ -6,7 +6,13 @@ A server is ``.venv-vllm/bin/python -m vllm.entrypoints.openai.api_server`` on a
 127.0.0.1 with the settings this machine needs (``shared/notes/vllm-cpu.md``): ``VLLM_HOST_IP=127.0.0.1``
 (else its message queue binds the host's non-loopback address), ``VLLM_CPU_KVCACHE_SPACE=1`` (GiB),
 ``--dtype float32 --max-model-len 512 --enforce-eager``; stdout and stderr in a log file, in its own
-session and process group (api_server → resource_tracker, ``VLLM::EngineCore`` → ``VLLM::Worker``).
+session and process group.
+
+The executor (:data:`EXECUTORS`): a test server runs the model in ``VLLM::EngineCore``, as vLLM runs one
+GPU (api_server → resource_tracker, ``VLLM::EngineCore``: the uniprocess executor), unless the test
+asks for ``executor="mp"``, the CPU build's default (api_server → resource_tracker,
+``VLLM::EngineCore`` → ``VLLM::Worker``: the multiprocessing executor even for one worker), which the
+tests about that process tree keep. See :data:`UNIPROC_ENV` for why and what it saves.
 Starting waits until ``GET /health`` answers 200 (about 50 s here, longer under load); stopping
 sends SIGTERM to the whole group, then SIGKILL, and checks that no process of the group is left.
 
@@ -93,15 +99,66 @@ def launch_argv(port: int, *, spec: Mapping | None, extra: Sequence[str] = ()) -
     return [*argv, *extra]
 
 
-def server_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
+#: The variables that give a vLLM CPU server the executor vLLM uses for one GPU: the model in
+#: ``VLLM::EngineCore`` (``UniProcExecutor``), no ``VLLM::Worker``. vLLM 0.32.0's CPU platform turns
+#: ``--distributed-executor-backend uni`` into ``mp`` while ``VLLM_ENABLE_V1_MULTIPROCESSING`` is 1
+#: (``vllm/platforms/cpu.py`` ``check_and_update_config``: "OMP requires the MP executor"), so the flag
+#: alone changes nothing; with the variable 0 the API server still runs its engine core in a process
+#: of its own (``AsyncLLM`` always uses ``AsyncMPClient``) and the platform keeps ``uni``.
+#: ``OMP_NUM_THREADS=1`` is what the ``mp`` executor sets for its one worker on this machine
+#: (``vllm/utils/ompmultiprocessing.py`` ``configure_omp_envs``: one OpenMP thread per bound core,
+#: ``reserve_cpu_num`` 1 of 2); without it the engine core's OpenMP runs two threads on two busy cores
+#: and decodes about 5x slower (measured: 6 requests x 48 tokens in 20.7 s instead of 3.4 s).
+#: Measured on this 2-core machine: ~12 s less CPU per start (one ``import vllm`` and one process
+#: less: 26-27 s to /health 200 instead of 38-40 s) and ~40 % less CPU per decoded token; the same
+#: greedy tokens and the same acceptance counts (the tests that assert them exactly run on it).
+UNIPROC_ENV = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "OMP_NUM_THREADS": "1"}
+#: ``executor`` values of :func:`server_env` and the launchers: ``"uni"`` (:data:`UNIPROC_ENV`) or
+#: ``"mp"`` (vLLM's CPU default: nothing set).
+EXECUTORS = ("uni", "mp")
+
+
+def server_env(extra: Mapping[str, str] | None = None, *, executor: str = "uni") -> dict[str, str]:
     """The environment of a test server: this one without the workbench's own variables, plus the
-    CPU build's settings, offline Hugging Face, no usage reporting, then ``extra``."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("EAGLE_WORKBENCH_", "VLLM_"))}
+    CPU build's settings, offline Hugging Face, no usage reporting, the ``executor``'s variables
+    (:data:`UNIPROC_ENV` for ``"uni"``, none for ``"mp"``), then ``extra``."""
+    if executor not in EXECUTORS:
+        raise ValueError(f"executor {executor!r}: one of {EXECUTORS}")
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("EAGLE_WORKBENCH_", "VLLM_")) and k not in UNIPROC_ENV}
     env.update({"VLLM_HOST_IP": "127.0.0.1", "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_LOG_STATS_INTERVAL": LOG_STATS_INTERVAL,
                 "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
                 "PYTHONUNBUFFERED": "1"})
+    if executor == "uni":
+        env.update(UNIPROC_ENV)
     env.update(extra or {})
     return env
+
+
+def shared_vllm_cache_root() -> Path:
+    """The cache root of the test servers' vLLM: ``$XDG_CACHE_HOME/vllm``, else ``~/.cache/vllm``
+    (vLLM 0.32.0 ``envs.py`` ``VLLM_CACHE_ROOT``; :func:`server_env` drops a ``VLLM_CACHE_ROOT`` of
+    this environment). Every server of every pytest process shares it, as the servers of one box do."""
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "vllm"
+
+
+def private_vllm_cache(dest: Path) -> dict[str, str]:
+    """``{"VLLM_CACHE_ROOT": dest}`` for a server whose model files a test probes, ``dest`` seeded
+    with the shared root's ``modelinfos`` (:func:`shared_vllm_cache_root`).
+
+    vLLM caches each model class's ``_ModelInfo`` in ``modelinfos/<module>-<class>.json``, one entry
+    per class, valid for one hash of the class's module file (vLLM 0.32.0
+    ``model_executor/models/registry.py`` ``_LazyRegisteredModel.inspect_model_cls``); on a miss the
+    API server runs ``python -m vllm.model_executor.models.registry`` (a third ``import vllm``, ~11 s
+    of CPU here) and rewrites the entry. A probe in ``llama.py`` or ``llama_eagle3.py`` changes the
+    file's hash, so the probed server misses, as on any box, and its entry then names the probed
+    file: in the shared root the next unprobed server, in any test, missed again. Here the probed
+    servers miss (and, once the probe is reverted, miss back) in ``dest`` only."""
+    dest.mkdir(parents=True, exist_ok=True)
+    shared = shared_vllm_cache_root() / "modelinfos"
+    if shared.is_dir():
+        shutil.copytree(shared, dest / "modelinfos", dirs_exist_ok=True)
+    return {"VLLM_CACHE_ROOT": str(dest)}
 
 
 def draft_with_aux_ids(dest: Path, layer_ids: Sequence[int], source: Path = DRAFT) -> Path:
@@ -166,14 +223,17 @@ class VllmServer:
 
 
 def start_vllm_server(log_dir: Path, *, spec: Mapping | None, extra: Sequence[str] = (),
-                      env: Mapping[str, str] | None = None, timeout: float = START_TIMEOUT) -> VllmServer:
+                      env: Mapping[str, str] | None = None, timeout: float = START_TIMEOUT,
+                      executor: str = "uni") -> VllmServer:
     """Start a vLLM server on a free port (log in ``log_dir``) and wait until /health answers 200.
-    On any failure its process group is stopped and ``AssertionError`` raised with the log's tail."""
+    ``executor``: ``"uni"`` (the model in ``VLLM::EngineCore``) or ``"mp"`` (vLLM's CPU default, a
+    ``VLLM::Worker`` too): :func:`server_env`. On any failure its process group is stopped and
+    ``AssertionError`` raised with the log's tail."""
     port = free_port()
     log_dir.mkdir(parents=True, exist_ok=True)
     log_path = log_dir / f"vllm_{port}.log"
     argv = launch_argv(port, spec=spec, extra=extra)
-    full_env = server_env(env)
+    full_env = server_env(env, executor=executor)
     with open(log_path, "w") as log:
         proc = subprocess.Popen(argv, cwd=checkout_dir(), stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=full_env,
                                 start_new_session=True)
@@ -204,10 +264,11 @@ def start_vllm_server(log_dir: Path, *, spec: Mapping | None, extra: Sequence[st
 
 @contextlib.contextmanager
 def running_vllm_server(log_dir: Path, *, spec: Mapping | None, extra: Sequence[str] = (),
-                        env: Mapping[str, str] | None = None, timeout: float = START_TIMEOUT) -> Iterator[VllmServer]:
+                        env: Mapping[str, str] | None = None, timeout: float = START_TIMEOUT,
+                        executor: str = "uni") -> Iterator[VllmServer]:
     """A vLLM server of the caller's own (``start_vllm_server``), stopped when the block ends, also
     when it raises."""
-    server = start_vllm_server(log_dir, spec=spec, extra=extra, env=env, timeout=timeout)
+    server = start_vllm_server(log_dir, spec=spec, extra=extra, env=env, timeout=timeout, executor=executor)
     try:
         yield server
     finally:
@@ -225,6 +286,7 @@ class VllmServers:
         self.servers: dict[str, VllmServer] = {}
         self.failed: dict[str, str] = {}
         self.requests: dict[str, int] = {}
+        self.started: dict[str, int] = {}  # starts per configuration: more than 1 = restarted after eviction
         self.starts = 0
         atexit.register(self.close)
 
@@ -259,6 +321,7 @@ class VllmServers:
             raise
         finally:
             self.starts += 1
+            self.started[key] = self.started.get(key, 0) + 1
         self.servers[key] = server
         return server
 
@@ -275,8 +338,10 @@ class VllmServers:
             raise RuntimeError("; ".join(errors))
 
     def summary(self) -> list[str]:
-        """One line per configuration asked for this session: how many tests asked, how many starts."""
-        return [f"vLLM: {n} requests: {key.replace(str(MODELS) + os.sep, '')}" for key, n in self.requests.items()]
+        """One line per configuration asked for this session: how many tests asked, how many starts
+        (one each unless the tests' order made the LRU stop a configuration that was asked for again)."""
+        return [f"vLLM: {n} requests, {self.started.get(key, 0)} starts: {key.replace(str(MODELS) + os.sep, '')}"
+                for key, n in self.requests.items()]
 
 
 def copy_vllm_package(dest: Path) -> Path:

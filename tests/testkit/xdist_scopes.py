@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 
-__all__ = ["VLLM_FILES", "VLLM_SHARED_FILES", "VLLM_OWN_FILES", "VLLM_READ_FILES", "LAB_DIR",
+__all__ = ["VLLM_FILES", "VLLM_SHARED_FILES", "shared_vllm_files_in_order", "VLLM_OWN_FILES", "VLLM_READ_FILES", "LAB_DIR",
            "FILE_SCOPED_FILES", "SANDBOX_ENGINE_FILES", "COPIES_ENV", "engine_copies_on", "vllm_copies_on",
            "xdist_group_of", "xdist_scope_of", "RUN_AFTER", "run_after"]
 
@@ -82,9 +82,24 @@ SANDBOX_ENGINE_FILES = (
 
 #: Test files that read from the session's shared vLLM servers (the ``vllm_server`` fixture,
 #: ``testkit.vllm_servers.VllmServers``: at most two at once, ~2.5-3 GB each): one worker runs them
-#: all, so each configuration starts once per suite, not once per worker.
+#: all, so each configuration starts once per suite, not once per worker. They run in this order
+#: (:func:`shared_vllm_files_in_order`): test_vllm_measure.py asks for the draft as
+#: shipped with and without ``--per-request-spec-decode-metrics``, test_doctor_vllm.py for the draft
+#: as shipped and then the ids [2, 4, 7] (the least recently used, per-request one, stops: no later
+#: test asks for it), test_vllm_sandbox.py for the draft as shipped: three starts. With
+#: test_doctor_vllm.py first, the draft as shipped would start twice (the summary at the end of a
+#: run counts starts per configuration).
 VLLM_SHARED_FILES = ("tests/workbench/test_vllm_measure.py", "tests/workbench/test_doctor_vllm.py",
                      "tests/sandbox/test_vllm_sandbox.py")
+def shared_vllm_files_in_order(files):
+    """``files`` (test file paths, in the order a run will take them) with those of
+    :data:`VLLM_SHARED_FILES` put in that tuple's order, in the places they had: so each shared vLLM
+    configuration starts once whatever order the durations gave (``longest_files_first`` in
+    ``tests/conftest.py``)."""
+    shared = iter(sorted((f for f in files if f in VLLM_SHARED_FILES), key=VLLM_SHARED_FILES.index))
+    return [next(shared) if f in VLLM_SHARED_FILES else f for f in files]
+
+
 #: Test files that start vLLM servers of their own (``own_vllm_server``, or a diagnosis, runbook or
 #: sweep that launches one) and probe vLLM's files: one worker runs them all, so that with the shared
 #: ones at most three or four vLLM servers run at once on the machine (memory).

@@ -49,14 +49,17 @@ def test_settings_vllm_has_no_equivalent_of():
 
 
 @pytest.mark.slow
-def test_sweep_launches_and_measures_a_real_vllm_server(tmp_path):
+def test_sweep_launches_and_measures_a_real_vllm_server(tmp_path, monkeypatch):
     """The measure_acceptance runbook's sweep on vLLM, for real: the sandbox's vLLM command (the box
     starts its own server, num_speculative_tokens 2 instead of 3), measured through /v1/completions
-    and vLLM's counters, the server stopped and the box left as found."""
+    and vLLM's counters, the server stopped and the box left as found. The box's environment has the
+    test servers' ``UNIPROC_ENV`` (the model in the engine core, as on one GPU)."""
     from testkit.ports import free_port
-    from testkit.vllm_servers import require_vllm, vllm_python
+    from testkit.vllm_servers import UNIPROC_ENV, require_vllm, vllm_python
 
     require_vllm()
+    for k, v in UNIPROC_ENV.items():
+        monkeypatch.setenv(k, v)  # the local box's environment, which its launches inherit
     from workbench.measure.sweep import SweepRun
     from workbench.sandbox_box import sandbox_vllm_launch_command
 
