@@ -36,6 +36,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
 
+import psutil
+
 __all__ = ["CpuLoad", "calibration_step", "doubling_load", "STEP_ITERATIONS", "CgroupError", "CgroupUnavailable",
            "CpuController", "find_cpu_controller", "CpuQuota", "quota_load", "Slowdown", "slowing_load",
            "cgroup_of", "quota_us_of", "MIN_QUOTA_CPUS"]
@@ -304,16 +306,6 @@ def _pids(cgroup: Path) -> list[int]:
         return []
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 class CpuQuota:
     """A child cgroup of this process's own (:class:`CpuController`) with a CPU bandwidth quota of
     ``cpus`` cores per ``period_us`` microseconds, which this process enters (:meth:`enter`: all its
@@ -341,7 +333,7 @@ class CpuQuota:
                 pid = int(entry.name[len(CHILD_PREFIX):].split("-", 1)[0])
             except ValueError:
                 continue
-            if pid != os.getpid() and not _pid_alive(pid) and not _pids(entry):
+            if pid != os.getpid() and not psutil.pid_exists(pid) and not _pids(entry):
                 try:
                     entry.rmdir()
                 except OSError:
@@ -400,7 +392,7 @@ class CpuQuota:
                 try:
                     _write(home / "cgroup.procs", str(pid))
                 except CgroupError as exc:
-                    if _pid_alive(pid):  # else it exited meanwhile: nothing to move
+                    if psutil.pid_exists(pid):  # else it exited meanwhile: nothing to move
                         errors.append(str(exc))
             try:
                 path.rmdir()

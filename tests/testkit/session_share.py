@@ -23,6 +23,8 @@ import time
 from pathlib import Path
 from typing import Any, Optional
 
+import psutil
+
 __all__ = ["shared_dir", "publish", "published", "Publication", "wait_published"]
 
 _DIRNAME = "session-shared"
@@ -97,16 +99,6 @@ class Publication:
         _atomic_write(_entry(self.factory, self._name, ".done"), json.dumps({"pid": os.getpid()}))
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def wait_published(tmp_path_factory, name: str, *, timeout: float, poll: float = 2.0) -> tuple[Optional[Any], float]:
     """``(data, waited_s)``: what was published as ``name``; when nothing is yet but a publisher is
     running (:class:`Publication`: started, not done, its process alive), waits for it up to
@@ -124,6 +116,6 @@ def wait_published(tmp_path_factory, name: str, *, timeout: float, poll: float =
             return None, time.monotonic() - t0
         except ValueError:  # unreadable: taken as running, up to the bound
             pid = None
-        if done.exists() or (pid is not None and not _alive(pid)) or time.monotonic() - t0 > timeout:
+        if done.exists() or (pid is not None and not psutil.pid_exists(pid)) or time.monotonic() - t0 > timeout:
             return published(tmp_path_factory, name), time.monotonic() - t0
         time.sleep(poll)
