@@ -9,7 +9,6 @@ deselects ``slow`` the guard of ``testkit.fast_guard`` is on and a test that sta
 """
 
 import os
-import shutil
 import tempfile
 
 import pytest
@@ -74,11 +73,25 @@ def pytest_configure(config):
         use_engine_checkout(make_engine_checkout(Path(config._ewb_state_base), vllm_venv=venv_of(vllm_python())))
 
 
+def remove_detached(path) -> None:
+    """Remove ``path`` (this process's state dir and engine checkout: ~60,000 entries with the vLLM
+    venv's hard links) with ``rm -rf`` in a session of its own, not waited for. Removed in this
+    process, it was cut short: pytest-xdist kills a worker still running 10 s after the session ends
+    (``NodeManager.EXIT_TIMEOUT``), and on a busy machine the removal took longer, leaving a partial
+    checkout in the temp dir after each run. Servers are stopped by now; ``rm``'s complaints go to
+    ``path + ".cleanup.log"`` (next to it: a leftover then says why)."""
+    import subprocess
+
+    with open(f"{path}.cleanup.log", "w") as log:
+        subprocess.Popen(["sh", "-c", 'rm -rf -- "$1" && rm -f -- "$1.cleanup.log"', "sh", str(path)],
+                         stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
+
+
 def pytest_unconfigure(config):
     base = getattr(config, "_ewb_state_base", None)
     if base:
         os.chdir(config.invocation_params.dir)  # out of the engine checkout before it is removed
-        shutil.rmtree(base, ignore_errors=True)  # servers stopped by now; a file still written is left
+        remove_detached(base)
     config._ewb_fast_guard = "not slow" in (config.getoption("markexpr") or "").replace("  ", " ")
 
 
