@@ -56,6 +56,11 @@ def pytest_configure(config):
     config._ewb_guard = None
     config._ewb_fast_guard = "not slow" in (config.getoption("markexpr") or "").replace("  ", " ")
     config._ewb_state_base = _isolate_worker_state()
+    if "PYTEST_XDIST_WORKER" not in os.environ:
+        # the boxes' python3 without pyenv's shim (testkit.plain_python); workers inherit PATH
+        from testkit.plain_python import plain_python_dir
+
+        plain_python_dir(config._ewb_state_base)
     if not _runs_tests(config):
         # the xdist controller, before its workers start: pytest's rewritten test modules cached
         # once for all of them (under PYTHONDONTWRITEBYTECODE each rewrote every file itself)

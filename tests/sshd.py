@@ -112,7 +112,9 @@ class LoopbackSSHD:
         """``extra_config`` with one ``SetEnv`` line (sshd uses only the first): its own variables
         and, first, ``PYTHONPATH`` of this process, so that a session imports what this process's
         children import (the pytest process's engine checkout, testkit.engine_copy), as a login on
-        a box finds that box's engine."""
+        a box finds that box's engine; then ``PATH`` of this process and ``SHLVL=1`` (a session's
+        bash then skips ``~/.bashrc``: ``testkit.plain_python``), each unless ``extra_config``
+        sets it."""
         setenv, rest = [], []
         for line in self.extra_config.splitlines(keepends=True):
             if line.split(None, 1)[:1] == ["SetEnv"]:
@@ -121,6 +123,12 @@ class LoopbackSSHD:
                 rest.append(line)
         if os.environ.get("PYTHONPATH") and not any(v.startswith("PYTHONPATH=") for v in setenv):
             setenv.insert(0, f'PYTHONPATH="{os.environ["PYTHONPATH"]}"')
+        # this process's PATH, and no ~/.bashrc (pyenv's init: ~0.15 s of CPU per command here;
+        # testkit.plain_python), unless the test's own SetEnv says otherwise
+        if os.environ.get("PATH") and not any(v.startswith("PATH=") for v in setenv):
+            setenv.append(f'PATH="{os.environ["PATH"]}"')
+        if not any(v.startswith("SHLVL=") for v in setenv):
+            setenv.append("SHLVL=1")
         return (f"SetEnv {' '.join(setenv)}\n" if setenv else "") + "".join(rest)
 
     def stop(self) -> None:
