@@ -133,6 +133,12 @@ class _PortForward:
                 if chan in readable:
                     data = chan.recv(1 << 16)
                     if not data:
+                        # The channel's end can be seen before the transport is marked inactive;
+                        # the dead-peer detection records its reason before it closes the
+                        # transport, so the reason is said either way.
+                        why = dead_reason(transport)
+                        if why:
+                            log.warning("port forward connection to box %s:%s closed: %s", *self.remote, why)
                         break
                     conn.sendall(data)
         except (OSError, EOFError, paramiko.SSHException) as exc:

@@ -97,7 +97,9 @@ def test_the_box_is_back_without_any_command_after_the_driver_and_its_ssh_die(
     with own_sandbox_server(tmp_path / "srv", *sandbox_flags(**EAGLE)) as srv:
         try:
             proc, said = _driver(host, srv.port, probe_file, stage, state_dir)
-            assert srv.proc.poll() is not None  # the driver stopped the server it found
+            # the driver stopped the server it found (else: what it said, and the journal's record)
+            assert srv.proc.poll() is not None, (said, Path(journal_path(local)).read_text()
+                                                 if Path(journal_path(local)).exists() else "no journal")
             if stage != "original-stopped":
                 assert hashlib.sha256(probe_file.read_bytes()).hexdigest() != probe_sha
             cut = _cut_ssh(ssh_env)
