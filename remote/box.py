@@ -503,9 +503,10 @@ class Box:
         return self.transport.process(int(pid), timeout=timeout)
 
     def is_alive(self, pid: int, *, timeout: float = 10) -> bool:
-        """True when process ``pid`` exists and is not a zombie."""
+        """True when process ``pid`` exists and has not exited (:attr:`ProcessInfo.exited`: a
+        zombie whose threads are all gone)."""
         info = self.transport.process(int(pid), argv=False, timeout=timeout)
-        return info is not None and info.state != "Z"
+        return info is not None and not info.exited
 
     def cpu_seconds(self, pgid: int, *, timeout: float = 30) -> Optional[float]:
         """CPU seconds (user + system, children reaped included) used so far by the live processes
@@ -564,8 +565,8 @@ class Box:
         return look
 
     def group_alive(self, pgid: int, *, timeout: float = 30) -> bool:
-        """True when any non-zombie process is in process group ``pgid``."""
-        return any(p.pgid == pgid and p.state != "Z" for p in self.transport.processes(argv=False, timeout=timeout))
+        """True when any process of process group ``pgid`` has not exited (:attr:`ProcessInfo.exited`)."""
+        return any(p.pgid == pgid and not p.exited for p in self.transport.processes(argv=False, timeout=timeout))
 
     def find_servers(self, pattern: str = DEFAULT_SERVER_PATTERN, *, timeout: float = 30) -> list[ServerProcess]:
         """Running servers whose command line matches the regex ``pattern``, with their argv,
@@ -948,9 +949,11 @@ class Box:
         seconds for all of them to be gone, then SIGKILL whatever is left and wait up to
         ``kill_wait`` seconds. A stopped process (SIGSTOP) among them gets SIGCONT right after the
         SIGTERM, so it handles it. Descendants that appear while it waits (a worker forked during the
-        shutdown) are included. Returns how it ended (``ServerStopped``: ``stopped_pids`` lists every
-        process that was alive at the start, ``outside_group`` those that had left the group).
-        Removes the handle's pid file.
+        shutdown) are included. "Gone" is :attr:`ProcessInfo.exited`: a zombie leader whose other
+        threads are still exiting (a multi-threaded server right after SIGTERM) still holds its port
+        and memory, so it is waited for. Returns how it ended (``ServerStopped``: ``stopped_pids``
+        lists every process that was alive at the start, ``outside_group`` those that had left the
+        group). Removes the handle's pid file.
 
         On vLLM 0.32.0 the tree is api_server → resource_tracker, ``VLLM::EngineCore`` →
         ``VLLM::Worker``, all in the api_server's group when it has its own session; on SIGTERM the
@@ -981,7 +984,8 @@ class Box:
         tracked: set[int] = set()  # every pid of the tree seen so far
 
         def live_tree() -> list[ProcessInfo]:
-            procs = [p for p in self.transport.processes(argv=False) if p.state != "Z"]
+            # not exited: a zombie leader whose other threads still exit holds the port and memory
+            procs = [p for p in self.transport.processes(argv=False) if not p.exited]
             return _tree(pid, pgid if group else None, procs, also=tracked)
 
         def loners(tree: list[ProcessInfo]) -> list[int]:  # not reached by the group signal

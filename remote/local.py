@@ -22,7 +22,7 @@ from .errors import (
     RemotePermissionError,
 )
 from .result import FileStat, ProcessInfo, Result
-from .transport import CHUNK, Transport, parse_proc_stat, timed_out
+from .transport import CHUNK, Transport, parse_proc_stat, proc_stat_threads, timed_out
 
 #: Seconds to wait for the pipes to close after the process group was killed on time-out.
 _DRAIN_AFTER_KILL_S = 2.0
@@ -209,7 +209,8 @@ class LocalTransport(Transport):
     def process(self, pid: int, *, argv: bool = True, timeout: float = 10) -> Optional[ProcessInfo]:
         try:
             with open(f"/proc/{pid}/stat", "rb") as f:
-                parsed = parse_proc_stat(f.read().decode("utf-8", "replace"))
+                stat_text = f.read().decode("utf-8", "replace")
+            parsed = parse_proc_stat(stat_text)
             args: tuple[str, ...] = ()
             if argv:
                 with open(f"/proc/{pid}/cmdline", "rb") as f:
@@ -219,7 +220,7 @@ class LocalTransport(Transport):
         if parsed is None:
             return None
         state, ppid, pgid = parsed
-        return ProcessInfo(pid=pid, ppid=ppid, pgid=pgid, state=state, argv=args)
+        return ProcessInfo(pid=pid, ppid=ppid, pgid=pgid, state=state, argv=args, threads=proc_stat_threads(stat_text))
 
     def kill(self, pid: int, sig: int, *, group: bool = False, timeout: float = 10) -> bool:
         try:

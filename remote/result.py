@@ -55,13 +55,25 @@ class FileStat:
 
 @dataclass(frozen=True)
 class ProcessInfo:
-    """One process on the box as read from ``/proc`` (``state`` is the one-letter state, ``Z`` zombie)."""
+    """One process on the box as read from ``/proc`` (``state`` is the one-letter state, ``Z`` zombie;
+    ``threads`` its live threads, ``/proc/PID/stat`` field 20, ``num_threads``)."""
 
     pid: int
     ppid: int
     pgid: int
     state: str
     argv: tuple[str, ...]
+    threads: int = 1
+
+    @property
+    def exited(self) -> bool:
+        """Whether nothing of the process runs any more: a zombie (or dead) whose every thread has
+        exited, only its exit status left. A leader thread that exited while other threads of the
+        process still tear down (a server's threads after SIGTERM, freeing a large address space)
+        shows ``Z`` too, with ``threads`` > 1: that process still holds its files, its listening
+        port and, on a GPU box, its device memory, so it has not exited yet (Linux ``proc(5)``:
+        ``num_threads``; a fully exited zombie shows 1)."""
+        return self.state in ("Z", "X") and self.threads <= 1
 
 
 @dataclass(frozen=True)

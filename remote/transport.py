@@ -133,7 +133,7 @@ class Transport(ABC):
             except RemoteFileError:
                 return None
             args = tuple(a.decode("utf-8", "replace") for a in raw.split(b"\0") if a)
-        return ProcessInfo(pid=pid, ppid=ppid, pgid=pgid, state=state, argv=args)
+        return ProcessInfo(pid=pid, ppid=ppid, pgid=pgid, state=state, argv=args, threads=proc_stat_threads(stat_text))
 
     def processes(self, *, argv: bool = True, timeout: float = 30) -> list[ProcessInfo]:
         """Every process visible in ``/proc`` (vanishing ones skipped)."""
@@ -190,6 +190,16 @@ def parse_proc_stat(text: str) -> Optional[tuple[str, int, int]]:
         return fields[0], int(fields[1]), int(fields[2])
     except ValueError:
         return None
+
+
+def proc_stat_threads(text: str) -> int:
+    """``num_threads`` (field 20) from the text of ``/proc/PID/stat``; 1 when it cannot be read."""
+    close = text.rfind(")")
+    fields = text[close + 2 :].split() if close >= 0 else []
+    try:
+        return int(fields[17])
+    except (IndexError, ValueError):
+        return 1
 
 
 def timed_out(command: str, stdout: bytes, stderr: bytes, exit_code, duration_s: float, timeout: float, box: str,

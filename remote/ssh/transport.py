@@ -47,7 +47,7 @@ from ..errors import (
     SSHTimedOut,
 )
 from ..result import FileStat, ProcessInfo, Result
-from ..transport import Transport, parse_proc_stat, timed_out
+from ..transport import Transport, parse_proc_stat, proc_stat_threads, timed_out
 from .auth import _close_channel, _Connection, _dies_soon, _open_connection, dead_reason
 from .config import SSHConfigFiles, SSHTarget, _replace, config_path, load_ssh_config, resolve_target
 from .forward import _PortForward
@@ -768,7 +768,8 @@ class SSHTransport(Transport):
             if parsed is None or not pid_text.isdigit():
                 continue
             state, ppid, pgid = parsed
-            out.append(ProcessInfo(pid=int(pid_text), ppid=ppid, pgid=pgid, state=state, argv=args))
+            out.append(ProcessInfo(pid=int(pid_text), ppid=ppid, pgid=pgid, state=state, argv=args,
+                                   threads=proc_stat_threads(stat_text)))
         return out
 
     def kill(self, pid: int, sig: int, *, group: bool = False, timeout: float = 10) -> bool:

@@ -94,9 +94,11 @@ def test_the_box_is_back_without_any_command_after_the_driver_and_its_ssh_die(
     probe_file.write_bytes(PROBED)
     probe_sha = hashlib.sha256(PROBED).hexdigest()
     local = connect("local", state_dir=state_dir)
+    drivers = []
     with own_sandbox_server(tmp_path / "srv", *sandbox_flags(**EAGLE)) as srv:
         try:
             proc, said = _driver(host, srv.port, probe_file, stage, state_dir)
+            drivers.append(proc)
             # the driver stopped the server it found (else: what it said, and the journal's record)
             assert srv.proc.poll() is not None, (said, Path(journal_path(local)).read_text()
                                                  if Path(journal_path(local)).exists() else "no journal")
@@ -140,6 +142,7 @@ def test_the_box_is_back_without_any_command_after_the_driver_and_its_ssh_die(
             assert "relaunched the original server" in out and "run lock: free" in out
             # the next run over SSH starts clean, and its watchdog leaves with it
             proc2, said2 = _driver(host, srv.port, probe_file, "locked", state_dir)
+            drivers.append(proc2)
             proc2.stdin.write("release\n")
             proc2.stdin.flush()
             out2, err2 = proc2.communicate(timeout=120)
@@ -152,9 +155,15 @@ def test_the_box_is_back_without_any_command_after_the_driver_and_its_ssh_die(
                 assert time.monotonic() < deadline, "the next run's watchdog outlived its run"
                 time.sleep(0.05)
         finally:
+            # a driver still running (a failed assertion) would restore the box when it exits
+            # (BoxSession's atexit) and relaunch the original after this clean-up: killed first
+            for driver in drivers:
+                if driver.poll() is None:
+                    driver.kill()
+                    driver.wait(timeout=10)
+            stop_watchdogs_under(str(state_dir))
             for s in local.find_servers():
                 if s.port == srv.port and s.pid != srv.pid:
                     local.stop_server(s, grace=10)
-            stop_watchdogs_under(str(state_dir))
             if remote_probes.list_probes(local):
                 remote_probes.revert_all(local)

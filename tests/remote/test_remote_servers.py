@@ -256,3 +256,36 @@ def test_find_reads_the_port_from_the_listening_socket_when_the_argv_names_none(
     (s,) = [s for s in box.find_servers() if s.pid == h.pid]
     assert "--port" not in s.argv
     assert s.port == free_port and s.listening_ports == (free_port,)
+
+
+LEADER_EXITS_FIRST = textwrap.dedent("""
+    import ctypes, signal, threading, time
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the thread left behind outlives a SIGTERM
+    threading.Thread(target=time.sleep, args=(120,)).start()
+    print("ready", flush=True)
+    ctypes.CDLL(None).pthread_exit(None)  # the leader thread exits; the process goes on
+""")
+
+
+def test_a_process_whose_leader_thread_exited_first_is_not_taken_for_stopped(box):
+    """A leader thread that exited while another thread of its process runs shows ``Z``: the process
+    still holds its files and port, so it is alive (ProcessInfo.threads 2), and stop_server waits
+    for the whole process (here SIGTERM is ignored: SIGKILL after the grace), not the leader alone.
+    (A server stopped this way was reported stopped while its threads were still exiting.)"""
+    proc = subprocess.Popen([sys.executable, "-c", LEADER_EXITS_FIRST], stdout=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        assert proc.stdout.readline() == "ready\n"
+        deadline = time.monotonic() + 10
+        while (info := box.process(proc.pid)) is None or info.state != "Z":
+            assert time.monotonic() < deadline, info
+            time.sleep(0.05)
+        assert info.threads == 2 and not info.exited
+        assert box.is_alive(proc.pid) and box.group_alive(proc.pid)
+        stopped = box.stop_server(proc.pid, grace=1)
+        assert stopped.how == "killed" and stopped.signals == ("TERM", "KILL"), stopped
+        assert proc.wait(timeout=10) == -9
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=10)
