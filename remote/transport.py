@@ -178,12 +178,16 @@ class Transport(ABC):
         return f"<{type(self).__name__} {self.name}>"
 
 
+def _stat_fields(text: str) -> list[str]:
+    """The fields of a ``/proc/PID/stat`` text after ``comm`` (which may hold spaces): field 3
+    (state) first; ``[]`` when there is no ``comm``."""
+    close = text.rfind(")")
+    return text[close + 2 :].split() if close >= 0 else []
+
+
 def parse_proc_stat(text: str) -> Optional[tuple[str, int, int]]:
     """``(state, ppid, pgid)`` from the text of ``/proc/PID/stat`` (``comm`` may hold spaces)."""
-    close = text.rfind(")")
-    if close < 0:
-        return None
-    fields = text[close + 2 :].split()
+    fields = _stat_fields(text)
     if len(fields) < 3:
         return None
     try:
@@ -194,10 +198,8 @@ def parse_proc_stat(text: str) -> Optional[tuple[str, int, int]]:
 
 def proc_stat_threads(text: str) -> int:
     """``num_threads`` (field 20) from the text of ``/proc/PID/stat``; 1 when it cannot be read."""
-    close = text.rfind(")")
-    fields = text[close + 2 :].split() if close >= 0 else []
     try:
-        return int(fields[17])
+        return int(_stat_fields(text)[17])
     except (IndexError, ValueError):
         return 1
 
