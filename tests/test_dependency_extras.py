@@ -432,3 +432,31 @@ def test_a_built_wheel_carries_the_runbooks_and_data_and_runs_outside_the_checko
     assert seen["package"].startswith(str(site)) and seen["runbooks"].startswith(str(site))
     assert seen["found"] == ["compare_drafts", "diagnose_acceptance", "measure_acceptance", "preflight"]
     assert seen["flags"] > 500 and seen["chat"] == 30
+
+
+# -- what the runbook driver pays to start -------------------------------------------------------
+
+#: Imported by jsonschema >= 4.25 (its ``format-nongpl`` extra, which jupyter-events requires) to
+#: check the ``iri`` formats; it builds a Lark grammar when imported: ~1.5 s of CPU in every process
+#: that imports jsonschema (nbformat, papermill, nbconvert, Jupyter's server).
+GRAMMAR_AT_IMPORT = "rfc3987_syntax"
+
+
+def test_constraints_keep_jsonschema_below_the_release_that_imports_a_grammar():
+    pins = [Requirement(line.split("#", 1)[0].strip()) for line in
+            (ROOT / "constraints.txt").read_text(encoding="utf-8").splitlines() if line.split("#", 1)[0].strip()]
+    jsonschema = [r for r in pins if canonicalize_name(r.name) == "jsonschema"]
+    assert jsonschema, "constraints.txt does not pin jsonschema"
+    assert not jsonschema[0].specifier.contains("4.25.0") and jsonschema[0].specifier.contains("4.24.1"), jsonschema
+    assert metadata.version("jsonschema") in jsonschema[0].specifier, metadata.version("jsonschema")
+
+
+def test_the_runbook_driver_imports_jsonschema_without_building_a_grammar():
+    """What ``workbench runbook`` imports to run and export a notebook (papermill, nbformat's
+    validator, nbconvert) leaves ``rfc3987_syntax`` and ``lark`` unimported, in a fresh interpreter
+    of this venv (installed or not: jsonschema 4.24 never imports them)."""
+    script = ("import sys, papermill, nbformat.validator, nbconvert, jsonschema\n"
+              "print(sorted(m for m in (%r, 'lark') if m in sys.modules))" % GRAMMAR_AT_IMPORT)
+    res = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert res.stdout.strip() == "[]", res.stdout

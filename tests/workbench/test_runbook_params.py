@@ -374,6 +374,28 @@ def _children() -> set[int]:
     return {p.pid for p in psutil.Process().children(recursive=True)}
 
 
+#: what a runbook run starts (its kernel, a server): a child of this pytest process whose command
+#: line names one of these and was not there before is one the refused command started
+RUN_CHILDREN = ("ipykernel", "papermill", "launch_server", "vllm")
+
+
+def _run_children_since(before: set[int]) -> list[str]:
+    """The children of this process started since ``before`` (pids) that a runbook run starts
+    (:data:`RUN_CHILDREN`), as ``pid: command line``. Others are not counted: this worker's own
+    housekeeping (a detached clean-up, a shared server's helper) may start one at any moment."""
+    found = []
+    for proc in psutil.Process().children(recursive=True):
+        if proc.pid in before:
+            continue
+        try:
+            cmdline = " ".join(proc.cmdline())
+        except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
+            continue  # gone already: it left nothing running
+        if any(kind in cmdline for kind in RUN_CHILDREN):
+            found.append(f"{proc.pid}: {cmdline[:200]}")
+    return found
+
+
 @pytest.mark.parametrize("runbook, key, value, problem", [
     ("diagnose_acceptance", "num_prompts", "-3", "num_prompts must be None (all) or a whole number ≥ 1, got -3"),
     ("measure_acceptance", "num_prompts", "abc", "num_prompts must be None (all) or a whole number ≥ 1, got 'abc'"),
@@ -398,7 +420,7 @@ def test_cli_refuses_a_bad_value_with_exit_2_and_starts_no_kernel(tmp_path, cli,
     assert err.startswith(f"workbench runbook: bad parameters for {runbook}: ") and problem in err, err
     assert "Traceback" not in err and out == ""
     assert not reports.exists()  # run_runbook makes it first: it was never reached, no notebook written
-    assert _children() == before
+    assert _run_children_since(before) == []
     assert not state_dir.exists()  # nothing on the box: no journal
 
 

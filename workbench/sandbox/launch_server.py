@@ -12,6 +12,7 @@ log, then SIGKILL (exit status -9; see `workbench.sandbox.srt.entrypoints.http_s
 
 from __future__ import annotations
 
+import gc
 import logging
 import sys
 
@@ -20,6 +21,11 @@ def main(argv=None) -> int:
     """Parse flags, configure logging, serve until killed. Returns the exit status: 2 for a bad
     flag value or a missing module of the ``sandbox`` extra (one ``launch_server: error:`` line on
     stderr, no traceback)."""
+    # No cyclic garbage collection while the server starts: importing torch, FastAPI and the
+    # models allocates hundreds of thousands of objects that live for the whole process, and the
+    # collector's passes over them cost ~10 % of a start's CPU. The model loader turns it back on
+    # (``load_and_warm_up``), after freezing what the start-up created.
+    gc.disable()
     from workbench.sandbox.extra import missing_message
 
     missing = missing_message()

@@ -41,6 +41,7 @@ answering 503.
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import signal
@@ -565,6 +566,17 @@ def load_and_warm_up(server_args) -> None:
     exception: <traceback>" and SIGQUITs the launcher, whose handler logs its line and kills the
     process (exit status -9); a warm-up that fails otherwise logs "Initialization failed. warmup
     error: <traceback>" and kills it the same way (http_server.py:2536-2540)."""
+    try:
+        _load_and_warm_up(server_args)
+    finally:
+        # launch_server.main disabled the cyclic collector for the start-up's imports: what they
+        # created lives as long as the process, so it is frozen (never scanned again), then the
+        # collector serves requests as usual
+        gc.freeze()
+        gc.enable()
+
+
+def _load_and_warm_up(server_args) -> None:
     import json
 
     from workbench.sandbox.srt.managers.scheduler import SamplingParams, Scheduler
