@@ -55,16 +55,19 @@ demo:
 # The whole suite, in parallel (pytest-xdist, TEST_WORKERS processes; each has its own ports, state
 # dir, sshd, JupyterLab and shared servers: tests/conftest.py, whose scheduler keeps the tests that
 # patch the sandbox engine, and those that run vLLM, each on one worker). Prints the 25 slowest
-# tests and the suite's wall time. The vLLM tests need vLLM's CPU build (`make vllm`); under
+# tests, the suite's wall time and how fast the host ran meanwhile (scripts/host_speed.py: the
+# suite is CPU-bound, and a virtual machine's speed varies). The vLLM tests need vLLM's CPU build (`make vllm`); under
 # WORKBENCH_REQUIRE_VLLM=1 a missing one fails them instead of skipping them.
 # One part: `make test PYTEST_ARGS=tests/remote` (or a file, or `-k NAME`).
 TEST_WORKERS ?= 3
 test: browser vllm
 	$(call venv,test sandbox)
-	@start=$$(date +%s); status=0; \
+	@$(PY) scripts/host_speed.py start $(REPORT_DIR)/host_speed.json || echo "make test: host speed not measured"; \
+	start=$$(date +%s); status=0; \
 	WORKBENCH_REQUIRE_VLLM=1 $(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) \
 	  --durations=25 --durations-min=1 --junitxml=$(REPORT_DIR)/junit.xml $(PYTEST_ARGS) || status=$$?; \
 	echo "make test: wall time $$(( $$(date +%s) - start )) s with $(TEST_WORKERS) workers (exit $$status)"; \
+	$(PY) scripts/host_speed.py end $(REPORT_DIR)/host_speed.json || true; \
 	exit $$status
 
 # The edit-test loop: only the tests that start nothing (no server, sshd, notebook kernel or

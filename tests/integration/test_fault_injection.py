@@ -15,6 +15,10 @@ a repaired draft copy (``created_paths`` in the journal). Prompts are tiny (1 pr
 ``SCENARIOS`` covers every step with drivers and kernels and every signal on both; set
 ``EWB_FAULT_INJECTION_FULL=1`` for every step × every target (about 3× longer). The counts (runs
 interrupted, clean without help, clean after restore) are printed at the end of the module.
+
+The finish step is short (~0.5 s): a test process a loaded machine leaves unscheduled can miss it
+between two polls, and the run then ends normally. Such a run is checked (exit 0, the box as
+found) and the scenario runs again, up to ``FINISH_ATTEMPTS`` times; the count shows in the tally.
 """
 
 from __future__ import annotations
@@ -133,13 +137,17 @@ def _run_processes(state_dir: Path, dep_root: Path) -> list[str]:
     return found
 
 
-def _wait(what: str, cond, driver: subprocess.Popen, timeout: float = STEP_TIMEOUT, interval: float = 0.02):
-    """Poll ``cond()`` until it returns something true; fail when the driver exits first."""
+def _wait(what: str, cond, driver: subprocess.Popen, timeout: float = STEP_TIMEOUT, interval: float = 0.02,
+          finished_ok: bool = False):
+    """Poll ``cond()`` until it returns something true; fail when the driver exits first, except
+    that with ``finished_ok`` a driver that exited 0 returns ``None`` (the caller checks that run)."""
     deadline = time.monotonic() + timeout
     while True:
         got = cond()
         if got:
             return got
+        if finished_ok and driver.poll() == 0:
+            return None
         if driver.poll() is not None:
             out, err = driver.communicate()
             pytest.fail(f"the run ended (exit {driver.returncode}) before {what}: {err[-3000:]}")
@@ -222,6 +230,12 @@ def _assert_as_found(box, state_dir: Path, dep, before: dict, err: str) -> None:
     assert _left_in_state_dir(state_dir) == [], err[-3000:]
 
 
+#: attempts at the finish step: its window (the cell running, ~0.5 s: the fix server stopped, the
+#: draft copy removed, the verdict written) can pass between two polls of a test process that a
+#: loaded machine did not schedule (about 1 run in 12 under make test's three workers)
+FINISH_ATTEMPTS = 3
+
+
 @pytest.mark.parametrize("step, target", SCENARIOS, ids=[f"{s}-{t}" for s, t in SCENARIOS])
 def test_killed_at_each_step_leaves_the_box_as_found(tmp_path, step, target):
     started = time.monotonic()
@@ -231,10 +245,33 @@ def test_killed_at_each_step_leaves_the_box_as_found(tmp_path, step, target):
     port = free_port()
     box = connect("local", state_dir=state_dir)
     before = _tree_digests(SANDBOX, SANDBOX / "models", dep.root)
-    notebook = tmp_path / "reports" / "diagnose_acceptance.ipynb"
-    driver = _start(tmp_path, dep, port, env)
+    missed = []
+    for attempt in range(1, (FINISH_ATTEMPTS if step == "finish" else 1) + 1):
+        clean = _interrupt_one_run(tmp_path / f"attempt{attempt}", step, target, dep, port, env, box, state_dir, before)
+        if clean is not None:
+            break
+        missed.append(attempt)
+    else:
+        pytest.fail(f"the {step} step passed between two polls in all {FINISH_ATTEMPTS} attempts (each run ended "
+                    "with exit 0 and left the box as found, but no signal reached it during the step)")
+    if missed:
+        clean += f"; attempt {len(missed) + 1} (the step passed between polls in {len(missed)})"
+    _TALLY.append({"step": step, "target": target, "clean": clean, "seconds": round(time.monotonic() - started, 1)})
+
+
+def _interrupt_one_run(run_dir: Path, step: str, target: str, dep, port: int, env: dict, box, state_dir: Path,
+                       before: dict) -> str | None:
+    """One run of the runbook, ``target`` signalled once the run reached ``step``; the box checked
+    as found. Returns how it came clean, or ``None`` when the run ended normally (exit 0, the box as
+    found: checked) before the step was seen (``finish`` only)."""
+    notebook = run_dir / "reports" / "diagnose_acceptance.ipynb"
+    driver = _start(run_dir, dep, port, env)
     try:
-        _wait(step, _step_reached(step, box, state_dir, notebook), driver)
+        if _wait(step, _step_reached(step, box, state_dir, notebook), driver, finished_ok=step == "finish") is None:
+            out, err = driver.communicate()
+            assert (run_dir / "reports" / "diagnose_acceptance.json").exists(), err[-3000:]
+            _assert_as_found(box, state_dir, dep, before, err)
+            return None
         who, sig = target.split("-")
         victim = psutil.Process(driver.pid) if who == "driver" else _kernel_of(driver)
         victim.send_signal(getattr(signal, sig))
@@ -260,7 +297,7 @@ def test_killed_at_each_step_leaves_the_box_as_found(tmp_path, step, target):
             # ipykernel acts on SIGINT only while a cell executes: sent between two cells it is
             # ignored, and the run goes on to its end (and restores the box itself)
             out, err = driver.communicate()
-            assert (tmp_path / "reports" / "diagnose_acceptance.json").exists(), err[-3000:]
+            assert (run_dir / "reports" / "diagnose_acceptance.json").exists(), err[-3000:]
             _assert_as_found(box, state_dir, dep, before, err)
             clean = "without help (SIGINT between cells: ignored by the kernel, the run finished)"
         else:
@@ -271,8 +308,7 @@ def test_killed_at_each_step_leaves_the_box_as_found(tmp_path, step, target):
             assert last.startswith("workbench runbook: interrupted: ") and "the box was restored" in last, err[-3000:]
             _assert_as_found(box, state_dir, dep, before, err)
             clean = "without help"
-        _TALLY.append({"step": step, "target": target, "clean": clean,
-                       "seconds": round(time.monotonic() - started, 1)})
+        return clean
     finally:
         _clean_up(box, port, driver)
 
