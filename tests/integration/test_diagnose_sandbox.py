@@ -85,6 +85,11 @@ def test_diagnose_sandbox_from_a_launch_command(tmp_path, free_port, state_dir):
     assert verdict["restarts"] == 2
     assert [launch["label"] for launch in verdict["launches"]] == ["as-found", "probe", "fix"]
     assert verdict["duration_s"] > 0
+    # the terminal's last line: the verdict in figures, without opening the report
+    acc = verdict["acceptance"]
+    assert result.stdout.splitlines()[-1] == (
+        f"verdict: fixed; accept length {acc['before']['accept_length']:.3f} -> {acc['after']['accept_length']:.3f}; "
+        "root cause: algorithm-mismatch; box restored"), result.stdout
 
     # the box as found: no server on the port, the draft file byte for byte, no probe, no journal
     assert _servers_on(box, free_port) == []

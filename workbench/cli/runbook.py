@@ -553,7 +553,49 @@ def _run(args: argparse.Namespace) -> ExitCode:
         raise CliError(message, ExitCode.INTERRUPTED) from exc
     for kind, path in paths.items():
         print(f"{kind}: {path}")
+    summary = verdict_summary(paths.get("json"))
+    if summary is not None:
+        print(summary)
     return ExitCode.OK
+
+
+def _accept(measurement: Any) -> str:
+    value = measurement.get("accept_length") if isinstance(measurement, dict) else None
+    return f"{value:.3f}" if isinstance(value, (int, float)) and not isinstance(value, bool) else "not measured"
+
+
+def verdict_summary(json_path: str | Path | None) -> str | None:
+    """The diagnosis's verdict in one line for the terminal, from the ``diagnose_acceptance.json``
+    a diagnosis writes (:meth:`workbench.diagnosis.run.DiagnosisRun.build_verdict`): the outcome
+    (with why, when inconclusive), accept length as found → after the fix (3 decimals, or ``not
+    measured``), the root cause's rule, and whether the box was restored. E.g. ``verdict: fixed;
+    accept length 1.157 -> 2.356; root cause: algorithm-mismatch; box restored``. ``None`` for a
+    file that is missing, unreadable or not a diagnosis verdict (the other runbooks' JSON): the
+    paths printed above say where to look. Never raises."""
+    if json_path is None:
+        return None
+    try:
+        verdict = json.loads(Path(json_path).read_text())
+    except OSError as exc:
+        logging.getLogger(__name__).debug("no verdict line: %s: %s", json_path, exc)
+        return None
+    except ValueError as exc:
+        logging.getLogger(__name__).warning("no verdict line: %s is not JSON: %s", json_path, exc)
+        return None
+    if not isinstance(verdict, dict) or not isinstance(verdict.get("outcome"), str):
+        return None
+    parts = [f"verdict: {verdict['outcome']}" + (f" ({verdict['outcome_detail']})"
+                                                 if isinstance(verdict.get("outcome_detail"), str) else "")]
+    acceptance = verdict.get("acceptance") if isinstance(verdict.get("acceptance"), dict) else {}
+    parts.append(f"accept length {_accept(acceptance.get('before'))} -> {_accept(acceptance.get('after'))}")
+    root = verdict.get("root_cause")
+    if isinstance(root, dict) and root.get("rule"):
+        parts.append(f"root cause: {root['rule']}")
+    restore = verdict.get("restore")
+    if isinstance(restore, dict):
+        parts.append("box restored" if restore.get("clean") else
+                     "box NOT fully restored: " + "; ".join(map(str, restore.get("problems") or ["see the report"])))
+    return "; ".join(parts)
 
 
 def add_parser(sub: Any) -> None:
