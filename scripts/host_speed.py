@@ -7,8 +7,8 @@ the suite, and the share of the run the CPUs were idle or stolen by the hypervis
 The suite is CPU-bound, so its wall time follows the machine's speed. A virtual machine's speed is
 not fixed: on 2026-12-07 the same 2-core machine ran a loop of 30 million additions in 2.9 s of CPU
 between two ``make test`` runs and in 4.5-5.3 s right after the second one (the hypervisor's other
-tenants), and a sandbox server's start went from 1.75 to 2.6 s of CPU with it. The line ``make test`` prints lets a reader tell a slow host from
-a slower suite.
+tenants), and a sandbox server's start went from 1.75 to 2.6 s of CPU with it. The line ``make
+test`` prints lets a reader tell a slow host from a slower suite.
 
 The reference step: ``REFERENCE_ADDITIONS`` integer additions in a pure-Python loop, the best of
 ``REFERENCE_REPEATS`` timings in CPU seconds of this process (``time.process_time``), so waiting
