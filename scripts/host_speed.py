@@ -12,9 +12,8 @@ test`` prints lets a reader tell a slow host from a slower suite.
 
 The reference step: ``REFERENCE_ADDITIONS`` integer additions in a pure-Python loop, the best of
 ``REFERENCE_REPEATS`` timings in CPU seconds of this process (``time.process_time``), so waiting
-for a core is not counted, and a slower core is. The idle and steal shares come from the ``cpu``
-line of ``/proc/stat`` (proc(5): user nice system idle iowait irq softirq steal ..., in clock
-ticks; iowait counts as idle). On a system without ``/proc/stat`` they are left out.
+for a core is not counted, and a slower core is. The idle and steal shares come from
+``psutil.cpu_times()`` (on Linux the ``cpu`` line of ``/proc/stat``; iowait counts as idle).
 Raises ``SystemExit`` with a message when the start file cannot be read or written.
 """
 
@@ -26,9 +25,10 @@ import sys
 import time
 from pathlib import Path
 
+import psutil
+
 REFERENCE_ADDITIONS = 3_000_000
 REFERENCE_REPEATS = 3
-PROC_STAT = Path("/proc/stat")
 
 
 def reference_step_s(additions: int = REFERENCE_ADDITIONS, repeats: int = REFERENCE_REPEATS) -> float:
@@ -44,38 +44,23 @@ def reference_step_s(additions: int = REFERENCE_ADDITIONS, repeats: int = REFERE
     return best
 
 
-def parse_cpu_line(text: str) -> dict[str, int]:
-    """``{"total", "idle", "steal"}`` in clock ticks from ``/proc/stat``'s aggregate ``cpu`` line
-    (proc(5): user nice system idle iowait irq softirq steal guest guest_nice; guest time is already
-    inside user and nice, so it is not added again; iowait is idle). Kernels before 2.6.11 give no
-    steal field: 0. Raises ``ValueError`` when the text has no ``cpu`` line of numbers."""
-    for line in text.splitlines():
-        fields = line.split()
-        if fields and fields[0] == "cpu":
-            try:
-                ticks = [int(f) for f in fields[1:]]
-            except ValueError:
-                raise ValueError(f"/proc/stat cpu line is not numbers: {line!r}") from None
-            if len(ticks) < 4:
-                raise ValueError(f"/proc/stat cpu line has {len(ticks)} fields, at least 4 expected: {line!r}")
-            ticks += [0] * (8 - len(ticks))
-            return {"total": sum(ticks[:8]), "idle": ticks[3] + ticks[4], "steal": ticks[7]}
-    raise ValueError("no aggregate 'cpu' line in /proc/stat")
+def cpu_seconds(times) -> dict[str, float]:
+    """``{"total", "idle", "steal"}`` in seconds from a ``psutil.cpu_times()`` reading (all CPUs):
+    guest time is already inside user and nice (proc(5)), so it is not added again; iowait counts
+    as idle; a platform without a steal (or iowait) field gives 0 for it."""
+    fields = times._asdict()
+    total = sum(fields.values()) - fields.get("guest", 0.0) - fields.get("guest_nice", 0.0)
+    return {"total": total, "idle": fields["idle"] + fields.get("iowait", 0.0), "steal": fields.get("steal", 0.0)}
 
 
-def cpu_ticks() -> dict[str, int] | None:
-    """The machine's CPU ticks now (:func:`parse_cpu_line`), or ``None`` where ``/proc/stat`` is
-    missing or unreadable (not Linux)."""
-    try:
-        return parse_cpu_line(PROC_STAT.read_text())
-    except (OSError, ValueError) as exc:
-        print(f"host_speed: no CPU ticks ({exc})", file=sys.stderr)
-        return None
+def cpu_ticks() -> dict[str, float]:
+    """The machine's CPU time so far (:func:`cpu_seconds` of ``psutil.cpu_times()``)."""
+    return cpu_seconds(psutil.cpu_times())
 
 
-def shares(before: dict[str, int], after: dict[str, int]) -> dict[str, float] | None:
+def shares(before: dict[str, float], after: dict[str, float]) -> dict[str, float] | None:
     """Percent of the CPU time between two :func:`cpu_ticks` readings that was idle and stolen;
-    ``None`` when no tick passed."""
+    ``None`` when no time passed."""
     total = after["total"] - before["total"]
     if total <= 0:
         return None
@@ -83,7 +68,7 @@ def shares(before: dict[str, int], after: dict[str, int]) -> dict[str, float] | 
             "steal_pct": 100.0 * (after["steal"] - before["steal"]) / total}
 
 
-def summary_line(start: dict, end_step_s: float, end_ticks: dict[str, int] | None) -> str:
+def summary_line(start: dict, end_step_s: float, end_ticks: dict[str, float] | None) -> str:
     """The one line ``make test`` prints, from the start record (``{"reference_s", "ticks"}``),
     the reference step after the run (s) and the ticks after it."""
     line = (f"make test: host speed: reference step {start['reference_s']:.2f} s of CPU before, "
