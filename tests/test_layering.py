@@ -37,6 +37,28 @@ LAYERS: list[tuple[str, ...]] = [
 ]
 RANK = {part: i for i, layer in enumerate(LAYERS) for part in layer}
 
+#: The rooms inside a part (issue 27): a package split by responsibility, its modules in layers,
+#: lowest first. A module imports only modules of its own room in lower layers (its room's
+#: ``__init__``, the re-exporting front door, aside); modules in one layer do not import each other.
+ROOMS: dict[str, list[tuple[str, ...]]] = {
+    # the diagnosis: values, then the services every step shares, then the steps in the order
+    # they use each other, the verdict, and the orchestrator on top
+    "workbench.diagnosis": [
+        ("ledger", "results", "words", "acceptance", "steps"),
+        ("context",),
+        ("serving",),
+        ("steps.symptom", "steps.static", "steps.relaunch"),
+        ("steps.hypotheses", "steps.candidates", "steps.ladder"),
+        ("steps.readings",),
+        ("steps.probe",),
+        ("steps.fixes",),
+        ("verdict",),
+        ("steps.finish",),
+        ("summary",),
+        ("run",),
+    ],
+}
+
 
 def _modules() -> dict[str, Path]:
     mods = {}
@@ -156,6 +178,29 @@ def test_each_part_imports_only_lower_layers(part):
     assert wrong == {}, f"{part} (layer {RANK[part]}) imports a part that is not below it: {wrong}"
 
 
+def _room_rank(room: str) -> dict[str, int]:
+    return {f"{room}.{name}": i for i, layer in enumerate(ROOMS[room]) for name in layer}
+
+
+@pytest.mark.parametrize("room", sorted(ROOMS))
+def test_every_module_of_a_room_has_a_layer(room):
+    rank = _room_rank(room)
+    unplaced = sorted(m for m in MODULES if m.startswith(room + ".") and m not in rank)
+    assert unplaced == [], f"add these to ROOMS[{room!r}]: {unplaced}"
+    assert sorted(m for m in rank if m not in MODULES) == [], "ROOMS names modules that do not exist"
+
+
+@pytest.mark.parametrize("room", sorted(ROOMS))
+def test_each_room_imports_only_lower_layers(room):
+    rank = _room_rank(room)
+    wrong = {}
+    for m, r in rank.items():
+        for d in graph()[m]:
+            if d in rank and rank[d] >= r:
+                wrong.setdefault(m, []).append(d)
+    assert wrong == {}, f"{room}: a module imports one of its room that is not below it: {wrong}"
+
+
 def test_the_graph_is_read():
     # the checks above are only as good as the graph: a few edges the design relies on
     assert "workbench.rules.runtime" in graph()["workbench.logs.summary"]
@@ -163,6 +208,7 @@ def test_the_graph_is_read():
         "workbench.session.box_session" in graph()["workbench.measure.sweep"]
     assert "remote.errors" in graph()["workbench.checkpoint.readers"]
     assert len([m for m in MODULES if m.startswith("workbench.rules.")]) >= 6
+    assert "workbench.diagnosis.steps.probe" in graph()["workbench.diagnosis.steps.fixes"]
 
 
 @pytest.mark.parametrize("old", sorted(__import__("workbench").MOVED_MODULES))

@@ -13,6 +13,7 @@ from remote import connect
 from remote import probes as remote_probes
 from testkit.faults import build_deployment
 from workbench.diagnosis import DiagnosisRun
+from workbench.diagnosis.steps.readings import target_hidden
 from workbench.lab import walkthrough as walk
 from workbench.lab.panel import ControlPanel
 from workbench.session import Journal
@@ -67,7 +68,7 @@ def test_a_run_finished_after_only_the_probe_is_inconclusive_not_healthy(tmp_pat
         # finding 13: the expected fc width is read from the draft's config even with the probe as
         # the first step (3 target hidden states concatenated: the EAGLE-3 fc's input)
         fc_in = run.draft_facts.fc_in_features
-        assert fc_in == 3 * run._target_hidden() and run.probe_result["expected_hidden_size"] == fc_in
+        assert fc_in == 3 * target_hidden(run.ctx) and run.probe_result["expected_hidden_size"] == fc_in
         assert f"(fc expects {fc_in})" in result.summary, result.summary
         # the token map and the weights in words, not raw probe expressions
         assert "hot_token_id" not in result.summary, result.summary

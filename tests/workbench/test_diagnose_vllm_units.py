@@ -89,6 +89,7 @@ def test_vllm_sandbox_static_run_names_the_convention_and_the_probe_reading_deci
     confirm it; the ones the draft was trained on (2, 4, 7) would refute it."""
     require_vllm()
     from workbench.diagnosis.run import DiagnosisRun
+    from workbench.diagnosis.steps.readings import probe_decides_cross_engine
 
     monkeypatch.setenv("EAGLE_WORKBENCH_STATE_DIR", str(tmp_path / "state"))
     run = DiagnosisRun.start(engine="vllm", port=free_port, allow_restart=False, report_dir=tmp_path / "reports")
@@ -105,7 +106,7 @@ def test_vllm_sandbox_static_run_names_the_convention_and_the_probe_reading_deci
         assert finding.evidence["proposed_ids"] == [2, 4, 7]
         assert run.derive_fixes() == []  # undecided: no fix yet (the doctor's ids are known: no candidate either)
 
-        run._probe_decides_cross_engine((6, 1, 3))  # as vLLM prints its sorted tuple, any order
+        probe_decides_cross_engine(run.ctx, (6, 1, 3))  # as vLLM prints its sorted tuple, any order
         assert run.ledger.get(CROSS_ENGINE_AUX).verdict == "confirmed"
         assert CROSS_ENGINE_AUX in run.probe_confirmed
         evidence = run.ledger.get(CROSS_ENGINE_AUX).evidence[-1]
@@ -120,7 +121,7 @@ def test_vllm_sandbox_static_run_names_the_convention_and_the_probe_reading_deci
         # the other reading refutes (a fresh decision from inconclusive)
         run.ledger.decide(CROSS_ENGINE_AUX, "inconclusive")
         run.probe_confirmed.clear()
-        run._probe_decides_cross_engine([2, 4, 7])
+        probe_decides_cross_engine(run.ctx, [2, 4, 7])
         assert run.ledger.get(CROSS_ENGINE_AUX).verdict == "refuted" and not run.probe_confirmed
         assert run.probe() is None and run.apply_fixes() is None
     finally:

@@ -258,7 +258,7 @@ def engine_line(run: DiagnosisRun, key: str = FC_WIDTH_CHECK, context: int = 6) 
 @dataclass
 class ProbeWidth:
     """What the width probe read: ``observed`` (the width that decides, see
-    ``DiagnosisRun._decisive_width``), ``expected`` (the draft fc's in_features: 3 × the target's
+    ``workbench.diagnosis.steps.readings.decisive_width``), ``expected`` (the draft fc's in_features: 3 × the target's
     hidden size for EAGLE-3), ``target_hidden`` (the target's hidden size), ``widths`` (every
     width a draft forward received), ``lines`` (the probe's log lines, by tag), ``in_place`` (the
     probes recorded on the box now, by tag), ``skipped`` (why no probe ran: the run's notes),

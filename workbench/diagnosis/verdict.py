@@ -1,0 +1,277 @@
+"""The verdict: what the steps found, read as a case — the root causes in the order they act
+(:func:`root_causes`; a confirmed cause the fix cleared, or one whose findings name another cause,
+is a consequence: :func:`consequences`), what is still open and how to decide it
+(:func:`still_open`), the outcome (:func:`outcome`: healthy, fixed, partly-fixed, latent,
+cause-found, server-does-not-start, unexplained, inconclusive; :func:`outcome_detail`), the fixed
+command (:func:`proposed_launch`, :func:`launch_diff`) and the verdict document
+(:func:`build_verdict`; schema: DESIGN.md, "Contracts").
+
+Reads ``ctx.state`` and the ledger, never the box; changes nothing (except that
+:func:`proposed_launch` derives the fixes when no step did yet).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from workbench.diagnosis.context import RunContext
+from workbench.diagnosis.results import Measurement
+from workbench.diagnosis.steps.fixes import cleared_by_fix, derive_fixes, explained_by
+from workbench.diagnosis.steps.relaunch import fixed_launch
+from workbench.engine.launch import LaunchCommand
+from workbench.rules import REGISTRY
+from workbench.rules.runtime import acceptance_collapsed
+
+__all__ = ["consequences", "root_causes", "root_cause", "still_open", "outcome", "undecided", "outcome_detail",
+           "proposed_launch", "launch_diff", "build_verdict"]
+
+
+def consequences(ctx: RunContext) -> list[dict[str, Any]]:
+    """The confirmed hypotheses that are consequences of the root causes: no fix of their own
+    was applied and the doctor on the fixed command no longer reports any of their errors
+    (e.g. the draft's own embedding required only because the config's target_hidden_size is
+    wrong), or whose every error finding names a confirmed cause it is a consequence of
+    (``evidence["consequence_of"]``: known before any relaunch). Each: ``hypothesis``, ``rule``,
+    ``message``, ``cleared_by`` (the fixed hypotheses, or the explaining ones)."""
+    out = []
+    for spec, _fam in REGISTRY.hypotheses():
+        if ctx.ledger.get(spec.id).verdict != "confirmed":
+            continue
+        explained = explained_by(ctx, spec)
+        if not (cleared_by_fix(ctx, spec) or explained):
+            continue
+        finding = next(f for f in ctx.state.findings if f.rule in spec.rules and f.severity == "error")
+        out.append({"hypothesis": spec.id, "rule": finding.rule, "message": finding.message,
+                    "cleared_by": ctx.hypotheses.of_fixes(ctx.state.fix.applied) if cleared_by_fix(ctx, spec) else explained})
+    return out
+
+
+def root_causes(ctx: RunContext) -> list[dict[str, Any]]:
+    """Every confirmed cause, in the order it acts on a request: its hypothesis, its first error
+    finding (or the measurement that confirmed it), the fix derived for it and whether it was
+    applied."""
+    out = []
+    for spec, fam in REGISTRY.hypotheses():
+        hyp = ctx.ledger.get(spec.id)
+        if hyp.verdict != "confirmed" or cleared_by_fix(ctx, spec) or explained_by(ctx, spec):
+            continue
+        errors = [f for f in ctx.state.findings if f.rule in spec.rules and f.severity == "error"]
+        finding = errors[0] if errors else next((f for f in ctx.state.findings if f.rule in spec.rules), None)
+        fixes = [f for f in ctx.state.fix.derived if any(ctx.hypotheses.of_rule(r) == spec.id for r in f.rules)]
+        applied = [f for f in ctx.state.fix.applied if any(ctx.hypotheses.of_rule(r) == spec.id for r in f.rules)]
+        out.append({"hypothesis": spec.id, "rule": finding.rule if finding else None,
+                    "message": finding.message if finding else hyp.evidence[-1].summary,
+                    "family": fam.name, "fix_kinds": sorted({f.kind for f in fixes}),
+                    "fix_applied": bool(applied), "fix": (applied or fixes)[0].summary if (applied or fixes) else None,
+                    "missing": next((f.missing for f in fixes if f.kind == "none"), None)})
+    return out
+
+
+def root_cause(ctx: RunContext) -> dict[str, Any] | None:
+    """The first cause to act (:func:`root_causes`), with the mechanism flag for the width probe."""
+    causes = root_causes(ctx)
+    if not causes:
+        return None
+    first = dict(causes[0])
+    first["mechanism_confirmed_by_probe"] = bool(
+        ctx.state.probe.result.get("observed_hidden_size") is not None
+        and ctx.state.probe.result.get("observed_hidden_size") != ctx.state.probe.result.get("expected_hidden_size")) \
+        or first.get("hypothesis") in ctx.state.probe.confirmed
+    return first
+
+
+def still_open(ctx: RunContext) -> list[dict[str, Any]]:
+    """The hypotheses not decided, each with what would decide it; and, when a fix was applied
+    but is not sufficient, the causes it did not cure."""
+    out = []
+    never_served = ctx.state.before is None and ctx.state.fix.after is None and bool(ctx.state.start_failures)
+    if never_served and not root_causes(ctx):
+        failure = ctx.state.start_failures[0]
+        out.append({"hypothesis": "server start", "why": failure.exception or failure.error,
+                    "decide": "the log tail above: fix what it names (a flag value, an interpreter, a file), "
+                              "then run again", "parameter": None})
+    for spec, _ in REGISTRY.hypotheses():
+        hyp = ctx.ledger.get(spec.id)
+        if never_served and not spec.static:
+            continue  # a runtime-only cause needs a server that serves: not reached
+        if hyp.verdict == "inconclusive":
+            fix = next((f for f in ctx.state.fix.derived if f.kind == "none" and any(ctx.hypotheses.of_rule(r) == spec.id
+                                                                           for r in f.rules)), None)
+            out.append({"hypothesis": spec.id, "why": hyp.evidence[-1].summary if hyp.evidence else "",
+                        "decide": spec.decide or (fix.missing if fix else "the probes of " + spec.id),
+                        "parameter": fix.parameter if fix else None})
+    if ctx.state.fix.blocked and ctx.state.fix.refused is not None:
+        blocking = "; ".join(f"{f['rule']}: {f['message']}" for f in ctx.state.fix.refused.refused or [])
+        seen = set()
+        for fix in ctx.state.fix.blocked:
+            for rule in fix.rules:
+                hid = ctx.hypotheses.of_rule(rule)
+                if hid and hid not in seen:
+                    seen.add(hid)
+                    out.append({"hypothesis": hid, "why": f"its fix ({fix.summary}) was not tried: the launch "
+                                f"with it was refused, still blocked by {blocking}",
+                                "decide": "fix what the blocking findings name, then run again (force_launch=True "
+                                          "launches anyway)", "parameter": "force_launch"})
+    if ctx.state.fix.result.get("applied") and not ctx.state.fix.result.get("sufficient"):
+        for hid in ctx.hypotheses.of_fixes(ctx.state.fix.applied):
+            out.append({"hypothesis": hid, "why": "its fix was applied and measured: " + ctx.state.fix.result["why"],
+                        "decide": "the other hypotheses above; the probe lines of the fixed server", "parameter": None})
+    return out
+
+
+def outcome(ctx: RunContext) -> str:
+    """``healthy`` (nothing confirmed, acceptance not low), ``fixed`` (every confirmed cause with
+    an applied fix that brought acceptance back), ``partly-fixed`` (a fix applied, not
+    sufficient), ``latent`` (a cause confirmed while acceptance is not low: a fault with no
+    measured effect on acceptance here, its fix proposed and not applied), ``cause-found`` (a
+    cause named, acceptance low or not measured, its fix not applied or not derivable),
+    ``server-does-not-start`` (as found, with no cause named), ``unexplained`` (acceptance low,
+    nothing confirmed), ``inconclusive`` (nothing confirmed, and the symptom was not measured
+    or acceptance is not low while a hypothesis is still undecided: :func:`outcome_detail`
+    says which). ``healthy`` only when acceptance was measured, is not low and every
+    hypothesis was decided. A run whose server stopped answering mid-run (:attr:`server_lost`)
+    is ``inconclusive`` whatever else it found: its measurements were cut off."""
+    if ctx.state.server_lost is not None:
+        return "inconclusive"
+    causes = root_causes(ctx)
+    low = ctx.acceptance_low(ctx.state.before.accept_length if ctx.state.before is not None else None)
+    if ctx.speculation_off():
+        low = True  # no verify step at all: no speedup, whatever else holds
+    if causes and low is False and not ctx.state.fix.result.get("applied"):
+        return "latent"
+    if ctx.state.fix.result.get("applied") and ctx.state.fix.result.get("after") is not None:
+        if ctx.state.fix.result.get("sufficient") and all(c["fix_applied"] for c in causes):
+            return "fixed"
+        return "partly-fixed"
+    if causes:
+        return "cause-found"
+    if ctx.state.start_failures and ctx.state.before is None:
+        return "server-does-not-start"
+    if low:
+        return "unexplained"
+    if low is None or undecided(ctx):
+        return "inconclusive"  # never "healthy" on a symptom not measured or a hypothesis not decided
+    return "healthy"
+
+
+def undecided(ctx: RunContext) -> list[str]:
+    """The ids of the hypotheses the ledger has not decided yet (verdict ``inconclusive``, the
+    ledger's start value), in the order they act."""
+    return [spec.id for spec, _ in REGISTRY.hypotheses() if ctx.ledger.get(spec.id).verdict == "inconclusive"]
+
+
+def outcome_detail(ctx: RunContext) -> str | None:
+    """Why :func:`outcome` is ``inconclusive``, in words (``None`` for every other outcome):
+    ``"symptom not measured"`` when no accept length as found was measured (Measure symptom
+    did not run), else ``"N hypotheses still open"`` (``"1 hypothesis still open"``) naming
+    them — a run whose symptom or hypotheses were never decided is never called healthy
+    (issue 15, trial finding 2). When the server under measurement stopped answering:
+    ``"server stopped answering: the fix server (pid P, port N) exited during apply_fixes
+    (measuring: fix): <the failed request>; its log ends: <last line>"``, then what the
+    restore did with the box (:data:`SERVER_STOPPED_ANSWERING`)."""
+    if outcome(ctx) != "inconclusive":
+        return None
+    if ctx.state.server_lost is not None:
+        lost = ctx.state.server_lost
+        last = next((line.strip() for line in reversed(lost.log_tail) if line.strip()), None)
+        detail = lost.describe() + (f"; its log ends: {last[:300]}" if last else "; its log is empty or unread")
+        if lost.server == "the server as found":
+            detail += "; the run did not start that server and left it as it is"
+        report = ctx.session.restore_report
+        if report is not None:
+            relaunched = any(a.startswith("relaunched") or "already runs" in a for a in report.actions)
+            detail += ("; the box was restored" + (" (the original server relaunched)" if relaunched else "")
+                       if report.clean else "; the restore left problems: " + "; ".join(report.problems))
+        return detail
+    if ctx.acceptance_low(ctx.state.before.accept_length if ctx.state.before is not None else None) is None:
+        return "symptom not measured"
+    open_ids = undecided(ctx)
+    return (f"{len(open_ids)} {'hypothesis' if len(open_ids) == 1 else 'hypotheses'} still open: "
+            + ", ".join(open_ids))
+
+
+def proposed_launch(ctx: RunContext) -> LaunchCommand | None:
+    """The launch command with every fix applied: the relaunch's command when the fixes were
+    applied, else the command the launch-command fixes derive (a draft repair needs its copy
+    made: without it the command keeps the draft as found). ``None`` when no fix changes it."""
+    if ctx.state.fix.launch is not None:
+        return ctx.state.fix.launch
+    if ctx.state.static_report is None:
+        return None
+    fixes = ctx.state.fix.derived or derive_fixes(ctx)
+    launch_fixes = [f for f in fixes if f.kind == "launch"]
+    return fixed_launch(ctx, launch_fixes, None) if launch_fixes else None
+
+
+def launch_diff(ctx: RunContext) -> list[tuple[str, Any, Any]]:
+    """The fix as a launch-command diff: (flag, before, after)."""
+    proposed = proposed_launch(ctx)
+    return ctx.inventory.launch.diff(proposed) if proposed is not None else []
+
+
+def build_verdict(ctx: RunContext) -> dict[str, Any]:
+    """The verdict document (schema: DESIGN.md, "Contracts"; plus ``outcome``,
+    ``root_causes``, ``open``, ``fixes``, ``start_failures``, ``ladder``, ``healthy``)."""
+    def acceptance(m: Measurement | None) -> dict:
+        return m.to_dict() if m is not None else {"accept_length": None}
+
+    rc = root_cause(ctx)
+    before = ctx.state.before.accept_length if ctx.state.before is not None else None
+    ceiling = ctx.ceiling()
+    verdict = {
+        "outcome": outcome(ctx),
+        "outcome_detail": outcome_detail(ctx),
+        "root_cause": rc or {"rule": None},
+        "root_causes": root_causes(ctx),
+        "consequences": consequences(ctx),
+        "fixed_doctor": ctx.state.fix.doctor or None,
+        "open": still_open(ctx),
+        "hypotheses": [
+            {**h, "family": ctx.hypotheses.families[h["id"]].name, "order": ctx.hypotheses.specs[h["id"]].order,
+             "rules": list(ctx.hypotheses.specs[h["id"]].rules), "static": ctx.hypotheses.specs[h["id"]].static,
+             "decide": ctx.hypotheses.specs[h["id"]].decide or None}
+            for h in ctx.ledger.to_dict()["hypotheses"]],
+        "acceptance": {"before": acceptance(ctx.state.before), "after": acceptance(ctx.state.fix.after),
+                       "ceiling": ceiling, "low_before": ctx.acceptance_low(before),
+                       "expected": ctx.settings.expected_accept_length},
+        "probe": {
+            "observed_hidden_size": ctx.state.probe.result.get("observed_hidden_size"),
+            "expected_hidden_size": ctx.state.probe.result.get("expected_hidden_size"),
+            **{k: v for k, v in ctx.state.probe.result.items() if k not in ("observed_hidden_size", "expected_hidden_size")},
+        },
+        "fix": {
+            "launch_command": proposed_launch(ctx).to_display() if proposed_launch(ctx) is not None else None,
+            "diff": [{"flag": f, "before": a, "after": b} for f, a, b in launch_diff(ctx)],
+            "applied": bool(ctx.state.fix.result.get("applied")),
+            "sufficient": ctx.state.fix.result.get("sufficient"),
+            "why": ctx.state.fix.result.get("why"),
+            "kinds": sorted({f.kind for f in ctx.state.fix.applied}),
+            "kept": ctx.state.kept_server is not None,
+            "kept_server": ctx.state.kept_server,
+            "draft_copies": ctx.state.fix.draft_copies,
+        },
+        "fixes": [{**f.to_dict(), "applied": f in ctx.state.fix.applied or (f.kind == "candidates" and any(
+            set(a.rules) == set(f.rules) for a in ctx.state.fix.applied))} for f in ctx.state.fix.derived],
+        "candidate_trials": ctx.state.fix.candidate_trials,
+        "ladder": ctx.state.fix.ladder,
+        "start_failures": [f.to_dict() for f in ctx.state.start_failures],
+        "server_stopped_answering": ctx.state.server_lost.to_dict() if ctx.state.server_lost is not None else None,
+        "healthy": ({"accept_length": before, "ceiling": ceiling,
+                     "note": "no cause found and acceptance is not low; the measure_acceptance runbook sweeps the "
+                             "speculative settings for more"} if outcome(ctx) == "healthy" else None),
+        "findings": [f.to_dict() for f in ctx.state.findings],
+        "preflight": ctx.state.static_report.to_dict() if ctx.state.static_report is not None else None,
+        "runtime_findings": [f.to_dict() for f in acceptance_collapsed(
+            ctx.state.before.generate, ctx.state.findings, source=f"{ctx.state.before.generate.source or '/generate'} over the prompt set: {ctx.state.before.label}")]
+        if ctx.state.before is not None else [],
+        "inventory": ctx.inventory.to_dict(),
+        "code_path": ctx.state.probe.code_path.to_dict() if ctx.state.probe.code_path is not None else None,
+        "launches": ctx.session.launches,
+        "launch_guard": ctx.session.guard.summary(),
+        "restarts": ctx.session.restarts,
+        "restore": ctx.session.restore_report.to_dict() if ctx.session.restore_report else None,
+        "notes": ctx.notes,
+        "duration_s": round(time.monotonic() - ctx.state.started_at, 2),
+    }
+    return verdict
