@@ -17,7 +17,8 @@
 - :mod:`.source` — the engine's source read exactly (numbered lines, definitions by ``ast``, the
   target's aux-layer offset rule evaluated from the box's own code);
 - :mod:`.codepath` — the EAGLE-3 code-path map (file, line, what happens there) and the swallowed
-  errors on it;
+  errors on it; a package: ``ast_tools`` ← ``worker`` ← (``model``, ``landmarks``) ← (``aux_switch``,
+  ``build``, ``swallowed``), its ``__init__`` re-exporting their names;
 - :mod:`.codepath_vllm` — vLLM's EAGLE-3 code-path map, read from the installed ``vllm`` package
   (same :class:`CodePathMap` form, ``engine="vllm"``);
 - :mod:`.recipes` — named probe recipes anchored on the map (SGLang's and vLLM's).

@@ -66,16 +66,9 @@ from types import SimpleNamespace
 from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
 
 from remote.probes import _probe_block_lines
-from workbench.engine.codepath import (
-    CodePathMap,
-    PathEntry,
-    map_for_launch,
-    _first_line,
-    _function_of,
-    _in_order,
-    _probe_note,
-    _seg,
-)
+from workbench.engine.codepath.ast_tools import _first_line, _function_of, _in_order, _probe_note, _seg
+from workbench.engine.codepath.build import map_for_launch
+from workbench.engine.codepath.model import CodePathMap, PathEntry
 from workbench.engine.source import EngineSource, _strip_annotations, _walk_definitions
 
 _log = logging.getLogger(__name__)
