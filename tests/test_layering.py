@@ -57,7 +57,33 @@ ROOMS: dict[str, list[tuple[str, ...]]] = {
         ("summary",),
         ("run",),
     ],
+    # probes on the box: the record and the expression whitelist; the run-time guard, the journal,
+    # files on the box, reading lines back; the text of a probe block; placing and reverting
+    "remote.probes": [
+        ("record", "whitelist"),
+        ("guard", "journal", "files", "read"),
+        ("text",),
+        ("place", "revert"),
+    ],
+    # launch commands: flag resolution, tokens, reading / the speculative config / display,
+    # rewriting, the class
+    "workbench.engine.launch": [
+        ("resolve",),
+        ("tokens",),
+        ("parse", "speculative", "display"),
+        ("rewrite",),
+        ("command",),
+    ],
+    # the code-path map: AST helpers, which worker runs, the map and its landmarks, building it
+    "workbench.engine.codepath": [
+        ("ast_tools",),
+        ("worker",),
+        ("model", "landmarks"),
+        ("aux_switch", "build", "swallowed"),
+    ],
 }
+#: The most lines a module of a room may have (issue 27: rooms of a size one can live in).
+ROOM_MAX_LINES = 500
 
 
 def _modules() -> dict[str, Path]:
@@ -199,6 +225,14 @@ def test_each_room_imports_only_lower_layers(room):
             if d in rank and rank[d] >= r:
                 wrong.setdefault(m, []).append(d)
     assert wrong == {}, f"{room}: a module imports one of its room that is not below it: {wrong}"
+
+
+@pytest.mark.parametrize("room", sorted(ROOMS))
+def test_no_module_of_a_room_is_over_the_limit(room):
+    sizes = {m: len(MODULES[m].read_text(encoding="utf-8").splitlines()) for m in MODULES
+             if m == room or m.startswith(room + ".")}
+    assert len(sizes) >= 4, sizes
+    assert {m: n for m, n in sizes.items() if n > ROOM_MAX_LINES} == {}
 
 
 def test_the_graph_is_read():

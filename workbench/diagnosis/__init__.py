@@ -1,6 +1,8 @@
-"""The diagnosis: the ``diagnose_acceptance`` runbook's steps (:mod:`.run`: symptom → hypotheses →
-probe → fix → verify → verdict), the hypothesis ledger (:mod:`.ledger`) and the JupyterLab control
-panel over the same steps is :mod:`workbench.lab.panel` (it needs ipywidgets).
+"""The diagnosis: the ``diagnose_acceptance`` runbook as an orchestrator (:mod:`.run`,
+:class:`DiagnosisRun`) over its steps, one module each (:mod:`.steps`: symptom → preflight →
+hypotheses → probe → fixes → ladder → finish), the values they hand on (:mod:`.context`), the
+hypothesis ledger (:mod:`.ledger`) and the verdict (:mod:`.verdict`, :mod:`.summary`). The
+JupyterLab control panel over the same steps is :mod:`workbench.lab.panel` (it needs ipywidgets).
 
 Layering: the top of the library — imports :mod:`workbench.session`, :mod:`workbench.measure`,
 :mod:`workbench.doctor`, :mod:`workbench.rules`, :mod:`workbench.engine`, :mod:`workbench.logs`,
