@@ -22,6 +22,7 @@ from workbench.diagnosis.results import Measurement, StartFailure, StepResult
 from workbench.engine.launch import LaunchCommand
 from workbench.errors import ServerStoppedAnswering
 from workbench.rules import REGISTRY
+from workbench.rules.runtime import COLLAPSED_ACCEPT_LENGTH
 from workbench.rules.finding import Finding
 from workbench.rules.fix import Fix
 from workbench.rules.registry import HypothesisSpec
@@ -151,11 +152,12 @@ class RunState:
     verdict: dict | None = None
     notes: list[str] = field(default_factory=list)
     started_at: float = field(default_factory=time.monotonic)
+    _no_findings: list[Finding] = field(default_factory=list, repr=False)
 
     @property
     def findings(self) -> list[Finding]:
-        """The static findings (empty before preflight)."""
-        return self.static.findings if self.static is not None else []
+        """The static findings (before preflight: one empty list, always the same)."""
+        return self.static.findings if self.static is not None else self._no_findings
 
     @property
     def static_report(self):
@@ -206,9 +208,11 @@ class RunContext:
 
     def acceptance_low(self, accept_length: float | None, launch: LaunchCommand | None = None) -> bool | None:
         """:func:`~workbench.diagnosis.acceptance.acceptance_low` with this run's expectation and
-        the ceiling of ``launch``."""
-        return acceptance_low(accept_length, expected=self.settings.expected_accept_length,
-                              ceiling=self.ceiling(launch))
+        the ceiling of ``launch`` (read only when it decides: no expectation given and acceptance not
+        collapsed)."""
+        expected = self.settings.expected_accept_length
+        needs_ceiling = accept_length is not None and not expected and accept_length > COLLAPSED_ACCEPT_LENGTH
+        return acceptance_low(accept_length, expected=expected, ceiling=self.ceiling(launch) if needs_ceiling else None)
 
     def low_before(self) -> bool | None:
         """Whether acceptance as found is low (``None``: not measured)."""
@@ -217,8 +221,8 @@ class RunContext:
 
     def decision_thresholds(self, launch: LaunchCommand | None = None) -> list[float]:
         """:func:`~workbench.diagnosis.acceptance.decision_thresholds` for a measurement of ``launch``."""
-        before = self.state.before
-        return decision_thresholds(expected=self.settings.expected_accept_length, ceiling=self.ceiling(launch),
+        before, expected = self.state.before, self.settings.expected_accept_length
+        return decision_thresholds(expected=expected, ceiling=None if expected else self.ceiling(launch),
                                    before=before.accept_length if before is not None else None)
 
     def speculation_off(self) -> bool:

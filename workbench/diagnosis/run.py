@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import functools
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -164,6 +165,7 @@ class DiagnosisRun(BoxSession):
         self.ctx = RunContext(session=self, settings=settings, hypotheses=index, ledger=ledger, state=RunState())
         super().__init__(box, inventory, journal, server_start_timeout=server_start_timeout,
                          allow_restart=allow_restart, request_timeout=request_timeout, force_launch=force_launch)
+        self.ctx.state.started_at = time.monotonic()  # the verdict's duration_s counts from here, as it always did
 
     # -- construction ---------------------------------------------------------------------------
 

@@ -7,7 +7,7 @@ marker at each restart, and a summary line.
 The pane takes a state with ``.box`` and ``.log_path()`` (``workbench.lab.state.BoxState``); when
 the state also has ``.server()`` (BoxState does), the server is read once per poll: its pid tells a
 restart that kept the log path, and its launch command gives the ceiling
-(:func:`workbench.diagnosis.run.verify_ceiling`).
+(:func:`workbench.diagnosis.acceptance.verify_ceiling`).
 """
 
 from __future__ import annotations
@@ -106,7 +106,7 @@ class AcceptPane:
         if server is None:
             return None
         if server.pid != self.pid:
-            from workbench.diagnosis.run import verify_ceiling
+            from workbench.diagnosis.acceptance import verify_ceiling
             from workbench.engine.launch import LaunchCommand
 
             self._pid_changed = self.pid is not None

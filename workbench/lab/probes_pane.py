@@ -283,9 +283,9 @@ def reading_rows(got: dict) -> list[str]:
     :func:`workbench.engine.recipes.read_recipes` returns it), as text lines: per probe its line
     count, what the recipes whose reading has a meaning mean in words (``draft-d2t``: is the hot
     token map loaded; ``draft-weights-unmatched``: the checkpoint tensors ``load_weights``
-    dropped — the diagnosis's own wording, :func:`workbench.diagnosis.run.d2t_words` /
-    :func:`~workbench.diagnosis.run.unmatched_words`), then the last 5 printed values as printed."""
-    from workbench.diagnosis.run import d2t_words, unmatched_words
+    dropped — the diagnosis's own wording, :func:`workbench.diagnosis.words.d2t_words` /
+    :func:`~workbench.diagnosis.words.unmatched_words`), then the last 5 printed values as printed."""
+    from workbench.diagnosis.words import d2t_words, unmatched_words
     from workbench.engine.recipes import missing_required, weights_unmatched
 
     rows = []

@@ -36,7 +36,8 @@ from typing import Any, Optional
 from remote import probes as remote_probes
 from remote.errors import RemoteError
 from workbench.diagnosis import DiagnosisRun
-from workbench.diagnosis.run import LOW_ACCEPT_FRACTION, Measurement, StartFailure
+from workbench.diagnosis.acceptance import LOW_ACCEPT_FRACTION
+from workbench.diagnosis.results import Measurement, StartFailure
 from workbench.engine.source import EngineSource
 from workbench.errors import DiagnosisError, SourceLookupError
 from workbench.lab.notebook import IN_PARAMETERS_CELL, shown_as_message
@@ -125,7 +126,7 @@ class Symptom:
 
     def reading(self) -> str:
         """What the numbers mean, in one sentence (the thresholds: :data:`NEAR_ONE_FRACTION`,
-        ``LOW_ACCEPT_FRACTION`` 0.45 of the ceiling, from :mod:`workbench.diagnosis.run`)."""
+        ``LOW_ACCEPT_FRACTION`` 0.45 of the ceiling, from :mod:`workbench.diagnosis.acceptance`)."""
         if self.failure is not None and self.failure.startswith("server stopped answering"):
             return (f"The measurement was cut off: {self.failure}. The run ends there (inconclusive): nothing "
                     "was measured, and Finish puts the box back.")
