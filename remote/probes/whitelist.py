@@ -137,12 +137,6 @@ def _format_refusal(fmt: Any, percent: bool) -> Optional[str]:
             if g and int(g) > MAX_SEQUENCE_LEN:
                 return f"a format width or precision of {g} (at most {MAX_SEQUENCE_LEN})"
     return None
-    for m in _BIG_WIDTH_RE.finditer(fmt):
-        if int(m.group()) > MAX_SEQUENCE_LEN:
-            return f"a format width or precision of {m.group()} (at most {MAX_SEQUENCE_LEN})"
-    if percent and _FORMAT_STAR_RE.search(fmt):
-        return "a % format with a * width or precision (taken from the values: unbounded)"
-    return None
 
 
 class _Seq:

@@ -23,7 +23,8 @@
   (same :class:`CodePathMap` form, ``engine="vllm"``);
 - :mod:`.recipes` — named probe recipes anchored on the map (SGLang's and vLLM's).
 
-Layering: imports :mod:`remote`, :mod:`workbench.checkpoint` and :mod:`workbench.errors` only.
+Layering: imports :mod:`remote`, :mod:`workbench.checkpoint`, :mod:`workbench.report` (its HTML tables),
+:mod:`workbench.redact` and :mod:`workbench.errors` only (`tests/test_layering.py`).
 Order inside: flags, flag_table ← launch ← source ← (modelled, locate) ← codepath ← recipes.
 """
 
