@@ -325,6 +325,32 @@ def test_only_a_killed_kernels_orphaned_task_is_dropped():
     assert f.filter(record("Unclosed client session", None)) is True
 
 
+def test_an_abandoned_nbclient_coroutine_says_nothing_after_an_interrupt():
+    """A signal between papermill making a cell's coroutine and awaiting it leaves the coroutine
+    never awaited: after an interrupt its RuntimeWarning (printed at exit, after the run's last
+    line) is ignored; another never-awaited coroutine still warns."""
+    import subprocess
+    import sys
+
+    code = (
+        "import gc\n"
+        "from nbclient import NotebookClient\n"
+        "import nbformat\n"
+        "from workbench.cli.runbook import _quiet_interrupted_tasks\n"
+        "client = NotebookClient(nbformat.v4.new_notebook())\n"
+        "async def other():\n    pass\n"
+        "_quiet_interrupted_tasks()\n"
+        "c = client.async_execute_cell(nbformat.v4.new_code_cell('1'), 0)\n"
+        "del c; gc.collect()\n"
+        "o = other()\n"
+        "del o; gc.collect()\n"
+    )
+    done = subprocess.run([sys.executable, "-W", "default", "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "NotebookClient.async_execute_cell' was never awaited" not in done.stderr, done.stderr
+    assert "coroutine 'other' was never awaited" in done.stderr, done.stderr
+
+
 def test_a_run_that_finds_the_box_taken_changes_nothing(lbox, state_dir):
     """``open_box`` (every diagnosis and sweep) refuses before its inventory or journal: the live
     run's journal stays byte for byte, and the refusal says to wait, not to restore."""

@@ -34,6 +34,7 @@ import logging
 import os
 import signal
 import sys
+import warnings
 from pathlib import Path
 from typing import Any, Callable
 
@@ -166,11 +167,20 @@ class _InterruptedTaskFilter(logging.Filter):
                     and type(exc).__name__ in _TEARDOWN_ERRORS)
 
 
+#: The ``RuntimeWarning`` of an nbclient coroutine the interrupt abandoned before it was awaited
+#: (``coroutine 'NotebookClient.async_execute_cell' was never awaited``: the signal landed between
+#: papermill making the cell's coroutine and awaiting it). Printed when it is garbage-collected, at
+#: exit, after the run's own last line; nbclient 0.10, ``client.py``.
+ABANDONED_COROUTINE = r"coroutine 'NotebookClient\.\w+' was never awaited"
+
+
 def _quiet_interrupted_tasks() -> None:
-    """Install :class:`_InterruptedTaskFilter` on the ``asyncio`` logger (once)."""
+    """Install :class:`_InterruptedTaskFilter` on the ``asyncio`` logger (once), and ignore the
+    :data:`ABANDONED_COROUTINE` warning: both are the interrupt's own debris, never news."""
     log = logging.getLogger("asyncio")
     if not any(isinstance(f, _InterruptedTaskFilter) for f in log.filters):
         log.addFilter(_InterruptedTaskFilter())
+    warnings.filterwarnings("ignore", message=ABANDONED_COROUTINE, category=RuntimeWarning)
 
 
 def _kill_kernels() -> list[int]:
