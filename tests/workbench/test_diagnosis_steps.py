@@ -154,3 +154,44 @@ def test_a_step_after_finish_is_refused(tmp_path, state_dir, free_port):
         with pytest.raises(DiagnosisError, match=f"DiagnosisRun.{step}\\(\\): this run finished"):
             getattr(run, step)()
     assert run.finish()["outcome"] == "inconclusive"  # finishing again is allowed
+
+
+def test_a_prompt_set_that_cannot_be_read_is_refused_before_the_box_is_touched(tmp_path, state_dir, free_port):
+    """A new user's trial: a missing ``prompts`` file raised only after the run lock and the
+    watchdog were taken, and a corrected retry in the same kernel was refused as "another run"."""
+    from workbench.errors import PromptSetError
+
+    with pytest.raises(PromptSetError):
+        DiagnosisRun.start(port=free_port, allow_restart=False, prompts=str(tmp_path / "missing.jsonl"),
+                           report_dir=tmp_path / "reports")
+    again = DiagnosisRun.start(port=free_port, allow_restart=False, report_dir=tmp_path / "reports")
+    assert len(again.prompts) > 0
+    again.finish()
+
+
+@pytest.mark.slow  # launches the sandbox server as found, then with the fix's command
+def test_the_symptom_is_never_measured_on_a_server_the_run_relaunched_otherwise(tmp_path, state_dir, free_port):
+    """A new user's trial: measure_symptom() after apply_fixes() measured the fix server and filed it
+    as the symptom (before = after). The symptom is the deployment as found; after a relaunch with
+    another command it is refused. Before that, low acceptance with no hypothesis looked at is
+    inconclusive (every hypothesis still open), never "unexplained"."""
+    from workbench.errors import DiagnosisError
+
+    run = DiagnosisRun.start(port=free_port, report_dir=tmp_path / "reports", num_prompts=2, max_new_tokens=24)
+    run.progress = False
+    try:
+        before = run.measure_symptom()
+        assert before.accept_length is not None and run.acceptance_low(before.accept_length) is True
+        n = len(run.ctx.hypotheses.specs)
+        assert run.outcome() == "inconclusive"
+        assert run.outcome_detail().startswith(f"{n} hypotheses still open: ")
+        assert "acceptance as found is low, but the hypotheses above are still open" in run.summary_html()
+        run.check_hypotheses()
+        assert run.outcome() == "cause-found"
+        run.launch(run.inventory.launch.with_flag("--speculative-algorithm", "EAGLE3"), "fix")
+        with pytest.raises(DiagnosisError, match="not the one as found.*EAGLE3"):
+            run.measure_symptom()
+        assert run.before is before
+    finally:
+        verdict = run.finish()
+    assert verdict["acceptance"]["before"]["launch_command"].count("EAGLE3") == 0

@@ -36,6 +36,25 @@ def test_an_inconclusive_run_says_why_and_what_was_not_measured(tmp_path):
                                      "not measured; box NOT fully restored: probe p1 not reverted: permission denied")
 
 
+def test_a_server_that_never_started_is_named(tmp_path):
+    """A trial: the as-found launch died (wrong interpreter, no torch) and the verdict line said only
+    ``cause-found; accept length not measured``; the start failure is the news."""
+    path = _write(tmp_path, {
+        "outcome": "cause-found", "outcome_detail": None, "root_cause": {"rule": "algorithm-mismatch"},
+        "acceptance": {"before": {"accept_length": None}, "after": {"accept_length": None}},
+        "start_failures": [{"label": "as-found", "error": "ServerDied: the server exited",
+                            "exception": "ModuleNotFoundError: No module named 'torch'"},
+                           {"label": "fix", "error": "ServerDied", "exception": None}],
+        "restore": {"actions": [], "problems": [], "clean": True}})
+    assert verdict_summary(path) == ("verdict: cause-found; accept length not measured -> not measured; the server did "
+                                     "not start (as-found: ModuleNotFoundError: No module named 'torch'); root cause: "
+                                     "algorithm-mismatch; box restored")
+    # measured as found: a later launch that failed (a fix) is in the report, not in this line
+    fixed = json.loads(open(path).read())
+    fixed["acceptance"]["before"]["accept_length"] = 1.1
+    assert "did not start" not in verdict_summary(_write(tmp_path, fixed))
+
+
 def test_a_verdict_with_fields_missing_still_gives_its_outcome(tmp_path):
     assert verdict_summary(_write(tmp_path, {"outcome": "healthy"})) == \
         "verdict: healthy; accept length not measured -> not measured"

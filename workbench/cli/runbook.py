@@ -578,7 +578,8 @@ def verdict_summary(json_path: str | Path | None) -> str | None:
     """The diagnosis's verdict in one line for the terminal, from the ``diagnose_acceptance.json``
     a diagnosis writes (:meth:`workbench.diagnosis.run.DiagnosisRun.build_verdict`): the outcome
     (with why, when inconclusive), accept length as found → after the fix (3 decimals, or ``not
-    measured``), the root cause's rule, and whether the box was restored. E.g. ``verdict: fixed;
+    measured``), the first launch that did not start when nothing was measured as found (its label
+    and exception, 200 characters at most), the root cause's rule, and whether the box was restored. E.g. ``verdict: fixed;
     accept length 1.157 -> 2.356; root cause: algorithm-mismatch; box restored``. ``None`` for a
     file that is missing, unreadable or not a diagnosis verdict (the other runbooks' JSON): the
     paths printed above say where to look. Never raises."""
@@ -598,6 +599,12 @@ def verdict_summary(json_path: str | Path | None) -> str | None:
                                                  if isinstance(verdict.get("outcome_detail"), str) else "")]
     acceptance = verdict.get("acceptance") if isinstance(verdict.get("acceptance"), dict) else {}
     parts.append(f"accept length {_accept(acceptance.get('before'))} -> {_accept(acceptance.get('after'))}")
+    before = acceptance.get("before") if isinstance(acceptance.get("before"), dict) else {}
+    failures = [f for f in verdict.get("start_failures") or [] if isinstance(f, dict)]
+    if before.get("accept_length") is None and failures:
+        first = failures[0]
+        parts.append(f"the server did not start ({first.get('label')}: "
+                     f"{str(first.get('exception') or first.get('error') or 'see the report')[:200]})")
     root = verdict.get("root_cause")
     if isinstance(root, dict) and root.get("rule"):
         parts.append(f"root cause: {root['rule']}")

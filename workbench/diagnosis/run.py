@@ -193,7 +193,9 @@ class DiagnosisRun(BoxSession):
         parameters that are no such values (before anything changes on the box);
         :class:`~workbench.errors.ServerChoiceError` when ``port`` is ``None``, no server runs on
         the default port and several run elsewhere (the message lists them and says how to pick
-        one: ``how``, ``N`` standing for the number; the panel passes ``"N in the port field"``)."""
+        one: ``how``, ``N`` standing for the number; the panel passes ``"N in the port field"``);
+        :class:`~workbench.errors.PromptSetError` for a ``prompts`` file that cannot be read (before
+        anything happens on the box)."""
         check_run_parameters(flags={"allow_restart": allow_restart, "apply_fix": apply_fix, "keep_fix": keep_fix,
                                     "attribute_fixes": attribute_fixes, "try_candidates": try_candidates},
                              counts={"max_new_tokens": max_new_tokens}, optional_counts={"num_prompts": num_prompts},
@@ -205,14 +207,16 @@ class DiagnosisRun(BoxSession):
         if bad:
             raise DiagnosisError("bad parameters: " + "; ".join(bad))
         default_launch = sandbox_default_launch(engine, port)  # raises DiagnosisError for an unknown engine
+        # a prompt set the user named is read before the box is touched (no lock, no watchdog, no
+        # journal for a run refused on its parameters): PromptSetError
+        prompt_set = load_prompts(prompts) if prompts is not None else None
         box, inventory, journal = open_box(host, launch_command=launch_command, port=port,
                                            server_start_timeout=server_start_timeout, how=how,
                                            default_launch=default_launch, watchdog_after_s=watchdog_after_s)
-        if prompts is None and serves_sandbox_target(inventory):
+        if prompt_set is None:
             # The sandbox target is a byte-level model of Python source: the built-in chat prompts
             # mean nothing to it, its own held-out code prompts are its workload.
-            prompts = str(sandbox_prompts_path())
-        prompt_set = load_prompts(prompts)
+            prompt_set = load_prompts(str(sandbox_prompts_path()) if serves_sandbox_target(inventory) else None)
         if num_prompts:
             prompt_set = prompt_set[:num_prompts]
         return cls(box, inventory, journal, allow_restart=allow_restart, apply_fix=apply_fix, keep_fix=keep_fix,

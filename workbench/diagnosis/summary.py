@@ -151,8 +151,8 @@ def summary_html(ctx: RunContext) -> str:
         parts.append("<p>Nothing was decided either way: " + (
             "the accept length as found was never measured (run <b>Measure symptom</b>), so there is no "
             "symptom to judge." if outcome_detail(ctx) == "symptom not measured" else
-            "acceptance as found is not low, but the hypotheses above are still open (run <b>Hypotheses "
-            "(static)</b> to decide them).") + "</p>")
+            f"acceptance as found is {'low' if ctx.low_before() else 'not low'}, but the hypotheses above are "
+            "still open (run <b>Hypotheses (static)</b> to decide them).") + "</p>")
     if out == "healthy":
         parts.append("<p>No false alarm: every hypothesis was checked. To go further, sweep the speculative "
                      "settings with the <code>measure_acceptance</code> runbook.</p>")

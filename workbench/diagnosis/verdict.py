@@ -24,7 +24,7 @@ from workbench.rules import REGISTRY
 from workbench.rules.runtime import acceptance_collapsed
 
 __all__ = ["consequences", "root_causes", "root_cause", "still_open", "outcome", "undecided", "outcome_detail",
-           "proposed_launch", "launch_diff", "build_verdict"]
+           "proposed_launch", "launch_diff", "build_verdict", "checked"]
 
 
 def consequences(ctx: RunContext) -> list[dict[str, Any]]:
@@ -127,7 +127,8 @@ def outcome(ctx: RunContext) -> str:
     measured effect on acceptance here, its fix proposed and not applied), ``cause-found`` (a
     cause named, acceptance low or not measured, its fix not applied or not derivable),
     ``server-does-not-start`` (as found, with no cause named), ``unexplained`` (acceptance low,
-    nothing confirmed), ``inconclusive`` (nothing confirmed, and the symptom was not measured
+    nothing confirmed once the hypotheses were looked at), ``inconclusive`` (nothing confirmed, and
+    acceptance low with no hypothesis looked at yet, or the symptom was not measured
     or acceptance is not low while a hypothesis is still undecided: :func:`outcome_detail`
     says which). ``healthy`` only when acceptance was measured, is not low and every
     hypothesis was decided. A run whose server stopped answering mid-run (:attr:`server_lost`)
@@ -148,11 +149,19 @@ def outcome(ctx: RunContext) -> str:
         return "cause-found"
     if ctx.state.start_failures and ctx.state.before is None:
         return "server-does-not-start"
+    if low and not checked(ctx):
+        return "inconclusive"  # low, but no hypothesis was ever looked at: nothing is "unexplained" yet
     if low:
         return "unexplained"
     if low is None or undecided(ctx):
         return "inconclusive"  # never "healthy" on a symptom not measured or a hypothesis not decided
     return "healthy"
+
+
+def checked(ctx: RunContext) -> bool:
+    """Whether any hypothesis was looked at (has evidence in the ledger): the hypotheses step ran,
+    or a probe or a measurement spoke to one."""
+    return any(ctx.ledger.get(hid).evidence for hid in ctx.hypotheses.specs)
 
 
 def undecided(ctx: RunContext) -> list[str]:

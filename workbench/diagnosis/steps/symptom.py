@@ -12,6 +12,7 @@ from workbench.diagnosis.context import RunContext
 from workbench.diagnosis.results import Measurement, StartFailure, StepResult
 from workbench.diagnosis.serving import measure, try_launch
 from workbench.diagnosis.words import method_label
+from workbench.errors import DiagnosisError
 
 __all__ = ["measure_symptom"]
 
@@ -22,7 +23,14 @@ def measure_symptom(ctx: RunContext) -> Measurement | StartFailure | StepResult 
     log tail become evidence). With no server running and ``allow_restart`` False there is
     nothing to measure: ``None``, and the static checks still run. A server that stops answering
     while it is measured ends the run: a :class:`StepResult` (``inconclusive``), the later steps
-    skipped, the verdict ``inconclusive: server stopped answering``."""
+    skipped, the verdict ``inconclusive: server stopped answering``. Raises :class:`DiagnosisError`
+    when the server that serves now is one the run launched with another command (a fix, a
+    candidate, a ladder rung): that is not the symptom; start a new run to measure it again."""
+    serving = ctx.session.current_launch
+    if serving is not None and serving.argv != ctx.inventory.launch.argv:
+        raise DiagnosisError("DiagnosisRun.measure_symptom(): the server serving now is not the one as found "
+                             f"(this run relaunched it as: {serving.to_display()}); the symptom is measured on the "
+                             "deployment as found: start a new run with DiagnosisRun.start(...) to measure it again")
     original = ctx.session.journal.data.get("original_server")
     if ctx.session.current is None and not (original and not original.get("stopped")):
         if not ctx.session.allow_restart:
