@@ -60,7 +60,8 @@ Rank prefixes: SGLang's ``[YYYY-MM-DD HH:MM:SS(.mmm)? TAGS] `` (``srt/utils/comm
 [file.py:N] `` (``vllm/logger.py`` ``_FORMAT``: ``(EngineCore_DP0 pid=123)``, ``(VllmWorker rank=3
 pid=9)``, ``(Worker_TP1 pid=9)``), ANSI colours stripped, any text before either (a container's
 own prefix). tqdm bars carry no prefix and may hold several updates separated by ``\\r``: the last
-one counts.
+one counts. The access-log echo of a readiness poll (``remote.box.POLL_LINE``: ``"GET
+/health_generate HTTP/1.1" 503``) is no progress: it is counted in ``lines`` and nothing else.
 """
 
 from __future__ import annotations
@@ -70,6 +71,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Iterable, Optional
 
+from remote.box import POLL_LINE
 from workbench.logs.lines import epoch_seconds
 
 #: Start-up phases in SGLang 0.5.23's order (module doc), then the two ends.
@@ -84,6 +86,8 @@ PHASE_TEXT = {
     "warmup": "warming up", "ready": "ready", "failed": "failed",
 }
 
+# the access-log echo of a readiness poll (remote.box.POLL_LINE): not the server's progress
+_POLL = re.compile(POLL_LINE.pattern.decode())
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _SGL_PREFIX = re.compile(
     r"\[(?P<ts>\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2})(?:[.,](?P<ms>\d{3}))?(?P<tags>(?: [A-Z][A-Z_]*\d+)*)\] ")
@@ -241,6 +245,8 @@ class StartupTracker:
             return
         p = self.progress
         p.lines += 1
+        if _POLL.search(line):
+            return
         at, key, body = self._prefix(line)
         if at is not None:
             if p.first_at is None:
@@ -255,11 +261,11 @@ class StartupTracker:
                 p.shards = shards
                 self.changes += 1
             if p.phase in ("launch", "nccl-init"):
-                self._enter("load", at)
+                self.enter("load", at)
         p.last_line = body
         phase = self._phase_of(body, key)
         if phase is not None:
-            self._enter(phase, at)
+            self.enter(phase, at)
 
     def _prefix(self, line: str) -> tuple:
         """(epoch seconds or None, a stable key of the rank or "", the line without its prefix)."""
@@ -324,7 +330,10 @@ class StartupTracker:
             self.changes += 1
         return None
 
-    def _enter(self, phase: str, at: Optional[float]) -> None:
+    def enter(self, phase: str, at: Optional[float] = None) -> None:
+        """Put the start-up in ``phase`` (one of :data:`PHASES`) as of ``at`` (epoch seconds or None):
+        what a line does, and what a caller does that knows more than the log (the server answered
+        a generation: ``"ready"``). ``failed`` is final; after ``ready`` only ``failed`` counts."""
         p = self.progress
         if p.phase == "failed" or p.phase == phase:
             return
