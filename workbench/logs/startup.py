@@ -203,7 +203,9 @@ class StartupTracker:
 
     ``year``: the year given to vLLM's year-less timestamps (None: their ``at`` is None). Keeps
     per-rank state (loads seen, whether the draft's load began) so the second ``Load weight
-    begin.`` of a rank is the draft's; nothing else of the log is kept.
+    begin.`` of a rank is the draft's; nothing else of the log is kept. :attr:`on_phase` (None or
+    a callable taking the :class:`StartupProgress`) is called at each phase change, in the middle
+    of a chunk that holds several: a watcher sees every phase.
     """
 
     def __init__(self, *, year: Optional[int] = None) -> None:
@@ -214,6 +216,7 @@ class StartupTracker:
         self._pids: dict = {}       # vLLM worker pid -> index in ranks_seen
         self._seen_phases: set = set()
         self.changes = 0            # bumps when phase, shards or ranks change (a cheap "moved" test)
+        self.on_phase = None        # called with the progress at each phase change, as the line is read
 
     def feed(self, text: str) -> StartupProgress:
         """Take new log text (str; decode bytes with errors="replace" first). Returns :attr:`progress`."""
@@ -344,6 +347,8 @@ class StartupTracker:
         if phase not in self._seen_phases:
             self._seen_phases.add(phase)
             p.phases.append({"name": phase, "at": at})
+        if self.on_phase is not None:
+            self.on_phase(p)
 
 
 def startup_progress(lines: Iterable[str], *, year: Optional[int] = None) -> StartupProgress:
