@@ -1,7 +1,10 @@
 """A real sandbox server's start-up, followed as a launch is (workbench.session.startup_wait): its
 progress reporter sees the phases in the order its log gives them, and a start-up that hangs
-(``SANDBOX_FAULT_STALL_FILE``: the warm-up's first forward blocks, no line, no CPU) is a
-``ServerStartStalled`` within the stall time-out, naming the phase and the last log line.
+(``SANDBOX_FAULT_STALL_FILE``: the warm-up's first forward blocks, no line, no CPU;
+``--sandbox-fault hang:load``) is a ``ServerStartStalled`` within the stall time-out, naming the
+phase and the last log line. A TP 2 start-up spread over more than the stall time-out
+(``--sandbox-load-seconds``) that progresses is waited for. Sandbox GPUs (each test its own
+``SANDBOX_GPUS_DIR``): the tests say so in their names.
 """
 
 from __future__ import annotations
@@ -33,9 +36,10 @@ class Recorder:
         self.calls.append((progress.phase, final, progress.last_line))
 
 
-def _launch(box, tmp_path, port, env=None):
-    return box.launch_server(launch_argv(*FLAGS, port=port), port=port, cwd=str(checkout_dir()),
-                             log_path=str(tmp_path / "launch.log"), env={"PYTHONUNBUFFERED": "1", **(env or {})})
+def _launch(box, tmp_path, port, env=None, extra=()):
+    return box.launch_server(launch_argv(*FLAGS, *extra, port=port), port=port, cwd=str(checkout_dir()),
+                             log_path=str(tmp_path / "launch.log"),
+                             env={"PYTHONUNBUFFERED": "1", "SANDBOX_GPUS_DIR": str(tmp_path / "gpus"), **(env or {})})
 
 
 def test_sandbox_start_up_progress_sees_its_phases_in_order(tmp_path):
@@ -86,3 +90,47 @@ def test_sandbox_start_up_that_hangs_is_a_stall_naming_its_phase(tmp_path):
     assert STALL <= took < STALL + SLACK + 30   # the start itself (torch import, load) is progress
     assert err.stalled_s >= STALL
     assert rec.calls[-1][1] is True and rec.calls[-1][0] == err.phase
+
+
+LOAD_S = 7.0     # over twice the stall time-out
+
+
+def test_sandbox_gpus_tp2_load_longer_than_the_stall_time_out_is_waited_for_with_every_phase(tmp_path):
+    port = free_port()
+    with connect("local") as box:
+        handle = _launch(box, tmp_path, port, extra=("--tp-size", "2", "--sandbox-load-seconds", str(LOAD_S)))
+        try:
+            rec = Recorder()
+            waited, progress = wait_for_start(box, handle, stall_timeout=STALL, label="fix", reporter=rec,
+                                              poll_interval=0.1)
+        finally:
+            box.stop_server(handle, grace=10)
+    assert LOAD_S <= waited < LOAD_S + 60
+    names = [p["name"] for p in progress.phases]
+    # SGLang's order as the sandbox logs it (workbench/sandbox/srt/startup.py), each rank its own lines
+    assert names[:6] == ["nccl-init", "load", "kv-cache", "capture", "load-draft", "capture-draft"]
+    assert names[-1] == "ready"
+    seen = []
+    for phase, _final, _last in rec.calls:
+        if not seen or seen[-1] != phase:
+            seen.append(phase)
+    assert seen[:7] == ["launch", "nccl-init", "load", "kv-cache", "capture", "load-draft", "capture-draft"]
+    assert progress.ranks_seen == ["TP0", "TP1"] or sorted(progress.ranks_seen) == ["TP0", "TP1"]
+    assert progress.shards is not None and progress.shards[0] == progress.shards[1]
+
+
+def test_sandbox_gpus_hang_at_load_is_a_stall_naming_load(tmp_path):
+    port = free_port()
+    with connect("local") as box:
+        handle = _launch(box, tmp_path, port, extra=("--tp-size", "2", "--sandbox-load-seconds", "1",
+                                                     "--sandbox-fault", "hang:load"))
+        try:
+            t0 = time.monotonic()
+            with pytest.raises(ServerStartStalled) as info:
+                wait_for_start(box, handle, stall_timeout=STALL, label="fix", reporter=Recorder(), poll_interval=0.1)
+            took = time.monotonic() - t0
+        finally:
+            box.stop_server(handle, grace=10)
+    assert info.value.phase == "load", str(info.value)
+    assert "Load weight begin." in (info.value.last_line or "") or "checkpoint shards" in (info.value.last_line or "")
+    assert STALL <= took < STALL + SLACK + 30
