@@ -27,14 +27,14 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional, Sequence
 
 from remote.errors import PortInUse, RemoteError
-from workbench.errors import GpusHeld
+from workbench.errors import GpusHeld, GpusNotFreed
 from workbench.rules.finding import Finding, ev
 from workbench.session.gpu_holders import BoxGpus, Holder, read_box_gpus, title_of, uid_of, user_names
 from workbench.session.gpu_release import GPU_FREE_TIMEOUT_S, GpuBaseline, launch_baseline
 from workbench.session.gpus import CONTAINER_MIN_MIB, GpuSnapshot, gpu_command, read_gpu_snapshot
 
 __all__ = ["RendezvousPortInUse", "LaunchCheck", "rendezvous_ports", "check_rendezvous_ports", "port_owner",
-           "launch_devices", "held_on", "reclaim_orphans", "check_before_launch", "GpusHeld"]
+           "launch_devices", "held_on", "reclaim_orphans", "check_before_launch", "not_freed_refusal", "GpusHeld"]
 
 #: The flags whose port the launch binds on this box, per engine (see the module docstring).
 RENDEZVOUS_FLAGS = {"sglang": ("--nccl-port", "--dist-init-addr"), "sandbox": ("--nccl-port", "--dist-init-addr"),
@@ -307,3 +307,19 @@ def check_before_launch(box: Any, launch: Any, *, env: Optional[Mapping[str, str
                            f"not released within {timeout:g} s")
         time.sleep(delay)
         delay = min(delay * 2, 0.5)
+
+
+def not_freed_refusal(launch: Any, label: str, exc: GpusNotFreed) -> GpusHeld:
+    """The launch refused because the server stopped before it did not give its GPUs back in time
+    (``exc``): the same table, as a :class:`~workbench.errors.GpusHeld` (so the diagnosis records
+    a refused launch, not a crash)."""
+    findings = [Finding("gpus-held", "error", f"GPU{g['index']}: {g['used_mib']} MiB used, baseline "
+                        f"{g.get('baseline_mib')} MiB ({g.get('basis')})",
+                        evidence={"used_mib": ev(g["used_mib"], "nvidia-smi --query-gpu=memory.used")},
+                        prevents_start=True) for g in exc.gpus]
+    findings += [Finding("gpus-held", "error", f"pid {h['pid']} {h['title']} (user {h.get('user') or '?'}) holds "
+                         + ", ".join(f"GPU{i} {m} MiB" for i, m in (h.get("mib") or {}).items()),
+                         evidence={"pid": ev(h["pid"], "nvidia-smi --query-compute-apps")}, prevents_start=True)
+                 for h in exc.holders]
+    return GpusHeld(launch.to_display() if hasattr(launch, "to_display") else str(launch), label, findings,
+                    holders=exc.holders, message=f"launch refused ({label}): {exc}")

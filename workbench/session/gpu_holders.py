@@ -15,8 +15,11 @@ Facts encoded here:
 
 A holder is an *orphan* when it is an SGLang process (an ``sglang::`` title, or an SGLang / sandbox
 launcher command line: :func:`remote.engines.launcher_engine`) of the box's own user (same uid)
-that no live launcher has above it (walking ``ppid`` up to PID 1). Only those are ever offered for
-clean-up; another user's processes never are.
+that no live launcher has above it (walking ``ppid`` up to PID 1) and that was left behind: it was
+reparented to PID 1, or the leader of its process group (the launcher it was started in: ranks
+inherit its group) is gone. A rank of a live ``sglang.Engine`` inside a user's script (its parent and
+group leader alive) is no orphan. Only orphans are ever offered for clean-up; another user's
+processes never are.
 """
 
 from __future__ import annotations
@@ -125,11 +128,17 @@ def server_of(pid: int, by_pid: Mapping[int, ProcessInfo], launchers: Mapping[in
     return None
 
 
+def _left_behind(proc: ProcessInfo, by_pid: Mapping[int, ProcessInfo]) -> bool:
+    """Reparented to PID 1, or the leader of its process group is gone (see the module docstring)."""
+    return proc.ppid == 1 or (proc.pgid > 1 and proc.pgid not in by_pid)
+
+
 @dataclass
 class Holder:
     """A process holding GPU memory: ``pid``, ``title`` (its command line / process title; for a
     process gone while being read, the name nvidia-smi gave), ``user`` and ``uid`` (``None``: gone),
-    ``ppid``, ``pgid``, ``mib`` (``{GPU index: MiB}``, MiB ``None`` when N/A or unknown), ``server``
+    ``ppid``, ``pgid``, ``mib`` (``{GPU index: MiB}``, MiB ``None`` when N/A or unknown), ``left_behind``
+    (reparented to PID 1, or its process group's leader is gone), ``server``
     (the pid of the live launcher whose tree it is in, else ``None``), ``sglang`` (an SGLang
     process: :func:`is_sglang_process`), ``own`` (the box's user), ``gone`` (exited while being
     read), ``listed`` (nvidia-smi listed it; False: found by its SGLang title in a container, where
@@ -147,11 +156,13 @@ class Holder:
     own: bool = False
     gone: bool = False
     listed: bool = True
+    left_behind: bool = False
 
     @property
     def orphan(self) -> bool:
-        """An SGLang process of the box's user in no live server tree (see the module docstring)."""
-        return self.sglang and self.own and self.server is None and not self.gone
+        """An SGLang process of the box's user in no live server tree, left behind by its launcher
+        (``left_behind``: reparented to PID 1, or its process group's leader gone; module docstring)."""
+        return self.sglang and self.own and self.server is None and self.left_behind and not self.gone
 
     @property
     def total_mib(self) -> Optional[int]:
@@ -175,8 +186,8 @@ class Holder:
     def to_dict(self) -> dict:
         return {"pid": self.pid, "title": self.title, "user": self.user, "uid": self.uid, "ppid": self.ppid,
                 "pgid": self.pgid, "mib": {str(k): v for k, v in sorted(self.mib.items())}, "server": self.server,
-                "sglang": self.sglang, "own": self.own, "orphan": self.orphan, "gone": self.gone,
-                "listed": self.listed}
+                "sglang": self.sglang, "own": self.own, "left_behind": self.left_behind, "orphan": self.orphan,
+                "gone": self.gone, "listed": self.listed}
 
 
 @dataclass
@@ -278,20 +289,21 @@ def read_box_gpus(box: Any, *, snapshot: Optional[GpuSnapshot] = None,
                 user=None, uid=uid, ppid=None if proc is None else proc.ppid, pgid=None if proc is None else proc.pgid,
                 server=None if gone else server_of(app.pid, by_pid, launchers),
                 sglang=proc is not None and is_sglang_process(proc.argv), own=uid is not None and uid == out.uid,
-                gone=gone)
+                gone=gone, left_behind=proc is not None and _left_behind(proc, by_pid))
         gpu = index.get(app.gpu_uuid)
         if gpu is not None:
             prev = h.mib.get(gpu)
             h.mib[gpu] = app.used_mib if prev is None else prev + (app.used_mib or 0)
     if want_candidates:
         for proc in by_pid.values():
-            if proc.pid in holders or not is_sglang_process(proc.argv) or server_of(proc.pid, by_pid, launchers):
+            if proc.pid in holders or not is_sglang_process(proc.argv) or server_of(proc.pid, by_pid, launchers) \
+                    or not _left_behind(proc, by_pid):
                 continue
             uid = uid_of(box, proc.pid, timeout=timeout)
             if uid is None or uid != out.uid:
                 continue
             holders[proc.pid] = Holder(pid=proc.pid, title=title_of(proc.argv), user=None, uid=uid, ppid=proc.ppid,
-                                       pgid=proc.pgid, sglang=True, own=True,
+                                       pgid=proc.pgid, sglang=True, own=True, left_behind=True,
                                        listed=False)
     names = user_names(box, [h.uid for h in holders.values() if h.uid is not None] +
                        ([out.uid] if out.uid is not None else []), timeout=timeout)

@@ -80,9 +80,16 @@ class GpuRelease:
     gpus: list = field(default_factory=list)
     waited_s: float = 0.0
     note: str = ""
+    error: Optional[GpusNotFreed] = None
+
+    def raise_error(self) -> None:
+        """Raise :attr:`error` (the GPUs did not get back in time), if any."""
+        if self.error is not None:
+            raise self.error
 
     def to_dict(self) -> dict:
-        return {"basis": self.basis, "gpus": list(self.gpus), "waited_s": round(self.waited_s, 3), "note": self.note}
+        return {"basis": self.basis, "gpus": list(self.gpus), "waited_s": round(self.waited_s, 3), "note": self.note,
+                "error": None if self.error is None else str(self.error)}
 
     def describe(self) -> str:
         if self.basis == "skipped":
@@ -192,13 +199,14 @@ def _not_freed(box: Any, now: GpuSnapshot, left: list, basis: str, waited: float
 def stop_and_release(box: Any, target: Any, *, grace: float = 10.0, baseline: Optional[GpuBaseline] = None,
                      timeout: float = GPU_FREE_TIMEOUT_S, server: str = "server"):
     """``Box.stop_server(target, grace=grace)`` (the whole tree), then :func:`wait_released` for
-    the GPUs it used. Returns ``(ServerStopped, GpuRelease)``. ``baseline``: ``memory.used`` before
-    the run launched it (:func:`launch_baseline`), ``None`` for a server found running. With no GPU
-    query command on the box the release is ``skipped`` (said why) at the cost of the cached
-    :func:`~workbench.session.gpus.gpu_command`. Raises what ``stop_server`` raises, then
-    :class:`~workbench.errors.GpusNotFreed` (the server is stopped; its GPUs are still held) and
-    ``remote.errors.RemoteError``. A GPU query that cannot run is a ``skipped`` release, never
-    an error over a stop that worked."""
+    the GPUs it used. Returns ``(ServerStopped, GpuRelease)``; GPUs not back in ``timeout`` seconds
+    are NOT raised but returned in ``GpuRelease.error`` (:class:`~workbench.errors.GpusNotFreed`,
+    raised by ``release.raise_error()``), so the caller records the stop first. ``baseline``:
+    ``memory.used`` before the run launched it (:func:`launch_baseline`), ``None`` for a server
+    found running. With no GPU query command on the box the release is ``skipped`` (said why) at the
+    cost of the cached :func:`~workbench.session.gpus.gpu_command`. Raises what ``stop_server``
+    raises and ``remote.errors.RemoteError`` (the box failed). A GPU query that cannot run is a
+    ``skipped`` release, never an error over a stop that worked."""
     cmd = gpu_command(box)
     if not cmd.available:
         return box.stop_server(target, grace=grace), GpuRelease("skipped", note=cmd.reason)
@@ -212,4 +220,7 @@ def stop_and_release(box: Any, target: Any, *, grace: float = 10.0, baseline: Op
     if not before.available:
         return stopped, GpuRelease("skipped", note=before.note)
     pids = set(stopped.stopped_pids) | {stopped.pid}
-    return stopped, wait_released(box, before, pids, baseline=baseline, timeout=timeout, server=server)
+    try:
+        return stopped, wait_released(box, before, pids, baseline=baseline, timeout=timeout, server=server)
+    except GpusNotFreed as exc:
+        return stopped, GpuRelease("held", gpus=exc.gpus, waited_s=exc.waited_s, note=str(exc), error=exc)

@@ -94,8 +94,8 @@ def gpu_command(box: Any, *, timeout: float = 10) -> GpuCommand:
     sandbox = f"{str(box.state_dir).rstrip('/')}/{SANDBOX_NVIDIA_SMI}"
     if box.exists(sandbox, timeout=timeout):
         return GpuCommand(sandbox, "sandbox", f"no nvidia-smi on the box's PATH; the sandbox box's GPUs ({sandbox})")
-    return GpuCommand(None, "none", f"no nvidia-smi on the box's PATH and no sandbox GPUs at {sandbox}: "
-                                    "GPU checks skipped")
+    return GpuCommand(None, "none", f"no nvidia-smi on this box (not on its PATH) and no sandbox GPUs at "
+                                    f"{sandbox}: GPU checks skipped")
 
 
 @dataclass(frozen=True)
@@ -172,7 +172,7 @@ def parse_rows(text: str, fields: Sequence[str], query: str) -> tuple[list[dict]
             for f, v in zip(fields, parts):
                 row[f] = int(v) if f in _INT_FIELDS else _mib(v) if f in _MIB_FIELDS else v
         except ValueError:
-            problems.append(GpuQueryError(f"{f} is no number", query=query, line=line, lineno=lineno))
+            problems.append(GpuQueryError(f"bad number: {f} is no number", query=query, line=line, lineno=lineno))
             continue
         rows.append(row)
     return rows, problems
