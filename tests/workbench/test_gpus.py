@@ -6,6 +6,7 @@ stopped and waited for, refused, reclaimed."""
 
 from __future__ import annotations
 
+import json
 import os
 import pwd
 import socket
@@ -21,6 +22,7 @@ from workbench.engine.launch import LaunchCommand
 from workbench.errors import GpuQueryError, GpusHeld, GpusNotFreed
 from workbench.session.gpu_guard import (RendezvousPortInUse, check_before_launch, launch_devices,
                                          rendezvous_ports)
+from workbench.session.box_view import gpu_lines
 from workbench.session.gpu_holders import read_box_gpus
 from workbench.session.gpu_release import GpuBaseline, stop_and_release
 from workbench.session.gpus import GpuCommand, GpuSnapshot, gpu_command, parse_app_lines, parse_gpu_lines, read_gpu_snapshot
@@ -115,11 +117,20 @@ def gpu_box(tmp_path_factory):
 
 
 @pytest.fixture
-def pids():
-    started: list[int] = []
+def pids(gpu_box):
+    """Pids to kill at the end (holders), and ``pids.servers``: launched trees to stop."""
+    started = _Started()
     yield started
+    for handle in started.servers:
+        gpu_box.stop_server(handle, grace=1)
     for pid in started:
         kill(pid)
+
+
+class _Started(list):
+    def __init__(self):
+        super().__init__()
+        self.servers = []
 
 
 def test_holders_are_named_with_title_user_and_mib_sandbox_gpus(gpu_box, pids, nobody):
@@ -137,9 +148,11 @@ def test_holders_are_named_with_title_user_and_mib_sandbox_gpus(gpu_box, pids, n
     assert (theirs.pid, theirs.user, theirs.own, theirs.orphan, theirs.mib) == (pids[1], "nobody", False, False,
                                                                                 {1: 10000})
     assert theirs.title.startswith(sys.executable + " -c")
-    text = "\n".join(named.lines())
-    assert f"pid {pids[0]} sglang::scheduler_TP0 (user {me}, ppid {mine.ppid}) GPU0 30000 MiB, GPU1 20000 MiB [orphan]" \
-        in text and "(the sandbox box's GPUs)" in text
+    text = "\n".join(gpu_lines(named.to_dict()))
+    assert f"holder pid {pids[0]} sglang::scheduler_TP0 (user {me}, ppid {mine.ppid}) GPU0 30000 MiB, GPU1 20000 MiB " \
+           "[ORPHAN]" in text and "GPUs: 2 (the sandbox box's GPUs)" in text
+    assert f"GPU 1 NVIDIA H100 80GB HBM3: 30000 / 81559 MiB — pid {pids[0]} 20000 MiB (ORPHAN), pid {pids[1]} 10000 MiB " \
+           "(user nobody)" in text
 
 
 def test_a_holder_that_exits_while_being_read_is_kept_as_gone_sandbox_gpus(gpu_box, pids):
@@ -152,9 +165,10 @@ def test_a_holder_that_exits_while_being_read_is_kept_as_gone_sandbox_gpus(gpu_b
     assert h.title  # nvidia-smi's process name
 
 
-def _server(box, n: int, mib: int):
+def _server(box, n: int, mib: int, started):
     handle = box.launch_server([sys.executable, "-c", SERVER_SCRIPT, str(box.gpus_dir), str(mib), str(n)],
                                port=None, env=env())
+    started.servers.append(handle)
     deadline = time.time() + 30
     while len(box.tail(handle.log_path, 10)) < n + 1 or "ready" not in "".join(box.tail(handle.log_path, 10)):
         assert time.time() < deadline, box.tail(handle.log_path, 20)
@@ -168,7 +182,7 @@ def _server(box, n: int, mib: int):
 
 def test_a_stop_waits_for_the_gpus_back_at_baseline_sandbox_gpus(gpu_box, pids, nobody):
     pids.append(hold(gpu_box.gpus_dir, [(1, 5000)], user="nobody"))  # another user's, stays
-    server = _server(gpu_box, 2, 40000)
+    server = _server(gpu_box, 2, 40000, pids)
     named = read_box_gpus(gpu_box)
     ranks = [h for h in named.holders if h.ppid == server.pid]
     assert sorted(h.title for h in ranks) == ["sglang::scheduler_TP0", "sglang::scheduler_TP1"]
@@ -182,7 +196,7 @@ def test_a_stop_waits_for_the_gpus_back_at_baseline_sandbox_gpus(gpu_box, pids, 
 
 
 def test_ranks_that_escape_the_stop_are_named_sandbox_gpus(gpu_box, pids):
-    server = _server(gpu_box, 1, 30000)
+    server = _server(gpu_box, 1, 30000, pids)
     # a rank that left the tree (reparented, own session) keeps its memory, as SGLang's orphans do
     escaped = hold(gpu_box.gpus_dir, [(1, 20000)], title="sglang::scheduler_TP1", orphan=True)
     pids.append(escaped)
@@ -205,12 +219,12 @@ def test_container_mode_waits_for_memory_used_sandbox_gpus(gpu_box, pids):
 
     SandboxGpus(gpu_box.gpus_dir).configure(container_mode=True)
     baseline = GpuBaseline(read_gpu_snapshot(gpu_box).used(), time.time())
-    server = _server(gpu_box, 2, 40000)
+    server = _server(gpu_box, 2, 40000, pids)
     assert read_gpu_snapshot(gpu_box).container
     _stopped, release = stop_and_release(gpu_box, server, baseline=baseline)
     assert (release.basis, [(g["index"], g["used_mib"]) for g in release.gpus]) == (
         "before-launch", [(0, 0), (1, 0)])
-    server = _server(gpu_box, 1, 40000)
+    server = _server(gpu_box, 1, 40000, pids)
     _stopped, release = stop_and_release(gpu_box, server)  # found running: nothing known from before it
     assert release.basis == "settled" and release.waited_s >= 2.0 and [g["index"] for g in release.gpus] == [0]
 
@@ -261,3 +275,50 @@ def test_a_rendezvous_port_in_use_is_named_before_the_launch(gpu_box, free_port)
     finally:
         sock.close()
     assert check_before_launch(gpu_box, launch).ports == [("--nccl-port", free_port)]
+
+
+def test_status_shows_servers_orphans_and_gpus_sandbox_gpus(gpu_box, pids, nobody, own_sandbox_server, tmp_path,
+                                                            monkeypatch, cli, ssh_env):
+    """``workbench status`` on a box with a live sandbox server, two orphaned ranks of this user and
+    another user's holder: text on the local box, JSON over the loopback SSH box."""
+    from testkit.sandbox_servers import EAGLE, sandbox_flags
+
+    monkeypatch.setenv("EAGLE_WORKBENCH_STATE_DIR", str(gpu_box.state_dir))
+    orphans = [hold(gpu_box.gpus_dir, [(r, 30000)], title=f"sglang::scheduler_TP{r}", orphan=True) for r in (0, 1)]
+    pids.extend(orphans)
+    theirs = hold(gpu_box.gpus_dir, [(1, 2000)], user="nobody")
+    pids.append(theirs)
+    with own_sandbox_server(tmp_path / "s", *sandbox_flags(**EAGLE)) as srv:
+        code, out, _ = cli("status", "--host", "local")
+        assert code == 0
+        assert f"server pid {srv.pid} (sglang, port {srv.port}, " in out
+        for r, pid in enumerate(orphans):
+            assert f"pid {pid} (ppid " in out and f"sglang::scheduler_TP{r}: ORPHAN" in out
+        assert "GPUs: 2 (the sandbox box's GPUs)" in out
+        assert f"GPU 1 NVIDIA H100 80GB HBM3: 32000 / 81559 MiB — pid {orphans[1]} 30000 MiB (ORPHAN), pid {theirs} " \
+               "2000 MiB (user nobody)" in out
+        code, out, _ = cli("status", "--host", ssh_env.alias, "--json")
+        assert code == 0
+        doc = json.loads(out)
+        [server] = [s for s in doc["servers"] if s["pid"] == srv.pid]
+        assert (server["engine"], server["port"], server["processes"][0]["ports"]) == ("sglang", srv.port, [srv.port])
+        assert sorted(o["pid"] for o in doc["orphans"] if o["orphan"]) == orphans
+        gpus = doc["gpus"]
+        assert (gpus["source"], [g["used_mib"] for g in gpus["gpus"]]) == ("sandbox", [30000, 32000])
+        assert [(h["pid"], h["orphan"], h["user"], h["mib"]) for h in gpus["holders"]] == [
+            (orphans[0], True, pwd.getpwuid(os.getuid()).pw_name, {"0": 30000}),
+            (orphans[1], True, pwd.getpwuid(os.getuid()).pw_name, {"1": 30000}),
+            (theirs, False, "nobody", {"1": 2000})]
+
+
+def test_status_on_a_box_with_no_nvidia_smi_says_the_gpus_were_skipped(cli, tmp_path, monkeypatch):
+    if os.system("command -v nvidia-smi >/dev/null 2>&1") == 0:
+        pytest.skip("this machine has nvidia-smi")
+    monkeypatch.setenv("EAGLE_WORKBENCH_STATE_DIR", str(tmp_path / "state"))
+    code, out, _ = cli("status", "--host", "local")
+    assert code == 0 and "run lock: free" in out
+    assert f"GPUs: skipped — no nvidia-smi on this box (not on its PATH) and no sandbox GPUs at {tmp_path}/state/" \
+           "sandbox-gpus/bin/nvidia-smi: GPU checks skipped" in out
+    code, out, _ = cli("status", "--host", "local", "--json")
+    gpus = json.loads(out)["gpus"]
+    assert (code, gpus["available"], gpus["source"], gpus["gpus"]) == (0, False, "none", [])

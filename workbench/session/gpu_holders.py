@@ -34,7 +34,8 @@ from remote.result import ProcessInfo
 from workbench.session.gpus import GpuSnapshot, read_gpu_snapshot
 
 __all__ = ["Holder", "BoxGpus", "read_box_gpus", "box_uid", "uid_of", "user_names", "live_launchers", "server_of",
-           "is_sglang_process", "title_of", "holders_table"]
+           "is_sglang_process", "title_of", "holders_table",
+           "left_behind_by_launcher"]
 
 #: The prefix of SGLang 0.5.23's process titles (see the module docstring).
 SGLANG_TITLE = "sglang::"
@@ -128,7 +129,7 @@ def server_of(pid: int, by_pid: Mapping[int, ProcessInfo], launchers: Mapping[in
     return None
 
 
-def _left_behind(proc: ProcessInfo, by_pid: Mapping[int, ProcessInfo]) -> bool:
+def left_behind_by_launcher(proc: ProcessInfo, by_pid: Mapping[int, ProcessInfo]) -> bool:
     """Reparented to PID 1, or the leader of its process group is gone (see the module docstring)."""
     return proc.ppid == 1 or (proc.pgid > 1 and proc.pgid not in by_pid)
 
@@ -224,31 +225,6 @@ class BoxGpus:
                                                                                   self.unattributed().items()},
                 "holders": [h.to_dict() for h in self.holders]}
 
-    def lines(self) -> list[str]:
-        """The GPUs and their holders as text lines (``workbench status``)."""
-        snap = self.snapshot
-        if not snap.available:
-            return [f"GPUs: skipped — {snap.note}"]
-        src = {"sandbox": " (the sandbox box's GPUs)", "real": ""}.get(snap.command.kind, "")
-        out = [f"GPUs: {len(snap.gpus)}{src}" + ("; nvidia-smi lists no PIDs (container): memory.used only"
-                                                    if snap.container else "")]
-        unattributed = self.unattributed()
-        for g in snap.gpus:
-            held = self.holders_on(g.index)
-            who = ", ".join(f"pid {h.pid} {h.mib.get(g.index) if h.mib.get(g.index) is not None else '?'} MiB"
-                            + (" (orphan)" if h.orphan else f" (server {h.server})" if h.server else "")
-                            for h in held)
-            rest = unattributed.get(g.index)
-            if rest and rest >= 1:
-                who = (who + ", " if who else "") + f"{rest} MiB held by no listed process"
-            out.append(f"  GPU {g.index} {g.name}: {g.used_mib if g.used_mib is not None else '?'} / "
-                       f"{g.total_mib if g.total_mib is not None else '?'} MiB" + (f" — {who}" if who else ""))
-        if self.holders:
-            out.append("GPU memory holders:")
-            out += [f"  {h.describe()}" for h in self.holders]
-        out += [f"  unparsed: {p}" for p in snap.problems]
-        return out
-
 
 def holders_table(holders: Sequence[Holder]) -> str:
     """The holders as a text table, one per line (``pid``, user, MiB per GPU, title)."""
@@ -289,7 +265,7 @@ def read_box_gpus(box: Any, *, snapshot: Optional[GpuSnapshot] = None,
                 user=None, uid=uid, ppid=None if proc is None else proc.ppid, pgid=None if proc is None else proc.pgid,
                 server=None if gone else server_of(app.pid, by_pid, launchers),
                 sglang=proc is not None and is_sglang_process(proc.argv), own=uid is not None and uid == out.uid,
-                gone=gone, left_behind=proc is not None and _left_behind(proc, by_pid))
+                gone=gone, left_behind=proc is not None and left_behind_by_launcher(proc, by_pid))
         gpu = index.get(app.gpu_uuid)
         if gpu is not None:
             prev = h.mib.get(gpu)
@@ -297,7 +273,7 @@ def read_box_gpus(box: Any, *, snapshot: Optional[GpuSnapshot] = None,
     if want_candidates:
         for proc in by_pid.values():
             if proc.pid in holders or not is_sglang_process(proc.argv) or server_of(proc.pid, by_pid, launchers) \
-                    or not _left_behind(proc, by_pid):
+                    or not left_behind_by_launcher(proc, by_pid):
                 continue
             uid = uid_of(box, proc.pid, timeout=timeout)
             if uid is None or uid != out.uid:
