@@ -322,3 +322,29 @@ def test_status_on_a_box_with_no_nvidia_smi_says_the_gpus_were_skipped(cli, tmp_
     code, out, _ = cli("status", "--host", "local", "--json")
     gpus = json.loads(out)["gpus"]
     assert (code, gpus["available"], gpus["source"], gpus["gpus"]) == (0, False, "none", [])
+
+
+def test_the_console_reclaims_my_orphans_never_another_users_sandbox_gpus(gpu_box, pids, nobody, free_port,
+                                                                           monkeypatch):
+    from workbench.lab.console import BoxConsole
+
+    monkeypatch.setenv("EAGLE_WORKBENCH_STATE_DIR", str(gpu_box.state_dir))
+    mine = hold(gpu_box.gpus_dir, [(0, 50000)], title="sglang::scheduler_TP0", orphan=True)
+    theirs = hold(gpu_box.gpus_dir, [(1, 50000)], title="sglang::scheduler_TP0", user="nobody", orphan=True)
+    pids.extend([mine, theirs])
+    c = BoxConsole(port=free_port)
+    try:
+        page = c.status_html.value
+        assert f"pid {mine} sglang::scheduler_TP0 (user " in page and "ORPHAN: left by a launcher" in page
+        assert page.count("wb-console-orphan") == 1  # nobody's is no orphan of this user
+        result = c.reclaim_gpus()
+        assert [h["pid"] for h in result["reclaimed"]] == [mine] and result["survivors"] == []
+        assert result["release"]["basis"] == "others" and [(g["index"], g["used_mib"]) for g in
+                                                           result["release"]["gpus"]] == [(0, 0)]
+        assert f"Reclaimed</b> pid {mine} sglang::scheduler_TP0" in c.gpu_pane.outcome.value
+        assert os.path.exists(f"/proc/{theirs}") and [g.used_mib for g in read_gpu_snapshot(gpu_box).gpus] == [0, 50000]
+        assert "ORPHAN: left by a launcher" not in c.status_html.value  # refreshed after the action
+        again = c.reclaim_gpus()
+        assert again["reclaimed"] == [] and "Nothing to reclaim" in c.gpu_pane.outcome.value
+    finally:
+        c.close()
