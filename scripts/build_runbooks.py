@@ -58,6 +58,7 @@ max_new_tokens = 96
 server_start_timeout = 600
 request_timeout = 300.0   # seconds each request to the server may take (a stalled one fails after it)
 force_launch = False      # True: launch even what the doctor says will not start (the verdict records the findings overridden)
+reclaim_gpus = False      # True: before a launch, stop this user's orphaned SGLang processes (ranks left by a killed launcher) holding its GPUs; another user's are never touched (else: the launch is refused, the holders named)
 engine = None             # no server running and launch_command None: the sandbox box on "sglang" (its SGLang-compatible server, the default) or "vllm" (vLLM's CPU build, port 8000)
 watchdog_after_s = 300    # seconds of silence of this run's heartbeat (its driver killed, its connection lost) after which a watchdog on the box restores it; 0: no watchdog
 """, tags=["parameters"]),
@@ -77,6 +78,7 @@ run = DiagnosisRun.start(host=host, launch_command=launch_command, port=port, al
                          max_new_tokens=max_new_tokens, server_start_timeout=server_start_timeout,
                          report_dir=report_dir, request_timeout=request_timeout, force_launch=force_launch,
                          engine=engine, watchdog_after_s=watchdog_after_s)
+run.reclaim_gpus = reclaim_gpus
 run.inventory
 """),
     md("## 2. The symptom\nAccept length over the prompt set, as SGLang defines it: Σ completion tokens / Σ verify steps (bonus token included); on vLLM (no `/generate`) greedy `/v1/completions` and its `vllm:spec_decode_*` counters, 1 + accepted / drafts (the same quantity). A server that does not start is the symptom too: its exception and log tail are evidence."),
@@ -220,6 +222,7 @@ server_start_timeout = 300.0
 request_timeout = 300.0     # seconds each request to the server may take (a stalled one fails after it)
 report_dir = "reports"
 force_launch = False        # True: launch a setting even when the doctor says it will not start (else: a refused row, no launch)
+reclaim_gpus = False        # True: before a launch, stop this user's orphaned SGLang processes holding its GPUs (never another user's); else the launch is refused, the holders named
 engine = None               # no server running and launch_command None: the sandbox box on "sglang" (default) or "vllm" (vLLM's CPU build, port 8000)
 watchdog_after_s = 300      # seconds of silence of this run's heartbeat (its driver killed, its connection lost) after which a watchdog on the box restores it; 0: no watchdog
 """, tags=("parameters",)),
@@ -235,6 +238,7 @@ run = SweepRun.start(host=host, launch_command=launch_command, port=port, grid=g
                      max_new_tokens=max_new_tokens, warmup=warmup, server_start_timeout=server_start_timeout,
                      report_dir=report_dir, progress="text", request_timeout=request_timeout,
                      force_launch=force_launch, engine=engine, watchdog_after_s=watchdog_after_s)
+run.reclaim_gpus = reclaim_gpus
 print("settings:", [s.label for s in run.settings])
 run.inventory
 """),
@@ -290,6 +294,7 @@ server_start_timeout = 300.0
 request_timeout = 300.0     # seconds each request to the server may take (a stalled one fails after it)
 report_dir = "reports"
 force_launch = False        # True: launch a draft even when the doctor says it will not start (else: a refused row, no launch)
+reclaim_gpus = False        # True: before a launch, stop this user's orphaned SGLang processes holding its GPUs (never another user's); else the launch is refused, the holders named
 engine = None               # no server running and launch_command None: the sandbox box on "sglang" (default) or "vllm" (vLLM's CPU build, port 8000)
 watchdog_after_s = 300      # seconds of silence of this run's heartbeat (its driver killed, its connection lost) after which a watchdog on the box restores it; 0: no watchdog
 """, tags=("parameters",)),
@@ -305,6 +310,7 @@ run = SweepRun.compare(host=host, launch_command=launch_command, port=port, draf
                        max_new_tokens=max_new_tokens, warmup=warmup, server_start_timeout=server_start_timeout,
                        report_dir=report_dir, progress="text", request_timeout=request_timeout,
                        force_launch=force_launch, engine=engine, watchdog_after_s=watchdog_after_s)
+run.reclaim_gpus = reclaim_gpus
 for note in run.notes:
     print("note:", note)
 [(s.label, s.draft_path) for s in run.settings]

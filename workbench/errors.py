@@ -26,8 +26,12 @@
     ├── JournalError (RuntimeError)     the box's journal is unreadable or another run's is open
     │   └── WatchdogError                   the run's watchdog could not start on the box, or restored it (.status)
     ├── DraftCopyError (RuntimeError)   a repaired draft copy could not be made or proved (.path, .problems)
+    ├── GpuError (RuntimeError)         the box's GPUs (read with nvidia-smi: workbench.session.gpus)
+    │   ├── GpuQueryError (ValueError)      nvidia-smi printed a line that is not the CSV asked for (.query, .line, .lineno)
+    │   └── GpusNotFreed                    a stopped server's GPUs not back at their baseline in time (.gpus, .holders)
     ├── DiagnosisError (RuntimeError)   a session or diagnosis step cannot run
     │   ├── LaunchRefused                   a launch the doctor says will not start, refused (.findings, .label)
+    │   │   └── GpusHeld                        the launch's GPUs hold memory of processes not this run's (.holders, .orphans)
     │   └── ServerStoppedAnswering          the server under measurement died or hung mid-run (.server, .port, .pid, .state, .step)
     └── ReportError (RuntimeError)      a report could not be exported, or would not be self-contained
         ├── BrowserNotFound                 no Chromium binary on this machine
@@ -50,6 +54,7 @@ __all__ = [
     "CheckpointError", "ConfigUnreadable",
     "CheckpointUnreadable", "TensorNotFound", "EngineNotFound", "ServerChoiceError", "SourceLookupError", "DoctorError",
     "AcceptanceError", "MeasureError", "JournalError", "WatchdogError", "DraftCopyError", "DiagnosisError", "LaunchRefused",
+    "GpuError", "GpuQueryError", "GpusNotFreed", "GpusHeld",
     "ServerStoppedAnswering", "ReportError",
     "BrowserNotFound", "BrowserError",
 ]
@@ -255,6 +260,36 @@ class DraftCopyError(WorkbenchError, RuntimeError):
         super().__init__(f"{path}: {message}" + "".join(f"\n  - {p}" for p in self.problems))
 
 
+class GpuError(WorkbenchError, RuntimeError):
+    """The box's GPUs, read with ``nvidia-smi`` (:mod:`workbench.session.gpus`), are not as needed."""
+
+
+class GpuQueryError(GpuError, ValueError):
+    """``nvidia-smi`` printed a line that is not the CSV asked for. ``query``: which query
+    (``--query-gpu`` / ``--query-compute-apps``); ``line``: the line as printed; ``lineno``: its
+    1-based number in the output. The other lines are still read (one bad line hides nothing)."""
+
+    def __init__(self, message: str, *, query: str = "", line: str = "", lineno: int | None = None):
+        self.query, self.line, self.lineno = query, line, lineno
+        where = f"nvidia-smi {query}" + (f" line {lineno}" if lineno is not None else "")
+        super().__init__(f"{where}: {message}: {line!r}" if line or lineno is not None else f"{where}: {message}")
+
+
+class GpusNotFreed(GpuError):
+    """A server was stopped (its whole process tree is gone) but the GPUs it used did not get back
+    to their baseline ``memory.used`` within the time-out (:mod:`workbench.session.gpu_release`).
+    ``gpus``: one dict per GPU still above it (``index``, ``uuid``, ``used_mib``, ``baseline_mib``,
+    ``basis``); ``holders``: the processes holding memory on those GPUs (dicts: ``pid``, ``title``,
+    ``user``, ``mib`` per GPU index; empty in a container, where nvidia-smi lists no PIDs);
+    ``waited_s``: seconds waited; ``server``: which server was stopped."""
+
+    def __init__(self, message: str, *, gpus: Sequence[dict] = (), holders: Sequence[dict] = (),
+                 waited_s: float = 0.0, server: str = ""):
+        self.gpus, self.holders = list(gpus), list(holders)
+        self.waited_s, self.server = waited_s, server
+        super().__init__(message)
+
+
 class DiagnosisError(WorkbenchError, RuntimeError):
     """A session or diagnosis step cannot run: no server and no launch command, a port that is no
     TCP port, an earlier run that left the box changed and could not be restored, ..."""
@@ -276,6 +311,24 @@ class LaunchRefused(DiagnosisError):
         reasons = "; ".join(f"{f.rule}: {f.message}" for f in self.findings)
         super().__init__(f"launch refused ({label}): the doctor's findings say the server would not start — "
                          f"{reasons} (force_launch=True launches anyway)")
+
+
+class GpusHeld(LaunchRefused):
+    """A launch refused before it was made because GPU memory on the GPUs it would use is held by
+    processes that are not this run's (:mod:`workbench.session.gpu_guard`): another user's
+    (never killed), a live server's, or orphans of an earlier SGLang launch of this user that
+    ``reclaim_gpus`` was not given to clean up. ``holders``: the table (dicts: ``pid``, ``title``,
+    ``user``, ``mib`` per GPU index, ``why``); ``orphans``: the pids that ``reclaim_gpus=True``
+    would clean up; ``findings``: one ``gpus-held`` finding per holder (what
+    :class:`LaunchRefused` carries, so the diagnosis records it as a refused launch). ``force_launch``
+    does not override it: the launch would run out of memory."""
+
+    def __init__(self, launch_command: str, label: str, findings: Sequence, *, holders: Sequence[dict] = (),
+                 orphans: Sequence[int] = (), message: str = ""):
+        self.launch_command, self.label, self.findings = launch_command, label, list(findings)
+        self.holders, self.orphans = list(holders), list(orphans)
+        DiagnosisError.__init__(self, message or f"launch refused ({label}): GPU memory held by processes "
+                                                  "that are not this run's")
 
 
 class ServerStoppedAnswering(DiagnosisError):

@@ -206,19 +206,22 @@ _WATCHDOG = {"watchdog_after_s": "watchdog"}
 #: is a flag added to those notebooks by issue 13; until a notebook has it, it is skipped.
 #: ``watchdog_after_s`` (the same three, issue 26): seconds of heartbeat silence before the run's
 #: watchdog on the box restores it, 0 for none (``workbench runbook --watchdog-after``).
+#: ``reclaim_gpus`` (the same three, issue 28): before a launch, stop the box user's own orphaned
+#: SGLang processes holding the GPUs it uses (``workbench.session.gpu_guard``; set on the run as
+#: ``run.reclaim_gpus``); without it such a launch is refused with the holders named.
 SCHEMAS: dict[str, dict[str, str]] = {
     "diagnose_acceptance": {
         **_BOX, "allow_restart": "flag", "apply_fix": "flag", "keep_fix": "flag", "attribute_fixes": "flag",
         "try_candidates": "flag", "aux_layer_ids": "aux_layer_ids", "expected_accept_length": "accept_length",
-        **_RUN, "force_launch": "flag", "engine": "engine", **_WATCHDOG,
+        **_RUN, "force_launch": "flag", "reclaim_gpus": "flag", "engine": "engine", **_WATCHDOG,
     },
     "measure_acceptance": {
         **_BOX, "grid": "grid", "include_baseline": "flag", **_RUN, "warmup": "non_negative",
-        "force_launch": "flag", "engine": "engine", **_WATCHDOG,
+        "force_launch": "flag", "reclaim_gpus": "flag", "engine": "engine", **_WATCHDOG,
     },
     "compare_drafts": {
         **_BOX, "draft_a": "box_path", "draft_b": "box_path", "include_baseline": "flag", **_RUN,
-        "warmup": "non_negative", "force_launch": "flag", "engine": "engine", **_WATCHDOG,
+        "warmup": "non_negative", "force_launch": "flag", "reclaim_gpus": "flag", "engine": "engine", **_WATCHDOG,
     },
     "preflight": {**_BOX, "report_dir": "report_dir"},
 }

@@ -93,6 +93,14 @@ def test_force_launch_is_a_flag_of_the_three_runbooks_that_launch():
     assert "force_launch" not in SCHEMAS["preflight"]
 
 
+def test_reclaim_gpus_is_a_flag_of_the_three_runbooks_that_launch():
+    for runbook in ("diagnose_acceptance", "measure_acceptance", "compare_drafts"):
+        assert SCHEMAS[runbook]["reclaim_gpus"] == "flag"
+        assert problems(runbook, reclaim_gpus=True) == []
+        assert problems(runbook, reclaim_gpus=1) == ["reclaim_gpus must be True or False, got 1"]
+    assert "reclaim_gpus" not in SCHEMAS["preflight"]
+
+
 def test_a_schema_parameter_the_values_lack_is_skipped_and_an_unknown_name_ignored():
     assert check_runbook_parameters("diagnose_acceptance", {}) is None
     assert problems("preflight", port=30000, something_else="x") == []

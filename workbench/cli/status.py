@@ -7,7 +7,12 @@ interpreter started): the run lock's holder and whether it lives, the journal (w
 changed), the watchdog (:mod:`workbench.session.watchdog`: which run it watches, after how many
 seconds of silence it restores the box, whether its process lives) and the watchdog's last report
 (when it restored the box on its own: each action and problem). A report not shown before is
-shown once (``workbench restore`` shows it too); ``--json`` prints it all as one object.
+shown once (``workbench restore`` shows it too). Then the box now
+(:func:`workbench.session.box_view.box_view`): its servers as process trees (launcher and ranks with
+titles and ports), SGLang processes no live launcher owns (orphans), and its GPUs with their memory
+and holders (pid, title, user, MiB per GPU, the server holding them; orphans flagged) — on a box
+with no nvidia-smi the GPU part says it was skipped and why. ``--json`` prints it all as one object
+(``servers``, ``orphans``, ``gpus`` beside the run lock's keys).
 
 Exit codes: 0 the box is in use by a live run or left as found, 1 a run that is no longer alive
 left it changed (``workbench restore`` undoes it), 2 the command could not run.
@@ -30,6 +35,7 @@ def _run(args: argparse.Namespace) -> ExitCode:
     ``box_status`` raise (``RemoteError``, ``JournalError``)."""
     from workbench.redact import REDACTOR
     from workbench.session import runlock
+    from workbench.session.box_view import box_view, box_view_lines
     from workbench.session.journal import pending_journal_from_text, pending_summary
     from workbench.session.watchdog import acknowledge_report, parse_report, read_report, report_lines
 
@@ -41,6 +47,7 @@ def _run(args: argparse.Namespace) -> ExitCode:
             report = read_report(box, seen=True, timeout=args.timeout)
         if fresh:
             acknowledge_report(box, timeout=args.timeout)
+        now = box_view(box, timeout=args.timeout)
     journal = pending_journal_from_text(status.journal_text)
     if report is not None:
         REDACTOR.learn_argv([str(a) for a in report.get("original_argv") or []])
@@ -54,7 +61,7 @@ def _run(args: argparse.Namespace) -> ExitCode:
                                                    "alive": holder.alive, "describe": holder.describe()},
             "journal_pending": None if journal is None else (pending_summary(journal) if "unreadable" not in journal
                                                              else f"unreadable: {journal['unreadable']}"),
-            "watchdog": watchdog, "watchdog_report": report, "watchdog_report_new": fresh,
+            "watchdog": watchdog, "watchdog_report": report, "watchdog_report_new": fresh, **now,
         }, indent=2, default=str))
     else:
         print(f"box: {box.name} (state dir {box.state_dir})")
@@ -77,6 +84,8 @@ def _run(args: argparse.Namespace) -> ExitCode:
             print(("watchdog report (new): " if fresh else "last watchdog report: ") + report_lines(report)[0])
             for line in report_lines(report)[1:]:
                 print(line)
+        for line in box_view_lines(now):
+            print(REDACTOR.text(line))
         if left_changed:
             print(f"undo what is left changed with `workbench restore --host {args.host}`", file=sys.stderr)
     return ExitCode.FAILURE if left_changed else ExitCode.OK

@@ -22,12 +22,16 @@ import ipywidgets as W
 from remote.errors import RemoteError, ServerDied, ServerStartTimedOut
 from workbench.engine.launch import LaunchCommand
 from workbench.errors import LaunchRefused, ServerChoiceError, WorkbenchError
+from workbench.errors import GpusHeld
 from workbench.lab.clicks import clicks_of
 from workbench.lab.gpu import read_gpus
 from workbench.lab.start_progress import StartProgressView
+from workbench.lab.gpu_pane import GpuPane, gpu_rows
+from workbench.lab.server_facts import COMMAND_CHARS, server_health, server_uptime, shorten_command
 from workbench.lab.state import BoxState, ServerGone
 
-__all__ = ["BoxConsole", "box_console", "PANES", "server_health", "server_uptime", "shorten_command"]
+__all__ = ["BoxConsole", "box_console", "PANES", "server_health", "server_uptime", "shorten_command",
+           "COMMAND_CHARS"]
 
 #: The panes of other modules, as (tab title, module, class): built when importable (each takes a
 #: :class:`BoxState`), else a placeholder tab says the pane is not installed.
@@ -56,48 +60,6 @@ def _panes(state: BoxState) -> list[tuple[str, Any]]:
         except Exception as exc:  # noqa: BLE001 - shown in the tab
             out.append((title, None, W.HTML(f"<pre>{html.escape(type(exc).__name__)}: {html.escape(str(exc))}</pre>")))
     return out
-
-
-def server_health(box: Any, port: int, *, timeout: float = 3.0):
-    """``GET /health`` on the server at ``port`` of ``box`` (through ``box.url``: a port forward
-    over SSH), at most ``timeout`` seconds, classified by :func:`remote.readiness.classify`
-    (``ready`` / ``starting`` / ``stuck`` / ``error``)."""
-    import httpx
-
-    from remote.readiness import classify
-
-    base = box.url(port)
-    t0 = time.monotonic()
-    try:
-        with httpx.Client(trust_env=False, timeout=timeout) as client:
-            r = client.get(base.rstrip("/") + "/health")
-        return classify("/health", status=r.status_code, elapsed_s=time.monotonic() - t0, timeout=timeout)
-    except httpx.HTTPError as exc:
-        return classify("/health", error=exc, elapsed_s=time.monotonic() - t0, timeout=timeout)
-
-
-def server_uptime(box: Any, pid: int, *, timeout: float = 10.0) -> Optional[int]:
-    """Seconds process ``pid`` has run on ``box`` (``ps -o etimes= -p PID``); ``None`` when gone."""
-    res = box.run(["ps", "-o", "etimes=", "-p", str(pid)], check=False, timeout=timeout)
-    text = res.stdout.strip()
-    return int(text) if res.exit_code == 0 and text.isdigit() else None
-
-
-#: Characters of a command line the Journal shows at most (the rest is said with an ellipsis).
-COMMAND_CHARS = 400
-
-
-def shorten_command(argv, limit: int = COMMAND_CHARS) -> str:
-    """``argv`` joined with spaces, at most about ``limit`` characters: a longer one is cut after
-    the last whole argument that fits and ends with ``" … (N more characters)"`` — never silently,
-    never in the middle of an argument (a first argument longer than ``limit`` is cut with ``…``)."""
-    text = " ".join(str(a) for a in argv)
-    if len(text) <= limit:
-        return text
-    cut = text.rfind(" ", 0, limit + 1)
-    cut = cut if cut > 0 else limit
-    head = text[:cut].rstrip()
-    return f"{head}{'' if text[cut:cut + 1] == ' ' else '…'} … ({len(text) - len(head)} more characters)"
 
 
 def _esc(x: Any) -> str:
@@ -143,7 +105,9 @@ class BoxConsole:
         self.status_html.add_class("wb-console-status-view")
         self.refresh_button = _button("Refresh", "wb-console-refresh")
         self.refresh_button.on_click(self._click("refresh", self.refresh))
-        status_box = W.VBox([self.refresh_button, self.status_html])
+        self.gpu_pane = GpuPane()  # "Reclaim my orphaned GPU memory" (this user's own orphans only)
+        self.gpu_pane.button.on_click(self._click("reclaim GPUs", self.reclaim_gpus))
+        status_box = W.VBox([self.refresh_button, self.status_html, self.gpu_pane.widget])
         # -- Server
         self.command = W.Textarea(layout=W.Layout(width="100%", height="7em"))
         self.command.add_class("wb-console-command")
@@ -187,7 +151,7 @@ class BoxConsole:
         self.widget.add_class("wb-console")
         self.widget.observe(self._on_tab, names="selected_index")
         self._buttons = [self.start_button, self.stop_button, self.restart_button, self.force_button,
-                         self.restore_button, self.refresh_button]
+                         self.restore_button, self.refresh_button, self.gpu_pane.button]
         self.refresh()
         self._prefill()
 
@@ -275,6 +239,14 @@ class BoxConsole:
         self._show_journal()
 
     def _status_html(self, f: dict) -> str:
+        gpus = "".join(f"<tr><th style='text-align:left;vertical-align:top;padding-right:1em'>{k}</th>"
+                       f"<td style='text-align:left'>{v}</td></tr>" for k, v in gpu_rows(f.get("gpu"), f.get("gpu_error")))
+        server = self._server_html(f)  # the GPUs are the box's: shown whether or not a server was chosen
+        if server.endswith("</table>"):
+            return server[: -len("</table>")] + gpus + "</table>"
+        return server + f"<table class='wb-console-gpus'>{gpus}</table>"
+
+    def _server_html(self, f: dict) -> str:
         rows = [("host", _esc(f["host"]))]
         gone = f.get("gone")
         if gone is not None:
@@ -301,18 +273,6 @@ class BoxConsole:
                      ("engine", f"{_esc(f.get('engine_version') or '?')} at {_esc(f.get('engine_root') or f.get('engine_error'))}"),
                      ("log", _esc(f.get("log_path") or "(not a file)"))]
         rows.append(("other servers", _esc(", ".join(f"port {p}" for p in f.get("others") or []) or "none")))
-        gpu = f.get("gpu")
-        if gpu is None:
-            rows.append(("GPUs", _esc(f.get("gpu_error"))))
-        elif not gpu.available:
-            rows.append(("GPUs", _esc(gpu.note)))
-        else:
-            g = "<br>".join(f"GPU {x.index} {_esc(x.name)}: {x.used_mib} / {x.total_mib} MiB" for x in gpu.gpus)
-            holders = "<br>".join(
-                f"pid {h.pid} ({_esc(h.name)}) {h.used_mib} MiB"
-                + (" <b style='color:#b00'>LEFTOVER: not in the server's process group</b>" if h.leftover else "")
-                for h in gpu.holders) or "none"
-            rows += [("GPUs", g), ("GPU memory holders", holders)]
         body = "".join(f"<tr><th style='text-align:left;vertical-align:top;padding-right:1em'>{k}</th>"
                        f"<td style='text-align:left'>{v}</td></tr>" for k, v in rows)
         return f"<table class='wb-console-facts'>{body}</table>"
@@ -420,11 +380,15 @@ class BoxConsole:
             if now and now != list(tail or ()):
                 text += (f"<b>The end of that server's log now</b> ({_esc(exc.log_path)}, after it was stopped):"
                          f"<pre class='wb-console-log-tail' style='white-space:pre-wrap'>{_esc(chr(10).join(now))}</pre>")
-        if isinstance(exc, LaunchRefused):
+        if isinstance(exc, GpusHeld):  # not the doctor's: the table of holders, no "launch anyway"
+            text = (f"<b style='color:#b00'>Launch refused: the GPUs are held</b>"
+                    f"<pre class='wb-console-gpus-held' style='white-space:pre-wrap'>{_esc(exc)}</pre>"
+                    + ("Your own orphans can go: “Reclaim my orphaned GPU memory” in the Status tab." if exc.orphans else ""))
+        elif isinstance(exc, LaunchRefused):
             self.force_button.layout.display = None
-            text = (f"<b style='color:#b00'>Launch refused</b>: the doctor says this command will not start; "
-                    f"nothing was stopped or started. Fix the command, or click "
-                    f"“Launch anyway”.")
+            text = ("<b style='color:#b00'>Launch refused</b>: the doctor says this command will not start; "
+                    "nothing was stopped or started. Fix the command, or click "
+                    "“Launch anyway”.")
         self.status_line.value = text
 
     def _session(self, launch: Optional[LaunchCommand]):
@@ -531,6 +495,20 @@ class BoxConsole:
                 f"<br>a pane failed to refresh: {_esc(_err(e))}" for e in errors)
             return stopped
         return bool(self._run("stopping", go))
+
+    def reclaim_gpus(self) -> Optional[dict]:
+        """Stop this user's orphaned SGLang processes holding GPU memory and wait for it
+        (:meth:`GpuPane.reclaim`), under the box's run lock (the console's session's, else taken
+        for the action). Returns the outcome dict (``reclaimed``, ``survivors``, ``release``,
+        ``note``); errors are shown, not raised (``None``)."""
+        from workbench.session.box_session import holding_run_lock
+
+        def go():
+            if self.session is not None and not self.session.finished:
+                return self.gpu_pane.reclaim(self.session.box, timeout=self.session.gpu_free_timeout)
+            with holding_run_lock(self.state.box, self.state.host, "the box console (reclaim GPUs)"):
+                return self.gpu_pane.reclaim(self.state.box, timeout=60.0)
+        return self._run("reclaiming orphaned GPU memory", go)
 
     def restore(self):
         """Put the box back as found (:meth:`BoxSession.restore`, else :func:`restore_box` on the

@@ -30,7 +30,7 @@ from typing import Any, Iterable, Optional, Sequence
 
 from remote.errors import RemoteError
 from workbench.engine.launch import LaunchCommand
-from workbench.errors import AcceptanceError, DiagnosisError, LaunchRefused, SweepError
+from workbench.errors import AcceptanceError, DiagnosisError, GpusHeld, LaunchRefused, SweepError
 from workbench.measure.generate import measure_generate
 from workbench.measure.prompts import load_prompts
 from workbench.redact import REDACTOR
@@ -588,7 +588,8 @@ class SweepRun(BoxSession):
         except LaunchRefused as exc:
             # never launched: the server found on the port (or the previous setting's) is untouched
             row.refused = [f.to_dict() for f in exc.findings]
-            row.error = ("launch refused: the doctor's findings say the server would not start — "
+            row.error = (str(exc) if isinstance(exc, GpusHeld) else  # the GPUs' holders, not the doctor's
+                         "launch refused: the doctor's findings say the server would not start — "
                          + "; ".join(f"{f.rule}: {f.message}" for f in exc.findings))
             return row
         except (RemoteError, DiagnosisError) as exc:

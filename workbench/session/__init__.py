@@ -5,6 +5,9 @@
 - :mod:`.journal` — every change written to a journal on the box first, and :func:`restore_box`,
   which undoes them (also from a later process, after a kill);
 - :mod:`.box_session` — :class:`BoxSession`: stop the server found, launch others on its port, restore;
+- :mod:`.gpus`, :mod:`.gpu_holders`, :mod:`.gpu_release`, :mod:`.gpu_guard`, :mod:`.box_view` — the box's
+  GPUs: the query command, each holder named, a stop's wait for the GPUs' baseline, the check before a
+  launch (rendezvous ports, GPUs held, the user's own orphans reclaimed), the box now for ``workbench status``;
 - :mod:`.draft_copy` — :func:`make_repaired_copy`: a repaired copy of the draft on the box (the
   ``draft-copy`` kind of fix), journalled, verified by reading it back, removed at the end unless kept.
 

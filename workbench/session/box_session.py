@@ -18,9 +18,11 @@ from typing import Any, Callable
 from remote import connect
 from remote.errors import RemoteError, ServerDied, ServerStartTimedOut
 from workbench.engine.launch import DEFAULT_PORT, LaunchCommand
-from workbench.errors import DiagnosisError
+from workbench.errors import DiagnosisError, GpusNotFreed
 from workbench.redact import REDACTOR
 from workbench.sandbox_box import VLLM_DEFAULT_PORT, sandbox_launch_command, sandbox_vllm_launch_command
+from workbench.session.gpu_guard import check_before_launch, not_freed_refusal
+from workbench.session.gpu_release import GPU_FREE_TIMEOUT_S, GpuRelease, stop_and_release
 from workbench.session.guard import LaunchGuard
 from workbench.session.inventory import Inventory, take_inventory
 from workbench.session.journal import Journal, RestoreReport, restore_box
@@ -59,7 +61,14 @@ class BoxSession:
     :attr:`start_reporter` while it loads (``reporter(label, StartupProgress, elapsed_s, final)``;
     None: :func:`~workbench.session.startup_wait.default_reporter` at each launch, a bar on a
     terminal, lines in a notebook; set it to show progress elsewhere, e.g. the console's status);
-    :attr:`last_start` is the :class:`~workbench.logs.startup.StartupProgress` of the latest launch."""
+    :attr:`last_start` is the :class:`~workbench.logs.startup.StartupProgress` of the latest launch.
+
+    GPUs (:mod:`workbench.session.gpu_release`, :mod:`workbench.session.gpu_guard`): every stop
+    waits until the GPUs the server used are back at their baseline (``gpu_free_timeout`` seconds,
+    else :class:`~workbench.errors.GpusNotFreed`; before a launch, a refusal), and every launch is
+    preceded by the check of its rendezvous ports and GPUs (:class:`~workbench.errors.GpusHeld`
+    naming the holders); ``reclaim_gpus`` (settable, default False) cleans up the box user's own
+    orphaned SGLang processes first. ``gpu_events``: what each stop and clean-up found (dicts)."""
 
     def __init__(self, box, inventory: Inventory, journal: Journal, *, server_start_timeout: float = 300.0,
                  allow_restart: bool = True, request_timeout: float = 300.0, force_launch: bool = False):
@@ -78,6 +87,10 @@ class BoxSession:
         self.force_launch = force_launch
         self.start_reporter = None
         self.last_start = None
+        self.reclaim_gpus = False
+        self.gpu_free_timeout = GPU_FREE_TIMEOUT_S
+        self.gpu_events: list[dict] = []
+        self._gpu_baselines: dict = {}  # pid of a launched server -> GpuBaseline before its launch
         running = list(inventory.launch.exec_argv) if inventory.server_pid is not None else None
         self.guard = LaunchGuard(box, engine_root=inventory.engine_root, engine_version=inventory.engine_version,
                                  cwd=inventory.server_cwd, force=force_launch is True, running_argv=running)
@@ -87,19 +100,30 @@ class BoxSession:
 
     # -- server management ----------------------------------------------------------------------
 
-    def _stop_current(self) -> None:
+    def _stop_released(self, target, grace: float, what: str) -> GpuRelease:
+        """Stop ``target`` (whole tree), then wait for its GPUs (``gpu_free_timeout``); recorded in ``gpu_events``."""
+        baseline = self._gpu_baselines.pop(getattr(target, "pid", target), None)
+        _stopped, release = stop_and_release(self.box, target, grace=grace, baseline=baseline,
+                                             timeout=self.gpu_free_timeout, server=what)
+        self.gpu_events.append({"event": "stop", "server": what, **release.to_dict()})
+        return release
+
+    def _stop_current(self, *, check_gpus: bool = True) -> None:
         if self.current is not None:
-            self.box.stop_server(self.current, grace=10.0)
+            release = self._stop_released(self.current, 10.0, f"the run's server (pid {self.current.pid})")
             self.journal.remove_started(self.current.pid)
             self.current = None
             self.current_launch = None
+            if check_gpus:
+                release.raise_error()
 
     def _stop_original(self) -> None:
         original = self.journal.data.get("original_server")
         if original and not original.get("stopped") and self.inventory.server_pid is not None:
             # Journal first: an interruption during the stop still gets the original back.
             self.journal.mark_original_stopped(True)
-            self.box.stop_server(self.inventory.server_pid, grace=15.0)
+            self._stop_released(self.inventory.server_pid, 15.0,
+                                f"the server as found (pid {self.inventory.server_pid})").raise_error()
 
     def _launch(self, launch: LaunchCommand, label: str):
         """Stop whatever serves the port (the original, or the run's previous server), launch
@@ -116,9 +140,16 @@ class BoxSession:
         First the launch guard (:meth:`LaunchGuard.check`): raises :class:`LaunchRefused` when the
         doctor's findings on ``launch`` say it will not start, before anything is stopped."""
         self.guard.check(launch, label)
-        self._stop_current()
-        self._stop_original()
+        try:
+            self._stop_current()
+            self._stop_original()
+        except GpusNotFreed as exc:
+            raise not_freed_refusal(launch, label, exc) from exc
         env = launch.launch_env(self.inventory.server_env)
+        check = check_before_launch(self.box, launch, env=env, label=label, reclaim=self.reclaim_gpus is True,
+                                    timeout=self.gpu_free_timeout)
+        if check.reclaimed:
+            self.gpu_events.append({"event": "reclaim", "label": label, "reclaimed": check.reclaimed})
         argv = launch.exec_argv
         self.journal.begin_launch(port=self.inventory.port, argv=argv, label=label)
         try:
@@ -128,6 +159,7 @@ class BoxSession:
             raise
         self.journal.end_launch(pid=handle.pid, pgid=handle.pgid)
         self.current, self.current_launch = handle, launch
+        self._gpu_baselines[handle.pid] = check.baseline
         if label != "as-found":
             self.restarts += 1  # launching what was not running is not a restart
         started = time.time()
@@ -140,7 +172,7 @@ class BoxSession:
             # Ours either way: a server that did not answer in time still runs (and holds the
             # port), one that died may leave workers in its process group. Stop the whole group
             # before the failure is reported, so nothing the run launched outlives it.
-            self._stop_current()
+            self._stop_current(check_gpus=False)  # GPUs still held are in gpu_events; the start failure is the error
             raise
         self.launches.append({"label": label, "launch_command": launch.to_display(), "pid": handle.pid,
                               "log_path": handle.log_path, "healthy_after_s": round(waited, 2),

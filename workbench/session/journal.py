@@ -36,6 +36,7 @@ from remote.result import ServerHandle, ServerProcess
 from workbench.errors import JournalError, WatchdogError
 from workbench.session import runlock, watchdog_box
 from workbench.session.startup_wait import MAX_START_S, default_reporter, wait_for_start
+from workbench.session.gpu_release import stop_and_release
 
 #: The journal's file name, in ``<state_dir>/diagnosis`` (the watchdog on the box reads the same:
 #: :mod:`workbench.session.watchdog_box` holds the layout).
@@ -524,9 +525,11 @@ def _stop_started(box, journal: Journal, server: dict, report: RestoreReport, ti
             argv = tuple(server.get("argv") or ())
             target = ServerProcess(pid=pid, pgid=pgid, argv=argv, cwd=None, exe=None, port=server.get("port"),
                                    log_path=None)
-            stopped = box.stop_server(target, grace=10.0)
+            stopped, release = stop_and_release(box, target, grace=10.0, server=f"{label} server pid {pid}")
             what = f"server pid {pid}" if leader else f"server pid {pid}'s leftover process group {pgid}"
             report.actions.append(f"stopped {label} {what} ({stopped.how})")
+            if release.error is not None or release.gpus:  # the GPUs it held back at their baseline, or not
+                (report.problems if release.error else report.actions).append(release.note or release.describe())
         else:
             report.actions.append(f"{label} server pid {pid} had already exited")
     except RemoteError as exc:
