@@ -200,3 +200,18 @@ def test_the_gpu_dir_follows_the_state_dir_rule_and_is_never_on_path_sandbox_gpu
     assert default_gpus_dir({"HOME": "/h"}) == Path(os.path.expanduser("~")) / ".cache/eagle-workbench/sandbox-gpus"
     assert shutil.which("nvidia-smi") != str(gpu_dir / "bin" / "nvidia-smi")
     assert str(gpu_dir / "bin") not in os.environ.get("PATH", "").split(os.pathsep)
+
+
+def test_a_take_waits_for_memory_of_gone_processes_but_not_of_live_ones_sandbox_gpus(gpu_dir):
+    gpus = SandboxGpus(gpu_dir)
+    gpus.configure(release_delay_s=1.0)
+    holder = start_holder(gpu_dir, 0, 60000)
+    with pytest.raises(OutOfDeviceMemory):  # a live holder: refused at once, even when asked to wait
+        gpus.take(0, 30000, wait_released=True)
+    stop(holder)
+    with pytest.raises(OutOfDeviceMemory):  # gone, within the delay, and not asked to wait
+        gpus.take(0, 30000)
+    tic = time.time()
+    hold = gpus.take(0, 30000, wait_released=True)
+    assert hold.mib == 30000 and 0.3 <= time.time() - tic <= 2.5  # the rest of the delay
+    assert gpus.used_mib()[0] == 30000

@@ -295,11 +295,26 @@ class SandboxGpus:
             used[h.device] = used.get(h.device, 0) + h.mib
         return used
 
-    def take(self, device: int, mib: int, pid: Optional[int] = None) -> Hold:
+    def take(self, device: int, mib: int, pid: Optional[int] = None, *, wait_released: bool = False) -> Hold:
         """Take ``mib`` MiB of ``device`` for ``pid`` (default: this process), under the dir's lock.
         The hold lasts until the process is gone plus the release delay. Raises :class:`NoSuchDevice`,
         :class:`OutOfDeviceMemory` (free < mib), ``ValueError`` for mib < 1, :class:`SandboxGpuError`
-        when ``pid`` does not run."""
+        when ``pid`` does not run.
+
+        ``wait_released``: when the memory is short only because of holds whose processes are gone
+        (still within their release delay), wait for their release (at most the delay, plus 1 s)
+        and take it then; memory of live processes is never waited for."""
+        deadline = time.time() + self.config()["release_delay_s"] + 1.0
+        while True:
+            try:
+                return self._take(device, mib, pid)
+            except OutOfDeviceMemory as e:
+                pending = sum(h.mib for h in self.holds() if h.device == device and not h.alive)
+                if not wait_released or e.free_mib + pending < mib or time.time() > deadline:
+                    raise
+                time.sleep(0.05)
+
+    def _take(self, device: int, mib: int, pid: Optional[int]) -> Hold:
         if mib < 1:
             raise ValueError(f"a hold takes >= 1 MiB, got {mib}")
         pid = os.getpid() if pid is None else pid

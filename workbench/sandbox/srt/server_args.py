@@ -11,8 +11,12 @@ Mirrors SGLang 0.5.23, srt/server_args.py + srt/arg_groups/fields/spec.py (flag 
 Sandbox limits (clear errors): chain drafting only (topk > 1 exits), EAGLE / EAGLE3 / NEXTN only,
 a negative `--speculative-num-steps` refused.
 
-Any other SGLang flag (`--tp 8`, `--trust-remote-code`, `--mem-fraction-static 0.8`, ...) is
-accepted and logged as ignored, so a real box's launch command replays here.
+Implemented too: `--tp-size` / `--tp` / `--tensor-parallel-size` (rank processes,
+`workbench.sandbox.srt.managers.tp_ranks`), `--base-gpu-id`, `--mem-fraction-static` (sandbox GPU
+memory, `workbench.sandbox.gpus`), `--nccl-port`, `--dist-init-addr`; and the sandbox's own
+`--sandbox-load-seconds S`, `--sandbox-fault MODE` (`workbench.sandbox.srt.startup`). Any other
+SGLang flag (`--trust-remote-code`, `--chunked-prefill-size 4096`, ...) is accepted and logged as
+ignored, so a real box's launch command replays here.
 """
 
 from __future__ import annotations

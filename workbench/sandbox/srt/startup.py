@@ -35,7 +35,10 @@ GPU memory (``workbench.sandbox.gpus``): a rank takes ``mem_fraction_static * to
 fails as ``torch.cuda.set_device`` fails (SGLang logs "Context: device=cuda gpu_id=..." first,
 bootstrap.py:132-142; torch raises "CUDA error: invalid device ordinal"); too little free memory fails
 with SGLang's "Not enough memory. Please try to increase --mem-fraction-static. Current value:
-mem_fraction_static=F" (srt/model_executor/pool_configurator.py:95-99).
+mem_fraction_static=F" (srt/model_executor/pool_configurator.py:95-99). Memory short only because
+of processes that are gone (within the GPU dir's release delay) is waited for, at most that delay
+(a sandbox simplification: a stop followed at once by a launch does not fail on memory the driver
+is still freeing; a live holder, an orphaned rank or another user's process, fails the start).
 """
 
 from __future__ import annotations
@@ -146,7 +149,7 @@ class Startup:
         frac = self.server_args.mem_fraction_static
         mib = int(frac * devices[self.device].total_mib)
         try:
-            self.gpus.take(self.device, mib)
+            self.gpus.take(self.device, mib, wait_released=True)
         except OutOfDeviceMemory:
             raise RuntimeError("Not enough memory. Please try to increase --mem-fraction-static. "
                                f"Current value: mem_fraction_static={frac}") from None

@@ -302,11 +302,15 @@ def _rank_main(server_args, tp_rank: int, method: str, launcher_pid: int, init_w
     from workbench.sandbox.srt.utils.common import configure_logger, get_exception_traceback
 
     fault = server_args.sandbox_fault or ""
-    if fault != "orphan-ranks":
+    # term-ignored: the last rank ignores SIGTERM, as a rank stuck in a collective's teardown that
+    # only SIGKILL ends, and (so that a SIGTERM of the launcher leaves it behind) has no
+    # parent-death signal either; orphan-ranks: no rank has one
+    stuck = fault == "term-ignored" and tp_rank == server_args.tp_size - 1
+    if fault != "orphan-ranks" and not stuck:
         kill_itself_when_parent_died()
     setproctitle.setproctitle(f"sglang::scheduler_TP{tp_rank}")
     configure_logger(server_args, prefix=f" TP{tp_rank}")
-    if fault == "term-ignored" and tp_rank == server_args.tp_size - 1:
+    if stuck:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
     torch.set_num_threads(1)
     try:
@@ -327,7 +331,12 @@ def _rank_main(server_args, tp_rank: int, method: str, launcher_pid: int, init_w
             _follower_loop(scheduler, group, failed)
     except Exception:
         logger.error(f"Scheduler hit an exception: {get_exception_traceback()}")
-        os.kill(launcher_pid, signal.SIGQUIT)  # parent_process.send_signal(signal.SIGQUIT)
+        if stuck:  # it never gets to tell the launcher: stuck as a rank in a communicator teardown
+            threading.Event().wait()
+        try:
+            os.kill(launcher_pid, signal.SIGQUIT)  # parent_process.send_signal(signal.SIGQUIT)
+        except ProcessLookupError:
+            pass
 
 
 def _rank0_loop(scheduler, group: _StoreGroup, requests: Connection, to_detokenizer: Connection,
