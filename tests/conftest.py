@@ -43,6 +43,10 @@ def _isolate_worker_state() -> None:
     worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
     base = tempfile.mkdtemp(prefix=f"ewb-tests-{worker}-")
     os.environ["EAGLE_WORKBENCH_STATE_DIR"] = os.path.join(base, "state")
+    # Sandbox GPUs made by the tests' servers free a stopped server's memory 0.2 s after it is gone
+    # (the sandbox's default is 2 s: every stop of the suite would wait that long); a test of the
+    # delay sets its own (SandboxGpus.create(release_delay_s=...), testkit.gpu_holders).
+    os.environ.setdefault("SANDBOX_GPU_RELEASE_DELAY_S", "0.2")
     return base
 
 

@@ -127,6 +127,10 @@ class LoopbackSSHD:
         # testkit.plain_python), unless the test's own SetEnv says otherwise
         if os.environ.get("PATH") and not any(v.startswith("PATH=") for v in setenv):
             setenv.append(f'PATH="{os.environ["PATH"]}"')
+        # the sandbox GPUs' release delay of the suite (conftest), as a login on the box would have it
+        if os.environ.get("SANDBOX_GPU_RELEASE_DELAY_S") and not any(v.startswith("SANDBOX_GPU_RELEASE_DELAY_S=")
+                                                                    for v in setenv):
+            setenv.append(f'SANDBOX_GPU_RELEASE_DELAY_S={os.environ["SANDBOX_GPU_RELEASE_DELAY_S"]}')
         if not any(v.startswith("SHLVL=") for v in setenv):
             setenv.append("SHLVL=1")
         return (f"SetEnv {' '.join(setenv)}\n" if setenv else "") + "".join(rest)

@@ -348,3 +348,20 @@ def test_the_console_reclaims_my_orphans_never_another_users_sandbox_gpus(gpu_bo
         assert again["reclaimed"] == [] and "Nothing to reclaim" in c.gpu_pane.outcome.value
     finally:
         c.close()
+
+
+def test_sandbox_gpu_env_names_the_box_state_dir_only_for_the_sandbox_server(tmp_path):
+    """A sandbox launch gets ``SANDBOX_GPUS_DIR`` under the box's state dir (where gpu_command
+    looks); a launch that sets its own, and a real engine's launch, are left as they are."""
+    from remote import connect
+    from workbench.engine.launch import LaunchCommand
+    from workbench.session.gpus import sandbox_gpu_env
+
+    box = connect("local", state_dir=tmp_path / "state")
+    sandbox = LaunchCommand.parse("python -m workbench.sandbox.launch_server --model-path /m --port 30000")
+    sglang = LaunchCommand.parse("python -m sglang.launch_server --model-path /m --port 30000")
+    assert sandbox_gpu_env(box, sandbox, None) == {"SANDBOX_GPUS_DIR": f"{box.state_dir}/sandbox-gpus"}
+    assert sandbox_gpu_env(box, sandbox, {"A": "1"}) == {"A": "1", "SANDBOX_GPUS_DIR": f"{box.state_dir}/sandbox-gpus"}
+    assert sandbox_gpu_env(box, sandbox, {"SANDBOX_GPUS_DIR": "/x"}) == {"SANDBOX_GPUS_DIR": "/x"}
+    assert sandbox_gpu_env(box, sglang, None) is None
+    assert sandbox_gpu_env(box, sglang, {"A": "1"}) == {"A": "1"}

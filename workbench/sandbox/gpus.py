@@ -47,7 +47,7 @@ from typing import Dict, List, Optional
 
 __all__ = [
     "GPUS_DIR_ENV", "STATE_DIR_ENV", "DEFAULT_DEVICE_COUNT", "DEFAULT_DEVICE_NAME", "DEFAULT_TOTAL_MIB",
-    "DEFAULT_RELEASE_DELAY_S", "SandboxGpuError", "NoSuchDevice", "OutOfDeviceMemory", "Device", "Hold",
+    "DEFAULT_RELEASE_DELAY_S", "RELEASE_DELAY_ENV", "SandboxGpuError", "NoSuchDevice", "OutOfDeviceMemory", "Device", "Hold",
     "SandboxGpus", "default_gpus_dir", "process_start_time", "process_title", "install_nvidia_smi", "main",
 ]
 
@@ -60,6 +60,9 @@ DEFAULT_DEVICE_NAME = "NVIDIA H100 80GB HBM3"
 #: what ``nvidia-smi --query-gpu=memory.total`` prints (MiB) for an H100 SXM5 80 GB
 DEFAULT_TOTAL_MIB = 81559
 DEFAULT_RELEASE_DELAY_S = 2.0
+#: Environment variable that sets the release delay of a GPU dir created without one (seconds,
+#: a float >= 0): the test suite sets it small, so that a stop does not wait 2 s for its memory.
+RELEASE_DELAY_ENV = "SANDBOX_GPU_RELEASE_DELAY_S"
 
 
 class SandboxGpuError(RuntimeError):
@@ -172,11 +175,20 @@ class SandboxGpus:
 
     @classmethod
     def create(cls, path, count: int = DEFAULT_DEVICE_COUNT, *, name: str = DEFAULT_DEVICE_NAME,
-               total_mib: int = DEFAULT_TOTAL_MIB, release_delay_s: float = DEFAULT_RELEASE_DELAY_S,
+               total_mib: int = DEFAULT_TOTAL_MIB, release_delay_s: Optional[float] = None,
                container_mode: bool = False) -> "SandboxGpus":
         """Initialise the GPU dir at ``path`` with ``count`` devices of ``total_mib`` MiB (new uuids),
-        unless it already is one (then it is returned unchanged). Raises ``ValueError`` for a count
-        < 1 or a total < 1 MiB."""
+        unless it already is one (then it is returned unchanged). ``release_delay_s`` ``None``:
+        ``$SANDBOX_GPU_RELEASE_DELAY_S`` when set, else :data:`DEFAULT_RELEASE_DELAY_S`. Raises
+        ``ValueError`` for a count < 1, a total < 1 MiB or a delay that is no number >= 0."""
+        if release_delay_s is None:
+            raw = os.environ.get(RELEASE_DELAY_ENV, "").strip()
+            try:
+                release_delay_s = float(raw) if raw else DEFAULT_RELEASE_DELAY_S
+            except ValueError:
+                raise ValueError(f"${RELEASE_DELAY_ENV} must be seconds (a number >= 0), got {raw!r}") from None
+        if not release_delay_s >= 0:
+            raise ValueError(f"release_delay_s must be >= 0, got {release_delay_s}")
         if count < 1 or total_mib < 1:
             raise ValueError(f"a sandbox GPU dir needs >= 1 device of >= 1 MiB, got count={count}, "
                              f"total_mib={total_mib}")

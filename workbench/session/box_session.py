@@ -23,6 +23,7 @@ from workbench.redact import REDACTOR
 from workbench.sandbox_box import VLLM_DEFAULT_PORT, sandbox_launch_command, sandbox_vllm_launch_command
 from workbench.session.gpu_guard import check_before_launch, not_freed_refusal
 from workbench.session.gpu_release import GPU_FREE_TIMEOUT_S, GpuRelease, stop_and_release
+from workbench.session.gpus import sandbox_gpu_env
 from workbench.session.guard import LaunchGuard
 from workbench.session.inventory import Inventory, take_inventory
 from workbench.session.journal import Journal, RestoreReport, restore_box
@@ -145,7 +146,7 @@ class BoxSession:
             self._stop_original()
         except GpusNotFreed as exc:
             raise not_freed_refusal(launch, label, exc) from exc
-        env = launch.launch_env(self.inventory.server_env)
+        env = sandbox_gpu_env(self.box, launch, launch.launch_env(self.inventory.server_env))
         check = check_before_launch(self.box, launch, env=env, label=label, reclaim=self.reclaim_gpus is True,
                                     timeout=self.gpu_free_timeout)
         if check.reclaimed:

@@ -30,7 +30,7 @@ from typing import Any, Optional, Sequence
 from remote.errors import CommandFailed
 from workbench.errors import GpuQueryError
 
-__all__ = ["GPU_FIELDS", "APP_FIELDS", "GPU_QUERY", "APPS_QUERY", "SANDBOX_NVIDIA_SMI", "CONTAINER_MIN_MIB",
+__all__ = ["sandbox_gpu_env", "SANDBOX_GPUS_DIR_ENV", "GPU_FIELDS", "APP_FIELDS", "GPU_QUERY", "APPS_QUERY", "SANDBOX_NVIDIA_SMI", "CONTAINER_MIN_MIB",
            "GpuCommand", "Gpu", "ComputeApp", "GpuSnapshot", "gpu_command", "parse_rows", "parse_gpu_lines",
            "parse_app_lines", "read_gpu_snapshot", "forget_gpu_command"]
 
@@ -69,6 +69,25 @@ class GpuCommand:
     @property
     def available(self) -> bool:
         return self.path is not None
+
+
+#: The sandbox server's variable naming its GPU dir (``workbench.sandbox.gpus.GPUS_DIR_ENV``; not
+#: imported from there: the session never imports the sandbox).
+SANDBOX_GPUS_DIR_ENV = "SANDBOX_GPUS_DIR"
+
+
+def sandbox_gpu_env(box: Any, launch: Any, env: Optional[dict[str, str]]) -> Optional[dict[str, str]]:
+    """``env`` for launching ``launch`` (a ``LaunchCommand``) on ``box``: unchanged unless it
+    launches the embedded sandbox server (``workbench.sandbox_box.SANDBOX_SERVER_MODULE``) and sets
+    no GPU dir of its own; then with ``SANDBOX_GPUS_DIR=<box.state_dir>/sandbox-gpus``, where
+    :func:`gpu_command` looks for the sandbox box's GPUs. Without it a sandbox server started over
+    SSH (whose session has no ``$EAGLE_WORKBENCH_STATE_DIR``) would take GPUs under the SSH
+    user's home that the workbench never reads. A real engine's launch is never changed."""
+    from workbench.sandbox_box import SANDBOX_SERVER_MODULE
+
+    if getattr(launch, "module", None) != SANDBOX_SERVER_MODULE or (env or {}).get(SANDBOX_GPUS_DIR_ENV):
+        return env
+    return {**(env or {}), SANDBOX_GPUS_DIR_ENV: f"{str(box.state_dir).rstrip('/')}/sandbox-gpus"}
 
 
 def forget_gpu_command(box: Any) -> None:
