@@ -31,7 +31,8 @@
     │   └── GpusNotFreed                    a stopped server's GPUs not back at their baseline in time (.gpus, .holders)
     ├── DiagnosisError (RuntimeError)   a session or diagnosis step cannot run
     │   ├── LaunchRefused                   a launch the doctor says will not start, refused (.findings, .label)
-    │   │   └── GpusHeld                        the launch's GPUs hold memory of processes not this run's (.holders, .orphans)
+    │   │   ├── GpusHeld                        the launch's GPUs hold memory of processes not this run's (.holders, .orphans)
+    │   │   └── GpusTooFew                      the launch needs more GPUs than the box has (.needed, .available)
     │   └── ServerStoppedAnswering          the server under measurement died or hung mid-run (.server, .port, .pid, .state, .step)
     └── ReportError (RuntimeError)      a report could not be exported, or would not be self-contained
         ├── BrowserNotFound                 no Chromium binary on this machine
@@ -54,7 +55,7 @@ __all__ = [
     "CheckpointError", "ConfigUnreadable",
     "CheckpointUnreadable", "TensorNotFound", "EngineNotFound", "ServerChoiceError", "SourceLookupError", "DoctorError",
     "AcceptanceError", "MeasureError", "JournalError", "WatchdogError", "DraftCopyError", "DiagnosisError", "LaunchRefused",
-    "GpuError", "GpuQueryError", "GpusNotFreed", "GpusHeld",
+    "GpuError", "GpuQueryError", "GpusNotFreed", "GpusHeld", "GpusTooFew",
     "ServerStoppedAnswering", "ReportError",
     "BrowserNotFound", "BrowserError",
 ]
@@ -329,6 +330,22 @@ class GpusHeld(LaunchRefused):
         self.holders, self.orphans = list(holders), list(orphans)
         DiagnosisError.__init__(self, message or f"launch refused ({label}): GPU memory held by processes "
                                                   "that are not this run's")
+
+
+class GpusTooFew(LaunchRefused):
+    """A launch refused before it was made because it needs more GPUs than the box has (its
+    ``--tp-size`` x ``--pp-size`` x ``--dp-size`` from ``--base-gpu-id``, or vLLM's sizes, against
+    the GPUs ``nvidia-smi`` lists: :mod:`workbench.session.gpu_guard`). SGLang 0.5.23 would fail at
+    start-up on the first rank without a device ("CUDA error: invalid device ordinal",
+    distributed/bootstrap.py). ``needed``: the GPU indices the launch uses; ``available``: how many
+    the box has; ``findings``: one ``gpus-too-few`` finding. ``force_launch`` does not override it."""
+
+    def __init__(self, launch_command: str, label: str, findings: Sequence, *, needed: Sequence[int] = (),
+                 available: int = 0, message: str = ""):
+        self.launch_command, self.label, self.findings = launch_command, label, list(findings)
+        self.needed, self.available = list(needed), int(available)
+        DiagnosisError.__init__(self, message or f"launch refused ({label}): it needs GPUs {self.needed}, "
+                                                  f"the box has {self.available}")
 
 
 class ServerStoppedAnswering(DiagnosisError):

@@ -365,3 +365,23 @@ def test_sandbox_gpu_env_names_the_box_state_dir_only_for_the_sandbox_server(tmp
     assert sandbox_gpu_env(box, sandbox, {"SANDBOX_GPUS_DIR": "/x"}) == {"SANDBOX_GPUS_DIR": "/x"}
     assert sandbox_gpu_env(box, sglang, None) is None
     assert sandbox_gpu_env(box, sglang, {"A": "1"}) == {"A": "1"}
+
+
+def test_a_tp_size_the_gpus_cannot_hold_is_refused_before_the_launch_sandbox_gpus(gpu_box):
+    """--tp-size 4 on a box with 2 GPUs (as its nvidia-smi lists them): refused with the indices it
+    needs and the count the box has; --tp-size 2 from --base-gpu-id 1 needs GPU 2 too: refused."""
+    from workbench.errors import GpusTooFew, LaunchRefused
+
+    with pytest.raises(GpusTooFew) as exc:
+        check_before_launch(gpu_box, LaunchCommand.parse("python -m sglang.launch_server --model-path m --tp 4"),
+                            label="fix")
+    e = exc.value
+    assert isinstance(e, LaunchRefused) and (e.needed, e.available) == ([0, 1, 2, 3], 2)
+    assert [f.rule for f in e.findings] == ["gpus-too-few"] and e.findings[0].prevents_start
+    assert "the box has 2 GPUs" in str(e) and "no GPU2, GPU3" in str(e)
+    with pytest.raises(GpusTooFew) as exc:
+        check_before_launch(gpu_box, LaunchCommand.parse("python -m sglang.launch_server --model-path m --tp-size 2 "
+                                                         "--base-gpu-id 1"))
+    assert (exc.value.needed, exc.value.available) == ([1, 2], 2)
+    assert check_before_launch(gpu_box, LaunchCommand.parse("python -m sglang.launch_server --model-path m "
+                                                            "--tp-size 2")).devices == [0, 1]

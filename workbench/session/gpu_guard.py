@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional, Sequence
 
 from remote.errors import PortInUse, RemoteError
-from workbench.errors import GpusHeld, GpusNotFreed
+from workbench.errors import GpusHeld, GpusNotFreed, GpusTooFew
 from workbench.rules.finding import Finding, ev
 from workbench.session.gpu_holders import BoxGpus, Holder, read_box_gpus, title_of, uid_of, user_names
 from workbench.session.gpu_release import GPU_FREE_TIMEOUT_S, GpuBaseline, launch_baseline
@@ -287,6 +287,8 @@ def check_before_launch(box: Any, launch: Any, *, env: Optional[Mapping[str, str
             check.note = snap.note
             return check
         check.devices, check.how = launch_devices(launch, env, snap)
+        if check.devices and max(check.devices) >= len(snap.gpus):
+            raise _too_few(launch, label, check.devices, check.how, len(snap.gpus), cmd.path)
         named = read_box_gpus(box, snapshot=snap, sglang_candidates=True)
         blockers, orphans, hidden = held_on(named, check.devices)
         if not blockers and not orphans and not hidden:
@@ -307,6 +309,18 @@ def check_before_launch(box: Any, launch: Any, *, env: Optional[Mapping[str, str
                            f"not released within {timeout:g} s")
         time.sleep(delay)
         delay = min(delay * 2, 0.5)
+
+
+def _too_few(launch: Any, label: str, devices: list[int], how: str, count: int, command: Optional[str]) -> GpusTooFew:
+    """The refusal of a launch that needs GPU indices the box does not have (:class:`GpusTooFew`)."""
+    missing = [i for i in devices if i >= count]
+    text = (f"the launch uses GPUs {devices[0]}..{devices[-1]} ({how}) but the box has {count} GPU"
+            f"{'' if count == 1 else 's'} ({command}): no GPU{', GPU'.join(str(i) for i in missing)}")
+    finding = Finding("gpus-too-few", "error", text,
+                      evidence={"needed": ev(devices, how), "gpus": ev(count, f"{command} --query-gpu=index")},
+                      fix="a smaller --tp-size (or --pp-size/--dp-size), or a lower --base-gpu-id", prevents_start=True)
+    return GpusTooFew(launch.to_display() if hasattr(launch, "to_display") else str(launch), label, [finding],
+                      needed=devices, available=count, message=f"launch refused ({label}): {text}")
 
 
 def not_freed_refusal(launch: Any, label: str, exc: GpusNotFreed) -> GpusHeld:
