@@ -206,11 +206,13 @@ _WATCHDOG = {"watchdog_after_s": "watchdog"}
 #: is a flag added to those notebooks by issue 13; until a notebook has it, it is skipped.
 #: ``watchdog_after_s`` (the same three, issue 26): seconds of heartbeat silence before the run's
 #: watchdog on the box restores it, 0 for none (``workbench runbook --watchdog-after``).
+#: ``stack_dumps`` (diagnose_acceptance, issue 28): ``py-spy dump`` of the running server's
+#: processes as live evidence before any restart.
 SCHEMAS: dict[str, dict[str, str]] = {
     "diagnose_acceptance": {
         **_BOX, "allow_restart": "flag", "apply_fix": "flag", "keep_fix": "flag", "attribute_fixes": "flag",
         "try_candidates": "flag", "aux_layer_ids": "aux_layer_ids", "expected_accept_length": "accept_length",
-        **_RUN, "force_launch": "flag", "engine": "engine", **_WATCHDOG,
+        **_RUN, "force_launch": "flag", "engine": "engine", **_WATCHDOG, "stack_dumps": "flag",
     },
     "measure_acceptance": {
         **_BOX, "grid": "grid", "include_baseline": "flag", **_RUN, "warmup": "non_negative",

@@ -24,6 +24,7 @@ from workbench.sandbox_box import VLLM_DEFAULT_PORT, sandbox_launch_command, san
 from workbench.session.guard import LaunchGuard
 from workbench.session.inventory import Inventory, take_inventory
 from workbench.session.journal import Journal, RestoreReport, restore_box
+from workbench.session.launches import launch_phases, launch_record, log_size
 from workbench.errors import WatchdogError
 from workbench.session.watchdog import (WATCHDOG_AFTER_EXPECTED, WATCHDOG_AFTER_S, check_watchdog_after,
                                         heartbeat_interval, read_report, report_notice, start_watchdog,
@@ -67,6 +68,10 @@ class BoxSession:
         self.current = None  # ServerHandle of the server the session launched and left running, if any
         self.current_launch: LaunchCommand | None = None
         self.restore_report: RestoreReport | None = None
+        #: the times of the last launch that did not start (``_launch``), for the caller's record
+        self.failed_launch: dict | None = None
+        #: when the restore began stopping the run's server (``None``: it stopped none)
+        self.restore_stopped_at: float | None = None
         self.finished = False
         self.force_launch = force_launch
         running = list(inventory.launch.exec_argv) if inventory.server_pid is not None else None
@@ -92,7 +97,18 @@ class BoxSession:
             self.journal.mark_original_stopped(True)
             self.box.stop_server(self.inventory.server_pid, grace=15.0)
 
-    def _launch(self, launch: LaunchCommand, label: str):
+    def _serving_now(self) -> str | None:
+        """What serves the session's port now, in words (``None``: nothing): the run's own server
+        (by its label) or the server as found."""
+        if self.current is not None:
+            label = next((r["label"] for r in reversed(self.launches) if r.get("pid") == self.current.pid), None)
+            return f"the {label} server" if label else "the run's server"
+        original = self.journal.data.get("original_server")
+        if original and not original.get("stopped") and self.inventory.server_pid is not None:
+            return "the server as found"
+        return None
+
+    def _launch(self, launch: LaunchCommand, label: str, reason: str | None = None):
         """Stop whatever serves the port (the original, or the run's previous server), launch
         ``launch`` with the original's cwd and environment, wait until healthy.
 
@@ -105,13 +121,22 @@ class BoxSession:
         the launch command keeps the prefix, as given.
 
         First the launch guard (:meth:`LaunchGuard.check`): raises :class:`LaunchRefused` when the
-        doctor's findings on ``launch`` say it will not start, before anything is stopped."""
+        doctor's findings on ``launch`` say it will not start, before anything is stopped.
+
+        ``reason``: why this load is needed, a sentence kept in its record (``self.launches``, see
+        :func:`workbench.session.launches.launch_record`: stop, launch and ready times, the
+        start-up's phases from its own log). A launch that does not start leaves its times in
+        :attr:`failed_launch` (the caller records the failure)."""
         self.guard.check(launch, label)
+        stopped = self._serving_now()
+        stopped_at = time.time() if stopped else None
+        self.failed_launch = None
         self._stop_current()
         self._stop_original()
         env = launch.launch_env(self.inventory.server_env)
         argv = launch.exec_argv
         self.journal.begin_launch(port=self.inventory.port, argv=argv, label=label)
+        launched_at = time.time()
         try:
             handle = self.box.launch_server(argv, port=self.inventory.port, cwd=self.inventory.server_cwd, env=env)
         except RemoteError:
@@ -121,23 +146,26 @@ class BoxSession:
         self.current, self.current_launch = handle, launch
         if label != "as-found":
             self.restarts += 1  # launching what was not running is not a restart
-        started = time.time()
+        times = {"label": label, "reason": reason, "launch_command": launch.to_display(), "pid": handle.pid,
+                 "log_path": handle.log_path, "stopped_at": stopped_at, "stopped": stopped,
+                 "launched_at": launched_at, "log_start": 0}
         try:
             # a stall time-out: a start slowed down by a busy machine keeps its log and CPU moving
-            waited = self.box.wait_healthy(handle, timeout=START_WAIT_FACTOR * self.server_start_timeout,
-                                           stall_timeout=self.server_start_timeout)
+            self.box.wait_healthy(handle, timeout=START_WAIT_FACTOR * self.server_start_timeout,
+                                  stall_timeout=self.server_start_timeout)
         except (ServerDied, ServerStartTimedOut):
             # Ours either way: a server that did not answer in time still runs (and holds the
             # port), one that died may leave workers in its process group. Stop the whole group
             # before the failure is reported, so nothing the run launched outlives it.
+            self.failed_launch = times
             self._stop_current()
             raise
-        self.launches.append({"label": label, "launch_command": launch.to_display(), "pid": handle.pid,
-                              "log_path": handle.log_path, "healthy_after_s": round(waited, 2),
-                              "started_at": started})
+        ready_at = time.time()
+        phases = launch_phases(self.box, handle.log_path, 0, log_size(self.box, handle.log_path))
+        self.launches.append(launch_record(**times, ready_at=ready_at, phases=phases))
         return handle
 
-    def launch(self, launch: LaunchCommand, label: str, *, force: bool = False):
+    def launch(self, launch: LaunchCommand, label: str, *, force: bool = False, reason: str | None = None):
         """Launch ``launch`` on the session's port in place of whatever serves it (journalled: the
         original server is recorded, and :meth:`restore` brings it back), wait until healthy and
         return the ``remote.result.ServerHandle``. ``force``: launch even when the doctor's
@@ -152,7 +180,7 @@ class BoxSession:
         before = self.guard.force
         self.guard.force = before or force is True
         try:
-            return self._launch(launch, label)
+            return self._launch(launch, label, reason)
         finally:
             self.guard.force = before
 
@@ -176,13 +204,22 @@ class BoxSession:
             return self.inventory.base_url, self.inventory.server_log, self.inventory.launch
         if not self.allow_restart:
             raise DiagnosisError("no server is running and allow_restart is False: nothing to measure")
-        handle = self._launch(self.inventory.launch, "as-found")
+        handle = self._launch(self.inventory.launch, "as-found",
+                              f"as-found: no server ran on port {self.inventory.port}; the run launched the "
+                              "command as given to measure it")
         return self.inventory.base_url, handle.log_path, self.inventory.launch
 
     def restore(self) -> RestoreReport:
         """Put the box back as found: stop the session's servers, revert probes, relaunch the
-        original server (:func:`workbench.journal.restore_box`). Counts a relaunch as a restart."""
+        original server (:func:`workbench.journal.restore_box`). Counts a relaunch as a restart.
+        The relaunch's record (``restore_report.launch``) gets the time the run's server was
+        stopped for it (:attr:`restore_stopped_at`)."""
+        serving = self._serving_now()
+        if serving and serving != "the server as found" and self.restore_stopped_at is None:
+            self.restore_stopped_at = time.time()
         self.restore_report = restore_box(self.box, server_start_timeout=self.server_start_timeout)
+        if self.restore_report.launch is not None and serving and serving != "the server as found":
+            self.restore_report.launch.update(stopped_at=self.restore_stopped_at, stopped=serving)
         lock = getattr(self.journal, "run_lock", None)
         if lock is not None and self.restore_report.clean:
             lock.released = True  # restore_box released it (this process holds it)

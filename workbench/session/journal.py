@@ -35,6 +35,7 @@ from remote.errors import RemoteError, RemoteFileDecodeError, RemoteFileNotFound
 from remote.result import ServerHandle, ServerProcess
 from workbench.errors import JournalError, WatchdogError
 from workbench.session import runlock, watchdog_box
+from workbench.session.launches import launch_phases, launch_record, log_size
 
 #: The journal's file name, in ``<state_dir>/diagnosis`` (the watchdog on the box reads the same:
 #: :mod:`workbench.session.watchdog_box` holds the layout).
@@ -47,10 +48,14 @@ JOURNAL_DIR_MODE = watchdog_box.DIR_MODE
 
 @dataclass
 class RestoreReport:
-    """What :func:`restore_box` did: one line per action, and what it could not undo."""
+    """What :func:`restore_box` did: one line per action, and what it could not undo.
+    ``launch``: the record of the original server's relaunch (``None``: not relaunched), as
+    :func:`workbench.session.launches.launch_record` makes it (label ``restore``, its reason,
+    launch and ready times, the phases of its part of the appended log)."""
 
     actions: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
+    launch: dict | None = None
 
     @property
     def clean(self) -> bool:
@@ -58,7 +63,8 @@ class RestoreReport:
         return not self.problems
 
     def to_dict(self) -> dict[str, Any]:
-        return {"actions": list(self.actions), "problems": list(self.problems), "clean": self.clean}
+        return {"actions": list(self.actions), "problems": list(self.problems), "clean": self.clean,
+                "launch": self.launch}
 
 
 def journal_path(box) -> str:
@@ -567,6 +573,8 @@ def _bring_back_original(box, journal: Journal, original: dict, report: RestoreR
                                   pid_path="", argv=tuple(running.argv), cwd=running.cwd, box=box.name)
             done = f"the original server's command already runs (pid {running.pid}); not relaunched: {command}"
         else:
+            log_start = log_size(box, original.get("log_path"), timeout=timeout)
+            launched_at = time.time()
             handle = box.launch_server(
                 argv, port=port, log_path=original.get("log_path"), cwd=original.get("cwd"),
                 env=original.get("env"), append_log=True, timeout=timeout,
@@ -598,8 +606,24 @@ def _bring_back_original(box, journal: Journal, original: dict, report: RestoreR
     except RemoteError as exc:
         report.problems.append(f"could not relaunch the original server ({command}): {exc}")
         _journal_original_again(journal, original, run_id, report)
+        if done is None:
+            report.launch = launch_record(label="restore", reason=RESTORE_REASON, launch_command=command,
+                                          pid=handle.pid, log_path=handle.log_path, stopped_at=None, stopped=None,
+                                          launched_at=launched_at, ready_at=None, log_start=log_start,
+                                          started=False, error=str(exc).splitlines()[0] if str(exc) else None)
         return
+    if done is None:
+        ready_at = time.time() if handle.port is not None else None
+        report.launch = launch_record(
+            label="restore", reason=RESTORE_REASON, launch_command=command, pid=handle.pid, log_path=handle.log_path,
+            stopped_at=None, stopped=None, launched_at=launched_at, ready_at=ready_at, log_start=log_start,
+            phases=launch_phases(box, handle.log_path, log_start, log_size(box, handle.log_path, timeout=timeout),
+                                 timeout=timeout))
     report.actions.append(done or f"relaunched the original server (pid {handle.pid}){health}: {command}")
+
+
+#: Why the restore's relaunch is a load (its launch record's ``reason``).
+RESTORE_REASON = "restore: relaunch the server as found"
 
 
 def _journal_original_again(journal: Journal, original: dict, run_id: str | None, report: RestoreReport) -> None:
@@ -626,5 +650,5 @@ def _same_server(box, argv: list[str], journal: Journal, timeout: float):
     return None
 
 
-__all__ = ["Journal", "JournalError", "RestoreReport", "journal_path", "journal_data_pending",
+__all__ = ["Journal", "JournalError", "RestoreReport", "RESTORE_REASON", "journal_path", "journal_data_pending",
            "journal_owner_alive", "pending_journal_from_text", "pending_summary", "restore_box"]
