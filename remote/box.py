@@ -793,6 +793,9 @@ class Box:
         tail_lines: int = 40,
         request_timeout: Optional[float] = None,
         stall_timeout: Optional[float] = None,
+        progress_marker: Optional[Callable[[], object]] = None,
+        stall_phase: Optional[Callable[[list], Optional[str]]] = None,
+        log_offset: int = 0,
     ) -> float:
         """Poll the server launched as ``handle`` until it is ready to generate; return the seconds
         waited.
@@ -817,6 +820,14 @@ class Box:
         (``remote.readiness.StallClock`` over :meth:`activity_probe`, looked at about once a second). So a
         server that starts slowly on a busy machine is waited for while it works, and one that
         hangs is given up after ``stall_timeout``, whatever the machine's load.
+        ``progress_marker`` (called once per poll): a value that changes whenever the caller's own
+        reading of the start-up moved (e.g. its phase or shard count from the text ``on_log``
+        got): a change counts as progress too. ``stall_phase``: called with the log's last
+        ``tail_lines`` lines when the stall time-out is reached, returns the start-up phase it
+        stalled in (or None), named in the error. (``remote`` knows no log formats: the caller
+        reads them, ``workbench.logs.startup``.) ``log_offset``: the byte of the log where this
+        launch's output begins (a launch appending to an old log: its size before the launch);
+        ``on_log`` gets the text from there, at most 4 MiB per poll.
 
         Raises ``ServerDied`` (with the log's last ``tail_lines`` lines) as soon as the process
         has exited, ``ServerStartNotReady`` (a ``ServerStartTimedOut``; ``.routes``: the routes that
@@ -827,8 +838,8 @@ class Box:
         ``remote.readiness.STUCK_CONFIRMATIONS`` consecutive checks (one slow 503 may be a busy
         machine) with SGLang's ``Health check failed`` line in the log (a slow 503 without it is a
         server still starting whose event loop was slow to answer: waited for),
-        ``ServerStartStalled`` (a ``ServerStartTimedOut``; ``.stalled_s``) when it made no
-        progress for ``stall_timeout`` seconds, ``ServerStartTimedOut`` (with the tail and what it
+        ``ServerStartStalled`` (a ``ServerStartTimedOut``; ``.stalled_s``, ``.phase``,
+        ``.last_line``) when it made no progress for ``stall_timeout`` seconds, ``ServerStartTimedOut`` (with the tail and what it
         last answered) when it never became ready within ``timeout`` seconds.
         """
         from . import readiness
@@ -844,7 +855,6 @@ class Box:
         engine = engines.launch_engine(handle.argv)
         engine = engine if engine == engines.VLLM else None
         url = base + (path or ("/health" if engine == engines.VLLM else readiness.HEALTH_PATH))
-        log_offset = 0
         last = "no answer yet"
         stuck_seen = 0
         stall = None if stall_timeout is None else readiness.StallClock(
@@ -852,7 +862,7 @@ class Box:
         with httpx.Client(timeout=httpx.Timeout(per_request, connect=min(5.0, per_request)), trust_env=False) as client:
             while True:
                 if on_log is not None:
-                    chunk, log_offset = self.follow(handle.log_path, log_offset)
+                    chunk, log_offset = self.follow(handle.log_path, log_offset, max_bytes=4 << 20)
                     if chunk:
                         on_log(chunk.decode("utf-8", "replace"))
                 if not self.is_alive(handle.pid):
@@ -918,17 +928,25 @@ class Box:
                         continue  # re-check at once: one slow 503 decides nothing
                 now = time.monotonic()
                 if stall is not None:
-                    stall.look(answer)
+                    stall.look((answer, progress_marker()) if progress_marker is not None else answer)
                     if stall.idle_s >= stall_timeout:
+                        tail = self._tail_or_empty(handle.log_path, tail_lines)
+                        phase = stall_phase(list(tail)) if stall_phase is not None else None
+                        last_line = next((t.strip() for t in reversed(tail)
+                                          if t.strip() and not POLL_LINE.search(t.encode("utf-8", "replace"))), None)
+                        where = f" in start-up phase {phase!r}" if phase else ""
                         raise ServerStartStalled(
-                            f"server at {base} made no progress for {stall.idle_s:.1f} s (stall time-out "
-                            f"{stall_timeout:g} s: no new log bytes, no CPU time used, the same answer; last: {last})",
+                            f"server at {base} stalled{where}: made no progress for {stall.idle_s:.1f} s (stall "
+                            f"time-out {stall_timeout:g} s: no new log bytes, no CPU time used, the same answer; "
+                            f"last answer: {last}; last log line: {last_line if last_line is not None else '(none)'})",
                             pid=handle.pid,
                             log_path=handle.log_path,
-                            log_tail=self._tail_or_empty(handle.log_path, tail_lines),
+                            log_tail=tail,
                             timeout=stall_timeout,
                             stalled_s=stall.idle_s,
                             box=self.name,
+                            phase=phase,
+                            last_line=last_line,
                         )
                 if now >= deadline:
                     raise ServerStartTimedOut(

@@ -446,11 +446,16 @@ class ServerStartTimedOut(ServerError):
 class ServerStartStalled(ServerStartTimedOut):
     """A server just launched made no progress for ``.stalled_s`` seconds (``Box.wait_healthy``
     with ``stall_timeout``): its log did not grow, its process group used no CPU time and its
-    answer did not change in that time. ``.timeout`` is the stall time-out (seconds)."""
+    answer did not change in that time. ``.timeout`` is the stall time-out (seconds); ``.phase``:
+    the start-up phase it stalled in (``"load"``, ``"nccl-init"``, ...: the caller's reading of
+    the log, ``workbench.logs.startup``; None when not known); ``.last_line``: the log's last
+    non-empty line (None for an empty log)."""
 
     def __init__(self, message: str, *, pid: int, log_path: str, log_tail: Sequence[str], timeout: float,
-                 stalled_s: float, box: str | None = None):
+                 stalled_s: float, box: str | None = None, phase: str | None = None, last_line: str | None = None):
         self.stalled_s = stalled_s
+        self.phase = phase
+        self.last_line = last_line
         super().__init__(message, pid=pid, log_path=log_path, log_tail=log_tail, timeout=timeout, box=box)
 
 

@@ -20,6 +20,9 @@ While ``--starting``, ``--log-every S`` prints a "loading step N" line every S s
 ``--spin-while-starting`` keeps a thread busy on the CPU (no line): a start that makes progress
 slowly; without either a 503-answering start does nothing (stalled). ``--slow-first-503 S`` delays
 the first 503 by S seconds (a busy machine delaying an "at once" answer; the next ones come at once).
+``--log-lines FILE`` (with ``--log-every``): the lines printed are those of FILE in turn (an
+engine's start-up lines, e.g. SGLang's shard progress), then nothing more (a start-up that hangs
+after the last one, unless ``--starting`` ends first).
 ``--listen P`` is ``--port P`` under another name: the argv then names no
 ``--port``, so a finder must read the port from the listening socket.
 """
@@ -91,6 +94,7 @@ def main() -> int:
     ap.add_argument("--slow-503", type=float, default=0.0)
     ap.add_argument("--stuck", action="store_true")
     ap.add_argument("--log-every", type=float, default=None)
+    ap.add_argument("--log-lines", default=None)
     ap.add_argument("--spin-while-starting", action="store_true")
     ap.add_argument("--slow-first-503", type=float, default=0.0)
     args = ap.parse_args()
@@ -133,12 +137,17 @@ def main() -> int:
         Handler.starting_until = time.monotonic() + args.starting
         import threading
 
+        given = open(args.log_lines).read().splitlines() if args.log_lines else None
+
         def log_steps():
             n = 0
             while time.monotonic() < Handler.starting_until:
                 time.sleep(args.log_every)
                 n += 1
-                print(f"loading step {n}", file=sys.stderr, flush=True)
+                if given is None:
+                    print(f"loading step {n}", file=sys.stderr, flush=True)
+                elif n <= len(given):
+                    print(given[n - 1], file=sys.stderr, flush=True)
 
         def spin():
             x = 0

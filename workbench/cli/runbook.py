@@ -238,6 +238,7 @@ def run_runbook(name: str, parameters: dict[str, Any], report_dir: str | Path, *
 
     from workbench.report import export_html
     from workbench.session.runlock import RUNBOOK_ENV
+    from workbench.session.startup_wait import ProgressRelay
 
     source = runbooks_dir() / f"{name}.ipynb"
     if not source.exists():
@@ -267,6 +268,7 @@ def run_runbook(name: str, parameters: dict[str, Any], report_dir: str | Path, *
     os.environ[RUNBOOK_ENV] = name
     kernel_log = out_dir / f"{name}.kernel.log"
     kernel_stderr = open(kernel_log, "w")
+    relay = ProgressRelay(sys.stderr)
     # papermill's and nbclient's own log lines ("Kernel died while waiting for execute reply") go
     # there too: the terminal gets the run's outcome in one line, the log file the details.
     log_handler = logging.StreamHandler(kernel_stderr)
@@ -278,8 +280,10 @@ def run_runbook(name: str, parameters: dict[str, Any], report_dir: str | Path, *
         log.addHandler(log_handler)
         log.propagate = False
     try:
+        # the cells' start-up progress lines (a launch loading) reach this terminal; the rest of
+        # their stderr stays in the notebook
         papermill.execute_notebook(str(source), str(notebook), parameters=params, kernel_name=kernel_name,
-                                   cwd=str(Path.cwd()), progress_bar=False,
+                                   cwd=str(Path.cwd()), progress_bar=False, stderr_file=relay,
                                    kernel_manager_class=_kernel_manager_class(kernel_stderr))
     except BaseException as exc:
         # Clean up, then re-raise the run's own error: a failure while cleaning up is printed,
@@ -321,6 +325,7 @@ def run_runbook(name: str, parameters: dict[str, Any], report_dir: str | Path, *
             logging.getLogger(logger_name).removeHandler(log_handler)
             logging.getLogger(logger_name).propagate = propagate
         kernel_stderr.close()
+        relay.close_line()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         os.environ.pop(DRIVER_ENV, None)

@@ -43,7 +43,7 @@ def measure(ctx: RunContext, label: str) -> Measurement:
     once the log has settled: ``workbench.logs.read_when_settled``). A server still starting (the
     one found running, typically) is waited for while it makes progress (new log bytes, CPU
     time of its process group: ``remote.box.Box.activity_probe``), given up after
-    ``server_start_timeout`` seconds without (``START_WAIT_FACTOR`` times that in all). An
+    ``server_start_timeout`` seconds without (``remote.readiness.wait_ready``'s ``max_wait``). An
     accept length within :data:`NEAR_THRESHOLD_BAND` of a threshold a decision compares it with
     (:meth:`RunContext.decision_thresholds`) is measured once more and both are pooled
     (:func:`pooled_measurement`; ``Measurement.remeasured`` says so). Raises

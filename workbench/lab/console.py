@@ -24,6 +24,7 @@ from workbench.engine.launch import LaunchCommand
 from workbench.errors import LaunchRefused, ServerChoiceError, WorkbenchError
 from workbench.lab.clicks import clicks_of
 from workbench.lab.gpu import read_gpus
+from workbench.lab.start_progress import StartProgressView
 from workbench.lab.state import BoxState, ServerGone
 
 __all__ = ["BoxConsole", "box_console", "PANES", "server_health", "server_uptime", "shorten_command"]
@@ -159,6 +160,7 @@ class BoxConsole:
         self.force_button.on_click(self._click("launch anyway", lambda: self.restart(force=True)))
         self.status_line = W.HTML()
         self.status_line.add_class("wb-console-status")
+        self.start_progress = StartProgressView()  # a launch's phase, shards, last log line while it loads
         self.dropped_html = W.HTML()
         self.dropped_html.add_class("wb-console-dropped")
         clicks_of(self.state).on_drop = self._on_dropped_click
@@ -168,7 +170,8 @@ class BoxConsole:
                              self.command,
                              W.HBox([self.start_button, self.stop_button, self.restart_button, self.force_button],
                                     layout=W.Layout(flex_flow="row wrap")),
-                             self.status_line, self.dropped_html, self.findings_html])
+                             self.status_line, self.start_progress.widget, self.dropped_html,
+                             self.findings_html])
         # -- Journal
         self.journal_html = W.HTML()
         self.journal_html.add_class("wb-console-journal")
@@ -358,6 +361,7 @@ class BoxConsole:
             b.disabled = True
         t0 = time.monotonic()
         done = threading.Event()
+        self.start_progress.clear()
 
         def tick():
             while not done.wait(1.0):
@@ -433,6 +437,7 @@ class BoxConsole:
             box, inv, journal = open_box(self.state.host, launch_command=given, port=port,
                                          server_start_timeout=self.server_start_timeout)
             self.session = BoxSession(box, inv, journal, server_start_timeout=self.server_start_timeout)
+            self.session.start_reporter = self.start_progress
             self.state.port = inv.port
         return self.session
 
@@ -539,7 +544,7 @@ class BoxConsole:
             else:
                 # no session of this console: undo only what a dead run left, never a live run's changes
                 report = restore_box(self.state.box, server_start_timeout=self.server_start_timeout,
-                                     unless_owner_alive=True)
+                                     unless_owner_alive=True, reporter=self.start_progress)
             self.last_restore = report
             errors = self.state.notify("restored")
             if not report.actions and not report.problems:

@@ -97,6 +97,9 @@ module                what it holds
                       :class:`~.vllm_log.SpecDecodingLine`, :class:`~.vllm_log.VllmLogReader`,
                       :class:`~.vllm_log.VllmLogSummary` (drafts, accepted, accept length = 1 +
                       accepted / drafts, per-position acceptance over a window). Standard library only.
+:mod:`.startup`       start-up progress of an SGLang or vLLM server (phase, shard count, phase
+                      times, last line, ranks): :func:`~.startup.startup_progress`,
+                      :class:`~.startup.StartupTracker` (fed as the log grows). Imports ``lines``.
 ====================  =========================================================================
 
 Every name below stays importable as ``from workbench.logs import X`` (what
@@ -132,6 +135,7 @@ from workbench.logs.read import (
     tail_bytes,
 )
 from workbench.logs.follow import FollowEvent, LogFollower, ServerLogFollower, TailUpdate, read_when_settled
+from workbench.logs.startup import PHASES as STARTUP_PHASES, StartupProgress, StartupTracker, startup_progress
 from workbench.logs.vllm_log import (
     SpecDecodingLine,
     VllmLogReader,
@@ -148,5 +152,5 @@ __all__ = [
     "DEFAULT_DECODE_LOG_INTERVAL", "BLOCK", "TAIL_BLOCK", "read_decode_records", "MAX_LINE", "LineCapper",
     "cap_lines", "cut_length", "DECODE_LINE_FORMATS", "decode_line_format", "correct_draft_rate",
     "engine_accept_rate", "SpecDecodingLine", "VllmLogReader", "VllmLogSummary", "parse_spec_decoding_line",
-    "summarize_spec_lines",
+    "summarize_spec_lines", "STARTUP_PHASES", "StartupProgress", "StartupTracker", "startup_progress",
 ]

@@ -24,21 +24,21 @@ from workbench.sandbox_box import VLLM_DEFAULT_PORT, sandbox_launch_command, san
 from workbench.session.guard import LaunchGuard
 from workbench.session.inventory import Inventory, take_inventory
 from workbench.session.journal import Journal, RestoreReport, restore_box
-from workbench.session.launches import launch_phases, launch_record, log_size
+from workbench.session.launches import launch_record, progress_phases
+from workbench.session.startup_wait import MAX_START_S, default_reporter, wait_for_start
 from workbench.errors import WatchdogError
 from workbench.session.watchdog import (WATCHDOG_AFTER_EXPECTED, WATCHDOG_AFTER_S, check_watchdog_after,
                                         heartbeat_interval, read_report, report_notice, start_watchdog,
                                         watchdog_after_ok)
 
 __all__ = ["BoxSession", "open_box", "holding_run_lock", "launch_env_delta", "check_run_parameters", "run_parameter_problem",
-           "RUN_PARAMETER_KINDS", "MAX_RUN_SECONDS", "START_WAIT_FACTOR"]
+           "RUN_PARAMETER_KINDS", "MAX_RUN_SECONDS", "MAX_START_S"]
 
-#: A launch (or a server found still starting) is given up after ``server_start_timeout`` seconds
-#: WITHOUT progress (no new log bytes, no CPU time used by its process group, the same answer:
-#: ``remote.readiness.StallClock``), and after this many times ``server_start_timeout`` in all (a
-#: server that keeps busy and never gets ready). So a start twice as slow on a busy machine is
-#: waited for, and a hung one is given up after the same time on any machine (issue 26).
-START_WAIT_FACTOR = 4
+#: A launch is given up after ``server_start_timeout`` seconds WITHOUT progress (no new log bytes,
+#: no CPU time used by its process group, the same answer, the same start-up phase and shard
+#: count: ``remote.readiness.StallClock``, :mod:`workbench.session.startup_wait`), naming the phase
+#: it stalled in; one that keeps progressing is waited for up to :data:`MAX_START_S` in all,
+#: whatever ``server_start_timeout`` is (issue 28: a 40-minute load that progresses is waited for).
 
 
 class BoxSession:
@@ -47,13 +47,20 @@ class BoxSession:
     exit). Shared by :class:`DiagnosisRun` and :class:`workbench.sweep.SweepRun`; open the box with
     :func:`open_box`. ``restarts`` counts launches of something other than what was running.
     ``server_start_timeout``: seconds a launch (or a server found still starting) may go without
-    progress before it is given up (:data:`START_WAIT_FACTOR` times that in all); ``request_timeout``: seconds each HTTP request to the server may take (the measurements'
+    progress before it is given up, naming the start-up phase it stalled in (a launch that
+    progresses: up to :data:`MAX_START_S` in all); ``request_timeout``: seconds each HTTP request to the server may take (the measurements'
     requests, the probe request).
 
     Every launch passes the launch guard first (:attr:`guard`, :class:`workbench.session.guard.LaunchGuard`):
     the doctor on the exact command, and a launch its findings say will not start is refused with
     :class:`workbench.errors.LaunchRefused` before anything is stopped or started; ``force_launch``
-    launches it anyway (recorded as overridden)."""
+    launches it anyway (recorded as overridden).
+
+    A launch's start-up progress (phase, shard count, elapsed, last log line) goes to
+    :attr:`start_reporter` while it loads (``reporter(label, StartupProgress, elapsed_s, final)``;
+    None: :func:`~workbench.session.startup_wait.default_reporter` at each launch, a bar on a
+    terminal, lines in a notebook; set it to show progress elsewhere, e.g. the console's status);
+    :attr:`last_start` is the :class:`~workbench.logs.startup.StartupProgress` of the latest launch."""
 
     def __init__(self, box, inventory: Inventory, journal: Journal, *, server_start_timeout: float = 300.0,
                  allow_restart: bool = True, request_timeout: float = 300.0, force_launch: bool = False):
@@ -74,6 +81,8 @@ class BoxSession:
         self.restore_stopped_at: float | None = None
         self.finished = False
         self.force_launch = force_launch
+        self.start_reporter = None
+        self.last_start = None
         running = list(inventory.launch.exec_argv) if inventory.server_pid is not None else None
         self.guard = LaunchGuard(box, engine_root=inventory.engine_root, engine_version=inventory.engine_version,
                                  cwd=inventory.server_cwd, force=force_launch is True, running_argv=running)
@@ -151,8 +160,9 @@ class BoxSession:
                  "launched_at": launched_at, "log_start": 0}
         try:
             # a stall time-out: a start slowed down by a busy machine keeps its log and CPU moving
-            self.box.wait_healthy(handle, timeout=START_WAIT_FACTOR * self.server_start_timeout,
-                                  stall_timeout=self.server_start_timeout)
+            reporter = self.start_reporter if self.start_reporter is not None else default_reporter()
+            _waited, self.last_start = wait_for_start(self.box, handle, stall_timeout=self.server_start_timeout,
+                                                     label=label, reporter=reporter)
         except (ServerDied, ServerStartTimedOut):
             # Ours either way: a server that did not answer in time still runs (and holds the
             # port), one that died may leave workers in its process group. Stop the whole group
@@ -161,7 +171,7 @@ class BoxSession:
             self._stop_current()
             raise
         ready_at = time.time()
-        phases = launch_phases(self.box, handle.log_path, 0, log_size(self.box, handle.log_path))
+        phases = progress_phases(self.last_start)
         self.launches.append(launch_record(**times, ready_at=ready_at, phases=phases))
         return handle
 
@@ -217,7 +227,8 @@ class BoxSession:
         serving = self._serving_now()
         if serving and serving != "the server as found" and self.restore_stopped_at is None:
             self.restore_stopped_at = time.time()
-        self.restore_report = restore_box(self.box, server_start_timeout=self.server_start_timeout)
+        self.restore_report = restore_box(self.box, server_start_timeout=self.server_start_timeout,
+                                          reporter=self.start_reporter)
         if self.restore_report.launch is not None and serving and serving != "the server as found":
             self.restore_report.launch.update(stopped_at=self.restore_stopped_at, stopped=serving)
         lock = getattr(self.journal, "run_lock", None)

@@ -35,7 +35,8 @@ from remote.errors import RemoteError, RemoteFileDecodeError, RemoteFileNotFound
 from remote.result import ServerHandle, ServerProcess
 from workbench.errors import JournalError, WatchdogError
 from workbench.session import runlock, watchdog_box
-from workbench.session.launches import launch_phases, launch_record, log_size
+from workbench.session.launches import launch_phases, launch_record, progress_phases
+from workbench.session.startup_wait import MAX_START_S, default_reporter, wait_for_start
 
 #: The journal's file name, in ``<state_dir>/diagnosis`` (the watchdog on the box reads the same:
 #: :mod:`workbench.session.watchdog_box` holds the layout).
@@ -331,7 +332,7 @@ def _is_pid(value: Any) -> bool:
 
 
 def restore_box(box, *, server_start_timeout: float = 600.0, timeout: float = 30.0,
-                unless_owner_alive: bool = False, release_lock: bool = True) -> RestoreReport:
+                unless_owner_alive: bool = False, release_lock: bool = True, reporter=None) -> RestoreReport:
     """Undo everything the journal on ``box`` records: stop servers the diagnosis started, revert
     every probe, relaunch the original server (same argv, cwd, environment, log file, appended
     to) if it was stopped. Idempotent; safe to call from several places.
@@ -351,10 +352,16 @@ def restore_box(box, *, server_start_timeout: float = 600.0, timeout: float = 30
     kept, for a run that restores what a dead run left before it starts).
 
     The run's watchdog on the box (:mod:`workbench.session.watchdog`): while it restores the box
-    (it holds the lock) this waits for it to finish first (up to ``server_start_timeout`` + 60 s),
+    (it holds the lock) this waits for it to finish first (while it lives, up to
+    :data:`~workbench.session.startup_wait.MAX_START_S` + 60 s: its relaunch may load that long),
     so two restorers never act on one journal; while it still watches a dead run whose box this
     restores, the dead run's heartbeat is beaten between the steps, so it keeps away (a watchdog
     whose run's lock is released by the end of this restore then exits).
+
+    The original's relaunch is waited for as a launch is (:func:`~workbench.session.startup_wait.wait_for_start`):
+    ``server_start_timeout`` seconds without progress is a stall (the phase named in ``problems``),
+    one that progresses is waited for; its progress goes to ``reporter`` (None:
+    :func:`~workbench.session.startup_wait.default_reporter`).
 
     Returns a :class:`RestoreReport`; never raises for an individual action that failed (the
     failure is in ``problems``, and the journal is kept so a later call can retry), raises
@@ -373,7 +380,7 @@ def restore_box(box, *, server_start_timeout: float = 600.0, timeout: float = 30
         holder = None
         report.actions.append(f"could not read the run lock ({exc}); deciding by the journal's owner")
     if holder is not None and holder.alive and holder.watchdog_of and not runlock.is_mine(holder):
-        holder = _wait_for_watchdog(box, holder, report, wait_s=server_start_timeout + 60.0, timeout=timeout)
+        holder = _wait_for_watchdog(box, holder, report, wait_s=MAX_START_S + 60.0, timeout=timeout)
     journal = Journal(box, timeout=timeout)
     if unless_owner_alive:
         if holder is not None and holder.alive and not runlock.is_mine(holder):
@@ -444,7 +451,7 @@ def restore_box(box, *, server_start_timeout: float = 600.0, timeout: float = 30
 
     original = journal.data.get("original_server") or {}
     if original.get("stopped"):
-        _bring_back_original(box, journal, original, report, server_start_timeout, timeout, settle)
+        _bring_back_original(box, journal, original, report, server_start_timeout, timeout, settle, reporter)
     else:
         settle()
     return report
@@ -555,7 +562,8 @@ def _stop_unrecorded_launch(box, journal: Journal, launching: dict, report: Rest
 
 
 def _bring_back_original(box, journal: Journal, original: dict, report: RestoreReport,
-                         server_start_timeout: float, timeout: float, settle: Callable[[], None]) -> None:
+                         server_start_timeout: float, timeout: float, settle: Callable[[], None],
+                         reporter=None) -> None:
     """Relaunch the original server (or adopt a process already running its exact argv), record
     it as serving and call ``settle`` (journal emptied, lock released) as soon as it is spawned;
     then wait until it is healthy. When it does not get healthy (or, with no port recorded,
@@ -571,9 +579,10 @@ def _bring_back_original(box, journal: Journal, original: dict, report: RestoreR
             handle = ServerHandle(pid=running.pid, pgid=running.pgid, port=port if port is not None else running.port,
                                   log_path=running.log_path or original.get("log_path") or f"/proc/{running.pid}/fd/2",
                                   pid_path="", argv=tuple(running.argv), cwd=running.cwd, box=box.name)
+            offset = _log_size(box, handle.log_path, timeout)
             done = f"the original server's command already runs (pid {running.pid}); not relaunched: {command}"
         else:
-            log_start = log_size(box, original.get("log_path"), timeout=timeout)
+            offset = _log_size(box, original.get("log_path"), timeout)
             launched_at = time.time()
             handle = box.launch_server(
                 argv, port=port, log_path=original.get("log_path"), cwd=original.get("cwd"),
@@ -592,7 +601,9 @@ def _bring_back_original(box, journal: Journal, original: dict, report: RestoreR
     try:
         health = ""
         if handle.port is not None:
-            box.wait_healthy(handle, timeout=server_start_timeout)
+            _waited, progress = wait_for_start(box, handle, stall_timeout=server_start_timeout, label="restore",
+                                               reporter=reporter if reporter is not None else default_reporter(),
+                                               log_offset=offset)
         elif done is None:
             time.sleep(1.0)
             if not box.is_alive(handle.pid, timeout=timeout):
@@ -609,21 +620,32 @@ def _bring_back_original(box, journal: Journal, original: dict, report: RestoreR
         if done is None:
             report.launch = launch_record(label="restore", reason=RESTORE_REASON, launch_command=command,
                                           pid=handle.pid, log_path=handle.log_path, stopped_at=None, stopped=None,
-                                          launched_at=launched_at, ready_at=None, log_start=log_start,
-                                          started=False, error=str(exc).splitlines()[0] if str(exc) else None)
+                                          launched_at=launched_at, ready_at=None, log_start=offset,
+                                          started=False, error=str(exc).splitlines()[0] if str(exc) else None,
+                                          phases=launch_phases(box, handle.log_path, offset, None, timeout=timeout))
         return
     if done is None:
         ready_at = time.time() if handle.port is not None else None
         report.launch = launch_record(
             label="restore", reason=RESTORE_REASON, launch_command=command, pid=handle.pid, log_path=handle.log_path,
-            stopped_at=None, stopped=None, launched_at=launched_at, ready_at=ready_at, log_start=log_start,
-            phases=launch_phases(box, handle.log_path, log_start, log_size(box, handle.log_path, timeout=timeout),
-                                 timeout=timeout))
+            stopped_at=None, stopped=None, launched_at=launched_at, ready_at=ready_at, log_start=offset,
+            phases=progress_phases(progress) if handle.port is not None else None)
     report.actions.append(done or f"relaunched the original server (pid {handle.pid}){health}: {command}")
 
 
 #: Why the restore's relaunch is a load (its launch record's ``reason``).
 RESTORE_REASON = "restore: relaunch the server as found"
+
+
+def _log_size(box, path, timeout: float) -> int:
+    """Bytes in the log at ``path`` now (0: no path, no file, unreadable): where a relaunch that
+    appends to it begins, so its start-up is read from there."""
+    if not path:
+        return 0
+    try:
+        return box.file_size(path, timeout=timeout)
+    except RemoteError:
+        return 0
 
 
 def _journal_original_again(journal: Journal, original: dict, run_id: str | None, report: RestoreReport) -> None:

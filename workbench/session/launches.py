@@ -15,7 +15,7 @@ from typing import Any
 from remote.errors import RemoteError
 from workbench.logs.bounded import cap_lines
 
-__all__ = ["PHASE_READ_BYTES", "launch_phases", "launch_record", "log_size"]
+__all__ = ["PHASE_READ_BYTES", "launch_phases", "progress_phases", "launch_record", "log_size"]
 
 #: At most this many bytes of one launch's start-up log are read for its phases: the first and the
 #: last half of it when it is longer (a start-up's phase lines are at its beginning — launch,
@@ -63,11 +63,19 @@ def launch_phases(box, log_path: str | None, start: int | None, end: int | None,
     except RemoteError:
         return None
     lines = cap_lines(data).decode("utf-8", "replace").splitlines()
-    progress = startup_progress(lines)
+    return {**progress_phases(startup_progress(lines)), "cut": cut}
+
+
+def progress_phases(progress) -> dict[str, Any] | None:
+    """A :class:`workbench.logs.startup.StartupProgress` (the one the wait for a launch followed,
+    :func:`workbench.session.startup_wait.wait_for_start`) as a launch record keeps it:
+    ``{"phases": [{"name", "at"}], "phase", "shards": [done, total] or None, "ranks_seen",
+    "last_line"}``; ``None`` for ``None``."""
+    if progress is None:
+        return None
     return {"phases": [dict(p) for p in progress.phases], "phase": progress.phase,
             "shards": list(progress.shards) if progress.shards else None,
-            "ranks_seen": sorted(progress.ranks_seen) if progress.ranks_seen else [],
-            "last_line": progress.last_line, "cut": cut}
+            "ranks_seen": list(progress.ranks_seen), "last_line": progress.last_line}
 
 
 def launch_record(*, label: str, reason: str | None, launch_command: str | None, pid: int | None,

@@ -45,7 +45,8 @@ atomic rename, bytecode caches put back), remove ``created_paths`` under the sta
 -rf``: a symlink is removed, never followed), remove the temporary files of interrupted writes,
 and relaunch the original server (argv, cwd, environment, log appended to) when the journal says
 it was stopped and nothing with that argv already runs, waiting until it answers
-``/health_generate`` (or ``/health``) with 200. The journal is rewritten (atomically, mode 0600)
+``/health_generate`` (or ``/health``) with 200 while it makes progress (``server_start_timeout``
+is a stall time-out, as the workbench's: :func:`wait_healthy`). The journal is rewritten (atomically, mode 0600)
 after each step, and emptied when everything was undone.
 
 Units: seconds. Errors: an operation that cannot run prints ``{"status": "error", "error": ...}``
@@ -715,12 +716,72 @@ def _http_status(url, timeout):
         return None
 
 
-def wait_healthy(pid, port, timeout):
+#: seconds a relaunch that keeps progressing is waited for in all (``workbench.session.startup_wait.MAX_START_S``)
+MAX_START_S = 6 * 3600.0
+#: CPU seconds per second of the group that count as progress (``remote.readiness.MIN_CPU_PROGRESS_S``)
+MIN_CPU_PROGRESS_S = 0.05
+#: an access-log line of a readiness poll: no progress (``remote.box.POLL_LINE``)
+_POLL_LINE = re.compile(rb'"(?:GET|POST) /(?:health_generate|health|generate|v1/models|v1/completions)[ ?"]')
+
+
+def group_cpu_s(pgid):
+    """CPU seconds (user + system) used so far by the live processes of process group ``pgid``."""
+    hz = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open("/proc/%s/stat" % name) as f:
+                fields = f.read().rsplit(") ", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if int(fields[2]) == pgid:
+            total += int(fields[11]) + int(fields[12])
+    return total / float(hz)
+
+
+def _log_progress(log_path, offset):
+    """``(bytes of new lines but the polls', new offset)`` of ``log_path`` after byte ``offset``."""
+    try:
+        size = os.path.getsize(log_path)
+    except OSError:
+        return 0, offset
+    if size < offset:
+        offset = 0
+    if size == offset:
+        return 0, offset
+    with open(log_path, "rb") as f:
+        f.seek(max(offset, size - (1 << 20)))
+        new = f.read(size - offset)
+    return sum(len(ln) + 1 for ln in new.split(b"\n") if ln.strip() and not _POLL_LINE.search(ln)), size
+
+
+def _last_log_line(log_path):
+    """The last line of ``log_path`` but the polls' (its last 64 KiB read), or None."""
+    try:
+        with open(log_path, "rb") as f:
+            f.seek(max(os.path.getsize(log_path) - 65536, 0))
+            lines = [ln for ln in f.read().replace(b"\r", b"\n").split(b"\n")
+                     if ln.strip() and not _POLL_LINE.search(ln)]
+    except OSError:
+        return None
+    return lines[-1].decode("utf-8", "replace").strip()[:300] if lines else None
+
+
+def wait_healthy(pid, port, timeout, log_path=None, max_s=MAX_START_S):
     """Poll ``GET /health_generate`` (``/health`` on a server without it) on 127.0.0.1:``port``
-    until 200 while ``pid`` lives. Returns the seconds waited; raises RuntimeError (it died, or
-    not ready within ``timeout``)."""
-    start = time.monotonic()
+    until 200 while ``pid`` lives. ``timeout`` is a STALL time-out (the workbench's
+    ``server_start_timeout``, ``workbench.session.startup_wait``): given up after that many seconds
+    without progress (no new log line but the polls' own, less than ``MIN_CPU_PROGRESS_S`` CPU
+    seconds per second used by the group of ``pid``), or after ``max_s`` in all. Returns the
+    seconds waited; raises RuntimeError (it died, it stalled: the last log line named, or not
+    ready within ``max_s``)."""
+    start = last_progress = time.monotonic()
     path, last = "/health_generate", "no answer yet"
+    offset = os.path.getsize(log_path) if log_path and os.path.exists(log_path) else 0
+    pgid = (proc_stat(pid) or (None, None, pid))[2]
+    cpu, looked = group_cpu_s(pgid), start
     while True:
         if start_of(pid) is None:
             raise RuntimeError("it exited before answering 200 (last: %s)" % last)
@@ -731,8 +792,18 @@ def wait_healthy(pid, port, timeout):
             path = "/health"
             continue
         last = "HTTP %s" % status if status is not None else "no answer"
-        if time.monotonic() - start >= timeout:
-            raise RuntimeError("it never became ready in %gs (last: %s)" % (timeout, last))
+        now = time.monotonic()
+        grown, offset = _log_progress(log_path, offset) if log_path else (0, offset)
+        used = group_cpu_s(pgid)
+        if grown or (used - cpu) / max(now - looked, 1e-6) >= MIN_CPU_PROGRESS_S:
+            last_progress = now
+        cpu, looked = used, now
+        if now - last_progress >= timeout:
+            raise RuntimeError("it stalled: no progress for %.1f s (stall time-out %gs: no new log line, no CPU "
+                               "time; last: %s; last log line: %s)" % (now - last_progress, timeout, last,
+                                                        _last_log_line(log_path) if log_path else None))
+        if now - start >= max_s:
+            raise RuntimeError("it never became ready in %gs (last: %s)" % (max_s, last))
         time.sleep(0.25)
 
 
@@ -746,6 +817,7 @@ def _bring_back_original(journal, original, report, cfg, layout):
         if running:
             pid, done = running[0]["pid"], ("the original server's command already runs (pid %d); not relaunched: %s"
                                             % (running[0]["pid"], command))
+            _log = None
         else:
             pid, _log = launch_server(argv, port, original.get("log_path"), original.get("cwd"), original.get("env"),
                                       layout)
@@ -760,7 +832,7 @@ def _bring_back_original(journal, original, report, cfg, layout):
     try:
         health = ""
         if port is not None:
-            wait_healthy(pid, int(port), cfg["server_start_timeout"])
+            wait_healthy(pid, int(port), cfg["server_start_timeout"], log_path=_log)
         elif done is None:
             time.sleep(1.0)
             if start_of(pid) is None:
