@@ -25,7 +25,7 @@ from workbench.diagnosis.results import Measurement, StartFailure, StepResult, f
 from workbench.diagnosis.steps.candidates import try_candidate_fixes
 from workbench.diagnosis.steps.hypotheses import CROSS_ENGINE_AUX
 from workbench.diagnosis.steps.probe import launch_probe, read_probes, revert_probes, suspects
-from workbench.diagnosis.steps.readings import attach_probe_evidence, summarize_readings
+from workbench.diagnosis.steps.readings import DECIDED_AS_FOUND, attach_probe_evidence, summarize_readings
 from workbench.diagnosis.steps.relaunch import launch_with
 from workbench.diagnosis.steps.static import facts
 from workbench.doctor import DoctorError
@@ -185,31 +185,39 @@ def fix_will_be_measured(ctx: RunContext, applicable: list[Fix]) -> bool:
 
 def probe_launch_needed(ctx: RunContext) -> list[str]:
     """Why the probes need a launch of their own, one sentence per reason; empty when they can
-    ride on the fix launch: every suspect hypothesis (:func:`~workbench.diagnosis.steps.probe.suspects`)
-    has a fix of its own (launch or draft copy) that :func:`apply_fixes` will apply and measure.
-    A suspect with no fix derivable, or only candidates to measure, or fixes that will not be
-    applied (``apply_fix`` off, acceptance not low), needs the probe launch; so does low
-    acceptance with no suspect at all (the probes look for a mechanism nothing static named)."""
+    ride on the fix launch. They ride when a fix launch will be made and measured
+    (:func:`fix_will_be_measured`: some confirmed cause has a launch or draft-copy fix) and no
+    suspect (:func:`~workbench.diagnosis.steps.probe.suspects`) without a fix of its own is one
+    that only readings of the server as found decide
+    (:data:`~workbench.diagnosis.steps.readings.DECIDED_AS_FOUND`): every other suspect is read on
+    the fixed server (its readings are those of the deployment the fix leaves alone) and decided
+    by the fix's measurement (a fix that brings acceptance back leaves it nothing to explain) or
+    its candidates. A probe launch is needed with no fix launch at all (no fix derivable, only
+    candidates, ``apply_fix`` off, acceptance not low), and with low acceptance and no suspect."""
     suspected = suspects(ctx)
     if not suspected:
         return ["acceptance is low and no hypothesis is suspect from the static evidence: the probes look for "
                 "the mechanism on the server as found"]
     fixes = derive_fixes(ctx)
     applicable = [f for f in fixes if f.kind in ("launch", "draft-copy")]
-    if not fix_will_be_measured(ctx, applicable):
-        why = ("apply_fix is False" if not ctx.settings.apply_fix else
-               "acceptance as found is not low: the fixes are proposed, not applied")
-        return [f"{', '.join(suspected)} cannot be shown on a fix launch ({why}): their mechanism is read on the "
-                "server as found"]
     answered = set(ctx.hypotheses.of_fixes(applicable))
-    out = []
-    for hid in suspected:
-        if hid in answered:
-            continue
+
+    def lacks(hid: str) -> str:
         kinds = {f.kind for f in fixes if hid in ctx.hypotheses.of_fixes([f])}
-        why = "only candidates to measure" if "candidates" in kinds else "no fix derivable"
-        out.append(f"{hid} could not be decided from the running server and the code path ({why})")
-    return out
+        return "only candidates to measure" if "candidates" in kinds else "no fix derivable"
+
+    if not applicable or not fix_will_be_measured(ctx, applicable):
+        why = ("apply_fix is False" if not ctx.settings.apply_fix else
+               "no confirmed cause has a fix" if not applicable else
+               "acceptance as found is not low: the fixes are proposed, not applied")
+        unfixed = [h for h in suspected if h not in answered]
+        return ([f"{hid} could not be decided from the running server and the code path ({lacks(hid)}), and no "
+                 f"fix launch will carry the probes ({why})" for hid in unfixed] or
+                [f"{', '.join(suspected)}: no fix launch will carry the probes ({why}); their mechanism is read on "
+                 "the server as found"])
+    return [f"{hid} could not be decided from the running server and the code path ({lacks(hid)}): only the "
+            "probes' readings on the server as found decide it" for hid in suspected
+            if hid not in answered and hid in DECIDED_AS_FOUND]
 
 
 def doctor_on_fix(ctx: RunContext, launch: LaunchCommand) -> None:

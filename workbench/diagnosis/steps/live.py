@@ -77,12 +77,12 @@ def fc_widths_as_served(cmap, algorithm: str | None, *, hidden: int | None, fc_i
     return {"widths": [fc_in] if capture else [hidden], "capture": capture, "words": words, "where": where}
 
 
-def stack_dumps(ctx: RunContext, pid: int, *, max_lines: int = 40) -> dict[str, Any]:
+def stack_dumps(box, pid: int, *, max_lines: int = 40) -> dict[str, Any]:
     """``py-spy dump --pid P`` of every process of the server's tree (``Box.process_tree``):
     ``{"dumps": [{"pid", "title", "lines"}], "note": ...}``, each dump cut to ``max_lines``. A box
     without ``py-spy`` on PATH, or where ptrace is not permitted (another user's process, a
-    container without ``SYS_PTRACE``), gives a note naming why, never an error."""
-    box = ctx.box
+    container without ``SYS_PTRACE``), gives a note naming why, never an error. ``box``: a
+    ``remote.Box``; ``pid``: the server's (its launcher's) pid."""
     try:
         found = box.run(["bash", "-c", "command -v py-spy"], timeout=LIVE_TIMEOUT_S, check=False)
         tree = box.process_tree(pid, timeout=LIVE_TIMEOUT_S)
@@ -179,7 +179,7 @@ def live_evidence(ctx: RunContext, *, stack_dumps_on: bool = False) -> StepResul
                                                      "server_info": info or None}, kind="live")
     if stack_dumps_on:
         pid = session.current.pid if session.current is not None else ctx.inventory.server_pid
-        live["stack_dumps"] = stack_dumps(ctx, pid) if pid else {"dumps": [], "note": "no server pid known"}
+        live["stack_dumps"] = stack_dumps(ctx.box, pid) if pid else {"dumps": [], "note": "no server pid known"}
         if live["stack_dumps"].get("note"):
             ctx.notes.append(live["stack_dumps"]["note"])
     shown = {k: live.get(k) for k in ("server_info", "spec_accept_length", "log_accept_length", "fc_widths_as_found")

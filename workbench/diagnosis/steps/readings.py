@@ -21,7 +21,7 @@ from workbench.diagnosis.steps.hypotheses import CROSS_ENGINE_AUX
 from workbench.diagnosis.words import d2t_words, literal, pr_subset, unmatched_words
 from workbench.engine.recipes import missing_required, params_left_at_init, weights_unmatched
 
-__all__ = ["DRAFT_MODEL_FILE", "PROBE_RECIPE", "summarize_readings", "rank_values", "attach_probe_evidence",
+__all__ = ["DRAFT_MODEL_FILE", "PROBE_RECIPE", "DECIDED_AS_FOUND", "summarize_readings", "rank_values", "attach_probe_evidence",
            "attach_fix_width_evidence",
            "probe_decides_cross_engine", "probe_text", "decisive_width", "target_hidden", "expected_width"]
 
@@ -32,6 +32,12 @@ DRAFT_MODEL_FILE = "srt/models/llama_eagle3.py"
 #: recipe, anchored on the draft's fc width check as the code-path map finds it in the box's
 #: version (SGLang 0.5.23 ``srt/models/llama_eagle3.py`` ``LlamaModel.forward``).
 PROBE_RECIPE = "draft-input-width"
+#: The hypotheses that the probes' readings of the server AS FOUND decide (not only add evidence
+#: to): the cross-engine aux convention, by the layers the target captures compared with the
+#: states the draft was trained on (:func:`probe_decides_cross_engine`) — a fix launch captures
+#: other layers, so its readings cannot stand in. Such a suspect without a fix of its own needs a
+#: probe launch (:func:`workbench.diagnosis.steps.fixes.probe_launch_needed`).
+DECIDED_AS_FOUND = (CROSS_ENGINE_AUX,)
 
 
 def summarize_readings(ctx: RunContext, readings: dict[str, list], *, before: bool) -> dict[str, Any]:
