@@ -27,7 +27,7 @@ pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[2]
 HIDDEN = json.loads((ROOT / "workbench" / "sandbox" / "models" / "target" / "config.json").read_text())["hidden_size"]
-SMALL = {"num_prompts": 2, "max_new_tokens": 32}
+SMALL = {"num_prompts": 4, "max_new_tokens": 64}  # as the runbook tests: the fix measured clear of the thresholds
 
 
 def _servers_on(box, port):
