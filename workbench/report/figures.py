@@ -460,7 +460,8 @@ def hidden_width_probe(observed: int | None, expected: int, target_hidden: int, 
     match = obs == exp
     fig = go.Figure(
         go.Bar(
-            x=[f"received by the draft ({where})", "fc input expects"],
+            x=["received by the draft (probe)" if where == "probe" else f"received by the draft<br>({where})",
+               "fc input expects"],
             y=[0 if obs is None else obs, exp],
             marker_color=[_NEUTRAL_COLOR if obs is None else (_AFTER_COLOR if match else _BEFORE_COLOR), "#1f77b4"],
             text=[multiple(obs), multiple(exp)],
