@@ -8,7 +8,8 @@ the built-in held-out prompts (`workbench/sandbox/prompts/bench.jsonl`) one at a
 `POST /generate` (greedy), and reads SGLang's `meta_info` fields. Accept length is
 sum(completion_tokens) / sum(spec_verify_ct); tok/s is sum(completion_tokens) /
 sum(e2e_latency). Also checks that every speculative output equals the plain greedy output.
-Prints a table (each row with its target and whether it is met) and writes JSON. Exit 1 when
+Prints a table (each row with its target and whether it is met) and writes JSON; also the
+start-up time (launch to /health 200) of an EAGLE3 server at TP 1 and TP 8 (informational). Exit 1 when
 a target is missed: EAGLE3 >= 2.0, EAGLE <= 1.2, EAGLE3 - control >= 0.5 (the aux features must
 carry information the feature-less control draft cannot get), every output lossless.
 """
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -57,8 +59,10 @@ def run_config(algo, draft, prompts, max_new_tokens: int, log_dir: Path, models:
         cmd += ["--speculative-algorithm", algo, "--speculative-draft-model-path", str(models / draft),
                 "--speculative-num-steps", "3", "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "4"]
     log_path = log_dir / f"bench_{algo or 'none'}_{draft or 'none'}.log"
+    # each server a box of its own (sandbox GPUs): the next one never waits for this one's memory
+    env = {**os.environ, "SANDBOX_GPUS_DIR": str(log_dir / f"sandbox-gpus-{port}")}
     with open(log_path, "w") as log:
-        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env=env)
     try:
         base = f"http://127.0.0.1:{port}"
         deadline = time.time() + 180
@@ -94,6 +98,37 @@ def run_config(algo, draft, prompts, max_new_tokens: int, log_dir: Path, models:
         "accept_length": completion / verify if verify else None, "spec_verify_ct": verify,
         "outputs": outs, "log": str(log_path),
     }
+
+
+def startup_seconds(tp: int, log_dir: Path, models: Path = MODELS, load_seconds: float = 0.0) -> float:
+    """Seconds from launching an EAGLE3 server at ``--tp-size tp`` (``tp`` rank processes on sandbox
+    GPUs of its own) to its first /health 200. Raises ``RuntimeError`` when it exits or takes > 180 s."""
+    port = free_port()
+    cmd = [sys.executable, "-m", "workbench.sandbox.launch_server", "--model-path", str(models / "target"),
+           "--host", "127.0.0.1", "--port", str(port), "--tp-size", str(tp), "--speculative-algorithm", "EAGLE3",
+           "--speculative-draft-model-path", str(models / "draft"), "--speculative-num-steps", "3",
+           "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "4",
+           "--sandbox-load-seconds", str(load_seconds)]
+    env = {**os.environ, "SANDBOX_GPUS_DIR": str(log_dir / f"sandbox-gpus-{port}")}
+    log_path = log_dir / f"bench_startup_tp{tp}.log"
+    tic = time.time()
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    try:
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(f"server exited ({proc.returncode}); see {log_path}")
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=30).status_code == 200:
+                    return time.time() - tic
+            except httpx.TransportError:
+                pass
+            if time.time() - tic > 180:
+                raise RuntimeError(f"server not healthy in 180 s; see {log_path}")
+            time.sleep(0.05)
+    finally:
+        os.killpg(proc.pid, 9)
+        proc.wait(timeout=30)
 
 
 def main(argv=None) -> int:
@@ -146,10 +181,14 @@ def main(argv=None) -> int:
     print(f"\nEAGLE3 - control accept length: {e3 - ctl:+.2f} (target >= {MIN_GAP})")
     for k, v in checks.items():
         print(f"  {'met ' if v else 'MISS'} {k}")
+    startup = {f"tp{tp}": startup_seconds(tp, out.parent, Path(args.models)) for tp in (1, 8)}
+    print("\nstart-up to /health 200 (EAGLE3, --sandbox-load-seconds 0): "
+          + ", ".join(f"TP {k[2:]} {v:.2f} s" for k, v in startup.items()))
     for r in results.values():
         r.pop("outputs")
     out.write_text(json.dumps({"prompts": len(prompts), "max_new_tokens": args.max_new_tokens,
-                               "results": results, "eagle3_minus_control": e3 - ctl, "checks": checks}, indent=2) + "\n")
+                               "results": results, "eagle3_minus_control": e3 - ctl, "checks": checks,
+                               "startup_s": startup}, indent=2) + "\n")
     print(f"\nwrote {out}")
     return 0 if all(checks.values()) else 1
 

@@ -37,9 +37,10 @@ from packaging.utils import canonicalize_name
 ROOT = Path(__file__).resolve().parent.parent
 
 #: The distributions (and top-level modules: each is imported under its own name) only the sandbox needs.
-SANDBOX_ONLY = ("torch", "transformers", "safetensors", "fastapi", "uvicorn")
+SANDBOX_ONLY = ("torch", "transformers", "safetensors", "fastapi", "uvicorn", "setproctitle")
 
-MESSAGE = ("the sandbox box needs the 'sandbox' extra (torch, transformers, safetensors, fastapi, uvicorn): "
+MESSAGE = ("the sandbox box needs the 'sandbox' extra (torch, transformers, safetensors, fastapi, uvicorn, "
+           "setproctitle): "
            "pip install 'eagle-workbench[sandbox]' — missing: ")
 
 #: The import hook of the simulated absence. ``EWB_BLOCKED``: comma-separated top-level modules;
@@ -321,7 +322,7 @@ def test_report_of_an_executed_notebook_without_the_extra_simulated_absence(no_s
 
 @pytest.mark.slow  # starts the sandbox's launch_server (which refuses at once)
 @pytest.mark.parametrize("blocked, missing", [
-    (SANDBOX_ONLY, "torch, transformers, safetensors, fastapi, uvicorn"),
+    (SANDBOX_ONLY, "torch, transformers, safetensors, fastapi, uvicorn, setproctitle"),
     (("torch",), "torch"),
     (("uvicorn", "fastapi"), "fastapi, uvicorn"),
 ])
@@ -343,7 +344,7 @@ def test_train_names_the_extra_and_exits_2_simulated_absence(no_sandbox_extra, t
     proc = _run([sys.executable, "-m", "workbench.sandbox.train", "--quick", "--out", str(out)], no_sandbox_extra,
                 timeout=60)
     assert proc.returncode == 2
-    assert proc.stderr == f"train: error: {MESSAGE}torch, transformers, safetensors, fastapi, uvicorn\n"
+    assert proc.stderr == f"train: error: {MESSAGE}torch, transformers, safetensors, fastapi, uvicorn, setproctitle\n"
     assert not out.exists()
     assert no_sandbox_extra.attempts("import") == []
 
@@ -369,7 +370,7 @@ def test_diagnosis_default_launch_is_refused_without_the_extra_simulated_absence
     out = json.loads(proc.stdout)
     assert out["type"] == "DiagnosisError" and out["torch_loaded"] is False
     assert f"port {free_port}" in out["message"] and sys.executable in out["message"]
-    assert MESSAGE + "torch, transformers, safetensors, fastapi, uvicorn" in out["message"]
+    assert MESSAGE + "torch, transformers, safetensors, fastapi, uvicorn, setproctitle" in out["message"]
     assert "launch_command" in out["message"]
     # checked by the box's interpreter with find_spec (nothing imported), and nothing was launched
     assert no_sandbox_extra.attempts("import") == []

@@ -2,7 +2,7 @@
 and the command that launches its server. Paths and a command line only: nothing here imports
 :mod:`workbench.sandbox` (the diagnosis treats the sandbox like any SGLang box), so this works
 without the sandbox's extra installed; launching the command needs it (torch, transformers,
-FastAPI, uvicorn: ``pip install 'eagle-workbench[sandbox]'``).
+FastAPI, uvicorn, setproctitle: ``pip install 'eagle-workbench[sandbox]'``).
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ SANDBOX_EXTRA = "sandbox"
 #: as ``workbench/sandbox/extra.py``, which the sandbox's entry points check; not imported from
 #: there: the diagnosis never imports the sandbox. ``tests/test_dependency_extras.py`` keeps the
 #: two and the extra equal).
-SANDBOX_EXTRA_MODULES = ("torch", "transformers", "safetensors", "fastapi", "uvicorn")
+SANDBOX_EXTRA_MODULES = ("torch", "transformers", "safetensors", "fastapi", "uvicorn", "setproctitle")
 
 #: Run on the box by the interpreter of the sandbox's launch command, with the module names as
 #: argv: prints ``{"python": sys.executable, "missing": [names]}`` as JSON. ``find_spec`` only:

@@ -36,7 +36,8 @@ PREFILL_RE = re.compile(
     r"#running-req: \d+, #queue-req: \d+, #pending-token: \d+, cpu graph: (True|False), "
     r"input throughput \(token/s\): \d+\.\d{2}$"
 )
-IGNORED = ["--tp", "8", "--trust-remote-code", "--mem-fraction-static", "0.8", "--enable-cache-report", "--chunked-prefill-size=4096"]
+IGNORED = ["--max-running-requests", "8", "--trust-remote-code", "--attention-backend", "triton", "--enable-cache-report",
+           "--chunked-prefill-size=4096"]
 INTERVAL = 5
 
 
@@ -111,7 +112,8 @@ def test_server_info_fields(server):
     assert info["speculative_num_draft_tokens"] == 4
     assert info["speculative_draft_model_path"] == str(DRAFT)
     assert info["model_path"] == str(TARGET) and info["decode_log_interval"] == INTERVAL
-    assert "workbench.sandbox.launch_server" in info["launch_command"] and "--tp 8" in info["launch_command"]
+    assert "workbench.sandbox.launch_server" in info["launch_command"] and "--max-running-requests 8" in info["launch_command"]
+    assert info["tp_size"] == 1 and info["mem_fraction_static"] == 0.88 and info["base_gpu_id"] == 0
     assert info["version"].startswith("0.5.23")
     assert info["internal_states"][0]["avg_spec_accept_length"] > 1.0
     assert httpx.get(server.url + "/get_server_info").json()["model_path"] == str(TARGET)
@@ -129,17 +131,20 @@ def test_log_format_matches_sglang(server):
     for deprecated in ("/get_server_info", "/get_model_info"):  # their warnings, whatever ran before
         httpx.get(server.url + deprecated).raise_for_status()
     time.sleep(0.2)
-    lines = server.log().splitlines()
+    # tqdm writes the shard bar ("\rLoading safetensors checkpoint shards: ...") without the
+    # logger's prefix, as in SGLang's logs
+    lines = [l for l in server.log().splitlines() if l and not l.startswith("Loading safetensors checkpoint shards: ")]
     assert lines and all(re.match(PREFIX, line) for line in lines), [l for l in lines if not re.match(PREFIX, l)]
     assert any(DECODE_RE.match(l) for l in lines)
     assert any(PREFILL_RE.match(l) for l in lines)
     assert not any(" TP0" in l or "INFO" in l for l in lines)
     assert any("server_args=ServerArgs(" in l for l in lines)
-    assert any(l.endswith("Load weight begin. avail mem=0.00 GB") for l in lines)
+    assert any(l.endswith("Load weight begin. avail mem=79.65 GB") for l in lines)  # 81559 MiB free (own sandbox GPUs)
     assert any(l.endswith("The server is fired up and ready to roll!") for l in lines)
     assert any("Endpoint '/get_server_info' is deprecated" in l for l in lines)
     assert any("Endpoint '/get_model_info' is deprecated" in l for l in lines)
-    for flag in ["--tp 8", "--trust-remote-code", "--mem-fraction-static 0.8", "--enable-cache-report", "--chunked-prefill-size=4096"]:
+    for flag in ["--max-running-requests 8", "--trust-remote-code", "--attention-backend triton", "--enable-cache-report",
+                 "--chunked-prefill-size=4096"]:
         assert any(l.endswith(f"Ignoring SGLang flag not implemented by the sandbox: {flag}") for l in lines), flag
 
 
@@ -203,10 +208,10 @@ def test_topk1_forces_num_draft_tokens(tmp_path):
 
     args = prepare_server_args(["--model-path", str(TARGET), "--speculative-algorithm", "NEXTN", "--speculative-draft-model-path",
                                 str(DRAFT), "--speculative-num-steps", "2", "--speculative-eagle-topk", "1",
-                                "--speculative-num-draft-tokens", "8", "--tp", "8"])
+                                "--speculative-num-draft-tokens", "8", "--max-running-requests", "8"])
     assert args.speculative_algorithm == "EAGLE"
     assert args.speculative_num_draft_tokens == 3
-    assert args.ignored_args == ["--tp 8"]
+    assert args.ignored_args == ["--max-running-requests 8"]
 
 
 @pytest.mark.parametrize("extra, refused", [
@@ -220,5 +225,5 @@ def test_a_flag_sglang_does_not_define_is_refused_like_sglang(extra, refused):
 
     with pytest.raises(ServerArgsError, match="unrecognized arguments: " + re.escape(refused)):
         prepare_server_args(["--model-path", str(TARGET), *extra])
-    args = prepare_server_args(["--model-path", str(TARGET), "--tp", "8", "--mem-fraction", "0.8"])
-    assert args.ignored_args == ["--tp 8", "--mem-fraction 0.8"]
+    args = prepare_server_args(["--model-path", str(TARGET), "--max-running-requests", "8", "--mem-fraction", "0.8"])
+    assert args.ignored_args == ["--max-running-requests 8", "--mem-fraction 0.8"]

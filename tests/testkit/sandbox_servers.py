@@ -19,6 +19,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Iterator, Sequence
@@ -72,8 +73,13 @@ def sandbox_flags(algorithm: str | None = None, *, draft: str = "draft", decode_
     return (*flags, *extra)
 
 
-def _server_env() -> dict[str, str]:
+def _server_env(gpus_dir: Path | None = None) -> dict[str, str]:
+    """The server's environment: no workbench state dir; its own sandbox GPUs (``SANDBOX_GPUS_DIR``
+    = ``gpus_dir``, unless the caller's environment names some): every server a box of its own, so
+    two servers of a session never compete for the same sandbox device."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("EAGLE_WORKBENCH_")}
+    if not env.get("SANDBOX_GPUS_DIR"):
+        env["SANDBOX_GPUS_DIR"] = str(gpus_dir) if gpus_dir is not None else tempfile.mkdtemp(prefix="sandbox-gpus-")
     env["PYTHONUNBUFFERED"] = "1"
     env.pop("SGLANG_LOG_MS", None)  # the log format the tests check: whole seconds
     return env
@@ -166,7 +172,8 @@ def start_sandbox_server(log_dir: Path, *flags: str, timeout: float = START_TIME
     log_path = log_dir / f"server_{port}.log"
     argv = launch_argv(*flags, port=port)
     with open(log_path, "w") as log:
-        proc = subprocess.Popen(argv, cwd=checkout_dir(), stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=_server_env(),
+        proc = subprocess.Popen(argv, cwd=checkout_dir(), stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                                env=_server_env(log_dir / f"sandbox-gpus-{port}"),
                                 start_new_session=True)
     server = SandboxServer(proc, port, log_path, [], tuple(flags), argv)
     refused: Exception | None = None

@@ -235,6 +235,20 @@ def test_launch_flag_unknown_names_the_typo_and_the_flag_meant():
     assert (g.rule, g.severity) == ("launch-flag-unknown", "error") and "--speculative-algorithm EAGLE3" in g.fix
 
 
+def test_the_sandbox_launchers_own_flags_are_known_on_the_sandbox_only():
+    """``--sandbox-load-seconds`` and ``--sandbox-fault`` are the sandbox launcher's
+    (workbench/sandbox/srt/server_args.py): no finding there; on SGLang's launcher, unknown flags."""
+    from workbench.rules.launch_flags import launch_flag_unknown
+
+    own = "--tp 8 --sandbox-load-seconds 30 --sandbox-fault hang:load"
+    sandbox = LaunchCommand.parse(f"python -m workbench.sandbox.launch_server --model-path /m {own}")
+    assert launch_flag_unknown(Facts.of(sandbox, engine_version=None)) == []
+    assert (sandbox.get("--sandbox-load-seconds"), sandbox.get("--sandbox-fault")) == ("30", "hang:load")
+    sglang = LaunchCommand.parse(f"python -m sglang.launch_server --model-path /m {own}")
+    [f] = launch_flag_unknown(Facts.of(sglang, engine_version="0.5.23"))
+    assert f.evidence["unknown_flags"]["value"] == ["--sandbox-load-seconds", "--sandbox-fault"]
+
+
 def test_unknown_algorithm_name_is_an_error(tmp_path):
     """A misspelled algorithm is caught from the names the box's engine source defines (the
     sandbox mirrors SGLang's spec_info.py), else from the names modelled from 0.5.23."""

@@ -386,6 +386,10 @@ def _unknown_flags(facts: Facts) -> list[Finding]:
 
     launch = facts.launch
     table = facts.flag_table
+    if launch.engine == "sandbox":  # its launcher's own flags are known too
+        from workbench.engine.launch.resolve import sandbox_table
+
+        table = sandbox_table(table)
     engine_version = facts.engine_version
     if table.origin == "box" and launch.table is not table:
         try:

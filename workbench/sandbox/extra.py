@@ -1,7 +1,7 @@
 """The sandbox box's own dependencies: the ``sandbox`` extra of eagle-workbench.
 
 A plain ``pip install eagle-workbench`` drives real boxes and has no torch; the sandbox box (its
-server and its trainer) needs torch, transformers, safetensors, FastAPI and uvicorn. Its entry
+server and its trainer) needs torch, transformers, safetensors, FastAPI, uvicorn and setproctitle (the TP ranks' titles). Its entry
 points call :func:`missing_message` first and, when a module is missing, print one line on stderr
 and exit with status 2 instead of a traceback from deep inside the server.
 
@@ -23,7 +23,7 @@ EXTRA = "sandbox"
 
 #: The top-level modules of that extra's distributions (each distribution's import name is its own
 #: name), in the order of ``pyproject.toml``.
-EXTRA_MODULES = ("torch", "transformers", "safetensors", "fastapi", "uvicorn")
+EXTRA_MODULES = ("torch", "transformers", "safetensors", "fastapi", "uvicorn", "setproctitle")
 
 
 def missing_modules(names: tuple[str, ...] = EXTRA_MODULES) -> list[str]:

@@ -4,7 +4,7 @@ Mirrors SGLang 0.5.23, `python -m sglang.launch_server` (srt/entrypoints/http_se
 `launch_server`): same flag names (see `workbench.sandbox.srt.server_args`), logs on stderr in
 SGLang's format, `server_args=ServerArgs(...)` line first. Unknown SGLang flags are accepted and
 logged as ignored. Bad values exit with status 2 and a one-line `error:` message; so does a
-missing module of the `sandbox` extra (torch, transformers, safetensors, FastAPI, uvicorn), checked
+missing module of the `sandbox` extra (torch, transformers, safetensors, FastAPI, uvicorn, setproctitle), checked
 before anything imports them. A model that fails to load, or a scheduler that fails on a request
 (the start-up warm-up included), ends the process as SGLang's launcher ends: the exception in the
 log, then SIGKILL (exit status -9; see `workbench.sandbox.srt.entrypoints.http_server`).

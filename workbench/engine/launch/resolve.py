@@ -51,15 +51,47 @@ register_flag_table(_shipped_vllm_table)
 VLLM_DEFAULT_PORT = 8000
 
 
+#: The sandbox launcher's own flags, which no SGLang release has (``workbench/sandbox/srt/server_args.py``
+#: ``build_parser``): specs in the shipped table's form.
+SANDBOX_FLAGS = {
+    "--sandbox-load-seconds": {"aliases": [], "choices": None, "deprecated": None, "field": "sandbox_load_seconds",
+                               "kind": "value", "nargs": None, "new_flag": None, "required": False, "type": "float",
+                               "note": "the sandbox's own: spreads its start-up over S seconds",
+                               "source": "workbench/sandbox/srt/server_args.py"},
+    "--sandbox-fault": {"aliases": [], "choices": None, "deprecated": None, "field": "sandbox_fault",
+                        "kind": "value", "nargs": None, "new_flag": None, "required": False, "type": None,
+                        "note": "the sandbox's own: orphan-ranks | term-ignored | port-held | hang:PHASE",
+                        "source": "workbench/sandbox/srt/server_args.py"},
+}
+
+_SANDBOX_TABLES: dict[int, tuple[FlagTable, FlagTable]] = {}  # id(base) -> (base, base + sandbox flags)
+
+
+def sandbox_table(table: FlagTable | None = None) -> FlagTable:
+    """``table`` (default: the shipped SGLang table) plus :data:`SANDBOX_FLAGS`: what the sandbox's
+    launcher accepts (SGLang's flags and its own), so the doctor reads ``--sandbox-load-seconds`` /
+    ``--sandbox-fault`` on the sandbox box as known flags (on an SGLang launcher they stay unknown)."""
+    base = table or DEFAULT_TABLE
+    if base.flags.keys() >= SANDBOX_FLAGS.keys():
+        return base
+    cached = _SANDBOX_TABLES.get(id(base))
+    if cached is None or cached[0] is not base:
+        cached = (base, FlagTable(base.version, {**base.flags, **SANDBOX_FLAGS}, base.origin,
+                                  f"{base.source} + the sandbox launcher's own flags", base.files, base.engine))
+        _SANDBOX_TABLES[id(base)] = cached
+    return cached[1]
+
+
 def _table_for(engine: str, table: FlagTable | None) -> FlagTable | None:
     """The table a command of ``engine`` is read against: ``table`` when it is that engine's (a
     vLLM table for vLLM, an SGLang one for SGLang and the sandbox), else the engine's shipped one
-    (``None`` stands for SGLang's)."""
+    (``None`` stands for SGLang's); for the sandbox with its own flags (:func:`sandbox_table`)."""
     from workbench.engine.vllm_flags import shipped_vllm_flag_table
 
     if engine == "vllm":
         return table if table is not None and table.engine == "vllm" else shipped_vllm_flag_table()
-    return table if table is not None and table.engine != "vllm" else None
+    table = table if table is not None and table.engine != "vllm" else None
+    return sandbox_table(table) if engine == "sandbox" else table
 
 
 def _resolve(name: str, table: FlagTable | None = None) -> tuple[str, bool]:

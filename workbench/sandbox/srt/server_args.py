@@ -11,8 +11,12 @@ Mirrors SGLang 0.5.23, srt/server_args.py + srt/arg_groups/fields/spec.py (flag 
 Sandbox limits (clear errors): chain drafting only (topk > 1 exits), EAGLE / EAGLE3 / NEXTN only,
 a negative `--speculative-num-steps` refused.
 
-Any other SGLang flag (`--tp 8`, `--trust-remote-code`, `--mem-fraction-static 0.8`, ...) is
-accepted and logged as ignored, so a real box's launch command replays here.
+Implemented too: `--tp-size` / `--tp` / `--tensor-parallel-size` (rank processes,
+`workbench.sandbox.srt.managers.tp_ranks`), `--base-gpu-id`, `--mem-fraction-static` (sandbox GPU
+memory, `workbench.sandbox.gpus`), `--nccl-port`, `--dist-init-addr`; and the sandbox's own
+`--sandbox-load-seconds S`, `--sandbox-fault MODE` (`workbench.sandbox.srt.startup`). Any other
+SGLang flag (`--trust-remote-code`, `--chunked-prefill-size 4096`, ...) is accepted and logged as
+ignored, so a real box's launch command replays here.
 """
 
 from __future__ import annotations
@@ -51,6 +55,10 @@ class ServerArgs:
     enable_metrics: bool = False
     random_seed: int = 0
     tp_size: int = 1
+    base_gpu_id: int = 0
+    mem_fraction_static: float = 0.88
+    nccl_port: Optional[int] = None
+    dist_init_addr: Optional[str] = None
     dp_size: int = 1
     pp_size: int = 1
     page_size: int = 1
@@ -65,6 +73,8 @@ class ServerArgs:
     speculative_token_map: Optional[str] = None
     api_key: Optional[str] = None
     admin_api_key: Optional[str] = None
+    sandbox_load_seconds: float = 0.0
+    sandbox_fault: Optional[str] = None
     launch_command: str = ""
     ignored_args: List[str] = field(default_factory=list)
 
@@ -87,6 +97,40 @@ def _non_negative_int(text: str) -> int:
     if value < 0:
         raise argparse.ArgumentTypeError(f"must be a non-negative integer, got {text}")
     return value
+
+
+def _fraction(text: str) -> float:
+    value = float(text)
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"must be a fraction in (0, 1], got {text}")
+    return value
+
+
+def _non_negative_float(text: str) -> float:
+    value = float(text)
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"must be a non-negative number of seconds, got {text}")
+    return value
+
+
+def _host_port(text: str) -> str:
+    host, sep, port = text.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise argparse.ArgumentTypeError(f"must be HOST:PORT, got {text}")
+    return text
+
+
+#: the start-up phases ``hang:PHASE`` may name (docs: /tmp/wb interfaces, "Sandbox server flags")
+FAULT_PHASES = ("nccl-init", "load", "load-draft", "capture", "capture-draft", "warmup")
+SANDBOX_FAULTS = ("orphan-ranks", "term-ignored", "port-held")
+
+
+def _sandbox_fault(text: str) -> str:
+    if text in SANDBOX_FAULTS or (text.startswith("hang:") and text[5:] in FAULT_PHASES):
+        return text
+    raise argparse.ArgumentTypeError(
+        f"must be one of {', '.join(SANDBOX_FAULTS)} or hang:PHASE with PHASE one of {', '.join(FAULT_PHASES)}; "
+        f"got {text}")
 
 
 def _port(text: str) -> int:
@@ -127,6 +171,19 @@ def build_parser() -> argparse.ArgumentParser:
     # `Authorization: Bearer KEY` (utils/common.py add_api_key_middleware); 401 otherwise.
     p.add_argument("--api-key", dest="api_key")
     p.add_argument("--admin-api-key", dest="admin_api_key")
+    # SGLang 0.5.23 srt/arg_groups/fields/parallel.py: --tp-size (alias --tensor-parallel-size;
+    # `--tp` is argparse's unambiguous abbreviation of it), --nccl-port, --dist-init-addr (alias
+    # --nccl-init-addr); fields/device.py: --base-gpu-id; fields/schedule.py: --mem-fraction-static
+    p.add_argument("--tp-size", "--tensor-parallel-size", "--tp", dest="tp_size", type=_positive_int, default=1)
+    p.add_argument("--base-gpu-id", dest="base_gpu_id", type=_non_negative_int, default=0)
+    p.add_argument("--mem-fraction-static", dest="mem_fraction_static", type=_fraction, default=0.88)
+    p.add_argument("--nccl-port", dest="nccl_port", type=_port)
+    p.add_argument("--dist-init-addr", "--nccl-init-addr", dest="dist_init_addr", type=_host_port)
+    # the sandbox's own flags (not SGLang's): see workbench.sandbox.srt.startup
+    p.add_argument("--sandbox-load-seconds", dest="sandbox_load_seconds", type=_non_negative_float, default=0.0,
+                   help="spread the start-up over this many seconds with SGLang's log lines (sandbox only)")
+    p.add_argument("--sandbox-fault", dest="sandbox_fault", type=_sandbox_fault,
+                   help="orphan-ranks | term-ignored | port-held | hang:PHASE (sandbox only)")
     return p
 
 

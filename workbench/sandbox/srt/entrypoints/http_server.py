@@ -62,6 +62,7 @@ class _GlobalState:
     def __init__(self) -> None:
         self.server_args = None
         self.scheduler = None
+        self.tp_ranks = None  # TP > 1: the rank processes (tp_ranks.TpRanks), which stand in for the scheduler
         self.ready = False
         self.phase = "launch"  # "running" once the models are loaded (SGLang: the tokenizer loop is up)
         self.scheduler_died = False
@@ -580,21 +581,38 @@ def _load_and_warm_up(server_args) -> None:
     import json
 
     from workbench.sandbox.srt.managers.scheduler import SamplingParams, Scheduler
+    from workbench.sandbox.srt.startup import Startup, open_gpus
 
     import torch
 
     # batch-1 decoding of a tiny model gains nothing from more threads, and spinning OpenMP
     # workers on a shared machine slow every other process down
     torch.set_num_threads(int(os.environ.get("SANDBOX_TORCH_THREADS", "1")))
+    ranks = _global_state.tp_ranks
     try:
         with open(os.path.join(server_args.model_path, "config.json")) as f:
             _global_state.model_config = json.load(f)
-        scheduler = Scheduler(server_args)
+        if ranks is None:  # TP 1: the scheduler runs in this process (a thread)
+            startup = Startup(server_args, 0, open_gpus())
+            startup.init_parallel(lambda: None)
+            scheduler = Scheduler(server_args, 0, startup)
     except Exception:  # the scheduler process's init failed (SGLang: run_scheduler_process)
         _scheduler_hit_exception()
         _wait_to_be_killed()
         return
-    scheduler.exception_hook = _scheduler_hit_exception
+    if ranks is not None:  # TP > 1: the rank processes load; rank 0 answers for them
+        from workbench.sandbox.srt.managers.tp_ranks import RankDied
+
+        try:
+            ranks.wait_ready()
+        except RankDied as e:  # SGLang's launcher: "Rank 0 scheduler is dead. ..." and the tree is killed
+            logger.error(str(e))
+            kill_process_tree(os.getpid())
+            _wait_to_be_killed()
+            return
+        scheduler = ranks
+    else:
+        scheduler.exception_hook = _scheduler_hit_exception
     _global_state.scheduler = scheduler
     _global_state.phase = "running"
     try:
@@ -611,6 +629,24 @@ def _load_and_warm_up(server_args) -> None:
     logger.info("The server is fired up and ready to roll!")
 
 
+def _start_tp_ranks(server_args) -> None:
+    """TP > 1: import torch and the models here, then fork the ranks and the detokenizer
+    (``workbench.sandbox.srt.managers.tp_ranks``) while this process still has one thread."""
+    import importlib
+
+    from workbench.sandbox.srt.managers.tp_ranks import TpRanks
+
+    # imported before the fork, so the ranks inherit them: torch and the models' modules
+    importlib.import_module("torch")
+    importlib.import_module("workbench.sandbox.srt.managers.scheduler")
+
+    if threading.active_count() != 1:
+        logger.warning(f"forking the TP ranks with {threading.active_count()} threads running")
+    ranks = TpRanks(server_args)
+    ranks.start()
+    _global_state.tp_ranks = ranks
+
+
 def launch_server(server_args) -> None:
     """Start uvicorn on host:port; load models in a background thread (503 until ready).
 
@@ -620,6 +656,8 @@ def launch_server(server_args) -> None:
 
     _global_state.server_args = server_args
     signal.signal(signal.SIGQUIT, _sigquit_handler)
+    if server_args.tp_size > 1:
+        _start_tp_ranks(server_args)
     if getattr(server_args, "enable_metrics", False):
         app.add_api_route("/metrics", metrics_endpoint, methods=["GET"], include_in_schema=False)
     threading.Thread(target=load_and_warm_up, args=(server_args,), daemon=True, name="model-loader").start()

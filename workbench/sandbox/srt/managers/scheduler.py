@@ -56,31 +56,57 @@ class SamplingParams:
     ignore_eos: bool = False
 
 
+def _count_shards(model_path: str) -> int:
+    """The number of safetensors files the target loads (its index's distinct shards, else 1)."""
+    import json
+
+    index = os.path.join(model_path, "model.safetensors.index.json")
+    if os.path.exists(index):
+        with open(index, encoding="utf-8") as f:
+            return max(len(set(json.load(f).get("weight_map", {}).values())), 1)
+    return 1
+
+
 class Scheduler:
     """Owns the workers and runs requests one at a time (a lock), logging like SGLang."""
 
-    def __init__(self, server_args) -> None:
+    def __init__(self, server_args, tp_rank: int = 0, startup=None) -> None:
+        """Load the target and the draft as rank ``tp_rank`` (0 for the in-process scheduler of
+        TP 1), logging the start-up through ``startup`` (``workbench.sandbox.srt.startup.Startup``;
+        default: one without sandbox GPUs, no pacing unless ``--sandbox-load-seconds``)."""
+        from workbench.sandbox.srt.startup import Startup
+
         self.server_args = server_args
+        self.tp_rank = tp_rank
+        # SGLang 0.5.23 observability/metrics_collector.py:1361: the batch lines come from attn TP rank 0
+        self.is_stats_logging_rank = tp_rank == 0
+        # called once per prefill / decode step with the step's last token (TP > 1: a collective
+        # across the ranks, as a tensor-parallel forward's all-reduce; None in process)
+        self.tp_sync: Optional[Callable[[int], None]] = None
+        # hang:warmup: the first request (the warm-up) stops after its prefill line
+        self.hang_after_first_prefill = getattr(server_args, "sandbox_fault", None) == "hang:warmup"
+        self.startup = startup if startup is not None else Startup(server_args, tp_rank)
         self.spec_algorithm = SpeculativeAlgorithm.from_string(server_args.speculative_algorithm)
         self.lock = threading.Lock()
         self.last_receive_tstamp = time.time()
         self.stall_file = os.environ.get("SANDBOX_FAULT_STALL_FILE") or None
         self._stall_logged = False
-        logger.info("Load weight begin. avail mem=0.00 GB")
-        self.target_worker = TargetWorker(server_args.model_path)
-        n_params = sum(p.numel() for p in self.target_worker.model.parameters())
-        logger.info(f"Load weight end. type={type(self.target_worker.model).__name__}, dtype=torch.float32, "
-                    f"avail mem=0.00 GB, params={n_params}")
+        self.target_worker = self.startup.load("load", lambda: TargetWorker(server_args.model_path),
+                                               n_shards=_count_shards(server_args.model_path))
         self.context_length = server_args.context_length or int(
             getattr(self.target_worker.model.config, "max_position_embeddings", 2048)
         )
+        self.startup.memory_pool()
         # called (no arguments) when a request fails inside the scheduler, before the exception
         # propagates: the server sets it to SGLang's "Scheduler hit an exception" path (the
         # process dies); in-process users leave it None and get the exception
         self.exception_hook: Optional[Callable[[], None]] = None
         self.draft_worker: Optional[EAGLEWorker] = None
+        self.startup.capture(self.spec_algorithm.is_eagle(), server_args.speculative_num_draft_tokens or 1)
         if self.spec_algorithm.is_eagle():
-            self.draft_worker = EAGLEWorker(server_args, self.target_worker, self.spec_algorithm)
+            self.draft_worker = self.startup.load(
+                "load-draft", lambda: EAGLEWorker(server_args, self.target_worker, self.spec_algorithm), take=False)
+            self.startup.capture_draft(server_args.speculative_eagle_topk or 1, server_args.speculative_num_draft_tokens)
         self.decode_log_interval = server_args.decode_log_interval
         self.graph_label = "cpu graph"
         # metrics (SchedulerMetricsReporter fields)
@@ -139,6 +165,8 @@ class Scheduler:
         return [state]
 
     def _report_prefill_stats(self, num_new_tokens: int, seconds: float) -> None:
+        if not self.is_stats_logging_rank:
+            return
         throughput = num_new_tokens / seconds if seconds > 0 else 0.0
         usage = num_new_tokens / MAX_TOTAL_NUM_TOKENS
         logger.info(
@@ -155,7 +183,7 @@ class Scheduler:
             self.metrics_collector.log_stats(self.stats)
 
     def _report_decode_stats(self, num_tokens_in_cache: int) -> None:
-        if self.forward_ct_decode % self.decode_log_interval != 0:
+        if self.forward_ct_decode % self.decode_log_interval != 0 or not self.is_stats_logging_rank:
             return
         gap_latency = time.perf_counter() - self.last_decode_stats_tic
         self.last_decode_stats_tic = time.perf_counter()
@@ -266,12 +294,18 @@ class Scheduler:
             t0 = time.perf_counter()
             self._stall_if_asked()
             state, first = worker.prefill(list(input_ids))
+            if self.tp_sync is not None:
+                self.tp_sync(first)
             self.last_receive_tstamp = time.time()
             self._report_prefill_stats(len(input_ids), time.perf_counter() - t0)
+            if self.hang_after_first_prefill:
+                self.startup.hang_if("warmup")
             finish_reason = add_tokens([first])
             while finish_reason is None:
                 self._stall_if_asked()
                 step = worker.decode(state)
+                if self.tp_sync is not None:
+                    self.tp_sync(step.tokens[-1] if step.tokens else -1)
                 self.last_receive_tstamp = time.time()
                 self.forward_ct_decode += 1
                 n_before = len(output)

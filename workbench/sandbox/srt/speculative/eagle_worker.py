@@ -164,15 +164,11 @@ class EAGLEWorker:
         )
         configure_aux_hidden_state_capture(target_worker.model, aux_config)
 
-        logger.info("Load weight begin. avail mem=0.00 GB")
         self.draft_model = draft_cls(self.draft_hf_config)
         weights_path = os.path.join(draft_path, "model.safetensors")
         with safe_open(weights_path, framework="pt") as f:
             self.draft_model.load_weights((name, f.get_tensor(name)) for name in f.keys())
         self.draft_model.eval()
-        n_params = sum(p.numel() for p in self.draft_model.parameters())
-        logger.info(f"Load weight end. type={type(self.draft_model).__name__}, dtype=torch.float32, avail mem=0.00 GB, "
-                    f"params={n_params}")
 
         self.init_token_map()
         self.init_lm_head()

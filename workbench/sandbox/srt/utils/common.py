@@ -51,9 +51,26 @@ def get_exception_traceback() -> str:
     return "".join(traceback.format_exception(etype, value, tb))
 
 
+def _children(pid: int) -> list:
+    """The pids whose parent is ``pid`` (``/proc/PID/task/*/children``; empty when unreadable)."""
+    out = []
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return out
+    for tid in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/children") as f:
+                out.extend(int(c) for c in f.read().split())
+        except OSError:
+            continue
+    return out
+
+
 def kill_process_tree(parent_pid: int) -> None:
-    """Kill ``parent_pid`` with SIGKILL (mirrors SGLang 0.5.23, srt/utils/common.py
-    `kill_process_tree`, lines 2507-2564, for the sandbox's one process: it has no children).
+    """Kill ``parent_pid``'s descendants, then ``parent_pid`` itself, with SIGKILL (mirrors SGLang
+    0.5.23, srt/utils/common.py `kill_process_tree`, lines 2507-2564: children first, via psutil's
+    ``children(recursive=True)``; here from ``/proc``).
 
     Logs SGLang's "kill_process_tree called: ..." line, flushes the log handlers (SIGKILL gives
     them no later chance) and kills: called for this process it does not return, and the
@@ -66,4 +83,16 @@ def kill_process_tree(parent_pid: int) -> None:
         handler.flush()
     sys.stderr.flush()
     sys.stdout.flush()
+    todo, seen = [parent_pid], []
+    while todo:
+        pid = todo.pop()
+        for child in _children(pid):
+            if child not in seen:
+                seen.append(child)
+                todo.append(child)
+    for child in seen:
+        try:
+            os.kill(child, signal.SIGKILL)
+        except ProcessLookupError:
+            continue
     os.kill(parent_pid, signal.SIGKILL)
