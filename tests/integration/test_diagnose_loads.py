@@ -34,6 +34,15 @@ def _servers_on(box, port):
     return [s for s in box.find_servers() if s.port == port]
 
 
+def _start(tmp_path, port, *extra):
+    """The sandbox box with the wrong flag serving on ``port`` (a user's server: ``extra`` flags)."""
+    box = connect("local")
+    handle = box.launch_server(shlex.split(sandbox_launch_command(port=port)) + list(extra), port=port,
+                               log_path=tmp_path / "original.log")
+    box.wait_healthy(handle, timeout=180)
+    return box, handle
+
+
 @pytest.fixture
 def running_box(tmp_path, free_port, state_dir):
     """The sandbox box with the wrong flag, already serving on ``free_port`` (started here, as a
@@ -86,6 +95,36 @@ def test_the_reference_case_on_a_running_box_costs_two_loads(tmp_path, running_b
     assert "box_timeline" in run.figures()
     servers = _servers_on(box, port)
     assert len(servers) == 1 and servers[0].pid != handle.pid  # the original relaunched
+
+
+def test_the_reference_case_at_tp2_costs_two_loads_and_every_rank_prints_its_width_sandbox_gpus(
+        tmp_path, free_port, state_dir):
+    """The same case on a TP 2 server (a launcher and two rank processes, sglang::scheduler_TP0/1,
+    torch.distributed initialised; the GPUs are the sandbox's): two loads, the probes riding on the
+    fix launch, one width per rank, both ranks agreeing."""
+    box, handle = _start(tmp_path, free_port, "--tp-size", "2")
+    try:
+        titles = sorted(" ".join(p.argv) for p in box.process_tree(handle.pid) if p.argv and
+                        p.argv[0].startswith("sglang::scheduler"))
+        assert titles == ["sglang::scheduler_TP0", "sglang::scheduler_TP1"], titles
+        run = DiagnosisRun.start(port=free_port, report_dir=tmp_path / "reports", **SMALL)
+        run.progress = False
+        verdict = run.run_all()
+        assert verdict["outcome"] == "fixed" and verdict["loads"] == 2 and verdict["downtime_s"] > 0
+        assert [launch["reason"] for launch in verdict["launches"]] == [
+            "fix: measure the fix for algorithm-mismatch with the probes riding on it",
+            "restore: relaunch the server as found"]
+        assert all(_phases_end_ready(launch) for launch in verdict["launches"]), verdict["launches"]
+        assert verdict["launches"][0]["startup"]["ranks_seen"] == ["TP0", "TP1"]
+        ranks = verdict["probe"]["ranks"]
+        assert [(e["rank"], e["value"]) for e in ranks] == [(0, 3 * HIDDEN), (1, 3 * HIDDEN)], ranks
+        assert verdict["probe"]["ranks_disagree"] == [] and verdict["probe"]["after_fix_hidden_size"] == 3 * HIDDEN
+        assert all(" rank=" in line for line in verdict["probe"]["after_fix_lines"]["draft-input-width"])
+        servers = _servers_on(box, free_port)
+        assert len(servers) == 1 and "--tp-size" in servers[0].argv  # the original, as found, back
+    finally:
+        for s in _servers_on(box, free_port):
+            box.stop_server(s)
 
 
 def test_keep_fix_costs_one_load(tmp_path, running_box):
