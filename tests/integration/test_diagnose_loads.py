@@ -160,6 +160,30 @@ def test_a_hypothesis_with_no_fix_still_gets_its_probe_launch_and_says_why(tmp_p
     assert _servers_on(connect("local"), free_port) == []
 
 
+def test_live_evidence_reads_metrics_and_the_log_without_a_restart(tmp_path, free_port, state_dir):
+    """A server running with --enable-metrics, diagnosed with no restart allowed: the live step
+    reads /server_info, the ``sglang:spec_accept_length`` gauge of /metrics and the last decode
+    line of its log — the gauge is that line's accept len (SGLang sets both at the decode log
+    tick) — and confirms through the code path what the flag does, with nothing relaunched."""
+    box, handle = _start(tmp_path, free_port, "--enable-metrics")
+    try:
+        run = DiagnosisRun.start(port=free_port, report_dir=tmp_path / "reports", allow_restart=False, **SMALL)
+        run.progress = False
+        verdict = run.run_all()
+        live = verdict["live"]
+        assert live["server_info"]["enable_metrics"] is True and "metrics" not in live
+        assert live["spec_accept_length"] == pytest.approx(live["log_accept_length"], abs=0.006)
+        assert live["log_accept_length"] < 1.3  # the symptom, seen live
+        assert live["fc_widths_as_found"] == [HIDDEN]
+        assert verdict["loads"] == 0 and verdict["launches"] == [] and verdict["downtime_s"] == 0
+        assert [s["state"] for s in verdict["timeline"]] == ["serving as found"]
+        assert verdict["root_cause"]["hypothesis"] == "algorithm-flag"
+        assert box.process(handle.pid) is not None  # never restarted
+    finally:
+        for s in _servers_on(box, free_port):
+            box.stop_server(s)
+
+
 def test_stack_dumps_without_py_spy_are_a_note(running_box, monkeypatch):
     """No py-spy on the box's PATH: a note naming it, no dump, nothing raised."""
     box, handle, _port = running_box

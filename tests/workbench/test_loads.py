@@ -119,3 +119,18 @@ def test_a_launchs_phases_come_from_its_own_part_of_the_log(tmp_path):
     assert cut["cut"] is True and cut["phase"] == "ready"
     assert launch_phases(box, str(tmp_path / "missing.log"), 0, None) is None
     assert launch_phases(box, None, 0, None) is None
+
+
+def test_the_spec_accept_length_gauge_of_a_metrics_body():
+    from workbench.diagnosis.steps.live import fc_widths_as_served, spec_accept_length
+
+    body = ("# HELP sglang:spec_accept_length The average acceptance length of speculative decoding.\n"
+            "# TYPE sglang:spec_accept_length gauge\n"
+            'sglang:spec_accept_length{model_name="t",tp_rank="0"} 1.5\n'
+            'sglang:spec_accept_length{model_name="t",tp_rank="1"} 2.5\n'
+            'sglang:spec_accept_rate{model_name="t"} 0.25\n')
+    assert spec_accept_length(body) == 2.0  # the mean over the label sets
+    assert spec_accept_length("sglang:spec_accept_length NaN\n") is None
+    assert spec_accept_length("sglang:num_running_reqs 0.0\n") is None
+    # nothing to predict from: no map, or a width unknown
+    assert fc_widths_as_served(None, "EAGLE", hidden=160, fc_in=480) is None
