@@ -82,6 +82,21 @@ class HealthPoll:
         return round(sum(t2 - t1 for (t1, ok), (t2, _) in zip(self.samples, self.samples[1:]) if not ok), 1)
 
 
+def sandbox_gpus(state_dir: Path) -> str:
+    """The sandbox box's GPUs made ready before its first launch (``<state dir>/sandbox-gpus``:
+    the device list and its ``nvidia-smi``, which the sandbox server would install only at its
+    start), so the baseline is read before anything holds them. Returns how, in words."""
+    try:
+        from workbench.sandbox.gpus import SandboxGpus, install_nvidia_smi
+    except ImportError:
+        return "no sandbox GPUs in this checkout"
+    path = state_dir / "sandbox-gpus"
+    if not (path / "devices.json").is_file():
+        SandboxGpus.create(path)
+    install_nvidia_smi(path)
+    return f"sandbox GPUs at {path}"
+
+
 def gpus_used(box) -> dict | None:
     """MiB used per GPU now (the box's GPU command: ``workbench.session.gpus``), ``None`` when that
     module is not there or the box has no GPU command."""
@@ -121,6 +136,7 @@ def main() -> int:
     target_down = 2 * args.load_seconds + DOWNTIME_SLACK_S
     with tempfile.TemporaryDirectory(prefix="bench-loads-") as tmp:
         os.environ["EAGLE_WORKBENCH_STATE_DIR"] = str(Path(tmp) / "state")  # its own sandbox GPUs too
+        gpus_how = sandbox_gpus(Path(tmp) / "state")
         box = connect("local")
         port = _port()
         baseline = gpus_used(box)
@@ -154,7 +170,8 @@ def main() -> int:
     for launch in verdict["launches"]:
         phases = " → ".join(p["name"] for p in launch["phases"] or [])
         print(f"  {launch['label']:8} ready after {launch['ready_after_s']} s: {launch['reason']}  [{phases}]")
-    print("stop to GPU free: " + (f"{free_s:.1f} s ({how})" if free_s is not None else f"not measured ({how})"))
+    print("stop to GPU free: " + (f"{free_s:.1f} s ({how}; {gpus_how})" if free_s is not None else
+                                  f"not measured ({how}; {gpus_how})"))
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({

@@ -24,7 +24,7 @@ from workbench.sandbox_box import VLLM_DEFAULT_PORT, sandbox_launch_command, san
 from workbench.session.guard import LaunchGuard
 from workbench.session.inventory import Inventory, take_inventory
 from workbench.session.journal import Journal, RestoreReport, restore_box
-from workbench.session.launches import launch_record, progress_phases
+from workbench.session.launches import launch_record, progress_phases, serving_now
 from workbench.session.startup_wait import MAX_START_S, default_reporter, wait_for_start
 from workbench.errors import WatchdogError
 from workbench.session.watchdog import (WATCHDOG_AFTER_EXPECTED, WATCHDOG_AFTER_S, check_watchdog_after,
@@ -75,10 +75,8 @@ class BoxSession:
         self.current = None  # ServerHandle of the server the session launched and left running, if any
         self.current_launch: LaunchCommand | None = None
         self.restore_report: RestoreReport | None = None
-        #: the times of the last launch that did not start (``_launch``), for the caller's record
-        self.failed_launch: dict | None = None
-        #: when the restore began stopping the run's server (``None``: it stopped none)
-        self.restore_stopped_at: float | None = None
+        self.failed_launch: dict | None = None  # the times of the last launch that did not start
+        self.restore_stopped_at: float | None = None  # when the restore began stopping the run's server
         self.finished = False
         self.force_launch = force_launch
         self.start_reporter = None
@@ -106,17 +104,6 @@ class BoxSession:
             self.journal.mark_original_stopped(True)
             self.box.stop_server(self.inventory.server_pid, grace=15.0)
 
-    def _serving_now(self) -> str | None:
-        """What serves the session's port now, in words (``None``: nothing): the run's own server
-        (by its label) or the server as found."""
-        if self.current is not None:
-            label = next((r["label"] for r in reversed(self.launches) if r.get("pid") == self.current.pid), None)
-            return f"the {label} server" if label else "the run's server"
-        original = self.journal.data.get("original_server")
-        if original and not original.get("stopped") and self.inventory.server_pid is not None:
-            return "the server as found"
-        return None
-
     def _launch(self, launch: LaunchCommand, label: str, reason: str | None = None):
         """Stop whatever serves the port (the original, or the run's previous server), launch
         ``launch`` with the original's cwd and environment, wait until healthy.
@@ -132,12 +119,11 @@ class BoxSession:
         First the launch guard (:meth:`LaunchGuard.check`): raises :class:`LaunchRefused` when the
         doctor's findings on ``launch`` say it will not start, before anything is stopped.
 
-        ``reason``: why this load is needed, a sentence kept in its record (``self.launches``, see
-        :func:`workbench.session.launches.launch_record`: stop, launch and ready times, the
-        start-up's phases from its own log). A launch that does not start leaves its times in
-        :attr:`failed_launch` (the caller records the failure)."""
+        ``reason``: why this load is needed, kept in its record in ``self.launches``
+        (:func:`~workbench.session.launches.launch_record`); one that does not start leaves its
+        times in :attr:`failed_launch`."""
         self.guard.check(launch, label)
-        stopped = self._serving_now()
+        stopped = serving_now(self)
         stopped_at = time.time() if stopped else None
         self.failed_launch = None
         self._stop_current()
@@ -221,10 +207,9 @@ class BoxSession:
 
     def restore(self) -> RestoreReport:
         """Put the box back as found: stop the session's servers, revert probes, relaunch the
-        original server (:func:`workbench.journal.restore_box`). Counts a relaunch as a restart.
-        The relaunch's record (``restore_report.launch``) gets the time the run's server was
-        stopped for it (:attr:`restore_stopped_at`)."""
-        serving = self._serving_now()
+        original server (:func:`workbench.journal.restore_box`). Counts a relaunch as a restart;
+        its record (``restore_report.launch``) gets the stop time (:attr:`restore_stopped_at`)."""
+        serving = serving_now(self)
         if serving and serving != "the server as found" and self.restore_stopped_at is None:
             self.restore_stopped_at = time.time()
         self.restore_report = restore_box(self.box, server_start_timeout=self.server_start_timeout,

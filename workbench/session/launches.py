@@ -15,7 +15,7 @@ from typing import Any
 from remote.errors import RemoteError
 from workbench.logs.bounded import cap_lines
 
-__all__ = ["PHASE_READ_BYTES", "launch_phases", "progress_phases", "launch_record", "log_size"]
+__all__ = ["PHASE_READ_BYTES", "launch_phases", "progress_phases", "launch_record", "log_size", "serving_now"]
 
 #: At most this many bytes of one launch's start-up log are read for its phases: the first and the
 #: last half of it when it is longer (a start-up's phase lines are at its beginning — launch,
@@ -99,3 +99,16 @@ def launch_record(*, label: str, reason: str | None, launch_command: str | None,
             "healthy_after_s": ready_after, "ready_after_s": ready_after,
             "phases": (phases or {}).get("phases") if phases else None,
             "startup": {k: v for k, v in phases.items() if k != "phases"} if phases else None}
+
+
+def serving_now(session) -> str | None:
+    """What serves a :class:`~workbench.session.BoxSession`'s port now, in words (``None``:
+    nothing): the run's own server by its launch label (``"the fix server"``), or ``"the server as
+    found"`` while the original runs (not stopped by the run). What a launch's ``stopped`` says."""
+    if session.current is not None:
+        label = next((r["label"] for r in reversed(session.launches) if r.get("pid") == session.current.pid), None)
+        return f"the {label} server" if label else "the run's server"
+    original = session.journal.data.get("original_server")
+    if original and not original.get("stopped") and session.inventory.server_pid is not None:
+        return "the server as found"
+    return None
