@@ -227,3 +227,32 @@ def test_the_symptom_is_never_measured_on_a_server_the_run_relaunched_otherwise(
     finally:
         verdict = run.finish()
     assert verdict["acceptance"]["before"]["launch_command"].count("EAGLE3") == 0
+
+
+def test_why_the_probes_need_a_launch_of_their_own(static_run):
+    """The sandbox's wrong flag, decided statically (issue 28): every suspect that no applied fix
+    answers is named with why; with fixes that will be applied the probes ride on the fix launch
+    (nothing named); a suspect only the readings as found decide (the cross-engine aux convention)
+    still needs its probe launch."""
+    from workbench.diagnosis.steps import fixes
+    from workbench.diagnosis.steps.hypotheses import CROSS_ENGINE_AUX
+
+    static_run.check_hypotheses()
+    ctx = static_run.ctx
+    assert ctx.ledger.get("algorithm-flag").verdict == "confirmed"
+    # allow_restart False (this run): no fix launch at all
+    assert fixes.probe_launch_needed(ctx) == [
+        "algorithm-flag: no fix launch will carry the probes (allow_restart is False); their mechanism is read on "
+        "the server as found"]
+    ctx.session.allow_restart = True
+    try:
+        assert fixes.probe_launch_needed(ctx) == []  # the flag's fix will be applied: the probes ride on it
+        ctx.settings.apply_fix = False
+        assert "(apply_fix is False)" in fixes.probe_launch_needed(ctx)[0]
+        ctx.settings.apply_fix = True
+        ctx.ledger.decide(CROSS_ENGINE_AUX, "inconclusive")
+        assert fixes.probe_launch_needed(ctx) == [
+            f"{CROSS_ENGINE_AUX} could not be decided from the running server and the code path (no fix derivable): "
+            "only the probes' readings on the server as found decide it"]
+    finally:
+        ctx.session.allow_restart = False

@@ -207,7 +207,8 @@ def probe_launch_needed(ctx: RunContext) -> list[str]:
         return "only candidates to measure" if "candidates" in kinds else "no fix derivable"
 
     if not applicable or not fix_will_be_measured(ctx, applicable):
-        why = ("apply_fix is False" if not ctx.settings.apply_fix else
+        why = ("allow_restart is False" if not ctx.session.allow_restart else
+               "apply_fix is False" if not ctx.settings.apply_fix else
                "no confirmed cause has a fix" if not applicable else
                "acceptance as found is not low: the fixes are proposed, not applied")
         unfixed = [h for h in suspected if h not in answered]
