@@ -91,7 +91,8 @@ def test_the_reference_case_on_a_running_box_costs_two_loads(tmp_path, running_b
     # the mechanism: the fixed server's draft gets fc's width; as found, the code path says it never does
     assert verdict["probe"]["after_fix_hidden_size"] == 3 * HIDDEN
     assert verdict["root_cause"]["mechanism_confirmed_by_probe"] is True
-    assert [e["rank"] for e in verdict["probe"]["ranks"]] in ([0], [None])  # TP 1: one process
+    # TP 1: the scheduler runs in the launcher's process, no torch.distributed, no TP title: rank unknown
+    assert [(e["rank"], e["pid"]) for e in verdict["probe"]["ranks"]] == [(None, verdict["launches"][0]["pid"])]
     assert "box_timeline" in run.figures()
     servers = _servers_on(box, port)
     assert len(servers) == 1 and servers[0].pid != handle.pid  # the original relaunched
