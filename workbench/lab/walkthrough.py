@@ -385,7 +385,7 @@ class FixApplied:
                        f"<td style='color:#b00020;text-align:left'><code>- {html.escape(str(a))}</code></td>"
                        f"<td style='color:#1b7a1b;text-align:left'><code>+ {html.escape(str(b))}</code></td></tr>"
                        for f, a, b in self.diff)
-        cmd = (f"<p>corrected launch command:</p>" + scroll_box(f"<pre style='text-align:left'>"
+        cmd = ("<p>corrected launch command:</p>" + scroll_box(f"<pre style='text-align:left'>"
                                                                f"{html.escape(self.command)}</pre>")
                if self.command else _p("the launch command is unchanged"))
         result = (f"<p><b>Relaunched with the fix</b>: {html.escape(self.why)}</p>" if self.applied
