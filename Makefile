@@ -87,6 +87,7 @@ bench:
 	$(PY) benchmarks/bench_logs.py --out "$(REPORT_DIR)/bench_logs.json" || status=1; \
 	$(PY) benchmarks/bench_diagnose.py --out "$(REPORT_DIR)/bench_diagnose.json" || status=1; \
 	$(PY) benchmarks/bench_watchdog.py --out "$(REPORT_DIR)/bench_watchdog.json" || status=1; \
+	$(PY) benchmarks/bench_loads.py --out "$(REPORT_DIR)/bench_loads.json" || status=1; \
 	exit $$status
 
 # Regenerate the sandbox target and drafts (fixed seeds; the weights are committed).

@@ -61,6 +61,7 @@ force_launch = False      # True: launch even what the doctor says will not star
 reclaim_gpus = False      # True: before a launch, stop this user's orphaned SGLang processes (ranks left by a killed launcher) holding its GPUs; another user's are never touched (else: the launch is refused, the holders named)
 engine = None             # no server running and launch_command None: the sandbox box on "sglang" (its SGLang-compatible server, the default) or "vllm" (vLLM's CPU build, port 8000)
 watchdog_after_s = 300    # seconds of silence of this run's heartbeat (its driver killed, its connection lost) after which a watchdog on the box restores it; 0: no watchdog
+stack_dumps = False       # True: py-spy dump of the running server's processes as live evidence, before any restart (a box without py-spy, or without ptrace permission, gets a note)
 """, tags=["parameters"]),
     md("## 1. Inventory the box\nThe engine, its version and source, the running server and its command line."),
     code("""
@@ -77,7 +78,7 @@ run = DiagnosisRun.start(host=host, launch_command=launch_command, port=port, al
                          expected_accept_length=expected_accept_length, prompts=prompts, num_prompts=num_prompts,
                          max_new_tokens=max_new_tokens, server_start_timeout=server_start_timeout,
                          report_dir=report_dir, request_timeout=request_timeout, force_launch=force_launch,
-                         engine=engine, watchdog_after_s=watchdog_after_s)
+                         engine=engine, watchdog_after_s=watchdog_after_s, stack_dumps=stack_dumps)
 run.reclaim_gpus = reclaim_gpus
 run.inventory
 """),
@@ -93,7 +94,7 @@ run.preflight()
     code("""
 run.check_hypotheses()
 """),
-    md("## 4. Probe the mechanism (one restart)\nOne launch with the recipes of every suspect on the engine's own code path: the width reaching the draft's `fc`, the layers the target captures, the token map the worker holds, the names `load_weights` drops."),
+    md("## 4. Probe the mechanism (a restart only when it cannot ride on the fix)\nThe recipes of every suspect on the engine's own code path: the width reaching the draft's `fc`, the layers the target captures, the token map the worker holds, the names `load_weights` drops. When a fix launch will be made and measured, the probes ride on it (no load spent here; the server as found was read live in step 3: `/server_info`, `/metrics`, its log, the code-path map); otherwise one probe launch, its reason in the verdict's `launches`."),
     code("""
 probed = run.probe()
 probed if probed is not None else "no probe: " + "; ".join(n for n in run.notes if n.startswith("no probe"))
@@ -128,6 +129,10 @@ print("outcome:", verdict["outcome"], " restarts:", verdict["restarts"], " durat
 for line in verdict["restore"]["actions"] + verdict["restore"]["problems"]:
     print(" -", line)
 print("verdict:", run.report_dir / "diagnose_acceptance.json")
+print("loads:", verdict["loads"], " downtime:", verdict["downtime_s"], "s")
+for launch in verdict["launches"]:
+    print(f" - {launch['label']}: {launch['reason']} (ready after {launch['ready_after_s']} s)")
+run.box_timeline().show()
 """),
 ]
 

@@ -44,14 +44,14 @@ ROOMS: dict[str, list[tuple[str, ...]]] = {
     # the diagnosis: values, then the services every step shares, then the steps in the order
     # they use each other, the verdict, and the orchestrator on top
     "workbench.diagnosis": [
-        ("ledger", "results", "words", "acceptance", "steps"),
+        ("ledger", "results", "words", "acceptance", "loads", "steps"),
         ("context",),
         ("serving",),
         ("steps.symptom", "steps.static", "steps.relaunch"),
         ("steps.hypotheses", "steps.candidates", "steps.ladder"),
         ("steps.readings",),
         ("steps.probe",),
-        ("steps.fixes",),
+        ("steps.fixes", "steps.live"),
         ("verdict",),
         ("steps.finish",),
         ("summary",),

@@ -209,11 +209,13 @@ _WATCHDOG = {"watchdog_after_s": "watchdog"}
 #: ``reclaim_gpus`` (the same three, issue 28): before a launch, stop the box user's own orphaned
 #: SGLang processes holding the GPUs it uses (``workbench.session.gpu_guard``; set on the run as
 #: ``run.reclaim_gpus``); without it such a launch is refused with the holders named.
+#: ``stack_dumps`` (diagnose_acceptance, issue 28): ``py-spy dump`` of the running server's
+#: processes as live evidence before any restart.
 SCHEMAS: dict[str, dict[str, str]] = {
     "diagnose_acceptance": {
         **_BOX, "allow_restart": "flag", "apply_fix": "flag", "keep_fix": "flag", "attribute_fixes": "flag",
         "try_candidates": "flag", "aux_layer_ids": "aux_layer_ids", "expected_accept_length": "accept_length",
-        **_RUN, "force_launch": "flag", "reclaim_gpus": "flag", "engine": "engine", **_WATCHDOG,
+        **_RUN, "force_launch": "flag", "reclaim_gpus": "flag", "engine": "engine", **_WATCHDOG, "stack_dumps": "flag",
     },
     "measure_acceptance": {
         **_BOX, "grid": "grid", "include_baseline": "flag", **_RUN, "warmup": "non_negative",

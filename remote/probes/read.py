@@ -24,11 +24,12 @@ from .record import TAG_RE, Probe
 
 
 def _line_rx(tag: str) -> "re.Pattern[str]":
-    """A probe's output line: ``[probe:TAG pgid=G pid=P] `` (or ``[probe:TAG] ``, printed by the
+    """A probe's output line: ``[probe:TAG pgid=G pid=P rank=R] `` (`` rank=R`` only where the
+    printing process knew its rank; ``[probe:TAG] ``, printed by the
     probe blocks of earlier versions) not preceded by a quote (a traceback that quotes the probe's
     own source, ``print('[probe:TAG' + ...)``, is not output)."""
     return re.compile(r"(?<!['\"])\[probe:" + re.escape(tag)
-                      + r"(?: pgid=(?P<pgid>\d+|\?))?(?: pid=(?P<pid>\d+|\?))?\] (?P<body>.*)$")
+                      + r"(?: pgid=(?P<pgid>\d+|\?))?(?: pid=(?P<pid>\d+|\?))?(?: rank=(?P<rank>\d+))?\] (?P<body>.*)$")
 
 
 def launch_pgid(launch: Any) -> Optional[int]:
@@ -45,10 +46,11 @@ def launch_pgid(launch: Any) -> Optional[int]:
 
 
 def _parse_probe_line(line: str, tag: str, exprs: Optional[Sequence[str]]
-                      ) -> Optional[tuple[Optional[int], Optional[int], dict[str, str]]]:
-    """``(pgid, pid, {expr: text})`` of one log line printed by probe ``tag``, ``None`` when the
-    line is not one. ``pgid``/``pid`` are ``None`` on a line of an older probe block (no pgid) or
-    one printed where they could not be read (``?``)."""
+                      ) -> Optional[tuple[Optional[int], Optional[int], dict[str, str], Optional[int]]]:
+    """``(pgid, pid, {expr: text}, rank)`` of one log line printed by probe ``tag``, ``None`` when
+    the line is not one. ``pgid``/``pid`` are ``None`` on a line of an older probe block (no pgid)
+    or one printed where they could not be read (``?``); ``rank`` is ``None`` on a line without
+    `` rank=R`` (a process that did not know its rank, or an older probe block)."""
     m = _line_rx(tag).search(line.rstrip("\r\n"))
     if not m:
         return None
@@ -60,7 +62,7 @@ def _parse_probe_line(line: str, tag: str, exprs: Optional[Sequence[str]]
     else:
         raw = _split_heuristic(body)
     pgid, pid = (int(v) if v and v.isdigit() else None for v in (m.group("pgid"), m.group("pid")))
-    return pgid, pid, raw
+    return pgid, pid, raw, int(m.group("rank")) if m.group("rank") else None
 
 
 def read_probe_output(
@@ -251,6 +253,9 @@ class ProbeReading:
     launch: ``Box.launch_server`` makes the server its own group and SGLang's scheduler / TP
     worker processes inherit it); ``pid``: that process. Both ``None`` on a line printed by an
     older probe block (no ``pgid=`` in it: of unknown launch) or where they could not be read.
+    ``rank``: the rank of that process as it printed it (``rank=R``: ``torch.distributed``'s
+    rank, else the ``TP<r>`` of its process title, see ``remote.probes.text.RANK_LINES``);
+    ``None`` when the line carries none.
     """
 
     tag: str
@@ -260,6 +265,7 @@ class ProbeReading:
     log_line: str = ""
     pgid: Optional[int] = None
     pid: Optional[int] = None
+    rank: Optional[int] = None
 
     @property
     def error(self) -> Optional[str]:
@@ -274,7 +280,7 @@ class ProbeReading:
     def to_dict(self) -> dict:
         """JSON-ready: tuples become lists; values JSON cannot hold (sets, bytes, nan) as text."""
         return {"tag": self.tag, "line_number": self.line_number, "pgid": self.pgid, "pid": self.pid,
-                "values": {k: _jsonable(v) for k, v in self.values.items()}, "raw": dict(self.raw),
+                "rank": self.rank, "values": {k: _jsonable(v) for k, v in self.values.items()}, "raw": dict(self.raw),
                 "log_line": self.log_line}
 
 
@@ -353,9 +359,10 @@ def read_probe_log(
         parsed = _parse_probe_line(line, tag, exprs)
         if parsed is None:
             continue  # "[probe:TAG]" quoted, or not followed by the values
-        line_pgid, line_pid, raw = parsed
+        line_pgid, line_pid, raw, line_rank = parsed
         if want is not None and line_pgid != want:
             continue
         values = dict(raw) if "probe_error" in raw else {k: parse_probe_value(v) for k, v in raw.items()}
-        readings.append(ProbeReading(tag, values, raw, int(number), line.rstrip("\r"), line_pgid, line_pid))
+        readings.append(ProbeReading(tag, values, raw, int(number), line.rstrip("\r"), line_pgid, line_pid,
+                                     line_rank))
     return readings

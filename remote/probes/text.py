@@ -23,6 +23,34 @@ BEGIN_MARKER = "# >>> eagle-workbench probe {tag} >>>"
 END_MARKER = "# <<< eagle-workbench probe {tag} <<<"
 _MARKER_RE = re.compile(r"^\s*# (>>>|<<<) eagle-workbench probe (\S+) (>>>|<<<)\s*$")
 
+#: The rank of the printing process, appended to the line's ``who`` as `` rank=R`` when it can be
+#: known inside that process: ``torch.distributed.get_rank()`` when torch.distributed is imported
+#: and initialised (SGLang's scheduler processes are: SGLang 0.5.23
+#: ``srt/model_executor/model_runner.py`` ``init_torch_distributed``), else the ``TP<r>`` of the
+#: process title in ``/proc/self/cmdline`` (``sglang::scheduler_TP3``,
+#: ``sglang::scheduler_DP0_TP0_EP0``, ``sglang::scheduler_PP2_TP1``: SGLang 0.5.23
+#: ``srt/managers/scheduler.py`` ``run_scheduler_process`` sets them with setproctitle), else
+#: nothing (no rank printed, never a guess). torch is never imported by the probe; the builtins
+#: come from ``_ewb_b`` (the probed frame may shadow ``open``).
+RANK_LINES = [
+    "try:",
+    "    _ewb_rank = None",
+    "    _ewb_td = _ewb_sys.modules.get('torch.distributed')",
+    "    if _ewb_td is not None and _ewb_td.is_available() and _ewb_td.is_initialized():",
+    "        _ewb_rank = _ewb_b.int(_ewb_td.get_rank())",
+    "    else:",
+    "        with _ewb_b.open('/proc/self/cmdline', 'rb') as _ewb_f:",
+    "            _ewb_title = _ewb_f.read().split(b'\\0')[0].decode('utf-8', 'replace')",
+    "        if _ewb_title.startswith('sglang::'):",
+    "            import re as _ewb_re",
+    "            _ewb_m = _ewb_re.search(r'(?:^|_)TP(\\d+)', _ewb_title.split('::', 1)[1])",
+    "            _ewb_rank = _ewb_b.int(_ewb_m.group(1)) if _ewb_m else None",
+    "    if _ewb_rank is not None:",
+    "        _ewb_who += ' rank=%d' % _ewb_rank",
+    "except Exception:  # the rank cannot be read here: the line is printed without one",
+    "    _ewb_rank = None",
+]
+
 
 # -- the block ---------------------------------------------------------------------------------
 
@@ -41,7 +69,8 @@ def render_block(
     """The probe's source text (marker lines included), indented by ``indent``.
 
     Each value is printed as its ``repr`` cut to ``max_repr`` characters, on one line
-    ``[probe:TAG pgid=G pid=P] expr=value ...`` to the process's stderr, flushed. ``G`` is
+    ``[probe:TAG pgid=G pid=P rank=R] expr=value ...`` to the process's stderr, flushed (`` rank=R``
+    only where the rank can be known: :data:`RANK_LINES`). ``G`` is
     ``os.getpgrp()`` of the printing process (a server launched by ``Box.launch_server`` is its
     own process group and the processes it spawns inherit it: the pgid names the launch), ``P``
     its ``os.getpid()`` (one TP rank, say); both are ``?`` when they cannot be read. They are
@@ -66,7 +95,7 @@ def render_block(
     exprs_code = [guarded_source(e) for e in exprs]
     once_code = guarded_source(once_per, what="once_per") if once_per is not None else None
     when_code = guarded_source(when, what="when") if when is not None else None
-    head = f"[probe:{tag}]"  # the tag as grep finds it in the source; printed as [probe:TAG pgid=G pid=P]
+    head = f"[probe:{tag}]"  # the tag as grep finds it in the source; printed as [probe:TAG pgid=G pid=P rank=R]
     cut = f"_ewb_cut = lambda s: s if _ewb_b.len(s) <= {int(max_repr)} else s[:{int(max_repr)}] + '...'"
     who = [
         "try:",
@@ -74,6 +103,7 @@ def render_block(
         "    _ewb_who = ' pgid=%d pid=%d' % (_ewb_os.getpgrp(), _ewb_os.getpid())",
         "except Exception:  # not POSIX: the line is still printed, its launch unknown",
         "    _ewb_who = ' pgid=? pid=?'",
+        *RANK_LINES,
     ]
     # The block's own builtins come from the builtins module: the probed frame may shadow any name.
     body = [BEGIN_MARKER.format(tag=tag), "try:", "    import sys as _ewb_sys, builtins as _ewb_b"]

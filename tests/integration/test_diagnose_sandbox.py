@@ -57,8 +57,7 @@ def _assert_sandbox_verdict(verdict):
     assert verdict["root_cause"]["rule"] == "algorithm-mismatch"
     assert verdict["acceptance"]["before"]["accept_length"] <= 1.2
     assert verdict["acceptance"]["after"]["accept_length"] >= 2.0
-    assert verdict["probe"]["observed_hidden_size"] == hidden
-    assert verdict["probe"]["expected_hidden_size"] == 3 * hidden
+    _assert_mechanism_shown(verdict, hidden)
     # every hypothesis of the catalogue decided; the flag is the one cause, its mechanism shown by the probe
     by_id = {h["id"]: h["verdict"] for h in verdict["hypotheses"]}
     assert [h for h, v in by_id.items() if v == "confirmed"] == ["algorithm-flag"]
@@ -66,6 +65,23 @@ def _assert_sandbox_verdict(verdict):
     assert all(h["evidence"] for h in verdict["hypotheses"])
     assert verdict["root_cause"]["hypothesis"] == "algorithm-flag"
     assert verdict["root_cause"]["mechanism_confirmed_by_probe"] is True
+
+
+def _assert_mechanism_shown(verdict, hidden):
+    """The flag's mechanism with no probe launch (issue 28): the probes rode on the fix launch, whose
+    draft receives fc's 3 x hidden width, and the server as found showed without a restart (its
+    /server_info's algorithm through the code-path map) that it sends fc the hidden-size state only."""
+    probe = verdict["probe"]
+    assert probe["rides_on"] == "fix" and probe["observed_hidden_size"] is None  # nothing probed as found
+    assert probe["expected_hidden_size"] == 3 * hidden and probe["after_fix_hidden_size"] == 3 * hidden
+    assert verdict["live"]["fc_widths_as_found"] == [hidden]
+    assert "EAGLE" in verdict["live"]["fc_widths_source"]
+    assert verdict["root_cause"]["mechanism_confirmed_by"] == (
+        "probe on the fixed server + live evidence of the server as found")
+    flag = next(h for h in verdict["hypotheses"] if h["id"] == "algorithm-flag")
+    kinds = [e["kind"] for e in flag["evidence"]]
+    assert kinds.index("live") < kinds.index("probe")  # read before any restart, then the probe on the fix
+    assert [launch["label"] for launch in verdict["launches"] if launch["label"] == "probe"] == []
 
 
 def test_diagnose_sandbox_from_a_launch_command(tmp_path, free_port, state_dir):
@@ -81,9 +97,14 @@ def test_diagnose_sandbox_from_a_launch_command(tmp_path, free_port, state_dir):
     assert verdict["probe"]["after_fix_hidden_size"] == verdict["probe"]["expected_hidden_size"]
     assert "--speculative-algorithm EAGLE3" in verdict["fix"]["launch_command"]
     assert [d["flag"] for d in verdict["fix"]["diff"]] == ["--speculative-algorithm"]
-    # nothing ran: the as-found launch is not a restart; probe and fix are; nothing relaunched at the end
-    assert verdict["restarts"] == 2
-    assert [launch["label"] for launch in verdict["launches"]] == ["as-found", "probe", "fix"]
+    # nothing ran: the as-found launch is not a restart; the fix is (the probes ride on it); nothing
+    # relaunched at the end. Two start-ups, and no downtime: nothing served before the run
+    assert verdict["restarts"] == 1
+    assert [launch["label"] for launch in verdict["launches"]] == ["as-found", "fix"]
+    assert verdict["loads"] == 2 and verdict["downtime_s"] == pytest.approx(
+        sum(s["seconds"] for s in verdict["timeline"] if s["state"] == "down"))
+    assert [s["state"] for s in verdict["timeline"]] == ["no server", "serving as found", "down", "serving fixed",
+                                                         "no server"]
     assert verdict["duration_s"] > 0
     # each launch's start-up progress reached the terminal (the driver relays the cell's start-up
     # lines: workbench.session.startup_wait.ProgressRelay), ending ready; no other cell stderr
@@ -106,9 +127,11 @@ def test_diagnose_sandbox_from_a_launch_command(tmp_path, free_port, state_dir):
     assert check_self_contained(html) == []
     assert "algorithm-mismatch" in html
     # opened offline in headless Chromium, the figures are drawn: before/after, per request,
-    # timeline, probe width; plotly.js creates one <svg class="main-svg"> layer pair per figure
+    # timeline, probe width (read on the fixed server), and at the end the box's timeline;
+    # plotly.js creates one <svg class="main-svg"> layer pair per figure
     figures = count_plotly_figures(html)
-    assert figures == 4
+    assert figures == 5
+    assert "The box during the run" in html
     dom = render_dom(html_path)
     assert dom.count('class="main-svg"') >= figures
     _assert_readable(html_path)
@@ -152,8 +175,12 @@ def test_diagnose_running_server_is_put_back(tmp_path, free_port, state_dir):
         verdict = json.loads((tmp_path / "reports" / "diagnose_acceptance.json").read_text())
         assert verdict["root_cause"]["rule"] == "algorithm-mismatch"
         assert verdict["inventory"]["server_pid"] == handle.pid
-        # probe launch, fix launch, the original relaunched
-        assert verdict["restarts"] == 3
+        # the fix launch (the probes ride on it), the original relaunched: two loads, each with why
+        assert verdict["restarts"] == 2 and verdict["loads"] == 2
+        assert [(launch["label"], launch["reason"]) for launch in verdict["launches"]] == [
+            ("fix", "fix: measure the fix for algorithm-mismatch with the probes riding on it"),
+            ("restore", "restore: relaunch the server as found")]
+        assert verdict["downtime_s"] > 0
         servers = _servers_on(box, free_port)
         assert len(servers) == 1 and list(servers[0].argv) == argv and servers[0].pid != handle.pid
         assert box.sha256(DRAFT_FILE) == sha_before
@@ -239,13 +266,13 @@ def test_runbook_over_ssh_reaches_the_same_verdict(tmp_path, free_port, state_di
         assert verdict["acceptance"]["before"]["accept_length"] <= 1.2
         assert verdict["acceptance"]["after"]["accept_length"] >= 2.0
         hidden = json.loads(TARGET_CONFIG.read_text())["hidden_size"]
-        assert verdict["probe"]["observed_hidden_size"] == hidden and verdict["probe"]["expected_hidden_size"] == 3 * hidden
+        _assert_mechanism_shown(verdict, hidden)
         inventory = verdict["inventory"]
         assert inventory["host"] == ssh_env.alias
         # the server was reached through a local port forward, not its own port
         assert inventory["base_url"].startswith("http://127.0.0.1:") and not inventory["base_url"].endswith(
             f":{free_port}")
-        assert verdict["restarts"] == 2, [launch["label"] for launch in verdict["launches"]]  # the probe, the fix
+        assert verdict["restarts"] == 1, [launch["label"] for launch in verdict["launches"]]  # the fix (probes ride on it)
         # the report is not cluttered by the forward's refused connections while servers started
         assert "open FAILED" not in (tmp_path / "reports" / "diagnose_acceptance.ipynb").read_text()
 

@@ -187,8 +187,10 @@ def _step_reached(step: str, box, state_dir: Path, notebook: Path):
         return lambda: _cell_status(notebook, "before = run.measure_symptom()") == "completed"
     if step == "probe-inserted":  # a probe in the engine source (journalled before the file is patched)
         return lambda: any(p.state == "active" for p in remote_probes.list_probes(box))
-    if step == "probe-launch":  # the server launched from the probed source, journalled
-        return lambda: "probe" in _labels(_journal(state_dir))
+    if step == "probe-launch":  # a server launched from the probed source, journalled: the probe launch, or
+        # the fix launch the probes ride on (issue 28: this deployment's causes both have fixes, no probe launch)
+        return lambda: (any(label in ("probe", "fix") for label in _labels(_journal(state_dir)))
+                        and any(p.state == "active" for p in remote_probes.list_probes(box)))
     if step == "fix-launch":  # the repaired draft copy created and the fixed server being launched
         def fix_launch():
             j = _journal(state_dir)

@@ -158,14 +158,21 @@ def test_fault_matrix(case, healthy, tmp_path, state_dir_module, free_port, publ
         assert after is not None and after >= 0.9 * healthy_length, (after, healthy_length, verdict["fix"])
         assert verdict["fix"]["sufficient"] is True
         trials = len(verdict["candidate_trials"])
+        # a probe launch only when the probes could not ride on the fix launch, and it says why (issue 28)
+        probes = [launch for launch in verdict["launches"] if launch["label"] == "probe"]
+        assert len(probes) <= 1 and all(launch["reason"].startswith("probe: ") for launch in probes), probes
+        if verdict["probe"].get("rides_on") == "fix":
+            assert probes == [] and verdict["loads"] == 1 + int(case.starts_as_found) + trials, verdict["launches"]
         if case.starts_as_found and not trials:
-            # a verified fix: the probe launch and one relaunch (the as-found launch is no restart)
-            assert verdict["restarts"] == 2, [launch["label"] for launch in verdict["launches"]]
+            # a verified fix: one relaunch, the probes riding on it, or the probe launch before it
+            # (the as-found launch is no restart)
+            assert verdict["restarts"] == 1 + len(probes), [launch["label"] for launch in verdict["launches"]]
         elif case.starts_as_found:
-            # a fix that had to be measured among candidates: the probe, the fix of what was derived
-            # (when anything was), one relaunch per candidate
+            # a fix that had to be measured among candidates: the probe launch (when one was needed),
+            # the fix of what was derived (when anything was), one relaunch per candidate
             derived = any(f["applied"] and f["kind"] != "candidates" for f in verdict["fixes"])
-            assert verdict["restarts"] == 1 + int(derived) + trials, [launch["label"] for launch in verdict["launches"]]
+            assert verdict["restarts"] == len(probes) + int(derived) + trials, \
+                [launch["label"] for launch in verdict["launches"]]
         elif not case.starts_as_found:
             # no probe on a server that does not start: the fix relaunch only
             assert verdict["restarts"] == 1, [launch["label"] for launch in verdict["launches"]]
@@ -205,23 +212,31 @@ def _probe_shows_the_mechanism(case, verdict) -> None:
     if not case.starts_as_found or case.outcome in ("cause-found",):
         assert "lines" not in probe or not any(probe["lines"].values()), probe
         return
+    rides = probe.get("rides_on") == "fix"  # no probe launch: the readings are the fixed server's (issue 28)
     if "eagle-flag" in case.faults:
-        assert probe["observed_widths"] == [160] and probe["captured_layers"] == [], probe
+        if rides:  # as found, read live: its /server_info's algorithm through the code-path map
+            assert verdict["live"]["fc_widths_as_found"] == [160] and probe["observed_hidden_size"] is None, probe
+        else:
+            assert probe["observed_widths"] == [160] and probe["captured_layers"] == [], probe
         assert probe["after_fix_widths"] and 480 in probe["after_fix_widths"], probe
     elif "no-eagle-config" in case.faults:
-        assert probe["captured_layers"] == [2, 4, 5], probe  # the target's default layers, not [2, 4, 7]
+        # as found the target's default layers, not [2, 4, 7]; the fixed draft copy's ids, read on the fix
+        assert probe["captured_layers"] == ([2, 4, 7] if rides else [2, 4, 5]), probe
     elif "aux-ids-shifted" in case.faults:
-        assert probe["captured_layers"] == [1, 3, 6], probe
-    if "renamed-tensor" in case.faults:
+        assert probe["captured_layers"] == ([2, 4, 7] if rides else [1, 3, 6]), probe
+    if "renamed-tensor" in case.faults and rides:
+        assert probe["unmatched"] == [], probe  # the fixed draft copy: nothing dropped any more
+    elif "renamed-tensor" in case.faults:
         # the name as load_weights holds it after its own midlayer -> layers.0 rewrite
         assert [n.rsplit("layers.0.", 1)[-1] for n in probe["unmatched"]] == ["self_attn.qproj.weight"], probe
     elif "unmatched" in probe:
         assert probe["unmatched"] == [], probe
     if "d2t-minus-arange" in case.faults and "eagle-flag" not in case.faults:
         assert probe["d2t"], probe
-    for tag, lines in (probe.get("lines") or {}).items():  # the lines of the probe launch only
-        pgids = {line.split("pgid=")[1].split()[0] for line in lines if "pgid=" in line}
-        assert len(pgids) <= 1, (tag, lines)
+    for group in (probe.get("lines") or {}, probe.get("after_fix_lines") or {}):  # the lines of one launch each
+        for tag, lines in group.items():
+            pgids = {line.split("pgid=")[1].split()[0] for line in lines if "pgid=" in line}
+            assert len(pgids) <= 1, (tag, lines)
 
 
 def _acc(m: dict) -> str:

@@ -63,7 +63,10 @@ def test_walkthrough_diagnoses_fixes_and_puts_the_box_back(tmp_path, free_port, 
         assert verdict["outcome"] == "fixed"
         assert before < 1.3 and after > 1.5 and after > before
         assert verdict["root_cause"]["rule"] == "algorithm-mismatch"
-        assert verdict["probe"]["observed_hidden_size"] == hidden
+        # no probe launch (issue 28): the probes rode on the fix launch; the server as found was read live
+        assert verdict["probe"]["rides_on"] == "fix" and verdict["probe"]["observed_hidden_size"] is None
+        assert verdict["live"]["fc_widths_as_found"] == [hidden]
+        assert verdict["loads"] == 2 and [launch["label"] for launch in verdict["launches"]] == ["fix", "restore"]
         assert verdict["probe"]["expected_hidden_size"] == 3 * hidden
         assert verdict["probe"]["after_fix_hidden_size"] == 3 * hidden
         assert verdict["inventory"]["server_pid"] == handle.pid
@@ -79,8 +82,8 @@ def test_walkthrough_diagnoses_fixes_and_puts_the_box_back(tmp_path, free_port, 
         texts = _outputs(out)
         # the walkthrough's own views said the same thing along the way
         assert any("Pinned near 1.00" in t for t in texts)
-        assert any(f"The draft receives {hidden} (one hidden state) where its fc expects {3 * hidden}" in t
-                   for t in texts)
+        assert any("No probe launch: the probes are placed and ride on the fix launch" in t
+                   and f"the target's {hidden}-wide hidden state, never fc's {3 * hidden}" in t for t in texts)
         verify = next(t for t in texts if "Verification: accept length" in t)
         assert f"{before:.3f}" in verify and f"{after:.3f}" in verify and "Fixed:" in verify
         assert "probes on the box now" in verify

@@ -134,6 +134,38 @@ def test_the_probes_readings_are_judged_against_the_drafts_fc(static_run):
     assert readings.probe_text(ctx).startswith(f"widths reaching fc: [{hidden}] (fc expects {fc_in})")
 
 
+def test_the_verdict_uses_rank_0_and_names_every_rank_that_disagrees(static_run):
+    """Probe lines of a TP 3 launch (issue 28, ``probe.ranks``): one entry per rank with the width
+    it printed; the decisive width is rank 0's; rank 2, whose draft saw only the target's width,
+    is named (in the summary and in a note), and a line without a rank is kept apart by its pid."""
+    ctx = static_run.ctx
+    static.preflight(ctx)
+    hidden, fc_in = ctx.state.target_facts.hidden_size, ctx.state.draft_facts.fc_in_features
+
+    def line(width: int, rank, pid: int, n: int) -> ProbeReading:
+        shape = f"torch.Size([7, {width}])"
+        who = f"pgid=1 pid={pid}" + (f" rank={rank}" if rank is not None else "")
+        return ProbeReading(tag="draft-input-width", values={}, raw={"hidden_states.shape": shape}, line_number=n,
+                            log_line=f"[probe:draft-input-width {who}] hidden_states.shape={shape}", pgid=1, pid=pid,
+                            rank=rank)
+
+    lines = [line(hidden, 1, 11, 1), line(fc_in, 1, 11, 2), line(fc_in, 0, 10, 3), line(hidden, 2, 12, 4)]
+    got = readings.summarize_readings(ctx, {readings.PROBE_RECIPE: lines}, before=False)
+    assert [(e["rank"], e["value"]) for e in got["ranks"]] == [(0, fc_in), (1, fc_in), (2, hidden)]
+    assert got["observed_hidden_size"] == fc_in and got["ranks_disagree"] == [2]
+    readings.attach_probe_evidence(ctx, {}, got, on_fix=True)
+    assert any(n.startswith("probe on the fixed server: rank(s) [2] printed another width than rank 0")
+               for n in ctx.notes), ctx.notes
+    # rank 0 decides even when another rank saw only the target's width first
+    assert readings.summarize_readings(ctx, {readings.PROBE_RECIPE: [line(hidden, 1, 11, 1), line(hidden, 0, 10, 2)]},
+                                       before=True)["observed_hidden_size"] == hidden
+    # lines without a rank: one entry per process, rank None, all of them decide
+    unranked = readings.summarize_readings(ctx, {readings.PROBE_RECIPE: [line(hidden, None, 20, 1),
+                                                                        line(fc_in, None, 21, 2)]}, before=True)
+    assert [(e["rank"], e["pid"], e["value"]) for e in unranked["ranks"]] == [(None, 20, hidden), (None, 21, fc_in)]
+    assert unranked["observed_hidden_size"] == fc_in and unranked["ranks_disagree"] == []
+
+
 def test_the_runs_values_are_the_steps_values_and_read_only(static_run):
     with pytest.raises(AttributeError, match="read-only"):
         static_run.before = None
@@ -195,3 +227,32 @@ def test_the_symptom_is_never_measured_on_a_server_the_run_relaunched_otherwise(
     finally:
         verdict = run.finish()
     assert verdict["acceptance"]["before"]["launch_command"].count("EAGLE3") == 0
+
+
+def test_why_the_probes_need_a_launch_of_their_own(static_run):
+    """The sandbox's wrong flag, decided statically (issue 28): every suspect that no applied fix
+    answers is named with why; with fixes that will be applied the probes ride on the fix launch
+    (nothing named); a suspect only the readings as found decide (the cross-engine aux convention)
+    still needs its probe launch."""
+    from workbench.diagnosis.steps import fixes
+    from workbench.diagnosis.steps.hypotheses import CROSS_ENGINE_AUX
+
+    static_run.check_hypotheses()
+    ctx = static_run.ctx
+    assert ctx.ledger.get("algorithm-flag").verdict == "confirmed"
+    # allow_restart False (this run): no fix launch at all
+    assert fixes.probe_launch_needed(ctx) == [
+        "algorithm-flag: no fix launch will carry the probes (allow_restart is False); their mechanism is read on "
+        "the server as found"]
+    ctx.session.allow_restart = True
+    try:
+        assert fixes.probe_launch_needed(ctx) == []  # the flag's fix will be applied: the probes ride on it
+        ctx.settings.apply_fix = False
+        assert "(apply_fix is False)" in fixes.probe_launch_needed(ctx)[0]
+        ctx.settings.apply_fix = True
+        ctx.ledger.decide(CROSS_ENGINE_AUX, "inconclusive")
+        assert fixes.probe_launch_needed(ctx) == [
+            f"{CROSS_ENGINE_AUX} could not be decided from the running server and the code path (no fix derivable): "
+            "only the probes' readings on the server as found decide it"]
+    finally:
+        ctx.session.allow_restart = False

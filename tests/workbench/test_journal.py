@@ -266,7 +266,7 @@ def test_restore_with_nothing_journalled_writes_nothing(jbox):
     report = restore_box(jbox)
     assert (report.actions, report.problems, report.clean) == ([], [], True)
     assert not Path(journal_path(jbox)).exists()
-    assert json.loads(json.dumps(report.to_dict())) == {"actions": [], "problems": [], "clean": True}
+    assert json.loads(json.dumps(report.to_dict())) == {"actions": [], "problems": [], "clean": True, "launch": None}
 
 
 @pytest.mark.slow  # starts tiny servers

@@ -50,6 +50,14 @@ def test_probe_width_reading(observed, says):
     assert "probes on the box now: ['draft-input-width']" in p.text()
 
 
+def test_probe_width_riding_on_the_fix_says_so():
+    p = walk.ProbeWidth(None, None, None, in_place=["draft-input-width"], rides_on="fix",
+                        live="with EAGLE the aux capture is never set up")
+    assert p.reading() == ("No probe launch: the probes are placed and ride on the fix launch, whose log gives the "
+                           "readings (one load both shows the mechanism and measures the fix). The server as found, "
+                           "read live: with EAGLE the aux capture is never set up.")
+
+
 def test_probe_width_skipped_says_why():
     p = walk.ProbeWidth(None, None, None, skipped="no probe: allow_restart is False")
     assert p.reading() == "No probe ran: no probe: allow_restart is False"

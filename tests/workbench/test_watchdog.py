@@ -476,6 +476,12 @@ def test_the_watchdogs_restore_and_restore_box_agree(b0):
         return sorted(re.sub(r"\d+|/\S+|\(.*\)", "", x).split(":")[0].strip() for x in actions)
 
     assert kinds(by_restore_box.actions) == kinds(by_watchdog["actions"])
+    # both report the relaunch as a load (issue 28): its record, why, and when it was ready
+    for launch in (by_restore_box.launch, by_watchdog["launch"]):
+        assert launch["label"] == "restore" and launch["reason"].startswith("restore")
+        assert launch["ready_at"] >= launch["launched_at"] and launch["ready_after_s"] >= 0
+        assert launch["pid"] is not None and list(launch["launch_command"].split()) == [str(a) for a in b0.argv]
+    assert [p["name"] for p in by_restore_box.launch["phases"]][-1] == "ready"
 
 
 # -- the parameter on the runbooks and the command line ------------------------------------------

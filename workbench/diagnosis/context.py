@@ -39,7 +39,8 @@ class RunSettings:
     guard and the restore read it too). ``given``: what the user stated that no file records
     (``{"aux_layer_ids": [1, 3, 6]}``). ``expected_accept_length``: tokens per verify step a
     healthy draft reaches here (``None``: judged against the ceiling). ``progress``: the
-    measurement's progress display (``True`` a bar, ``"text"`` lines, ``False`` none)."""
+    measurement's progress display (``True`` a bar, ``"text"`` lines, ``False`` none).
+    ``stack_dumps``: ``py-spy dump`` of the running server's processes as live evidence."""
 
     apply_fix: bool
     keep_fix: bool
@@ -51,6 +52,7 @@ class RunSettings:
     given: dict[str, Any] = field(default_factory=dict)
     expected_accept_length: float | None = None
     progress: bool | str = True
+    stack_dumps: bool = False
 
 
 class HypothesisIndex:
@@ -103,12 +105,15 @@ class ProbeState:
     """The probe step's value: ``in_place`` (the ``remote.probes.Probe`` blocks in the engine's
     files now), ``result`` (the readings summarised: widths reaching ``fc``, captured layers, d2t,
     dropped weights; ``after_fix_*`` from the fixed server), ``confirmed`` (hypotheses the readings
-    confirmed on the code path), ``code_path`` (the code-path map, built once)."""
+    confirmed on the code path), ``code_path`` (the code-path map, built once), ``rides_on``
+    (``"fix"`` when the probes were placed without a launch of their own: they ride on the fix
+    launch)."""
 
     in_place: list = field(default_factory=list)
     result: dict[str, Any] = field(default_factory=dict)
     confirmed: set[str] = field(default_factory=set)
     code_path: Any = None  # workbench.engine.codepath.CodePathMap
+    rides_on: str | None = None  # "fix": placed, no probe launch; the fix launch's log gives the readings
 
 
 @dataclass
@@ -139,8 +144,10 @@ class RunState:
     """Everything the steps found, in one value: ``before`` (the symptom), ``start_failures``
     (every launch that did not start or was refused), ``static``, ``probe``, ``fix``,
     ``server_lost`` (the server stopped answering: the run ended there), ``kept_server`` (the fixed
-    server finish left running), ``verdict`` (once built), ``notes`` (what the report should say
-    besides), ``started_at`` (``time.monotonic()``)."""
+    server finish left running), ``live`` (what the server as found showed without a restart:
+    :mod:`workbench.diagnosis.steps.live`), ``verdict`` (once built), ``notes`` (what the report should say
+    besides), ``started_at`` (``time.monotonic()``), ``started_epoch`` (``time.time()`` then: the
+    timeline's start)."""
 
     before: Measurement | None = None
     start_failures: list[StartFailure] = field(default_factory=list)
@@ -149,9 +156,11 @@ class RunState:
     fix: FixState = field(default_factory=FixState)
     server_lost: ServerStoppedAnswering | None = None
     kept_server: dict | None = None
+    live: dict[str, Any] = field(default_factory=dict)
     verdict: dict | None = None
     notes: list[str] = field(default_factory=list)
     started_at: float = field(default_factory=time.monotonic)
+    started_epoch: float = field(default_factory=time.time)
     _no_findings: list[Finding] = field(default_factory=list, repr=False)
 
     @property

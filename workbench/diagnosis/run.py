@@ -35,6 +35,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from remote.errors import RemoteError
 from workbench.diagnosis import summary as summary_doc, verdict as verdict_doc
 from workbench.diagnosis.acceptance import (LOW_ACCEPT_FRACTION, NEAR_THRESHOLD_BAND, SUFFICIENT_GAIN,
                                             pooled_measurement, verify_ceiling)
@@ -43,8 +44,8 @@ from workbench.diagnosis.ledger import Ledger
 from workbench.diagnosis.results import HypothesisTable, Measurement, StartFailure, StepResult
 from workbench.diagnosis.serving import LOST_LOG_TAIL, SERVER_STOPPED_ANSWERING, measure, record_loss
 from workbench.diagnosis.steps import (finish as finish_step, fixes as fixes_step, hypotheses as hypotheses_step,
-                                       ladder as ladder_step, probe as probe_step, static as static_step,
-                                       symptom as symptom_step)
+                                       ladder as ladder_step, live as live_step, probe as probe_step,
+                                       static as static_step, symptom as symptom_step)
 from workbench.diagnosis.steps.fixes import MEASURED_EVEN_IF_NOT_LOW
 from workbench.diagnosis.steps.hypotheses import CROSS_ENGINE_AUX
 from workbench.diagnosis.steps.readings import DRAFT_MODEL_FILE, PROBE_RECIPE
@@ -143,7 +144,7 @@ class DiagnosisRun(BoxSession):
     STEPS: tuple[tuple[str, str], ...] = (
         ("measure_symptom", "the symptom: acceptance as found"),
         ("check_hypotheses", "preflight and the hypotheses decided statically, no restart"),
-        ("probe", "one probe launch: the suspects' mechanism on the engine's code path"),
+        ("probe", "the probes: riding on the fix launch, or one probe launch when a suspect has no fix"),
         ("apply_fixes", "every fix in one relaunch, measured; the candidates of undecided causes"),
         ("attribute", "the ladder: what each fix contributed (attribute_fixes)"),
     )
@@ -152,12 +153,13 @@ class DiagnosisRun(BoxSession):
                  keep_fix: bool, prompts: list[dict], max_new_tokens: int, server_start_timeout: float,
                  report_dir: str | Path, attribute_fixes: bool = False, try_candidates: bool = True,
                  aux_layer_ids: list[int] | None = None, expected_accept_length: float | None = None,
-                 request_timeout: float = 300.0, force_launch: bool = False):
+                 request_timeout: float = 300.0, force_launch: bool = False, stack_dumps: bool = False):
         settings = RunSettings(apply_fix=apply_fix, keep_fix=keep_fix, attribute_fixes=attribute_fixes,
                                try_candidates=try_candidates, prompts=prompts, max_new_tokens=max_new_tokens,
                                report_dir=Path(report_dir), expected_accept_length=expected_accept_length,
                                given={"aux_layer_ids": list(aux_layer_ids)} if aux_layer_ids is not None else {},
-                               progress="text" if os.environ.get("EAGLE_WORKBENCH_DRIVER") else True)
+                               progress="text" if os.environ.get("EAGLE_WORKBENCH_DRIVER") else True,
+                               stack_dumps=stack_dumps)
         index = HypothesisIndex()
         ledger = Ledger()
         for spec, _fam in index.in_order():
@@ -166,6 +168,7 @@ class DiagnosisRun(BoxSession):
         super().__init__(box, inventory, journal, server_start_timeout=server_start_timeout,
                          allow_restart=allow_restart, request_timeout=request_timeout, force_launch=force_launch)
         self.ctx.state.started_at = time.monotonic()  # the verdict's duration_s counts from here, as it always did
+        self.ctx.state.started_epoch = time.time()  # the box's timeline too
 
     # -- construction ---------------------------------------------------------------------------
 
@@ -177,7 +180,8 @@ class DiagnosisRun(BoxSession):
               num_prompts: int | None = None, max_new_tokens: int = 96, server_start_timeout: float = 300.0,
               report_dir: str | Path = "reports", request_timeout: float = 300.0,
               force_launch: bool = False, how: str = "port = N in the parameters cell",
-              engine: str | None = None, watchdog_after_s: float = WATCHDOG_AFTER_S) -> "DiagnosisRun":
+              engine: str | None = None, watchdog_after_s: float = WATCHDOG_AFTER_S,
+              stack_dumps: bool = False) -> "DiagnosisRun":
         """Connect to ``host``, restore anything an interrupted earlier run left, take the
         inventory and open the journal. ``launch_command=None`` means the embedded sandbox box
         launched with the wrong flag (when no server is running on ``port``); with ``engine="vllm"``
@@ -189,7 +193,9 @@ class DiagnosisRun(BoxSession):
         even what the launch guard refuses (the doctor's findings say it will not start); the
         verdict's ``launch_guard`` records what was overridden. ``watchdog_after_s``: seconds of
         silence of this run's heartbeat after which its watchdog on the box restores the box
-        (:mod:`workbench.session.watchdog`; 0: no watchdog). Raises :class:`DiagnosisError` for
+        (:mod:`workbench.session.watchdog`; 0: no watchdog). ``stack_dumps``: ``py-spy dump`` of
+        the running server's processes as live evidence (:mod:`workbench.diagnosis.steps.live`).
+        Raises :class:`DiagnosisError` for
         parameters that are no such values (before anything changes on the box);
         :class:`~workbench.errors.ServerChoiceError` when ``port`` is ``None``, no server runs on
         the default port and several run elsewhere (the message lists them and says how to pick
@@ -197,7 +203,8 @@ class DiagnosisRun(BoxSession):
         :class:`~workbench.errors.PromptSetError` for a ``prompts`` file that cannot be read (before
         anything happens on the box)."""
         check_run_parameters(flags={"allow_restart": allow_restart, "apply_fix": apply_fix, "keep_fix": keep_fix,
-                                    "attribute_fixes": attribute_fixes, "try_candidates": try_candidates},
+                                    "attribute_fixes": attribute_fixes, "try_candidates": try_candidates,
+                                    "stack_dumps": stack_dumps},
                              counts={"max_new_tokens": max_new_tokens}, optional_counts={"num_prompts": num_prompts},
                              seconds={"server_start_timeout": server_start_timeout,
                                       "request_timeout": request_timeout})
@@ -223,7 +230,7 @@ class DiagnosisRun(BoxSession):
                    prompts=prompt_set, max_new_tokens=max_new_tokens, server_start_timeout=server_start_timeout,
                    report_dir=report_dir, attribute_fixes=attribute_fixes, try_candidates=try_candidates,
                    aux_layer_ids=ids, expected_accept_length=expected_accept_length,
-                   request_timeout=request_timeout, force_launch=force_launch)
+                   request_timeout=request_timeout, force_launch=force_launch, stack_dumps=stack_dumps)
 
     # -- the values the steps hand on, under the names the runbook, the lab and the tests read ----
 
@@ -265,6 +272,7 @@ class DiagnosisRun(BoxSession):
     apply_fix_enabled = _Value("settings.apply_fix")
     attribute_enabled = _Value("settings.attribute_fixes")
     try_candidates = _Value("settings.try_candidates")
+    live = _Value("state.live")
     progress = _Value("settings.progress", settable=True, doc="the measurements' progress display (settable)")
     specs = _Value("hypotheses.specs")
     families = _Value("hypotheses.families")
@@ -305,7 +313,21 @@ class DiagnosisRun(BoxSession):
         """3 · Every hypothesis decided from the static evidence, no restart
         (:func:`workbench.diagnosis.steps.hypotheses.check_hypotheses`)."""
         self._require_open("check_hypotheses")
-        return hypotheses_step.check_hypotheses(self.ctx)
+        table = hypotheses_step.check_hypotheses(self.ctx)
+        self.live_evidence()
+        return table
+
+    def live_evidence(self) -> StepResult | None:
+        """What the server serving now shows, no restart: ``/server_info``, ``/metrics``, its log,
+        the code-path map for its flags, opt-in stack dumps
+        (:func:`workbench.diagnosis.steps.live.live_evidence`); run by :meth:`check_hypotheses`.
+        A box that cannot be read is noted, never raised."""
+        self._require_open("live_evidence")
+        try:
+            return live_step.live_evidence(self.ctx, stack_dumps_on=self.settings.stack_dumps)
+        except (RemoteError, ValueError) as exc:
+            self.notes.append(f"the live evidence was not read ({type(exc).__name__}: {exc})")
+            return None
 
     def suspects(self) -> list[str]:
         """The hypotheses still in play (confirmed or inconclusive), in the order they act."""
@@ -317,8 +339,10 @@ class DiagnosisRun(BoxSession):
 
     @_ends_on_server_loss("probe")
     def probe(self) -> StepResult | None:
-        """4 · One probe launch (:func:`workbench.diagnosis.steps.probe.probe`)."""
-        return probe_step.probe(self.ctx)
+        """4 · The probes, riding on the fix launch when every suspect has a fix that will be
+        applied, else one probe launch (:func:`workbench.diagnosis.steps.probe.probe`, the reason:
+        :func:`workbench.diagnosis.steps.fixes.probe_launch_needed`)."""
+        return probe_step.probe(self.ctx, lambda: fixes_step.probe_launch_needed(self.ctx))
 
     def derive_fixes(self) -> list[Fix]:
         """Every fix the families derive for the confirmed (and candidates for the undecided)
@@ -403,6 +427,11 @@ class DiagnosisRun(BoxSession):
     def figures(self) -> dict[str, Any]:
         """The summary's plotly figures (:func:`workbench.diagnosis.summary.figures`)."""
         return summary_doc.figures(self.ctx)
+
+    def box_timeline(self):
+        """The box's timeline during the run as a plotly figure: what served the port when, the
+        seconds it was down, the loads (:func:`workbench.diagnosis.summary.box_timeline_figure`)."""
+        return summary_doc.box_timeline_figure(self.ctx)
 
     def summary_html(self) -> str:
         """The case's story as HTML (:func:`workbench.diagnosis.summary.summary_html`)."""

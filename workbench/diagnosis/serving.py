@@ -10,6 +10,8 @@ lost server; never decides a hypothesis.
 
 from __future__ import annotations
 
+import time
+
 import httpx
 
 from remote.errors import (GenerationStuck, PortInUse, RemoteError, ServerDied, ServerNotReady,
@@ -23,6 +25,7 @@ from workbench.errors import AcceptanceError, LaunchRefused, MeasureError, Serve
 from workbench.logs import read_decode_records, read_when_settled
 from workbench.measure.generate import measure_generate
 from workbench.redact import REDACTOR
+from workbench.session.launches import launch_phases, launch_record
 
 __all__ = ["SERVER_STOPPED_ANSWERING", "LOST_LOG_TAIL", "measure", "try_launch", "forget_dead", "serving_label",
            "stopped_answering", "record_loss"]
@@ -100,13 +103,14 @@ def measure(ctx: RunContext, label: str) -> Measurement:
                        log_records=records, log_path=log_path, remeasured=remeasured)
 
 
-def try_launch(ctx: RunContext, launch: LaunchCommand, label: str):
+def try_launch(ctx: RunContext, launch: LaunchCommand, label: str, reason: str | None = None):
     """:meth:`BoxSession._launch`, a server that does not start recorded as a :class:`StartFailure`
     (returned, with ``None`` for the handle) instead of raised; a launch the guard refused
-    (:class:`LaunchRefused`: never made) too, with the findings that refused it."""
+    (:class:`LaunchRefused`: never made) too, with the findings that refused it. ``reason``: why
+    the load is needed, a sentence (the verdict's ``launches[].reason``)."""
     session = ctx.session
     try:
-        return session._launch(launch, label), None
+        return session._launch(launch, label, reason), None
     except LaunchRefused as exc:
         failure = StartFailure(label, launch.to_string(), str(exc), [], None,
                                refused=[f.to_dict() for f in exc.findings])
@@ -117,8 +121,9 @@ def try_launch(ctx: RunContext, launch: LaunchCommand, label: str):
         # port check, never stopped): the launch is refused, nothing started.
         failure = StartFailure(label, launch.to_display(), f"PortInUse: {exc}", [], str(exc))
         ctx.state.start_failures.append(failure)
-        session.launches.append({"label": label, "launch_command": launch.to_display(), "pid": None,
-                              "log_path": None, "healthy_after_s": None, "started": False, "error": str(exc)})
+        session.launches.append(launch_record(label=label, reason=reason, launch_command=launch.to_display(), pid=None,
+                                              log_path=None, stopped_at=None, stopped=None, launched_at=time.time(),
+                                              ready_at=None, log_start=None, started=False, error=str(exc)))
         return None, failure
     except (ServerDied, ServerStartTimedOut) as exc:
         failure = StartFailure(label, launch.to_display(), f"{type(exc).__name__}: {str(exc).splitlines()[0]}",
@@ -126,9 +131,13 @@ def try_launch(ctx: RunContext, launch: LaunchCommand, label: str):
         ctx.state.start_failures.append(failure)
         if session.launches and session.launches[-1].get("pid") is None:
             session.launches.pop()
-        session.launches.append({"label": label, "launch_command": launch.to_display(), "pid": exc.pid,
-                              "log_path": exc.log_path, "healthy_after_s": None, "started": False,
-                              "error": failure.exception or failure.error})
+        times = dict(session.failed_launch or {"stopped_at": None, "stopped": None, "launched_at": time.time(),
+                                               "log_start": 0})
+        times.update(label=label, reason=reason, launch_command=launch.to_display(), pid=exc.pid,
+                     log_path=exc.log_path)
+        session.launches.append(launch_record(**times, ready_at=None, started=False,
+                                              error=failure.exception or failure.error,
+                                              phases=launch_phases(ctx.box, exc.log_path, 0, None)))
         forget_dead(ctx, exc.pid)
         return None, failure
 

@@ -15,14 +15,15 @@ from workbench.diagnosis.context import RunContext
 from workbench.diagnosis.results import fmt
 from workbench.diagnosis.steps.finish import copy_kept, keeps_fix
 from workbench.diagnosis.steps.relaunch import draft_dir
-from workbench.diagnosis.verdict import (consequences, launch_diff, outcome, outcome_detail, proposed_launch,
-                                         root_causes, still_open)
+from workbench.diagnosis.verdict import (consequences, launch_diff, load_cost, outcome, outcome_detail,
+                                         proposed_launch, root_causes, still_open)
 from workbench.errors import FigureInputError
 from workbench.redact import REDACTOR
 from workbench.report import figures as plots
 from workbench.report.tables import scroll_box
+from workbench.report.timeline import box_timeline
 
-__all__ = ["summary_html", "figures"]
+__all__ = ["summary_html", "figures", "box_timeline_figure"]
 
 
 def summary_html(ctx: RunContext) -> str:
@@ -105,7 +106,7 @@ def summary_html(ctx: RunContext) -> str:
                        f"<td style='color:#b00020;text-align:left'><code>- {html.escape(str(a))}</code></td>"
                        f"<td style='color:#1b7a1b;text-align:left'><code>+ {html.escape(str(b))}</code></td></tr>"
                        for f, a, b in diff)
-        parts.append(f"<p><b>Launch-command diff</b>:</p>" + scroll_box(f"<table>{rows}</table>"))
+        parts.append("<p><b>Launch-command diff</b>:</p>" + scroll_box(f"<table>{rows}</table>"))
         parts.append(f"<p>fixed command{'' if ctx.state.fix.launch is not None else ' (proposed, not applied)'}: "
                      f"<code>{html.escape(proposed_launch(ctx).to_display())}</code></p>")
         pending = [f for f in ctx.state.fix.derived if f.kind == "draft-copy" and f not in ctx.state.fix.applied]
@@ -135,7 +136,7 @@ def summary_html(ctx: RunContext) -> str:
     if ctx.state.fix.candidate_trials:
         rows = "".join(f"<tr><td style='text-align:left'>{html.escape(t['label'])}</td><td>{fmt(t['accept_length'])}</td></tr>"
                        for t in ctx.state.fix.candidate_trials)
-        parts.append(f"<p><b>Candidates measured</b>:</p>" + scroll_box(f"<table>{rows}</table>"))
+        parts.append("<p><b>Candidates measured</b>:</p>" + scroll_box(f"<table>{rows}</table>"))
     still = still_open(ctx)
     if still:
         items = "".join(f"<li><b>{html.escape(o['hypothesis'])}</b>: {html.escape(o['why'])}<br>to decide: "
@@ -188,8 +189,23 @@ def figures(ctx: RunContext) -> dict[str, Any]:
     if pr.get("observed_hidden_size") and pr.get("expected_hidden_size") and pr.get("target_hidden_size"):
         add("probe", lambda: plots.hidden_width_probe(pr["observed_hidden_size"], pr["expected_hidden_size"],
                                                         pr["target_hidden_size"]))
+    elif pr.get("rides_on") and pr.get("after_fix_hidden_size") and pr.get("expected_hidden_size") \
+            and pr.get("target_hidden_size"):
+        # the probes rode on the fix launch: the width the fixed server's draft received
+        add("probe", lambda: plots.hidden_width_probe(pr["after_fix_hidden_size"], pr["expected_hidden_size"],
+                                                        pr["target_hidden_size"], where="probe on the fixed server"))
     if len(ctx.state.fix.ladder) >= 2 and all(r["accept_length"] is not None for r in ctx.state.fix.ladder):
         add("ladder", lambda: plots.fix_ladder([r["label"] for r in ctx.state.fix.ladder],
                                                  [r["accept_length"] for r in ctx.state.fix.ladder],
                                                  ceiling=ctx.ceiling(ctx.state.fix.launch)))
+    if ctx.session.finished:
+        add("box_timeline", lambda: box_timeline_figure(ctx))
     return out
+
+
+def box_timeline_figure(ctx: RunContext):
+    """The box's timeline during the run (:func:`workbench.report.timeline.box_timeline` over
+    :func:`workbench.diagnosis.verdict.load_cost`): what served the port when, the seconds it was
+    down and the loads. Complete once the run finished (the restore's relaunch in it)."""
+    cost = load_cost(ctx)
+    return box_timeline(cost["timeline"], loads=cost["loads"], port=ctx.inventory.port)

@@ -16,6 +16,7 @@ import time
 from typing import Any
 
 from workbench.diagnosis.context import RunContext
+from workbench.diagnosis.loads import all_launches, count_loads, downtime_s, timeline
 from workbench.diagnosis.results import Measurement
 from workbench.diagnosis.steps.fixes import cleared_by_fix, derive_fixes, explained_by
 from workbench.diagnosis.steps.relaunch import fixed_launch
@@ -24,7 +25,7 @@ from workbench.rules import REGISTRY
 from workbench.rules.runtime import acceptance_collapsed
 
 __all__ = ["consequences", "root_causes", "root_cause", "still_open", "outcome", "undecided", "outcome_detail",
-           "proposed_launch", "launch_diff", "build_verdict", "checked"]
+           "proposed_launch", "launch_diff", "load_cost", "build_verdict", "checked"]
 
 
 def consequences(ctx: RunContext) -> list[dict[str, Any]]:
@@ -74,10 +75,17 @@ def root_cause(ctx: RunContext) -> dict[str, Any] | None:
     if not causes:
         return None
     first = dict(causes[0])
-    first["mechanism_confirmed_by_probe"] = bool(
-        ctx.state.probe.result.get("observed_hidden_size") is not None
-        and ctx.state.probe.result.get("observed_hidden_size") != ctx.state.probe.result.get("expected_hidden_size")) \
-        or first.get("hypothesis") in ctx.state.probe.confirmed
+    pr = ctx.state.probe.result
+    on_found = bool(pr.get("observed_hidden_size") is not None
+                    and pr.get("observed_hidden_size") != pr.get("expected_hidden_size"))
+    on_fix = bool(pr.get("mechanism_shown_on_fix")) and first.get("hypothesis") == "algorithm-flag"
+    first["mechanism_confirmed_by_probe"] = on_found or on_fix or first.get("hypothesis") in ctx.state.probe.confirmed
+    # how: a probe launch on the server as found, or the probes riding on the fix launch judged
+    # with what the server as found showed without a restart (steps.readings.attach_fix_width_evidence)
+    first["mechanism_confirmed_by"] = ("probe on the server as found" if on_found or first.get("hypothesis") in
+                                       ctx.state.probe.confirmed else
+                                       "probe on the fixed server + live evidence of the server as found" if on_fix
+                                       else None)
     return first
 
 
@@ -219,14 +227,34 @@ def launch_diff(ctx: RunContext) -> list[tuple[str, Any, Any]]:
     return ctx.inventory.launch.diff(proposed) if proposed is not None else []
 
 
+def load_cost(ctx: RunContext, now: float | None = None) -> dict[str, Any]:
+    """What the run cost the box in loads (:mod:`workbench.diagnosis.loads`): ``launches`` (the
+    run's launch records, then the restore's relaunch), ``loads`` (start-ups the run caused,
+    restore included), ``timeline`` (what served the port from the run's start to ``now``, epoch
+    seconds) and ``downtime_s`` (seconds it served nothing: a stop until the next server was
+    ready, summed)."""
+    session = ctx.session
+    report = session.restore_report
+    launches = all_launches(session.launches, report.launch if report is not None else None)
+    final_stop = session.restore_stopped_at if report is not None and report.launch is None else None
+    segments = timeline(launches, found_serving=ctx.inventory.server_pid is not None, start=ctx.state.started_epoch,
+                        end=time.time() if now is None else now, final_stop_at=final_stop)
+    return {"launches": launches, "loads": count_loads(launches), "timeline": segments,
+            "downtime_s": downtime_s(segments)}
+
+
 def build_verdict(ctx: RunContext) -> dict[str, Any]:
     """The verdict document (schema: DESIGN.md, "Contracts"; plus ``outcome``,
-    ``root_causes``, ``open``, ``fixes``, ``start_failures``, ``ladder``, ``healthy``)."""
+    ``root_causes``, ``open``, ``fixes``, ``start_failures``, ``ladder``, ``healthy``; the loads:
+    ``launches`` with the restore's relaunch, ``loads``, ``downtime_s``, ``timeline``,
+    :func:`load_cost`; ``live``: what the server as found showed without a restart;
+    ``probe.ranks``: one entry per rank that printed the width probe)."""
     def acceptance(m: Measurement | None) -> dict:
         return m.to_dict() if m is not None else {"accept_length": None}
 
     rc = root_cause(ctx)
     before = ctx.state.before.accept_length if ctx.state.before is not None else None
+    cost = load_cost(ctx)
     ceiling = ctx.ceiling()
     verdict = {
         "outcome": outcome(ctx),
@@ -247,8 +275,10 @@ def build_verdict(ctx: RunContext) -> dict[str, Any]:
         "probe": {
             "observed_hidden_size": ctx.state.probe.result.get("observed_hidden_size"),
             "expected_hidden_size": ctx.state.probe.result.get("expected_hidden_size"),
+            "ranks": ctx.state.probe.result.get("ranks") or [],
             **{k: v for k, v in ctx.state.probe.result.items() if k not in ("observed_hidden_size", "expected_hidden_size")},
         },
+        "live": ctx.state.live or None,
         "fix": {
             "launch_command": proposed_launch(ctx).to_display() if proposed_launch(ctx) is not None else None,
             "diff": [{"flag": f, "before": a, "after": b} for f, a, b in launch_diff(ctx)],
@@ -276,7 +306,10 @@ def build_verdict(ctx: RunContext) -> dict[str, Any]:
         if ctx.state.before is not None else [],
         "inventory": ctx.inventory.to_dict(),
         "code_path": ctx.state.probe.code_path.to_dict() if ctx.state.probe.code_path is not None else None,
-        "launches": ctx.session.launches,
+        "launches": cost["launches"],
+        "loads": cost["loads"],
+        "downtime_s": cost["downtime_s"],
+        "timeline": cost["timeline"],
         "launch_guard": ctx.session.guard.summary(),
         "restarts": ctx.session.restarts,
         "restore": ctx.session.restore_report.to_dict() if ctx.session.restore_report else None,

@@ -263,7 +263,8 @@ class ProbeWidth:
     hidden size for EAGLE-3), ``target_hidden`` (the target's hidden size), ``widths`` (every
     width a draft forward received), ``lines`` (the probe's log lines, by tag), ``in_place`` (the
     probes recorded on the box now, by tag), ``skipped`` (why no probe ran: the run's notes),
-    ``again`` (a re-run)."""
+    ``again`` (a re-run), ``rides_on`` (``"fix"``: placed, no probe launch; the fix launch's log
+    gives the readings), ``live`` (what the server as found sends to fc, read without a restart)."""
 
     observed: Optional[int]
     expected: Optional[int]
@@ -273,11 +274,17 @@ class ProbeWidth:
     in_place: list[str] = field(default_factory=list)
     skipped: Optional[str] = None
     again: bool = False
+    rides_on: Optional[str] = None
+    live: Optional[str] = None
 
     def reading(self) -> str:
         """What the width means for the draft's fc."""
         if self.skipped is not None:
             return f"No probe ran: {self.skipped}"
+        if self.rides_on is not None and self.observed is None:
+            return ("No probe launch: the probes are placed and ride on the fix launch, whose log gives the readings "
+                    "(one load both shows the mechanism and measures the fix)." +
+                    (f" The server as found, read live: {self.live}." if self.live else ""))
         if self.observed is None:
             return "The probe printed nothing: no draft forward reached the width check (see the log lines)."
         if self.expected is not None and self.observed == self.expected:
@@ -337,7 +344,7 @@ def probe_width(run: DiagnosisRun) -> ProbeWidth:
             "the run took no probe reading"
     return ProbeWidth(pr.get("observed_hidden_size"), pr.get("expected_hidden_size"), pr.get("target_hidden_size"),
                       list(pr.get("observed_widths") or []), dict(pr.get("lines") or {}), _in_place(run), skipped,
-                      again)
+                      again, rides_on=pr.get("rides_on"), live=(run.live or {}).get("fc_widths_words"))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -378,7 +385,7 @@ class FixApplied:
                        f"<td style='color:#b00020;text-align:left'><code>- {html.escape(str(a))}</code></td>"
                        f"<td style='color:#1b7a1b;text-align:left'><code>+ {html.escape(str(b))}</code></td></tr>"
                        for f, a, b in self.diff)
-        cmd = (f"<p>corrected launch command:</p>" + scroll_box(f"<pre style='text-align:left'>"
+        cmd = ("<p>corrected launch command:</p>" + scroll_box(f"<pre style='text-align:left'>"
                                                                f"{html.escape(self.command)}</pre>")
                if self.command else _p("the launch command is unchanged"))
         result = (f"<p><b>Relaunched with the fix</b>: {html.escape(self.why)}</p>" if self.applied

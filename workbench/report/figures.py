@@ -424,7 +424,7 @@ def accept_length_live(
     return fig
 
 
-def hidden_width_probe(observed: int | None, expected: int, target_hidden: int) -> go.Figure:
+def hidden_width_probe(observed: int | None, expected: int, target_hidden: int, *, where: str = "probe") -> go.Figure:
     """Bar chart: the hidden-state width the draft received vs the width its ``fc`` projection needs.
 
     Args:
@@ -433,6 +433,8 @@ def hidden_width_probe(observed: int | None, expected: int, target_hidden: int) 
         expected: ``fc`` input width, hidden units (EAGLE-3: number of aux layers × target hidden size).
         target_hidden: the target model's ``hidden_size``, drawn as a dashed reference line; bar labels
             give each width as a multiple of it.
+        where: which probe read ``observed``, in the bar's label (``"probe on the fixed server"``
+            when the probes rode on the fix launch).
 
     Raises:
         FigureInputError: a width is not a positive integer.
@@ -458,7 +460,8 @@ def hidden_width_probe(observed: int | None, expected: int, target_hidden: int) 
     match = obs == exp
     fig = go.Figure(
         go.Bar(
-            x=["received by the draft (probe)", "fc input expects"],
+            x=["received by the draft (probe)" if where == "probe" else f"received by the draft<br>({where})",
+               "fc input expects"],
             y=[0 if obs is None else obs, exp],
             marker_color=[_NEUTRAL_COLOR if obs is None else (_AFTER_COLOR if match else _BEFORE_COLOR), "#1f77b4"],
             text=[multiple(obs), multiple(exp)],

@@ -27,6 +27,7 @@ from workbench.session.gpus import sandbox_gpu_env
 from workbench.session.guard import LaunchGuard
 from workbench.session.inventory import Inventory, take_inventory
 from workbench.session.journal import Journal, RestoreReport, restore_box
+from workbench.session.launches import launch_record, progress_phases, serving_now
 from workbench.session.startup_wait import MAX_START_S, default_reporter, wait_for_start
 from workbench.errors import WatchdogError
 from workbench.session.watchdog import (WATCHDOG_AFTER_EXPECTED, WATCHDOG_AFTER_S, check_watchdog_after,
@@ -84,6 +85,8 @@ class BoxSession:
         self.current = None  # ServerHandle of the server the session launched and left running, if any
         self.current_launch: LaunchCommand | None = None
         self.restore_report: RestoreReport | None = None
+        self.failed_launch: dict | None = None  # the times of the last launch that did not start
+        self.restore_stopped_at: float | None = None  # when the restore began stopping the run's server
         self.finished = False
         self.force_launch = force_launch
         self.start_reporter = None
@@ -126,7 +129,7 @@ class BoxSession:
             self._stop_released(self.inventory.server_pid, 15.0,
                                 f"the server as found (pid {self.inventory.server_pid})").raise_error()
 
-    def _launch(self, launch: LaunchCommand, label: str):
+    def _launch(self, launch: LaunchCommand, label: str, reason: str | None = None):
         """Stop whatever serves the port (the original, or the run's previous server), launch
         ``launch`` with the original's cwd and environment, wait until healthy.
 
@@ -139,8 +142,15 @@ class BoxSession:
         the launch command keeps the prefix, as given.
 
         First the launch guard (:meth:`LaunchGuard.check`): raises :class:`LaunchRefused` when the
-        doctor's findings on ``launch`` say it will not start, before anything is stopped."""
+        doctor's findings on ``launch`` say it will not start, before anything is stopped.
+
+        ``reason``: why this load is needed, kept in its record in ``self.launches``
+        (:func:`~workbench.session.launches.launch_record`); one that does not start leaves its
+        times in :attr:`failed_launch`."""
         self.guard.check(launch, label)
+        stopped = serving_now(self)
+        stopped_at = time.time() if stopped else None
+        self.failed_launch = None
         try:
             self._stop_current()
             self._stop_original()
@@ -153,6 +163,7 @@ class BoxSession:
             self.gpu_events.append({"event": "reclaim", "label": label, "reclaimed": check.reclaimed})
         argv = launch.exec_argv
         self.journal.begin_launch(port=self.inventory.port, argv=argv, label=label)
+        launched_at = time.time()
         try:
             handle = self.box.launch_server(argv, port=self.inventory.port, cwd=self.inventory.server_cwd, env=env)
         except RemoteError:
@@ -163,24 +174,27 @@ class BoxSession:
         self._gpu_baselines[handle.pid] = check.baseline
         if label != "as-found":
             self.restarts += 1  # launching what was not running is not a restart
-        started = time.time()
+        times = {"label": label, "reason": reason, "launch_command": launch.to_display(), "pid": handle.pid,
+                 "log_path": handle.log_path, "stopped_at": stopped_at, "stopped": stopped,
+                 "launched_at": launched_at, "log_start": 0}
         try:
             # a stall time-out: a start slowed down by a busy machine keeps its log and CPU moving
             reporter = self.start_reporter if self.start_reporter is not None else default_reporter()
-            waited, self.last_start = wait_for_start(self.box, handle, stall_timeout=self.server_start_timeout,
+            _waited, self.last_start = wait_for_start(self.box, handle, stall_timeout=self.server_start_timeout,
                                                      label=label, reporter=reporter)
         except (ServerDied, ServerStartTimedOut):
             # Ours either way: a server that did not answer in time still runs (and holds the
             # port), one that died may leave workers in its process group. Stop the whole group
             # before the failure is reported, so nothing the run launched outlives it.
+            self.failed_launch = times
             self._stop_current(check_gpus=False)  # GPUs still held are in gpu_events; the start failure is the error
             raise
-        self.launches.append({"label": label, "launch_command": launch.to_display(), "pid": handle.pid,
-                              "log_path": handle.log_path, "healthy_after_s": round(waited, 2),
-                              "started_at": started})
+        ready_at = time.time()
+        phases = progress_phases(self.last_start)
+        self.launches.append(launch_record(**times, ready_at=ready_at, phases=phases))
         return handle
 
-    def launch(self, launch: LaunchCommand, label: str, *, force: bool = False):
+    def launch(self, launch: LaunchCommand, label: str, *, force: bool = False, reason: str | None = None):
         """Launch ``launch`` on the session's port in place of whatever serves it (journalled: the
         original server is recorded, and :meth:`restore` brings it back), wait until healthy and
         return the ``remote.result.ServerHandle``. ``force``: launch even when the doctor's
@@ -195,7 +209,7 @@ class BoxSession:
         before = self.guard.force
         self.guard.force = before or force is True
         try:
-            return self._launch(launch, label)
+            return self._launch(launch, label, reason)
         finally:
             self.guard.force = before
 
@@ -219,14 +233,22 @@ class BoxSession:
             return self.inventory.base_url, self.inventory.server_log, self.inventory.launch
         if not self.allow_restart:
             raise DiagnosisError("no server is running and allow_restart is False: nothing to measure")
-        handle = self._launch(self.inventory.launch, "as-found")
+        handle = self._launch(self.inventory.launch, "as-found",
+                              f"as-found: no server ran on port {self.inventory.port}; the run launched the "
+                              "command as given to measure it")
         return self.inventory.base_url, handle.log_path, self.inventory.launch
 
     def restore(self) -> RestoreReport:
         """Put the box back as found: stop the session's servers, revert probes, relaunch the
-        original server (:func:`workbench.journal.restore_box`). Counts a relaunch as a restart."""
+        original server (:func:`workbench.journal.restore_box`). Counts a relaunch as a restart;
+        its record (``restore_report.launch``) gets the stop time (:attr:`restore_stopped_at`)."""
+        serving = serving_now(self)
+        if serving and serving != "the server as found" and self.restore_stopped_at is None:
+            self.restore_stopped_at = time.time()
         self.restore_report = restore_box(self.box, server_start_timeout=self.server_start_timeout,
                                           reporter=self.start_reporter)
+        if self.restore_report.launch is not None and serving and serving != "the server as found":
+            self.restore_report.launch.update(stopped_at=self.restore_stopped_at, stopped=serving)
         lock = getattr(self.journal, "run_lock", None)
         if lock is not None and self.restore_report.clean:
             lock.released = True  # restore_box released it (this process holds it)

@@ -35,6 +35,7 @@ from remote.errors import RemoteError, RemoteFileDecodeError, RemoteFileNotFound
 from remote.result import ServerHandle, ServerProcess
 from workbench.errors import JournalError, WatchdogError
 from workbench.session import runlock, watchdog_box
+from workbench.session.launches import launch_phases, launch_record, progress_phases
 from workbench.session.startup_wait import MAX_START_S, default_reporter, wait_for_start
 from workbench.session.gpu_release import stop_and_release
 
@@ -49,10 +50,14 @@ JOURNAL_DIR_MODE = watchdog_box.DIR_MODE
 
 @dataclass
 class RestoreReport:
-    """What :func:`restore_box` did: one line per action, and what it could not undo."""
+    """What :func:`restore_box` did: one line per action, and what it could not undo.
+    ``launch``: the record of the original server's relaunch (``None``: not relaunched), as
+    :func:`workbench.session.launches.launch_record` makes it (label ``restore``, its reason,
+    launch and ready times, the phases of its part of the appended log)."""
 
     actions: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
+    launch: dict | None = None
 
     @property
     def clean(self) -> bool:
@@ -60,7 +65,8 @@ class RestoreReport:
         return not self.problems
 
     def to_dict(self) -> dict[str, Any]:
-        return {"actions": list(self.actions), "problems": list(self.problems), "clean": self.clean}
+        return {"actions": list(self.actions), "problems": list(self.problems), "clean": self.clean,
+                "launch": self.launch}
 
 
 def journal_path(box) -> str:
@@ -580,6 +586,7 @@ def _bring_back_original(box, journal: Journal, original: dict, report: RestoreR
             done = f"the original server's command already runs (pid {running.pid}); not relaunched: {command}"
         else:
             offset = _log_size(box, original.get("log_path"), timeout)
+            launched_at = time.time()
             handle = box.launch_server(
                 argv, port=port, log_path=original.get("log_path"), cwd=original.get("cwd"),
                 env=original.get("env"), append_log=True, timeout=timeout,
@@ -597,8 +604,9 @@ def _bring_back_original(box, journal: Journal, original: dict, report: RestoreR
     try:
         health = ""
         if handle.port is not None:
-            wait_for_start(box, handle, stall_timeout=server_start_timeout, label="restore",
-                           reporter=reporter if reporter is not None else default_reporter(), log_offset=offset)
+            _waited, progress = wait_for_start(box, handle, stall_timeout=server_start_timeout, label="restore",
+                                               reporter=reporter if reporter is not None else default_reporter(),
+                                               log_offset=offset)
         elif done is None:
             time.sleep(1.0)
             if not box.is_alive(handle.pid, timeout=timeout):
@@ -612,8 +620,24 @@ def _bring_back_original(box, journal: Journal, original: dict, report: RestoreR
     except RemoteError as exc:
         report.problems.append(f"could not relaunch the original server ({command}): {exc}")
         _journal_original_again(journal, original, run_id, report)
+        if done is None:
+            report.launch = launch_record(label="restore", reason=RESTORE_REASON, launch_command=command,
+                                          pid=handle.pid, log_path=handle.log_path, stopped_at=None, stopped=None,
+                                          launched_at=launched_at, ready_at=None, log_start=offset,
+                                          started=False, error=str(exc).splitlines()[0] if str(exc) else None,
+                                          phases=launch_phases(box, handle.log_path, offset, None, timeout=timeout))
         return
+    if done is None:
+        ready_at = time.time() if handle.port is not None else None
+        report.launch = launch_record(
+            label="restore", reason=RESTORE_REASON, launch_command=command, pid=handle.pid, log_path=handle.log_path,
+            stopped_at=None, stopped=None, launched_at=launched_at, ready_at=ready_at, log_start=offset,
+            phases=progress_phases(progress) if handle.port is not None else None)
     report.actions.append(done or f"relaunched the original server (pid {handle.pid}){health}: {command}")
+
+
+#: Why the restore's relaunch is a load (its launch record's ``reason``).
+RESTORE_REASON = "restore: relaunch the server as found"
 
 
 def _log_size(box, path, timeout: float) -> int:
@@ -651,5 +675,5 @@ def _same_server(box, argv: list[str], journal: Journal, timeout: float):
     return None
 
 
-__all__ = ["Journal", "JournalError", "RestoreReport", "journal_path", "journal_data_pending",
+__all__ = ["Journal", "JournalError", "RestoreReport", "RESTORE_REASON", "journal_path", "journal_data_pending",
            "journal_owner_alive", "pending_journal_from_text", "pending_summary", "restore_box"]

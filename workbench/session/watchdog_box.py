@@ -819,6 +819,7 @@ def _bring_back_original(journal, original, report, cfg, layout):
                                             % (running[0]["pid"], command))
             _log = None
         else:
+            launched_at = time.time()
             pid, _log = launch_server(argv, port, original.get("log_path"), original.get("cwd"), original.get("env"),
                                       layout)
             done = None
@@ -845,6 +846,16 @@ def _bring_back_original(journal, original, report, cfg, layout):
         journal.data["original_server"] = dict(original, stopped=True)
         _write(journal, report, "the relaunched original did not come up")
         return
+    if done is None:
+        # the relaunch's record, as workbench.session.launches.launch_record makes it (no phases:
+        # this script reads no log lines)
+        ready_at = time.time() if port is not None else None
+        after = round(ready_at - launched_at, 2) if ready_at is not None else None
+        report["launch"] = {"label": "restore", "reason": "restore (watchdog): relaunch the server as found",
+                            "launch_command": command, "pid": pid, "log_path": original.get("log_path"),
+                            "log_start": None, "started": True, "error": None, "stopped_at": None, "stopped": None,
+                            "launched_at": launched_at, "started_at": launched_at, "ready_at": ready_at,
+                            "healthy_after_s": after, "ready_after_s": after, "phases": None, "startup": None}
     report["actions"].append(done or "relaunched the original server (pid %d)%s: %s" % (pid, health, command))
 
 
@@ -857,7 +868,9 @@ def settle(journal, report):
 
 def restore(state_dir, cfg=None):
     """Undo everything the journal under ``state_dir`` records (see the module docstring).
-    Returns the report: ``{"actions": [...], "problems": [...], "clean": bool, "run_id"}``; never
+    Returns the report: ``{"actions": [...], "problems": [...], "clean": bool, "run_id"}`` and, when
+    the original server was relaunched, ``"launch"`` (its record: label ``restore``, reason, launch
+    and ready times, as ``workbench.session.launches.launch_record`` makes it); never
     raises for a step that failed (it is a ``problems`` line and the journal keeps it)."""
     cfg = dict(DEFAULTS, **(cfg or {}))
     layout = Layout(state_dir)

@@ -33,7 +33,9 @@ def try_candidate_fixes(ctx: RunContext, candidates: list[Fix]) -> None:
         for cand in fix.candidates:
             trial = Fix("draft-copy" if cand.get("repair") else "launch", fix.rules, cand["label"],
                         launch=cand.get("launch") or {}, repair=cand.get("repair"))
-            launch, m = launch_with(ctx, ctx.state.fix.applied + [trial], f"candidate: {cand['label']}")
+            launch, m = launch_with(ctx, ctx.state.fix.applied + [trial], f"candidate: {cand['label']}",
+                                    f"candidate: {hid} has no fix derivable from the files; measure the "
+                                    f"candidate {cand['label']} on top of the fix")
             accept = m.accept_length if isinstance(m, Measurement) else None
             ctx.state.fix.candidate_trials.append({"hypothesis": hid, "label": cand["label"], "accept_length": accept,
                                           "started": isinstance(m, Measurement),
@@ -58,4 +60,5 @@ def try_candidate_fixes(ctx: RunContext, candidates: list[Fix]) -> None:
     if ctx.state.fix.after is not None and ctx.session.current is not None and ctx.state.fix.launch is not None \
             and ctx.session.current_launch is not None and ctx.session.current_launch.argv != ctx.state.fix.launch.argv:
         # leave the best fixed server running (keep_fix / the ladder expect it), not the last trial
-        launch_with(ctx, ctx.state.fix.applied, "fix")
+        launch_with(ctx, ctx.state.fix.applied, "fix",
+                    "fix again: the best fixed server back after the candidates (keep_fix and the ladder use it)")

@@ -7,7 +7,8 @@ cause (:func:`explained_by`). Then the candidates of the undecided hypotheses
 (:mod:`~workbench.diagnosis.steps.candidates`).
 
 Reads ``ctx.state.static`` (findings, facts), the ledger, ``ctx.state.before`` and
-``ctx.state.probe`` (probes in place are read again on the fixed server); adds ``ctx.state.fix``
+``ctx.state.probe`` (probes in place are read again on the fixed server; probes that ride on the fix
+launch, :func:`probe_launch_needed`, are read there only); adds ``ctx.state.fix``
 (derived, applied, after, result, doctor) and ``after_fix_*`` to the probe's result; adds to the
 ledger the fix's measurement as evidence of the fixed hypotheses and, when it was sufficient,
 refutes the hypotheses still open (kind ``measurement``).
@@ -23,8 +24,8 @@ from workbench.diagnosis.context import RunContext
 from workbench.diagnosis.results import Measurement, StartFailure, StepResult, fmt
 from workbench.diagnosis.steps.candidates import try_candidate_fixes
 from workbench.diagnosis.steps.hypotheses import CROSS_ENGINE_AUX
-from workbench.diagnosis.steps.probe import read_probes, revert_probes
-from workbench.diagnosis.steps.readings import summarize_readings
+from workbench.diagnosis.steps.probe import launch_probe, read_probes, revert_probes, suspects
+from workbench.diagnosis.steps.readings import DECIDED_AS_FOUND, attach_probe_evidence, summarize_readings
 from workbench.diagnosis.steps.relaunch import launch_with
 from workbench.diagnosis.steps.static import facts
 from workbench.doctor import DoctorError
@@ -34,8 +35,8 @@ from workbench.rules import REGISTRY
 from workbench.rules.fix import Fix
 from workbench.rules.registry import HypothesisSpec
 
-__all__ = ["MEASURED_EVEN_IF_NOT_LOW", "derive_fixes", "apply_fixes", "doctor_on_fix", "explained_by",
-           "cleared_by_fix", "judge_fix"]
+__all__ = ["MEASURED_EVEN_IF_NOT_LOW", "RIDING_KEYS", "derive_fixes", "apply_fixes", "fix_will_be_measured",
+           "probe_launch_needed", "doctor_on_fix", "explained_by", "cleared_by_fix", "judge_fix"]
 
 #: Confirmed causes whose fix is applied and measured even when acceptance as found is not judged
 #: low: a convention shift shown on the code path is a certain fault whose cost only a measurement
@@ -100,9 +101,7 @@ def apply_fixes(ctx: RunContext) -> Measurement | StartFailure | StepResult | No
     applicable = [f for f in fixes if f.kind in ("launch", "draft-copy")]
     candidates = [f for f in fixes if f.kind == "candidates"]
     result = None
-    measured_anyway = [h for h in MEASURED_EVEN_IF_NOT_LOW if ctx.ledger.get(h).verdict == "confirmed"
-                       and any(ctx.hypotheses.of_rule(r) == h for f in applicable for r in f.rules)]
-    if ctx.state.before is not None and ctx.acceptance_low(ctx.state.before.accept_length) is False and not measured_anyway:
+    if not fix_will_be_measured(ctx, applicable):
         # Nothing to prove: a relaunch with the fix could only show the same acceptance.
         if applicable:
             ctx.notes.append(f"accept length {fmt(ctx.state.before.accept_length)} is not low: the fixes of the "
@@ -112,8 +111,12 @@ def apply_fixes(ctx: RunContext) -> Measurement | StartFailure | StepResult | No
         return None
     if applicable:
         fx.applied = list(applicable)
+        riding = ctx.state.probe.rides_on == "fix" and bool(ctx.state.probe.in_place)
+        rules = ", ".join(dict.fromkeys(r for f in applicable for r in f.rules))
+        reason = (f"fix: measure the fix for {rules}" + (" with the probes riding on it" if riding else
+                  " with the probes still in place" if ctx.state.probe.in_place else ""))
         try:
-            fx.launch, result = launch_with(ctx, applicable, "fix")
+            fx.launch, result = launch_with(ctx, applicable, "fix", reason)
             doctor_on_fix(ctx, fx.launch)
             if isinstance(result, StartFailure) and result.refused is not None:
                 # Not tried: what the fix leaves still stops start-up. The causes stay open.
@@ -121,13 +124,23 @@ def apply_fixes(ctx: RunContext) -> Measurement | StartFailure | StepResult | No
             if isinstance(result, Measurement):
                 handle = ctx.session.current
                 if ctx.state.probe.in_place and handle is not None:
-                    after = summarize_readings(ctx, read_probes(ctx, handle), before=False)
+                    readings = read_probes(ctx, handle)
+                    after = summarize_readings(ctx, readings, before=False)
                     ctx.state.probe.result["after_fix_hidden_size"] = after.get("observed_hidden_size")
                     ctx.state.probe.result["after_fix_shape"] = after.get("observed_shape")
                     ctx.state.probe.result["after_fix_widths"] = after.get("observed_widths")
                     ctx.state.probe.result["after_fix"] = {k: v for k, v in after.items() if k != "lines"}
                     ctx.state.probe.result["after_fix_lines"] = after.get("lines")
+                    if riding:
+                        ctx.state.probe.result.update({k: after[k] for k in after if k in RIDING_KEYS})
+                        attach_probe_evidence(ctx, readings, after, on_fix=True)
                 fx.after = result
+            elif riding:
+                # the load the probes were to ride on did not serve: their own launch, as found
+                why = result.exception or result.error if isinstance(result, StartFailure) else "no measurement"
+                launch_probe(ctx, f"probe: the fix launch the probes were to ride on "
+                                  f"{'was refused' if fx.refused is not None else 'did not start'} ({why}); "
+                                  "the mechanism is read on the server as found")
         except ServerStoppedAnswering:
             raise
         except DiagnosisError as exc:
@@ -149,6 +162,63 @@ def apply_fixes(ctx: RunContext) -> Measurement | StartFailure | StepResult | No
     fx.derived = [f for f in fx.derived if not (f.kind == "candidates" and all(
         ctx.ledger.get(h).verdict == "refuted" for h in {ctx.hypotheses.of_rule(r) for r in f.rules} - {None}))]
     return fx.after if fx.after is not None else result
+
+
+#: What a summary of the fix launch's probe readings gives the probe's result when the probes rode
+#: on it (no probe launch: these readings are the run's only ones).
+RIDING_KEYS = ("captured_layers", "d2t", "unmatched", "unmatched_unknown", "left_at_init", "shared_from_target",
+               "ranks", "ranks_disagree", "expected_hidden_size", "target_hidden_size")
+
+
+def fix_will_be_measured(ctx: RunContext, applicable: list[Fix]) -> bool:
+    """Whether :func:`apply_fixes` relaunches with the ``applicable`` fixes (launch and
+    draft-copy kinds) and measures them: fixes allowed (``apply_fix``, ``allow_restart``), and
+    acceptance as found low or not measured — or a cause of :data:`MEASURED_EVEN_IF_NOT_LOW`
+    among them (its cost only a measurement gives)."""
+    if not (ctx.settings.apply_fix and ctx.session.allow_restart):
+        return False
+    measured_anyway = [h for h in MEASURED_EVEN_IF_NOT_LOW if ctx.ledger.get(h).verdict == "confirmed"
+                       and any(ctx.hypotheses.of_rule(r) == h for f in applicable for r in f.rules)]
+    before = ctx.state.before
+    return not (before is not None and ctx.acceptance_low(before.accept_length) is False and not measured_anyway)
+
+
+def probe_launch_needed(ctx: RunContext) -> list[str]:
+    """Why the probes need a launch of their own, one sentence per reason; empty when they can
+    ride on the fix launch. They ride when a fix launch will be made and measured
+    (:func:`fix_will_be_measured`: some confirmed cause has a launch or draft-copy fix) and no
+    suspect (:func:`~workbench.diagnosis.steps.probe.suspects`) without a fix of its own is one
+    that only readings of the server as found decide
+    (:data:`~workbench.diagnosis.steps.readings.DECIDED_AS_FOUND`): every other suspect is read on
+    the fixed server (its readings are those of the deployment the fix leaves alone) and decided
+    by the fix's measurement (a fix that brings acceptance back leaves it nothing to explain) or
+    its candidates. A probe launch is needed with no fix launch at all (no fix derivable, only
+    candidates, ``apply_fix`` off, acceptance not low), and with low acceptance and no suspect."""
+    suspected = suspects(ctx)
+    if not suspected:
+        return ["acceptance is low and no hypothesis is suspect from the static evidence: the probes look for "
+                "the mechanism on the server as found"]
+    fixes = derive_fixes(ctx)
+    applicable = [f for f in fixes if f.kind in ("launch", "draft-copy")]
+    answered = set(ctx.hypotheses.of_fixes(applicable))
+
+    def lacks(hid: str) -> str:
+        kinds = {f.kind for f in fixes if hid in ctx.hypotheses.of_fixes([f])}
+        return "only candidates to measure" if "candidates" in kinds else "no fix derivable"
+
+    if not applicable or not fix_will_be_measured(ctx, applicable):
+        why = ("allow_restart is False" if not ctx.session.allow_restart else
+               "apply_fix is False" if not ctx.settings.apply_fix else
+               "no confirmed cause has a fix" if not applicable else
+               "acceptance as found is not low: the fixes are proposed, not applied")
+        unfixed = [h for h in suspected if h not in answered]
+        return ([f"{hid} could not be decided from the running server and the code path ({lacks(hid)}), and no "
+                 f"fix launch will carry the probes ({why})" for hid in unfixed] or
+                [f"{', '.join(suspected)}: no fix launch will carry the probes ({why}); their mechanism is read on "
+                 "the server as found"])
+    return [f"{hid} could not be decided from the running server and the code path ({lacks(hid)}): only the "
+            "probes' readings on the server as found decide it" for hid in suspected
+            if hid not in answered and hid in DECIDED_AS_FOUND]
 
 
 def doctor_on_fix(ctx: RunContext, launch: LaunchCommand) -> None:

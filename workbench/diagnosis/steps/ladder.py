@@ -25,7 +25,8 @@ def attribute(ctx: RunContext) -> list[dict] | StepResult | None:
     ladder = [{"label": "as found", "accept_length": ctx.state.before.accept_length if ctx.state.before else None,
                "fixes": []}]
     for k in range(1, len(ctx.state.fix.applied)):
-        launch, m = launch_with(ctx, ctx.state.fix.applied[:k], f"ladder: {k} fix(es)")
+        launch, m = launch_with(ctx, ctx.state.fix.applied[:k], f"ladder: {k} fix(es)",
+                                f"ladder: what the first {k} fix(es) give on their own (attribute_fixes)")
         ladder.append({"label": "+ " + ctx.state.fix.applied[k - 1].summary,
                        "accept_length": m.accept_length if isinstance(m, Measurement) else None,
                        "fixes": [f.summary for f in ctx.state.fix.applied[:k]]})
@@ -35,5 +36,5 @@ def attribute(ctx: RunContext) -> list[dict] | StepResult | None:
     ctx.state.fix.ladder = ladder
     if ctx.settings.keep_fix and ctx.session.current_launch is not None and ctx.state.fix.launch is not None \
             and ctx.session.current_launch.argv != ctx.state.fix.launch.argv:
-        launch_with(ctx, ctx.state.fix.applied, "fix")
+        launch_with(ctx, ctx.state.fix.applied, "fix", "fix again: the fixed server back after the ladder (keep_fix)")
     return ladder

@@ -1,7 +1,10 @@
-"""Step 4, the probe: one launch that shows the mechanism of the suspects on the engine's own code
+"""Step 4, the probe: the probes that show the mechanism of the suspects on the engine's own code
 path. The recipes of every confirmed or undecided hypothesis (the width reaching ``fc`` always) are
-placed where the box's engine release has its landmarks (the code-path map), the server is
-relaunched with its own command, one request is sent, and the lines that launch printed are read.
+placed where the box's engine release has its landmarks (the code-path map). When every suspect has
+a fix that will be applied, that is all: the probes ride on the fix launch (one load both confirms
+the mechanism and measures the fix). Otherwise the server is relaunched with its own command (the
+probe launch, its reason naming the hypotheses that need it), one request is sent, and the lines
+that launch printed are read.
 
 Reads ``ctx.state.static`` (the configs the readings are judged against; read here when preflight
 has not run), the ledger (which hypotheses are still suspect) and ``ctx.inventory`` (engine source,
@@ -12,7 +15,7 @@ to the hypotheses the readings speak to.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import httpx
 
@@ -31,7 +34,8 @@ from workbench.logs import read_when_settled
 from workbench.measure.generate import auth_headers
 from workbench.rules import REGISTRY
 
-__all__ = ["suspects", "code_path", "engine_kind", "recipes_for_suspects", "probe", "read_probes", "revert_probes"]
+__all__ = ["suspects", "code_path", "engine_kind", "recipes_for_suspects", "probe", "launch_probe", "read_probes",
+           "revert_probes"]
 
 
 def suspects(ctx: RunContext) -> list[str]:
@@ -90,16 +94,22 @@ def recipes_for_suspects(ctx: RunContext, suspected: list[str]) -> list[str]:
     return [n for n in names if n in table]
 
 
-def probe(ctx: RunContext) -> StepResult | None:
-    """One probe launch showing the mechanism of the suspects on the engine's own code path:
-    the recipes of every confirmed or undecided hypothesis (the width reaching ``fc`` always),
-    the server relaunched with its own command, one request, the readings taken from that
-    launch's log. Skipped (``None``) when restarts are not allowed, when nothing is suspect and
-    acceptance is not low (a healthy deployment costs no restart), when the engine source was
-    not located, or when the server does not start as found (the start-up failure is the
-    evidence). The probes stay in place for the fix relaunch (the fixed server shows its
-    mechanism too) when fixes will be applied, and are reverted otherwise. A probe server that
-    stops answering ends the run (``inconclusive``, see :mod:`~workbench.diagnosis.steps.symptom`)."""
+def probe(ctx: RunContext, launch_needed: Callable[[], list[str]] | None = None) -> StepResult | None:
+    """The probes showing the mechanism of the suspects on the engine's own code path: the
+    recipes of every confirmed or undecided hypothesis (the width reaching ``fc`` always) placed,
+    then, only when ``launch_needed()`` names why (each a sentence: a hypothesis no applied fix
+    will answer, :func:`workbench.diagnosis.steps.fixes.probe_launch_needed`), the server
+    relaunched with its own command, one request, the readings taken from that launch's log.
+    When it names nothing the probes ride on the fix launch (no load spent here: the
+    fixed server's log gives the readings, :mod:`~workbench.diagnosis.steps.fixes`);
+    ``None`` (the default) launches, as a probe step on its own does.
+
+    Skipped (``None``) when restarts are not allowed, when nothing is suspect and acceptance is
+    not low (a healthy deployment costs no restart), when the engine source was not located, or
+    when the server does not start as found (the start-up failure is the evidence). The probes
+    stay in place for the fix relaunch (the fixed server shows its mechanism too) when fixes
+    will be applied, and are reverted otherwise. A probe server that stops answering ends the
+    run (``inconclusive``, see :mod:`~workbench.diagnosis.steps.symptom`)."""
     if not ctx.session.allow_restart:
         ctx.notes.append("no probe: allow_restart is False")
         return None
@@ -134,7 +144,26 @@ def probe(ctx: RunContext) -> StepResult | None:
     except (RemoteError, SourceLookupError) as exc:
         ctx.notes.append(f"the probes were not added ({type(exc).__name__}: {exc}); none is in place")
         return StepResult("probe", "inconclusive", f"the probes could not be added: {exc}")
-    handle, failure = try_launch(ctx, ctx.inventory.launch, "probe")
+    ctx.state.probe.result["recipes_added"] = added
+    needed = launch_needed() if launch_needed is not None else None
+    if needed is not None and not needed:
+        ctx.state.probe.rides_on = "fix"
+        ctx.state.probe.result["rides_on"] = "fix"
+        return StepResult("probe", "placed", f"probes {', '.join(added)} placed; no probe launch: every suspect "
+                          f"({', '.join(suspected)}) has a fix that will be applied, so they ride on the fix launch "
+                          "and its log gives the readings", data={"recipes_added": added, "rides_on": "fix"})
+    why = "; ".join(needed or []) or "the probes' readings on the server as found"
+    return launch_probe(ctx, f"probe: {why}", added)
+
+
+def launch_probe(ctx: RunContext, reason: str, added: list[str] | None = None) -> StepResult:
+    """The probe launch itself, the probes in place: the server relaunched with its own command
+    (``reason``: why this load is needed, kept in its launch record), one request, the readings
+    of that launch summarised into ``ctx.state.probe.result`` and attached to the ledger.
+    Reverts the probes when the launch does not start, or when no fix will be applied."""
+    added = added if added is not None else ctx.state.probe.result.get("recipes_added", [])
+    ctx.state.probe.rides_on = None
+    handle, failure = try_launch(ctx, ctx.inventory.launch, "probe", reason)
     if failure is not None:
         revert_probes(ctx)
         return StepResult("probe", "inconclusive", f"the probe launch did not start: {failure.exception or failure.error}")

@@ -21,7 +21,8 @@ from workbench.diagnosis.steps.hypotheses import CROSS_ENGINE_AUX
 from workbench.diagnosis.words import d2t_words, literal, pr_subset, unmatched_words
 from workbench.engine.recipes import missing_required, params_left_at_init, weights_unmatched
 
-__all__ = ["DRAFT_MODEL_FILE", "PROBE_RECIPE", "summarize_readings", "attach_probe_evidence",
+__all__ = ["DRAFT_MODEL_FILE", "PROBE_RECIPE", "DECIDED_AS_FOUND", "summarize_readings", "rank_values", "attach_probe_evidence",
+           "attach_fix_width_evidence",
            "probe_decides_cross_engine", "probe_text", "decisive_width", "target_hidden", "expected_width"]
 
 #: The draft model file, relative to the engine package root: SGLang 0.5.23
@@ -31,6 +32,12 @@ DRAFT_MODEL_FILE = "srt/models/llama_eagle3.py"
 #: recipe, anchored on the draft's fc width check as the code-path map finds it in the box's
 #: version (SGLang 0.5.23 ``srt/models/llama_eagle3.py`` ``LlamaModel.forward``).
 PROBE_RECIPE = "draft-input-width"
+#: The hypotheses that the probes' readings of the server AS FOUND decide (not only add evidence
+#: to): the cross-engine aux convention, by the layers the target captures compared with the
+#: states the draft was trained on (:func:`probe_decides_cross_engine`) — a fix launch captures
+#: other layers, so its readings cannot stand in. Such a suspect without a fix of its own needs a
+#: probe launch (:func:`workbench.diagnosis.steps.fixes.probe_launch_needed`).
+DECIDED_AS_FOUND = (CROSS_ENGINE_AUX,)
 
 
 def summarize_readings(ctx: RunContext, readings: dict[str, list], *, before: bool) -> dict[str, Any]:
@@ -39,15 +46,21 @@ def summarize_readings(ctx: RunContext, readings: dict[str, list], *, before: bo
     draft's fc in_features), ``target_hidden_size``, ``observed_shape``, ``observed_widths``,
     ``lines`` (the raw probe lines by tag), and when read ``captured_layers``, ``d2t``,
     ``unmatched`` (or ``unmatched_unknown``), ``left_at_init`` / ``shared_from_target``. Widths are
-    in hidden units (the last dimension). ``before``: the launch as found (``False``: the fix's)."""
-    widths: list[tuple[int, ...]] = []
+    in hidden units (the last dimension). ``before``: the launch as found (``False``: the fix's).
+    ``ranks``: one entry per rank that printed the width (:func:`rank_values`); the decisive width
+    is rank 0's when rank 0 printed, and ``ranks_disagree`` names every rank whose width differs."""
+    by_process: dict[Any, list[tuple[int, ...]]] = {}
     for r in readings.get(PROBE_RECIPE, []):
         if "hidden_states.shape" in r.raw and not r.error:
             try:
-                widths.append(remote_probes.parse_shape(r.raw["hidden_states.shape"]))
+                shape = remote_probes.parse_shape(r.raw["hidden_states.shape"])
             except ValueError:
                 continue
+            by_process.setdefault(r.rank if r.rank is not None else ("pid", r.pid), []).append(shape)
     expected = expected_width(ctx)
+    ranks = rank_values(by_process, expected)
+    # the verdict uses rank 0 (the others are compared with it); lines of unknown rank all count
+    widths = by_process.get(0) or [s for shapes in by_process.values() for s in shapes]
     observed = decisive_width(widths, expected)
     out: dict[str, Any] = {
         "observed_hidden_size": observed, "expected_hidden_size": expected,
@@ -55,6 +68,9 @@ def summarize_readings(ctx: RunContext, readings: dict[str, list], *, before: bo
         "observed_shape": next((s for s in widths if s and s[-1] == observed), None),
         "observed_widths": sorted({s[-1] for s in widths if s}),
         "lines": {tag: [r.log_line for r in rs] for tag, rs in readings.items()},
+        "ranks": ranks,
+        "ranks_disagree": [e["rank"] for e in ranks if e["rank"] is not None and 0 in by_process
+                           and e["value"] != observed],
     }
     # SGLang: the layer inputs the target tests (``self.layers_to_capture``); vLLM: the layers its
     # model keeps (``self.aux_hidden_state_layers``: the hidden state after k layers)
@@ -81,11 +97,38 @@ def summarize_readings(ctx: RunContext, readings: dict[str, list], *, before: bo
     return out
 
 
-def attach_probe_evidence(ctx: RunContext, readings: dict[str, list]) -> None:
-    """The summary in ``ctx.state.probe.result`` as ledger evidence (kind ``probe``): the width
-    against ``fc`` for ``algorithm-flag``, the captured layers for the aux hypotheses (and the
-    cross-engine decision), the token map, the weights dropped or left at init."""
-    pr = ctx.state.probe.result
+def rank_values(by_process: dict[Any, list[tuple[int, ...]]], expected: int | None) -> list[dict[str, Any]]:
+    """One entry per rank that printed the width probe: ``{"rank": r, "value": the decisive width
+    of its lines, "widths": every width it printed}``, ranks in order; a process whose lines carry
+    no rank (``by_process`` key ``("pid", P)``) is one entry ``{"rank": None, "pid": P, ...}``
+    after them. Widths in hidden units (:func:`decisive_width`)."""
+    known = sorted(k for k in by_process if isinstance(k, int))
+    unknown = [k for k in by_process if not isinstance(k, int)]
+    out = [{"rank": k, "value": decisive_width(by_process[k], expected),
+            "widths": sorted({s[-1] for s in by_process[k] if s})} for k in known]
+    out += [{"rank": None, "pid": k[1], "value": decisive_width(by_process[k], expected),
+             "widths": sorted({s[-1] for s in by_process[k] if s})} for k in unknown]
+    return out
+
+
+def attach_probe_evidence(ctx: RunContext, readings: dict[str, list], pr: dict | None = None, *,
+                          on_fix: bool = False) -> None:
+    """The summary ``pr`` (default ``ctx.state.probe.result``) as ledger evidence (kind
+    ``probe``): the width against ``fc`` for ``algorithm-flag``, the captured layers for the aux
+    hypotheses (and the cross-engine decision), the token map, the weights dropped or left at
+    init. ``on_fix``: the readings come from the fix launch the probes rode on (said in every
+    summary; the width is judged with the server as found's live evidence,
+    :func:`attach_fix_width_evidence`; the captured layers decide nothing about the convention
+    as found). Names every rank whose width disagrees with rank 0's."""
+    pr = ctx.state.probe.result if pr is None else pr
+    where = "probe on the fixed server" if on_fix else "probe"
+    if pr.get("ranks_disagree"):
+        ctx.notes.append(f"{where}: rank(s) {pr['ranks_disagree']} printed another width than rank 0 "
+                         f"({[(e['rank'], e['value']) for e in pr.get('ranks') or []]}); the verdict uses rank 0")
+    if on_fix:
+        attach_fix_width_evidence(ctx, pr)
+        _attach_other_readings(ctx, pr, where, decide=False)
+        return
     expected, observed = pr.get("expected_hidden_size"), pr.get("observed_hidden_size")
     widths = pr.get("observed_widths")
     if observed is not None and expected is not None:
@@ -95,22 +138,55 @@ def attach_probe_evidence(ctx: RunContext, readings: dict[str, list]) -> None:
         else:
             ctx.add_evidence("algorithm-flag", f"probe: the draft-extend step receives {expected}-wide input, "
                                "what its fc expects", pr_subset(pr))
+    _attach_other_readings(ctx, pr, where, decide=True)
+
+
+def _attach_other_readings(ctx: RunContext, pr: dict, where: str, *, decide: bool) -> None:
+    """The captured layers, token map and weights of summary ``pr`` as evidence (``where``
+    starts each summary); ``decide``: the captured layers may decide the cross-engine convention
+    (readings of the server as found only)."""
     if "captured_layers" in pr:
         for hid in ("aux-eagle-config", "aux-layer-ids", "aux-offset-convention", "target-capture"):
-            ctx.add_evidence(hid, f"probe: the target captures layers {pr['captured_layers']}",
+            ctx.add_evidence(hid, f"{where}: the target captures layers {pr['captured_layers']}",
                                {"captured_layers": pr["captured_layers"]})
-        probe_decides_cross_engine(ctx, pr["captured_layers"])
+        if decide:
+            probe_decides_cross_engine(ctx, pr["captured_layers"])
     if "d2t" in pr:
-        ctx.add_evidence("token-map", f"probe: {d2t_words(pr['d2t'])}", {"d2t": pr["d2t"]})
+        ctx.add_evidence("token-map", f"{where}: {d2t_words(pr['d2t'])}", {"d2t": pr["d2t"]})
     if "left_at_init" in pr:
         left = sorted(pr["left_at_init"])
-        ctx.add_evidence("weights-loaded", f"probe: load_weights left {len(left)} parameter(s) at their initial "
+        ctx.add_evidence("weights-loaded", f"{where}: load_weights left {len(left)} parameter(s) at their initial "
                            f"values{': ' + str(left[:5]) + (' …' if len(left) > 5 else '') if left else ''} (besides those the target's embedding "
                            "/ lm_head replace)", {"left_at_init": pr["left_at_init"],
                                                   "shared_from_target": pr.get("shared_from_target")})
     if "unmatched" in pr:
-        ctx.add_evidence("weights-loaded", f"probe: {unmatched_words(pr['unmatched'])}",
+        ctx.add_evidence("weights-loaded", f"{where}: {unmatched_words(pr['unmatched'])}",
                            {"unmatched": pr["unmatched"]})
+
+
+def attach_fix_width_evidence(ctx: RunContext, after: dict) -> None:
+    """The width probe read on the fix launch it rode on, judged with what the server as found
+    showed without a restart (``ctx.state.live["fc_widths_as_found"]``: the widths its flags send
+    to ``fc`` by the code-path map, :mod:`~workbench.diagnosis.steps.live`). The mechanism of
+    ``algorithm-flag`` is shown (``ctx.state.probe.result["mechanism_shown_on_fix"]``) when the
+    fixed server's draft forward receives fc's width and the server as found sends it none of it:
+    both sides of the one difference the fix made."""
+    expected, observed = after.get("expected_hidden_size"), after.get("observed_hidden_size")
+    if expected is None or observed is None:
+        return
+    live = ctx.state.live or {}
+    as_found = live.get("fc_widths_as_found")
+    data = {**pr_subset(after), "fc_widths_as_found": as_found, "as_found_source": live.get("fc_widths_source")}
+    if observed == expected:
+        shown = isinstance(as_found, list) and expected not in as_found
+        said = (f"; as found, {live.get('fc_widths_words')}" if shown else
+                "; what the server as found sends to fc is not known without a probe launch")
+        ctx.add_evidence("algorithm-flag", f"probe on the fixed server: the draft-extend step receives "
+                         f"{expected}-wide input, what its fc expects{said}", data)
+        ctx.state.probe.result["mechanism_shown_on_fix"] = shown
+    else:
+        ctx.add_evidence("algorithm-flag", f"probe on the fixed server: no draft forward saw the fc's width "
+                         f"{expected} (widths seen {after.get('observed_widths')}): the fix did not reach fc", data)
 
 
 def probe_decides_cross_engine(ctx: RunContext, captured: Any) -> None:

@@ -54,15 +54,20 @@ def copy_draft(ctx: RunContext, repair: DraftRepair, label: str) -> str:
     return copy.path
 
 
-def launch_with(ctx: RunContext, fixes: list[Fix], label: str) -> tuple[LaunchCommand, Measurement | StartFailure]:
-    """Relaunch with ``fixes`` applied (one draft copy carrying every repair), measure."""
+def launch_with(ctx: RunContext, fixes: list[Fix], label: str,
+                reason: str | None = None) -> tuple[LaunchCommand, Measurement | StartFailure]:
+    """Relaunch with ``fixes`` applied (one draft copy carrying every repair), measure. ``reason``:
+    why this load is needed (the verdict's ``launches[].reason``; default: the fixes' rules)."""
     repair = DraftRepair()
     for fix in fixes:
         if fix.repair is not None:
             repair = repair.merged(fix.repair)
     draft_path = copy_draft(ctx, repair, label) if not repair.empty else None
     launch = fixed_launch(ctx, fixes, draft_path)
-    _handle, failure = try_launch(ctx, launch, label)
+    if reason is None:
+        rules = ", ".join(dict.fromkeys(r for f in fixes for r in f.rules)) or "no rule"
+        reason = f"{label}: measure {rules} fixed"
+    _handle, failure = try_launch(ctx, launch, label, reason)
     if failure is not None:
         return launch, failure
     return launch, measure(ctx, label)

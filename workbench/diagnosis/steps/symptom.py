@@ -36,7 +36,9 @@ def measure_symptom(ctx: RunContext) -> Measurement | StartFailure | StepResult 
         if not ctx.session.allow_restart:
             ctx.notes.append("no server is running and allow_restart is False: nothing was measured")
             return None
-        _handle, failure = try_launch(ctx, ctx.inventory.launch, "as-found")
+        _handle, failure = try_launch(ctx, ctx.inventory.launch, "as-found",
+                                      f"as-found: no server ran on port {ctx.inventory.port}; the run launched the "
+                                      "command as given to measure the symptom")
         if failure is not None:
             return failure
     ctx.state.before = measure(ctx, "as found: " + method_label(ctx.inventory.launch))
