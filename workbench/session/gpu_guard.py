@@ -264,11 +264,18 @@ def _refusal(launch: Any, label: str, blockers: list[Holder], orphans: list[Hold
                     holders=[h.to_dict() for h in blockers + orphans], orphans=[h.pid for h in orphans], message=message)
 
 
+#: Seconds :func:`check_before_launch` waits for GPU memory that no live listed process accounts
+#: for (a server stopped a moment before: the driver releases its memory after its processes are
+#: gone) before it refuses the launch for it.
+HIDDEN_SETTLE_S = 10.0
+
+
 def check_before_launch(box: Any, launch: Any, *, env: Optional[Mapping[str, str]] = None, label: str = "launch",
                         reclaim: bool = False, timeout: float = GPU_FREE_TIMEOUT_S) -> LaunchCheck:
     """Everything checked right before ``launch`` is made on ``box`` (after the run's own and the
     original server were stopped): :func:`check_rendezvous_ports`, then the GPUs the launch uses
-    (:func:`launch_devices`, ``env`` the launch's environment). Orphans of the box user's earlier
+    (:func:`launch_devices`, ``env`` the launch's environment). Memory no live listed process accounts
+    for is waited for (:data:`HIDDEN_SETTLE_S`) before it refuses. Orphans of the box user's earlier
     SGLang launch are cleaned up when ``reclaim`` (:func:`reclaim_orphans`, then their memory
     waited for, at most ``timeout`` seconds) — never when anything else holds those GPUs too.
     Returns a :class:`LaunchCheck` (with the baseline the stop will compare with). Raises
@@ -280,7 +287,7 @@ def check_before_launch(box: Any, launch: Any, *, env: Optional[Mapping[str, str
     if not cmd.available:
         check.note = cmd.reason
         return check
-    deadline = None
+    deadline = settle = None
     while True:
         snap = read_gpu_snapshot(box, command=cmd)
         if not snap.available:
@@ -294,6 +301,14 @@ def check_before_launch(box: Any, launch: Any, *, env: Optional[Mapping[str, str
         if not blockers and not orphans and not hidden:
             check.baseline = launch_baseline(snap)
             return check
+        if hidden and not blockers and not orphans and deadline is None:
+            # Only memory no live listed process accounts for: a server stopped just before (its
+            # memory is released a moment after its processes are gone), or a container's. Waited
+            # for up to HIDDEN_SETTLE_S before it refuses the launch.
+            settle = settle if settle is not None else time.monotonic() + min(HIDDEN_SETTLE_S, timeout)
+            if time.monotonic() < settle:
+                time.sleep(0.1)
+                continue
         if blockers or not reclaim or (not orphans and deadline is None):
             raise _refusal(launch, label, blockers, orphans, hidden, check.devices, reclaim)
         if deadline is None:
