@@ -101,11 +101,13 @@ def _tree_digests(*roots: Path) -> dict[str, str]:
 
 
 def _left_in_state_dir(state_dir: Path) -> list[str]:
-    """What the run left in the box's state dir beyond its server logs (kept by design) and the
-    journals (which must say nothing is pending: checked separately)."""
+    """What the run left in the box's state dir beyond its server logs (kept by design), the
+    journals (which must say nothing is pending: checked separately) and the sandbox box's GPUs."""
     left = []
     for p in sorted(state_dir.rglob("*")):
         rel = p.relative_to(state_dir).as_posix()
+        if rel == "sandbox-gpus" or rel.startswith("sandbox-gpus/"):
+            continue  # the sandbox box's GPUs (devices, holds, its nvidia-smi): the box's, not the run's
         if p.is_dir() and not p.is_symlink():
             if rel in ("diagnosis", "probes", "servers", "repairs") or list(p.iterdir()):
                 continue
