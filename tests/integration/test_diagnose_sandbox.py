@@ -106,6 +106,10 @@ def test_diagnose_sandbox_from_a_launch_command(tmp_path, free_port, state_dir):
     assert [s["state"] for s in verdict["timeline"]] == ["no server", "serving as found", "down", "serving fixed",
                                                          "no server"]
     assert verdict["duration_s"] > 0
+    # each launch's start-up progress reached the terminal (the driver relays the cell's start-up
+    # lines: workbench.session.startup_wait.ProgressRelay), ending ready; no other cell stderr
+    for label in ("as-found", "probe", "fix"):
+        assert f"[start-up] {label}: ready after " in result.stderr, result.stderr[-2000:]
     # the terminal's last line: the verdict in figures, without opening the report
     acc = verdict["acceptance"]
     assert result.stdout.splitlines()[-1] == (

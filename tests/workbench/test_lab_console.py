@@ -130,6 +130,9 @@ def test_restart_refuse_and_put_the_box_back(own_sandbox_server, tmp_path, state
             assert now.argv[now.argv.index("--speculative-algorithm") + 1] == "EAGLE3"
             assert heard == ["started"]
             assert "healthy" in c.status_html.value and "EAGLE3" in c.status_html.value
+            # the start-up progress widget followed that launch (workbench.lab.start_progress)
+            assert c.start_progress.text.startswith("console: ready after"), c.start_progress.text
+            assert c.start_progress.updates >= 2 and "load-draft" in c.start_progress.widget.value
             assert any("stopped the original server" in x for x in c.journal_lines())
             assert any(f"started pid {handle.pid}" in x for x in c.journal_lines())
             # a command the doctor says will not start: refused, nothing changed
@@ -149,6 +152,7 @@ def test_restart_refuse_and_put_the_box_back(own_sandbox_server, tmp_path, state
             assert not box.is_alive(handle.pid)
             assert c.journal_lines() == [] and "as found" in c.journal_html.value
             assert heard[-1] == "restored" and "relaunched" in c.restore_html.value
+            assert c.start_progress.text.startswith("restore: ready after"), c.start_progress.text
             assert c.command.value == back.command_line
             again = c.restore()
             assert again.actions == [] and "Nothing to restore" in c.restore_html.value

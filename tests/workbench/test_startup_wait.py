@@ -233,3 +233,29 @@ def test_progress_relay_passes_only_progress_lines():
     relay.write(progress_line("fix", _progress(HEAD), 3.0) + "\n")
     relay.close_line()
     assert tty.getvalue() == "\r\x1b[K" + progress_line("fix", _progress(HEAD), 3.0) + "\n"
+
+
+def test_the_report_keeps_one_line_per_launch_with_its_final_state():
+    """A runbook's cell output: the start-up lines of two launches and a warning in one stderr
+    stream; the report (workbench.report.html.collapse_progress) shows each launch's final line in
+    the small grey progress style and keeps the warning as stderr."""
+    import nbformat
+
+    from workbench.report.html import START_UP_MARK, collapse_progress
+
+    assert START_UP_MARK == PROGRESS_MARK
+    load = _progress(HEAD + SHARDS[:4])
+    text = "\n".join([progress_line("probe", load, 1.0), "UserWarning: something real",
+                      progress_line("probe", _progress(HEAD + SHARDS + TAIL), 6.0),
+                      progress_line("probe", StartupProgress(phase="ready"), 8.0, final=True),
+                      progress_line("fix", load, 1.0),
+                      progress_line("fix", StartupProgress(phase="ready"), 9.0, final=True)]) + "\n"
+    nb = nbformat.v4.new_notebook()
+    cell = nbformat.v4.new_code_cell("run.diagnose()")
+    cell.outputs = [nbformat.v4.new_output("stream", name="stderr", text=text)]
+    nb.cells.append(cell)
+    assert collapse_progress(nb) == 2
+    shown = [(o["output_type"], o.get("text") or o["data"]["text/plain"]) for o in nb.cells[0].outputs]
+    assert shown == [("display_data", f"{PROGRESS_MARK}probe: ready after 8 s"),
+                     ("stream", "UserWarning: something real\n"),
+                     ("display_data", f"{PROGRESS_MARK}fix: ready after 9 s")]

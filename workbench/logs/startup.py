@@ -36,7 +36,9 @@ phase              a line that starts it (source, file:line in the published whe
                    cuda graph begin.`` (0.4.6 ``srt/speculative/eagle_worker.py:220``), a generic
                    capture line after the draft's load on that rank
 ``warmup``         uvicorn's ``Application startup complete.`` / ``Uvicorn running on`` (SGLang:
-                   the warm-up request follows, ``srt/entrypoints/http_server.py`` ``_wait_and_warmup``),
+                   the warm-up request follows, ``srt/entrypoints/http_server.py`` ``_wait_and_warmup``)
+                   and the warm-up request's ``Prefill batch`` / ``Decode batch`` line, each only once
+                   weights were loaded (HTTP up while a server still loads is no warm-up),
                    ``Start of pd disaggregation warmup``; vLLM ``init engine (profile, create kv
                    cache, warmup model) took`` (``vllm/v1/engine/core.py:403``)
 ``ready``          ``The server is fired up and ready to roll!`` (``http_server.py:2600``); vLLM
@@ -118,6 +120,9 @@ _MARKERS: tuple[tuple[re.Pattern, str], ...] = tuple((re.compile(p), ph) for p, 
     (r"Application startup complete\.|Uvicorn running on|Start of pd disaggregation warmup"
      r"|^init engine \(profile, create kv cache, warmup model\) took", "warmup*"),
 ))
+# phases after which HTTP coming up or a batch line is the warm-up
+_LOADED = frozenset({"load", "load-draft", "kv-cache", "capture", "capture-draft"})
+_BATCH = re.compile(r"(?:Prefill|Decode) batch\b")
 # lines that are progress but start no phase
 _ENDS = re.compile(r"^(?:Load weight end\.|Capture [^.]*? end\.|Init parallel ends\.|Init torch distributed ends\."
                    r"|Loading weights took|Model loading took|Graph capturing finished)")
@@ -203,7 +208,9 @@ class StartupTracker:
 
     ``year``: the year given to vLLM's year-less timestamps (None: their ``at`` is None). Keeps
     per-rank state (loads seen, whether the draft's load began) so the second ``Load weight
-    begin.`` of a rank is the draft's; nothing else of the log is kept.
+    begin.`` of a rank is the draft's; nothing else of the log is kept. :attr:`on_phase` (None or
+    a callable taking the :class:`StartupProgress`) is called at each phase change, in the middle
+    of a chunk that holds several: a watcher sees every phase.
     """
 
     def __init__(self, *, year: Optional[int] = None) -> None:
@@ -214,6 +221,7 @@ class StartupTracker:
         self._pids: dict = {}       # vLLM worker pid -> index in ranks_seen
         self._seen_phases: set = set()
         self.changes = 0            # bumps when phase, shards or ranks change (a cheap "moved" test)
+        self.on_phase = None        # called with the progress at each phase change, as the line is read
 
     def feed(self, text: str) -> StartupProgress:
         """Take new log text (str; decode bytes with errors="replace" first). Returns :attr:`progress`."""
@@ -324,8 +332,11 @@ class StartupTracker:
             if phase == "warmup*":
                 if self.progress.engine == "vllm" and "Application startup complete" in body:
                     return "ready"
-                return "warmup"
+                # HTTP up before any weights (a server that answers 503 while it loads): no warm-up yet
+                return "warmup" if self._seen_phases & _LOADED else None
             return phase
+        if _BATCH.match(body) and self._seen_phases & _LOADED and self.progress.phase not in ("ready", "failed"):
+            return "warmup"     # the warm-up request's batch line (SGLang: srt/entrypoints/http_server.py)
         if _ENDS.search(body):
             self.changes += 1
         return None
@@ -344,6 +355,8 @@ class StartupTracker:
         if phase not in self._seen_phases:
             self._seen_phases.add(phase)
             p.phases.append({"name": phase, "at": at})
+        if self.on_phase is not None:
+            self.on_phase(p)
 
 
 def startup_progress(lines: Iterable[str], *, year: Optional[int] = None) -> StartupProgress:

@@ -123,15 +123,23 @@ _TQDM_LINE = re.compile(
 )
 
 
+#: A launch's start-up progress line (``workbench.session.startup_wait.PROGRESS_MARK``, which
+#: this layer cannot import; a test keeps the two equal): ``[start-up] fix: loading weights: ...``.
+START_UP_MARK = "[start-up] "
+
+
 def is_progress_line(line: str) -> bool:
     """Whether ``line`` (one line, no newline) is a tqdm status line (``tqdm.std.tqdm.format_meter``:
     ``"desc: 45%|████▌     | 9/20 [00:03<00:04,  2.41req/s]"`` or, with no total,
-    ``"desc: 9req [00:03, 2.41req/s]"``)."""
-    return bool(_TQDM_LINE.match(line))
+    ``"desc: 9req [00:03, 2.41req/s]"``), or a launch's start-up progress line (:data:`START_UP_MARK`)."""
+    return bool(_TQDM_LINE.match(line)) or line.startswith(START_UP_MARK)
 
 
 def _progress_key(line: str) -> str:
-    """The bar a status line belongs to: its description (the text before ``": "`` and the count)."""
+    """The bar a status line belongs to: its description (the text before ``": "`` and the count);
+    for a start-up line, the launch it is about (``[start-up] fix``)."""
+    if line.startswith(START_UP_MARK):
+        return line.split(": ", 1)[0]
     head = re.split(r"\s*\d{1,3}%\||\s*\d+(?:\.\d+)?[kMGTP]?(?:/\d+)?[A-Za-z_ ]*\[", line.strip(), maxsplit=1)[0]
     return head.rstrip(": ").strip()
 

@@ -129,15 +129,16 @@ class StartupWatch:
     """What ``Box.wait_healthy`` is given to follow a launch: :meth:`on_log` feeds a
     :class:`~workbench.logs.startup.StartupTracker` with the log text as it appears (no re-read),
     :meth:`marker` (called once per poll) is the tracker's change count (a new phase, shard or
-    rank is progress) and gives the reporter its tick, :meth:`stall_phase` names the phase for
+    rank is progress) and gives the reporter its tick, each phase change is reported as its line is
+    read, :meth:`stall_phase` names the phase for
     ``ServerStartStalled``. ``reporter``: a :data:`Reporter` or None (silent)."""
 
     def __init__(self, label: str = "", reporter: Optional[Reporter] = None, *,
                  clock: Callable[[], float] = time.monotonic):
         self.label, self.reporter, self.clock = label, reporter, clock
         self.tracker = StartupTracker(year=time.localtime().tm_year)
+        self.tracker.on_phase = lambda _progress: self._report(False)   # every phase, also within one chunk
         self.started = clock()
-        self._reported_changes = -1
 
     @property
     def progress(self) -> StartupProgress:
