@@ -83,3 +83,25 @@ def test_counter_measurements_pool_accept_rate_by_verify_steps():
     pooled = pooled_measurement(a, b)
     assert pooled.accept_length == pytest.approx((1.8 * 100 + 2.0 * 50) / 150)
     assert pooled.accept_rate == pytest.approx((0.25 * 100 + 50 / 3) / 150)
+
+
+def test_lines_the_reading_ignores_do_not_hold_it_back(tmp_path):
+    """A health checker polling the server every 0.1 s keeps its access log growing; once the
+    reading (here: the probe lines) is complete and has not changed for the quiet time, it is
+    settled, long before the polling stops."""
+    log = tmp_path / "server.log"
+    log.write_text("start\nPROBE rank=0 width=480\n")
+    polls = [f'INFO:     127.0.0.1:5{i:04d} - "GET /health HTTP/1.1" 200 OK' for i in range(60)]
+    writer = _writer(log, ["PROBE rank=1 width=480"] + polls, 0.1)
+
+    def probes():
+        return [line for line in log.read_text().splitlines() if line.startswith("PROBE")]
+
+    with connect("local") as box:
+        t0 = time.monotonic()
+        reading, settled = read_when_settled(box, str(log), probes, done=lambda r: len(r) == 2,
+                                             quiet_s=0.8, stall_s=3.0, poll_s=0.05)
+        took = time.monotonic() - t0
+    assert settled is True and reading == ["PROBE rank=0 width=480", "PROBE rank=1 width=480"]
+    assert took < 3.0 and writer.is_alive()  # settled while the health checks still came in
+    writer.join(10)

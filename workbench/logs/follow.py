@@ -281,8 +281,11 @@ def read_when_settled(box: Any, path: str, read, *, done=None, quiet_s: float = 
     ``read()`` reads what the caller wants from the log at ``path`` on ``box`` (e.g.
     ``workbench.engine.recipes.read_recipes``); it is called again each time the log grew
     (``Box.file_size``, ``timeout`` seconds each). Returns ``(reading, settled)``: ``settled`` True
-    as soon as ``done(reading)`` holds (default: always) and the log has not grown for ``quiet_s``
-    seconds since that reading; False when the log has not grown for ``stall_s`` seconds and
+    as soon as ``done(reading)`` holds (default: always) and neither the log has grown nor, when it
+    grew, the reading changed for ``quiet_s`` seconds since that reading (so lines the reading
+    ignores — a load balancer's health checks in the access log, every second — never hold it
+    back; a reading whose type has no equality changes at every growth, as before); False when the
+    log has not grown for ``stall_s`` seconds and
     ``done`` still does not hold (the lines are not coming: the last reading is returned), or when
     ``max_s`` seconds passed in all (a log that never stops growing). A log that does not exist
     counts as size 0. Errors of ``read`` and of the box propagate (``remote.errors.RemoteError``)."""
@@ -291,7 +294,7 @@ def read_when_settled(box: Any, path: str, read, *, done=None, quiet_s: float = 
     def size() -> int:
         return box.file_size(path, timeout=timeout) if box.exists(path, timeout=timeout) else 0
 
-    start = last_growth = time.monotonic()
+    start = last_growth = last_change = time.monotonic()
     last_size = size()
     reading = read()
     while True:
@@ -300,10 +303,12 @@ def read_when_settled(box: Any, path: str, read, *, done=None, quiet_s: float = 
         now = time.monotonic()
         if now_size != last_size:
             last_size, last_growth = now_size, now
-            reading = read()
-        quiet = now - last_growth
+            again = read()
+            if again != reading:
+                last_change = now
+            reading = again
         ok = done(reading) if done is not None else True
-        if ok and quiet >= quiet_s:
+        if ok and now - last_change >= quiet_s:
             return reading, True
-        if quiet >= stall_s or now - start >= max_s:
+        if now - last_growth >= stall_s or now - start >= max_s:
             return reading, bool(ok)

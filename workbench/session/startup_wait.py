@@ -32,7 +32,7 @@ from workbench.logs.startup import PHASE_TEXT, StartupProgress, StartupTracker, 
 from workbench.redact import REDACTOR
 
 __all__ = ["MAX_START_S", "LINE_INTERVAL_S", "PROGRESS_MARK", "StartupWatch", "LineReporter", "TerminalBar",
-           "ProgressRelay", "default_reporter", "wait_for_start", "progress_line"]
+           "ProgressRelay", "DisplayReporter", "default_reporter", "wait_for_start", "progress_line"]
 
 #: Seconds a launch that keeps progressing is waited for in all (module doc: the slowest public loads).
 MAX_START_S = 6 * 3600.0
@@ -114,9 +114,61 @@ class TerminalBar:
         out.flush()
 
 
+class DisplayReporter:
+    """Progress in an interactive notebook (JupyterLab, a kernel not run by the ``workbench
+    runbook`` driver): one small grey line per launch, updated in place (an IPython display with a
+    ``display_id``, at most ``fps`` times a second), never a stderr stream (which JupyterLab draws
+    on a red background: progress is no error)."""
+
+    def __init__(self, *, fps: float = 2.0, clock: Callable[[], float] = time.monotonic):
+        self.gap, self.clock = 1.0 / fps, clock
+        self._handles: dict = {}
+        self._last_at: Optional[float] = None
+
+    def __call__(self, label: str, progress: StartupProgress, elapsed_s: float, final: bool) -> None:
+        from IPython.display import HTML, display
+
+        now = self.clock()
+        if not final and label in self._handles and self._last_at is not None and now - self._last_at < self.gap:
+            return
+        self._last_at = now
+        line = progress_line(label, progress, elapsed_s, final)
+        html = HTML(f'<pre class="wb-progress" style="color:#777;margin:0">{_html_escape(line)}</pre>')
+        handle = self._handles.get(label)
+        if handle is None:
+            self._handles[label] = display(html, display_id=True)
+        else:
+            handle.update(html)
+        if final:
+            self._handles.pop(label, None)
+
+
+def _html_escape(text: str) -> str:
+    import html
+
+    return html.escape(text)
+
+
+def _interactive_kernel() -> bool:
+    """Whether this process is a Jupyter kernel a person works in: IPython's ZMQ shell, not under
+    the ``workbench runbook`` driver (``EAGLE_WORKBENCH_DRIVER``: there the lines go to stderr,
+    relayed to the terminal and collapsed in the report)."""
+    import os
+
+    if os.environ.get("EAGLE_WORKBENCH_DRIVER") or "IPython" not in sys.modules:
+        return False
+    from IPython import get_ipython
+
+    shell = get_ipython()
+    return shell is not None and type(shell).__name__ == "ZMQInteractiveShell"
+
+
 def default_reporter(stream: Optional[TextIO] = None) -> Reporter:
-    """:class:`TerminalBar` when ``stream`` (default ``sys.stderr``) is a terminal, else
-    :class:`LineReporter` (a notebook cell, a file, a pipe)."""
+    """:class:`TerminalBar` when ``stream`` (default ``sys.stderr``) is a terminal;
+    :class:`DisplayReporter` in an interactive notebook (no ``stream`` given); else
+    :class:`LineReporter` (a notebook cell run by the runbook driver, a file, a pipe)."""
+    if stream is None and _interactive_kernel():
+        return DisplayReporter()
     out = stream or sys.stderr
     try:
         tty = out.isatty()
