@@ -57,7 +57,7 @@ def test_the_registry_holds_the_catalogue_and_the_doctor_emits_its_ids():
         assert r.explanation and r.summary and r.fix
         assert r.family in [f.name for f in REGISTRY.families]
     assert [m.FAMILY.name for m in FAMILY_MODULES] == [f.name for f in REGISTRY.families]
-    assert {r.id for r in REGISTRY if r.kind == "runtime"} == {"acceptance-collapsed"}
+    assert {r.id for r in REGISTRY if r.kind == "runtime"} == {"acceptance-collapsed", "gpus-held", "gpus-too-few"}
 
 
 def _finding_literals() -> list[tuple[str, str, int]]:

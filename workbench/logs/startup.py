@@ -344,11 +344,16 @@ class StartupTracker:
     def enter(self, phase: str, at: Optional[float] = None) -> None:
         """Put the start-up in ``phase`` (one of :data:`PHASES`) as of ``at`` (epoch seconds or None):
         what a line does, and what a caller does that knows more than the log (the server answered
-        a generation: ``"ready"``). ``failed`` is final; after ``ready`` only ``failed`` counts."""
+        a generation: ``"ready"``). ``failed`` is final; after ``ready`` only ``failed`` counts. A
+        phase already entered is not entered again: with several ranks the furthest one sets the
+        phase, and a slower rank's line (TP1 still allocating its KV cache while TP0 captures) does
+        not send it back."""
         p = self.progress
         if p.phase == "failed" or p.phase == phase:
             return
         if p.phase == "ready" and phase != "failed":
+            return
+        if phase in self._seen_phases and phase != "failed":
             return
         p.phase = phase
         self.changes += 1

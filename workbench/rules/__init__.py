@@ -13,6 +13,7 @@ Families, in the order the doctor runs and the catalogue lists them:
 - :mod:`.weights` — the draft's tensors against what ``load_weights`` keeps, and the token map;
 - :mod:`.engine_source` — what the engine source on the box does with the draft;
 - :mod:`.runtime` — what the running server measures (runtime rules, run on a measurement).
+- :mod:`.gpus` — what the box's GPUs leave a launch (runtime rules, run before every launch).
 
 A static rule's check takes the :class:`~workbench.rules.facts.Facts` the doctor gathered once and
 returns :class:`~workbench.rules.finding.Finding` objects of its own id (empty when it has nothing
@@ -24,7 +25,7 @@ and :mod:`remote.errors`.
 """
 
 from workbench.errors import RuleInputError
-from workbench.rules import aux_layers, configs, cross_engine, engine_source, launch_flags, readability, runtime, weights
+from workbench.rules import aux_layers, configs, cross_engine, engine_source, gpus, launch_flags, readability, runtime, weights
 from workbench.rules.aux_layers import (
     aux_config_unread,
     aux_count_mismatch,
@@ -63,7 +64,7 @@ from workbench.rules.runtime import acceptance_collapsed
 from workbench.rules.weights import check_draft_weights, check_token_map, weight_shape_mismatch
 
 #: The family modules, in the order the doctor runs them and the catalogue lists them.
-FAMILY_MODULES = (launch_flags, readability, configs, aux_layers, cross_engine, weights, engine_source, runtime)
+FAMILY_MODULES = (launch_flags, readability, configs, aux_layers, cross_engine, weights, engine_source, runtime, gpus)
 REGISTRY.arrange([m.FAMILY.name for m in FAMILY_MODULES])
 #: Every rule id, in catalogue order.
 RULE_IDS = REGISTRY.ids

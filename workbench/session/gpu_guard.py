@@ -28,7 +28,7 @@ from typing import Any, Mapping, Optional, Sequence
 
 from remote.errors import PortInUse, RemoteError
 from workbench.errors import GpusHeld, GpusNotFreed, GpusTooFew
-from workbench.rules.finding import Finding, ev
+from workbench.rules.gpus import gpus_held, gpus_too_few
 from workbench.session.gpu_holders import BoxGpus, Holder, read_box_gpus, title_of, uid_of, user_names
 from workbench.session.gpu_release import GPU_FREE_TIMEOUT_S, GpuBaseline, launch_baseline
 from workbench.session.gpus import CONTAINER_MIN_MIB, GpuSnapshot, gpu_command, read_gpu_snapshot
@@ -239,16 +239,8 @@ class LaunchCheck:
 
 def _refusal(launch: Any, label: str, blockers: list[Holder], orphans: list[Holder], hidden: dict[int, int],
              devices: Optional[list[int]], reclaim: bool, extra: str = "") -> GpusHeld:
-    findings = [Finding("gpus-held", "error", h.describe(),
-                        evidence={"pid": ev(h.pid, "nvidia-smi --query-compute-apps" if h.listed else "/proc"),
-                                  "title": ev(h.title, f"/proc/{h.pid}/cmdline"), "user": ev(h.user, f"/proc/{h.pid}/status"),
-                                  "mib": ev({str(k): v for k, v in h.mib.items()}, "nvidia-smi --query-compute-apps")},
-                        fix="reclaim_gpus=True (the box user's own orphans only)" if h.orphan else None,
-                        prevents_start=True) for h in blockers + orphans]
-    findings += [Finding("gpus-held", "error", f"GPU{i}: {m} MiB held by no listed process (nvidia-smi lists no "
-                         "PIDs: a container, or memory the driver has not released yet)",
-                         evidence={"unattributed_mib": ev(m, "nvidia-smi --query-gpu=memory.used")}, prevents_start=True)
-                 for i, m in sorted(hidden.items())]
+    findings = gpus_held([{**h.to_dict(), "mib": dict(h.mib), "describe": h.describe()} for h in blockers + orphans],
+                         unattributed=hidden)
     where = "every GPU" if devices is None else ", ".join(f"GPU{i}" for i in devices)
     lines = [h.describe() for h in blockers + orphans] + [f.message for f in findings[len(blockers) + len(orphans):]]
     advice = []
@@ -294,7 +286,7 @@ def check_before_launch(box: Any, launch: Any, *, env: Optional[Mapping[str, str
             check.note = snap.note
             return check
         check.devices, check.how = launch_devices(launch, env, snap)
-        if check.devices and max(check.devices) >= len(snap.gpus):
+        if check.devices and gpus_too_few(check.devices, len(snap.gpus)):
             raise _too_few(launch, label, check.devices, check.how, len(snap.gpus), cmd.path)
         named = read_box_gpus(box, snapshot=snap, sglang_candidates=True)
         blockers, orphans, hidden = held_on(named, check.devices)
@@ -328,13 +320,9 @@ def check_before_launch(box: Any, launch: Any, *, env: Optional[Mapping[str, str
 
 def _too_few(launch: Any, label: str, devices: list[int], how: str, count: int, command: Optional[str]) -> GpusTooFew:
     """The refusal of a launch that needs GPU indices the box does not have (:class:`GpusTooFew`)."""
-    missing = [i for i in devices if i >= count]
-    text = (f"the launch uses GPUs {devices[0]}..{devices[-1]} ({how}) but the box has {count} GPU"
-            f"{'' if count == 1 else 's'} ({command}): no GPU{', GPU'.join(str(i) for i in missing)}")
-    finding = Finding("gpus-too-few", "error", text,
-                      evidence={"needed": ev(devices, how), "gpus": ev(count, f"{command} --query-gpu=index")},
-                      fix="a smaller --tp-size (or --pp-size/--dp-size), or a lower --base-gpu-id", prevents_start=True)
-    return GpusTooFew(launch.to_display() if hasattr(launch, "to_display") else str(launch), label, [finding],
+    findings = gpus_too_few(devices, count, how=how, command=command)
+    text = findings[0].message
+    return GpusTooFew(launch.to_display() if hasattr(launch, "to_display") else str(launch), label, findings,
                       needed=devices, available=count, message=f"launch refused ({label}): {text}")
 
 
@@ -342,13 +330,6 @@ def not_freed_refusal(launch: Any, label: str, exc: GpusNotFreed) -> GpusHeld:
     """The launch refused because the server stopped before it did not give its GPUs back in time
     (``exc``): the same table, as a :class:`~workbench.errors.GpusHeld` (so the diagnosis records
     a refused launch, not a crash)."""
-    findings = [Finding("gpus-held", "error", f"GPU{g['index']}: {g['used_mib']} MiB used, baseline "
-                        f"{g.get('baseline_mib')} MiB ({g.get('basis')})",
-                        evidence={"used_mib": ev(g["used_mib"], "nvidia-smi --query-gpu=memory.used")},
-                        prevents_start=True) for g in exc.gpus]
-    findings += [Finding("gpus-held", "error", f"pid {h['pid']} {h['title']} (user {h.get('user') or '?'}) holds "
-                         + ", ".join(f"GPU{i} {m} MiB" for i, m in (h.get("mib") or {}).items()),
-                         evidence={"pid": ev(h["pid"], "nvidia-smi --query-compute-apps")}, prevents_start=True)
-                 for h in exc.holders]
+    findings = gpus_held(exc.holders, not_back=exc.gpus)
     return GpusHeld(launch.to_display() if hasattr(launch, "to_display") else str(launch), label, findings,
                     holders=exc.holders, message=f"launch refused ({label}): {exc}")
