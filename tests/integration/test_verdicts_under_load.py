@@ -126,8 +126,11 @@ def test_verdicts_are_the_same_under_a_load_that_doubles_every_step(tmp_path, tm
         assert quiet[name]["outcome"] == c.outcome, (name, quiet[name])
         assert [h for h, _rule in quiet[name]["root_causes"]] == list(c.causes), (name, quiet[name])
         assert quiet[name]["fix_kinds"] == sorted(c.kinds), (name, quiet[name])
-    # the probe-needed cases showed the mechanism: one 160-wide state instead of 3 x 160
+    # the probe-needed cases showed the mechanism: as found one 160-wide state instead of 3 x 160 or,
+    # the probes riding on the fix launch (issue 28: no probe launch), the fixed server's 3 x 160
     for name in ("algorithm-flag", "layered-flag-and-token-map"):
-        assert quiet[name]["probe"]["observed_widths"] == [160], (name, quiet[name]["probe"])
+        p = quiet[name]["probe"]
+        assert p["observed_widths"] == [160] or (p["observed_hidden_size"] is None
+                                                 and 480 in (p["after_fix_widths"] or [])), (name, p)
     for name in quiet:
         assert busy[name] == quiet[name], (name, busy[name], quiet[name])

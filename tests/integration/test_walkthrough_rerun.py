@@ -49,14 +49,16 @@ def test_walkthrough_cells_rerun_without_restarting_anything(tmp_path, free_port
         restarts = second.restarts
         p2 = walk.probe_width(second)
         assert p2.again and second.restarts == restarts and p2.observed == p1.observed
-        assert p1.observed * 3 == p1.expected and "draft-input-width" in p1.in_place
+        # the probes ride on the fix launch (no load of their own): nothing observed yet, in place
+        assert p1.observed is None and p1.rides_on and "draft-input-width" in p1.in_place
+        assert "never fc's 480" in str(p1)  # what the server as found sends to fc, read live (no restart)
         f1 = walk.apply_fix(second)
         restarts = second.restarts
         f2 = walk.apply_fix(second)
         assert f2.again and second.restarts == restarts and f2.accept_length == f1.accept_length
         assert f1.applied and ("--speculative-algorithm", "EAGLE", "EAGLE3") in f1.diff
         v = walk.verification(second)
-        assert v.fixed and v.after > v.before and v.probes_left == [] and v.width_after == p1.expected
+        assert v.fixed and v.after > v.before and v.probes_left == [] and v.width_after == 480  # the sandbox draft fc: 3 x the target's 160
 
         done = walk.finish(second)
         assert done.outcome == "fixed" and done.path == verdict_path.resolve() and done.again is None
