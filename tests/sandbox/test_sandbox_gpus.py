@@ -215,3 +215,16 @@ def test_a_take_waits_for_memory_of_gone_processes_but_not_of_live_ones_sandbox_
     hold = gpus.take(0, 30000, wait_released=True)
     assert hold.mib == 30000 and 0.3 <= time.time() - tic <= 2.5  # the rest of the delay
     assert gpus.used_mib()[0] == 30000
+
+
+def test_nvidia_smi_runs_from_any_directory_sandbox_gpus(gpu_dir, tmp_path):
+    """Run from a directory holding another ``workbench`` package (a checkout of another version,
+    or a broken one): the sandbox's nvidia-smi still runs this checkout's (``python -m`` would put
+    the current directory first on sys.path)."""
+    (tmp_path / "workbench").mkdir()
+    (tmp_path / "workbench" / "__init__.py").write_text("raise ImportError('the wrong workbench')\n")
+    args = ["--query-gpu=index,memory.total", "--format=csv,noheader,nounits"]
+    out = subprocess.run([str(gpu_dir / "bin" / "nvidia-smi"), *args], capture_output=True, text=True, timeout=30,
+                         cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == ["0, 81559", "1, 81559"]

@@ -187,13 +187,15 @@ def test_log_ms_env_adds_milliseconds():
     "flags, message",
     [
         (["--speculative-algorithm", "EAGLE4", "--speculative-draft-model-path", str(DRAFT)], "Unknown speculative algorithm name: EAGLE4"),
-        (["--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", str(DRAFT), "--speculative-num-steps", "abc"], "--speculative-num-steps: invalid"),
+        (["--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", str(DRAFT), "--speculative-num-steps", "abc"], "--speculative-num-steps: must be a non-negative integer, got 'abc'"),
         (["--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", str(DRAFT), "--speculative-num-steps", "3", "--speculative-eagle-topk", "4"], "chain drafting only"),
         (["--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", str(DRAFT)], "chain drafting only"),  # auto (5, 4, 8)
         (["--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", str(DRAFT), "--speculative-eagle-topk", "1"], "must be unset when --speculative-num-steps is unset"),
         (["--speculative-algorithm", "NGRAM"], "not implemented by the sandbox"),
         (["--speculative-algorithm", "EAGLE3"], "--speculative-draft-model-path is required"),
         (["--port", "99999"], "--port: must be a TCP port"),
+        (["--tp", "abc"], "--tp-size/--tensor-parallel-size/--tp: must be a positive integer, got 'abc'"),
+        (["--sandbox-load-seconds", "inf"], "--sandbox-load-seconds: must be a number of seconds from 0 to 86400, got inf"),
     ],
 )
 @pytest.mark.slow  # starts the server module (which refuses the flags and exits)

@@ -102,7 +102,10 @@ def test_a_box_with_no_nvidia_smi_skips_the_gpu_checks_and_says_why(tmp_path, mo
     check = check_before_launch(box, LaunchCommand.parse("python -m sglang.launch_server --model-path m --tp 8"))
     assert (check.devices, check.note) == (None, cmd.reason)
     assert read_gpu_snapshot(box).note == cmd.reason
-    assert [c for c in commands if "nvidia-smi" in str(c)] == [["sh", "-c", "command -v nvidia-smi"]]  # once, cached
+    from workbench.session.gpus import FIND_REAL
+
+    assert [c for c in commands if "nvidia-smi" in str(c)] == [["sh", "-c", FIND_REAL]]  # once, cached
+    assert FIND_REAL.startswith("command -v nvidia-smi || ") and "/usr/local/nvidia/bin/nvidia-smi" in FIND_REAL
 
 
 @pytest.fixture
@@ -385,3 +388,50 @@ def test_a_tp_size_the_gpus_cannot_hold_is_refused_before_the_launch_sandbox_gpu
     assert (exc.value.needed, exc.value.available) == ([1, 2], 2)
     assert check_before_launch(gpu_box, LaunchCommand.parse("python -m sglang.launch_server --model-path m "
                                                             "--tp-size 2")).devices == [0, 1]
+
+
+def test_a_holder_the_launch_fits_beside_does_not_refuse_it_sandbox_gpus(gpu_box, pids, nobody):
+    """Another user's 5000 MiB on GPU1 leaves a launch its 0.88 of 81559 MiB: it goes ahead, the
+    holder listed as beside it (never killed); 30000 MiB does not leave it, unless the launch
+    reserves less (--mem-fraction-static 0.5)."""
+    small = hold(gpu_box.gpus_dir, [(1, 5000)], user="nobody")
+    pids.append(small)
+    launch = LaunchCommand.parse("python -m sglang.launch_server --model-path m --tp-size 2")
+    check = check_before_launch(gpu_box, launch, label="fix")
+    assert check.devices == [0, 1] and [h["pid"] for h in check.beside] == [small]
+    big = hold(gpu_box.gpus_dir, [(0, 30000)], user="nobody")
+    pids.append(big)
+    with pytest.raises(GpusHeld) as exc:
+        check_before_launch(gpu_box, launch, label="fix")
+    assert [h["pid"] for h in exc.value.holders] == [small, big] or big in [h["pid"] for h in exc.value.holders]
+    roomy = LaunchCommand.parse("python -m sglang.launch_server --model-path m --tp-size 2 --mem-fraction-static 0.5")
+    assert sorted(h["pid"] for h in check_before_launch(gpu_box, roomy).beside) == sorted([small, big])
+    assert os.path.exists(f"/proc/{small}") and os.path.exists(f"/proc/{big}")
+
+
+def test_what_the_stop_cannot_change_refuses_before_the_stop(gpu_box, pids, nobody, free_port):
+    """check_before_stop: a rendezvous port held outside the serving server's tree, and another
+    user's memory that leaves no room, refuse before anything is stopped; the same port held by
+    the serving server itself (its stop frees it) and the serving server's own memory do not."""
+    from workbench.session.gpu_guard import check_before_stop
+
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", free_port))
+    sock.listen()
+    try:
+        launch = LaunchCommand.parse(f"python -m sglang.launch_server --model-path m --nccl-port {free_port}")
+        with pytest.raises(RendezvousPortInUse):
+            check_before_stop(gpu_box, launch, serving_pid=None)
+        check_before_stop(gpu_box, launch, serving_pid=os.getpid())  # held by the serving tree: not refused
+    finally:
+        sock.close()
+    mine = hold(gpu_box.gpus_dir, [(0, 70000)], title="sglang::scheduler")  # the serving server's memory
+    pids.append(mine)
+    launch = LaunchCommand.parse("python -m sglang.launch_server --model-path m")
+    check_before_stop(gpu_box, launch, serving_pid=mine)
+    theirs = hold(gpu_box.gpus_dir, [(0, 11000)], user="nobody")
+    pids.append(theirs)
+    with pytest.raises(GpusHeld) as exc:
+        check_before_stop(gpu_box, launch, serving_pid=mine, label="fix")
+    assert [h["pid"] for h in exc.value.holders] == [theirs] and "nothing was stopped" in str(exc.value)
+    assert os.path.exists(f"/proc/{mine}") and os.path.exists(f"/proc/{theirs}")

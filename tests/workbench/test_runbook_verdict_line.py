@@ -76,3 +76,13 @@ def test_a_missing_or_broken_file_gives_no_line(tmp_path, caplog):
     broken.write_text("{not json")
     assert verdict_summary(broken) is None
     assert f"{broken} is not JSON" in caplog.text
+
+
+def test_the_line_names_reclaimed_orphans_and_a_kept_fix_not_a_restored_box(tmp_path):
+    verdict = {"outcome": "fixed", "acceptance": {"before": {"accept_length": 1.1}, "after": {"accept_length": 2.3}},
+               "root_cause": {"rule": "algorithm-mismatch"}, "restore": {"clean": True, "problems": []},
+               "fix": {"kept_server": {"pid": 4242}},
+               "gpu_events": [{"event": "stop"}, {"event": "reclaim", "reclaimed": [{"pid": 11}, {"pid": 12}]}]}
+    assert verdict_summary(_write(tmp_path, verdict)) == (
+        "verdict: fixed; accept length 1.100 -> 2.300; root cause: algorithm-mismatch; reclaim_gpus stopped orphaned "
+        "pids 11, 12; the fixed server (pid 4242) kept in place of the one found")

@@ -584,7 +584,8 @@ def verdict_summary(json_path: str | Path | None) -> str | None:
     a diagnosis writes (:meth:`workbench.diagnosis.run.DiagnosisRun.build_verdict`): the outcome
     (with why, when inconclusive), accept length as found → after the fix (3 decimals, or ``not
     measured``), the first launch that did not start when nothing was measured as found (its label
-    and exception, 200 characters at most), the root cause's rule, and whether the box was restored. E.g. ``verdict: fixed;
+    and exception, 200 characters at most), the root cause's rule, the orphans ``reclaim_gpus``
+    stopped, and whether the box was restored (or the fixed server kept: ``keep_fix``). E.g. ``verdict: fixed;
     accept length 1.157 -> 2.356; root cause: algorithm-mismatch; box restored``. ``None`` for a
     file that is missing, unreadable or not a diagnosis verdict (the other runbooks' JSON): the
     paths printed above say where to look. Never raises."""
@@ -614,7 +615,15 @@ def verdict_summary(json_path: str | Path | None) -> str | None:
     if isinstance(root, dict) and root.get("rule"):
         parts.append(f"root cause: {root['rule']}")
     restore = verdict.get("restore")
-    if isinstance(restore, dict):
+    fix = verdict.get("fix") if isinstance(verdict.get("fix"), dict) else {}
+    kept = fix.get("kept_server") if isinstance(fix.get("kept_server"), dict) else None
+    reclaimed = [p for e in (verdict.get("gpu_events") or []) if isinstance(e, dict) and e.get("event") == "reclaim"
+                 for p in (e.get("reclaimed") or []) if isinstance(p, dict)]
+    if reclaimed:
+        parts.append(f"reclaim_gpus stopped orphaned pids {', '.join(str(p.get('pid')) for p in reclaimed)}")
+    if isinstance(restore, dict) and restore.get("clean") and kept:
+        parts.append(f"the fixed server (pid {kept.get('pid')}) kept in place of the one found")
+    elif isinstance(restore, dict):
         parts.append("box restored" if restore.get("clean") else
                      "box NOT fully restored: " + "; ".join(map(str, restore.get("problems") or ["see the report"])))
     return "; ".join(parts)

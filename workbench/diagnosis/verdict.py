@@ -312,6 +312,8 @@ def build_verdict(ctx: RunContext) -> dict[str, Any]:
         "timeline": cost["timeline"],
         "launch_guard": ctx.session.guard.summary(),
         "restarts": ctx.session.restarts,
+        # what each stop found of the GPUs and the orphans reclaim_gpus stopped (never undone)
+        "gpu_events": list(getattr(ctx.session, "gpu_events", []) or []),
         "restore": ctx.session.restore_report.to_dict() if ctx.session.restore_report else None,
         "notes": ctx.notes,
         "duration_s": round(time.monotonic() - ctx.state.started_at, 2),

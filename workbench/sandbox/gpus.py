@@ -367,7 +367,9 @@ class SandboxGpus:
 def install_nvidia_smi(path, python: Optional[str] = None) -> Path:
     """Write ``<path>/bin/nvidia-smi`` (mode 0755): a shell script running ``python -m
     workbench.sandbox.nvidia_smi --gpus-dir <path> "$@"`` with ``python`` (default: this
-    interpreter) and this checkout of the workbench on ``PYTHONPATH``. Returns the script's path.
+    interpreter) and this checkout of the workbench on ``PYTHONPATH``, run from ``/`` (``-m`` puts
+    the current directory first on ``sys.path``: a shell inside another checkout would import that
+    one's ``workbench``). Returns the script's path.
     Never put on PATH: it is the sandbox box's, found at ``<state dir>/sandbox-gpus/bin/nvidia-smi``."""
     import shlex
 
@@ -378,7 +380,8 @@ def install_nvidia_smi(path, python: Optional[str] = None) -> Path:
     script = bin_dir / "nvidia-smi"
     text = ("#!/bin/sh\n"
             "# the sandbox box's nvidia-smi (eagle-workbench, workbench/sandbox/nvidia_smi.py): not a real GPU's\n"
-            f"PYTHONPATH={shlex.quote(str(root))}${{PYTHONPATH:+:$PYTHONPATH}} exec "
+            "# from /: `python -m` puts the current directory first on sys.path (another checkout's workbench)\n"
+            f"cd / && PYTHONPATH={shlex.quote(str(root))}${{PYTHONPATH:+:$PYTHONPATH}} exec "
             f"{shlex.quote(python or sys.executable)} -m workbench.sandbox.nvidia_smi "
             f"--gpus-dir {shlex.quote(str(path))} \"$@\"\n")
     tmp = bin_dir / f".nvidia-smi.{os.getpid()}.tmp"

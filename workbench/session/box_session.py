@@ -21,7 +21,7 @@ from workbench.engine.launch import DEFAULT_PORT, LaunchCommand
 from workbench.errors import DiagnosisError, GpusNotFreed
 from workbench.redact import REDACTOR
 from workbench.sandbox_box import VLLM_DEFAULT_PORT, sandbox_launch_command, sandbox_vllm_launch_command
-from workbench.session.gpu_guard import check_before_launch, not_freed_refusal
+from workbench.session.gpu_guard import check_before_launch, check_before_stop, not_freed_refusal
 from workbench.session.gpu_release import GPU_FREE_TIMEOUT_S, GpuRelease, stop_and_release
 from workbench.session.gpus import sandbox_gpu_env
 from workbench.session.guard import LaunchGuard
@@ -121,6 +121,16 @@ class BoxSession:
             if check_gpus:
                 release.raise_error()
 
+    def _serving_pid(self) -> int | None:
+        """The pid of the server serving the port now (the run's own, else the original not yet
+        stopped), ``None`` when none serves."""
+        if self.current is not None:
+            return self.current.pid
+        original = self.journal.data.get("original_server")
+        if original and not original.get("stopped") and self.inventory.server_pid is not None:
+            return self.inventory.server_pid
+        return None
+
     def _stop_original(self) -> None:
         original = self.journal.data.get("original_server")
         if original and not original.get("stopped") and self.inventory.server_pid is not None:
@@ -148,6 +158,10 @@ class BoxSession:
         (:func:`~workbench.session.launches.launch_record`); one that does not start leaves its
         times in :attr:`failed_launch`."""
         self.guard.check(launch, label)
+        env = sandbox_gpu_env(self.box, launch, launch.launch_env(self.inventory.server_env))
+        # what the stop cannot change refuses the launch before anything is stopped (no outage)
+        check_before_stop(self.box, launch, env=env, label=label, serving_pid=self._serving_pid(),
+                          reclaim=self.reclaim_gpus is True, timeout=10)
         stopped = serving_now(self)
         stopped_at = time.time() if stopped else None
         self.failed_launch = None
@@ -156,7 +170,6 @@ class BoxSession:
             self._stop_original()
         except GpusNotFreed as exc:
             raise not_freed_refusal(launch, label, exc) from exc
-        env = sandbox_gpu_env(self.box, launch, launch.launch_env(self.inventory.server_env))
         check = check_before_launch(self.box, launch, env=env, label=label, reclaim=self.reclaim_gpus is True,
                                     timeout=self.gpu_free_timeout)
         if check.reclaimed:

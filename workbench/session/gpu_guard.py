@@ -222,7 +222,8 @@ class LaunchCheck:
     """What the check before a launch found: ``devices`` (GPU indices the launch uses, ``None``:
     all or no GPUs), ``how`` (how they were told), ``ports`` (rendezvous ports checked),
     ``baseline`` (``memory.used`` right before the launch, for the stop's wait), ``reclaimed``
-    (the orphans cleaned up, as dicts), ``note`` (why the GPU check was skipped, if it was)."""
+    (the orphans cleaned up, as dicts), ``note`` (why the GPU check was skipped, if it was),
+    ``beside`` (holders that are not this run's but leave the launch its share: :func:`blocking`)."""
 
     devices: Optional[list[int]] = None
     how: str = ""
@@ -230,11 +231,12 @@ class LaunchCheck:
     baseline: Optional[GpuBaseline] = None
     reclaimed: list = field(default_factory=list)
     note: str = ""
+    beside: list = field(default_factory=list)
 
     def to_dict(self) -> dict:
         return {"devices": self.devices, "how": self.how, "ports": [list(p) for p in self.ports],
                 "baseline": self.baseline.to_dict() if self.baseline else None, "reclaimed": list(self.reclaimed),
-                "note": self.note}
+                "note": self.note, "beside": list(self.beside)}
 
 
 def _refusal(launch: Any, label: str, blockers: list[Holder], orphans: list[Holder], hidden: dict[int, int],
@@ -254,6 +256,46 @@ def _refusal(launch: Any, label: str, blockers: list[Holder], orphans: list[Hold
                + "".join(f"\n{a}" for a in advice) + (f"\n{extra}" if extra else ""))
     return GpusHeld(launch.to_display() if hasattr(launch, "to_display") else str(launch), label, findings,
                     holders=[h.to_dict() for h in blockers + orphans], orphans=[h.pid for h in orphans], message=message)
+
+
+#: The share of each GPU a launch reserves when its command does not say: SGLang 0.5.23's
+#: ``--mem-fraction-static`` on an 80 GB GPU at TP 8 (srt/server_args.py
+#: ``_handle_gpu_memory_settings``, 0.88 being the sandbox's default too) and vLLM's
+#: ``--gpu-memory-utilization`` default (0.9, vllm/config/cache.py).
+DEFAULT_FRACTION = {"vllm": 0.9, None: 0.88}
+
+
+def reserved_fraction(launch: Any) -> float:
+    """The share of each GPU ``launch`` reserves at start-up (0-1): its ``--mem-fraction-static``
+    (SGLang) or ``--gpu-memory-utilization`` (vLLM), else :data:`DEFAULT_FRACTION`."""
+    vllm = getattr(launch, "engine", None) == "vllm"
+    raw = launch.get("--gpu-memory-utilization" if vllm else "--mem-fraction-static")
+    try:
+        value = float(raw) if isinstance(raw, str) else None
+    except ValueError:
+        value = None
+    if value is None or not 0 < value <= 1:
+        return DEFAULT_FRACTION["vllm" if vllm else None]
+    return value
+
+
+def blocking(named: BoxGpus, devices: Optional[Sequence[int]], holders: Sequence[Holder], hidden: Mapping[int, int],
+             fraction: float) -> list[int]:
+    """The GPUs (indices, among ``devices``; ``None``: all) on which what ``holders`` and
+    ``hidden`` hold leaves less than ``fraction`` of the GPU free: there the launch cannot reserve
+    its share and would run out of memory. A holder whose memory is unknown (N/A) and a GPU whose
+    total is unknown block. A small holder (a monitoring agent, another user's small context, an
+    MPS server) beside which the launch fits does not."""
+    out = []
+    for g in named.snapshot.gpus:
+        if devices is not None and g.index not in devices:
+            continue
+        mibs = [h.mib.get(g.index) for h in holders if g.index in h.mib] + ([hidden[g.index]] if g.index in hidden else [])
+        if not mibs:
+            continue
+        if g.total_mib is None or any(m is None for m in mibs) or sum(mibs) > g.total_mib * (1 - fraction):
+            out.append(g.index)
+    return out
 
 
 #: Seconds :func:`check_before_launch` waits for GPU memory that no live listed process accounts
@@ -290,18 +332,22 @@ def check_before_launch(box: Any, launch: Any, *, env: Optional[Mapping[str, str
             raise _too_few(launch, label, check.devices, check.how, len(snap.gpus), cmd.path)
         named = read_box_gpus(box, snapshot=snap, sglang_candidates=True)
         blockers, orphans, hidden = held_on(named, check.devices)
-        if not blockers and not orphans and not hidden:
+        fraction = reserved_fraction(launch)
+        if not (reclaim and orphans) and not blocking(named, check.devices, blockers + orphans, hidden, fraction):
+            if blockers or orphans or hidden:
+                check.beside = [h.to_dict() for h in blockers + orphans] + [
+                    {"gpu": i, "unattributed_mib": m} for i, m in sorted(hidden.items())]
             check.baseline = launch_baseline(snap)
             return check
-        if hidden and not blockers and not orphans and deadline is None:
-            # Only memory no live listed process accounts for: a server stopped just before (its
+        if hidden and deadline is None and not blocking(named, check.devices, blockers + orphans, {}, fraction):
+            # Memory no live listed process accounts for is what leaves too little: a server stopped just before (its
             # memory is released a moment after its processes are gone), or a container's. Waited
             # for up to HIDDEN_SETTLE_S before it refuses the launch.
             settle = settle if settle is not None else time.monotonic() + min(HIDDEN_SETTLE_S, timeout)
             if time.monotonic() < settle:
                 time.sleep(0.1)
                 continue
-        if blockers or not reclaim or (not orphans and deadline is None):
+        if blocking(named, check.devices, blockers, {}, fraction) or not reclaim or (not orphans and deadline is None):
             raise _refusal(launch, label, blockers, orphans, hidden, check.devices, reclaim)
         if deadline is None:
             left = reclaim_orphans(box, orphans)
@@ -316,6 +362,50 @@ def check_before_launch(box: Any, launch: Any, *, env: Optional[Mapping[str, str
                            f"not released within {timeout:g} s")
         time.sleep(delay)
         delay = min(delay * 2, 0.5)
+
+
+def check_before_stop(box: Any, launch: Any, *, env: Optional[Mapping[str, str]] = None, label: str = "launch",
+                      serving_pid: Optional[int] = None, reclaim: bool = False, timeout: float = 10) -> None:
+    """What refuses ``launch`` whatever the stop of the server that serves now (``serving_pid``, its
+    process tree; ``None``: none) changes, checked BEFORE that stop, so a launch that cannot be
+    made costs no outage and no reload: a rendezvous port held by a process outside that tree, a
+    launch needing more GPUs than the box has, GPU memory of processes outside that tree that
+    leaves the launch less than its share (:func:`blocking`), orphans that do (unless ``reclaim``).
+    Memory no listed process accounts for (a container) is not judged here: the server serving now
+    may be what holds it; :func:`check_before_launch` judges it after the stop. Raises
+    :class:`RendezvousPortInUse`, :class:`~workbench.errors.GpusTooFew`,
+    :class:`~workbench.errors.GpusHeld` and ``remote.errors.RemoteError``."""
+    serving: set[int] = set()
+    if serving_pid:
+        serving = {p.pid for p in box.process_tree(serving_pid, timeout=timeout)} | {serving_pid}
+    ports = rendezvous_ports(launch)
+    if ports:
+        listening = box.listening_ports(timeout=timeout)
+        for flag, port in ports:
+            if port in listening:
+                owner = port_owner(box, port, timeout=timeout)
+                m = re.match(r"pid (\d+)", owner or "")
+                if m and int(m.group(1)) in serving:
+                    continue  # the server serving now: its stop frees the port
+                raise RendezvousPortInUse(port, flag, owner, box=box.name)
+    cmd = gpu_command(box)
+    if not cmd.available:
+        return
+    snap = read_gpu_snapshot(box, command=cmd)
+    if not snap.available:
+        return
+    devices, _how = launch_devices(launch, env, snap)
+    if devices and gpus_too_few(devices, len(snap.gpus)):
+        raise _too_few(launch, label, devices, _how, len(snap.gpus), cmd.path)
+    named = read_box_gpus(box, snapshot=snap, sglang_candidates=True)
+    blockers, orphans, _hidden = held_on(named, devices)
+    blockers = [h for h in blockers if h.pid not in serving and h.server not in serving]
+    fraction = reserved_fraction(launch)
+    refuse = (blocking(named, devices, blockers, {}, fraction)
+              or (orphans and not reclaim and blocking(named, devices, blockers + orphans, {}, fraction)))
+    if refuse:
+        raise _refusal(launch, label, blockers, [] if reclaim else orphans, {}, devices, reclaim,
+                       "(checked before the server serving now was stopped: nothing was stopped)")
 
 
 def _too_few(launch: Any, label: str, devices: list[int], how: str, count: int, command: Optional[str]) -> GpusTooFew:

@@ -90,6 +90,14 @@ def sandbox_gpu_env(box: Any, launch: Any, env: Optional[dict[str, str]]) -> Opt
     return {**(env or {}), SANDBOX_GPUS_DIR_ENV: f"{str(box.state_dir).rstrip('/')}/sandbox-gpus"}
 
 
+#: Where a real ``nvidia-smi`` is looked for: the box's PATH (a non-interactive SSH shell's), then
+#: where drivers and containers put it (NVIDIA's container toolkit: ``/usr/local/nvidia/bin``), so a
+#: GPU box whose non-interactive PATH lacks it is never judged on the sandbox's GPUs.
+REAL_PATHS = ("/usr/bin/nvidia-smi", "/usr/local/nvidia/bin/nvidia-smi", "/usr/local/bin/nvidia-smi")
+FIND_REAL = ("command -v nvidia-smi || for p in " + " ".join(REAL_PATHS)
+             + '; do [ -x "$p" ] && { echo "$p"; break; }; done')
+
+
 def forget_gpu_command(box: Any) -> None:
     """Drop the cached ``command -v nvidia-smi`` answer of ``box`` (the next look asks again)."""
     _REAL.pop(box, None)
@@ -97,12 +105,12 @@ def forget_gpu_command(box: Any) -> None:
 
 def gpu_command(box: Any, *, timeout: float = 10) -> GpuCommand:
     """The GPU query command of ``box`` by the rule in the module docstring. At most one
-    ``command -v nvidia-smi`` per box object (cached); then one ``stat`` of the sandbox's file
+    ``command -v nvidia-smi`` (then :data:`REAL_PATHS`) per box object (cached); then one ``stat`` of the sandbox's file
     while no real one was found. Raises ``remote.errors.RemoteError`` when the box cannot be asked
     (the command times out, the connection is gone)."""
     real = _REAL.get(box)
     if real is None:
-        found = box.run(["sh", "-c", "command -v nvidia-smi"], check=False, timeout=timeout)
+        found = box.run(["sh", "-c", FIND_REAL], check=False, timeout=timeout)
         real = found.stdout.strip().splitlines()[0] if found.exit_code == 0 and found.stdout.strip() else ""
         try:
             _REAL[box] = real

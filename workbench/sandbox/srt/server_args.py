@@ -85,15 +85,22 @@ class ServerArgs:
         return d
 
 
+def _int(text: str, what: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be {what}, got {text!r}") from None
+
+
 def _positive_int(text: str) -> int:
-    value = int(text)
+    value = _int(text, "a positive integer")
     if value <= 0:
         raise argparse.ArgumentTypeError(f"must be a positive integer, got {text}")
     return value
 
 
 def _non_negative_int(text: str) -> int:
-    value = int(text)
+    value = _int(text, "a non-negative integer")
     if value < 0:
         raise argparse.ArgumentTypeError(f"must be a non-negative integer, got {text}")
     return value
@@ -106,10 +113,18 @@ def _fraction(text: str) -> float:
     return value
 
 
+#: The longest start-up ``--sandbox-load-seconds`` spreads (a day: longer is a typo, and ``inf``
+#: would overflow the paced phases' timestamps).
+MAX_LOAD_SECONDS = 86400.0
+
+
 def _non_negative_float(text: str) -> float:
-    value = float(text)
-    if not value >= 0:
-        raise argparse.ArgumentTypeError(f"must be a non-negative number of seconds, got {text}")
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a non-negative number of seconds, got {text!r}") from None
+    if not 0 <= value <= MAX_LOAD_SECONDS:
+        raise argparse.ArgumentTypeError(f"must be a number of seconds from 0 to {MAX_LOAD_SECONDS:g}, got {text}")
     return value
 
 
