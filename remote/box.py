@@ -628,6 +628,11 @@ class Box:
             )
         return found
 
+    def listening_sockets(self, *, timeout: float = 10) -> dict[int, int]:
+        """``{socket inode: port}`` of every TCP socket listening on the box (``/proc/net/tcp*``).
+        Raises ``RemoteError`` when the box fails (a missing table is skipped)."""
+        return self._listening_inodes(timeout)
+
     def _listening_inodes(self, timeout: float) -> dict[int, int]:
         """``{socket inode: port}`` of every TCP socket in LISTEN state on the box (``/proc/net/tcp``
         and ``tcp6``; column 10 is the inode)."""

@@ -24,16 +24,7 @@ def _socket_ports(box: Any, pids: list[int], timeout: float) -> dict[int, list[i
     shell command for all) matched with the LISTEN sockets of ``/proc/net/tcp*``."""
     if not pids:
         return {}
-    listening: dict[str, int] = {}
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        try:
-            text = box.transport.read_range(table, timeout=timeout).decode("ascii", "replace")
-        except RemoteError:
-            continue
-        for line in text.splitlines()[1:]:
-            f = line.split()
-            if len(f) > 9 and f[3] == "0A":
-                listening[f[9]] = int(f[1].rsplit(":", 1)[1], 16)
+    listening = {str(inode): port for inode, port in box.listening_sockets(timeout=timeout).items()}
     dirs = [f"/proc/{int(p)}/fd" for p in pids]
     res = box.run(["find", *dirs, "-maxdepth", "1", "-lname", "socket:*", "-printf", "%h %l\\n"], check=False,
                   timeout=timeout)

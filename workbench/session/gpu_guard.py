@@ -26,7 +26,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional, Sequence
 
-from remote.errors import PortInUse, RemoteError
+from remote.errors import PortInUse
 from workbench.errors import GpusHeld, GpusNotFreed, GpusTooFew
 from workbench.rules.gpus import gpus_held, gpus_too_few
 from workbench.session.gpu_holders import BoxGpus, Holder, read_box_gpus, title_of, uid_of, user_names
@@ -70,16 +70,7 @@ def rendezvous_ports(launch: Any) -> list[tuple[str, int]]:
 
 
 def _inode_of(box: Any, port: int, timeout: float) -> Optional[str]:
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        try:
-            text = box.transport.read_range(table, timeout=timeout).decode("ascii", "replace")
-        except RemoteError:
-            continue
-        for line in text.splitlines()[1:]:
-            f = line.split()
-            if len(f) > 9 and f[3] == "0A" and int(f[1].rsplit(":", 1)[1], 16) == port:
-                return f[9]
-    return None
+    return next((str(inode) for inode, p in box.listening_sockets(timeout=timeout).items() if p == port), None)
 
 
 def port_owner(box: Any, port: int, *, timeout: float = 10) -> Optional[str]:
