@@ -402,6 +402,8 @@ DEATHS = {
     "draft-unknown-architecture": (re.escape("ValueError: Cannot find model module. 'Eagle3LlamaForCausalLM' is not a "
                                              "registered model in the Transformers library"), LOADING),
     "truncated-checkpoint": (r"SafetensorError: Error while deserializing header", LOADING),
+    "fc-transposed": (re.escape("AssertionError: Attempted to load weight (torch.Size([480, 160])) into "
+                                "parameter (torch.Size([160, 480]))"), LOADING),
     "draft-hidden-size": (re.escape("ValueError: The hidden size (128) is not a multiple of the number of attention "
                                     "heads (5)."), LOADING),
 }

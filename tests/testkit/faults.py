@@ -32,6 +32,7 @@ Fault names (``FILE_FAULTS`` change files, ``LAUNCH_FAULTS`` the launch command)
 ``target-hidden-mismatch``     draft config ``target_hidden_size`` 192 (the target's is 160)
 ``draft-hidden-size``          draft config ``hidden_size`` 128 (its own tensors say 160)
 ``draft-unknown-architecture`` draft architectures ``Eagle3LlamaForCausalLM`` (vLLM's name)
+``fc-transposed``              ``fc.weight`` stored ``[in, out]`` = [480, 160] (a converter's layout)
 ``truncated-checkpoint``       the draft ``model.safetensors`` cut to half its size
 ``eagle-flag``                 launch: ``--speculative-algorithm EAGLE``
 ``spec-params-without-steps``  launch: topk 1 + 4 draft tokens, no ``--speculative-num-steps``
@@ -362,6 +363,21 @@ def _draft_unknown_architecture(b: _Build) -> None:
     b.draft_config["architectures"] = ["Eagle3LlamaForCausalLM"]
 
 
+def _fc_transposed(b: _Build) -> None:
+    """The draft's ``fc.weight`` stored transposed, ``[in, out]`` = [480, 160] instead of torch's
+    ``nn.Linear`` layout ``[out, in]`` = [160, 480] (a converter from a framework that keeps
+    kernels as ``x @ W``, e.g. Flax/JAX ``Dense`` kernels, written without the transpose; the
+    kind of open-mmlab/mmdetection3d issue #2584, a checkpoint whose weights were written in
+    another library's layout: ``[5, 16, 3, 3, 3]`` against ``[16, 3, 3, 3, 5]``). ONE
+    fault with a consequence that shows up as another rule's symptom: the fc's input width read
+    from the tensor's columns is 160 = 1 × the target's width, so the aux count (3 × 160 = 480)
+    disagrees too (``aux-count-mismatch``) — the count is right, the tensor is not. SGLang 0.5.23
+    builds ``fc`` as ``Linear(480, 160)`` (``llama_eagle3.py:151-167``) and
+    ``default_weight_loader`` asserts on the [480, 160] tensor
+    (``model_loader/weight_utils.py:1582-1585``): the scheduler dies while loading."""
+    b.tensors["fc.weight"] = np.ascontiguousarray(b.tensors["fc.weight"].T)
+
+
 def _truncated_checkpoint(b: _Build) -> None:
     """The draft's ``model.safetensors`` cut to half its size (an interrupted download or copy;
     the "MetadataIncompleteBuffer" reports, e.g. Comfy-Org/ComfyUI issue #6744). SGLang 0.5.23
@@ -388,6 +404,7 @@ FAULTS: dict[str, Fault] = {f.name: f for f in (
     Fault("target-hidden-mismatch", "files", _target_hidden_mismatch.__doc__, _target_hidden_mismatch),
     Fault("draft-hidden-size", "files", _draft_hidden_size.__doc__, _draft_hidden_size),
     Fault("draft-unknown-architecture", "files", _draft_unknown_architecture.__doc__, _draft_unknown_architecture),
+    Fault("fc-transposed", "files", _fc_transposed.__doc__, _fc_transposed, group="fc"),
     Fault("truncated-checkpoint", "files", _truncated_checkpoint.__doc__, _truncated_checkpoint, group="weights"),
     Fault("eagle-flag", "launch",
           "``--speculative-algorithm EAGLE`` with the EAGLE-3 draft (sgl-project/sglang PR #21272: Kimi-K2.5 "

@@ -98,6 +98,8 @@ GUARD_REFUSES = {
     # the draft's first forward (the engine's warm-up): indexed past d2t's end, or with float ids
     "d2t-short": {"token-map-invalid"}, "d2t-float": {"token-map-invalid"},
     "vocab-mismatch": set(), "target-hidden-mismatch": {"hidden-size-mismatch"},
+    # the loader's assert on the transposed fc, and the fc width that follows from it
+    "fc-transposed": {"weight-shape-mismatch", "aux-count-mismatch"},
     # the weight loader's asserts: consequences of the config, each one a start-up failure too
     "draft-hidden-size": {"draft-config-vs-tensors", "weight-shape-mismatch", "lm-head-shape-mismatch"},
     "draft-unknown-architecture": {"unknown-draft-architecture"},

@@ -19,8 +19,9 @@ def test_ledger_flow_and_json():
     assert d == {"hypotheses": [
         {"id": "algo-flag", "statement": "The server runs EAGLE with an EAGLE-3 draft", "verdict": "confirmed",
          "evidence": [{"kind": "finding", "summary": "algorithm-mismatch fired", "data": {"fc_in_features": 21504},
-                       "source": "/d/model.safetensors: fc.weight"}]},
-        {"id": "draft-weights", "statement": "The draft weights are broken", "verdict": "refuted", "evidence": []}]}
+                       "source": "/d/model.safetensors: fc.weight"}], "consequence_of": []},
+        {"id": "draft-weights", "statement": "The draft weights are broken", "verdict": "refuted", "evidence": [],
+         "consequence_of": []}]}
     assert Ledger.from_dict(d).to_dict() == d
 
 

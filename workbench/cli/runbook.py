@@ -586,7 +586,9 @@ def verdict_summary(json_path: str | Path | None) -> str | None:
     measured``), the first launch that did not start when nothing was measured as found (its label
     and exception, 200 characters at most), the root cause's rule, the orphans ``reclaim_gpus``
     stopped, and whether the box was restored (or the fixed server kept: ``keep_fix``). E.g. ``verdict: fixed;
-    accept length 1.157 -> 2.356; root cause: algorithm-mismatch; box restored``. ``None`` for a
+    accept length 1.157 -> 2.356; root cause: algorithm-mismatch; box restored``; a root cause with
+    consequences says how many and which (``root cause: hidden-size-mismatch (1 consequence:
+    weights-loaded)``). ``None`` for a
     file that is missing, unreadable or not a diagnosis verdict (the other runbooks' JSON): the
     paths printed above say where to look. Never raises."""
     if json_path is None:
@@ -613,7 +615,10 @@ def verdict_summary(json_path: str | Path | None) -> str | None:
                      f"{str(first.get('exception') or first.get('error') or 'see the report')[:200]})")
     root = verdict.get("root_cause")
     if isinstance(root, dict) and root.get("rule"):
-        parts.append(f"root cause: {root['rule']}")
+        cons = root.get("consequences") if isinstance(root.get("consequences"), list) else []
+        parts.append(f"root cause: {root['rule']}" + (f" ({len(cons)} consequence{'' if len(cons) == 1 else 's'}: "
+                                                      + ", ".join(str(c.get('hypothesis')) for c in cons
+                                                                  if isinstance(c, dict)) + ")" if cons else ""))
     restore = verdict.get("restore")
     fix = verdict.get("fix") if isinstance(verdict.get("fix"), dict) else {}
     kept = fix.get("kept_server") if isinstance(fix.get("kept_server"), dict) else None

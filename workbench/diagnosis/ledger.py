@@ -5,6 +5,13 @@ A :class:`Ledger` holds :class:`Hypothesis` entries, each with a verdict (``conf
 It serialises to the ``hypotheses[]`` list of the verdict document
 (``reports/diagnose_acceptance.json``: ``id``, ``statement``, ``verdict``, ``evidence``) and
 renders as an HTML table in notebooks.
+
+One fault, its consequences: :func:`attribute` links each finding another rule's finding explains
+(the links declared in :mod:`workbench.rules.consequences`, each with its evidence condition) to
+its cause, and :func:`consequence_hypotheses` lifts that to hypotheses: a hypothesis whose every
+finding is explained by a confirmed cause of ANOTHER hypothesis is that cause's consequence
+(:meth:`Ledger.mark_consequence`; ``consequence_of`` in the verdict document), never a root cause
+of its own.
 """
 
 from __future__ import annotations
@@ -12,13 +19,17 @@ from __future__ import annotations
 import html
 import json
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 from workbench.errors import LedgerError
 from workbench.redact import REDACTOR
 from workbench.report.tables import CELL_STYLE, WRAP, inline_code, scroll_box
+from workbench.rules import REGISTRY
+from workbench.rules.finding import Finding
+from workbench.rules.registry import Registry
 
-__all__ = ["Evidence", "Hypothesis", "Ledger", "VERDICTS", "LedgerError"]
+__all__ = ["Evidence", "Hypothesis", "Ledger", "VERDICTS", "LedgerError", "Link", "attribute", "root_of",
+           "consequence_hypotheses"]
 
 VERDICTS = ("confirmed", "refuted", "inconclusive")
 
@@ -59,18 +70,20 @@ class Hypothesis:
     statement: str
     verdict: str = "inconclusive"
     evidence: list[Evidence] = field(default_factory=list)
+    #: the hypotheses whose confirmed cause explains every finding of this one (empty: not a consequence)
+    consequence_of: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         _check_verdict(self.verdict)
 
     def to_dict(self) -> dict:
         return {"id": self.id, "statement": self.statement, "verdict": self.verdict,
-                "evidence": [e.to_dict() for e in self.evidence]}
+                "evidence": [e.to_dict() for e in self.evidence], "consequence_of": list(self.consequence_of)}
 
     @classmethod
     def from_dict(cls, d: dict) -> "Hypothesis":
         return cls(d["id"], d["statement"], d.get("verdict", "inconclusive"),
-                   [Evidence.from_dict(e) for e in d.get("evidence", [])])
+                   [Evidence.from_dict(e) for e in d.get("evidence", [])], list(d.get("consequence_of") or []))
 
 
 class Ledger:
@@ -115,6 +128,23 @@ class Ledger:
         h.evidence.extend(evidence)
         return h
 
+    def mark_consequence(self, id: str, causes: Sequence[str], *evidence: Evidence) -> Hypothesis:
+        """Record that ``id`` is a consequence of the hypotheses ``causes`` (each in the ledger, none
+        ``id`` itself) and append ``evidence`` (the links). Raises :class:`LedgerError` otherwise."""
+        h = self.get(id)
+        for c in causes:
+            self.get(c)
+            if c == id:
+                raise LedgerError(f"hypothesis {id!r} cannot be a consequence of itself")
+        h.consequence_of = list(dict.fromkeys([*h.consequence_of, *causes]))
+        h.evidence.extend(evidence)
+        return h
+
+    def consequences_of(self, id: str) -> list[Hypothesis]:
+        """The hypotheses recorded as consequences of ``id`` (:meth:`mark_consequence`)."""
+        self.get(id)
+        return [h for h in self if id in h.consequence_of]
+
     def __iter__(self) -> Iterator[Hypothesis]:
         return iter(self._items.values())
 
@@ -126,6 +156,10 @@ class Ledger:
 
     def confirmed(self) -> list[Hypothesis]:
         return [h for h in self if h.verdict == "confirmed"]
+
+    def root_causes(self) -> list[Hypothesis]:
+        """The confirmed hypotheses that are no consequence of another (:meth:`mark_consequence`)."""
+        return [h for h in self if h.verdict == "confirmed" and not h.consequence_of]
 
     def to_dict(self) -> dict:
         return {"hypotheses": [h.to_dict() for h in self]}
@@ -157,10 +191,12 @@ class Ledger:
                 items.append(f"<li><b>{esc(e.kind)}</b>: {inline_code(e.summary)}"
                              + (f" <span style='color:#57606a'>({esc(e.source)})</span>" if e.source else "") + "</li>")
             ev = "".join(items) or "<i>none yet</i>"
+            of = (f"<br><small>consequence of {', '.join(f'<code>{esc(c)}</code>' for c in h.consequence_of)}</small>"
+                  if h.consequence_of else "")
             rows.append(
                 f"<tr><td style='{CELL_STYLE}'><code>{esc(h.id)}</code></td><td style='{CELL_STYLE};{WRAP}'>"
                 f"{inline_code(h.statement)}</td><td style='{CELL_STYLE}'><span style='color:#fff;background:{colour};"
-                f"padding:1px 6px;border-radius:3px'>{esc(h.verdict)}</span></td><td style='{CELL_STYLE}'>"
+                f"padding:1px 6px;border-radius:3px'>{esc(h.verdict)}</span>{of}</td><td style='{CELL_STYLE}'>"
                 f"<ul style='margin:0;padding-left:1.2em;{WRAP}'>{ev}</ul></td></tr>"
             )
         body = "".join(rows) or "<tr><td colspan='4'><i>no hypotheses</i></td></tr>"
@@ -169,3 +205,90 @@ class Ledger:
                        + "".join(f"<th style='{CELL_STYLE}'>{c}</th>" for c in ("id", "hypothesis", "verdict", "evidence"))
                        + f"</tr></thead><tbody>{body}</tbody></table>")
         )
+
+
+@dataclass(frozen=True)
+class Link:
+    """Finding ``effect`` (index into the findings) explained by finding ``cause`` (index), through
+    the declared link ``mechanism`` (:class:`workbench.rules.registry.Consequence`); ``marked``:
+    the effect's own rule named the cause (``evidence["consequence_of"]``)."""
+
+    effect: int
+    cause: int
+    mechanism: str
+    marked: bool
+
+
+def attribute(findings: Sequence[Finding], registry: Registry | None = None) -> dict[int, Link]:
+    """Which findings (error or warning) are consequences of another rule's error finding: index →
+    :class:`Link` to the first finding (in order) that explains it through a declared link
+    (:meth:`workbench.rules.registry.Registry.explains`, whose evidence condition must hold: the same
+    tensor, field or width, not mere co-occurrence). Findings no link explains are absent. The
+    declared graph is acyclic, so following the links always ends at a root (:func:`root_of`)."""
+    reg = REGISTRY if registry is None else registry
+    out: dict[int, Link] = {}
+    for i, effect in enumerate(findings):
+        if effect.severity not in ("error", "warning"):
+            continue
+        for j, cause in enumerate(findings):
+            if j == i or cause.rule == effect.rule or cause.severity != "error":
+                continue
+            link = reg.explains(cause, effect)
+            if link is not None:
+                out[i] = Link(i, j, link.mechanism, effect.evidence.get("consequence_of") == cause.rule)
+                break
+        else:
+            # a rule that marks a consequence no declaration lists yet: its own word counts (its check
+            # knew the cause); tests/workbench/test_consequences.py keeps every mark declared
+            mark = effect.evidence.get("consequence_of")
+            j = next((j for j, c in enumerate(findings) if j != i and c.rule == mark and c.severity == "error"
+                      and c.rule != effect.rule), None) if isinstance(mark, str) else None
+            if j is not None and mark not in reg.reachable(effect.rule):  # never a cycle
+                out[i] = Link(i, j, f"{effect.rule} marks itself a consequence of {mark} (no declared link)", True)
+    return out
+
+
+def root_of(index: int, links: Mapping[int, Link]) -> int:
+    """The finding at the end of ``index``'s chain of causes (itself when nothing explains it)."""
+    seen = {index}
+    while index in links:
+        index = links[index].cause
+        if index in seen:  # cannot happen with an acyclic registry; never loop
+            break
+        seen.add(index)
+    return index
+
+
+def consequence_hypotheses(findings: Sequence[Finding], hypotheses: Iterable[tuple[str, Sequence[str]]],
+                           confirmed: Iterable[str], registry: Registry | None = None) -> dict[str, list[dict]]:
+    """The hypotheses (``(id, rule ids)`` pairs, e.g. from ``REGISTRY.hypotheses()``) that are
+    consequences of confirmed causes: every finding of it that counts (its errors; its warnings
+    when it has no error) has a root cause (:func:`root_of`) that is a finding of ANOTHER
+    hypothesis in ``confirmed``. A link between two rules of one hypothesis makes nothing a
+    consequence. Returns id → one entry per explained finding: ``rule``, ``message``,
+    ``cause_hypothesis``, ``cause_rule``, ``cause_message``, ``mechanism`` (of the first link of
+    its chain), ``marked``."""
+    hyps = [(hid, tuple(rules)) for hid, rules in hypotheses]
+    of_rule = {r: hid for hid, rules in hyps for r in rules}
+    confirmed = set(confirmed)
+    links = attribute(findings, registry)
+    out: dict[str, list[dict]] = {}
+    for hid, rules in hyps:
+        mine = [i for i, f in enumerate(findings) if f.rule in rules and f.severity in ("error", "warning")]
+        counted = [i for i in mine if findings[i].severity == "error"] or mine
+        if not counted:
+            continue
+        entries = []
+        for i in counted:
+            root = root_of(i, links)
+            cause_hid = of_rule.get(findings[root].rule)
+            if root == i or cause_hid is None or cause_hid == hid or cause_hid not in confirmed:
+                entries = []
+                break
+            first = links[i]
+            entries.append({"rule": findings[i].rule, "message": findings[i].message, "cause_hypothesis": cause_hid,
+                            "cause_rule": findings[root].rule, "cause_message": findings[root].message,
+                            "mechanism": first.mechanism, "marked": first.marked})
+        if entries:
+            out[hid] = entries
+    return out

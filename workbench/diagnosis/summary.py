@@ -86,16 +86,24 @@ def summary_html(ctx: RunContext) -> str:
             f"{html.escape(c['message'])}" +
             (f"<br>fix ({', '.join(c['fix_kinds'])}): {html.escape(c['fix'])}" +
              (" — applied" if c["fix_applied"] else " — not applied") if c["fix"] else "") +
-            (f"<br>missing: {html.escape(c['missing'])}" if c.get("missing") else "") + "</li>"
+            (f"<br>missing: {html.escape(c['missing'])}" if c.get("missing") else "") +
+            (f"<br>{len(c['consequences'])} consequence{'' if len(c['consequences']) == 1 else 's'}: "
+             + ", ".join(f"<code>{html.escape(k['hypothesis'])}</code>" for k in c["consequences"])
+             if c.get("consequences") else "") + "</li>"
             for c in causes)
         parts.append(f"<p><b>Root causes</b>, in the order they act:</p><ol>{items}</ol>")
     cons = consequences(ctx)
     if cons:
-        items = "".join(f"<li><b>{html.escape(c['hypothesis'])}</b> (<code>{html.escape(c['rule'])}</code>): "
-                        f"{html.escape(c['message'])}<br>cleared by the fix of "
-                        f"{html.escape(', '.join(c['cleared_by']))}</li>" for c in cons)
-        parts.append("<p><b>Consequences</b> of the root causes (the doctor on the fixed command no longer "
-                     f"reports them):</p><ul>{items}</ul>")
+        def how(c: dict) -> str:
+            if c["how"] == "static":
+                gone = {True: "; the fix cleared its findings", False: "; its findings remain after the fix",
+                        None: ""}[c["cleared_by_fix"]]
+                return f"explained by {html.escape(', '.join(c['cleared_by']))}: {html.escape(c['mechanism'] or '')}{gone}"
+            return f"cleared by the fix of {html.escape(', '.join(c['cleared_by']))}"
+        items = "".join(f"<li><b>{html.escape(c['hypothesis'])}</b> (<code>{html.escape(str(c['rule']))}</code>): "
+                        f"{html.escape(c['message'])}<br>{how(c)}</li>" for c in cons)
+        parts.append(f"<p><b>{len(cons)} consequence{'' if len(cons) == 1 else 's'}</b> of the root causes (no "
+                     f"cause of their own: nothing is asked, fixed or probed for them):</p><ul>{items}</ul>")
     if ctx.state.fix.result.get("applied"):
         ok = ctx.state.fix.result.get("sufficient")
         parts.append(f"<p><b>The fix {'brought acceptance back' if ok else 'is not enough'}</b>: "

@@ -29,30 +29,53 @@ __all__ = ["consequences", "root_causes", "root_cause", "still_open", "outcome",
 
 
 def consequences(ctx: RunContext) -> list[dict[str, Any]]:
-    """The confirmed hypotheses that are consequences of the root causes: no fix of their own
-    was applied and the doctor on the fixed command no longer reports any of their errors
-    (e.g. the draft's own embedding required only because the config's target_hidden_size is
-    wrong), or whose every error finding names a confirmed cause it is a consequence of
-    (``evidence["consequence_of"]``: known before any relaunch). Each: ``hypothesis``, ``rule``,
-    ``message``, ``cleared_by`` (the fixed hypotheses, or the explaining ones)."""
+    """The confirmed hypotheses that are consequences of the root causes: those whose every finding a
+    confirmed cause explains statically (the ledger's ``consequence_of``: the links
+    :mod:`workbench.rules.consequences` declares, each with its evidence condition; known before any
+    relaunch), and those no fix of their own was applied to whose every error the doctor on the
+    fixed command no longer reports (e.g. the draft's own embedding required only because the
+    config's target_hidden_size is wrong). Each: ``hypothesis``, ``rule``, ``message``,
+    ``cleared_by`` (the explaining hypotheses, or the fixed ones), ``how`` (``"static"``: explained
+    before any relaunch; ``"fix"``: the fix cleared its findings), ``mechanism`` (static: how the
+    cause makes its rule fire), ``cleared_by_fix`` (whether the fix's doctor no longer reports it:
+    recorded as evidence once a fix was applied)."""
     out = []
     for spec, _fam in REGISTRY.hypotheses():
-        if ctx.ledger.get(spec.id).verdict != "confirmed":
+        hyp = ctx.ledger.get(spec.id)
+        if hyp.verdict != "confirmed":
             continue
         explained = explained_by(ctx, spec)
-        if not (cleared_by_fix(ctx, spec) or explained):
+        cleared = cleared_by_fix(ctx, spec)
+        if not (cleared or explained):
             continue
-        finding = next(f for f in ctx.state.findings if f.rule in spec.rules and f.severity == "error")
-        out.append({"hypothesis": spec.id, "rule": finding.rule, "message": finding.message,
-                    "cleared_by": ctx.hypotheses.of_fixes(ctx.state.fix.applied) if cleared_by_fix(ctx, spec) else explained})
+        finding = next((f for f in ctx.state.findings if f.rule in spec.rules and f.severity == "error"),
+                       next((f for f in ctx.state.findings if f.rule in spec.rules), None))
+        links = [e for e in hyp.evidence if e.kind == "consequence"]
+        out.append({"hypothesis": spec.id, "rule": finding.rule if finding else None,
+                    "message": finding.message if finding else hyp.evidence[-1].summary,
+                    "cleared_by": explained or ctx.hypotheses.of_fixes(ctx.state.fix.applied),
+                    "how": "static" if explained else "fix",
+                    "mechanism": links[0].summary if links else None,
+                    "cleared_by_fix": cleared or (explained and _gone_after_fix(ctx, spec))})
     return out
+
+
+def _gone_after_fix(ctx: RunContext, spec) -> bool | None:
+    """Whether the doctor on the fixed command no longer reports ``spec``'s error findings (``None``
+    when no fix was checked)."""
+    if not ctx.state.fix.doctor:
+        return None
+    errors = {f.rule for f in ctx.state.findings if f.rule in spec.rules and f.severity == "error"}
+    return bool(errors) and errors <= set(ctx.state.fix.doctor["cleared"])
 
 
 def root_causes(ctx: RunContext) -> list[dict[str, Any]]:
     """Every confirmed cause, in the order it acts on a request: its hypothesis, its first error
     finding (or the measurement that confirmed it), the fix derived for it and whether it was
-    applied."""
+    applied, and ``consequences``: the hypotheses it explains (:func:`consequences`, ``hypothesis``
+    and ``rule`` each), reported under it and never as causes of their own."""
     out = []
+    cons = consequences(ctx)
     for spec, fam in REGISTRY.hypotheses():
         hyp = ctx.ledger.get(spec.id)
         if hyp.verdict != "confirmed" or cleared_by_fix(ctx, spec) or explained_by(ctx, spec):
@@ -65,7 +88,9 @@ def root_causes(ctx: RunContext) -> list[dict[str, Any]]:
                     "message": finding.message if finding else hyp.evidence[-1].summary,
                     "family": fam.name, "fix_kinds": sorted({f.kind for f in fixes}),
                     "fix_applied": bool(applied), "fix": (applied or fixes)[0].summary if (applied or fixes) else None,
-                    "missing": next((f.missing for f in fixes if f.kind == "none"), None)})
+                    "missing": next((f.missing for f in fixes if f.kind == "none"), None),
+                    "consequences": [{"hypothesis": c["hypothesis"], "rule": c["rule"], "how": c["how"]}
+                                     for c in cons if spec.id in c["cleared_by"]]})
     return out
 
 

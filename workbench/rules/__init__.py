@@ -15,6 +15,10 @@ Families, in the order the doctor runs and the catalogue lists them:
 - :mod:`.runtime` — what the running server measures (runtime rules, run on a measurement).
 - :mod:`.gpus` — what the box's GPUs leave a launch (runtime rules, run before every launch).
 
+:mod:`.consequences` declares which rule's finding makes which other rule fire (one fault, its
+consequences: :meth:`~workbench.rules.registry.Registry.implies`), each with its mechanism and the
+evidence condition under which it applies.
+
 A static rule's check takes the :class:`~workbench.rules.facts.Facts` the doctor gathered once and
 returns :class:`~workbench.rules.finding.Finding` objects of its own id (empty when it has nothing
 to say); no rule loads a model. Adding a rule: one decorated function in its family's module, one
@@ -66,6 +70,7 @@ from workbench.rules.weights import check_draft_weights, check_token_map, weight
 #: The family modules, in the order the doctor runs them and the catalogue lists them.
 FAMILY_MODULES = (launch_flags, readability, configs, aux_layers, cross_engine, weights, engine_source, runtime, gpus)
 REGISTRY.arrange([m.FAMILY.name for m in FAMILY_MODULES])
+from workbench.rules import consequences  # noqa: E402 - the links between the families' rules, once all are registered
 #: Every rule id, in catalogue order.
 RULE_IDS = REGISTRY.ids
 

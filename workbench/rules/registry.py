@@ -35,7 +35,8 @@ from typing import Any, Callable, Iterator, Sequence
 from remote.errors import RemoteError
 from workbench.rules.finding import SEVERITIES, Finding
 
-__all__ = ["ALL_ENGINES", "Rule", "Family", "Registry", "REGISTRY", "RuleFailure", "KINDS", "START_EFFECTS", "HypothesisSpec"]
+__all__ = ["ALL_ENGINES", "Rule", "Family", "Registry", "REGISTRY", "RuleFailure", "KINDS", "START_EFFECTS", "HypothesisSpec",
+           "Consequence"]
 
 log = logging.getLogger(__name__)
 
@@ -183,6 +184,44 @@ class Family:
         self.rules.append(r)
 
 
+#: The evidence condition of a :class:`Consequence`: ``(cause, effect) -> bool`` on the two
+#: findings, ``True`` when the effect's evidence points at the cause's object (the same tensor,
+#: config field or width).
+Condition = Callable[[Finding, Finding], bool]
+
+
+@dataclass(frozen=True)
+class Consequence:
+    """One fault making another rule fire: an error finding of rule ``cause`` explains a finding
+    of rule ``effect`` when :meth:`applies` (the effect's own rule marked it, naming the cause:
+    ``effect.evidence["consequence_of"] == cause``, or the declared evidence condition ``when``
+    holds on the two findings). ``mechanism``: how the cause produces the effect, with the source
+    of that fact (the engine file, the rule's docstring). Declared with :meth:`Registry.implies`
+    (:mod:`workbench.rules.consequences` holds every declaration)."""
+
+    cause: str
+    effect: str
+    mechanism: str
+    when: Condition | None = field(default=None, compare=False, repr=False)
+
+    def applies(self, cause: Finding, effect: Finding) -> bool:
+        """Whether ``cause`` (a finding of :attr:`cause`, error severity) explains ``effect`` (a
+        finding of :attr:`effect`). A condition that raises on evidence of an unexpected form
+        counts as not applying (the link is not claimed on evidence it cannot read)."""
+        if cause.rule != self.cause or effect.rule != self.effect or cause.severity != "error" or cause is effect:
+            return False
+        if effect.evidence.get("consequence_of") == self.cause:
+            return True
+        if self.when is None:
+            return False
+        try:
+            return bool(self.when(cause, effect))
+        except (KeyError, TypeError, ValueError, IndexError, AttributeError, ZeroDivisionError):
+            log.debug("consequence %s => %s: condition could not read the evidence", self.cause, self.effect,
+                      exc_info=True)
+            return False
+
+
 @dataclass(frozen=True)
 class RuleFailure:
     """A static rule whose check raised: ``rule`` id, ``error`` (``"TypeError: ..."``). The
@@ -203,6 +242,7 @@ class Registry:
     def __init__(self) -> None:
         self._rules: dict[str, Rule] = {}
         self._families: dict[str, Family] = {}
+        self._consequences: list[Consequence] = []
 
     def arrange(self, family_names: Sequence[str]) -> None:
         """Put the families in this order. Raises ``ValueError`` unless ``family_names`` names
@@ -223,6 +263,49 @@ class Registry:
         if r.id in self._rules:
             raise ValueError(f"rule {r.id!r} is registered twice ({self._rules[r.id].module}, {r.module})")
         self._rules[r.id] = r
+
+    def implies(self, cause: str, effect: str, *, mechanism: str, when: Condition | None = None) -> Consequence:
+        """Declare that a finding of rule ``cause`` can make rule ``effect`` fire (:class:`Consequence`),
+        when ``when(cause_finding, effect_finding)`` holds (``None``: only when the effect's rule
+        marks it, ``evidence["consequence_of"]``). Raises ``ValueError`` for an id not registered,
+        a rule implying itself, an empty mechanism, a pair declared twice, or a link closing a
+        cycle (a cause must not end up a consequence of its own consequence)."""
+        for rid in (cause, effect):
+            if rid not in self._rules:
+                raise ValueError(f"consequence {cause} => {effect}: no rule {rid!r} is registered")
+        if cause == effect:
+            raise ValueError(f"consequence {cause} => {effect}: a rule cannot be its own consequence")
+        if not mechanism.strip():
+            raise ValueError(f"consequence {cause} => {effect}: give the mechanism (and its source)")
+        if any(c.cause == cause and c.effect == effect for c in self._consequences):
+            raise ValueError(f"consequence {cause} => {effect} is declared twice")
+        if cause in self.reachable(effect):
+            raise ValueError(f"consequence {cause} => {effect} closes a cycle ({effect} already leads to {cause})")
+        link = Consequence(cause, effect, mechanism, when)
+        self._consequences.append(link)
+        return link
+
+    def reachable(self, start: str) -> set[str]:
+        """Every rule a finding of ``start`` can lead to through the declared links (transitively)."""
+        seen: set[str] = set()
+        todo = [start]
+        while todo:
+            rid = todo.pop()
+            for c in self._consequences:
+                if c.cause == rid and c.effect not in seen:
+                    seen.add(c.effect)
+                    todo.append(c.effect)
+        return seen
+
+    def consequences(self, *, cause: str | None = None, effect: str | None = None) -> list[Consequence]:
+        """The declared links (of ``cause`` and/or to ``effect`` only, when given), in declaration order."""
+        return [c for c in self._consequences if (cause is None or c.cause == cause)
+                and (effect is None or c.effect == effect)]
+
+    def explains(self, cause: Finding, effect: Finding) -> Consequence | None:
+        """The declared link by which finding ``cause`` explains finding ``effect``, or ``None``."""
+        return next((c for c in self.consequences(cause=cause.rule, effect=effect.rule) if c.applies(cause, effect)),
+                    None)
 
     def __iter__(self) -> Iterator[Rule]:
         return iter(self._rules.values())

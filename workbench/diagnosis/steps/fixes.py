@@ -48,8 +48,10 @@ def derive_fixes(ctx: RunContext) -> list[Fix]:
     """Every fix the families derive for the confirmed hypotheses (and, for undecided ones,
     candidates to measure), in the order the causes act."""
     as_found, relaunched = facts(ctx), facts(ctx, launch_fixed=True)
-    confirmed = {hid for hid in ctx.hypotheses.specs if ctx.ledger.get(hid).verdict == "confirmed"}
-    open_ = {hid for hid in ctx.hypotheses.specs if ctx.ledger.get(hid).verdict == "inconclusive"}
+    # a consequence asks for nothing its cause explains: no fix, no `none` fix, no candidate of its own
+    consequence = {hid for hid in ctx.hypotheses.specs if explained_by(ctx, ctx.hypotheses.specs[hid])}
+    confirmed = {hid for hid in ctx.hypotheses.specs if ctx.ledger.get(hid).verdict == "confirmed"} - consequence
+    open_ = {hid for hid in ctx.hypotheses.specs if ctx.ledger.get(hid).verdict == "inconclusive"} - consequence
     wanted: dict[str, str] = {}
     for hid in confirmed | open_:
         for rule in ctx.hypotheses.specs[hid].rules:
@@ -241,20 +243,11 @@ def doctor_on_fix(ctx: RunContext, launch: LaunchCommand) -> None:
 
 
 def explained_by(ctx: RunContext, spec: HypothesisSpec) -> list[str]:
-    """The confirmed hypotheses that explain every error finding of ``spec`` statically: each
-    names the rule it is a consequence of (``evidence["consequence_of"]``, e.g. the weight
-    findings of a draft whose config disagrees with its own tensors), that rule's hypothesis
-    confirmed. Empty when any error of ``spec`` stands on its own."""
-    errors = [f for f in ctx.state.findings if f.rule in spec.rules and f.severity == "error"]
-    causes: list[str] = []
-    for f in errors:
-        rule = f.evidence.get("consequence_of")
-        hid = ctx.hypotheses.of_rule(rule) if isinstance(rule, str) else None
-        if hid is None or hid == spec.id or ctx.ledger.get(hid).verdict != "confirmed":
-            return []
-        if hid not in causes:
-            causes.append(hid)
-    return causes
+    """The confirmed hypotheses whose cause explains every finding of ``spec`` statically (the ledger's
+    ``consequence_of``, set by :func:`~workbench.diagnosis.steps.hypotheses.mark_consequences` through
+    the links :mod:`workbench.rules.consequences` declares, e.g. the weight findings of a draft whose
+    config disagrees with its own tensors). Empty when any finding of ``spec`` stands on its own."""
+    return [c for c in ctx.ledger.get(spec.id).consequence_of if ctx.ledger.get(c).verdict == "confirmed"]
 
 
 def cleared_by_fix(ctx: RunContext, spec: HypothesisSpec) -> bool:

@@ -18,13 +18,14 @@ from __future__ import annotations
 from typing import Callable
 
 from workbench.diagnosis.context import RunContext
+from workbench.diagnosis.ledger import Evidence, consequence_hypotheses
 from workbench.diagnosis.results import HypothesisTable
 from workbench.diagnosis.steps.static import preflight
 from workbench.rules import REGISTRY
 from workbench.rules.finding import Finding
 from workbench.rules.registry import HypothesisSpec
 
-__all__ = ["CROSS_ENGINE_AUX", "STATIC_DECIDERS", "static_decider", "spec_findings", "check_hypotheses",
+__all__ = ["CROSS_ENGINE_AUX", "STATIC_DECIDERS", "static_decider", "spec_findings", "check_hypotheses", "mark_consequences",
            "decide_cross_engine", "decide_eagle_config", "decide_offset_convention", "decide_weights_loaded"]
 
 #: The cross-engine aux-id hypothesis (``workbench/rules/cross_engine.py``): a draft's aux layer ids
@@ -94,7 +95,35 @@ def check_hypotheses(ctx: RunContext) -> HypothesisTable:
             verdict, why = _generic(spec, found, low, skipped, skipped_engine)
         ctx.decide(hid, verdict, why, findings=found)
         rows.append((hid, verdict, why))
+    marked = mark_consequences(ctx)
+    rows = [(hid, verdict, why if hid not in marked else f"{why} — a consequence of {', '.join(marked[hid])}")
+            for hid, verdict, why in rows]
     return HypothesisTable(rows, "Hypotheses after the static checks (no restart)")
+
+
+def mark_consequences(ctx: RunContext) -> dict[str, list[str]]:
+    """Record in the ledger which hypotheses are consequences of a confirmed cause
+    (:func:`workbench.diagnosis.ledger.consequence_hypotheses` over the static findings, through the
+    links :mod:`workbench.rules.consequences` declares): each gets ``consequence_of`` and one
+    evidence entry (kind ``consequence``) per finding its cause explains, naming the mechanism. A
+    consequence still undecided (a warning only) is confirmed: its finding holds, its cause is
+    known. Returns id → its causes."""
+    confirmed = {hid for hid in ctx.hypotheses.specs if ctx.ledger.get(hid).verdict == "confirmed"}
+    found = consequence_hypotheses(ctx.state.findings, [(s.id, s.rules) for s in ctx.hypotheses.specs.values()],
+                                   confirmed)
+    out: dict[str, list[str]] = {}
+    for hid, entries in found.items():
+        causes = list(dict.fromkeys(e["cause_hypothesis"] for e in entries))
+        if ctx.ledger.get(hid).verdict == "refuted" or set(causes) <= set(ctx.ledger.get(hid).consequence_of):
+            continue
+        if ctx.ledger.get(hid).verdict == "inconclusive":
+            ctx.ledger.decide(hid, "confirmed")
+        ctx.ledger.mark_consequence(hid, causes, *[
+            Evidence("consequence", f"{e['rule']} is a consequence of {e['cause_rule']} ({e['cause_hypothesis']}): "
+                     f"{e['mechanism']}", {k: e[k] for k in ("rule", "cause_rule", "cause_hypothesis", "marked")},
+                     "workbench.rules.consequences") for e in entries])
+        out[hid] = causes
+    return out
 
 
 def _generic(spec: HypothesisSpec, found: list[Finding], low: bool | None, skipped: set[str],

@@ -39,9 +39,11 @@ __all__ = ["suspects", "code_path", "engine_kind", "recipes_for_suspects", "prob
 
 
 def suspects(ctx: RunContext) -> list[str]:
-    """The hypotheses still in play (confirmed or inconclusive), in the order they act."""
+    """The hypotheses still in play (confirmed or inconclusive), in the order they act; a consequence
+    of a confirmed cause (the ledger's ``consequence_of``) is none: its cause's probes show it."""
     return [spec.id for spec, _ in REGISTRY.hypotheses()
-            if ctx.ledger.get(spec.id).verdict in ("confirmed", "inconclusive") and spec.static]
+            if ctx.ledger.get(spec.id).verdict in ("confirmed", "inconclusive") and spec.static
+            and not any(ctx.ledger.get(c).verdict == "confirmed" for c in ctx.ledger.get(spec.id).consequence_of)]
 
 
 def code_path(ctx: RunContext) -> CodePathMap | None:
