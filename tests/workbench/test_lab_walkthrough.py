@@ -18,7 +18,7 @@ from workbench.lab.notebook import NotebookMessage
     (1.00, 4.0, True, "Pinned near 1.00 (1.000 of at most 4)"),
     (1.108, 4.0, True, "Pinned near 1.00 (1.108 of at most 4)"),  # the sandbox with the wrong flag, few prompts
     (1.04, None, True, "Pinned near 1.00 (1.040)"),                 # no ceiling: the collapse threshold 1.05
-    (1.5, 4.0, True, "Low: 1.500 is under 45% of the ceiling 4"),
+    (1.5, 4.0, True, "Low: 1.50 of a possible 4.00 (< 45 % of the ceiling)"),
     (2.3, 4.0, False, "Not low: 2.300 of at most 4 (57%)"),
 ])
 def test_symptom_reads_accept_length_against_the_ceiling(accept, ceiling, low, starts):

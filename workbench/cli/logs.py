@@ -38,6 +38,7 @@ import time
 from typing import Any, Optional, Sequence
 
 from workbench.cli.argtypes import positive_int, positive_seconds
+from workbench.rules.acceptance_level import classify_acceptance
 from workbench.cli.common import (
     CliError, ExitCode, add_box_options, add_json_option, open_box, run_command, set_command,
 )
@@ -128,6 +129,7 @@ def _run(args: argparse.Namespace) -> ExitCode:
         summary = scanner.summary(source=source, buckets=args.buckets, decode_log_interval=args.decode_log_interval,
                                   events=follower.events if follower else ())
         vsum = vllm.summary(source=source)
+        ceiling = _log_ceiling(box, path, timeout=args.timeout)
     except RemoteIsADirectory as exc:
         raise CliError(f"{where} is a directory, not a log file") from exc
     except RemoteFileNotFound as exc:
@@ -137,7 +139,7 @@ def _run(args: argparse.Namespace) -> ExitCode:
     finally:
         box.close()
     if vsum.looks_like_log and not (summary.decode_lines or summary.prefill_lines):
-        return _vllm_result(vsum, args, path)
+        return _vllm_result(vsum, args, path, ceiling)
     if not summary.looks_like_log:
         if not summary.bytes:
             if not args.follow:
@@ -152,10 +154,25 @@ def _run(args: argparse.Namespace) -> ExitCode:
         from workbench.logs.formats import accept_rate_meanings
 
         out["accept_rate_meaning"] = "as printed by the server; by release: " + accept_rate_meanings()
+    level = classify_acceptance(summary.acceptance.accept_length if summary.speculative else None, ceiling=ceiling)
+    out["acceptance_level"] = level.to_dict()
     out["host"] = args.host
     out["path"] = path
-    print(json.dumps(out, indent=2) if args.json else render_text(summary))
+    print(json.dumps(out, indent=2) if args.json else render_text(summary, level))
     return ExitCode.FAILURE if summary.collapsed else ExitCode.OK
+
+
+#: How much of a log's head :func:`_log_ceiling` reads for the server's start-up lines (bytes).
+LOG_HEAD_BYTES = 256 * 1024
+
+
+def _log_ceiling(box: Any, path: str, *, timeout: float) -> float | None:
+    """The verify ceiling the log's own start-up lines state
+    (:func:`workbench.rules.acceptance_level.ceiling_from_log`; its first :data:`LOG_HEAD_BYTES`)."""
+    from workbench.rules.acceptance_level import ceiling_from_log
+
+    head = box.read_bytes(path, 0, LOG_HEAD_BYTES, timeout=timeout)
+    return ceiling_from_log(head.decode("utf-8", "replace").splitlines())
 
 
 class _Both:
@@ -169,8 +186,9 @@ class _Both:
         self.vllm.feed(data)
 
 
-def _vllm_result(vsum: Any, args: argparse.Namespace, path: str) -> ExitCode:
-    """Print what a vLLM log says (:func:`render_vllm_text` or JSON) and apply the
+def _vllm_result(vsum: Any, args: argparse.Namespace, path: str, ceiling: float | None = None) -> ExitCode:
+    """Print what a vLLM log says (:func:`render_vllm_text` or JSON), its accept length judged
+    against the ceiling its start-up lines state (:func:`classify_acceptance`), and apply the
     ``acceptance-collapsed`` rule to its accept length over its drafts (verify steps)."""
     from workbench.rules.runtime import acceptance_collapsed
 
@@ -182,15 +200,18 @@ def _vllm_result(vsum: Any, args: argparse.Namespace, path: str) -> ExitCode:
     out = vsum.to_dict()
     out["findings"] = [f.to_dict() if hasattr(f, "to_dict") else f for f in findings]
     out["collapsed"] = bool(findings)
+    level = classify_acceptance(vsum.accept_length, ceiling=ceiling)
+    out["acceptance_level"] = level.to_dict()
     out["host"] = args.host
     out["path"] = path
-    print(json.dumps(out, indent=2, default=str) if args.json else render_vllm_text(vsum, findings))
+    print(json.dumps(out, indent=2, default=str) if args.json else render_vllm_text(vsum, findings, level))
     return ExitCode.FAILURE if findings or vsum.failed else ExitCode.OK
 
 
-def render_vllm_text(s: Any, findings: Sequence[Any] = ()) -> str:
+def render_vllm_text(s: Any, findings: Sequence[Any] = (), level: Any = None) -> str:
     """The plain-text report of a :class:`workbench.logs.vllm_log.VllmLogSummary` (what ``workbench
-    logs`` prints for a vLLM log without ``--json``)."""
+    logs`` prints for a vLLM log without ``--json``); ``level``: its accept length judged
+    (:class:`workbench.rules.acceptance_level.AcceptanceLevel`; default: without a ceiling)."""
     lines = [f"{s.source}: {s.lines:,} lines ({s.vllm_lines:,} with vLLM's logger prefix)"]
     words = ", ".join(f"{k} {v}" for k, v in s.wordings.items())
     lines.append("engine        vLLM" + (f"; metrics-line wordings: {words}" if words else ""))
@@ -236,7 +257,10 @@ def render_vllm_text(s: Any, findings: Sequence[Any] = ()) -> str:
         lines.append(f"note: {note}")
     for f in findings:
         lines.append(f"{f.rule} [{f.severity}] {f.message}")
-    if s.accept_length is not None and not findings:
+    level = level if level is not None else classify_acceptance(s.accept_length)
+    if s.accept_length is not None:
+        lines.append(f"acceptance    {level.words}")
+    if s.accept_length is not None and not findings and level.level == "ok":
         lines.append(f"acceptance-collapsed: not fired (accept length {s.accept_length:.3f} over {s.drafts} drafts)")
     return "\n".join(lines)
 
@@ -300,9 +324,11 @@ def _num(v: Any) -> str:
     return str(int(v))
 
 
-def render_text(summary: Any) -> str:
+def render_text(summary: Any, level: Any = None) -> str:
     """The plain-text report of a :class:`workbench.logs.LogSummary` (what ``workbench logs``
-    prints without ``--json``)."""
+    prints without ``--json``); ``level``: its accept length judged
+    (:class:`workbench.rules.acceptance_level.AcceptanceLevel`, the words every command prints;
+    default: judged without a ceiling)."""
     s = summary
     lines = [f"{s.source}: {s.bytes:,} bytes, {s.lines:,} lines"]
     if s.first:
@@ -346,7 +372,13 @@ def render_text(summary: Any) -> str:
         lines.append(f"note: {note}")
     for f in s.findings:
         lines.append(f"{f.rule} [{f.severity}] {f.message}")
-    if s.speculative and not s.collapsed:
+    level = level if level is not None else classify_acceptance(
+        s.acceptance.accept_length if s.speculative else None)
+    if s.speculative and s.acceptance.accept_length is not None:
+        lines.append(f"acceptance: {level.words}")
+    if s.speculative and not s.collapsed and level.level in ("ok", "unknown"):
+        # the collapse rule's own status only where the level says nothing worse (never "not fired"
+        # beside a value the runbook calls low)
         steps = s.spec_lines * s.decode_log_interval
         why = (f"mean accept len {s.acceptance.accept_length:.3f} > 1.05" if s.acceptance.accept_length > 1.05 else
                f"only {steps} verify steps (>= {s.spec_lines} lines x --decode-log-interval {s.decode_log_interval}), "

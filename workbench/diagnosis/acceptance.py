@@ -10,19 +10,17 @@ from __future__ import annotations
 
 import dataclasses
 
-from workbench.engine.launch import LaunchCommand
-from workbench.errors import WorkbenchInputError
+from workbench.rules.acceptance_level import LOW_ACCEPT_FRACTION as _LOW_FRACTION
+from workbench.rules.acceptance_level import classify_acceptance, verify_ceiling
 from workbench.rules.runtime import COLLAPSED_ACCEPT_LENGTH
 
 __all__ = ["LOW_ACCEPT_FRACTION", "SUFFICIENT_GAIN", "NEAR_THRESHOLD_BAND", "verify_ceiling", "acceptance_low",
            "decision_thresholds", "pooled_measurement"]
 
 #: Without ``expected_accept_length``, acceptance counts as low below this fraction of its ceiling
-#: (the tokens one verify step can yield: ``--speculative-num-draft-tokens``, steps + 1 for chain
-#: drafting) or when it has collapsed (≤ 1.05). A heuristic: a working EAGLE-3 draft on chat or
-#: code prompts sits at 0.55-0.8 of its ceiling (the sandbox's at 0.53-0.6); give ``expected_accept_length`` (e.g. the draft's
-#: training evaluation) to judge against that instead (low: below 90 % of it).
-LOW_ACCEPT_FRACTION = 0.45
+#: (:data:`workbench.rules.acceptance_level.LOW_ACCEPT_FRACTION`: the one definition the logs, the
+#: measurement, the doctor and the runbooks share).
+LOW_ACCEPT_FRACTION = _LOW_FRACTION
 #: A fix is sufficient when acceptance is no longer low and rose by at least this factor.
 SUFFICIENT_GAIN = 1.1
 #: A measured accept length within this fraction of a threshold a decision compares it with (low:
@@ -33,46 +31,13 @@ SUFFICIENT_GAIN = 1.1
 NEAR_THRESHOLD_BAND = 0.03
 
 
-def verify_ceiling(launch: LaunchCommand | None, server_info: dict | None = None) -> float | None:
-    """The most tokens one verify step can yield (tokens per verify step, bonus included) for a
-    server launched with ``launch``: ``--speculative-num-draft-tokens``, else
-    ``--speculative-num-steps`` + 1 (chain drafting: every draft token and the bonus token
-    accepted), each falling back on ``server_info`` (``GET /server_info``'s resolved
-    ``speculative_num_draft_tokens`` / ``speculative_num_steps``) when the flag is absent;
-    ``None`` when neither is known or a value is not a number (SGLang's ``server_args.py``:
-    ``speculative_num_draft_tokens`` verify slots per step). On a vLLM launch:
-    ``num_speculative_tokens`` + 1 from ``--speculative-config`` (vLLM drafts a chain of k
-    tokens per verify step), ``None`` when the config cannot be read."""
-    if launch is not None and launch.engine == "vllm":
-        # vLLM 0.32.0 chain drafting (vllm/config/speculative.py num_speculative_tokens; the
-        # proposer drafts k tokens per step, v1/spec_decode/llm_base_proposer.py): k + 1 per step
-        try:
-            k = launch.num_speculative_tokens
-        except WorkbenchInputError:
-            return None
-        return float(k) + 1 if isinstance(k, int) and k > 0 else None
-    info = server_info or {}
-    get = launch.get if launch is not None else (lambda _flag: None)
-    ndt = get("--speculative-num-draft-tokens") or info.get("speculative_num_draft_tokens")
-    steps = get("--speculative-num-steps") or info.get("speculative_num_steps")
-    try:
-        return float(ndt) if ndt is not None else (float(steps) + 1 if steps is not None else None)
-    except (TypeError, ValueError):
-        return None
-
-
 def acceptance_low(accept_length: float | None, *, expected: float | None, ceiling: float | None) -> bool | None:
     """Whether ``accept_length`` (tokens per verify step) is low for a deployment (``None``:
     nothing measured): below 90 % of ``expected`` (the user's ``expected_accept_length``) when
     given, else collapsed (≤ :data:`~workbench.rules.runtime.COLLAPSED_ACCEPT_LENGTH`, 1.05) or
-    below :data:`LOW_ACCEPT_FRACTION` of ``ceiling`` (:func:`verify_ceiling`)."""
-    if accept_length is None:
-        return None
-    if expected:
-        return accept_length < 0.9 * expected
-    if accept_length <= COLLAPSED_ACCEPT_LENGTH:
-        return True
-    return bool(ceiling) and accept_length < LOW_ACCEPT_FRACTION * ceiling
+    below :data:`LOW_ACCEPT_FRACTION` of ``ceiling`` (:func:`verify_ceiling`): the ``low`` of
+    :func:`workbench.rules.acceptance_level.classify_acceptance`, the one definition."""
+    return classify_acceptance(accept_length, expected=expected, ceiling=ceiling).low
 
 
 def decision_thresholds(*, expected: float | None, ceiling: float | None, before: float | None) -> list[float]:

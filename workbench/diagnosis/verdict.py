@@ -22,6 +22,7 @@ from workbench.diagnosis.steps.fixes import cleared_by_fix, derive_fixes, explai
 from workbench.diagnosis.steps.relaunch import fixed_launch
 from workbench.engine.launch import LaunchCommand
 from workbench.rules import REGISTRY
+from workbench.rules.acceptance_level import classify_acceptance
 from workbench.rules.runtime import acceptance_collapsed
 
 __all__ = ["consequences", "root_causes", "root_cause", "still_open", "outcome", "undecided", "outcome_detail",
@@ -296,6 +297,9 @@ def build_verdict(ctx: RunContext) -> dict[str, Any]:
             for h in ctx.ledger.to_dict()["hypotheses"]],
         "acceptance": {"before": acceptance(ctx.state.before), "after": acceptance(ctx.state.fix.after),
                        "ceiling": ceiling, "low_before": ctx.acceptance_low(before),
+                       # the one definition's words (workbench.rules.acceptance_level), as logs and measure print them
+                       "level_before": classify_acceptance(before, ceiling=ceiling,
+                                                           expected=ctx.settings.expected_accept_length).to_dict(),
                        "expected": ctx.settings.expected_accept_length},
         "probe": {
             "observed_hidden_size": ctx.state.probe.result.get("observed_hidden_size"),

@@ -44,6 +44,7 @@ from workbench.lab.notebook import IN_PARAMETERS_CELL, shown_as_message
 from workbench.lab.panel import verdict_html
 from workbench.redact import REDACTOR
 from workbench.report.tables import html_table, scroll_box
+from workbench.rules.acceptance_level import classify_acceptance
 from workbench.rules.runtime import COLLAPSED_ACCEPT_LENGTH
 
 __all__ = ["FC_WIDTH_CHECK", "NEAR_ONE_FRACTION", "Symptom", "EngineLine", "ProbeWidth", "FixApplied", "Verification",
@@ -142,8 +143,12 @@ class Symptom:
                     "draft runs, but on the wrong input (a flag, the aux layers, the token map, its weights), so "
                     "every proposal is garbage.")
         if self.low:
-            return (f"Low: {self.accept_length:.3f} is under {LOW_ACCEPT_FRACTION:.0%} of the ceiling "
-                    f"{self.ceiling:g}. The draft helps a little; something on its path is still wrong.")
+            # the one definition's words (workbench.rules.acceptance_level), as logs and measure print them
+            level = classify_acceptance(self.accept_length, ceiling=self.ceiling)
+            words = (level.words if level.low else f"low: {self.accept_length:.2f} (under the run's expected accept "
+                     f"length; {LOW_ACCEPT_FRACTION:.0%} of the ceiling otherwise)")
+            return (f"{words[0].upper()}{words[1:]}. The draft helps a little; something on its path is still "
+                    "wrong.")
         return (f"Not low: {self.accept_length:.3f}"
                 + (f" of at most {self.ceiling:g} ({self.fraction:.0%})" if self.fraction is not None else "")
                 + ". A working EAGLE-3 draft sits at 55-80 % of the ceiling; the hypotheses below still run.")

@@ -108,6 +108,7 @@ from workbench.measure.vllm import (
     SERVER_INFO_UNAVAILABLE, VLLM_METRICS, detect_engine, send_completion, vllm_server,
 )
 from workbench.measure.vllm import M_GEN_TOKENS as V_GEN_TOKENS, M_REQUESTS as V_REQUESTS, _SRC as _VLLM_SRC
+from workbench.rules.acceptance_level import AcceptanceLevel, classify_acceptance, verify_ceiling
 from workbench.rules.runtime import acceptance_collapsed
 
 __all__ = [
@@ -440,9 +441,30 @@ class Measurement:
                                             source=f"{r.source} ({r.endpoint})")
         return out
 
+    def ceiling(self) -> float | None:
+        """The verify ceiling of the measured server (tokens per verify step, bonus included), from
+        its ``server`` settings: SGLang's ``speculative_num_draft_tokens`` (else
+        ``speculative_num_steps`` + 1), vLLM's ``num_speculative_tokens`` + 1
+        (:func:`workbench.rules.acceptance_level.verify_ceiling`); ``None`` when unknown."""
+        s = self.server or {}
+        if s.get("engine") == "vllm":
+            k = s.get("num_speculative_tokens")
+            return float(k) + 1 if isinstance(k, int) and not isinstance(k, bool) and k > 0 else None
+        return verify_ceiling(None, s)
+
+    def levels(self) -> list[tuple[str, "AcceptanceLevel"]]:
+        """Every available row's accept length judged against :meth:`ceiling`
+        (:func:`workbench.rules.acceptance_level.classify_acceptance`: the one definition of low
+        acceptance the logs, the doctor and the runbooks share): ``(source, level)``."""
+        ceiling = self.ceiling()
+        return [(r.source, classify_acceptance(r.accept_length, ceiling=ceiling)) for r in self.rows
+                if r.available and r.accept_length is not None]
+
     def to_dict(self) -> dict:
         d = asdict(self)
         d["findings"] = [f.to_dict() if hasattr(f, "to_dict") else asdict(f) for f in self.findings()]
+        d["ceiling"] = self.ceiling()
+        d["acceptance_levels"] = {src: level.to_dict() for src, level in self.levels()}
         return d
 
 
@@ -1220,6 +1242,8 @@ def format_table(m: Measurement) -> str:
     if m.flush_cache and m.server and m.server.get("engine") == "vllm":
         out.append(f"note: {m.flush_cache}")  # SGLang's flush answer is in its server_info row already
     out += [f"note: {n}" for n in m.notes]
+    for src, level in m.levels():
+        out.append(f"acceptance ({src}): {level.words}")
     for f in m.findings():
         where = (f.evidence.get("accept_length") or {}).get("source")
         out.append(f"{f.rule} [{f.severity}] {f.message}" + (f" (source: {where})" if where else ""))
