@@ -75,7 +75,7 @@ from workbench.rules import consequences  # noqa: E402 - the links between the f
 RULE_IDS = REGISTRY.ids
 
 __all__ = [
-    "REGISTRY", "RULE_IDS", "FAMILY_MODULES", "Rule", "Family", "RuleFailure", "Facts", "Finding", "SEVERITIES", "ev",
+    "REGISTRY", "RULE_IDS", "FAMILY_MODULES", "consequences", "Rule", "Family", "RuleFailure", "Facts", "Finding", "SEVERITIES", "ev",
     "RuleInputError", "algorithm_mismatch", "check_algorithm_mismatch", "draft_path_missing", "launch_flag_unknown",
     "spec_params_invalid", "checkpoint_unreadable", "model_not_on_box", "unknown_draft_architecture",
     "draft_config_vs_tensors", "aux_layer_ids_invalid", "weight_shape_mismatch", "hidden_size_mismatch", "vocab_size_mismatch", "context_length_mismatch", "rope_mismatch", "target_no_aux_capture",
