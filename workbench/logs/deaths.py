@@ -52,7 +52,7 @@ _VLLM_PREFIX = re.compile(
 _VLLM_PROC = re.compile(r"\((?P<proc>[^()]+?) pid=(?P<pid>\d+)\) ")
 _TRACEBACK = "Traceback (most recent call last):"
 _FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>\S+)')
-_EXC = re.compile(r"^(?P<type>(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception|Exit|Interrupt|Failure|Warning"
+_EXC = re.compile(r"^(?P<type>(?:[A-Za-z_]\w*\.)*(?:[A-Za-z_]\w*)?(?:Error|Exception|Exit|Interrupt|Failure|Warning"
                   r"|KeyError|StopIteration))(?::\s?(?P<msg>.*))?$")
 _CHAIN = ("The above exception was the direct cause of the following exception:",
           "During handling of the above exception, another exception occurred:")
@@ -165,7 +165,7 @@ def _split(line: str) -> tuple:
 def read_death(lines: Iterable[str], *, engine: Optional[str] = None) -> Optional[Death]:
     """The death a server's log shows (module doc), None when no line says why it ended.
 
-    ``lines``: the log's lines (str, newlines optional; a start-up log from its first line gives
+    ``lines``: the log's lines (str, newlines optional, an item holding several is split; a start-up log from its first line gives
     the step, a tail gives the exception and the frames with the step as far as the tail shows);
     ``engine``: ``"sglang"``, ``"vllm"``, ``"sandbox"`` or None (read from the prefixes), used to
     pick the signature table's wordings."""
@@ -173,8 +173,9 @@ def read_death(lines: Iterable[str], *, engine: Optional[str] = None) -> Optiona
     blocks: list[_Block] = []
     current: Optional[_Block] = None
     plain: list[tuple] = []        # (index, phase, rank, body) of every line, for a death without traceback
-    for i, raw in enumerate(lines):
-        line = _ANSI.sub("", raw.rstrip("\r\n"))
+    pieces = (piece for raw in lines for piece in raw.rstrip("\r\n").split("\n"))  # an item may hold several
+    for i, raw in enumerate(pieces):
+        line = _ANSI.sub("", raw.rstrip("\r"))
         kind, rank, proc, body = _split(line)
         phase_before = tracker.progress.phase
         if _TRACEBACK in body and current is not None and not current.closed and _chained(current, kind, proc):
