@@ -29,7 +29,7 @@ def _run(tmp_path, dep, port, **params):
     return run.run_all(), run
 
 
-def test_a_death_no_rule_predicts_is_named_with_its_line_and_step(tmp_path, state_dir, free_port):
+def test_a_death_no_rule_predicts_is_named_with_its_line_and_step(tmp_path, state_dir, free_port, cli):
     """``aux-ids-fewer-than-num-aux``: the draft's fc is built for three aux states (its
     ``num_aux_hidden_states``) while the target captures the two its ids name; loading passes and the
     warm-up's first draft forward dies in torch's matmul. No rule predicts it: the guard launches it,
@@ -57,6 +57,13 @@ def test_a_death_no_rule_predicts_is_named_with_its_line_and_step(tmp_path, stat
     assert "a start-up death the rules do not explain" in html
     saved = json.loads((tmp_path / "reports" / "diagnose_acceptance.json").read_text())
     assert saved["start_death"]["attribution"]["why"] == attribution["why"]
+    # `workbench logs` on the dead server's log names the same death
+    [launch] = [x for x in verdict["launches"] if x["label"] == "as-found"]
+    code, out, _err = cli("logs", launch["log_path"], "--json")
+    died = json.loads(out)["died"]
+    assert (died["exception"], died["step"], died["signature"]["id"]) == (death["exception"], "warmup", "matmul-shape")
+    code, out, _err = cli("logs", launch["log_path"])
+    assert f"DIED          in warmup: {death['exception']}" in out
 
 
 def test_a_death_the_doctor_predicts_confirms_its_rule(tmp_path, state_dir, free_port):

@@ -24,6 +24,10 @@ every wording from the V0 engine to 0.32) is summarised from its metrics lines: 
 tokens, accepted tokens, accept length (1 + accepted / drafts, bonus included), accept rate and
 per-position acceptance, the printed mean lengths, and the same rule over the drafts.
 
+A server that died (either engine) is named from its last lines (:mod:`workbench.logs.deaths`):
+the engine's own final exception line, the start-up step it died in, the rank that logged it and
+the known death it is with the rules that model it (``died`` in the JSON, a ``DIED`` line).
+
 Exit codes: 0 the log was read and acceptance did not collapse, 1 ``acceptance-collapsed``
 fired, 2 the log could not be read (no such file, a directory, not an SGLang log, an unreachable
 box), with one line on stderr.
@@ -128,6 +132,7 @@ def _run(args: argparse.Namespace) -> ExitCode:
         summary = scanner.summary(source=source, buckets=args.buckets, decode_log_interval=args.decode_log_interval,
                                   events=follower.events if follower else ())
         vsum = vllm.summary(source=source)
+        death = _death(box, path, args.timeout)
     except RemoteIsADirectory as exc:
         raise CliError(f"{where} is a directory, not a log file") from exc
     except RemoteFileNotFound as exc:
@@ -137,7 +142,7 @@ def _run(args: argparse.Namespace) -> ExitCode:
     finally:
         box.close()
     if vsum.looks_like_log and not (summary.decode_lines or summary.prefill_lines):
-        return _vllm_result(vsum, args, path)
+        return _vllm_result(vsum, args, path, death)
     if not summary.looks_like_log:
         if not summary.bytes:
             if not args.follow:
@@ -154,8 +159,38 @@ def _run(args: argparse.Namespace) -> ExitCode:
         out["accept_rate_meaning"] = "as printed by the server; by release: " + accept_rate_meanings()
     out["host"] = args.host
     out["path"] = path
-    print(json.dumps(out, indent=2) if args.json else render_text(summary))
+    out["died"] = death.to_dict() if death is not None else None
+    print(json.dumps(out, indent=2) if args.json else render_text(summary) + death_text(death))
     return ExitCode.FAILURE if summary.collapsed else ExitCode.OK
+
+
+#: Lines read from a log's end for a death (the traceback and the start-up lines before it).
+DEATH_LINES = 2000
+
+
+def _death(box: Any, path: str, timeout: float) -> Any:
+    """The :class:`workbench.logs.deaths.Death` the last :data:`DEATH_LINES` lines of ``path`` show,
+    or None (no line says why the server ended)."""
+    from workbench.logs.deaths import read_death
+
+    return read_death(box.tail(path, DEATH_LINES, timeout=timeout))
+
+
+def death_text(death: Any) -> str:
+    """The ``DIED`` line(s) of the text report ("" without a death): the step, the rank, the
+    engine's own line, where, and the known death with its rules."""
+    if death is None:
+        return ""
+    out = [f"\nDIED          in {death.step}" + (f" ({death.rank})" if death.rank else "") + f": {death.exception}"]
+    if death.where:
+        out.append(f"  raised at   {death.where}")
+    if death.signature is not None:
+        out.append(f"  known death {death.signature.id}: {death.signature.fault}; rules: "
+                   f"{', '.join(death.signature.rules) or 'none models it'} (run workbench doctor on the launch "
+                   "command to see which one fires)")
+    else:
+        out.append("  no known death has that text")
+    return "\n".join(out)
 
 
 class _Both:
@@ -169,7 +204,7 @@ class _Both:
         self.vllm.feed(data)
 
 
-def _vllm_result(vsum: Any, args: argparse.Namespace, path: str) -> ExitCode:
+def _vllm_result(vsum: Any, args: argparse.Namespace, path: str, death: Any = None) -> ExitCode:
     """Print what a vLLM log says (:func:`render_vllm_text` or JSON) and apply the
     ``acceptance-collapsed`` rule to its accept length over its drafts (verify steps)."""
     from workbench.rules.runtime import acceptance_collapsed
@@ -184,7 +219,8 @@ def _vllm_result(vsum: Any, args: argparse.Namespace, path: str) -> ExitCode:
     out["collapsed"] = bool(findings)
     out["host"] = args.host
     out["path"] = path
-    print(json.dumps(out, indent=2, default=str) if args.json else render_vllm_text(vsum, findings))
+    out["died"] = death.to_dict() if death is not None else None
+    print(json.dumps(out, indent=2, default=str) if args.json else render_vllm_text(vsum, findings) + death_text(death))
     return ExitCode.FAILURE if findings or vsum.failed else ExitCode.OK
 
 
