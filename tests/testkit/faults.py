@@ -366,7 +366,9 @@ def _draft_unknown_architecture(b: _Build) -> None:
 def _aux_ids_fewer_than_num_aux(b: _Build) -> None:
     """The draft config states ``num_aux_hidden_states: 3`` next to an ``eagle_config`` that lists two
     aux layer ids, ``[1, 3]`` (an id dropped by hand, or a config merged from two exports: the count
-    kept, the list edited). SGLang 0.5.23 sizes the draft's ``fc`` from ``num_aux_hidden_states``
+    kept, the list edited; the two counts disagreeing is the review point of sgl-project/sglang PR
+    #24620, and fewer aux states than ``fc`` takes is vllm-project/vllm PR #48259's "mat1 and mat2
+    shapes cannot be multiplied (16384x4096 and 12288x4096)"). SGLang 0.5.23 sizes the draft's ``fc`` from ``num_aux_hidden_states``
     first (``srt/models/llama_eagle3.py:157-167``: Linear(160 × 3, 160), which the checkpoint's
     ``fc.weight`` [160, 480] fills: the load passes), while the target captures the layers the list
     names (``spec_aux_hidden_state.py``: [1, 3] + 1 = [2, 4], two 160-wide states): the draft's first
@@ -375,7 +377,8 @@ def _aux_ids_fewer_than_num_aux(b: _Build) -> None:
     480x160)``) in the draft's first forward — CUDA graph capture on a GPU, the warm-up request here
     (the sandbox's ``srt/models/llama_eagle3.py`` is the same code). The doctor's ``aux-count-mismatch``
     counts ``num_aux_hidden_states`` first (3 × 160 = 480, the fc's width: no finding), so no rule
-    predicts it: a start-up death the rules do not explain, named by its engine line and step."""
+    predicts it: a start-up death the rules do not explain, named by its engine line and step. vLLM
+    0.32.0 starts with it (measured: its draft takes the ids it captures)."""
     b.draft_config["num_aux_hidden_states"] = 3
     b.set_aux_ids([1, 3])
 
