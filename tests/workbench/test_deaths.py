@@ -232,3 +232,18 @@ def test_match_signature_respects_the_engine():
                            engine="vllm") is None
     assert match_signature("RuntimeError: Not enough memory. Please try to increase --mem-fraction-static.",
                            engine="sandbox").id == "not-enough-memory"
+
+
+def test_a_death_read_from_a_box_costs_its_window_only(tmp_path):
+    """A dead server's log on the (local) box: its last 2 MiB are read, whatever precedes them (a
+    3 MiB line without a newline here), and the death is found in them."""
+    from remote import connect
+    from workbench.logs.deaths import DEATH_WINDOW, read_death_from_box
+
+    tb = _raised(_torch_errors()["matmul-shape"])
+    log = tmp_path / "server.log"
+    log.write_text("x" * (3 << 20) + "\n" + "\n".join(_sglang_log(tb)) + "\n")
+    assert log.stat().st_size > DEATH_WINDOW
+    with connect("local") as box:
+        death = read_death_from_box(box, str(log), timeout=30)
+    assert death.signature.id == "matmul-shape" and death.step == "warmup" and death.rank == "TP0"

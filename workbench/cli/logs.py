@@ -24,7 +24,7 @@ every wording from the V0 engine to 0.32) is summarised from its metrics lines: 
 tokens, accepted tokens, accept length (1 + accepted / drafts, bonus included), accept rate and
 per-position acceptance, the printed mean lengths, and the same rule over the drafts.
 
-A server that died (either engine) is named from its last lines (:mod:`workbench.logs.deaths`):
+A server that died (either engine) is named from its log's last 2 MiB (:mod:`workbench.logs.deaths`):
 the engine's own final exception line, the start-up step it died in, the rank that logged it and
 the known death it is with the rules that model it (``died`` in the JSON, a ``DIED`` line).
 
@@ -81,6 +81,7 @@ def _run(args: argparse.Namespace) -> ExitCode:
     read) and what connecting raises."""
     from remote.errors import RemoteError, RemoteFileNotFound, RemoteIsADirectory
     from workbench.logs import LogFollower, LogScanner, parse_log_line, read_box, tail_bytes
+    from workbench.logs.deaths import read_death_from_box
     from workbench.logs.vllm_log import VllmLogReader
 
     box = open_box(args)
@@ -132,7 +133,7 @@ def _run(args: argparse.Namespace) -> ExitCode:
         summary = scanner.summary(source=source, buckets=args.buckets, decode_log_interval=args.decode_log_interval,
                                   events=follower.events if follower else ())
         vsum = vllm.summary(source=source)
-        death = _death(box, path, args.timeout)
+        death = read_death_from_box(box, path, timeout=args.timeout, size=st.size)
     except RemoteIsADirectory as exc:
         raise CliError(f"{where} is a directory, not a log file") from exc
     except RemoteFileNotFound as exc:
@@ -162,18 +163,6 @@ def _run(args: argparse.Namespace) -> ExitCode:
     out["died"] = death.to_dict() if death is not None else None
     print(json.dumps(out, indent=2) if args.json else render_text(summary) + death_text(death))
     return ExitCode.FAILURE if summary.collapsed else ExitCode.OK
-
-
-#: Lines read from a log's end for a death (the traceback and the start-up lines before it).
-DEATH_LINES = 2000
-
-
-def _death(box: Any, path: str, timeout: float) -> Any:
-    """The :class:`workbench.logs.deaths.Death` the last :data:`DEATH_LINES` lines of ``path`` show,
-    or None (no line says why the server ended)."""
-    from workbench.logs.deaths import read_death
-
-    return read_death(box.tail(path, DEATH_LINES, timeout=timeout))
 
 
 def death_text(death: Any) -> str:

@@ -17,28 +17,23 @@ from typing import Any
 
 from remote.errors import RemoteError
 from workbench.diagnosis.context import RunContext
-from workbench.logs.deaths import attribute, read_death
+from workbench.logs.deaths import attribute, read_death, read_death_from_box
 
-__all__ = ["DEATH_LOG_LINES", "read_start_death", "attribute_deaths", "start_death"]
-
-#: Lines of a dead server's log read for its death (its start-up and its traceback; a longer log's
-#: earlier lines only date the phases, which the launch record has from the whole log).
-DEATH_LOG_LINES = 2000
-
+__all__ = ["read_start_death", "attribute_deaths", "start_death"]
 
 def read_start_death(ctx: RunContext, log_path: str | None, log_tail: list[str], engine: str | None) -> dict | None:
     """The death (:meth:`workbench.logs.deaths.Death.to_dict`) the log at ``log_path`` on the box
-    shows, read from its last :data:`DEATH_LOG_LINES` lines (30 s at most), else from ``log_tail``
-    (the lines the start-up error carried); None when no line says why the server ended. A log
-    that cannot be read is noted in ``ctx.notes``, never raised."""
-    lines = list(log_tail)
+    shows, read from its last bytes (:func:`workbench.logs.deaths.read_death_from_box`, 30 s per
+    box call), else from ``log_tail`` (the lines the start-up error carried); None when no line
+    says why the server ended. A log that cannot be read is noted in ``ctx.notes``, never raised."""
     if log_path:
         try:
-            lines = ctx.box.tail(log_path, DEATH_LOG_LINES, timeout=30)
+            death = read_death_from_box(ctx.box, log_path, timeout=30, engine=engine)
+            return death.to_dict() if death is not None else None
         except (RemoteError, OSError) as exc:
             ctx.notes.append(f"the dead server's log {log_path} could not be read for its death ({exc}); "
                              "read from the lines the start-up error carried")
-    death = read_death(lines, engine=engine)
+    death = read_death(list(log_tail), engine=engine)
     return death.to_dict() if death is not None else None
 
 

@@ -27,7 +27,8 @@ why the process ended. What it reads:
 - **No traceback.** A server that ends with an exception line but no traceback (argparse's
   ``error:``, a bare ``RuntimeError: ...``) is read from that line; the step is the log's phase.
 
-Pure: str lines in, values out; raises nothing for text it does not know.
+Pure (str lines in, values out; raises nothing for text it does not know), except
+:func:`read_death_from_box`, which reads a log's last :data:`DEATH_WINDOW` bytes from a box first.
 """
 
 from __future__ import annotations
@@ -39,7 +40,11 @@ from typing import Iterable, Optional
 from workbench.logs.death_signatures import Signature, match_signature
 from workbench.logs.startup import StartupTracker
 
-__all__ = ["Death", "read_death", "attribute", "MAX_EXCEPTION_LINES"]
+__all__ = ["Death", "read_death", "read_death_from_box", "attribute", "MAX_EXCEPTION_LINES", "DEATH_WINDOW"]
+
+#: Bytes read from a log's end for its death: the traceback and the start-up lines before it; the
+#: cost does not depend on the log's size or its lines' length.
+DEATH_WINDOW = 2 << 20
 
 #: Continuation lines kept after a final exception's ``Type: message`` line.
 MAX_EXCEPTION_LINES = 6
@@ -223,6 +228,22 @@ def _chained(block: _Block, kind: str, proc: Optional[str]) -> bool:
     from the same process)."""
     last = next((t.strip() for t in reversed(block.lines) if t.strip()), "")
     return last in _CHAIN and (proc == block.proc or kind == "")
+
+
+def read_death_from_box(box, path: str, *, timeout: float = 30.0, engine: Optional[str] = None,
+                        size: Optional[int] = None) -> Optional[Death]:
+    """:func:`read_death` of the last :data:`DEATH_WINDOW` bytes of ``path`` on ``box`` (a
+    :class:`remote.Box`: ``stat``, ``read_bytes``; ``size``: the file's size when known), the first
+    partial line dropped; each box call bounded by ``timeout`` seconds. Raises what the box raises
+    (a missing file, a time-out)."""
+    end = box.stat(path, timeout=timeout).size if size is None else size
+    start = max(0, end - DEATH_WINDOW)
+    data = box.read_bytes(path, start, end - start, timeout=timeout) if end > start else b""
+    text = data.decode("utf-8", errors="replace")
+    lines = text.split("\n")
+    if start > 0 and lines:
+        lines = lines[1:]
+    return read_death(lines, engine=engine)
 
 
 def _last_phase(tracker: StartupTracker) -> str:
