@@ -247,3 +247,15 @@ def test_a_death_read_from_a_box_costs_its_window_only(tmp_path):
     with connect("local") as box:
         death = read_death_from_box(box, str(log), timeout=30)
     assert death.signature.id == "matmul-shape" and death.step == "warmup" and death.rank == "TP0"
+
+
+def test_a_death_in_cuda_graph_capture_is_the_capture_step():
+    """SGLang captures the draft's CUDA graphs after its load (0.5.23 ``eagle_worker_v2.py``): a first
+    forward raised under a capture frame is the capture, not the warm-up."""
+    def capture_one_batch_size():   # SGLang's CudaGraphRunner.capture_one_batch_size
+        torch.zeros(4, 5) * torch.zeros(4, 6)
+
+    start = [*SGL_START, "[2026-12-07 10:00:09 TP0] Load weight end. type=LlamaForCausalLMEagle3",
+             "[2026-12-07 10:00:09 TP0] Capture draft cuda graph begin. This can take up to several minutes."]
+    death = read_death(_sglang_log(_raised(capture_one_batch_size), start=start))
+    assert (death.step, death.log_phase, death.signature.id) == ("capture-draft", "capture-draft", "broadcast-size")
