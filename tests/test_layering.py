@@ -46,6 +46,7 @@ ROOMS: dict[str, list[tuple[str, ...]]] = {
     "workbench.diagnosis": [
         ("ledger", "results", "words", "acceptance", "loads", "steps"),
         ("context",),
+        ("deaths",),
         ("serving",),
         ("steps.symptom", "steps.static", "steps.relaunch"),
         ("steps.hypotheses", "steps.candidates", "steps.ladder"),

@@ -33,6 +33,7 @@ Fault names (``FILE_FAULTS`` change files, ``LAUNCH_FAULTS`` the launch command)
 ``draft-hidden-size``          draft config ``hidden_size`` 128 (its own tensors say 160)
 ``draft-unknown-architecture`` draft architectures ``Eagle3LlamaForCausalLM`` (vLLM's name)
 ``fc-transposed``              ``fc.weight`` stored ``[in, out]`` = [480, 160] (a converter's layout)
+``aux-ids-fewer-than-num-aux`` ``num_aux_hidden_states`` 3 with ids [1, 3]: fc 480 wide, 320 captured
 ``truncated-checkpoint``       the draft ``model.safetensors`` cut to half its size
 ``eagle-flag``                 launch: ``--speculative-algorithm EAGLE``
 ``spec-params-without-steps``  launch: topk 1 + 4 draft tokens, no ``--speculative-num-steps``
@@ -378,6 +379,26 @@ def _fc_transposed(b: _Build) -> None:
     b.tensors["fc.weight"] = np.ascontiguousarray(b.tensors["fc.weight"].T)
 
 
+def _aux_ids_fewer_than_num_aux(b: _Build) -> None:
+    """The draft config states ``num_aux_hidden_states: 3`` next to an ``eagle_config`` that lists two
+    aux layer ids, ``[1, 3]`` (an id dropped by hand, or a config merged from two exports: the count
+    kept, the list edited; the two counts disagreeing is the review point of sgl-project/sglang PR
+    #24620, and fewer aux states than ``fc`` takes is vllm-project/vllm PR #48259's "mat1 and mat2
+    shapes cannot be multiplied (16384x4096 and 12288x4096)"). SGLang 0.5.23 sizes the draft's ``fc`` from ``num_aux_hidden_states``
+    first (``srt/models/llama_eagle3.py:157-167``: Linear(160 × 3, 160), which the checkpoint's
+    ``fc.weight`` [160, 480] fills: the load passes), while the target captures the layers the list
+    names (``spec_aux_hidden_state.py``: [1, 3] + 1 = [2, 4], two 160-wide states): the draft's first
+    forward gets a 320-wide input, the width check (``llama_eagle3.py:238``) sends it to ``fc``, and
+    torch refuses the product (``RuntimeError: mat1 and mat2 shapes cannot be multiplied (Nx320 and
+    480x160)``) in the draft's first forward — CUDA graph capture on a GPU, the warm-up request here
+    (the sandbox's ``srt/models/llama_eagle3.py`` is the same code). The doctor's ``aux-count-mismatch``
+    counts ``num_aux_hidden_states`` first (3 × 160 = 480, the fc's width: no finding), so no rule
+    predicts it: a start-up death the rules do not explain, named by its engine line and step. vLLM
+    0.32.0 starts with it (measured: its draft takes the ids it captures)."""
+    b.draft_config["num_aux_hidden_states"] = 3
+    b.set_aux_ids([1, 3])
+
+
 def _truncated_checkpoint(b: _Build) -> None:
     """The draft's ``model.safetensors`` cut to half its size (an interrupted download or copy;
     the "MetadataIncompleteBuffer" reports, e.g. Comfy-Org/ComfyUI issue #6744). SGLang 0.5.23
@@ -405,6 +426,8 @@ FAULTS: dict[str, Fault] = {f.name: f for f in (
     Fault("draft-hidden-size", "files", _draft_hidden_size.__doc__, _draft_hidden_size),
     Fault("draft-unknown-architecture", "files", _draft_unknown_architecture.__doc__, _draft_unknown_architecture),
     Fault("fc-transposed", "files", _fc_transposed.__doc__, _fc_transposed, group="fc"),
+    Fault("aux-ids-fewer-than-num-aux", "files", _aux_ids_fewer_than_num_aux.__doc__, _aux_ids_fewer_than_num_aux,
+          group="aux"),
     Fault("truncated-checkpoint", "files", _truncated_checkpoint.__doc__, _truncated_checkpoint, group="weights"),
     Fault("eagle-flag", "launch",
           "``--speculative-algorithm EAGLE`` with the EAGLE-3 draft (sgl-project/sglang PR #21272: Kimi-K2.5 "

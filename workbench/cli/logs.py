@@ -24,6 +24,10 @@ every wording from the V0 engine to 0.32) is summarised from its metrics lines: 
 tokens, accepted tokens, accept length (1 + accepted / drafts, bonus included), accept rate and
 per-position acceptance, the printed mean lengths, and the same rule over the drafts.
 
+A server that died (either engine) is named from its log's last 2 MiB (:mod:`workbench.logs.deaths`):
+the engine's own final exception line, the start-up step it died in, the rank that logged it and
+the known death it is with the rules that model it (``died`` in the JSON, a ``DIED`` line).
+
 Exit codes: 0 the log was read and acceptance did not collapse, 1 ``acceptance-collapsed``
 fired, 2 the log could not be read (no such file, a directory, not an SGLang log, an unreachable
 box), with one line on stderr.
@@ -78,6 +82,7 @@ def _run(args: argparse.Namespace) -> ExitCode:
     read) and what connecting raises."""
     from remote.errors import RemoteError, RemoteFileNotFound, RemoteIsADirectory
     from workbench.logs import LogFollower, LogScanner, parse_log_line, read_box, tail_bytes
+    from workbench.logs.deaths import read_death_from_box
     from workbench.logs.vllm_log import VllmLogReader
 
     box = open_box(args)
@@ -130,6 +135,7 @@ def _run(args: argparse.Namespace) -> ExitCode:
                                   events=follower.events if follower else ())
         vsum = vllm.summary(source=source)
         ceiling = _log_ceiling(box, path, timeout=args.timeout)
+        death = read_death_from_box(box, path, timeout=args.timeout, size=st.size)
     except RemoteIsADirectory as exc:
         raise CliError(f"{where} is a directory, not a log file") from exc
     except RemoteFileNotFound as exc:
@@ -139,7 +145,7 @@ def _run(args: argparse.Namespace) -> ExitCode:
     finally:
         box.close()
     if vsum.looks_like_log and not (summary.decode_lines or summary.prefill_lines):
-        return _vllm_result(vsum, args, path, ceiling)
+        return _vllm_result(vsum, args, path, ceiling, death)
     if not summary.looks_like_log:
         if not summary.bytes:
             if not args.follow:
@@ -158,7 +164,8 @@ def _run(args: argparse.Namespace) -> ExitCode:
     out["acceptance_level"] = level.to_dict()
     out["host"] = args.host
     out["path"] = path
-    print(json.dumps(out, indent=2) if args.json else render_text(summary, level))
+    out["died"] = death.to_dict() if death is not None else None
+    print(json.dumps(out, indent=2) if args.json else render_text(summary, level) + death_text(death))
     return ExitCode.FAILURE if summary.collapsed else ExitCode.OK
 
 
@@ -175,6 +182,23 @@ def _log_ceiling(box: Any, path: str, *, timeout: float) -> float | None:
     return ceiling_from_log(head.decode("utf-8", "replace").splitlines())
 
 
+def death_text(death: Any) -> str:
+    """The ``DIED`` line(s) of the text report ("" without a death): the step, the rank, the
+    engine's own line, where, and the known death with its rules."""
+    if death is None:
+        return ""
+    out = [f"\nDIED          in {death.step}" + (f" ({death.rank})" if death.rank else "") + f": {death.exception}"]
+    if death.where:
+        out.append(f"  raised at   {death.where}")
+    if death.signature is not None:
+        out.append(f"  known death {death.signature.id}: {death.signature.fault}; rules: "
+                   f"{', '.join(death.signature.rules) or 'none models it'} (run workbench doctor on the launch "
+                   "command to see which one fires)")
+    else:
+        out.append("  no known death has that text")
+    return "\n".join(out)
+
+
 class _Both:
     """Feeds the same bytes to the SGLang scanner and the vLLM reader (one read of the file)."""
 
@@ -186,9 +210,11 @@ class _Both:
         self.vllm.feed(data)
 
 
-def _vllm_result(vsum: Any, args: argparse.Namespace, path: str, ceiling: float | None = None) -> ExitCode:
+def _vllm_result(vsum: Any, args: argparse.Namespace, path: str, ceiling: float | None = None,
+                 death: Any = None) -> ExitCode:
     """Print what a vLLM log says (:func:`render_vllm_text` or JSON), its accept length judged
-    against the ceiling its start-up lines state (:func:`classify_acceptance`), and apply the
+    against the ceiling its start-up lines state (:func:`classify_acceptance`), the death it shows
+    (:func:`death_text`), and apply the
     ``acceptance-collapsed`` rule to its accept length over its drafts (verify steps)."""
     from workbench.rules.runtime import acceptance_collapsed
 
@@ -204,7 +230,8 @@ def _vllm_result(vsum: Any, args: argparse.Namespace, path: str, ceiling: float 
     out["acceptance_level"] = level.to_dict()
     out["host"] = args.host
     out["path"] = path
-    print(json.dumps(out, indent=2, default=str) if args.json else render_vllm_text(vsum, findings, level))
+    out["died"] = death.to_dict() if death is not None else None
+    print(json.dumps(out, indent=2, default=str) if args.json else render_vllm_text(vsum, findings, level) + death_text(death))
     return ExitCode.FAILURE if findings or vsum.failed else ExitCode.OK
 
 

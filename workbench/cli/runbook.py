@@ -611,8 +611,13 @@ def verdict_summary(json_path: str | Path | None) -> str | None:
     failures = [f for f in verdict.get("start_failures") or [] if isinstance(f, dict)]
     if before.get("accept_length") is None and failures:
         first = failures[0]
+        death = first.get("death") if isinstance(first.get("death"), dict) else {}
         parts.append(f"the server did not start ({first.get('label')}: "
-                     f"{str(first.get('exception') or first.get('error') or 'see the report')[:200]})")
+                     f"{str(first.get('exception') or first.get('error') or 'see the report')[:200]}"
+                     + (f"; died in {death.get('step')}" if death.get("step") else "") + ")")
+        attribution = death.get("attribution") if isinstance(death.get("attribution"), dict) else {}
+        if attribution and not attribution.get("explained"):
+            parts.append("a start-up death the rules do not explain")
     root = verdict.get("root_cause")
     if isinstance(root, dict) and root.get("rule"):
         cons = root.get("consequences") if isinstance(root.get("consequences"), list) else []

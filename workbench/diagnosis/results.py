@@ -71,7 +71,10 @@ class StartFailure:
     """A launch whose server did not start: ``label``, ``launch_command``, ``error`` (one line),
     ``log_tail`` (its last log lines), ``exception`` (the last exception line of the log, if any).
     ``refused``: for a launch the guard refused (never made: no process, no log), the doctor's
-    findings that say it would not start (dicts); ``None`` for a launch that was made."""
+    findings that say it would not start (dicts); ``None`` for a launch that was made. ``death``:
+    what its log says it died of (:meth:`workbench.logs.deaths.Death.to_dict`: the engine's own
+    line, the step, the rank, the known death; ``attribution`` added once the doctor's findings
+    are read: :func:`workbench.diagnosis.deaths.attribute_deaths`), None when no line says."""
 
     label: str
     launch_command: str
@@ -79,6 +82,7 @@ class StartFailure:
     log_tail: list[str]
     exception: str | None
     refused: list[dict] | None = None
+    death: dict | None = None
 
     def __post_init__(self) -> None:
         # The log and the exception are the server's text: a key or token it printed (its own
@@ -87,10 +91,13 @@ class StartFailure:
         self.error = REDACTOR.text(self.error)
         self.exception = REDACTOR.text(self.exception)
         self.log_tail = [REDACTOR.text(line) for line in self.log_tail]
+        if self.death is not None:
+            self.death = REDACTOR.obj(self.death)
 
     def to_dict(self) -> dict[str, Any]:
         return {"label": self.label, "launch_command": self.launch_command, "error": self.error,
-                "exception": self.exception, "log_tail": list(self.log_tail), "refused": self.refused}
+                "exception": self.exception, "log_tail": list(self.log_tail), "refused": self.refused,
+                "death": self.death}
 
     def _repr_html_(self) -> str:
         if self.refused is not None:
@@ -100,8 +107,17 @@ class StartFailure:
                     f"not start</h4><p>No launch was made (nothing on the box changed for it):</p><ul>{items}</ul>"
                     "<p><small>force_launch=True launches anyway.</small></p>")
         tail = html.escape("\n".join(self.log_tail[-15:]))
+        died = ""
+        if self.death:
+            sig = self.death.get("signature") or {}
+            died = (f"<p>died in <b>{html.escape(str(self.death.get('step')))}</b>"
+                    + (f" ({html.escape(str(self.death['rank']))})" if self.death.get("rank") else "")
+                    + f": <code>{html.escape(self.death['exception'])}</code>"
+                    + (f"<br>a known death: {html.escape(sig['id'])} ({html.escape(sig['fault'])}); rules: "
+                       f"{html.escape(', '.join(sig['rules']) or 'none models it')}" if sig else
+                       "<br>no known death has that text") + "</p>")
         return (f"<h4>The server did not start ({html.escape(self.label)})</h4>"
-                f"<p>{html.escape(self.exception or self.error)}</p>"
+                f"<p>{html.escape(self.exception or self.error)}</p>{died}"
                 f"<pre style='white-space:pre-wrap;max-height:20em;overflow:auto'>{tail}</pre>")
 
 

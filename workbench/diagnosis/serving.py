@@ -18,6 +18,7 @@ from remote.errors import (GenerationStuck, PortInUse, RemoteError, ServerDied, 
                            ServerStartTimedOut)
 from workbench.diagnosis.acceptance import NEAR_THRESHOLD_BAND, near_thresholds, pooled_measurement
 from workbench.diagnosis.context import RunContext
+from workbench.diagnosis.deaths import read_start_death
 from workbench.diagnosis.results import Measurement, StartFailure, StepResult, fmt
 from workbench.diagnosis.words import last_exception
 from workbench.engine.launch import LaunchCommand
@@ -126,8 +127,10 @@ def try_launch(ctx: RunContext, launch: LaunchCommand, label: str, reason: str |
                                               ready_at=None, log_start=None, started=False, error=str(exc)))
         return None, failure
     except (ServerDied, ServerStartTimedOut) as exc:
+        death = read_start_death(ctx, getattr(exc, "log_path", None), list(exc.log_tail), launch.engine)
         failure = StartFailure(label, launch.to_display(), f"{type(exc).__name__}: {str(exc).splitlines()[0]}",
-                               list(exc.log_tail), last_exception(exc.log_tail))
+                               list(exc.log_tail), death["exception"] if death else last_exception(exc.log_tail),
+                               death=death)
         ctx.state.start_failures.append(failure)
         if session.launches and session.launches[-1].get("pid") is None:
             session.launches.pop()

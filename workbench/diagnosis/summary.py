@@ -64,8 +64,14 @@ def summary_html(ctx: RunContext) -> str:
                          f"({len(failure.refused)} finding(s); {ctx.session.restarts} restart(s) in this run): "
                          f"<code>{html.escape(why)}</code>. <code>force_launch=True</code> launches anyway.</p>")
             continue
+        death = failure.death or {}
+        attribution = death.get("attribution") or {}
         parts.append(f"<p>{html.escape(failure.label)}: the server did not start — "
-                     f"<code>{html.escape(failure.exception or failure.error)}</code></p>")
+                     f"<code>{html.escape(failure.exception or failure.error)}</code>"
+                     + (f" (died in <b>{html.escape(str(death.get('step')))}</b>"
+                        + (f", {html.escape(str(death['rank']))}" if death.get("rank") else "") + ")" if death else "")
+                     + (f"<br>{'explained by ' + html.escape(', '.join(attribution['rules'])) + ': ' if attribution.get('explained') else ''}"
+                        f"{html.escape(attribution['why'])}" if attribution else "") + "</p>")
     for check in ctx.session.guard.checks:
         if check.decision == "overridden":
             parts.append(f"<p>{html.escape(check.label)}: <b>launch guard overridden</b> (force_launch): launched "

@@ -16,6 +16,7 @@ import time
 from typing import Any
 
 from workbench.diagnosis.context import RunContext
+from workbench.diagnosis.deaths import start_death
 from workbench.diagnosis.loads import all_launches, count_loads, downtime_s, timeline
 from workbench.diagnosis.results import Measurement
 from workbench.diagnosis.steps.fixes import cleared_by_fix, derive_fixes, explained_by
@@ -122,7 +123,8 @@ def still_open(ctx: RunContext) -> list[dict[str, Any]]:
     never_served = ctx.state.before is None and ctx.state.fix.after is None and bool(ctx.state.start_failures)
     if never_served and not root_causes(ctx):
         failure = ctx.state.start_failures[0]
-        out.append({"hypothesis": "server start", "why": failure.exception or failure.error,
+        attribution = (failure.death or {}).get("attribution") or {}
+        out.append({"hypothesis": "server start", "why": attribution.get("why") or failure.exception or failure.error,
                     "decide": "the log tail above: fix what it names (a flag value, an interpreter, a file), "
                               "then run again", "parameter": None})
     for spec, _ in REGISTRY.hypotheses():
@@ -271,13 +273,16 @@ def load_cost(ctx: RunContext, now: float | None = None) -> dict[str, Any]:
 
 def build_verdict(ctx: RunContext) -> dict[str, Any]:
     """The verdict document (schema: DESIGN.md, "Contracts"; plus ``outcome``,
-    ``root_causes``, ``open``, ``fixes``, ``start_failures``, ``ladder``, ``healthy``; the loads:
+    ``root_causes``, ``open``, ``fixes``, ``start_failures``, ``start_death`` (the server's death at
+    start-up, named and attributed: :func:`workbench.diagnosis.deaths.start_death`), ``ladder``,
+    ``healthy``; the loads:
     ``launches`` with the restore's relaunch, ``loads``, ``downtime_s``, ``timeline``,
     :func:`load_cost`; ``live``: what the server as found showed without a restart;
     ``probe.ranks``: one entry per rank that printed the width probe)."""
     def acceptance(m: Measurement | None) -> dict:
         return m.to_dict() if m is not None else {"accept_length": None}
 
+    death = start_death(ctx)  # first: attributing a death may confirm a hypothesis
     rc = root_cause(ctx)
     before = ctx.state.before.accept_length if ctx.state.before is not None else None
     cost = load_cost(ctx)
@@ -324,6 +329,7 @@ def build_verdict(ctx: RunContext) -> dict[str, Any]:
         "candidate_trials": ctx.state.fix.candidate_trials,
         "ladder": ctx.state.fix.ladder,
         "start_failures": [f.to_dict() for f in ctx.state.start_failures],
+        "start_death": death,
         "server_stopped_answering": ctx.state.server_lost.to_dict() if ctx.state.server_lost is not None else None,
         "healthy": ({"accept_length": before, "ceiling": ceiling,
                      "note": "no cause found and acceptance is not low; the measure_acceptance runbook sweeps the "

@@ -18,6 +18,7 @@ from __future__ import annotations
 from typing import Callable
 
 from workbench.diagnosis.context import RunContext
+from workbench.diagnosis.deaths import attribute_deaths
 from workbench.diagnosis.ledger import Evidence, consequence_hypotheses
 from workbench.diagnosis.results import HypothesisTable
 from workbench.diagnosis.steps.static import preflight
@@ -95,6 +96,7 @@ def check_hypotheses(ctx: RunContext) -> HypothesisTable:
             verdict, why = _generic(spec, found, low, skipped, skipped_engine)
         ctx.decide(hid, verdict, why, findings=found)
         rows.append((hid, verdict, why))
+    attribute_deaths(ctx)  # a server that died at start-up: its death is evidence of the rule that explains it
     marked = mark_consequences(ctx)
     rows = [(hid, verdict, why if hid not in marked else f"{why} — a consequence of {', '.join(marked[hid])}")
             for hid, verdict, why in rows]
