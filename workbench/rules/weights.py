@@ -48,6 +48,7 @@ from workbench.rules.finding import Finding
 from workbench.rules.fix import DraftRepair, Fix, TensorData
 from workbench.rules.readability import draft_checkpoint_findings, token_map_unreadable_findings
 from workbench.rules.registry import ALL_ENGINES, Family, HypothesisSpec
+from workbench.rules.weights_vllm import vllm_dropped_parts, vllm_missing_parts, vllm_shape_parts
 
 __all__ = ["FAMILY", "LEGACY_NAME_MAP", "STACKED", "MODELLED_ENGINE", "expected_parameters", "map_checkpoint_name",
            "check_token_map", "check_draft_weights", "token_map_summary"]
@@ -136,6 +137,22 @@ def _shape_finding(prob: dict) -> Finding:
 def shape_findings(w: WeightAnalysis, rule_id: str) -> list[Finding]:
     """The shape mismatches of ``w`` that belong to ``rule_id``."""
     return [_shape_finding(prob) for prob in w.shape_problems if prob["rule"] == rule_id]
+
+
+def _vllm_findings(rule_id: str, parts: list[dict]) -> list[Finding]:
+    """``rule_id``'s findings from the parts :mod:`workbench.rules.weights_vllm` worked out on vLLM."""
+    return [Finding(rule_id, p["severity"], p["message"], p["evidence"], p["fix"], prevents_start=p["prevents_start"])
+            for p in parts]
+
+
+def _shapes(facts: Facts, rule_id: str) -> list[Finding]:
+    """``rule_id``'s shape findings for the launch's engine: vLLM's loading on a vLLM launch
+    (:attr:`Facts.vllm_weights`), else SGLang's (:attr:`Facts.weights`)."""
+    if facts.engine_name == "vllm":
+        w = facts.vllm_weights
+        return _vllm_findings(rule_id, vllm_shape_parts(facts.draft, w, rule_id)) if w is not None else []
+    w = facts.weights
+    return shape_findings(w, rule_id) if w is not None else []
 
 
 #: Dropped names that are a fault even when every parameter gets a tensor: a trained lm_head the
@@ -263,8 +280,14 @@ def token_map_invalid_findings(tm: TokenMap) -> list[Finding]:
 def consequences_of_config(facts: Facts, findings: list[Finding]) -> list[Finding]:
     """``findings`` marked as consequences of ``draft-config-vs-tensors`` when the draft's config
     disagrees with its own tensors (:attr:`Facts.config_vs_tensors`): ``evidence["consequence_of"]``
-    names that rule and the message says so. Returned unchanged otherwise."""
+    names that rule and the message says so. Returned unchanged otherwise, and on a launch whose
+    engine that rule does not check (no cause to report them under)."""
+    from workbench.rules.registry import REGISTRY
+
     bad = facts.config_vs_tensors
+    engine = facts.engine_name
+    if engine is not None and engine not in getattr(REGISTRY.get("draft-config-vs-tensors"), "engines", (engine,)):
+        return findings
     if not bad or not findings:
         return findings
     fields = ", ".join(f"{d['key']} {d['config']} vs {d['tensors']}" for d in bad.values())
@@ -274,7 +297,7 @@ def consequences_of_config(facts: Facts, findings: list[Finding]) -> list[Findin
     return findings
 
 
-@FAMILY.rule("weights-dropped", severities=("error", "warning"), prevents_start="depends",
+@FAMILY.rule("weights-dropped", engines=ALL_ENGINES, severities=("error", "warning"), prevents_start="depends",
              summary="a checkpoint tensor name matches no parameter after the engine's renames (it is silently "
                      "skipped)",
              fix="rename the tensors to the engine's names (a rename map)")
@@ -288,12 +311,22 @@ def weights_dropped(facts: Facts) -> list[Finding]:
     warning (``if name in params_dict:`` without ``else``), skipped with a warning in the log
     (``kimi_k25_eagle3.py``: ``Eagle3 MLA: skipping unexpected weight``), or makes the loader raise
     ``KeyError`` (0.4.6 ``llama.py``: ``param = params_dict[name]`` in the stacked branch, the failure
-    of sglang#9135): that finding prevents start-up. The names that land nowhere are listed."""
+    of sglang#9135): that finding prevents start-up. The names that land nowhere are listed.
+
+    On a vLLM launch the draft's vLLM class (``Eagle3LlamaForCausalLM`` / ``Eagle3Qwen3ForCausalLM``)
+    is followed instead (:mod:`workbench.rules.weights_vllm`, read from the box's vLLM, 0.32.0 as
+    fallback): ``load_weights`` skips ``t2d``, renames ``d2t``, prefixes ``model.`` unless ``lm_head``;
+    ``hf_to_vllm_mapper`` maps ``midlayer.`` and the stacked shards; a name no module or parameter has
+    makes ``AutoWeightsLoader`` raise ``ValueError`` (the engine does not start, measured), an
+    unexpected ``*.bias`` or a mapper's ``None`` is dropped silently."""
+    if facts.engine_name == "vllm":
+        w = facts.vllm_weights
+        return consequences_of_config(facts, _vllm_findings("weights-dropped", vllm_dropped_parts(facts.draft, w))) if w is not None else []
     w = facts.weights
     return consequences_of_config(facts, dropped_findings(facts.draft, w)) if w is not None else []
 
 
-@FAMILY.rule("weights-missing", severities=("error",),
+@FAMILY.rule("weights-missing", engines=ALL_ENGINES, severities=("error",), prevents_start="depends",
              summary="a parameter of the draft class gets no tensor (fc, layer 0 projections and norms, final norm, "
                      "lm_head unless tied or taken from the target)",
              fix="—")
@@ -310,12 +343,22 @@ def weights_missing(facts: Facts) -> list[Finding]:
     public Kimi-K2.6 case: ``Eagle3DeepseekV2ForCausalLM`` (``kimi_k25_eagle3.py``, 0.5.12+) sets
     ``load_lm_head_from_target`` only when ``draft_vocab_size`` is missing, so with it set and no
     ``lm_head`` tensor the head stays at its initial values (accept length 1.00); the finding names
-    the lines."""
+    the lines.
+
+    On a vLLM launch (:mod:`workbench.rules.weights_vllm`): vLLM 0.32.0's ``Eagle3LlamaForCausalLM.load_weights``
+    returns nothing, so the default loader's strict "weights were not initialized" check does not run:
+    the engine starts and each parameter keeps its initial value (RMSNorm ones, linear weights
+    ``torch.empty``; measured: no ``fc.weight`` → accept length 1.01); no ``lm_head.weight`` → the
+    target's head is shared and its first ``draft_vocab_size`` rows score the draft's ids (measured 1.01).
+    Where the box's source shows the check runs, the finding prevents start-up."""
+    if facts.engine_name == "vllm":
+        w = facts.vllm_weights
+        return consequences_of_config(facts, _vllm_findings("weights-missing", vllm_missing_parts(facts.draft, w))) if w is not None else []
     w = facts.weights
     return consequences_of_config(facts, missing_findings(facts.draft, w)) if w is not None else []
 
 
-@FAMILY.rule("weight-shape-mismatch", severities=("error",), prevents_start="always",
+@FAMILY.rule("weight-shape-mismatch", engines=ALL_ENGINES, severities=("error",), prevents_start="always",
              summary="a checkpoint tensor matched to a parameter has another shape than the engine builds for this "
                      "config (other than lm_head, head_dim and the fc width)",
              fix="the draft's config and checkpoint from the same training run")
@@ -325,31 +368,34 @@ def weight_shape_mismatch(facts: Facts) -> list[Finding]:
     (``srt/model_loader/weight_utils.py``) and the parallel layers' loaders ``assert`` on it, so
     the server fails to start. The mismatches a more specific rule explains are its own
     (``lm-head-shape-mismatch``, ``head-dim-mismatch``, ``aux-count-mismatch``); a config that
-    disagrees with its tensors makes these consequences of ``draft-config-vs-tensors``."""
-    w = facts.weights
-    return consequences_of_config(facts, shape_findings(w, "weight-shape-mismatch")) if w is not None else []
+    disagrees with its tensors makes these consequences of ``draft-config-vs-tensors``. On a vLLM launch the parameters vLLM
+    builds (:func:`workbench.engine.vllm_weights.vllm_expected_parameters`) are compared: its weight loader
+    fails the same way (``AssertionError``; ``RuntimeError`` from a stacked shard's ``narrow``), measured."""
+    return consequences_of_config(facts, _shapes(facts, "weight-shape-mismatch"))
 
 
-@FAMILY.rule("lm-head-shape-mismatch", severities=("error",), prevents_start="always",
+@FAMILY.rule("lm-head-shape-mismatch", engines=ALL_ENGINES, severities=("error",), prevents_start="always",
              summary="lm_head.weight rows ≠ draft_vocab_size (or cols ≠ hidden)",
              fix="—")
 def lm_head_shape_mismatch(facts: Facts) -> list[Finding]:
     """``ParallelLMHead(draft_vocab_size, hidden)`` (SGLang 0.5.23 ``llama_eagle3.py``); a checkpoint
     ``lm_head.weight`` of another shape (e.g. the target's vocab rows, speculators PR #74) makes the
-    weight loader assert at start-up."""
-    w = facts.weights
-    return consequences_of_config(facts, shape_findings(w, "lm-head-shape-mismatch")) if w is not None else []
+    weight loader assert at start-up. On a vLLM launch the parameters vLLM
+    builds (:func:`workbench.engine.vllm_weights.vllm_expected_parameters`) are compared: its weight loader
+    fails the same way (``AssertionError``; ``RuntimeError`` from a stacked shard's ``narrow``), measured."""
+    return consequences_of_config(facts, _shapes(facts, "lm-head-shape-mismatch"))
 
 
-@FAMILY.rule("head-dim-mismatch", severities=("error",), prevents_start="always",
+@FAMILY.rule("head-dim-mismatch", engines=ALL_ENGINES, severities=("error",), prevents_start="always",
              summary="a q/k/v or o projection's shape ≠ heads × head_dim (head_dim from config, else hidden/heads)",
              fix="set head_dim in the draft's config")
 def head_dim_mismatch(facts: Facts) -> list[Finding]:
     """``LlamaAttention`` (SGLang 0.5.23 ``srt/models/llama.py``) sizes ``qkv_proj`` and ``o_proj``
     with ``head_dim`` from the config, else ``hidden_size // num_attention_heads``; a checkpoint
-    trained with another head_dim has projections of another width and the loader asserts."""
-    w = facts.weights
-    return consequences_of_config(facts, shape_findings(w, "head-dim-mismatch")) if w is not None else []
+    trained with another head_dim has projections of another width and the loader asserts. On a vLLM launch the parameters vLLM
+    builds (:func:`workbench.engine.vllm_weights.vllm_expected_parameters`) are compared: its weight loader
+    fails the same way (``AssertionError``; ``RuntimeError`` from a stacked shard's ``narrow``), measured."""
+    return consequences_of_config(facts, _shapes(facts, "head-dim-mismatch"))
 
 
 @FAMILY.rule("token-map-missing", engines=ALL_ENGINES, severities=("error",),
