@@ -263,4 +263,4 @@ def analyse_vllm_weights(draft: DraftFacts, lw: VllmLoadWeights, target_vocab: i
     engine = (f"vllm: read from {where}" if lw.origin != "shipped" else
               f"modelled: vllm {VLLM_LOAD_VERSION} {lw.cls}.load_weights (the box's vLLM source not read)")
     return WeightAnalysis(spec, loaded, dropped, missing, shape_problems, d2t_name, t2d_name, warned, raises,
-                          lw.cls, engine, False, lw.to_dict(), lw)
+                          lw.cls, engine, False, {**lw.to_dict(), "conditions": ctx}, lw)

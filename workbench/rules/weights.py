@@ -48,6 +48,9 @@ from workbench.rules.finding import Finding
 from workbench.rules.fix import DraftRepair, Fix, TensorData
 from workbench.rules.readability import draft_checkpoint_findings, token_map_unreadable_findings
 from workbench.rules.registry import ALL_ENGINES, Family, HypothesisSpec
+from workbench.engine.vllm_load_weights import VllmLoadWeights
+from workbench.engine.vllm_weights import follow_vllm
+from workbench.rules.weights_repair import NameRepair, repair_names
 from workbench.rules.weights_vllm import vllm_dropped_parts, vllm_missing_parts, vllm_shape_parts
 
 __all__ = ["FAMILY", "LEGACY_NAME_MAP", "STACKED", "MODELLED_ENGINE", "expected_parameters", "map_checkpoint_name",
@@ -505,25 +508,12 @@ def check_draft_weights(box: Any, draft: DraftFacts, target: TargetFacts | None 
     return findings, checked
 
 
-def _checkpoint_name_for(param: str, shard: Any, dropped: str) -> str:
-    """A checkpoint name ``load_weights`` maps onto ``param`` (shard ``shard``), in the naming style
-    of the ``dropped`` name it replaces (``midlayer.`` vs ``layers.0.``, with or without ``model.``)."""
-    name = param[len("model."):] if param.startswith("model.") else param
-    if shard is not None:
-        for stacked, piece, sid in STACKED:
-            if stacked in name and sid == shard:
-                name = name.replace(stacked, piece)
-                break
-    if "midlayer" in dropped or name.startswith("midlayer."):
-        name = name.replace("layers.0.", "midlayer.")
-    if dropped.startswith("model.") and not name.startswith("model."):
-        name = "model." + name
-    return name
-
-
 def _follow_any(w: WeightAnalysis, name: str) -> tuple[str, str | None, Any]:
-    """``(how, param, shard)`` of checkpoint ``name`` through the analysed class's load_weights
-    (read from the source when it was, else SGLang 0.5.23's modelled one)."""
+    """``(how, param, shard)`` of checkpoint ``name`` through the analysed class's loader: vLLM's
+    (:func:`workbench.engine.vllm_weights.follow_vllm`) for a vLLM analysis, else SGLang's
+    ``load_weights`` as read from the source, else SGLang 0.5.23's modelled one."""
+    if isinstance(w.source, VllmLoadWeights):
+        return follow_vllm(name, w.source, w.spec, w.load_facts.get("conditions") or {})[:3]
     if w.source is not None:
         params = ([m for m in (w.source.modules or []) if m.path in w.spec] if w.module_level else set(w.spec))
         how, param, shard, _ = follow(name, w.source, params)
@@ -532,86 +522,20 @@ def _follow_any(w: WeightAnalysis, name: str) -> tuple[str, str | None, Any]:
     return how, param, shard
 
 
-def _layout_variants(name: str) -> list[str]:
-    """``name`` in the other checkpoint layouts: ``midlayer.`` ↔ ``layers.0.``, with and without
-    ``model.`` (the ways EAGLE-3 exports name layer 0)."""
-    base = name[len("model."):] if name.startswith("model.") else name
-    swapped = (base.replace("midlayer.", "layers.0.", 1) if base.startswith("midlayer.") else
-               base.replace("layers.0.", "midlayer.", 1) if base.startswith("layers.0.") else base)
-    out = [base, "model." + base, swapped, "model." + swapped]
-    return [v for v in dict.fromkeys(out) if v != name]
-
-
-def layout_repair(draft: DraftFacts, w: WeightAnalysis) -> tuple[dict[str, str], list[str]]:
-    """Renames of dropped tensors into the layer-0 layout this release's ``load_weights`` reads
-    (:func:`_layout_variants`: ``layers.0.*`` → ``midlayer.*`` before SGLang 0.5.12, a ``model.``
-    prefix the MLA class doubles removed), each checked by following the new name through the
-    class's own ``load_weights``: kept only when it lands on a parameter (and shard) no tensor fills
-    yet, one dropped tensor per parameter shard, and the shapes agree where the spec has them."""
-    missing = {m.partition(" (shard ")[0] for m in w.missing}
-    taken: set[tuple] = set()
-    renames, reasons = {}, []
-    for name in w.dropped:
-        for new in _layout_variants(name):
-            if new in draft.tensors:
-                continue
-            how, param, shard = _follow_any(w, new)
-            if how != "loaded" or param not in missing or (param, shard) in taken:
-                continue
-            spec = w.spec.get(param) or {}
-            want = spec.get("shape") if shard is None else (spec.get("shards") or {}).get(shard)
-            if want is not None and tuple(draft.tensors[name].shape) != tuple(want):
-                continue
-            if not w.module_level:  # module level: many tensors fill one module
-                taken.add((param, shard))
-            renames[name] = new
-            reasons.append(f"weights-dropped: {name} → {new} (the layout {w.cls}.load_weights reads: it lands on "
-                           f"{param}{'' if shard is None else ' shard ' + str(shard)}, which got no tensor)")
-            break
-    return renames, reasons
+def name_repair(draft: DraftFacts, w: WeightAnalysis) -> NameRepair:
+    """The renames that put the tensors the loader drops (or, on vLLM, refuses) back where the
+    loader wants them, by the checkpoint's naming pattern through the loader's own mapping
+    (:func:`workbench.rules.weights_repair.repair_names`), shapes as a check."""
+    problem = list(dict.fromkeys(list(w.raises) + list(w.dropped)))
+    shapes = {n: tuple(draft.tensors[n].shape) for n in problem}
+    return repair_names(problem, shapes, w, lambda n: _follow_any(w, n), existing=set(draft.tensors),
+                        many_per_slot=w.module_level)
 
 
 def rename_repair(draft: DraftFacts, w: WeightAnalysis) -> tuple[dict[str, str], list[str]]:
-    """Renames that put dropped tensors back where they belong: first the layer-0 layout this
-    release reads (:func:`layout_repair`), then, for what is left, a dropped tensor whose shape is the
-    expected shape of exactly one missing parameter (or stacked shard), that parameter wanting no
-    other dropped tensor, renamed to a name ``load_weights`` maps onto it (checked by following it
-    through the class's load_weights). Returns ``(renames, reasons)``; what cannot be paired stays out."""
-    renames, reasons = layout_repair(draft, w)
-    if renames:
-        return renames, reasons
-    shapes = {name: tuple(draft.tensors[name].shape) for name in w.dropped}
-    wants: list[tuple[str, Any, tuple]] = []
-    for m in w.missing:
-        param, _, rest = m.partition(" (shard ")
-        spec = w.spec.get(param) or {}
-        if rest:
-            for sid in rest.rstrip(")").split(", "):
-                shard = int(sid) if sid.isdigit() else sid
-                shape = (spec.get("shards") or {}).get(shard)
-                if shape is not None:
-                    wants.append((param, shard, tuple(shape)))
-        elif spec.get("shards"):
-            wants += [(param, sid, tuple(s)) for sid, s in spec["shards"].items() if s is not None]
-        elif spec.get("shape") is not None:
-            wants.append((param, None, tuple(spec["shape"])))
-    for name, shape in shapes.items():
-        fits = [(p, s) for p, s, want in wants if want == shape]
-        if len(fits) != 1:
-            continue
-        param, shard = fits[0]
-        if sum(1 for other in shapes.values() if other == shape) != 1:
-            continue
-        new = _checkpoint_name_for(param, shard, name)
-        how, target, got_shard = _follow_any(w, new)  # the release's own load_weights when read
-        if got_shard != shard:
-            continue
-        if how != "loaded" or target != param or new in draft.tensors:
-            continue
-        renames[name] = new
-        reasons.append(f"weights-dropped: {name} → {new} (shape {list(shape)} is {param}"
-                       f"{'' if shard is None else ' shard ' + str(shard)}, which got no tensor)")
-    return renames, reasons
+    """``(renames, reasons)`` of :func:`name_repair` (what cannot be mapped stays out)."""
+    rep = name_repair(draft, w)
+    return rep.renames, rep.reasons
 
 
 def d2t_from_t2d(tm: TokenMap) -> TensorData | None:
@@ -637,7 +561,8 @@ def weight_fixes(facts: Facts, findings: list[Finding], given: dict) -> list[Fix
     dropped one fits, a wrong shape, no ``t2d``) is a ``none`` fix saying what to re-export. Nothing
     for the weight rules when the draft's config disagrees with its own tensors: their findings
     are that fault's consequences, and the configs family's fix aligns the config."""
-    draft, w, tm = facts.draft, facts.weights, facts.token_map
+    draft, tm = facts.draft, facts.token_map
+    w = facts.vllm_weights if facts.engine_name == "vllm" else facts.weights
     rules = {f.rule for f in findings if f.severity == "error"}
     out: list[Fix] = []
     if w is None or draft is None:
@@ -648,17 +573,24 @@ def weight_fixes(facts: Facts, findings: list[Finding], given: dict) -> list[Fix
         rules -= {"weights-dropped", "weights-missing", "weight-shape-mismatch", "lm-head-shape-mismatch",
                   "head-dim-mismatch"}
     if rules & {"weights-dropped", "weights-missing"}:
-        renames, reasons = rename_repair(draft, w)
-        left = [n for n in w.dropped if n not in renames]
-        if renames:
+        rep = name_repair(draft, w)
+        if rep.renames:
             out.append(Fix("draft-copy", tuple(sorted(rules & {"weights-dropped", "weights-missing"})),
-                           f"{len(renames)} dropped tensor(s) renamed back in a copy of the draft",
-                           repair=DraftRepair(renames=renames, reasons=reasons)))
-        unpaired_missing = len(w.missing) - len(renames)
-        if left or unpaired_missing > 0:
-            out.append(Fix("none", ("weights-missing",), "tensors no rename can supply",
-                           missing=f"re-export the draft with every parameter of its class: {unpaired_missing} "
-                                   f"parameter(s) without a tensor, {len(left)} tensor(s) the engine drops ({left[:3]})"))
+                           f"{len(rep.renames)} tensor(s) the engine {'refuses' if w.raises else 'drops'} renamed to the "
+                           "names its loader maps, in a copy of the draft",
+                           repair=DraftRepair(renames=rep.renames, reasons=rep.reasons)))
+        # a name left unmapped matters when a parameter still lacks its tensor, or when the engine
+        # refuses it (vLLM: the copy would not start); an extra tensor the engine skips does not
+        blocking = {n: why for n, why in rep.unmapped.items() if n in w.raises or rep.unfilled}
+        if rep.unfilled or blocking:
+            out.append(Fix("none", ("weights-missing",) if rep.unfilled else ("weights-dropped",),
+                           "tensors no rename can supply",
+                           missing=(f"{len(rep.unfilled)} parameter(s) no checkpoint tensor can fill: {rep.unfilled[:6]}"
+                                    if rep.unfilled else "every parameter has its tensor")
+                                   + (f"; {len(blocking)} tensor name(s) could not be mapped: "
+                                      + " | ".join(list(blocking.values())[:4]) if blocking else "")
+                                   + ("; re-export the draft with every parameter of its class" if rep.unfilled else
+                                      "; remove or rename them (the engine refuses a name no parameter has)")))
     for rule in ("weight-shape-mismatch", "lm-head-shape-mismatch", "head-dim-mismatch"):
         if rule in rules:
             out.append(Fix("none", (rule,), "a tensor of the wrong shape",
