@@ -222,8 +222,15 @@ def cached_outcomes(cases: Mapping[str, tuple], workdir: Path) -> dict[str, Vllm
 
 
 def _exc_line(exc: BaseException) -> str:
-    text = f"{type(exc).__name__}: {exc}".strip()
-    return text.splitlines()[-1] if text else type(exc).__name__
+    """``"Type: message"`` on one line: the message's first line, and its last meaningful line when it
+    has several (pydantic's ``ValidationError`` ends with a "For further information visit ..." link:
+    the line before it says what was refused)."""
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()
+             and not ln.strip().startswith("For further information visit")]
+    if not lines:
+        return type(exc).__name__
+    text = lines[0] if len(lines) == 1 else f"{lines[0]} … {lines[-1]}"
+    return f"{type(exc).__name__}: {text}"
 
 
 def _root(exc: BaseException) -> BaseException:
