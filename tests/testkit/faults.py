@@ -395,7 +395,8 @@ def _wrapper_prefix(b: _Build) -> None:
     asked for a helper to strip it). SGLang 0.5.23: ``module.fc.weight`` and ``model.module.fc.weight`` match no
     parameter: every tensor is dropped silently (``module.d2t`` still contains ``d2t`` and is read,
     ``module.t2d`` skipped): the draft runs on its initial weights, accept length ~1.00. vLLM 0.32.0:
-    ``ValueError: There is no module or parameter named 'module' in LlamaModel`` at start-up."""
+    ``ValueError: There is no module or parameter named 'module' in Eagle3LlamaForCausalLM`` at start-up
+    (``module.d2t`` is renamed but not prefixed, so it reaches the top module first)."""
     _rename_all(b, lambda k: "module." + k)
 
 
