@@ -52,6 +52,9 @@ CASES = [
          outcome="cause-found", fixable=False, starts_as_found=False, refused_as_found=True),
     Case("weights-dropped", ("renamed-tensor",), ("weights-loaded",), ("weights-dropped", "weights-missing"),
          ("draft-copy",)),
+    # every name in another framework's naming (Meta's): the repair learns the naming, not shape pairs
+    Case("weights-framework-naming", ("framework-naming",), ("weights-loaded",), ("weights-dropped", "weights-missing"),
+         ("draft-copy",)),
     Case("token-map", ("d2t-minus-arange",), ("token-map",), ("token-map-invalid",), ("draft-copy",)),
     Case("config-vs-target", ("target-hidden-mismatch",), ("config-vs-target",), ("hidden-size-mismatch",),
          ("draft-copy",), starts_as_found=False, refused_as_found=True),
@@ -103,6 +106,8 @@ GUARD_REFUSES = {
     "draft-unknown-architecture": {"unknown-draft-architecture"},
     "truncated-checkpoint": {"checkpoint-unreadable"}, "eagle-flag": set(),
     "spec-params-without-steps": {"spec-params-invalid"}, "spec-steps-zero": set(),
+    # the naming faults: SGLang skips every name it cannot place, silently (vLLM refuses them: not this box)
+    "wrapper-prefix": set(), "stripped-prefix": set(), "framework-naming": set(), "attn-renamed": set(),
 }
 
 

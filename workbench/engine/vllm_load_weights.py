@@ -32,8 +32,8 @@ same for ``Eagle3Qwen3ForCausalLM``), and what this module reads of it:
 
 Measured on the real vLLM CPU build (``tests/integration/test_vllm_weights_truth.py``): an
 unknown name, a ``module.``/``model.`` wrapper prefix: ``ValueError`` at start-up; a missing
-``norm.weight``: starts, the norm holds ones; a missing ``fc.weight`` or ``lm_head.weight``: starts,
-accept length ~1.0; an extra ``fc.bias``: ignored.
+``norm.weight``: starts, the norm holds ones (115 of 507 draft tokens accepted, healthy 116/504); a
+missing ``fc.weight``: starts, 61/669; no ``lm_head.weight``: starts, 0/846; an extra ``fc.bias``: ignored.
 """
 
 from __future__ import annotations
