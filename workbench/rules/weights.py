@@ -23,6 +23,13 @@ layers' family; an unreadable ``d2t`` is ``checkpoint-unreadable`` (readability)
 config disagrees with its own tensors (``draft-config-vs-tensors``, configs family), the parameters
 modelled from that config are wrong too: every finding here then carries
 ``evidence["consequence_of"] = "draft-config-vs-tensors"`` and is no root cause of its own.
+
+On a vLLM launch the weight rules follow vLLM's own EAGLE-3 loading instead (:mod:`workbench.rules.weights_vllm`,
+read from the box's vLLM by :mod:`workbench.engine.vllm_load_weights`, vLLM 0.32.0 as fallback): a name
+no parameter has stops vLLM at start-up (``ValueError``), a missing parameter keeps its initial value
+silently, a missing ``lm_head`` is replaced by the target's. The repair of dropped names
+(:mod:`workbench.rules.weights_repair`) learns the checkpoint's naming and follows each new name through
+the launch's engine's loader.
 """
 
 from __future__ import annotations
@@ -556,10 +563,14 @@ def d2t_from_t2d(tm: TokenMap) -> TensorData | None:
 
 @FAMILY.fixes_with
 def weight_fixes(facts: Facts, findings: list[Finding], given: dict) -> list[Fix]:
-    """A copy of the draft with dropped tensors renamed back when a dropped tensor and a missing
-    parameter match by shape (:func:`rename_repair`), and ``d2t`` rebuilt from ``t2d`` when the map
-    is missing or invalid (:func:`d2t_from_t2d`). What cannot be derived (a missing tensor no
-    dropped one fits, a wrong shape, no ``t2d``) is a ``none`` fix saying what to re-export. Nothing
+    """A copy of the draft with the tensors the engine's loader drops (SGLang) or refuses (vLLM)
+    renamed to the names it maps, by the naming transform the checkpoint applied to all its names
+    (a wrapper or stripped prefix, another framework's naming, learned token edits), each new name
+    followed through the launch's engine's own loader, shapes as a check (:func:`name_repair`,
+    :mod:`workbench.rules.weights_repair`), and ``d2t`` rebuilt from ``t2d`` when the map is missing
+    or invalid (:func:`d2t_from_t2d`). What cannot be derived (a parameter no tensor can fill, a
+    name no transform maps — each named with why —, a wrong shape, no ``t2d``) is a ``none`` fix
+    saying what to re-export or rename; none when every name was mapped. Nothing
     for the weight rules when the draft's config disagrees with its own tensors: their findings
     are that fault's consequences, and the configs family's fix aligns the config."""
     draft, tm = facts.draft, facts.token_map
