@@ -7,7 +7,7 @@ a stripped prefix (``midlayer.`` lost), another framework's naming (``layers.0.a
 ``self_attn`` → ``attn``), another separator (``/``). :func:`learn_steps` proposes the steps such a
 transform is made of — a prefix shared by the problem names (strip it), a prefix the engine's names
 have and these lack (add it), token runs that differ consistently between the problem names and the
-names the loader wants for the parameters that got no tensor (``difflib`` on the dotted tokens: one
+names the loader wants for the parameters that got no tensor (on the dotted tokens: one
 edit per pair, kept when it explains several names or is the only explanation), the layouts EAGLE-3
 exports use for layer 0 (``midlayer.`` ↔ ``layers.0.``) and Meta's Llama naming as
 ``transformers/models/llama/convert_llama_weights_to_hf.py`` maps it (``wq``→``q_proj``,
@@ -22,7 +22,6 @@ both rejected (ambiguous). Every name that stays unmapped says why.
 
 from __future__ import annotations
 
-import difflib
 from dataclasses import dataclass, field
 from itertools import combinations
 from typing import Any, Callable
@@ -44,6 +43,8 @@ LAYER0_LAYOUTS = {("midlayer",): ("layers", "0"), ("layers", "0"): ("midlayer",)
 #: ``hf_to_vllm_mapper.orig_to_new_stacked``): used to name a missing shard's checkpoint tensor.
 STACKED_PIECES = {"qkv_proj": {"q": "q_proj", "k": "k_proj", "v": "v_proj"}, "gate_up_proj": {0: "gate_proj", 1: "up_proj"}}
 _MAX_STEPS = 9
+#: Steps combined into one transform at most (a wrapper, a scheme, a layout: three covers what exports do).
+_MAX_COMBINED = 3
 _SKIP = ("d2t", "t2d")
 
 #: ``follow(name) -> (how, param, shard)``: one checkpoint name through the engine's loader.
@@ -152,13 +153,26 @@ def wanted_names(w: Any, follow: Follow) -> dict[str, tuple[str, Any]]:
     return out
 
 
+#: The longest token run one learned edit replaces (a module's name, a layer's path).
+_EDIT_TOKENS = 3
+
+
 def _one_edit(d: tuple, w: tuple) -> tuple | None:
     """The single token-run edit turning ``d`` into ``w`` as ``(kind, src, dst)`` (an insert or delete
-    anchored on its neighbour token; at the start: ``add``/``strip``), ``None`` when more than one."""
-    ops = [o for o in difflib.SequenceMatcher(None, d, w, autojunk=False).get_opcodes() if o[0] != "equal"]
-    if len(ops) != 1:
+    anchored on its neighbour token; at the start: ``add``/``strip``): what lies between their common
+    leading and trailing tokens, when neither side is longer than :data:`_EDIT_TOKENS`; ``None`` when
+    they are equal or differ in more than that."""
+    n = min(len(d), len(w))
+    p = 0
+    while p < n and d[p] == w[p]:
+        p += 1
+    q = 0
+    while q < n - p and d[len(d) - 1 - q] == w[len(w) - 1 - q]:
+        q += 1
+    i1, i2, j1, j2 = p, len(d) - q, p, len(w) - q
+    if (i1 == i2 and j1 == j2) or i2 - i1 > _EDIT_TOKENS or j2 - j1 > _EDIT_TOKENS:
         return None
-    tag, i1, i2, j1, j2 = ops[0]
+    tag = "insert" if i1 == i2 else "delete" if j1 == j2 else "replace"
     if tag == "insert" and i1 == 0:
         return ("add", (), w[j1:j2])
     if tag == "delete" and i1 == 0:
@@ -242,8 +256,12 @@ def repair_names(problem: list[str], shapes: dict[str, tuple], w: Any, follow: F
     names = list(problem)
     d2t_free = getattr(w, "d2t_name", None) is None
 
+    memo: dict[str, tuple] = {}
+
     def lands(new: str) -> tuple[str, Any] | None:
-        how, param, shard = follow(new)[:3]
+        if new not in memo:
+            memo[new] = tuple(follow(new)[:3])
+        how, param, shard = memo[new]
         if new in existing:
             return None
         if how == "d2t" and d2t_free:  # a token map under a name the loader refuses (vLLM: module.d2t)
@@ -257,7 +275,7 @@ def repair_names(problem: list[str], shapes: dict[str, tuple], w: Any, follow: F
         return None
 
     tried: list[tuple[tuple, dict]] = []
-    for k in range(0, len(steps) + 1):
+    for k in range(0, min(len(steps), _MAX_COMBINED) + 1):
         for combo in combinations(steps, k):
             mapped = {}
             for n in names:
