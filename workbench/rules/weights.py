@@ -364,9 +364,28 @@ def weights_missing(facts: Facts) -> list[Finding]:
     Where the box's source shows the check runs, the finding prevents start-up."""
     if facts.engine_name == "vllm":
         w = facts.vllm_weights
-        return consequences_of_config(facts, _vllm_findings("weights-missing", vllm_missing_parts(facts.draft, w))) if w is not None else []
-    w = facts.weights
-    return consequences_of_config(facts, missing_findings(facts.draft, w)) if w is not None else []
+        found = _vllm_findings("weights-missing", vllm_missing_parts(facts.draft, w)) if w is not None else []
+    else:
+        w = facts.weights
+        found = missing_findings(facts.draft, w) if w is not None else []
+    return consequences_of_config(facts, _renames_supply(facts.draft, w, found))
+
+
+def _renames_supply(draft: DraftFacts, w: WeightAnalysis | None, found: list[Finding]) -> list[Finding]:
+    """``weights-missing`` findings whose parameters the dropped (or refused) tensors fill once renamed
+    by the checkpoint's naming (:func:`name_repair`): their fix says so instead of asking for a
+    re-export, and the evidence lists the renames."""
+    if not found or w is None or not (w.dropped or w.raises):
+        return found
+    rep = name_repair(draft, w)
+    if rep.unfilled or not rep.renames:
+        return found
+    for f in found:
+        f.fix = (f"rename the {len(rep.renames)} tensor(s) the engine {'refuses' if w.raises else 'drops'} by the "
+                 f"checkpoint's naming ({'; '.join(s.describe() for s in rep.steps)}): they fill every one of these "
+                 "parameters (the draft-copy fix does it)")
+        f.evidence["renames_supply"] = dict(rep.renames)
+    return found
 
 
 @FAMILY.rule("weight-shape-mismatch", engines=ALL_ENGINES, severities=("error",), prevents_start="always",
