@@ -149,7 +149,7 @@ def shape_findings(w: WeightAnalysis, rule_id: str) -> list[Finding]:
     return [_shape_finding(prob) for prob in w.shape_problems if prob["rule"] == rule_id]
 
 
-def _vllm_findings(rule_id: str, parts: list[dict]) -> list[Finding]:
+def _vllm_weight_findings(rule_id: str, parts: list[dict]) -> list[Finding]:
     """``rule_id``'s findings from the parts :mod:`workbench.rules.weights_vllm` worked out on vLLM."""
     return [Finding(rule_id, p["severity"], p["message"], p["evidence"], p["fix"], prevents_start=p["prevents_start"])
             for p in parts]
@@ -160,7 +160,7 @@ def _shapes(facts: Facts, rule_id: str) -> list[Finding]:
     (:attr:`Facts.vllm_weights`), else SGLang's (:attr:`Facts.weights`)."""
     if facts.engine_name == "vllm":
         w = facts.vllm_weights
-        return _vllm_findings(rule_id, vllm_shape_parts(facts.draft, w, rule_id)) if w is not None else []
+        return _vllm_weight_findings(rule_id, vllm_shape_parts(facts.draft, w, rule_id)) if w is not None else []
     w = facts.weights
     return shape_findings(w, rule_id) if w is not None else []
 
@@ -331,7 +331,7 @@ def weights_dropped(facts: Facts) -> list[Finding]:
     unexpected ``*.bias`` or a mapper's ``None`` is dropped silently."""
     if facts.engine_name == "vllm":
         w = facts.vllm_weights
-        return consequences_of_config(facts, _vllm_findings("weights-dropped", vllm_dropped_parts(facts.draft, w))) if w is not None else []
+        return consequences_of_config(facts, _vllm_weight_findings("weights-dropped", vllm_dropped_parts(facts.draft, w))) if w is not None else []
     w = facts.weights
     return consequences_of_config(facts, dropped_findings(facts.draft, w)) if w is not None else []
 
@@ -364,7 +364,7 @@ def weights_missing(facts: Facts) -> list[Finding]:
     Where the box's source shows the check runs, the finding prevents start-up."""
     if facts.engine_name == "vllm":
         w = facts.vllm_weights
-        found = _vllm_findings("weights-missing", vllm_missing_parts(facts.draft, w)) if w is not None else []
+        found = _vllm_weight_findings("weights-missing", vllm_missing_parts(facts.draft, w)) if w is not None else []
     else:
         w = facts.weights
         found = missing_findings(facts.draft, w) if w is not None else []
