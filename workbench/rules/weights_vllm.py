@@ -15,7 +15,8 @@ and vLLM's consequences, which differ from SGLang's:
 * the shape rules: the weight loader fails at start-up (``AssertionError`` from
   ``default_weight_loader`` / ``ParallelLMHead``, ``RuntimeError`` from a stacked shard's ``narrow``).
 
-Layering: the rules layer (reads :class:`workbench.rules.facts.Facts`)."""
+The functions here work out each finding's parts (:data:`Parts`); :mod:`workbench.rules.weights`, the
+family's module, builds the findings. Layering: the rules layer (reads :class:`workbench.rules.facts.Facts`)."""
 
 from __future__ import annotations
 
@@ -105,8 +106,8 @@ def vllm_dropped_parts(draft: Any, w: WeightAnalysis) -> list[Parts]:
     out: list[Parts] = []
     ev = _evidence(draft, w)
     if w.raises:
-        out.append(_parts("error",
-            f"{len(w.raises)} checkpoint tensor(s) match no module or parameter of {w.cls} after vLLM's renames "
+        out.append(_parts(
+            "error", f"{len(w.raises)} checkpoint tensor(s) match no module or parameter of {w.cls} after vLLM's renames "
             f"(load_weights: 'model.' prefix unless lm_head, d2t → draft_id_to_target_id; the model's "
             f"hf_to_vllm_mapper: midlayer. → layers.0., q/k/v → qkv_proj, gate/up → gate_up_proj): AutoWeightsLoader "
             f"raises \"ValueError: There is no module or parameter named ...\" and the engine does not start: "
@@ -119,14 +120,14 @@ def vllm_dropped_parts(draft: Any, w: WeightAnalysis) -> list[Parts]:
     how = "with a warning in the log" if set(w.dropped) <= set(w.warned) else "silently"
     if not w.missing and not meaningful:
         return out + [_parts("warning",
-                              f"{len(w.dropped)} checkpoint tensor(s) are dropped by vLLM's mappers ({how}: an "
-                              f"unexpected '.bias', a switch the config turns off): {w.dropped[:5]}; every parameter "
-                              "still gets a tensor", evidence,
-                              "nothing to do unless the engine should load them (check the config's switches)")]
+                             f"{len(w.dropped)} checkpoint tensor(s) are dropped by vLLM's mappers ({how}: an "
+                             f"unexpected '.bias', a switch the config turns off): {w.dropped[:5]}; every parameter "
+                             "still gets a tensor", evidence,
+                             "nothing to do unless the engine should load them (check the config's switches)")]
     return out + [_parts("error",
-                          f"{len(w.dropped)} checkpoint tensor(s) are dropped by vLLM's mappers ({how}): "
-                          f"{w.dropped[:5]} ({w.cls}, {w.engine})", evidence,
-                          f"rename them to the names {w.cls} loads, or set the config switch that loads them")]
+                         f"{len(w.dropped)} checkpoint tensor(s) are dropped by vLLM's mappers ({how}): "
+                         f"{w.dropped[:5]} ({w.cls}, {w.engine})", evidence,
+                         f"rename them to the names {w.cls} loads, or set the config switch that loads them")]
 
 
 def vllm_missing_parts(draft: Any, w: WeightAnalysis) -> list[Parts]:
@@ -155,8 +156,8 @@ def vllm_missing_parts(draft: Any, w: WeightAnalysis) -> list[Parts]:
                 "the draft's ids are scored by other tokens' rows (accept length about 1.0)")
     ev = {**_evidence(draft, w), "missing": w.missing, "holds": holds,
           "why": {m: w.spec[m.split(' ')[0]]["why"] for m in w.missing}}
-    f = _parts("error", msg, ev,
-                "re-export the draft with its trained lm_head" if head else None, prevents_start=strict)
+    f = _parts("error", msg, ev, "re-export the draft with its trained lm_head" if head else None,
+               prevents_start=strict)
     if w.raises:
         f["evidence"]["consequence_of"] = "weights-dropped"
         f["message"] += " (the other side of the names vLLM refuses: it does not start until they are renamed)"
@@ -172,8 +173,8 @@ def vllm_shape_parts(draft: Any, w: WeightAnalysis, rule_id: str) -> list[Parts]
         if p["rule"] != rule_id:
             continue
         out.append(_parts("error",
-                           f"{p['tensor']} has shape {p['shape']}, vLLM builds {p['param']}"
-                           f"{'' if p['shard'] is None else ' shard ' + str(p['shard'])} as {p['expected']} "
-                           f"({w.cls}): its weight loader fails (AssertionError / RuntimeError) and the engine does "
-                           "not start", {**p, **_evidence(draft, w)}, None, prevents_start=True))
+                          f"{p['tensor']} has shape {p['shape']}, vLLM builds {p['param']}"
+                          f"{'' if p['shard'] is None else ' shard ' + str(p['shard'])} as {p['expected']} "
+                          f"({w.cls}): its weight loader fails (AssertionError / RuntimeError) and the engine does "
+                          "not start", {**p, **_evidence(draft, w)}, None, prevents_start=True))
     return out
