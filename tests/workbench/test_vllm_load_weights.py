@@ -136,3 +136,16 @@ def test_what_each_name_becomes(box, tmp_path):
         dataclasses.replace(draft, config={**draft.config, "draft_vocab_size": 256}), 256)[
         "lm_head.weight"]["required"]  # a full-vocabulary draft without a head shares the target's
     assert json.loads(json.dumps(lw.to_dict()))["origin"] == "shipped"
+
+
+def test_a_draft_class_whose_loading_is_not_modelled_is_named_in_a_note(box, tmp_path):
+    """An MLA EAGLE-3 draft (vLLM builds Eagle3DeepseekV2ForCausalLM): the weight rules do not guess."""
+    dep = build_deployment(tmp_path / "d", "healthy")
+    cfg = json.loads((dep.draft_dir / "config.json").read_text())
+    cfg["architectures"] = ["Eagle3DeepseekV3ForCausalLM"]
+    (dep.draft_dir / "config.json").unlink()
+    (dep.draft_dir / "config.json").write_text(json.dumps(cfg))
+    draft = read_draft_facts(box, str(dep.draft_dir))
+    facts = Facts.of(sandbox_vllm_launch_command(draft=str(draft.path)), draft=draft, box=box)
+    assert facts.vllm_weights is None
+    assert any("Eagle3DeepseekV2ForCausalLM is not checked parameter by parameter" in n for n in facts.notes)

@@ -53,14 +53,18 @@ def vllm_draft_class(facts: Any) -> str | None:
     under ``eagle3``, through the box's ``_SPECULATIVE_DECODING_MODELS``), when it is an EAGLE-3 draft
     class whose loading this module models (:data:`~workbench.engine.vllm_load_weights.CLASS_FILES`);
     ``None`` otherwise (another method, an unregistered class: other rules say so)."""
+    cls = _built_class(facts)
+    return cls if cls in CLASS_FILES else None
+
+
+def _built_class(facts: Any) -> str | None:
+    """The vLLM class an ``eagle3`` launch builds for the draft, modelled or not (``None``: unknown)."""
     from workbench.rules.vllm_engine import eagle_config_architecture
 
     arch = facts.draft_architecture
     if arch is None or (facts.speculative_method or "").lower() != "eagle3":
         return None
-    name = eagle_config_architecture(arch, "eagle3")
-    cls = (getattr(facts.vllm, "draft_classes", None) or {}).get(name)
-    return cls if cls in CLASS_FILES else None
+    return (getattr(facts.vllm, "draft_classes", None) or {}).get(eagle_config_architecture(arch, "eagle3"))
 
 
 def vllm_load_facts(facts: Any, cls: str) -> VllmLoadWeights:
@@ -85,6 +89,12 @@ def vllm_weight_analysis(facts: Any) -> WeightAnalysis | None:
         return None
     cls = vllm_draft_class(facts)
     if cls is None:
+        built = _built_class(facts)
+        if built is not None:
+            note = (f"the weight rules on vLLM model {' and '.join(sorted(CLASS_FILES))}; the draft's class {built} "
+                    "is not checked parameter by parameter (its loading is not modelled)")
+            if note not in facts.notes:
+                facts.notes.append(note)
         return None
     lw = vllm_load_facts(facts, cls)
     vocab = facts.target.vocab_size if facts.target is not None and facts.target.vocab_size else None
