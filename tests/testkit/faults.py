@@ -35,6 +35,10 @@ Fault names (``FILE_FAULTS`` change files, ``LAUNCH_FAULTS`` the launch command)
 ``fc-transposed``              ``fc.weight`` stored ``[in, out]`` = [480, 160] (a converter's layout)
 ``aux-ids-fewer-than-num-aux`` ``num_aux_hidden_states`` 3 with ids [1, 3]: fc 480 wide, 320 captured
 ``truncated-checkpoint``       the draft ``model.safetensors`` cut to half its size
+``wrapper-prefix``             every tensor name under ``module.`` (a DDP/FSDP wrapper's state dict)
+``stripped-prefix``            layer 0's names without ``midlayer.`` (``self_attn.q_proj.weight`` …)
+``framework-naming``           Meta's Llama naming: ``layers.0.attention.wq``, ``feed_forward.w1``, ``output``
+``attn-renamed``               ``self_attn`` → ``attn`` in every name (q/k/v: three tensors of one shape)
 ``eagle-flag``                 launch: ``--speculative-algorithm EAGLE``
 ``spec-params-without-steps``  launch: topk 1 + 4 draft tokens, no ``--speculative-num-steps``
 ``spec-steps-zero``            launch: ``--speculative-num-steps 0``
@@ -408,6 +412,75 @@ def _truncated_checkpoint(b: _Build) -> None:
     b.truncate_draft = True
 
 
+#: What the engines do with the naming faults (the kinds of naming a repair must learn, not one
+#: fixture): SGLang 0.5.23 ``LlamaForCausalLMEagle3.load_weights`` (``llama_eagle3.py:358-378``) tries a
+#: name as is and with ``model.``; one that matches no parameter is skipped without a word, so the
+#: parameters keep their initial values and acceptance collapses, silently. vLLM 0.32.0
+#: (``llama_eagle3.py`` ``Eagle3LlamaForCausalLM.load_weights`` → ``AutoWeightsLoader``,
+#: ``model_executor/models/utils.py``) raises ``ValueError: There is no module or parameter named
+#: '<first unknown part>' in LlamaModel`` on the first such name: the engine does not start (measured,
+#: tests/integration/test_vllm_weights_truth.py).
+
+
+def _rename_all(b: _Build, rename: Callable[[str], str]) -> None:
+    b._tensors = {rename(k): v for k, v in b.tensors.items()}
+
+
+def _wrapper_prefix(b: _Build) -> None:
+    """Every tensor name under ``module.`` (the state dict of a ``DistributedDataParallel`` / FSDP
+    wrapper saved as is: pytorch/pytorch issue #3805, "unexpected key module.features..."; issue #41048
+    asked for a helper to strip it). SGLang 0.5.23: ``module.fc.weight`` and ``model.module.fc.weight`` match no
+    parameter: every tensor is dropped silently (``module.d2t`` still contains ``d2t`` and is read,
+    ``module.t2d`` skipped): the draft runs on its initial weights, accept length ~1.00. vLLM 0.32.0:
+    ``ValueError: There is no module or parameter named 'module' in Eagle3LlamaForCausalLM`` at start-up
+    (``module.d2t`` is renamed but not prefixed, so it reaches the top module first)."""
+    _rename_all(b, lambda k: "module." + k)
+
+
+def _stripped_prefix(b: _Build) -> None:
+    """Layer 0's names without their ``midlayer.`` (an exporter that saved the decoder layer's own
+    state dict beside ``fc``/``norm``: ``self_attn.q_proj.weight``, ``mlp.down_proj.weight``,
+    ``hidden_norm.weight``; keys relative to a submodule, as sgl-project/sglang PR #33966 describes for
+    community EAGLE drafts whose loader has to prepend the missing part). SGLang 0.5.23: ``model.self_attn.qkv_proj.weight`` is no parameter: the
+    nine layer tensors are dropped silently, the layer keeps its initial weights (accept length
+    collapses). vLLM 0.32.0: ``ValueError: There is no module or parameter named 'hidden_norm' in
+    LlamaModel`` at start-up."""
+    _rename_all(b, lambda k: k[len("midlayer."):] if k.startswith("midlayer.") else k)
+
+
+#: Meta's Llama checkpoint naming (``llama/model.py``), as Hugging Face's converter reads it.
+_META = (("self_attn.q_proj", "attention.wq"), ("self_attn.k_proj", "attention.wk"), ("self_attn.v_proj", "attention.wv"),
+         ("self_attn.o_proj", "attention.wo"), ("mlp.gate_proj", "feed_forward.w1"), ("mlp.down_proj", "feed_forward.w2"),
+         ("mlp.up_proj", "feed_forward.w3"), ("post_attention_layernorm", "ffn_norm"),
+         ("input_layernorm", "attention_norm"), ("midlayer.", "layers.0."), ("lm_head.", "output."))
+
+
+def _framework_naming(b: _Build) -> None:
+    """Every name in Meta's Llama naming (a draft trained in a Meta-style codebase and exported without
+    transformers' ``convert_llama_weights_to_hf.py``; meta-pytorch/gpt-fast issue #211 lists both
+    namings side by side: ``layers.0.attention.wq.weight``,
+    ``layers.0.feed_forward.w1.weight``, ``layers.0.attention_norm.weight``, ``output.weight``; ``fc``,
+    ``norm``, ``hidden_norm``, ``d2t``/``t2d`` keep their names). SGLang 0.5.23: the attention, MLP,
+    both layer norms and ``lm_head`` are dropped silently (``layers.0.hidden_norm`` loads): accept
+    length ~1.00. vLLM 0.32.0: ``ValueError: There is no module or parameter named
+    'layers.0.attention' in LlamaModel`` at start-up."""
+    def meta(k: str) -> str:
+        for hf, fb in _META:
+            k = k.replace(hf, fb)
+        return k
+    _rename_all(b, meta)
+
+
+def _attn_renamed(b: _Build) -> None:
+    """``self_attn`` written ``attn`` in every name (GPT-style module naming, as litgpt's
+    ``transformer.h.N.attn``: Lightning-AI/litgpt PR #88; here ``midlayer.attn.q_proj.weight``):
+    ``q_proj``, ``k_proj`` and ``v_proj`` all have shape [160, 320], so pairing dropped tensors with
+    missing parameters by shape is ambiguous; only the naming pattern maps them. SGLang 0.5.23: the four
+    attention tensors are dropped silently, the attention keeps its initial weights. vLLM 0.32.0:
+    ``ValueError: There is no module or parameter named 'layers.0.attn' in LlamaModel`` at start-up."""
+    _rename_all(b, lambda k: k.replace(".self_attn.", ".attn."))
+
+
 FAULTS: dict[str, Fault] = {f.name: f for f in (
     Fault("healthy", "files", "The committed deployment, copied: nothing injected.", lambda b: None),
     Fault("no-eagle-config", "files", _no_eagle_config.__doc__, _no_eagle_config, group="aux"),
@@ -429,6 +502,10 @@ FAULTS: dict[str, Fault] = {f.name: f for f in (
     Fault("aux-ids-fewer-than-num-aux", "files", _aux_ids_fewer_than_num_aux.__doc__, _aux_ids_fewer_than_num_aux,
           group="aux"),
     Fault("truncated-checkpoint", "files", _truncated_checkpoint.__doc__, _truncated_checkpoint, group="weights"),
+    Fault("wrapper-prefix", "files", _wrapper_prefix.__doc__, _wrapper_prefix, group="naming"),
+    Fault("stripped-prefix", "files", _stripped_prefix.__doc__, _stripped_prefix, group="naming"),
+    Fault("framework-naming", "files", _framework_naming.__doc__, _framework_naming, group="naming"),
+    Fault("attn-renamed", "files", _attn_renamed.__doc__, _attn_renamed, group="naming"),
     Fault("eagle-flag", "launch",
           "``--speculative-algorithm EAGLE`` with the EAGLE-3 draft (sgl-project/sglang PR #21272: Kimi-K2.5 "
           "with lightseekorg/kimi-k2.5-eagle3, accept_len 1.00, no error). SGLang 0.5.23 gates aux capture on "

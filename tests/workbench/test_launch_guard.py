@@ -71,7 +71,7 @@ def test_the_registry_marks_a_rule_that_always_stops_start_and_refuses_a_mark_fr
 def test_every_rule_declares_what_its_errors_mean_for_start_up():
     declared = {r.id: r.prevents_start for r in REGISTRY}
     # the faults that only lower acceptance never refuse a launch
-    for rid in ("algorithm-mismatch", "weights-missing", "token-map-missing",
+    for rid in ("algorithm-mismatch", "token-map-missing",
                 "vocab-size-mismatch", "acceptance-collapsed", "model-not-on-box"):
         assert declared[rid] == "never", rid
     for rid in ("checkpoint-unreadable", "model-path-missing", "launch-flag-unknown", "target-no-aux-capture",
@@ -80,7 +80,10 @@ def test_every_rule_declares_what_its_errors_mean_for_start_up():
     # weights-dropped: a skipped name only lowers acceptance, but on SGLang 0.4.6-0.4.8 a stacked name no
     # parameter has is params_dict[name] in llama.py's load_weights: KeyError at start-up (test_draft_classes)
     for rid in ("spec-params-invalid", "aux-layer-ids-out-of-range", "hidden-size-mismatch", "draft-config-vs-tensors",
-                "token-map-invalid", "weights-dropped"):
+                "token-map-invalid", "weights-dropped",
+                # weights-missing: silent on SGLang and on vLLM 0.32.0 (Eagle3LlamaForCausalLM.load_weights returns
+                # nothing, so the strict check is skipped), a start-up refusal where a vLLM's loader checks
+                "weights-missing"):
         assert declared[rid] == "depends", rid
 
 

@@ -149,7 +149,7 @@ class Facts:
                                                                   "engine_name", "speculative_method",
                                                                   "draft_model_value", "vllm", "vllm_runner",
                                                                   "speculative_config_error",
-                                                                  "draft_load_weights")}
+                                                                  "draft_load_weights", "vllm_weights")}
         facts = cls(launch, target=target, draft=draft, **given)
         for k, v in derived.items():
             if k == "capture" and (v is None or isinstance(v, CaptureRule)):
@@ -460,6 +460,18 @@ class Facts:
                               + ("; SGLang 0.5.23's modelled load_weights is used" if lw.cls == "LlamaForCausalLMEagle3"
                                  else "; the weight rules are not run for this draft"))
             return analyse_weights(self.draft) if lw.cls == "LlamaForCausalLMEagle3" else None
+
+    @cached_property
+    def vllm_weights(self) -> WeightAnalysis | None:
+        """The checkpoint's tensors through vLLM's own EAGLE-3 weight loading on a vLLM launch
+        (:func:`workbench.rules.weights_vllm.vllm_weight_analysis`: read from the box's vLLM, vLLM
+        0.32.0's as fallback, a note saying so); ``None`` when not a vLLM ``eagle3`` launch of a
+        readable draft whose class is modelled. Settable."""
+        if self.engine_name != "vllm":
+            return None
+        from workbench.rules.weights_vllm import vllm_weight_analysis
+
+        return vllm_weight_analysis(self)
 
     @cached_property
     def config_vs_tensors(self) -> dict[str, dict[str, Any]]:

@@ -23,6 +23,13 @@ layers' family; an unreadable ``d2t`` is ``checkpoint-unreadable`` (readability)
 config disagrees with its own tensors (``draft-config-vs-tensors``, configs family), the parameters
 modelled from that config are wrong too: every finding here then carries
 ``evidence["consequence_of"] = "draft-config-vs-tensors"`` and is no root cause of its own.
+
+On a vLLM launch the weight rules follow vLLM's own EAGLE-3 loading instead (:mod:`workbench.rules.weights_vllm`,
+read from the box's vLLM by :mod:`workbench.engine.vllm_load_weights`, vLLM 0.32.0 as fallback): a name
+no parameter has stops vLLM at start-up (``ValueError``), a missing parameter keeps its initial value
+silently, a missing ``lm_head`` is replaced by the target's. The repair of dropped names
+(:mod:`workbench.rules.weights_repair`) learns the checkpoint's naming and follows each new name through
+the launch's engine's loader.
 """
 
 from __future__ import annotations
@@ -48,6 +55,10 @@ from workbench.rules.finding import Finding
 from workbench.rules.fix import DraftRepair, Fix, TensorData
 from workbench.rules.readability import draft_checkpoint_findings, token_map_unreadable_findings
 from workbench.rules.registry import ALL_ENGINES, Family, HypothesisSpec
+from workbench.engine.vllm_load_weights import VllmLoadWeights
+from workbench.engine.vllm_weights import follow_vllm
+from workbench.rules.weights_repair import NameRepair, repair_names
+from workbench.rules.weights_vllm import vllm_dropped_parts, vllm_missing_parts, vllm_shape_parts
 
 __all__ = ["FAMILY", "LEGACY_NAME_MAP", "STACKED", "MODELLED_ENGINE", "expected_parameters", "map_checkpoint_name",
            "check_token_map", "check_draft_weights", "token_map_summary"]
@@ -136,6 +147,22 @@ def _shape_finding(prob: dict) -> Finding:
 def shape_findings(w: WeightAnalysis, rule_id: str) -> list[Finding]:
     """The shape mismatches of ``w`` that belong to ``rule_id``."""
     return [_shape_finding(prob) for prob in w.shape_problems if prob["rule"] == rule_id]
+
+
+def _vllm_weight_findings(rule_id: str, parts: list[dict]) -> list[Finding]:
+    """``rule_id``'s findings from the parts :mod:`workbench.rules.weights_vllm` worked out on vLLM."""
+    return [Finding(rule_id, p["severity"], p["message"], p["evidence"], p["fix"], prevents_start=p["prevents_start"])
+            for p in parts]
+
+
+def _shapes(facts: Facts, rule_id: str) -> list[Finding]:
+    """``rule_id``'s shape findings for the launch's engine: vLLM's loading on a vLLM launch
+    (:attr:`Facts.vllm_weights`), else SGLang's (:attr:`Facts.weights`)."""
+    if facts.engine_name == "vllm":
+        w = facts.vllm_weights
+        return _vllm_weight_findings(rule_id, vllm_shape_parts(facts.draft, w, rule_id)) if w is not None else []
+    w = facts.weights
+    return shape_findings(w, rule_id) if w is not None else []
 
 
 #: Dropped names that are a fault even when every parameter gets a tensor: a trained lm_head the
@@ -263,8 +290,14 @@ def token_map_invalid_findings(tm: TokenMap) -> list[Finding]:
 def consequences_of_config(facts: Facts, findings: list[Finding]) -> list[Finding]:
     """``findings`` marked as consequences of ``draft-config-vs-tensors`` when the draft's config
     disagrees with its own tensors (:attr:`Facts.config_vs_tensors`): ``evidence["consequence_of"]``
-    names that rule and the message says so. Returned unchanged otherwise."""
+    names that rule and the message says so. Returned unchanged otherwise, and on a launch whose
+    engine that rule does not check (no cause to report them under)."""
+    from workbench.rules.registry import REGISTRY
+
     bad = facts.config_vs_tensors
+    engine = facts.engine_name
+    if engine is not None and engine not in getattr(REGISTRY.get("draft-config-vs-tensors"), "engines", (engine,)):
+        return findings
     if not bad or not findings:
         return findings
     fields = ", ".join(f"{d['key']} {d['config']} vs {d['tensors']}" for d in bad.values())
@@ -274,7 +307,7 @@ def consequences_of_config(facts: Facts, findings: list[Finding]) -> list[Findin
     return findings
 
 
-@FAMILY.rule("weights-dropped", severities=("error", "warning"), prevents_start="depends",
+@FAMILY.rule("weights-dropped", engines=ALL_ENGINES, severities=("error", "warning"), prevents_start="depends",
              summary="a checkpoint tensor name matches no parameter after the engine's renames (it is silently "
                      "skipped)",
              fix="rename the tensors to the engine's names (a rename map)")
@@ -288,12 +321,22 @@ def weights_dropped(facts: Facts) -> list[Finding]:
     warning (``if name in params_dict:`` without ``else``), skipped with a warning in the log
     (``kimi_k25_eagle3.py``: ``Eagle3 MLA: skipping unexpected weight``), or makes the loader raise
     ``KeyError`` (0.4.6 ``llama.py``: ``param = params_dict[name]`` in the stacked branch, the failure
-    of sglang#9135): that finding prevents start-up. The names that land nowhere are listed."""
+    of sglang#9135): that finding prevents start-up. The names that land nowhere are listed.
+
+    On a vLLM launch the draft's vLLM class (``Eagle3LlamaForCausalLM`` / ``Eagle3Qwen3ForCausalLM``)
+    is followed instead (:mod:`workbench.rules.weights_vllm`, read from the box's vLLM, 0.32.0 as
+    fallback): ``load_weights`` skips ``t2d``, renames ``d2t``, prefixes ``model.`` unless ``lm_head``;
+    ``hf_to_vllm_mapper`` maps ``midlayer.`` and the stacked shards; a name no module or parameter has
+    makes ``AutoWeightsLoader`` raise ``ValueError`` (the engine does not start, measured), an
+    unexpected ``*.bias`` or a mapper's ``None`` is dropped silently."""
+    if facts.engine_name == "vllm":
+        w = facts.vllm_weights
+        return consequences_of_config(facts, _vllm_weight_findings("weights-dropped", vllm_dropped_parts(facts.draft, w))) if w is not None else []
     w = facts.weights
     return consequences_of_config(facts, dropped_findings(facts.draft, w)) if w is not None else []
 
 
-@FAMILY.rule("weights-missing", severities=("error",),
+@FAMILY.rule("weights-missing", engines=ALL_ENGINES, severities=("error",), prevents_start="depends",
              summary="a parameter of the draft class gets no tensor (fc, layer 0 projections and norms, final norm, "
                      "lm_head unless tied or taken from the target)",
              fix="—")
@@ -310,12 +353,42 @@ def weights_missing(facts: Facts) -> list[Finding]:
     public Kimi-K2.6 case: ``Eagle3DeepseekV2ForCausalLM`` (``kimi_k25_eagle3.py``, 0.5.12+) sets
     ``load_lm_head_from_target`` only when ``draft_vocab_size`` is missing, so with it set and no
     ``lm_head`` tensor the head stays at its initial values (accept length 1.00); the finding names
-    the lines."""
-    w = facts.weights
-    return consequences_of_config(facts, missing_findings(facts.draft, w)) if w is not None else []
+    the lines.
+
+    On a vLLM launch (:mod:`workbench.rules.weights_vllm`): vLLM 0.32.0's ``Eagle3LlamaForCausalLM.load_weights``
+    returns nothing, so the default loader's strict "weights were not initialized" check does not run:
+    the engine starts and each parameter keeps its initial value (RMSNorm ones, linear weights
+    ``torch.empty``; measured: no ``fc.weight`` → 61 of 669 draft tokens accepted, healthy 116/504); no
+    ``lm_head.weight`` → the target's head is shared and its first ``draft_vocab_size`` rows score the
+    draft's ids (measured: 0 of 846 accepted).
+    Where the box's source shows the check runs, the finding prevents start-up."""
+    if facts.engine_name == "vllm":
+        w = facts.vllm_weights
+        found = _vllm_weight_findings("weights-missing", vllm_missing_parts(facts.draft, w)) if w is not None else []
+    else:
+        w = facts.weights
+        found = missing_findings(facts.draft, w) if w is not None else []
+    return consequences_of_config(facts, _renames_supply(facts.draft, w, found))
 
 
-@FAMILY.rule("weight-shape-mismatch", severities=("error",), prevents_start="always",
+def _renames_supply(draft: DraftFacts, w: WeightAnalysis | None, found: list[Finding]) -> list[Finding]:
+    """``weights-missing`` findings whose parameters the dropped (or refused) tensors fill once renamed
+    by the checkpoint's naming (:func:`name_repair`): their fix says so instead of asking for a
+    re-export, and the evidence lists the renames."""
+    if not found or w is None or not (w.dropped or w.raises):
+        return found
+    rep = name_repair(draft, w)
+    if rep.unfilled or not rep.renames:
+        return found
+    for f in found:
+        f.fix = (f"rename the {len(rep.renames)} tensor(s) the engine {'refuses' if w.raises else 'drops'} by the "
+                 f"checkpoint's naming ({'; '.join(s.describe() for s in rep.steps)}): they fill every one of these "
+                 "parameters (the draft-copy fix does it)")
+        f.evidence["renames_supply"] = dict(rep.renames)
+    return found
+
+
+@FAMILY.rule("weight-shape-mismatch", engines=ALL_ENGINES, severities=("error",), prevents_start="always",
              summary="a checkpoint tensor matched to a parameter has another shape than the engine builds for this "
                      "config (other than lm_head, head_dim and the fc width)",
              fix="the draft's config and checkpoint from the same training run")
@@ -325,31 +398,34 @@ def weight_shape_mismatch(facts: Facts) -> list[Finding]:
     (``srt/model_loader/weight_utils.py``) and the parallel layers' loaders ``assert`` on it, so
     the server fails to start. The mismatches a more specific rule explains are its own
     (``lm-head-shape-mismatch``, ``head-dim-mismatch``, ``aux-count-mismatch``); a config that
-    disagrees with its tensors makes these consequences of ``draft-config-vs-tensors``."""
-    w = facts.weights
-    return consequences_of_config(facts, shape_findings(w, "weight-shape-mismatch")) if w is not None else []
+    disagrees with its tensors makes these consequences of ``draft-config-vs-tensors``. On a vLLM launch the parameters vLLM
+    builds (:func:`workbench.engine.vllm_weights.vllm_expected_parameters`) are compared: its weight loader
+    fails the same way (``AssertionError``; ``RuntimeError`` from a stacked shard's ``narrow``), measured."""
+    return consequences_of_config(facts, _shapes(facts, "weight-shape-mismatch"))
 
 
-@FAMILY.rule("lm-head-shape-mismatch", severities=("error",), prevents_start="always",
+@FAMILY.rule("lm-head-shape-mismatch", engines=ALL_ENGINES, severities=("error",), prevents_start="always",
              summary="lm_head.weight rows ≠ draft_vocab_size (or cols ≠ hidden)",
              fix="—")
 def lm_head_shape_mismatch(facts: Facts) -> list[Finding]:
     """``ParallelLMHead(draft_vocab_size, hidden)`` (SGLang 0.5.23 ``llama_eagle3.py``); a checkpoint
     ``lm_head.weight`` of another shape (e.g. the target's vocab rows, speculators PR #74) makes the
-    weight loader assert at start-up."""
-    w = facts.weights
-    return consequences_of_config(facts, shape_findings(w, "lm-head-shape-mismatch")) if w is not None else []
+    weight loader assert at start-up. On a vLLM launch the parameters vLLM
+    builds (:func:`workbench.engine.vllm_weights.vllm_expected_parameters`) are compared: its weight loader
+    fails the same way (``AssertionError``; ``RuntimeError`` from a stacked shard's ``narrow``), measured."""
+    return consequences_of_config(facts, _shapes(facts, "lm-head-shape-mismatch"))
 
 
-@FAMILY.rule("head-dim-mismatch", severities=("error",), prevents_start="always",
+@FAMILY.rule("head-dim-mismatch", engines=ALL_ENGINES, severities=("error",), prevents_start="always",
              summary="a q/k/v or o projection's shape ≠ heads × head_dim (head_dim from config, else hidden/heads)",
              fix="set head_dim in the draft's config")
 def head_dim_mismatch(facts: Facts) -> list[Finding]:
     """``LlamaAttention`` (SGLang 0.5.23 ``srt/models/llama.py``) sizes ``qkv_proj`` and ``o_proj``
     with ``head_dim`` from the config, else ``hidden_size // num_attention_heads``; a checkpoint
-    trained with another head_dim has projections of another width and the loader asserts."""
-    w = facts.weights
-    return consequences_of_config(facts, shape_findings(w, "head-dim-mismatch")) if w is not None else []
+    trained with another head_dim has projections of another width and the loader asserts. On a vLLM launch the parameters vLLM
+    builds (:func:`workbench.engine.vllm_weights.vllm_expected_parameters`) are compared: its weight loader
+    fails the same way (``AssertionError``; ``RuntimeError`` from a stacked shard's ``narrow``), measured."""
+    return consequences_of_config(facts, _shapes(facts, "head-dim-mismatch"))
 
 
 @FAMILY.rule("token-map-missing", engines=ALL_ENGINES, severities=("error",),
@@ -459,25 +535,12 @@ def check_draft_weights(box: Any, draft: DraftFacts, target: TargetFacts | None 
     return findings, checked
 
 
-def _checkpoint_name_for(param: str, shard: Any, dropped: str) -> str:
-    """A checkpoint name ``load_weights`` maps onto ``param`` (shard ``shard``), in the naming style
-    of the ``dropped`` name it replaces (``midlayer.`` vs ``layers.0.``, with or without ``model.``)."""
-    name = param[len("model."):] if param.startswith("model.") else param
-    if shard is not None:
-        for stacked, piece, sid in STACKED:
-            if stacked in name and sid == shard:
-                name = name.replace(stacked, piece)
-                break
-    if "midlayer" in dropped or name.startswith("midlayer."):
-        name = name.replace("layers.0.", "midlayer.")
-    if dropped.startswith("model.") and not name.startswith("model."):
-        name = "model." + name
-    return name
-
-
 def _follow_any(w: WeightAnalysis, name: str) -> tuple[str, str | None, Any]:
-    """``(how, param, shard)`` of checkpoint ``name`` through the analysed class's load_weights
-    (read from the source when it was, else SGLang 0.5.23's modelled one)."""
+    """``(how, param, shard)`` of checkpoint ``name`` through the analysed class's loader: vLLM's
+    (:func:`workbench.engine.vllm_weights.follow_vllm`) for a vLLM analysis, else SGLang's
+    ``load_weights`` as read from the source, else SGLang 0.5.23's modelled one."""
+    if isinstance(w.source, VllmLoadWeights):
+        return follow_vllm(name, w.source, w.spec, w.load_facts.get("conditions") or {})[:3]
     if w.source is not None:
         params = ([m for m in (w.source.modules or []) if m.path in w.spec] if w.module_level else set(w.spec))
         how, param, shard, _ = follow(name, w.source, params)
@@ -486,86 +549,20 @@ def _follow_any(w: WeightAnalysis, name: str) -> tuple[str, str | None, Any]:
     return how, param, shard
 
 
-def _layout_variants(name: str) -> list[str]:
-    """``name`` in the other checkpoint layouts: ``midlayer.`` ↔ ``layers.0.``, with and without
-    ``model.`` (the ways EAGLE-3 exports name layer 0)."""
-    base = name[len("model."):] if name.startswith("model.") else name
-    swapped = (base.replace("midlayer.", "layers.0.", 1) if base.startswith("midlayer.") else
-               base.replace("layers.0.", "midlayer.", 1) if base.startswith("layers.0.") else base)
-    out = [base, "model." + base, swapped, "model." + swapped]
-    return [v for v in dict.fromkeys(out) if v != name]
-
-
-def layout_repair(draft: DraftFacts, w: WeightAnalysis) -> tuple[dict[str, str], list[str]]:
-    """Renames of dropped tensors into the layer-0 layout this release's ``load_weights`` reads
-    (:func:`_layout_variants`: ``layers.0.*`` → ``midlayer.*`` before SGLang 0.5.12, a ``model.``
-    prefix the MLA class doubles removed), each checked by following the new name through the
-    class's own ``load_weights``: kept only when it lands on a parameter (and shard) no tensor fills
-    yet, one dropped tensor per parameter shard, and the shapes agree where the spec has them."""
-    missing = {m.partition(" (shard ")[0] for m in w.missing}
-    taken: set[tuple] = set()
-    renames, reasons = {}, []
-    for name in w.dropped:
-        for new in _layout_variants(name):
-            if new in draft.tensors:
-                continue
-            how, param, shard = _follow_any(w, new)
-            if how != "loaded" or param not in missing or (param, shard) in taken:
-                continue
-            spec = w.spec.get(param) or {}
-            want = spec.get("shape") if shard is None else (spec.get("shards") or {}).get(shard)
-            if want is not None and tuple(draft.tensors[name].shape) != tuple(want):
-                continue
-            if not w.module_level:  # module level: many tensors fill one module
-                taken.add((param, shard))
-            renames[name] = new
-            reasons.append(f"weights-dropped: {name} → {new} (the layout {w.cls}.load_weights reads: it lands on "
-                           f"{param}{'' if shard is None else ' shard ' + str(shard)}, which got no tensor)")
-            break
-    return renames, reasons
+def name_repair(draft: DraftFacts, w: WeightAnalysis) -> NameRepair:
+    """The renames that put the tensors the loader drops (or, on vLLM, refuses) back where the
+    loader wants them, by the checkpoint's naming pattern through the loader's own mapping
+    (:func:`workbench.rules.weights_repair.repair_names`), shapes as a check."""
+    problem = list(dict.fromkeys(list(w.raises) + list(w.dropped)))
+    shapes = {n: tuple(draft.tensors[n].shape) for n in problem}
+    return repair_names(problem, shapes, w, lambda n: _follow_any(w, n), existing=set(draft.tensors),
+                        many_per_slot=w.module_level)
 
 
 def rename_repair(draft: DraftFacts, w: WeightAnalysis) -> tuple[dict[str, str], list[str]]:
-    """Renames that put dropped tensors back where they belong: first the layer-0 layout this
-    release reads (:func:`layout_repair`), then, for what is left, a dropped tensor whose shape is the
-    expected shape of exactly one missing parameter (or stacked shard), that parameter wanting no
-    other dropped tensor, renamed to a name ``load_weights`` maps onto it (checked by following it
-    through the class's load_weights). Returns ``(renames, reasons)``; what cannot be paired stays out."""
-    renames, reasons = layout_repair(draft, w)
-    if renames:
-        return renames, reasons
-    shapes = {name: tuple(draft.tensors[name].shape) for name in w.dropped}
-    wants: list[tuple[str, Any, tuple]] = []
-    for m in w.missing:
-        param, _, rest = m.partition(" (shard ")
-        spec = w.spec.get(param) or {}
-        if rest:
-            for sid in rest.rstrip(")").split(", "):
-                shard = int(sid) if sid.isdigit() else sid
-                shape = (spec.get("shards") or {}).get(shard)
-                if shape is not None:
-                    wants.append((param, shard, tuple(shape)))
-        elif spec.get("shards"):
-            wants += [(param, sid, tuple(s)) for sid, s in spec["shards"].items() if s is not None]
-        elif spec.get("shape") is not None:
-            wants.append((param, None, tuple(spec["shape"])))
-    for name, shape in shapes.items():
-        fits = [(p, s) for p, s, want in wants if want == shape]
-        if len(fits) != 1:
-            continue
-        param, shard = fits[0]
-        if sum(1 for other in shapes.values() if other == shape) != 1:
-            continue
-        new = _checkpoint_name_for(param, shard, name)
-        how, target, got_shard = _follow_any(w, new)  # the release's own load_weights when read
-        if got_shard != shard:
-            continue
-        if how != "loaded" or target != param or new in draft.tensors:
-            continue
-        renames[name] = new
-        reasons.append(f"weights-dropped: {name} → {new} (shape {list(shape)} is {param}"
-                       f"{'' if shard is None else ' shard ' + str(shard)}, which got no tensor)")
-    return renames, reasons
+    """``(renames, reasons)`` of :func:`name_repair` (what cannot be mapped stays out)."""
+    rep = name_repair(draft, w)
+    return rep.renames, rep.reasons
 
 
 def d2t_from_t2d(tm: TokenMap) -> TensorData | None:
@@ -585,13 +582,18 @@ def d2t_from_t2d(tm: TokenMap) -> TensorData | None:
 
 @FAMILY.fixes_with
 def weight_fixes(facts: Facts, findings: list[Finding], given: dict) -> list[Fix]:
-    """A copy of the draft with dropped tensors renamed back when a dropped tensor and a missing
-    parameter match by shape (:func:`rename_repair`), and ``d2t`` rebuilt from ``t2d`` when the map
-    is missing or invalid (:func:`d2t_from_t2d`). What cannot be derived (a missing tensor no
-    dropped one fits, a wrong shape, no ``t2d``) is a ``none`` fix saying what to re-export. Nothing
+    """A copy of the draft with the tensors the engine's loader drops (SGLang) or refuses (vLLM)
+    renamed to the names it maps, by the naming transform the checkpoint applied to all its names
+    (a wrapper or stripped prefix, another framework's naming, learned token edits), each new name
+    followed through the launch's engine's own loader, shapes as a check (:func:`name_repair`,
+    :mod:`workbench.rules.weights_repair`), and ``d2t`` rebuilt from ``t2d`` when the map is missing
+    or invalid (:func:`d2t_from_t2d`). What cannot be derived (a parameter no tensor can fill, a
+    name no transform maps — each named with why —, a wrong shape, no ``t2d``) is a ``none`` fix
+    saying what to re-export or rename; none when every name was mapped. Nothing
     for the weight rules when the draft's config disagrees with its own tensors: their findings
     are that fault's consequences, and the configs family's fix aligns the config."""
-    draft, w, tm = facts.draft, facts.weights, facts.token_map
+    draft, tm = facts.draft, facts.token_map
+    w = facts.vllm_weights if facts.engine_name == "vllm" else facts.weights
     rules = {f.rule for f in findings if f.severity == "error"}
     out: list[Fix] = []
     if w is None or draft is None:
@@ -602,17 +604,24 @@ def weight_fixes(facts: Facts, findings: list[Finding], given: dict) -> list[Fix
         rules -= {"weights-dropped", "weights-missing", "weight-shape-mismatch", "lm-head-shape-mismatch",
                   "head-dim-mismatch"}
     if rules & {"weights-dropped", "weights-missing"}:
-        renames, reasons = rename_repair(draft, w)
-        left = [n for n in w.dropped if n not in renames]
-        if renames:
+        rep = name_repair(draft, w)
+        if rep.renames:
             out.append(Fix("draft-copy", tuple(sorted(rules & {"weights-dropped", "weights-missing"})),
-                           f"{len(renames)} dropped tensor(s) renamed back in a copy of the draft",
-                           repair=DraftRepair(renames=renames, reasons=reasons)))
-        unpaired_missing = len(w.missing) - len(renames)
-        if left or unpaired_missing > 0:
-            out.append(Fix("none", ("weights-missing",), "tensors no rename can supply",
-                           missing=f"re-export the draft with every parameter of its class: {unpaired_missing} "
-                                   f"parameter(s) without a tensor, {len(left)} tensor(s) the engine drops ({left[:3]})"))
+                           f"{len(rep.renames)} tensor(s) the engine {'refuses' if w.raises else 'drops'} renamed to the "
+                           "names its loader maps, in a copy of the draft",
+                           repair=DraftRepair(renames=rep.renames, reasons=rep.reasons)))
+        # a name left unmapped matters when a parameter still lacks its tensor, or when the engine
+        # refuses it (vLLM: the copy would not start); an extra tensor the engine skips does not
+        blocking = {n: why for n, why in rep.unmapped.items() if n in w.raises or rep.unfilled}
+        if rep.unfilled or blocking:
+            out.append(Fix("none", ("weights-missing",) if rep.unfilled else ("weights-dropped",),
+                           "tensors no rename can supply",
+                           missing=(f"{len(rep.unfilled)} parameter(s) no checkpoint tensor can fill: {rep.unfilled[:6]}"
+                                    if rep.unfilled else "every parameter has its tensor")
+                                   + (f"; {len(blocking)} tensor name(s) could not be mapped: "
+                                      + " | ".join(list(blocking.values())[:4]) if blocking else "")
+                                   + ("; re-export the draft with every parameter of its class" if rep.unfilled else
+                                      "; remove or rename them (the engine refuses a name no parameter has)")))
     for rule in ("weight-shape-mismatch", "lm-head-shape-mismatch", "head-dim-mismatch"):
         if rule in rules:
             out.append(Fix("none", (rule,), "a tensor of the wrong shape",
