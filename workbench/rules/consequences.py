@@ -189,6 +189,11 @@ def declare(registry: Registry = REGISTRY) -> None:
                      mechanism="without draft_vocab_size the draft's lm_head has vocab_size rows "
                                "(ParallelLMHead(draft_vocab_size or vocab_size, hidden), llama_eagle3.py): the wrong "
                                "vocab_size is the row count the checkpoint's lm_head is compared with")
+    registry.implies("weights-dropped", "weights-missing",
+                     mechanism="vLLM 0.32.0: AutoWeightsLoader raises on a checkpoint name no module or parameter has "
+                               "(model_executor/models/utils.py), so the engine stops before the parameters those "
+                               "names were meant for are filled: the missing parameters are the other side of the "
+                               "refused names, and renaming them back fills both (weights_vllm.py marks it)")
     for effect in AUX_RULES:
         registry.implies("target-no-aux-capture", effect, when=_same_target_class,
                          mechanism="a target class without set_eagle3_layers_to_capture captures no layer at all "
