@@ -105,7 +105,8 @@ def test_doctor_text_output_names_rule_and_fix(models, cli):
     assert code == 1
     # the launch's python has no sglang here: that comes first, then the findings
     head, _, findings = out.partition("\n\nERROR   algorithm-mismatch:")
-    assert findings and (head.startswith("ENGINE NOT FOUND: the sglang package") or out.startswith("ERROR"))
+    assert out.startswith("ERROR   algorithm-mismatch:") or (findings and head.startswith(
+        "ENGINE NOT FOUND: the sglang package"))
     assert "fix: " in out and "--speculative-algorithm EAGLE3" in out
     assert "corrected launch command: " in out
 
