@@ -177,10 +177,13 @@ class BoxState:
     def engine_name(self, server: Any = None) -> str:
         """The engine the panes read: that of ``server`` (default: the current server, :meth:`server`)
         from its command line (``"vllm"``, ``"sglang"``, or ``"sandbox"`` for the sandbox box's
-        SGLang-compatible server); with no server, the one asked for (``"auto"``: ``"sglang"``).
-        Raises what :meth:`server` raises."""
+        SGLang-compatible server); with no server (or none that can be chosen: several run, or the
+        port has none), the one asked for (``"auto"``: ``"sglang"``). Box errors propagate."""
         if server is None:
-            server = self.server()
+            try:
+                server = self.server()
+            except ServerChoiceError:
+                server = None
         if server is not None:
             try:
                 return LaunchCommand.parse(list(server.argv)).engine
