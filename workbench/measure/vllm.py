@@ -104,7 +104,8 @@ def record_from_vllm_completion(prompt_index: int, body: Any, wall_s: float, *,
     ``spec_verify_ct`` = ``num_spec_steps``, ``spec_num_correct_drafts`` =
     ``num_accepted_draft_tokens``, ``spec_num_proposed_drafts`` = ``num_draft_tokens``,
     ``histogram`` = ``acceptance_histogram``, ``spec_accept_length`` = ``mean_acceptance_length``
-    (1 + accepted / steps), ``spec_accept_rate`` = ``draft_acceptance_rate``. No step
+    (1 + accepted / steps), ``spec_accept_rate`` = ``draft_acceptance_rate``; at the ``detailed``
+    level ``per_step_accepted`` (:func:`per_step_acceptance`). No step
     (``num_spec_steps`` 0) leaves every spec field ``None`` (vLLM then writes mean length 1.0: not
     a measurement). ``read_from`` names each key. Raises :class:`AcceptanceError` without
     ``usage.completion_tokens``."""
@@ -133,6 +134,10 @@ def record_from_vllm_completion(prompt_index: int, body: Any, wall_s: float, *,
     rec.spec_accept_rate = _opt_float(spec.get("draft_acceptance_rate"))
     rec.read_from = {"verify_steps": base + "num_spec_steps", "correct_drafts": base + "num_accepted_draft_tokens",
                      "proposed_drafts": base + "num_draft_tokens", "histogram": base + "acceptance_histogram"}
+    steps_detail = per_step_acceptance(body)
+    if steps_detail is not None:  # --per-request-spec-decode-metrics detailed
+        rec.per_step_accepted = steps_detail["accepted"]
+        rec.read_from["per_step_accepted"] = base + "per_step_accepted"
     return rec
 
 
