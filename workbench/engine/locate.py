@@ -249,8 +249,12 @@ def find_engine(box: Any, *, python: str | None = None, port: int | None = None,
         given = [f"--{n}" for n in names if f"--{n}" in options]
         return f"pass {' or '.join(given)} to choose" if given else "choose it explicitly"
 
+    # a running server's engine not found: what the caller's user can give instead
+    server_remedy = remedy or ("pass --python with the interpreter that runs the server" if "--python" in options
+                               else None)
+
     if server is not None:
-        return server_engine(box, server, package=package, timeout=timeout, remedy=remedy)
+        return server_engine(box, server, package=package, timeout=timeout, remedy=server_remedy)
     if python:
         how = f"the interpreter given, {python}"
     elif launch is not None:
@@ -282,7 +286,7 @@ def find_engine(box: Any, *, python: str | None = None, port: int | None = None,
     else:
         server = choose_server(running_servers(box, timeout=timeout), port, how=pick, where=box.name)
         if server is not None:
-            return server_engine(box, server, package=package, timeout=timeout, remedy=remedy)
+            return server_engine(box, server, package=package, timeout=timeout, remedy=server_remedy)
         else:
             python = "python3"
             how = f"python3 on the box's PATH (no server running; {choose('python', 'port')})"
