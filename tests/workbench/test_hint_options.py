@@ -202,3 +202,33 @@ def test_the_doctors_findings_on_every_fault_name_only_existing_options(fault_re
     assert wrong == []
     # the check saw the fixes' flags (a matrix whose fixes named none would check nothing)
     assert {"--speculative-algorithm", "--speculative-num-steps"} <= seen
+
+
+def test_library_hints_that_name_a_workbench_command_name_its_options():
+    """A message outside the CLI that tells the user to run ``workbench <command> ...`` (a hypothesis's
+    "decide" text, a note) names only options of that command (or engine flags)."""
+    commands = _commands()
+    wrong, seen = [], 0
+    for path in sorted((ROOT / "workbench").rglob("*.py")):
+        if path.parent.name == "cli":
+            continue
+        for line, text in _message_literals(path):
+            for cmd in re.findall(r"\bworkbench (\w+)", text):
+                if cmd not in commands:
+                    continue
+                seen += 1
+                wrong += [(str(path.relative_to(ROOT)), line, cmd, o) for o in OPTION.findall(text)
+                          if o not in commands[cmd] | SGLANG_FLAGS | VLLM_FLAGS]
+    assert wrong == [] and seen > 0
+
+
+def test_a_time_out_names_the_option_of_whoever_shows_it():
+    """The per-request time-out message names no option in the library (the runbooks give
+    ``request_timeout``); ``workbench measure`` adds its own ``--timeout``."""
+    import httpx
+
+    from workbench.measure.generate import timeout_message
+
+    text = timeout_message("POST", "http://h/generate", httpx.ReadTimeout("timed out"), 5)
+    assert "longer per-request time-out" in text and OPTION.findall(text) == []
+    assert "--timeout" in _commands()["measure"]

@@ -270,10 +270,12 @@ def summarize_responses(records: Sequence[RequestRecord], **extra: Any) -> Accep
 
 def timeout_message(method: str, url: str, exc: httpx.HTTPError, timeout: float) -> str:
     """The message of a failed request: a read time-out says that nothing came back within the
-    per-request ``timeout`` (a stalled generation, or a server slower than the time-out)."""
+    per-request ``timeout`` (a stalled generation, or a server slower than the time-out). It names
+    no option: the caller says how its user gives a longer one (``workbench measure``: ``--timeout``;
+    the runbooks: ``request_timeout``)."""
     if isinstance(exc, httpx.ReadTimeout):
         return (f"{method} {url}: no answer within the per-request time-out of {timeout:g} s (ReadTimeout): "
-                "generation stalled, or the request needs a longer --timeout")
+                "generation stalled, or the request needs a longer per-request time-out")
     return f"{method} {url} failed: {type(exc).__name__}: {exc}"
 
 
