@@ -122,12 +122,17 @@ def test_the_diagnosis_reads_vllms_live_evidence(vllm_server, state_dir, tmp_pat
         assert live["log_line"].split("SpecDecoding metrics:")[1].strip() in srv.log_path.read_text()
         # the draft as shipped (SGLang's aux ids) on vLLM: the notes' ~25-36 % acceptance, position 1 the best
         assert 0.15 < counts["accept_rate"] < 0.4 and live["per_position_acceptance"][0] > live["per_position_acceptance"][2]
+        hyp = run.ctx.ledger.get("aux-cross-engine-convention")
+        assert any(e.kind == "live" and f"over {counts['drafts']} verify steps" in e.summary for e in hyp.evidence)
         figs = run.figures()
         names = [t.name.split(" (accept length")[0] for t in figs["per_position"].data]
         assert names[0] == "as found, live (vLLM counters since start)" and len(names) == 2, names
     finally:
         verdict = run.finish()
     assert verdict["live"]["per_position_acceptance"] == live["per_position_acceptance"]
+    print(f"\nvLLM live (since start): drafts {counts['drafts']}, accepted {counts['accepted']}/{counts['draft_tokens']}, "
+          f"accept length {live['counters_accept_length']}, per position {live['per_position_acceptance']} "
+          f"({counts['per_position_accepted']}); log's last line: {live['log_accept_length']} {live['log_per_position']}")
     assert httpx.get(srv.url + "/health", timeout=10, trust_env=False).status_code == 200
 
 
