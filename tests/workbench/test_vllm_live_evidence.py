@@ -161,3 +161,6 @@ def test_detailed_per_request_metrics_on_a_real_vllm_server(own_vllm_server, tmp
         rows = {r["source"]: r for r in json.loads(res.out)["rows"]}
         per_step = rows["openai"]["raw"]["per_step_accepted"]
         assert len(per_step) == 2 and sum(map(sum, per_step.values())) == rows["openai"]["correct_drafts"]
+        text = cli("measure", "--port", str(srv.port), "--num-prompts", "1", "--max-new-tokens", "24", "--no-progress",
+                   "--sources", "openai")
+        assert text.code == 0 and "openai: prompt 0: drafts accepted at each verify step: " in text.out, text.out

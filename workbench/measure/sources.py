@@ -1214,6 +1214,9 @@ def format_table(m: Measurement) -> str:
             pos = ", ".join(f"k={k} {p:.3f}" for k, p in enumerate(r.position_acceptance, 1))
             out.append(f"{r.source}: P(accepted >= k): {pos}; histogram (steps accepting exactly k drafts) "
                        f"{r.histogram}")
+        for index, steps in sorted((r.raw.get("per_step_accepted") or {}).items()) if r.available else ():
+            shown = " ".join(map(str, steps[:40])) + (f" … ({len(steps)} steps)" if len(steps) > 40 else "")
+            out.append(f"{r.source}: prompt {index}: drafts accepted at each verify step: {shown}")
         if r.available and r.cut_tokens is not None:
             out.append(f"{r.source}: {r.prefill_tokens} first tokens from prefill, {r.cut_tokens} accepted tokens cut "
                        "by max_new_tokens/stop: accept len = tau + (prefill - cut) / verify")
