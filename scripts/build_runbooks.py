@@ -187,12 +187,13 @@ port = None             # the server's port (None: the only one running; the por
 report_dir = "reports"  # where Finish writes the verdict (diagnose_acceptance.json), relative to the repository root
 num_prompts = 6         # prompts per accept-length measurement
 max_new_tokens = 64     # tokens generated per prompt
+engine = "auto"         # "auto" (the running server's), "sglang" or "vllm" (with none running: the sandbox box on that engine)
 """, tags=("parameters",)),
     code("""
 from workbench.lab.panel import control_panel
 
 panel = control_panel(host=host, port=port, report_dir=report_dir, num_prompts=num_prompts,
-                      max_new_tokens=max_new_tokens)
+                      max_new_tokens=max_new_tokens, engine=engine)
 panel.widget
 """),
 ]
@@ -443,7 +444,9 @@ restart with an edited command, and one button that puts the box back as found. 
   and **Put the box back**: stops the console's servers, reverts probes, relaunches the server
   found. Closing the kernel does the same.
 - **Log**, **Accept length**, **Source**, **Probes**: the log tail, the accept length from the decode
-  log, the engine source, the probes (each says so when not installed).
+  log, the engine source, the probes (each says so when not installed). On a vLLM server (`engine =
+  "vllm"`, or `"auto"` with one running): its `SpecDecoding metrics` lines parsed, the accept length and
+  per-position acceptance from its `/metrics` counters, vLLM's probe recipes.
 
 `port = None` takes the only server running; when several run, the Status tab lists their ports:
 set `port = 30000` (say) in the parameters cell and run again. Once the console has a server it
@@ -452,14 +455,15 @@ stays on its port: if that server exits, the Status tab says so with the end of 
     code("""
 host = "local"          # the box: local (the sandbox box), an ~/.ssh/config alias, user@host[:port]
 port = None             # the server's port (None: the only one running)
-launch_command = None   # what the Server tab offers when no server runs (None: the sandbox box's)
+launch_command = None   # what the Server tab offers when no server runs (None: the sandbox box's on `engine`)
+engine = "auto"         # "auto" (the running server's), "sglang" or "vllm": the panes read the server's engine
 """, tags=("parameters",)),
     code("""
 from workbench.lab.console import box_console
 from workbench.lab.notebook import shown_as_message
 
 with shown_as_message():  # e.g. a port that is no port number: one line, no traceback
-    console = box_console(host=host, port=port, launch_command=launch_command)
+    console = box_console(host=host, port=port, launch_command=launch_command, engine=engine)
 console.widget
 """),
 ]

@@ -6,7 +6,8 @@ Runs every static rule of the catalogue (:func:`workbench.doctor.run_doctor`,
 ``docs/rules.md``) on ``--launch`` (relative paths against ``--cwd``: default this directory
 on the local box, the login directory over SSH) or on the command line of the SGLang or vLLM server
 running on the box (``--running``; ``--port`` picks one when several run; relative paths against its
-cwd), reading the models' files on the box. A vLLM launch (``vllm serve MODEL ...``, ``python -m
+cwd; its engine located from that process — its interpreter, cwd and environment, else the files it has
+mapped — whatever directory the doctor runs in), reading the models' files on the box. A vLLM launch (``vllm serve MODEL ...``, ``python -m
 vllm.entrypoints.openai.api_server ...``) gets the engine-neutral rules, the cross-engine ones (aux-id
 convention, draft layout, method) and vLLM's own, with vLLM's facts read from the vLLM its interpreter
 imports; the rules that encode SGLang's code are listed in a note as not run. Prints the findings (``rule``, ``severity``, ``message``,
@@ -46,7 +47,7 @@ def _run(args: argparse.Namespace) -> ExitCode:
     launch = LaunchCommand.parse(args.launch) if args.launch is not None else None
     with open_box(args) as box:
         try:
-            cwd = None
+            cwd = server = None
             if launch is not None:
                 cwd = args.cwd or (str(Path.cwd()) if box.name == "local" else box.expand_path("~"))
             else:
@@ -61,7 +62,8 @@ def _run(args: argparse.Namespace) -> ExitCode:
                 if len(servers) > 1:
                     raise CliError(f"{len(servers)} servers run on {box.name} (ports "
                                    f"{', '.join(str(s.port) for s in servers)}); pick one with --port")
-                launch, cwd = LaunchCommand.parse(list(servers[0].argv)), servers[0].cwd
+                server = servers[0]
+                launch, cwd = LaunchCommand.parse(list(server.argv)), server.cwd
             engine_root = engine_version = None
             if args.engine_root is not None:
                 from workbench.engine.locate import engine_at
@@ -69,7 +71,7 @@ def _run(args: argparse.Namespace) -> ExitCode:
                 found = engine_at(box, args.engine_root, timeout=args.timeout)
                 engine_root, engine_version = found.root, found.version
             report = run_doctor(box, launch, timeout=args.timeout, cwd=cwd, engine_root=engine_root,
-                                engine_version=engine_version)
+                                engine_version=engine_version, server=server, remedy=REMEDY)
         except (DoctorError, CheckpointError, RemoteError, LaunchCommandError, EngineNotFound) as exc:
             raise reworded(exc, f"{type(exc).__name__}: {exc}") from exc
     if args.json:
@@ -77,6 +79,11 @@ def _run(args: argparse.Namespace) -> ExitCode:
     else:
         print(report.to_text())
     return ExitCode(report.exit_code)
+
+
+#: What ``workbench doctor``'s user can give when the engine on the box is not found (its own options).
+REMEDY = ("give the engine's package directory on the box with --engine-root DIR (e.g. .../site-packages/sglang or "
+          ".../site-packages/vllm)")
 
 
 def add_parser(sub: Any) -> None:

@@ -69,7 +69,8 @@ def _run(args: argparse.Namespace) -> ExitCode:
                         progress=False if args.no_progress else None, start_timeout=args.start_timeout,
                         alive=_server_alive(box, args.port, timeout=args.timeout))
         except (MeasureError, RemoteError, ValueError) as exc:
-            raise CliError(str(exc)) from exc
+            longer = "; give a longer one with --timeout S" if "longer per-request time-out" in str(exc) else ""
+            raise CliError(str(exc) + longer) from exc
         except KeyboardInterrupt as exc:
             # Ctrl-C (and SIGTERM/SIGHUP: workbench.cli main) is an interrupt: exit 130 like every command
             raise CliError("interrupted; nothing was measured (measure changes nothing on the box)",

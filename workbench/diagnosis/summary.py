@@ -199,6 +199,11 @@ def figures(ctx: RunContext) -> dict[str, Any]:
     timeline = {m.label: m.log_records for m in (ctx.state.before, ctx.state.fix.after) if m is not None and m.log_records}
     if timeline:
         add("timeline", lambda: plots.acceptance_timeline(timeline))
+    positions = per_position_series(ctx)
+    if positions:
+        from workbench.report.figures_position import per_position_acceptance
+
+        add("per_position", lambda: per_position_acceptance(positions))
     pr = ctx.state.probe.result
     if pr.get("observed_hidden_size") and pr.get("expected_hidden_size") and pr.get("target_hidden_size"):
         add("probe", lambda: plots.hidden_width_probe(pr["observed_hidden_size"], pr["expected_hidden_size"],
@@ -214,6 +219,26 @@ def figures(ctx: RunContext) -> dict[str, Any]:
                                                  ceiling=ctx.ceiling(ctx.state.fix.launch)))
     if ctx.session.finished:
         add("box_timeline", lambda: box_timeline_figure(ctx))
+    return out
+
+
+def per_position_series(ctx: RunContext) -> dict[str, list[float]]:
+    """``{label: [P(k-th draft accepted), k = 1 …]}`` of the run, both engines: each measurement's
+    acceptance histogram (``workbench.measure.sources.position_acceptance``: SGLang's
+    ``spec_correct_drafts_histogram``, vLLM's per-request ``acceptance_histogram`` or its per-position
+    counters), and the server as found, live (vLLM's per-position counters since it started,
+    :func:`workbench.diagnosis.steps.live.vllm_live`). Runs without them are left out."""
+    from workbench.measure.sources import position_acceptance
+
+    out: dict[str, list[float]] = {}
+    live = (ctx.state.live or {}).get("per_position_acceptance")
+    if live:
+        out["as found, live (vLLM counters since start)"] = list(live)
+    for m in (ctx.state.before, ctx.state.fix.after):
+        hist = getattr(getattr(m, "generate", None), "histogram", None)
+        pos = position_acceptance(hist)
+        if pos:
+            out[str(getattr(m, "label", None) or "measured")] = pos
     return out
 
 

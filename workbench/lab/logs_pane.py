@@ -2,6 +2,12 @@
 
 The pane takes a state with ``.box`` and ``.log_path()`` (``workbench.lab.state.BoxState``); the
 log path is re-read on every poll, so the tail follows a restart onto the new log file.
+
+Both engines' logs: the presets hold SGLang's ``Decode batch`` lines and vLLM's speculative-decoding
+metrics lines (``SpecDecoding metrics:`` / V0's ``Speculative metrics:``), and each vLLM metrics line
+read is parsed (:func:`workbench.logs.vllm_log.parse_spec_decoding_line`, every wording vLLM has
+printed) into the line under the filter (``wb-log-spec``): the last interval's mean acceptance length,
+accepted / drafted tokens and per-position acceptance.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ from workbench.logs import ServerLogFollower
 PRESETS = {
     "(none)": ("", False),
     "decode": ("Decode batch", False),
+    "vLLM spec metrics": ("SpecDecoding metrics|Speculative metrics", True),
     "probe": ("[probe:", False),
     "error/Traceback": (r"error|Error|ERROR|Traceback|Exception", True),
 }
@@ -56,6 +63,10 @@ class LogPane:
         self.poll_button.add_class("wb-log-poll")
         self.status = W.HTML("")
         self.status.add_class("wb-log-status")
+        #: The last vLLM speculative-decoding metrics line read (``SpecDecodingLine``), else ``None``.
+        self.last_spec = None
+        self.spec = W.HTML("")
+        self.spec.add_class("wb-log-spec")
         self.tail = W.HTML("<pre></pre>", layout=W.Layout(max_height="400px", overflow="auto"))
         self.tail.add_class("wb-log-tail")
         self.filter.observe(lambda _c: self.render(), names="value")
@@ -63,7 +74,7 @@ class LogPane:
         self.follow.observe(lambda c: self.start() if c["new"] else self.stop(), names="value")
         self.poll_button.on_click(clicks_of(state).handler("poll now", self.poll_once))
         self.widget = W.VBox([W.HBox([self.filter, self.preset, self.follow, self.poll_button]),
-                              self.status, self.tail])
+                              self.status, self.spec, self.tail])
 
     def _on_preset(self, change) -> None:
         pat, is_re = PRESETS[change["new"]]
@@ -105,6 +116,7 @@ class LogPane:
                 for note in upd.notes:  # the boundary first, then what came after it
                     self.lines.append(f"[eagle-workbench: {note}]")
                 self.lines.extend(upd.lines)
+                self._read_spec(upd.lines)
             self.render()
             return len(upd.lines)
         except Exception as exc:  # a box error: shown in the pane, the poll goes on next time
@@ -112,6 +124,29 @@ class LogPane:
             return 0
         finally:
             self.poll_button.disabled = False
+
+    def _read_spec(self, lines) -> None:
+        """Parse the vLLM speculative-decoding metrics lines among ``lines``; the last one shown."""
+        from workbench.logs.vllm_log import SPEC_MARKERS, parse_spec_decoding_line
+
+        markers = tuple(m.decode() for m in SPEC_MARKERS)
+        for line in lines:
+            if any(m in line for m in markers):
+                rec = parse_spec_decoding_line(line)
+                if rec is not None:
+                    self.last_spec = rec
+        rec = self.last_spec
+        if rec is None:
+            return
+        parts = [f"vLLM speculative decoding ({rec.wording} line{', ' + rec.when if rec.when else ''})"]
+        if rec.mean_acceptance_length is not None:
+            parts.append(f"mean acceptance length {rec.mean_acceptance_length:.2f}")
+        if rec.accepted is not None and rec.drafted is not None:
+            parts.append(f"accepted {rec.accepted} of {rec.drafted} draft tokens")
+        if rec.per_position:
+            parts.append("per position " + ", ".join(f"{p:.3f}" for p in rec.per_position))
+        parts += [f"({p})" for p in rec.problems]
+        self.spec.value = "<b>" + html.escape(" · ".join(parts)) + "</b>"
 
     def refresh(self) -> None:
         """Re-read the box (one poll)."""

@@ -43,8 +43,12 @@ class ControlPanel:
     :func:`verdict_html`) and ``.history`` (``wb-panel-history``: a collapsed Accordion of the
     older steps' outputs, titled ``"N. label"``).
 
-    ``start_kwargs`` are passed to :meth:`DiagnosisRun.start` (``host``, ``port``, ...); the host
-    and port fields in the panel override them. A relative ``report_dir`` (default ``"reports"``)
+    ``start_kwargs`` are passed to :meth:`DiagnosisRun.start` (``host``, ``port``, ...); the host,
+    port and engine fields in the panel override them. ``engine`` (``.engine``, a Dropdown,
+    ``wb-panel-engine``): ``"auto"`` (the running server's engine: SGLang or vLLM; with none running
+    the sandbox box on SGLang), ``"sglang"`` or ``"vllm"`` (with none running, the sandbox box on
+    vLLM's CPU build); a value not among :data:`workbench.lab.state.ENGINES` raises
+    :class:`~workbench.errors.WorkbenchInputError` when the panel is built. A relative ``report_dir`` (default ``"reports"``)
     is resolved against the project root (:func:`resolve_report_dir`). The port field is read by
     :func:`parse_port` (a bad value: one line, nothing started). Inventory while the panel's own
     run is unfinished finishes that run first and says so.
@@ -58,6 +62,11 @@ class ControlPanel:
         self.errors: list[BaseException] = []
         self.notices: list[str] = []  # what the panel did on its own (a run finished first), as shown
         self.host = widgets.Text(value=str(self.start_kwargs.pop("host", "local")), description="host")
+        from workbench.lab.state import ENGINES, engine_value
+
+        self.engine = widgets.Dropdown(options=list(ENGINES), description="engine",
+                                       value=engine_value(self.start_kwargs.pop("engine", None), where="control panel"))
+        self.engine.add_class("wb-panel-engine")
         port = self.start_kwargs.pop("port", None)
         self.port = widgets.Text(value="" if port is None else str(port), description="port",
                                  placeholder="from the launch command")
@@ -82,7 +91,7 @@ class ControlPanel:
         self.status.add_class("wb-panel-status")
         self.runs_started = 0
         self.widget = widgets.VBox([
-            widgets.HBox([self.host, self.port, self.allow_restart],
+            widgets.HBox([self.host, self.port, self.engine, self.allow_restart],
                          layout=widgets.Layout(flex_flow="row wrap")),
             widgets.HBox(list(self.buttons.values()), layout=widgets.Layout(flex_flow="row wrap")),
             self.status,
@@ -160,7 +169,8 @@ class ControlPanel:
                     if self.run is not None and not self.run.finished:
                         self._finish_current()
                     kwargs = {"how": "N in the port field", **self.start_kwargs}
-                    self.run = DiagnosisRun.start(host=self.host.value, port=port,
+                    engine = None if self.engine.value == "auto" else self.engine.value
+                    self.run = DiagnosisRun.start(host=self.host.value, port=port, engine=engine,
                                                   allow_restart=self.allow_restart.value, **kwargs)
                     self.runs_started += 1
                     # A tqdm widget bar is closed when its measurement ends (leave=False): its view

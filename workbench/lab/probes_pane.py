@@ -31,7 +31,8 @@ class ProbesPane:
     interpreter that compiles the patched file, ``.code_path()`` for the recipes' anchors,
     ``.server()`` / ``.log_path()`` for the readings); ``timeout``: seconds for each box call.
 
-    Methods the buttons call: :meth:`add_recipe` (the Dropdown's ``workbench.engine.RECIPES`` name,
+    Methods the buttons call: :meth:`add_recipe` (the Dropdown's recipe name: ``workbench.engine.RECIPES``,
+    or ``VLLM_RECIPES`` on a vLLM server, refreshed with the listing,
     :func:`workbench.engine.recipes.add_recipes`), :meth:`add_expression` (file, line, expressions:
     :func:`remote.probes.add_probe`), :meth:`revert` (one tag), :meth:`revert_all`,
     :meth:`read_back` (:func:`workbench.engine.recipes.read_recipes` on the current server's log,
@@ -131,6 +132,7 @@ class ProbesPane:
     def _refresh(self) -> list:
         from remote import probes
 
+        self._engine_recipes()
         self.probes = probes.list_probes(self.state.box, timeout=self.timeout)
         rows = []
         for p in self.probes:
@@ -143,6 +145,20 @@ class ProbesPane:
         self.tag.value = tags[-1] if tags else None
         self.status.value = _esc(f"{len(tags)} probe(s) on {self.state.box.name}")
         return self.probes
+
+    def _engine_recipes(self) -> None:
+        """The recipe Dropdown holds the running server's engine's recipes
+        (:func:`workbench.engine.recipes.recipes_for`: SGLang's, or vLLM's on a vLLM server);
+        unchanged when the state cannot tell the engine."""
+        from workbench.engine.recipes import recipes_for
+
+        name_fn = getattr(self.state, "engine_name", None)
+        if not callable(name_fn):
+            return
+        names = list(recipes_for(name_fn()))
+        if list(self.recipe.options) != names:
+            self.recipe.options = names
+            self.recipe.value = names[0] if names else None
 
     def add_recipe(self, name: Optional[str] = None) -> Optional[list]:
         """Add the probes of recipe ``name`` (default: the Dropdown's), anchored on the running

@@ -10,9 +10,23 @@ from remote import connect
 from workbench.lab.clicks import ClickGuard
 from workbench.engine.launch import LaunchCommand
 from workbench.engine.locate import choose_server, find_engine, read_environ, running_servers
-from workbench.errors import ServerChoiceError
+from workbench.errors import ServerChoiceError, WorkbenchInputError
 
-__all__ = ["BoxState", "NOTEBOOK_HOW", "ServerGone", "port_value"]
+__all__ = ["BoxState", "NOTEBOOK_HOW", "ServerGone", "port_value", "ENGINES", "engine_value"]
+
+#: The engines a console or panel can be opened on: ``"auto"`` (the running server's; with none
+#: running, the sandbox box's SGLang-compatible server), ``"sglang"``, ``"vllm"``.
+ENGINES = ("auto", "sglang", "vllm")
+
+
+def engine_value(engine: Any, *, where: str = "") -> str:
+    """``engine`` checked against :data:`ENGINES` (``None`` is ``"auto"``; case and spaces ignored).
+    Raises :class:`~workbench.errors.WorkbenchInputError` naming the value and the choices."""
+    text = "auto" if engine is None else str(engine).strip().lower()
+    if text not in ENGINES:
+        raise WorkbenchInputError(f"engine={engine!r}{' (' + where + ')' if where else ''}: give one of "
+                                  + ", ".join(repr(e) for e in ENGINES))
+    return text
 
 #: How a notebook user picks a server (for :class:`workbench.errors.ServerChoiceError` messages,
 #: ``choose_server(..., how=NOTEBOOK_HOW)``; ``N`` stands for the port).
@@ -70,15 +84,18 @@ class BoxState:
     ``remote.Box`` (else connected lazily with ``remote.connect(host)`` and closed by
     :meth:`close`); ``timeout``: seconds every remote call made here may take; ``how``: how the
     user picks a port, used in :class:`~workbench.errors.ServerChoiceError` messages
-    (default :data:`NOTEBOOK_HOW`).
+    (default :data:`NOTEBOOK_HOW`); ``engine``: the engine asked for (:data:`ENGINES`, checked by
+    :func:`engine_value`): the running server's decides what the panes read (:meth:`engine_name`),
+    the one asked for what a console offers to launch when none runs.
 
     ``listeners``: callbacks ``fn(event)`` that :meth:`notify` calls with ``"started"``,
     ``"stopped"`` or ``"restored"`` after the console changed the server, so other panes refresh;
     a listener's exception is collected, not raised (:meth:`notify` returns them)."""
 
     def __init__(self, host: str = "local", port: Optional[int] = None, *, box: Any = None, timeout: float = 30,
-                 how: str = NOTEBOOK_HOW):
+                 how: str = NOTEBOOK_HOW, engine: Any = "auto"):
         self.host = host
+        self.engine_choice = engine_value(engine, where=str(host))
         self.port = port_value(port, where=str(host))
         self.timeout = timeout
         self.how = how
@@ -157,6 +174,23 @@ class BoxState:
         server = self.server()
         return LaunchCommand.parse(list(server.argv)) if server is not None else None
 
+    def engine_name(self, server: Any = None) -> str:
+        """The engine the panes read: that of ``server`` (default: the current server, :meth:`server`)
+        from its command line (``"vllm"``, ``"sglang"``, or ``"sandbox"`` for the sandbox box's
+        SGLang-compatible server); with no server (or none that can be chosen: several run, or the
+        port has none), the one asked for (``"auto"``: ``"sglang"``). Box errors propagate."""
+        if server is None:
+            try:
+                server = self.server()
+            except ServerChoiceError:
+                server = None
+        if server is not None:
+            try:
+                return LaunchCommand.parse(list(server.argv)).engine
+            except WorkbenchInputError:
+                pass  # not a launch command we read: the engine asked for
+        return "sglang" if self.engine_choice == "auto" else self.engine_choice
+
     # -- what is read from the server ----------------------------------------------------------
 
     def engine(self):
@@ -221,7 +255,7 @@ class BoxState:
         if server is None:
             from workbench.errors import EngineNotFound
 
-            raise EngineNotFound("no SGLang server is running" + (f" on port {self.port}" if self.port else ""),
+            raise EngineNotFound("no SGLang or vLLM server is running" + (f" on port {self.port}" if self.port else ""),
                                  where=self.box.name)
         return server
 

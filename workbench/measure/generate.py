@@ -69,7 +69,9 @@ class RequestRecord:
     0.5.12+ sense whatever names the release used (:func:`record_from_response`);
     ``e2e_latency``: the server's seconds; ``wall_s``: seconds measured by this client;
     ``read_from``: field → the ``meta_info`` key (or formula) it was read from (not named ``*keys``:
-    the redaction of command output masks such names).
+    the redaction of command output masks such names). ``per_step_accepted``: the draft tokens
+    accepted at each verify step, in order (vLLM with ``--per-request-spec-decode-metrics detailed``:
+    :func:`workbench.measure.vllm.per_step_acceptance`), ``None`` where the engine does not say.
     """
 
     prompt_index: int
@@ -86,6 +88,7 @@ class RequestRecord:
     finish_reason: Any = None
     text: str | None = None
     read_from: dict = field(default_factory=dict)
+    per_step_accepted: list[int] | None = None
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -267,10 +270,12 @@ def summarize_responses(records: Sequence[RequestRecord], **extra: Any) -> Accep
 
 def timeout_message(method: str, url: str, exc: httpx.HTTPError, timeout: float) -> str:
     """The message of a failed request: a read time-out says that nothing came back within the
-    per-request ``timeout`` (a stalled generation, or a server slower than the time-out)."""
+    per-request ``timeout`` (a stalled generation, or a server slower than the time-out). It names
+    no option: the caller says how its user gives a longer one (``workbench measure``: ``--timeout``;
+    the runbooks: ``request_timeout``)."""
     if isinstance(exc, httpx.ReadTimeout):
         return (f"{method} {url}: no answer within the per-request time-out of {timeout:g} s (ReadTimeout): "
-                "generation stalled, or the request needs a longer --timeout")
+                "generation stalled, or the request needs a longer per-request time-out")
     return f"{method} {url} failed: {type(exc).__name__}: {exc}"
 
 

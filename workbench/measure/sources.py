@@ -289,6 +289,13 @@ def summarize_records(source: str, endpoint: str, records: Sequence[RequestRecor
             row.notes.append("Σ k·histogram[k] differs from Σ spec_num_correct_drafts")
     else:
         row.notes.append("no spec_correct_drafts_histogram in the responses: per-position acceptance unknown")
+    detailed = [r for r in spec if r.per_step_accepted]
+    if detailed:  # vLLM --per-request-spec-decode-metrics detailed: every verify step's accepted drafts, in order
+        row.raw["per_step_accepted"] = {r.prompt_index: list(r.per_step_accepted) for r in detailed}
+        bad = [r.prompt_index for r in detailed if len(r.per_step_accepted) != r.spec_verify_ct
+               or (r.spec_num_correct_drafts is not None and sum(r.per_step_accepted) != r.spec_num_correct_drafts)]
+        row.notes.append(f"per-step acceptance of {len(detailed)} request(s) (vLLM detailed per-request metrics): "
+                         "raw.per_step_accepted" + (f"; requests {bad} do not add up to their summary" if bad else ""))
     return row
 
 
@@ -941,7 +948,7 @@ def _metrics_rows(before, before_error, after, after_error, server, window_s, n_
 # ---------------------------------------------------------------------------------------------
 
 
-def vllm_counter_row(before: Any, after: Any, error: Optional[str], *, window_s: float, n_sent: int, sent_tokens: int,
+def vllm_counter_row(before: Any, after: Any, error: str | None, *, window_s: float, n_sent: int, sent_tokens: int,
                 sent_steps: int) -> Any:
     """The ``metrics`` row of a vLLM server: the spec-decode counters' after − before deltas
     (:class:`~workbench.measure.sources.MetricsSnapshot` s; ``error``: why a snapshot is missing) in
@@ -1229,6 +1236,9 @@ def format_table(m: Measurement) -> str:
             pos = ", ".join(f"k={k} {p:.3f}" for k, p in enumerate(r.position_acceptance, 1))
             out.append(f"{r.source}: P(accepted >= k): {pos}; histogram (steps accepting exactly k drafts) "
                        f"{r.histogram}")
+        for index, steps in sorted((r.raw.get("per_step_accepted") or {}).items()) if r.available else ():
+            shown = " ".join(map(str, steps[:40])) + (f" … ({len(steps)} steps)" if len(steps) > 40 else "")
+            out.append(f"{r.source}: prompt {index}: drafts accepted at each verify step: {shown}")
         if r.available and r.cut_tokens is not None:
             out.append(f"{r.source}: {r.prefill_tokens} first tokens from prefill, {r.cut_tokens} accepted tokens cut "
                        "by max_new_tokens/stop: accept len = tau + (prefill - cut) / verify")

@@ -44,6 +44,7 @@ SGLang-only sources (``generate``, ``server_info``) are reported unavailable wit
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass, field
 from typing import Any, Optional, Sequence
 
 from workbench.errors import AcceptanceError, MeasureError
@@ -51,7 +52,8 @@ from workbench.measure.generate import RequestRecord, _opt_float, _opt_int
 
 __all__ = ["M_DRAFTS", "M_DRAFT_TOKENS", "M_ACCEPTED", "M_PER_POS", "M_GEN_TOKENS", "M_REQUESTS", "VLLM_METRICS",
            "detect_engine", "record_from_vllm_completion", "vllm_server", "send_completion", "ENGINE_VLLM",
-           "ENGINE_SGLANG", "GENERATE_UNAVAILABLE", "SERVER_INFO_UNAVAILABLE", "NO_PER_REQUEST"]
+           "ENGINE_SGLANG", "GENERATE_UNAVAILABLE", "SERVER_INFO_UNAVAILABLE", "NO_PER_REQUEST", "SpecCounters",
+           "spec_counters", "counter_window", "per_step_acceptance"]
 
 ENGINE_VLLM, ENGINE_SGLANG = "vllm", "sglang"
 _SRC = "vLLM 0.32.0 vllm/v1/spec_decode/metrics.py SpecDecodingProm"
@@ -102,7 +104,8 @@ def record_from_vllm_completion(prompt_index: int, body: Any, wall_s: float, *,
     ``spec_verify_ct`` = ``num_spec_steps``, ``spec_num_correct_drafts`` =
     ``num_accepted_draft_tokens``, ``spec_num_proposed_drafts`` = ``num_draft_tokens``,
     ``histogram`` = ``acceptance_histogram``, ``spec_accept_length`` = ``mean_acceptance_length``
-    (1 + accepted / steps), ``spec_accept_rate`` = ``draft_acceptance_rate``. No step
+    (1 + accepted / steps), ``spec_accept_rate`` = ``draft_acceptance_rate``; at the ``detailed``
+    level ``per_step_accepted`` (:func:`per_step_acceptance`). No step
     (``num_spec_steps`` 0) leaves every spec field ``None`` (vLLM then writes mean length 1.0: not
     a measurement). ``read_from`` names each key. Raises :class:`AcceptanceError` without
     ``usage.completion_tokens``."""
@@ -131,6 +134,10 @@ def record_from_vllm_completion(prompt_index: int, body: Any, wall_s: float, *,
     rec.spec_accept_rate = _opt_float(spec.get("draft_acceptance_rate"))
     rec.read_from = {"verify_steps": base + "num_spec_steps", "correct_drafts": base + "num_accepted_draft_tokens",
                      "proposed_drafts": base + "num_draft_tokens", "histogram": base + "acceptance_histogram"}
+    steps_detail = per_step_acceptance(body)
+    if steps_detail is not None:  # --per-request-spec-decode-metrics detailed
+        rec.per_step_accepted = steps_detail["accepted"]
+        rec.read_from["per_step_accepted"] = base + "per_step_accepted"
     return rec
 
 
@@ -191,3 +198,94 @@ NO_PER_REQUEST = ("no response carried metrics.speculative_decoding: vLLM adds i
                   "--per-request-spec-decode-metrics summary (or detailed) and the request has n == 1 "
                   "(vLLM 0.32.0 config/observability.py per_request_spec_decode_metrics, default none); the "
                   "metrics row has the window's counts")
+
+
+@dataclass
+class SpecCounters:
+    """vLLM's speculative-decoding counters over a window (two ``/metrics`` snapshots) or since the
+    server started (one), in the workbench's definitions (module docstring): ``drafts`` (verify steps
+    with draft tokens, :data:`M_DRAFTS`), ``accepted`` (accepted draft tokens, no bonus,
+    :data:`M_ACCEPTED`), ``draft_tokens`` (:data:`M_DRAFT_TOKENS`), ``per_position_accepted``
+    (drafts whose k-th token was accepted, k = 1 … num_speculative_tokens, :data:`M_PER_POS`, labels
+    ``position`` 0 … k − 1 summed over engines; empty when the server has none). Derived:
+    :attr:`accept_length` (1 + accepted / drafts, tokens per verify step, bonus included),
+    :attr:`accept_rate` (accepted / draft tokens), :attr:`per_position` (P(k-th draft accepted) =
+    count / drafts). ``since_start``: the counts are the server's lifetime totals (one snapshot)."""
+
+    drafts: int
+    accepted: int
+    draft_tokens: int
+    per_position_accepted: list[int] = field(default_factory=list)
+    since_start: bool = False
+
+    @property
+    def accept_length(self) -> Optional[float]:
+        return 1.0 + self.accepted / self.drafts if self.drafts else None
+
+    @property
+    def accept_rate(self) -> Optional[float]:
+        return self.accepted / self.draft_tokens if self.draft_tokens else None
+
+    @property
+    def per_position(self) -> list[float]:
+        return [c / self.drafts for c in self.per_position_accepted] if self.drafts else []
+
+    def to_dict(self) -> dict:
+        return {"drafts": self.drafts, "accepted": self.accepted, "draft_tokens": self.draft_tokens,
+                "per_position_accepted": list(self.per_position_accepted), "accept_length": self.accept_length,
+                "accept_rate": self.accept_rate, "per_position": self.per_position, "since_start": self.since_start,
+                "source": f"/metrics {M_DRAFTS}, {M_ACCEPTED}, {M_DRAFT_TOKENS}, {M_PER_POS} ({_SRC})"}
+
+
+def _by_position(snapshot: Any) -> dict[int, float]:
+    sums: dict[int, float] = {}
+    for labels, v in snapshot.samples.get(M_PER_POS, []):
+        p = labels.get("position")
+        if p is not None and str(p).isdigit():
+            sums[int(p)] = sums.get(int(p), 0.0) + v
+    return sums
+
+
+def spec_counters(snapshot: Any) -> Optional[SpecCounters]:
+    """The lifetime counters of one ``/metrics`` snapshot (``workbench.measure.sources.MetricsSnapshot``:
+    ``.samples``, ``.total``); ``None`` when the server declares no :data:`M_DRAFTS` (no
+    ``--speculative-config``, or not vLLM's V1 engine)."""
+    if snapshot is None or snapshot.total(M_DRAFTS) is None:
+        return None
+    pos = _by_position(snapshot)
+    return SpecCounters(int(snapshot.total(M_DRAFTS) or 0), int(snapshot.total(M_ACCEPTED) or 0),
+                        int(snapshot.total(M_DRAFT_TOKENS) or 0), [int(pos.get(k, 0)) for k in range(len(pos))],
+                        since_start=True)
+
+
+def counter_window(before: Any, after: Any) -> Optional[SpecCounters]:
+    """The counters between two snapshots of the same server (``after`` − ``before``); ``None`` when
+    either has no spec-decode counters or a counter went down (the server restarted between them:
+    counts of two processes are never subtracted)."""
+    a, b = spec_counters(after), spec_counters(before)
+    if a is None or b is None:
+        return None
+    pos = [x - (b.per_position_accepted[i] if i < len(b.per_position_accepted) else 0)
+           for i, x in enumerate(a.per_position_accepted)]
+    deltas = (a.drafts - b.drafts, a.accepted - b.accepted, a.draft_tokens - b.draft_tokens)
+    if min(deltas) < 0 or any(x < 0 for x in pos):
+        return None
+    return SpecCounters(*deltas, pos, since_start=False)
+
+
+def per_step_acceptance(body: Any) -> Optional[dict]:
+    """What ``--per-request-spec-decode-metrics detailed`` adds to one response (vLLM 0.32.0
+    ``v1/metrics/stats.py`` ``RequestSpecDecodeMetrics.to_dict``: ``per_step_accepted`` /
+    ``per_step_drafted``, one entry per verify step in order, under ``metrics.speculative_decoding``):
+    ``{"accepted": [...], "drafted": [...], "accept_lengths": [1 + accepted per step]}``; ``None`` at
+    the ``summary`` level (the arrays are absent) or without the field. Raises nothing."""
+    metrics = body.get("metrics") if isinstance(body, dict) else None
+    spec = metrics.get("speculative_decoding") if isinstance(metrics, dict) else None
+    if not isinstance(spec, dict):
+        return None
+    acc, dr = spec.get("per_step_accepted"), spec.get("per_step_drafted")
+    if not isinstance(acc, list) or not isinstance(dr, list) or len(acc) != len(dr) or not acc:
+        return None
+    if not all(isinstance(x, int) for x in acc + dr):
+        return None
+    return {"accepted": list(acc), "drafted": list(dr), "accept_lengths": [1 + x for x in acc]}

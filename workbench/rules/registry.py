@@ -355,17 +355,21 @@ class Registry:
         return [] if engine is None else [r for r in self if r.kind == "static" and engine not in r.engines]
 
     def run(self, facts: Any, *, family: str | None = None,
-            failures: list[RuleFailure] | None = None) -> list[Finding]:
+            failures: list[RuleFailure] | None = None,
+            on_rule: Callable[[Rule], None] | None = None) -> list[Finding]:
         """Run the static rules (of ``family`` only, when given) on ``facts``; their findings in
         rule order. A check that raises a box error (``remote.errors.RemoteError``) propagates:
         the box failed, the doctor cannot run. Any other exception is logged and appended to
         ``failures`` (when given, else re-raised), and the other rules still run. A finding whose
         id or severity its rule does not declare raises ``ValueError`` (a bug in the rule), and so
         does a finding marked ``prevents_start`` by a rule declared ``never``; a rule declared
-        ``always`` has its error findings marked here."""
+        ``always`` has its error findings marked here. ``on_rule`` (when given) is called with each
+        rule just before its check runs (the doctor uses it to learn which facts each rule reads)."""
         out: list[Finding] = []
         engine = getattr(facts, "engine_name", None)
         for r in self.static(family, engine if isinstance(engine, str) else None):
+            if on_rule is not None:
+                on_rule(r)
             try:
                 found = r.check(facts)
             except RemoteError:

@@ -299,8 +299,13 @@ def take_inventory(box, *, launch_command: str | None, port: int | None, default
     package = engine_package(launch)
     engine_root = engine_version = None
     try:
-        located = find_engine(box, python=python, launch=launch, package=package, timeout=timeout)
+        # a running server: located from that process (its interpreter, cwd and environment), so the
+        # engine is the one it runs whatever directory this runs in; no CLI option to name in a hint
+        located = find_engine(box, python=python, launch=launch, package=package, timeout=timeout, server=server,
+                              options=())
         engine_root, engine_version = located.root, located.version
+        if server is not None and located.python != "-":
+            python = located.python
     except EngineNotFound as exc:
         notes.append(f"engine not located: {exc}")
     base_url = box.url(final_port)

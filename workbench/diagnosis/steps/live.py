@@ -13,6 +13,16 @@ evidence first from the running server, so a cause is confirmed before any load 
 - opt-in stack dumps of the server's processes with ``py-spy dump`` (``stack_dumps``; a missing
   binary or no ptrace permission is a note, never a failure).
 
+On a vLLM server (no ``/server_info``), its own evidence instead (:func:`vllm_live`): the Prometheus
+counters since it started (vLLM 0.32.0 ``v1/spec_decode/metrics.py`` ``SpecDecodingProm``: drafts,
+accepted and proposed draft tokens, and the per-position counters
+``vllm:spec_decode_num_accepted_tokens_per_pos_total{position="k"}``: P(k-th draft token accepted)),
+the last ``SpecDecoding metrics`` line of its log (:mod:`workbench.logs.vllm_log`, every wording), and
+whether it runs with ``--per-request-spec-decode-metrics`` (vLLM 0.32.0 ``config/observability.py``:
+``summary`` / ``detailed`` add ``metrics.speculative_decoding`` to each response — the acceptance
+histogram, and with ``detailed`` the accepted / proposed drafts of every verify step — which the
+measurement reads, :func:`workbench.measure.vllm.record_from_vllm_completion`; nothing in the log).
+
 Reads ``ctx.inventory`` (base URL, launch, engine root, the server's environment), the static
 evidence (the draft's fc width, the target's hidden size); adds ``ctx.state.live`` and ledger
 evidence of kind ``live``. Changes nothing on the box.
@@ -33,7 +43,11 @@ from workbench.diagnosis.steps.readings import expected_width, target_hidden
 from workbench.measure.generate import auth_headers
 
 __all__ = ["LIVE_TIMEOUT_S", "SERVER_INFO_KEYS", "live_evidence", "spec_accept_length", "fc_widths_as_served",
-           "stack_dumps"]
+           "stack_dumps", "vllm_live", "PER_REQUEST_FLAG"]
+
+#: vLLM's flag for per-request acceptance in each response (vLLM 0.32.0 ``engine/arg_utils.py``;
+#: ``none`` / ``summary`` / ``detailed``, default ``none``).
+PER_REQUEST_FLAG = "--per-request-spec-decode-metrics"
 
 #: Seconds each live read may take (one HTTP request, one command on the box).
 LIVE_TIMEOUT_S = 10.0
@@ -154,7 +168,9 @@ def live_evidence(ctx: RunContext, *, stack_dumps_on: bool = False) -> StepResul
         elif resp is not None:
             live["metrics"] = f"/metrics answered {resp.status_code}: the server runs without --enable-metrics"
     log_path = session.current.log_path if session.current is not None else ctx.inventory.server_log
-    if log_path:
+    if not sglang:
+        vllm_live(ctx, log_path)
+    elif log_path:
         from workbench.logs.lines import parse_log
 
         try:
@@ -182,6 +198,63 @@ def live_evidence(ctx: RunContext, *, stack_dumps_on: bool = False) -> StepResul
         live["stack_dumps"] = stack_dumps(ctx.box, pid) if pid else {"dumps": [], "note": "no server pid known"}
         if live["stack_dumps"].get("note"):
             ctx.notes.append(live["stack_dumps"]["note"])
-    shown = {k: live.get(k) for k in ("server_info", "spec_accept_length", "log_accept_length", "fc_widths_as_found")
+    shown = {k: live.get(k) for k in ("server_info", "spec_accept_length", "log_accept_length", "fc_widths_as_found",
+                                      "counters_accept_length", "per_position_acceptance", "log_per_position",
+                                      "per_request_spec_decode_metrics")
              if live.get(k) is not None}
     return StepResult("live", "done", "; ".join(f"{k}: {v}" for k, v in shown.items()) or "nothing read", data=shown)
+
+
+def vllm_live(ctx: RunContext, log_path: str | None) -> None:
+    """vLLM's own live evidence into ``ctx.state.live`` (module docstring): ``vllm_counters`` (the
+    lifetime :class:`workbench.measure.vllm.SpecCounters` as a dict), ``counters_accept_length``
+    and ``per_position_acceptance`` (when it drafted at all), or ``metrics`` (why not); from the log
+    ``log_accept_length`` / ``log_per_position`` / ``log_line`` (its last metrics line, the interval
+    it covers); ``per_request_spec_decode_metrics`` (the flag's value, ``none`` when not given).
+    With counters, evidence of kind ``live`` for ``aux-cross-engine-convention`` (the fault whose
+    symptom on vLLM is low per-position acceptance) when the ledger has it. Reads only; what cannot
+    be read goes to ``live["unread"]``."""
+    from workbench.measure.sources import parse_metrics
+    from workbench.measure.vllm import M_DRAFTS, spec_counters
+
+    live = ctx.state.live
+    launch = ctx.inventory.launch
+    level = launch.get(PER_REQUEST_FLAG) if launch is not None else None
+    live["per_request_spec_decode_metrics"] = level if isinstance(level, str) else "none"
+    resp = _get(ctx, "/metrics")
+    counts = None
+    if resp is not None and resp.status_code == 200:
+        try:
+            counts = spec_counters(parse_metrics(resp.text))
+        except ValueError as exc:
+            live.setdefault("unread", []).append(f"/metrics: not Prometheus text ({exc})")
+        if counts is None:
+            live["metrics"] = f"vLLM's /metrics declares no {M_DRAFTS}: speculative decoding is off on this server"
+        else:
+            live["vllm_counters"] = counts.to_dict()
+            if counts.drafts:
+                live["counters_accept_length"] = round(counts.accept_length, 4)
+                live["per_position_acceptance"] = [round(p, 4) for p in counts.per_position]
+            else:
+                live["metrics"] = "no verify step with draft tokens yet: vLLM's counters are all zero"
+    elif resp is not None:
+        live["metrics"] = f"/metrics answered {resp.status_code}"
+    if log_path:
+        from workbench.logs.vllm_log import parse_spec_decoding_line
+
+        try:
+            tail = ctx.box.tail(log_path, 200, timeout=LIVE_TIMEOUT_S)
+        except (RemoteError, AttributeError) as exc:
+            live.setdefault("unread", []).append(f"the log {log_path}: {exc}")
+            tail = []
+        lines = [rec for rec in (parse_spec_decoding_line(ln) for ln in tail if "metrics:" in ln) if rec is not None]
+        if lines:
+            last = lines[-1]
+            live.update(log_accept_length=last.mean_acceptance_length, log_per_position=last.per_position,
+                        log_line=last.line)
+    if counts is not None and counts.drafts and "aux-cross-engine-convention" in ctx.ledger:
+        pos = ", ".join(f"{p:.3f}" for p in counts.per_position)
+        ctx.add_evidence("aux-cross-engine-convention",
+                         f"live: vLLM's counters since the server started: {counts.accepted} of {counts.draft_tokens} "
+                         f"draft tokens accepted over {counts.drafts} verify steps (accept length "
+                         f"{counts.accept_length:.3f}; per position {pos})", counts.to_dict(), kind="live")
