@@ -222,12 +222,14 @@ def _vllm_fault_launch(tmp_path, fault: str, port: int) -> str:
 @pytest.mark.parametrize("fault, hypothesis, rule", [
     ("d2t-minus-arange", "token-map", "token-map-invalid"),
     ("aux-capture-off", "aux-capture-off", "aux-capture-disabled"),
+    ("aux-ids-top-level-stale", "aux-eagle-config", "aux-ids-ignored"),
 ])
 def test_a_vllm_draft_fault_confirms_its_hypothesis_and_proposes_the_fix(tmp_path, monkeypatch, free_port, fault,
                                                                          hypothesis, rule):
     """On a vLLM launch (no server, no restarts) the vLLM reading of the rule confirms the fault's
     hypothesis, nothing else is confirmed, and its family's fix is a copy of the draft: d2t rebuilt
-    from the t2d vLLM skips (offsets of the ids t2d marks), or use_aux_hidden_state back to true."""
+    from the t2d vLLM skips (offsets of the ids t2d marks), use_aux_hidden_state back to true, or the
+    top-level ids vLLM reads replaced by eagle_config's (in the convention the draft records)."""
     require_vllm()
     import numpy as np
     from safetensors.numpy import load_file
@@ -244,7 +246,9 @@ def test_a_vllm_draft_fault_confirms_its_hypothesis_and_proposes_the_fix(tmp_pat
         fixes = run.derive_fixes()
         assert [(f.kind, f.rules) for f in fixes] == [("draft-copy", (rule,))]
         repair = fixes[0].repair
-        if fault == "d2t-minus-arange":
+        if fault == "aux-ids-top-level-stale":  # eagle_config's ids, in the convention the draft records (vLLM's)
+            assert repair.config == {"eagle_aux_hidden_state_layer_ids": [2, 4, 7]}
+        elif fault == "d2t-minus-arange":
             t2d = load_file(str(tmp_path / "dep" / "draft" / "model.safetensors"))["t2d"]
             ids = np.flatnonzero(t2d)
             assert list(repair.tensors["d2t"].values) == [int(v) for v in ids - np.arange(len(ids))]

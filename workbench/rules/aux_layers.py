@@ -577,10 +577,16 @@ def aux_count_mismatch(facts: Facts) -> list[Finding]:
 
 
 def _eagle_config_repair(facts: Facts, ids: list[int], why: str) -> DraftRepair:
+    """``ids`` written into the copy's ``eagle_config`` (where SGLang reads them); on a vLLM launch also
+    at the top level, which vLLM's runners read first (V1) or only (V2, vLLM 0.32.0
+    ``eagle3_utils.py``): a stale top-level key would otherwise win over the repair."""
     draft = facts.draft
     ec = dict(draft.eagle_config or {})
     ec["eagle_aux_hidden_state_layer_ids"] = list(ids)
-    return DraftRepair(config={"eagle_config": ec}, reasons=[why])
+    config: dict = {"eagle_config": ec}
+    if facts.engine_name == "vllm":
+        config["eagle_aux_hidden_state_layer_ids"] = list(ids)
+    return DraftRepair(config=config, reasons=[why])
 
 
 def _given_ids_fix(facts: Facts, rule: str, ids: list[int]) -> Fix:
@@ -605,7 +611,10 @@ def aux_fixes(facts: Facts, findings: list[Finding], given: dict) -> list[Fix]:
     given ids, else the ints they spell (digit strings, integral floats: :func:`int_layer_ids`).
     Out-of-range or negative ids: the same, with the given ids. The offset convention: candidates,
     the ids shifted by ±1 (the other convention; those the capture loop can reach), each to be
-    measured. A target class that cannot capture: nothing to repair in the draft."""
+    measured. A target class that cannot capture: nothing to repair in the draft. On a vLLM launch the
+    ids are also written at the top level (vLLM reads them first), and top-level ids that shadow
+    eagle_config's (``aux-ids-ignored``) are replaced by eagle_config's, read in the convention the
+    draft records or its layout presumes (:func:`workbench.rules.cross_engine.draft_convention`)."""
     draft = facts.draft
     out: list[Fix] = []
     given_ids = _given_ids(given)
@@ -668,6 +677,28 @@ def aux_fixes(facts: Facts, findings: list[Finding], given: dict) -> list[Fix]:
                 out.append(Fix("none", (f.rule,), "the ids the engine can capture are not known",
                                missing="the aux layer ids the draft was trained with: pass -p aux_layer_ids "
                                        "'[...]' (ids the target's capture loop reaches)", parameter="aux_layer_ids"))
+        elif f.rule == "aux-ids-ignored" and facts.engine_name == "vllm" and ids_ok(draft.aux_layer_ids):
+            # vLLM reads the top-level ids over eagle_config's: eagle_config's, in the convention the draft
+            # records (or its layout presumes), written where vLLM reads them
+            from workbench.rules.cross_engine import captured_states, draft_convention, ids_for
+
+            conv, nested = draft_convention(draft), list(draft.aux_layer_ids)
+            layers = facts.target.num_hidden_layers if facts.target is not None else None
+            ids = nested if conv.engine == "vllm" else (
+                ids_for("vllm", facts.target_architecture or "", layers,
+                        captured_states("sglang", facts.target_architecture or "", layers, nested) or [])
+                if conv.engine == "sglang" and layers else None)
+            if ids:
+                out.append(Fix("draft-copy", (f.rule,), f"the top-level ids vLLM reads → {ids} (eagle_config's "
+                               f"{nested}, {conv.engine}'s convention: {conv.basis}) in a copy of the draft",
+                               repair=DraftRepair(config={"eagle_aux_hidden_state_layer_ids": ids},
+                                                  reasons=[f"aux-ids-ignored: the top-level ids "
+                                                           f"{draft.aux_layer_ids_top_level} → {ids}, eagle_config's "
+                                                           f"{nested} read in {conv.engine}'s convention"])))
+            else:
+                out.append(Fix("none", (f.rule,), "which of the two spellings of the aux layer ids is stale is "
+                               "recorded nowhere", missing="the aux layer ids the draft was trained with: pass -p "
+                               "aux_layer_ids '[...]'", parameter="aux_layer_ids"))
         elif f.rule == "aux-layer-offset-convention" and ids_ok(draft.aux_layer_ids):
             cap = facts.capture.rule if facts.capture is not None else None
             reach = cap.reachable_max if cap is not None else None
