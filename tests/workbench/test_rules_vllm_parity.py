@@ -165,9 +165,30 @@ def test_config_against_tensors_on_vllm(tmp_path):
     assert f.prevents_start and "hidden size (128) is not a multiple" in f.message
 
 
-def test_swallowed_fallback_named_in_vllms_reader(tmp_path):
-    f = _one(_doctor(_deploy(tmp_path)), "swallowed-config-error")
-    assert f.severity == "info" and "gpu_model_runner.py" in f.message
+def test_swallowed_error_in_vllms_reader(tmp_path):
+    """vLLM 0.32.0 reads the aux ids without a broad except: no finding. A copy of its files whose V1
+    reader wraps the nested read in ``try/except Exception`` (``--engine-root``): the finding names it."""
+    from testkit.vllm_copies import MAP_FILES, pristine_copy
+    from workbench.rules.vllm_engine import locate_vllm
+
+    dep = _deploy(tmp_path)
+    assert [f for f in _doctor(dep).findings if f.rule == "swallowed-config-error"] == []
+    root, _, _ = locate_vllm(connect("local"), str(vllm_python()))
+    copy = tmp_path / "vllm"
+    pristine_copy(root, copy, MAP_FILES)
+    runner = copy / "v1/worker/gpu_model_runner.py"
+    text = runner.read_text()
+    read = ('            if eagle_config and isinstance(eagle_config, dict):\n'
+            '                layer_ids = eagle_config.get("eagle_aux_hidden_state_layer_ids")\n')
+    assert text.count(read) == 1
+    runner.write_text(text.replace(read, '            try:\n'
+                                         '                layer_ids = eagle_config.get("eagle_aux_hidden_state_layer_ids")\n'
+                                         '            except Exception:\n'
+                                         '                layer_ids = None\n'))
+    rep = run_doctor(connect("local"), _launch(dep), engine_root=str(copy))
+    f = _one(rep, "swallowed-config-error")
+    assert f.severity == "info" and f.evidence["source"]["value"].startswith(str(runner) + ":")
+    assert "eagle_config.get" in f.evidence["guarded_code"]
 
 
 def test_built_in_facts_when_the_source_is_not_read(tmp_path):

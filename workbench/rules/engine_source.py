@@ -79,11 +79,13 @@ def swallowed_config_error(facts: Facts) -> list[Finding]:
     ``:188``), where any error in the ids silently becomes "the default layers". Only for EAGLE3 launches with the engine source
     located. ``workbench source scan`` runs the same scan over the whole path (:func:`scan_swallowed`).
 
-    vLLM 0.32.0 reads the aux ids without a ``try`` (V1 ``gpu_model_runner.py``
-    ``_get_eagle3_aux_layers_from_config``), but falls back silently when it finds none: the same scan
-    on vLLM's code-path map (:func:`workbench.engine.codepath_vllm.vllm_code_path_map`, the reader of the
-    model runner this launch runs) reports that fallback with its file:line. Needs the box's vLLM
-    source (no built-in fallback: a finding that names a line must have read it)."""
+    On a vLLM launch the same scan runs on the reader of the model runner this launch runs (vLLM's
+    code-path map, :func:`workbench.engine.codepath_vllm.vllm_code_path_map`: V1
+    ``gpu_model_runner.py`` ``_get_eagle3_aux_layers_from_config``, V2 ``eagle3_utils.py``) and reports
+    a broad ``except`` there; vLLM 0.32.0 has none (its readers fall back to the target's defaults
+    when they find no ids, without an exception to swallow: ``aux-config-unread`` says when that
+    happens). Needs the box's vLLM source (no built-in fallback: a finding that names a line must
+    have read it)."""
     if facts.algorithm != "EAGLE3":
         return []
     if facts.engine_name == "vllm":
@@ -94,8 +96,10 @@ def swallowed_config_error(facts: Facts) -> list[Finding]:
 
         key = "eagle-config-read.v2" if facts.vllm_runner == "v2" else "eagle-config-read"
         draft = facts.draft.config if facts.draft is not None and isinstance(facts.draft.config, dict) else None
-        return scan_swallowed(src, vllm_code_path_map(src, keys=[key], runner=facts.vllm_runner or "v1",
-                                                      draft_config=draft))
+        found = scan_swallowed(src, vllm_code_path_map(src, keys=[key], runner=facts.vllm_runner or "v1",
+                                                       draft_config=draft))
+        # a broad except only: the reader's fallback to the defaults when it finds no ids is aux-config-unread's
+        return [f for f in found if "guarded" in f.evidence]
     if facts.engine is None:
         return []
     return scan_swallowed(facts.engine, code_path_map(facts.engine, keys=["eagle-config-read"]))
