@@ -73,7 +73,7 @@ WHY = {
     "aux-ids-duplicate": "aux-layer-ids-out-of-range", "aux-capture-off": "aux-capture-disabled",
     "norm-flag-unread": None, "draft-arch-qwen2": "unknown-draft-architecture",
     "target-no-capture-vllm": "target-no-aux-capture", "d2t-out-of-range": "token-map-invalid",
-    "aux-ids-strings": "aux-layer-ids-invalid",
+    "aux-ids-strings": "aux-layer-ids-invalid", "d2t-full-vocab": "token-map-invalid",
 }
 #: Faults whose vLLM rule another helper builds (issue 29): the case runs and must flip to passing.
 PENDING = {"renamed-tensor": "the weight-name rules on vLLM (weights-dropped/-missing) are helper vweights' part"}
@@ -140,7 +140,26 @@ def truth(tmp_path_factory):
                                   "float32", "--max-model-len", "512", "--enforce-eager", "--speculative-config",
                                   json.dumps(spec, separators=(",", ":"))])
                 for name, (t, _d, spec) in built.items()}
-    return {name: (outcomes[name], commands[name]) for name in CASE_NAMES}
+    yield {name: (outcomes[name], commands[name]) for name in CASE_NAMES}
+    table = root / "truth.md"
+    table.write_text(truth_table(outcomes, ROWS))
+    print(f"\n{table}:\n{table.read_text()}")
+
+
+#: What the doctor said per case (filled by the test, printed as a table at the module's end).
+ROWS: dict[str, str] = {}
+
+
+def truth_table(outcomes: dict, said: dict) -> str:
+    """Markdown: case → what real vLLM did (started, its error line or accepted/drafted and the
+    per-position counts) → what the doctor said (error/warning rules; ``S`` = prevents start)."""
+    lines = ["| case | real vLLM | doctor |", "|---|---|---|"]
+    for name, o in outcomes.items():
+        did = (f"refused: {o.error[:90]}" if not o.started and o.phase != "generate" else
+               f"first request died: {o.error[:70]}" if not o.started else
+               f"served, {o.accepted}/{o.draft_tokens} accepted ({o.acceptance:.1%}), per position {o.per_position}")
+        lines.append(f"| {name} | {did} | {said.get(name, '—')} |")
+    return "\n".join(lines) + "\n"
 
 
 def outcome_kind(o: VllmOutcome, healthy: VllmOutcome) -> str:
@@ -159,6 +178,9 @@ def test_the_healthy_baseline_serves_and_accepts(truth):
     assert healthy.started and healthy.draft_tokens > 0 and len(healthy.per_position) == 3
     assert sum(healthy.per_position) == healthy.accepted
     assert shipped.started and shipped.acceptance < healthy.acceptance
+    rep = run_doctor(connect("local"), truth["healthy"][1])
+    ROWS["healthy"] = ", ".join(f"{f.rule} ({f.severity})" for f in rep.findings if f.severity != "info") or "no finding"
+    assert [f.rule for f in rep.findings if f.severity == "error"] == []
 
 
 @pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.xfail(reason=PENDING[n], strict=True))
@@ -172,6 +194,8 @@ def test_doctor_predicts_what_vllm_did(truth, name):
     stops = [f.rule for f in errors if f.prevents_start]
     seen = {(f.rule, f.severity, f.prevents_start) for f in rep.findings}
     said = f"vLLM: {kind} ({outcome.error or f'{outcome.accepted}/{outcome.draft_tokens} accepted'}); doctor: {seen}"
+    ROWS[name] = ", ".join(f"{f.rule} ({f.severity}{', S' if f.prevents_start else ''})" for f in rep.findings
+                           if f.severity != "info") or "no finding"
     if kind == "refused":
         assert stops, said
     else:

@@ -50,6 +50,7 @@ vLLM-spelling variants (:data:`VLLM_FAULTS`):
 ``target-no-capture-vllm``     target architectures ``SolarForCausalLM`` (no ``SupportsEagle3`` in vLLM)
 ``d2t-out-of-range``           the last d2t offset pushed past the target vocab
 ``aux-ids-strings``            ids written as strings ``["1", "3", "6"]``
+``d2t-full-vocab``             a full-vocabulary draft (lm_head 256 rows) that still ships d2t/t2d
 ============================== ==============================================================
 """
 
@@ -466,6 +467,22 @@ def _aux_ids_strings(b: _Build) -> None:
     b.draft_config["eagle_config"]["eagle_aux_hidden_state_layer_ids"] = [str(i) for i in ids]
 
 
+def _d2t_full_vocab(b: _Build) -> None:
+    """A full-vocabulary draft that still ships a ``d2t`` (a converter that always writes the map):
+    ``lm_head`` widened to the target's 256 rows (row ``d2t[i] + i`` = the trained row ``i``, the others
+    zero) and ``draft_vocab_size`` 256, ``d2t``/``t2d`` kept. vLLM 0.32.0 builds no
+    ``draft_id_to_target_id`` when the draft vocab equals the target's (``llama_eagle3.py:339-345``) but
+    renames the checkpoint's ``d2t`` to it (``:429``): its weight loader finds no such parameter and
+    refuses to start. SGLang 0.5.23 loads the map and uses it (``hot_token_id = d2t + arange``)."""
+    t = b.tensors
+    d2t, head = t["d2t"].astype(np.int64), t["lm_head.weight"]
+    vocab = int(b.target_config["vocab_size"])
+    full = np.zeros((vocab, head.shape[1]), dtype=head.dtype)
+    full[d2t + np.arange(len(d2t))] = head
+    t["lm_head.weight"] = full
+    b.draft_config["draft_vocab_size"] = vocab
+
+
 #: The Solar switches that make vLLM 0.32.0's ``SolarForCausalLM`` compute exactly the committed Llama
 #: target: no skip connection fires (``model_executor/models/solar.py`` ``SolarModel.forward`` tests
 #: ``i in self.config.bskcn_1`` … ``bskcn_4``).
@@ -541,6 +558,7 @@ VLLM_FAULTS: dict[str, Fault] = {f.name: f for f in (
     Fault("target-no-capture-vllm", "files", _target_no_capture_vllm.__doc__, _target_no_capture_vllm),
     Fault("d2t-out-of-range", "files", _d2t_out_of_range.__doc__, _d2t_out_of_range, group="d2t"),
     Fault("aux-ids-strings", "files", _aux_ids_strings.__doc__, _aux_ids_strings, group="aux"),
+    Fault("d2t-full-vocab", "files", _d2t_full_vocab.__doc__, _d2t_full_vocab, group="d2t"),
 )}
 
 ALL_FAULTS: dict[str, Fault] = {**FAULTS, **VLLM_FAULTS}

@@ -80,12 +80,14 @@ def test_missing_d2t_is_zeros_read_from_the_box(tmp_path):
     ("d2t-out-of-range", "error", False, "first draft step of the first request"),
     ("d2t-minus-arange", "error", False, "silently"),
     ("d2t-float", "warning", False, "casts it to int64"),
+    ("d2t-full-vocab", "error", True, "There is no module or parameter named 'draft_id_to_target_id'"),
 ])
 def test_token_map_faults_with_vllms_consequence(tmp_path, fault, severity, stops, words):
     rep = _doctor(_deploy(tmp_path, fault))
     f = _one(rep, "token-map-invalid")
     assert (f.severity, f.prevents_start) == (severity, stops) and words in f.message, f.message
     assert f.evidence["engine_use"]["source"].endswith("llama_eagle3.py:386")
+    assert [x for x in rep.findings if x.rule == "token-map-missing"] == []
     if fault == "d2t-float":
         assert _errors(rep) == []  # the same draft kills SGLang's warm-up; vLLM loads it as meant
 

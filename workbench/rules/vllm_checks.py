@@ -92,7 +92,9 @@ def token_map_invalid(facts: Facts, tm: TokenMap, check: Callable[..., list[str]
     raises there, in the first draft step of the first request (the engine dies, HTTP 500; vLLM's
     start-up runs no draft logits); duplicates keep the last write and absolute ids (or a map its own
     ``t2d`` contradicts) propose other tokens, silently. ``check``: the engine-neutral offset-table
-    check (:func:`workbench.rules.weights.check_token_map`)."""
+    check (:func:`workbench.rules.weights.check_token_map`). A ``d2t`` in a full-vocabulary draft (draft
+    vocab = target vocab) has no parameter to go to (``:339-345`` builds none) but is renamed anyway:
+    the loader raises and the server does not start."""
     d2t = tm.d2t
     if d2t is None:
         return []
@@ -102,6 +104,15 @@ def token_map_invalid(facts: Facts, tm: TokenMap, check: Callable[..., list[str]
                                 "draft_vocab_size": rows, "vocab_size": tm.vocab,
                                 "engine_load": ev("d2t → draft_id_to_target_id (int64)", code.where("d2t_rename")),
                                 "engine_use": ev("targets = arange + draft_id_to_target_id", code.where("d2t_offsets"))}
+    if rows is not None and rows == tm.vocab and code.d2t_param_when and code.d2t_rename:
+        return [Said("token-map-invalid", "error",
+                     f"the draft vocab equals the target's ({rows}): vLLM builds no draft_id_to_target_id (only when "
+                     f"`{code.d2t_param_when}`, {code.where('d2t_param')}) yet renames the checkpoint's {tm.d2t_name} "
+                     f"to it ({code.where('d2t_rename')}): its weight loader finds no such parameter and the server "
+                     "does not start (ValueError: There is no module or parameter named 'draft_id_to_target_id')",
+                     evidence, f"a copy of the draft without {tm.d2t_name}"
+                     + (f" and {tm.t2d_name}" if tm.t2d_name else "") + " (a full-vocabulary draft needs no map)",
+                     prevents_start=True)]
     if d2t.ndim != 1 or (rows is not None and d2t.size != rows):
         return [Said("token-map-invalid", "error",
                         f"{tm.d2t_name} has shape {list(d2t.shape)}; vLLM's draft_id_to_target_id is [{rows}] "

@@ -651,6 +651,14 @@ def weight_fixes(facts: Facts, findings: list[Finding], given: dict) -> list[Fix
         if rule in rules:
             out.append(Fix("none", (rule,), "a tensor of the wrong shape",
                            missing="the draft's config and checkpoint from the same training run (a re-export)"))
+    if tm is not None and "token-map-invalid" in rules and facts.engine_name == "vllm" and tm.d2t_name \
+            and tm.draft_vocab is not None and tm.draft_vocab == tm.vocab:
+        # a full-vocabulary draft with a map vLLM has no parameter for: nothing to rebuild, the map must go
+        rules -= {"token-map-invalid"}
+        out.append(Fix("none", ("token-map-invalid",), f"a full-vocabulary draft that ships {tm.d2t_name}",
+                       missing=f"a copy of the draft without {tm.d2t_name}"
+                               + (f"/{tm.t2d_name}" if tm.t2d_name else "") + " (vLLM builds no map for a draft "
+                               "whose vocab equals the target's and refuses one in the checkpoint)"))
     if tm is not None and rules & {"token-map-missing", "token-map-invalid"}:
         rebuilt = d2t_from_t2d(tm)
         if rebuilt is not None:
