@@ -301,7 +301,7 @@ def aux_layer_ids_invalid(facts: Facts) -> list[Finding]:
 
     vLLM 0.32.0 (:func:`workbench.rules.vllm_checks.aux_layer_ids_invalid`, on the ids its runner
     reads): ``tuple(sorted(set(layers)))`` raises on mixed strings and numbers (no start); strings
-    alone never match a layer (the first request fails on the fc's width); whole floats match."""
+    alone never match a layer (the engine dies on the first request); whole floats match."""
     if facts.engine_name == "vllm":
         return _vllm_findings(vllm_checks.aux_layer_ids_invalid(facts))
     if not _eagle3_pair(facts):

