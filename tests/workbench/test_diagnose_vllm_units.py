@@ -216,13 +216,15 @@ def _vllm_fault_launch(tmp_path, fault: str, port: int) -> str:
     cfg[CONVENTION_KEY] = "vllm"
     path.unlink()
     path.write_text(json.dumps(cfg))
-    return sandbox_vllm_launch_command(port=port, draft=str(dep.draft_dir))
+    return sandbox_vllm_launch_command(port=port, draft=str(dep.draft_dir)).replace(
+        str(sandbox_models_dir() / "target"), str(dep.target_dir))
 
 
 @pytest.mark.parametrize("fault, hypothesis, rule", [
     ("d2t-minus-arange", "token-map", "token-map-invalid"),
     ("aux-capture-off", "aux-capture-off", "aux-capture-disabled"),
     ("aux-ids-top-level-stale", "aux-eagle-config", "aux-ids-ignored"),
+    ("target-no-capture-vllm", "target-capture", "target-no-aux-capture"),
 ])
 def test_a_vllm_draft_fault_confirms_its_hypothesis_and_proposes_the_fix(tmp_path, monkeypatch, free_port, fault,
                                                                          hypothesis, rule):
@@ -244,9 +246,15 @@ def test_a_vllm_draft_fault_confirms_its_hypothesis_and_proposes_the_fix(tmp_pat
         verdicts = {h: v for h, v, _ in run.check_hypotheses().rows}
         assert [h for h, v in verdicts.items() if v == "confirmed"] == [hypothesis]
         fixes = run.derive_fixes()
-        assert [(f.kind, f.rules) for f in fixes] == [("draft-copy", (rule,))]
+        if fault == "target-no-capture-vllm":  # nothing in the draft to repair: the engine's class decides
+            assert [(f.kind, f.rules) for f in fixes] == [("none", (rule,))]
+            assert "SupportsEagle3" in fixes[0].missing and "SolarForCausalLM" in fixes[0].missing
+        else:
+            assert [(f.kind, f.rules) for f in fixes] == [("draft-copy", (rule,))]
         repair = fixes[0].repair
-        if fault == "aux-ids-top-level-stale":  # eagle_config's ids, in the convention the draft records (vLLM's)
+        if fault == "target-no-capture-vllm":
+            assert repair is None
+        elif fault == "aux-ids-top-level-stale":  # eagle_config's ids, in the convention the draft records (vLLM's)
             assert repair.config == {"eagle_aux_hidden_state_layer_ids": [2, 4, 7]}
         elif fault == "d2t-minus-arange":
             t2d = load_file(str(tmp_path / "dep" / "draft" / "model.safetensors"))["t2d"]

@@ -53,7 +53,7 @@ FAMILY = Family(
     module=__name__, probes=_CAPTURE_PROBES,
     hypotheses=(
         HypothesisSpec("target-capture", "The target's model class in this engine cannot capture aux hidden states "
-                       "(no set_eagle3_layers_to_capture): EAGLE3 fails at start-up.",
+                       "(SGLang: no set_eagle3_layers_to_capture; vLLM: not SupportsEagle3): EAGLE3 fails at start-up.",
                        rules=("target-no-aux-capture",), probes=_CAPTURE_PROBES, order=35),
         HypothesisSpec("aux-capture-off", "The draft's eagle_config.use_aux_hidden_state is false: this release "
                        "skips the target's aux capture, the draft's fc gets the 1×-wide final hidden state and is "
@@ -625,8 +625,11 @@ def aux_fixes(facts: Facts, findings: list[Finding], given: dict) -> list[Fix]:
             continue  # an EAGLE-1/2 draft under EAGLE3: no EAGLE-3 repair applies, the relaunch with EAGLE does
         if f.rule == "target-no-aux-capture":
             out.append(Fix("none", (f.rule,), "the target class cannot capture aux hidden states",
-                           missing=f"an engine release whose {facts.target_architecture} implements "
-                                   "set_eagle3_layers_to_capture (or EAGLE with an EAGLE-1/2 draft)"))
+                           missing=f"a vLLM release whose class for {facts.target_architecture} implements "
+                                   "SupportsEagle3 (or method eagle with an EAGLE-1/2 draft)"
+                           if facts.engine_name == "vllm" else
+                           f"an engine release whose {facts.target_architecture} implements "
+                           "set_eagle3_layers_to_capture (or EAGLE with an EAGLE-1/2 draft)"))
         elif f.rule == "aux-capture-disabled":
             ec = dict(draft.eagle_config or {})
             ec["use_aux_hidden_state"] = True
