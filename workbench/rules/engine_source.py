@@ -92,14 +92,19 @@ def swallowed_config_error(facts: Facts) -> list[Finding]:
         src = vllm_source(facts)
         if src is None:
             return []
-        from workbench.engine.codepath_vllm import vllm_code_path_map
+        from workbench.engine.codepath import PathEntry
+        from workbench.engine.codepath_vllm import _aux_reader
 
-        key = "eagle-config-read.v2" if facts.vllm_runner == "v2" else "eagle-config-read"
-        draft = facts.draft.config if facts.draft is not None and isinstance(facts.draft.config, dict) else None
-        found = scan_swallowed(src, vllm_code_path_map(src, keys=[key], runner=facts.vllm_runner or "v1",
-                                                       draft_config=draft))
-        # a broad except only: the reader's fallback to the defaults when it finds no ids is aux-config-unread's
-        return [f for f in found if "guarded" in f.evidence]
+        runner = facts.vllm_runner or "v1"
+        reader = _aux_reader(src, runner)  # only the reader's file is read (not the whole code-path map's)
+        if reader is None:
+            return []
+        rel, fn = reader
+        entry = PathEntry(f"eagle-config-read{'.v2' if runner == 'v2' else ''}", "the runner's aux-id reader", True,
+                          src.path(rel), fn.body[0].lineno, function=fn.name)
+        cmap = CodePathMap(src.root, src.version, facts.target_architecture or "", facts.draft_architecture or "",
+                           [entry], engine="vllm", runner=runner)
+        return scan_swallowed(src, cmap)
     if facts.engine is None:
         return []
     return scan_swallowed(facts.engine, code_path_map(facts.engine, keys=["eagle-config-read"]))

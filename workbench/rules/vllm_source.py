@@ -31,15 +31,15 @@ from typing import Any, Optional
 from workbench.engine.codepath_vllm import (
     INTERFACES,
     REGISTRY,
+    _module_file,
     aux_ids_read,
     default_aux_layers,
     draft_arch_for_method,
-    vllm_registry,
 )
 from workbench.engine.source import EngineSource
 from workbench.rules.vllm_engine import VLLM_VERSION, eagle_config_architecture
 
-__all__ = ["VllmDraftCode", "draft_code", "shipped_draft_code", "parse_draft_code", "vllm_source", "TargetEagle3",
+__all__ = ["registry_entry", "VllmDraftCode", "draft_code", "shipped_draft_code", "parse_draft_code", "vllm_source", "TargetEagle3",
            "target_eagle3", "AuxPlan", "aux_plan", "DRAFT_FILE", "vllm_draft_class"]
 
 #: The EAGLE-3 Llama draft's file in vLLM 0.32.0 (relative to the ``vllm`` package).
@@ -156,6 +156,47 @@ def vllm_source(facts: Any) -> Optional[EngineSource]:
     return cache["src"]
 
 
+def registry_entry(facts: Any, arch: str) -> Optional[dict]:
+    """``{"module", "cls", "table", "file"}`` of ``arch`` in the box's ``model_executor/models/registry.py``
+    (every module-level ``_…_MODELS`` dict literal, parsed once per run; only this entry's model file is
+    looked up — the whole registry's ~300 files are never read), ``{}`` when ``arch`` is not registered,
+    ``None`` without the box's registry. Cached on ``facts``."""
+    src = vllm_source(facts)
+    if src is None:
+        return None
+    cache = facts.__dict__.setdefault("_vllm_rules", {})
+    if "registry" not in cache:
+        tree = src.tree(REGISTRY)
+        table: Optional[dict] = None
+        if tree is not None:
+            table = {}
+            for node in tree.body:
+                target = node.targets[0] if isinstance(node, ast.Assign) and len(node.targets) == 1 else \
+                    node.target if isinstance(node, ast.AnnAssign) else None
+                if not (isinstance(target, ast.Name) and target.id.endswith("_MODELS")
+                        and isinstance(getattr(node, "value", None), ast.Dict)):
+                    continue
+                for key, value in zip(node.value.keys, node.value.values):
+                    try:
+                        name, pair = ast.literal_eval(key), ast.literal_eval(value)
+                    except (ValueError, TypeError, SyntaxError):
+                        continue
+                    if isinstance(name, str) and isinstance(pair, tuple) and len(pair) == 2:
+                        table.setdefault(name, {"module": pair[0], "cls": pair[1], "table": target.id})
+        cache["registry"] = table
+        cache["files"] = {}
+    table = cache["registry"]
+    if table is None:
+        return None
+    entry = table.get(arch)
+    if entry is None:
+        return {}
+    files = cache["files"]
+    if arch not in files:
+        files[arch] = _module_file(src, entry["module"])
+    return {**entry, "file": files[arch]}
+
+
 def vllm_draft_class(facts: Any) -> tuple[Optional[str], Optional[str], Optional[str]]:
     """``(architecture vLLM looks up, class it builds, file relative to the package)`` for the draft
     under ``eagle3``: ``EAGLEConfig``'s rewrite (evaluated from the box's ``transformers_utils/
@@ -171,10 +212,9 @@ def vllm_draft_class(facts: Any) -> tuple[Optional[str], Optional[str], Optional
         got = draft_arch_for_method(src, arch, "eagle3")
         asked = got[0] if got else None
     asked = asked or eagle_config_architecture(arch, "eagle3")
-    reg = vllm_registry(src) if src is not None else None
-    if reg is not None:
-        entry = reg.get(asked)
-        if entry is None or entry.get("table") != "_SPECULATIVE_DECODING_MODELS":
+    entry = registry_entry(facts, asked)
+    if entry is not None:
+        if not entry or entry.get("table") != "_SPECULATIVE_DECODING_MODELS":
             return asked, None, None
         return asked, entry["cls"], entry["file"]
     cls = facts.vllm.draft_classes.get(asked)
@@ -276,13 +316,12 @@ def target_eagle3(facts: Any) -> TargetEagle3:
         return cache["target"]
     arch = facts.target_architecture
     src = vllm_source(facts)
-    reg = vllm_registry(src) if src is not None else None
-    if not arch or reg is None:
-        out = TargetEagle3(None, None, "the box's vLLM registry was not read" if reg is None else "no architecture")
-    elif arch not in reg:
+    entry = registry_entry(facts, arch) if arch else None
+    if not arch or entry is None:
+        out = TargetEagle3(None, None, "no architecture" if not arch else "the box's vLLM registry was not read")
+    elif not entry:
         out = TargetEagle3(None, None, f"{arch} is not in {src.path(REGISTRY)}", registered=False)
     else:
-        entry = reg[arch]
         supports, where = (None, None) if entry["file"] is None else _class_supports(src, entry["file"], entry["cls"])
         out = TargetEagle3(supports, entry["cls"], where or f"{entry['module']}.{entry['cls']} (file not found)")
     cache["target"] = out
@@ -339,8 +378,7 @@ def aux_plan(facts: Any) -> Optional[AuxPlan]:
     read = aux_ids_read(src, draft.config, runner=runner) if src is not None else None
     dflt = None
     if src is not None:
-        reg = vllm_registry(src) or {}
-        tfile = (reg.get(facts.target_architecture or "") or {}).get("file")
+        tfile = (registry_entry(facts, facts.target_architecture or "") or {}).get("file")
         dflt = default_aux_layers(src, layers, target_file=tfile)
     origin = "box" if read is not None and read.error is None and dflt is not None else "shipped"
     if read is not None and read.error is None:
