@@ -134,6 +134,19 @@ def test_v2_runner_never_reads_the_nested_ids(tmp_path):
     assert "eagle3_utils.py" in f.evidence["ids_read_by_vllm"]["source"]
 
 
+def test_ids_as_one_string_are_not_read_by_vllm(tmp_path):
+    """``"2,4,7"`` (one string): vLLM's reader takes only a list or tuple and falls back to the defaults."""
+    dep = _deploy(tmp_path)
+    path = dep.draft_dir / "config.json"
+    cfg = json.loads(path.read_text())
+    cfg["eagle_config"]["eagle_aux_hidden_state_layer_ids"] = "2,4,7"
+    path.unlink()
+    path.write_text(json.dumps(cfg))
+    f = _one(_doctor(dep), "aux-config-unread")
+    assert f.severity == "error" and not f.prevents_start and "reads only a list" in f.message
+    assert f.evidence["states_fed"]["value"] == [2, 4, 5]
+
+
 def test_string_ids_never_match_a_layer(tmp_path):
     f = _one(_doctor(_deploy(tmp_path, "aux-ids-strings")), "aux-layer-ids-invalid")
     assert f.severity == "error" and not f.prevents_start and "equal no layer index" in f.message
