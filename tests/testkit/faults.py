@@ -440,8 +440,10 @@ def _draft_arch_qwen2(b: _Build) -> None:
     """The draft declares ``Qwen2ForCausalLM`` (its target's class copied into the draft's config,
     cf. sgl-project/sglang issue #9135). vLLM 0.32.0 rewrites it under ``eagle3`` to
     ``Eagle3Qwen2ForCausalLM`` (``transformers_utils/configs/eagle.py``), which
-    ``_SPECULATIVE_DECODING_MODELS`` does not register: vLLM refuses the config at start-up. SGLang
-    0.5.23 builds the target class as the draft (no EntryClass of that name for drafts)."""
+    ``_SPECULATIVE_DECODING_MODELS`` does not register: vLLM refuses the config at start-up
+    (measured: "Model architectures ['Eagle3Qwen2ForCausalLM'] are not supported for now"). SGLang
+    0.5.23 would build its target class ``Qwen2ForCausalLM`` as the draft, whose weights do not fit
+    (the ``unknown-draft-architecture`` kind of ``draft-unknown-architecture``)."""
     b.draft_config["architectures"] = ["Qwen2ForCausalLM"]
 
 
