@@ -74,6 +74,10 @@ WHY = {
     "norm-flag-unread": None, "draft-arch-qwen2": "unknown-draft-architecture",
     "target-no-capture-vllm": "target-no-aux-capture", "d2t-out-of-range": "token-map-invalid",
     "aux-ids-strings": "aux-layer-ids-invalid", "d2t-full-vocab": "token-map-invalid",
+    "wrapper-prefix": "weights-dropped", "stripped-prefix": "weights-dropped", "framework-naming": "weights-dropped",
+    "attn-renamed": "weights-dropped", "fc-transposed": "weight-shape-mismatch",
+    # vLLM sizes fc from the ids it captures, not num_aux_hidden_states: serves as healthy (SGLang dies)
+    "aux-ids-fewer-than-num-aux": None,
 }
 #: Faults whose vLLM rule another helper builds (issue 29): the case runs and must flip to passing.
 PENDING: dict = {}
