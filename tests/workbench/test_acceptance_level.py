@@ -137,3 +137,33 @@ def test_doctor_running_says_nothing_was_measured_and_keeps_its_findings(tmp_pat
     assert code == rep["exit_code"] == static["exit_code"] == 1 and "acceptance_level" not in static
     assert "acceptance: unknown: not measured (nothing measured yet: " in text
     assert "ERROR   algorithm-mismatch" in text
+
+
+@pytest.mark.vllm
+@pytest.mark.slow
+def test_doctor_running_reads_a_real_vllm_server_s_level_from_its_counters(vllm_server, cli):
+    """The shared real vLLM server (the sandbox draft, k = 3: ceiling 4): after requests,
+    ``doctor --running`` judges the accept length of vLLM's own ``/metrics`` counters (1 + accepted /
+    drafts since the server started, read here from the same endpoint) with the one definition, and
+    prints its words beside its static findings."""
+    import httpx
+
+    from workbench.measure.sources import parse_metrics
+    from workbench.measure.vllm import spec_counters
+
+    srv = vllm_server()
+    code_m, _, err_m = cli("measure", "--port", str(srv.port), "--num-prompts", "2", "--max-new-tokens", "24",
+                           "--sources", "openai")
+    assert code_m in (0, 1), err_m
+    counts = spec_counters(parse_metrics(httpx.get(f"{srv.url}/metrics", timeout=10, trust_env=False).text))
+    assert counts is not None and counts.drafts > 0
+    code, out, err = cli("doctor", "--running", "--port", str(srv.port), "--json")
+    rep = json.loads(out)
+    want = classify_acceptance(counts.accept_length, ceiling=4.0)
+    assert rep["acceptance_level"] == want.to_dict(), (rep["acceptance_level"], rep["acceptance_notes"], err)
+    assert rep["acceptance_source"] == (f"vLLM /metrics counters since the server started: 1 + {counts.accepted} "
+                                        f"accepted / {counts.drafts} drafts")
+    assert rep["engine_version"] == "0.32.0" and code == rep["exit_code"]
+    _, text, _ = cli("doctor", "--running", "--port", str(srv.port))
+    assert f"acceptance: {want.words}    [vLLM /metrics counters since the server started" in text
+    print(f"vLLM shared server: {want.words} ({counts.accepted} accepted / {counts.drafts} drafts)")
