@@ -43,6 +43,21 @@ Fault names (``FILE_FAULTS`` change files, ``LAUNCH_FAULTS`` the launch command)
 ``spec-params-without-steps``  launch: topk 1 + 4 draft tokens, no ``--speculative-num-steps``
 ``spec-steps-zero``            launch: ``--speculative-num-steps 0``
 ============================== ==============================================================
+
+vLLM-spelling variants (:data:`VLLM_FAULTS`):
+
+============================== ==============================================================
+``aux-ids-top-level-stale``    nested ids [1, 3, 6] and a stale top-level [0, 2, 5] (vLLM reads the latter)
+``aux-ids-unsorted``           ids [6, 3, 1] (both engines take them in layer order)
+``aux-ids-duplicate``          ids [1, 3, 3]: two distinct layers for an fc built for three
+``aux-capture-off``            ``eagle_config.use_aux_hidden_state: false``
+``norm-flag-unread``           ``use_aux_norm: true`` (vLLM never reads it)
+``draft-arch-qwen2``           draft architectures ``Qwen2ForCausalLM``
+``target-no-capture-vllm``     target architectures ``SolarForCausalLM`` (no ``SupportsEagle3`` in vLLM)
+``d2t-out-of-range``           the last d2t offset pushed past the target vocab
+``aux-ids-strings``            ids written as strings ``["1", "3", "6"]``
+``d2t-full-vocab``             a full-vocabulary draft (lm_head 256 rows) that still ships d2t/t2d
+============================== ==============================================================
 """
 
 from __future__ import annotations
@@ -481,6 +496,122 @@ def _attn_renamed(b: _Build) -> None:
     _rename_all(b, lambda k: k.replace(".self_attn.", ".attn."))
 
 
+def _aux_ids_top_level_stale(b: _Build) -> None:
+    """Two spellings that disagree: the nested ``eagle_config.eagle_aux_hidden_state_layer_ids`` as
+    trained ([1, 3, 6]) and a stale top-level ``eagle_aux_hidden_state_layer_ids`` ([0, 2, 5]) left by
+    an earlier export (the speculators format writes the top-level key, SpecForge the nested one:
+    vllm-project/speculators PR #183). SGLang 0.5.23 reads only the nested key
+    (``spec_aux_hidden_state.py:187-196``): as healthy. vLLM 0.32.0 reads the top-level key first
+    (``v1/worker/gpu_model_runner.py`` ``_get_eagle3_aux_layers_from_config``: ``getattr(hf_config,
+    "eagle_aux_hidden_state_layer_ids")``, the nested one only when that is empty): it captures the
+    states after [0, 2, 5] layers, silently."""
+    b.set_aux_ids([1, 3, 6])
+    b.draft_config["eagle_aux_hidden_state_layer_ids"] = [0, 2, 5]
+
+
+def _aux_ids_unsorted(b: _Build) -> None:
+    """The trained ids written in another order ([6, 3, 1]; a hand-edited config). vLLM 0.32.0
+    stores ``tuple(sorted(set(layers)))`` (``model_executor/models/interfaces.py``
+    ``_set_aux_hidden_state_layers``) and concatenates the states in layer order: as healthy. SGLang
+    0.5.23 keeps the order it is given for ``layers_to_capture`` but its capture loop appends in
+    layer order too (``srt/models/llama.py:486-493``): as healthy. (A layout both engines normalise.)"""
+    b.set_aux_ids([6, 3, 1])
+
+
+def _aux_ids_duplicate(b: _Build) -> None:
+    """An id written twice ([1, 3, 3]: a copy-paste slip). vLLM 0.32.0 de-duplicates
+    (``interfaces.py`` ``tuple(sorted(set(layers)))``) and captures two states (2 × 160) for an fc
+    built for ``len(ids)`` = 3 (``llama_eagle3.py``: ``num_aux_hidden_states = len(layer_ids)``);
+    SGLang 0.5.23 captures ``layer_id in layers_to_capture`` once per layer: two states as well."""
+    b.set_aux_ids([1, 3, 3])
+
+
+def _aux_capture_off(b: _Build) -> None:
+    """``eagle_config.use_aux_hidden_state: false`` on an EAGLE-3 draft that needs its aux states (a
+    flag meant for heads that read only the last layer, nvidia/gpt-oss-120b-Eagle3-v2, copied onto
+    one that does not). vLLM 0.32.0 reads it in the proposer (``v1/spec_decode/llm_base_proposer.py``
+    ``_get_eagle3_use_aux_hidden_state_from_config``) and in the draft (``llama_eagle3.py``: no fc is
+    built, ``combine_hidden_states`` returns the target's last hidden state, the checkpoint's
+    ``fc.*`` is dropped); SGLang 0.5.23 skips the capture (``attention_backend_setup.py:54``) and its
+    width check skips fc. Silent on both: the draft reads the wrong features."""
+    b.draft_config.setdefault("eagle_config", {})["use_aux_hidden_state"] = False
+
+
+def _norm_flag_unread(b: _Build) -> None:
+    """``use_aux_norm: true`` in the draft config (an export that records a norm switch the serving
+    engine may not implement). vLLM 0.32.0 never reads ``use_aux_norm`` (``llama_eagle3.py`` reads
+    ``norm_before_fc``, ``fc_norm``, ``norm_before_residual``, ``norm_output``): ignored, silently;
+    the sandbox draft was trained without aux norms, so acceptance stays as healthy. (SGLang's
+    reading of the key is the box's: rule ``norm-flags-unsupported``.)"""
+    b.draft_config["use_aux_norm"] = True
+
+
+def _draft_arch_qwen2(b: _Build) -> None:
+    """The draft declares ``Qwen2ForCausalLM`` (its target's class copied into the draft's config,
+    cf. sgl-project/sglang issue #9135). vLLM 0.32.0 rewrites it under ``eagle3`` to
+    ``Eagle3Qwen2ForCausalLM`` (``transformers_utils/configs/eagle.py``), which
+    ``_SPECULATIVE_DECODING_MODELS`` does not register: vLLM refuses the config at start-up
+    (measured: "Model architectures ['Eagle3Qwen2ForCausalLM'] are not supported for now"). SGLang
+    0.5.23 would build its target class ``Qwen2ForCausalLM`` as the draft, whose weights do not fit
+    (the ``unknown-draft-architecture`` kind of ``draft-unknown-architecture``)."""
+    b.draft_config["architectures"] = ["Qwen2ForCausalLM"]
+
+
+def _d2t_out_of_range(b: _Build) -> None:
+    """The last ``d2t`` offset pushed past the target vocab (target id ``vocab + …``: a map exported
+    against a larger tokenizer, cf. SafeAILab/EAGLE issue #222). vLLM 0.32.0 loads it
+    (``llama_eagle3.py``), and ``compute_logits`` writes ``logits_new[:, targets] = logits``: an index
+    outside the vocab raises in the first draft step of the first request; SGLang 0.5.23 indexes the
+    target vocab with it (``eagle_worker_v2.py:758``) at its warm-up."""
+    d2t = b.tensors["d2t"].copy()
+    d2t[-1] += int(b.target_config["vocab_size"])
+    b.tensors["d2t"] = d2t
+
+
+def _aux_ids_strings(b: _Build) -> None:
+    """The ids written as strings (``["1", "3", "6"]``: a config generated by a template). SGLang
+    0.5.23 computes ``val + 1`` on them (``srt/models/llama.py:941``): ``TypeError`` at start-up.
+    vLLM 0.32.0 stores ``tuple(sorted(set(layers)))`` and tests ``layer_idx in ...`` with int layer
+    indices (``interfaces.py``): no string ever matches, no aux state is captured, and the first
+    request fails on the fc's width."""
+    b.set_aux_ids([1, 3, 6])
+    ids = b.draft_config["eagle_config"]["eagle_aux_hidden_state_layer_ids"]
+    b.draft_config["eagle_config"]["eagle_aux_hidden_state_layer_ids"] = [str(i) for i in ids]
+
+
+def _d2t_full_vocab(b: _Build) -> None:
+    """A full-vocabulary draft that still ships a ``d2t`` (a converter that always writes the map):
+    ``lm_head`` widened to the target's 256 rows (row ``d2t[i] + i`` = the trained row ``i``, the others
+    zero) and ``draft_vocab_size`` 256, ``d2t``/``t2d`` kept. vLLM 0.32.0 builds no
+    ``draft_id_to_target_id`` when the draft vocab equals the target's (``llama_eagle3.py:339-345``) but
+    renames the checkpoint's ``d2t`` to it (``:429``): its weight loader finds no such parameter and
+    refuses to start. SGLang 0.5.23 loads the map and uses it (``hot_token_id = d2t + arange``)."""
+    t = b.tensors
+    d2t, head = t["d2t"].astype(np.int64), t["lm_head.weight"]
+    vocab = int(b.target_config["vocab_size"])
+    full = np.zeros((vocab, head.shape[1]), dtype=head.dtype)
+    full[d2t + np.arange(len(d2t))] = head
+    t["lm_head.weight"] = full
+    b.draft_config["draft_vocab_size"] = vocab
+
+
+#: The Solar switches that make vLLM 0.32.0's ``SolarForCausalLM`` compute exactly the committed Llama
+#: target: no skip connection fires (``model_executor/models/solar.py`` ``SolarModel.forward`` tests
+#: ``i in self.config.bskcn_1`` … ``bskcn_4``).
+SOLAR_AS_LLAMA = {"bskcn_1": [], "bskcn_2": [], "bskcn_3": [], "bskcn_4": [], "bskcn_tv": [0.9, 0.8]}
+
+
+def _target_no_capture_vllm(b: _Build) -> None:
+    """The target declared ``SolarForCausalLM`` (Llama-format weights; the switches of
+    :data:`SOLAR_AS_LLAMA` keep its outputs the committed Llama's): vLLM 0.32.0's class implements
+    ``SupportsLoRA`` and ``SupportsPP`` but not ``SupportsEagle3`` (``model_executor/models/solar.py``),
+    and under ``eagle3`` the V1 runner raises at start-up (``v1/worker/gpu_model_runner.py``
+    ``_setup_eagle3_aux_hidden_state_outputs``: "Model does not support EAGLE3 interface but
+    aux_hidden_state_outputs was requested"). vLLM's ``GraniteForCausalLM`` does implement it (so
+    ``target-no-capture`` serves on vLLM): the vLLM spelling of the fault needs another class."""
+    b.target_config.update({"architectures": ["SolarForCausalLM"], **SOLAR_AS_LLAMA})
+
+
 FAULTS: dict[str, Fault] = {f.name: f for f in (
     Fault("healthy", "files", "The committed deployment, copied: nothing injected.", lambda b: None),
     Fault("no-eagle-config", "files", _no_eagle_config.__doc__, _no_eagle_config, group="aux"),
@@ -531,6 +662,26 @@ FAULTS: dict[str, Fault] = {f.name: f for f in (
           launch={"speculative_num_steps": 0}, group="steps"),
 )}
 
+#: Variants of the fault kinds above in the spellings vLLM reads differently (or where vLLM's own
+#: normalisation decides the outcome): built by :func:`build_deployment` like :data:`FAULTS`, run on
+#: real vLLM by ``tests/integration/test_vllm_fault_truth.py``. Kept out of :data:`FAULTS`, whose
+#: every entry the SGLang sandbox matrix (``tests/sandbox/test_sandbox_faults.py``) and the launch
+#: guard's table (``tests/workbench/test_launch_guard.py``) cover one by one.
+VLLM_FAULTS: dict[str, Fault] = {f.name: f for f in (
+    Fault("aux-ids-top-level-stale", "files", _aux_ids_top_level_stale.__doc__, _aux_ids_top_level_stale, group="aux"),
+    Fault("aux-ids-unsorted", "files", _aux_ids_unsorted.__doc__, _aux_ids_unsorted, group="aux"),
+    Fault("aux-ids-duplicate", "files", _aux_ids_duplicate.__doc__, _aux_ids_duplicate, group="aux"),
+    Fault("aux-capture-off", "files", _aux_capture_off.__doc__, _aux_capture_off),
+    Fault("norm-flag-unread", "files", _norm_flag_unread.__doc__, _norm_flag_unread),
+    Fault("draft-arch-qwen2", "files", _draft_arch_qwen2.__doc__, _draft_arch_qwen2),
+    Fault("target-no-capture-vllm", "files", _target_no_capture_vllm.__doc__, _target_no_capture_vllm),
+    Fault("d2t-out-of-range", "files", _d2t_out_of_range.__doc__, _d2t_out_of_range, group="d2t"),
+    Fault("aux-ids-strings", "files", _aux_ids_strings.__doc__, _aux_ids_strings, group="aux"),
+    Fault("d2t-full-vocab", "files", _d2t_full_vocab.__doc__, _d2t_full_vocab, group="d2t"),
+)}
+
+ALL_FAULTS: dict[str, Fault] = {**FAULTS, **VLLM_FAULTS}
+
 FILE_FAULTS = tuple(n for n, f in FAULTS.items() if f.kind == "files" and n != "healthy")
 LAUNCH_FAULTS = tuple(n for n, f in FAULTS.items() if f.kind == "launch")
 
@@ -548,16 +699,16 @@ def build_deployment(dest: Path, *faults: str, aux_ids: Optional[Sequence[int]] 
     algorithm or steps changes), ``aux_ids`` with ``no-eagle-config``, and ``FileExistsError``
     when ``dest`` already holds a deployment."""
     dest = Path(dest)
-    unknown = [f for f in faults if f not in FAULTS]
+    unknown = [f for f in faults if f not in ALL_FAULTS]
     if unknown:
-        raise ValueError(f"unknown fault(s) {unknown}; known: {sorted(FAULTS)}")
+        raise ValueError(f"unknown fault(s) {unknown}; known: {sorted(ALL_FAULTS)}")
     if "healthy" in faults and len(faults) > 1:
         raise ValueError(f"'healthy' means no fault; it cannot be combined with {[f for f in faults if f != 'healthy']}")
     if len(set(faults)) != len(faults):
         raise ValueError(f"a fault is named twice: {list(faults)}")
     groups: dict[str, str] = {}
     for name in faults:
-        g = FAULTS[name].group
+        g = ALL_FAULTS[name].group
         if g and g in groups:
             raise ValueError(f"faults {groups[g]!r} and {name!r} both change the same thing ({g}); pick one")
         groups.setdefault(g, name)
@@ -571,7 +722,7 @@ def build_deployment(dest: Path, *faults: str, aux_ids: Optional[Sequence[int]] 
         b.set_aux_ids(list(aux_ids))
     launch = dict(HEALTHY_LAUNCH)
     for name in faults:
-        fault = FAULTS[name]
+        fault = ALL_FAULTS[name]
         if fault.kind == "files":
             fault.apply(b)
         else:

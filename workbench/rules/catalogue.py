@@ -118,10 +118,21 @@ def catalogue_markdown(registry: Registry = REGISTRY) -> str:
                                                           else ""),
                       f"- **Fires when:** {_cell(r.summary)}",
                       f"- **Start-up:** {_START_TEXT[r.prevents_start]}",
+                      f"- **Engines:** {_engines(r)}",
                       f"- **Proposed fix:** {_cell(r.fix)}",
                       f"- **Defined in:** `{where}`",
                       "", _paragraphs(r.explanation)]
     return "\n".join(lines).rstrip() + "\n"
+
+
+def _engines(r) -> str:
+    """Which engines' launches a rule checks (:attr:`~workbench.rules.registry.Rule.engines`; the sandbox
+    box is SGLang's stand-in), and for an SGLang-only rule the vLLM rule that checks the same fault."""
+    names = [n for e, n in (("sglang", "SGLang"), ("vllm", "vLLM")) if e in r.engines]
+    text = ", ".join(names) or "—"
+    if "vllm" not in r.engines:
+        text += f" (on vLLM: [`{r.vllm_rule}`](#{r.vllm_rule}))" if r.vllm_rule else " (not checked on vLLM)"
+    return text
 
 
 def default_path() -> Path | None:

@@ -24,9 +24,16 @@ from workbench.rules.finding import Finding, ev
 from workbench.rules.fix import DraftRepair, Fix
 from workbench.rules.launch_flags import int_flag
 from workbench.rules.registry import ALL_ENGINES, Family, HypothesisSpec
+from workbench.rules import vllm_checks
 
 __all__ = ["FAMILY", "LLAMA_ROPE_THETA", "unknown_draft_architecture", "draft_config_vs_tensors",
            "hidden_size_mismatch", "vocab_size_mismatch", "context_length_mismatch", "rope_mismatch"]
+
+def _vllm_findings(said: list) -> list[Finding]:
+    """This family's findings on a vLLM launch, from what :mod:`workbench.rules.vllm_checks` found
+    (:class:`~workbench.rules.vllm_checks.Said`): the findings are made here, in the rules' own module."""
+    return [Finding(s.rule, s.severity, s.message, s.evidence, s.fix, prevents_start=s.prevents_start) for s in said]
+
 
 FAMILY = Family("configs", "The draft's config against the target's and the engine's draft classes", __doc__,
                 module=__name__, hypotheses=(HypothesisSpec(
@@ -61,7 +68,7 @@ def _rope(cfg: dict, path: str) -> tuple[float, str, str | None, str]:
     return theta, tsrc, kind, f"{path}: rope_scaling" if cfg.get("rope_scaling") else f"{path}: rope_parameters"
 
 
-@FAMILY.rule("unknown-draft-architecture", severities=("error",), prevents_start="always",
+@FAMILY.rule("unknown-draft-architecture", severities=("error",), prevents_start="always", engines=ALL_ENGINES,
              summary="the draft's architectures is not an EAGLE draft class of the engine on the box (e.g. "
                      "Qwen3ForCausalLM on a checkpoint with midlayer.* / fc.* tensors)",
              fix="the architecture name the engine registers")
@@ -84,7 +91,20 @@ def unknown_draft_architecture(facts: Facts) -> list[Finding]:
     it, followed through that class's ``load_weights`` (:func:`_relabel_misfit`: an MLA draft's
     ``q_a_proj`` / ``kv_b_proj`` do not fit ``LlamaForCausalLMEagle3``); otherwise no relabel. An
     EAGLE-1/2 draft (fc 2× hidden) under EAGLE3 is ``algorithm-mismatch``'s fault: the finding is
-    its consequence (``evidence["consequence_of"]``), with no EAGLE-3 fix."""
+    its consequence (``evidence["consequence_of"]``), with no EAGLE-3 fix.
+
+    vLLM 0.32.0 (:func:`workbench.rules.vllm_checks.unknown_draft_architecture`): under ``eagle3`` the
+    draft's architecture after ``EAGLEConfig``'s rewrite (``transformers_utils/configs/eagle.py``,
+    evaluated from the box) must be in ``_SPECULATIVE_DECODING_MODELS`` (the box's
+    ``model_executor/models/registry.py``), else vLLM refuses the config at start-up. vLLM registers
+    its own names and SGLang's (``Eagle3LlamaForCausalLM``, ``LlamaForCausalLMEagle3``), and the
+    rewrite makes a plain ``LlamaForCausalLM`` its ``Eagle3LlamaForCausalLM``. An EAGLE-1/2 draft under
+    ``eagle3``, and an EAGLE-3 draft under ``eagle``, are ``method-draft-mismatch``'s (one finding per
+    fault); a speculators-format draft is ``draft-format-unread``'s."""
+    if facts.engine_name == "vllm":
+        from workbench.rules.cross_engine import effective_vllm_method
+
+        return _vllm_findings(vllm_checks.unknown_draft_architecture(facts, effective_vllm_method(facts)[0]))
     draft = facts.draft
     if draft is None or not facts.draft_class_unknown:
         return []
@@ -164,7 +184,7 @@ def _relabel_misfit(facts: Facts, best: str) -> list[str] | None:
     return sorted(dict.fromkeys(bad))
 
 
-@FAMILY.rule("draft-config-vs-tensors", severities=("error",), prevents_start="depends",
+@FAMILY.rule("draft-config-vs-tensors", severities=("error",), prevents_start="depends", engines=ALL_ENGINES,
              summary="the draft's hidden_size, intermediate_size, num_hidden_layers or heads (where head_dim makes "
                      "them unambiguous) disagree with what its own tensors' shapes say",
              fix="the fields as the tensors say, in a copy of the draft")
@@ -181,7 +201,12 @@ def draft_config_vs_tensors(facts: Facts) -> list[Finding]:
     initial values and the draft runs them), fewer drops the extra layers' tensors. The weight
     rules' findings for such a draft are its consequences (``evidence["consequence_of"]``).
     Start-up: prevented by the first two (the config refused, the loader's assert); a draft whose
-    only disagreement is its layer count starts."""
+    only disagreement is its layer count starts.
+
+    vLLM 0.32.0 builds ``Eagle3LlamaForCausalLM`` (``model_executor/models/llama_eagle3.py``) from the
+    config the same way: transformers' ``LlamaConfig`` refuses the same configs (measured: ``ValueError:
+    The hidden size (128) is not a multiple of the number of attention heads (5)``) and
+    ``default_weight_loader`` asserts on the same shapes; checked for a draft vLLM builds as that class."""
     draft = facts.draft
     bad = facts.config_vs_tensors
     if draft is None or not bad:

@@ -579,7 +579,9 @@ def draft_format_unread(facts: Facts) -> list[Finding]:
     through ``EAGLEConfig``, whose rewritten architecture (:func:`eagle_config_architecture`) must be
     in ``_SPECULATIVE_DECODING_MODELS`` (``model_executor/models/registry.py``, read from the box),
     else vLLM refuses it at start-up ("Model architectures [...] are not supported"). An architecture
-    that the method would fit is ``method-draft-mismatch``'s, not this rule's."""
+    that the method would fit is ``method-draft-mismatch``'s, not this rule's; under ``eagle3`` an
+    unregistered class is ``unknown-draft-architecture``'s (read from the box's registry), not this
+    rule's: one finding per fault."""
     draft = facts.draft
     serving = _engine_family(facts.engine_name)
     if draft is None or serving is None:
@@ -630,6 +632,8 @@ def draft_format_unread(facts: Facts) -> list[Finding]:
     method, how = effective_vllm_method(facts)
     if method not in ("eagle", "eagle3", "dflash") or not draft.architectures:
         return []
+    if method == "eagle3":
+        return []  # an unregistered class after the eagle3 rewrite: unknown-draft-architecture's (configs family)
     arch = draft.architectures[0]
     asked = eagle_config_architecture(arch, method)
     if asked in vllm.draft_classes:

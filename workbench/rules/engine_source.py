@@ -18,9 +18,17 @@ from workbench.engine.source import EngineSource
 from workbench.rules.facts import Facts
 from workbench.rules.finding import Finding, ev
 from workbench.rules.fix import Fix
-from workbench.rules.registry import Family, HypothesisSpec
+from workbench.rules.registry import ALL_ENGINES, Family, HypothesisSpec
+from workbench.rules import vllm_checks
+from workbench.rules.vllm_source import vllm_source
 
 __all__ = ["FAMILY", "scan_swallowed", "NORM_FLAGS", "swallowed_config_error", "norm_flags_unsupported"]
+
+def _vllm_findings(said: list) -> list[Finding]:
+    """This family's findings on a vLLM launch, from what :mod:`workbench.rules.vllm_checks` found
+    (:class:`~workbench.rules.vllm_checks.Said`): the findings are made here, in the rules' own module."""
+    return [Finding(s.rule, s.severity, s.message, s.evidence, s.fix, prevents_start=s.prevents_start) for s in said]
+
 
 FAMILY = Family("engine-source", "What the engine source on the box does with the draft", __doc__, module=__name__,
                 hypotheses=(HypothesisSpec(
@@ -60,7 +68,7 @@ def scan_swallowed(src: EngineSource, cmap: CodePathMap) -> list[Finding]:
     return findings
 
 
-@FAMILY.rule("swallowed-config-error", severities=("info",),
+@FAMILY.rule("swallowed-config-error", severities=("info",), engines=ALL_ENGINES,
              summary="the engine source on the box reads the draft's eagle_config inside a broad except (and, from "
                      "`workbench source scan`, every silent fallback on the EAGLE-3 path)",
              fix="shows file:line")
@@ -69,13 +77,40 @@ def swallowed_config_error(facts: Facts) -> list[Finding]:
     ``eagle-config-read`` entry, found in the box's own source) for a broad ``except`` that neither
     logs nor re-raises: on SGLang 0.5.23 ``spec_aux_hidden_state.py:195`` (around the read at
     ``:188``), where any error in the ids silently becomes "the default layers". Only for EAGLE3 launches with the engine source
-    located. ``workbench source scan`` runs the same scan over the whole path (:func:`scan_swallowed`)."""
-    if facts.engine is None or facts.algorithm != "EAGLE3":
+    located. ``workbench source scan`` runs the same scan over the whole path (:func:`scan_swallowed`).
+
+    On a vLLM launch the same scan runs on the reader of the model runner this launch runs (vLLM's
+    code-path map, :func:`workbench.engine.codepath_vllm.vllm_code_path_map`: V1
+    ``gpu_model_runner.py`` ``_get_eagle3_aux_layers_from_config``, V2 ``eagle3_utils.py``) and reports
+    a broad ``except`` there; vLLM 0.32.0 has none (its readers fall back to the target's defaults
+    when they find no ids, without an exception to swallow: ``aux-config-unread`` says when that
+    happens). Needs the box's vLLM source (no built-in fallback: a finding that names a line must
+    have read it)."""
+    if facts.algorithm != "EAGLE3":
+        return []
+    if facts.engine_name == "vllm":
+        src = vllm_source(facts)
+        if src is None:
+            return []
+        from workbench.engine.codepath import PathEntry
+        from workbench.engine.codepath_vllm import _aux_reader
+
+        runner = facts.vllm_runner or "v1"
+        reader = _aux_reader(src, runner)  # only the reader's file is read (not the whole code-path map's)
+        if reader is None:
+            return []
+        rel, fn = reader
+        entry = PathEntry(f"eagle-config-read{'.v2' if runner == 'v2' else ''}", "the runner's aux-id reader", True,
+                          src.path(rel), fn.body[0].lineno, function=fn.name)
+        cmap = CodePathMap(src.root, src.version, facts.target_architecture or "", facts.draft_architecture or "",
+                           [entry], engine="vllm", runner=runner)
+        return scan_swallowed(src, cmap)
+    if facts.engine is None:
         return []
     return scan_swallowed(facts.engine, code_path_map(facts.engine, keys=["eagle-config-read"]))
 
 
-@FAMILY.rule("norm-flags-unsupported", severities=("warning",),
+@FAMILY.rule("norm-flags-unsupported", severities=("warning",), engines=ALL_ENGINES,
              summary="the draft sets norm_before_fc, fc_norm, use_aux_norm or norm_output, and the engine source on "
                      "the box never reads that key",
              fix="upgrade the engine, or retrain without it")
@@ -83,7 +118,14 @@ def norm_flags_unsupported(facts: Facts) -> list[Finding]:
     """A norm flag (``eagle_config.<key>`` or top level) that the engine's draft class file never
     mentions (no ``"<key>"`` string in the box's ``srt/models/llama_eagle3.py`` or the class's
     file) is ignored: the draft runs without the norm it was trained with (sglang#32226, GPT-OSS
-    drafts with ``norm_before_fc``). Needs the engine source on the box."""
+    drafts with ``norm_before_fc``). Needs the engine source on the box.
+
+    vLLM 0.32.0 (:func:`workbench.rules.vllm_checks.norm_flags_unsupported`): ``llama_eagle3.py`` reads
+    ``norm_before_fc`` (also in ``eagle_config``), ``fc_norm``, ``norm_before_residual`` and
+    ``norm_output``; each switch is looked for in the box's own draft class file (vLLM 0.32.0's as
+    built in when the source is not on the box, said in the evidence); one it never names is ignored."""
+    if facts.engine_name == "vllm":
+        return _vllm_findings(vllm_checks.norm_flags_unsupported(facts))
     draft, engine, arch = facts.draft, facts.engine, facts.draft_architecture
     if draft is None or engine is None or arch not in DRAFT_CLASS_FILES:
         return []

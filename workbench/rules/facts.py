@@ -480,6 +480,14 @@ class Facts:
         :func:`workbench.engine.load_weights.config_vs_tensors`, for a ``LlamaForCausalLMEagle3``
         draft when :attr:`weights_checkable` (the layout it reads is that class's); else ``{}``.
         The weight rules' findings are consequences of such a field (``evidence["consequence_of"]``)."""
+        if self.engine_name == "vllm":
+            # vLLM builds Eagle3LlamaForCausalLM from the config the same way (the same LlamaConfig checks, the
+            # weight loader's shape asserts): the same layout is read, for a draft vLLM builds as that class
+            from workbench.rules.vllm_source import vllm_draft_class
+
+            if self.draft is None or self.draft.tensors is None or vllm_draft_class(self)[1] != "Eagle3LlamaForCausalLM":
+                return {}
+            return config_vs_tensors(self.draft)
         if not self.weights_checkable or self.draft_architecture != "LlamaForCausalLMEagle3":
             return {}
         return config_vs_tensors(self.draft)
@@ -488,21 +496,33 @@ class Facts:
     def token_map(self) -> TokenMap | None:
         """The token map the engine will use (needs :attr:`weights`): ``d2t``/``t2d`` read from the
         checkpoint by byte range through ``box`` (``t2d`` also without a ``d2t``: it is what a
-        missing ``d2t`` can be rebuilt from)."""
-        w = self.weights
-        if w is None:
-            return None
+        missing ``d2t`` can be rebuilt from). On a vLLM launch, for a draft vLLM builds as
+        ``Eagle3LlamaForCausalLM``: the tensor whose name contains ``d2t`` (vLLM 0.32.0
+        ``llama_eagle3.py`` ``load_weights``: ``if "d2t" in name``; ``t2d`` names are skipped) and
+        ``draft_vocab`` as vLLM sets it (``draft_vocab_size``, else the draft's ``vocab_size``)."""
         draft = self.draft
+        if self.engine_name == "vllm":
+            from workbench.rules.vllm_source import vllm_draft_class
+
+            if draft is None or draft.tensors is None or vllm_draft_class(self)[1] != "Eagle3LlamaForCausalLM":
+                return None
+            d2t_name = next((n for n in sorted(draft.tensors) if "t2d" not in n and "d2t" in n), None)
+            t2d_name = next((n for n in sorted(draft.tensors) if "t2d" in n), None)
+            draft_vocab = draft.draft_vocab_size if draft.draft_vocab_size is not None else draft.vocab_size
+        else:
+            w = self.weights
+            if w is None:
+                return None
+            d2t_name, t2d_name, draft_vocab = w.d2t_name, w.t2d_name, draft.draft_vocab_size
         vocab = self.target.vocab_size if self.target is not None and self.target.vocab_size else draft.vocab_size
-        if w.d2t_name is not None and vocab is None:
-            return TokenMap(vocab, draft.draft_vocab_size, w.d2t_name, w.t2d_name,
-                            skipped="no vocab_size in the draft or target config")
+        if d2t_name is not None and vocab is None:
+            return TokenMap(vocab, draft_vocab, d2t_name, t2d_name, skipped="no vocab_size in the draft or target config")
         try:
             # the header entries are in the facts already: one byte-range read per tensor
-            d2t = read_tensor_data(self.box, draft.tensors[w.d2t_name], name=w.d2t_name,
-                                   timeout=self.timeout) if w.d2t_name else None
-            t2d = read_tensor_data(self.box, draft.tensors[w.t2d_name], name=w.t2d_name,
-                                   timeout=self.timeout) if w.t2d_name else None
+            d2t = read_tensor_data(self.box, draft.tensors[d2t_name], name=d2t_name,
+                                   timeout=self.timeout) if d2t_name else None
+            t2d = read_tensor_data(self.box, draft.tensors[t2d_name], name=t2d_name,
+                                   timeout=self.timeout) if t2d_name else None
         except CheckpointError as exc:
-            return TokenMap(vocab, draft.draft_vocab_size, w.d2t_name, w.t2d_name, error=exc)
-        return TokenMap(vocab, draft.draft_vocab_size, w.d2t_name, w.t2d_name, d2t, t2d)
+            return TokenMap(vocab, draft_vocab, d2t_name, t2d_name, error=exc)
+        return TokenMap(vocab, draft_vocab, d2t_name, t2d_name, d2t, t2d)

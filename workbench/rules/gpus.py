@@ -9,10 +9,15 @@ Rules:
   accounts for (a container, where ``nvidia-smi`` lists no PIDs), or a stopped server's memory not
   back at its baseline in time. The launch would run out of memory: SGLang reserves
   ``--mem-fraction-static`` of each GPU at start-up (0.88 by default on an 80 GB GPU; SGLang 0.5.23,
-  srt/server_args.py), and orphaned schedulers keep ~100 GB per GPU (sglang #23627).
+  srt/server_args.py), and orphaned schedulers keep ~100 GB per GPU (sglang #23627); vLLM reserves
+  ``--gpu-memory-utilization`` of each GPU (0.9 by default, vLLM 0.32.0 ``config/cache.py``) and
+  refuses to start when less is free, and its orphans are ``VLLM::EngineCore`` / ``VLLM::Worker``
+  processes.
 - ``gpus-too-few`` — the launch needs more GPUs than the box has (``--tp-size`` x ``--pp-size`` x
   ``--dp-size`` from ``--base-gpu-id``): SGLang 0.5.23 fails at start-up on the first rank without
-  a device ("CUDA error: invalid device ordinal", srt/distributed/bootstrap.py).
+  a device ("CUDA error: invalid device ordinal", srt/distributed/bootstrap.py); vLLM 0.32.0 needs
+  ``--tensor-parallel-size`` x ``--pipeline-parallel-size`` x ``--data-parallel-size`` devices of its
+  ``CUDA_VISIBLE_DEVICES`` (``workbench.session.gpu_guard.launch_devices`` reads both engines' flags).
 
 Both prevent the start; ``force_launch`` does not override them.
 """
@@ -22,7 +27,7 @@ from __future__ import annotations
 from typing import Any, Mapping, Optional, Sequence
 
 from workbench.rules.finding import Finding, ev
-from workbench.rules.registry import Family
+from workbench.rules.registry import ALL_ENGINES, Family
 
 __all__ = ["FAMILY", "gpus_held", "gpus_too_few"]
 
@@ -33,9 +38,10 @@ def _mib_text(mib: Mapping[Any, Any]) -> str:
     return ", ".join(f"GPU{i} {m if m is not None else '?'} MiB" for i, m in mib.items())
 
 
-@FAMILY.rule("gpus-held", severities=("error",), kind="runtime", prevents_start="always",
+@FAMILY.rule("gpus-held", severities=("error",), kind="runtime", prevents_start="always", engines=ALL_ENGINES,
              summary="GPU memory on the GPUs a launch uses is held by processes that are not this run's (another "
-                     "user's, a live server's, orphaned SGLang ranks, memory no process accounts for)",
+                     "user's, a live server's, orphaned engine ranks — SGLang schedulers, vLLM EngineCore/Worker "
+                     "processes —, memory no process accounts for)",
              fix="reclaim_gpus=True for the box user's own orphans; otherwise free the GPUs or use others")
 def gpus_held(holders: Sequence[Mapping[str, Any]] = (), *, unattributed: Optional[Mapping[int, int]] = None,
               not_back: Sequence[Mapping[str, Any]] = ()) -> list[Finding]:
@@ -74,14 +80,18 @@ def gpus_held(holders: Sequence[Mapping[str, Any]] = (), *, unattributed: Option
     return out
 
 
-@FAMILY.rule("gpus-too-few", severities=("error",), kind="runtime", prevents_start="always",
-             summary="the launch needs more GPUs than the box has (tp x pp x dp from --base-gpu-id)",
-             fix="a smaller --tp-size (or --pp-size/--dp-size), or a lower --base-gpu-id")
-def gpus_too_few(devices: Sequence[int], count: int, *, how: str = "", command: Optional[str] = None) -> list[Finding]:
+@FAMILY.rule("gpus-too-few", severities=("error",), kind="runtime", prevents_start="always", engines=ALL_ENGINES,
+             summary="the launch needs more GPUs than the box has (SGLang: tp x pp x dp from --base-gpu-id; vLLM: "
+                     "tensor x pipeline x data parallel size, of CUDA_VISIBLE_DEVICES)",
+             fix="a smaller --tp-size (or --pp-size/--dp-size), or a lower --base-gpu-id; on vLLM a smaller "
+                 "--tensor-parallel-size (or --pipeline-parallel-size/--data-parallel-size)")
+def gpus_too_few(devices: Sequence[int], count: int, *, how: str = "", command: Optional[str] = None,
+                 engine: Optional[str] = None) -> list[Finding]:
     """``[]`` when every GPU index in ``devices`` (those the launch uses, as nvidia-smi numbers
     them) is below ``count`` (the GPUs the box has), else one finding naming the missing indices.
     ``how``: how the indices were told (e.g. ``SGLang tp 8 x pp 1 x dp 1 from GPU 0 step 1``);
-    ``command``: the GPU query command (evidence). Raises nothing."""
+    ``command``: the GPU query command (evidence); ``engine``: the launch's engine (``"vllm"`` words the
+    fix with vLLM's flags, vLLM 0.32.0 ``engine/arg_utils.py``). Raises nothing."""
     devices = sorted(devices)
     missing = [i for i in devices if i >= count]
     if not missing:
@@ -92,4 +102,6 @@ def gpus_too_few(devices: Sequence[int], count: int, *, how: str = "", command: 
     return [Finding("gpus-too-few", "error", text,
                     evidence={"needed": ev(devices, how or "the launch's flags"),
                               "gpus": ev(count, f"{command or 'nvidia-smi'} --query-gpu=index")},
-                    fix="a smaller --tp-size (or --pp-size/--dp-size), or a lower --base-gpu-id", prevents_start=True)]
+                    fix=("a smaller --tensor-parallel-size (or --pipeline-parallel-size/--data-parallel-size), or other "
+                         "GPUs in CUDA_VISIBLE_DEVICES" if engine == "vllm" else
+                         "a smaller --tp-size (or --pp-size/--dp-size), or a lower --base-gpu-id"), prevents_start=True)]

@@ -50,7 +50,7 @@ FAMILY = Family(
                        order=30),
     ))
 
-@FAMILY.rule("algorithm-mismatch", severities=("error",),
+@FAMILY.rule("algorithm-mismatch", vllm_rule="method-draft-mismatch", severities=("error",),
              summary="an EAGLE-3 draft (an architecture containing Eagle3, eagle_config aux settings, or fc "
                      "in_features = k × target hidden with k ≥ 3) is launched with --speculative-algorithm EAGLE or "
                      "NEXTN; or an EAGLE-1/2 draft (fc in_features = 2 × hidden, no Eagle3 architecture) with EAGLE3",
@@ -299,7 +299,7 @@ def _translate_sglang_spec(launch: LaunchCommand, args: list, facts: Facts) -> t
         return out, None
 
 
-@FAMILY.rule("launch-flag-unknown", severities=("error", "warning"), prevents_start="always",
+@FAMILY.rule("launch-flag-unknown", vllm_rule="vllm-flag-unknown", severities=("error", "warning"), prevents_start="always",
              summary="a --flag of an SGLang launch that the box's engine's argparse refuses: unknown there (a typo "
                      "such as --speculative-algoritm, or another release's flag), an ambiguous prefix "
                      "(--cuda-graph-max-bs on 0.5.20+), a flag that release defines only to refuse it, a value "
@@ -771,7 +771,7 @@ def _deprecation_note(flag: str) -> tuple[str, str] | None:
 DEFAULT_CHAIN_STEPS = 3
 
 
-@FAMILY.rule("spec-params-invalid", severities=("error", "warning"), prevents_start="depends",
+@FAMILY.rule("spec-params-invalid", vllm_rule="speculative-config-invalid", severities=("error", "warning"), prevents_start="depends",
              summary="the engine's own rules on the algorithm name and on steps / topk / draft tokens would raise "
                      "or silently rewrite them",
              fix="the values the engine would accept")
@@ -896,7 +896,7 @@ def spec_params_invalid(facts: Facts) -> list[Finding]:
     return out
 
 
-@FAMILY.rule("draft-path-missing", severities=("error",), prevents_start="always",
+@FAMILY.rule("draft-path-missing", vllm_rule="vllm-draft-missing", severities=("error",), prevents_start="always",
              summary="EAGLE/EAGLE3 without a draft path for a target that does not supply its own MTP head",
              fix="add --speculative-draft-model-path")
 def draft_path_missing(facts: Facts) -> list[Finding]:
@@ -919,7 +919,7 @@ def draft_path_missing(facts: Facts) -> list[Finding]:
                     "add --speculative-draft-model-path <the EAGLE draft trained for this target>")]
 
 
-@FAMILY.rule("model-path-missing", severities=("error",), prevents_start="always",
+@FAMILY.rule("model-path-missing", vllm_rule="vllm-model-missing", severities=("error",), prevents_start="always",
              summary="the launch command has no --model-path (or the flag without a value): there is no target to serve",
              fix="add --model-path <the target model's directory or Hugging Face repo id>")
 def model_path_missing(facts: Facts) -> list[Finding]:

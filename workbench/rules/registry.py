@@ -72,7 +72,9 @@ class Rule:
     findings mean for start-up (the launch guard refuses a launch on the ones that prevent it);
     ``engines``: the engines (:attr:`workbench.engine.launch.LaunchCommand.engine`) whose launches it
     checks (default SGLang and the sandbox box standing in for it: a rule that encodes SGLang's own
-    code does not run on a vLLM launch; the engine-neutral ones add ``"vllm"``).
+    code does not run on a vLLM launch; the engine-neutral ones add ``"vllm"``); ``vllm_rule``: for a
+    rule that does not check vLLM launches, the rule that checks the same fault on vLLM in vLLM's own
+    terms (``"spec-params-invalid"`` → ``"speculative-config-invalid"``), ``None`` when there is none.
     """
 
     id: str
@@ -87,6 +89,7 @@ class Rule:
     runtime_entry: str | None = None
     prevents_start: str = "never"
     engines: tuple[str, ...] = ("sglang", "sandbox")
+    vllm_rule: str | None = None
 
     @property
     def severity(self) -> str:
@@ -149,12 +152,13 @@ class Family:
 
     def rule(self, rule_id: str, *, severities: Sequence[str], summary: str, fix: str = "—",
              kind: str = "static", prevents_start: str = "never",
-             engines: Sequence[str] = ("sglang", "sandbox")) -> Callable[[Check], Check]:
+             engines: Sequence[str] = ("sglang", "sandbox"), vllm_rule: str | None = None) -> Callable[[Check], Check]:
         """Decorator registering the decorated check as rule ``rule_id`` of this family (the
         function is returned unchanged, so it stays callable with a :class:`Facts`).
         ``prevents_start``: one of :data:`START_EFFECTS` (what its error findings mean for
         start-up; ``always`` needs an ``error`` severity); ``engines``: the engines whose launches it
-        checks (:attr:`Rule.engines`). Raises ``ValueError`` for an unknown
+        checks (:attr:`Rule.engines`); ``vllm_rule``: the rule that checks the same fault on a vLLM launch
+        when this one does not (:attr:`Rule.vllm_rule`). Raises ``ValueError`` for an unknown
         severity, kind or start effect, a duplicate id or a check without a docstring (the
         docstring is the rule's explanation)."""
 
@@ -165,7 +169,7 @@ class Family:
             self._add(Rule(rule_id, self.name, tuple(severities), summary, explanation, fix,
                            check if kind == "static" else None, kind, check.__module__,
                            f"{check.__module__}.{check.__qualname__}" if kind == "runtime" else None,
-                           prevents_start, tuple(engines)))
+                           prevents_start, tuple(engines), vllm_rule))
             return check
 
         return register
@@ -178,6 +182,8 @@ class Family:
             raise ValueError(f"rule {r.id}: kind must be one of {KINDS}, got {r.kind!r}")
         if r.prevents_start not in START_EFFECTS:
             raise ValueError(f"rule {r.id}: prevents_start must be one of {START_EFFECTS}, got {r.prevents_start!r}")
+        if r.vllm_rule is not None and "vllm" in r.engines:
+            raise ValueError(f"rule {r.id}: checks vLLM launches itself, so it names no vllm_rule ({r.vllm_rule!r})")
         if r.prevents_start != "never" and "error" not in r.severities:
             raise ValueError(f"rule {r.id}: prevents_start {r.prevents_start!r} needs the error severity")
         self.registry.add_rule(r)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from workbench.rules.finding import Finding, ev
-from workbench.rules.registry import Family, HypothesisSpec
+from workbench.rules.registry import ALL_ENGINES, Family, HypothesisSpec
 
 __all__ = ["FAMILY", "acceptance_collapsed", "COLLAPSED_ACCEPT_LENGTH", "MIN_VERIFY_STEPS"]
 
@@ -38,7 +38,7 @@ COLLAPSED_ACCEPT_LENGTH = 1.05
 MIN_VERIFY_STEPS = 20
 
 
-@FAMILY.rule("acceptance-collapsed", severities=("error",), kind="runtime",
+@FAMILY.rule("acceptance-collapsed", severities=("error",), kind="runtime", engines=ALL_ENGINES,
              summary="measured accept length ≤ 1.05 over ≥ 20 verify steps with speculative decoding on (logs, "
                      "metrics or /generate)",
              fix="points at the static findings that explain it")
@@ -46,7 +46,8 @@ def acceptance_collapsed(measurement: Any, static_findings: list[Finding] = (), 
                          source: str = "measurement") -> list[Finding]:
     """A runtime rule: run on a measurement, not by the doctor. ``measurement``: an object or dict
     with ``accept_length`` (tokens per verify step, bonus included: SGLang 0.5.23's
-    ``completion_tokens / spec_verify_ct``) and ``verify_steps`` (e.g.
+    ``completion_tokens / spec_verify_ct``; vLLM 0.32.0's "Mean acceptance length", ``1 + accepted / drafts``
+    of its spec-decode counters, is the same quantity) and ``verify_steps`` (e.g.
     :class:`workbench.measure.generate.AcceptanceMeasurement`; a log's decode lines × its
     ``--decode-log-interval``, a lower bound). A draft that is never right still gets the bonus
     token, so a healthy draft sits well above 1.05. The finding points at the static error

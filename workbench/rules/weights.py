@@ -59,9 +59,16 @@ from workbench.engine.vllm_load_weights import VllmLoadWeights
 from workbench.engine.vllm_weights import follow_vllm
 from workbench.rules.weights_repair import NameRepair, repair_names
 from workbench.rules.weights_vllm import vllm_dropped_parts, vllm_missing_parts, vllm_shape_parts
+from workbench.rules import vllm_checks
 
 __all__ = ["FAMILY", "LEGACY_NAME_MAP", "STACKED", "MODELLED_ENGINE", "expected_parameters", "map_checkpoint_name",
            "check_token_map", "check_draft_weights", "token_map_summary"]
+
+def _vllm_findings(said: list) -> list[Finding]:
+    """This family's findings on a vLLM launch, from what :mod:`workbench.rules.vllm_checks` found
+    (:class:`~workbench.rules.vllm_checks.Said`): the findings are made here, in the rules' own module."""
+    return [Finding(s.rule, s.severity, s.message, s.evidence, s.fix, prevents_start=s.prevents_start) for s in said]
+
 
 FAMILY = Family(
     "weights", "The draft's weights and token map against what the engine loads", __doc__,
@@ -434,12 +441,21 @@ def head_dim_mismatch(facts: Facts) -> list[Finding]:
 def token_map_missing(facts: Facts) -> list[Finding]:
     """With a reduced draft vocab the draft's logits index draft ids; SGLang 0.5.23 maps them to
     target ids through ``hot_token_id`` (built from ``d2t`` in ``load_weights``). Without ``d2t`` the
-    draft ids are used as target ids: every proposal is another token (AutoModel PR #2447)."""
+    draft ids are used as target ids: every proposal is another token (AutoModel PR #2447).
+
+    vLLM (:func:`workbench.rules.vllm_checks.token_map_missing`, read from the box's
+    ``llama_eagle3.py``): ``draft_id_to_target_id`` is created as zeros whenever the draft vocab
+    differs from the target's and stays zeros when the checkpoint has no ``d2t``; ``compute_logits``
+    adds it to ``arange``: draft id i is proposed as target id i, silently."""
     tm = facts.token_map
-    return token_map_missing_findings(facts.draft, tm) if tm is not None else []
+    if tm is None:
+        return []
+    if facts.engine_name == "vllm":
+        return _vllm_findings(vllm_checks.token_map_missing(facts, tm))
+    return token_map_missing_findings(facts.draft, tm)
 
 
-@FAMILY.rule("token-map-invalid", severities=("error",), prevents_start="depends",
+@FAMILY.rule("token-map-invalid", severities=("error", "warning"), prevents_start="depends", engines=ALL_ENGINES,
              summary="d2t is not an integer offset table: draft_id + d2t[draft_id] outside [0, vocab), duplicates, "
                      "absolute ids, or t2d disagreeing with it",
              fix="—")
@@ -453,12 +469,23 @@ def token_map_invalid(facts: Facts) -> list[Finding]:
     with fewer entries than the draft's lm_head rows is indexed past its end by the draft's top-k
     (``hot_token_id[topk_index]``, IndexError) — both in the draft's first forward, which the
     engine runs while it starts up (the sandbox box dies the same way); other invalid maps start
-    and only propose wrong tokens (the symptom the diagnosis measures)."""
+    and only propose wrong tokens (the symptom the diagnosis measures).
+
+    vLLM 0.32.0 (:func:`workbench.rules.vllm_checks.token_map_invalid`, read from the box's
+    ``llama_eagle3.py``): a ``d2t`` of another shape than ``[draft_vocab_size]`` fails the weight
+    loader's assert (the server does not start); another dtype is cast to int64 as it loads (whole
+    float ids work: a warning), an id outside the vocab raises in the first request's first draft
+    step (the engine dies; start-up does not run draft logits), duplicates and absolute ids are
+    silent; ``t2d`` is skipped (its disagreement with ``d2t`` is evidence only)."""
     tm = facts.token_map
-    return token_map_invalid_findings(tm) if tm is not None else []
+    if tm is None:
+        return []
+    if facts.engine_name == "vllm":
+        return _vllm_findings(vllm_checks.token_map_invalid(facts, tm, check_token_map))
+    return token_map_invalid_findings(tm)
 
 
-@FAMILY.rule("token-map-unordered", severities=("warning",),
+@FAMILY.rule("token-map-unordered", severities=("warning",), engines=ALL_ENGINES,
              summary="a valid d2t whose target ids (d2t + arange) are not ascending: every known trainer writes them "
                      "sorted, so a permutation maps draft ids to the wrong target tokens, silently",
              fix="d2t in ascending target-id order (measured as a candidate)")
@@ -469,11 +496,15 @@ def token_map_unordered(facts: Facts) -> list[Finding]:
     (``specforge/data/preprocessing.py``, ``generate_vocab_mapping``) both ``used_tokens.sort()``
     before ``d2t = used_tokens[i] - i``. A d2t that passes :func:`check_token_map` but is not
     ascending was reordered after training (a shuffle, a merge of two maps): a warning, since no
-    static check can prove which order the lm_head learned; the candidate fix is measured."""
+    static check can prove which order the lm_head learned; the candidate fix is measured. vLLM 0.32.0
+    takes any order too (``llama_eagle3.py``: ``targets = arange + draft_id_to_target_id``):
+    :func:`workbench.rules.vllm_checks.token_map_unordered` words it."""
     tm = facts.token_map
     summary = token_map_summary(tm) if tm is not None else None
     if summary is None or summary["problems"] or summary.get("sorted") is not False:
         return []
+    if facts.engine_name == "vllm":
+        return _vllm_findings(vllm_checks.token_map_unordered(facts, summary))
     return [Finding("token-map-unordered", "warning",
                     f"{summary['name']}'s target ids (d2t + arange) are not in ascending order; EAGLE and SpecForge "
                     "write them sorted, so the map was reordered after training and draft ids would become the wrong "
@@ -596,8 +627,11 @@ def weight_fixes(facts: Facts, findings: list[Finding], given: dict) -> list[Fix
     w = facts.vllm_weights if facts.engine_name == "vllm" else facts.weights
     rules = {f.rule for f in findings if f.severity == "error"}
     out: list[Fix] = []
-    if w is None or draft is None:
+    if draft is None:
         return out
+    if w is None:  # the token map is read without the weight analysis on vLLM (Facts.token_map)
+        rules -= {"weights-dropped", "weights-missing", "weight-shape-mismatch", "lm-head-shape-mismatch",
+                  "head-dim-mismatch"}
     if facts.config_vs_tensors:
         # the config is wrong, not the tensors: draft-config-vs-tensors' fix aligns it; what is left
         # after that is judged by the doctor on the fixed draft
@@ -626,6 +660,14 @@ def weight_fixes(facts: Facts, findings: list[Finding], given: dict) -> list[Fix
         if rule in rules:
             out.append(Fix("none", (rule,), "a tensor of the wrong shape",
                            missing="the draft's config and checkpoint from the same training run (a re-export)"))
+    if tm is not None and "token-map-invalid" in rules and facts.engine_name == "vllm" and tm.d2t_name \
+            and tm.draft_vocab is not None and tm.draft_vocab == tm.vocab:
+        # a full-vocabulary draft with a map vLLM has no parameter for: nothing to rebuild, the map must go
+        rules -= {"token-map-invalid"}
+        out.append(Fix("none", ("token-map-invalid",), f"a full-vocabulary draft that ships {tm.d2t_name}",
+                       missing=f"a copy of the draft without {tm.d2t_name}"
+                               + (f"/{tm.t2d_name}" if tm.t2d_name else "") + " (vLLM builds no map for a draft "
+                               "whose vocab equals the target's and refuses one in the checkpoint)"))
     if tm is not None and rules & {"token-map-missing", "token-map-invalid"}:
         rebuilt = d2t_from_t2d(tm)
         if rebuilt is not None:

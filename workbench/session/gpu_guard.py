@@ -401,7 +401,7 @@ def check_before_stop(box: Any, launch: Any, *, env: Optional[Mapping[str, str]]
 
 def _too_few(launch: Any, label: str, devices: list[int], how: str, count: int, command: Optional[str]) -> GpusTooFew:
     """The refusal of a launch that needs GPU indices the box does not have (:class:`GpusTooFew`)."""
-    findings = gpus_too_few(devices, count, how=how, command=command)
+    findings = gpus_too_few(devices, count, how=how, command=command, engine=getattr(launch, "engine", None))
     text = findings[0].message
     return GpusTooFew(launch.to_display() if hasattr(launch, "to_display") else str(launch), label, findings,
                       needed=devices, available=count, message=f"launch refused ({label}): {text}")
