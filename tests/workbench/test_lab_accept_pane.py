@@ -6,6 +6,7 @@ box console."""
 
 from __future__ import annotations
 
+import html
 import statistics
 import time
 from pathlib import Path
@@ -17,6 +18,7 @@ from testkit.sandbox_servers import EAGLE3_METRICS, sandbox_flags
 from workbench.errors import ServerChoiceError
 from workbench.lab.accept_pane import EMPTY_TEXT, WINDOW, AcceptPane
 from workbench.logs import parse_log
+from workbench.rules.acceptance_level import classify_acceptance
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "logs" / "sglang-0.5.23.log"
 
@@ -59,6 +61,7 @@ def test_accept_pane_follows_appends_truncation_rotation_and_restarts(tmp_path):
         assert (s["records"], s["last"], round(s["mean"], 9)) == (count, last, round(mean, 9))
         assert f"last {last:.2f}" in pane.summary.value and f"mean of the last 20 {mean:.2f}" in pane.summary.value
         assert "29 decode records" in pane.summary.value and "ceiling unknown" in pane.summary.value
+        assert pane.summary_text().endswith(f" · acceptance: {classify_acceptance(mean).words}")
         assert abs(pane.fig.data[1].y[-1] - mean) < 1e-9  # the figure's mean line ends at the summary's mean
         assert list(pane.fig.data[0].y) == [r.accept_len for r in parse_log(log.read_bytes()).decode
                                             if r.accept_len is not None]
@@ -143,6 +146,10 @@ def test_accept_pane_on_an_eagle3_server_and_a_restart(own_sandbox_server, tmp_p
                 assert abs(s["mean"] - statistics.fmean(lens[-WINDOW:])) < 1e-9 and s["mean"] > 1.5
                 assert s["ceiling"] == 4.0  # --speculative-num-draft-tokens 4 (3 steps + 1)
                 assert "ceiling 4 tokens" in pane.summary.value and pane.restarts == []
+                # the level in the words logs / measure / doctor --running print for the same value
+                words = classify_acceptance(s["mean"], ceiling=4.0).words
+                assert pane.summary_text().endswith(f" · acceptance: {words}")
+                assert html.escape(f"acceptance: {words}") in pane.summary.value
                 # a restart through the console: a marker in the figure, the new server's log followed
                 handle = c.restart(c.command.value)
                 assert handle is not None, c.status_line.value

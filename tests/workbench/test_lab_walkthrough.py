@@ -12,19 +12,24 @@ import pytest
 from workbench.errors import DiagnosisError
 from workbench.lab import walkthrough as walk
 from workbench.lab.notebook import NotebookMessage
+from workbench.rules.acceptance_level import classify_acceptance
 
 
 @pytest.mark.parametrize("accept, ceiling, low, starts", [
-    (1.00, 4.0, True, "Pinned near 1.00 (1.000 of at most 4)"),
-    (1.108, 4.0, True, "Pinned near 1.00 (1.108 of at most 4)"),  # the sandbox with the wrong flag, few prompts
-    (1.04, None, True, "Pinned near 1.00 (1.040)"),                 # no ceiling: the collapse threshold 1.05
-    (1.5, 4.0, True, "Low: 1.50 of a possible 4.00 (< 45 % of the ceiling)"),
-    (2.3, 4.0, False, "Not low: 2.300 of at most 4 (57%)"),
+    (1.00, 4.0, True, "Acceptance: collapsed: 1.00 of a possible 4.00 (≤ 1.05: the draft is almost never right). "
+                      "Pinned near 1.00"),
+    # the sandbox with the wrong flag, few prompts: the words logs, measure and doctor --running print
+    (1.108, 4.0, True, "Acceptance: low: 1.11 of a possible 4.00 (< 45 % of the ceiling). Pinned near 1.00"),
+    (1.04, None, True, "Acceptance: collapsed: 1.04 (≤ 1.05: the draft is almost never right). Pinned near 1.00"),
+    (1.5, 4.0, True, "Acceptance: low: 1.50 of a possible 4.00 (< 45 % of the ceiling). The draft helps"),
+    (2.3, 4.0, False, "Acceptance: not low: 2.30 of a possible 4.00 (≥ 45 % of the ceiling). A working"),
 ])
 def test_symptom_reads_accept_length_against_the_ceiling(accept, ceiling, low, starts):
     s = walk.Symptom(accept, ceiling, low)
     assert s.reading().startswith(starts)
-    assert s.pinned is starts.startswith("Pinned")
+    assert s.pinned is ("Pinned near 1.00" in starts)
+    # the same words as every command for the same value
+    assert classify_acceptance(accept, ceiling=ceiling).words in s.reading()
     if ceiling:
         assert s.fraction == pytest.approx(accept / ceiling)
         assert f"accept length {accept:.3f} of ceiling {ceiling:g}" in s.text()

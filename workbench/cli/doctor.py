@@ -7,7 +7,12 @@ Runs every static rule of the catalogue (:func:`workbench.doctor.run_doctor`,
 on the local box, the login directory over SSH) or on the command line of the SGLang or vLLM server
 running on the box (``--running``; ``--port`` picks one when several run; relative paths against its
 cwd; its engine located from that process — its interpreter, cwd and environment, else the files it has
-mapped — whatever directory the doctor runs in), reading the models' files on the box. A vLLM launch (``vllm serve MODEL ...``, ``python -m
+mapped — whatever directory the doctor runs in), reading the models' files on the box. With ``--running``
+it also prints the server's current acceptance, judged by the one definition ``workbench logs`` and
+``workbench measure`` use (``acceptance: low: 1.12 of a possible 4.00 (< 45 % of the ceiling)``; ``unknown``
+when nothing was measured yet; JSON key ``acceptance_level``): SGLang's from the end of its log's decode
+lines (else its ``/metrics`` gauge), vLLM's from its ``/metrics`` spec-decode counters
+(:mod:`workbench.measure.running`; no request is sent, each read bounded by ``--timeout``). A vLLM launch (``vllm serve MODEL ...``, ``python -m
 vllm.entrypoints.openai.api_server ...``) gets the engine-neutral rules, the cross-engine ones (aux-id
 convention, draft layout, method) and vLLM's own, with vLLM's facts read from the vLLM its interpreter
 imports; the rules that encode SGLang's code are listed in a note as not run. Prints the findings (``rule``, ``severity``, ``message``,
@@ -74,6 +79,11 @@ def _run(args: argparse.Namespace) -> ExitCode:
                                 engine_version=engine_version, server=server, remedy=REMEDY)
         except (DoctorError, CheckpointError, RemoteError, LaunchCommandError, EngineNotFound) as exc:
             raise reworded(exc, f"{type(exc).__name__}: {exc}") from exc
+        if server is not None:
+            from workbench.measure.running import running_acceptance
+
+            # a failure to read it is a note on the report (never an error): the static findings stand
+            report.running_acceptance = running_acceptance(box, server, launch, timeout=args.timeout).to_dict()
     if args.json:
         print(json.dumps(report.to_dict(), indent=2, default=str))
     else:

@@ -28,7 +28,10 @@ class DoctorReport:
     else the shipped table), the one the fixes are composed against; ``engine_fallback``: ``None``
     when the box's engine was read, else what its absence cost (the rules that used built-in release
     facts, the release, what could differ: :func:`workbench.doctor.fallback.engine_fallback`),
-    printed first."""
+    printed first; ``running_acceptance``: with ``doctor --running``, the running server's current
+    acceptance judged by the one definition (:class:`workbench.rules.acceptance_level.AcceptanceLevel`
+    as ``{"level": ..., "source": ..., "notes": [...]}``: ``workbench.measure.running``), ``None``
+    for a launch command; printed beside the findings, never instead of them."""
 
     findings: list[Finding]
     inputs: list[dict]
@@ -44,6 +47,7 @@ class DoctorReport:
     rule_failures: list = field(default_factory=list, repr=False, compare=False)
     flag_table: FlagTable | None = field(default=None, repr=False, compare=False)
     engine_fallback: dict | None = None
+    running_acceptance: dict | None = None
 
     @property
     def errors(self) -> list[Finding]:
@@ -100,7 +104,28 @@ class DoctorReport:
                 "bytes_read": self.bytes_read, "wire_bytes": self.wire_bytes, "engine_version": self.engine_version,
                 "engine_root": self.engine_root, "launch_command": self.launch,
                 "corrected_launch_command": self.corrected_launch(), "duration_s": self.duration_s,
-                "notes": self.notes, "engine_fallback": self.engine_fallback, "exit_code": self.exit_code})
+                "notes": self.notes, "engine_fallback": self.engine_fallback, "exit_code": self.exit_code,
+                **self._acceptance_keys()})
+
+    def _acceptance_keys(self) -> dict:
+        """``acceptance_level`` (the dict ``workbench logs`` / ``measure`` print under the same key) and
+        ``acceptance_source`` / ``acceptance_notes``, only for a running server."""
+        ra = self.running_acceptance
+        if ra is None:
+            return {}
+        return {"acceptance_level": ra["level"], "acceptance_source": ra.get("source"),
+                "acceptance_notes": list(ra.get("notes") or [])}
+
+    def acceptance_line(self) -> str | None:
+        """``acceptance: <words>`` (the words of ``workbench logs`` / ``measure``: the level's
+        ``words``) and where it was read; for an unknown level, why; ``None`` for a launch command."""
+        ra = self.running_acceptance
+        if ra is None:
+            return None
+        level = ra["level"]
+        if level["level"] == "unknown":
+            return f"acceptance: unknown: {level['words']} ({'; '.join(ra.get('notes') or []) or 'nothing measured yet'})"
+        return f"acceptance: {level['words']}" + (f"    [{ra['source']}]" if ra.get("source") else "")
 
     def to_text(self) -> str:
         """Terminal output: one block per finding, evidence indented (a finding whose fault stops
@@ -122,6 +147,10 @@ class DoctorReport:
                 lines.append("   start: the server does not start with this (a runbook refuses the launch; force_launch "
                              "overrides)")
             lines.append("")
+        if self.running_acceptance is not None:
+            lines.append(self.acceptance_line())
+            lines.extend(f"note: {n}" for n in self.running_acceptance.get("notes") or []
+                         if self.running_acceptance["level"]["level"] != "unknown")
         counts = {s: sum(f.severity == s for f in self.findings) for s in ("error", "warning", "info")}
         lines.append(f"{counts['error']} error(s), {counts['warning']} warning(s), {counts['info']} info; "
                      f"engine {self.engine_version or 'unknown'}; read {self.bytes_read} bytes in {self.duration_s:.2f} s")
@@ -169,6 +198,8 @@ class DoctorReport:
         head = "<tr>" + "".join(f"<th style='{CELL_STYLE}'>{c}</th>" for c in ("severity", "rule", "message", "evidence", "fix")) + "</tr>"
         summary = (f"<p>engine {html.escape(str(self.engine_version))} at {html.escape(str(self.engine_root))}; "
                    f"{len(self.inputs)} inputs, {self.bytes_read} bytes read, {self.duration_s:.2f} s</p>")
+        if self.running_acceptance is not None:
+            summary += f"<p class='wb-doctor-acceptance'>{html.escape(self.acceptance_line())}</p>"
         fb = ""
         if self.engine_fallback:
             from workbench.doctor.fallback import fallback_lines

@@ -228,20 +228,25 @@ class AcceptPane:
                     "mean": statistics.fmean(lens[-WINDOW:]) if lens else None, "ceiling": self.ceiling}
 
     def summary_text(self) -> str:
-        """The summary line as text: last, mean of the last :data:`WINDOW`, count, ceiling; or
-        :data:`EMPTY_TEXT`."""
+        """The summary line as text: last, mean of the last :data:`WINDOW`, count, ceiling, and that
+        mean's level in the words ``workbench logs`` / ``measure`` / ``doctor --running`` print for
+        the same value (``acceptance: low: 1.12 of a possible 4.00 (< 45 % of the ceiling)``:
+        :func:`workbench.rules.acceptance_level.classify_acceptance`); or :data:`EMPTY_TEXT`."""
+        from workbench.rules.acceptance_level import classify_acceptance
+
         s = self.stats()
         if not s["records"]:
             return EMPTY_TEXT
         ceiling = f"{s['ceiling']:g}" if s["ceiling"] is not None else "unknown"
         n = min(WINDOW, s["records"])
+        level = f" · acceptance: {classify_acceptance(s['mean'], ceiling=s['ceiling']).words}"
         if self.source == "metrics":
             pos = ", ".join(f"{p:.3f}" for p in self.per_position)
             return (f"accept length (vLLM /metrics counters): last {s['last']:.2f} · mean of the last {n} "
                     f"{s['mean']:.2f} · {s['records']} windows · per-position acceptance {pos or 'unknown'} · "
-                    f"ceiling {ceiling} tokens / verify step")
+                    f"ceiling {ceiling} tokens / verify step{level}")
         return (f"accept length: last {s['last']:.2f} · mean of the last {n} {s['mean']:.2f} · "
-                f"{s['records']} decode records · ceiling {ceiling} tokens / verify step")
+                f"{s['records']} decode records · ceiling {ceiling} tokens / verify step{level}")
 
     def render(self) -> None:
         """Redraw the summary, the status line and the figure from the records kept."""

@@ -36,7 +36,6 @@ from typing import Any, Optional
 from remote import probes as remote_probes
 from remote.errors import RemoteError
 from workbench.diagnosis import DiagnosisRun
-from workbench.diagnosis.acceptance import LOW_ACCEPT_FRACTION
 from workbench.diagnosis.results import Measurement, StartFailure
 from workbench.engine.source import EngineSource
 from workbench.errors import DiagnosisError, SourceLookupError
@@ -100,7 +99,8 @@ class Symptom:
     ``None`` when nothing was measured), ``ceiling`` (the most one verify step yields, or ``None``
     when the launch does not say), ``low`` (:meth:`DiagnosisRun.acceptance_low`), ``failure`` (the
     server did not start, or stopped answering while it was measured: its error), ``measurement_html`` (the run's own table of the
-    measurement), ``again`` (a re-run: shown, not measured again)."""
+    measurement), ``again`` (a re-run: shown, not measured again), ``expected`` (the run's
+    ``expected_accept_length``, when given: the level is judged against it, as the run judges it)."""
 
     accept_length: Optional[float]
     ceiling: Optional[float]
@@ -108,6 +108,7 @@ class Symptom:
     failure: Optional[str] = None
     measurement_html: str = ""
     again: bool = False
+    expected: Optional[float] = None
 
     @property
     def fraction(self) -> Optional[float]:
@@ -126,8 +127,10 @@ class Symptom:
         return self.accept_length <= COLLAPSED_ACCEPT_LENGTH
 
     def reading(self) -> str:
-        """What the numbers mean, in one sentence (the thresholds: :data:`NEAR_ONE_FRACTION`,
-        ``LOW_ACCEPT_FRACTION`` 0.45 of the ceiling, from :mod:`workbench.diagnosis.acceptance`)."""
+        """What the numbers mean: first the level in the words ``workbench logs`` / ``measure`` /
+        ``doctor --running`` print for the same value (:func:`~workbench.rules.acceptance_level.classify_acceptance`:
+        0.45 of the ceiling, 90 % of ``expected``, the collapse at 1.05), then what it means (pinned
+        near 1.00: :data:`NEAR_ONE_FRACTION` of the ceiling's headroom)."""
         if self.failure is not None and self.failure.startswith("server stopped answering"):
             return (f"The measurement was cut off: {self.failure}. The run ends there (inconclusive): nothing "
                     "was measured, and Finish puts the box back.")
@@ -136,22 +139,21 @@ class Symptom:
                     "evidence the hypotheses below are decided on.")
         if self.accept_length is None:
             return "Nothing was measured (no server runs and none may be started)."
+        # the one definition's words (workbench.rules.acceptance_level), as logs, measure and doctor --running
+        # print them for the same value
+        level = classify_acceptance(self.accept_length, ceiling=self.ceiling, expected=self.expected)
+        words = level.words
+        if self.low is not None and self.low != level.low:  # a judgement given with an expectation this view lacks
+            words = (f"low: {self.accept_length:.2f} (under the run's expected accept length)" if self.low else
+                     f"not low: {self.accept_length:.2f} (the run's expected accept length)")
+        head = f"Acceptance: {words}. "
         if self.pinned:
-            of = f" of at most {self.ceiling:g}" if self.ceiling else ""
-            return (f"Pinned near 1.00 ({self.accept_length:.3f}{of}): the target accepts almost none of the "
-                    "draft's proposals. Pinned near 1.00 with no error in the log is this tool's fault class: the "
-                    "draft runs, but on the wrong input (a flag, the aux layers, the token map, its weights), so "
-                    "every proposal is garbage.")
+            return (head + "Pinned near 1.00: the target accepts almost none of the draft's proposals. Pinned near "
+                    "1.00 with no error in the log is this tool's fault class: the draft runs, but on the wrong input "
+                    "(a flag, the aux layers, the token map, its weights), so every proposal is garbage.")
         if self.low:
-            # the one definition's words (workbench.rules.acceptance_level), as logs and measure print them
-            level = classify_acceptance(self.accept_length, ceiling=self.ceiling)
-            words = (level.words if level.low else f"low: {self.accept_length:.2f} (under the run's expected accept "
-                     f"length; {LOW_ACCEPT_FRACTION:.0%} of the ceiling otherwise)")
-            return (f"{words[0].upper()}{words[1:]}. The draft helps a little; something on its path is still "
-                    "wrong.")
-        return (f"Not low: {self.accept_length:.3f}"
-                + (f" of at most {self.ceiling:g} ({self.fraction:.0%})" if self.fraction is not None else "")
-                + ". A working EAGLE-3 draft sits at 55-80 % of the ceiling; the hypotheses below still run.")
+            return head + "The draft helps a little; something on its path is still wrong."
+        return head + "A working EAGLE-3 draft sits at 55-80 % of the ceiling; the hypotheses below still run."
 
     def text(self) -> str:
         """The numbers and :meth:`reading` as plain text."""
@@ -193,7 +195,8 @@ def symptom(run: DiagnosisRun) -> Symptom:
                        measurement_html=result._repr_html_(), again=again)
     accept = result.accept_length if isinstance(result, Measurement) else None
     return Symptom(accept, run.ceiling(), run.acceptance_low(accept),
-                   measurement_html=result._repr_html_() if isinstance(result, Measurement) else "", again=again)
+                   measurement_html=result._repr_html_() if isinstance(result, Measurement) else "", again=again,
+                   expected=run.expected_accept_length)
 
 
 # ----------------------------------------------------------------------------------------------
