@@ -26,7 +26,6 @@ import re
 import signal
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Optional
 
 import httpx

@@ -5,7 +5,6 @@ real SGLang 0.5.23 source (the published wheel)."""
 from __future__ import annotations
 
 import json
-import os
 import pathlib
 import re
 

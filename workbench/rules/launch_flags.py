@@ -337,7 +337,6 @@ def launch_flag_unknown(facts: Facts) -> list[Finding]:
     message names a flag it defines (0.4.6 ``--enable-flashinfer-mla``: "Please use
     '--attention-backend flashinfer' instead."), the fix uses it. ``--help`` is said for what it
     does: argparse prints the usage and exits 0 without starting the server."""
-    from workbench.engine.flag_table import lifetime, replacements
 
     launch = facts.launch
     if launch is None or launch.engine not in ("sglang", "sandbox"):
@@ -541,7 +540,6 @@ def _unknown_flags(facts: Facts) -> list[Finding]:
                 fixed = fixed.without_flag(flag)
         except LaunchCommandError as exc:
             per_flag[flag]["fix_error"] = str(exc)
-    shown = [a.flag for a in refused + deprecated]
     # a switch given a value and --help are flags of the release: said in their own sentences
     names = [a.flag for a in refused if a.status != "switch-value" and a.flag != "--help"]
     lead = (f"{', '.join(names)}: not {'a flag' if len(names) == 1 else 'flags'} of sglang {release}'s launch_server "
