@@ -131,7 +131,7 @@ def test_diagnose_sandbox_from_a_launch_command(tmp_path, free_port, state_dir):
     # timeline, probe width (read on the fixed server), and at the end the box's timeline;
     # plotly.js creates one <svg class="main-svg"> layer pair per figure
     figures = count_plotly_figures(html)
-    assert figures == 5
+    assert figures == 6  # + the per-position acceptance of the measured requests
     assert "The box during the run" in html
     dom = render_dom(html_path)
     assert dom.count('class="main-svg"') >= figures

@@ -150,12 +150,12 @@ def test_make_lab_as_root_on_lab_port_leaves_git_status_clean(tmp_path, monkeypa
         # an edited source IS saved (and only the source: still no outputs)
         edited = _as_jupyterlab_saves_it_after_run_all(_api(url, token, "GET", "/api/contents/box_console.ipynb?content=1")["content"])
         params = next(c for c in edited["cells"] if "parameters" in c["metadata"].get("tags", []))
-        params["source"] = 'host = "local"\nport = 31555\nlaunch_command = None\n'
+        params["source"] = 'host = "local"\nport = 31555\nlaunch_command = None\nengine = "auto"'
         _api(url, token, "PUT", "/api/contents/box_console.ipynb", {"type": "notebook", "format": "json", "content": edited})
         assert _git_status(clone) == " M notebooks/box_console.ipynb\n"
         diff = subprocess.run(["git", "-C", str(clone), "diff", "--numstat", "--", "notebooks/box_console.ipynb"],
                               capture_output=True, text=True, check=True, timeout=60).stdout
-        assert diff.split()[:2] == ["3", "3"], diff  # the 3 source lines, nothing else
+        assert diff.split()[:2] == ["4", "4"], diff  # the 4 source lines, nothing else
         saved = json.loads((clone / "notebooks" / "box_console.ipynb").read_text())
         assert "port = 31555\n" in next(c for c in saved["cells"] if c["id"] == params["id"])["source"]
         subprocess.run(["git", "-C", str(clone), "checkout", "--", "notebooks/box_console.ipynb"], check=True, timeout=60)

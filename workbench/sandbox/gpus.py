@@ -278,7 +278,8 @@ class SandboxGpus:
         marker = rec_path.with_suffix(".gone")
         try:
             with open(marker, encoding="utf-8") as f:
-                return float(f.read().strip())
+                # empty: another sweep created the marker (O_EXCL) and has not written its time yet
+                return float(f.read().strip() or now)
         except FileNotFoundError:
             pass
         try:
