@@ -27,7 +27,8 @@ from workbench.rules.acceptance_level import classify_acceptance
 from workbench.rules.runtime import acceptance_collapsed
 
 __all__ = ["consequences", "root_causes", "root_cause", "still_open", "outcome", "undecided", "outcome_detail",
-           "proposed_launch", "launch_diff", "load_cost", "build_verdict", "checked"]
+           "proposed_launch", "launch_diff", "load_cost", "build_verdict", "checked",
+           "open_with_standing_finding"]
 
 
 def consequences(ctx: RunContext) -> list[dict[str, Any]]:
@@ -178,7 +179,8 @@ def outcome(ctx: RunContext) -> str:
     if causes and low is False and not ctx.state.fix.result.get("applied"):
         return "latent"
     if ctx.state.fix.result.get("applied") and ctx.state.fix.result.get("after") is not None:
-        if ctx.state.fix.result.get("sufficient") and all(c["fix_applied"] for c in causes):
+        if ctx.state.fix.result.get("sufficient") and all(c["fix_applied"] for c in causes) \
+                and not open_with_standing_finding(ctx):
             return "fixed"
         return "partly-fixed"
     if causes:
@@ -192,6 +194,13 @@ def outcome(ctx: RunContext) -> str:
     if low is None or undecided(ctx):
         return "inconclusive"  # never "healthy" on a symptom not measured or a hypothesis not decided
     return "healthy"
+
+
+def open_with_standing_finding(ctx: RunContext) -> list[str]:
+    """The undecided hypotheses one of whose doctor findings stands (severity warning or error):
+    a run that leaves one open is not ``fixed`` (its fix was not measured)."""
+    return [hid for hid, spec in ctx.hypotheses.specs.items() if ctx.ledger.get(hid).verdict == "inconclusive"
+            and any(f.rule in spec.rules and f.severity in ("warning", "error") for f in ctx.state.findings)]
 
 
 def checked(ctx: RunContext) -> bool:
