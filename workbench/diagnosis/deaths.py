@@ -78,7 +78,7 @@ def attribute_deaths(ctx: RunContext) -> None:
             if hid is None:
                 continue
             said = ("the doctor predicted this death (its finding says the server does not start) and the "
-                    "engine's own line confirms it: " if rule in predicted else "")
+                    "engine's own line confirms it: " if rule in predicted and rule in result["candidates"] else "")
             summary = f"{said}{result['why']}"
             data = {"exception": death["exception"], "step": death["step"], "rank": death.get("rank"),
                     "signature": (death.get("signature") or {}).get("id"), "rule": rule, "log": failure.label}
