@@ -279,7 +279,7 @@ def test_a_fix_of_another_cause_does_not_refute_a_standing_aux_id_convention_fin
     from workbench.diagnosis.results import Measurement
     from workbench.diagnosis.run import DiagnosisRun
     from workbench.diagnosis.steps.fixes import judge_fix, standing_own_fixes
-    from workbench.diagnosis.verdict import open_with_standing_finding, outcome
+    from workbench.diagnosis.verdict import open_with_standing_finding, outcome, outcome_detail
     from workbench.measure.generate import AcceptanceMeasurement
     from workbench.rules.fix import Fix
 
@@ -306,7 +306,8 @@ def test_a_fix_of_another_cause_does_not_refute_a_standing_aux_id_convention_fin
         assert last.startswith("not decided:") and "aux-id-convention" in last and "back" not in last, last
         assert "back" not in ctx.ledger.get("weights-loaded").evidence[-1].summary
         assert open_with_standing_finding(ctx) == [CROSS_ENGINE_AUX]
-        assert outcome(ctx) != "fixed"
+        assert outcome(ctx) == "partly-fixed"
+        assert CROSS_ENGINE_AUX in outcome_detail(ctx) and "no measurement tested its own fix" in outcome_detail(ctx)
         assert "brought acceptance back" not in run.summary_html()
         # its own fix, to measure on top of the applied one: the ids in vLLM's convention
         (own,) = standing_own_fixes(ctx)

@@ -216,7 +216,9 @@ def undecided(ctx: RunContext) -> list[str]:
 
 
 def outcome_detail(ctx: RunContext) -> str | None:
-    """Why :func:`outcome` is ``inconclusive``, in words (``None`` for every other outcome):
+    """Why :func:`outcome` is ``inconclusive``, in words, or ``partly-fixed`` although the fix was
+    sufficient (an open hypothesis whose finding stands, :func:`open_with_standing_finding`);
+    ``None`` for every other outcome:
     ``"symptom not measured"`` when no accept length as found was measured (Measure symptom
     did not run), else ``"N hypotheses still open"`` (``"1 hypothesis still open"``) naming
     them — a run whose symptom or hypotheses were never decided is never called healthy
@@ -224,7 +226,12 @@ def outcome_detail(ctx: RunContext) -> str | None:
     ``"server stopped answering: the fix server (pid P, port N) exited during apply_fixes
     (measuring: fix): <the failed request>; its log ends: <last line>"``, then what the
     restore did with the box (:data:`SERVER_STOPPED_ANSWERING`)."""
-    if outcome(ctx) != "inconclusive":
+    result = outcome(ctx)
+    standing = open_with_standing_finding(ctx)
+    if result == "partly-fixed" and ctx.state.fix.result.get("sufficient") and standing:
+        return (f"the fix left acceptance not low, but {', '.join(standing)} is still open: its doctor finding "
+                "stands and no measurement tested its own fix")
+    if result != "inconclusive":
         return None
     if ctx.state.server_lost is not None:
         lost = ctx.state.server_lost
