@@ -129,3 +129,42 @@ def test_consequence_mechanisms_cite_both_engines():
     assert links
     for c in links:
         assert "vLLM" in c.mechanism and "SGLang" in c.mechanism, (c.cause, c.effect, c.mechanism)
+
+
+@pytest.mark.vllm
+def test_a_run_attributes_the_death_to_the_doctors_prediction(tmp_path, monkeypatch, free_port):
+    """The diagnosis level, no server: a run on the vLLM launch of the kv-heads-3 draft (the
+    doctor's real findings, prevents_start) whose as-found start failed with vLLM's own assert (and,
+    second, with a line no signature knows): both deaths are explained, attributed to
+    draft-config-vs-tensors, and its hypothesis carries the death as evidence — never "a start-up
+    death the rules do not explain"."""
+    from workbench.diagnosis.deaths import attribute_deaths
+    from workbench.diagnosis.results import StartFailure
+    from workbench.diagnosis.run import DiagnosisRun
+
+    monkeypatch.setenv("EAGLE_WORKBENCH_STATE_DIR", str(tmp_path / "state"))
+    dep, cfg = _kv_deployment(tmp_path, 3)
+    run = DiagnosisRun.start(launch_command=_vllm_launch(dep), port=free_port, engine="vllm", allow_restart=False,
+                             report_dir=tmp_path / "reports")
+    try:
+        run.check_hypotheses()
+        ctx = run.ctx
+        assert any(f.rule == "draft-config-vs-tensors" and f.prevents_start for f in ctx.state.findings)
+        unknown = "Traceback (most recent call last):\n  File \"/v/x.py\", line 3, in build\nRuntimeError: zorg\n"
+        for tb in (_vllm_heads_assert(cfg["num_attention_heads"], 3), unknown):
+            death = read_death(_vllm_log(tb), engine="vllm")
+            ctx.state.start_failures.append(StartFailure("as-found", _vllm_launch(dep), "died", [], death.exception,
+                                                         death=death.to_dict()))
+        attribute_deaths(ctx)
+        known, other = (f.death["attribution"] for f in ctx.state.start_failures)
+        assert known["explained"] and "draft-config-vs-tensors" in known["rules"], known
+        assert other["explained"] and "draft-config-vs-tensors" in other["rules"], other
+        assert other["why"].startswith("the doctor predicted this launch would not start: "), other["why"]
+        hid = ctx.hypotheses.of_rule("draft-config-vs-tensors")
+        entry = ctx.ledger.get(hid)
+        assert entry.verdict == "confirmed"
+        logs = [e.summary for e in entry.evidence if e.kind == "log"]
+        assert any("num_heads (5) is not divisible by num_kv_heads (3)" in s for s in logs), logs
+        assert not any("do not explain" in s for s in logs) and not any("do not explain" in n for n in run.notes)
+    finally:
+        run.finish()
