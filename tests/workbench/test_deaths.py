@@ -205,7 +205,8 @@ CITED = {"weight-loader-shape-assert": "Attempted to load weight", "architecture
          "vllm-linear-shape-assert": "Tried to load weights of size",
          "vllm-no-module-or-parameter": "There is no module or parameter named",
          "vllm-weights-not-initialized": "Following weights were not initialized",
-         "vllm-no-kv-memory": "memory", "speculative-config-invalid": "class SpeculativeConfig"}
+         "vllm-no-kv-memory": "memory", "speculative-config-invalid": "class SpeculativeConfig",
+         "heads-not-divisible-by-kv-heads": "divisible by num_kv_heads"}
 
 
 @pytest.mark.parametrize("sig_id", sorted(CITED))

@@ -266,3 +266,56 @@ def test_a_vllm_draft_fault_confirms_its_hypothesis_and_proposes_the_fix(tmp_pat
     finally:
         verdict = run.finish()
     assert verdict["restarts"] == 0 and verdict["launches"] == []
+
+
+def test_a_fix_of_another_cause_does_not_refute_a_standing_aux_id_convention_finding(tmp_path, monkeypatch, free_port):
+    """Trial 29 finding 1: on vLLM the prefix repair (weights-loaded's fix) measured 1.964 with
+    nothing measured before (the server as found did not start). The cross-engine hypothesis,
+    open on the doctor's real aux-id-convention warning (sandbox draft, ids in SGLang's
+    convention), is NOT refuted by that measurement (it did not test the ids fix): it stays open
+    with what decides it, the run is not ``fixed``, no "brought acceptance back" wording, and its
+    own fix is the one measured on top (a draft copy with ids [2, 4, 7])."""
+    require_vllm()
+    from workbench.diagnosis.results import Measurement
+    from workbench.diagnosis.run import DiagnosisRun
+    from workbench.diagnosis.steps.fixes import judge_fix, standing_own_fixes
+    from workbench.diagnosis.verdict import open_with_standing_finding, outcome, outcome_detail
+    from workbench.measure.generate import AcceptanceMeasurement
+    from workbench.rules.fix import Fix
+
+    monkeypatch.setenv("EAGLE_WORKBENCH_STATE_DIR", str(tmp_path / "state"))
+    run = DiagnosisRun.start(engine="vllm", port=free_port, allow_restart=False, report_dir=tmp_path / "reports")
+    try:
+        verdicts = {h: v for h, v, _ in run.check_hypotheses().rows}
+        assert verdicts[CROSS_ENGINE_AUX] == "inconclusive"
+        ctx = run.ctx
+        # the state the trial's run reached: the weights fix applied, 1.964 measured, nothing before
+        ctx.ledger.decide("weights-loaded", "confirmed")
+        ctx.state.before = None
+        ctx.state.fix.applied = [Fix("draft-copy", ("weights-dropped",), "strip the wrapper prefix")]
+        gen = AcceptanceMeasurement(accept_length=1.964, accept_rate=None, mean_spec_accept_rate=None,
+                                    verify_steps=250, total_tokens=491, wall_s=10.0, tokens_per_s=49.1,
+                                    speculative=True, records=[])
+        ctx.state.fix.after = Measurement("fix", "", gen, [], None)
+        ctx.ledger.decide("aux-layer-ids", "inconclusive")  # open, with no finding of its own
+        judge_fix(ctx)
+        assert ctx.state.fix.result["sufficient"] is True and ctx.state.fix.result["before"] is None
+        entry = ctx.ledger.get(CROSS_ENGINE_AUX)
+        assert entry.verdict == "inconclusive", entry
+        last = entry.evidence[-1].summary
+        assert last.startswith("not decided:") and "aux-id-convention" in last and "back" not in last, last
+        assert "back" not in ctx.ledger.get("weights-loaded").evidence[-1].summary
+        assert open_with_standing_finding(ctx) == [CROSS_ENGINE_AUX]
+        assert outcome(ctx) == "partly-fixed"
+        assert CROSS_ENGINE_AUX in outcome_detail(ctx) and "no measurement tested its own fix" in outcome_detail(ctx)
+        assert "brought acceptance back" not in run.summary_html()
+        # its own fix, to measure on top of the applied one: the ids in vLLM's convention
+        (own,) = standing_own_fixes(ctx)
+        assert own.kind == "candidates" and own.rules == ("aux-id-convention",)
+        assert own.candidates[0]["repair"].config["eagle_aux_hidden_state_layer_ids"] == [2, 4, 7]
+        # a hypothesis with no finding of its own is refuted by the sufficient fix, in words that
+        # say nothing was measured before
+        ids = ctx.ledger.get("aux-layer-ids")
+        assert ids.verdict == "refuted" and "nothing was measured before it" in ids.evidence[-1].summary, ids
+    finally:
+        run.finish()

@@ -6,8 +6,9 @@ when :func:`workbench.diagnosis.serving.try_launch` records a :class:`StartFailu
 :func:`attribute_deaths` (run by the hypotheses step and again by the verdict, idempotent) maps each
 death to the doctor's findings on that launch (:func:`workbench.logs.deaths.attribute`): a death
 whose signature's rules found an error confirms that hypothesis with the death as evidence (when the
-finding said it prevents the start, the death is the prediction come true); any other death is
-recorded as unexplained, with its line and step. :func:`start_death` is the verdict's
+finding said it prevents the start, the death is the prediction come true); a death whose text no
+such rule explains is still attributed to the findings that said the launch would not start
+(``prevents_start``); only a death with neither is recorded as unexplained, with its line and step. :func:`start_death` is the verdict's
 ``start_death`` entry. Reads the box only in :func:`read_start_death` (one bounded tail).
 """
 
@@ -65,9 +66,9 @@ def attribute_deaths(ctx: RunContext) -> None:
             continue
         if failure.label != "as-found":
             continue
-        result = attribute(_death_of(death), [f.rule for f in errors])
-        predicted = sorted({f.rule for f in errors if f.rule in result["rules"] and f.prevents_start})
-        result["predicted"] = predicted
+        prevents = list(dict.fromkeys(f.rule for f in errors if f.prevents_start))
+        result = attribute(_death_of(death), [f.rule for f in errors], prevents)
+        predicted = result["predicted"]
         death["attribution"] = result
         if not result["explained"]:
             ctx.notes.append(f"{failure.label}: {result['why']}")
@@ -77,7 +78,7 @@ def attribute_deaths(ctx: RunContext) -> None:
             if hid is None:
                 continue
             said = ("the doctor predicted this death (its finding says the server does not start) and the "
-                    "engine's own line confirms it: " if rule in predicted else "")
+                    "engine's own line confirms it: " if rule in predicted and rule in result["candidates"] else "")
             summary = f"{said}{result['why']}"
             data = {"exception": death["exception"], "step": death["step"], "rank": death.get("rank"),
                     "signature": (death.get("signature") or {}).get("id"), "rule": rule, "log": failure.label}

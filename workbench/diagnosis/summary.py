@@ -112,7 +112,9 @@ def summary_html(ctx: RunContext) -> str:
                      f"cause of their own: nothing is asked, fixed or probed for them):</p><ul>{items}</ul>")
     if ctx.state.fix.result.get("applied"):
         ok = ctx.state.fix.result.get("sufficient")
-        parts.append(f"<p><b>The fix {'brought acceptance back' if ok else 'is not enough'}</b>: "
+        said = ("is not enough" if not ok else "brought acceptance back" if ctx.state.fix.result.get("before") is not None
+                else "leaves acceptance not low (nothing was measured before it)")
+        parts.append(f"<p><b>The fix {said}</b>: "
                      f"{html.escape(str(ctx.state.fix.result.get('why')))}</p>")
     diff = launch_diff(ctx)
     if diff:

@@ -27,7 +27,8 @@ from workbench.rules.acceptance_level import classify_acceptance
 from workbench.rules.runtime import acceptance_collapsed
 
 __all__ = ["consequences", "root_causes", "root_cause", "still_open", "outcome", "undecided", "outcome_detail",
-           "proposed_launch", "launch_diff", "load_cost", "build_verdict", "checked"]
+           "proposed_launch", "launch_diff", "load_cost", "build_verdict", "checked",
+           "open_with_standing_finding"]
 
 
 def consequences(ctx: RunContext) -> list[dict[str, Any]]:
@@ -178,7 +179,8 @@ def outcome(ctx: RunContext) -> str:
     if causes and low is False and not ctx.state.fix.result.get("applied"):
         return "latent"
     if ctx.state.fix.result.get("applied") and ctx.state.fix.result.get("after") is not None:
-        if ctx.state.fix.result.get("sufficient") and all(c["fix_applied"] for c in causes):
+        if ctx.state.fix.result.get("sufficient") and all(c["fix_applied"] for c in causes) \
+                and not open_with_standing_finding(ctx):
             return "fixed"
         return "partly-fixed"
     if causes:
@@ -194,6 +196,13 @@ def outcome(ctx: RunContext) -> str:
     return "healthy"
 
 
+def open_with_standing_finding(ctx: RunContext) -> list[str]:
+    """The undecided hypotheses one of whose doctor findings stands (severity warning or error):
+    a run that leaves one open is not ``fixed`` (its fix was not measured)."""
+    return [hid for hid, spec in ctx.hypotheses.specs.items() if ctx.ledger.get(hid).verdict == "inconclusive"
+            and any(f.rule in spec.rules and f.severity in ("warning", "error") for f in ctx.state.findings)]
+
+
 def checked(ctx: RunContext) -> bool:
     """Whether any hypothesis was looked at (has evidence in the ledger): the hypotheses step ran,
     or a probe or a measurement spoke to one."""
@@ -207,7 +216,9 @@ def undecided(ctx: RunContext) -> list[str]:
 
 
 def outcome_detail(ctx: RunContext) -> str | None:
-    """Why :func:`outcome` is ``inconclusive``, in words (``None`` for every other outcome):
+    """Why :func:`outcome` is ``inconclusive``, in words, or ``partly-fixed`` although the fix was
+    sufficient (an open hypothesis whose finding stands, :func:`open_with_standing_finding`);
+    ``None`` for every other outcome:
     ``"symptom not measured"`` when no accept length as found was measured (Measure symptom
     did not run), else ``"N hypotheses still open"`` (``"1 hypothesis still open"``) naming
     them — a run whose symptom or hypotheses were never decided is never called healthy
@@ -215,7 +226,12 @@ def outcome_detail(ctx: RunContext) -> str | None:
     ``"server stopped answering: the fix server (pid P, port N) exited during apply_fixes
     (measuring: fix): <the failed request>; its log ends: <last line>"``, then what the
     restore did with the box (:data:`SERVER_STOPPED_ANSWERING`)."""
-    if outcome(ctx) != "inconclusive":
+    result = outcome(ctx)
+    standing = open_with_standing_finding(ctx)
+    if result == "partly-fixed" and ctx.state.fix.result.get("sufficient") and standing:
+        return (f"the fix left acceptance not low, but {', '.join(standing)} is still open: its doctor finding "
+                "stands and no measurement tested its own fix")
+    if result != "inconclusive":
         return None
     if ctx.state.server_lost is not None:
         lost = ctx.state.server_lost

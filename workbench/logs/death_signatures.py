@@ -118,6 +118,13 @@ SIGNATURES: tuple[Signature, ...] = (
               "a draft hidden_size its head count does not divide (transformers refuses the config)",
               ("draft-config-vs-tensors", "head-dim-mismatch"),
               ("transformers 5.x models/llama/configuration_llama.py LlamaConfig.validate_architecture",)),
+    Signature("heads-not-divisible-by-kv-heads", ("vllm",),
+              r"num_heads \(\d+\) is not divisible by num_kv_heads \(\d+\)",
+              "a draft num_attention_heads its num_key_value_heads does not divide (the config's head counts "
+              "disagree with its tensors): vLLM asserts while building the draft's attention, before any weight "
+              "is loaded", ("draft-config-vs-tensors", "head-dim-mismatch"),
+              ("vllm 0.32.0 model_executor/layers/attention/attention.py:329-331 (Attention.__init__)",
+               "vllm 0.32.0 model_executor/layers/attention/mm_encoder_attention.py:341-343")),
     Signature("rope-odd-head-dim", _BOTH, r"RoPE requires an even rotary dimension",
               "an odd rotary dimension (head_dim × partial_rotary_factor): transformers refuses the config", (),
               ("transformers 5.x modeling_rope_utils.py validate_rope (huggingface_hub "

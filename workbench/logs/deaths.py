@@ -338,21 +338,27 @@ def _without_traceback(plain: list, engine: Optional[str], seen_engine: Optional
     return None
 
 
-def attribute(death: Death, found_rules: Iterable[str]) -> dict:
+def attribute(death: Death, found_rules: Iterable[str], predicted: Iterable[str] = ()) -> dict:
     """Which of the doctor's findings explain ``death``: ``{"rules": the death's signature rules that
     the doctor found on this launch (in the signature's order), "candidates": all the signature's
-    rules, "explained": bool, "why": one sentence}``. ``found_rules``: the rule ids of the doctor's
-    error findings on the launch that died. Unexplained when no signature matched, when the
-    signature maps to no rule, or when none of its rules found anything: then the sentence says
-    "a start-up death the rules do not explain" with the engine's line and the step."""
+    rules, "explained": bool, "why": one sentence, "predicted": the rules of ``predicted`` the death
+    is attributed to}``. ``found_rules``: the rule ids of the doctor's error findings on the launch
+    that died; ``predicted``: those of its findings that said the launch would not start
+    (``Finding.prevents_start``). A death whose signature's rules the doctor found is explained by
+    them; one whose text matches no such rule is still explained when the doctor predicted the
+    launch would not start ("the doctor predicted this launch would not start: RULE; the engine's
+    line: ..."). Unexplained ("a start-up death the rules do not explain", with the engine's line
+    and the step) only when neither holds."""
     found = set(found_rules)
+    said = list(dict.fromkeys(predicted))
     candidates = list(death.rules)
     hit = [r for r in candidates if r in found]
     where = f" in {death.step}" + (f" ({death.rank})" if death.rank else "")
     if hit:
         why = (f"the server died{where} with the engine's own line {death.exception!r}: a known death "
                f"({death.signature.id}: {death.signature.fault}) that {', '.join(hit)} predicted")
-        return {"rules": hit, "candidates": candidates, "explained": True, "why": why}
+        return {"rules": hit, "candidates": candidates, "explained": True, "why": why,
+                "predicted": [r for r in hit if r in said]}
     if death.signature is None:
         kind = "no known death has that text"
     elif not candidates:
@@ -360,6 +366,10 @@ def attribute(death: Death, found_rules: Iterable[str]) -> dict:
     else:
         kind = (f"a known death ({death.signature.id}: {death.signature.fault}) whose rules "
                 f"({', '.join(candidates)}) found nothing on this launch")
+    if said:
+        why = (f"the doctor predicted this launch would not start: {', '.join(said)}; the engine's line{where}: "
+               f"{death.exception!r} ({kind})")
+        return {"rules": said, "candidates": candidates, "explained": True, "why": why, "predicted": said}
     why = (f"a start-up death the rules do not explain: the server died{where} with the engine's own line "
            f"{death.exception!r}; {kind}")
-    return {"rules": [], "candidates": candidates, "explained": False, "why": why}
+    return {"rules": [], "candidates": candidates, "explained": False, "why": why, "predicted": []}

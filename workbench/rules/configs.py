@@ -206,7 +206,10 @@ def draft_config_vs_tensors(facts: Facts) -> list[Finding]:
     vLLM 0.32.0 builds ``Eagle3LlamaForCausalLM`` (``model_executor/models/llama_eagle3.py``) from the
     config the same way: transformers' ``LlamaConfig`` refuses the same configs (measured: ``ValueError:
     The hidden size (128) is not a multiple of the number of attention heads (5)``) and
-    ``default_weight_loader`` asserts on the same shapes; checked for a draft vLLM builds as that class."""
+    ``default_weight_loader`` asserts on the same shapes; checked for a draft vLLM builds as that class.
+    A head-count fault whose config heads the config's kv heads do not divide dies earlier on vLLM,
+    building the draft's attention (``model_executor/layers/attention/attention.py:329``:
+    ``AssertionError: num_heads (5) is not divisible by num_kv_heads (3)``), and the finding says so."""
     draft = facts.draft
     bad = facts.config_vs_tensors
     if draft is None or not bad:
@@ -224,8 +227,15 @@ def draft_config_vs_tensors(facts: Facts) -> list[Finding]:
         stops = True
     elif set(bad) - {"num_hidden_layers"}:
         stops = True
-        effects.append("the engine builds parameters of the config's sizes and its weight loader asserts on the "
-                       "checkpoint's shapes (the server does not start)")
+        kv = draft.config.get("num_key_value_heads", heads)
+        if facts.engine_name == "vllm" and isinstance(heads, int) and isinstance(kv, int) and kv > 0 and heads % kv:
+            # vLLM 0.32.0 model_executor/layers/attention/attention.py:329 (Attention.__init__), before any load
+            effects.append(f"vLLM asserts while building the draft's attention, before any weight is loaded "
+                           f"(AssertionError: num_heads ({heads}) is not divisible by num_kv_heads ({kv}), "
+                           "layers/attention/attention.py): the server does not start")
+        else:
+            effects.append("the engine builds parameters of the config's sizes and its weight loader asserts on the "
+                           "checkpoint's shapes (the server does not start)")
     if layers and isinstance(layers["config"], int) and layers["config"] > layers["tensors"]:
         effects.append(f"the engine builds {layers['config']} decoder layers and runs them all: layers "
                        f"{list(range(layers['tensors'], layers['config']))} get no tensor and keep their initial values")

@@ -152,18 +152,23 @@ def _same_target_class(cause: Finding, effect: Finding) -> bool:
 
 def declare(registry: Registry = REGISTRY) -> None:
     """Declare every link in ``registry`` (:meth:`~workbench.rules.registry.Registry.implies`)."""
-    cfg = ("SGLang 0.5.23 builds the draft (srt/models/llama_eagle3.py LlamaForCausalLMEagle3) from config.json "
-           "alone, then loads the checkpoint into it: a config field that disagrees with the tensors gives "
-           "parameters of the config's sizes (draft-config-vs-tensors, weights family docstring)")
+    cfg = ("both engines build the draft from config.json alone, then load the checkpoint into it (SGLang 0.5.23 "
+           "srt/models/llama_eagle3.py LlamaForCausalLMEagle3; vLLM 0.32.0 model_executor/models/llama_eagle3.py "
+           "Eagle3LlamaForCausalLM): a config field that disagrees with the tensors gives parameters of the "
+           "config's sizes (draft-config-vs-tensors, weights family docstring)")
     for effect in SHAPE_RULES[:3]:
         registry.implies("draft-config-vs-tensors", effect, when=_shape_holds_config_value,
-                         mechanism=cfg + ": the loader asserts on the tensor of the field's other width")
+                         mechanism=cfg + ": the weight loader asserts on the tensor of the field's other width "
+                                         "(SGLang srt/model_loader/weight_utils.py; vLLM model_loader/weight_utils.py:"
+                                         "1485) — on vLLM a head-count fault dies earlier, building the draft's "
+                                         "attention (layers/attention/attention.py:329)")
     for effect in ("weights-missing", "weights-dropped"):
         registry.implies("draft-config-vs-tensors", effect, when=_missing_from_config_field,
                          mechanism=cfg + ": another num_hidden_layers builds layers no tensor fills, or drops the "
                                          "tensors of the layers it does not build")
     registry.implies("draft-config-vs-tensors", "hidden-size-mismatch", when=_hidden_from_config_hidden_size,
-                     mechanism="fc's input width is target_hidden_size, else hidden_size (llama_eagle3.py): a wrong "
+                     mechanism="fc's input width is target_hidden_size, else hidden_size (llama_eagle3.py in SGLang "
+                               "0.5.23 srt/models and vLLM 0.32.0 model_executor/models, fc_input_size): a wrong "
                                "hidden_size is also the width the draft expects of the target")
     registry.implies("hidden-size-mismatch", "weights-missing", when=_own_embedding_for_width,
                      mechanism="SGLang 0.5.23 llama.py set_embed keeps the draft's own embedding when "
@@ -171,7 +176,8 @@ def declare(registry: Registry = REGISTRY) -> None:
                                "an embed_tokens tensor it was never trained with")
     for effect in ("aux-count-mismatch", "weight-shape-mismatch"):
         registry.implies("hidden-size-mismatch", effect, when=_fc_built_for_width,
-                         mechanism="the engine builds fc over num_aux × target_hidden_size (llama_eagle3.py): the "
+                         mechanism="the engine builds fc over num_aux × target_hidden_size (SGLang 0.5.23 srt/models/"
+                                   "llama_eagle3.py; vLLM 0.32.0 model_executor/models/llama_eagle3.py:221): the "
                                    "config's wrong width is the fc width the checkpoint's tensor is compared with")
     registry.implies("weight-shape-mismatch", "aux-count-mismatch", when=_same_fc_tensor,
                      mechanism="aux-count-mismatch reads fc's input width from fc.weight's columns "
@@ -187,13 +193,15 @@ def declare(registry: Registry = REGISTRY) -> None:
                                "(llama_eagle3.py fc_input_size); method-draft-mismatch's fix fixes both")
     registry.implies("vocab-size-mismatch", "lm-head-shape-mismatch", when=_lm_head_rows_from_vocab,
                      mechanism="without draft_vocab_size the draft's lm_head has vocab_size rows "
-                               "(ParallelLMHead(draft_vocab_size or vocab_size, hidden), llama_eagle3.py): the wrong "
+                               "(ParallelLMHead(draft_vocab_size or vocab_size, hidden), llama_eagle3.py in SGLang 0.5.23 and "
+                               "vLLM 0.32.0): the wrong "
                                "vocab_size is the row count the checkpoint's lm_head is compared with")
     registry.implies("weights-dropped", "weights-missing",
-                     mechanism="vLLM 0.32.0: AutoWeightsLoader raises on a checkpoint name no module or parameter has "
-                               "(model_executor/models/utils.py), so the engine stops before the parameters those "
-                               "names were meant for are filled: the missing parameters are the other side of the "
-                               "refused names, and renaming them back fills both (weights_vllm.py marks it)")
+                     mechanism="the names the loader matches to nothing are the ones the missing parameters were "
+                               "meant to get: SGLang 0.5.23 (srt/models/llama_eagle3.py load_weights) skips them and "
+                               "the parameters keep their initial values; vLLM 0.32.0's AutoWeightsLoader raises on "
+                               "them (model_executor/models/utils.py), so the engine stops before those parameters "
+                               "are filled. Renaming them back fills both (weights_vllm.py marks it)")
     for effect in AUX_RULES:
         registry.implies("target-no-aux-capture", effect, when=_same_target_class,
                          mechanism="a target class without set_eagle3_layers_to_capture captures no layer at all "

@@ -19,13 +19,14 @@ from workbench.rules.fix import Fix
 __all__ = ["try_candidate_fixes"]
 
 
-def try_candidate_fixes(ctx: RunContext, candidates: list[Fix]) -> None:
+def try_candidate_fixes(ctx: RunContext, candidates: list[Fix], even_if_not_low: bool = False) -> None:
     """Measure every candidate of each ``candidates`` fix (kind ``candidates``) and keep the best
     one that is sufficient (no longer low, and :data:`SUFFICIENT_GAIN` × the accept length so far);
-    nothing is tried when acceptance is already not low."""
+    nothing is tried when acceptance is already not low, unless ``even_if_not_low`` (the own fix
+    of a hypothesis whose finding stands, :func:`~workbench.diagnosis.steps.fixes.standing_own_fixes`)."""
     base = ctx.state.fix.after.accept_length if ctx.state.fix.after is not None else (
         ctx.state.before.accept_length if ctx.state.before is not None else None)
-    if base is not None and not ctx.acceptance_low(base):
+    if base is not None and not ctx.acceptance_low(base) and not even_if_not_low:
         return
     for fix in candidates:
         hid = next((ctx.hypotheses.of_rule(r) for r in fix.rules if ctx.hypotheses.of_rule(r)), None)
@@ -34,8 +35,10 @@ def try_candidate_fixes(ctx: RunContext, candidates: list[Fix]) -> None:
             trial = Fix("draft-copy" if cand.get("repair") else "launch", fix.rules, cand["label"],
                         launch=cand.get("launch") or {}, repair=cand.get("repair"))
             launch, m = launch_with(ctx, ctx.state.fix.applied + [trial], f"candidate: {cand['label']}",
-                                    f"candidate: {hid} has no fix derivable from the files; measure the "
-                                    f"candidate {cand['label']} on top of the fix")
+                                    (f"candidate: {hid}'s finding stands and the fix measured did not test it; "
+                                     f"measure its own fix {cand['label']} on top of the fix") if even_if_not_low else
+                                    (f"candidate: {hid} has no fix derivable from the files; measure the "
+                                     f"candidate {cand['label']} on top of the fix"))
             accept = m.accept_length if isinstance(m, Measurement) else None
             ctx.state.fix.candidate_trials.append({"hypothesis": hid, "label": cand["label"], "accept_length": accept,
                                           "started": isinstance(m, Measurement),

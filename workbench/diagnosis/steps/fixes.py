@@ -35,7 +35,7 @@ from workbench.rules import REGISTRY
 from workbench.rules.fix import Fix
 from workbench.rules.registry import HypothesisSpec
 
-__all__ = ["MEASURED_EVEN_IF_NOT_LOW", "RIDING_KEYS", "derive_fixes", "apply_fixes", "fix_will_be_measured",
+__all__ = ["MEASURED_EVEN_IF_NOT_LOW", "RIDING_KEYS", "standing_findings", "standing_own_fixes", "derive_fixes", "apply_fixes", "fix_will_be_measured",
            "probe_launch_needed", "doctor_on_fix", "explained_by", "cleared_by_fix", "judge_fix"]
 
 #: Confirmed causes whose fix is applied and measured even when acceptance as found is not judged
@@ -150,14 +150,19 @@ def apply_fixes(ctx: RunContext) -> Measurement | StartFailure | StepResult | No
     unfixed = [hid for hid in ctx.hypotheses.specs if ctx.ledger.get(hid).verdict == "confirmed"
                and not any(ctx.hypotheses.of_rule(r) == hid for f in fx.applied for r in f.rules)
                and not cleared_by_fix(ctx, ctx.hypotheses.specs[hid]) and not explained_by(ctx, ctx.hypotheses.specs[hid])]
-    if candidates and ctx.settings.try_candidates and ctx.session.allow_restart:
+    own = standing_own_fixes(ctx) if isinstance(fx.after, Measurement) else []
+    if (candidates or own) and ctx.settings.try_candidates and ctx.session.allow_restart:
         if unfixed:
             # A confirmed cause with no fix keeps acceptance low whatever the candidates do: a
             # restart per candidate would measure nothing about them.
             ctx.notes.append(f"candidates not tried: {', '.join(unfixed)} is confirmed and has no fix applied; "
                               "acceptance stays low until it is fixed")
         else:
-            try_candidate_fixes(ctx, candidates)
+            if candidates:
+                try_candidate_fixes(ctx, candidates)
+            if own:  # a standing finding whose fix the measurement did not test: measured on top of it
+                try_candidate_fixes(ctx, [f for f in own if ctx.ledger.get(
+                    ctx.hypotheses.of_rule(f.rules[0])).verdict == "inconclusive"], even_if_not_low=True)
     revert_probes(ctx)
     judge_fix(ctx)
     # a candidate fix for a hypothesis the measurements refuted is no fix to propose
@@ -183,6 +188,45 @@ def fix_will_be_measured(ctx: RunContext, applicable: list[Fix]) -> bool:
                        and any(ctx.hypotheses.of_rule(r) == h for f in applicable for r in f.rules)]
     before = ctx.state.before
     return not (before is not None and ctx.acceptance_low(before.accept_length) is False and not measured_anyway)
+
+
+def standing_findings(ctx: RunContext, hid: str) -> list:
+    """The doctor's findings of hypothesis ``hid`` that stand (severity warning or error): a
+    measurement that did not test their own fix never refutes ``hid``."""
+    spec = ctx.hypotheses.specs.get(hid)
+    if spec is None:
+        return []
+    return [f for f in ctx.state.findings if f.rule in spec.rules and f.severity in ("warning", "error")]
+
+
+def standing_own_fixes(ctx: RunContext) -> list[Fix]:
+    """The own fix of each still-open :data:`MEASURED_EVEN_IF_NOT_LOW` hypothesis with a standing
+    finding (e.g. the doctor's ``aux-id-convention`` warning on a launch whose server did not start
+    as found, so no probe decided it), as a one-candidate fix (kind ``candidates``) to measure on
+    top of the fix applied: docs/runbooks.md, a certain shift is measured even when acceptance is
+    not judged low. Empty when none is open or its fixer derives nothing to apply."""
+    out: list[Fix] = []
+    relaunched = facts(ctx, launch_fixed=True)
+    applied = set(ctx.hypotheses.of_fixes(ctx.state.fix.applied))
+    for hid in MEASURED_EVEN_IF_NOT_LOW:
+        if hid in applied or ctx.ledger.get(hid).verdict != "inconclusive":
+            continue
+        mine = standing_findings(ctx, hid)
+        if not mine:
+            continue
+        seen = set()
+        for _spec, fam in REGISTRY.hypotheses():
+            if fam.fixer is None or fam.name in seen:
+                continue
+            seen.add(fam.name)
+            for fix in fam.fixer(relaunched, mine, ctx.settings.given):
+                if fix.kind in ("draft-copy", "launch"):
+                    out.append(Fix("candidates", fix.rules, f"its own fix, measured on top: {fix.summary}",
+                                   candidates=[{"label": fix.summary, "launch": fix.launch or {},
+                                                "repair": fix.repair}]))
+                elif fix.kind == "candidates":
+                    out.append(fix)
+    return out
 
 
 def probe_launch_needed(ctx: RunContext) -> list[str]:
@@ -288,12 +332,25 @@ def judge_fix(ctx: RunContext) -> None:
                        "why": (f"accept length {fmt(before)} → {after:.3f}" +
                                ("" if sufficient else (" — still low" if low else " — no real gain")))}
     for hid in ctx.hypotheses.of_fixes(fx.applied):
-        ctx.add_evidence(hid, ("measured: the fix brought acceptance back: " if sufficient else
-                                 "measured: the fix is not enough: ") + fx.result["why"],
-                           {"before": before, "after": after}, kind="measurement")
+        ctx.add_evidence(hid, ("measured: the fix brought acceptance back: " if sufficient and before is not None else
+                               "measured: with the fix acceptance is not low (nothing was measured before it): "
+                               if sufficient else "measured: the fix is not enough: ") + fx.result["why"],
+                         {"before": before, "after": after}, kind="measurement")
     if sufficient:
         fixed = set(ctx.hypotheses.of_fixes(fx.applied))
+        done = ("brought acceptance back" if before is not None else
+                "left acceptance not low (nothing was measured before it)")
         for spec, _ in REGISTRY.hypotheses():
-            if spec.id not in fixed and ctx.ledger.get(spec.id).verdict == "inconclusive":
-                ctx.decide(spec.id, "refuted", "the fix of the confirmed causes brought acceptance back "
-                             f"({fx.result['why']}): nothing left for it to explain", kind="measurement")
+            if spec.id in fixed or ctx.ledger.get(spec.id).verdict != "inconclusive":
+                continue
+            standing = standing_findings(ctx, spec.id)
+            if standing:
+                # its finding stands and the measurement did not test its fix: not refuted by it
+                rules = ", ".join(dict.fromkeys(f.rule for f in standing))
+                ctx.add_evidence(spec.id, f"not decided: the fix of the confirmed causes {done} "
+                                 f"({fx.result['why']}) but did not include the fix of {rules}, whose finding "
+                                 "stands; its own fix measured on top of it (or the probe's reading on the fixed "
+                                 "server) decides it", {"standing": [f.rule for f in standing]}, kind="measurement")
+                continue
+            ctx.decide(spec.id, "refuted", f"the fix of the confirmed causes {done} "
+                       f"({fx.result['why']}): nothing left for it to explain", kind="measurement")
