@@ -50,6 +50,8 @@ def test_target_hidden_size_groups_the_own_embedding_under_it(box, tmp_path):
     assert f"{len(errors)} error(s) ({len(errors) - 1} root cause{'s' if len(errors) != 2 else ''}, 1 consequence)" in text
     doc = report.to_dict()
     assert len(doc["findings"]) == len(report.findings) and doc["grouping"] == json.loads(json.dumps(g))
+    page = report._repr_html_()
+    assert page.count("wb-doctor-consequence") == 1 and "a consequence of <code>hidden-size-mismatch</code>" in page
 
 
 def test_a_config_that_disagrees_with_its_tensors_is_one_root_cause(box, tmp_path):

@@ -229,7 +229,11 @@ class DoctorReport:
     def _repr_html_(self) -> str:
         colour = {"error": "#cf222e", "warning": "#9a6700", "info": "#57606a"}
         rows = []
-        for f in self.findings:
+        under = {c["index"]: (cause["rule"], c["mechanism"]) for cause in self.grouping()["causes"]
+                 for c in cause["consequences"]}
+        for i, f in enumerate(self.findings):
+            note = (f"<br><small class='wb-doctor-consequence'>a consequence of <code>{html.escape(under[i][0])}</code>: "
+                    f"{html.escape(under[i][1])}</small>" if i in under else "")
             ev = "<br>".join(
                 f"<code>{html.escape(str(k))}</code> = <code>{html.escape(json.dumps(v['value'], default=str))}</code>"
                 f" <small>({html.escape(str(v['source']))})</small>" if isinstance(v, dict) and set(v) == {"value", "source"}
@@ -237,7 +241,7 @@ class DoctorReport:
                 for k, v in f.evidence.items())
             rows.append(f"<tr><td style='color:{colour[f.severity]};{CELL_STYLE}'><b>{f.severity}</b></td>"
                         f"<td style='{CELL_STYLE}'><code>{f.rule}</code></td>"
-                        f"<td style='{CELL_STYLE}'>{inline_code(f.message)}</td><td style='{CELL_STYLE}'>{ev}</td>"
+                        f"<td style='{CELL_STYLE}'>{inline_code(f.message)}{note}</td><td style='{CELL_STYLE}'>{ev}</td>"
                         f"<td style='{CELL_STYLE}'><code>{html.escape(f.fix or '')}</code></td></tr>")
         head = "<tr>" + "".join(f"<th style='{CELL_STYLE}'>{c}</th>" for c in ("severity", "rule", "message", "evidence", "fix")) + "</tr>"
         summary = (f"<p>engine {html.escape(str(self.engine_version))} at {html.escape(str(self.engine_root))}; "
