@@ -105,3 +105,13 @@ def test_vllm_missing_on_refused_names_says_it_does_not_start(box, deps, sglang_
     assert f"(a wrapper prefix on {n} of {n} names) — on {n} name(s)" in dropped.fix
     assert "see evidence load_weights" not in dropped.fix
     assert f"rename the {n} tensor(s) the engine refuses" in missing.fix
+    # the head is among the refused names: renamed, it loads; no "shares the target's lm_head" story
+    assert "TARGET's lm_head" not in missing.message
+
+
+@pytest.mark.vllm
+def test_vllm_missing_head_beside_refused_names_says_what_happens_once_renamed(box, deps, sglang_release):
+    _, err, _ = _run(box, "vllm", deps["prefix+no-head"], sglang_release)
+    missing = err["weights-missing"]
+    assert "vLLM does not start" in missing.message and "starts, silently" not in missing.message
+    assert "once it starts, without lm_head.weight the proposer shares the TARGET's lm_head" in missing.message

@@ -162,7 +162,9 @@ def vllm_missing_parts(draft: Any, w: WeightAnalysis) -> list[Parts]:
               "run: the engine starts, silently"
               + (" and each keeps its initial value (" + "; ".join(f"{m}: {v}" for m, v in kept.items()) + ")"
                  if kept else "")))
-    if head and not strict:
+    # a refused name that is the head (under a prefix) fills it once renamed: no shared head to describe
+    head_refused = any(n.endswith("lm_head.weight") for n in w.raises)
+    if head and not strict and not head_refused:
         holds[head[0]] = "the target's lm_head (shared)"
         rows = (w.spec["lm_head.weight"].get("shape") or [None])[0]
         msg += ("; once it starts," if w.raises else ";")
