@@ -58,6 +58,9 @@ vLLM-spelling variants (:data:`VLLM_FAULTS`):
 ``aux-ids-strings``            ids written as strings ``["1", "3", "6"]``
 ``d2t-full-vocab``             a full-vocabulary draft (lm_head 256 rows) that still ships d2t/t2d
 ============================== ==============================================================
+
+Combination-only faults (:data:`COMBO_FAULTS`, unit tests): ``lm-head-missing`` (no ``lm_head.weight``,
+under any prefix: apply after a naming fault), ``no-tensors`` (a safetensors file with no tensor).
 """
 
 from __future__ import annotations
@@ -680,7 +683,31 @@ VLLM_FAULTS: dict[str, Fault] = {f.name: f for f in (
     Fault("d2t-full-vocab", "files", _d2t_full_vocab.__doc__, _d2t_full_vocab, group="d2t"),
 )}
 
-ALL_FAULTS: dict[str, Fault] = {**FAULTS, **VLLM_FAULTS}
+def _lm_head_missing(b: _Build) -> None:
+    """The draft's ``lm_head.weight`` left out of the checkpoint (under whatever name an earlier fault
+    gave it: combined with a naming fault, e.g. ``wrapper-prefix``, it is a second fault no rename can
+    fill — an export that kept the head in another file, trial 29's ``prefix_nolmhead``). SGLang
+    0.5.23 ``LlamaForCausalLMEagle3`` keeps its own head for a reduced draft vocab: it stays at its
+    initial values (accept length ~1.00); vLLM 0.32.0 shares the target's head
+    (``llm_base_proposer.py`` ``_maybe_share_lm_head``), whose first rows score the draft's ids."""
+    for k in [k for k in b.tensors if k.endswith("lm_head.weight")]:
+        del b.tensors[k]
+
+
+def _no_tensors(b: _Build) -> None:
+    """A valid safetensors file that holds no tensor at all (an export that wrote the header before
+    the state dict was filled; trial 29's ``empty_tensors``): every parameter gets no tensor and no
+    rename can supply one."""
+    b._tensors = {}
+
+
+#: Faults used in combinations by the unit tests only (no real-engine truth case of their own).
+COMBO_FAULTS: dict[str, Fault] = {f.name: f for f in (
+    Fault("lm-head-missing", "files", _lm_head_missing.__doc__, _lm_head_missing, group="head"),
+    Fault("no-tensors", "files", _no_tensors.__doc__, _no_tensors, group="weights"),
+)}
+
+ALL_FAULTS: dict[str, Fault] = {**FAULTS, **VLLM_FAULTS, **COMBO_FAULTS}
 
 FILE_FAULTS = tuple(n for n, f in FAULTS.items() if f.kind == "files" and n != "healthy")
 LAUNCH_FAULTS = tuple(n for n, f in FAULTS.items() if f.kind == "launch")

@@ -623,6 +623,8 @@ def test_cli_plain_json_last_and_exit_codes(tmp_path, cli):
     collapsed.write_bytes(_log([_decode(f"12:00:{i:02d}", 1.0) for i in range(5)]))
     code, out, _ = cli("logs", str(collapsed))
     assert code == 1 and "acceptance-collapsed [error]" in out
+    # logs runs no static checks: it must not say none explains the collapse (issue 29 trial item 4)
+    assert "no static finding" not in out and "workbench doctor --running" in out
     code, out, _ = cli("logs", str(collapsed), "--json")
     assert code == 1 and json.loads(out)["findings"][0]["rule"] == "acceptance-collapsed"
     code, out, _ = cli("logs", str(collapsed), "--decode-log-interval", "1")    # 5 verify steps: too few

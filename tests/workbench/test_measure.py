@@ -274,7 +274,11 @@ def test_measure_collapsed_fires_rule():
     m = measure("http://box", ["a", "b", "c"], warmup=0, sources=["generate"], client=Collapsed().client(),
                 progress=False)
     assert m.row("generate").accept_length == 1.0  # measured: 30 tokens over 30 verify steps
-    assert [f.rule for f in m.findings()] == ["acceptance-collapsed"]
+    (f,) = m.findings()
+    assert f.rule == "acceptance-collapsed"
+    # measure runs no static checks (issue 29 trial item 4)
+    assert f.evidence["static_checked"] is False and "workbench doctor --running" in f.message
+    assert "no static finding" not in f.message
 
 
 def test_measure_without_openai_endpoints():

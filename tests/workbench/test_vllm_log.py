@@ -171,6 +171,7 @@ def test_workbench_logs_collapsed_vllm_acceptance_exits_1(cli, tmp_path):
     log.write_text(line * 3)
     res = cli("logs", str(log))
     assert res.code == 1 and "acceptance-collapsed" in res.out and "drafts        150" in res.out
+    assert "no static finding" not in res.out and "workbench doctor --running" in res.out
 
 
 def test_workbench_logs_says_what_a_log_is(cli, tmp_path):

@@ -105,7 +105,7 @@ class DoctorReport:
                 "engine_root": self.engine_root, "launch_command": self.launch,
                 "corrected_launch_command": self.corrected_launch(), "duration_s": self.duration_s,
                 "notes": self.notes, "engine_fallback": self.engine_fallback, "exit_code": self.exit_code,
-                **self._acceptance_keys()})
+                "grouping": self.grouping(), **self._acceptance_keys()})
 
     def _acceptance_keys(self) -> dict:
         """``acceptance_level`` (the dict ``workbench logs`` / ``measure`` print under the same key) and
@@ -127,32 +127,76 @@ class DoctorReport:
             return f"acceptance: unknown: {level['words']} ({'; '.join(ra.get('notes') or []) or 'nothing measured yet'})"
         return f"acceptance: {level['words']}" + (f"    [{ra['source']}]" if ra.get("source") else "")
 
+    def grouping(self) -> dict:
+        """The findings grouped by cause (:func:`workbench.rules.links.attribute` over the declared
+        links of :mod:`workbench.rules.consequences`, whose evidence conditions must hold, and the
+        links a rule marks itself, ``evidence["consequence_of"]``): ``causes`` — one entry per finding
+        no other finding explains (``index`` into :attr:`findings`, ``rule``, ``consequences``: the
+        findings whose chain of causes ends at it, each ``{"index", "rule", "explained_by",
+        "mechanism"}``); ``root_causes`` / ``consequences``: how many errors are each."""
+        from workbench.rules.links import attribute, root_of
+
+        links = attribute(self.findings)
+        causes: dict[int, dict] = {}
+        for i, f in enumerate(self.findings):
+            if i not in links:
+                causes[i] = {"index": i, "rule": f.rule, "consequences": []}
+        for i, link in sorted(links.items()):
+            root = root_of(i, links)
+            causes.setdefault(root, {"index": root, "rule": self.findings[root].rule, "consequences": []})
+            causes[root]["consequences"].append({"index": i, "rule": self.findings[i].rule,
+                                                 "explained_by": self.findings[link.cause].rule,
+                                                 "mechanism": link.mechanism})
+        errors = [i for i, f in enumerate(self.findings) if f.severity == "error"]
+        return {"causes": list(causes.values()),
+                "root_causes": sum(1 for i in errors if i not in links),
+                "consequences": sum(1 for i in errors if i in links)}
+
+    def _finding_lines(self, f: Finding, indent: str = "") -> list[str]:
+        lines = []
+        for k, v in f.evidence.items():
+            if isinstance(v, dict) and set(v) == {"value", "source"}:
+                lines.append(f"{indent}          {k} = {json.dumps(v['value'], default=str)}    [{v['source']}]")
+            else:
+                lines.append(f"{indent}          {k} = {json.dumps(v, default=str)[:300]}")
+        if f.fix:
+            lines.append(f"{indent}   fix:   {f.fix}")
+        if f.prevents_start:
+            lines.append(f"{indent}   start: the server does not start with this (a runbook refuses the launch; "
+                         "force_launch overrides)")
+        return lines
+
     def to_text(self) -> str:
         """Terminal output: one block per finding, evidence indented (a finding whose fault stops
-        start-up says so), then a summary line. When the engine was not found, that comes first,
-        with what it costs (:func:`workbench.doctor.fallback.fallback_lines`)."""
+        start-up says so); a finding another one explains (:meth:`grouping`) is printed indented
+        under its root cause as ``consequence`` with the link's mechanism, and the summary line
+        counts errors as root causes and consequences. When the engine was not found, that comes
+        first, with what it costs (:func:`workbench.doctor.fallback.fallback_lines`)."""
         from workbench.doctor.fallback import fallback_lines
 
         lines = fallback_lines(self.engine_fallback)
-        for f in self.findings:
+        grouping = self.grouping()
+        for cause in grouping["causes"]:
+            f = self.findings[cause["index"]]
             lines.append(f"{f.severity.upper():7} {f.rule}: {f.message}")
-            for k, v in f.evidence.items():
-                if isinstance(v, dict) and set(v) == {"value", "source"}:
-                    lines.append(f"          {k} = {json.dumps(v['value'], default=str)}    [{v['source']}]")
-                else:
-                    lines.append(f"          {k} = {json.dumps(v, default=str)[:300]}")
-            if f.fix:
-                lines.append(f"   fix:   {f.fix}")
-            if f.prevents_start:
-                lines.append("   start: the server does not start with this (a runbook refuses the launch; force_launch "
-                             "overrides)")
+            lines.extend(self._finding_lines(f))
+            if cause["consequences"]:
+                lines.append(f"   consequences of {f.rule} ({len(cause['consequences'])}; fixing it fixes them):")
+            for c in cause["consequences"]:
+                e = self.findings[c["index"]]
+                lines.append(f"     └ {e.severity} {e.rule}: {e.message}")
+                lines.append(f"          because {c['explained_by']}: {c['mechanism']}")
+                lines.extend(self._finding_lines(e, "     "))
             lines.append("")
         if self.running_acceptance is not None:
             lines.append(self.acceptance_line())
             lines.extend(f"note: {n}" for n in self.running_acceptance.get("notes") or []
                          if self.running_acceptance["level"]["level"] != "unknown")
         counts = {s: sum(f.severity == s for f in self.findings) for s in ("error", "warning", "info")}
-        lines.append(f"{counts['error']} error(s), {counts['warning']} warning(s), {counts['info']} info; "
+        split = (f" ({grouping['root_causes']} root cause{'s' if grouping['root_causes'] != 1 else ''}, "
+                 f"{grouping['consequences']} consequence{'s' if grouping['consequences'] != 1 else ''})"
+                 if grouping["consequences"] else "")
+        lines.append(f"{counts['error']} error(s){split}, {counts['warning']} warning(s), {counts['info']} info; "
                      f"engine {self.engine_version or 'unknown'}; read {self.bytes_read} bytes in {self.duration_s:.2f} s")
         for n in self.notes:
             lines.append(f"note: {n}")
@@ -185,7 +229,11 @@ class DoctorReport:
     def _repr_html_(self) -> str:
         colour = {"error": "#cf222e", "warning": "#9a6700", "info": "#57606a"}
         rows = []
-        for f in self.findings:
+        under = {c["index"]: (cause["rule"], c["mechanism"]) for cause in self.grouping()["causes"]
+                 for c in cause["consequences"]}
+        for i, f in enumerate(self.findings):
+            note = (f"<br><small class='wb-doctor-consequence'>a consequence of <code>{html.escape(under[i][0])}</code>: "
+                    f"{html.escape(under[i][1])}</small>" if i in under else "")
             ev = "<br>".join(
                 f"<code>{html.escape(str(k))}</code> = <code>{html.escape(json.dumps(v['value'], default=str))}</code>"
                 f" <small>({html.escape(str(v['source']))})</small>" if isinstance(v, dict) and set(v) == {"value", "source"}
@@ -193,7 +241,7 @@ class DoctorReport:
                 for k, v in f.evidence.items())
             rows.append(f"<tr><td style='color:{colour[f.severity]};{CELL_STYLE}'><b>{f.severity}</b></td>"
                         f"<td style='{CELL_STYLE}'><code>{f.rule}</code></td>"
-                        f"<td style='{CELL_STYLE}'>{inline_code(f.message)}</td><td style='{CELL_STYLE}'>{ev}</td>"
+                        f"<td style='{CELL_STYLE}'>{inline_code(f.message)}{note}</td><td style='{CELL_STYLE}'>{ev}</td>"
                         f"<td style='{CELL_STYLE}'><code>{html.escape(f.fix or '')}</code></td></tr>")
         head = "<tr>" + "".join(f"<th style='{CELL_STYLE}'>{c}</th>" for c in ("severity", "rule", "message", "evidence", "fix")) + "</tr>"
         summary = (f"<p>engine {html.escape(str(self.engine_version))} at {html.escape(str(self.engine_root))}; "

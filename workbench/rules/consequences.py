@@ -7,7 +7,7 @@ the link applies: a finding is a consequence only when its evidence points at th
 (the same tensor, config field or width), never because the two merely co-occur. A rule that
 knows the link itself marks its finding (``evidence["consequence_of"] = <cause rule>``); the mark
 counts for a declared pair whatever the condition says. The diagnosis
-(:func:`workbench.diagnosis.ledger.attribute`) reads these links to report each consequence
+(:func:`workbench.rules.links.attribute`, used by the diagnosis ledger and the doctor's report) reads these links to report each consequence
 under its cause and to ask nothing of a consequence (no parameter, no fix, no probe, no relaunch).
 
 Pairs left out on purpose (the mechanism does not hold on the rules' evidence): the weight rules

@@ -42,7 +42,7 @@ MIN_VERIFY_STEPS = 20
              summary="measured accept length ≤ 1.05 over ≥ 20 verify steps with speculative decoding on (logs, "
                      "metrics or /generate)",
              fix="points at the static findings that explain it")
-def acceptance_collapsed(measurement: Any, static_findings: list[Finding] = (), *,
+def acceptance_collapsed(measurement: Any, static_findings: list[Finding] | None = None, *,
                          source: str = "measurement") -> list[Finding]:
     """A runtime rule: run on a measurement, not by the doctor. ``measurement``: an object or dict
     with ``accept_length`` (tokens per verify step, bonus included: SGLang 0.5.23's
@@ -51,16 +51,24 @@ def acceptance_collapsed(measurement: Any, static_findings: list[Finding] = (), 
     :class:`workbench.measure.generate.AcceptanceMeasurement`; a log's decode lines × its
     ``--decode-log-interval``, a lower bound). A draft that is never right still gets the bonus
     token, so a healthy draft sits well above 1.05. The finding points at the static error
-    findings (``static_findings``) that explain it; without one it says to probe the draft's input
-    width."""
+    findings (``static_findings``) that explain it; ``static_findings=None`` means the static checks
+    were not run (``workbench measure``, ``workbench logs``): the finding says so and points at
+    ``workbench doctor --running`` (``evidence["static_checked"]`` False), never "no static finding
+    explains it"; only when the checks ran and found no error does it say that and to probe the
+    draft's input width."""
     get = measurement.get if isinstance(measurement, dict) else lambda k: getattr(measurement, k, None)
     al, steps = get("accept_length"), get("verify_steps")
     if al is None or steps is None or steps < MIN_VERIFY_STEPS or al > COLLAPSED_ACCEPT_LENGTH:
         return []
-    causes = [f.rule for f in static_findings if f.severity == "error"]
+    checked = static_findings is not None
+    causes = [f.rule for f in static_findings or () if f.severity == "error"]
+    why = (f"; explained by {', '.join(causes)}" if causes else
+           "; no static finding explains it (probe the draft's input width)" if checked else
+           "; the static checks (draft, config, launch) were not run here: run `workbench doctor --running` "
+           "against this server to find the cause")
     return [Finding("acceptance-collapsed", "error",
                     f"accept length {al:.3f} over {steps} verify steps: the draft's proposals are almost never "
-                    "accepted" + (f"; explained by {', '.join(causes)}" if causes else "; no static finding explains it "
-                                  "(probe the draft's input width)"),
-                    {"accept_length": ev(al, source), "verify_steps": ev(steps, source), "static_causes": causes},
+                    "accepted" + why,
+                    {"accept_length": ev(al, source), "verify_steps": ev(steps, source), "static_causes": causes,
+                     "static_checked": checked},
                     None)]

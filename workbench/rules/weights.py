@@ -338,9 +338,11 @@ def weights_dropped(facts: Facts) -> list[Finding]:
     unexpected ``*.bias`` or a mapper's ``None`` is dropped silently."""
     if facts.engine_name == "vllm":
         w = facts.vllm_weights
-        return consequences_of_config(facts, _vllm_weight_findings("weights-dropped", vllm_dropped_parts(facts.draft, w))) if w is not None else []
-    w = facts.weights
-    return consequences_of_config(facts, dropped_findings(facts.draft, w)) if w is not None else []
+        found = _vllm_weight_findings("weights-dropped", vllm_dropped_parts(facts.draft, w)) if w is not None else []
+    else:
+        w = facts.weights
+        found = dropped_findings(facts.draft, w) if w is not None else []
+    return consequences_of_config(facts, _concrete_dropped_fix(facts.draft, w, found))
 
 
 @FAMILY.rule("weights-missing", engines=ALL_ENGINES, severities=("error",), prevents_start="depends",
@@ -378,20 +380,80 @@ def weights_missing(facts: Facts) -> list[Finding]:
     return consequences_of_config(facts, _renames_supply(facts.draft, w, found))
 
 
+def _slot_text(slots: list[str]) -> str:
+    return ", ".join(slots[:6]) + (f" (+{len(slots) - 6} more)" if len(slots) > 6 else "")
+
+
+def _reexport_for(w: WeightAnalysis, unfilled: list[str]) -> str:
+    """What to re-export for the parameter slots ``unfilled`` (names as :class:`NameRepair` lists
+    them): the trained ``lm_head`` when it is among them, the rest by name."""
+    head = [u for u in unfilled if u.split(" ")[0] in ("lm_head", "lm_head.weight")]
+    rest = [u for u in unfilled if u not in head]
+    parts = (["its trained lm_head"] if head else []) + ([_slot_text(rest)] if rest else [])
+    return "re-export the draft with " + " and ".join(parts)
+
+
 def _renames_supply(draft: DraftFacts, w: WeightAnalysis | None, found: list[Finding]) -> list[Finding]:
-    """``weights-missing`` findings whose parameters the dropped (or refused) tensors fill once renamed
-    by the checkpoint's naming (:func:`name_repair`): their fix says so instead of asking for a
-    re-export, and the evidence lists the renames."""
+    """``weights-missing`` findings' fix by what can fill the parameters: a checkpoint with no tensors
+    says so; the dropped (or refused) tensors renamed by the checkpoint's naming
+    (:func:`name_repair`) fill the parameters they map onto — the fix offers that rename whatever else
+    is wrong, and asks for a re-export only of the parameters no rename can fill (each unmapped
+    name's reason in ``evidence["unmapped"]``); the evidence lists the renames."""
+    if not found or w is None:
+        return found
+    if draft is not None and draft.tensors is not None and not draft.tensors:
+        for f in found:
+            f.fix = (f"the checkpoint holds no tensors ({draft.path}): export the draft's trained weights into it "
+                     "(nothing can be renamed or derived)")
+            f.message += "; the checkpoint holds no tensors at all"
+            f.evidence["tensors"] = 0
+        return found
+    if not (w.dropped or w.raises):
+        return found
+    rep = name_repair(draft, w)
+    if not rep.renames:
+        return found
+    steps = "; ".join(s.describe() for s in rep.steps)
+    verb = "refuses" if w.raises else "drops"
+    # an unfilled slot a tensor would land on but for its shape: that tensor is the fault, not a re-export
+    blocked = {u: why for u in rep.unfilled for why in rep.unmapped.values()
+               if f"would land on {u.split(' ')[0]}" in why}
+    absent = [u for u in rep.unfilled if u not in blocked]
+    for f in found:
+        if rep.unfilled:
+            f.fix = (f"rename the {len(rep.renames)} tensor(s) the engine {verb} by the checkpoint's naming ({steps}) "
+                     f"in a copy of the draft (the draft-copy fix does it): they fill every parameter but "
+                     f"{_slot_text(rep.unfilled)}"
+                     + (f"; {' | '.join(blocked.values())}" if blocked else "")
+                     + (f"; no tensor of the checkpoint can fill {_slot_text(absent)}: " + _reexport_for(w, absent)
+                        if absent else ""))
+            f.evidence["unfilled"] = list(rep.unfilled)
+            f.evidence["unmapped"] = dict(rep.unmapped)
+        else:
+            f.fix = (f"rename the {len(rep.renames)} tensor(s) the engine {verb} by the checkpoint's naming ({steps}): "
+                     "they fill every one of these parameters (the draft-copy fix does it)")
+        f.evidence["renames_supply"] = dict(rep.renames)
+    return found
+
+
+def _concrete_dropped_fix(draft: DraftFacts, w: WeightAnalysis | None, found: list[Finding]) -> list[Finding]:
+    """``weights-dropped`` error findings' fix made concrete: the naming transform :func:`name_repair`
+    learned (e.g. "strip the prefix '_orig_mod.' ... from 14 names") in a copy of the draft, and the
+    names no transform maps with why; unchanged when no rename is found."""
     if not found or w is None or not (w.dropped or w.raises):
         return found
     rep = name_repair(draft, w)
-    if rep.unfilled or not rep.renames:
+    if not rep.renames:
         return found
+    steps = "; ".join(s.describe() for s in rep.steps)
     for f in found:
-        f.fix = (f"rename the {len(rep.renames)} tensor(s) the engine {'refuses' if w.raises else 'drops'} by the "
-                 f"checkpoint's naming ({'; '.join(s.describe() for s in rep.steps)}): they fill every one of these "
-                 "parameters (the draft-copy fix does it)")
-        f.evidence["renames_supply"] = dict(rep.renames)
+        if f.severity != "error":
+            continue
+        left = [why for n, why in rep.unmapped.items()]
+        f.fix = (f"in a copy of the draft, {steps} — on {len(rep.renames)} name(s), each followed through the "
+                 "engine's loader onto a parameter that got no tensor (the draft-copy fix does it)"
+                 + (f"; {len(left)} name(s) no rename maps: " + " | ".join(left[:3]) if left else ""))
+        f.evidence["renames"] = dict(rep.renames)
     return found
 
 
@@ -584,10 +646,19 @@ def name_repair(draft: DraftFacts, w: WeightAnalysis) -> NameRepair:
     """The renames that put the tensors the loader drops (or, on vLLM, refuses) back where the
     loader wants them, by the checkpoint's naming pattern through the loader's own mapping
     (:func:`workbench.rules.weights_repair.repair_names`), shapes as a check."""
+    key = (id(draft), len(draft.tensors or ()))
+    memo = getattr(w, "_name_repair_memo", None)
+    if memo is not None and memo[0] == key:
+        return memo[1]
     problem = list(dict.fromkeys(list(w.raises) + list(w.dropped)))
     shapes = {n: tuple(draft.tensors[n].shape) for n in problem}
-    return repair_names(problem, shapes, w, lambda n: _follow_any(w, n), existing=set(draft.tensors),
-                        many_per_slot=w.module_level)
+    rep = repair_names(problem, shapes, w, lambda n: _follow_any(w, n), existing=set(draft.tensors),
+                       many_per_slot=w.module_level)
+    try:  # one repair per analysis and draft: the rules and the fixes all ask for it
+        object.__setattr__(w, "_name_repair_memo", (key, rep))
+    except AttributeError:
+        pass
+    return rep
 
 
 def rename_repair(draft: DraftFacts, w: WeightAnalysis) -> tuple[dict[str, str], list[str]]:

@@ -199,6 +199,7 @@ def learn_steps(problem: list[str], wanted: list[str]) -> list[Step]:
             add("separator", (sep,), (), f"{n_sep} names use {sep!r} between their parts", n_sep)
     norm = [n.replace("/", ".").replace("::", ".") for n in names]
     toks = [tuple(n.split(".")) for n in norm]
+    every = [tuple(n.replace("/", ".").replace("::", ".").split(".")) for n in problem]
     for k in (1, 2, 3):  # a leading run shared by several problem names (or by the only one)
         counts: dict[tuple, int] = {}
         for t in toks:
@@ -206,7 +207,9 @@ def learn_steps(problem: list[str], wanted: list[str]) -> list[Step]:
                 counts[t[:k]] = counts.get(t[:k], 0) + 1
         for pre, c in counts.items():
             if c >= 2 or len(toks) == 1:
-                add("strip", pre, (), f"a wrapper prefix on {c} of {len(toks)} names", c)
+                # counted over every problem name (the token map's too), as the renames are
+                on = sum(1 for t in every if len(t) > k and t[:k] == pre)
+                add("strip", pre, (), f"a wrapper prefix on {on} of {len(every)} names", c)
     present = {x for t in toks for x in t}
     meta = tuple((src, dst) for src, dst in META_LLAMA_NAMES.items() if set(src) <= present)
     if meta:  # one step: a naming scheme is a vocabulary, renamed as a whole

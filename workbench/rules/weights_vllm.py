@@ -11,7 +11,8 @@ and vLLM's consequences, which differ from SGLang's:
   (RMSNorm ones, linear weights uninitialised memory); no ``lm_head.weight`` with a reduced draft vocab:
   the target's ``lm_head`` is shared and its first ``draft_vocab_size`` rows score the draft's ids.
   When names also raise, the engine does not start and the missing parameters are the other side of
-  those names: ``evidence["consequence_of"] = "weights-dropped"``.
+  those names: the message says so (never "starts, silently"), ``evidence["consequence_of"] =
+  "weights-dropped"``.
 * the shape rules: the weight loader fails at start-up (``AssertionError`` from
   ``default_weight_loader`` / ``ParallelLMHead``, ``RuntimeError`` from a stacked shard's ``narrow``).
 
@@ -152,16 +153,22 @@ def vllm_missing_parts(draft: Any, w: WeightAnalysis) -> list[Parts]:
     strict = bool(getattr(lw, "strict_check", False))
     kept = {m: v for m, v in holds.items() if m not in head}
     msg = (f"{len(w.missing)} parameter(s) of {w.cls} get no tensor: {w.missing}; "
-           + ("vLLM's default loader refuses that ('Following weights were not initialized from checkpoint'): the "
+           + (f"vLLM does not start with this checkpoint: it refuses {len(w.raises)} tensor name(s) no module or "
+              "parameter has (weights-dropped), and these parameters are the other side of those names"
+              if w.raises else
+              "vLLM's default loader refuses that ('Following weights were not initialized from checkpoint'): the "
               "engine does not start" if strict else
               f"{w.cls}.load_weights returns nothing, so vLLM's strict 'weights were not initialized' check does not "
               "run: the engine starts, silently"
               + (" and each keeps its initial value (" + "; ".join(f"{m}: {v}" for m, v in kept.items()) + ")"
                  if kept else "")))
-    if head and not strict:
+    # a refused name that is the head (under a prefix) fills it once renamed: no shared head to describe
+    head_refused = any(n.endswith("lm_head.weight") for n in w.raises)
+    if head and not strict and not head_refused:
         holds[head[0]] = "the target's lm_head (shared)"
         rows = (w.spec["lm_head.weight"].get("shape") or [None])[0]
-        msg += (f"; without lm_head.weight the proposer shares the TARGET's lm_head (llm_base_proposer.py "
+        msg += ("; once it starts," if w.raises else ";")
+        msg += (f" without lm_head.weight the proposer shares the TARGET's lm_head (llm_base_proposer.py "
                 f"_maybe_share_lm_head: has_own_lm_head False) and LogitsProcessor({rows}) keeps its first {rows} rows: "
                 "the draft's ids are scored by other tokens' rows (accept length about 1.0)")
     ev = {**_evidence(draft, w), "missing": w.missing, "holds": holds,
@@ -170,7 +177,6 @@ def vllm_missing_parts(draft: Any, w: WeightAnalysis) -> list[Parts]:
                prevents_start=strict)
     if w.raises:
         f["evidence"]["consequence_of"] = "weights-dropped"
-        f["message"] += " (the other side of the names vLLM refuses: it does not start until they are renamed)"
     return [f]
 
 
