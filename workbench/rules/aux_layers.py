@@ -229,20 +229,69 @@ def aux_config_unread(facts: Facts) -> list[Finding]:
     dies = malformed and bool(raw)  # `or {}` lets a falsy value through; a truthy non-dict has no .get
     severity = "error" if dies else "warning" if (malformed or top is not None) else "info"
     why = ("unreadable (eagle_config is not an object)" if malformed
-           else "only at top level, which the capture path never reads" if top is not None else "absent")
+           else f"absent: the ids {json.dumps(top, default=str)} are written only at the top level "
+                "(eagle_aux_hidden_state_layer_ids, the speculators/vLLM spelling), which SGLang's capture path "
+                "never reads" if top is not None else "absent")
     message = (f"eagle_config is a {type(raw).__name__}, not an object: the draft's constructor calls "
                f"eagle_config.get(...) on it (SGLang 0.5.23 llama_eagle3.py:169-174) and the server dies while "
                f"loading with AttributeError: '{type(raw).__name__}' object has no attribute 'get'" if dies else
                f"eagle_config.eagle_aux_hidden_state_layer_ids is {why}: the engine silently captures its "
                f"default layers {str(captured) + ' ' if captured is not None else ''}(of "
                f"{target.num_hidden_layers} target layers)")
+    fix = f"write the ids into eagle_config in {draft.config_path}"
+    if ids_ok(top) and not malformed:
+        cands = top_level_candidates(facts, top)
+        if len(cands) == 1:
+            fix += f": \"eagle_config\": {{\"eagle_aux_hidden_state_layer_ids\": {cands[0][0]}}} ({cands[0][1]})"
+        elif cands:
+            fix += " — the convention of the top-level ids is not recorded: measure " + " against ".join(
+                f"{ids} ({label})" for ids, label, _ in cands)
+        else:
+            fix = (f"no reading of the top-level ids {top} gives ids SGLang captures on {target.num_hidden_layers} "
+                   "layers: write the ids the draft was trained with into eagle_config")
     return [Finding("aux-config-unread", severity, message,
                     {"eagle_config.eagle_aux_hidden_state_layer_ids": _ids_evidence(facts),
                      "eagle_aux_hidden_state_layer_ids (top level)": ev(top, draft.sources.get("aux_layer_ids_top_level")),
                      "captured_layers": ev(captured, cap.source if cap else None)},
-                    f"write the ids into eagle_config in {draft.config_path}"
-                    + (f": \"eagle_config\": {{\"eagle_aux_hidden_state_layer_ids\": {top}}}" if ids_ok(top) else ""),
-                    prevents_start=dies)]
+                    fix, prevents_start=dies)]
+
+
+def top_level_candidates(facts: Facts, top: list[int]) -> list[tuple[list[int], str, DraftRepair]]:
+    """``[(ids, label, repair)]``: the nested ids to write for top-level-only ids ``top`` on SGLang,
+    each checked by the aux rules on the repaired copy (:func:`workbench.rules.repair_check.rejections`:
+    a copy the doctor would reject is left out). The top level is the speculators/vLLM spelling,
+    so the ids are read in the convention the draft records (``aux_layer_ids_convention``), else
+    both readings are tried: vLLM's (state ``k`` after ``k`` layers, shifted to SGLang's rule by
+    :func:`workbench.rules.cross_engine.ids_for`: ``−1`` on Llama) first, then SGLang's (as written).
+    Facts: SGLang 0.5.23 ``srt/models/llama.py``; vLLM 0.32.0 ``models/llama.py`` (see
+    :mod:`workbench.rules.cross_engine`)."""
+    from workbench.rules.cross_engine import captured_states, draft_convention, ids_for
+    from workbench.rules.repair_check import rejections
+
+    draft, target = facts.draft, facts.target
+    layers = target.num_hidden_layers if target is not None else None
+    if draft is None or not layers:
+        return []
+    arch = facts.target_architecture or ""
+    conv = draft_convention(draft)
+    readings = [conv.engine] if conv.recorded else ["vllm", "sglang"]
+    out: list[tuple[list[int], str, DraftRepair]] = []
+    for reading in readings:
+        if reading == "vllm":
+            states = captured_states("vllm", arch, layers, top)
+            ids = ids_for("sglang", arch, layers, states) if states is not None else None
+            basis = "recorded" if conv.recorded else "the top-level key is the speculators/vLLM spelling"
+            label = f"the top-level ids read in vLLM's convention ({basis}): the states after {states} layers"
+        else:
+            ids = list(top)
+            label = "the top-level ids as written (SGLang's convention" + (", recorded)" if conv.recorded else ")")
+        if ids is None or any(ids == o[0] for o in out):
+            continue
+        repair = _eagle_config_repair(facts, ids, f"aux-config-unread: the top-level ids {top} written into "
+                                                  f"eagle_config as {ids} ({label})")
+        if not rejections(facts, repair):
+            out.append((ids, label, repair))
+    return out
 
 
 def _describe(value: Any) -> str:
@@ -646,6 +695,21 @@ def aux_fixes(facts: Facts, findings: list[Finding], given: dict) -> list[Fix]:
                                repair=_eagle_config_repair(facts, raw, f"aux-config-unread: eagle_config was the id "
                                                                        f"list {raw}; written as the object the engine "
                                                                        "reads")))
+            elif ids_ok(top) and facts.engine_name != "vllm" and given_ids is None:
+                cands = top_level_candidates(facts, top)
+                if len(cands) == 1:
+                    ids, label, repair = cands[0]
+                    out.append(Fix("draft-copy", (f.rule,), f"eagle_config.eagle_aux_hidden_state_layer_ids → {ids} "
+                                   f"({label}) in a copy of the draft", repair=repair))
+                elif cands:
+                    out.append(Fix("candidates", (f.rule,), "the top-level ids written into eagle_config in each "
+                                   "engine's convention (which one they were written in is not recorded), each "
+                                   "measured", candidates=[{"label": f"ids {ids} ({label})", "launch": {},
+                                                            "repair": repair} for ids, label, repair in cands]))
+                else:
+                    out.append(Fix("none", (f.rule,), f"no reading of the top-level ids {top} gives ids the engine "
+                                   "captures", missing="the aux layer ids the draft was trained with: pass -p "
+                                   "aux_layer_ids '[...]'", parameter="aux_layer_ids"))
             elif ids_ok(top):
                 out.append(Fix("draft-copy", (f.rule,), f"eagle_config.eagle_aux_hidden_state_layer_ids → {top} (the "
                                "top-level ids) in a copy of the draft",
