@@ -78,3 +78,93 @@ def test_top_level_ids_recorded_convention_is_used(box, tmp_path):
     (fix,) = aux_fixes(facts, [_one(rep, "aux-config-unread")], {})
     assert fix.kind == "draft-copy"
     assert fix.repair.config["eagle_config"]["eagle_aux_hidden_state_layer_ids"] == [1, 3, 6]
+
+
+# --- item 6: fc.weight stored transposed, named, a consequence link, a transpose repair ---------
+
+def _vllm_launch(dep) -> str:
+    import shlex
+
+    from testkit.vllm_servers import vllm_python
+
+    sc = {"method": "eagle3", "model": str(dep.draft_dir), "num_speculative_tokens": 3}
+    return shlex.join([str(vllm_python()), "-m", "vllm.entrypoints.openai.api_server", "--model",
+                       str(dep.target_dir), "--speculative-config", json.dumps(sc)])
+
+
+def _assert_transposed_findings(rep):
+    shape = _one(rep, "weight-shape-mismatch")
+    assert shape.evidence["stored_transposed"] is True
+    assert "fc.weight is stored transposed" in shape.message and "transposed" in shape.fix
+    count = _one(rep, "aux-count-mismatch")
+    assert count.evidence["consequence_of"] == "weight-shape-mismatch"
+    assert "stored transposed" in count.message and "the aux layer ids are not what is wrong" in count.message
+    from workbench.rules.registry import REGISTRY
+
+    assert REGISTRY.explains(shape, count) is not None  # the declared link applies on this evidence
+
+
+def _transpose_fix(facts, rep):
+    from workbench.rules.weights import weight_fixes
+
+    fixes = [f for f in weight_fixes(facts, rep.findings, {}) if "weight-shape-mismatch" in f.rules]
+    assert len(fixes) == 1, [f.to_dict() for f in fixes]
+    (fix,) = fixes
+    assert fix.kind == "draft-copy" and fix.repair.transposes == ("fc.weight",)
+    assert rejections(facts, fix.repair) == []
+    return fix
+
+
+def test_transposed_fc_on_sglang(box, tmp_path):
+    dep = build_deployment(tmp_path / "d", "fc-transposed")
+    rep, facts = _sglang(box, dep)
+    _assert_transposed_findings(rep)
+    _transpose_fix(facts, rep)
+
+
+def test_transposed_fc_on_vllm(box, tmp_path):
+    dep = build_deployment(tmp_path / "d", "fc-transposed")
+    cmd = _vllm_launch(dep)
+    rep = run_doctor(box, cmd)
+    _assert_transposed_findings(rep)
+    _transpose_fix(gather_facts(box, LaunchCommand.parse(cmd)), rep)
+
+
+def test_a_square_or_other_shape_is_not_called_transposed():
+    from workbench.rules.aux_layers import stored_transposed
+
+    assert stored_transposed([480, 160], [160, 480])
+    assert not stored_transposed([160, 160], [160, 160])
+    assert not stored_transposed([160, 320], [160, 480])
+    assert not stored_transposed([480], [480])
+    assert not stored_transposed([2, 3, 4], [4, 3, 2])
+
+
+def test_the_transpose_repair_copies_byte_exact_and_the_doctor_accepts_the_copy(box, tmp_path):
+    """The repair made on the box (draft_copy's script transposes the bytes; the read-back compares
+    them byte for byte with the source's transposed), then the doctor run on a launch of the copy:
+    no shape or count finding is left."""
+    import numpy as np
+    import sys
+
+    from remote import connect
+    from safetensors.numpy import load_file
+    from workbench.session import Journal, make_repaired_copy
+
+    dep = build_deployment(tmp_path / "d", "fc-transposed")
+    rep, facts = _sglang(box, dep)
+    fix = _transpose_fix(facts, rep)
+    with connect("local", state_dir=tmp_path / "state", python=sys.executable) as lbox:
+        journal = Journal(lbox)
+        journal.begin()
+        copy = make_repaired_copy(lbox, journal, str(dep.draft_dir), fix.repair)
+        assert any("byte for byte" in c for c in copy.checks), copy.checks
+        src = load_file(str(dep.draft_dir / "model.safetensors"))
+        got = load_file(f"{copy.path}/model.safetensors")
+        assert got["fc.weight"].shape == (160, 480)
+        assert np.array_equal(got["fc.weight"], src["fc.weight"].T)
+        assert all(np.array_equal(got[k], v) for k, v in src.items() if k != "fc.weight")
+        fixed_cmd = LaunchCommand.parse(dep.launch_command()).with_flag(
+            "--speculative-draft-model-path", copy.path).to_string()
+        after = run_doctor(box, fixed_cmd)
+        assert not {"weight-shape-mismatch", "aux-count-mismatch"} & {f.rule for f in after.findings}

@@ -616,13 +616,44 @@ def aux_count_mismatch(facts: Facts) -> list[Finding]:
         return out
     evidence = {"fc_in_features": ev(draft.fc_in_features, draft.sources.get("fc_in_features")),
                 "num_aux": ev(n_aux, n_aux_src), "target_hidden": th}
+    fc_shape = [draft.fc_out_features, draft.fc_in_features]
+    built = [draft.hidden_size, n_aux * th] if draft.hidden_size is not None else None
+    # one fault, one finding: the loader's shape mismatch on fc is this same width, said once here
+    same = [f for f in out if f.evidence.get("param", "").endswith("fc.weight")]
+    out = [f for f in out if f not in same]
+    if same:
+        evidence.update({k: same[0].evidence[k] for k in ("tensor", "shape", "expected", "param")
+                         if k in same[0].evidence})
+    if built is not None and stored_transposed(fc_shape, built):
+        # a transposed fc.weight: its columns are its rows, no aux count at all (weight-shape-mismatch
+        # names it and offers the transpose; this finding is its consequence)
+        evidence["consequence_of"] = "weight-shape-mismatch"
+        evidence["stored_transposed"] = True
+        return [Finding("aux-count-mismatch", "error",
+                        f"fc.weight's {draft.fc_in_features} columns are no aux count: the tensor is stored "
+                        f"transposed ({fc_shape} for the {built} the engine builds, weight-shape-mismatch); "
+                        f"transposed it takes {n_aux} aux states × {th} = {n_aux * th} inputs, what the engine "
+                        "feeds: the aux layer ids are not what is wrong", evidence, None)] + out
     if draft.is_eagle1_like:  # an EAGLE-1/2 fc (2× hidden) under EAGLE3: algorithm-mismatch's relaunch fixes it
         evidence["consequence_of"] = "method-draft-mismatch" if vllm else "algorithm-mismatch"
     effect = ("vLLM builds fc for that width and its weight loader refuses the checkpoint's (no width check: the "
-              "server does not start)" if vllm else "the draft fails to load or its fc is skipped")
+              "server does not start)" if vllm else
+              f"SGLang builds fc as {built or 'that width'} and its weight loader asserts on the checkpoint's "
+              f"{fc_shape}, so the server does not start")
     return [Finding("aux-count-mismatch", "error",
                     f"fc.weight takes {draft.fc_in_features} inputs but the engine feeds {n_aux} aux states × "
-                    f"{th} = {n_aux * th}: {effect}", evidence, None)] + out
+                    f"{th} = {n_aux * th}: {effect}", evidence, None, prevents_start=True)] + out
+
+
+def stored_transposed(shape: Any, expected: Any) -> bool:
+    """A 2-D, non-square tensor ``shape`` that is exactly ``expected`` reversed: a Linear weight
+    stored ``[in, out]`` where the engine's ``nn.Linear`` / ``ReplicatedLinear`` holds ``[out, in]``
+    (a converter's layout; both engines load ``weight`` as ``[out_features, in_features]``)."""
+    try:
+        a, b = (list(shape), list(expected))
+    except TypeError:
+        return False
+    return len(a) == 2 and len(b) == 2 and a[0] != a[1] and a == b[::-1] and None not in a
 
 
 def _eagle_config_repair(facts: Facts, ids: list[int], why: str) -> DraftRepair:
