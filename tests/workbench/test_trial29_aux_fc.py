@@ -168,3 +168,35 @@ def test_the_transpose_repair_copies_byte_exact_and_the_doctor_accepts_the_copy(
             "--speculative-draft-model-path", copy.path).to_string()
         after = run_doctor(box, fixed_cmd)
         assert not {"weight-shape-mismatch", "aux-count-mismatch"} & {f.rule for f in after.findings}
+
+
+def _fc_for_two(dep):
+    """fc.weight cut to 2 aux states ([160, 320]) while eagle_config keeps 3 ids."""
+    import numpy as np
+    from safetensors.numpy import load_file, save_file
+
+    path = dep.draft_dir / "model.safetensors"
+    t = load_file(str(path))
+    t["fc.weight"] = np.ascontiguousarray(t["fc.weight"][:, :320])
+    path.unlink()
+    save_file(t, str(path))
+
+
+def test_fc_for_fewer_aux_states_is_one_finding_per_engine_with_candidates(box, tmp_path):
+    dep = build_deployment(tmp_path / "d", "healthy")
+    _fc_for_two(dep)
+    rep, facts = _sglang(box, dep)
+    f = _one(rep, "aux-count-mismatch")  # once: the loader's shape mismatch on fc is the same fault
+    assert "fails to load or its fc is skipped" not in f.message
+    assert "weight loader asserts" in f.message and f.prevents_start
+    assert "weight-shape-mismatch" not in rep.rules
+    (fix,) = aux_fixes(facts, [f], {})
+    assert fix.kind == "candidates"
+    assert [c["repair"].config["eagle_config"]["eagle_aux_hidden_state_layer_ids"] for c in fix.candidates] == \
+        [[1, 3], [1, 6], [3, 6]]
+    cmd = _vllm_launch(dep)
+    vrep = run_doctor(box, cmd)
+    v = _one(vrep, "aux-count-mismatch")
+    assert "vLLM builds fc" in v.message
+    (vfix,) = aux_fixes(gather_facts(box, LaunchCommand.parse(cmd)), [v], {})
+    assert vfix.kind == "candidates" and len(vfix.candidates) == 3

@@ -645,6 +645,39 @@ def aux_count_mismatch(facts: Facts) -> list[Finding]:
                     f"{th} = {n_aux * th}: {effect}", evidence, None, prevents_start=True)] + out
 
 
+def _fewer_ids_candidates(facts: Facts) -> list[tuple[list[int], DraftRepair]]:
+    """An fc built for fewer aux states than the draft writes ids (no ``num_aux_hidden_states``:
+    the engines count the ids, SGLang 0.5.23 / vLLM 0.32.0 ``llama_eagle3.py``): each choice of as
+    many ids as fc.weight's columns hold target widths, in order, written into a copy (and at the top
+    level on vLLM), kept only when the aux rules accept the copy
+    (:func:`workbench.rules.repair_check.rejections`); ``[]`` otherwise (at most 10 choices)."""
+    from itertools import combinations
+
+    from workbench.rules.repair_check import rejections
+
+    draft, target = facts.draft, facts.target
+    ids = draft.aux_layer_ids if ids_ok(draft.aux_layer_ids) else None
+    if facts.engine_name == "vllm" and ids_ok(draft.aux_layer_ids_top_level):
+        ids = draft.aux_layer_ids_top_level
+    th = draft.target_hidden_size if draft.target_hidden_size is not None else (target.hidden_size if target else None)
+    if ids is None or draft.num_aux_hidden_states is not None or not th or not draft.fc_in_features \
+            or draft.fc_in_features % th:
+        return []
+    k = draft.fc_in_features // th
+    if not 1 <= k < len(ids):
+        return []
+    choices = list(combinations(list(ids), k))
+    if len(choices) > 10:
+        return []
+    out = []
+    for choice in choices:
+        repair = _eagle_config_repair(facts, list(choice), f"aux-count-mismatch: fc.weight takes {k} aux states; "
+                                                           f"ids {list(choice)} of {list(ids)}, tried")
+        if not rejections(facts, repair):
+            out.append((list(choice), repair))
+    return out
+
+
 def stored_transposed(shape: Any, expected: Any) -> bool:
     """A 2-D, non-square tensor ``shape`` that is exactly ``expected`` reversed: a Linear weight
     stored ``[in, out]`` where the engine's ``nn.Linear`` / ``ReplicatedLinear`` holds ``[out, in]``
@@ -701,8 +734,10 @@ def aux_fixes(facts: Facts, findings: list[Finding], given: dict) -> list[Fix]:
     for f in findings:
         if draft is None:
             break
-        if f.evidence.get("consequence_of") == "algorithm-mismatch":
+        if f.evidence.get("consequence_of") in ("algorithm-mismatch", "method-draft-mismatch"):
             continue  # an EAGLE-1/2 draft under EAGLE3: no EAGLE-3 repair applies, the relaunch with EAGLE does
+        if f.evidence.get("consequence_of") == "weight-shape-mismatch":
+            continue  # fc.weight stored transposed: the weights family's transpose repair answers both
         if f.rule == "target-no-aux-capture":
             out.append(Fix("none", (f.rule,), "the target class cannot capture aux hidden states",
                            missing=f"a vLLM release whose class for {facts.target_architecture} implements "
@@ -769,8 +804,14 @@ def aux_fixes(facts: Facts, findings: list[Finding], given: dict) -> list[Fix]:
                                missing="the aux layer ids the draft was trained with, as ints: pass -p aux_layer_ids "
                                        "'[1, 3, 6]'", parameter="aux_layer_ids"))
         elif f.rule in ("aux-layer-ids-out-of-range", "aux-count-mismatch"):
+            fewer = _fewer_ids_candidates(facts) if f.rule == "aux-count-mismatch" and given_ids is None else []
             if given_ids is not None and given_ids != draft.aux_layer_ids:
                 out.append(_given_ids_fix(facts, f.rule, given_ids))
+            elif fewer:
+                out.append(Fix("candidates", (f.rule,), f"fc.weight takes {len(fewer[0][0])} aux states: each "
+                               f"{len(fewer[0][0])} of the {len(draft.aux_layer_ids)} ids written, measured (which "
+                               "ones it was trained on is recorded nowhere)",
+                               candidates=[{"label": f"ids {ids}", "launch": {}, "repair": r} for ids, r in fewer]))
             else:
                 out.append(Fix("none", (f.rule,), "the ids the engine can capture are not known",
                                missing="the aux layer ids the draft was trained with: pass -p aux_layer_ids "
