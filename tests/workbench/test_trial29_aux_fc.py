@@ -131,7 +131,7 @@ def test_transposed_fc_on_vllm(box, tmp_path):
 
 
 def test_a_square_or_other_shape_is_not_called_transposed():
-    from workbench.rules.aux_layers import stored_transposed
+    from workbench.rules.repair_check import stored_transposed
 
     assert stored_transposed([480, 160], [160, 480])
     assert not stored_transposed([160, 160], [160, 160])

@@ -624,6 +624,8 @@ def aux_count_mismatch(facts: Facts) -> list[Finding]:
     if same:
         evidence.update({k: same[0].evidence[k] for k in ("tensor", "shape", "expected", "param")
                          if k in same[0].evidence})
+    from workbench.rules.repair_check import stored_transposed
+
     if built is not None and stored_transposed(fc_shape, built):
         # a transposed fc.weight: its columns are its rows, no aux count at all (weight-shape-mismatch
         # names it and offers the transpose; this finding is its consequence)
@@ -676,17 +678,6 @@ def _fewer_ids_candidates(facts: Facts) -> list[tuple[list[int], DraftRepair]]:
         if not rejections(facts, repair):
             out.append((list(choice), repair))
     return out
-
-
-def stored_transposed(shape: Any, expected: Any) -> bool:
-    """A 2-D, non-square tensor ``shape`` that is exactly ``expected`` reversed: a Linear weight
-    stored ``[in, out]`` where the engine's ``nn.Linear`` / ``ReplicatedLinear`` holds ``[out, in]``
-    (a converter's layout; both engines load ``weight`` as ``[out_features, in_features]``)."""
-    try:
-        a, b = (list(shape), list(expected))
-    except TypeError:
-        return False
-    return len(a) == 2 and len(b) == 2 and a[0] != a[1] and a == b[::-1] and None not in a
 
 
 def _eagle_config_repair(facts: Facts, ids: list[int], why: str) -> DraftRepair:

@@ -13,14 +13,14 @@ the engine source are the original run's; derived facts (capture, weights) are w
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Sequence
+from typing import Any, Sequence
 
 from workbench.checkpoint.facts import draft_facts_from
 from workbench.rules.facts import Facts
 from workbench.rules.finding import Finding
 from workbench.rules.fix import DraftRepair
 
-__all__ = ["repaired_facts", "rejections", "AUX_ID_RULES"]
+__all__ = ["repaired_facts", "rejections", "stored_transposed", "AUX_ID_RULES"]
 
 #: The rules that judge a draft's aux layer ids (:mod:`workbench.rules.aux_layers`): a repair that
 #: writes ids is checked against these.
@@ -86,3 +86,14 @@ def rejections(facts: Facts, repair: DraftRepair, rules: Sequence[str] = AUX_ID_
                              f"{type(exc).__name__}: {exc}", {})]
         out.extend(f for f in found if f.severity in ("error", "warning"))
     return out
+
+
+def stored_transposed(shape: Any, expected: Any) -> bool:
+    """A 2-D, non-square tensor ``shape`` that is exactly ``expected`` reversed: a Linear weight
+    stored ``[in, out]`` where the engine's ``nn.Linear`` / ``ReplicatedLinear`` holds ``[out, in]``
+    (a converter's layout; both engines load ``weight`` as ``[out_features, in_features]``)."""
+    try:
+        a, b = (list(shape), list(expected))
+    except TypeError:
+        return False
+    return len(a) == 2 and len(b) == 2 and a[0] != a[1] and a == b[::-1] and None not in a

@@ -416,7 +416,7 @@ def weight_shape_mismatch(facts: Facts) -> list[Finding]:
 def _name_transposed(f: Finding) -> Finding:
     """``f`` (a shape mismatch) saying the tensor is stored transposed when its shape is the built
     one reversed (:func:`workbench.rules.aux_layers.stored_transposed`; a stacked shard excluded)."""
-    from workbench.rules.aux_layers import stored_transposed
+    from workbench.rules.repair_check import stored_transposed
 
     e = f.evidence
     if e.get("shard") is None and stored_transposed(e.get("shape"), e.get("expected")):
@@ -733,5 +733,5 @@ def _transpose_fix(facts: Facts, names: list[str]) -> Fix:
     if left:
         return Fix("none", ("weight-shape-mismatch",), f"{', '.join(names)} transposed would still be rejected",
                    missing="; ".join(f"{f.rule}: {f.message}" for f in left))
-    return Fix("draft-copy", ("weight-shape-mismatch", "aux-count-mismatch"),
+    return Fix("draft-copy", ("weight-shape-mismatch",),
                f"{', '.join(names)} transposed in a copy of the draft (stored [in, out])", repair=repair)
