@@ -84,7 +84,9 @@ def _eagle3_pair(facts: Facts) -> bool:
 
 def _ids_evidence(facts: Facts) -> dict:
     draft = facts.draft
-    return ev(draft.aux_layer_ids, draft.sources.get("aux_layer_ids") or f"{draft.config_path}: eagle_config (absent)")
+    where = ("eagle_config.eagle_aux_hidden_state_layer_ids (absent)" if isinstance(draft.config.get("eagle_config"), dict)
+             else "eagle_config (absent)" if draft.config.get("eagle_config") is None else "eagle_config (not an object)")
+    return ev(draft.aux_layer_ids, draft.sources.get("aux_layer_ids") or f"{draft.config_path}: {where}")
 
 
 @FAMILY.rule("target-no-aux-capture", severities=("error",), prevents_start="always", engines=ALL_ENGINES,

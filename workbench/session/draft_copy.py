@@ -17,7 +17,9 @@ What the copy holds:
   (atomic); a symlink to the source's when the repair does not touch the config;
 - each safetensors file (``model.safetensors``, or the shards of ``model.safetensors.index.json``)
   that no change touches: a symlink to the source's (no copy of gigabytes);
-- each file holding a renamed or replaced tensor, or receiving an added one: rewritten on the box
+- each file holding a renamed, replaced or transposed tensor (``DraftRepair.transposes``: a 2-D
+  tensor read whole by the script, written ``[b, a]`` in place of ``[a, b]``, and compared byte for
+  byte with the source's transposed on read-back), or receiving an added one: rewritten on the box
   by :data:`COPY_SCRIPT` (stdlib-only Python run with the box's interpreter, the plan as JSON on
   stdin). The data is streamed: ``os.copy_file_range`` (copied in the kernel, no user-space
   buffer; btrfs/XFS share extents only when the offsets are block-aligned, which a changed header
