@@ -64,6 +64,9 @@ CASES = [
          ("unknown-draft-architecture",), ("draft-copy",), starts_as_found=False, refused_as_found=True),
     Case("config-fault-without-effect", ("vocab-mismatch",), ("config-vs-target",), ("vocab-size-mismatch",), (),
          outcome="latent", fixable=False),
+    # fc.weight stored [in, out]: named transposed, the copy holds it transposed (issue 29 trial item 6)
+    Case("fc-transposed", ("fc-transposed",), ("weights-loaded",), ("weight-shape-mismatch", "aux-count-mismatch"),
+         ("draft-copy",), starts_as_found=False, refused_as_found=True),
     Case("spec-params", ("spec-params-without-steps",), ("spec-params",), ("spec-params-invalid",), ("launch",),
          starts_as_found=False, refused_as_found=True),
     Case("spec-steps-zero", ("spec-steps-zero",), ("spec-params",), ("spec-params-invalid",), ("launch",)),

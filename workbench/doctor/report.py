@@ -76,8 +76,8 @@ class DoctorReport:
             return None
         fixes = []
         for f in self.findings:
-            if f.severity == "info" or not f.fix:
-                continue
+            if f.severity == "info" or not f.fix or "of_corrected_launch" in f.evidence:
+                continue  # a finding of the corrected launch proposes from that command, not this one
             proposed = self._parse(f.fix)
             if proposed is not None:
                 fixes.append(proposed)

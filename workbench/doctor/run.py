@@ -52,7 +52,7 @@ from workbench.engine.locate import find_engine, is_launch_argv
 from workbench.engine.modelled import SGLANG_VERSION
 from workbench.engine.vllm_flags import VLLM_VERSION as VLLM_FLAGS_VERSION, shipped_vllm_flag_table, vllm_flag_table_for
 from workbench.engine.source import EngineSource
-from workbench.errors import ConfigUnreadable, DoctorError, EngineNotFound
+from workbench.errors import ConfigUnreadable, DoctorError, EngineNotFound, WorkbenchError
 from workbench.rules import REGISTRY, RULE_IDS
 from workbench.rules.facts import Facts, UnreadableInput
 from workbench.rules.registry import RuleFailure
@@ -364,7 +364,7 @@ def _vllm_facts(box: Any, launch: LaunchCommand, env: dict, timeout: float, inpu
 
 def run_doctor(box: Any, launch: LaunchCommand | str, *, timeout: float = 30, engine_root: str | None = None,
                engine_version: str | None = None, cwd: str | None = None, vllm_flags: str = "auto",
-               server: Any = None, remedy: str | None = None) -> DoctorReport:
+               server: Any = None, remedy: str | None = None, _corrected: bool = False) -> DoctorReport:
     """Run every static rule of the catalogue on ``launch`` against the files on ``box``.
 
     ``launch``: a :class:`LaunchCommand` or its text. ``engine_root``/``engine_version``: the
@@ -377,7 +377,9 @@ def run_doctor(box: Any, launch: LaunchCommand | str, *, timeout: float = 30, en
     facts and what could differ (:mod:`workbench.doctor.fallback`); ``remedy``: what the caller's
     user can give to read the box's engine instead, in the caller's terms (``workbench doctor``:
     ``--engine-root DIR``; default: no option named). Returns a
-    :class:`DoctorReport` (findings deduplicated, errors first); bad inputs (unreadable configs or
+    :class:`DoctorReport` (findings deduplicated, errors first; when the command names no draft the
+    engine would read but the corrected command the findings propose does, the rules also run on
+    that one and its findings are added, marked: :func:`_check_corrected_launch`); bad inputs (unreadable configs or
     checkpoints, repo ids not in the cache, no ``--model-path``) are findings, a rule that fails
     is a note. Raises ``remote.errors.RemoteError`` subclasses for a box that fails (connection
     lost, time-out).
@@ -401,12 +403,63 @@ def run_doctor(box: Any, launch: LaunchCommand | str, *, timeout: float = 30, en
     wire1 = _wire(box)
     engine = facts.engine
     root = engine.root if engine else (facts.vllm.root if launch.engine == "vllm" else None)
-    return DoctorReport(_dedupe(findings), inputs, cbox.bytes_read,
-                        (wire1 - wire0) if wire0 is not None and wire1 is not None else None,
-                        facts.engine_version, root, launch.to_string(),
-                        round(time.monotonic() - t0, 3), notes, draft_facts=facts.draft, target_facts=facts.target,
-                        rule_failures=failures, flag_table=getattr(facts, "flag_table", None),
-                        engine_fallback=fallback)
+    report = DoctorReport(_dedupe(findings), inputs, cbox.bytes_read,
+                          (wire1 - wire0) if wire0 is not None and wire1 is not None else None,
+                          facts.engine_version, root, launch.to_string(),
+                          round(time.monotonic() - t0, 3), notes, draft_facts=facts.draft, target_facts=facts.target,
+                          rule_failures=failures, flag_table=getattr(facts, "flag_table", None),
+                          engine_fallback=fallback)
+    if facts.draft is None and not _corrected:
+        _check_corrected_launch(box, report, timeout=timeout, engine_root=engine_root, engine_version=engine_version,
+                                cwd=cwd, vllm_flags=vllm_flags, remedy=remedy)
+        report.duration_s = round(time.monotonic() - t0, 3)
+    return report
+
+
+#: The evidence key marking a finding the doctor made on the corrected launch it proposes (not on
+#: the command checked): its value is that corrected command.
+CORRECTED_LAUNCH_KEY = "of_corrected_launch"
+
+
+def _check_corrected_launch(box: Any, report: DoctorReport, **kw: Any) -> None:
+    """The draft the checked command never names to the engine (SGLang's speculative flags on a vLLM
+    launch, a misspelt draft flag) but the corrected command does: the rules run on the corrected
+    command (:func:`run_doctor`, once), and its findings that the checked command's run did not make
+    are added, each marked (``evidence[CORRECTED_LAUNCH_KEY]``, message prefixed "on the corrected
+    launch") — the draft's faults are not hidden behind a flag fault. A note says what happened, or
+    why the draft was not checked. Changes ``report`` in place."""
+    fixed = report.corrected_launch()
+    if not fixed:
+        return
+    try:
+        corrected = LaunchCommand.parse(fixed)
+        draft = corrected.draft_model
+    except (LaunchCommandError, ValueError) as exc:
+        report.notes.append(f"the draft was not checked: the corrected launch command cannot be read ({exc})")
+        return
+    if not draft:
+        return
+    try:
+        inner = run_doctor(box, corrected, _corrected=True, **kw)
+    except WorkbenchError as exc:
+        report.notes.append(f"the draft {draft} was not checked: the checked command does not name it to the engine, "
+                            f"and the doctor failed on the corrected command ({exc})")
+        return
+    seen = {(f.rule, f.message) for f in report.findings}
+    added = []
+    for f in inner.findings:
+        if (f.rule, f.message) in seen or f.rule in {g.rule for g in report.findings}:
+            continue
+        f.evidence[CORRECTED_LAUNCH_KEY] = fixed
+        f.message = f"on the corrected launch: {f.message}"
+        added.append(f)
+    report.findings = _dedupe(report.findings + added)
+    report.inputs.extend(i for i in inner.inputs if i not in report.inputs)
+    if report.draft_facts is None:
+        report.draft_facts = inner.draft_facts
+    report.notes.append(f"the checked command does not name the draft to the engine; the rules also ran on the "
+                        f"corrected launch command, which names {draft}: {len(added)} finding(s) of that launch "
+                        "added, marked 'on the corrected launch'")
 
 
 def running_launch(box: Any, *, port: int | None = None, timeout: float = 30) -> tuple[LaunchCommand, str | None]:

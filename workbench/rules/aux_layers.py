@@ -84,7 +84,9 @@ def _eagle3_pair(facts: Facts) -> bool:
 
 def _ids_evidence(facts: Facts) -> dict:
     draft = facts.draft
-    return ev(draft.aux_layer_ids, draft.sources.get("aux_layer_ids") or f"{draft.config_path}: eagle_config (absent)")
+    where = ("eagle_config.eagle_aux_hidden_state_layer_ids (absent)" if isinstance(draft.config.get("eagle_config"), dict)
+             else "eagle_config (absent)" if draft.config.get("eagle_config") is None else "eagle_config (not an object)")
+    return ev(draft.aux_layer_ids, draft.sources.get("aux_layer_ids") or f"{draft.config_path}: {where}")
 
 
 @FAMILY.rule("target-no-aux-capture", severities=("error",), prevents_start="always", engines=ALL_ENGINES,
@@ -229,20 +231,69 @@ def aux_config_unread(facts: Facts) -> list[Finding]:
     dies = malformed and bool(raw)  # `or {}` lets a falsy value through; a truthy non-dict has no .get
     severity = "error" if dies else "warning" if (malformed or top is not None) else "info"
     why = ("unreadable (eagle_config is not an object)" if malformed
-           else "only at top level, which the capture path never reads" if top is not None else "absent")
+           else f"absent: the ids {json.dumps(top, default=str)} are written only at the top level "
+                "(eagle_aux_hidden_state_layer_ids, the speculators/vLLM spelling), which SGLang's capture path "
+                "never reads" if top is not None else "absent")
     message = (f"eagle_config is a {type(raw).__name__}, not an object: the draft's constructor calls "
                f"eagle_config.get(...) on it (SGLang 0.5.23 llama_eagle3.py:169-174) and the server dies while "
                f"loading with AttributeError: '{type(raw).__name__}' object has no attribute 'get'" if dies else
                f"eagle_config.eagle_aux_hidden_state_layer_ids is {why}: the engine silently captures its "
                f"default layers {str(captured) + ' ' if captured is not None else ''}(of "
                f"{target.num_hidden_layers} target layers)")
+    fix = f"write the ids into eagle_config in {draft.config_path}"
+    if ids_ok(top) and not malformed:
+        cands = top_level_candidates(facts, top)
+        if len(cands) == 1:
+            fix += f": \"eagle_config\": {{\"eagle_aux_hidden_state_layer_ids\": {cands[0][0]}}} ({cands[0][1]})"
+        elif cands:
+            fix += " — the convention of the top-level ids is not recorded: measure " + " against ".join(
+                f"{ids} ({label})" for ids, label, _ in cands)
+        else:
+            fix = (f"no reading of the top-level ids {top} gives ids SGLang captures on {target.num_hidden_layers} "
+                   "layers: write the ids the draft was trained with into eagle_config")
     return [Finding("aux-config-unread", severity, message,
                     {"eagle_config.eagle_aux_hidden_state_layer_ids": _ids_evidence(facts),
                      "eagle_aux_hidden_state_layer_ids (top level)": ev(top, draft.sources.get("aux_layer_ids_top_level")),
                      "captured_layers": ev(captured, cap.source if cap else None)},
-                    f"write the ids into eagle_config in {draft.config_path}"
-                    + (f": \"eagle_config\": {{\"eagle_aux_hidden_state_layer_ids\": {top}}}" if ids_ok(top) else ""),
-                    prevents_start=dies)]
+                    fix, prevents_start=dies)]
+
+
+def top_level_candidates(facts: Facts, top: list[int]) -> list[tuple[list[int], str, DraftRepair]]:
+    """``[(ids, label, repair)]``: the nested ids to write for top-level-only ids ``top`` on SGLang,
+    each checked by the aux rules on the repaired copy (:func:`workbench.rules.repair_check.rejections`:
+    a copy the doctor would reject is left out). The top level is the speculators/vLLM spelling,
+    so the ids are read in the convention the draft records (``aux_layer_ids_convention``), else
+    both readings are tried: vLLM's (state ``k`` after ``k`` layers, shifted to SGLang's rule by
+    :func:`workbench.rules.cross_engine.ids_for`: ``−1`` on Llama) first, then SGLang's (as written).
+    Facts: SGLang 0.5.23 ``srt/models/llama.py``; vLLM 0.32.0 ``models/llama.py`` (see
+    :mod:`workbench.rules.cross_engine`)."""
+    from workbench.rules.cross_engine import captured_states, draft_convention, ids_for
+    from workbench.rules.repair_check import rejections
+
+    draft, target = facts.draft, facts.target
+    layers = target.num_hidden_layers if target is not None else None
+    if draft is None or not layers:
+        return []
+    arch = facts.target_architecture or ""
+    conv = draft_convention(draft)
+    readings = [conv.engine] if conv.recorded else ["vllm", "sglang"]
+    out: list[tuple[list[int], str, DraftRepair]] = []
+    for reading in readings:
+        if reading == "vllm":
+            states = captured_states("vllm", arch, layers, top)
+            ids = ids_for("sglang", arch, layers, states) if states is not None else None
+            basis = "recorded" if conv.recorded else "the top-level key is the speculators/vLLM spelling"
+            label = f"the top-level ids read in vLLM's convention ({basis}): the states after {states} layers"
+        else:
+            ids = list(top)
+            label = "the top-level ids as written (SGLang's convention" + (", recorded)" if conv.recorded else ")")
+        if ids is None or any(ids == o[0] for o in out):
+            continue
+        repair = _eagle_config_repair(facts, ids, f"aux-config-unread: the top-level ids {top} written into "
+                                                  f"eagle_config as {ids} ({label})")
+        if not rejections(facts, repair):
+            out.append((ids, label, repair))
+    return out
 
 
 def _describe(value: Any) -> str:
@@ -567,13 +618,68 @@ def aux_count_mismatch(facts: Facts) -> list[Finding]:
         return out
     evidence = {"fc_in_features": ev(draft.fc_in_features, draft.sources.get("fc_in_features")),
                 "num_aux": ev(n_aux, n_aux_src), "target_hidden": th}
+    fc_shape = [draft.fc_out_features, draft.fc_in_features]
+    built = [draft.hidden_size, n_aux * th] if draft.hidden_size is not None else None
+    # one fault, one finding: the loader's shape mismatch on fc is this same width, said once here
+    same = [f for f in out if f.evidence.get("param", "").endswith("fc.weight")]
+    out = [f for f in out if f not in same]
+    if same:
+        evidence.update({k: same[0].evidence[k] for k in ("tensor", "shape", "expected", "param")
+                         if k in same[0].evidence})
+    from workbench.rules.repair_check import stored_transposed
+
+    if built is not None and stored_transposed(fc_shape, built):
+        # a transposed fc.weight: its columns are its rows, no aux count at all (weight-shape-mismatch
+        # names it and offers the transpose; this finding is its consequence)
+        evidence["consequence_of"] = "weight-shape-mismatch"
+        evidence["stored_transposed"] = True
+        return [Finding("aux-count-mismatch", "error",
+                        f"fc.weight's {draft.fc_in_features} columns are no aux count: the tensor is stored "
+                        f"transposed ({fc_shape} for the {built} the engine builds, weight-shape-mismatch); "
+                        f"transposed it takes {n_aux} aux states × {th} = {n_aux * th} inputs, what the engine "
+                        "feeds: the aux layer ids are not what is wrong", evidence, None)] + out
     if draft.is_eagle1_like:  # an EAGLE-1/2 fc (2× hidden) under EAGLE3: algorithm-mismatch's relaunch fixes it
         evidence["consequence_of"] = "method-draft-mismatch" if vllm else "algorithm-mismatch"
     effect = ("vLLM builds fc for that width and its weight loader refuses the checkpoint's (no width check: the "
-              "server does not start)" if vllm else "the draft fails to load or its fc is skipped")
+              "server does not start)" if vllm else
+              f"SGLang builds fc as {built or 'that width'} and its weight loader asserts on the checkpoint's "
+              f"{fc_shape}, so the server does not start")
     return [Finding("aux-count-mismatch", "error",
                     f"fc.weight takes {draft.fc_in_features} inputs but the engine feeds {n_aux} aux states × "
-                    f"{th} = {n_aux * th}: {effect}", evidence, None)] + out
+                    f"{th} = {n_aux * th}: {effect}", evidence, None, prevents_start=True)] + out
+
+
+def _fewer_ids_candidates(facts: Facts) -> list[tuple[list[int], DraftRepair]]:
+    """An fc built for fewer aux states than the draft writes ids (no ``num_aux_hidden_states``:
+    the engines count the ids, SGLang 0.5.23 / vLLM 0.32.0 ``llama_eagle3.py``): each choice of as
+    many ids as fc.weight's columns hold target widths, in order, written into a copy (and at the top
+    level on vLLM), kept only when the aux rules accept the copy
+    (:func:`workbench.rules.repair_check.rejections`); ``[]`` otherwise (at most 10 choices)."""
+    from itertools import combinations
+
+    from workbench.rules.repair_check import rejections
+
+    draft, target = facts.draft, facts.target
+    ids = draft.aux_layer_ids if ids_ok(draft.aux_layer_ids) else None
+    if facts.engine_name == "vllm" and ids_ok(draft.aux_layer_ids_top_level):
+        ids = draft.aux_layer_ids_top_level
+    th = draft.target_hidden_size if draft.target_hidden_size is not None else (target.hidden_size if target else None)
+    if ids is None or draft.num_aux_hidden_states is not None or not th or not draft.fc_in_features \
+            or draft.fc_in_features % th:
+        return []
+    k = draft.fc_in_features // th
+    if not 1 <= k < len(ids):
+        return []
+    choices = list(combinations(list(ids), k))
+    if len(choices) > 10:
+        return []
+    out = []
+    for choice in choices:
+        repair = _eagle_config_repair(facts, list(choice), f"aux-count-mismatch: fc.weight takes {k} aux states; "
+                                                           f"ids {list(choice)} of {list(ids)}, tried")
+        if not rejections(facts, repair):
+            out.append((list(choice), repair))
+    return out
 
 
 def _eagle_config_repair(facts: Facts, ids: list[int], why: str) -> DraftRepair:
@@ -621,8 +727,10 @@ def aux_fixes(facts: Facts, findings: list[Finding], given: dict) -> list[Fix]:
     for f in findings:
         if draft is None:
             break
-        if f.evidence.get("consequence_of") == "algorithm-mismatch":
+        if f.evidence.get("consequence_of") in ("algorithm-mismatch", "method-draft-mismatch"):
             continue  # an EAGLE-1/2 draft under EAGLE3: no EAGLE-3 repair applies, the relaunch with EAGLE does
+        if f.evidence.get("consequence_of") == "weight-shape-mismatch":
+            continue  # fc.weight stored transposed: the weights family's transpose repair answers both
         if f.rule == "target-no-aux-capture":
             out.append(Fix("none", (f.rule,), "the target class cannot capture aux hidden states",
                            missing=f"a vLLM release whose class for {facts.target_architecture} implements "
@@ -646,6 +754,21 @@ def aux_fixes(facts: Facts, findings: list[Finding], given: dict) -> list[Fix]:
                                repair=_eagle_config_repair(facts, raw, f"aux-config-unread: eagle_config was the id "
                                                                        f"list {raw}; written as the object the engine "
                                                                        "reads")))
+            elif ids_ok(top) and facts.engine_name != "vllm" and given_ids is None:
+                cands = top_level_candidates(facts, top)
+                if len(cands) == 1:
+                    ids, label, repair = cands[0]
+                    out.append(Fix("draft-copy", (f.rule,), f"eagle_config.eagle_aux_hidden_state_layer_ids → {ids} "
+                                   f"({label}) in a copy of the draft", repair=repair))
+                elif cands:
+                    out.append(Fix("candidates", (f.rule,), "the top-level ids written into eagle_config in each "
+                                   "engine's convention (which one they were written in is not recorded), each "
+                                   "measured", candidates=[{"label": f"ids {ids} ({label})", "launch": {},
+                                                            "repair": repair} for ids, label, repair in cands]))
+                else:
+                    out.append(Fix("none", (f.rule,), f"no reading of the top-level ids {top} gives ids the engine "
+                                   "captures", missing="the aux layer ids the draft was trained with: pass -p "
+                                   "aux_layer_ids '[...]'", parameter="aux_layer_ids"))
             elif ids_ok(top):
                 out.append(Fix("draft-copy", (f.rule,), f"eagle_config.eagle_aux_hidden_state_layer_ids → {top} (the "
                                "top-level ids) in a copy of the draft",
@@ -674,8 +797,14 @@ def aux_fixes(facts: Facts, findings: list[Finding], given: dict) -> list[Fix]:
                                missing="the aux layer ids the draft was trained with, as ints: pass -p aux_layer_ids "
                                        "'[1, 3, 6]'", parameter="aux_layer_ids"))
         elif f.rule in ("aux-layer-ids-out-of-range", "aux-count-mismatch"):
+            fewer = _fewer_ids_candidates(facts) if f.rule == "aux-count-mismatch" and given_ids is None else []
             if given_ids is not None and given_ids != draft.aux_layer_ids:
                 out.append(_given_ids_fix(facts, f.rule, given_ids))
+            elif fewer:
+                out.append(Fix("candidates", (f.rule,), f"fc.weight takes {len(fewer[0][0])} aux states: each "
+                               f"{len(fewer[0][0])} of the {len(draft.aux_layer_ids)} ids written, measured (which "
+                               "ones it was trained on is recorded nowhere)",
+                               candidates=[{"label": f"ids {ids}", "launch": {}, "repair": r} for ids, r in fewer]))
             else:
                 out.append(Fix("none", (f.rule,), "the ids the engine can capture are not known",
                                missing="the aux layer ids the draft was trained with: pass -p aux_layer_ids "

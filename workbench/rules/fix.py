@@ -50,7 +50,9 @@ class DraftRepair:
     :class:`TensorData` to write (replacing a tensor of that name, or adding it); ``config``:
     top-level ``config.json`` keys → new values (a nested dict such as ``eagle_config`` replaces
     the whole key); ``config_remove``: top-level keys to delete; ``reasons``: one line per change,
-    naming the rule that asked for it (shown in the verdict and the report).
+    naming the rule that asked for it (shown in the verdict and the report); ``transposes``: names
+    (in the copy, after the renames) of 2-D tensors written transposed (``[a, b]`` → ``[b, a]``, the
+    data moved, not only the header).
     """
 
     renames: dict[str, str] = field(default_factory=dict)
@@ -58,10 +60,11 @@ class DraftRepair:
     config: dict[str, Any] = field(default_factory=dict)
     config_remove: tuple[str, ...] = ()
     reasons: list[str] = field(default_factory=list)
+    transposes: tuple[str, ...] = ()
 
     @property
     def empty(self) -> bool:
-        return not (self.renames or self.tensors or self.config or self.config_remove)
+        return not (self.renames or self.tensors or self.config or self.config_remove or self.transposes)
 
     def merged(self, other: "DraftRepair") -> "DraftRepair":
         """This repair and ``other`` together (``other`` wins where both set the same key or
@@ -72,13 +75,14 @@ class DraftRepair:
         return DraftRepair({**self.renames, **other.renames}, {**self.tensors, **other.tensors},
                            {**self.config, **other.config},
                            tuple(dict.fromkeys(self.config_remove + other.config_remove)),
-                           self.reasons + other.reasons)
+                           self.reasons + other.reasons,
+                           tuple(dict.fromkeys(self.transposes + other.transposes)))
 
     def to_dict(self) -> dict:
         return {"renames": dict(self.renames),
                 "tensors": {n: {"dtype": t.dtype, "shape": list(t.shape)} for n, t in self.tensors.items()},
                 "config": dict(self.config), "config_remove": list(self.config_remove),
-                "reasons": list(self.reasons)}
+                "transposes": list(self.transposes), "reasons": list(self.reasons)}
 
 
 @dataclass

@@ -469,8 +469,25 @@ def weight_shape_mismatch(facts: Facts) -> list[Finding]:
     (``lm-head-shape-mismatch``, ``head-dim-mismatch``, ``aux-count-mismatch``); a config that
     disagrees with its tensors makes these consequences of ``draft-config-vs-tensors``. On a vLLM launch the parameters vLLM
     builds (:func:`workbench.engine.vllm_weights.vllm_expected_parameters`) are compared: its weight loader
-    fails the same way (``AssertionError``; ``RuntimeError`` from a stacked shard's ``narrow``), measured."""
-    return consequences_of_config(facts, _shapes(facts, "weight-shape-mismatch"))
+    fails the same way (``AssertionError``; ``RuntimeError`` from a stacked shard's ``narrow``), measured.
+    A 2-D tensor whose shape is exactly the built one reversed (not square) is named stored transposed
+    (``evidence["stored_transposed"]``), with a copy of the draft holding it transposed as its fix."""
+    return consequences_of_config(facts, [_name_transposed(f) for f in _shapes(facts, "weight-shape-mismatch")])
+
+
+def _name_transposed(f: Finding) -> Finding:
+    """``f`` (a shape mismatch) saying the tensor is stored transposed when its shape is the built
+    one reversed (:func:`workbench.rules.aux_layers.stored_transposed`; a stacked shard excluded)."""
+    from workbench.rules.repair_check import stored_transposed
+
+    e = f.evidence
+    if e.get("shard") is None and stored_transposed(e.get("shape"), e.get("expected")):
+        e["stored_transposed"] = True
+        f.message = (f"{e.get('tensor')} is stored transposed: {e.get('shape')} is the {e.get('expected')} the engine "
+                     "builds, reversed (a converter's [in, out] layout for a Linear that holds [out, in]) — "
+                     + f.message)
+        f.fix = f"a copy of the draft with {e.get('tensor')} transposed (its data, not only its header)"
+    return f
 
 
 @FAMILY.rule("lm-head-shape-mismatch", engines=ALL_ENGINES, severities=("error",), prevents_start="always",
@@ -727,6 +744,14 @@ def weight_fixes(facts: Facts, findings: list[Finding], given: dict) -> list[Fix
                                       + " | ".join(list(blocking.values())[:4]) if blocking else "")
                                    + ("; re-export the draft with every parameter of its class" if rep.unfilled else
                                       "; remove or rename them (the engine refuses a name no parameter has)")))
+    transposed = sorted({f.evidence["tensor"] for f in findings if f.rule == "weight-shape-mismatch"
+                         and f.evidence.get("stored_transposed") and f.evidence.get("tensor")})
+    if transposed and "weight-shape-mismatch" in rules:
+        fix = _transpose_fix(facts, transposed)
+        out.append(fix)
+        if fix.kind == "draft-copy" and all(f.evidence.get("stored_transposed") for f in findings
+                                            if f.rule == "weight-shape-mismatch"):
+            rules -= {"weight-shape-mismatch"}
     for rule in ("weight-shape-mismatch", "lm-head-shape-mismatch", "head-dim-mismatch"):
         if rule in rules:
             out.append(Fix("none", (rule,), "a tensor of the wrong shape",
@@ -763,3 +788,21 @@ def weight_fixes(facts: Facts, findings: list[Finding], given: dict) -> list[Fix
                                                               reasons=[f"token map: {name} put back in ascending "
                                                                        "target-id order (same ids), tried"])}]))
     return out
+
+
+def _transpose_fix(facts: Facts, names: list[str]) -> Fix:
+    """The ``draft-copy`` fix for tensors stored transposed: a copy with each transposed
+    (:attr:`DraftRepair.transposes`, written by :mod:`workbench.session.draft_copy` from the
+    source's bytes and verified byte for byte), offered only when the shape rules accept the
+    copy (:func:`workbench.rules.repair_check.rejections`: ``aux-count-mismatch`` reads fc's width
+    from the very tensor)."""
+    from workbench.rules.repair_check import rejections
+
+    repair = DraftRepair(transposes=tuple(names),
+                         reasons=[f"weight-shape-mismatch: {n} stored transposed, written transposed" for n in names])
+    left = rejections(facts, repair, ("aux-count-mismatch",))
+    if left:
+        return Fix("none", ("weight-shape-mismatch",), f"{', '.join(names)} transposed would still be rejected",
+                   missing="; ".join(f"{f.rule}: {f.message}" for f in left))
+    return Fix("draft-copy", ("weight-shape-mismatch",),
+               f"{', '.join(names)} transposed in a copy of the draft (stored [in, out])", repair=repair)

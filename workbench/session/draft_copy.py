@@ -17,7 +17,9 @@ What the copy holds:
   (atomic); a symlink to the source's when the repair does not touch the config;
 - each safetensors file (``model.safetensors``, or the shards of ``model.safetensors.index.json``)
   that no change touches: a symlink to the source's (no copy of gigabytes);
-- each file holding a renamed or replaced tensor, or receiving an added one: rewritten on the box
+- each file holding a renamed, replaced or transposed tensor (``DraftRepair.transposes``: a 2-D
+  tensor read whole by the script, written ``[b, a]`` in place of ``[a, b]``, and compared byte for
+  byte with the source's transposed on read-back), or receiving an added one: rewritten on the box
   by :data:`COPY_SCRIPT` (stdlib-only Python run with the box's interpreter, the plan as JSON on
   stdin). The data is streamed: ``os.copy_file_range`` (copied in the kernel, no user-space
   buffer; btrfs/XFS share extents only when the offsets are block-aligned, which a changed header
@@ -113,7 +115,9 @@ ENCODABLE_DTYPES = ("BOOL", *_INT_RANGES, "F16", "BF16", "F32", "F64")
 #: Run on the box as ``python -c COPY_SCRIPT`` (stdlib only, Python 3.8+), the plan as JSON on
 #: stdin: ``{"dest", "links": [{"name", "target"}], "files": [{"name", "source", "source_size",
 #: "source_header_len", "header" (base64: the 8-byte length and the padded JSON), "pieces":
-#: [{"offset", "length"} (a byte range of the source) | {"blob": i}], "size"}], "blobs": [base64]}``,
+#: [{"offset", "length"} (a byte range of the source) | {"offset", "length", "transpose": [rows, cols,
+#: itemsize]} (a 2-D tensor's range, written transposed: read whole, so the script holds two copies
+#: of that one tensor) | {"blob": i}], "size"}], "blobs": [base64]}``,
 #: optionally ``"kernel_copy": false`` (no ``copy_file_range``) and ``"chunk_bytes"`` (the fallback's
 #: buffer, default 8 MiB).
 #: Creates ``dest`` (refusing an existing one), the symlinks, then each file as a temporary file
@@ -167,6 +171,30 @@ def copy_range(src, dst, offset, length, pos, source):
     return how
 
 
+def read_all(fd, offset, length, source):
+    parts, got = [], 0
+    while got < length:
+        b = os.pread(fd, length - got, offset + got)
+        if not b:
+            fail("%s ended at byte %d, before the %d bytes the plan reads from it" % (source, offset + got, length))
+        parts.append(b)
+        got += len(b)
+    return b"".join(parts)
+
+
+def transposed(data, rows, cols, size):
+    # [rows, cols] of `size`-byte elements, C order -> [cols, rows]: byte k of every element of
+    # source column j is data[j*size + k :: cols*size]; slices, no per-element Python loop
+    out = bytearray(len(data))
+    stride, width = cols * size, rows * size
+    for j in range(cols):
+        col = bytearray(width)
+        for k in range(size):
+            col[k::size] = data[j * size + k::stride]
+        out[j * width:(j + 1) * width] = col
+    return bytes(out)
+
+
 def write_file(f, dest, blobs):
     src = os.open(f["source"], os.O_RDONLY)
     try:
@@ -186,6 +214,11 @@ def write_file(f, dest, blobs):
             for piece in f["pieces"]:
                 if "blob" in piece:
                     pos += pwrite_all(out, blobs[piece["blob"]], pos)
+                elif "transpose" in piece:
+                    rows, cols, size = piece["transpose"]
+                    data = read_all(src, piece["offset"], piece["length"], f["source"])
+                    pos += pwrite_all(out, transposed(data, rows, cols, size), pos)
+                    how = "read, transposed, written" if how == "none" else how
                 else:
                     how = copy_range(src, out, piece["offset"], piece["length"], pos, f["source"])
                     pos += piece["length"]
@@ -317,6 +350,7 @@ class DraftCopyPlan:
     renamed: dict[str, tuple[str, TensorInfo]]
     removed: list[str]
     blobs: list[bytes]
+    transposed: dict[str, tuple[str, TensorInfo]] = field(default_factory=dict)
 
     @property
     def files_rewritten(self) -> list[str]:
@@ -525,10 +559,20 @@ class _FileWriter:
                               "data_offsets": [self.pos, self.pos + info.nbytes]}
         start = info.data_start + info.data_offsets[0]
         last = self.pieces[-1] if self.pieces else None
-        if last is not None and "offset" in last and last["offset"] + last["length"] == start:
+        if last is not None and "offset" in last and "transpose" not in last and \
+                last["offset"] + last["length"] == start:
             last["length"] += info.nbytes
         else:
             self.pieces.append({"offset": start, "length": info.nbytes})
+        self.pos += info.nbytes
+
+    def transpose(self, name: str, info: TensorInfo, itemsize: int) -> None:
+        """``info``'s data written transposed (``[a, b]`` → ``[b, a]``; same bytes, moved)."""
+        rows, cols = info.shape
+        self.entries[name] = {"dtype": info.dtype, "shape": [cols, rows],
+                              "data_offsets": [self.pos, self.pos + info.nbytes]}
+        self.pieces.append({"offset": info.data_start + info.data_offsets[0], "length": info.nbytes,
+                            "transpose": [rows, cols, itemsize]})
         self.pos += info.nbytes
 
     def blob(self, name: str, data: "TensorData", raw: bytes) -> None:
@@ -570,7 +614,7 @@ def plan_repaired_copy(box, draft_dir: str, repair: "DraftRepair", *, timeout: f
     config = _plan_config(box, source, repair, actions, problems, where, timeout)
     plan = DraftCopyPlan(source, actions, [], [], None if config is None else _config_text(config), config, None,
                          {}, {}, {}, {}, [], [])
-    if repair.renames or repair.tensors:
+    if repair.renames or repair.tensors or repair.transposes:
         _plan_tensors(box, plan, repair, entries, problems, where, timeout)
     if problems:
         raise _problems_error(where, problems)
@@ -609,8 +653,23 @@ def _plan_tensors(box, plan: DraftCopyPlan, repair: "DraftRepair", entries: list
         raise _problems_error(where, problems)
 
     source_of = {new: old for old, new in final_of.items()}  # name in the copy -> source tensor
+    itemsize: dict[str, int] = {}  # tensors written transposed (names in the copy) -> bytes per element
+    for tname in repair.transposes:
+        old = source_of.get(tname)
+        info = headers[owner[old]][old] if old is not None else None
+        if info is None:
+            problems.append(f"cannot transpose {tname!r}: no such tensor in the copy")
+        elif tname in encoded:
+            problems.append(f"cannot transpose {tname!r}: the repair also writes it")
+        elif len(info.shape) != 2 or 0 in info.shape or info.nbytes % (info.shape[0] * info.shape[1]):
+            problems.append(f"cannot transpose {tname!r}: shape {list(info.shape)} ({info.dtype}) is not a 2-D "
+                            "tensor of whole-byte elements")
+        else:
+            itemsize[tname] = info.nbytes // (info.shape[0] * info.shape[1])
+    if problems:
+        raise _problems_error(where, problems)
     added = [t for t in encoded if t not in source_of]
-    touched = {owner[o] for o, n in final_of.items() if n != o or n in encoded}
+    touched = {owner[o] for o, n in final_of.items() if n != o or n in encoded or n in itemsize}
     add_to = min(touched or headers, key=lambda n: (headers[n].file_size, n)) if added else None
     for fname, header in headers.items():
         mine_added = added if fname == add_to else []
@@ -625,6 +684,14 @@ def _plan_tensors(box, plan: DraftCopyPlan, repair: "DraftRepair", entries: list
             info, new = header[old], final_of[old]
             if new != old:
                 plan.removed.append(old)
+            if new in itemsize:
+                out.transpose(new, info, itemsize[new])
+                plan.transposed[new] = (old, info)
+                plan.actions.append(f"transposed {old!r} {list(info.shape)} -> {new!r} {list(info.shape)[::-1]} in "
+                                    f"{fname} (data read and written transposed)")
+                if new != old:
+                    plan.removed.append(old)
+                continue
             if new not in encoded:
                 out.copy(new, info)
                 if new != old:
@@ -855,6 +922,15 @@ def _verify(box, plan: DraftCopyPlan, dest: str, timeout: float) -> list[str]:
                 problems.append(f"{new!r}: data differs from the source's {old!r}")
             else:
                 checks.append(f"renamed {old!r} -> {new!r}: present, old name absent, data ends equal to the source's")
+        for new, (old, src) in plan.transposed.items():
+            info = tensors.get(new)
+            if info is None:
+                continue
+            if _transposed_equal(box, src, info, timeout):
+                checks.append(f"{new!r} {list(info.shape)}: byte for byte the source's {old!r} "
+                              f"{list(src.shape)} transposed")
+            else:
+                problems.append(f"{new!r}: the data read back is not the source's {old!r} transposed")
         for name, raw in plan.written.items():
             info = tensors.get(name)
             if info is None:
@@ -890,6 +966,19 @@ def _values_equal(box, info: TensorInfo, name: str, data: "TensorData", timeout:
         return bool(close.all()) and np.array_equal(got, want, equal_nan=True)
     want = np.asarray([bool(v) if data.dtype == "BOOL" else int(v) for v in data.values], dtype=got.dtype)
     return want.shape == got.shape and bool(np.all(got == want))
+
+
+def _transposed_equal(box, src: TensorInfo, got: TensorInfo, timeout: float) -> bool:
+    """The copy's ``got`` holds exactly the bytes of the source's ``src`` transposed (each element
+    compared as raw bytes: no dtype conversion, NaN payloads included)."""
+    rows, cols = src.shape
+    if got.shape != (cols, rows) or got.nbytes != src.nbytes:
+        return False
+    size = src.nbytes // (rows * cols)
+    a = box.read_bytes(src.file, src.data_start + src.data_offsets[0], src.nbytes, timeout=timeout)
+    b = box.read_bytes(got.file, got.data_start + got.data_offsets[0], got.nbytes, timeout=timeout)
+    want = np.frombuffer(a, dtype=f"V{size}").reshape(rows, cols).T.tobytes()
+    return want == b
 
 
 def _ends(box, info: TensorInfo, timeout: float) -> tuple[bytes, bytes]:
