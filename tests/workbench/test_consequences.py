@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 
-from remote import connect
 from testkit.faults import build_deployment
 from workbench.diagnosis.ledger import Hypothesis, Ledger, LedgerError, attribute, consequence_hypotheses, root_of
 from workbench.doctor import run_doctor
@@ -21,12 +20,6 @@ from workbench.rules.registry import Family, Registry
 
 ROOT = Path(__file__).resolve().parents[2]
 HYPS = [(s.id, s.rules) for s, _ in REGISTRY.hypotheses()]
-
-
-@pytest.fixture(scope="module")
-def box():
-    with connect("local") as b:
-        yield b
 
 
 @pytest.fixture(scope="module")

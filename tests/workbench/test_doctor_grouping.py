@@ -8,19 +8,9 @@ from __future__ import annotations
 
 import json
 
-import pytest
-
-from remote import connect
 from rule_helpers import launch as sglang_launch
 from testkit.faults import build_deployment
 from workbench.doctor import run_doctor
-
-
-@pytest.fixture(scope="module")
-def box():
-    b = connect("local")
-    yield b
-    b.close()
 
 
 def _doctor(box, tmp_path, *faults):

@@ -15,7 +15,6 @@ import numpy as np
 import pytest
 from safetensors.numpy import load_file, save_file
 
-from remote import connect
 from rule_helpers import launch as sglang_launch
 from testkit.faults import build_deployment
 from workbench.doctor.run import gather_facts
@@ -26,13 +25,6 @@ from workbench.sandbox_box import sandbox_vllm_launch_command, vllm_python
 
 NAMING = ("wrapper-prefix", "stripped-prefix", "framework-naming", "attn-renamed", "renamed-tensor")
 VLLM_PYTHON = vllm_python()
-
-
-@pytest.fixture(scope="module")
-def box():
-    b = connect("local")
-    yield b
-    b.close()
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,6 @@ import re
 
 import pytest
 
-from remote import connect
 from rule_helpers import launch as sglang_launch
 from testkit.faults import build_deployment
 from workbench.doctor.run import gather_facts
@@ -25,13 +24,6 @@ CASES = {"prefix+no-head": ("wrapper-prefix", "lm-head-missing"),
          "fc-T+prefix": ("fc-transposed", "wrapper-prefix"),
          "prefix": ("wrapper-prefix",),
          "empty": ("no-tensors",)}
-
-
-@pytest.fixture(scope="module")
-def box():
-    b = connect("local")
-    yield b
-    b.close()
 
 
 @pytest.fixture(scope="module")

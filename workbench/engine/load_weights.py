@@ -34,7 +34,7 @@ from workbench.engine.modelled import LEGACY_NAME_MAP, MODELLED_ENGINE, STACKED
 
 __all__ = ["expected_parameters", "map_checkpoint_name", "analyse_weights", "WeightAnalysis", "LEGACY_NAME_MAP",
            "source_spec", "analyse_with_source",
-           "STACKED", "MODELLED_ENGINE", "tensor_dims", "config_vs_tensors"]
+           "STACKED", "MODELLED_ENGINE", "tensor_dims", "config_vs_tensors", "tally_weights", "WeightTally"]
 
 
 def _int(v: Any) -> int | None:
@@ -353,22 +353,37 @@ def source_spec(draft: DraftFacts, lw: Any, kind: str, worker: str | None) -> tu
     return spec, [m for m in mods if not m.ctor.startswith("alias of")], True
 
 
-def analyse_with_source(draft: DraftFacts, lw: Any, kind: str = "eagle3", worker: str | None = None) -> WeightAnalysis:
-    """Follow every tensor of ``draft.tensors`` through the ``load_weights`` read from the box's
-    source (``lw``: :func:`workbench.engine.drafts.load_weights_facts`; ``kind``: the class's
-    :attr:`~workbench.engine.drafts.DraftClass.kind` under EAGLE3, ``eagle`` under another algorithm
-    (the worker then shares the target's embedding and head with any draft); ``worker``: where the draft worker reads
-    ``load_lm_head_from_target``, :func:`workbench.engine.drafts.worker_lm_head_source`) against
-    :func:`source_spec`. Shapes are checked only where the spec has them (``LlamaForCausalLMEagle3``)."""
-    from workbench.engine.drafts import follow
+@dataclass
+class WeightTally:
+    """What following every checkpoint name through a loader gives (:func:`tally_weights`):
+    ``loaded`` (param → the names that fill it), ``dropped`` (``warned`` among them: dropped with a
+    warning), ``raises`` (names the loader raises on), ``shape_problems`` (one dict per tensor whose
+    shape is not the parameter's or shard's), ``d2t_name``/``t2d_name``, ``missing`` (required
+    params, or ``"param (shard a, b)"``, no tensor fills)."""
 
-    spec, params, module_level = source_spec(draft, lw, kind, worker)
+    loaded: dict
+    dropped: list
+    warned: list
+    raises: list
+    shape_problems: list
+    d2t_name: str | None
+    t2d_name: str | None
+    missing: list
+
+
+def tally_weights(tensors: dict, follow_name: Any, spec: dict) -> WeightTally:
+    """Follow every tensor of ``tensors`` (name → ``TensorInfo``, in name order) with ``follow_name``
+    (name → ``(how, param, shard)``: ``loaded``, ``d2t``, ``skipped``, ``dropped``,
+    ``dropped-warned``, ``raises`` or ``unknown`` — a branch whose handling was not read, neither
+    loaded nor dropped) against ``spec`` (:func:`expected_parameters`' form: shapes checked only
+    where it has them). Shared by SGLang's analysis and vLLM's
+    (:func:`workbench.engine.vllm_weights.analyse_vllm_weights`)."""
     loaded: dict[str, list[str]] = {}
     shards_seen: dict[str, set] = {}
     dropped, warned, raises, shape_problems = [], [], [], []
     d2t_name = t2d_name = None
-    for name, info in sorted(draft.tensors.items()):
-        how, param, shard, _ = follow(name, lw, params)
+    for name, info in sorted((tensors or {}).items()):
+        how, param, shard = follow_name(name)
         if how == "d2t":
             d2t_name = name
             continue
@@ -385,16 +400,16 @@ def analyse_with_source(draft: DraftFacts, lw: Any, kind: str = "eagle3", worker
             raises.append(name)
             continue
         if how == "unknown":
-            continue  # a branch whose handling was not read: neither loaded nor dropped (not guessed)
+            continue
         loaded.setdefault(param, []).append(name)
         stacked = spec.get(param, {}).get("shards")
         if stacked is not None:
             shards_seen.setdefault(param, set()).update(stacked if shard is None else {shard})
         want = spec.get(param, {}).get("shape") if shard is None else (stacked or {}).get(shard)
-        if want is not None and tuple(info.shape) != want:
+        if want is not None and tuple(info.shape) != tuple(want):
             shape_problems.append({"tensor": name, "shape": list(info.shape), "expected": list(want),
                                    "param": param, "shard": shard, "file": info.file,
-                                   "rule": _rule_for_shape(param, shard, tuple(info.shape), want)})
+                                   "rule": _rule_for_shape(param, shard, tuple(info.shape), tuple(want))})
     missing: list[str] = []
     for p, s_ in spec.items():
         if not s_["required"]:
@@ -404,6 +419,22 @@ def analyse_with_source(draft: DraftFacts, lw: Any, kind: str = "eagle3", worker
         elif s_.get("shards") is not None and shards_seen.get(p, set()) != set(s_["shards"]):
             lacking = [str(k) for k in s_["shards"] if k not in shards_seen.get(p, set())]
             missing.append(f"{p} (shard {', '.join(lacking)})")
+    return WeightTally(loaded, dropped, warned, raises, shape_problems, d2t_name, t2d_name, missing)
+
+
+def analyse_with_source(draft: DraftFacts, lw: Any, kind: str = "eagle3", worker: str | None = None) -> WeightAnalysis:
+    """Follow every tensor of ``draft.tensors`` through the ``load_weights`` read from the box's
+    source (``lw``: :func:`workbench.engine.drafts.load_weights_facts`; ``kind``: the class's
+    :attr:`~workbench.engine.drafts.DraftClass.kind` under EAGLE3, ``eagle`` under another algorithm
+    (the worker then shares the target's embedding and head with any draft); ``worker``: where the draft worker reads
+    ``load_lm_head_from_target``, :func:`workbench.engine.drafts.worker_lm_head_source`) against
+    :func:`source_spec`. Shapes are checked only where the spec has them (``LlamaForCausalLMEagle3``)."""
+    from workbench.engine.drafts import follow
+
+    spec, params, module_level = source_spec(draft, lw, kind, worker)
+    t = tally_weights(draft.tensors, lambda name: follow(name, lw, params)[:3], spec)
+    loaded, dropped, missing, shape_problems = t.loaded, t.dropped, t.missing, t.shape_problems
+    d2t_name, t2d_name, warned, raises = t.d2t_name, t.t2d_name, t.warned, t.raises
     return WeightAnalysis(spec, loaded, dropped, missing, shape_problems, d2t_name, t2d_name, warned, raises,
                           lw.cls, f"read from {lw.where}" if lw.where else "read from the source (no load_weights)",
                           module_level, lw.to_dict(), lw)

@@ -22,7 +22,7 @@ from __future__ import annotations
 from typing import Any
 
 from workbench.checkpoint import DraftFacts
-from workbench.engine.load_weights import WeightAnalysis, _rule_for_shape
+from workbench.engine.load_weights import WeightAnalysis, tally_weights
 from workbench.engine.vllm_load_weights import VLLM_LOAD_VERSION, VllmLoadWeights
 
 __all__ = ["vllm_expected_parameters", "follow_vllm", "analyse_vllm_weights", "load_conditions", "INIT_VALUES"]
@@ -218,47 +218,12 @@ def analyse_vllm_weights(draft: DraftFacts, lw: VllmLoadWeights, target_vocab: i
     ``draft_id_to_target_id`` are left to the token map's rules."""
     spec = vllm_expected_parameters(draft, target_vocab, lw.cls)
     ctx = load_conditions(draft)
-    loaded: dict[str, list[str]] = {}
-    shards_seen: dict[str, set] = {}
-    dropped, warned, raises, shape_problems = [], [], [], []
-    d2t_name = t2d_name = None
-    for name, info in sorted((draft.tensors or {}).items()):
-        how, param, shard = follow_vllm(name, lw, spec, ctx)
-        if how == "d2t":
-            d2t_name = name
-            continue
-        if how == "skipped":
-            t2d_name = name if "t2d" in name else t2d_name
-            continue
-        if how in ("dropped", "dropped-warned"):
-            dropped.append(name)
-            if how == "dropped-warned":
-                warned.append(name)
-            continue
-        if how == "raises":
-            raises.append(name)
-            continue
-        loaded.setdefault(param, []).append(name)
-        stacked = spec[param].get("shards")
-        if stacked is not None:
-            shards_seen.setdefault(param, set()).update(stacked if shard is None else {shard})
-        want = spec[param]["shape"] if shard is None else (stacked or {}).get(shard)
-        if want is not None and tuple(info.shape) != tuple(want):
-            shape_problems.append({"tensor": name, "shape": list(info.shape), "expected": list(want),
-                                   "param": param, "shard": shard, "file": info.file,
-                                   "rule": _rule_for_shape(param, shard, tuple(info.shape), tuple(want))})
+    t = tally_weights(draft.tensors, lambda name: follow_vllm(name, lw, spec, ctx), spec)
+    loaded, dropped, missing, shape_problems = t.loaded, t.dropped, t.missing, t.shape_problems
+    d2t_name, t2d_name, warned, raises = t.d2t_name, t.t2d_name, t.warned, t.raises
     if d2t_name is None:
         d2t_name = next((n for n in sorted(draft.tensors or {}) if "d2t" in n and "t2d" not in n
                          and n not in raises and n not in dropped), None)
-    missing: list[str] = []
-    for p, s in spec.items():
-        if not s["required"]:
-            continue
-        if p not in loaded:
-            missing.append(p)
-        elif s.get("shards") is not None and shards_seen.get(p, set()) != set(s["shards"]):
-            lacking = [str(k) for k in s["shards"] if k not in shards_seen.get(p, set())]
-            missing.append(f"{p} (shard {', '.join(lacking)})")
     where = lw.sources.get("load_weights", "")
     engine = (f"vllm: read from {where}" if lw.origin != "shipped" else
               f"modelled: vllm {VLLM_LOAD_VERSION} {lw.cls}.load_weights (the box's vLLM source not read)")
