@@ -97,6 +97,7 @@ def cpu_ticks(pid: int) -> int:
     return int(fields[11]) + int(fields[12])
 
 
+@pytest.mark.slow
 def test_a_load_spread_over_seconds_logs_sglangs_phases_and_answers_503_until_ready_sandbox_gpus(tmp_path):
     s = Launch(tmp_path, *sandbox_flags("EAGLE3"), "--tp", "2", "--sandbox-load-seconds", "1.5")
     try:
@@ -133,6 +134,7 @@ def test_a_load_spread_over_seconds_logs_sglangs_phases_and_answers_503_until_re
         s.kill()
 
 
+@pytest.mark.slow
 def test_orphan_ranks_outlive_a_sigkilled_launcher_and_keep_their_memory_sandbox_gpus(tmp_path):
     s = Launch(tmp_path, *sandbox_flags("EAGLE3"), "--tp", "2", "--sandbox-fault", "orphan-ranks")
     try:
@@ -160,6 +162,7 @@ def test_orphan_ranks_outlive_a_sigkilled_launcher_and_keep_their_memory_sandbox
         s.kill()  # the orphans are still in the launcher's process group
 
 
+@pytest.mark.slow
 def test_a_rank_that_ignores_sigterm_outlives_a_sigterm_of_the_group_sandbox_gpus(tmp_path):
     s = Launch(tmp_path, *sandbox_flags("EAGLE3"), "--tp", "2", "--sandbox-fault", "term-ignored")
     try:
@@ -199,6 +202,7 @@ def _port_holders(port: int) -> list[int]:
     return pids
 
 
+@pytest.mark.slow
 def test_a_held_rendezvous_port_fails_the_next_launch_with_eaddrinuse(tmp_path):
     nccl = free_port()
     s = Launch(tmp_path, *sandbox_flags("EAGLE3"), "--tp", "2", "--nccl-port", str(nccl), "--sandbox-fault", "port-held")
@@ -228,6 +232,7 @@ def test_a_held_rendezvous_port_fails_the_next_launch_with_eaddrinuse(tmp_path):
     ("capture-draft", r"TP0\] Capture draft decode CUDA graph begin\. "),
     ("warmup", r"TP0\] Prefill batch, #new-seq: 1, #new-token: 29, "),
 ])
+@pytest.mark.slow
 def test_a_start_up_hangs_at_its_phase_without_burning_cpu(tmp_path, phase, line):
     s = Launch(tmp_path, *sandbox_flags("EAGLE3"), "--tp", "2", "--sandbox-fault", f"hang:{phase}")
     try:

@@ -141,6 +141,7 @@ def test_ranks_die_with_a_sigkilled_launcher_and_their_memory_follows_sandbox_gp
             time.sleep(0.1)
 
 
+@pytest.mark.slow
 def test_a_rank_on_a_device_the_box_lacks_fails_the_start_like_sglang_sandbox_gpus(tmp_path):
     port = free_port()
     gdir = tmp_path / "gpus"

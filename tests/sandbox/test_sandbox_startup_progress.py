@@ -42,6 +42,7 @@ def _launch(box, tmp_path, port, env=None, extra=()):
                              env={"PYTHONUNBUFFERED": "1", "SANDBOX_GPUS_DIR": str(tmp_path / "gpus"), **(env or {})})
 
 
+@pytest.mark.slow
 def test_sandbox_start_up_progress_sees_its_phases_in_order(tmp_path):
     port = free_port()
     with connect("local") as box:
@@ -66,6 +67,7 @@ def test_sandbox_start_up_progress_sees_its_phases_in_order(tmp_path):
     assert 0 < waited < 30
 
 
+@pytest.mark.slow
 def test_sandbox_start_up_that_hangs_is_a_stall_naming_its_phase(tmp_path):
     stall = tmp_path / "stall"
     stall.touch()
@@ -95,6 +97,7 @@ def test_sandbox_start_up_that_hangs_is_a_stall_naming_its_phase(tmp_path):
 LOAD_S = 7.0     # over twice the stall time-out
 
 
+@pytest.mark.slow
 def test_sandbox_gpus_tp2_load_longer_than_the_stall_time_out_is_waited_for_with_every_phase(tmp_path):
     port = free_port()
     with connect("local") as box:
@@ -119,6 +122,7 @@ def test_sandbox_gpus_tp2_load_longer_than_the_stall_time_out_is_waited_for_with
     assert progress.shards is not None and progress.shards[0] == progress.shards[1]
 
 
+@pytest.mark.slow
 def test_sandbox_gpus_hang_at_load_is_a_stall_naming_load(tmp_path):
     port = free_port()
     with connect("local") as box:

@@ -84,6 +84,7 @@ def test_rendezvous_ports_of_a_launch():
     assert rendezvous_ports(LaunchCommand.parse("vllm serve m --master-port 42102")) == [("--master-port", 42102)]
 
 
+@pytest.mark.slow
 def test_a_box_with_no_nvidia_smi_skips_the_gpu_checks_and_says_why(tmp_path, monkeypatch):
     if os.system("command -v nvidia-smi >/dev/null 2>&1") == 0:
         pytest.skip("this machine has nvidia-smi")
@@ -183,6 +184,7 @@ def _server(box, n: int, mib: int, started):
     return handle
 
 
+@pytest.mark.slow
 def test_a_stop_waits_for_the_gpus_back_at_baseline_sandbox_gpus(gpu_box, pids, nobody):
     pids.append(hold(gpu_box.gpus_dir, [(1, 5000)], user="nobody"))  # another user's, stays
     server = _server(gpu_box, 2, 40000, pids)
@@ -198,6 +200,7 @@ def test_a_stop_waits_for_the_gpus_back_at_baseline_sandbox_gpus(gpu_box, pids, 
     assert [g.used_mib for g in read_gpu_snapshot(gpu_box).gpus] == [0, 5000]
 
 
+@pytest.mark.slow
 def test_ranks_that_escape_the_stop_are_named_sandbox_gpus(gpu_box, pids):
     server = _server(gpu_box, 1, 30000, pids)
     # a rank that left the tree (reparented, own session) keeps its memory, as SGLang's orphans do
@@ -217,6 +220,7 @@ def test_ranks_that_escape_the_stop_are_named_sandbox_gpus(gpu_box, pids):
     assert f"after {e.waited_s:.1f} s: GPU1 20000 MiB, baseline 0 MiB" in str(e)
 
 
+@pytest.mark.slow
 def test_container_mode_waits_for_memory_used_sandbox_gpus(gpu_box, pids):
     from workbench.sandbox.gpus import SandboxGpus
 

@@ -86,6 +86,7 @@ class Recorder:
         return out
 
 
+@pytest.mark.slow
 def test_a_load_longer_than_four_stall_time_outs_that_progresses_is_waited_for(box, launched, free_port, tmp_path):
     lines = HEAD + SHARDS + TAIL
     start = 4.5 * STALL       # issue 26's cap was 4 x the time-out in all: gone
@@ -101,6 +102,7 @@ def test_a_load_longer_than_four_stall_time_outs_that_progresses_is_waited_for(b
     assert [p["name"] for p in progress.phases] == ["nccl-init", "load", "kv-cache", "capture", "ready"]
 
 
+@pytest.mark.slow
 def test_a_load_that_hangs_at_a_shard_is_a_stall_naming_the_phase_and_its_last_line(box, launched, free_port,
                                                                                      tmp_path):
     lines = HEAD + SHARDS[:6]   # 5/12 shards, then nothing (sglang#9590: a load hung at a shard)
@@ -124,6 +126,7 @@ def test_a_load_that_hangs_at_a_shard_is_a_stall_naming_the_phase_and_its_last_l
     assert final[4] is True and final[1] == "load" and final[2] == (5, 12)
 
 
+@pytest.mark.slow
 def test_stall_phase_without_a_tracker_reads_the_tail(box, launched, free_port, tmp_path):
     """``remote`` alone (no ``on_log``): ``stall_phase`` gets the tail; the last line skips the
     readiness polls' own access lines."""
@@ -142,6 +145,7 @@ def test_stall_phase_without_a_tracker_reads_the_tail(box, launched, free_port, 
     assert "GET /health" not in info.value.last_line                 # ... never the last line
 
 
+@pytest.mark.slow
 def test_the_watchdogs_relaunch_wait_is_a_stall_time_out_too(box, launched, free_port, tmp_path):
     lines = HEAD + SHARDS
     start = 3 * STALL
@@ -151,6 +155,7 @@ def test_the_watchdogs_relaunch_wait_is_a_stall_time_out_too(box, launched, free
     assert start - 0.5 <= waited < start + SLACK
 
 
+@pytest.mark.slow
 def test_the_watchdogs_relaunch_wait_names_the_last_line_of_a_stall(box, launched, free_port, tmp_path):
     h = _tiny(box, launched, free_port, HEAD + SHARDS[:3], tmp_path, "--starting", "600", "--log-every", "0.05")
     box.wait_healthy(h, timeout=30, path="/health")
