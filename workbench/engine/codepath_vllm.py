@@ -73,7 +73,7 @@ from workbench.engine.source import EngineSource, _strip_annotations, _walk_defi
 
 _log = logging.getLogger(__name__)
 
-__all__ = ["VLLM_ENGINE", "vllm_code_path_map", "vllm_registry", "vllm_method_names", "aux_ids_read",
+__all__ = ["VLLM_ENGINE", "vllm_code_path_map", "vllm_registry", "registry_table", "vllm_method_names", "aux_ids_read",
            "default_aux_layers", "draft_arch_for_method", "model_runner_choice", "is_vllm_root", "VLLM_LANDMARKS",
            "vllm_map_for_launch", "AuxIdsRead", "map_for_engine"]
 
@@ -150,13 +150,12 @@ def vllm_method_names(src: EngineSource) -> Optional[tuple[list[str], str]]:
     return (names, f"{src.path(SPEC_CONFIG)}:{node.lineno}") if names else None
 
 
-def vllm_registry(src: EngineSource) -> Optional[dict[str, dict]]:
-    """The model registry of ``model_executor/models/registry.py``: ``{architecture: {"module",
-    "cls", "table", "line", "file"}}`` over every module-level ``_…_MODELS = {...}`` dict literal
-    (``_SPECULATIVE_DECODING_MODELS`` at vLLM 0.32.0 ``:625`` holds the drafts; ``module`` as
-    written: ``"llama_eagle3"`` is ``model_executor/models/llama_eagle3.py``, ``"vllm.models.X"``
-    a package path; ``file``: that file relative to the package root, ``None`` when the box has
-    none). An entry that is not a literal pair is skipped. ``None`` without the file."""
+def registry_table(src: EngineSource) -> Optional[dict[str, dict]]:
+    """``{architecture: {"module", "cls", "table", "line"}}`` over every module-level ``_…_MODELS =
+    {...}`` dict literal of the box's ``model_executor/models/registry.py`` (vLLM 0.32.0:
+    ``_SPECULATIVE_DECODING_MODELS`` at ``:625`` holds the drafts); an entry that is not a literal
+    pair of strings is skipped; the first table naming an architecture wins. ``None`` without the
+    file. No model file is looked up (:func:`vllm_registry` adds them)."""
     tree = src.tree(REGISTRY)
     if tree is None:
         return None
@@ -172,16 +171,24 @@ def vllm_registry(src: EngineSource) -> Optional[dict[str, dict]]:
                 continue
             try:
                 arch, pair = ast.literal_eval(key), ast.literal_eval(value)
-            except ValueError:
+            except (ValueError, TypeError, SyntaxError):
                 continue
             if not (isinstance(arch, str) and isinstance(pair, tuple) and len(pair) == 2
                     and all(isinstance(x, str) for x in pair)):
                 continue
-            out.setdefault(arch, {"module": pair[0], "cls": pair[1], "table": target.id, "line": key.lineno,
-                                  "file": None})
-    for entry in out.values():
-        entry["file"] = _module_file(src, entry["module"])
+            out.setdefault(arch, {"module": pair[0], "cls": pair[1], "table": target.id, "line": key.lineno})
     return out
+
+
+def vllm_registry(src: EngineSource) -> Optional[dict[str, dict]]:
+    """The model registry of ``model_executor/models/registry.py`` (:func:`registry_table`), each entry
+    with ``file``: its model file relative to the package root (``module`` as written:
+    ``"llama_eagle3"`` is ``model_executor/models/llama_eagle3.py``, ``"vllm.models.X"`` a package
+    path), ``None`` when the box has none. ``None`` without the registry."""
+    table = registry_table(src)
+    if table is None:
+        return None
+    return {arch: {**entry, "file": _module_file(src, entry["module"])} for arch, entry in table.items()}
 
 
 def _module_file(src: EngineSource, module: str) -> Optional[str]:

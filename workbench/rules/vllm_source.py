@@ -35,6 +35,7 @@ from workbench.engine.codepath_vllm import (
     aux_ids_read,
     default_aux_layers,
     draft_arch_for_method,
+    registry_table,
 )
 from workbench.engine.source import EngineSource
 from workbench.rules.vllm_engine import VLLM_VERSION, eagle_config_architecture
@@ -166,23 +167,7 @@ def registry_entry(facts: Any, arch: str) -> Optional[dict]:
         return None
     cache = facts.__dict__.setdefault("_vllm_rules", {})
     if "registry" not in cache:
-        tree = src.tree(REGISTRY)
-        table: Optional[dict] = None
-        if tree is not None:
-            table = {}
-            for node in tree.body:
-                target = node.targets[0] if isinstance(node, ast.Assign) and len(node.targets) == 1 else \
-                    node.target if isinstance(node, ast.AnnAssign) else None
-                if not (isinstance(target, ast.Name) and target.id.endswith("_MODELS")
-                        and isinstance(getattr(node, "value", None), ast.Dict)):
-                    continue
-                for key, value in zip(node.value.keys, node.value.values):
-                    try:
-                        name, pair = ast.literal_eval(key), ast.literal_eval(value)
-                    except (ValueError, TypeError, SyntaxError):
-                        continue
-                    if isinstance(name, str) and isinstance(pair, tuple) and len(pair) == 2:
-                        table.setdefault(name, {"module": pair[0], "cls": pair[1], "table": target.id})
+        table = registry_table(src)
         cache["registry"] = table
         cache["files"] = {}
     table = cache["registry"]
